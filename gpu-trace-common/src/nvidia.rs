@@ -1,0 +1,155 @@
+//! NVIDIA RM ioctl ABI facts that both sides need (open-gpu-kernel-modules 580.x; see
+//! `shared/docs/driver-reference.md` for the sources), and the rules that decide what the kernel
+//! programs copy. Pure `const fn`s so that the kernel and userspace agree by construction.
+
+/// Character major of `/dev/nvidia*` and `/dev/nvidiactl`.
+pub const NV_MAJOR: u32 = 195;
+/// Minor of `/dev/nvidiactl`.
+pub const NV_CTL_MINOR: u32 = 255;
+
+/// RM escapes (`_IOC_NR` of the ioctl command).
+pub mod escape {
+    pub const RM_FREE: u32 = 0x29;
+    pub const RM_CONTROL: u32 = 0x2A;
+    pub const RM_ALLOC: u32 = 0x2B;
+    pub const IOCTL_XFER_CMD: u32 = 0xD3;
+}
+
+/// Parameter block sizes.
+pub const NVOS00_SIZE: u32 = 16;
+pub const NVOS21_SIZE: u32 = 32;
+pub const NVOS54_SIZE: u32 = 32;
+pub const NVOS64_SIZE: u32 = 48;
+pub const NV_XFER_SIZE: u32 = 16;
+/// `NV_ABSOLUTE_MAX_IOCTL_SIZE`: the driver refuses larger XFER sizes.
+pub const NV_MAX_IOCTL_SIZE: u32 = 16384;
+
+/// Offsets inside the parameter blocks.
+pub mod off {
+    /// NVOS21/NVOS64: `hClass`.
+    pub const ALLOC_CLASS: usize = 12;
+    /// NVOS21/NVOS64: `pAllocParms`.
+    pub const ALLOC_PARAMS_PTR: usize = 16;
+    /// NVOS21: `paramsSize`.
+    pub const NVOS21_PARAMS_SIZE: usize = 24;
+    /// NVOS64: `paramsSize`.
+    pub const NVOS64_PARAMS_SIZE: usize = 32;
+    /// NVOS54: `cmd`.
+    pub const CONTROL_CMD: usize = 8;
+    /// NVOS54: `params`.
+    pub const CONTROL_PARAMS_PTR: usize = 16;
+    /// NVOS54: `paramsSize`.
+    pub const CONTROL_PARAMS_SIZE: usize = 24;
+}
+
+/// RM classes this tracer decodes.
+pub mod class {
+    pub const NV01_ROOT: u32 = 0x0000;
+    pub const NV01_ROOT_NON_PRIV: u32 = 0x0001;
+    pub const NV01_ROOT_CLIENT: u32 = 0x0041;
+    pub const NV01_DEVICE_0: u32 = 0x0080;
+    pub const KEPLER_CHANNEL_GROUP_A: u32 = 0xA06C;
+    pub const KEPLER_CHANNEL_GPFIFO_A: u32 = 0xA06F;
+    pub const KEPLER_CHANNEL_GPFIFO_B: u32 = 0xA16F;
+    pub const KEPLER_CHANNEL_GPFIFO_C: u32 = 0xA26F;
+    pub const MAXWELL_CHANNEL_GPFIFO_A: u32 = 0xB06F;
+    pub const PASCAL_CHANNEL_GPFIFO_A: u32 = 0xC06F;
+    pub const VOLTA_CHANNEL_GPFIFO_A: u32 = 0xC36F;
+    pub const TURING_CHANNEL_GPFIFO_A: u32 = 0xC46F;
+    pub const AMPERE_CHANNEL_GPFIFO_A: u32 = 0xC56F;
+    pub const HOPPER_CHANNEL_GPFIFO_A: u32 = 0xC86F;
+    pub const BLACKWELL_CHANNEL_GPFIFO_A: u32 = 0xC96F;
+    pub const BLACKWELL_CHANNEL_GPFIFO_B: u32 = 0xCA6F;
+
+    /// Every GPFIFO channel class of the 580 driver.
+    pub const fn is_channel(class: u32) -> bool {
+        matches!(
+            class,
+            KEPLER_CHANNEL_GPFIFO_A
+                | KEPLER_CHANNEL_GPFIFO_B
+                | KEPLER_CHANNEL_GPFIFO_C
+                | MAXWELL_CHANNEL_GPFIFO_A
+                | PASCAL_CHANNEL_GPFIFO_A
+                | VOLTA_CHANNEL_GPFIFO_A
+                | TURING_CHANNEL_GPFIFO_A
+                | AMPERE_CHANNEL_GPFIFO_A
+                | HOPPER_CHANNEL_GPFIFO_A
+                | BLACKWELL_CHANNEL_GPFIFO_A
+                | BLACKWELL_CHANNEL_GPFIFO_B
+        )
+    }
+
+    pub const fn is_client(class: u32) -> bool {
+        matches!(class, NV01_ROOT | NV01_ROOT_NON_PRIV | NV01_ROOT_CLIENT)
+    }
+}
+
+/// RM control commands this tracer decodes.
+pub mod cmd {
+    /// TSG: `NVA06C_CTRL_CMD_GPFIFO_SCHEDULE` {bEnable, bSkipSubmit, bSkipEnable}.
+    pub const TSG_GPFIFO_SCHEDULE: u32 = 0xA06C_0101;
+    /// TSG: `NVA06C_CTRL_CMD_SET_TIMESLICE` {NvU64 timesliceUs}.
+    pub const TSG_SET_TIMESLICE: u32 = 0xA06C_0103;
+    /// TSG: `NVA06C_CTRL_CMD_GET_TIMESLICE` {NvU64 timesliceUs}.
+    pub const TSG_GET_TIMESLICE: u32 = 0xA06C_0104;
+    /// TSG: `NVA06C_CTRL_CMD_PREEMPT` {bWait, bManualTimeout, timeoutUs}.
+    pub const TSG_PREEMPT: u32 = 0xA06C_0105;
+    /// TSG: `NVA06C_CTRL_CMD_GET_INFO` {NvU32 tsgID}.
+    pub const TSG_GET_INFO: u32 = 0xA06C_0106;
+    /// TSG: `NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL` {NvU32 tsgInterleaveLevel}.
+    pub const TSG_SET_INTERLEAVE_LEVEL: u32 = 0xA06C_0107;
+    /// Channel: `NVA06F_CTRL_CMD_GPFIFO_SCHEDULE` {bEnable, bSkipSubmit, bSkipEnable}.
+    pub const CHANNEL_GPFIFO_SCHEDULE: u32 = 0xA06F_0103;
+    /// Channel: `NVA06F_CTRL_CMD_SET_INTERLEAVE_LEVEL` {NvU32 channelInterleaveLevel}.
+    pub const CHANNEL_SET_INTERLEAVE_LEVEL: u32 = 0xA06F_0109;
+    /// Channel: `NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN` {NvU32 workSubmitToken}.
+    pub const CHANNEL_GET_WORK_SUBMIT_TOKEN: u32 = 0xC36F_0108;
+}
+
+/// How many bytes of a class's alloc parameters the kernel copies (0: none).
+/// Only a fixed set of sizes is used so that each read has a constant length.
+pub const fn alloc_capture_len(class: u32) -> u32 {
+    match class {
+        // NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS (sizeof 20)
+        class::KEPLER_CHANNEL_GROUP_A => 20,
+        // NV0080_ALLOC_PARAMETERS: deviceId @0
+        class::NV01_DEVICE_0 => 4,
+        c if class::is_client(c) => 0,
+        // NV_CHANNEL_ALLOC_PARAMS up to and including `cid` (@132)
+        c if class::is_channel(c) => 136,
+        _ => u32::MAX,
+    }
+}
+
+/// Whether an RM_ALLOC of this class is sent to userspace.
+pub const fn alloc_is_traced(class: u32) -> bool {
+    alloc_capture_len(class) != u32::MAX
+}
+
+/// How many bytes of a control's parameters the kernel copies, or `u32::MAX` when the control is
+/// not traced.
+pub const fn control_capture_len(cmd: u32) -> u32 {
+    match cmd {
+        cmd::TSG_GPFIFO_SCHEDULE | cmd::CHANNEL_GPFIFO_SCHEDULE => 3,
+        cmd::TSG_SET_TIMESLICE | cmd::TSG_GET_TIMESLICE | cmd::TSG_PREEMPT => 8,
+        cmd::TSG_GET_INFO
+        | cmd::TSG_SET_INTERLEAVE_LEVEL
+        | cmd::CHANNEL_SET_INTERLEAVE_LEVEL
+        | cmd::CHANNEL_GET_WORK_SUBMIT_TOKEN => 4,
+        _ => u32::MAX,
+    }
+}
+
+/// The first filter the kernel applies, on the raw ioctl command: one of the RM escapes that
+/// matter, or XFER. (The driver ignores `_IOC_TYPE` and `_IOC_DIR`, so they are not checked.)
+pub const fn ioctl_nr_is_candidate(ioctl_cmd: u32) -> bool {
+    matches!(
+        ioctl_cmd & 0xff,
+        escape::RM_FREE | escape::RM_CONTROL | escape::RM_ALLOC | escape::IOCTL_XFER_CMD
+    )
+}
+
+/// `_IOC_SIZE` of an ioctl command.
+pub const fn ioctl_size(ioctl_cmd: u32) -> u32 {
+    (ioctl_cmd >> 16) & 0x3fff
+}

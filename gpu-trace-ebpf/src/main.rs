@@ -1,0 +1,510 @@
+//! gpu-trace's kernel programs.
+//!
+//! What they do, cheapest first:
+//! 1. at syscall exit, keep only `ioctl` calls whose command number is an RM escape of interest
+//!    (`RM_ALLOC`, `RM_CONTROL`, `RM_FREE`, `IOCTL_XFER`), from the process being filtered for;
+//! 2. resolve the fd to its inode's `i_rdev` (task → files → fdtable → file → inode, offsets
+//!    from BTF, handed in through `CONFIG`) and keep NVIDIA devices (major 195) only;
+//! 3. read the RM parameter block and, for the classes and controls that describe scheduling,
+//!    a fixed-size prefix of their parameters, from user memory as it is at exit (results
+//!    included), straight into a ring-buffer record.
+//!
+//! They also report `close()` and process exit for processes that used a watched device, so that
+//! userspace can end the objects the driver tears down implicitly.
+//!
+//! Attach points: `raw_tp/sys_exit` (preferred), the same program as `tp_btf/sys_exit`, or the
+//! classic `syscalls:sys_{enter,exit}_{ioctl,close}` tracepoints; `raw_tp/sched_process_exit`.
+//! Userspace picks what the kernel allows. No `bpf_printk`, no writes to user memory.
+#![no_std]
+#![no_main]
+
+use aya_ebpf::{
+    EbpfContext,
+    helpers::{
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_probe_read_kernel,
+        bpf_probe_read_user, generated,
+    },
+    macros::{btf_tracepoint, map, raw_tracepoint, tracepoint},
+    maps::{HashMap, PerCpuArray, RingBuf},
+    programs::{BtfTracePointContext, RawTracePointContext, TracePointContext},
+};
+use gpu_trace_common::{
+    KernelConfig, NV_PARAMS_MAX, NvIoctlRecord, RecordHeader, TaskRecord, counter,
+    kernel_dev_major, nv_flags,
+    nvidia::{self, escape, off},
+    record_kind,
+};
+
+/// Filled in by userspace before load (`EbpfLoader::set_global`).
+#[unsafe(no_mangle)]
+static CONFIG: KernelConfig = KernelConfig {
+    task_files: 0,
+    files_fdt: 0,
+    fdt_max_fds: 0,
+    fdt_fd: 0,
+    file_inode: 0,
+    inode_rdev: 0,
+    task_signal: 0,
+    signal_live: 0,
+    nv_major: 0,
+    extra_rdev: 0,
+    filter_tgid: 0,
+    ready: 0,
+};
+
+/// Records to userspace. Userspace sets the size (`--ring-size`).
+#[map]
+static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
+
+/// Per-CPU counters, indexed by `gpu_trace_common::counter`.
+#[map]
+static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
+
+/// Processes that issued at least one traced ioctl (tgid → 1): their exit and `close()` calls
+/// are reported.
+#[map]
+static TRACKED: HashMap<u32, u32> = HashMap::with_max_entries(16384, 0);
+
+/// Classic-tracepoint fallback only: the ioctl arguments seen at entry, by thread id.
+#[map]
+static PENDING_IOCTL: HashMap<u32, IoctlArgs> = HashMap::with_max_entries(16384, 0);
+
+/// Classic-tracepoint fallback only: the fd of a pending `close()`, by thread id.
+#[map]
+static PENDING_CLOSE: HashMap<u32, u32> = HashMap::with_max_entries(16384, 0);
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct IoctlArgs {
+    fd: u64,
+    cmd: u64,
+    arg: u64,
+}
+
+// Syscall register layout at exit (`struct pt_regs`), per architecture.
+#[cfg(bpf_target_arch = "x86_64")]
+mod regs {
+    pub const NR: usize = 120; // orig_ax
+    pub const ARG0: usize = 112; // di
+    pub const ARG1: usize = 104; // si
+    pub const ARG2: usize = 96; // dx
+    pub const CS: usize = 136; // cs: 0x33 for 64-bit callers
+    pub const USER64_CS: u64 = 0x33;
+    pub const SYS_IOCTL: u64 = 16;
+    pub const SYS_CLOSE: u64 = 3;
+}
+
+#[cfg(bpf_target_arch = "aarch64")]
+mod regs {
+    pub const NR: usize = 280; // syscallno
+    pub const ARG0: usize = 272; // orig_x0 (x0 holds the return value at exit)
+    pub const ARG1: usize = 8; // x1
+    pub const ARG2: usize = 16; // x2
+    pub const SYS_IOCTL: u64 = 29;
+    pub const SYS_CLOSE: u64 = 57;
+}
+
+#[inline(always)]
+fn config() -> KernelConfig {
+    // SAFETY: a plain read of our own global; volatile so that the compiler keeps the load
+    // (userspace rewrites the value in the object before load).
+    unsafe { core::ptr::read_volatile(&CONFIG) }
+}
+
+#[inline(always)]
+fn bump(index: u32) {
+    if let Some(p) = COUNTERS.get_ptr_mut(index) {
+        // SAFETY: per-CPU slot of this CPU; programs on one CPU do not run concurrently.
+        unsafe { *p += 1 };
+    }
+}
+
+#[inline(always)]
+fn header(kind: u32) -> RecordHeader {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    RecordHeader {
+        kind,
+        // SAFETY: helpers without arguments.
+        cpu: unsafe { generated::bpf_get_smp_processor_id() },
+        ts_ns: unsafe { generated::bpf_ktime_get_ns() },
+        tgid: (pid_tgid >> 32) as u32,
+        tid: pid_tgid as u32,
+        comm: bpf_get_current_comm().unwrap_or([0u8; 16]),
+    }
+}
+
+#[inline(always)]
+unsafe fn kread<T>(base: u64, offset: u32) -> Result<T, ()> {
+    unsafe { bpf_probe_read_kernel((base + offset as u64) as *const T).map_err(|_| ()) }
+}
+
+/// `i_rdev` of the inode behind `fd` in the current task's fd table.
+#[inline(always)]
+fn fd_rdev(cfg: &KernelConfig, fd: u64) -> Result<u32, ()> {
+    // SAFETY: every dereference goes through bpf_probe_read_kernel, which fails cleanly.
+    unsafe {
+        let task = generated::bpf_get_current_task();
+        let files: u64 = kread(task, cfg.task_files)?;
+        let fdt: u64 = kread(files, cfg.files_fdt)?;
+        let max_fds: u32 = kread(fdt, cfg.fdt_max_fds)?;
+        if fd >= max_fds as u64 {
+            return Err(());
+        }
+        let fd_array: u64 = kread(fdt, cfg.fdt_fd)?;
+        let file: u64 = bpf_probe_read_kernel((fd_array + fd * 8) as *const u64).map_err(|_| ())?;
+        if file == 0 {
+            return Err(());
+        }
+        let inode: u64 = kread(file, cfg.file_inode)?;
+        kread(inode, cfg.inode_rdev)
+    }
+}
+
+#[inline(always)]
+fn is_watched(cfg: &KernelConfig, rdev: u32) -> bool {
+    kernel_dev_major(rdev) == cfg.nv_major || (cfg.extra_rdev != 0 && rdev == cfg.extra_rdev)
+}
+
+#[inline(always)]
+fn u32_at(buf: &[u8; NV_PARAMS_MAX], at: usize) -> u32 {
+    u32::from_le_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]])
+}
+
+#[inline(always)]
+fn u64_at(buf: &[u8; NV_PARAMS_MAX], at: usize) -> u64 {
+    (u32_at(buf, at) as u64) | ((u32_at(buf, at + 4) as u64) << 32)
+}
+
+/// Copies `len` bytes (one of the sizes `gpu_trace_common::nvidia` uses) from user memory.
+/// Each arm passes a constant length, as the verifier wants.
+#[inline(always)]
+unsafe fn read_user_prefix(dst: *mut u8, src: u64, len: u32) -> bool {
+    let src = src as *const core::ffi::c_void;
+    let dst = dst as *mut core::ffi::c_void;
+    // SAFETY: `dst` points into a reserved ring-buffer record with room for NV_SUB_MAX bytes.
+    let rc = unsafe {
+        match len {
+            3 => generated::bpf_probe_read_user(dst, 3, src),
+            4 => generated::bpf_probe_read_user(dst, 4, src),
+            8 => generated::bpf_probe_read_user(dst, 8, src),
+            20 => generated::bpf_probe_read_user(dst, 20, src),
+            136 => generated::bpf_probe_read_user(dst, 136, src),
+            _ => return false,
+        }
+    };
+    rc == 0
+}
+
+/// The shared ioctl path: filters, reads, emits. `ret` is the syscall's return value.
+#[inline(always)]
+fn handle_ioctl(fd: u64, ioctl_cmd: u64, arg: u64, ret: i64) {
+    let cfg = config();
+    if cfg.ready == 0 {
+        return;
+    }
+    let ioctl_cmd = ioctl_cmd as u32;
+    if !nvidia::ioctl_nr_is_candidate(ioctl_cmd) {
+        return;
+    }
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if cfg.filter_tgid != 0 && cfg.filter_tgid != tgid {
+        return;
+    }
+    let rdev = match fd_rdev(&cfg, fd) {
+        Ok(rdev) => rdev,
+        Err(()) => {
+            bump(counter::FD_LOOKUP_FAILED);
+            return;
+        }
+    };
+    if !is_watched(&cfg, rdev) {
+        return;
+    }
+
+    let mut flags = 0u32;
+    let mut esc = ioctl_cmd & 0xff;
+    let mut size = nvidia::ioctl_size(ioctl_cmd);
+    let mut block = arg;
+    if esc == escape::IOCTL_XFER_CMD {
+        flags |= nv_flags::XFER;
+        // nv_ioctl_xfer_t { u32 cmd; u32 size; u64 ptr; }
+        // SAFETY: user-memory read through the helper.
+        match unsafe { bpf_probe_read_user(arg as *const [u32; 4]) } {
+            Ok(x) => {
+                esc = x[0] & 0xff;
+                size = x[1];
+                block = (x[2] as u64) | ((x[3] as u64) << 32);
+                if size > nvidia::NV_MAX_IOCTL_SIZE {
+                    flags |= nv_flags::XFER_OVERSIZE;
+                }
+            }
+            Err(_) => {
+                flags |= nv_flags::XFER_READ_FAILED;
+                esc = 0;
+            }
+        }
+    }
+
+    // How much of the block to read for this escape; anything else is not ours.
+    let params_len: u32 = match esc {
+        escape::RM_FREE => nvidia::NVOS00_SIZE,
+        escape::RM_CONTROL => nvidia::NVOS54_SIZE,
+        escape::RM_ALLOC if size == nvidia::NVOS64_SIZE => nvidia::NVOS64_SIZE,
+        escape::RM_ALLOC => nvidia::NVOS21_SIZE,
+        _ => 0,
+    };
+    if params_len != 0 && size != params_len {
+        flags |= nv_flags::BAD_SIZE;
+    }
+
+    let mut params = [0u8; NV_PARAMS_MAX];
+    let mut sub_src = 0u64;
+    let mut sub_len = 0u32;
+    if params_len != 0 && flags & (nv_flags::BAD_SIZE | nv_flags::XFER_OVERSIZE) == 0 {
+        // SAFETY: user-memory reads through the helper, constant sizes.
+        let ok = unsafe {
+            let dst = params.as_mut_ptr() as *mut core::ffi::c_void;
+            let src = block as *const core::ffi::c_void;
+            match params_len {
+                16 => generated::bpf_probe_read_user(dst, 16, src) == 0,
+                32 => generated::bpf_probe_read_user(dst, 32, src) == 0,
+                _ => generated::bpf_probe_read_user(dst, 48, src) == 0,
+            }
+        };
+        if !ok {
+            flags |= nv_flags::PARAMS_READ_FAILED;
+        } else {
+            match esc {
+                escape::RM_ALLOC => {
+                    let class = u32_at(&params, off::ALLOC_CLASS);
+                    if !nvidia::alloc_is_traced(class) {
+                        bump(counter::IGNORED);
+                        return;
+                    }
+                    sub_len = nvidia::alloc_capture_len(class);
+                    sub_src = u64_at(&params, off::ALLOC_PARAMS_PTR);
+                }
+                escape::RM_CONTROL => {
+                    let cmd = u32_at(&params, off::CONTROL_CMD);
+                    let want = nvidia::control_capture_len(cmd);
+                    if want == u32::MAX {
+                        bump(counter::IGNORED);
+                        return;
+                    }
+                    sub_src = u64_at(&params, off::CONTROL_PARAMS_PTR);
+                    if u32_at(&params, off::CONTROL_PARAMS_SIZE) < want {
+                        flags |= nv_flags::SUB_TRUNCATED;
+                    } else {
+                        sub_len = want;
+                    }
+                }
+                _ => {}
+            }
+        }
+    } else if params_len == 0 && flags & nv_flags::XFER_READ_FAILED == 0 {
+        // An escape we do not decode (version checks, memory mapping, ...).
+        bump(counter::IGNORED);
+        return;
+    }
+
+    let Some(mut entry) = EVENTS.reserve::<NvIoctlRecord>(0) else {
+        bump(counter::DROPPED);
+        return;
+    };
+    let rec = entry.as_mut_ptr();
+    // SAFETY: `rec` points at a reserved, exclusively owned record of the right size; every
+    // field is written before submit.
+    unsafe {
+        (*rec).hdr = header(record_kind::NV_IOCTL);
+        (*rec).ret = ret;
+        (*rec).fd = fd as i32;
+        (*rec).ioctl_cmd = ioctl_cmd;
+        (*rec).rdev = rdev;
+        (*rec).escape = esc;
+        (*rec).param_size = size;
+        (*rec).params = params;
+        (*rec).params_len = if flags & nv_flags::PARAMS_READ_FAILED == 0 { params_len } else { 0 };
+        (*rec).sub = [0u8; gpu_trace_common::NV_SUB_MAX];
+        (*rec).sub_len = 0;
+        if sub_len != 0 {
+            if sub_src != 0 && read_user_prefix((*rec).sub.as_mut_ptr(), sub_src, sub_len) {
+                (*rec).sub_len = sub_len;
+            } else {
+                flags |= nv_flags::SUB_READ_FAILED;
+            }
+        }
+        (*rec).flags = flags;
+    }
+    entry.submit(0);
+    if flags
+        & (nv_flags::XFER_READ_FAILED | nv_flags::PARAMS_READ_FAILED | nv_flags::SUB_READ_FAILED)
+        != 0
+    {
+        bump(counter::READ_FAILED);
+    }
+    bump(counter::EMITTED);
+    if TRACKED.get_ptr(tgid).is_none() {
+        let _ = TRACKED.insert(tgid, 1, 0);
+    }
+}
+
+/// `close(fd)` returned 0 in a tracked process.
+#[inline(always)]
+fn handle_close(fd: u64, ret: i64) {
+    if ret != 0 {
+        return;
+    }
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if TRACKED.get_ptr(tgid).is_none() {
+        return;
+    }
+    emit_task(record_kind::FD_CLOSE, fd as i32);
+}
+
+#[inline(always)]
+fn emit_task(kind: u32, value: i32) {
+    let rec = TaskRecord { hdr: header(kind), value, _pad: 0 };
+    if EVENTS.output::<TaskRecord>(&rec, 0).is_err() {
+        bump(counter::DROPPED);
+    }
+}
+
+/// Shared body of the `sys_exit` programs: `regs` is the syscall's `struct pt_regs *`.
+#[inline(always)]
+fn on_sys_exit(regs: u64, ret: i64) {
+    // SAFETY: kernel reads through the helper.
+    let nr: u64 = match unsafe { kread(regs, regs::NR as u32) } {
+        Ok(nr) => nr,
+        Err(()) => return,
+    };
+    if nr != regs::SYS_IOCTL && nr != regs::SYS_CLOSE {
+        return;
+    }
+    #[cfg(bpf_target_arch = "x86_64")]
+    {
+        // 32-bit callers use another syscall table: their numbers mean other calls.
+        match unsafe { kread::<u64>(regs, regs::CS as u32) } {
+            Ok(cs) if cs == regs::USER64_CS => {}
+            _ => return,
+        }
+    }
+    let Ok(fd) = (unsafe { kread::<u64>(regs, regs::ARG0 as u32) }) else { return };
+    if nr == regs::SYS_CLOSE {
+        handle_close(fd, ret);
+        return;
+    }
+    let Ok(cmd) = (unsafe { kread::<u64>(regs, regs::ARG1 as u32) }) else { return };
+    if !nvidia::ioctl_nr_is_candidate(cmd as u32) {
+        return;
+    }
+    let Ok(arg) = (unsafe { kread::<u64>(regs, regs::ARG2 as u32) }) else { return };
+    handle_ioctl(fd, cmd, arg, ret);
+}
+
+/// Preferred hook: raw tracepoint `sys_exit` (args: `struct pt_regs *regs, long ret`).
+#[raw_tracepoint(tracepoint = "sys_exit")]
+pub fn sys_exit_raw(ctx: RawTracePointContext) -> i32 {
+    let regs: u64 = ctx.arg(0);
+    let ret: i64 = ctx.arg(1);
+    on_sys_exit(regs, ret);
+    0
+}
+
+/// Same, as a BTF-typed tracepoint, for kernels that refuse raw tracepoints.
+#[btf_tracepoint(function = "sys_exit")]
+pub fn sys_exit_btf(ctx: BtfTracePointContext) -> i32 {
+    let regs: u64 = ctx.arg(0);
+    let ret: i64 = ctx.arg(1);
+    on_sys_exit(regs, ret);
+    0
+}
+
+// Classic `syscalls:*` tracepoints (fallback). Record layout: 8 bytes of common fields,
+// `int __syscall_nr` at 8, then the arguments (or `long ret`) as 8-byte slots from 16.
+const TP_ARG0: usize = 16;
+
+#[tracepoint]
+pub fn tp_ioctl_enter(ctx: TracePointContext) -> u32 {
+    // SAFETY: reads within the tracepoint record.
+    let read = |at: usize| unsafe { ctx.read_at::<u64>(at) };
+    let (Ok(fd), Ok(cmd), Ok(arg)) = (read(TP_ARG0), read(TP_ARG0 + 8), read(TP_ARG0 + 16)) else {
+        return 0;
+    };
+    if !nvidia::ioctl_nr_is_candidate(cmd as u32) {
+        return 0;
+    }
+    let tid = bpf_get_current_pid_tgid() as u32;
+    let _ = PENDING_IOCTL.insert(tid, IoctlArgs { fd, cmd, arg }, 0);
+    0
+}
+
+#[tracepoint]
+pub fn tp_ioctl_exit(ctx: TracePointContext) -> u32 {
+    let tid = bpf_get_current_pid_tgid() as u32;
+    let Some(args) = PENDING_IOCTL.get_ptr(tid) else { return 0 };
+    // SAFETY: map value pointer valid until removal; copied out first.
+    let args = unsafe { *args };
+    let _ = PENDING_IOCTL.remove(tid);
+    let Ok(ret) = (unsafe { ctx.read_at::<i64>(TP_ARG0) }) else { return 0 };
+    handle_ioctl(args.fd, args.cmd, args.arg, ret);
+    0
+}
+
+#[tracepoint]
+pub fn tp_close_enter(ctx: TracePointContext) -> u32 {
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if TRACKED.get_ptr(tgid).is_none() {
+        return 0;
+    }
+    let Ok(fd) = (unsafe { ctx.read_at::<u64>(TP_ARG0) }) else { return 0 };
+    let _ = PENDING_CLOSE.insert(bpf_get_current_pid_tgid() as u32, fd as u32, 0);
+    0
+}
+
+#[tracepoint]
+pub fn tp_close_exit(ctx: TracePointContext) -> u32 {
+    let tid = bpf_get_current_pid_tgid() as u32;
+    let Some(fd) = PENDING_CLOSE.get_ptr(tid) else { return 0 };
+    // SAFETY: as above.
+    let fd = unsafe { *fd };
+    let _ = PENDING_CLOSE.remove(tid);
+    let Ok(ret) = (unsafe { ctx.read_at::<i64>(TP_ARG0) }) else { return 0 };
+    handle_close(fd as u64, ret);
+    0
+}
+
+/// A thread exits; when it is the last one of a tracked process, report the process's end
+/// (its fds, and with them the driver's objects, are released).
+#[raw_tracepoint(tracepoint = "sched_process_exit")]
+pub fn process_exit(ctx: RawTracePointContext) -> i32 {
+    let _ = ctx.as_ptr();
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if TRACKED.get_ptr(tgid).is_none() {
+        return 0;
+    }
+    let cfg = config();
+    // SAFETY: kernel reads through the helper.
+    let live: Result<i32, ()> = unsafe {
+        let task = generated::bpf_get_current_task();
+        match kread::<u64>(task, cfg.task_signal) {
+            Ok(signal) => kread::<i32>(signal, cfg.signal_live),
+            Err(()) => Err(()),
+        }
+    };
+    // `signal->live` is decremented before this tracepoint fires: 0 means the group is dead.
+    if let Ok(0) = live {
+        let _ = TRACKED.remove(tgid);
+        emit_task(record_kind::PROCESS_EXIT, -1);
+    }
+    0
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 4] = *b"GPL\0";

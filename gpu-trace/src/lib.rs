@@ -1,0 +1,19 @@
+//! gpu-trace: trace how GPU drivers schedule work for Linux processes.
+//!
+//! Layers, one module each:
+//! - [`probe`]: what the running kernel allows (BTF offsets, attach types, tracefs, privileges);
+//! - [`loader`]: loading the kernel programs and attaching the best hook per event;
+//! - [`wire`]: ring-buffer bytes → typed records (shared with `gpu-trace-common`);
+//! - [`nvidia`]: per-vendor decoding of driver calls (pure code);
+//! - [`model`]: object tables and the events they produce, statistics;
+//! - [`output`]: text and JSON rendering;
+//! - [`record`]: the recording file format (`--record`, `replay`);
+//! - [`session`]: the live loop that ties them together.
+pub mod loader;
+pub mod model;
+pub mod nvidia;
+pub mod output;
+pub mod probe;
+pub mod record;
+pub mod session;
+pub mod wire;

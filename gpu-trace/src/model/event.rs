@@ -1,0 +1,172 @@
+//! The events gpu-trace reports, vendor-neutral. Produced by the trackers in `model`, consumed
+//! by `output`. A field a backend cannot know is `None` and is printed as `?`.
+
+use serde::Serialize;
+
+/// Where an event happened: the calling thread at the time of the driver call.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Origin {
+    /// CLOCK_MONOTONIC nanoseconds (`bpf_ktime_get_ns`).
+    pub ts_ns: u64,
+    pub cpu: u32,
+    /// Process id (tgid).
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// Thread name (`comm`) of the caller.
+    pub comm: String,
+}
+
+/// How a task (TSG / KFD queue) is identified in the output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", content = "value", rename_all = "snake_case")]
+pub enum TaskId {
+    /// Hardware TSG id (from `NVA06C_CTRL_CMD_GET_INFO`, when the process asked for it).
+    HwTsg(u32),
+    /// The RM object handle of the TSG (what the ioctl layer always knows).
+    RmHandle(u32),
+    /// AMD KFD queue id.
+    KfdQueue(u32),
+}
+
+/// Engine a TSG was created for (NV2080_ENGINE_TYPE_* of the alloc parameters).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Engine {
+    Graphics,
+    Copy,
+    Nvdec,
+    Nvenc,
+    Nvjpeg,
+    Ofa,
+    Sec2,
+    Other,
+}
+
+/// NVIDIA interleave level (`NVA06C_CTRL_INTERLEAVE_LEVEL_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Interleave {
+    Low,
+    Medium,
+    High,
+}
+
+/// Where a value came from: seen in this process's own driver calls, or the driver's documented
+/// default for an object that was never told otherwise.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ValueSource {
+    Observed,
+    DriverDefault,
+}
+
+/// Why a task ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DestroyCause {
+    /// `RM_FREE` of the TSG itself.
+    Free,
+    /// `RM_FREE` of an ancestor (device or client) that took the TSG with it.
+    ParentFree,
+    /// Implicit: the process closed the fd its RM client was allocated on.
+    FdClose,
+    /// Implicit: the process exited with the object still alive.
+    ProcessExit,
+    /// Implicit: the tracer ended while the object was alive (only in the statistics, never
+    /// printed as an event).
+    TracerExit,
+}
+
+impl DestroyCause {
+    pub fn is_implicit(self) -> bool {
+        matches!(self, Self::FdClose | Self::ProcessExit | Self::TracerExit)
+    }
+}
+
+/// One reported event.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Event {
+    #[serde(flatten)]
+    pub origin: Origin,
+    #[serde(flatten)]
+    pub kind: EventKind,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "event", rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum EventKind {
+    /// A TSG / queue was created (the driver accepted the allocation).
+    TaskInit {
+        task: TaskId,
+        /// RM client handle (NVIDIA) or 0.
+        client: u32,
+        engine: Option<Engine>,
+        /// Raw engine type value from the alloc parameters.
+        engine_type: Option<u32>,
+        timeslice_us: Option<u64>,
+        timeslice_source: ValueSource,
+        interleave: Option<Interleave>,
+        interleave_source: ValueSource,
+        runlist: Option<u32>,
+        /// GPU index (NVIDIA `deviceId` of the parent device object), when seen.
+        gpu: Option<u32>,
+    },
+    /// The task was put on the runlist / made active: the admission point.
+    Schedule {
+        task: TaskId,
+        client: u32,
+        /// Channels of the TSG known at this moment.
+        channels: Option<u32>,
+        timeslice_us: Option<u64>,
+        interleave: Option<Interleave>,
+        /// The driver accepted the request (RM status NV_OK and the syscall succeeded).
+        allowed: bool,
+        /// RM status code returned (0 = NV_OK); `None` when the syscall itself failed.
+        rm_status: Option<u32>,
+        /// Negative errno of the ioctl syscall (0 on success), e.g. -EPERM when denied.
+        errno: i32,
+        /// The request came as a channel-level schedule (`NVA06F`) rather than a TSG one.
+        via_channel: bool,
+    },
+    /// A work-submit token was handed out (NVIDIA) / a doorbell assigned (AMD).
+    WorkSubmit {
+        task: TaskId,
+        client: u32,
+        /// RM handle of the channel.
+        channel_handle: u32,
+        /// Hardware channel id decoded from the token.
+        chid: Option<u32>,
+        runlist: Option<u32>,
+        token: u32,
+        gpu: Option<u32>,
+    },
+    /// The task ended.
+    TaskDestroy {
+        task: TaskId,
+        client: u32,
+        cause: DestroyCause,
+        implicit: bool,
+    },
+}
+
+impl EventKind {
+    /// The name printed in the text output.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::TaskInit { .. } => "TASK_INIT",
+            Self::Schedule { .. } => "SCHEDULE",
+            Self::WorkSubmit { .. } => "WORK_SUBMIT",
+            Self::TaskDestroy { .. } => "TASK_DESTROY",
+        }
+    }
+
+    pub fn task(&self) -> TaskId {
+        match self {
+            Self::TaskInit { task, .. }
+            | Self::Schedule { task, .. }
+            | Self::WorkSubmit { task, .. }
+            | Self::TaskDestroy { task, .. } => *task,
+        }
+    }
+}

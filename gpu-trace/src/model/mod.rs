@@ -1,0 +1,4 @@
+//! Event model: what the driver objects are and which events their life produces.
+pub mod event;
+pub mod nvidia;
+pub mod stats;

@@ -1,0 +1,2 @@
+//! NVIDIA RM ioctl decoding (pure code): typed calls from captured records.
+pub mod decode;

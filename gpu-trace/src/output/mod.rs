@@ -1,0 +1,3 @@
+//! Rendering events and statistics.
+pub mod json;
+pub mod text;

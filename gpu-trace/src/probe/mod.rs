@@ -1,0 +1,2 @@
+//! What the running kernel allows.
+pub mod btf;
