@@ -19,7 +19,6 @@
 #![no_main]
 
 use aya_ebpf::{
-    EbpfContext,
     helpers::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_probe_read_kernel,
         bpf_probe_read_user, generated,
@@ -475,12 +474,11 @@ pub fn tp_close_exit(ctx: TracePointContext) -> u32 {
 
 /// A thread exits; when it is the last one of a tracked process, report the process's end
 /// (its fds, and with them the driver's objects, are released).
-#[raw_tracepoint(tracepoint = "sched_process_exit")]
-pub fn process_exit(ctx: RawTracePointContext) -> i32 {
-    let _ = ctx.as_ptr();
+#[inline(always)]
+fn on_process_exit() {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     if TRACKED.get_ptr(tgid).is_none() {
-        return 0;
+        return;
     }
     let cfg = config();
     // SAFETY: kernel reads through the helper.
@@ -491,11 +489,29 @@ pub fn process_exit(ctx: RawTracePointContext) -> i32 {
             Err(()) => Err(()),
         }
     };
-    // `signal->live` is decremented before this tracepoint fires: 0 means the group is dead.
+    // do_exit() decrements `signal->live` before this tracepoint fires: 0 means the whole
+    // thread group is gone (checked by the kernel test `process_exit_fires_once`).
     if let Ok(0) = live {
         let _ = TRACKED.remove(tgid);
         emit_task(record_kind::PROCESS_EXIT, -1);
     }
+}
+
+#[raw_tracepoint(tracepoint = "sched_process_exit")]
+pub fn process_exit_raw(_ctx: RawTracePointContext) -> i32 {
+    on_process_exit();
+    0
+}
+
+#[btf_tracepoint(function = "sched_process_exit")]
+pub fn process_exit_btf(_ctx: BtfTracePointContext) -> i32 {
+    on_process_exit();
+    0
+}
+
+#[tracepoint]
+pub fn tp_process_exit(_ctx: TracePointContext) -> u32 {
+    on_process_exit();
     0
 }
 

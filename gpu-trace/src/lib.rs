@@ -7,12 +7,16 @@
 //! - [`nvidia`]: per-vendor decoding of driver calls (pure code);
 //! - [`model`]: object tables and the events they produce, statistics;
 //! - [`output`]: text and JSON rendering;
+//! - [`pipeline`]: records → decoded calls → events → output (shared by live runs and replay);
+//! - [`cli`]: the command line;
 //! - [`record`]: the recording file format (`--record`, `replay`);
 //! - [`session`]: the live loop that ties them together.
+pub mod cli;
 pub mod loader;
 pub mod model;
 pub mod nvidia;
 pub mod output;
+pub mod pipeline;
 pub mod probe;
 pub mod record;
 pub mod session;

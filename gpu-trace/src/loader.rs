@@ -1,1 +1,285 @@
-//! (being written)
+//! Loading the kernel programs and attaching, per event, the cheapest hook the running kernel
+//! allows. Every refusal is kept, so that the start-up report and the final error say what was
+//! tried and why it failed.
+
+use std::fmt;
+
+use aya::{
+    Btf, Ebpf, EbpfLoader,
+    maps::{MapData, PerCpuArray, RingBuf},
+    programs::{BtfTracePoint, RawTracePoint, TracePoint},
+};
+use gpu_trace_common::{KernelConfig, counter, nvidia::NV_MAJOR};
+use thiserror::Error;
+
+use crate::{
+    model::stats::KernelCounters,
+    probe::{btf, system},
+};
+
+/// The compiled kernel programs (built by build.rs).
+static PROGRAMS: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gpu-trace"));
+
+/// Default ring-buffer size in bytes.
+pub const DEFAULT_RING_BYTES: u32 = 1 << 22;
+
+#[derive(Debug, Error)]
+pub enum LoadError {
+    #[error(transparent)]
+    System(#[from] system::SystemError),
+    #[error(transparent)]
+    Btf(#[from] btf::BtfError),
+    #[error(
+        "--ring-size must be a power of two and a multiple of the page size (4096), got {0}"
+    )]
+    RingSize(u32),
+    #[error("loading the kernel programs failed: {0}. Run `gpu-trace` with RUST_LOG unset and \
+             report this with `uname -r`")]
+    Load(#[source] aya::EbpfError),
+    #[error("the kernel refused every hook for {event}:\n{tried}\nSee docs/troubleshooting.md.")]
+    NoHook { event: &'static str, tried: String },
+    #[error("map {0} is missing from the kernel programs (build mismatch)")]
+    MissingMap(&'static str),
+    #[error("map {name}: {source}")]
+    Map { name: &'static str, source: aya::maps::MapError },
+}
+
+/// The attach types gpu-trace can use for the syscall-exit hook, cheapest first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SyscallHook {
+    /// Raw tracepoint `sys_exit`: one program for every syscall exit, cheapest.
+    RawTp,
+    /// BTF-typed tracepoint `sys_exit`: same cost class; for kernels that refuse raw_tp.
+    TpBtf,
+    /// Classic `syscalls:sys_{enter,exit}_{ioctl,close}` tracepoints (needs tracefs).
+    Tracepoint,
+}
+
+impl LoadError {
+    /// The system cannot support tracing as asked (privileges, BTF, hooks), as opposed to a
+    /// runtime failure.
+    pub fn is_unsupported(&self) -> bool {
+        matches!(self, Self::System(_) | Self::Btf(_) | Self::NoHook { .. })
+    }
+}
+
+/// What the caller wants traced.
+#[derive(Clone, Debug)]
+pub struct LoadOptions {
+    /// Also treat this device (kernel `dev_t`) as NVIDIA. Tests use `/dev/null`.
+    pub extra_device: Option<u32>,
+    /// Only this process (kernel-side filter).
+    pub filter_tgid: Option<u32>,
+    /// Ring-buffer size in bytes.
+    pub ring_bytes: u32,
+    /// Use only this attach type for the syscall hook (default: the cheapest that works).
+    pub syscall_hook: Option<SyscallHook>,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        Self { extra_device: None, filter_tgid: None, ring_bytes: DEFAULT_RING_BYTES, syscall_hook: None }
+    }
+}
+
+/// A hook gpu-trace attached: the event it serves and the attach point.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hook {
+    pub event: &'static str,
+    pub attach: String,
+}
+
+impl fmt::Display for Hook {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} → {}", self.event, self.attach)
+    }
+}
+
+/// The loaded, attached programs. Dropping it detaches everything (nothing is pinned).
+pub struct Tracer {
+    ebpf: Ebpf,
+    pub hooks: Vec<Hook>,
+    /// Attach points that were tried and refused before the chosen one, with the reason.
+    pub refused: Vec<String>,
+}
+
+/// One attach strategy: a name for reports and the code that loads and attaches it.
+type Attempt<'a> = (String, Box<dyn FnOnce(&mut Ebpf) -> Result<(), String> + 'a>);
+
+fn attach_raw_tp(program: &'static str, tp: &'static str) -> impl FnOnce(&mut Ebpf) -> Result<(), String> {
+    move |ebpf| {
+        let prog: &mut RawTracePoint =
+            ebpf.program_mut(program).ok_or("program missing")?.try_into().map_err(err)?;
+        prog.load().map_err(err)?;
+        prog.attach(tp).map(|_| ()).map_err(err)
+    }
+}
+
+fn attach_tp_btf<'a>(
+    program: &'static str,
+    tp: &'static str,
+    kernel_btf: &'a Option<Btf>,
+) -> impl FnOnce(&mut Ebpf) -> Result<(), String> + 'a {
+    move |ebpf| {
+        let btf = kernel_btf.as_ref().ok_or("no kernel BTF")?;
+        let prog: &mut BtfTracePoint =
+            ebpf.program_mut(program).ok_or("program missing")?.try_into().map_err(err)?;
+        prog.load(tp, btf).map_err(err)?;
+        prog.attach().map(|_| ()).map_err(err)
+    }
+}
+
+fn attach_tracepoints(
+    pairs: &'static [(&'static str, &'static str, &'static str)],
+) -> impl FnOnce(&mut Ebpf) -> Result<(), String> {
+    move |ebpf| {
+        system::ensure_tracefs().map_err(err)?;
+        for (program, category, name) in pairs {
+            let prog: &mut TracePoint =
+                ebpf.program_mut(program).ok_or("program missing")?.try_into().map_err(err)?;
+            prog.load().map_err(err)?;
+            prog.attach(category, name).map_err(err)?;
+        }
+        Ok(())
+    }
+}
+
+fn err(e: impl fmt::Display) -> String {
+    // aya's errors chain their cause; the verifier log can be long: keep the first line.
+    e.to_string().lines().next().unwrap_or_default().to_string()
+}
+
+/// Tries each attempt in order; returns the first that worked.
+fn first_that_attaches(
+    ebpf: &mut Ebpf,
+    event: &'static str,
+    attempts: Vec<Attempt<'_>>,
+    refused: &mut Vec<String>,
+) -> Result<Hook, LoadError> {
+    let mut tried = Vec::new();
+    for (name, attempt) in attempts {
+        match attempt(ebpf) {
+            Ok(()) => {
+                refused.extend(tried.iter().map(|t: &String| format!("{event}: {t}")));
+                return Ok(Hook { event, attach: name });
+            }
+            Err(why) => tried.push(format!("{name}: {why}")),
+        }
+    }
+    Err(LoadError::NoHook { event, tried: tried.iter().map(|t| format!("  - {t}")).collect::<Vec<_>>().join("\n") })
+}
+
+impl Tracer {
+    /// Checks privileges, resolves kernel offsets from BTF, loads the programs and attaches the
+    /// best hook for each event.
+    pub fn load(options: &LoadOptions) -> Result<Self, LoadError> {
+        system::check_privileges()?;
+        let ring = options.ring_bytes;
+        if !ring.is_power_of_two() || ring < 4096 {
+            return Err(LoadError::RingSize(ring));
+        }
+        let offsets = btf::load_kernel_offsets()?;
+        let mut config = KernelConfig {
+            nv_major: NV_MAJOR,
+            extra_rdev: options.extra_device.unwrap_or(0),
+            filter_tgid: options.filter_tgid.unwrap_or(0),
+            ready: 1,
+            ..Default::default()
+        };
+        offsets.apply(&mut config);
+        raise_memlock_limit();
+
+        let mut ebpf = EbpfLoader::new()
+            .override_global("CONFIG", &config, true)
+            .map_max_entries("EVENTS", ring)
+            .load(PROGRAMS)
+            .map_err(LoadError::Load)?;
+
+        let kernel_btf = Btf::from_sys_fs().ok();
+        let mut refused = Vec::new();
+        let mut hooks = Vec::new();
+
+        static SYSCALL_TPS: &[(&str, &str, &str)] = &[
+            ("tp_ioctl_enter", "syscalls", "sys_enter_ioctl"),
+            ("tp_ioctl_exit", "syscalls", "sys_exit_ioctl"),
+            ("tp_close_enter", "syscalls", "sys_enter_close"),
+            ("tp_close_exit", "syscalls", "sys_exit_close"),
+        ];
+        static EXIT_TPS: &[(&str, &str, &str)] =
+            &[("tp_process_exit", "sched", "sched_process_exit")];
+
+        let wanted = |hook: SyscallHook| options.syscall_hook.is_none_or(|h| h == hook);
+        let mut syscall_attempts: Vec<Attempt<'_>> = Vec::new();
+        if wanted(SyscallHook::RawTp) {
+            syscall_attempts
+                .push(("raw_tp/sys_exit".into(), Box::new(attach_raw_tp("sys_exit_raw", "sys_exit"))));
+        }
+        if wanted(SyscallHook::TpBtf) {
+            syscall_attempts.push((
+                "tp_btf/sys_exit".into(),
+                Box::new(attach_tp_btf("sys_exit_btf", "sys_exit", &kernel_btf)),
+            ));
+        }
+        if wanted(SyscallHook::Tracepoint) {
+            syscall_attempts.push((
+                "tracepoint/syscalls:sys_{enter,exit}_{ioctl,close}".into(),
+                Box::new(attach_tracepoints(SYSCALL_TPS)),
+            ));
+        }
+        hooks.push(first_that_attaches(&mut ebpf, "ioctl+close", syscall_attempts, &mut refused)?);
+
+        let exit_attempts: Vec<Attempt<'_>> = vec![
+            (
+                "raw_tp/sched_process_exit".into(),
+                Box::new(attach_raw_tp("process_exit_raw", "sched_process_exit")),
+            ),
+            (
+                "tp_btf/sched_process_exit".into(),
+                Box::new(attach_tp_btf("process_exit_btf", "sched_process_exit", &kernel_btf)),
+            ),
+            ("tracepoint/sched:sched_process_exit".into(), Box::new(attach_tracepoints(EXIT_TPS))),
+        ];
+        hooks.push(first_that_attaches(&mut ebpf, "process exit", exit_attempts, &mut refused)?);
+
+        Ok(Self { ebpf, hooks, refused })
+    }
+
+    /// The ring buffer the programs write records into. Can be taken once.
+    pub fn take_ring_buffer(&mut self) -> Result<RingBuf<MapData>, LoadError> {
+        let map = self.ebpf.take_map("EVENTS").ok_or(LoadError::MissingMap("EVENTS"))?;
+        RingBuf::try_from(map).map_err(|source| LoadError::Map { name: "EVENTS", source })
+    }
+
+    /// The kernel-side counters, summed over CPUs.
+    pub fn counters(&self) -> Result<KernelCounters, LoadError> {
+        let map = self.ebpf.map("COUNTERS").ok_or(LoadError::MissingMap("COUNTERS"))?;
+        let array: PerCpuArray<&MapData, u64> =
+            PerCpuArray::try_from(map).map_err(|source| LoadError::Map { name: "COUNTERS", source })?;
+        let sum = |index: u32| -> Result<u64, LoadError> {
+            let values = array
+                .get(&index, 0)
+                .map_err(|source| LoadError::Map { name: "COUNTERS", source })?;
+            Ok(values.iter().sum())
+        };
+        Ok(KernelCounters {
+            dropped: sum(counter::DROPPED)?,
+            read_failed: sum(counter::READ_FAILED)?,
+            ignored: sum(counter::IGNORED)?,
+            emitted: sum(counter::EMITTED)?,
+            fd_lookup_failed: sum(counter::FD_LOOKUP_FAILED)?,
+        })
+    }
+
+    /// One line for the start-up report: which hook serves which event.
+    pub fn describe_hooks(&self) -> String {
+        self.hooks.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+    }
+}
+
+/// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK; raise it (harmless elsewhere).
+fn raise_memlock_limit() {
+    let rlim = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
+    // SAFETY: setrlimit with a valid struct; failure only matters on old kernels, where the
+    // load error that follows says so.
+    unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &rlim) };
+}

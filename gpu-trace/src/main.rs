@@ -1,1 +1,64 @@
-fn main(){}
+//! `gpu-trace` binary: the CLI edge. Errors become one clear message and a documented exit code.
+
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::Parser as _;
+use gpu_trace::{
+    cli::{Cli, Command, Vendor},
+    loader::LoadError,
+    session::{self, RunError},
+};
+
+/// Exit codes (documented in `--help` and docs/troubleshooting.md).
+const EXIT_RUNTIME: u8 = 1;
+const EXIT_UNSUPPORTED: u8 = 3;
+const EXIT_DROPPED: u8 = 4;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Some(Command::Replay { file, output }) => session::replay(&file, &output)
+            .with_context(|| format!("replaying {}", file.display())),
+        None => trace(cli.trace),
+    };
+    match result {
+        Ok(summary) if summary.dropped > 0 => {
+            eprintln!(
+                "gpu-trace: {} records were dropped (ring buffer full); the counts above are \
+                 incomplete. Raise --ring-size.",
+                summary.dropped
+            );
+            ExitCode::from(EXIT_DROPPED)
+        }
+        Ok(_) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("gpu-trace: {err:#}");
+            let unsupported = err.chain().any(|cause| {
+                matches!(cause.downcast_ref::<RunError>(), Some(RunError::Unsupported(_)))
+                    || cause.downcast_ref::<LoadError>().is_some_and(LoadError::is_unsupported)
+            });
+            ExitCode::from(if unsupported { EXIT_UNSUPPORTED } else { EXIT_RUNTIME })
+        }
+    }
+}
+
+fn trace(args: gpu_trace::cli::TraceArgs) -> anyhow::Result<session::Summary> {
+    let vendor = match args.vendor {
+        Vendor::Auto => session::detect_vendor()?,
+        v => v,
+    };
+    if vendor == Vendor::Amd {
+        return Err(RunError::Unsupported(
+            "AMD KFD tracing is not implemented yet in this build (tracked in the AMD/KFD \
+             issue); use --vendor nvidia"
+                .into(),
+        )
+        .into());
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    Ok(runtime.block_on(session::run_live(&args))?)
+}

@@ -1,1 +1,213 @@
-//! (being written)
+//! The recording format written by `--record FILE` and read by `gpu-trace replay FILE`.
+//!
+//! ```text
+//! magic     8 bytes  "GPUTRACE"
+//! version   u32 LE   FORMAT_VERSION
+//! hdr_len   u32 LE   length of the JSON header that follows
+//! header    JSON     RecordingHeader (host, kernel, driver, clock offset, hooks, ...)
+//! records   repeated: u32 LE length (> 0), then the ring-buffer record bytes, as the kernel
+//!           programs wrote them (gpu-trace-common wire types)
+//! trailer   u32 LE 0, then u32 LE length and a JSON RecordingTrailer (kernel counters at the
+//!           end of the run); absent when the recording was cut short
+//! ```
+//! Replaying feeds the same bytes through the same decoder, model and output as the live run,
+//! so it prints what the live run printed.
+
+use std::io::{self, BufRead, Read, Write};
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::model::stats::KernelCounters;
+
+pub const MAGIC: &[u8; 8] = b"GPUTRACE";
+pub const FORMAT_VERSION: u32 = 1;
+/// Records larger than this are refused as corrupt (the largest wire record is 264 bytes).
+const MAX_RECORD: u32 = 64 * 1024;
+
+#[derive(Debug, Error)]
+pub enum RecordError {
+    #[error("I/O error on the recording: {0}")]
+    Io(#[from] io::Error),
+    #[error("not a gpu-trace recording (bad magic); record one with `gpu-trace --record FILE`")]
+    BadMagic,
+    #[error("recording format version {0} is not supported by this gpu-trace (it reads {FORMAT_VERSION})")]
+    Version(u32),
+    #[error("recording header is not valid JSON: {0}")]
+    Header(#[from] serde_json::Error),
+    #[error("corrupt recording: record length {0} at byte {1}")]
+    BadLength(u32, u64),
+}
+
+/// Describes where and how a recording was made.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RecordingHeader {
+    pub tool_version: String,
+    pub host: String,
+    pub kernel: String,
+    pub driver: Option<String>,
+    /// CLOCK_REALTIME − CLOCK_MONOTONIC in ns at the start, to print wall-clock times.
+    pub realtime_offset_ns: i128,
+    /// Which hook served which event.
+    pub hooks: Vec<String>,
+    /// The command line of the recording run.
+    pub argv: Vec<String>,
+}
+
+/// Written when the run ends cleanly.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RecordingTrailer {
+    pub kernel_counters: KernelCounters,
+    pub duration_ns: u64,
+}
+
+pub struct RecordWriter<W: Write> {
+    out: W,
+}
+
+impl<W: Write> RecordWriter<W> {
+    pub fn new(mut out: W, header: &RecordingHeader) -> Result<Self, RecordError> {
+        let json = serde_json::to_vec(header)?;
+        out.write_all(MAGIC)?;
+        out.write_all(&FORMAT_VERSION.to_le_bytes())?;
+        out.write_all(&(json.len() as u32).to_le_bytes())?;
+        out.write_all(&json)?;
+        Ok(Self { out })
+    }
+
+    pub fn record(&mut self, bytes: &[u8]) -> Result<(), RecordError> {
+        self.out.write_all(&(bytes.len() as u32).to_le_bytes())?;
+        self.out.write_all(bytes)?;
+        Ok(())
+    }
+
+    pub fn finish(mut self, trailer: &RecordingTrailer) -> Result<W, RecordError> {
+        let json = serde_json::to_vec(trailer)?;
+        self.out.write_all(&0u32.to_le_bytes())?;
+        self.out.write_all(&(json.len() as u32).to_le_bytes())?;
+        self.out.write_all(&json)?;
+        self.out.flush()?;
+        Ok(self.out)
+    }
+}
+
+pub struct RecordReader<R: BufRead> {
+    input: R,
+    pub header: RecordingHeader,
+    pub trailer: Option<RecordingTrailer>,
+    offset: u64,
+}
+
+fn read_u32(input: &mut impl Read) -> Result<Option<u32>, io::Error> {
+    let mut buf = [0u8; 4];
+    match input.read_exact(&mut buf) {
+        Ok(()) => Ok(Some(u32::from_le_bytes(buf))),
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+impl<R: BufRead> RecordReader<R> {
+    pub fn new(mut input: R) -> Result<Self, RecordError> {
+        let mut magic = [0u8; 8];
+        input.read_exact(&mut magic).map_err(|_| RecordError::BadMagic)?;
+        if &magic != MAGIC {
+            return Err(RecordError::BadMagic);
+        }
+        let version = read_u32(&mut input)?.ok_or(RecordError::BadMagic)?;
+        if version != FORMAT_VERSION {
+            return Err(RecordError::Version(version));
+        }
+        let len = read_u32(&mut input)?.ok_or(RecordError::BadMagic)?;
+        if len > MAX_RECORD * 16 {
+            return Err(RecordError::BadLength(len, 12));
+        }
+        let mut json = vec![0u8; len as usize];
+        input.read_exact(&mut json)?;
+        let header = serde_json::from_slice(&json)?;
+        Ok(Self { input, header, trailer: None, offset: 16 + len as u64 })
+    }
+
+    /// The next record's bytes, or `None` at the end (the trailer, if any, is then in
+    /// `self.trailer`).
+    pub fn next_record(&mut self) -> Result<Option<Vec<u8>>, RecordError> {
+        let Some(len) = read_u32(&mut self.input)? else { return Ok(None) };
+        if len == 0 {
+            if let Some(tlen) = read_u32(&mut self.input)? {
+                if tlen > MAX_RECORD {
+                    return Err(RecordError::BadLength(tlen, self.offset));
+                }
+                let mut json = vec![0u8; tlen as usize];
+                self.input.read_exact(&mut json)?;
+                self.trailer = Some(serde_json::from_slice(&json)?);
+            }
+            return Ok(None);
+        }
+        if len > MAX_RECORD {
+            return Err(RecordError::BadLength(len, self.offset));
+        }
+        let mut bytes = vec![0u8; len as usize];
+        self.input.read_exact(&mut bytes)?;
+        self.offset += 4 + len as u64;
+        Ok(Some(bytes))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header() -> RecordingHeader {
+        RecordingHeader {
+            tool_version: "0.1.0".into(),
+            host: "h".into(),
+            kernel: "6.18".into(),
+            driver: Some("nvidia 580".into()),
+            realtime_offset_ns: 1_700_000_000_000_000_000,
+            hooks: vec!["ioctl+close → raw_tp/sys_exit".into()],
+            argv: vec!["gpu-trace".into()],
+        }
+    }
+
+    #[test]
+    fn round_trip_keeps_header_records_and_trailer() {
+        let mut w = RecordWriter::new(Vec::new(), &header()).unwrap();
+        w.record(&[1, 2, 3]).unwrap();
+        w.record(&[9; 264]).unwrap();
+        let trailer = RecordingTrailer {
+            kernel_counters: KernelCounters { dropped: 3, read_failed: 1, ..Default::default() },
+            duration_ns: 5,
+        };
+        let bytes = w.finish(&trailer).unwrap();
+        let mut r = RecordReader::new(&bytes[..]).unwrap();
+        assert_eq!(r.header, header());
+        assert_eq!(r.next_record().unwrap(), Some(vec![1, 2, 3]));
+        assert_eq!(r.next_record().unwrap(), Some(vec![9; 264]));
+        assert_eq!(r.next_record().unwrap(), None);
+        assert_eq!(r.trailer, Some(trailer));
+    }
+
+    #[test]
+    fn cut_short_recording_reads_without_trailer() {
+        let mut w = RecordWriter::new(Vec::new(), &header()).unwrap();
+        w.record(&[7; 40]).unwrap();
+        let mut bytes = w.out;
+        bytes.extend_from_slice(&[40, 0]); // half a length field
+        let mut r = RecordReader::new(&bytes[..]).unwrap();
+        assert_eq!(r.next_record().unwrap(), Some(vec![7; 40]));
+        assert_eq!(r.next_record().unwrap(), None);
+        assert_eq!(r.trailer, None);
+    }
+
+    #[test]
+    fn rejects_foreign_files_and_corrupt_lengths() {
+        assert!(matches!(RecordReader::new(&b"NOTATRACE......."[..]), Err(RecordError::BadMagic)));
+        let mut bytes = RecordWriter::new(Vec::new(), &header()).unwrap().out;
+        bytes.extend_from_slice(&(MAX_RECORD + 1).to_le_bytes());
+        let mut r = RecordReader::new(&bytes[..]).unwrap();
+        assert!(matches!(r.next_record(), Err(RecordError::BadLength(..))));
+        let mut v2 = MAGIC.to_vec();
+        v2.extend_from_slice(&2u32.to_le_bytes());
+        assert!(matches!(RecordReader::new(&v2[..]), Err(RecordError::Version(2))));
+    }
+}

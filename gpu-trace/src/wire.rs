@@ -1,1 +1,522 @@
-//! (being written)
+//! Ring-buffer bytes → typed records, and back.
+//!
+//! The kernel programs write `#[repr(C)]` records from `gpu-trace-common`; every record starts
+//! with a [`RecordHeader`] whose first `u32` is a [`record_kind`] tag. This module checks the tag
+//! and the length, and copies the bytes out with unaligned reads (ring-buffer items and slices of
+//! recording files carry no alignment guarantee).
+//!
+//! It also serializes records back to bytes (recording files, test fixtures) and reads a
+//! *record stream*: records concatenated, each preceded by its length as a little-endian `u32`
+//! (see [`records_from_stream`] and [`append_to_stream`]). Captured fixtures use that format.
+
+use std::mem::size_of;
+
+use gpu_trace_common::{NvIoctlRecord, RecordHeader, TaskRecord, record_kind};
+use thiserror::Error;
+
+use crate::model::event::Origin;
+
+/// One decoded ring-buffer item.
+// Records are short-lived (parsed, decoded, dropped); boxing the ioctl record would only add an
+// allocation per record.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RawRecord {
+    /// A completed ioctl on a watched NVIDIA device ([`record_kind::NV_IOCTL`]).
+    NvIoctl(NvIoctlRecord),
+    /// The last thread of a tracked process exited ([`record_kind::PROCESS_EXIT`]).
+    ProcessExit(TaskRecord),
+    /// A tracked process closed a file descriptor ([`record_kind::FD_CLOSE`]).
+    FdClose(TaskRecord),
+}
+
+/// Why bytes could not be read as a record or a record stream.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum WireError {
+    /// Fewer bytes than the 4-byte type tag.
+    #[error("record of {len} bytes is too short to hold a type tag")]
+    NoTag {
+        /// Bytes available.
+        len: usize,
+    },
+    /// The type tag is not one of [`record_kind`].
+    #[error("unknown record kind {kind} ({len} bytes)")]
+    UnknownKind {
+        /// The tag read.
+        kind: u32,
+        /// Bytes in the record.
+        len: usize,
+    },
+    /// The record's length does not match its kind's layout.
+    #[error("record of kind {kind} has {len} bytes, expected {expected}")]
+    BadLength {
+        /// The tag read.
+        kind: u32,
+        /// Bytes in the record.
+        len: usize,
+        /// The size of the kind's `#[repr(C)]` struct.
+        expected: usize,
+    },
+    /// A record stream ended inside a length prefix or a record.
+    #[error("record stream truncated at byte {offset}: need {need} more bytes, have {have}")]
+    TruncatedStream {
+        /// Offset in the stream where the incomplete item starts.
+        offset: usize,
+        /// Bytes the item needs.
+        need: usize,
+        /// Bytes left in the stream.
+        have: usize,
+    },
+    /// A record inside a stream is malformed.
+    #[error("record at byte {offset} of the stream: {source}")]
+    InStream {
+        /// Offset of the record's length prefix in the stream.
+        offset: usize,
+        /// What was wrong with the record.
+        #[source]
+        source: Box<WireError>,
+    },
+}
+
+/// Reads a `T` from the start of `bytes` without alignment assumptions.
+///
+/// # Safety
+/// `bytes.len() >= size_of::<T>()` and every bit pattern of that size is a valid `T` (true for
+/// the plain-integer wire structs of `gpu-trace-common`).
+unsafe fn read_pod<T: Copy>(bytes: &[u8]) -> T {
+    debug_assert!(bytes.len() >= size_of::<T>());
+    // SAFETY: guaranteed by the caller; `read_unaligned` has no alignment requirement.
+    unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) }
+}
+
+/// Parses one ring-buffer item (or one record of a recording file).
+///
+/// The length must equal the size of the kind's struct exactly: a mismatch means userspace and
+/// the kernel programs disagree on the layout.
+pub fn parse_record(bytes: &[u8]) -> Result<RawRecord, WireError> {
+    let Some(tag) = bytes.get(..4) else {
+        return Err(WireError::NoTag { len: bytes.len() });
+    };
+    let kind = u32::from_le_bytes([tag[0], tag[1], tag[2], tag[3]]);
+    let expected = match kind {
+        record_kind::NV_IOCTL => size_of::<NvIoctlRecord>(),
+        record_kind::PROCESS_EXIT | record_kind::FD_CLOSE => size_of::<TaskRecord>(),
+        _ => {
+            return Err(WireError::UnknownKind {
+                kind,
+                len: bytes.len(),
+            });
+        }
+    };
+    if bytes.len() != expected {
+        return Err(WireError::BadLength {
+            kind,
+            len: bytes.len(),
+            expected,
+        });
+    }
+    // SAFETY: the length was checked above; the wire structs are plain integers and byte
+    // arrays, valid for every bit pattern.
+    Ok(unsafe {
+        match kind {
+            record_kind::NV_IOCTL => RawRecord::NvIoctl(read_pod(bytes)),
+            record_kind::PROCESS_EXIT => RawRecord::ProcessExit(read_pod(bytes)),
+            _ => RawRecord::FdClose(read_pod(bytes)),
+        }
+    })
+}
+
+// The byte views below are sound only if the structs have no padding (padding bytes are
+// uninitialized). Check that the fields add up to the struct size.
+const _: () = assert!(
+    size_of::<RecordHeader>() == 4 + 4 + 8 + 4 + 4 + 16,
+    "RecordHeader has padding"
+);
+const _: () = assert!(
+    size_of::<NvIoctlRecord>()
+        == size_of::<RecordHeader>()
+            + 8
+            + 4 * 8
+            + gpu_trace_common::NV_PARAMS_MAX
+            + gpu_trace_common::NV_SUB_MAX,
+    "NvIoctlRecord has padding"
+);
+const _: () = assert!(
+    size_of::<TaskRecord>() == size_of::<RecordHeader>() + 4 + 4,
+    "TaskRecord has padding"
+);
+
+/// The bytes of an [`NvIoctlRecord`], as the kernel programs write them.
+pub fn nv_ioctl_bytes(rec: &NvIoctlRecord) -> &[u8] {
+    // SAFETY: `NvIoctlRecord` is `#[repr(C)]` with no padding (checked above), so all of its
+    // bytes are initialized; the slice borrows `rec`.
+    unsafe {
+        std::slice::from_raw_parts(
+            (rec as *const NvIoctlRecord).cast::<u8>(),
+            size_of::<NvIoctlRecord>(),
+        )
+    }
+}
+
+/// The bytes of a [`TaskRecord`], as the kernel programs write them.
+pub fn task_bytes(rec: &TaskRecord) -> &[u8] {
+    // SAFETY: `TaskRecord` is `#[repr(C)]` with no padding (checked above).
+    unsafe {
+        std::slice::from_raw_parts(
+            (rec as *const TaskRecord).cast::<u8>(),
+            size_of::<TaskRecord>(),
+        )
+    }
+}
+
+impl RawRecord {
+    /// The record's bytes, as the kernel programs write them ([`parse_record`] reads them back).
+    pub fn as_bytes(&self) -> &[u8] {
+        match self {
+            Self::NvIoctl(r) => nv_ioctl_bytes(r),
+            Self::ProcessExit(r) | Self::FdClose(r) => task_bytes(r),
+        }
+    }
+
+    /// The common header.
+    pub fn header(&self) -> &RecordHeader {
+        match self {
+            Self::NvIoctl(r) => &r.hdr,
+            Self::ProcessExit(r) | Self::FdClose(r) => &r.hdr,
+        }
+    }
+
+    /// Where the record was produced: time, CPU, process, thread and thread name.
+    pub fn origin(&self) -> Origin {
+        origin(self.header())
+    }
+}
+
+/// An [`Origin`] from a record header.
+pub fn origin(hdr: &RecordHeader) -> Origin {
+    Origin {
+        ts_ns: hdr.ts_ns,
+        cpu: hdr.cpu,
+        pid: hdr.tgid,
+        tid: hdr.tid,
+        comm: comm_to_string(&hdr.comm),
+    }
+}
+
+/// A `comm` field as text: up to the first NUL, invalid UTF-8 replaced.
+pub fn comm_to_string(comm: &[u8]) -> String {
+    let end = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
+    String::from_utf8_lossy(&comm[..end]).into_owned()
+}
+
+/// Appends one record to a record stream: its length as a little-endian `u32`, then its bytes.
+pub fn append_to_stream(stream: &mut Vec<u8>, record_bytes: &[u8]) {
+    let len = u32::try_from(record_bytes.len()).expect("record larger than 4 GiB");
+    stream.extend_from_slice(&len.to_le_bytes());
+    stream.extend_from_slice(record_bytes);
+}
+
+/// Reads a record stream: records concatenated, each preceded by its length as a
+/// little-endian `u32`. This is the fixture format for captured records; an empty input is an
+/// empty stream.
+pub fn records_from_stream(bytes: &[u8]) -> Result<Vec<RawRecord>, WireError> {
+    let mut out = Vec::new();
+    let mut at = 0usize;
+    while at < bytes.len() {
+        let rest = &bytes[at..];
+        let Some(prefix) = rest.get(..4) else {
+            return Err(WireError::TruncatedStream {
+                offset: at,
+                need: 4,
+                have: rest.len(),
+            });
+        };
+        let len = u32::from_le_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]) as usize;
+        let Some(body) = rest[4..].get(..len) else {
+            return Err(WireError::TruncatedStream {
+                offset: at,
+                need: 4 + len,
+                have: rest.len(),
+            });
+        };
+        let rec = parse_record(body).map_err(|e| WireError::InStream {
+            offset: at,
+            source: Box::new(e),
+        })?;
+        out.push(rec);
+        at += 4 + len;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpu_trace_common::nv_flags;
+
+    fn header(kind: u32) -> RecordHeader {
+        let mut comm = [0u8; 16];
+        comm[..6].copy_from_slice(b"python");
+        RecordHeader {
+            kind,
+            cpu: 3,
+            ts_ns: 0x1122_3344_5566_7788,
+            tgid: 4242,
+            tid: 4243,
+            comm,
+        }
+    }
+
+    fn nv_record() -> NvIoctlRecord {
+        let mut params = [0u8; gpu_trace_common::NV_PARAMS_MAX];
+        params[12..16].copy_from_slice(&0xA06Cu32.to_le_bytes());
+        let mut sub = [0u8; gpu_trace_common::NV_SUB_MAX];
+        sub[12] = 1;
+        NvIoctlRecord {
+            hdr: header(record_kind::NV_IOCTL),
+            ret: -1,
+            fd: 7,
+            ioctl_cmd: 0xC030_462B,
+            rdev: gpu_trace_common::kernel_dev(195, 255),
+            escape: 0x2B,
+            param_size: 48,
+            flags: nv_flags::SUB_TRUNCATED,
+            params_len: 48,
+            sub_len: 20,
+            params,
+            sub,
+        }
+    }
+
+    /// The byte layout the kernel writes, built field by field from the documented offsets (not
+    /// through the struct), so that the parser is checked against the layout itself.
+    fn nv_record_bytes_by_hand() -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend_from_slice(&record_kind::NV_IOCTL.to_le_bytes()); // kind @0
+        b.extend_from_slice(&3u32.to_le_bytes()); // cpu @4
+        b.extend_from_slice(&0x1122_3344_5566_7788u64.to_le_bytes()); // ts_ns @8
+        b.extend_from_slice(&4242u32.to_le_bytes()); // tgid @16
+        b.extend_from_slice(&4243u32.to_le_bytes()); // tid @20
+        let mut comm = [0u8; 16];
+        comm[..6].copy_from_slice(b"python");
+        b.extend_from_slice(&comm); // comm @24
+        b.extend_from_slice(&(-1i64).to_le_bytes()); // ret @40
+        b.extend_from_slice(&7i32.to_le_bytes()); // fd @48
+        b.extend_from_slice(&0xC030_462Bu32.to_le_bytes()); // ioctl_cmd @52
+        b.extend_from_slice(&((195u32 << 20) | 255).to_le_bytes()); // rdev @56
+        b.extend_from_slice(&0x2Bu32.to_le_bytes()); // escape @60
+        b.extend_from_slice(&48u32.to_le_bytes()); // param_size @64
+        b.extend_from_slice(&nv_flags::SUB_TRUNCATED.to_le_bytes()); // flags @68
+        b.extend_from_slice(&48u32.to_le_bytes()); // params_len @72
+        b.extend_from_slice(&20u32.to_le_bytes()); // sub_len @76
+        let mut params = [0u8; 48];
+        params[12..16].copy_from_slice(&0xA06Cu32.to_le_bytes());
+        b.extend_from_slice(&params); // params @80
+        let mut sub = [0u8; 136];
+        sub[12] = 1;
+        b.extend_from_slice(&sub); // sub @128
+        b
+    }
+
+    #[test]
+    fn parses_hand_laid_nv_ioctl_bytes() {
+        let bytes = nv_record_bytes_by_hand();
+        assert_eq!(bytes.len(), 264);
+        let RawRecord::NvIoctl(rec) = parse_record(&bytes).unwrap() else {
+            panic!("wrong kind");
+        };
+        assert_eq!(rec.hdr.cpu, 3);
+        assert_eq!(rec.hdr.ts_ns, 0x1122_3344_5566_7788);
+        assert_eq!(rec.hdr.tgid, 4242);
+        assert_eq!(rec.hdr.tid, 4243);
+        assert_eq!(rec.ret, -1);
+        assert_eq!(rec.fd, 7);
+        assert_eq!(rec.ioctl_cmd, 0xC030_462B);
+        assert_eq!(rec.escape, 0x2B);
+        assert_eq!(rec.param_size, 48);
+        assert_eq!(rec.flags, nv_flags::SUB_TRUNCATED);
+        assert_eq!(rec.params_len, 48);
+        assert_eq!(rec.sub_len, 20);
+        assert_eq!(&rec.params[12..16], &0xA06Cu32.to_le_bytes());
+        assert_eq!(rec.sub[12], 1);
+        assert_eq!(rec, nv_record());
+    }
+
+    #[test]
+    fn serializes_to_the_kernel_layout() {
+        assert_eq!(
+            nv_ioctl_bytes(&nv_record()),
+            nv_record_bytes_by_hand().as_slice()
+        );
+        let task = TaskRecord {
+            hdr: header(record_kind::FD_CLOSE),
+            value: 9,
+            _pad: 0,
+        };
+        let bytes = task_bytes(&task);
+        assert_eq!(bytes.len(), 48);
+        assert_eq!(&bytes[..4], &record_kind::FD_CLOSE.to_le_bytes());
+        assert_eq!(&bytes[40..44], &9i32.to_le_bytes());
+    }
+
+    #[test]
+    fn parses_unaligned_input() {
+        let bytes = nv_record_bytes_by_hand();
+        let mut shifted = vec![0u8; 1];
+        shifted.extend_from_slice(&bytes);
+        // The record now starts at an odd address.
+        assert_eq!(
+            parse_record(&shifted[1..]).unwrap(),
+            RawRecord::NvIoctl(nv_record())
+        );
+    }
+
+    #[test]
+    fn task_records_by_kind() {
+        let exit = TaskRecord {
+            hdr: header(record_kind::PROCESS_EXIT),
+            value: -1,
+            _pad: 0,
+        };
+        let close = TaskRecord {
+            hdr: header(record_kind::FD_CLOSE),
+            value: 12,
+            _pad: 0,
+        };
+        assert_eq!(
+            parse_record(task_bytes(&exit)).unwrap(),
+            RawRecord::ProcessExit(exit)
+        );
+        assert_eq!(
+            parse_record(task_bytes(&close)).unwrap(),
+            RawRecord::FdClose(close)
+        );
+    }
+
+    #[test]
+    fn rejects_unknown_kind_and_bad_lengths() {
+        let mut bytes = nv_record_bytes_by_hand();
+        bytes[0] = 99;
+        assert_eq!(
+            parse_record(&bytes),
+            Err(WireError::UnknownKind { kind: 99, len: 264 })
+        );
+        let bytes = nv_record_bytes_by_hand();
+        assert_eq!(
+            parse_record(&bytes[..263]),
+            Err(WireError::BadLength {
+                kind: record_kind::NV_IOCTL,
+                len: 263,
+                expected: 264
+            })
+        );
+        let mut long = bytes.clone();
+        long.push(0);
+        assert!(matches!(
+            parse_record(&long),
+            Err(WireError::BadLength { len: 265, .. })
+        ));
+        // A task record's length is not an ioctl record's.
+        let mut task = task_bytes(&TaskRecord {
+            hdr: header(record_kind::PROCESS_EXIT),
+            value: 0,
+            _pad: 0,
+        })
+        .to_vec();
+        task[..4].copy_from_slice(&record_kind::NV_IOCTL.to_le_bytes());
+        assert!(matches!(
+            parse_record(&task),
+            Err(WireError::BadLength { expected: 264, .. })
+        ));
+        assert_eq!(parse_record(&[1, 0]), Err(WireError::NoTag { len: 2 }));
+    }
+
+    #[test]
+    fn comm_is_nul_trimmed_and_lossy() {
+        assert_eq!(comm_to_string(b"python\0\0\0\0\0\0\0\0\0\0"), "python");
+        assert_eq!(comm_to_string(b"0123456789abcdef"), "0123456789abcdef");
+        assert_eq!(comm_to_string(b"a\xffb\0junk"), "a\u{fffd}b");
+        assert_eq!(comm_to_string(&[0u8; 16]), "");
+    }
+
+    #[test]
+    fn origin_from_header() {
+        let o = RawRecord::NvIoctl(nv_record()).origin();
+        assert_eq!(
+            o,
+            Origin {
+                ts_ns: 0x1122_3344_5566_7788,
+                cpu: 3,
+                pid: 4242,
+                tid: 4243,
+                comm: "python".into()
+            }
+        );
+    }
+
+    #[test]
+    fn stream_round_trip() {
+        let recs = vec![
+            RawRecord::NvIoctl(nv_record()),
+            RawRecord::FdClose(TaskRecord {
+                hdr: header(record_kind::FD_CLOSE),
+                value: 5,
+                _pad: 0,
+            }),
+            RawRecord::ProcessExit(TaskRecord {
+                hdr: header(record_kind::PROCESS_EXIT),
+                value: -1,
+                _pad: 0,
+            }),
+        ];
+        let mut stream = Vec::new();
+        for r in &recs {
+            append_to_stream(&mut stream, r.as_bytes());
+        }
+        assert_eq!(stream.len(), 3 * 4 + 264 + 48 + 48);
+        assert_eq!(&stream[..4], &264u32.to_le_bytes());
+        assert_eq!(records_from_stream(&stream).unwrap(), recs);
+        assert_eq!(records_from_stream(&[]).unwrap(), vec![]);
+    }
+
+    #[test]
+    fn stream_errors_point_at_the_item() {
+        let mut stream = Vec::new();
+        append_to_stream(&mut stream, &nv_record_bytes_by_hand());
+        let good = stream.len();
+        // Truncated length prefix.
+        let mut s = stream.clone();
+        s.extend_from_slice(&[48, 0]);
+        assert_eq!(
+            records_from_stream(&s),
+            Err(WireError::TruncatedStream {
+                offset: good,
+                need: 4,
+                have: 2
+            })
+        );
+        // Truncated body.
+        let mut s = stream.clone();
+        s.extend_from_slice(&48u32.to_le_bytes());
+        s.extend_from_slice(&[2, 0, 0, 0]);
+        assert_eq!(
+            records_from_stream(&s),
+            Err(WireError::TruncatedStream {
+                offset: good,
+                need: 52,
+                have: 8
+            })
+        );
+        // A well-framed but unknown record.
+        let mut s = stream.clone();
+        append_to_stream(&mut s, &[7, 0, 0, 0, 0, 0, 0, 0]);
+        let err = records_from_stream(&s).unwrap_err();
+        assert_eq!(
+            err,
+            WireError::InStream {
+                offset: good,
+                source: Box::new(WireError::UnknownKind { kind: 7, len: 8 })
+            }
+        );
+    }
+}

@@ -1,1 +1,1831 @@
-//! (being written)
+//! The NVIDIA object model: which RM objects (clients, devices, TSGs, channels) each process
+//! holds, and the events their lives produce.
+//!
+//! Input: decoded RM calls ([`RmCall`], with the syscall's errno and fd), plus the process-exit
+//! and fd-close notices of the kernel programs. Output: [`Event`]s.
+//!
+//! Rules:
+//! - Objects are tracked per `(pid, RM client handle)`: handles are only unique inside a client,
+//!   and clients only inside a process as far as this tracer is concerned.
+//! - `TASK_INIT` when an alloc of `KEPLER_CHANNEL_GROUP_A` succeeds (errno 0, status `NV_OK`).
+//!   New TSGs get the driver defaults (timeslice 1024 µs, interleave MEDIUM), marked
+//!   [`ValueSource::DriverDefault`] until a successful `SET_TIMESLICE`/`GET_TIMESLICE` or
+//!   `SET_INTERLEAVE_LEVEL` (TSG- or channel-level) says otherwise.
+//! - `SCHEDULE` on `GPFIFO_SCHEDULE` with `bEnable=1`, TSG-level or channel-level (then reported
+//!   for the channel's TSG), allowed or not. A request on an object this tracer never saw created
+//!   (the process started before tracing) is still reported, under the handle it was sent to,
+//!   with unknown (`None`) channel count, timeslice and interleave.
+//! - `WORK_SUBMIT` on a successful `GET_WORK_SUBMIT_TOKEN`; the token's runlist becomes the TSG's.
+//! - The TSG's id is its RM handle until `GET_INFO` returned its hardware TSG id.
+//! - `TASK_DESTROY` on a successful `RM_FREE` of the TSG, of its device or of its client; and,
+//!   implicitly, when the process closes the fd its RM client was allocated on (or, where that
+//!   allocation was not seen, the fd the TSG was allocated on) and when the process exits.
+//! - Objects alive when tracing stops are not events: [`NvTracker::finish`] lists them.
+//!
+//! Limits: a `close()` of one of several duplicates of an fd does not release the driver's
+//! objects, but looks the same as the last `close()` here; objects a child inherits through
+//! `fork` are not followed.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use gpu_trace_common::nvidia::{class, cmd};
+use serde::Serialize;
+
+use crate::model::event::{
+    DestroyCause, Event, EventKind, Interleave, Origin, TaskId, ValueSource,
+};
+use crate::nvidia::decode::{
+    self, AllocParams, ControlParams, DEFAULT_INTERLEAVE, DEFAULT_TIMESLICE_US, MalformedReason,
+    RmCall, Unreadable,
+};
+use crate::wire::RawRecord;
+
+/// One input of the tracker.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NvInput {
+    /// A completed RM ioctl.
+    Call {
+        /// File descriptor the ioctl was issued on.
+        fd: i32,
+        /// The syscall's negative errno (0 on success).
+        errno: i32,
+        /// The decoded call.
+        call: RmCall,
+    },
+    /// The process (the whole thread group) exited.
+    ProcessExit,
+    /// The process closed a file descriptor.
+    FdClose {
+        /// The closed fd.
+        fd: i32,
+    },
+}
+
+impl NvInput {
+    /// The origin and tracker input of one wire record.
+    pub fn from_raw(raw: &RawRecord) -> (Origin, NvInput) {
+        let input = match raw {
+            RawRecord::NvIoctl(rec) => NvInput::Call {
+                fd: decode::fd(rec),
+                errno: decode::errno(rec),
+                call: decode::decode(rec),
+            },
+            RawRecord::ProcessExit(_) => NvInput::ProcessExit,
+            RawRecord::FdClose(t) => NvInput::FdClose { fd: t.value },
+        };
+        (raw.origin(), input)
+    }
+}
+
+/// What the tracker saw that produced no event, for the statistics.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct NvTrackerCounters {
+    /// Well-formed RM calls observed.
+    pub calls: u64,
+    /// Of those, calls that failed (errno != 0 or RM status != `NV_OK`).
+    pub failed_calls: u64,
+    /// Of those, TSG allocations (no `TASK_INIT` was reported for them).
+    pub failed_tsg_allocs: u64,
+    /// Records that were not decodable RM calls.
+    pub malformed: u64,
+    /// [`malformed`](Self::malformed) by reason.
+    pub malformed_by_reason: BTreeMap<MalformedReason, u64>,
+    /// Calls of interest whose class/control parameters could not be decoded.
+    pub unreadable_params: u64,
+    /// [`unreadable_params`](Self::unreadable_params) by reason.
+    pub unreadable_by_reason: BTreeMap<Unreadable, u64>,
+    /// `GPFIFO_SCHEDULE` requests not reported because their parameters were unreadable (so
+    /// `bEnable` is unknown).
+    pub schedule_unreadable: u64,
+    /// `GPFIFO_SCHEDULE` with `bEnable=0` (disable / remove from the runlist): not reported.
+    pub schedule_disable: u64,
+    /// Calls on TSGs or channels this tracer never saw created (reported under their handle
+    /// where an event is due).
+    pub unknown_handle: u64,
+    /// Successful `RM_FREE`s of objects that are not tracked (memory, other classes, or objects
+    /// created before tracing).
+    pub untracked_frees: u64,
+    /// Successful allocations that reused a handle still tracked as alive (a free was missed).
+    pub replaced_handles: u64,
+}
+
+/// TSGs a process still held when tracing stopped.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LiveAtEnd {
+    /// Process id.
+    pub pid: u32,
+    /// Last thread name seen from the process.
+    pub comm: String,
+    /// `(client, task)` of each live TSG.
+    pub tasks: Vec<(u32, TaskId)>,
+}
+
+impl LiveAtEnd {
+    /// `TASK_DESTROY` events with [`DestroyCause::TracerExit`], one per live TSG, for the
+    /// statistics (never printed). `ts_ns` is the time tracing stopped; the thread is the
+    /// process's main thread.
+    pub fn tracer_exit_events(&self, ts_ns: u64) -> Vec<Event> {
+        let origin = Origin {
+            ts_ns,
+            cpu: 0,
+            pid: self.pid,
+            tid: self.pid,
+            comm: self.comm.clone(),
+        };
+        self.tasks
+            .iter()
+            .map(|&(client, task)| Event {
+                origin: origin.clone(),
+                kind: EventKind::TaskDestroy {
+                    task,
+                    client,
+                    cause: DestroyCause::TracerExit,
+                    implicit: true,
+                },
+            })
+            .collect()
+    }
+}
+
+/// What the tracker knows about one live TSG ([`NvTracker::task`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct TaskSnapshot {
+    /// How events name the TSG now.
+    pub task: TaskId,
+    /// Parent (device) handle.
+    pub parent: u32,
+    /// The fd the alloc came through.
+    pub fd: i32,
+    /// NV2080 engine type from the alloc parameters, when they were readable.
+    pub engine_type: Option<u32>,
+    /// Current timeslice (µs).
+    pub timeslice_us: Option<u64>,
+    /// Where [`timeslice_us`](Self::timeslice_us) came from.
+    pub timeslice_source: ValueSource,
+    /// Current interleave level.
+    pub interleave: Option<Interleave>,
+    /// Where [`interleave`](Self::interleave) came from.
+    pub interleave_source: ValueSource,
+    /// Runlist, once a work-submit token of one of its channels was seen.
+    pub runlist: Option<u32>,
+    /// Channel handles.
+    pub channels: Vec<u32>,
+    /// GPU index (`deviceId` of the parent device), when seen.
+    pub gpu: Option<u32>,
+}
+
+#[derive(Clone, Debug)]
+struct Tsg {
+    /// Parent (device) handle.
+    parent: u32,
+    /// The fd the alloc came through.
+    fd: i32,
+    engine_type: Option<u32>,
+    timeslice_us: Option<u64>,
+    timeslice_source: ValueSource,
+    interleave: Option<Interleave>,
+    interleave_source: ValueSource,
+    runlist: Option<u32>,
+    hw_id: Option<u32>,
+    channels: BTreeSet<u32>,
+}
+
+impl Tsg {
+    fn task(&self, handle: u32) -> TaskId {
+        match self.hw_id {
+            Some(id) => TaskId::HwTsg(id),
+            None => TaskId::RmHandle(handle),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Channel {
+    /// TSG handle, or the device handle for a channel without a TSG of its own.
+    parent: u32,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Client {
+    /// The fd the client was allocated on, when that was seen.
+    fd: Option<i32>,
+    /// Device handle → `deviceId`.
+    devices: BTreeMap<u32, Option<u32>>,
+    tsgs: BTreeMap<u32, Tsg>,
+    channels: BTreeMap<u32, Channel>,
+}
+
+impl Client {
+    /// The TSG handle a channel belongs to, if both are known.
+    fn tsg_of_channel(&self, channel: u32) -> Option<u32> {
+        let parent = self.channels.get(&channel)?.parent;
+        self.tsgs.contains_key(&parent).then_some(parent)
+    }
+
+    fn gpu_of(&self, parent: u32) -> Option<u32> {
+        self.devices.get(&parent).copied().flatten()
+    }
+
+    /// Removes a TSG and its channels.
+    fn remove_tsg(&mut self, handle: u32) -> Option<Tsg> {
+        let tsg = self.tsgs.remove(&handle)?;
+        for ch in &tsg.channels {
+            self.channels.remove(ch);
+        }
+        Some(tsg)
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+struct Process {
+    comm: String,
+    clients: BTreeMap<u32, Client>,
+}
+
+/// The NVIDIA state machine: object tables of every traced process.
+#[derive(Clone, Debug, Default)]
+pub struct NvTracker {
+    procs: HashMap<u32, Process>,
+    counters: NvTrackerCounters,
+}
+
+fn destroy(origin: &Origin, client: u32, task: TaskId, cause: DestroyCause) -> Event {
+    Event {
+        origin: origin.clone(),
+        kind: EventKind::TaskDestroy {
+            task,
+            client,
+            cause,
+            implicit: cause.is_implicit(),
+        },
+    }
+}
+
+impl NvTracker {
+    /// An empty tracker.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The counters so far.
+    pub fn counters(&self) -> &NvTrackerCounters {
+        &self.counters
+    }
+
+    /// TSGs currently alive, over all processes.
+    pub fn live_tasks(&self) -> usize {
+        self.procs
+            .values()
+            .flat_map(|p| p.clients.values())
+            .map(|c| c.tsgs.len())
+            .sum()
+    }
+
+    /// The state of the live TSG `handle` of RM client `client` in process `pid`.
+    pub fn task(&self, pid: u32, client: u32, handle: u32) -> Option<TaskSnapshot> {
+        let c = self.client(pid, client)?;
+        let t = c.tsgs.get(&handle)?;
+        Some(TaskSnapshot {
+            task: t.task(handle),
+            parent: t.parent,
+            fd: t.fd,
+            engine_type: t.engine_type,
+            timeslice_us: t.timeslice_us,
+            timeslice_source: t.timeslice_source,
+            interleave: t.interleave,
+            interleave_source: t.interleave_source,
+            runlist: t.runlist,
+            channels: t.channels.iter().copied().collect(),
+            gpu: c.gpu_of(t.parent),
+        })
+    }
+
+    /// Decodes one wire record and observes it.
+    pub fn observe_raw(&mut self, raw: &RawRecord) -> Vec<Event> {
+        let (origin, input) = NvInput::from_raw(raw);
+        self.observe(origin, input)
+    }
+
+    /// Observes one input; returns the events it produces, in order.
+    pub fn observe(&mut self, origin: Origin, input: NvInput) -> Vec<Event> {
+        match input {
+            NvInput::ProcessExit => self.process_exit(&origin),
+            NvInput::FdClose { fd } => self.fd_close(&origin, fd),
+            NvInput::Call {
+                call: RmCall::Malformed { reason, .. },
+                ..
+            } => {
+                self.counters.malformed += 1;
+                *self.counters.malformed_by_reason.entry(reason).or_default() += 1;
+                Vec::new()
+            }
+            NvInput::Call { fd, errno, call } => {
+                self.counters.calls += 1;
+                if let Some(status) = call.status()
+                    && !decode::succeeded(errno, status)
+                {
+                    self.counters.failed_calls += 1;
+                }
+                match call {
+                    RmCall::Alloc {
+                        client,
+                        parent,
+                        handle,
+                        class,
+                        status,
+                        params,
+                        ..
+                    } => {
+                        let ok = decode::succeeded(errno, status);
+                        self.alloc(&origin, fd, ok, client, parent, handle, class, params)
+                    }
+                    RmCall::Control {
+                        client,
+                        object,
+                        cmd,
+                        status,
+                        params,
+                        ..
+                    } => self.control(&origin, errno, status, client, object, cmd, params),
+                    RmCall::Free {
+                        client,
+                        object,
+                        status,
+                        ..
+                    } => {
+                        if decode::succeeded(errno, status) {
+                            self.free(&origin, client, object)
+                        } else {
+                            Vec::new()
+                        }
+                    }
+                    RmCall::Malformed { .. } => unreachable!("handled above"),
+                }
+            }
+        }
+    }
+
+    /// Ends tracing: returns the TSGs still alive, per process (ascending pid; processes
+    /// without live TSGs are left out), and forgets all state.
+    pub fn finish(&mut self) -> Vec<LiveAtEnd> {
+        let mut out: Vec<LiveAtEnd> = self
+            .procs
+            .drain()
+            .filter_map(|(pid, p)| {
+                let tasks: Vec<(u32, TaskId)> = p
+                    .clients
+                    .iter()
+                    .flat_map(|(&ch, c)| c.tsgs.iter().map(move |(&h, t)| (ch, t.task(h))))
+                    .collect();
+                (!tasks.is_empty()).then_some(LiveAtEnd {
+                    pid,
+                    comm: p.comm,
+                    tasks,
+                })
+            })
+            .collect();
+        out.sort_by_key(|l| l.pid);
+        out
+    }
+
+    fn count_unreadable(&mut self, reason: Unreadable) {
+        self.counters.unreadable_params += 1;
+        *self
+            .counters
+            .unreadable_by_reason
+            .entry(reason)
+            .or_default() += 1;
+    }
+
+    fn client_mut(&mut self, origin: &Origin, client: u32) -> &mut Client {
+        let proc = self.procs.entry(origin.pid).or_default();
+        proc.comm.clone_from(&origin.comm);
+        proc.clients.entry(client).or_default()
+    }
+
+    fn client(&self, pid: u32, client: u32) -> Option<&Client> {
+        self.procs.get(&pid)?.clients.get(&client)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn alloc(
+        &mut self,
+        origin: &Origin,
+        fd: i32,
+        ok: bool,
+        client: u32,
+        parent: u32,
+        handle: u32,
+        class: u32,
+        params: AllocParams,
+    ) -> Vec<Event> {
+        if !ok {
+            if class == class::KEPLER_CHANNEL_GROUP_A {
+                self.counters.failed_tsg_allocs += 1;
+            }
+            return Vec::new();
+        }
+        if let AllocParams::Unreadable { reason } = params {
+            self.count_unreadable(reason);
+        }
+        if class::is_client(class) {
+            // The new client's handle is hObjectNew.
+            let proc = self.procs.entry(origin.pid).or_default();
+            proc.comm.clone_from(&origin.comm);
+            let old = proc.clients.insert(
+                handle,
+                Client {
+                    fd: Some(fd),
+                    ..Client::default()
+                },
+            );
+            if old.is_some_and(|c| !c.tsgs.is_empty()) {
+                self.counters.replaced_handles += 1;
+            }
+            return Vec::new();
+        }
+        match class {
+            class::NV01_DEVICE_0 => {
+                let device_id = match params {
+                    AllocParams::Device { device_id } => Some(device_id),
+                    _ => None,
+                };
+                self.client_mut(origin, client)
+                    .devices
+                    .insert(handle, device_id);
+                Vec::new()
+            }
+            class::KEPLER_CHANNEL_GROUP_A => {
+                let engine_type = match params {
+                    AllocParams::Tsg { engine_type, .. } => Some(engine_type),
+                    _ => None,
+                };
+                let c = self.client_mut(origin, client);
+                let tsg = Tsg {
+                    parent,
+                    fd,
+                    engine_type,
+                    timeslice_us: Some(DEFAULT_TIMESLICE_US),
+                    timeslice_source: ValueSource::DriverDefault,
+                    interleave: Some(DEFAULT_INTERLEAVE),
+                    interleave_source: ValueSource::DriverDefault,
+                    runlist: None,
+                    hw_id: None,
+                    channels: BTreeSet::new(),
+                };
+                let gpu = c.gpu_of(parent);
+                let replaced = c.remove_tsg(handle).is_some();
+                let kind = EventKind::TaskInit {
+                    task: tsg.task(handle),
+                    client,
+                    engine: engine_type.map(decode::engine_of),
+                    engine_type,
+                    timeslice_us: tsg.timeslice_us,
+                    timeslice_source: tsg.timeslice_source,
+                    interleave: tsg.interleave,
+                    interleave_source: tsg.interleave_source,
+                    runlist: tsg.runlist,
+                    gpu,
+                };
+                c.tsgs.insert(handle, tsg);
+                if replaced {
+                    self.counters.replaced_handles += 1;
+                }
+                vec![Event {
+                    origin: origin.clone(),
+                    kind,
+                }]
+            }
+            c if class::is_channel(c) => {
+                let cl = self.client_mut(origin, client);
+                if let Some(old) = cl.channels.insert(handle, Channel { parent })
+                    && let Some(t) = cl.tsgs.get_mut(&old.parent)
+                {
+                    t.channels.remove(&handle);
+                }
+                if let Some(t) = cl.tsgs.get_mut(&parent) {
+                    t.channels.insert(handle);
+                }
+                Vec::new()
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn control(
+        &mut self,
+        origin: &Origin,
+        errno: i32,
+        status: u32,
+        client: u32,
+        object: u32,
+        command: u32,
+        params: ControlParams,
+    ) -> Vec<Event> {
+        let ok = decode::succeeded(errno, status);
+        if let ControlParams::Unreadable { reason } = params {
+            self.count_unreadable(reason);
+        }
+        let is_schedule = matches!(
+            command,
+            cmd::TSG_GPFIFO_SCHEDULE | cmd::CHANNEL_GPFIFO_SCHEDULE
+        );
+        if is_schedule {
+            return self.schedule(origin, errno, status, client, object, command, params);
+        }
+        if !ok {
+            return Vec::new();
+        }
+        let pid = origin.pid;
+        // The TSG the control is about: the object itself for NVA06C controls, the channel's TSG
+        // for channel controls.
+        let channel_level = matches!(
+            command,
+            cmd::CHANNEL_SET_INTERLEAVE_LEVEL | cmd::CHANNEL_GET_WORK_SUBMIT_TOKEN
+        );
+        let known = self.client(pid, client).and_then(|c| {
+            if channel_level {
+                c.tsg_of_channel(object)
+            } else {
+                c.tsgs.contains_key(&object).then_some(object)
+            }
+        });
+        match (command, params) {
+            (cmd::CHANNEL_GET_WORK_SUBMIT_TOKEN, ControlParams::WorkSubmitToken { token }) => {
+                let fields = decode::split_token(token);
+                let c = self.client_mut(origin, client);
+                let channel_known = c.channels.contains_key(&object);
+                let (task, gpu) = match known {
+                    Some(h) => {
+                        let t = c.tsgs.get_mut(&h).expect("known TSG");
+                        t.runlist = Some(fields.runlist);
+                        let parent = t.parent;
+                        let task = t.task(h);
+                        (task, c.gpu_of(parent))
+                    }
+                    None => {
+                        // A channel with no TSG of ours: a channel created before tracing, or
+                        // one parented directly to a device.
+                        let gpu = c.channels.get(&object).and_then(|ch| c.gpu_of(ch.parent));
+                        (TaskId::RmHandle(object), gpu)
+                    }
+                };
+                if !channel_known {
+                    self.counters.unknown_handle += 1;
+                }
+                vec![Event {
+                    origin: origin.clone(),
+                    kind: EventKind::WorkSubmit {
+                        task,
+                        client,
+                        channel_handle: object,
+                        chid: Some(fields.chid),
+                        runlist: Some(fields.runlist),
+                        token,
+                        gpu,
+                    },
+                }]
+            }
+            (cmd::TSG_SET_TIMESLICE | cmd::TSG_GET_TIMESLICE, ControlParams::Timeslice { us }) => {
+                self.update_tsg(pid, client, known, |t| {
+                    t.timeslice_us = Some(us);
+                    t.timeslice_source = ValueSource::Observed;
+                });
+                Vec::new()
+            }
+            (
+                cmd::TSG_SET_INTERLEAVE_LEVEL | cmd::CHANNEL_SET_INTERLEAVE_LEVEL,
+                ControlParams::Interleave { level },
+            ) => {
+                self.update_tsg(pid, client, known, |t| {
+                    t.interleave = decode::interleave_of(level);
+                    t.interleave_source = ValueSource::Observed;
+                });
+                Vec::new()
+            }
+            (cmd::TSG_GET_INFO, ControlParams::TsgInfo { tsg_id }) => {
+                self.update_tsg(pid, client, known, |t| t.hw_id = Some(tsg_id));
+                Vec::new()
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    fn update_tsg(&mut self, pid: u32, client: u32, tsg: Option<u32>, f: impl FnOnce(&mut Tsg)) {
+        let t = tsg.and_then(|h| {
+            self.procs
+                .get_mut(&pid)?
+                .clients
+                .get_mut(&client)?
+                .tsgs
+                .get_mut(&h)
+        });
+        match t {
+            Some(t) => f(t),
+            None => self.counters.unknown_handle += 1,
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn schedule(
+        &mut self,
+        origin: &Origin,
+        errno: i32,
+        status: u32,
+        client: u32,
+        object: u32,
+        command: u32,
+        params: ControlParams,
+    ) -> Vec<Event> {
+        match params {
+            ControlParams::Schedule { enable: true, .. } => {}
+            ControlParams::Schedule { enable: false, .. } => {
+                self.counters.schedule_disable += 1;
+                return Vec::new();
+            }
+            _ => {
+                self.counters.schedule_unreadable += 1;
+                return Vec::new();
+            }
+        }
+        let via_channel = command == cmd::CHANNEL_GPFIFO_SCHEDULE;
+        let found = self.client(origin.pid, client).and_then(|c| {
+            let h = if via_channel {
+                c.tsg_of_channel(object)?
+            } else {
+                c.tsgs.contains_key(&object).then_some(object)?
+            };
+            let t = &c.tsgs[&h];
+            Some((
+                t.task(h),
+                u32::try_from(t.channels.len()).unwrap_or(u32::MAX),
+                t.timeslice_us,
+                t.interleave,
+            ))
+        });
+        let (task, channels, timeslice_us, interleave) = match found {
+            Some((task, n, ts, il)) => (task, Some(n), ts, il),
+            None => {
+                self.counters.unknown_handle += 1;
+                (TaskId::RmHandle(object), None, None, None)
+            }
+        };
+        if let Some(p) = self.procs.get_mut(&origin.pid) {
+            p.comm.clone_from(&origin.comm);
+        }
+        vec![Event {
+            origin: origin.clone(),
+            kind: EventKind::Schedule {
+                task,
+                client,
+                channels,
+                timeslice_us,
+                interleave,
+                allowed: decode::succeeded(errno, status),
+                rm_status: (errno == 0).then_some(status),
+                errno,
+                via_channel,
+            },
+        }]
+    }
+
+    fn free(&mut self, origin: &Origin, client: u32, object: u32) -> Vec<Event> {
+        let Some(proc) = self.procs.get_mut(&origin.pid) else {
+            self.counters.untracked_frees += 1;
+            return Vec::new();
+        };
+        proc.comm.clone_from(&origin.comm);
+        if object == client {
+            // Freeing the client frees everything under it.
+            let Some(c) = proc.clients.remove(&client) else {
+                self.counters.untracked_frees += 1;
+                return Vec::new();
+            };
+            return c
+                .tsgs
+                .iter()
+                .map(|(&h, t)| destroy(origin, client, t.task(h), DestroyCause::ParentFree))
+                .collect();
+        }
+        let Some(c) = proc.clients.get_mut(&client) else {
+            self.counters.untracked_frees += 1;
+            return Vec::new();
+        };
+        if let Some(t) = c.remove_tsg(object) {
+            return vec![destroy(origin, client, t.task(object), DestroyCause::Free)];
+        }
+        if c.devices.remove(&object).is_some() {
+            let under: Vec<u32> = c
+                .tsgs
+                .iter()
+                .filter(|(_, t)| t.parent == object)
+                .map(|(&h, _)| h)
+                .collect();
+            c.channels.retain(|_, ch| ch.parent != object);
+            return under
+                .into_iter()
+                .filter_map(|h| {
+                    let t = c.remove_tsg(h)?;
+                    Some(destroy(origin, client, t.task(h), DestroyCause::ParentFree))
+                })
+                .collect();
+        }
+        if let Some(ch) = c.channels.remove(&object) {
+            if let Some(t) = c.tsgs.get_mut(&ch.parent) {
+                t.channels.remove(&object);
+            }
+            return Vec::new();
+        }
+        self.counters.untracked_frees += 1;
+        Vec::new()
+    }
+
+    fn fd_close(&mut self, origin: &Origin, fd: i32) -> Vec<Event> {
+        let Some(proc) = self.procs.get_mut(&origin.pid) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        let mut gone = Vec::new();
+        for (&ch, c) in proc.clients.iter_mut() {
+            match c.fd {
+                Some(cfd) if cfd == fd => {
+                    // The driver frees the clients allocated on the file being released.
+                    out.extend(
+                        c.tsgs
+                            .iter()
+                            .map(|(&h, t)| destroy(origin, ch, t.task(h), DestroyCause::FdClose)),
+                    );
+                    gone.push(ch);
+                }
+                Some(_) => {}
+                None => {
+                    // The client's allocation was not seen: use the fd each TSG came through.
+                    let hit: Vec<u32> = c
+                        .tsgs
+                        .iter()
+                        .filter(|(_, t)| t.fd == fd)
+                        .map(|(&h, _)| h)
+                        .collect();
+                    for h in hit {
+                        if let Some(t) = c.remove_tsg(h) {
+                            out.push(destroy(origin, ch, t.task(h), DestroyCause::FdClose));
+                        }
+                    }
+                }
+            }
+        }
+        for ch in gone {
+            proc.clients.remove(&ch);
+        }
+        out
+    }
+
+    fn process_exit(&mut self, origin: &Origin) -> Vec<Event> {
+        let Some(proc) = self.procs.remove(&origin.pid) else {
+            return Vec::new();
+        };
+        proc.clients
+            .iter()
+            .flat_map(|(&ch, c)| {
+                c.tsgs
+                    .iter()
+                    .map(move |(&h, t)| destroy(origin, ch, t.task(h), DestroyCause::ProcessExit))
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::event::Engine;
+    use crate::nvidia::decode::testrec::{self, *};
+    use crate::wire::{self, append_to_stream, records_from_stream};
+    use gpu_trace_common::{RecordHeader, TaskRecord, nv_flags, record_kind};
+
+    const CLIENT: u32 = 0xC1D0_0001;
+    const DEVICE: u32 = 0xCAF0_0001;
+    const DEVICE2: u32 = 0xCAF0_0002;
+    const TSG: u32 = 0xCAF0_0010;
+    const TSG2: u32 = 0xCAF0_0011;
+    const CH1: u32 = 0xCAF0_0020;
+    const CH2: u32 = 0xCAF0_0021;
+    const CH3: u32 = 0xCAF0_0030;
+    const CTL_FD: i32 = 5;
+
+    /// Builds records and replays them through the wire format exactly as a captured fixture
+    /// would be: serialized, framed into a record stream, parsed back, decoded, observed.
+    struct Script {
+        recs: Vec<RawRecord>,
+        ts: u64,
+    }
+
+    impl Script {
+        fn new() -> Self {
+            Self {
+                recs: Vec::new(),
+                ts: 1000,
+            }
+        }
+
+        fn stamp(&mut self, mut r: testrec::Rec, tid: u32) -> &mut Self {
+            self.ts += 10;
+            r.rec.hdr.ts_ns = self.ts;
+            r.rec.hdr.tid = tid;
+            self.recs.push(RawRecord::NvIoctl(r.rec));
+            self
+        }
+
+        fn push(&mut self, r: testrec::Rec) -> &mut Self {
+            let tid = r.rec.hdr.tgid;
+            self.stamp(r, tid)
+        }
+
+        fn task(&mut self, kind: u32, pid: u32, tid: u32, value: i32) -> &mut Self {
+            self.ts += 10;
+            let mut comm = [0u8; 16];
+            comm[..4].copy_from_slice(b"exit");
+            let hdr = RecordHeader {
+                kind,
+                cpu: 1,
+                ts_ns: self.ts,
+                tgid: pid,
+                tid,
+                comm,
+            };
+            let t = TaskRecord {
+                hdr,
+                value,
+                _pad: 0,
+            };
+            self.recs.push(if kind == record_kind::FD_CLOSE {
+                RawRecord::FdClose(t)
+            } else {
+                RawRecord::ProcessExit(t)
+            });
+            self
+        }
+
+        fn exit(&mut self, pid: u32, tid: u32) -> &mut Self {
+            self.task(record_kind::PROCESS_EXIT, pid, tid, -1)
+        }
+
+        fn close(&mut self, pid: u32, fd: i32) -> &mut Self {
+            self.task(record_kind::FD_CLOSE, pid, pid, fd)
+        }
+
+        /// The records as a fixture file would hold them.
+        fn stream(&self) -> Vec<u8> {
+            let mut s = Vec::new();
+            for r in &self.recs {
+                append_to_stream(&mut s, r.as_bytes());
+            }
+            s
+        }
+
+        fn run(&self, t: &mut NvTracker) -> Vec<Event> {
+            let recs = records_from_stream(&self.stream()).expect("stream parses");
+            assert_eq!(recs.len(), self.recs.len());
+            recs.iter().flat_map(|r| t.observe_raw(r)).collect()
+        }
+    }
+
+    /// Client, device (deviceId `dev_id`) and a TSG on engine `engine`, with two channels, as
+    /// CUDA does it (NVOS64 allocs through the ctl fd).
+    fn setup(s: &mut Script, pid: u32, dev_id: u32, engine: u32) {
+        s.push(alloc(pid, CTL_FD, true, 0, 0, CLIENT, 0x41, 0, &[]))
+            .push(alloc(
+                pid,
+                CTL_FD,
+                true,
+                CLIENT,
+                CLIENT,
+                DEVICE,
+                0x80,
+                0,
+                &device_params(dev_id),
+            ))
+            .push(tsg(pid, DEVICE, TSG, engine))
+            .push(alloc(
+                pid,
+                CTL_FD,
+                true,
+                CLIENT,
+                TSG,
+                CH1,
+                0xC86F,
+                0,
+                &channel_params(engine, 0, 1),
+            ))
+            .push(alloc(
+                pid,
+                CTL_FD,
+                true,
+                CLIENT,
+                TSG,
+                CH2,
+                0xC86F,
+                0,
+                &channel_params(engine, 0, 2),
+            ));
+    }
+
+    /// A TSG alloc (NVOS64, through the ctl fd) that succeeded.
+    fn tsg(pid: u32, parent: u32, handle: u32, engine: u32) -> testrec::Rec {
+        alloc(
+            pid,
+            CTL_FD,
+            true,
+            CLIENT,
+            parent,
+            handle,
+            0xA06C,
+            0,
+            &tsg_params(engine, 0),
+        )
+    }
+
+    /// A control on `object` of `CLIENT`, through the ctl fd.
+    fn ctl(pid: u32, object: u32, command: u32, status: u32, params: &[u8]) -> testrec::Rec {
+        control(pid, CTL_FD, CLIENT, object, command, status, params)
+    }
+
+    fn sched(pid: u32, object: u32, enable: bool) -> testrec::Rec {
+        ctl(
+            pid,
+            object,
+            cmd::TSG_GPFIFO_SCHEDULE,
+            0,
+            &schedule_params(enable, false, false),
+        )
+    }
+
+    fn kinds(evs: &[Event]) -> Vec<&'static str> {
+        evs.iter().map(|e| e.kind.name()).collect()
+    }
+
+    fn destroys(evs: &[Event]) -> Vec<(u32, TaskId, DestroyCause, bool)> {
+        evs.iter()
+            .filter_map(|e| match e.kind {
+                EventKind::TaskDestroy {
+                    task,
+                    cause,
+                    implicit,
+                    ..
+                } => Some((e.origin.pid, task, cause, implicit)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn cuda_like_lifecycle_with_implicit_exit_teardown() {
+        let mut s = Script::new();
+        setup(&mut s, 100, 0, 0x1);
+        s.push(ctl(
+            100,
+            CH1,
+            cmd::CHANNEL_GET_WORK_SUBMIT_TOKEN,
+            0,
+            &u32_params(0x0003_0005),
+        ))
+        .push(ctl(100, TSG, cmd::TSG_SET_TIMESLICE, 0, &u64_params(2048)))
+        .push(sched(100, TSG, true))
+        .exit(100, 101);
+        let mut t = NvTracker::new();
+        let evs = s.run(&mut t);
+        assert_eq!(
+            kinds(&evs),
+            ["TASK_INIT", "WORK_SUBMIT", "SCHEDULE", "TASK_DESTROY"]
+        );
+        assert_eq!(
+            evs[0].kind,
+            EventKind::TaskInit {
+                task: TaskId::RmHandle(TSG),
+                client: CLIENT,
+                engine: Some(Engine::Graphics),
+                engine_type: Some(1),
+                timeslice_us: Some(1024),
+                timeslice_source: ValueSource::DriverDefault,
+                interleave: Some(Interleave::Medium),
+                interleave_source: ValueSource::DriverDefault,
+                runlist: None,
+                gpu: Some(0),
+            }
+        );
+        assert_eq!(evs[0].origin.comm, "cuda");
+        assert_eq!(
+            evs[1].kind,
+            EventKind::WorkSubmit {
+                task: TaskId::RmHandle(TSG),
+                client: CLIENT,
+                channel_handle: CH1,
+                chid: Some(5),
+                runlist: Some(3),
+                token: 0x0003_0005,
+                gpu: Some(0),
+            }
+        );
+        assert_eq!(
+            evs[2].kind,
+            EventKind::Schedule {
+                task: TaskId::RmHandle(TSG),
+                client: CLIENT,
+                channels: Some(2),
+                timeslice_us: Some(2048),
+                interleave: Some(Interleave::Medium),
+                allowed: true,
+                rm_status: Some(0),
+                errno: 0,
+                via_channel: false,
+            }
+        );
+        assert_eq!(
+            evs[3].kind,
+            EventKind::TaskDestroy {
+                task: TaskId::RmHandle(TSG),
+                client: CLIENT,
+                cause: DestroyCause::ProcessExit,
+                implicit: true,
+            }
+        );
+        // The implicit destroy carries the exiting thread's origin.
+        assert_eq!(
+            (evs[3].origin.tid, evs[3].origin.comm.as_str()),
+            (101, "exit")
+        );
+        assert_eq!(evs[3].origin.ts_ns, s.ts);
+        assert_eq!(t.live_tasks(), 0);
+        assert!(t.finish().is_empty());
+    }
+
+    #[test]
+    fn fd_close_tears_down_the_clients_of_that_fd() {
+        let mut s = Script::new();
+        setup(&mut s, 100, 0, 0x1);
+        s.close(100, 6); // another fd: nothing
+        let mut t = NvTracker::new();
+        assert_eq!(kinds(&s.run(&mut t)), ["TASK_INIT"]);
+        assert_eq!(t.live_tasks(), 1);
+
+        let mut s2 = Script::new();
+        s2.close(100, CTL_FD);
+        let evs = s2.run(&mut t);
+        assert_eq!(
+            destroys(&evs),
+            [(100, TaskId::RmHandle(TSG), DestroyCause::FdClose, true)]
+        );
+        assert_eq!(t.live_tasks(), 0);
+        // The client went with the fd: its objects are unknown now.
+        let mut s3 = Script::new();
+        s3.push(sched(100, TSG, true));
+        let evs = s3.run(&mut t);
+        let EventKind::Schedule { task, channels, .. } = evs[0].kind else {
+            panic!()
+        };
+        assert_eq!((task, channels), (TaskId::RmHandle(TSG), None));
+    }
+
+    #[test]
+    fn fd_close_without_seen_client_uses_the_tsg_fd() {
+        // The client and device were allocated before tracing started.
+        let mut s = Script::new();
+        s.push(alloc(
+            100,
+            8,
+            true,
+            CLIENT,
+            DEVICE,
+            TSG,
+            0xA06C,
+            0,
+            &tsg_params(0x9, 0),
+        ))
+        .push(alloc(
+            100,
+            9,
+            true,
+            CLIENT,
+            DEVICE,
+            TSG2,
+            0xA06C,
+            0,
+            &tsg_params(0x9, 0),
+        ))
+        .close(100, 8);
+        let mut t = NvTracker::new();
+        let evs = s.run(&mut t);
+        assert_eq!(kinds(&evs), ["TASK_INIT", "TASK_INIT", "TASK_DESTROY"]);
+        let EventKind::TaskInit { gpu, engine, .. } = evs[0].kind else {
+            panic!()
+        };
+        assert_eq!((gpu, engine), (None, Some(Engine::Copy)));
+        assert_eq!(
+            destroys(&evs),
+            [(100, TaskId::RmHandle(TSG), DestroyCause::FdClose, true)]
+        );
+        assert_eq!(t.live_tasks(), 1);
+    }
+
+    #[test]
+    fn device_free_destroys_its_tsgs_only() {
+        let mut s = Script::new();
+        setup(&mut s, 100, 0, 0x1);
+        s.push(alloc(
+            100,
+            CTL_FD,
+            true,
+            CLIENT,
+            CLIENT,
+            DEVICE2,
+            0x80,
+            0,
+            &device_params(1),
+        ))
+        .push(tsg(100, DEVICE, TSG2, 0x9))
+        .push(tsg(100, DEVICE2, 0xCAF0_0012, 0x1))
+        // A channel without a TSG of its own, parented to the device.
+        .push(alloc(
+            100,
+            CTL_FD,
+            true,
+            CLIENT,
+            DEVICE,
+            CH3,
+            0xC86F,
+            0,
+            &channel_params(1, 0, 3),
+        ))
+        .push(ctl(
+            100,
+            CH3,
+            cmd::CHANNEL_GET_WORK_SUBMIT_TOKEN,
+            0,
+            &u32_params(0x0004_0003),
+        ))
+        .push(free(100, CTL_FD, CLIENT, CLIENT, DEVICE, 0));
+        let mut t = NvTracker::new();
+        let evs = s.run(&mut t);
+        let EventKind::TaskInit { gpu, .. } = evs[2].kind else {
+            panic!()
+        };
+        assert_eq!(gpu, Some(1));
+        let EventKind::WorkSubmit { task, gpu, .. } = evs[3].kind else {
+            panic!()
+        };
+        assert_eq!((task, gpu), (TaskId::RmHandle(CH3), Some(0)));
+        assert_eq!(t.counters().unknown_handle, 0);
+        assert_eq!(
+            destroys(&evs),
+            [
+                (100, TaskId::RmHandle(TSG), DestroyCause::ParentFree, false),
+                (100, TaskId::RmHandle(TSG2), DestroyCause::ParentFree, false),
+            ]
+        );
+        assert_eq!(t.live_tasks(), 1);
+        // The freed TSG's channels went with it.
+        let mut s2 = Script::new();
+        s2.push(ctl(
+            100,
+            CH1,
+            cmd::CHANNEL_GPFIFO_SCHEDULE,
+            0,
+            &schedule_params(true, false, false),
+        ));
+        let evs = s2.run(&mut t);
+        let EventKind::Schedule { task, channels, .. } = evs[0].kind else {
+            panic!()
+        };
+        assert_eq!((task, channels), (TaskId::RmHandle(CH1), None));
+        // The device's own channel went with the device.
+        let mut s3 = Script::new();
+        s3.push(ctl(
+            100,
+            CH3,
+            cmd::CHANNEL_GET_WORK_SUBMIT_TOKEN,
+            0,
+            &u32_params(0x0004_0003),
+        ));
+        let evs = s3.run(&mut t);
+        let EventKind::WorkSubmit { gpu, .. } = evs[0].kind else {
+            panic!()
+        };
+        assert_eq!(gpu, None);
+        assert_eq!(t.counters().unknown_handle, 2);
+    }
+
+    #[test]
+    fn client_free_destroys_everything_under_it() {
+        let mut s = Script::new();
+        setup(&mut s, 100, 0, 0x1);
+        s.push(tsg(100, DEVICE, TSG2, 0x9))
+            .push(free(100, CTL_FD, CLIENT, 0, CLIENT, 0))
+            .exit(100, 100);
+        let mut t = NvTracker::new();
+        let evs = s.run(&mut t);
+        // Both by the free; nothing left for the exit.
+        assert_eq!(
+            destroys(&evs),
+            [
+                (100, TaskId::RmHandle(TSG), DestroyCause::ParentFree, false),
+                (100, TaskId::RmHandle(TSG2), DestroyCause::ParentFree, false),
+            ]
+        );
+    }
+
+    #[test]
+    fn explicit_free_and_failed_free() {
+        let mut s = Script::new();
+        setup(&mut s, 100, 0, 0x1);
+        s.push(free(100, CTL_FD, CLIENT, DEVICE, TSG, 0x1F)) // refused: nothing
+            .push(free(100, CTL_FD, CLIENT, DEVICE, TSG, 0))
+            .push(free(100, CTL_FD, CLIENT, DEVICE, 0xDEAD_0001, 0)); // some memory object
+        let mut t = NvTracker::new();
+        let evs = s.run(&mut t);
+        assert_eq!(
+            destroys(&evs),
+            [(100, TaskId::RmHandle(TSG), DestroyCause::Free, false)]
+        );
+        assert_eq!(t.counters().failed_calls, 1);
+        assert_eq!(t.counters().untracked_frees, 1);
+        assert_eq!(t.live_tasks(), 0);
+    }
+
+    #[test]
+    fn channel_free_only_removes_the_channel() {
+        let mut s = Script::new();
+        setup(&mut s, 100, 0, 0x1);
+        s.push(free(100, CTL_FD, CLIENT, TSG, CH2, 0))
+            .push(sched(100, TSG, true));
+        let mut t = NvTracker::new();
+        let evs = s.run(&mut t);
+        assert_eq!(kinds(&evs), ["TASK_INIT", "SCHEDULE"]);
+        let EventKind::Schedule { channels, .. } = evs[1].kind else {
+            panic!()
+        };
+        assert_eq!(channels, Some(1));
+        assert_eq!(t.live_tasks(), 1);
+    }
+
+    #[test]
+    fn failed_allocs_produce_nothing() {
+        let mut s = Script::new();
+        s.push(alloc(
+            100,
+            CTL_FD,
+            true,
+            CLIENT,
+            DEVICE,
+            TSG,
+            0xA06C,
+            0x1B,
+            &tsg_params(1, 0),
+        ));
+        let mut efault = tsg(100, DEVICE, TSG2, 1);
+        efault.rec.ret = -14;
+        s.push(efault);
+        s.push(sched(100, TSG, true));
+        let mut t = NvTracker::new();
+        let evs = s.run(&mut t);
+        assert_eq!(kinds(&evs), ["SCHEDULE"]);
+        let EventKind::Schedule { task, channels, .. } = evs[0].kind else {
+            panic!()
+        };
+        assert_eq!((task, channels), (TaskId::RmHandle(TSG), None));
+        assert_eq!(t.counters().failed_tsg_allocs, 2);
+        assert_eq!(t.counters().failed_calls, 2);
+        assert_eq!(t.live_tasks(), 0);
+    }
+
+    #[test]
+    fn refused_schedules() {
+        let mut s = Script::new();
+        setup(&mut s, 100, 0, 0x1);
+        // RM refused it.
+        s.push(ctl(
+            100,
+            TSG,
+            cmd::TSG_GPFIFO_SCHEDULE,
+            0x1B,
+            &schedule_params(true, false, false),
+        ));
+        // The syscall was denied (LSM: -EPERM); the block still holds status 0.
+        let mut denied = sched(100, TSG, true);
+        denied.rec.ret = -1;
+        s.push(denied);
+        let mut t = NvTracker::new();
+        let evs = s.run(&mut t);
+        let sched: Vec<_> = evs
+            .iter()
+            .filter_map(|e| match e.kind {
+                EventKind::Schedule {
+                    allowed,
+                    rm_status,
+                    errno,
+                    channels,
+                    ..
+                } => Some((allowed, rm_status, errno, channels)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            sched,
+            [(false, Some(0x1B), 0, Some(2)), (false, None, -1, Some(2))]
+        );
+        assert_eq!(t.counters().failed_calls, 2);
+    }
+
+    #[test]
+    fn disable_is_not_a_schedule_event() {
+        let mut s = Script::new();
+        setup(&mut s, 100, 0, 0x1);
+        s.push(sched(100, TSG, false));
+        let mut t = NvTracker::new();
+        assert_eq!(kinds(&s.run(&mut t)), ["TASK_INIT"]);
+        assert_eq!(t.counters().schedule_disable, 1);
+    }
+
+    #[test]
+    fn unreadable_schedule_is_counted_not_reported() {
+        let mut s = Script::new();
+        setup(&mut s, 100, 0, 0x1);
+        let mut r = sched(100, TSG, true);
+        r.rec.params[12] = 0x4; // FINN-serialized
+        s.push(r);
+        let mut r = sched(100, TSG, true);
+        r.rec.flags |= nv_flags::SUB_READ_FAILED;
+        s.push(r);
+        let mut t = NvTracker::new();
+        assert_eq!(kinds(&s.run(&mut t)), ["TASK_INIT"]);
+        assert_eq!(t.counters().schedule_unreadable, 2);
+        assert_eq!(t.counters().unreadable_params, 2);
+        assert_eq!(
+            t.counters()
+                .unreadable_by_reason
+                .get(&Unreadable::FinnSerialized),
+            Some(&1)
+        );
+    }
+
+    #[test]
+    fn unknown_handles_are_reported_not_invented() {
+        let mut s = Script::new();
+        s.push(sched(300, TSG, true))
+            .push(ctl(
+                300,
+                CH1,
+                cmd::CHANNEL_GPFIFO_SCHEDULE,
+                0,
+                &schedule_params(true, false, false),
+            ))
+            .push(ctl(
+                300,
+                CH1,
+                cmd::CHANNEL_GET_WORK_SUBMIT_TOKEN,
+                0,
+                &u32_params(0x0001_0007),
+            ))
+            .push(ctl(300, TSG, cmd::TSG_GET_INFO, 0, &u32_params(9)));
+        let mut t = NvTracker::new();
+        let evs = s.run(&mut t);
+        assert_eq!(kinds(&evs), ["SCHEDULE", "SCHEDULE", "WORK_SUBMIT"]);
+        assert_eq!(
+            evs[0].kind,
+            EventKind::Schedule {
+                task: TaskId::RmHandle(TSG),
+                client: CLIENT,
+                channels: None,
+                timeslice_us: None,
+                interleave: None,
+                allowed: true,
+                rm_status: Some(0),
+                errno: 0,
+                via_channel: false,
+            }
+        );
+        let EventKind::Schedule {
+            task, via_channel, ..
+        } = evs[1].kind
+        else {
+            panic!()
+        };
+        assert_eq!((task, via_channel), (TaskId::RmHandle(CH1), true));
+        assert_eq!(
+            evs[2].kind,
+            EventKind::WorkSubmit {
+                task: TaskId::RmHandle(CH1),
+                client: CLIENT,
+                channel_handle: CH1,
+                chid: Some(7),
+                runlist: Some(1),
+                token: 0x0001_0007,
+                gpu: None,
+            }
+        );
+        assert_eq!(t.counters().unknown_handle, 4);
+        assert_eq!(t.live_tasks(), 0);
+    }
+
+    #[test]
+    fn channel_level_schedule_reports_the_tsg() {
+        let mut s = Script::new();
+        setup(&mut s, 100, 0, 0x1);
+        s.push(ctl(
+            100,
+            CH2,
+            cmd::CHANNEL_GPFIFO_SCHEDULE,
+            0,
+            &schedule_params(true, false, false),
+        ));
+        let mut t = NvTracker::new();
+        let evs = s.run(&mut t);
+        let EventKind::Schedule {
+            task,
+            via_channel,
+            channels,
+            allowed,
+            ..
+        } = evs[1].kind
+        else {
+            panic!()
+        };
+        assert_eq!(
+            (task, via_channel, channels, allowed),
+            (TaskId::RmHandle(TSG), true, Some(2), true)
+        );
+        assert_eq!(t.counters().unknown_handle, 0);
+    }
+
+    #[test]
+    fn processes_with_colliding_handles_are_separate() {
+        let mut s = Script::new();
+        setup(&mut s, 100, 0, 0x1);
+        setup(&mut s, 200, 1, 0x9);
+        s.push(free(200, CTL_FD, CLIENT, TSG, CH2, 0)) // only 200's channel
+            .push(ctl(100, TSG, cmd::TSG_GET_INFO, 0, &u32_params(4)))
+            .exit(100, 100)
+            .push(sched(200, TSG, true))
+            .push(ctl(
+                200,
+                CH1,
+                cmd::CHANNEL_GET_WORK_SUBMIT_TOKEN,
+                0,
+                &u32_params(0x0002_0009),
+            ));
+        let mut t = NvTracker::new();
+        let evs = s.run(&mut t);
+        assert_eq!(
+            kinds(&evs),
+            [
+                "TASK_INIT",
+                "TASK_INIT",
+                "TASK_DESTROY",
+                "SCHEDULE",
+                "WORK_SUBMIT"
+            ]
+        );
+        assert_eq!(
+            destroys(&evs),
+            [(100, TaskId::HwTsg(4), DestroyCause::ProcessExit, true)]
+        );
+        let EventKind::Schedule { task, channels, .. } = evs[3].kind else {
+            panic!()
+        };
+        assert_eq!(
+            (evs[3].origin.pid, task, channels),
+            (200, TaskId::RmHandle(TSG), Some(1))
+        );
+        let EventKind::WorkSubmit { gpu, .. } = evs[4].kind else {
+            panic!()
+        };
+        assert_eq!(gpu, Some(1));
+        assert_eq!(t.live_tasks(), 1);
+        let live = t.finish();
+        assert_eq!(
+            live,
+            [LiveAtEnd {
+                pid: 200,
+                comm: "cuda".into(),
+                tasks: vec![(CLIENT, TaskId::RmHandle(TSG))]
+            }]
+        );
+        assert_eq!(t.live_tasks(), 0);
+    }
+
+    #[test]
+    fn get_info_switches_the_task_id() {
+        let mut s = Script::new();
+        setup(&mut s, 100, 0, 0x1);
+        s.push(sched(100, TSG, true))
+            .push(ctl(100, TSG, cmd::TSG_GET_INFO, 0x57, &u32_params(99))) // failed
+            .push(sched(100, TSG, true))
+            .push(ctl(100, TSG, cmd::TSG_GET_INFO, 0, &u32_params(12)))
+            .push(sched(100, TSG, true))
+            .push(ctl(
+                100,
+                CH2,
+                cmd::CHANNEL_GET_WORK_SUBMIT_TOKEN,
+                0,
+                &u32_params(0x0003_0006),
+            ))
+            .push(free(100, CTL_FD, CLIENT, DEVICE, TSG, 0));
+        let mut t = NvTracker::new();
+        let evs = s.run(&mut t);
+        let tasks: Vec<_> = evs.iter().map(|e| e.kind.task()).collect();
+        assert_eq!(
+            tasks,
+            [
+                TaskId::RmHandle(TSG),
+                TaskId::RmHandle(TSG),
+                TaskId::RmHandle(TSG),
+                TaskId::HwTsg(12),
+                TaskId::HwTsg(12),
+                TaskId::HwTsg(12),
+            ]
+        );
+    }
+
+    #[test]
+    fn timeslice_and_interleave_update_later_schedules() {
+        let mut s = Script::new();
+        setup(&mut s, 100, 0, 0x1);
+        let sched_ts = |s: &mut Script| {
+            s.push(sched(100, TSG, true));
+        };
+        sched_ts(&mut s); // defaults
+        s.push(ctl(
+            100,
+            TSG,
+            cmd::TSG_SET_TIMESLICE,
+            0x1F,
+            &u64_params(5000),
+        )); // refused
+        sched_ts(&mut s);
+        s.push(ctl(100, TSG, cmd::TSG_SET_TIMESLICE, 0, &u64_params(2048)))
+            .push(ctl(
+                100,
+                TSG,
+                cmd::TSG_SET_INTERLEAVE_LEVEL,
+                0,
+                &u32_params(2),
+            ));
+        sched_ts(&mut s);
+        s.push(ctl(
+            100,
+            CH1,
+            cmd::CHANNEL_SET_INTERLEAVE_LEVEL,
+            0,
+            &u32_params(0),
+        ))
+        .push(ctl(100, TSG, cmd::TSG_GET_TIMESLICE, 0, &u64_params(4096)));
+        sched_ts(&mut s);
+        let mut t = NvTracker::new();
+        let evs = s.run(&mut t);
+        let got: Vec<_> = evs
+            .iter()
+            .filter_map(|e| match e.kind {
+                EventKind::Schedule {
+                    timeslice_us,
+                    interleave,
+                    ..
+                } => Some((timeslice_us, interleave)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (Some(1024), Some(Interleave::Medium)),
+                (Some(1024), Some(Interleave::Medium)),
+                (Some(2048), Some(Interleave::High)),
+                (Some(4096), Some(Interleave::Low)),
+            ]
+        );
+        // A new TSG on the same handle (after a free) starts from the driver defaults again.
+        let mut s2 = Script::new();
+        s2.push(free(100, CTL_FD, CLIENT, DEVICE, TSG, 0))
+            .push(tsg(100, DEVICE, TSG, 1))
+            .push(sched(100, TSG, true));
+        let evs = s2.run(&mut t);
+        let EventKind::Schedule {
+            timeslice_us,
+            interleave,
+            channels,
+            ..
+        } = evs[2].kind
+        else {
+            panic!()
+        };
+        assert_eq!(
+            (timeslice_us, interleave, channels),
+            (Some(1024), Some(Interleave::Medium), Some(0))
+        );
+    }
+
+    #[test]
+    fn observed_values_are_marked_in_the_tracker_state() {
+        let mut s = Script::new();
+        setup(&mut s, 100, 0, 0x1);
+        s.push(ctl(100, TSG, cmd::TSG_SET_TIMESLICE, 0, &u64_params(2048)));
+        let mut t = NvTracker::new();
+        s.run(&mut t);
+        assert_eq!(
+            t.task(100, CLIENT, TSG),
+            Some(TaskSnapshot {
+                task: TaskId::RmHandle(TSG),
+                parent: DEVICE,
+                fd: CTL_FD,
+                engine_type: Some(1),
+                timeslice_us: Some(2048),
+                timeslice_source: ValueSource::Observed,
+                interleave: Some(Interleave::Medium),
+                interleave_source: ValueSource::DriverDefault,
+                runlist: None,
+                channels: vec![CH1, CH2],
+                gpu: Some(0),
+            })
+        );
+        // A refused SET_INTERLEAVE_LEVEL changes nothing; an accepted one is observed.
+        let mut s2 = Script::new();
+        s2.push(ctl(
+            100,
+            TSG,
+            cmd::TSG_SET_INTERLEAVE_LEVEL,
+            0x1B,
+            &u32_params(2),
+        ));
+        s2.run(&mut t);
+        let snap = t.task(100, CLIENT, TSG).unwrap();
+        assert_eq!(
+            (snap.interleave, snap.interleave_source),
+            (Some(Interleave::Medium), ValueSource::DriverDefault)
+        );
+        let mut s3 = Script::new();
+        s3.push(ctl(
+            100,
+            TSG,
+            cmd::TSG_SET_INTERLEAVE_LEVEL,
+            0,
+            &u32_params(1),
+        ));
+        s3.run(&mut t);
+        let snap = t.task(100, CLIENT, TSG).unwrap();
+        assert_eq!(
+            (snap.interleave, snap.interleave_source),
+            (Some(Interleave::Medium), ValueSource::Observed)
+        );
+        assert_eq!(t.task(100, CLIENT, TSG2), None);
+        assert_eq!(t.task(200, CLIENT, TSG), None);
+    }
+
+    #[test]
+    fn work_submit_token_sets_the_runlist() {
+        let mut s = Script::new();
+        setup(&mut s, 100, 2, 0x1);
+        // GB20x token: bit 30 set.
+        s.push(ctl(
+            100,
+            CH2,
+            cmd::CHANNEL_GET_WORK_SUBMIT_TOKEN,
+            0,
+            &u32_params(0x400B_0123),
+        ))
+        .push(ctl(
+            100,
+            CH1,
+            cmd::CHANNEL_GET_WORK_SUBMIT_TOKEN,
+            0x1B,
+            &u32_params(0),
+        )); // failed
+        let mut t = NvTracker::new();
+        let evs = s.run(&mut t);
+        assert_eq!(kinds(&evs), ["TASK_INIT", "WORK_SUBMIT"]);
+        let EventKind::WorkSubmit {
+            chid,
+            runlist,
+            gpu,
+            channel_handle,
+            ..
+        } = evs[1].kind
+        else {
+            panic!()
+        };
+        assert_eq!(
+            (chid, runlist, gpu, channel_handle),
+            (Some(0x123), Some(0xB), Some(2), CH2)
+        );
+        assert_eq!(t.task(100, CLIENT, TSG).unwrap().runlist, Some(0xB));
+    }
+
+    #[test]
+    fn malformed_records_are_counted() {
+        let mut s = Script::new();
+        let mut r = sched(100, TSG, true);
+        r.rec.flags = nv_flags::XFER | nv_flags::XFER_READ_FAILED;
+        r.rec.escape = 0;
+        s.push(r);
+        let mut r = free(100, CTL_FD, CLIENT, DEVICE, TSG, 0);
+        r.rec.flags = nv_flags::BAD_SIZE;
+        s.push(r);
+        let mut r = free(100, CTL_FD, CLIENT, DEVICE, TSG, 0);
+        r.rec.flags = nv_flags::BAD_SIZE;
+        s.push(r);
+        let mut t = NvTracker::new();
+        assert!(s.run(&mut t).is_empty());
+        let c = t.counters();
+        assert_eq!((c.malformed, c.calls), (3, 0));
+        assert_eq!(
+            c.malformed_by_reason.get(&MalformedReason::BadSize),
+            Some(&2)
+        );
+        assert_eq!(
+            c.malformed_by_reason.get(&MalformedReason::XferReadFailed),
+            Some(&1)
+        );
+    }
+
+    #[test]
+    fn finish_lists_live_tasks_and_tracer_exit_events() {
+        let mut s = Script::new();
+        setup(&mut s, 100, 0, 0x1);
+        s.push(tsg(100, DEVICE, TSG2, 0x9)).push(ctl(
+            100,
+            TSG2,
+            cmd::TSG_GET_INFO,
+            0,
+            &u32_params(3),
+        ));
+        let mut t = NvTracker::new();
+        s.run(&mut t);
+        let live = t.finish();
+        assert_eq!(live.len(), 1);
+        assert_eq!(
+            live[0].tasks,
+            [(CLIENT, TaskId::RmHandle(TSG)), (CLIENT, TaskId::HwTsg(3))]
+        );
+        let evs = live[0].tracer_exit_events(5_000);
+        assert_eq!(destroys(&evs).len(), 2);
+        assert!(evs.iter().all(|e| matches!(
+            e.kind,
+            EventKind::TaskDestroy {
+                cause: DestroyCause::TracerExit,
+                implicit: true,
+                ..
+            }
+        ) && e.origin.ts_ns == 5_000
+            && e.origin.pid == 100));
+        assert!(t.finish().is_empty());
+    }
+
+    #[test]
+    fn nvos21_allocs_and_xfer_calls_are_tracked_too() {
+        let mut s = Script::new();
+        s.push(alloc(
+            100,
+            CTL_FD,
+            false,
+            CLIENT,
+            DEVICE,
+            TSG,
+            0xA06C,
+            0,
+            &tsg_params(0x13, 0),
+        ));
+        let mut r = sched(100, TSG, true);
+        r.rec.flags |= nv_flags::XFER;
+        r.rec.ioctl_cmd = 0xC010_46D3;
+        s.push(r);
+        let mut t = NvTracker::new();
+        let evs = s.run(&mut t);
+        assert_eq!(kinds(&evs), ["TASK_INIT", "SCHEDULE"]);
+        let EventKind::TaskInit { engine, .. } = evs[0].kind else {
+            panic!()
+        };
+        assert_eq!(engine, Some(Engine::Nvdec));
+        let EventKind::Schedule { channels, .. } = evs[1].kind else {
+            panic!()
+        };
+        assert_eq!(channels, Some(0));
+    }
+
+    #[test]
+    fn origin_of_call_events_is_the_caller() {
+        let mut s = Script::new();
+        s.stamp(tsg(100, DEVICE, TSG, 1), 107);
+        let mut t = NvTracker::new();
+        let evs = s.run(&mut t);
+        assert_eq!(
+            evs[0].origin,
+            Origin {
+                ts_ns: 1010,
+                cpu: 0,
+                pid: 100,
+                tid: 107,
+                comm: "cuda".into()
+            }
+        );
+        // and the wire layer agrees with the record.
+        assert_eq!(wire::origin(s.recs[0].header()), evs[0].origin);
+    }
+}

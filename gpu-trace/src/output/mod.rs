@@ -1,3 +1,4 @@
 //! Rendering events and statistics.
+pub mod clock;
 pub mod json;
 pub mod text;

@@ -1,1 +1,608 @@
-//! (being written)
+//! The human-readable output: one line per event.
+//!
+//! ```text
+//! 23:00:24.561798 [CPU01] TASK_INIT    PID=637320 python3          TSG=1    engine=COPY     timeslice=1024 us interleave=UNKNOWN runlist=0
+//! 23:00:24.591625 [CPU01] SCHEDULE     PID=637320 python3          TSG=1    channels=8 timeslice=1024 us interleave=LOW allowed=yes
+//! 23:00:24.600000 [CPU01] WORK_SUBMIT  PID=637320 python3          TSG=1    channel=2 token=1073741826 gpu=0 runlist=0
+//! 23:00:25.727580 [CPU01] TASK_DESTROY PID=637320 cuda-EvtHandlr   TSG=1    cause=process_exit (implicit)
+//! ```
+//!
+//! A value that is not known prints as `?` (without its unit), except the interleave level of a
+//! `TASK_INIT`, which prints as `UNKNOWN` (the allocation does not carry one). Lines carry no
+//! trailing spaces.
+
+use std::fmt::{self, Display, Write as _};
+
+use chrono::{Local, TimeZone};
+
+use crate::model::event::{DestroyCause, Engine, Event, EventKind, Interleave, TaskId};
+pub use crate::output::clock::Clock;
+
+/// How the time at the start of each line is shown.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TimestampMode {
+    /// Local wall-clock time, `%H:%M:%S%.6f`.
+    #[default]
+    Wall,
+    /// Seconds since the start of the trace (see [`Clock::relative_ns`]), right-aligned to the
+    /// width of the wall-clock form.
+    Relative,
+}
+
+/// Formats events as text lines.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TextFormatter {
+    /// Wall-clock or relative timestamps.
+    pub timestamps: TimestampMode,
+    /// Also print the `WORK_SUBMIT` events (one per channel, numerous).
+    pub verbose: bool,
+}
+
+/// Width of the wall-clock timestamp (`23:00:24.561798`); relative ones are padded to it.
+const TIME_WIDTH: usize = 15;
+
+impl TextFormatter {
+    /// The line for `ev` (no newline), or `None` when this formatter does not print it
+    /// (`WORK_SUBMIT` unless [`verbose`](Self::verbose)). Wall-clock times are local time.
+    pub fn format_event(&self, ev: &Event, clock: &Clock) -> Option<String> {
+        self.format_event_in_tz(ev, clock, &Local)
+    }
+
+    /// Like [`format_event`](Self::format_event), with wall-clock times in the time zone `tz`.
+    pub fn format_event_in_tz<Tz>(&self, ev: &Event, clock: &Clock, tz: &Tz) -> Option<String>
+    where
+        Tz: TimeZone,
+        Tz::Offset: Display,
+    {
+        if matches!(ev.kind, EventKind::WorkSubmit { .. }) && !self.verbose {
+            return None;
+        }
+        let mut line = String::with_capacity(160);
+        match self.timestamps {
+            TimestampMode::Wall => {
+                let t = clock.in_tz(ev.origin.ts_ns, tz);
+                let _ = write!(line, "{}", t.format("%H:%M:%S%.6f"));
+            }
+            TimestampMode::Relative => {
+                let rel = format_relative(clock.relative_ns(ev.origin.ts_ns));
+                let _ = write!(line, "{rel:>TIME_WIDTH$}");
+            }
+        }
+        let o = &ev.origin;
+        let _ = write!(
+            line,
+            " [CPU{:02}] {:<12} PID={:<6} {:<16} TSG={:<4} ",
+            o.cpu,
+            ev.kind.name(),
+            o.pid,
+            o.comm,
+            task_id(ev.kind.task()),
+        );
+        write_fields(&mut line, &ev.kind);
+        line.truncate(line.trim_end().len());
+        Some(line)
+    }
+}
+
+fn write_fields(line: &mut String, kind: &EventKind) {
+    let _ = match kind {
+        EventKind::TaskInit {
+            engine,
+            timeslice_us,
+            interleave,
+            runlist,
+            ..
+        } => write!(
+            line,
+            "engine={:<8} timeslice={} interleave={} runlist={}",
+            engine.map_or("?", engine_name),
+            Timeslice(*timeslice_us),
+            interleave.map_or("UNKNOWN", interleave_name),
+            Opt(*runlist),
+        ),
+        EventKind::Schedule {
+            channels,
+            timeslice_us,
+            interleave,
+            allowed,
+            rm_status,
+            errno,
+            via_channel,
+            ..
+        } => {
+            let _ = write!(
+                line,
+                "channels={} timeslice={} interleave={} allowed={}",
+                Opt(*channels),
+                Timeslice(*timeslice_us),
+                interleave.map_or("?", interleave_name),
+                if *allowed { "yes" } else { "no" },
+            );
+            if *via_channel {
+                line.push_str(" (channel)");
+            }
+            if !*allowed {
+                if let Some(status) = rm_status.filter(|&s| s != 0) {
+                    let _ = write!(line, " status=0x{status:08x}");
+                }
+                if *errno != 0 {
+                    let _ = write!(line, " errno={}", Errno(*errno));
+                }
+            }
+            Ok(())
+        }
+        EventKind::WorkSubmit {
+            chid,
+            runlist,
+            token,
+            gpu,
+            ..
+        } => write!(
+            line,
+            "channel={} token={} gpu={} runlist={}",
+            Opt(*chid),
+            token,
+            Opt(*gpu),
+            Opt(*runlist),
+        ),
+        EventKind::TaskDestroy {
+            cause, implicit, ..
+        } => {
+            let _ = write!(line, "cause={}", cause_name(*cause));
+            if *implicit {
+                line.push_str(" (implicit)");
+            }
+            Ok(())
+        }
+    };
+}
+
+/// `S.ffffff` seconds, with a `-` for negative values.
+fn format_relative(ns: i128) -> String {
+    let sign = if ns < 0 { "-" } else { "" };
+    let abs = ns.unsigned_abs();
+    format!(
+        "{sign}{}.{:06}",
+        abs / 1_000_000_000,
+        (abs % 1_000_000_000) / 1_000
+    )
+}
+
+/// The TSG column: the hardware id in decimal, an RM handle in hex, a KFD queue id in decimal.
+fn task_id(task: TaskId) -> String {
+    match task {
+        TaskId::HwTsg(n) | TaskId::KfdQueue(n) => n.to_string(),
+        TaskId::RmHandle(h) => format!("0x{h:08x}"),
+    }
+}
+
+fn engine_name(engine: Engine) -> &'static str {
+    match engine {
+        Engine::Graphics => "GRAPHICS",
+        Engine::Copy => "COPY",
+        Engine::Nvdec => "NVDEC",
+        Engine::Nvenc => "NVENC",
+        Engine::Nvjpeg => "NVJPEG",
+        Engine::Ofa => "OFA",
+        Engine::Sec2 => "SEC2",
+        Engine::Other => "OTHER",
+    }
+}
+
+fn interleave_name(level: Interleave) -> &'static str {
+    match level {
+        Interleave::Low => "LOW",
+        Interleave::Medium => "MEDIUM",
+        Interleave::High => "HIGH",
+    }
+}
+
+fn cause_name(cause: DestroyCause) -> &'static str {
+    match cause {
+        DestroyCause::Free => "free",
+        DestroyCause::ParentFree => "parent_free",
+        DestroyCause::FdClose => "fd_close",
+        DestroyCause::ProcessExit => "process_exit",
+        DestroyCause::TracerExit => "tracer_exit",
+    }
+}
+
+/// A value or `?`.
+struct Opt<T>(Option<T>);
+
+impl<T: Display> Display for Opt<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            Some(v) => v.fmt(f),
+            None => f.write_str("?"),
+        }
+    }
+}
+
+/// `1024 us`, or `?` without the unit.
+struct Timeslice(Option<u64>);
+
+impl Display for Timeslice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(us) => write!(f, "{us} us"),
+            None => f.write_str("?"),
+        }
+    }
+}
+
+/// An errno (either sign) by name when it is a common one, else its positive number.
+struct Errno(i32);
+
+impl Display for Errno {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let e = self.0.unsigned_abs();
+        let name = match i32::try_from(e).unwrap_or(i32::MAX) {
+            libc::EPERM => "EPERM",
+            libc::ENOENT => "ENOENT",
+            libc::EIO => "EIO",
+            libc::EAGAIN => "EAGAIN",
+            libc::ENOMEM => "ENOMEM",
+            libc::EFAULT => "EFAULT",
+            libc::EBUSY => "EBUSY",
+            libc::ENODEV => "ENODEV",
+            libc::EINVAL => "EINVAL",
+            libc::ENOTTY => "ENOTTY",
+            _ => return write!(f, "{e}"),
+        };
+        f.write_str(name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::event::{Origin, ValueSource};
+    use chrono::{FixedOffset, NaiveDate, Utc};
+
+    /// Monotonic time of the first sample line.
+    const T0: u64 = 5_000_000_000_000;
+
+    /// A clock and time zone under which `T0` is 23:00:24.561798 (2024-05-01, UTC+02:00).
+    fn fixed() -> (Clock, FixedOffset) {
+        let tz = FixedOffset::east_opt(2 * 3600).unwrap();
+        let wall = tz
+            .with_ymd_and_hms(2024, 5, 1, 23, 0, 24)
+            .unwrap()
+            .timestamp_nanos_opt()
+            .unwrap()
+            + 561_798_000;
+        (Clock::new(i128::from(wall) - i128::from(T0)), tz)
+    }
+
+    fn origin(ts_ns: u64, comm: &str) -> Origin {
+        Origin {
+            ts_ns,
+            cpu: 1,
+            pid: 637320,
+            tid: 637320,
+            comm: comm.to_string(),
+        }
+    }
+
+    fn task_init() -> Event {
+        Event {
+            origin: origin(T0, "python3"),
+            kind: EventKind::TaskInit {
+                task: TaskId::HwTsg(1),
+                client: 0xc1d0_0001,
+                engine: Some(Engine::Copy),
+                engine_type: Some(0x0d),
+                timeslice_us: Some(1024),
+                timeslice_source: ValueSource::DriverDefault,
+                interleave: None,
+                interleave_source: ValueSource::DriverDefault,
+                runlist: Some(0),
+                gpu: Some(0),
+            },
+        }
+    }
+
+    fn schedule() -> Event {
+        Event {
+            origin: origin(T0 + 29_827_000, "python3"),
+            kind: EventKind::Schedule {
+                task: TaskId::HwTsg(1),
+                client: 0xc1d0_0001,
+                channels: Some(8),
+                timeslice_us: Some(1024),
+                interleave: Some(Interleave::Low),
+                allowed: true,
+                rm_status: Some(0),
+                errno: 0,
+                via_channel: false,
+            },
+        }
+    }
+
+    fn work_submit() -> Event {
+        Event {
+            origin: origin(T0 + 38_202_000, "python3"),
+            kind: EventKind::WorkSubmit {
+                task: TaskId::HwTsg(1),
+                client: 0xc1d0_0001,
+                channel_handle: 0x5c00_0010,
+                chid: Some(2),
+                runlist: Some(0),
+                token: 1_073_741_826,
+                gpu: Some(0),
+            },
+        }
+    }
+
+    fn task_destroy() -> Event {
+        Event {
+            origin: origin(T0 + 1_165_782_000, "cuda-EvtHandlr"),
+            kind: EventKind::TaskDestroy {
+                task: TaskId::HwTsg(1),
+                client: 0xc1d0_0001,
+                cause: DestroyCause::ProcessExit,
+                implicit: true,
+            },
+        }
+    }
+
+    fn wall(verbose: bool) -> TextFormatter {
+        TextFormatter {
+            timestamps: TimestampMode::Wall,
+            verbose,
+        }
+    }
+
+    fn line(ev: &Event) -> String {
+        let (clock, tz) = fixed();
+        wall(true).format_event_in_tz(ev, &clock, &tz).unwrap()
+    }
+
+    const SAMPLE_INIT: &str = "23:00:24.561798 [CPU01] TASK_INIT    PID=637320 python3          TSG=1    engine=COPY     timeslice=1024 us interleave=UNKNOWN runlist=0";
+    const SAMPLE_SCHEDULE: &str = "23:00:24.591625 [CPU01] SCHEDULE     PID=637320 python3          TSG=1    channels=8 timeslice=1024 us interleave=LOW allowed=yes";
+    const SAMPLE_SUBMIT: &str = "23:00:24.600000 [CPU01] WORK_SUBMIT  PID=637320 python3          TSG=1    channel=2 token=1073741826 gpu=0";
+    const SAMPLE_DESTROY: &str =
+        "23:00:25.727580 [CPU01] TASK_DESTROY PID=637320 cuda-EvtHandlr   TSG=1";
+
+    #[test]
+    fn sample_task_init() {
+        assert_eq!(line(&task_init()), SAMPLE_INIT);
+    }
+
+    #[test]
+    fn sample_schedule() {
+        assert_eq!(line(&schedule()), SAMPLE_SCHEDULE);
+    }
+
+    #[test]
+    fn sample_work_submit_plus_runlist() {
+        let l = line(&work_submit());
+        assert!(l.starts_with(SAMPLE_SUBMIT), "{l}");
+        assert_eq!(l, format!("{SAMPLE_SUBMIT} runlist=0"));
+    }
+
+    #[test]
+    fn sample_task_destroy_plus_cause() {
+        let l = line(&task_destroy());
+        assert!(l.starts_with(SAMPLE_DESTROY), "{l}");
+        assert_eq!(
+            l,
+            format!("{SAMPLE_DESTROY}    cause=process_exit (implicit)")
+        );
+        let mut ev = task_destroy();
+        ev.kind = EventKind::TaskDestroy {
+            task: TaskId::HwTsg(1),
+            client: 1,
+            cause: DestroyCause::Free,
+            implicit: false,
+        };
+        assert_eq!(line(&ev), format!("{SAMPLE_DESTROY}    cause=free"));
+    }
+
+    #[test]
+    fn local_time_zone_is_used_by_default() {
+        // Choose the offset so that T0 is 23:00:24.561798 local time, whatever TZ is.
+        let local = NaiveDate::from_ymd_opt(2024, 5, 1)
+            .unwrap()
+            .and_hms_micro_opt(23, 0, 24, 561_798)
+            .unwrap()
+            .and_local_timezone(Local)
+            .earliest()
+            .unwrap();
+        let wall_ns = local.with_timezone(&Utc).timestamp_nanos_opt().unwrap();
+        let clock = Clock::new(i128::from(wall_ns) - i128::from(T0));
+        let f = wall(false);
+        assert_eq!(f.format_event(&task_init(), &clock).unwrap(), SAMPLE_INIT);
+        assert_eq!(
+            f.format_event(&schedule(), &clock).unwrap(),
+            SAMPLE_SCHEDULE
+        );
+    }
+
+    #[test]
+    fn work_submit_only_when_verbose() {
+        let (clock, tz) = fixed();
+        assert_eq!(
+            wall(false).format_event_in_tz(&work_submit(), &clock, &tz),
+            None
+        );
+        assert!(
+            wall(true)
+                .format_event_in_tz(&work_submit(), &clock, &tz)
+                .is_some()
+        );
+        for ev in [task_init(), schedule(), task_destroy()] {
+            assert!(wall(false).format_event_in_tz(&ev, &clock, &tz).is_some());
+        }
+    }
+
+    #[test]
+    fn unknown_values_print_question_marks() {
+        let mut init = task_init();
+        init.kind = EventKind::TaskInit {
+            task: TaskId::RmHandle(0x5c00_0002),
+            client: 1,
+            engine: None,
+            engine_type: None,
+            timeslice_us: None,
+            timeslice_source: ValueSource::Observed,
+            interleave: Some(Interleave::High),
+            interleave_source: ValueSource::Observed,
+            runlist: None,
+            gpu: None,
+        };
+        assert_eq!(
+            line(&init),
+            "23:00:24.561798 [CPU01] TASK_INIT    PID=637320 python3          TSG=0x5c000002 \
+             engine=?        timeslice=? interleave=HIGH runlist=?"
+        );
+
+        let mut sched = schedule();
+        sched.kind = EventKind::Schedule {
+            task: TaskId::KfdQueue(12345),
+            client: 0,
+            channels: None,
+            timeslice_us: None,
+            interleave: None,
+            allowed: true,
+            rm_status: None,
+            errno: 0,
+            via_channel: false,
+        };
+        assert_eq!(
+            line(&sched),
+            "23:00:24.591625 [CPU01] SCHEDULE     PID=637320 python3          TSG=12345 \
+             channels=? timeslice=? interleave=? allowed=yes"
+        );
+
+        let mut submit = work_submit();
+        submit.kind = EventKind::WorkSubmit {
+            task: TaskId::HwTsg(7),
+            client: 1,
+            channel_handle: 2,
+            chid: None,
+            runlist: None,
+            token: 0,
+            gpu: None,
+        };
+        assert!(
+            line(&submit).ends_with("TSG=7    channel=? token=0 gpu=? runlist=?"),
+            "{}",
+            line(&submit)
+        );
+    }
+
+    #[test]
+    fn engines_and_interleave_levels() {
+        for (engine, name) in [
+            (Engine::Graphics, "GRAPHICS"),
+            (Engine::Nvdec, "NVDEC   "),
+            (Engine::Nvenc, "NVENC   "),
+            (Engine::Nvjpeg, "NVJPEG  "),
+            (Engine::Ofa, "OFA     "),
+            (Engine::Sec2, "SEC2    "),
+            (Engine::Other, "OTHER   "),
+        ] {
+            let mut ev = task_init();
+            if let EventKind::TaskInit {
+                engine: e,
+                interleave,
+                ..
+            } = &mut ev.kind
+            {
+                *e = Some(engine);
+                *interleave = Some(Interleave::Medium);
+            }
+            let l = line(&ev);
+            assert!(
+                l.contains(&format!(
+                    " engine={name} timeslice=1024 us interleave=MEDIUM "
+                )),
+                "{l}"
+            );
+        }
+    }
+
+    fn denied(rm_status: Option<u32>, errno: i32, via_channel: bool) -> String {
+        let mut ev = schedule();
+        ev.kind = EventKind::Schedule {
+            task: TaskId::HwTsg(1),
+            client: 1,
+            channels: Some(1),
+            timeslice_us: Some(2048),
+            interleave: Some(Interleave::Medium),
+            allowed: false,
+            rm_status,
+            errno,
+            via_channel,
+        };
+        let l = line(&ev);
+        let (_, fields) = l.split_once("TSG=1    ").unwrap();
+        fields.to_string()
+    }
+
+    #[test]
+    fn refused_schedules() {
+        let base = "channels=1 timeslice=2048 us interleave=MEDIUM allowed=no";
+        assert_eq!(denied(None, -1, false), format!("{base} errno=EPERM"));
+        assert_eq!(denied(None, -14, false), format!("{base} errno=EFAULT"));
+        assert_eq!(denied(None, -22, false), format!("{base} errno=EINVAL"));
+        assert_eq!(denied(None, -25, false), format!("{base} errno=ENOTTY"));
+        assert_eq!(denied(None, -95, false), format!("{base} errno=95"));
+        assert_eq!(
+            denied(Some(0x1f), 0, false),
+            format!("{base} status=0x0000001f")
+        );
+        assert_eq!(denied(Some(0), 0, false), base);
+        assert_eq!(
+            denied(Some(0x56), 0, true),
+            format!("{base} (channel) status=0x00000056")
+        );
+        assert_eq!(
+            denied(None, -1, true),
+            format!("{base} (channel) errno=EPERM")
+        );
+    }
+
+    #[test]
+    fn allowed_channel_schedule() {
+        let mut ev = schedule();
+        if let EventKind::Schedule { via_channel, .. } = &mut ev.kind {
+            *via_channel = true;
+        }
+        assert_eq!(line(&ev), format!("{SAMPLE_SCHEDULE} (channel)"));
+    }
+
+    #[test]
+    fn relative_timestamps() {
+        let clock = Clock::new(0);
+        let f = TextFormatter {
+            timestamps: TimestampMode::Relative,
+            verbose: true,
+        };
+        let first = f.format_event(&task_init(), &clock).unwrap();
+        assert!(
+            first.starts_with("       0.000000 [CPU01] TASK_INIT "),
+            "{first}"
+        );
+        let later = f.format_event(&task_destroy(), &clock).unwrap();
+        assert!(
+            later.starts_with("       1.165782 [CPU01] TASK_DESTROY "),
+            "{later}"
+        );
+        let mut early = schedule();
+        early.origin.ts_ns = T0 - 1_500;
+        let l = f.format_event(&early, &clock).unwrap();
+        assert!(l.starts_with("      -0.000001 [CPU01] SCHEDULE "), "{l}");
+    }
+
+    #[test]
+    fn no_trailing_whitespace() {
+        for ev in [task_init(), schedule(), work_submit(), task_destroy()] {
+            let l = line(&ev);
+            assert_eq!(l.trim_end(), l);
+            assert!(!l.contains('\n'));
+        }
+    }
+}

@@ -1,2 +1,3 @@
-//! What the running kernel allows.
+//! What the running kernel allows: structure offsets from BTF, privileges, tracefs, devices.
 pub mod btf;
+pub mod system;

@@ -1,0 +1,162 @@
+//! Records in, text or JSON out: parse → decode → track → filter → print, and statistics.
+//! Pure with respect to the kernel: live runs and `replay` share it, so a replay prints what the
+//! live run printed.
+
+use std::{collections::HashMap, io::Write, time::Duration};
+
+use crate::{
+    cli::{Format, Timestamps},
+    model::{
+        event::Event,
+        nvidia::{NvInput, NvTracker},
+        stats::{KernelCounters, Stats},
+    },
+    nvidia::decode::{self, RmCall},
+    output::{
+        clock::Clock,
+        json,
+        text::{TextFormatter, TimestampMode},
+    },
+    session::Summary,
+    wire::{self, RawRecord},
+};
+
+/// What to show and how.
+#[derive(Clone, Debug)]
+pub struct PipelineConfig {
+    pub verbose: bool,
+    /// Only these processes (empty: all).
+    pub pids: Vec<u32>,
+    /// Only these thread or process names (empty: all).
+    pub comms: Vec<String>,
+    pub format: Format,
+    pub timestamps: Timestamps,
+    /// Print the statistics block at the end.
+    pub stats: bool,
+    pub clock: Clock,
+}
+
+pub struct Pipeline<W: Write> {
+    config: PipelineConfig,
+    text: TextFormatter,
+    tracker: NvTracker,
+    stats: Stats,
+    /// First `comm` seen per process: `--comm` matches it as the process name, so that a
+    /// process's events from other threads (e.g. `cuda-EvtHandlr`) are kept.
+    process_names: HashMap<u32, String>,
+    first_ts: Option<u64>,
+    last_ts: Option<u64>,
+    out: W,
+}
+
+impl<W: Write> Pipeline<W> {
+    pub fn new(config: PipelineConfig, out: W) -> Self {
+        let text = TextFormatter {
+            timestamps: match config.timestamps {
+                Timestamps::Wall => TimestampMode::Wall,
+                Timestamps::Relative => TimestampMode::Relative,
+            },
+            verbose: config.verbose,
+        };
+        Self {
+            config,
+            text,
+            tracker: NvTracker::default(),
+            stats: Stats::new(),
+            process_names: HashMap::new(),
+            first_ts: None,
+            last_ts: None,
+            out,
+        }
+    }
+
+    /// Feeds one ring-buffer record; prints the events it produces.
+    pub fn feed(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        let record = match wire::parse_record(bytes) {
+            Ok(r) => r,
+            Err(_) => {
+                self.stats.malformed += 1;
+                return Ok(());
+            }
+        };
+        let origin = record.origin();
+        self.first_ts.get_or_insert(origin.ts_ns);
+        self.last_ts = Some(origin.ts_ns);
+        self.process_names.entry(origin.pid).or_insert_with(|| origin.comm.clone());
+        let input = match record {
+            RawRecord::NvIoctl(rec) => {
+                let call = decode::decode(&rec);
+                if matches!(call, RmCall::Malformed { .. }) {
+                    self.stats.decode_errors += 1;
+                }
+                NvInput::Call { fd: decode::fd(&rec), errno: decode::errno(&rec), call }
+            }
+            RawRecord::ProcessExit(_) => NvInput::ProcessExit,
+            RawRecord::FdClose(t) => NvInput::FdClose { fd: t.value },
+        };
+        let pid = origin.pid;
+        let events = self.tracker.observe(origin, input);
+        for event in &events {
+            if self.selected(event) {
+                self.emit(event)?;
+            }
+        }
+        if matches!(record, RawRecord::ProcessExit(_)) {
+            self.process_names.remove(&pid);
+        }
+        Ok(())
+    }
+
+    fn selected(&self, event: &Event) -> bool {
+        let o = &event.origin;
+        let pid_ok = self.config.pids.is_empty() || self.config.pids.contains(&o.pid);
+        let comm_ok = self.config.comms.is_empty()
+            || self.config.comms.iter().any(|c| {
+                *c == o.comm || self.process_names.get(&o.pid).is_some_and(|name| name == c)
+            });
+        pid_ok && comm_ok
+    }
+
+    fn emit(&mut self, event: &Event) -> std::io::Result<()> {
+        self.stats.record(event);
+        let line = match self.config.format {
+            Format::Text => self.text.format_event(event, &self.config.clock),
+            Format::Json => Some(json::event_json(event, &self.config.clock)),
+        };
+        if let Some(line) = line {
+            writeln!(self.out, "{line}")?;
+        }
+        Ok(())
+    }
+
+    pub fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
+
+    /// Time between the first and the last record seen.
+    pub fn span(&self) -> Duration {
+        match (self.first_ts, self.last_ts) {
+            (Some(a), Some(b)) => Duration::from_nanos(b.saturating_sub(a)),
+            _ => Duration::ZERO,
+        }
+    }
+
+    /// Ends the run: prints the statistics (with the kernel's counters) and returns the summary.
+    pub fn finish(mut self, counters: KernelCounters, duration: Duration) -> std::io::Result<Summary> {
+        self.stats.kernel = counters;
+        self.stats.elapsed = Some(duration);
+        self.stats.live_at_exit = self.tracker.live_tasks() as u64;
+        if self.config.stats {
+            match self.config.format {
+                Format::Text => write!(self.out, "{}", self.stats.render_text())?,
+                Format::Json => writeln!(self.out, "{}", json::stats_json(&self.stats))?,
+            }
+        }
+        self.out.flush()?;
+        Ok(Summary { events: self.stats.events(), dropped: counters.dropped })
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+}
