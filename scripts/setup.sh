@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what building gpu-trace needs on a fresh Debian machine (run as root, or with sudo):
+# LLVM 22 for bpf-linker, the nightly toolchain's rust-src (the kernel programs are built with
+# nightly for bpfel-unknown-none), and bpf-linker 0.13 itself. Idempotent: skips what is there.
+set -euo pipefail
+SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+log() { printf 'setup: %s\n' "$*"; }
+
+if ! dpkg -s llvm-22-dev libpolly-22-dev libzstd-dev zlib1g-dev >/dev/null 2>&1; then
+  log "installing LLVM 22 development packages"
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq llvm-22-dev libpolly-22-dev libzstd-dev zlib1g-dev >/dev/null
+fi
+if ! rustup toolchain list | grep -q '^nightly'; then
+  log "installing the nightly toolchain"
+  rustup toolchain install nightly --profile minimal
+fi
+if ! rustup component list --toolchain nightly --installed | grep -q '^rust-src'; then
+  log "adding rust-src to nightly"
+  rustup component add rust-src --toolchain nightly
+fi
+if ! bpf-linker --version 2>/dev/null | grep -q '0\.13\.'; then
+  log "building bpf-linker 0.13 against LLVM 22 (a few minutes)"
+  LLVM_PREFIX=/usr/lib/llvm-22 cargo install bpf-linker --version 0.13.0 \
+    --no-default-features --features llvm-22
+fi
+log "toolchain ready: $(rustc --version), $(rustc +nightly --version), $(bpf-linker --version)"
