@@ -1,0 +1,750 @@
+/*
+ * gpu-trace lab: the guest test client. Built statically on the host (`cargo xtask lab` runs
+ * `cc -static -O2 -o lab-client lab/client.c`) and run by lab/init.sh inside the QEMU guest.
+ *
+ * It issues the driver calls the lab checks, and proves with small hand-assembled eBPF programs
+ * (raw bpf(2), no libbpf) that the guest kernel can do what the CI kernel refuses: kprobes and
+ * fentry/fexit on KFD functions, BPF LSM on file_ioctl. It prints what it observed, one
+ * `LAB <topic> key=value ...` line per fact; it judges nothing except "the syscall itself
+ * failed" (exit 1). The verdict is computed on the host from the serial log (xtask/src/lab.rs).
+ *
+ * Subcommands:
+ *   facts           KFD GET_VERSION on /dev/kfd
+ *   nv              RM-shaped ioctls on /dev/null (what gpu-trace --watch-device /dev/null sees)
+ *   kfd-create      AMDKFD_IOC_CREATE_QUEUE on /dev/kfd, 96- and 88-byte forms (EINVAL, no GPU)
+ *   kprobe          kprobe + kretprobe on kfd_ioctl_create_queue; ambiguous name by address
+ *   fentry          fentry + fexit on kfd_ioctl_create_queue through amdgpu's module BTF
+ *   lsm             BPF LSM on file_ioctl denying CREATE_QUEUE for this process only
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/bpf.h>
+#include <linux/btf.h>
+#include <linux/perf_event.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* ---- driver ABI (docs: ../shared/docs/driver-reference.md A1/A2, B1) ---------------------- */
+
+#define KFD_GET_VERSION 0x80084B01u
+#define KFD_CREATE_QUEUE_96 0xC0604B02u /* 6.12+ UAPI header: 96-byte args */
+#define KFD_CREATE_QUEUE_88 0xC0584B02u /* 6.1 UAPI header: 88-byte args */
+
+struct kfd_create_queue_args {
+	uint64_t ring_base_address, write_pointer_address, read_pointer_address;
+	uint64_t doorbell_offset; /* out */
+	uint32_t ring_size, gpu_id, queue_type, queue_percentage, queue_priority;
+	uint32_t queue_id; /* out */
+	uint64_t eop_buffer_address, eop_buffer_size, ctx_save_restore_address;
+	uint32_t ctx_save_restore_size, ctl_stack_size, sdma_engine_id, pad;
+};
+_Static_assert(sizeof(struct kfd_create_queue_args) == 96, "KFD create-queue args are 96 bytes");
+
+/* The values the lab's checks look for in gpu-trace's output (see xtask/src/lab.rs). */
+#define LAB_GPU_ID 0x4c4142u /* "LAB": no such GPU, so the driver answers EINVAL */
+#define LAB_RING_SIZE 4096u
+#define LAB_QUEUE_TYPE 2u /* KFD_IOC_QUEUE_TYPE_COMPUTE_AQL */
+#define LAB_PERCENTAGE 100u
+#define LAB_PRIORITY 7u
+
+#define NV_ALLOC64 0xC030462Bu
+#define NV_CONTROL 0xC020462Au
+#define NV_FREE 0xC0104629u
+#define NV_XFER 0xC01046D3u
+#define NV_CHECK_VERSION 0xC04846D2u
+#define NV_TSG_SCHEDULE 0xA06C0101u
+#define NV_UNRELATED_CONTROL 0x20800101u
+
+struct nvos64 {
+	uint32_t h_root, h_parent, h_new, h_class;
+	uint64_t p_alloc, p_rights;
+	uint32_t params_size, flags, status, pad;
+};
+struct nvos54 {
+	uint32_t h_client, h_object, cmd, flags;
+	uint64_t params;
+	uint32_t params_size, status;
+};
+struct nvos00 {
+	uint32_t h_root, h_parent, h_old, status;
+};
+struct nv_xfer {
+	uint32_t cmd, size;
+	uint64_t ptr;
+};
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+static long xioctl(int fd, unsigned long cmd, void *arg)
+{
+	long rc = ioctl(fd, cmd, arg);
+	return rc < 0 ? -errno : rc;
+}
+
+static int open_or_die(const char *path)
+{
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0) {
+		printf("LAB error open=%s errno=%d (%s)\n", path, errno, strerror(errno));
+		exit(1);
+	}
+	return fd;
+}
+
+static long create_queue(int fd, unsigned int cmd)
+{
+	static uint8_t ring[LAB_RING_SIZE] __attribute__((aligned(4096)));
+	static uint64_t rptr, wptr;
+	struct kfd_create_queue_args a = {
+		.ring_base_address = (uintptr_t)ring,
+		.write_pointer_address = (uintptr_t)&wptr,
+		.read_pointer_address = (uintptr_t)&rptr,
+		.ring_size = LAB_RING_SIZE,
+		.gpu_id = LAB_GPU_ID,
+		.queue_type = LAB_QUEUE_TYPE,
+		.queue_percentage = LAB_PERCENTAGE,
+		.queue_priority = LAB_PRIORITY,
+	};
+	return xioctl(fd, cmd, &a);
+}
+
+/* ---- subcommands: driver calls ------------------------------------------------------------ */
+
+static int cmd_facts(void)
+{
+	int fd = open_or_die("/dev/kfd");
+	uint32_t ver[2] = {0, 0};
+	long rc = xioctl(fd, KFD_GET_VERSION, ver);
+	printf("LAB kfd get_version rc=%ld major=%u minor=%u\n", rc, ver[0], ver[1]);
+	close(fd);
+	return rc == 0 ? 0 : 1;
+}
+
+static int cmd_nv(void)
+{
+	int fd = open_or_die("/dev/null");
+	int zero = open_or_die("/dev/zero");
+	uint32_t tsg_params[5] = {0xcaf00001, 0, 0xcaf00002, 1, 0}; /* engineType 1 = GR0 */
+	struct nvos64 alloc = {
+		.h_root = 0xc1d00001, .h_parent = 0xc1d00002, .h_new = 0x5c000010, .h_class = 0xA06C,
+		.p_alloc = (uintptr_t)tsg_params,
+	};
+	uint8_t sched[3] = {1, 0, 0}; /* bEnable */
+	struct nvos54 control = {
+		.h_client = 0xc1d00001, .h_object = 0x5c000010, .cmd = NV_TSG_SCHEDULE,
+		.params = (uintptr_t)sched, .params_size = 3,
+	};
+	struct nv_xfer xfer = {.cmd = 0x2B, .size = sizeof alloc, .ptr = (uintptr_t)&alloc};
+	struct nvos00 fr = {.h_root = 0xc1d00001, .h_parent = 0xc1d00002, .h_old = 0x5c000010};
+	struct nvos54 other = control;
+	other.cmd = NV_UNRELATED_CONTROL;
+
+	printf("LAB nv pid=%d tid=%ld fd=%d\n", getpid(), syscall(SYS_gettid), fd);
+	/* Traced (4): TSG alloc, GPFIFO_SCHEDULE, the XFER-wrapped alloc, the free. */
+	printf("LAB nv call=alloc64 rc=%ld\n", xioctl(fd, NV_ALLOC64, &alloc));
+	printf("LAB nv call=schedule rc=%ld\n", xioctl(fd, NV_CONTROL, &control));
+	printf("LAB nv call=xfer_alloc rc=%ld\n", xioctl(fd, NV_XFER, &xfer));
+	printf("LAB nv call=free rc=%ld\n", xioctl(fd, NV_FREE, &fr));
+	/* Not traced: an unrelated control (read, counted as ignored), a version check (filtered by
+	 * command number), and an RM alloc on an unwatched device. */
+	printf("LAB nv call=other_control rc=%ld\n", xioctl(fd, NV_CONTROL, &other));
+	printf("LAB nv call=check_version rc=%ld\n", xioctl(fd, NV_CHECK_VERSION, NULL));
+	printf("LAB nv call=alloc_on_zero rc=%ld\n", xioctl(zero, NV_ALLOC64, &alloc));
+	close(zero);
+	close(fd);
+	return 0;
+}
+
+static int cmd_kfd_create(void)
+{
+	int fd = open_or_die("/dev/kfd");
+	printf("LAB kfd_create pid=%d gpu_id=%u queue_type=%u percentage=%u priority=%u ring_size=%u\n",
+	       getpid(), LAB_GPU_ID, LAB_QUEUE_TYPE, LAB_PERCENTAGE, LAB_PRIORITY, LAB_RING_SIZE);
+	printf("LAB kfd_create size=96 cmd=0x%08x rc=%ld\n", KFD_CREATE_QUEUE_96,
+	       create_queue(fd, KFD_CREATE_QUEUE_96));
+	printf("LAB kfd_create size=88 cmd=0x%08x rc=%ld\n", KFD_CREATE_QUEUE_88,
+	       create_queue(fd, KFD_CREATE_QUEUE_88));
+	close(fd);
+	return 0;
+}
+
+/* ---- a tiny eBPF assembler ---------------------------------------------------------------- */
+
+#define MAX_INSNS 128
+struct prog {
+	struct bpf_insn insn[MAX_INSNS];
+	int n;
+};
+
+static void emit(struct prog *p, uint8_t code, uint8_t dst, uint8_t src, int16_t off, int32_t imm)
+{
+	if (p->n >= MAX_INSNS) {
+		printf("LAB error program too long\n");
+		exit(1);
+	}
+	p->insn[p->n++] = (struct bpf_insn){.code = code, .dst_reg = dst, .src_reg = src, .off = off, .imm = imm};
+}
+
+#define R0 0
+#define R1 1
+#define R2 2
+#define R3 3
+#define R6 6
+#define R7 7
+#define R8 8
+#define R10 10
+
+static void mov_imm(struct prog *p, int dst, int32_t imm) { emit(p, BPF_ALU64 | BPF_MOV | BPF_K, dst, 0, 0, imm); }
+static void mov_reg(struct prog *p, int dst, int src) { emit(p, BPF_ALU64 | BPF_MOV | BPF_X, dst, src, 0, 0); }
+static void add_imm(struct prog *p, int dst, int32_t imm) { emit(p, BPF_ALU64 | BPF_ADD | BPF_K, dst, 0, 0, imm); }
+static void ldx64(struct prog *p, int dst, int src, int16_t off) { emit(p, BPF_LDX | BPF_MEM | BPF_DW, dst, src, off, 0); }
+static void ldx32(struct prog *p, int dst, int src, int16_t off) { emit(p, BPF_LDX | BPF_MEM | BPF_W, dst, src, off, 0); }
+static void st64(struct prog *p, int dst, int16_t off, int32_t imm) { emit(p, BPF_ST | BPF_MEM | BPF_DW, dst, 0, off, imm); }
+static void st32(struct prog *p, int dst, int16_t off, int32_t imm) { emit(p, BPF_ST | BPF_MEM | BPF_W, dst, 0, off, imm); }
+static void call(struct prog *p, int helper) { emit(p, BPF_JMP | BPF_CALL, 0, 0, 0, helper); }
+static void exit_insn(struct prog *p) { emit(p, BPF_JMP | BPF_EXIT, 0, 0, 0, 0); }
+static void ld_map(struct prog *p, int dst, int map_fd)
+{
+	emit(p, BPF_LD | BPF_DW | BPF_IMM, dst, BPF_PSEUDO_MAP_FD, 0, map_fd);
+	emit(p, 0, 0, 0, 0, 0);
+}
+
+/* map[slot] += 1 (op_add) or map[slot] = reg. Clobbers r0-r5. */
+static void map_update(struct prog *p, int map_fd, int slot, int reg, int op_add)
+{
+	st32(p, R10, -4, slot);
+	ld_map(p, R1, map_fd);
+	mov_reg(p, R2, R10);
+	add_imm(p, R2, -4);
+	call(p, BPF_FUNC_map_lookup_elem);
+	emit(p, BPF_JMP | BPF_JEQ | BPF_K, R0, 0, 1, 0); /* if r0 == NULL skip the store */
+	if (op_add)
+		emit(p, BPF_STX | BPF_ATOMIC | BPF_DW, R0, reg, 0, BPF_ADD);
+	else
+		emit(p, BPF_STX | BPF_MEM | BPF_DW, R0, reg, 0, 0);
+}
+
+/* r8 = *(u32 *)(r3 + off) read with bpf_probe_read_kernel. r3 holds a kernel pointer. */
+static void read_kernel_u32(struct prog *p, int off)
+{
+	add_imm(p, R3, off);
+	st64(p, R10, -16, 0);
+	mov_reg(p, R1, R10);
+	add_imm(p, R1, -16);
+	mov_imm(p, R2, 4);
+	call(p, BPF_FUNC_probe_read_kernel);
+	ldx32(p, R8, R10, -16);
+}
+
+static int sys_bpf(int cmd, union bpf_attr *attr)
+{
+	return (int)syscall(SYS_bpf, cmd, attr, sizeof(*attr));
+}
+
+static char verifier_log[1 << 16];
+
+static int load_prog(const char *what, struct prog *p, enum bpf_prog_type type,
+		     enum bpf_attach_type attach, uint32_t btf_id, int btf_obj_fd)
+{
+	union bpf_attr a;
+	memset(&a, 0, sizeof a);
+	a.prog_type = type;
+	a.insns = (uintptr_t)p->insn;
+	a.insn_cnt = p->n;
+	a.license = (uintptr_t)"GPL";
+	a.expected_attach_type = attach;
+	a.attach_btf_id = btf_id;
+	a.attach_btf_obj_fd = btf_obj_fd > 0 ? btf_obj_fd : 0;
+	a.log_buf = (uintptr_t)verifier_log;
+	a.log_size = sizeof verifier_log;
+	a.log_level = 1;
+	verifier_log[0] = 0;
+	int fd = sys_bpf(BPF_PROG_LOAD, &a);
+	if (fd < 0) {
+		int e = errno;
+		printf("LAB %s load=refused errno=%d (%s)\n", what, e, strerror(e));
+		printf("LAB-LOG %s verifier log:\n%s\n", what, verifier_log);
+		errno = e;
+	}
+	return fd;
+}
+
+static int array_map(int slots)
+{
+	union bpf_attr a;
+	memset(&a, 0, sizeof a);
+	a.map_type = BPF_MAP_TYPE_ARRAY;
+	a.key_size = 4;
+	a.value_size = 8;
+	a.max_entries = slots;
+	int fd = sys_bpf(BPF_MAP_CREATE, &a);
+	if (fd < 0) {
+		printf("LAB error map_create errno=%d (%s)\n", errno, strerror(errno));
+		exit(1);
+	}
+	return fd;
+}
+
+static uint64_t map_get(int map_fd, uint32_t slot)
+{
+	uint64_t v = 0;
+	union bpf_attr a;
+	memset(&a, 0, sizeof a);
+	a.map_fd = map_fd;
+	a.key = (uintptr_t)&slot;
+	a.value = (uintptr_t)&v;
+	if (sys_bpf(BPF_MAP_LOOKUP_ELEM, &a) < 0)
+		return (uint64_t)-1;
+	return v;
+}
+
+/* Attach a tracing / LSM program (fentry, fexit, lsm): the link lives as long as the fd. */
+static int attach_btf_prog(int prog_fd)
+{
+	union bpf_attr a;
+	memset(&a, 0, sizeof a);
+	a.raw_tracepoint.prog_fd = prog_fd;
+	return sys_bpf(BPF_RAW_TRACEPOINT_OPEN, &a);
+}
+
+/* ---- BTF: find a FUNC by name in vmlinux or in a module's split BTF ----------------------- */
+
+struct btf_file {
+	uint8_t *data;
+	size_t len;
+	const struct btf_header *hdr;
+	const char *strs;
+	uint32_t n_types;
+};
+
+static int read_file(const char *path, uint8_t **out, size_t *len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	size_t cap = 1 << 20, n = 0;
+	uint8_t *buf = malloc(cap);
+	for (;;) {
+		if (n == cap)
+			buf = realloc(buf, cap *= 2);
+		ssize_t r = read(fd, buf + n, cap - n);
+		if (r <= 0)
+			break;
+		n += (size_t)r;
+	}
+	close(fd);
+	*out = buf;
+	*len = n;
+	return 0;
+}
+
+/* Size of the data that follows a btf_type of this kind, or -1 for an unknown kind. */
+static long btf_extra(uint32_t info)
+{
+	uint32_t kind = (info >> 24) & 0x1f, vlen = info & 0xffff;
+	switch (kind) {
+	case 1: return 4;                /* INT */
+	case 3: return 12;               /* ARRAY */
+	case 4: case 5: return 12L * vlen; /* STRUCT, UNION */
+	case 6: return 8L * vlen;        /* ENUM */
+	case 13: return 8L * vlen;       /* FUNC_PROTO */
+	case 14: return 4;               /* VAR */
+	case 15: return 12L * vlen;      /* DATASEC */
+	case 17: return 4;               /* DECL_TAG */
+	case 19: return 12L * vlen;      /* ENUM64 */
+	case 2: case 7: case 8: case 9: case 10: case 11: case 12: case 16: case 18: return 0;
+	default: return -1;
+	}
+}
+
+static int btf_open(const char *path, struct btf_file *b)
+{
+	memset(b, 0, sizeof *b);
+	if (read_file(path, &b->data, &b->len) < 0 || b->len < sizeof(struct btf_header))
+		return -1;
+	b->hdr = (const struct btf_header *)b->data;
+	if (b->hdr->magic != 0xeB9F)
+		return -1;
+	b->strs = (const char *)b->data + b->hdr->hdr_len + b->hdr->str_off;
+	return 0;
+}
+
+/*
+ * Walks `b`'s types; ids start at `first_id` (1 for vmlinux, vmlinux's count + 1 for a module's
+ * split BTF). Returns the id of the FUNC named `name` (0 if none) and sets b->n_types.
+ * `base` resolves names below the module's own string section.
+ */
+static uint32_t btf_find_func(struct btf_file *b, const struct btf_file *base, uint32_t first_id,
+			      const char *name)
+{
+	const uint8_t *t = b->data + b->hdr->hdr_len + b->hdr->type_off;
+	const uint8_t *end = t + b->hdr->type_len;
+	uint32_t id = first_id, found = 0;
+	uint32_t base_str_len = base ? base->hdr->str_len : 0;
+	while (t + 12 <= end) {
+		uint32_t name_off, info;
+		memcpy(&name_off, t, 4);
+		memcpy(&info, t + 4, 4);
+		long extra = btf_extra(info);
+		if (extra < 0)
+			return 0;
+		if (((info >> 24) & 0x1f) == 12 && !found) {
+			const char *s = name_off < base_str_len ? base->strs + name_off
+								: b->strs + (name_off - base_str_len);
+			if (strcmp(s, name) == 0)
+				found = id;
+		}
+		t += 12 + extra;
+		id++;
+	}
+	b->n_types = id - first_id;
+	return found;
+}
+
+/* fd of the kernel BTF object named `name` ("amdgpu"), or -1. */
+static int btf_obj_fd(const char *name)
+{
+	uint32_t id = 0;
+	for (;;) {
+		union bpf_attr a;
+		memset(&a, 0, sizeof a);
+		a.start_id = id;
+		if (sys_bpf(BPF_BTF_GET_NEXT_ID, &a) < 0)
+			return -1;
+		id = a.next_id;
+		memset(&a, 0, sizeof a);
+		a.btf_id = id;
+		int fd = sys_bpf(BPF_BTF_GET_FD_BY_ID, &a);
+		if (fd < 0)
+			continue;
+		char obj_name[64] = {0};
+		struct bpf_btf_info info;
+		memset(&info, 0, sizeof info);
+		info.name = (uintptr_t)obj_name;
+		info.name_len = sizeof obj_name;
+		memset(&a, 0, sizeof a);
+		a.info.bpf_fd = fd;
+		a.info.info_len = sizeof info;
+		a.info.info = (uintptr_t)&info;
+		if (sys_bpf(BPF_OBJ_GET_INFO_BY_FD, &a) == 0 && strcmp(obj_name, name) == 0)
+			return fd;
+		close(fd);
+	}
+}
+
+/* ---- kprobe ------------------------------------------------------------------------------- */
+
+static int kprobe_pmu_type(void)
+{
+	FILE *f = fopen("/sys/bus/event_source/devices/kprobe/type", "r");
+	int type = -1;
+	if (f) {
+		if (fscanf(f, "%d", &type) != 1)
+			type = -1;
+		fclose(f);
+	}
+	return type;
+}
+
+/* perf kprobe event on `func` (by name) or `addr` (by address); -errno on failure. */
+static int perf_kprobe(int pmu, const char *func, uint64_t addr, int retprobe)
+{
+	struct perf_event_attr attr;
+	memset(&attr, 0, sizeof attr);
+	attr.size = sizeof attr;
+	attr.type = (uint32_t)pmu;
+	attr.config = retprobe ? 1 : 0; /* format: config:0 = retprobe */
+	if (func) {
+		attr.config1 = (uintptr_t)func; /* kprobe_func */
+		attr.config2 = 0;               /* offset */
+	} else {
+		attr.config1 = 0;
+		attr.config2 = addr; /* kprobe_addr */
+	}
+	attr.sample_period = 1;
+	attr.wakeup_events = 1;
+	long fd = syscall(SYS_perf_event_open, &attr, -1, 0, -1, PERF_FLAG_FD_CLOEXEC);
+	return fd < 0 ? -errno : (int)fd;
+}
+
+static int attach_perf(int perf_fd, int prog_fd)
+{
+	if (ioctl(perf_fd, PERF_EVENT_IOC_SET_BPF, prog_fd) < 0)
+		return -errno;
+	if (ioctl(perf_fd, PERF_EVENT_IOC_ENABLE, 0) < 0)
+		return -errno;
+	return 0;
+}
+
+/* pt_regs (x86_64) offsets: rdx (3rd argument) and rax (return value). */
+#define PT_REGS_RDX 96
+#define PT_REGS_RAX 80
+
+/* Entry program: map[0] += 1; map[1] = args->gpu_id read through the 3rd argument. */
+static void prog_entry(struct prog *p, int map_fd, int arg3_off_in_ctx)
+{
+	mov_reg(p, R6, R1);
+	mov_imm(p, R7, 1);
+	map_update(p, map_fd, 0, R7, 1);
+	ldx64(p, R3, R6, arg3_off_in_ctx);
+	read_kernel_u32(p, 36); /* kfd_ioctl_create_queue_args.gpu_id */
+	map_update(p, map_fd, 1, R8, 0);
+	mov_imm(p, R0, 0);
+	exit_insn(p);
+}
+
+/* Return program: map[2] += 1; map[3] = the return value. */
+static void prog_return(struct prog *p, int map_fd, int ret_off_in_ctx)
+{
+	mov_reg(p, R6, R1);
+	mov_imm(p, R7, 1);
+	map_update(p, map_fd, 2, R7, 1);
+	ldx64(p, R8, R6, ret_off_in_ctx);
+	map_update(p, map_fd, 3, R8, 0);
+	mov_imm(p, R0, 0);
+	exit_insn(p);
+}
+
+/* One CREATE_QUEUE on a fresh /dev/kfd fd, then what the entry/return programs recorded. */
+static void create_queue_and_report(const char *what, int map_fd)
+{
+	int kfd = open_or_die("/dev/kfd");
+	long rc = create_queue(kfd, KFD_CREATE_QUEUE_96);
+	printf("LAB %s create_queue rc=%ld\n", what, rc);
+	close(kfd);
+	printf("LAB %s entry_hits=%llu gpu_id=0x%llx return_hits=%llu ret=%d\n", what,
+	       (unsigned long long)map_get(map_fd, 0), (unsigned long long)map_get(map_fd, 1),
+	       (unsigned long long)map_get(map_fd, 2), (int)(int32_t)map_get(map_fd, 3));
+}
+
+/* Every address of `name` in module `mod` from /proc/kallsyms (text symbols only). */
+static int kallsyms_addrs(const char *name, const char *mod, uint64_t *out, int max)
+{
+	FILE *f = fopen("/proc/kallsyms", "r");
+	if (!f)
+		return -1;
+	char line[512], sym[256], modbuf[128];
+	char type;
+	unsigned long long addr;
+	int n = 0;
+	char want_mod[140];
+	snprintf(want_mod, sizeof want_mod, "[%s]", mod);
+	while (fgets(line, sizeof line, f)) {
+		modbuf[0] = 0;
+		if (sscanf(line, "%llx %c %255s %127s", &addr, &type, sym, modbuf) < 3)
+			continue;
+		if ((type == 't' || type == 'T') && strcmp(sym, name) == 0 && strcmp(modbuf, want_mod) == 0 &&
+		    n < max)
+			out[n++] = addr;
+	}
+	fclose(f);
+	return n;
+}
+
+static int cmd_kprobe(void)
+{
+	int pmu = kprobe_pmu_type();
+	printf("LAB kprobe pmu_type=%d\n", pmu);
+	if (pmu < 0)
+		return 1;
+	int map = array_map(4);
+	struct prog entry = {0}, ret = {0};
+	prog_entry(&entry, map, PT_REGS_RDX);
+	prog_return(&ret, map, PT_REGS_RAX);
+	int pe = load_prog("kprobe", &entry, BPF_PROG_TYPE_KPROBE, 0, 0, 0);
+	int pr = load_prog("kretprobe", &ret, BPF_PROG_TYPE_KPROBE, 0, 0, 0);
+	if (pe < 0 || pr < 0)
+		return 1;
+	int ke = perf_kprobe(pmu, "kfd_ioctl_create_queue", 0, 0);
+	int kr = perf_kprobe(pmu, "kfd_ioctl_create_queue", 0, 1);
+	printf("LAB kprobe attach_by_name=kfd_ioctl_create_queue entry=%s ret=%s\n",
+	       ke >= 0 ? "ok" : strerror(-ke), kr >= 0 ? "ok" : strerror(-kr));
+	if (ke < 0 || kr < 0 || attach_perf(ke, pe) < 0 || attach_perf(kr, pr) < 0) {
+		printf("LAB kprobe attach=failed\n");
+		return 1;
+	}
+	create_queue_and_report("kprobe", map);
+	close(ke);
+	close(kr);
+
+	/* An ambiguous static name: by name the kernel refuses (EADDRNOTAVAIL), by address each
+	 * copy attaches. */
+	uint64_t addrs[16];
+	int n = kallsyms_addrs("init_mqd", "amdgpu", addrs, 16);
+	int by_name = perf_kprobe(pmu, "init_mqd", 0, 0);
+	printf("LAB kprobe ambiguous=init_mqd copies=%d by_name=%s errno=%d\n", n,
+	       by_name >= 0 ? "ok" : "refused", by_name >= 0 ? 0 : -by_name);
+	if (by_name >= 0)
+		close(by_name);
+	int attached = 0;
+	for (int i = 0; i < n; i++) {
+		int fd = perf_kprobe(pmu, NULL, addrs[i], 0);
+		if (fd >= 0 && attach_perf(fd, pe) == 0)
+			attached++;
+		else
+			printf("LAB kprobe by_address=0x%llx failed=%s\n", (unsigned long long)addrs[i],
+			       strerror(fd < 0 ? -fd : errno));
+		if (fd >= 0)
+			close(fd);
+	}
+	printf("LAB kprobe ambiguous=init_mqd by_address_attached=%d of=%d\n", attached, n);
+	return 0;
+}
+
+/* ---- fentry / fexit through module BTF ---------------------------------------------------- */
+
+static int cmd_fentry(void)
+{
+	struct btf_file vmlinux, amdgpu;
+	if (btf_open("/sys/kernel/btf/vmlinux", &vmlinux) < 0 || btf_open("/sys/kernel/btf/amdgpu", &amdgpu) < 0) {
+		printf("LAB fentry btf=missing\n");
+		return 1;
+	}
+	btf_find_func(&vmlinux, NULL, 1, "");
+	uint32_t id = btf_find_func(&amdgpu, &vmlinux, vmlinux.n_types + 1, "kfd_ioctl_create_queue");
+	int obj = btf_obj_fd("amdgpu");
+	printf("LAB fentry vmlinux_types=%u amdgpu_types=%u func_id=%u btf_obj_fd=%s\n", vmlinux.n_types,
+	       amdgpu.n_types, id, obj >= 0 ? "ok" : "missing");
+	if (!id || obj < 0)
+		return 1;
+	int map = array_map(4);
+	struct prog entry = {0}, ret = {0};
+	prog_entry(&entry, map, 16);  /* ctx[2]: void *data */
+	prog_return(&ret, map, 24);   /* ctx[3]: the return value after the 3 arguments */
+	int pe = load_prog("fentry", &entry, BPF_PROG_TYPE_TRACING, BPF_TRACE_FENTRY, id, obj);
+	int pr = load_prog("fexit", &ret, BPF_PROG_TYPE_TRACING, BPF_TRACE_FEXIT, id, obj);
+	if (pe < 0 || pr < 0)
+		return 1;
+	int le = attach_btf_prog(pe);
+	int le_errno = errno;
+	int lr = attach_btf_prog(pr);
+	printf("LAB fentry attach entry=%s exit=%s\n", le >= 0 ? "ok" : strerror(le_errno),
+	       lr >= 0 ? "ok" : strerror(errno));
+	if (le < 0 || lr < 0)
+		return 1;
+	create_queue_and_report("fentry", map);
+	return 0;
+}
+
+/* ---- BPF LSM on file_ioctl ---------------------------------------------------------------- */
+
+/*
+ * file_ioctl(struct file *file, unsigned int cmd, unsigned long arg), ctx[3] = the verdict of the
+ * BPF LSM programs that ran before. Keeps an earlier denial; counts calls (map[0]); for
+ * CREATE_QUEUE ((cmd & 0xffff) == 0x4B02, both sizes) from process `tgid` counts (map[1]) and
+ * returns -EPERM.
+ */
+static void prog_lsm(struct prog *p, int map_fd, uint32_t tgid)
+{
+	mov_reg(p, R6, R1);
+	ldx64(p, R0, R6, 24);
+	emit(p, BPF_JMP | BPF_JSGT | BPF_K, R0, 0, 3, 0);      /* r0 > 0: not a verdict, go on */
+	emit(p, BPF_JMP | BPF_JSLT | BPF_K, R0, 0, 2, -4095);  /* r0 < -4095: same */
+	emit(p, BPF_JMP | BPF_JEQ | BPF_K, R0, 0, 1, 0);       /* 0: go on */
+	exit_insn(p);                                          /* an earlier denial stands */
+	mov_imm(p, R7, 1);
+	map_update(p, map_fd, 0, R7, 1);
+	ldx64(p, R2, R6, 8);
+	emit(p, BPF_ALU64 | BPF_AND | BPF_K, R2, 0, 0, 0xffff);
+	int j1 = p->n;
+	emit(p, BPF_JMP | BPF_JNE | BPF_K, R2, 0, 0 /* patched */, 0x4B02);
+	call(p, BPF_FUNC_get_current_pid_tgid);
+	emit(p, BPF_ALU64 | BPF_RSH | BPF_K, R0, 0, 0, 32);
+	int j2 = p->n;
+	emit(p, BPF_JMP | BPF_JNE | BPF_K, R0, 0, 0 /* patched */, (int32_t)tgid);
+	map_update(p, map_fd, 1, R7, 1);
+	mov_imm(p, R0, -EPERM);
+	exit_insn(p);
+	int allow = p->n;
+	p->insn[j1].off = (int16_t)(allow - j1 - 1);
+	p->insn[j2].off = (int16_t)(allow - j2 - 1);
+	mov_imm(p, R0, 0);
+	exit_insn(p);
+}
+
+static long create_queue_in_child(void)
+{
+	int pipefd[2];
+	if (pipe(pipefd) < 0)
+		return -9999;
+	pid_t pid = fork();
+	if (pid == 0) {
+		int kfd = open("/dev/kfd", O_RDWR | O_CLOEXEC);
+		long rc = kfd < 0 ? -errno : create_queue(kfd, KFD_CREATE_QUEUE_96);
+		if (write(pipefd[1], &rc, sizeof rc) != sizeof rc)
+			_exit(1);
+		_exit(0);
+	}
+	long rc = -9999;
+	if (read(pipefd[0], &rc, sizeof rc) != sizeof rc)
+		rc = -9999;
+	waitpid(pid, NULL, 0);
+	close(pipefd[0]);
+	close(pipefd[1]);
+	return rc;
+}
+
+static int cmd_lsm(void)
+{
+	struct btf_file vmlinux;
+	if (btf_open("/sys/kernel/btf/vmlinux", &vmlinux) < 0) {
+		printf("LAB lsm btf=missing\n");
+		return 1;
+	}
+	uint32_t id = btf_find_func(&vmlinux, NULL, 1, "bpf_lsm_file_ioctl");
+	printf("LAB lsm hook=bpf_lsm_file_ioctl btf_id=%u\n", id);
+	if (!id)
+		return 1;
+	int map = array_map(2);
+	struct prog p = {0};
+	prog_lsm(&p, map, (uint32_t)getpid());
+	int fd = load_prog("lsm", &p, BPF_PROG_TYPE_LSM, BPF_LSM_MAC, id, 0);
+	if (fd < 0)
+		return 1;
+	int kfd = open_or_die("/dev/kfd");
+	long before = create_queue(kfd, KFD_CREATE_QUEUE_96);
+	int link = attach_btf_prog(fd);
+	printf("LAB lsm load=ok attach=%s\n", link >= 0 ? "ok" : strerror(errno));
+	if (link < 0)
+		return 1;
+	long denied96 = create_queue(kfd, KFD_CREATE_QUEUE_96);
+	long denied88 = create_queue(kfd, KFD_CREATE_QUEUE_88);
+	uint32_t ver[2];
+	long version = xioctl(kfd, KFD_GET_VERSION, ver);
+	long child = create_queue_in_child();
+	uint64_t calls = map_get(map, 0), denials = map_get(map, 1);
+	close(link);
+	long after = create_queue(kfd, KFD_CREATE_QUEUE_96);
+	close(kfd);
+	printf("LAB lsm self_before=%ld self_denied96=%ld self_denied88=%ld self_get_version=%ld "
+	       "other_process=%ld self_after_detach=%ld\n",
+	       before, denied96, denied88, version, child, after);
+	printf("LAB lsm program_calls=%llu program_denials=%llu\n", (unsigned long long)calls,
+	       (unsigned long long)denials);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (argc != 2) {
+		fprintf(stderr, "usage: %s facts|nv|kfd-create|kprobe|fentry|lsm\n", argv[0]);
+		return 2;
+	}
+	const char *c = argv[1];
+	if (!strcmp(c, "facts")) return cmd_facts();
+	if (!strcmp(c, "nv")) return cmd_nv();
+	if (!strcmp(c, "kfd-create")) return cmd_kfd_create();
+	if (!strcmp(c, "kprobe")) return cmd_kprobe();
+	if (!strcmp(c, "fentry")) return cmd_fentry();
+	if (!strcmp(c, "lsm")) return cmd_lsm();
+	fprintf(stderr, "unknown subcommand %s\n", c);
+	return 2;
+}

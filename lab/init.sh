@@ -1,0 +1,122 @@
+#!/bin/busybox sh
+# gpu-trace lab: PID 1 of the QEMU guest (packed as /init by `cargo xtask lab`).
+#
+# Loads the amdgpu module chain, prints the kernel's facts, runs the scenario (gpu-trace and the
+# test client /bin/lab-client), and powers off. Human-readable progress goes to the console
+# (ttyS0, with the kernel's messages); the results go to the second serial port (ttyS1), which
+# carries nothing else, as `LAB ...` lines and `LAB-BEGIN name` ... `LAB-END name rc=N` blocks.
+# The host judges them (xtask/src/lab.rs); nothing here decides PASS or FAIL.
+
+/bin/busybox --install -s /bin
+export PATH=/bin
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+mount -t tmpfs tmp /tmp
+mount -t securityfs none /sys/kernel/security
+mount -t tracefs none /sys/kernel/tracing
+mount -t debugfs none /sys/kernel/debug
+mount -t bpf none /sys/fs/bpf 2>/dev/null
+
+RES=/dev/ttyS1
+uptime_s() { cut -d' ' -f1 /proc/uptime; }
+out() { echo "$*" > "$RES"; echo "$*"; }
+# block NAME CMD...: runs CMD, its stdout+stderr become one block.
+block() {
+  local name=$1 rc
+  shift
+  echo "LAB-BEGIN $name" > "$RES"
+  "$@" > /tmp/block.out 2>&1
+  rc=$?
+  cat /tmp/block.out > "$RES"
+  echo "LAB-END $name rc=$rc" > "$RES"
+  echo "lab: $name rc=$rc"; cat /tmp/block.out
+}
+# dump NAME FILE: a file as one block.
+dump() {
+  echo "LAB-BEGIN $1" > "$RES"
+  [ -f "$2" ] && cat "$2" > "$RES"
+  echo "LAB-END $1 rc=0" > "$RES"
+}
+step() { out "LAB step $1 t=$(uptime_s)"; }
+
+# Traces with gpu-trace while `lab-client $2` runs: NAME, CLIENT-SUBCOMMAND, gpu-trace args.
+# Waits (at most 120 s) for the tracer to report its hooks (it prints them once attached), runs
+# the client, stops the tracer with SIGINT, and dumps the tracer's stderr, JSON output and exit
+# code.
+trace_client() {
+  local name=$1 sub=$2 tracer ready=no i=0
+  shift 2
+  rm -f /tmp/$name.err /tmp/$name.jsonl
+  gpu-trace "$@" --format json -o /tmp/$name.jsonl 2> /tmp/$name.err &
+  tracer=$!
+  while [ $i -lt 600 ]; do            # 120 s: attaching is slow under TCG
+    if grep -q "hooks" /tmp/$name.err 2>/dev/null; then ready=yes; break; fi
+    if ! kill -0 $tracer 2>/dev/null; then break; fi
+    sleep 0.2; i=$((i + 1))
+  done
+  out "LAB $name tracer_ready=$ready t=$(uptime_s)"
+  # The client runs either way: what it sees of the driver is checked on its own.
+  block $name.client lab-client "$sub"
+  sleep 1
+  kill -INT $tracer 2>/dev/null
+  wait $tracer
+  out "LAB $name tracer_exit=$?"
+  dump $name.stderr /tmp/$name.err
+  dump $name.jsonl /tmp/$name.jsonl
+}
+
+step boot
+out "LAB fact kernel=$(uname -r)"
+out "LAB fact cmdline=$(cat /proc/cmdline)"
+out "LAB fact cpus=$(grep -c ^processor /proc/cpuinfo)"
+
+step modules
+while read -r mod; do
+  if ! insmod "/lib/modules/lab/$mod" 2>/tmp/insmod.err; then
+    out "LAB module_failed=$mod $(cat /tmp/insmod.err)"
+  fi
+done < /lib/modules/lab/order
+out "LAB modules_loaded=$(wc -l < /proc/modules) t=$(uptime_s)"
+
+step facts
+if [ -c /dev/kfd ]; then
+  out "LAB fact kfd=present dev=$(stat -c '%t:%T' /dev/kfd) proc_devices_major=$(awk '$2 == "kfd" {print $1}' /proc/devices)"
+else
+  out "LAB fact kfd=absent"
+fi
+out "LAB fact lsm=$(cat /sys/kernel/security/lsm 2>/dev/null || echo unreadable)"
+out "LAB fact lockdown=$(cat /sys/kernel/security/lockdown 2>/dev/null || echo none)"
+out "LAB fact kprobe_pmu=$([ -e /sys/bus/event_source/devices/kprobe/type ] && cat /sys/bus/event_source/devices/kprobe/type || echo absent)"
+out "LAB fact kprobe_events=$([ -e /sys/kernel/tracing/kprobe_events ] && echo present || echo absent)"
+out "LAB fact vmlinux_btf=$(stat -c %s /sys/kernel/btf/vmlinux 2>/dev/null || echo absent)"
+out "LAB fact amdgpu_btf=$(stat -c %s /sys/kernel/btf/amdgpu 2>/dev/null || echo absent)"
+block client.facts lab-client facts
+
+if gpu-trace doctor --help > /dev/null 2>&1; then
+  step doctor
+  block doctor gpu-trace doctor
+else
+  out "LAB doctor=absent"
+fi
+
+step nvidia
+trace_client nv nv --watch-device /dev/null
+
+step amd
+block amd.probe gpu-trace --vendor amd --duration 0.1 --format json -o /tmp/amd-probe.jsonl
+trace_client amd kfd-create --vendor amd
+
+step kprobe
+block kprobe lab-client kprobe
+
+step fentry
+block fentry lab-client fentry
+
+step lsm
+block lsm lab-client lsm
+
+step done
+out "LAB-DONE"
+sync
+poweroff -f

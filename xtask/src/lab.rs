@@ -1,0 +1,1797 @@
+//! `cargo xtask lab`: the real-kernel lab. Boots a stock Debian kernel in QEMU with `amdgpu`
+//! loaded (no GPU), runs gpu-trace and a test client inside it, and judges what they printed.
+//!
+//! Why: the CI machine's kernel has no kprobes and refuses fentry and BPF LSM programs; a stock
+//! Debian kernel has all three (see docs/lab.md and `shared/docs/platforms.md`).
+//!
+//! Steps, each cached under `target/lab-cache/` (or `$GPU_TRACE_LAB_CACHE`):
+//! 1. host tools: `qemu-system-x86_64`, static `busybox`, `depmod`/`modprobe`, `xz`, `cc`
+//!    (installed with apt-get when missing and running as root);
+//! 2. the kernel: `apt-get download` of `linux-image-<ver>-amd64-unsigned` through a private apt
+//!    configuration (never installed on the host), `dpkg -x`, `depmod -b`, and the `amdgpu`
+//!    module chain from `modprobe --show-depends`, decompressed;
+//! 3. a static gpu-trace (`+crt-static`, glibc) and the static test client (`lab/client.c`);
+//! 4. an initramfs (newc, uncompressed: decompressing under TCG is slow) with `lab/init.sh` as
+//!    `/init`;
+//! 5. QEMU (KVM where it boots, else TCG), `-nographic -no-reboot`, console on the first serial
+//!    port, results on the second, a watchdog that kills QEMU;
+//! 6. the verdict: PASS/FAIL/SKIP per check from the results log; non-zero exit on any FAIL.
+//!
+//! `GPU_TRACE_LAB=skip` skips the whole lab, loudly (a `SKIPPED:` line, exit 0). Anything else
+//! that prevents the lab from running is a failure.
+
+use std::{
+    collections::BTreeMap,
+    fmt::Write as _,
+    fs,
+    io::{self, Write as _},
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, anyhow, bail, ensure};
+use clap::{Args, ValueEnum};
+
+/// Values the test client puts in its CREATE_QUEUE calls (lab/client.c `LAB_*`).
+const LAB_GPU_ID: u64 = 0x4c_4142;
+const EINVAL: i64 = 22;
+const ENOTTY: i64 = 25;
+const EPERM: i64 = 1;
+const EADDRNOTAVAIL: i64 = 99;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Accel {
+    /// KVM when the host CPU virtualises (vmx/svm) and the guest boots within 30 s, else TCG.
+    Auto,
+    /// Software emulation: slow, works everywhere.
+    Tcg,
+    /// Hardware virtualisation (fails on hosts whose /dev/kvm cannot run stock kernels).
+    Kvm,
+}
+
+#[derive(Debug, Args)]
+pub struct LabArgs {
+    /// Debian kernel: a series (`6.12`, `6.1`: the newest in bookworm, bookworm-security and
+    /// bookworm-backports) or an exact version (`6.12.117+deb12`, `6.1.0-47`).
+    #[arg(long, default_value = "6.12")]
+    pub kernel: String,
+
+    /// Virtualisation.
+    #[arg(long, value_enum, default_value_t = Accel::Auto)]
+    pub accel: Accel,
+
+    /// Watchdog: kill QEMU after this many seconds.
+    #[arg(long, default_value_t = 600)]
+    pub timeout: u64,
+
+    /// Cache directory (downloads, unpacked kernels, builds, logs). Default:
+    /// `$GPU_TRACE_LAB_CACHE`, else `target/lab-cache` in the workspace.
+    #[arg(long)]
+    pub cache: Option<PathBuf>,
+
+    /// Use this static gpu-trace binary instead of building one.
+    #[arg(long, value_name = "PATH")]
+    pub gpu_trace: Option<PathBuf>,
+
+    /// Debian mirror.
+    #[arg(long, default_value = "http://deb.debian.org")]
+    pub mirror: String,
+
+    /// Print every console line (kernel messages included), not only the lab's progress.
+    #[arg(short, long)]
+    pub verbose: bool,
+
+    /// Only judge an existing results log (from an earlier run) and exit.
+    #[arg(long, value_name = "RESULTS_LOG")]
+    pub judge: Option<PathBuf>,
+}
+
+pub fn run(args: LabArgs) -> Result<()> {
+    if std::env::var("GPU_TRACE_LAB").is_ok_and(|v| v == "skip") {
+        println!("SKIPPED: lab: GPU_TRACE_LAB=skip is set; the real-kernel lab did not run");
+        return Ok(());
+    }
+    if let Some(path) = &args.judge {
+        let text =
+            fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let checks = judge(&Results::parse(&text));
+        return report(&checks, "judged from a saved log");
+    }
+    let started = Instant::now();
+    let root = workspace_root();
+    let cache = match (&args.cache, std::env::var_os("GPU_TRACE_LAB_CACHE")) {
+        (Some(c), _) => c.clone(),
+        (None, Some(c)) => PathBuf::from(c),
+        (None, None) => root.join("target/lab-cache"),
+    };
+    fs::create_dir_all(&cache).with_context(|| format!("creating {}", cache.display()))?;
+    let cache = cache.canonicalize()?;
+    let mut phases: Vec<(&str, Duration)> = Vec::new();
+
+    let t = Instant::now();
+    ensure_host_tools().context(
+        "the lab cannot run on this machine; fix the above, or set GPU_TRACE_LAB=skip to skip the \
+         lab explicitly",
+    )?;
+    phases.push(("host tools", t.elapsed()));
+
+    let t = Instant::now();
+    let kernel = Kernel::fetch(&cache, &args.kernel, &args.mirror)?;
+    phases.push(("kernel (download, unpack, depmod)", t.elapsed()));
+
+    let t = Instant::now();
+    let build = cache.join("build");
+    fs::create_dir_all(&build)?;
+    let gpu_trace = match &args.gpu_trace {
+        Some(p) => p.clone(),
+        None => build_static_gpu_trace(&root)?,
+    };
+    let bytes = fs::read(&gpu_trace).with_context(|| format!("reading {}", gpu_trace.display()))?;
+    ensure!(
+        is_static_elf(&bytes)?,
+        "{} is dynamically linked: the guest has no libc. Build it with \
+         CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS='-C target-feature=+crt-static'",
+        gpu_trace.display()
+    );
+    let client = build_client(&root, &build)?;
+    phases.push(("static gpu-trace and client", t.elapsed()));
+
+    let t = Instant::now();
+    let initramfs = build.join("initramfs.cpio");
+    write_initramfs(&initramfs, &root, &kernel, &gpu_trace, &client)?;
+    phases.push(("initramfs", t.elapsed()));
+
+    let run_dir = cache.join("run");
+    let boot = boot(&kernel, &initramfs, &run_dir, &args)?;
+    phases.push(("boot, scenario, power-off", boot.wall));
+
+    let text = fs::read_to_string(&boot.results).unwrap_or_default();
+    let mut checks = judge(&Results::parse(&text));
+    if let Some(reason) = &boot.failure {
+        checks.insert(
+            0,
+            Check::fail(
+                "lab.qemu",
+                "QEMU ran the guest to power-off",
+                reason.clone(),
+            ),
+        );
+    }
+    println!(
+        "\n=== gpu-trace lab: timings (this machine, {} CPUs) ===",
+        num_cpus()
+    );
+    for (name, d) in &phases {
+        println!("{:>8.1} s  {name}", d.as_secs_f64());
+    }
+    println!("{:>8.1} s  total", started.elapsed().as_secs_f64());
+    println!(
+        "logs: {} and {}",
+        boot.console.display(),
+        boot.results.display()
+    );
+    report(
+        &checks,
+        &format!(
+            "Debian {} in QEMU ({}, 2 vCPU, 2 GiB)",
+            kernel.release, boot.accel
+        ),
+    )
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_path_buf()
+}
+
+fn num_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+// ---- host tools ---------------------------------------------------------------------------
+
+fn have(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// /proc/self belongs to the effective user.
+fn is_root() -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
+/// Installs the Debian packages the lab needs when they are missing (root only).
+fn ensure_host_tools() -> Result<()> {
+    // (tool, package, why)
+    let wanted = [
+        ("qemu-system-x86_64", "qemu-system-x86", "boots the guest"),
+        ("busybox", "busybox-static", "the guest's shell and tools"),
+        ("depmod", "kmod", "resolves the amdgpu module chain"),
+        ("xz", "xz-utils", "decompresses the kernel modules"),
+        ("dpkg-deb", "dpkg", "unpacks the kernel package"),
+        ("apt-get", "apt", "downloads the kernel package"),
+    ];
+    let missing: Vec<_> = wanted.iter().filter(|(tool, ..)| !have(tool)).collect();
+    if !missing.is_empty() {
+        let pkgs: Vec<&str> = missing.iter().map(|(_, p, _)| *p).collect();
+        eprintln!("lab: installing host tools: {}", pkgs.join(" "));
+        ensure!(
+            is_root() && have("apt-get"),
+            "missing host tools: {}. Install them (Debian: apt-get install {}) or run as root",
+            missing
+                .iter()
+                .map(|(t, _, why)| format!("{t} ({why})"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            pkgs.join(" ")
+        );
+        run_quiet(Command::new("apt-get").args(["update", "-qq"]))?;
+        run_quiet(
+            Command::new("apt-get")
+                .args(["install", "-y", "-qq", "--no-install-recommends"])
+                .args(&pkgs)
+                .env("DEBIAN_FRONTEND", "noninteractive"),
+        )?;
+    }
+    let busybox = which("busybox")?;
+    ensure!(
+        is_static_elf(&fs::read(&busybox)?)?,
+        "{} is dynamically linked; the guest needs a static one (Debian package busybox-static)",
+        busybox.display()
+    );
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    ensure!(
+        have(&cc),
+        "no C compiler ({cc}) for the test client: install gcc and libc6-dev"
+    );
+    Ok(())
+}
+
+fn which(tool: &str) -> Result<PathBuf> {
+    let out = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()?;
+    ensure!(out.status.success(), "{tool} not found in PATH");
+    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+}
+
+/// Runs a command; on failure, the error carries its output.
+fn run_quiet(cmd: &mut Command) -> Result<String> {
+    let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        bail!(
+            "{cmd:?} failed ({}):\n{}{}",
+            out.status,
+            text,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(text)
+}
+
+// ---- the kernel ---------------------------------------------------------------------------
+
+struct Kernel {
+    /// `uname -r` of the guest, e.g. `6.12.117+deb12-amd64`.
+    release: String,
+    vmlinuz: PathBuf,
+    /// The amdgpu chain, decompressed, in load order.
+    modules: Vec<PathBuf>,
+}
+
+/// A private apt configuration: its own sources, lists and archive cache under the lab cache,
+/// so that the host's /etc/apt is neither read for sources nor changed.
+struct Apt {
+    dir: PathBuf,
+}
+
+impl Apt {
+    fn new(cache: &Path, series: &str, mirror: &str) -> Result<Self> {
+        let dir = cache.join("apt").join(series.replace('/', "_"));
+        for sub in ["lists/partial", "archives/partial", "sources.list.d"] {
+            fs::create_dir_all(dir.join(sub))?;
+        }
+        let key = "/usr/share/keyrings/debian-archive-keyring.gpg";
+        ensure!(
+            Path::new(key).exists(),
+            "{key} is missing: install debian-archive-keyring (the lab downloads Debian kernels)"
+        );
+        let mut suites = vec![("debian-security", "bookworm-security")];
+        if series.starts_with("6.1.") || series == "6.1" {
+            suites.push(("debian", "bookworm"));
+        } else {
+            suites.push(("debian", "bookworm-backports"));
+        }
+        let mut list = String::new();
+        for (archive, suite) in suites {
+            writeln!(
+                list,
+                "deb [signed-by={key}] {mirror}/{archive} {suite} main"
+            )?;
+        }
+        fs::write(dir.join("sources.list"), list)?;
+        Ok(Self { dir })
+    }
+
+    fn command(&self, tool: &str) -> Command {
+        let mut cmd = Command::new(tool);
+        let d = |sub: &str| self.dir.join(sub).display().to_string();
+        for opt in [
+            format!("Dir::Etc::SourceList={}", d("sources.list")),
+            format!("Dir::Etc::SourceParts={}", d("sources.list.d")),
+            format!("Dir::State::Lists={}", d("lists")),
+            format!("Dir::Cache={}", self.dir.display()),
+            format!("Dir::Cache::Archives={}", d("archives")),
+            "APT::Sandbox::User=root".to_string(),
+        ] {
+            cmd.args(["-o", &opt]);
+        }
+        cmd
+    }
+
+    /// `apt-get update` of the private lists, at most once a day.
+    fn update(&self) -> Result<()> {
+        let stamp = self.dir.join("updated");
+        let fresh = fs::metadata(&stamp)
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t.elapsed().unwrap_or_default() < Duration::from_secs(86_400));
+        if !fresh {
+            eprintln!(
+                "lab: apt-get update (private lists in {})",
+                self.dir.display()
+            );
+            run_quiet(self.command("apt-get").args(["-q", "update"]))?;
+            fs::write(&stamp, b"")?;
+        }
+        Ok(())
+    }
+
+    fn package_names(&self, prefix: &str) -> Result<Vec<String>> {
+        let out = run_quiet(self.command("apt-cache").args(["pkgnames", prefix]))?;
+        Ok(out.lines().map(str::to_owned).collect())
+    }
+}
+
+/// The version part of `linux-image-<version>-amd64-unsigned` when it belongs to `series`
+/// (`6.12` or `6.1`), excluding the cloud and rt flavours.
+fn image_version<'a>(package: &'a str, series: &str) -> Option<&'a str> {
+    let v = package
+        .strip_prefix("linux-image-")?
+        .strip_suffix("-amd64-unsigned")?;
+    let rest = v.strip_prefix(series)?.strip_prefix('.')?;
+    let ok = rest.chars().next().is_some_and(|c| c.is_ascii_digit())
+        && !v.ends_with("-cloud")
+        && !v.ends_with("-rt");
+    ok.then_some(v)
+}
+
+/// Orders kernel versions by their numbers: 6.12.117+deb12 > 6.12.95+deb12, 6.1.0-47 > 6.1.0-9.
+fn version_key(v: &str) -> Vec<u64> {
+    v.split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty())
+        .filter_map(|s| s.parse().ok())
+        .collect()
+}
+
+fn newest_version(packages: &[String], series: &str) -> Option<String> {
+    packages
+        .iter()
+        .filter_map(|p| image_version(p, series))
+        .max_by_key(|v| version_key(v))
+        .map(str::to_owned)
+}
+
+/// An exact version has at least three numbers (`6.12.117+deb12`, `6.1.0-47`).
+fn is_exact_version(v: &str) -> bool {
+    version_key(v).len() >= 3
+}
+
+impl Kernel {
+    fn fetch(cache: &Path, wanted: &str, mirror: &str) -> Result<Self> {
+        let series = if is_exact_version(wanted) {
+            let k = version_key(wanted);
+            format!("{}.{}", k[0], k[1])
+        } else {
+            wanted.to_owned()
+        };
+        let kernels = cache.join("kernels");
+        let apt = Apt::new(cache, &series, mirror)?;
+        let version = if is_exact_version(wanted) {
+            wanted.to_owned()
+        } else {
+            let resolved = apt.update().and_then(|()| {
+                let names = apt.package_names("linux-image-")?;
+                newest_version(&names, &series)
+                    .ok_or_else(|| anyhow!("no linux-image-{series}.*-amd64-unsigned in the lists"))
+            });
+            match resolved {
+                Ok(v) => v,
+                Err(e) => {
+                    // Offline: the newest kernel of the series already unpacked.
+                    let cached: Vec<String> = fs::read_dir(&kernels)
+                        .into_iter()
+                        .flatten()
+                        .flatten()
+                        .filter(|e| e.path().join("ready").exists())
+                        .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+                        .filter_map(|r| r.strip_suffix("-amd64").map(str::to_owned))
+                        .collect();
+                    let names: Vec<String> = cached
+                        .iter()
+                        .map(|v| format!("linux-image-{v}-amd64-unsigned"))
+                        .collect();
+                    let v = newest_version(&names, &series).ok_or_else(|| {
+                        e.context(format!(
+                            "cannot resolve the newest Debian {series} kernel and none is cached; \
+                             check the network (the lab needs {mirror}) or pass --kernel <exact version>"
+                        ))
+                    })?;
+                    eprintln!("lab: apt unavailable, using the cached kernel {v}");
+                    v
+                }
+            }
+        };
+        let release = format!("{version}-amd64");
+        let dir = kernels.join(&release);
+        let ready = dir.join("ready");
+        if !ready.exists() {
+            let _ = fs::remove_dir_all(&dir);
+            fs::create_dir_all(&dir)?;
+            let package = format!("linux-image-{version}-amd64-unsigned");
+            let debs = cache.join("debs");
+            fs::create_dir_all(&debs)?;
+            let deb = find_deb(&debs, &package)?;
+            let deb = match deb {
+                Some(d) => d,
+                None => {
+                    if is_exact_version(wanted) {
+                        apt.update()?;
+                    }
+                    eprintln!("lab: apt-get download {package}");
+                    run_quiet(
+                        apt.command("apt-get")
+                            .current_dir(&debs)
+                            .args(["-q", "download", &package]),
+                    )
+                    .context("downloading the kernel package (never installed on this host)")?;
+                    find_deb(&debs, &package)?
+                        .ok_or_else(|| anyhow!("apt-get download left no .deb"))?
+                }
+            };
+            eprintln!("lab: dpkg -x {}", deb.display());
+            let root = dir.join("root");
+            run_quiet(Command::new("dpkg").arg("-x").arg(&deb).arg(&root))?;
+            eprintln!("lab: depmod -b (a few seconds per thousand modules)");
+            run_quiet(Command::new("depmod").arg("-b").arg(&root).arg(&release))?;
+            let deps = run_quiet(Command::new("modprobe").arg("-d").arg(&root).args([
+                "-S",
+                &release,
+                "--show-depends",
+                "amdgpu",
+            ]))?;
+            let lab_modules = dir.join("lab-modules");
+            fs::create_dir_all(&lab_modules)?;
+            let mut order = String::new();
+            for (i, path) in deps
+                .lines()
+                .filter_map(|l| l.strip_prefix("insmod "))
+                .enumerate()
+            {
+                let path = PathBuf::from(path.split_whitespace().next().unwrap_or_default());
+                let file = path
+                    .file_name()
+                    .and_then(|f| f.to_str())
+                    .unwrap_or_default();
+                let (stem, tool) = match file {
+                    f if f.ends_with(".ko.xz") => (&f[..f.len() - 3], Some("xz")),
+                    f if f.ends_with(".ko.zst") => (&f[..f.len() - 4], Some("zstd")),
+                    f => (f, None),
+                };
+                let name = format!("{:02}-{stem}", i + 1);
+                let out = lab_modules.join(&name);
+                match tool {
+                    Some(tool) => {
+                        let data = Command::new(tool).arg("-dc").arg(&path).output()?;
+                        ensure!(
+                            data.status.success(),
+                            "{tool} -dc {} failed",
+                            path.display()
+                        );
+                        fs::write(&out, data.stdout)?;
+                    }
+                    None => {
+                        fs::copy(&path, &out)?;
+                    }
+                }
+                writeln!(order, "{name}")?;
+            }
+            ensure!(
+                order.contains("amdgpu.ko"),
+                "modprobe --show-depends amdgpu gave no amdgpu.ko:\n{deps}"
+            );
+            fs::write(lab_modules.join("order"), &order)?;
+            // Keep the vmlinuz, the chain and the config; drop the rest of the unpacked tree.
+            fs::copy(
+                root.join(format!("boot/vmlinuz-{release}")),
+                dir.join("vmlinuz"),
+            )?;
+            fs::copy(
+                root.join(format!("boot/config-{release}")),
+                dir.join("config"),
+            )?;
+            fs::remove_dir_all(&root)?;
+            fs::write(&ready, b"")?;
+        }
+        let order = fs::read_to_string(dir.join("lab-modules/order"))?;
+        Ok(Self {
+            modules: order
+                .lines()
+                .map(|m| dir.join("lab-modules").join(m))
+                .collect(),
+            vmlinuz: dir.join("vmlinuz"),
+            release,
+        })
+    }
+}
+
+fn find_deb(dir: &Path, package: &str) -> Result<Option<PathBuf>> {
+    let prefix = format!("{package}_");
+    Ok(fs::read_dir(dir)?.flatten().map(|e| e.path()).find(|p| {
+        p.file_name()
+            .and_then(|f| f.to_str())
+            .is_some_and(|f| f.starts_with(&prefix) && f.ends_with(".deb"))
+    }))
+}
+
+// ---- builds -------------------------------------------------------------------------------
+
+const HOST_TRIPLE: &str = "x86_64-unknown-linux-gnu";
+
+/// `cargo build --release --target x86_64-unknown-linux-gnu` with `+crt-static`: glibc linked
+/// statically (the musl target is not installable here). The flag goes in the per-target
+/// variable so that build scripts and the eBPF build are not affected.
+fn build_static_gpu_trace(root: &Path) -> Result<PathBuf> {
+    eprintln!("lab: building a static gpu-trace (release)");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .current_dir(root)
+        .args([
+            "build",
+            "--release",
+            "--target",
+            HOST_TRIPLE,
+            "-p",
+            "gpu-trace",
+            "--bin",
+            "gpu-trace",
+        ])
+        .env(
+            "CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS",
+            "-C target-feature=+crt-static",
+        )
+        .status()?;
+    ensure!(
+        status.success(),
+        "building the static gpu-trace failed (see the cargo output above)"
+    );
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+    Ok(target.join(HOST_TRIPLE).join("release/gpu-trace"))
+}
+
+fn build_client(root: &Path, out_dir: &Path) -> Result<PathBuf> {
+    let out = out_dir.join("lab-client");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    run_quiet(
+        Command::new(cc)
+            .args(["-static", "-O2", "-Wall", "-Wextra", "-Werror", "-o"])
+            .arg(&out)
+            .arg(root.join("lab/client.c")),
+    )
+    .context("building the static test client (needs gcc and libc6-dev's libc.a)")?;
+    Ok(out)
+}
+
+/// True when the ELF file has no program interpreter (PT_INTERP), i.e. is statically linked.
+fn is_static_elf(bytes: &[u8]) -> Result<bool> {
+    ensure!(
+        bytes.len() >= 64 && &bytes[..4] == b"\x7fELF",
+        "not an ELF file"
+    );
+    ensure!(
+        bytes[4] == 2 && bytes[5] == 1,
+        "not a little-endian 64-bit ELF file"
+    );
+    let u16_at = |o: usize| u16::from_le_bytes([bytes[o], bytes[o + 1]]);
+    let u32_at = |o: usize| u32::from_le_bytes(bytes[o..o + 4].try_into().unwrap());
+    let u64_at = |o: usize| u64::from_le_bytes(bytes[o..o + 8].try_into().unwrap());
+    let phoff = u64_at(32) as usize;
+    let phentsize = u16_at(54) as usize;
+    let phnum = u16_at(56) as usize;
+    ensure!(
+        phoff + phnum * phentsize <= bytes.len() && phentsize >= 4,
+        "truncated ELF program headers"
+    );
+    const PT_INTERP: u32 = 3;
+    Ok(!(0..phnum).any(|i| u32_at(phoff + i * phentsize) == PT_INTERP))
+}
+
+// ---- initramfs ----------------------------------------------------------------------------
+
+/// A `newc` cpio archive, written directly (no cpio tool, no root needed for device nodes).
+struct Cpio<W: io::Write> {
+    out: W,
+    ino: u32,
+    written: u64,
+}
+
+impl<W: io::Write> Cpio<W> {
+    fn new(out: W) -> Self {
+        Self {
+            out,
+            ino: 1,
+            written: 0,
+        }
+    }
+
+    fn entry(&mut self, name: &str, mode: u32, rdev: (u32, u32), data: &[u8]) -> io::Result<()> {
+        let header = format!(
+            "070701{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}",
+            self.ino,
+            mode,
+            0,
+            0,
+            if mode & 0o170000 == 0o040000 { 2 } else { 1 },
+            0,
+            data.len(),
+            0,
+            0,
+            rdev.0,
+            rdev.1,
+            name.len() + 1,
+            0
+        );
+        self.ino += 1;
+        self.write(header.as_bytes())?;
+        self.write(name.as_bytes())?;
+        self.write(&[0])?;
+        self.pad()?;
+        self.write(data)?;
+        self.pad()
+    }
+
+    fn dir(&mut self, name: &str) -> io::Result<()> {
+        self.entry(name, 0o040755, (0, 0), &[])
+    }
+
+    fn file(&mut self, name: &str, mode: u32, data: &[u8]) -> io::Result<()> {
+        self.entry(name, 0o100000 | mode, (0, 0), data)
+    }
+
+    fn char_dev(&mut self, name: &str, major: u32, minor: u32) -> io::Result<()> {
+        self.entry(name, 0o020600, (major, minor), &[])
+    }
+
+    fn finish(mut self) -> io::Result<W> {
+        self.entry("TRAILER!!!", 0, (0, 0), &[])?;
+        Ok(self.out)
+    }
+
+    fn write(&mut self, b: &[u8]) -> io::Result<()> {
+        self.written += b.len() as u64;
+        self.out.write_all(b)
+    }
+
+    fn pad(&mut self) -> io::Result<()> {
+        let n = (4 - (self.written % 4) as usize) % 4;
+        self.write(&[0; 3][..n])
+    }
+}
+
+fn write_initramfs(
+    path: &Path,
+    root: &Path,
+    kernel: &Kernel,
+    gpu_trace: &Path,
+    client: &Path,
+) -> Result<()> {
+    let file = fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut cpio = Cpio::new(io::BufWriter::new(file));
+    for d in [
+        "bin",
+        "dev",
+        "proc",
+        "sys",
+        "tmp",
+        "lib",
+        "lib/modules",
+        "lib/modules/lab",
+    ] {
+        cpio.dir(d)?;
+    }
+    cpio.char_dev("dev/console", 5, 1)?;
+    cpio.file("init", 0o755, &fs::read(root.join("lab/init.sh"))?)?;
+    cpio.file("bin/busybox", 0o755, &fs::read(which("busybox")?)?)?;
+    cpio.file("bin/gpu-trace", 0o755, &fs::read(gpu_trace)?)?;
+    cpio.file("bin/lab-client", 0o755, &fs::read(client)?)?;
+    let mut order = String::new();
+    for m in &kernel.modules {
+        let name = m
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| anyhow!("bad module name"))?;
+        cpio.file(&format!("lib/modules/lab/{name}"), 0o644, &fs::read(m)?)?;
+        writeln!(order, "{name}")?;
+    }
+    cpio.file("lib/modules/lab/order", 0o644, order.as_bytes())?;
+    cpio.finish()?.flush()?;
+    Ok(())
+}
+
+// ---- QEMU ---------------------------------------------------------------------------------
+
+struct Boot {
+    console: PathBuf,
+    results: PathBuf,
+    accel: &'static str,
+    wall: Duration,
+    /// Why the guest did not reach power-off (watchdog, QEMU error), if it did not.
+    failure: Option<String>,
+}
+
+fn kvm_usable() -> bool {
+    let cpu = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let virt = cpu
+        .lines()
+        .filter(|l| l.starts_with("flags"))
+        .any(|l| l.split_whitespace().any(|f| f == "vmx" || f == "svm"));
+    virt && fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+        .is_ok()
+}
+
+/// The kernel command line: serial console, no reboot on panic (QEMU exits), the BPF LSM on.
+const CMDLINE: &str =
+    "console=ttyS0 loglevel=4 panic=-1 lsm=lockdown,capability,landlock,yama,apparmor,bpf";
+
+fn boot(kernel: &Kernel, initramfs: &Path, run_dir: &Path, args: &LabArgs) -> Result<Boot> {
+    fs::create_dir_all(run_dir)?;
+    let tries: &[&'static str] = match args.accel {
+        Accel::Tcg => &["tcg"],
+        Accel::Kvm => &["kvm"],
+        Accel::Auto if kvm_usable() => &["kvm", "tcg"],
+        Accel::Auto => {
+            eprintln!("lab: KVM not usable here (no vmx/svm in /proc/cpuinfo or no /dev/kvm): TCG");
+            &["tcg"]
+        }
+    };
+    for (i, &accel) in tries.iter().enumerate() {
+        let last = i + 1 == tries.len();
+        let console = run_dir.join("console.log");
+        let results = run_dir.join("results.log");
+        let _ = fs::remove_file(&console);
+        let _ = fs::remove_file(&results);
+        let qemu_path = which("qemu-system-x86_64")?;
+        let mut cmd = Command::new(qemu_path);
+        cmd.args([
+            "-nodefaults",
+            "-nographic",
+            "-no-reboot",
+            "-monitor",
+            "none",
+            "-machine",
+            "q35",
+        ])
+        .args(["-smp", "2", "-m", "2048"])
+        .args(match accel {
+            "kvm" => ["-accel", "kvm", "-cpu", "host"],
+            _ => ["-accel", "tcg", "-cpu", "max"],
+        })
+        .arg("-kernel")
+        .arg(&kernel.vmlinuz)
+        .arg("-initrd")
+        .arg(initramfs)
+        .args(["-append", CMDLINE])
+        .arg("-serial")
+        .arg(format!("file:{}", console.display()))
+        .arg("-serial")
+        .arg(format!("file:{}", results.display()))
+        .stdin(Stdio::null());
+        eprintln!(
+            "lab: booting {} under {accel} (watchdog {} s)",
+            kernel.release, args.timeout
+        );
+        let started = Instant::now();
+        let mut child = cmd.spawn().context("starting qemu-system-x86_64")?;
+        let mut shown = 0usize;
+        let mut failure = None;
+        loop {
+            std::thread::sleep(Duration::from_millis(500));
+            let text = fs::read(&console)
+                .map(|b| String::from_utf8_lossy(&b).into_owned())
+                .unwrap_or_default();
+            // Print complete new lines only.
+            let complete = text.rfind('\n').map_or(0, |i| i + 1);
+            if complete > shown {
+                for line in text[shown..complete].lines() {
+                    if args.verbose || is_progress_line(line) {
+                        eprintln!("[{:6.1}] {line}", started.elapsed().as_secs_f64());
+                    }
+                }
+                shown = complete;
+            }
+            if let Some(status) = child.try_wait()? {
+                if !status.success() {
+                    failure = Some(format!("QEMU exited with {status}"));
+                }
+                break;
+            }
+            if accel == "kvm"
+                && !last
+                && started.elapsed() > Duration::from_secs(30)
+                && !text.contains("Linux version")
+            {
+                eprintln!("lab: the guest printed nothing in 30 s under KVM; falling back to TCG");
+                let _ = child.kill();
+                let _ = child.wait();
+                failure = Some("kvm: no boot".into());
+                break;
+            }
+            if started.elapsed() > Duration::from_secs(args.timeout) {
+                let _ = child.kill();
+                let _ = child.wait();
+                failure = Some(format!(
+                    "watchdog: the guest did not power off within {} s (killed); see {}",
+                    args.timeout,
+                    console.display()
+                ));
+                break;
+            }
+        }
+        if failure.as_deref() == Some("kvm: no boot") {
+            continue;
+        }
+        return Ok(Boot {
+            console,
+            results,
+            accel,
+            wall: started.elapsed(),
+            failure,
+        });
+    }
+    bail!("no accelerator could boot the guest")
+}
+
+fn is_progress_line(line: &str) -> bool {
+    line.starts_with("LAB step")
+        || line.starts_with("LAB fact")
+        || line.starts_with("LAB modules")
+        || line.starts_with("LAB module_failed")
+        || line.starts_with("lab: ")
+        || line.contains("Kernel panic")
+        || line.contains("BUG:")
+        || line.contains("Oops")
+}
+
+// ---- results ------------------------------------------------------------------------------
+
+/// What the guest wrote on its results port: `LAB` lines and `LAB-BEGIN`/`LAB-END` blocks.
+#[derive(Debug, Default)]
+struct Results {
+    /// Every `LAB <topic> ...` line, those inside blocks included, in order.
+    lines: Vec<String>,
+    blocks: BTreeMap<String, Block>,
+    done: bool,
+}
+
+#[derive(Debug, Default, Clone)]
+struct Block {
+    text: String,
+    rc: Option<i64>,
+}
+
+impl Results {
+    fn parse(text: &str) -> Self {
+        let mut r = Results::default();
+        let mut current: Option<(String, String)> = None;
+        for raw in text.lines() {
+            let line = raw.trim_end_matches('\r');
+            if let Some(name) = line.strip_prefix("LAB-BEGIN ") {
+                current = Some((name.trim().to_owned(), String::new()));
+                continue;
+            }
+            if let Some(rest) = line.strip_prefix("LAB-END ") {
+                let mut parts = rest.split_whitespace();
+                let name = parts.next().unwrap_or_default().to_owned();
+                let rc = parts
+                    .find_map(|p| p.strip_prefix("rc="))
+                    .and_then(|v| v.parse().ok());
+                let text = match current.take() {
+                    Some((n, t)) if n == name => t,
+                    _ => String::new(),
+                };
+                r.blocks.insert(name, Block { text, rc });
+                continue;
+            }
+            if line == "LAB-DONE" {
+                r.done = true;
+            }
+            if let Some((_, t)) = current.as_mut() {
+                t.push_str(line);
+                t.push('\n');
+            }
+            if line.starts_with("LAB ") {
+                r.lines.push(line.to_owned());
+            }
+        }
+        r
+    }
+
+    /// The `key=value` fields of the first `LAB <topic> ...` line that has all of `matching`.
+    fn find(&self, topic: &str, matching: &[(&str, &str)]) -> Option<Fields> {
+        self.lines
+            .iter()
+            .map(|l| Fields::parse(l))
+            .find(|f| f.topic == topic && matching.iter().all(|(k, v)| f.get(k) == Some(*v)))
+    }
+
+    /// `LAB fact key=value...`: the whole rest of the line is the value.
+    fn fact(&self, key: &str) -> Option<&str> {
+        let prefix = format!("LAB fact {key}=");
+        self.lines
+            .iter()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+    }
+
+    fn block(&self, name: &str) -> Option<&Block> {
+        self.blocks.get(name)
+    }
+}
+
+#[derive(Debug)]
+struct Fields {
+    topic: String,
+    kv: Vec<(String, String)>,
+}
+
+impl Fields {
+    fn parse(line: &str) -> Self {
+        let mut parts = line.split_whitespace().skip(1);
+        let topic = parts.next().unwrap_or_default().to_owned();
+        let kv = parts
+            .filter_map(|p| p.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+        Self { topic, kv }
+    }
+
+    fn get(&self, key: &str) -> Option<&str> {
+        self.kv
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn int(&self, key: &str) -> Option<i64> {
+        let v = self.get(key)?;
+        match v.strip_prefix("0x") {
+            Some(hex) => i64::from_str_radix(hex, 16).ok(),
+            None => v.parse().ok(),
+        }
+    }
+}
+
+// ---- checks -------------------------------------------------------------------------------
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Status {
+    Pass,
+    Fail,
+    Skip,
+    Info,
+}
+
+#[derive(Debug)]
+struct Check {
+    id: &'static str,
+    title: &'static str,
+    status: Status,
+    detail: String,
+}
+
+impl Check {
+    fn new(id: &'static str, title: &'static str, ok: bool, detail: impl Into<String>) -> Self {
+        let status = if ok { Status::Pass } else { Status::Fail };
+        Self {
+            id,
+            title,
+            status,
+            detail: detail.into(),
+        }
+    }
+    fn fail(id: &'static str, title: &'static str, detail: impl Into<String>) -> Self {
+        Self::new(id, title, false, detail)
+    }
+    fn skip(id: &'static str, title: &'static str, detail: impl Into<String>) -> Self {
+        Self {
+            id,
+            title,
+            status: Status::Skip,
+            detail: detail.into(),
+        }
+    }
+    fn info(id: &'static str, title: &'static str, detail: impl Into<String>) -> Self {
+        Self {
+            id,
+            title,
+            status: Status::Info,
+            detail: detail.into(),
+        }
+    }
+}
+
+fn judge(r: &Results) -> Vec<Check> {
+    let mut c = Vec::new();
+    judge_kernel(r, &mut c);
+    judge_nvidia(r, &mut c);
+    judge_amd(r, &mut c);
+    judge_deep(r, &mut c);
+    judge_lsm(r, &mut c);
+    c
+}
+
+fn judge_kernel(r: &Results, c: &mut Vec<Check>) {
+    let failed: Vec<&String> = r
+        .lines
+        .iter()
+        .filter(|l| l.starts_with("LAB module_failed="))
+        .collect();
+    let modules = r
+        .lines
+        .iter()
+        .find(|l| l.starts_with("LAB modules_loaded="))
+        .cloned()
+        .unwrap_or_default();
+    c.push(Check::new(
+        "a.boot",
+        "guest booted, loaded the amdgpu module chain, finished the scenario",
+        r.done && failed.is_empty() && !modules.is_empty(),
+        format!(
+            "kernel {}; {}{}{}",
+            r.fact("kernel").unwrap_or("?"),
+            modules.trim_start_matches("LAB "),
+            if failed.is_empty() {
+                String::new()
+            } else {
+                format!("; {failed:?}")
+            },
+            if r.done {
+                ""
+            } else {
+                "; the scenario did not finish (no LAB-DONE)"
+            }
+        ),
+    ));
+    let kfd = r.fact("kfd").unwrap_or("(no fact)");
+    c.push(Check::new(
+        "a.kfd",
+        "/dev/kfd present",
+        kfd.starts_with("present"),
+        kfd,
+    ));
+    let v = r.find("kfd", &[("rc", "0")]);
+    c.push(Check::new(
+        "a.kfd_version",
+        "KFD GET_VERSION answers",
+        v.is_some(),
+        match &v {
+            Some(f) => format!(
+                "KFD {}.{}",
+                f.get("major").unwrap_or("?"),
+                f.get("minor").unwrap_or("?")
+            ),
+            None => r
+                .find("kfd", &[])
+                .map_or("no answer".into(), |f| format!("{:?}", f.kv)),
+        },
+    ));
+    let lsm = r.fact("lsm").unwrap_or("(no fact)");
+    c.push(Check::new(
+        "a.lsm",
+        "BPF LSM active (bpf in /sys/kernel/security/lsm)",
+        lsm.split(',').any(|m| m == "bpf"),
+        lsm,
+    ));
+    let pmu = r.fact("kprobe_pmu").unwrap_or("absent");
+    let events = r.fact("kprobe_events").unwrap_or("absent");
+    c.push(Check::new(
+        "a.kprobes",
+        "kprobes available (perf kprobe PMU, tracefs kprobe_events)",
+        pmu != "absent" && events == "present",
+        format!(
+            "kprobe PMU type {pmu}, kprobe_events {events}, lockdown {}",
+            r.fact("lockdown").unwrap_or("?")
+        ),
+    ));
+    let btf = r.fact("amdgpu_btf").unwrap_or("absent");
+    c.push(Check::new(
+        "a.module_btf",
+        "module BTF for amdgpu (/sys/kernel/btf/amdgpu)",
+        btf != "absent",
+        format!(
+            "{btf} bytes; vmlinux BTF {} bytes",
+            r.fact("vmlinux_btf").unwrap_or("?")
+        ),
+    ));
+    match r.block("doctor") {
+        Some(b) => c.push(Check::info(
+            "a.doctor",
+            "gpu-trace doctor",
+            format!("exit {}\n{}", b.rc.unwrap_or(-1), indent(&b.text)),
+        )),
+        None => c.push(Check::info(
+            "a.doctor",
+            "gpu-trace doctor",
+            "not in this build",
+        )),
+    }
+}
+
+fn indent(text: &str) -> String {
+    text.lines()
+        .map(|l| format!("        | {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// JSON lines of a dumped block; lines that are not JSON objects are returned as errors.
+fn json_lines(text: &str) -> (Vec<serde_json::Value>, Vec<String>) {
+    let mut ok = Vec::new();
+    let mut bad = Vec::new();
+    for l in text.lines().filter(|l| !l.trim().is_empty()) {
+        match serde_json::from_str::<serde_json::Value>(l) {
+            Ok(v) if v.is_object() => ok.push(v),
+            _ => bad.push(l.to_owned()),
+        }
+    }
+    (ok, bad)
+}
+
+fn hooks_line(stderr: &str) -> String {
+    stderr
+        .lines()
+        .filter(|l| l.contains("hooks"))
+        .collect::<Vec<_>>()
+        .join(" / ")
+}
+
+fn judge_nvidia(r: &Results, c: &mut Vec<Check>) {
+    let ready = r.find("nv", &[("tracer_ready", "yes")]).is_some();
+    let exit = r.find("nv", &[]).and_then(|_| {
+        r.lines
+            .iter()
+            .map(|l| Fields::parse(l))
+            .find(|f| f.topic == "nv" && f.get("tracer_exit").is_some())
+    });
+    let exit = exit.and_then(|f| f.int("tracer_exit"));
+    let stderr = r
+        .block("nv.stderr")
+        .map(|b| b.text.clone())
+        .unwrap_or_default();
+    c.push(Check::new(
+        "b.load",
+        "gpu-trace loads and attaches on the stock kernel (NVIDIA path)",
+        ready && exit == Some(0),
+        format!(
+            "{}; exit {}",
+            hooks_line(&stderr),
+            exit.map_or("?".into(), |e| e.to_string())
+        ),
+    ));
+    if !ready {
+        c.push(Check::fail(
+            "b.records",
+            "RM-shaped ioctls on /dev/null traced",
+            format!("tracer not ready:\n{}", indent(&stderr)),
+        ));
+        return;
+    }
+    let client_pid = r.find("nv", &[]).and_then(|_| {
+        r.lines
+            .iter()
+            .map(|l| Fields::parse(l))
+            .find(|f| f.topic == "nv" && f.get("pid").is_some())
+    });
+    let pid = client_pid.as_ref().and_then(|f| f.int("pid"));
+    let calls: Vec<(String, i64)> = r
+        .lines
+        .iter()
+        .map(|l| Fields::parse(l))
+        .filter(|f| f.topic == "nv")
+        .filter_map(|f| Some((f.get("call")?.to_owned(), f.int("rc")?)))
+        .collect();
+    let all_enotty = calls.len() == 7 && calls.iter().all(|(_, rc)| *rc == -ENOTTY);
+    let (events, bad) = json_lines(
+        &r.block("nv.jsonl")
+            .map(|b| b.text.clone())
+            .unwrap_or_default(),
+    );
+    let stats = events.iter().find(|e| e["event"] == "STATS");
+    let kernel = stats.map(|s| &s["kernel"]);
+    let k = |name: &str| kernel.and_then(|k| k[name].as_u64());
+    let mut problems = Vec::new();
+    if !all_enotty {
+        problems.push(format!("client calls {calls:?} (want 7 × -{ENOTTY})"));
+    }
+    if !bad.is_empty() {
+        problems.push(format!("non-JSON output lines: {bad:?}"));
+    }
+    if stats.is_none() {
+        problems.push("no STATS line".into());
+    }
+    if k("emitted") != Some(4) {
+        problems.push(format!(
+            "kernel emitted {:?}, want 4 (alloc, schedule, XFER alloc, free)",
+            k("emitted")
+        ));
+    }
+    if k("ignored") != Some(1) {
+        problems.push(format!(
+            "kernel ignored {:?}, want 1 (the unrelated control)",
+            k("ignored")
+        ));
+    }
+    for counter in ["dropped", "read_failed"] {
+        if k(counter) != Some(0) {
+            problems.push(format!("{counter} {:?}, want 0", k(counter)));
+        }
+    }
+    // Every call failed (ENOTTY): no task was created, the schedule was refused.
+    let of_client: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["event"] != "STATS" && e["pid"].as_i64() == pid)
+        .collect();
+    if events.iter().any(|e| e["event"] == "TASK_INIT") {
+        problems.push("a TASK_INIT for a failed alloc".into());
+    }
+    // The client's GPFIFO_SCHEDULE names TSG handle 0x5c000010 of RM client 0xc1d00001.
+    let refused = of_client.iter().find(|e| {
+        e["event"] == "SCHEDULE"
+            && e["allowed"] == false
+            && e["errno"].as_i64() == Some(-ENOTTY)
+            && e["task"]["value"].as_u64() == Some(0x5c00_0010)
+            && e["client"].as_u64() == Some(0xc1d0_0001)
+    });
+    if refused.is_none() {
+        problems.push(format!(
+            "no SCHEDULE of TSG 0x5c000010 (client 0xc1d00001) allowed=false errno=-{ENOTTY} for pid \
+             {pid:?}; events: {of_client:?}"
+        ));
+    }
+    c.push(Check::new(
+        "b.records",
+        "RM-shaped ioctls on /dev/null: captured, decoded, refused with ENOTTY, counted",
+        problems.is_empty(),
+        if problems.is_empty() {
+            format!(
+                "4 records emitted, 1 ignored, 0 dropped; events of pid {}: {}",
+                pid.unwrap_or(-1),
+                of_client
+                    .iter()
+                    .map(|e| e["event"].as_str().unwrap_or("?"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        } else {
+            problems.join("; ")
+        },
+    ));
+}
+
+fn judge_amd(r: &Results, c: &mut Vec<Check>) {
+    let rc = |size: &str| {
+        r.find("kfd_create", &[("size", size)])
+            .and_then(|f| f.int("rc"))
+    };
+    let (r96, r88) = (rc("96"), rc("88"));
+    c.push(Check::new(
+        "c.driver",
+        "CREATE_QUEUE on /dev/kfd enters the driver and fails with EINVAL (96- and 88-byte forms)",
+        r96 == Some(-EINVAL) && r88 == Some(-EINVAL),
+        format!(
+            "96-byte: {r96:?}, 88-byte: {r88:?} (want -{EINVAL}: no GPU with the lab's gpu_id)"
+        ),
+    ));
+    let probe = r.block("amd.probe");
+    let stderr = r
+        .block("amd.stderr")
+        .map(|b| b.text.clone())
+        .unwrap_or_default();
+    let unsupported = probe.is_some_and(|b| b.rc == Some(3) && b.text.contains("not implemented"));
+    if unsupported {
+        c.push(Check::skip(
+            "c.trace",
+            "gpu-trace --vendor amd shows the refused CREATE_QUEUE calls",
+            "--vendor amd is not in this build yet",
+        ));
+        return;
+    }
+    let ready = r.find("amd", &[("tracer_ready", "yes")]).is_some();
+    let pid = r.find("kfd_create", &[]).and_then(|f| f.int("pid"));
+    let (events, bad) = json_lines(
+        &r.block("amd.jsonl")
+            .map(|b| b.text.clone())
+            .unwrap_or_default(),
+    );
+    let mut problems = Vec::new();
+    if !ready {
+        problems.push(format!("tracer not ready: {}", stderr.trim()));
+    }
+    if !bad.is_empty() {
+        problems.push(format!("non-JSON output lines: {bad:?}"));
+    }
+    let of_client: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["event"] != "STATS" && e["pid"].as_i64() == pid)
+        .collect();
+    if events.iter().any(|e| e["event"] == "TASK_INIT") {
+        problems.push("a TASK_INIT although no queue was created".into());
+    }
+    let refused: Vec<&&serde_json::Value> = of_client
+        .iter()
+        .filter(|e| e["allowed"] == false && e["errno"].as_i64() == Some(-EINVAL))
+        .collect();
+    if refused.len() != 2 {
+        problems.push(format!(
+            "want 2 refused CREATE_QUEUE events (errno -{EINVAL}) for pid {pid:?}, got {}: {of_client:?}",
+            refused.len()
+        ));
+    }
+    c.push(Check::new(
+        "c.trace",
+        "gpu-trace --vendor amd shows both CREATE_QUEUE calls refused with EINVAL, no TASK_INIT",
+        problems.is_empty(),
+        if problems.is_empty() {
+            format!(
+                "{}; {}",
+                hooks_line(&stderr),
+                refused
+                    .iter()
+                    .map(|e| e.to_string())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            )
+        } else {
+            problems.join("; ")
+        },
+    ));
+}
+
+/// Entry and return programs on kfd_ioctl_create_queue: one hit each, the driver's copy of the
+/// arguments read at entry, the driver's errno at return.
+fn create_queue_probe(r: &Results, topic: &str) -> (bool, String) {
+    let Some(f) = r.find(topic, &[]).and_then(|_| {
+        r.lines
+            .iter()
+            .map(|l| Fields::parse(l))
+            .find(|f| f.topic == topic && f.get("entry_hits").is_some())
+    }) else {
+        let lines: Vec<&String> = r
+            .lines
+            .iter()
+            .filter(|l| l.starts_with(&format!("LAB {topic} ")))
+            .collect();
+        return (false, format!("no result; client said: {lines:?}"));
+    };
+    let ok = f.int("entry_hits") == Some(1)
+        && f.int("return_hits") == Some(1)
+        && f.int("gpu_id") == Some(LAB_GPU_ID as i64)
+        && f.int("ret") == Some(-EINVAL);
+    (
+        ok,
+        format!(
+            "entry hits {}, gpu_id read from the driver's args {}, return hits {}, returned {} (want 1, {LAB_GPU_ID:#x}, 1, -{EINVAL})",
+            f.get("entry_hits").unwrap_or("?"),
+            f.get("gpu_id").unwrap_or("?"),
+            f.get("return_hits").unwrap_or("?"),
+            f.get("ret").unwrap_or("?")
+        ),
+    )
+}
+
+fn judge_deep(r: &Results, c: &mut Vec<Check>) {
+    let (ok, detail) = create_queue_probe(r, "kprobe");
+    c.push(Check::new(
+        "d.kprobe",
+        "kprobe + kretprobe on kfd_ioctl_create_queue fire for CREATE_QUEUE",
+        ok,
+        detail,
+    ));
+    let amb = r.find("kprobe", &[("ambiguous", "init_mqd")]);
+    let att = r
+        .find("kprobe", &[("ambiguous", "init_mqd")])
+        .and_then(|_| {
+            r.lines
+                .iter()
+                .map(|l| Fields::parse(l))
+                .find(|f| f.topic == "kprobe" && f.get("by_address_attached").is_some())
+        });
+    let copies = amb.as_ref().and_then(|f| f.int("copies"));
+    let ok = copies.is_some_and(|n| n > 1)
+        && amb.as_ref().and_then(|f| f.get("by_name")) == Some("refused")
+        && amb.as_ref().and_then(|f| f.int("errno")) == Some(EADDRNOTAVAIL)
+        && att.as_ref().and_then(|f| f.int("by_address_attached")) == copies;
+    c.push(Check::new(
+        "d.ambiguous",
+        "ambiguous static name (init_mqd): refused by name (EADDRNOTAVAIL), every copy attaches by address",
+        ok,
+        format!(
+            "{} copies in kallsyms; by name: {} (errno {}); attached by address: {}",
+            copies.map_or("?".into(), |n| n.to_string()),
+            amb.as_ref().and_then(|f| f.get("by_name")).unwrap_or("?"),
+            amb.as_ref().and_then(|f| f.get("errno")).unwrap_or("?"),
+            att.as_ref().and_then(|f| f.get("by_address_attached")).unwrap_or("?"),
+        ),
+    ));
+    let (ok, detail) = create_queue_probe(r, "fentry");
+    let btf = r
+        .lines
+        .iter()
+        .map(|l| Fields::parse(l))
+        .find(|f| f.topic == "fentry" && f.get("func_id").is_some())
+        .map(|f| {
+            format!(
+                "; split-BTF id {} (vmlinux has {} types)",
+                f.get("func_id").unwrap_or("?"),
+                f.get("vmlinux_types").unwrap_or("?")
+            )
+        })
+        .unwrap_or_default();
+    c.push(Check::new(
+        "d.fentry",
+        "fentry + fexit on kfd_ioctl_create_queue through amdgpu's module BTF",
+        ok,
+        format!("{detail}{btf}"),
+    ));
+}
+
+fn judge_lsm(r: &Results, c: &mut Vec<Check>) {
+    let f = r
+        .lines
+        .iter()
+        .map(|l| Fields::parse(l))
+        .find(|f| f.topic == "lsm" && f.get("self_denied96").is_some());
+    let counts = r
+        .lines
+        .iter()
+        .map(|l| Fields::parse(l))
+        .find(|f| f.topic == "lsm" && f.get("program_denials").is_some());
+    let Some(f) = f else {
+        let lines: Vec<&String> = r
+            .lines
+            .iter()
+            .filter(|l| l.starts_with("LAB lsm"))
+            .collect();
+        c.push(Check::fail(
+            "e.lsm",
+            "BPF LSM program on file_ioctl loads, runs and denies",
+            format!("{lines:?}"),
+        ));
+        return;
+    };
+    let want = [
+        ("self_before", -EINVAL),
+        ("self_denied96", -EPERM),
+        ("self_denied88", -EPERM),
+        ("self_get_version", 0),
+        ("other_process", -EINVAL),
+        ("self_after_detach", -EINVAL),
+    ];
+    let mut problems: Vec<String> = want
+        .iter()
+        .filter(|(k, v)| f.int(k) != Some(*v))
+        .map(|(k, v)| format!("{k} {} (want {v})", f.get(k).unwrap_or("?")))
+        .collect();
+    let denials = counts.as_ref().and_then(|c| c.int("program_denials"));
+    if denials != Some(2) {
+        problems.push(format!("program counted {denials:?} denials (want 2)"));
+    }
+    c.push(Check::new(
+        "e.lsm",
+        "BPF LSM on file_ioctl: loads, runs, denies CREATE_QUEUE for one process only, detaches",
+        problems.is_empty(),
+        if problems.is_empty() {
+            format!(
+                "denied process got EPERM (both sizes), another process and GET_VERSION unaffected, EINVAL again after detach; program ran {} times",
+                counts.as_ref().and_then(|c| c.get("program_calls")).unwrap_or("?")
+            )
+        } else {
+            problems.join("; ")
+        },
+    ));
+}
+
+fn report(checks: &[Check], what: &str) -> Result<()> {
+    println!("\n=== gpu-trace lab verdict: {what} ===");
+    for ch in checks {
+        let tag = match ch.status {
+            Status::Pass => "PASS",
+            Status::Fail => "FAIL",
+            Status::Skip => "SKIP",
+            Status::Info => "INFO",
+        };
+        println!("{tag}  {:<14} {}\n      {}", ch.id, ch.title, ch.detail);
+    }
+    for ch in checks.iter().filter(|c| c.status == Status::Skip) {
+        println!("SKIPPED: lab: {}: {}: {}", ch.id, ch.title, ch.detail);
+    }
+    let count = |s| checks.iter().filter(|c| c.status == s).count();
+    let (pass, fail, skip) = (
+        count(Status::Pass),
+        count(Status::Fail),
+        count(Status::Skip),
+    );
+    if fail > 0 {
+        println!("lab: FAIL ({pass} passed, {fail} failed, {skip} skipped)");
+        bail!("the lab failed {fail} check(s); the logs above say which and why");
+    }
+    println!("lab: PASS ({pass} passed, {skip} skipped)");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn picks_the_newest_generic_image_of_the_series() {
+        let names: Vec<String> = [
+            "linux-image-6.12.95+deb12-amd64-unsigned",
+            "linux-image-6.12.117+deb12-amd64-unsigned",
+            "linux-image-6.12.117+deb12-cloud-amd64-unsigned",
+            "linux-image-6.12.117+deb12-rt-amd64-unsigned",
+            "linux-image-6.12.9+deb12-amd64-unsigned",
+            "linux-image-6.1.0-9-amd64-unsigned",
+            "linux-image-6.1.0-47-amd64-unsigned",
+            "linux-image-6.1.0-47-cloud-amd64-unsigned",
+            "linux-image-6.12.200+deb12-amd64", // signed image: not this package
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(
+            newest_version(&names, "6.12").as_deref(),
+            Some("6.12.117+deb12")
+        );
+        assert_eq!(newest_version(&names, "6.1").as_deref(), Some("6.1.0-47"));
+        assert_eq!(newest_version(&names, "6.6"), None);
+        assert!(is_exact_version("6.12.117+deb12") && is_exact_version("6.1.0-47"));
+        assert!(!is_exact_version("6.12") && !is_exact_version("6.1"));
+    }
+
+    /// A minimal ELF64 header with `phnum` program headers of the given types.
+    fn elf(types: &[u32]) -> Vec<u8> {
+        let mut b = vec![0u8; 64 + 56 * types.len()];
+        b[..4].copy_from_slice(b"\x7fELF");
+        b[4] = 2;
+        b[5] = 1;
+        b[32..40].copy_from_slice(&64u64.to_le_bytes());
+        b[54..56].copy_from_slice(&56u16.to_le_bytes());
+        b[56..58].copy_from_slice(&(types.len() as u16).to_le_bytes());
+        for (i, t) in types.iter().enumerate() {
+            b[64 + 56 * i..68 + 56 * i].copy_from_slice(&t.to_le_bytes());
+        }
+        b
+    }
+
+    #[test]
+    fn static_elf_has_no_interpreter() {
+        assert!(is_static_elf(&elf(&[1, 1, 4])).unwrap());
+        assert!(!is_static_elf(&elf(&[6, 3, 1])).unwrap());
+        assert!(is_static_elf(b"#!/bin/sh\n").is_err());
+    }
+
+    #[test]
+    fn cpio_newc_entries_are_aligned_and_readable() {
+        let mut c = Cpio::new(Vec::new());
+        c.dir("bin").unwrap();
+        c.file("bin/x", 0o755, b"hello").unwrap();
+        c.char_dev("dev/console", 5, 1).unwrap();
+        let out = c.finish().unwrap();
+        assert_eq!(out.len() % 4, 0);
+        // Walk it back.
+        let mut off = 0;
+        let mut seen = Vec::new();
+        loop {
+            let h = std::str::from_utf8(&out[off..off + 110]).unwrap();
+            assert_eq!(&h[..6], "070701");
+            let field =
+                |i: usize| u32::from_str_radix(&h[6 + 8 * i..14 + 8 * i], 16).unwrap() as usize;
+            let (mode, size, rmaj, rmin, namesize) =
+                (field(1), field(6), field(9), field(10), field(11));
+            let name = std::str::from_utf8(&out[off + 110..off + 110 + namesize - 1])
+                .unwrap()
+                .to_owned();
+            let data_at = (off + 110 + namesize).next_multiple_of(4);
+            let data = out[data_at..data_at + size].to_vec();
+            off = (data_at + size).next_multiple_of(4);
+            if name == "TRAILER!!!" {
+                break;
+            }
+            seen.push((name, mode, data, rmaj, rmin));
+        }
+        assert_eq!(off, out.len());
+        assert_eq!(seen[0], ("bin".into(), 0o040755, vec![], 0, 0));
+        assert_eq!(seen[1], ("bin/x".into(), 0o100755, b"hello".to_vec(), 0, 0));
+        assert_eq!(seen[2], ("dev/console".into(), 0o020600, vec![], 5, 1));
+    }
+
+    /// A results log as a healthy guest writes it (shape taken from a real run).
+    const GOOD: &str = r#"LAB step boot t=10.1
+LAB fact kernel=6.12.117+deb12-amd64
+LAB modules_loaded=17 t=37.3
+LAB fact kfd=present dev=f2:0 proc_devices_major=242
+LAB fact lsm=lockdown,capability,landlock,yama,apparmor,bpf
+LAB fact lockdown=[none] integrity confidentiality
+LAB fact kprobe_pmu=6
+LAB fact kprobe_events=present
+LAB fact vmlinux_btf=6000000
+LAB fact amdgpu_btf=900000
+LAB-BEGIN client.facts
+LAB kfd get_version rc=0 major=1 minor=17
+LAB-END client.facts rc=0
+LAB doctor=absent
+LAB nv tracer_ready=yes t=50
+LAB-BEGIN nv.client
+LAB nv pid=99 tid=99 fd=3
+LAB nv call=alloc64 rc=-25
+LAB nv call=schedule rc=-25
+LAB nv call=xfer_alloc rc=-25
+LAB nv call=free rc=-25
+LAB nv call=other_control rc=-25
+LAB nv call=check_version rc=-25
+LAB nv call=alloc_on_zero rc=-25
+LAB-END nv.client rc=0
+LAB nv tracer_exit=0
+LAB-BEGIN nv.stderr
+gpu-trace: tracing NVIDIA RM calls; hooks: raw_tp sys_exit
+LAB-END nv.stderr rc=0
+LAB-BEGIN nv.jsonl
+{"event":"SCHEDULE","pid":99,"task":{"kind":"rm_handle","value":1543503888},"client":3251634177,"allowed":false,"errno":-25}
+{"event":"STATS","kernel":{"dropped":0,"read_failed":0,"ignored":1,"emitted":4}}
+LAB-END nv.jsonl rc=0
+LAB-BEGIN amd.probe
+gpu-trace: AMD KFD tracing is not implemented yet in this build
+LAB-END amd.probe rc=3
+LAB-BEGIN amd.client
+LAB kfd_create pid=120 gpu_id=4997442 queue_type=2 percentage=100 priority=7 ring_size=4096
+LAB kfd_create size=96 cmd=0xc0604b02 rc=-22
+LAB kfd_create size=88 cmd=0xc0584b02 rc=-22
+LAB-END amd.client rc=0
+LAB-BEGIN kprobe
+LAB kprobe pmu_type=6
+LAB kprobe entry_hits=1 gpu_id=0x4c4142 return_hits=1 ret=-22
+LAB kprobe ambiguous=init_mqd copies=6 by_name=refused errno=99
+LAB kprobe ambiguous=init_mqd by_address_attached=6 of=6
+LAB-END kprobe rc=0
+LAB-BEGIN fentry
+LAB fentry vmlinux_types=130000 amdgpu_types=40000 func_id=150000 btf_obj_fd=ok
+LAB fentry entry_hits=1 gpu_id=0x4c4142 return_hits=1 ret=-22
+LAB-END fentry rc=0
+LAB-BEGIN lsm
+LAB lsm self_before=-22 self_denied96=-1 self_denied88=-1 self_get_version=0 other_process=-22 self_after_detach=-22
+LAB lsm program_calls=9 program_denials=2
+LAB-END lsm rc=0
+LAB-DONE
+"#;
+
+    fn statuses(text: &str) -> BTreeMap<&'static str, Status> {
+        judge(&Results::parse(text))
+            .into_iter()
+            .map(|c| (c.id, c.status))
+            .collect()
+    }
+
+    #[test]
+    fn a_healthy_run_passes_with_amd_tracing_skipped() {
+        let s = statuses(GOOD);
+        for (id, st) in &s {
+            let want = match *id {
+                "c.trace" => Status::Skip,
+                "a.doctor" => Status::Info,
+                _ => Status::Pass,
+            };
+            assert_eq!(*st, want, "{id}: {:#?}", judge(&Results::parse(GOOD)));
+        }
+        assert_eq!(s.len(), 15);
+    }
+
+    #[test]
+    fn each_broken_fact_fails_its_check() {
+        let cases = [
+            ("LAB-DONE\n", "", "a.boot"),
+            (
+                "lsm=lockdown,capability,landlock,yama,apparmor,bpf",
+                "lsm=lockdown,capability",
+                "a.lsm",
+            ),
+            ("kprobe_pmu=6", "kprobe_pmu=absent", "a.kprobes"),
+            ("amdgpu_btf=900000", "amdgpu_btf=absent", "a.module_btf"),
+            ("\"emitted\":4", "\"emitted\":3", "b.records"),
+            ("\"allowed\":false", "\"allowed\":true", "b.records"),
+            ("\"value\":1543503888", "\"value\":1543503889", "b.records"),
+            ("nv tracer_exit=0", "nv tracer_exit=1", "b.load"),
+            (
+                "size=88 cmd=0xc0584b02 rc=-22",
+                "size=88 cmd=0xc0584b02 rc=-25",
+                "c.driver",
+            ),
+            ("kprobe entry_hits=1", "kprobe entry_hits=0", "d.kprobe"),
+            (
+                "by_address_attached=6",
+                "by_address_attached=5",
+                "d.ambiguous",
+            ),
+            (
+                "fentry entry_hits=1 gpu_id=0x4c4142",
+                "fentry entry_hits=1 gpu_id=0x0",
+                "d.fentry",
+            ),
+            ("self_denied88=-1", "self_denied88=-22", "e.lsm"),
+            ("other_process=-22", "other_process=-1", "e.lsm"),
+        ];
+        for (from, to, id) in cases {
+            assert!(GOOD.contains(from), "{from}");
+            let broken = GOOD.replacen(from, to, 1);
+            assert_eq!(
+                statuses(&broken)[id],
+                Status::Fail,
+                "{from} → {to} must fail {id}"
+            );
+        }
+    }
+
+    #[test]
+    fn amd_tracing_is_judged_once_it_exists() {
+        let with_amd = GOOD
+            .replace("gpu-trace: AMD KFD tracing is not implemented yet in this build\nLAB-END amd.probe rc=3", "LAB-END amd.probe rc=0")
+            .replace(
+                "LAB-BEGIN kprobe\n",
+                "LAB amd tracer_ready=yes t=60\nLAB-BEGIN amd.jsonl\n\
+                 {\"event\":\"SCHEDULE\",\"pid\":120,\"allowed\":false,\"errno\":-22}\n\
+                 {\"event\":\"SCHEDULE\",\"pid\":120,\"allowed\":false,\"errno\":-22}\n\
+                 {\"event\":\"STATS\"}\nLAB-END amd.jsonl rc=0\nLAB-BEGIN kprobe\n",
+            );
+        assert_eq!(statuses(&with_amd)["c.trace"], Status::Pass);
+        let one = with_amd.replacen(
+            "{\"event\":\"SCHEDULE\",\"pid\":120,\"allowed\":false,\"errno\":-22}\n",
+            "",
+            1,
+        );
+        assert_eq!(statuses(&one)["c.trace"], Status::Fail);
+        let init = with_amd.replace(
+            "{\"event\":\"STATS\"}",
+            "{\"event\":\"TASK_INIT\",\"pid\":120}",
+        );
+        assert_eq!(statuses(&init)["c.trace"], Status::Fail);
+    }
+
+    #[test]
+    fn an_empty_log_fails_everything_but_the_informational() {
+        for (id, st) in statuses("") {
+            if id != "a.doctor" {
+                assert_eq!(st, Status::Fail, "{id}");
+            }
+        }
+    }
+}
