@@ -11,6 +11,7 @@
  * Subcommands:
  *   facts           KFD GET_VERSION on /dev/kfd
  *   nv              RM-shaped ioctls on /dev/null (what gpu-trace --watch-device /dev/null sees)
+ *   nvdev           the same on /dev/nvidiactl of the lab's test module nvlab (all succeed)
  *   kfd-create      AMDKFD_IOC_CREATE_QUEUE on /dev/kfd, 96- and 88-byte forms (EINVAL, no GPU)
  *   kprobe          kprobe + kretprobe on kfd_ioctl_create_queue; ambiguous name by address
  *   fentry          fentry + fexit on kfd_ioctl_create_queue through amdgpu's module BTF
@@ -158,6 +159,48 @@ static int cmd_nv(void)
 	printf("LAB nv call=check_version rc=%ld\n", xioctl(fd, NV_CHECK_VERSION, NULL));
 	printf("LAB nv call=alloc_on_zero rc=%ld\n", xioctl(zero, NV_ALLOC64, &alloc));
 	close(zero);
+	close(fd);
+	return 0;
+}
+
+/*
+ * The same calls on /dev/nvidiactl of the lab's NVIDIA-like test module (lab/modules/nvlab),
+ * which answers every RM escape with NV_OK: two TSGs (one direct NVOS64, one XFER-wrapped),
+ * GPFIFO_SCHEDULE of the first, both freed. Each `status` starts at 0xffffffff so that the
+ * printed value shows the device wrote NV_OK.
+ */
+static int cmd_nvdev(void)
+{
+	int fd = open_or_die("/dev/nvidiactl");
+	uint32_t tsg_params[5] = {0xcaf00001, 0, 0xcaf00002, 1, 0}; /* engineType 1 = GR0 */
+	struct nvos64 a = {
+		.h_root = 0xc1d00001, .h_parent = 0xc1d00002, .h_new = 0x5c000010, .h_class = 0xA06C,
+		.p_alloc = (uintptr_t)tsg_params, .status = 0xffffffff,
+	};
+	struct nvos64 b = a;
+	b.h_new = 0x5c000011;
+	uint8_t sched[3] = {1, 0, 0}; /* bEnable */
+	struct nvos54 control = {
+		.h_client = 0xc1d00001, .h_object = 0x5c000010, .cmd = NV_TSG_SCHEDULE,
+		.params = (uintptr_t)sched, .params_size = 3, .status = 0xffffffff,
+	};
+	struct nv_xfer xfer = {.cmd = 0x2B, .size = sizeof b, .ptr = (uintptr_t)&b};
+	struct nvos00 free_a = {.h_root = 0xc1d00001, .h_parent = 0xc1d00002, .h_old = 0x5c000010,
+				.status = 0xffffffff};
+	struct nvos00 free_b = free_a;
+	free_b.h_old = 0x5c000011;
+
+	printf("LAB nvdev pid=%d tid=%ld fd=%d\n", getpid(), syscall(SYS_gettid), fd);
+	long rc = xioctl(fd, NV_ALLOC64, &a);
+	printf("LAB nvdev call=alloc64 rc=%ld status=%u\n", rc, a.status);
+	rc = xioctl(fd, NV_CONTROL, &control);
+	printf("LAB nvdev call=schedule rc=%ld status=%u\n", rc, control.status);
+	rc = xioctl(fd, NV_XFER, &xfer);
+	printf("LAB nvdev call=xfer_alloc rc=%ld status=%u\n", rc, b.status);
+	rc = xioctl(fd, NV_FREE, &free_a);
+	printf("LAB nvdev call=free_a rc=%ld status=%u\n", rc, free_a.status);
+	rc = xioctl(fd, NV_FREE, &free_b);
+	printf("LAB nvdev call=free_b rc=%ld status=%u\n", rc, free_b.status);
 	close(fd);
 	return 0;
 }
@@ -735,12 +778,13 @@ int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc != 2) {
-		fprintf(stderr, "usage: %s facts|nv|kfd-create|kprobe|fentry|lsm\n", argv[0]);
+		fprintf(stderr, "usage: %s facts|nv|nvdev|kfd-create|kprobe|fentry|lsm\n", argv[0]);
 		return 2;
 	}
 	const char *c = argv[1];
 	if (!strcmp(c, "facts")) return cmd_facts();
 	if (!strcmp(c, "nv")) return cmd_nv();
+	if (!strcmp(c, "nvdev")) return cmd_nvdev();
 	if (!strcmp(c, "kfd-create")) return cmd_kfd_create();
 	if (!strcmp(c, "kprobe")) return cmd_kprobe();
 	if (!strcmp(c, "fentry")) return cmd_fentry();

@@ -78,6 +78,20 @@ while read -r mod; do
   fi
 done < /lib/modules/lab/order
 out "LAB modules_loaded=$(wc -l < /proc/modules) t=$(uptime_s)"
+# Test modules built against this kernel's headers (lab/modules/*), e.g. nvlab: NVIDIA-like
+# char major 195, answering RM escapes with NV_OK.
+for m in /lib/modules/lab-extra/*.ko; do
+  [ -e "$m" ] || continue
+  if insmod "$m" 2>/tmp/insmod.err; then
+    out "LAB test_module name=$(basename "$m" .ko) loaded=yes"
+  else
+    out "LAB test_module name=$(basename "$m" .ko) loaded=no $(cat /tmp/insmod.err)"
+  fi
+done
+if grep -q ' nvidia-lab$' /proc/devices; then
+  mknod /dev/nvidiactl c 195 255
+  mknod /dev/nvidia0 c 195 0
+fi
 
 step facts
 if [ -c /dev/kfd ]; then
@@ -102,6 +116,13 @@ fi
 
 step nvidia
 trace_client nv nv --watch-device /dev/null
+
+step nvidia-device
+if [ -c /dev/nvidiactl ]; then
+  trace_client nvdev nvdev
+else
+  out "LAB nvdev=absent"
+fi
 
 step amd
 block amd.probe gpu-trace --vendor amd --duration 0.1 --format json -o /tmp/amd-probe.jsonl

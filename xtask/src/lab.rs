@@ -137,9 +137,32 @@ pub fn run(args: LabArgs) -> Result<()> {
     let client = build_client(&root, &build)?;
     phases.push(("static gpu-trace and client", t.elapsed()));
 
+    // Test modules (lab/modules/*): a failure here fails their checks, not the whole lab.
+    let t = Instant::now();
+    let mut setup_failures = Vec::new();
+    let test_modules = match kernel
+        .headers(&cache, &args.mirror)
+        .and_then(|headers| build_test_modules(&root, &headers, &build))
+    {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("lab: the test modules could not be built: {e:#}");
+            setup_failures.push(format!("{e:#}"));
+            Vec::new()
+        }
+    };
+    phases.push(("kernel headers and test modules", t.elapsed()));
+
     let t = Instant::now();
     let initramfs = build.join("initramfs.cpio");
-    write_initramfs(&initramfs, &root, &kernel, &gpu_trace, &client)?;
+    write_initramfs(
+        &initramfs,
+        &root,
+        &kernel,
+        &gpu_trace,
+        &client,
+        &test_modules,
+    )?;
     phases.push(("initramfs", t.elapsed()));
 
     let run_dir = cache.join("run");
@@ -148,6 +171,16 @@ pub fn run(args: LabArgs) -> Result<()> {
 
     let text = fs::read_to_string(&boot.results).unwrap_or_default();
     let mut checks = judge(&Results::parse(&text));
+    for failure in setup_failures {
+        checks.insert(
+            0,
+            Check::fail(
+                "lab.modules",
+                "test modules built against the lab kernel",
+                failure,
+            ),
+        );
+    }
     if let Some(reason) = &boot.failure {
         checks.insert(
             0,
@@ -217,6 +250,7 @@ fn ensure_host_tools() -> Result<()> {
         ("xz", "xz-utils", "decompresses the kernel modules"),
         ("dpkg-deb", "dpkg", "unpacks the kernel package"),
         ("apt-get", "apt", "downloads the kernel package"),
+        ("make", "make", "builds the test modules (lab/modules)"),
     ];
     let missing: Vec<_> = wanted.iter().filter(|(tool, ..)| !have(tool)).collect();
     if !missing.is_empty() {
@@ -282,6 +316,8 @@ fn run_quiet(cmd: &mut Command) -> Result<String> {
 struct Kernel {
     /// `uname -r` of the guest, e.g. `6.12.117+deb12-amd64`.
     release: String,
+    /// `6.12`, `6.1`: which apt suites carry it.
+    series: String,
     vmlinuz: PathBuf,
     /// The amdgpu chain, decompressed, in load order.
     modules: Vec<PathBuf>,
@@ -538,8 +574,116 @@ impl Kernel {
                 .collect(),
             vmlinuz: dir.join("vmlinuz"),
             release,
+            series,
         })
     }
+
+    /// The Debian package version part of the release: `6.12.117+deb12`.
+    fn version(&self) -> &str {
+        self.release.strip_suffix("-amd64").unwrap_or(&self.release)
+    }
+
+    /// Kernel headers for building test modules: `linux-headers-<ver>-amd64`, `-common` and the
+    /// matching `linux-kbuild`, downloaded and unpacked like the image (never installed).
+    /// Returns the directory to pass to `make -C`.
+    fn headers(&self, cache: &Path, mirror: &str) -> Result<PathBuf> {
+        let base = cache.join("kernels").join(&self.release).join("headers");
+        let tree = base.join(format!("usr/src/linux-headers-{}", self.release));
+        if base.join("ready").exists() {
+            return Ok(tree);
+        }
+        let _ = fs::remove_dir_all(&base);
+        let apt = Apt::new(cache, &self.series, mirror)?;
+        apt.update()?;
+        let v = self.version();
+        let kbuild = apt.package_names("linux-kbuild-")?;
+        // 6.12 names kbuild by the full version, 6.1 by the series.
+        let kbuild = [
+            format!("linux-kbuild-{v}"),
+            format!("linux-kbuild-{}", self.series),
+        ]
+        .into_iter()
+        .find(|k| kbuild.contains(k))
+        .ok_or_else(|| anyhow!("no linux-kbuild package for {v} in the lists"))?;
+        let common = format!("linux-headers-{v}-common");
+        let debs = cache.join("debs");
+        fs::create_dir_all(&debs)?;
+        let packages = [format!("linux-headers-{}", self.release), common, kbuild];
+        for package in &packages {
+            if find_deb(&debs, package)?.is_none() {
+                eprintln!("lab: apt-get download {package}");
+                run_quiet(
+                    apt.command("apt-get")
+                        .current_dir(&debs)
+                        .args(["-q", "download", package]),
+                )?;
+            }
+            let deb = find_deb(&debs, package)?
+                .ok_or_else(|| anyhow!("apt-get download {package} left no .deb"))?;
+            run_quiet(Command::new("dpkg").arg("-x").arg(&deb).arg(&base))?;
+        }
+        // The -amd64 Makefile includes the -common one by its installed, absolute path.
+        let makefile = tree.join("Makefile");
+        let text = fs::read_to_string(&makefile)?;
+        let src = base.join("usr/src");
+        fs::write(
+            &makefile,
+            text.replace("/usr/src/", &format!("{}/", src.display())),
+        )?;
+        fs::write(base.join("ready"), b"")?;
+        Ok(tree)
+    }
+}
+
+/// Builds every test module under `lab/modules/<name>/` (a Kbuild file and sources) against the
+/// lab kernel's headers, out of tree in the build directory. Returns the `.ko` files.
+fn build_test_modules(root: &Path, headers: &Path, build: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let Ok(dirs) = fs::read_dir(root.join("lab/modules")) else {
+        return Ok(out);
+    };
+    let mut dirs: Vec<PathBuf> = dirs
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    for src in dirs {
+        let name = src
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_owned();
+        let dir = build.join("modules").join(&name);
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir)?;
+        for f in fs::read_dir(&src)?.flatten() {
+            fs::copy(f.path(), dir.join(f.file_name()))?;
+        }
+        eprintln!("lab: building test module {name} against the lab kernel's headers");
+        run_quiet(
+            Command::new("make")
+                .arg("-C")
+                .arg(headers)
+                .arg(format!("M={}", dir.display()))
+                // No pahole here: skip BTF for the test module.
+                .arg("CONFIG_DEBUG_INFO_BTF_MODULES=")
+                .arg("modules"),
+        )
+        .with_context(|| {
+            format!(
+                "building lab/modules/{name} (needs make and the gcc the kernel was built with, \
+                 e.g. gcc-12 for Debian 12's kernels)"
+            )
+        })?;
+        let ko = dir.join(format!("{name}.ko"));
+        ensure!(
+            ko.exists(),
+            "building lab/modules/{name} produced no {name}.ko"
+        );
+        out.push(ko);
+    }
+    Ok(out)
 }
 
 fn find_deb(dir: &Path, package: &str) -> Result<Option<PathBuf>> {
@@ -702,6 +846,7 @@ fn write_initramfs(
     kernel: &Kernel,
     gpu_trace: &Path,
     client: &Path,
+    test_modules: &[PathBuf],
 ) -> Result<()> {
     let file = fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
     let mut cpio = Cpio::new(io::BufWriter::new(file));
@@ -714,6 +859,7 @@ fn write_initramfs(
         "lib",
         "lib/modules",
         "lib/modules/lab",
+        "lib/modules/lab-extra",
     ] {
         cpio.dir(d)?;
     }
@@ -732,6 +878,17 @@ fn write_initramfs(
         writeln!(order, "{name}")?;
     }
     cpio.file("lib/modules/lab/order", 0o644, order.as_bytes())?;
+    for m in test_modules {
+        let name = m
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| anyhow!("bad module name"))?;
+        cpio.file(
+            &format!("lib/modules/lab-extra/{name}"),
+            0o644,
+            &fs::read(m)?,
+        )?;
+    }
     cpio.finish()?.flush()?;
     Ok(())
 }
@@ -1044,6 +1201,7 @@ fn judge(r: &Results) -> Vec<Check> {
     let mut c = Vec::new();
     judge_kernel(r, &mut c);
     judge_nvidia(r, &mut c);
+    judge_nvidia_device(r, &mut c);
     judge_amd(r, &mut c);
     judge_deep(r, &mut c);
     judge_lsm(r, &mut c);
@@ -1298,6 +1456,119 @@ fn judge_nvidia(r: &Results, c: &mut Vec<Check>) {
     ));
 }
 
+/// The success path through a real major-195 device: the lab's test module nvlab answers every
+/// RM escape with NV_OK (lab/modules/nvlab, lab/client.c `cmd_nvdev`).
+fn judge_nvidia_device(r: &Results, c: &mut Vec<Check>) {
+    let title = "NVIDIA success path on a char-195 device (test module nvlab): TASK_INIT, SCHEDULE \
+                 allowed, TASK_DESTROY";
+    let module = r.find("test_module", &[("name", "nvlab")]);
+    if module.as_ref().and_then(|m| m.get("loaded")) != Some("yes") {
+        let why = match module {
+            Some(m) => format!("insmod nvlab failed: {:?}", m.kv),
+            None => "the nvlab module was not in the guest (see lab.modules)".into(),
+        };
+        c.push(Check::fail("b.nvdev", title, why));
+        return;
+    }
+    let fields = |topic: &str| -> Vec<Fields> {
+        r.lines
+            .iter()
+            .map(|l| Fields::parse(l))
+            .filter(|f| f.topic == topic)
+            .collect()
+    };
+    let pid = fields("nvdev").iter().find_map(|f| f.int("pid"));
+    let calls: Vec<(String, i64, i64)> = fields("nvdev")
+        .iter()
+        .filter_map(|f| Some((f.get("call")?.to_owned(), f.int("rc")?, f.int("status")?)))
+        .collect();
+    let mut problems = Vec::new();
+    if calls.len() != 5 || calls.iter().any(|(_, rc, st)| (*rc, *st) != (0, 0)) {
+        problems.push(format!(
+            "client calls (name, rc, RM status) {calls:?}: want 5 × (0, 0)"
+        ));
+    }
+    if r.find("nvdev", &[("tracer_ready", "yes")]).is_none() {
+        problems.push("gpu-trace did not report its hooks".into());
+    }
+    let (events, bad) = json_lines(
+        &r.block("nvdev.jsonl")
+            .map(|b| b.text.clone())
+            .unwrap_or_default(),
+    );
+    if !bad.is_empty() {
+        problems.push(format!("non-JSON output lines: {bad:?}"));
+    }
+    let of = |kind: &str, tsg: u64| {
+        events
+            .iter()
+            .filter(|e| {
+                e["event"] == kind
+                    && e["pid"].as_i64() == pid
+                    && e["task"]["value"].as_u64() == Some(tsg)
+            })
+            .collect::<Vec<_>>()
+    };
+    for tsg in [0x5c00_0010u64, 0x5c00_0011] {
+        let init = of("TASK_INIT", tsg);
+        if init.len() != 1 || init[0]["engine"] != "GRAPHICS" || init[0]["client"] != 0xc1d0_0001u64
+        {
+            problems.push(format!(
+                "want one TASK_INIT engine=GRAPHICS for TSG {tsg:#x}, got {init:?}"
+            ));
+        }
+        let destroy = of("TASK_DESTROY", tsg);
+        if destroy.len() != 1 || destroy[0]["cause"] != "free" {
+            problems.push(format!(
+                "want one TASK_DESTROY cause=free for TSG {tsg:#x}, got {destroy:?}"
+            ));
+        }
+    }
+    let sched = of("SCHEDULE", 0x5c00_0010);
+    if sched.len() != 1
+        || sched[0]["allowed"] != true
+        || sched[0]["errno"] != 0
+        || sched[0]["rm_status"] != 0
+    {
+        problems.push(format!(
+            "want one SCHEDULE allowed=true errno=0 rm_status=0 for TSG 0x5c000010, got {sched:?}"
+        ));
+    }
+    let stats = events.iter().find(|e| e["event"] == "STATS");
+    let k = |name: &str| stats.and_then(|s| s["kernel"][name].as_u64());
+    if (k("emitted"), k("dropped"), k("read_failed")) != (Some(5), Some(0), Some(0)) {
+        problems.push(format!(
+            "kernel counters emitted {:?} dropped {:?} read_failed {:?}: want 5, 0, 0",
+            k("emitted"),
+            k("dropped"),
+            k("read_failed")
+        ));
+    }
+    c.push(Check::new(
+        "b.nvdev",
+        title,
+        problems.is_empty(),
+        if problems.is_empty() {
+            format!(
+                "pid {}: {}",
+                pid.unwrap_or(-1),
+                events
+                    .iter()
+                    .filter(|e| e["event"] != "STATS")
+                    .map(|e| format!(
+                        "{} {:#x}",
+                        e["event"].as_str().unwrap_or("?"),
+                        e["task"]["value"].as_u64().unwrap_or(0)
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        } else {
+            problems.join("; ")
+        },
+    ));
+}
+
 fn judge_amd(r: &Results, c: &mut Vec<Check>) {
     let rc = |size: &str| {
         r.find("kfd_create", &[("size", size)])
@@ -1347,15 +1618,35 @@ fn judge_amd(r: &Results, c: &mut Vec<Check>) {
     if events.iter().any(|e| e["event"] == "TASK_INIT") {
         problems.push("a TASK_INIT although no queue was created".into());
     }
+    // docs/amd.md: a refused CREATE_QUEUE is `SCHEDULE via=create allowed=no` with the errno,
+    // task `kfd_no_queue`, and the parameters the caller passed (lab/client.c `LAB_*`).
     let refused: Vec<&&serde_json::Value> = of_client
         .iter()
-        .filter(|e| e["allowed"] == false && e["errno"].as_i64() == Some(-EINVAL))
+        .filter(|e| {
+            let amd = &e["amd"];
+            e["event"] == "SCHEDULE"
+                && e["allowed"] == false
+                && e["errno"].as_i64() == Some(-EINVAL)
+                && e["task"]["kind"] == "kfd_no_queue"
+                && amd["via"] == "create"
+                && amd["gpu_id"].as_u64() == Some(LAB_GPU_ID)
+                && amd["queue_type"] == "COMPUTE_AQL"
+                && amd["priority"] == 7
+                && amd["percentage"] == 100
+                && amd["ring_size"] == 4096
+        })
         .collect();
     if refused.len() != 2 {
         problems.push(format!(
-            "want 2 refused CREATE_QUEUE events (errno -{EINVAL}) for pid {pid:?}, got {}: {of_client:?}",
+            "want 2 refused CREATE_QUEUE events (SCHEDULE via=create allowed=false errno=-{EINVAL}, \
+             task kfd_no_queue, gpu_id {LAB_GPU_ID:#x} COMPUTE_AQL priority 7, 100 %, ring 4096) \
+             for pid {pid:?}, got {}: {of_client:?}",
             refused.len()
         ));
+    }
+    let stats = events.iter().find(|e| e["event"] == "STATS");
+    if stats.and_then(|s| s["kernel"]["dropped"].as_u64()) != Some(0) {
+        problems.push(format!("STATS kernel.dropped is not 0: {stats:?}"));
     }
     c.push(Check::new(
         "c.trace",
@@ -1670,6 +1961,25 @@ LAB-BEGIN nv.jsonl
 {"event":"SCHEDULE","pid":99,"task":{"kind":"rm_handle","value":1543503888},"client":3251634177,"allowed":false,"errno":-25}
 {"event":"STATS","kernel":{"dropped":0,"read_failed":0,"ignored":1,"emitted":4}}
 LAB-END nv.jsonl rc=0
+LAB test_module name=nvlab loaded=yes
+LAB nvdev tracer_ready=yes t=40.34
+LAB-BEGIN nvdev.client
+LAB nvdev pid=250 tid=250 fd=3
+LAB nvdev call=alloc64 rc=0 status=0
+LAB nvdev call=schedule rc=0 status=0
+LAB nvdev call=xfer_alloc rc=0 status=0
+LAB nvdev call=free_a rc=0 status=0
+LAB nvdev call=free_b rc=0 status=0
+LAB-END nvdev.client rc=0
+LAB nvdev tracer_exit=0
+LAB-BEGIN nvdev.jsonl
+{"event":"TASK_INIT","pid":250,"task":{"kind":"rm_handle","value":1543503888},"client":3251634177,"engine":"GRAPHICS"}
+{"event":"SCHEDULE","pid":250,"task":{"kind":"rm_handle","value":1543503888},"client":3251634177,"allowed":true,"rm_status":0,"errno":0}
+{"event":"TASK_INIT","pid":250,"task":{"kind":"rm_handle","value":1543503889},"client":3251634177,"engine":"GRAPHICS"}
+{"event":"TASK_DESTROY","pid":250,"task":{"kind":"rm_handle","value":1543503888},"client":3251634177,"cause":"free"}
+{"event":"TASK_DESTROY","pid":250,"task":{"kind":"rm_handle","value":1543503889},"client":3251634177,"cause":"free"}
+{"event":"STATS","kernel":{"dropped":0,"read_failed":0,"ignored":0,"emitted":5}}
+LAB-END nvdev.jsonl rc=0
 LAB-BEGIN amd.probe
 gpu-trace: AMD KFD tracing is not implemented yet in this build
 LAB-END amd.probe rc=3
@@ -1713,7 +2023,7 @@ LAB-DONE
             };
             assert_eq!(*st, want, "{id}: {:#?}", judge(&Results::parse(GOOD)));
         }
-        assert_eq!(s.len(), 15);
+        assert_eq!(s.len(), 16);
     }
 
     #[test]
@@ -1731,6 +2041,24 @@ LAB-DONE
             ("\"allowed\":false", "\"allowed\":true", "b.records"),
             ("\"value\":1543503888", "\"value\":1543503889", "b.records"),
             ("nv tracer_exit=0", "nv tracer_exit=1", "b.load"),
+            ("nvlab loaded=yes", "nvlab loaded=no", "b.nvdev"),
+            (
+                "call=free_b rc=0 status=0",
+                "call=free_b rc=0 status=4294967295",
+                "b.nvdev",
+            ),
+            ("\"allowed\":true", "\"allowed\":false", "b.nvdev"),
+            (
+                "\"cause\":\"free\"}",
+                "\"cause\":\"process_exit\"}",
+                "b.nvdev",
+            ),
+            (
+                "\"value\":1543503889},\"client\":3251634177,\"engine\"",
+                "\"value\":1543503890},\"client\":3251634177,\"engine\"",
+                "b.nvdev",
+            ),
+            ("\"emitted\":5", "\"emitted\":6", "b.nvdev"),
             (
                 "size=88 cmd=0xc0584b02 rc=-22",
                 "size=88 cmd=0xc0584b02 rc=-25",
@@ -1761,29 +2089,58 @@ LAB-DONE
         }
     }
 
+    /// A refused CREATE_QUEUE as docs/amd.md says gpu-trace prints it (JSON keys trimmed).
+    const REFUSED: &str = r#"{"event":"SCHEDULE","pid":120,"tid":120,"comm":"lab-client","task":{"kind":"kfd_no_queue"},"client":0,"allowed":false,"errno":-22,"amd":{"queue_type":"COMPUTE_AQL","queue_type_raw":2,"priority":7,"percentage":100,"ring_size":4096,"active":true,"gpu_id":4997442,"via":"create"}}"#;
+
+    fn with_amd_trace(events: &[&str]) -> String {
+        let jsonl = events.join("\n");
+        GOOD.replace(
+            "gpu-trace: AMD KFD tracing is not implemented yet in this build\nLAB-END amd.probe rc=3",
+            "LAB-END amd.probe rc=0",
+        )
+        .replace(
+            "LAB-BEGIN kprobe\n",
+            &format!(
+                "LAB amd tracer_ready=yes t=60\nLAB-BEGIN amd.jsonl\n{jsonl}\n\
+                 {{\"event\":\"STATS\",\"kernel\":{{\"dropped\":0}}}}\nLAB-END amd.jsonl rc=0\n\
+                 LAB-BEGIN kprobe\n"
+            ),
+        )
+    }
+
     #[test]
     fn amd_tracing_is_judged_once_it_exists() {
-        let with_amd = GOOD
-            .replace("gpu-trace: AMD KFD tracing is not implemented yet in this build\nLAB-END amd.probe rc=3", "LAB-END amd.probe rc=0")
-            .replace(
-                "LAB-BEGIN kprobe\n",
-                "LAB amd tracer_ready=yes t=60\nLAB-BEGIN amd.jsonl\n\
-                 {\"event\":\"SCHEDULE\",\"pid\":120,\"allowed\":false,\"errno\":-22}\n\
-                 {\"event\":\"SCHEDULE\",\"pid\":120,\"allowed\":false,\"errno\":-22}\n\
-                 {\"event\":\"STATS\"}\nLAB-END amd.jsonl rc=0\nLAB-BEGIN kprobe\n",
-            );
-        assert_eq!(statuses(&with_amd)["c.trace"], Status::Pass);
-        let one = with_amd.replacen(
-            "{\"event\":\"SCHEDULE\",\"pid\":120,\"allowed\":false,\"errno\":-22}\n",
-            "",
-            1,
+        assert_eq!(
+            statuses(&with_amd_trace(&[REFUSED, REFUSED]))["c.trace"],
+            Status::Pass
         );
-        assert_eq!(statuses(&one)["c.trace"], Status::Fail);
-        let init = with_amd.replace(
-            "{\"event\":\"STATS\"}",
-            "{\"event\":\"TASK_INIT\",\"pid\":120}",
+        let broken = [
+            ("\"errno\":-22", "\"errno\":-1"),
+            ("\"allowed\":false", "\"allowed\":true"),
+            (
+                "\"kind\":\"kfd_no_queue\"",
+                "\"kind\":\"kfd_queue\",\"value\":0",
+            ),
+            ("\"gpu_id\":4997442", "\"gpu_id\":0"),
+            ("\"priority\":7", "\"priority\":0"),
+            ("\"ring_size\":4096", "\"ring_size\":1024"),
+            ("\"pid\":120", "\"pid\":121"),
+        ];
+        for (from, to) in broken {
+            let bad = REFUSED.replace(from, to);
+            assert_ne!(bad, REFUSED, "{from}");
+            let s = statuses(&with_amd_trace(&[REFUSED, &bad]));
+            assert_eq!(s["c.trace"], Status::Fail, "{from} → {to}");
+        }
+        assert_eq!(
+            statuses(&with_amd_trace(&[REFUSED]))["c.trace"],
+            Status::Fail
         );
-        assert_eq!(statuses(&init)["c.trace"], Status::Fail);
+        let init = r#"{"event":"TASK_INIT","pid":120}"#;
+        assert_eq!(
+            statuses(&with_amd_trace(&[REFUSED, REFUSED, init]))["c.trace"],
+            Status::Fail
+        );
     }
 
     #[test]
