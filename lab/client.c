@@ -16,6 +16,7 @@
  *   kprobe          kprobe + kretprobe on kfd_ioctl_create_queue; ambiguous name by address
  *   fentry          fentry + fexit on kfd_ioctl_create_queue through amdgpu's module BTF
  *   lsm             BPF LSM on file_ioctl denying CREATE_QUEUE for this process only
+ *   wait FILE SUB   print the pid, wait until FILE exists, then run SUB (for --deny-pid runs)
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -774,14 +775,8 @@ static int cmd_lsm(void)
 	return 0;
 }
 
-int main(int argc, char **argv)
+static int run(const char *c)
 {
-	setvbuf(stdout, NULL, _IOLBF, 0);
-	if (argc != 2) {
-		fprintf(stderr, "usage: %s facts|nv|nvdev|kfd-create|kprobe|fentry|lsm\n", argv[0]);
-		return 2;
-	}
-	const char *c = argv[1];
 	if (!strcmp(c, "facts")) return cmd_facts();
 	if (!strcmp(c, "nv")) return cmd_nv();
 	if (!strcmp(c, "nvdev")) return cmd_nvdev();
@@ -791,4 +786,31 @@ int main(int argc, char **argv)
 	if (!strcmp(c, "lsm")) return cmd_lsm();
 	fprintf(stderr, "unknown subcommand %s\n", c);
 	return 2;
+}
+
+/* `wait FILE SUB`: print this process's pid, wait (at most 300 s) until FILE exists, run SUB. So
+ * that a tracer can be started with this pid (gpu-trace --deny-pid) before the calls are made. */
+static int cmd_wait(const char *file, const char *sub)
+{
+	printf("LAB wait pid=%d\n", getpid());
+	for (int i = 0; i < 30000 && access(file, F_OK) != 0; i++)
+		usleep(10000);
+	if (access(file, F_OK) != 0) {
+		printf("LAB error wait=%s timed_out\n", file);
+		return 1;
+	}
+	return run(sub);
+}
+
+int main(int argc, char **argv)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (argc == 4 && !strcmp(argv[1], "wait"))
+		return cmd_wait(argv[2], argv[3]);
+	if (argc != 2) {
+		fprintf(stderr, "usage: %s [wait FILE] facts|nv|nvdev|kfd-create|kprobe|fentry|lsm\n",
+			argv[0]);
+		return 2;
+	}
+	return run(argv[1]);
 }

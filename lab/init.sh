@@ -44,18 +44,27 @@ step() { out "LAB step $1 t=$(uptime_s)"; }
 # Waits (at most 120 s) for the tracer to report its hooks (it prints them once attached), runs
 # the client, stops the tracer with SIGINT, and dumps the tracer's stderr, JSON output and exit
 # code.
+# wait_ready PID ERRFILE: sets READY=yes once the tracer reported its hooks, READY=no if it exited
+# or 120 s passed (attaching is slow under TCG). Not run in a $(subshell): there the tracer would
+# not be reaped and `kill -0` would keep finding its zombie.
+wait_ready() {
+  local i=0
+  READY=no
+  while [ $i -lt 600 ]; do
+    if grep -q "hooks" "$2" 2>/dev/null; then READY=yes; return; fi
+    if ! kill -0 "$1" 2>/dev/null; then return; fi
+    sleep 0.2; i=$((i + 1))
+  done
+}
+
 trace_client() {
-  local name=$1 sub=$2 tracer ready=no i=0
+  local name=$1 sub=$2 tracer
   shift 2
   rm -f /tmp/$name.err /tmp/$name.jsonl
   gpu-trace "$@" --format json -o /tmp/$name.jsonl 2> /tmp/$name.err &
   tracer=$!
-  while [ $i -lt 600 ]; do            # 120 s: attaching is slow under TCG
-    if grep -q "hooks" /tmp/$name.err 2>/dev/null; then ready=yes; break; fi
-    if ! kill -0 $tracer 2>/dev/null; then break; fi
-    sleep 0.2; i=$((i + 1))
-  done
-  out "LAB $name tracer_ready=$ready t=$(uptime_s)"
+  wait_ready $tracer /tmp/$name.err
+  out "LAB $name tracer_ready=$READY t=$(uptime_s)"
   # The client runs either way: what it sees of the driver is checked on its own.
   block $name.client lab-client "$sub"
   sleep 1
@@ -127,6 +136,51 @@ fi
 step amd
 block amd.probe gpu-trace --vendor amd --duration 0.1 --format json -o /tmp/amd-probe.jsonl
 trace_client amd kfd-create --vendor amd
+
+# --deny-pid (issue 4): NAME SUB gpu-trace-args. Two identical clients wait on /tmp/go; gpu-trace
+# denies the first. Then the denied PID is handed to a new process (ns_last_pid), which must not
+# be denied: the policy follows the process, not the number.
+deny_trace() {
+  local name=$1 sub=$2 denied other tracer
+  shift 2
+  rm -f /tmp/go /tmp/$name.*
+  lab-client wait /tmp/go "$sub" > /tmp/$name.denied 2>&1 &
+  denied=$!
+  lab-client wait /tmp/go "$sub" > /tmp/$name.other 2>&1 &
+  other=$!
+  gpu-trace --deny-pid $denied "$@" --format json -o /tmp/$name.jsonl 2> /tmp/$name.err &
+  tracer=$!
+  wait_ready $tracer /tmp/$name.err
+  out "LAB $name tracer_ready=$READY denied_pid=$denied other_pid=$other t=$(uptime_s)"
+  touch /tmp/go
+  wait $denied
+  wait $other
+  sleep 1                              # let the tracer see the exit
+  cp /bin/lab-client /tmp/lab-reuse   # its own comm, to tell its events from the denied one's
+  echo $((denied - 1)) > /proc/sys/kernel/ns_last_pid
+  /tmp/lab-reuse "$sub" > /tmp/$name.reuse 2>&1
+  sleep 1
+  kill -INT $tracer 2>/dev/null
+  wait $tracer
+  out "LAB $name tracer_exit=$?"
+  dump $name.denied /tmp/$name.denied
+  dump $name.other /tmp/$name.other
+  dump $name.reuse /tmp/$name.reuse
+  dump $name.stderr /tmp/$name.err
+  dump $name.jsonl /tmp/$name.jsonl
+}
+
+step deny
+if gpu-trace --help 2>&1 | grep -q -- --deny-pid; then
+  if [ -c /dev/nvidiactl ]; then
+    deny_trace deny_nv nvdev
+  else
+    out "LAB deny_nv=no_device"
+  fi
+  deny_trace deny_amd kfd-create --vendor amd
+else
+  out "LAB deny=absent"
+fi
 
 step kprobe
 block kprobe lab-client kprobe

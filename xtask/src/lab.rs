@@ -1205,6 +1205,7 @@ fn judge(r: &Results) -> Vec<Check> {
     judge_amd(r, &mut c);
     judge_deep(r, &mut c);
     judge_lsm(r, &mut c);
+    judge_deny(r, &mut c);
     c
 }
 
@@ -1291,10 +1292,12 @@ fn judge_kernel(r: &Results, c: &mut Vec<Check>) {
             r.fact("vmlinux_btf").unwrap_or("?")
         ),
     ));
+    // Exit 0: tracing and --deny-pid can both work, which on this kernel they should.
     match r.block("doctor") {
-        Some(b) => c.push(Check::info(
+        Some(b) => c.push(Check::new(
             "a.doctor",
-            "gpu-trace doctor",
+            "gpu-trace doctor: tracing and --deny-pid both supported (exit 0)",
+            b.rc == Some(0),
             format!("exit {}\n{}", b.rc.unwrap_or(-1), indent(&b.text)),
         )),
         None => c.push(Check::info(
@@ -1812,6 +1815,214 @@ fn judge_lsm(r: &Results, c: &mut Vec<Check>) {
     ));
 }
 
+/// `gpu-trace --deny-pid` (issue 4) as lab/init.sh `deny_trace` runs it: a denied client, an
+/// identical other client, then a new process given the denied PID.
+fn judge_deny(r: &Results, c: &mut Vec<Check>) {
+    let nv_title = "--deny-pid refuses GPFIFO_SCHEDULE (nvlab) for the denied process only, not \
+                    for a later process with its PID";
+    let amd_title = "--deny-pid refuses CREATE_QUEUE on /dev/kfd for the denied process only, not \
+                     for a later process with its PID";
+    if r.lines.iter().any(|l| l == "LAB deny=absent") {
+        for (id, title) in [("e.deny_nv", nv_title), ("e.deny_amd", amd_title)] {
+            c.push(Check::skip(
+                id,
+                title,
+                "--deny-pid is not in this build yet",
+            ));
+        }
+        return;
+    }
+    c.push(judge_deny_run(
+        r,
+        "deny_nv",
+        "e.deny_nv",
+        nv_title,
+        &deny_nv_expect,
+    ));
+    c.push(judge_deny_run(
+        r,
+        "deny_amd",
+        "e.deny_amd",
+        amd_title,
+        &deny_amd_expect,
+    ));
+}
+
+/// What one client of a deny run saw, and whether it was the one denied.
+struct DenyClient<'a> {
+    role: &'static str,
+    denied: bool,
+    out: &'a Results,
+}
+
+type DenyExpect = dyn Fn(&DenyClient, &[serde_json::Value], &mut Vec<String>);
+
+fn judge_deny_run(
+    r: &Results,
+    name: &str,
+    id: &'static str,
+    title: &'static str,
+    expect: &DenyExpect,
+) -> Check {
+    let Some(run) = r
+        .find(name, &[])
+        .filter(|f| f.get("tracer_ready").is_some())
+    else {
+        return Check::fail(id, title, format!("the guest did not run {name}"));
+    };
+    let stderr = r
+        .block(&format!("{name}.stderr"))
+        .map(|b| b.text.clone())
+        .unwrap_or_default();
+    let exit = r
+        .lines
+        .iter()
+        .map(|l| Fields::parse(l))
+        .find(|f| f.topic == name && f.get("tracer_exit").is_some())
+        .and_then(|f| f.int("tracer_exit"));
+    if exit == Some(3) && stderr.contains("not implemented") {
+        return Check::skip(id, title, format!("not in this build: {}", stderr.trim()));
+    }
+    let mut problems = Vec::new();
+    if run.get("tracer_ready") != Some("yes") || exit != Some(0) {
+        problems.push(format!(
+            "tracer ready {:?}, exit {exit:?}: {}",
+            run.get("tracer_ready"),
+            stderr.trim()
+        ));
+    }
+    let denied_pid = run.int("denied_pid");
+    let (events, bad) = json_lines(
+        &r.block(&format!("{name}.jsonl"))
+            .map(|b| b.text.clone())
+            .unwrap_or_default(),
+    );
+    if !bad.is_empty() {
+        problems.push(format!("non-JSON output lines: {bad:?}"));
+    }
+    let outputs: Vec<(&'static str, Results)> = ["denied", "other", "reuse"]
+        .into_iter()
+        .map(|role| {
+            let text = r
+                .block(&format!("{name}.{role}"))
+                .map(|b| b.text.clone())
+                .unwrap_or_default();
+            (role, Results::parse(&text))
+        })
+        .collect();
+    for (role, out) in &outputs {
+        let pid = out
+            .lines
+            .iter()
+            .map(|l| Fields::parse(l))
+            .find_map(|f| f.int("pid"));
+        // The clients print their pid in their first line (`wait pid=`, `nvdev pid=`, ...).
+        let is_denied_pid = pid.is_some() && pid == denied_pid;
+        match *role {
+            "denied" | "reuse" if !is_denied_pid => problems.push(format!(
+                "the {role} client's pid {pid:?} is not the denied pid {denied_pid:?}{}",
+                if *role == "reuse" {
+                    " (the PID was not reused: ns_last_pid raced)"
+                } else {
+                    ""
+                }
+            )),
+            "other" if is_denied_pid => problems.push("the other client has the denied pid".into()),
+            _ => {}
+        }
+        let client = DenyClient {
+            role,
+            denied: *role == "denied",
+            out,
+        };
+        // The reuse client shares the denied pid; it runs as `lab-reuse` (its comm) to be told
+        // apart.
+        let comm = if *role == "reuse" {
+            "lab-reuse"
+        } else {
+            "lab-client"
+        };
+        let mine: Vec<serde_json::Value> = events
+            .iter()
+            .filter(|e| e["event"] != "STATS" && e["pid"].as_i64() == pid && e["comm"] == comm)
+            .cloned()
+            .collect();
+        expect(&client, &mine, &mut problems);
+    }
+    Check::new(
+        id,
+        title,
+        problems.is_empty(),
+        if problems.is_empty() {
+            format!(
+                "denied pid {}: refused with EPERM; the other process and the PID's next owner were not",
+                denied_pid.unwrap_or(-1)
+            )
+        } else {
+            problems.join("; ")
+        },
+    )
+}
+
+fn deny_nv_expect(c: &DenyClient, events: &[serde_json::Value], problems: &mut Vec<String>) {
+    let call = |name: &str| c.out.find("nvdev", &[("call", name)]);
+    let rc_status = |name: &str| call(name).map(|f| (f.int("rc"), f.int("status")));
+    let (want_sched, want_allowed, want_errno) = if c.denied {
+        // Refused before the driver: the status the client preset stays.
+        ((Some(-EPERM), Some(0xffff_ffff)), false, -EPERM)
+    } else {
+        ((Some(0), Some(0)), true, 0)
+    };
+    if rc_status("schedule") != Some(want_sched) {
+        problems.push(format!(
+            "{} client: schedule (rc, status) {:?}, want {want_sched:?}",
+            c.role,
+            rc_status("schedule")
+        ));
+    }
+    if rc_status("alloc64") != Some((Some(0), Some(0))) {
+        problems.push(format!(
+            "{} client: alloc must not be denied: {:?}",
+            c.role,
+            rc_status("alloc64")
+        ));
+    }
+    let sched: Vec<&serde_json::Value> =
+        events.iter().filter(|e| e["event"] == "SCHEDULE").collect();
+    if sched.len() != 1 || sched[0]["allowed"] != want_allowed || sched[0]["errno"] != want_errno {
+        problems.push(format!(
+            "{} client: want one SCHEDULE allowed={want_allowed} errno={want_errno}, got {sched:?}",
+            c.role
+        ));
+    }
+}
+
+fn deny_amd_expect(c: &DenyClient, events: &[serde_json::Value], problems: &mut Vec<String>) {
+    let want = if c.denied { -EPERM } else { -EINVAL };
+    for size in ["96", "88"] {
+        let rc = c
+            .out
+            .find("kfd_create", &[("size", size)])
+            .and_then(|f| f.int("rc"));
+        if rc != Some(want) {
+            problems.push(format!(
+                "{} client: {size}-byte CREATE_QUEUE returned {rc:?}, want {want}",
+                c.role
+            ));
+        }
+    }
+    let refused = events
+        .iter()
+        .filter(|e| e["event"] == "SCHEDULE" && e["allowed"] == false && e["errno"] == want)
+        .count();
+    if refused != 2 || events.iter().any(|e| e["event"] == "TASK_INIT") {
+        problems.push(format!(
+            "{} client: want 2 SCHEDULE allowed=false errno={want} and no TASK_INIT, got {events:?}",
+            c.role
+        ));
+    }
+}
+
 fn report(checks: &[Check], what: &str) -> Result<()> {
     println!("\n=== gpu-trace lab verdict: {what} ===");
     for ch in checks {
@@ -1988,6 +2199,7 @@ LAB kfd_create pid=120 gpu_id=4997442 queue_type=2 percentage=100 priority=7 rin
 LAB kfd_create size=96 cmd=0xc0604b02 rc=-22
 LAB kfd_create size=88 cmd=0xc0584b02 rc=-22
 LAB-END amd.client rc=0
+LAB deny=absent
 LAB-BEGIN kprobe
 LAB kprobe pmu_type=6
 LAB kprobe entry_hits=1 gpu_id=0x4c4142 return_hits=1 ret=-22
@@ -2017,13 +2229,13 @@ LAB-DONE
         let s = statuses(GOOD);
         for (id, st) in &s {
             let want = match *id {
-                "c.trace" => Status::Skip,
+                "c.trace" | "e.deny_nv" | "e.deny_amd" => Status::Skip,
                 "a.doctor" => Status::Info,
                 _ => Status::Pass,
             };
             assert_eq!(*st, want, "{id}: {:#?}", judge(&Results::parse(GOOD)));
         }
-        assert_eq!(s.len(), 16);
+        assert_eq!(s.len(), 18);
     }
 
     #[test]
@@ -2141,6 +2353,131 @@ LAB-DONE
             statuses(&with_amd_trace(&[REFUSED, REFUSED, init]))["c.trace"],
             Status::Fail
         );
+    }
+
+    /// A --deny-pid run of both kinds as lab/init.sh `deny_trace` writes it (JSON keys trimmed).
+    const DENY: &str = r#"LAB deny_nv tracer_ready=yes denied_pid=300 other_pid=301 t=70
+LAB-BEGIN deny_nv.denied
+LAB wait pid=300
+LAB nvdev pid=300 tid=300 fd=3
+LAB nvdev call=alloc64 rc=0 status=0
+LAB nvdev call=schedule rc=-1 status=4294967295
+LAB-END deny_nv.denied rc=0
+LAB-BEGIN deny_nv.other
+LAB wait pid=301
+LAB nvdev call=alloc64 rc=0 status=0
+LAB nvdev call=schedule rc=0 status=0
+LAB-END deny_nv.other rc=0
+LAB-BEGIN deny_nv.reuse
+LAB nvdev pid=300 tid=300 fd=3
+LAB nvdev call=alloc64 rc=0 status=0
+LAB nvdev call=schedule rc=0 status=0
+LAB-END deny_nv.reuse rc=0
+LAB deny_nv tracer_exit=0
+LAB-BEGIN deny_nv.jsonl
+{"event":"TASK_INIT","pid":300,"comm":"lab-client"}
+{"event":"SCHEDULE","pid":300,"comm":"lab-client","allowed":false,"errno":-1}
+{"event":"SCHEDULE","pid":301,"comm":"lab-client","allowed":true,"errno":0}
+{"event":"SCHEDULE","pid":300,"comm":"lab-reuse","allowed":true,"errno":0}
+{"event":"STATS"}
+LAB-END deny_nv.jsonl rc=0
+LAB deny_amd tracer_ready=yes denied_pid=310 other_pid=311 t=80
+LAB-BEGIN deny_amd.denied
+LAB wait pid=310
+LAB kfd_create size=96 cmd=0xc0604b02 rc=-1
+LAB kfd_create size=88 cmd=0xc0584b02 rc=-1
+LAB-END deny_amd.denied rc=0
+LAB-BEGIN deny_amd.other
+LAB wait pid=311
+LAB kfd_create size=96 cmd=0xc0604b02 rc=-22
+LAB kfd_create size=88 cmd=0xc0584b02 rc=-22
+LAB-END deny_amd.other rc=0
+LAB-BEGIN deny_amd.reuse
+LAB kfd_create pid=310 gpu_id=4997442
+LAB kfd_create size=96 cmd=0xc0604b02 rc=-22
+LAB kfd_create size=88 cmd=0xc0584b02 rc=-22
+LAB-END deny_amd.reuse rc=0
+LAB deny_amd tracer_exit=0
+LAB-BEGIN deny_amd.jsonl
+{"event":"SCHEDULE","pid":310,"comm":"lab-client","allowed":false,"errno":-1}
+{"event":"SCHEDULE","pid":310,"comm":"lab-client","allowed":false,"errno":-1}
+{"event":"SCHEDULE","pid":311,"comm":"lab-client","allowed":false,"errno":-22}
+{"event":"SCHEDULE","pid":311,"comm":"lab-client","allowed":false,"errno":-22}
+{"event":"SCHEDULE","pid":310,"comm":"lab-reuse","allowed":false,"errno":-22}
+{"event":"SCHEDULE","pid":310,"comm":"lab-reuse","allowed":false,"errno":-22}
+{"event":"STATS"}
+LAB-END deny_amd.jsonl rc=0
+"#;
+
+    #[test]
+    fn doctor_is_judged_by_its_exit_code_once_it_exists() {
+        let with = |rc: u8| {
+            GOOD.replace(
+                "LAB doctor=absent\n",
+                &format!("LAB-BEGIN doctor\ntracing: yes\nLAB-END doctor rc={rc}\n"),
+            )
+        };
+        assert_eq!(statuses(&with(0))["a.doctor"], Status::Pass);
+        assert_eq!(statuses(&with(5))["a.doctor"], Status::Fail);
+        assert_eq!(statuses(GOOD)["a.doctor"], Status::Info);
+    }
+
+    #[test]
+    fn deny_runs_are_judged_once_deny_exists() {
+        let with = GOOD.replace("LAB deny=absent\n", DENY);
+        let s = statuses(&with);
+        assert_eq!(
+            (s["e.deny_nv"], s["e.deny_amd"]),
+            (Status::Pass, Status::Pass),
+            "{:#?}",
+            judge(&Results::parse(&with))
+        );
+        let cases = [
+            // The denied schedule reached the driver.
+            (
+                "call=schedule rc=-1 status=4294967295",
+                "call=schedule rc=-1 status=0",
+                "e.deny_nv",
+            ),
+            // The next owner of the PID was denied too.
+            (
+                "{\"event\":\"SCHEDULE\",\"pid\":300,\"comm\":\"lab-reuse\",\"allowed\":true,\"errno\":0}",
+                "{\"event\":\"SCHEDULE\",\"pid\":300,\"comm\":\"lab-reuse\",\"allowed\":false,\"errno\":-1}",
+                "e.deny_nv",
+            ),
+            // The PID was not reused.
+            (
+                "LAB-BEGIN deny_nv.reuse\nLAB nvdev pid=300",
+                "LAB-BEGIN deny_nv.reuse\nLAB nvdev pid=302",
+                "e.deny_nv",
+            ),
+            // The other process was denied.
+            (
+                "LAB wait pid=311\nLAB kfd_create size=96 cmd=0xc0604b02 rc=-22",
+                "LAB wait pid=311\nLAB kfd_create size=96 cmd=0xc0604b02 rc=-1",
+                "e.deny_amd",
+            ),
+            // gpu-trace did not show the refusal.
+            (
+                "{\"event\":\"SCHEDULE\",\"pid\":310,\"comm\":\"lab-client\",\"allowed\":false,\"errno\":-1}\n",
+                "",
+                "e.deny_amd",
+            ),
+            (
+                "LAB deny_amd tracer_exit=0",
+                "LAB deny_amd tracer_exit=1",
+                "e.deny_amd",
+            ),
+        ];
+        for (from, to, id) in cases {
+            assert!(with.contains(from), "{from}");
+            let broken = with.replacen(from, to, 1);
+            assert_eq!(
+                statuses(&broken)[id],
+                Status::Fail,
+                "{from} → {to} must fail {id}"
+            );
+        }
     }
 
     #[test]
