@@ -11,6 +11,14 @@ if ! dpkg -s llvm-22-dev libpolly-22-dev libzstd-dev zlib1g-dev >/dev/null 2>&1;
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq llvm-22-dev libpolly-22-dev libzstd-dev zlib1g-dev >/dev/null
 fi
+# Test tools: bpftool (cross-checks in tests/lifecycle.rs that nothing of gpu-trace stays in the
+# kernel) and setpriv from util-linux (privilege tests). The tests fall back or skip without them.
+if ! command -v bpftool >/dev/null 2>&1 && [ -x /usr/bin/apt-get ]; then
+  log "installing bpftool (test cross-checks)"
+  $SUDO apt-get install -y -qq bpftool >/dev/null 2>&1 \
+    || { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq bpftool >/dev/null; } \
+    || log "bpftool not installable: the lifecycle tests check with bpf(2) only"
+fi
 if ! rustup toolchain list | grep -q '^nightly'; then
   log "installing the nightly toolchain"
   rustup toolchain install nightly --profile minimal

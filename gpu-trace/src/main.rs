@@ -35,7 +35,7 @@ fn main() -> ExitCode {
         Err(err) => {
             eprintln!("gpu-trace: {err:#}");
             let unsupported = err.chain().any(|cause| {
-                matches!(cause.downcast_ref::<RunError>(), Some(RunError::Unsupported(_)))
+                cause.downcast_ref::<RunError>().is_some_and(RunError::is_unsupported)
                     || cause.downcast_ref::<LoadError>().is_some_and(LoadError::is_unsupported)
             });
             ExitCode::from(if unsupported { EXIT_UNSUPPORTED } else { EXIT_RUNTIME })

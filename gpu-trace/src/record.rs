@@ -107,6 +107,15 @@ fn read_u32(input: &mut impl Read) -> Result<Option<u32>, io::Error> {
     }
 }
 
+/// Fills `buf`; `false` when the input ended first (a recording cut short).
+fn read_all_or_eof(input: &mut impl Read, buf: &mut [u8]) -> Result<bool, io::Error> {
+    match input.read_exact(buf) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 impl<R: BufRead> RecordReader<R> {
     pub fn new(mut input: R) -> Result<Self, RecordError> {
         let mut magic = [0u8; 8];
@@ -130,6 +139,10 @@ impl<R: BufRead> RecordReader<R> {
 
     /// The next record's bytes, or `None` at the end (the trailer, if any, is then in
     /// `self.trailer`).
+    ///
+    /// A recording cut short (the tracer was killed, the disk filled up) ends at any byte: an
+    /// incomplete last record or trailer is the end of the recording, not an error, so that
+    /// everything written before the cut can still be replayed.
     pub fn next_record(&mut self) -> Result<Option<Vec<u8>>, RecordError> {
         let Some(len) = read_u32(&mut self.input)? else { return Ok(None) };
         if len == 0 {
@@ -138,8 +151,9 @@ impl<R: BufRead> RecordReader<R> {
                     return Err(RecordError::BadLength(tlen, self.offset));
                 }
                 let mut json = vec![0u8; tlen as usize];
-                self.input.read_exact(&mut json)?;
-                self.trailer = Some(serde_json::from_slice(&json)?);
+                if read_all_or_eof(&mut self.input, &mut json)? {
+                    self.trailer = Some(serde_json::from_slice(&json)?);
+                }
             }
             return Ok(None);
         }
@@ -147,7 +161,9 @@ impl<R: BufRead> RecordReader<R> {
             return Err(RecordError::BadLength(len, self.offset));
         }
         let mut bytes = vec![0u8; len as usize];
-        self.input.read_exact(&mut bytes)?;
+        if !read_all_or_eof(&mut self.input, &mut bytes)? {
+            return Ok(None);
+        }
         self.offset += 4 + len as u64;
         Ok(Some(bytes))
     }
@@ -197,6 +213,27 @@ mod tests {
         assert_eq!(r.next_record().unwrap(), Some(vec![7; 40]));
         assert_eq!(r.next_record().unwrap(), None);
         assert_eq!(r.trailer, None);
+    }
+
+    #[test]
+    fn recording_cut_inside_a_record_or_the_trailer_replays_what_was_complete() {
+        let mut w = RecordWriter::new(Vec::new(), &header()).unwrap();
+        w.record(&[7; 40]).unwrap();
+        w.record(&[8; 48]).unwrap();
+        let full = w.finish(&RecordingTrailer::default()).unwrap();
+        let trailer_json = serde_json::to_vec(&RecordingTrailer::default()).unwrap().len();
+        let first_record_end = full.len() - (4 + 48) - 8 - trailer_json;
+        // Every cut after the first record: the first record comes back, then the end, no error.
+        for cut in first_record_end..full.len() {
+            let mut r = RecordReader::new(&full[..cut]).unwrap();
+            assert_eq!(r.next_record().unwrap(), Some(vec![7; 40]), "cut at {cut}");
+            let second = r.next_record().unwrap();
+            if second.is_some() {
+                assert_eq!(second, Some(vec![8; 48]), "cut at {cut}");
+                assert_eq!(r.next_record().unwrap(), None, "cut at {cut}");
+            }
+            assert_eq!(r.trailer, None, "cut at {cut}: an incomplete trailer is no trailer");
+        }
     }
 
     #[test]

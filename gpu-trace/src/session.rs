@@ -38,6 +38,17 @@ pub enum RunError {
     Io { what: String, source: io::Error },
 }
 
+impl RunError {
+    /// The system cannot support what was asked (exit code 3), as opposed to a runtime failure.
+    pub fn is_unsupported(&self) -> bool {
+        match self {
+            Self::Unsupported(_) => true,
+            Self::Load(e) => e.is_unsupported(),
+            _ => false,
+        }
+    }
+}
+
 fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> RunError {
     let what = what.into();
     move |source| RunError::Io { what, source }

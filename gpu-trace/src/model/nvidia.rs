@@ -475,6 +475,10 @@ impl NvTracker {
                 };
                 let gpu = c.gpu_of(parent);
                 let replaced = c.remove_tsg(handle).is_some();
+                // Channels still recorded under this handle belonged to an earlier object with
+                // the same handle (one created before tracing, whose free was not seen as a
+                // TSG's): the new TSG starts without them.
+                c.channels.retain(|_, ch| ch.parent != handle);
                 let kind = EventKind::TaskInit {
                     task: tsg.task(handle),
                     client,
@@ -737,6 +741,9 @@ impl NvTracker {
             }
             return Vec::new();
         }
+        // An object this tracer did not see created (e.g. a TSG from before tracing): RM frees
+        // its children with it, so its channels must not outlive it here either.
+        c.channels.retain(|_, ch| ch.parent != object);
         self.counters.untracked_frees += 1;
         Vec::new()
     }
