@@ -265,6 +265,8 @@ proptest! {
     #[test]
     fn parse_record_is_total_and_round_trips(bytes in record_bytes()) {
         let kind = bytes.get(..4).map(|t| u32::from_le_bytes(t.try_into().unwrap()));
+        // The NVIDIA and task kinds at their exact sizes; other kinds (other vendors' records)
+        // only have to round-trip when accepted.
         let want_len = match kind {
             Some(record_kind::NV_IOCTL) => Some(264),
             Some(record_kind::PROCESS_EXIT | record_kind::FD_CLOSE) => Some(48),
@@ -272,7 +274,9 @@ proptest! {
         };
         match wire::parse_record(&bytes) {
             Ok(rec) => {
-                prop_assert_eq!(Some(bytes.len()), want_len);
+                if want_len.is_some() {
+                    prop_assert_eq!(Some(bytes.len()), want_len);
+                }
                 prop_assert_eq!(rec.as_bytes(), &bytes[..]);
                 prop_assert_eq!(rec.header().kind, kind.unwrap());
                 if let RawRecord::NvIoctl(n) = rec {
