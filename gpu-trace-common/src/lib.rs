@@ -10,6 +10,7 @@
 //! keeps the programs small and makes decoding pure code that is tested on captured bytes.
 #![no_std]
 
+pub mod amd;
 pub mod nvidia;
 
 use core::mem::size_of;
@@ -22,6 +23,8 @@ pub mod record_kind {
     pub const PROCESS_EXIT: u32 = 2;
     /// [`crate::TaskRecord`]: a process that used a watched device closed a file descriptor.
     pub const FD_CLOSE: u32 = 3;
+    /// [`crate::KfdIoctlRecord`]: one completed ioctl on `/dev/kfd` (AMD KFD).
+    pub const KFD_IOCTL: u32 = 4;
 }
 
 /// Common header of every ring-buffer record (40 bytes).
@@ -96,6 +99,34 @@ pub struct NvIoctlRecord {
     pub sub: [u8; NV_SUB_MAX],
 }
 
+/// One ioctl on `/dev/kfd` whose command this tracer decodes (`CREATE_QUEUE`,
+/// `DESTROY_QUEUE`, `UPDATE_QUEUE`, `SET_CU_MASK`), with its argument struct as user memory held
+/// it at syscall exit (results included) (176 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KfdIoctlRecord {
+    pub hdr: RecordHeader,
+    /// Syscall return value: 0, or a negative errno (KFD reports failures this way).
+    pub ret: i64,
+    /// The file descriptor the ioctl was issued on.
+    pub fd: i32,
+    /// The ioctl command as issued.
+    pub ioctl_cmd: u32,
+    /// Kernel `dev_t` (`major << 20 | minor`) of the fd's inode.
+    pub rdev: u32,
+    /// KFD command number (`_IOC_NR`): one of [`amd::nr`].
+    pub nr: u32,
+    /// `_IOC_SIZE` of the command as issued: the bytes the driver copies in and out.
+    pub arg_size: u32,
+    /// [`amd::kfd_flags`] bits.
+    pub flags: u32,
+    /// Valid bytes in `args` (0, or [`amd::capture_len`]).
+    pub args_len: u32,
+    pub _pad: u32,
+    /// The argument struct, read at syscall exit.
+    pub args: [u8; amd::KFD_ARGS_MAX],
+}
+
 /// Process exit or fd close by a process that used a watched device (48 bytes).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -123,7 +154,7 @@ pub mod counter {
 }
 
 /// Kernel structure offsets (from `/sys/kernel/btf/vmlinux`) and filters, written into the
-/// programs' `CONFIG` global before load (48 bytes).
+/// programs' `CONFIG` global before load (56 bytes).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct KernelConfig {
@@ -143,12 +174,16 @@ pub struct KernelConfig {
     pub task_signal: u32,
     /// `signal_struct.live`
     pub signal_live: u32,
-    /// Character major of the NVIDIA devices (195).
+    /// Character major of the NVIDIA devices (195); 0 = do not trace NVIDIA.
     pub nv_major: u32,
     /// One more device to treat as NVIDIA (kernel `dev_t`; 0 = none). Tests use it.
     pub extra_rdev: u32,
     /// Only trace this process (0 = all).
     pub filter_tgid: u32,
+    /// Character major of `/dev/kfd` (dynamic, from `/proc/devices`); 0 = do not trace KFD.
+    pub kfd_major: u32,
+    /// One more device to treat as `/dev/kfd` (kernel `dev_t`; 0 = none). Tests use it.
+    pub extra_kfd_rdev: u32,
     /// Non-zero once userspace has filled this in; the programs do nothing while it is 0.
     pub ready: u32,
 }
@@ -172,5 +207,7 @@ pub const fn kernel_dev_minor(dev: u32) -> u32 {
 const _: () = assert!(size_of::<RecordHeader>() == 40);
 const _: () = assert!(size_of::<NvIoctlRecord>() == 264);
 const _: () = assert!(size_of::<TaskRecord>() == 48);
-const _: () = assert!(size_of::<KernelConfig>() == 48);
+const _: () = assert!(size_of::<KernelConfig>() == 56);
+const _: () = assert!(size_of::<KfdIoctlRecord>() == 176);
+const _: () = assert!(core::mem::offset_of!(KfdIoctlRecord, args) == 80);
 const _: () = assert!(core::mem::offset_of!(NvIoctlRecord, params) == 80);

@@ -2,15 +2,18 @@
 //!
 //! What they do, cheapest first:
 //! 1. at syscall exit, keep only `ioctl` calls whose command number is an RM escape of interest
-//!    (`RM_ALLOC`, `RM_CONTROL`, `RM_FREE`, `IOCTL_XFER`), from the process being filtered for;
+//!    (`RM_ALLOC`, `RM_CONTROL`, `RM_FREE`, `IOCTL_XFER`), or a KFD command of interest (type
+//!    `'K'`, `CREATE_QUEUE`, `DESTROY_QUEUE`, `UPDATE_QUEUE`, `SET_CU_MASK`), from the process
+//!    being filtered for;
 //! 2. resolve the fd to its inode's `i_rdev` (task → files → fdtable → file → inode, offsets
-//!    from BTF, handed in through `CONFIG`) and keep NVIDIA devices (major 195) only;
-//! 3. read the RM parameter block and, for the classes and controls that describe scheduling,
-//!    a fixed-size prefix of their parameters, from user memory as it is at exit (results
-//!    included), straight into a ring-buffer record.
+//!    from BTF, handed in through `CONFIG`) and keep NVIDIA devices (major 195) for RM escapes,
+//!    `/dev/kfd` (dynamic major, from `CONFIG`) for KFD commands;
+//! 3. NVIDIA: read the RM parameter block and, for the classes and controls that describe
+//!    scheduling, a fixed-size prefix of their parameters; KFD: read the argument struct; both
+//!    from user memory as it is at exit (results included), straight into a ring-buffer record.
 //!
-//! They also report `close()` and process exit for processes that used a watched device, so that
-//! userspace can end the objects the driver tears down implicitly.
+//! They also report process exit for processes that used a watched device, and `close()` for
+//! NVIDIA users, so that userspace can end the objects the driver tears down implicitly.
 //!
 //! Attach points: `raw_tp/sys_exit` (preferred), the same program as `tp_btf/sys_exit`, or the
 //! classic `syscalls:sys_{enter,exit}_{ioctl,close}` tracepoints; `raw_tp/sched_process_exit`.
@@ -28,8 +31,9 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, RawTracePointContext, TracePointContext},
 };
 use gpu_trace_common::{
-    KernelConfig, NV_PARAMS_MAX, NvIoctlRecord, RecordHeader, TaskRecord, counter,
-    kernel_dev_major, nv_flags,
+    KernelConfig, KfdIoctlRecord, NV_PARAMS_MAX, NvIoctlRecord, RecordHeader, TaskRecord,
+    amd::{self, kfd_flags},
+    counter, kernel_dev_major, nv_flags,
     nvidia::{self, escape, off},
     record_kind,
 };
@@ -48,6 +52,8 @@ static CONFIG: KernelConfig = KernelConfig {
     nv_major: 0,
     extra_rdev: 0,
     filter_tgid: 0,
+    kfd_major: 0,
+    extra_kfd_rdev: 0,
     ready: 0,
 };
 
@@ -59,10 +65,17 @@ static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
 
-/// Processes that issued at least one traced ioctl (tgid → 1): their exit and `close()` calls
-/// are reported.
+/// Processes that issued at least one traced ioctl (tgid → [`TRACK_NV`] | [`TRACK_KFD`]): their
+/// exit is reported, and, for NVIDIA users, their `close()` calls.
 #[map]
 static TRACKED: HashMap<u32, u32> = HashMap::with_max_entries(16384, 0);
+
+/// [`TRACKED`] bit: the process used an NVIDIA device (RM objects die with their fd: report
+/// `close()`).
+const TRACK_NV: u32 = 1;
+/// [`TRACKED`] bit: the process used `/dev/kfd` (KFD queues live as long as the process's
+/// address space, not its fd: only the exit is reported).
+const TRACK_KFD: u32 = 2;
 
 /// Classic-tracepoint fallback only: the ioctl arguments seen at entry, by thread id.
 #[map]
@@ -161,7 +174,35 @@ fn fd_rdev(cfg: &KernelConfig, fd: u64) -> Result<u32, ()> {
 
 #[inline(always)]
 fn is_watched(cfg: &KernelConfig, rdev: u32) -> bool {
-    kernel_dev_major(rdev) == cfg.nv_major || (cfg.extra_rdev != 0 && rdev == cfg.extra_rdev)
+    (cfg.nv_major != 0 && kernel_dev_major(rdev) == cfg.nv_major)
+        || (cfg.extra_rdev != 0 && rdev == cfg.extra_rdev)
+}
+
+/// `/dev/kfd` (dynamic major; 0 in `CONFIG` means KFD is not traced), or the test device.
+#[inline(always)]
+fn is_kfd(cfg: &KernelConfig, rdev: u32) -> bool {
+    (cfg.kfd_major != 0 && kernel_dev_major(rdev) == cfg.kfd_major)
+        || (cfg.extra_kfd_rdev != 0 && rdev == cfg.extra_kfd_rdev)
+}
+
+/// Sets `bit` in the process's [`TRACKED`] entry.
+#[inline(always)]
+fn mark_tracked(tgid: u32, bit: u32) {
+    // SAFETY: map value pointer, read once.
+    let old = match TRACKED.get_ptr(tgid) {
+        Some(p) => unsafe { *p },
+        None => 0,
+    };
+    if old & bit == 0 {
+        let _ = TRACKED.insert(tgid, old | bit, 0);
+    }
+}
+
+/// Whether the process used an NVIDIA device (its `close()` calls are reported).
+#[inline(always)]
+fn tracked_nv(tgid: u32) -> bool {
+    // SAFETY: map value pointer, read once.
+    TRACKED.get_ptr(tgid).is_some_and(|p| unsafe { *p } & TRACK_NV != 0)
 }
 
 #[inline(always)]
@@ -202,7 +243,9 @@ fn handle_ioctl(fd: u64, ioctl_cmd: u64, arg: u64, ret: i64) {
         return;
     }
     let ioctl_cmd = ioctl_cmd as u32;
-    if !nvidia::ioctl_nr_is_candidate(ioctl_cmd) {
+    // NVIDIA and KFD candidates are disjoint (RM escape numbers vs 'K' and KFD numbers).
+    let kfd = amd::ioctl_is_candidate(ioctl_cmd);
+    if !kfd && !nvidia::ioctl_nr_is_candidate(ioctl_cmd) {
         return;
     }
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
@@ -216,6 +259,12 @@ fn handle_ioctl(fd: u64, ioctl_cmd: u64, arg: u64, ret: i64) {
             return;
         }
     };
+    if kfd {
+        if is_kfd(&cfg, rdev) {
+            handle_kfd_ioctl(fd, ioctl_cmd, arg, ret, rdev, tgid);
+        }
+        return;
+    }
     if !is_watched(&cfg, rdev) {
         return;
     }
@@ -342,9 +391,71 @@ fn handle_ioctl(fd: u64, ioctl_cmd: u64, arg: u64, ret: i64) {
         bump(counter::READ_FAILED);
     }
     bump(counter::EMITTED);
-    if TRACKED.get_ptr(tgid).is_none() {
-        let _ = TRACKED.insert(tgid, 1, 0);
+    mark_tracked(tgid, TRACK_NV);
+}
+
+/// Copies `len` bytes of KFD arguments (one of the sizes of `amd::capture_len`) from user
+/// memory. Each arm passes a constant length, as the verifier wants.
+#[inline(always)]
+unsafe fn read_kfd_args(dst: *mut u8, src: u64, len: u32) -> bool {
+    let src = src as *const core::ffi::c_void;
+    let dst = dst as *mut core::ffi::c_void;
+    // SAFETY: `dst` points into a reserved ring-buffer record with room for KFD_ARGS_MAX bytes.
+    let rc = unsafe {
+        match len {
+            96 => generated::bpf_probe_read_user(dst, 96, src),
+            88 => generated::bpf_probe_read_user(dst, 88, src),
+            24 => generated::bpf_probe_read_user(dst, 24, src),
+            16 => generated::bpf_probe_read_user(dst, 16, src),
+            8 => generated::bpf_probe_read_user(dst, 8, src),
+            _ => return false,
+        }
+    };
+    rc == 0
+}
+
+/// A traced KFD command (`CREATE_QUEUE`, `DESTROY_QUEUE`, `UPDATE_QUEUE`, `SET_CU_MASK`) on
+/// `/dev/kfd`: copy its argument struct as user memory holds it at exit (the driver has copied
+/// its results back by then: `queue_id`, `doorbell_offset`, the clamped `ring_size`).
+#[inline(always)]
+fn handle_kfd_ioctl(fd: u64, ioctl_cmd: u32, arg: u64, ret: i64, rdev: u32, tgid: u32) {
+    let nr = amd::ioctl_nr(ioctl_cmd);
+    let size = amd::ioctl_size(ioctl_cmd);
+    let len = amd::capture_len(nr, size);
+    let Some(mut entry) = EVENTS.reserve::<KfdIoctlRecord>(0) else {
+        bump(counter::DROPPED);
+        return;
+    };
+    let rec = entry.as_mut_ptr();
+    let mut flags = 0u32;
+    // SAFETY: `rec` points at a reserved, exclusively owned record of the right size; every
+    // field is written before submit.
+    unsafe {
+        (*rec).hdr = header(record_kind::KFD_IOCTL);
+        (*rec).ret = ret;
+        (*rec).fd = fd as i32;
+        (*rec).ioctl_cmd = ioctl_cmd;
+        (*rec).rdev = rdev;
+        (*rec).nr = nr;
+        (*rec).arg_size = size;
+        (*rec)._pad = 0;
+        (*rec).args = [0u8; amd::KFD_ARGS_MAX];
+        (*rec).args_len = 0;
+        if len == 0 {
+            flags |= kfd_flags::ARGS_SHORT;
+        } else if read_kfd_args((*rec).args.as_mut_ptr(), arg, len) {
+            (*rec).args_len = len;
+        } else {
+            flags |= kfd_flags::ARGS_READ_FAILED;
+        }
+        (*rec).flags = flags;
     }
+    entry.submit(0);
+    if flags & kfd_flags::ARGS_READ_FAILED != 0 {
+        bump(counter::READ_FAILED);
+    }
+    bump(counter::EMITTED);
+    mark_tracked(tgid, TRACK_KFD);
 }
 
 /// `close(fd)` returned 0 in a tracked process.
@@ -354,7 +465,7 @@ fn handle_close(fd: u64, ret: i64) {
         return;
     }
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    if TRACKED.get_ptr(tgid).is_none() {
+    if !tracked_nv(tgid) {
         return;
     }
     emit_task(record_kind::FD_CLOSE, fd as i32);
@@ -393,7 +504,7 @@ fn on_sys_exit(regs: u64, ret: i64) {
         return;
     }
     let Ok(cmd) = (unsafe { kread::<u64>(regs, regs::ARG1 as u32) }) else { return };
-    if !nvidia::ioctl_nr_is_candidate(cmd as u32) {
+    if !nvidia::ioctl_nr_is_candidate(cmd as u32) && !amd::ioctl_is_candidate(cmd as u32) {
         return;
     }
     let Ok(arg) = (unsafe { kread::<u64>(regs, regs::ARG2 as u32) }) else { return };
@@ -429,7 +540,7 @@ pub fn tp_ioctl_enter(ctx: TracePointContext) -> u32 {
     let (Ok(fd), Ok(cmd), Ok(arg)) = (read(TP_ARG0), read(TP_ARG0 + 8), read(TP_ARG0 + 16)) else {
         return 0;
     };
-    if !nvidia::ioctl_nr_is_candidate(cmd as u32) {
+    if !nvidia::ioctl_nr_is_candidate(cmd as u32) && !amd::ioctl_is_candidate(cmd as u32) {
         return 0;
     }
     let tid = bpf_get_current_pid_tgid() as u32;
@@ -452,7 +563,7 @@ pub fn tp_ioctl_exit(ctx: TracePointContext) -> u32 {
 #[tracepoint]
 pub fn tp_close_enter(ctx: TracePointContext) -> u32 {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    if TRACKED.get_ptr(tgid).is_none() {
+    if !tracked_nv(tgid) {
         return 0;
     }
     let Ok(fd) = (unsafe { ctx.read_at::<u64>(TP_ARG0) }) else { return 0 };

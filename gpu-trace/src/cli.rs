@@ -10,6 +10,8 @@ Examples:
       sudo gpu-trace
   Also show work-submit tokens, for one process, for 30 seconds:
       sudo gpu-trace -v --pid 4242 --duration 30
+  AMD GPUs: KFD compute and SDMA queues (/dev/kfd); `-v` adds each queue's doorbell:
+      sudo gpu-trace --vendor amd -v
   Only processes whose name is python3, as JSON lines, into a file:
       sudo gpu-trace --comm python3 --format json -o trace.jsonl
   Record the raw driver calls and replay them later, on any machine, without root:
@@ -59,9 +61,9 @@ pub enum Command {
 pub enum Vendor {
     /// NVIDIA (open or proprietary kernel module): the RM ioctl layer.
     Nvidia,
-    /// AMD KFD compute queues.
+    /// AMD KFD compute and SDMA queues (/dev/kfd; the TSG column holds the queue id).
     Amd,
-    /// Whichever driver is loaded.
+    /// Whichever driver is loaded (NVIDIA when both are).
     Auto,
 }
 
@@ -131,8 +133,9 @@ pub struct TraceArgs {
     #[arg(long, value_name = "BYTES", default_value_t = crate::loader::DEFAULT_RING_BYTES)]
     pub ring_size: u32,
 
-    /// Treat this character device as an NVIDIA device too (experiments and tests; e.g.
-    /// /dev/null to watch RM-shaped ioctls a test program issues).
+    /// Treat this character device as a device of the traced vendor too: an NVIDIA device, or
+    /// /dev/kfd with --vendor amd (experiments and tests; e.g. /dev/null to watch RM- or
+    /// KFD-shaped ioctls a test program issues).
     #[arg(long, value_name = "PATH")]
     pub watch_device: Option<PathBuf>,
 

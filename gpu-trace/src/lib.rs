@@ -4,13 +4,14 @@
 //! - [`probe`]: what the running kernel allows (BTF offsets, attach types, tracefs, privileges);
 //! - [`loader`]: loading the kernel programs and attaching the best hook per event;
 //! - [`wire`]: ring-buffer bytes → typed records (shared with `gpu-trace-common`);
-//! - [`nvidia`]: per-vendor decoding of driver calls (pure code);
+//! - [`nvidia`], [`amd`]: per-vendor decoding of driver calls (pure code);
 //! - [`model`]: object tables and the events they produce, statistics;
 //! - [`output`]: text and JSON rendering;
 //! - [`pipeline`]: records → decoded calls → events → output (shared by live runs and replay);
 //! - [`cli`]: the command line;
 //! - [`record`]: the recording file format (`--record`, `replay`);
 //! - [`session`]: the live loop that ties them together.
+pub mod amd;
 pub mod cli;
 pub mod loader;
 pub mod model;

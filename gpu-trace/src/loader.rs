@@ -74,11 +74,26 @@ pub struct LoadOptions {
     pub ring_bytes: u32,
     /// Use only this attach type for the syscall hook (default: the cheapest that works).
     pub syscall_hook: Option<SyscallHook>,
+    /// Trace the NVIDIA devices (char major 195). Default: yes.
+    pub nvidia: bool,
+    /// Trace `/dev/kfd` (AMD KFD), whose character major this is (dynamic: see
+    /// `amd::kfd_char_major`). Default: none.
+    pub kfd_major: Option<u32>,
+    /// Also treat this device (kernel `dev_t`) as `/dev/kfd`. Tests use `/dev/null`.
+    pub extra_kfd_device: Option<u32>,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        Self { extra_device: None, filter_tgid: None, ring_bytes: DEFAULT_RING_BYTES, syscall_hook: None }
+        Self {
+            extra_device: None,
+            filter_tgid: None,
+            ring_bytes: DEFAULT_RING_BYTES,
+            syscall_hook: None,
+            nvidia: true,
+            kfd_major: None,
+            extra_kfd_device: None,
+        }
     }
 }
 
@@ -180,8 +195,10 @@ impl Tracer {
         }
         let offsets = btf::load_kernel_offsets()?;
         let mut config = KernelConfig {
-            nv_major: NV_MAJOR,
+            nv_major: if options.nvidia { NV_MAJOR } else { 0 },
             extra_rdev: options.extra_device.unwrap_or(0),
+            kfd_major: options.kfd_major.unwrap_or(0),
+            extra_kfd_rdev: options.extra_kfd_device.unwrap_or(0),
             filter_tgid: options.filter_tgid.unwrap_or(0),
             ready: 1,
             ..Default::default()

@@ -43,18 +43,10 @@ fn main() -> ExitCode {
     }
 }
 
-fn trace(args: gpu_trace::cli::TraceArgs) -> anyhow::Result<session::Summary> {
-    let vendor = match args.vendor {
-        Vendor::Auto => session::detect_vendor()?,
-        v => v,
-    };
-    if vendor == Vendor::Amd {
-        return Err(RunError::Unsupported(
-            "AMD KFD tracing is not implemented yet in this build (tracked in the AMD/KFD \
-             issue); use --vendor nvidia"
-                .into(),
-        )
-        .into());
+fn trace(mut args: gpu_trace::cli::TraceArgs) -> anyhow::Result<session::Summary> {
+    // Resolved before anything loads: with no GPU driver at all, `auto` stops here.
+    if args.vendor == Vendor::Auto {
+        args.vendor = session::detect_vendor()?;
     }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -5,8 +5,10 @@
 use std::{collections::HashMap, io::Write, time::Duration};
 
 use crate::{
+    amd::decode::{self as amd_decode, KfdCall},
     cli::{Format, Timestamps},
     model::{
+        amd::{KfdInput, KfdTracker},
         event::Event,
         nvidia::{NvInput, NvTracker},
         stats::{KernelCounters, Stats},
@@ -40,6 +42,8 @@ pub struct Pipeline<W: Write> {
     config: PipelineConfig,
     text: TextFormatter,
     tracker: NvTracker,
+    /// AMD KFD queues (records of kind `KFD_IOCTL`; process exits go to both trackers).
+    amd: KfdTracker,
     stats: Stats,
     /// First `comm` seen per process: `--comm` matches it as the process name, so that a
     /// process's events from other threads (e.g. `cuda-EvtHandlr`) are kept.
@@ -62,6 +66,7 @@ impl<W: Write> Pipeline<W> {
             config,
             text,
             tracker: NvTracker::default(),
+            amd: KfdTracker::default(),
             stats: Stats::new(),
             process_names: HashMap::new(),
             first_ts: None,
@@ -93,9 +98,24 @@ impl<W: Write> Pipeline<W> {
             }
             RawRecord::ProcessExit(_) => NvInput::ProcessExit,
             RawRecord::FdClose(t) => NvInput::FdClose { fd: t.value },
+            RawRecord::KfdIoctl(rec) => {
+                let call = amd_decode::decode(&rec);
+                if matches!(call, KfdCall::Malformed { .. }) {
+                    self.stats.decode_errors += 1;
+                }
+                let input =
+                    KfdInput::Call { fd: amd_decode::fd(&rec), errno: amd_decode::errno(&rec), call };
+                let events = self.amd.observe(origin, input);
+                return self.emit_selected(&events);
+            }
         };
         let pid = origin.pid;
-        let events = self.tracker.observe(origin, input);
+        let exit_origin = matches!(record, RawRecord::ProcessExit(_)).then(|| origin.clone());
+        let mut events = self.tracker.observe(origin, input);
+        if let Some(o) = exit_origin {
+            // The process's KFD queues end with it too (after its NVIDIA TSGs).
+            events.extend(self.amd.observe(o, KfdInput::ProcessExit));
+        }
         for event in &events {
             if self.selected(event) {
                 self.emit(event)?;
@@ -103,6 +123,16 @@ impl<W: Write> Pipeline<W> {
         }
         if matches!(record, RawRecord::ProcessExit(_)) {
             self.process_names.remove(&pid);
+        }
+        Ok(())
+    }
+
+    /// Emits the events that pass the filters.
+    fn emit_selected(&mut self, events: &[Event]) -> std::io::Result<()> {
+        for event in events {
+            if self.selected(event) {
+                self.emit(event)?;
+            }
         }
         Ok(())
     }
@@ -145,7 +175,7 @@ impl<W: Write> Pipeline<W> {
     pub fn finish(mut self, counters: KernelCounters, duration: Duration) -> std::io::Result<Summary> {
         self.stats.kernel = counters;
         self.stats.elapsed = Some(duration);
-        self.stats.live_at_exit = self.tracker.live_tasks() as u64;
+        self.stats.live_at_exit = (self.tracker.live_tasks() + self.amd.live_tasks()) as u64;
         if self.config.stats {
             match self.config.format {
                 Format::Text => write!(self.out, "{}", self.stats.render_text())?,

@@ -100,11 +100,25 @@ fn pipeline_config(args: &OutputArgs, clock: Clock) -> PipelineConfig {
 
 /// Trace live until Ctrl-C, SIGTERM or `--duration`.
 pub async fn run_live(args: &TraceArgs) -> Result<Summary, RunError> {
-    let extra_device = match &args.watch_device {
+    let vendor = match args.vendor {
+        Vendor::Auto => detect_vendor()?,
+        v => v,
+    };
+    let amd = vendor == Vendor::Amd;
+    let watched = match &args.watch_device {
         Some(path) => Some(system::char_device_kernel_dev(path).map_err(LoadError::from)?),
         None => None,
     };
+    // --watch-device adds a device of the vendor being traced.
+    let (extra_device, extra_kfd_device) = if amd { (None, watched) } else { (watched, None) };
+    let kfd = amd.then(crate::amd::KfdPresence::probe);
+    if let Some(warning) = kfd.as_ref().and_then(|k| k.warning()) {
+        eprintln!("gpu-trace: warning: {warning}");
+    }
     let options = LoadOptions {
+        nvidia: !amd,
+        kfd_major: kfd.as_ref().and_then(|k| k.major),
+        extra_kfd_device,
         extra_device,
         filter_tgid: match args.output.pids.as_slice() {
             [one] => Some(*one),
@@ -115,7 +129,14 @@ pub async fn run_live(args: &TraceArgs) -> Result<Summary, RunError> {
     };
     let mut tracer = Tracer::load(&options)?;
     let clock = Clock::from_system().map_err(io_err("reading the clocks"))?;
-    eprintln!("gpu-trace: tracing NVIDIA RM calls; hooks: {}", tracer.describe_hooks());
+    let what = match &kfd {
+        Some(k) => format!(
+            "AMD KFD queue calls on /dev/kfd (char major {})",
+            k.major.map_or_else(|| "unknown".to_string(), |m| m.to_string())
+        ),
+        None => "NVIDIA RM calls".to_string(),
+    };
+    eprintln!("gpu-trace: tracing {what}; hooks: {}", tracer.describe_hooks());
     for refused in &tracer.refused {
         eprintln!("gpu-trace: (not used: {refused})");
     }
@@ -127,7 +148,7 @@ pub async fn run_live(args: &TraceArgs) -> Result<Summary, RunError> {
                 tool_version: env!("CARGO_PKG_VERSION").into(),
                 host: system::host_name(),
                 kernel: system::kernel_release(),
-                driver: system::nvidia_driver(),
+                driver: if amd { crate::amd::driver_description() } else { system::nvidia_driver() },
                 realtime_offset_ns: clock.offset_ns(),
                 hooks: tracer.hooks.iter().map(ToString::to_string).collect(),
                 argv: std::env::args().collect(),

@@ -11,7 +11,7 @@
 
 use std::mem::size_of;
 
-use gpu_trace_common::{NvIoctlRecord, RecordHeader, TaskRecord, record_kind};
+use gpu_trace_common::{KfdIoctlRecord, NvIoctlRecord, RecordHeader, TaskRecord, record_kind};
 use thiserror::Error;
 
 use crate::model::event::Origin;
@@ -28,6 +28,8 @@ pub enum RawRecord {
     ProcessExit(TaskRecord),
     /// A tracked process closed a file descriptor ([`record_kind::FD_CLOSE`]).
     FdClose(TaskRecord),
+    /// A completed ioctl on `/dev/kfd` ([`record_kind::KFD_IOCTL`]).
+    KfdIoctl(KfdIoctlRecord),
 }
 
 /// Why bytes could not be read as a record or a record stream.
@@ -101,6 +103,7 @@ pub fn parse_record(bytes: &[u8]) -> Result<RawRecord, WireError> {
     let expected = match kind {
         record_kind::NV_IOCTL => size_of::<NvIoctlRecord>(),
         record_kind::PROCESS_EXIT | record_kind::FD_CLOSE => size_of::<TaskRecord>(),
+        record_kind::KFD_IOCTL => size_of::<KfdIoctlRecord>(),
         _ => {
             return Err(WireError::UnknownKind {
                 kind,
@@ -121,6 +124,7 @@ pub fn parse_record(bytes: &[u8]) -> Result<RawRecord, WireError> {
         match kind {
             record_kind::NV_IOCTL => RawRecord::NvIoctl(read_pod(bytes)),
             record_kind::PROCESS_EXIT => RawRecord::ProcessExit(read_pod(bytes)),
+            record_kind::KFD_IOCTL => RawRecord::KfdIoctl(read_pod(bytes)),
             _ => RawRecord::FdClose(read_pod(bytes)),
         }
     })
@@ -145,6 +149,23 @@ const _: () = assert!(
     size_of::<TaskRecord>() == size_of::<RecordHeader>() + 4 + 4,
     "TaskRecord has padding"
 );
+
+const _: () = assert!(
+    size_of::<KfdIoctlRecord>()
+        == size_of::<RecordHeader>() + 8 + 4 * 8 + gpu_trace_common::amd::KFD_ARGS_MAX,
+    "KfdIoctlRecord has padding"
+);
+
+/// The bytes of a [`KfdIoctlRecord`], as the kernel programs write them.
+pub fn kfd_ioctl_bytes(rec: &KfdIoctlRecord) -> &[u8] {
+    // SAFETY: `KfdIoctlRecord` is `#[repr(C)]` with no padding (checked above).
+    unsafe {
+        std::slice::from_raw_parts(
+            (rec as *const KfdIoctlRecord).cast::<u8>(),
+            size_of::<KfdIoctlRecord>(),
+        )
+    }
+}
 
 /// The bytes of an [`NvIoctlRecord`], as the kernel programs write them.
 pub fn nv_ioctl_bytes(rec: &NvIoctlRecord) -> &[u8] {
@@ -175,6 +196,7 @@ impl RawRecord {
         match self {
             Self::NvIoctl(r) => nv_ioctl_bytes(r),
             Self::ProcessExit(r) | Self::FdClose(r) => task_bytes(r),
+            Self::KfdIoctl(r) => kfd_ioctl_bytes(r),
         }
     }
 
@@ -183,6 +205,7 @@ impl RawRecord {
         match self {
             Self::NvIoctl(r) => &r.hdr,
             Self::ProcessExit(r) | Self::FdClose(r) => &r.hdr,
+            Self::KfdIoctl(r) => &r.hdr,
         }
     }
 

@@ -27,6 +27,8 @@ pub enum TaskId {
     RmHandle(u32),
     /// AMD KFD queue id.
     KfdQueue(u32),
+    /// AMD: a `CREATE_QUEUE` the driver refused, so no queue id exists (printed as `?`).
+    KfdNoQueue,
 }
 
 /// Engine a TSG was created for (NV2080_ENGINE_TYPE_* of the alloc parameters).
@@ -91,6 +93,72 @@ pub struct Event {
     pub origin: Origin,
     #[serde(flatten)]
     pub kind: EventKind,
+    /// AMD KFD events only: the queue's properties. `None` for NVIDIA events, whose text and
+    /// JSON lines do not change. Rendered after the common fields (text) and as an `amd`
+    /// object (JSON).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub amd: Option<AmdDetail>,
+}
+
+/// AMD KFD queue type (`KFD_IOC_QUEUE_TYPE_*` of `CREATE_QUEUE`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum AmdQueueType {
+    /// PM4 compute queue.
+    Compute,
+    /// AQL compute queue (HIP/HSA dispatch queues).
+    ComputeAql,
+    /// SDMA (copy) queue.
+    Sdma,
+    /// SDMA queue on an XGMI engine.
+    SdmaXgmi,
+    /// SDMA queue on the engine named by `sdma_engine_id`.
+    SdmaByEngId,
+    /// A value this tracer does not know (the driver refuses it).
+    Unknown,
+}
+
+/// Which KFD call a `SCHEDULE` comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AmdVia {
+    /// `CREATE_QUEUE` (the queue is created active, or the driver refused it).
+    Create,
+    /// `UPDATE_QUEUE` (ring, percentage, priority).
+    Update,
+    /// `SET_CU_MASK`.
+    CuMask,
+}
+
+/// What the ioctl layer knows of an AMD KFD queue at the time of an event. A field is `None`
+/// when it was not seen (e.g. a queue created before tracing started).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct AmdDetail {
+    /// `SCHEDULE` only: the call that produced it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub via: Option<AmdVia>,
+    pub queue_type: Option<AmdQueueType>,
+    /// The raw `queue_type` value.
+    pub queue_type_raw: Option<u32>,
+    /// 0..=15 (the driver maps 0–6 / 7–10 / 11–15 to low / medium / high pipe priority).
+    pub priority: Option<u32>,
+    /// Queue percentage (bits 7:0 of `queue_percentage`); 0 makes the queue inactive.
+    pub percentage: Option<u32>,
+    /// `pm4_target_xcc` (bits 15:8 of `queue_percentage`).
+    pub pm4_target_xcc: Option<u32>,
+    /// Ring size in bytes (after the driver's clamp to at least 1024).
+    pub ring_size: Option<u32>,
+    /// Whether the driver treats the queue as active as far as these arguments go (ring
+    /// address and size and percentage non-zero; eviction and suspension are not visible here).
+    pub active: Option<bool>,
+    /// KFD `gpu_id` (`/sys/class/kfd/kfd/topology/nodes/*/gpu_id`).
+    pub gpu_id: Option<u32>,
+    /// `doorbell_offset` returned by `CREATE_QUEUE`: the mmap offset of the queue's doorbell.
+    pub doorbell_offset: Option<u64>,
+    /// `sdma_engine_id` (96-byte `CREATE_QUEUE` only).
+    pub sdma_engine_id: Option<u32>,
+    /// `SET_CU_MASK`: number of CU mask bits the process set.
+    pub cu_mask_bits: Option<u32>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]

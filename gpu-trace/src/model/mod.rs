@@ -1,4 +1,5 @@
 //! Event model: what the driver objects are and which events their life produces.
+pub mod amd;
 pub mod event;
 pub mod nvidia;
 pub mod stats;

@@ -62,8 +62,8 @@ pub enum NvInput {
 }
 
 impl NvInput {
-    /// The origin and tracker input of one wire record.
-    pub fn from_raw(raw: &RawRecord) -> (Origin, NvInput) {
+    /// The origin and tracker input of one wire record (`None` for another vendor's record).
+    pub fn from_raw(raw: &RawRecord) -> Option<(Origin, NvInput)> {
         let input = match raw {
             RawRecord::NvIoctl(rec) => NvInput::Call {
                 fd: decode::fd(rec),
@@ -72,8 +72,9 @@ impl NvInput {
             },
             RawRecord::ProcessExit(_) => NvInput::ProcessExit,
             RawRecord::FdClose(t) => NvInput::FdClose { fd: t.value },
+            RawRecord::KfdIoctl(_) => return None,
         };
-        (raw.origin(), input)
+        Some((raw.origin(), input))
     }
 }
 
@@ -135,6 +136,7 @@ impl LiveAtEnd {
         self.tasks
             .iter()
             .map(|&(client, task)| Event {
+                amd: None,
                 origin: origin.clone(),
                 kind: EventKind::TaskDestroy {
                     task,
@@ -251,6 +253,7 @@ pub struct NvTracker {
 
 fn destroy(origin: &Origin, client: u32, task: TaskId, cause: DestroyCause) -> Event {
     Event {
+        amd: None,
         origin: origin.clone(),
         kind: EventKind::TaskDestroy {
             task,
@@ -302,7 +305,9 @@ impl NvTracker {
 
     /// Decodes one wire record and observes it.
     pub fn observe_raw(&mut self, raw: &RawRecord) -> Vec<Event> {
-        let (origin, input) = NvInput::from_raw(raw);
+        let Some((origin, input)) = NvInput::from_raw(raw) else {
+            return Vec::new();
+        };
         self.observe(origin, input)
     }
 
@@ -496,6 +501,7 @@ impl NvTracker {
                     self.counters.replaced_handles += 1;
                 }
                 vec![Event {
+                    amd: None,
                     origin: origin.clone(),
                     kind,
                 }]
@@ -579,6 +585,7 @@ impl NvTracker {
                     self.counters.unknown_handle += 1;
                 }
                 vec![Event {
+                    amd: None,
                     origin: origin.clone(),
                     kind: EventKind::WorkSubmit {
                         task,
@@ -679,6 +686,7 @@ impl NvTracker {
             p.comm.clone_from(&origin.comm);
         }
         vec![Event {
+            amd: None,
             origin: origin.clone(),
             kind: EventKind::Schedule {
                 task,

@@ -254,6 +254,7 @@ mod tests {
 
     fn ev(ts_ns: u64, pid: u32, comm: &str, kind: EventKind) -> Event {
         Event {
+            amd: None,
             origin: Origin {
                 ts_ns,
                 cpu: 0,

@@ -17,7 +17,7 @@
 //! | `pid`    | integer | process id (tgid) |
 //! | `tid`    | integer | thread id |
 //! | `comm`   | string  | thread name of the caller |
-//! | `task`   | object  | `{"kind": K, "value": N}`: K is `"hw_tsg"` (hardware TSG id), `"rm_handle"` (RM object handle of the TSG) or `"kfd_queue"` (AMD KFD queue id); N an unsigned 32-bit integer |
+//! | `task`   | object  | `{"kind": K, "value": N}`: K is `"hw_tsg"` (hardware TSG id), `"rm_handle"` (RM object handle of the TSG) or `"kfd_queue"` (AMD KFD queue id); N an unsigned 32-bit integer. `{"kind": "kfd_no_queue"}` (no `value`): an AMD `CREATE_QUEUE` the driver refused |
 //! | `client` | integer | RM client handle (NVIDIA), 0 otherwise |
 //!
 //! ## `TASK_INIT`: a TSG / queue was created
@@ -61,6 +61,27 @@
 //! |------------|---------|---------|
 //! | `cause`    | string  | `"free"` (freed itself), `"parent_free"` (an ancestor was freed), `"fd_close"` (its fd was closed), `"process_exit"` (its process exited), `"tracer_exit"` (still alive when tracing stopped) |
 //! | `implicit` | boolean | the driver object was not freed explicitly |
+//!
+//! ## `amd`: AMD KFD events only
+//!
+//! Events from `/dev/kfd` carry the fields above (NVIDIA-only ones `null`; `client` 0; `gpu` is
+//! the KFD `gpu_id`; `WORK_SUBMIT`'s `token` is the doorbell's byte offset in the process's
+//! doorbell pages) and, last, an `amd` object. NVIDIA events have no `amd` key.
+//!
+//! | field             | type            | meaning |
+//! |-------------------|-----------------|---------|
+//! | `via`             | string          | `SCHEDULE` only: `"create"`, `"update"` (`UPDATE_QUEUE`) or `"cu_mask"` (`SET_CU_MASK`) |
+//! | `queue_type`      | string or null  | `"COMPUTE"`, `"COMPUTE_AQL"`, `"SDMA"`, `"SDMA_XGMI"`, `"SDMA_BY_ENG_ID"`, `"UNKNOWN"` |
+//! | `queue_type_raw`  | integer or null | raw `KFD_IOC_QUEUE_TYPE_*` |
+//! | `priority`        | integer or null | queue priority, 0–15 |
+//! | `percentage`      | integer or null | queue percentage, 0–100 (0: inactive) |
+//! | `pm4_target_xcc`  | integer or null | bits 15:8 of `queue_percentage` |
+//! | `ring_size`       | integer or null | ring size in bytes |
+//! | `active`          | boolean or null | ring address and percentage non-zero |
+//! | `gpu_id`          | integer or null | KFD `gpu_id` |
+//! | `doorbell_offset` | integer or null | mmap offset of the queue's doorbell returned by `CREATE_QUEUE` |
+//! | `sdma_engine_id`  | integer or null | `sdma_engine_id` (96-byte `CREATE_QUEUE` only) |
+//! | `cu_mask_bits`    | integer or null | bits of the CU mask set with `SET_CU_MASK` |
 //!
 //! ## `STATS`: the last line
 //!
@@ -111,7 +132,15 @@ pub fn event_json(ev: &Event, clock: &Clock) -> String {
         .filter(|s| !s.is_empty());
     match (kind.strip_prefix(tag.as_str()), origin_fields) {
         (Some(rest), Some(origin_fields)) => {
-            format!("{tag},\"time\":\"{time}\",{origin_fields}{rest}")
+            let line = format!("{tag},\"time\":\"{time}\",{origin_fields}{rest}");
+            match &ev.amd {
+                None => line,
+                Some(amd) => {
+                    // AMD events: the `amd` object goes last, before the closing brace.
+                    let amd = serde_json::to_string(amd).expect("AmdDetail serializes");
+                    format!("{},\"amd\":{amd}}}", &line[..line.len() - 1])
+                }
+            }
         }
         _ => {
             // Not the expected shape: fall back to a map (keys then come sorted).
@@ -255,6 +284,7 @@ mod tests {
     #[test]
     fn task_init_fields() {
         let ev = Event {
+            amd: None,
             origin: origin(T0),
             kind: EventKind::TaskInit {
                 task: TaskId::HwTsg(1),
@@ -318,6 +348,7 @@ mod tests {
     #[test]
     fn schedule_fields() {
         let ev = Event {
+            amd: None,
             origin: origin(T0 + 29_827_000),
             kind: EventKind::Schedule {
                 task: TaskId::RmHandle(0x5c00_0002),
@@ -351,6 +382,7 @@ mod tests {
     #[test]
     fn work_submit_and_destroy_fields() {
         let submit = Event {
+            amd: None,
             origin: origin(T0),
             kind: EventKind::WorkSubmit {
                 task: TaskId::KfdQueue(3),
@@ -379,6 +411,7 @@ mod tests {
             (DestroyCause::TracerExit, "tracer_exit"),
         ] {
             let ev = Event {
+                amd: None,
                 origin: origin(T0),
                 kind: EventKind::TaskDestroy {
                     task: TaskId::HwTsg(1),
@@ -404,6 +437,7 @@ mod tests {
     fn stats_line() {
         let mut stats = Stats::new();
         stats.record(&Event {
+            amd: None,
             origin: origin(T0),
             kind: EventKind::Schedule {
                 task: TaskId::HwTsg(1),

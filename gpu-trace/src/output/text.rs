@@ -9,13 +9,16 @@
 //!
 //! A value that is not known prints as `?` (without its unit), except the interleave level of a
 //! `TASK_INIT`, which prints as `UNKNOWN` (the allocation does not carry one). Lines carry no
-//! trailing spaces.
+//! trailing spaces. AMD KFD events keep the same columns, with the queue id in the TSG column,
+//! and their own fields (see `write_amd_fields`).
 
 use std::fmt::{self, Display, Write as _};
 
 use chrono::{Local, TimeZone};
 
-use crate::model::event::{DestroyCause, Engine, Event, EventKind, Interleave, TaskId};
+use crate::model::event::{
+    AmdDetail, AmdQueueType, AmdVia, DestroyCause, Engine, Event, EventKind, Interleave, TaskId,
+};
 pub use crate::output::clock::Clock;
 
 /// How the time at the start of each line is shown.
@@ -78,7 +81,10 @@ impl TextFormatter {
             o.comm,
             task_id(ev.kind.task()),
         );
-        write_fields(&mut line, &ev.kind);
+        match &ev.amd {
+            Some(amd) => write_amd_fields(&mut line, &ev.kind, amd),
+            None => write_fields(&mut line, &ev.kind),
+        }
         line.truncate(line.trim_end().len());
         Some(line)
     }
@@ -157,6 +163,94 @@ fn write_fields(line: &mut String, kind: &EventKind) {
     };
 }
 
+/// The fields of an AMD KFD event (the TSG column holds the queue id):
+///
+/// ```text
+/// TASK_INIT    … TSG=2    type=COMPUTE_AQL priority=7 percent=100 ring=1048576 gpu=48879 doorbell=0xefbbc00000000010
+/// WORK_SUBMIT  … TSG=2    doorbell=0xefbbc00000000010 offset=16 gpu=48879
+/// SCHEDULE     … TSG=2    via=create type=COMPUTE_AQL priority=7 percent=100 ring=1048576 gpu=48879 active=yes allowed=yes
+/// SCHEDULE     … TSG=?    via=create type=COMPUTE_AQL priority=7 percent=100 ring=1048576 gpu=48879 active=yes allowed=no errno=EINVAL
+/// SCHEDULE     … TSG=2    via=update priority=2 percent=30 ring=4096 active=yes allowed=yes
+/// SCHEDULE     … TSG=2    via=cu_mask cu_mask=64 priority=2 percent=30 ring=4096 active=yes allowed=yes
+/// TASK_DESTROY … TSG=2    cause=free
+/// ```
+///
+/// `TASK_INIT` adds `xcc=N` when `pm4_target_xcc` is not 0 and `sdma_engine=N` for
+/// `SDMA_BY_ENG_ID` queues. `TASK_DESTROY` prints as for NVIDIA.
+fn write_amd_fields(line: &mut String, kind: &EventKind, a: &AmdDetail) {
+    let queue_type = || a.queue_type.map_or("?", amd_queue_type_name);
+    let hex = |v: Option<u64>| v.map_or_else(|| "?".to_string(), |v| format!("0x{v:x}"));
+    let params = |line: &mut String| {
+        let _ = write!(
+            line,
+            "priority={} percent={} ring={}",
+            Opt(a.priority),
+            Opt(a.percentage),
+            Opt(a.ring_size)
+        );
+    };
+    match kind {
+        EventKind::TaskInit { .. } => {
+            let _ = write!(line, "type={} ", queue_type());
+            params(line);
+            let _ = write!(line, " gpu={} doorbell={}", Opt(a.gpu_id), hex(a.doorbell_offset));
+            if let Some(xcc) = a.pm4_target_xcc.filter(|&x| x != 0) {
+                let _ = write!(line, " xcc={xcc}");
+            }
+            if a.queue_type == Some(AmdQueueType::SdmaByEngId) {
+                let _ = write!(line, " sdma_engine={}", Opt(a.sdma_engine_id));
+            }
+        }
+        EventKind::WorkSubmit { token, .. } => {
+            let _ = write!(
+                line,
+                "doorbell={} offset={token} gpu={}",
+                hex(a.doorbell_offset),
+                Opt(a.gpu_id)
+            );
+        }
+        EventKind::Schedule { allowed, errno, .. } => {
+            match a.via {
+                Some(AmdVia::Create) => {
+                    let _ = write!(line, "via=create type={} ", queue_type());
+                    params(line);
+                    let _ = write!(line, " gpu={}", Opt(a.gpu_id));
+                }
+                Some(AmdVia::CuMask) => {
+                    let _ = write!(line, "via=cu_mask cu_mask={} ", Opt(a.cu_mask_bits));
+                    params(line);
+                }
+                Some(AmdVia::Update) | None => {
+                    line.push_str("via=update ");
+                    params(line);
+                }
+            }
+            let active = a.active.map(|v| if v { "yes" } else { "no" });
+            let _ = write!(
+                line,
+                " active={} allowed={}",
+                Opt(active),
+                if *allowed { "yes" } else { "no" }
+            );
+            if !*allowed && *errno != 0 {
+                let _ = write!(line, " errno={}", Errno(*errno));
+            }
+        }
+        EventKind::TaskDestroy { .. } => write_fields(line, kind),
+    }
+}
+
+fn amd_queue_type_name(t: AmdQueueType) -> &'static str {
+    match t {
+        AmdQueueType::Compute => "COMPUTE",
+        AmdQueueType::ComputeAql => "COMPUTE_AQL",
+        AmdQueueType::Sdma => "SDMA",
+        AmdQueueType::SdmaXgmi => "SDMA_XGMI",
+        AmdQueueType::SdmaByEngId => "SDMA_BY_ENG_ID",
+        AmdQueueType::Unknown => "UNKNOWN",
+    }
+}
+
 /// `S.ffffff` seconds, with a `-` for negative values.
 fn format_relative(ns: i128) -> String {
     let sign = if ns < 0 { "-" } else { "" };
@@ -168,11 +262,13 @@ fn format_relative(ns: i128) -> String {
     )
 }
 
-/// The TSG column: the hardware id in decimal, an RM handle in hex, a KFD queue id in decimal.
+/// The TSG column: the hardware id in decimal, an RM handle in hex, a KFD queue id in decimal
+/// (`?` for a refused `CREATE_QUEUE`, which has none).
 fn task_id(task: TaskId) -> String {
     match task {
         TaskId::HwTsg(n) | TaskId::KfdQueue(n) => n.to_string(),
         TaskId::RmHandle(h) => format!("0x{h:08x}"),
+        TaskId::KfdNoQueue => "?".to_string(),
     }
 }
 
@@ -287,6 +383,7 @@ mod tests {
 
     fn task_init() -> Event {
         Event {
+            amd: None,
             origin: origin(T0, "python3"),
             kind: EventKind::TaskInit {
                 task: TaskId::HwTsg(1),
@@ -305,6 +402,7 @@ mod tests {
 
     fn schedule() -> Event {
         Event {
+            amd: None,
             origin: origin(T0 + 29_827_000, "python3"),
             kind: EventKind::Schedule {
                 task: TaskId::HwTsg(1),
@@ -322,6 +420,7 @@ mod tests {
 
     fn work_submit() -> Event {
         Event {
+            amd: None,
             origin: origin(T0 + 38_202_000, "python3"),
             kind: EventKind::WorkSubmit {
                 task: TaskId::HwTsg(1),
@@ -337,6 +436,7 @@ mod tests {
 
     fn task_destroy() -> Event {
         Event {
+            amd: None,
             origin: origin(T0 + 1_165_782_000, "cuda-EvtHandlr"),
             kind: EventKind::TaskDestroy {
                 task: TaskId::HwTsg(1),

@@ -978,6 +978,8 @@ mod tests {
             nv_major: 195,
             extra_rdev: 9,
             filter_tgid: 10,
+            kfd_major: 11,
+            extra_kfd_rdev: 12,
             ready: 0,
             ..KernelConfig::default()
         };
@@ -994,6 +996,8 @@ mod tests {
             nv_major: 195,
             extra_rdev: 9,
             filter_tgid: 10,
+            kfd_major: 11,
+            extra_kfd_rdev: 12,
             ready: 0,
         };
         assert_eq!(cfg, expected);

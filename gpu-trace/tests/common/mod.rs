@@ -8,3 +8,40 @@ use std::io::Write;
 pub fn skipped(test: &str, why: impl std::fmt::Display) {
     let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {why}");
 }
+
+/// The calling thread's id.
+#[allow(dead_code)] // not every test crate that includes this module uses every helper
+pub fn gettid() -> u32 {
+    // SAFETY: no arguments.
+    unsafe { libc::gettid() as u32 }
+}
+
+/// `ioctl(fd, cmd, arg)`: the return value, or the negative errno.
+#[allow(dead_code)]
+pub fn ioctl(fd: i32, cmd: u32, arg: *const std::ffi::c_void) -> i64 {
+    // SAFETY: callers pass fds of devices without ioctls (/dev/null, /dev/zero), which do not
+    // touch `arg`.
+    let rc = unsafe { libc::ioctl(fd, cmd as libc::Ioctl, arg) };
+    if rc < 0 {
+        -(std::io::Error::last_os_error().raw_os_error().unwrap() as i64)
+    } else {
+        rc as i64
+    }
+}
+
+/// Every record the ring buffer delivers during `wait`.
+#[allow(dead_code)]
+pub fn records_for(
+    ring: &mut aya::maps::RingBuf<aya::maps::MapData>,
+    wait: std::time::Duration,
+) -> Vec<gpu_trace::wire::RawRecord> {
+    let deadline = std::time::Instant::now() + wait;
+    let mut all = Vec::new();
+    while std::time::Instant::now() < deadline {
+        while let Some(item) = ring.next() {
+            all.push(gpu_trace::wire::parse_record(&item).expect("records parse"));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    all
+}

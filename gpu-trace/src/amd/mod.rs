@@ -1,0 +1,292 @@
+//! AMD KFD (`/dev/kfd`): decoding of the ioctl records ([`decode`]) and the facts about the
+//! running system the tracer needs (the device's dynamic character major).
+pub mod decode;
+
+use std::{fs, io, path::Path};
+
+/// Name of the KFD character device in `/proc/devices`.
+pub const KFD_DEVICE_NAME: &str = "kfd";
+/// The device node.
+pub const KFD_PATH: &str = "/dev/kfd";
+
+/// The character major registered under `name` in the text of `/proc/devices` (only the
+/// "Character devices:" section is searched).
+pub fn char_major_in(proc_devices: &str, name: &str) -> Option<u32> {
+    let mut in_char = false;
+    for line in proc_devices.lines() {
+        let line = line.trim();
+        if line.ends_with(':') {
+            in_char = line == "Character devices:";
+            continue;
+        }
+        if !in_char {
+            continue;
+        }
+        let mut parts = line.split_whitespace();
+        if let (Some(major), Some(dev), None) = (parts.next(), parts.next(), parts.next())
+            && dev == name
+        {
+            return major.parse().ok();
+        }
+    }
+    None
+}
+
+/// The character major of `/dev/kfd` (`register_chrdev(0, "kfd", …)` picks it when amdgpu
+/// loads), from `/proc/devices`; `None` when amdgpu (KFD) is not loaded.
+pub fn kfd_char_major() -> io::Result<Option<u32>> {
+    Ok(char_major_in(
+        &fs::read_to_string("/proc/devices")?,
+        KFD_DEVICE_NAME,
+    ))
+}
+
+/// What `--vendor amd` found on this system, for the start-up report and warnings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KfdPresence {
+    /// Character major from `/proc/devices`.
+    pub major: Option<u32>,
+    /// `/dev/kfd` exists.
+    pub node: bool,
+}
+
+impl KfdPresence {
+    /// Looks at `/proc/devices` and `/dev/kfd`.
+    pub fn probe() -> Self {
+        Self {
+            major: kfd_char_major().ok().flatten(),
+            node: Path::new(KFD_PATH).exists(),
+        }
+    }
+
+    /// A warning to print before tracing, when KFD calls may not be seen.
+    pub fn warning(&self) -> Option<String> {
+        match (self.major, self.node) {
+            (Some(_), true) => None,
+            (Some(major), false) => Some(format!(
+                "{KFD_PATH} does not exist, although amdgpu registered KFD (char major {major}); \
+                 tracing anyway: processes that open it once it exists will be seen (create it \
+                 with `mknod {KFD_PATH} c {major} 0` if udev does not)"
+            )),
+            (None, _) => Some(format!(
+                "AMD KFD is not loaded (no \"{KFD_DEVICE_NAME}\" in /proc/devices{}): its device \
+                 number is assigned when amdgpu loads, so no KFD call can be seen by this run. \
+                 Load amdgpu (`modprobe amdgpu`), then start gpu-trace again",
+                if self.node { "" } else { ", no /dev/kfd" }
+            )),
+        }
+    }
+}
+
+/// One line for recordings and reports: the KFD driver found here.
+pub fn driver_description() -> Option<String> {
+    let major = kfd_char_major().ok().flatten()?;
+    let version = fs::read_to_string("/sys/module/amdgpu/version")
+        .map(|v| format!(" {}", v.trim()))
+        .unwrap_or_default();
+    Some(format!("amdgpu{version} (KFD, char major {major})"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PROC_DEVICES: &str = "Character devices:
+  1 mem
+  4 /dev/vc/0
+  4 tty
+195 nvidia
+236 kfd
+254 gpiochip
+
+Block devices:
+  8 sd
+237 kfd
+";
+
+    #[test]
+    fn kfd_major_is_read_from_the_character_section() {
+        assert_eq!(char_major_in(PROC_DEVICES, "kfd"), Some(236));
+        assert_eq!(char_major_in(PROC_DEVICES, "nvidia"), Some(195));
+        assert_eq!(
+            char_major_in(PROC_DEVICES, "sd"),
+            None,
+            "block devices are not char devices"
+        );
+        assert_eq!(char_major_in(PROC_DEVICES, "/dev/vc/0"), Some(4));
+        assert_eq!(char_major_in("Character devices:\n  1 mem\n", "kfd"), None);
+        assert_eq!(char_major_in("", "kfd"), None);
+    }
+
+    #[test]
+    fn this_machine_agrees_with_dev_kfd() {
+        // Whatever this machine has, /proc/devices and /dev/kfd must tell the same story.
+        let major = kfd_char_major().expect("/proc/devices is readable");
+        match std::fs::metadata(KFD_PATH) {
+            Ok(meta) => {
+                use std::os::unix::fs::MetadataExt;
+                assert_eq!(
+                    major,
+                    Some(libc::major(meta.rdev())),
+                    "{KFD_PATH} vs /proc/devices"
+                );
+            }
+            Err(_) => eprintln!("{KFD_PATH} absent here; kfd major from /proc/devices: {major:?}"),
+        }
+    }
+
+    /// The whole userspace path (parse → decode → track → render) on KFD records, text and
+    /// JSON. The records are built from the documented UAPI layout (no AMD GPU was available;
+    /// see `decode::testing`).
+    fn render(format: crate::cli::Format, verbose: bool) -> String {
+        use crate::{
+            amd::decode::testing::{self, CreateArgs, soc15_doorbell},
+            cli::Timestamps,
+            output::clock::Clock,
+            pipeline::{Pipeline, PipelineConfig},
+            wire::RawRecord,
+        };
+        let config = PipelineConfig {
+            verbose,
+            pids: Vec::new(),
+            comms: Vec::new(),
+            format,
+            timestamps: Timestamps::Relative,
+            stats: false,
+            clock: Clock::new(0),
+        };
+        let mut out = Vec::new();
+        let mut p = Pipeline::new(config, &mut out);
+        let created = CreateArgs {
+            queue_id: 2,
+            doorbell_offset: soc15_doorbell(0xbeef, 16),
+            ..CreateArgs::default()
+        }
+        .created(4242, 5);
+        let refused = testing::record(
+            4242,
+            5,
+            gpu_trace_common::amd::cmd::CREATE_QUEUE,
+            -22,
+            &CreateArgs::default().bytes(),
+        );
+        let exit = gpu_trace_common::TaskRecord {
+            hdr: gpu_trace_common::RecordHeader {
+                kind: gpu_trace_common::record_kind::PROCESS_EXIT,
+                ..created.hdr
+            },
+            value: -1,
+            _pad: 0,
+        };
+        for rec in [
+            RawRecord::KfdIoctl(created),
+            RawRecord::KfdIoctl(refused),
+            RawRecord::KfdIoctl(testing::update(4242, 5, 2, 4096, 30, 2, 0)),
+            RawRecord::KfdIoctl(testing::cu_mask(4242, 5, 2, 64, 0)),
+            RawRecord::KfdIoctl(testing::cu_mask(4242, 5, 2, 33, -22)),
+            RawRecord::ProcessExit(exit),
+        ] {
+            p.feed(rec.as_bytes()).unwrap();
+        }
+        p.finish(Default::default(), Default::default()).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn kfd_events_render_as_text() {
+        let text = render(crate::cli::Format::Text, true);
+        let lines: Vec<&str> = text.lines().map(|l| &l[24..]).collect();
+        assert_eq!(
+            lines,
+            [
+                "TASK_INIT    PID=4242   hip_app          TSG=2    type=COMPUTE_AQL priority=7 percent=100 ring=1048576 gpu=48879 doorbell=0xefbbc00000000010",
+                "WORK_SUBMIT  PID=4242   hip_app          TSG=2    doorbell=0xefbbc00000000010 offset=16 gpu=48879",
+                "SCHEDULE     PID=4242   hip_app          TSG=2    via=create type=COMPUTE_AQL priority=7 percent=100 ring=1048576 gpu=48879 active=yes allowed=yes",
+                "SCHEDULE     PID=4242   hip_app          TSG=?    via=create type=COMPUTE_AQL priority=7 percent=100 ring=1048576 gpu=48879 active=yes allowed=no errno=EINVAL",
+                "SCHEDULE     PID=4242   hip_app          TSG=2    via=update priority=2 percent=30 ring=4096 active=yes allowed=yes",
+                "SCHEDULE     PID=4242   hip_app          TSG=2    via=cu_mask cu_mask=64 priority=2 percent=30 ring=4096 active=yes allowed=yes",
+                "SCHEDULE     PID=4242   hip_app          TSG=2    via=cu_mask cu_mask=33 priority=2 percent=30 ring=4096 active=yes allowed=no errno=EINVAL",
+                "TASK_DESTROY PID=4242   hip_app          TSG=2    cause=process_exit (implicit)",
+            ]
+        );
+        assert!(
+            text.lines()
+                .all(|l| l.starts_with("       0.000000 [CPU02] ")),
+            "{text}"
+        );
+        // Without -v, the doorbell line is left out.
+        assert!(!render(crate::cli::Format::Text, false).contains("WORK_SUBMIT"));
+    }
+
+    #[test]
+    fn kfd_events_render_as_json() {
+        let json = render(crate::cli::Format::Json, true);
+        let lines: Vec<serde_json::Value> = json
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 8, "{json}");
+        let init = &lines[0];
+        assert_eq!(init["event"], "TASK_INIT");
+        assert_eq!(
+            init["task"],
+            serde_json::json!({"kind": "kfd_queue", "value": 2})
+        );
+        assert_eq!(init["gpu"], 0xbeef);
+        assert_eq!(init["engine"], serde_json::Value::Null);
+        assert_eq!(
+            init["amd"],
+            serde_json::json!({
+                "queue_type": "COMPUTE_AQL", "queue_type_raw": 2, "priority": 7,
+                "percentage": 100, "pm4_target_xcc": 0, "ring_size": 1048576, "active": true,
+                "gpu_id": 48879, "doorbell_offset": 0xefbb_c000_0000_0010u64,
+                "sdma_engine_id": 0, "cu_mask_bits": null
+            })
+        );
+        assert!(
+            json.lines()
+                .all(|l| l.ends_with('}') && l.contains(",\"amd\":{")),
+            "{json}"
+        );
+        assert_eq!(lines[1]["token"], 16);
+        assert_eq!(lines[2]["amd"]["via"], "create");
+        let refused = &lines[3];
+        assert_eq!(refused["task"], serde_json::json!({"kind": "kfd_no_queue"}));
+        assert_eq!(
+            (refused["allowed"].clone(), refused["errno"].clone()),
+            (false.into(), (-22).into())
+        );
+        assert_eq!(refused["rm_status"], serde_json::Value::Null);
+        assert_eq!(lines[5]["amd"]["cu_mask_bits"], 64);
+        assert_eq!(lines[7]["cause"], "process_exit");
+    }
+
+    #[test]
+    fn warnings_say_what_to_do() {
+        assert_eq!(
+            KfdPresence {
+                major: Some(236),
+                node: true
+            }
+            .warning(),
+            None
+        );
+        let w = KfdPresence {
+            major: Some(236),
+            node: false,
+        }
+        .warning()
+        .unwrap();
+        assert!(w.contains("mknod /dev/kfd c 236 0"), "{w}");
+        let w = KfdPresence {
+            major: None,
+            node: false,
+        }
+        .warning()
+        .unwrap();
+        assert!(
+            w.contains("modprobe amdgpu") && w.contains("no /dev/kfd"),
+            "{w}"
+        );
+    }
+}

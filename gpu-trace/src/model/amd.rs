@@ -1,0 +1,791 @@
+//! The AMD KFD queue model: which queues each process holds, and the events their lives produce.
+//!
+//! Input: decoded KFD calls ([`KfdCall`], with the syscall's errno and fd), plus the
+//! process-exit notices of the kernel programs. Output: [`Event`]s, each with an
+//! [`AmdDetail`] (NVIDIA-only fields are `None`).
+//!
+//! Rules:
+//! - Queues are tracked per `(pid, queue id)`: KFD hands out queue ids per process (per
+//!   `kfd_process`, across all its GPUs).
+//! - A successful `CREATE_QUEUE` produces, in order: `TASK_INIT` (queue id, type, priority,
+//!   percentage, ring size, gpu_id, doorbell offset), `WORK_SUBMIT` (the doorbell assigned to the
+//!   queue: user space rings it by writing to the mmapped doorbell page, which never enters the
+//!   kernel, so this is the only submission-related event the ioctl layer can show) and, when
+//!   the queue is created active (ring address and non-zero percentage), `SCHEDULE via=create
+//!   allowed=yes`.
+//! - A refused `CREATE_QUEUE` (negative errno) produces no `TASK_INIT` — no queue exists — but a
+//!   `SCHEDULE via=create allowed=no` with the errno, under the task id
+//!   [`TaskId::KfdNoQueue`]: it is the admission point, and the request's parameters are known.
+//! - `UPDATE_QUEUE` and `SET_CU_MASK` change scheduling parameters: each produces a `SCHEDULE`
+//!   (`via=update` / `via=cu_mask`), `allowed=yes` when the call succeeded, `allowed=no` with
+//!   the errno otherwise. A call on a queue this tracer never saw created (the process started
+//!   before tracing) is still reported, with what the call itself says.
+//! - A successful `DESTROY_QUEUE` produces `TASK_DESTROY cause=free`, also for queues created
+//!   before tracing (the command names a queue, unambiguously).
+//! - When the process exits, each queue still alive ends with an implicit
+//!   `TASK_DESTROY cause=process_exit`.
+//! - Closing `/dev/kfd` ends nothing: the driver's per-process state (`kfd_process`, with its
+//!   queues) belongs to the process's address space, and `kfd_release` only drops the file's
+//!   reference; the queues go when the address space does (exit, or `execve`).
+//! - Queues alive when tracing stops are not events: [`KfdTracker::finish`] lists them.
+//!
+//! Limits: `execve` tears a process's queues down without a notice this tracer sees (a later
+//! `CREATE_QUEUE` reusing a live id is counted as `replaced_queues`); queues restored by CRIU
+//! (`AMDKFD_IOC_CRIU_OP`) and evictions/restores by the driver are not seen.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Serialize;
+
+use crate::amd::decode::{self, CreateQueue, KfdCall, KfdMalformed, QueueParams, UpdateQueue};
+use crate::model::event::{
+    AmdDetail, AmdVia, DestroyCause, Event, EventKind, Origin, TaskId, ValueSource,
+};
+use crate::model::nvidia::LiveAtEnd;
+use crate::wire::RawRecord;
+
+/// One input of the tracker.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KfdInput {
+    /// A completed KFD ioctl.
+    Call {
+        /// File descriptor the ioctl was issued on.
+        fd: i32,
+        /// The syscall's negative errno (0 on success).
+        errno: i32,
+        call: KfdCall,
+    },
+    /// The process (the whole thread group) exited.
+    ProcessExit,
+    /// The process closed a file descriptor (ends no queue; see the module documentation).
+    FdClose { fd: i32 },
+}
+
+impl KfdInput {
+    /// The origin and tracker input of one wire record (`None` for another vendor's record).
+    pub fn from_raw(raw: &RawRecord) -> Option<(Origin, KfdInput)> {
+        let input = match raw {
+            RawRecord::KfdIoctl(rec) => KfdInput::Call {
+                fd: decode::fd(rec),
+                errno: decode::errno(rec),
+                call: decode::decode(rec),
+            },
+            RawRecord::ProcessExit(_) => KfdInput::ProcessExit,
+            RawRecord::FdClose(t) => KfdInput::FdClose { fd: t.value },
+            RawRecord::NvIoctl(_) => return None,
+        };
+        Some((raw.origin(), input))
+    }
+}
+
+/// What the tracker saw that produced no event, for the statistics.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct KfdTrackerCounters {
+    /// Well-formed KFD calls observed.
+    pub calls: u64,
+    /// Of those, calls that failed (negative errno).
+    pub failed_calls: u64,
+    /// Of those, `CREATE_QUEUE`s (reported as refused `SCHEDULE`s, no `TASK_INIT`).
+    pub failed_creates: u64,
+    /// Records that were not decodable KFD calls.
+    pub malformed: u64,
+    /// [`malformed`](Self::malformed) by reason.
+    pub malformed_by_reason: BTreeMap<KfdMalformed, u64>,
+    /// Calls on queue ids this tracer never saw created.
+    pub unknown_queue: u64,
+    /// Successful `CREATE_QUEUE`s that returned an id still tracked as alive (its end was not
+    /// seen, e.g. after `execve`).
+    pub replaced_queues: u64,
+}
+
+/// A live queue, as far as the ioctl layer knows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Queue {
+    detail: AmdDetail,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Process {
+    comm: String,
+    queues: BTreeMap<u32, Queue>,
+}
+
+/// The AMD KFD state machine: the queues of every traced process.
+#[derive(Clone, Debug, Default)]
+pub struct KfdTracker {
+    procs: HashMap<u32, Process>,
+    counters: KfdTrackerCounters,
+}
+
+/// A snapshot of a live queue (tests, tools).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueueSnapshot {
+    pub queue_id: u32,
+    pub detail: AmdDetail,
+}
+
+fn event(origin: &Origin, kind: EventKind, detail: AmdDetail) -> Event {
+    Event {
+        origin: origin.clone(),
+        kind,
+        amd: Some(detail),
+    }
+}
+
+impl KfdTracker {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn counters(&self) -> &KfdTrackerCounters {
+        &self.counters
+    }
+
+    /// Queues currently alive, over all processes.
+    pub fn live_tasks(&self) -> usize {
+        self.procs.values().map(|p| p.queues.len()).sum()
+    }
+
+    /// The live queue `queue_id` of process `pid`.
+    pub fn queue(&self, pid: u32, queue_id: u32) -> Option<QueueSnapshot> {
+        let q = self.procs.get(&pid)?.queues.get(&queue_id)?;
+        Some(QueueSnapshot {
+            queue_id,
+            detail: q.detail.clone(),
+        })
+    }
+
+    /// Decodes one wire record and observes it (other vendors' records produce nothing).
+    pub fn observe_raw(&mut self, raw: &RawRecord) -> Vec<Event> {
+        match KfdInput::from_raw(raw) {
+            Some((origin, input)) => self.observe(origin, input),
+            None => Vec::new(),
+        }
+    }
+
+    /// Observes one input; returns the events it produces, in order.
+    pub fn observe(&mut self, origin: Origin, input: KfdInput) -> Vec<Event> {
+        match input {
+            KfdInput::ProcessExit => self.process_exit(&origin),
+            KfdInput::FdClose { .. } => Vec::new(),
+            KfdInput::Call {
+                call: KfdCall::Malformed { reason, .. },
+                ..
+            } => {
+                self.counters.malformed += 1;
+                *self.counters.malformed_by_reason.entry(reason).or_default() += 1;
+                Vec::new()
+            }
+            KfdInput::Call { errno, call, .. } => {
+                self.counters.calls += 1;
+                if errno != 0 {
+                    self.counters.failed_calls += 1;
+                }
+                match call {
+                    KfdCall::CreateQueue(c) => self.create(&origin, errno, &c),
+                    KfdCall::DestroyQueue { queue_id } => self.destroy(&origin, errno, queue_id),
+                    KfdCall::UpdateQueue(u) => self.update(&origin, errno, &u),
+                    KfdCall::SetCuMask {
+                        queue_id,
+                        num_cu_mask,
+                        ..
+                    } => self.cu_mask(&origin, errno, queue_id, num_cu_mask),
+                    KfdCall::Malformed { .. } => unreachable!("handled above"),
+                }
+            }
+        }
+    }
+
+    /// Ends tracing: the queues still alive, per process (ascending pid; processes without
+    /// live queues left out; `client` is 0), and forgets all state.
+    pub fn finish(&mut self) -> Vec<LiveAtEnd> {
+        let mut out: Vec<LiveAtEnd> = self
+            .procs
+            .drain()
+            .filter(|(_, p)| !p.queues.is_empty())
+            .map(|(pid, p)| LiveAtEnd {
+                pid,
+                comm: p.comm,
+                tasks: p.queues.keys().map(|&q| (0, TaskId::KfdQueue(q))).collect(),
+            })
+            .collect();
+        out.sort_by_key(|l| l.pid);
+        out
+    }
+
+    fn process_mut(&mut self, origin: &Origin) -> &mut Process {
+        let p = self.procs.entry(origin.pid).or_default();
+        p.comm.clone_from(&origin.comm);
+        p
+    }
+
+    fn create(&mut self, origin: &Origin, errno: i32, c: &CreateQueue) -> Vec<Event> {
+        let mut requested = AmdDetail {
+            queue_type: Some(decode::queue_type_of(c.queue_type)),
+            queue_type_raw: Some(c.queue_type),
+            gpu_id: Some(c.gpu_id),
+            sdma_engine_id: c.sdma_engine_id,
+            ..AmdDetail::default()
+        };
+        set_params(&mut requested, &c.params, errno == 0);
+        if errno != 0 {
+            self.counters.failed_creates += 1;
+            // The driver copies the caller's own input back on failure: queue_id and
+            // doorbell_offset mean nothing.
+            let detail = AmdDetail {
+                via: Some(AmdVia::Create),
+                ..requested
+            };
+            return vec![event(
+                origin,
+                schedule(TaskId::KfdNoQueue, false, errno),
+                detail,
+            )];
+        }
+        let task = TaskId::KfdQueue(c.queue_id);
+        let detail = AmdDetail {
+            doorbell_offset: Some(c.doorbell_offset),
+            ..requested
+        };
+        let proc = self.process_mut(origin);
+        if proc
+            .queues
+            .insert(
+                c.queue_id,
+                Queue {
+                    detail: detail.clone(),
+                },
+            )
+            .is_some()
+        {
+            self.counters.replaced_queues += 1;
+        }
+        let mut events = vec![
+            event(
+                origin,
+                EventKind::TaskInit {
+                    task,
+                    client: 0,
+                    engine: None,
+                    engine_type: None,
+                    timeslice_us: None,
+                    timeslice_source: ValueSource::DriverDefault,
+                    interleave: None,
+                    interleave_source: ValueSource::DriverDefault,
+                    runlist: None,
+                    gpu: Some(c.gpu_id),
+                },
+                detail.clone(),
+            ),
+            event(
+                origin,
+                EventKind::WorkSubmit {
+                    task,
+                    client: 0,
+                    channel_handle: 0,
+                    chid: None,
+                    runlist: None,
+                    // The doorbell's byte offset in the process's doorbell pages (the low bits
+                    // of the mmap offset; 0 before SOC15).
+                    token: decode::split_doorbell(c.doorbell_offset).offset_in_process as u32,
+                    gpu: Some(c.gpu_id),
+                },
+                detail.clone(),
+            ),
+        ];
+        if c.params.active() {
+            events.push(event(
+                origin,
+                schedule(task, true, 0),
+                AmdDetail {
+                    via: Some(AmdVia::Create),
+                    ..detail
+                },
+            ));
+        }
+        events
+    }
+
+    fn destroy(&mut self, origin: &Origin, errno: i32, queue_id: u32) -> Vec<Event> {
+        if errno != 0 {
+            return Vec::new();
+        }
+        let known = self.process_mut(origin).queues.remove(&queue_id);
+        if known.is_none() {
+            self.counters.unknown_queue += 1;
+        }
+        let detail = known.map(|q| q.detail).unwrap_or_default();
+        vec![event(
+            origin,
+            EventKind::TaskDestroy {
+                task: TaskId::KfdQueue(queue_id),
+                client: 0,
+                cause: DestroyCause::Free,
+                implicit: false,
+            },
+            detail,
+        )]
+    }
+
+    fn update(&mut self, origin: &Origin, errno: i32, u: &UpdateQueue) -> Vec<Event> {
+        self.change(origin, errno, u.queue_id, AmdVia::Update, |d| {
+            set_params(d, &u.params, errno == 0);
+        })
+    }
+
+    fn cu_mask(&mut self, origin: &Origin, errno: i32, queue_id: u32, bits: u32) -> Vec<Event> {
+        self.change(origin, errno, queue_id, AmdVia::CuMask, |d| {
+            d.cu_mask_bits = Some(bits);
+        })
+    }
+
+    /// A call that changes a queue's scheduling parameters: a `SCHEDULE` with the queue's state
+    /// as `apply` leaves it (what the call carries over what was known); the tracked queue
+    /// keeps that state only if the call succeeded.
+    fn change(
+        &mut self,
+        origin: &Origin,
+        errno: i32,
+        queue_id: u32,
+        via: AmdVia,
+        apply: impl FnOnce(&mut AmdDetail),
+    ) -> Vec<Event> {
+        let proc = self.process_mut(origin);
+        let known = proc.queues.get_mut(&queue_id);
+        let was_known = known.is_some();
+        let mut detail = known.as_ref().map(|q| q.detail.clone()).unwrap_or_default();
+        apply(&mut detail);
+        if errno == 0
+            && let Some(q) = known
+        {
+            q.detail = detail.clone();
+        }
+        if !was_known {
+            self.counters.unknown_queue += 1;
+        }
+        detail.via = Some(via);
+        vec![event(
+            origin,
+            schedule(TaskId::KfdQueue(queue_id), errno == 0, errno),
+            detail,
+        )]
+    }
+
+    fn process_exit(&mut self, origin: &Origin) -> Vec<Event> {
+        let Some(proc) = self.procs.remove(&origin.pid) else {
+            return Vec::new();
+        };
+        proc.queues
+            .into_iter()
+            .map(|(queue_id, q)| {
+                event(
+                    origin,
+                    EventKind::TaskDestroy {
+                        task: TaskId::KfdQueue(queue_id),
+                        client: 0,
+                        cause: DestroyCause::ProcessExit,
+                        implicit: true,
+                    },
+                    q.detail,
+                )
+            })
+            .collect()
+    }
+}
+
+/// Sets the fields of `d` that `CREATE_QUEUE` and `UPDATE_QUEUE` both carry. The ring size is
+/// the one the driver uses when the call succeeded (at least 1024), else the one asked for.
+fn set_params(d: &mut AmdDetail, p: &QueueParams, ok: bool) {
+    d.priority = Some(p.queue_priority);
+    d.percentage = Some(p.percentage());
+    d.pm4_target_xcc = Some(p.pm4_target_xcc());
+    d.ring_size = Some(if ok {
+        p.effective_ring_size()
+    } else {
+        p.ring_size
+    });
+    d.active = Some(p.active());
+}
+
+/// A `SCHEDULE` of a KFD queue: no channels, timeslice or interleave at this layer; no RM status.
+fn schedule(task: TaskId, allowed: bool, errno: i32) -> EventKind {
+    EventKind::Schedule {
+        task,
+        client: 0,
+        channels: None,
+        timeslice_us: None,
+        interleave: None,
+        allowed,
+        rm_status: None,
+        errno,
+        via_channel: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::amd::decode::testing::{self, CreateArgs, soc15_doorbell};
+    use crate::model::event::AmdQueueType;
+    use gpu_trace_common::{KfdIoctlRecord, amd::cmd};
+
+    const EINVAL: i32 = -22;
+    const EPERM: i32 = -1;
+
+    fn run(tracker: &mut KfdTracker, recs: &[KfdIoctlRecord]) -> Vec<Event> {
+        recs.iter()
+            .flat_map(|r| tracker.observe_raw(&RawRecord::KfdIoctl(*r)))
+            .collect()
+    }
+
+    fn exit(tracker: &mut KfdTracker, pid: u32) -> Vec<Event> {
+        let origin = Origin {
+            ts_ns: 9,
+            cpu: 0,
+            pid,
+            tid: pid,
+            comm: "hip_app".into(),
+        };
+        tracker.observe(origin, KfdInput::ProcessExit)
+    }
+
+    /// Task, cause and implicitness of a `TASK_DESTROY`.
+    fn ended(ev: &Event) -> (TaskId, DestroyCause, bool) {
+        match ev.kind {
+            EventKind::TaskDestroy {
+                task,
+                cause,
+                implicit,
+                ..
+            } => (task, cause, implicit),
+            ref other => panic!("not a TASK_DESTROY: {other:?}"),
+        }
+    }
+
+    fn names(events: &[Event]) -> Vec<&'static str> {
+        events.iter().map(|e| e.kind.name()).collect()
+    }
+
+    fn created(pid: u32, queue_id: u32) -> KfdIoctlRecord {
+        CreateArgs {
+            queue_id,
+            doorbell_offset: soc15_doorbell(0xbeef, 8 * u64::from(queue_id)),
+            ..CreateArgs::default()
+        }
+        .created(pid, 4)
+    }
+
+    #[test]
+    fn successful_create_inits_assigns_a_doorbell_and_schedules() {
+        let mut t = KfdTracker::new();
+        let ev = run(&mut t, &[created(100, 2)]);
+        assert_eq!(names(&ev), ["TASK_INIT", "WORK_SUBMIT", "SCHEDULE"]);
+        let EventKind::TaskInit {
+            task,
+            gpu,
+            runlist,
+            timeslice_us,
+            ..
+        } = ev[0].kind
+        else {
+            panic!()
+        };
+        assert_eq!(task, TaskId::KfdQueue(2));
+        assert_eq!((gpu, runlist, timeslice_us), (Some(0xbeef), None, None));
+        let d = ev[0].amd.as_ref().unwrap();
+        assert_eq!(d.queue_type, Some(AmdQueueType::ComputeAql));
+        assert_eq!(d.queue_type_raw, Some(2));
+        assert_eq!(
+            (d.priority, d.percentage, d.pm4_target_xcc),
+            (Some(7), Some(100), Some(0))
+        );
+        assert_eq!(d.ring_size, Some(0x10_0000));
+        assert_eq!(d.gpu_id, Some(0xbeef));
+        assert_eq!(d.doorbell_offset, Some(soc15_doorbell(0xbeef, 16)));
+        assert_eq!(d.sdma_engine_id, Some(0));
+        assert_eq!(d.active, Some(true));
+        assert_eq!(d.via, None);
+        let EventKind::WorkSubmit { token, gpu, .. } = ev[1].kind else {
+            panic!()
+        };
+        assert_eq!((token, gpu), (16, Some(0xbeef)));
+        let EventKind::Schedule {
+            allowed,
+            errno,
+            task,
+            ..
+        } = ev[2].kind
+        else {
+            panic!()
+        };
+        assert_eq!((allowed, errno, task), (true, 0, TaskId::KfdQueue(2)));
+        assert_eq!(ev[2].amd.as_ref().unwrap().via, Some(AmdVia::Create));
+        assert_eq!(t.live_tasks(), 1);
+        assert_eq!(t.queue(100, 2).unwrap().detail, *d);
+    }
+
+    #[test]
+    fn an_inactive_create_is_not_a_schedule_until_updated() {
+        let mut t = KfdTracker::new();
+        // Percentage 0: the driver creates the queue inactive.
+        let rec = CreateArgs {
+            queue_id: 1,
+            percentage: 0,
+            ring_size: 1024,
+            ..CreateArgs::default()
+        }
+        .created(7, 4);
+        let ev = run(&mut t, &[rec]);
+        assert_eq!(names(&ev), ["TASK_INIT", "WORK_SUBMIT"]);
+        assert_eq!(ev[0].amd.as_ref().unwrap().active, Some(false));
+        let ev = run(&mut t, &[testing::update(7, 4, 1, 0, 50, 12, 0)]);
+        assert_eq!(names(&ev), ["SCHEDULE"]);
+        let d = ev[0].amd.as_ref().unwrap();
+        assert_eq!(d.via, Some(AmdVia::Update));
+        assert_eq!(
+            (d.percentage, d.priority, d.active),
+            (Some(50), Some(12), Some(true))
+        );
+        assert_eq!(
+            d.ring_size,
+            Some(1024),
+            "ring size 0 means the driver's minimum"
+        );
+        assert_eq!(
+            d.queue_type,
+            Some(AmdQueueType::ComputeAql),
+            "kept from the create"
+        );
+        let q = t.queue(7, 1).unwrap().detail;
+        assert_eq!(
+            (q.percentage, q.priority, q.via),
+            (Some(50), Some(12), None)
+        );
+    }
+
+    #[test]
+    fn a_refused_create_reports_the_errno_and_no_task() {
+        let mut t = KfdTracker::new();
+        // What the lab's kernel does without a GPU: EINVAL at the gpu_id lookup. The driver
+        // copies the caller's input back, so queue_id holds whatever the caller left there.
+        let rec = CreateArgs {
+            queue_id: 77,
+            ring_size: 100,
+            ..CreateArgs::default()
+        };
+        let rec = testing::record(5, 4, cmd::CREATE_QUEUE, i64::from(EINVAL), &rec.bytes());
+        let ev = run(&mut t, &[rec]);
+        assert_eq!(names(&ev), ["SCHEDULE"]);
+        let EventKind::Schedule {
+            task,
+            allowed,
+            errno,
+            rm_status,
+            ..
+        } = ev[0].kind
+        else {
+            panic!()
+        };
+        assert_eq!(
+            (task, allowed, errno, rm_status),
+            (TaskId::KfdNoQueue, false, EINVAL, None)
+        );
+        let d = ev[0].amd.as_ref().unwrap();
+        assert_eq!(d.via, Some(AmdVia::Create));
+        assert_eq!(
+            (d.gpu_id, d.ring_size, d.doorbell_offset),
+            (Some(0xbeef), Some(100), None)
+        );
+        assert_eq!(t.live_tasks(), 0);
+        assert_eq!(t.counters().failed_creates, 1);
+        assert_eq!(t.counters().failed_calls, 1);
+        // Its process exiting ends nothing.
+        assert!(exit(&mut t, 5).is_empty());
+    }
+
+    #[test]
+    fn destroy_ends_the_queue_once() {
+        let mut t = KfdTracker::new();
+        run(&mut t, &[created(1, 0), created(1, 1)]);
+        let ev = run(&mut t, &[testing::destroy(1, 4, 0, 0)]);
+        assert_eq!(names(&ev), ["TASK_DESTROY"]);
+        assert_eq!(
+            ended(&ev[0]),
+            (TaskId::KfdQueue(0), DestroyCause::Free, false)
+        );
+        assert_eq!(ev[0].amd.as_ref().unwrap().gpu_id, Some(0xbeef));
+        assert_eq!(t.live_tasks(), 1);
+        // A refused destroy changes nothing.
+        assert!(run(&mut t, &[testing::destroy(1, 4, 1, i64::from(EINVAL))]).is_empty());
+        assert_eq!(t.live_tasks(), 1);
+        // The process exits with queue 1 alive: implicit end, and only that one.
+        let ev = exit(&mut t, 1);
+        assert_eq!(ev.len(), 1);
+        assert_eq!(
+            ended(&ev[0]),
+            (TaskId::KfdQueue(1), DestroyCause::ProcessExit, true)
+        );
+        assert_eq!(t.live_tasks(), 0);
+        assert!(
+            exit(&mut t, 1).is_empty(),
+            "a second exit notice ends nothing"
+        );
+    }
+
+    #[test]
+    fn closing_the_fd_ends_nothing() {
+        let mut t = KfdTracker::new();
+        run(&mut t, &[created(3, 0)]);
+        let origin = Origin {
+            ts_ns: 5,
+            cpu: 0,
+            pid: 3,
+            tid: 3,
+            comm: "x".into(),
+        };
+        assert!(t.observe(origin, KfdInput::FdClose { fd: 4 }).is_empty());
+        assert_eq!(t.live_tasks(), 1);
+    }
+
+    #[test]
+    fn update_and_cu_mask_report_allowed_or_the_errno() {
+        let mut t = KfdTracker::new();
+        run(&mut t, &[created(1, 3)]);
+        let ev = run(
+            &mut t,
+            &[
+                testing::update(1, 4, 3, 4096, 30, 2, 0),
+                testing::update(1, 4, 3, 4096, 101, 2, i64::from(EINVAL)),
+                testing::cu_mask(1, 4, 3, 64, 0),
+                testing::cu_mask(1, 4, 3, 33, i64::from(EINVAL)),
+                testing::cu_mask(1, 4, 3, 64, i64::from(EPERM)),
+            ],
+        );
+        assert_eq!(names(&ev), ["SCHEDULE"; 5]);
+        let verdicts: Vec<(bool, i32, Option<AmdVia>)> = ev
+            .iter()
+            .map(|e| match e.kind {
+                EventKind::Schedule { allowed, errno, .. } => {
+                    (allowed, errno, e.amd.as_ref().unwrap().via)
+                }
+                _ => unreachable!(),
+            })
+            .collect();
+        assert_eq!(
+            verdicts,
+            [
+                (true, 0, Some(AmdVia::Update)),
+                (false, EINVAL, Some(AmdVia::Update)),
+                (true, 0, Some(AmdVia::CuMask)),
+                (false, EINVAL, Some(AmdVia::CuMask)),
+                (false, EPERM, Some(AmdVia::CuMask)),
+            ]
+        );
+        // Only the successful calls changed the queue.
+        let q = t.queue(1, 3).unwrap().detail;
+        assert_eq!(
+            (q.percentage, q.priority, q.ring_size, q.cu_mask_bits),
+            (Some(30), Some(2), Some(4096), Some(64))
+        );
+        // The CU mask event carries the queue's current parameters.
+        let d = ev[2].amd.as_ref().unwrap();
+        assert_eq!(
+            (d.cu_mask_bits, d.percentage, d.queue_type),
+            (Some(64), Some(30), Some(AmdQueueType::ComputeAql))
+        );
+        assert_eq!(t.counters().failed_calls, 3);
+        assert_eq!(t.counters().unknown_queue, 0);
+    }
+
+    #[test]
+    fn calls_on_queues_created_before_tracing_are_still_reported() {
+        let mut t = KfdTracker::new();
+        let ev = run(
+            &mut t,
+            &[
+                testing::cu_mask(9, 4, 5, 32, 0),
+                testing::update(9, 4, 5, 2048, 10, 1, 0),
+                testing::destroy(9, 4, 5, 0),
+            ],
+        );
+        assert_eq!(names(&ev), ["SCHEDULE", "SCHEDULE", "TASK_DESTROY"]);
+        let d = ev[0].amd.as_ref().unwrap();
+        assert_eq!(
+            (d.cu_mask_bits, d.queue_type, d.priority),
+            (Some(32), None, None)
+        );
+        assert_eq!(ev[1].amd.as_ref().unwrap().priority, Some(1));
+        assert_eq!(ev[2].kind.task(), TaskId::KfdQueue(5));
+        assert_eq!(t.counters().unknown_queue, 3);
+        assert_eq!(t.live_tasks(), 0, "nothing is invented for unknown queues");
+    }
+
+    #[test]
+    fn many_processes_with_the_same_queue_ids_are_kept_apart() {
+        let mut t = KfdTracker::new();
+        for pid in 1..=50 {
+            run(&mut t, &[created(pid, 0), created(pid, 1)]);
+        }
+        assert_eq!(t.live_tasks(), 100);
+        // Process 7 destroys its queue 0; process 8 exits.
+        let ev = run(&mut t, &[testing::destroy(7, 4, 0, 0)]);
+        assert_eq!(ev[0].origin.pid, 7);
+        assert!(t.queue(7, 0).is_none() && t.queue(8, 0).is_some() && t.queue(7, 1).is_some());
+        let ev = exit(&mut t, 8);
+        assert_eq!(ev.len(), 2);
+        assert!(ev.iter().all(|e| e.origin.pid == 8));
+        assert_eq!(t.live_tasks(), 97);
+        let live = t.finish();
+        assert_eq!(live.len(), 49);
+        assert!(live.windows(2).all(|w| w[0].pid < w[1].pid));
+        assert_eq!(
+            live.iter().find(|l| l.pid == 7).unwrap().tasks,
+            [(0, TaskId::KfdQueue(1))]
+        );
+        assert_eq!(t.live_tasks(), 0);
+    }
+
+    #[test]
+    fn a_reused_live_id_is_counted() {
+        let mut t = KfdTracker::new();
+        run(&mut t, &[created(1, 0), created(1, 0)]);
+        assert_eq!(t.counters().replaced_queues, 1);
+        assert_eq!(t.live_tasks(), 1);
+    }
+
+    #[test]
+    fn malformed_records_are_counted_not_reported() {
+        let mut t = KfdTracker::new();
+        let mut rec = testing::destroy(1, 4, 0, 0);
+        rec.flags = gpu_trace_common::amd::kfd_flags::ARGS_READ_FAILED;
+        rec.args_len = 0;
+        assert!(run(&mut t, &[rec]).is_empty());
+        assert_eq!(t.counters().malformed, 1);
+        assert_eq!(
+            t.counters().malformed_by_reason[&KfdMalformed::ArgsReadFailed],
+            1
+        );
+        assert_eq!(t.counters().calls, 0);
+    }
+
+    #[test]
+    fn nvidia_records_are_not_ours() {
+        let mut t = KfdTracker::new();
+        let nv = gpu_trace_common::NvIoctlRecord {
+            hdr: testing::destroy(1, 4, 0, 0).hdr,
+            ret: 0,
+            fd: 3,
+            ioctl_cmd: 0,
+            rdev: 0,
+            escape: 0,
+            param_size: 0,
+            flags: 0,
+            params_len: 0,
+            sub_len: 0,
+            params: [0; gpu_trace_common::NV_PARAMS_MAX],
+            sub: [0; gpu_trace_common::NV_SUB_MAX],
+        };
+        assert!(KfdInput::from_raw(&RawRecord::NvIoctl(nv)).is_none());
+        assert!(t.observe_raw(&RawRecord::NvIoctl(nv)).is_empty());
+    }
+}
