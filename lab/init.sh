@@ -67,12 +67,18 @@ trace_client() {
   out "LAB $name tracer_ready=$READY t=$(uptime_s)"
   # The client runs either way: what it sees of the driver is checked on its own.
   block $name.client lab-client "$sub"
+  stop_tracer $name $tracer
+}
+
+# stop_tracer NAME PID: SIGINT after a second (records in flight), then its exit code, stderr
+# and JSON output.
+stop_tracer() {
   sleep 1
-  kill -INT $tracer 2>/dev/null
-  wait $tracer
-  out "LAB $name tracer_exit=$?"
-  dump $name.stderr /tmp/$name.err
-  dump $name.jsonl /tmp/$name.jsonl
+  kill -INT $2 2>/dev/null
+  wait $2
+  out "LAB $1 tracer_exit=$?"
+  dump $1.stderr /tmp/$1.err
+  dump $1.jsonl /tmp/$1.jsonl
 }
 
 step boot
@@ -159,15 +165,10 @@ deny_trace() {
   cp /bin/lab-client /tmp/lab-reuse   # its own comm, to tell its events from the denied one's
   echo $((denied - 1)) > /proc/sys/kernel/ns_last_pid
   /tmp/lab-reuse "$sub" > /tmp/$name.reuse 2>&1
-  sleep 1
-  kill -INT $tracer 2>/dev/null
-  wait $tracer
-  out "LAB $name tracer_exit=$?"
   dump $name.denied /tmp/$name.denied
   dump $name.other /tmp/$name.other
   dump $name.reuse /tmp/$name.reuse
-  dump $name.stderr /tmp/$name.err
-  dump $name.jsonl /tmp/$name.jsonl
+  stop_tracer $name $tracer
 }
 
 step deny
