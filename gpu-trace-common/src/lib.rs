@@ -150,7 +150,9 @@ pub mod counter {
     pub const EMITTED: u32 = 3;
     /// Ioctls whose fd could not be resolved to an inode (fd table read failed).
     pub const FD_LOOKUP_FAILED: u32 = 4;
-    pub const COUNT: u32 = 5;
+    /// Scheduling requests refused by the `--deny-pid` LSM programs.
+    pub const DENIED: u32 = 5;
+    pub const COUNT: u32 = 6;
 }
 
 /// Kernel structure offsets (from `/sys/kernel/btf/vmlinux`) and filters, written into the

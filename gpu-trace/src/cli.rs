@@ -139,6 +139,13 @@ pub struct TraceArgs {
     #[arg(long, value_name = "PATH")]
     pub watch_device: Option<PathBuf>,
 
+    /// Refuse scheduling requests (GPFIFO_SCHEDULE with bEnable) from this process, all its
+    /// threads, while gpu-trace runs (repeatable). Needs a kernel with an active BPF LSM
+    /// (`bpf` in /sys/kernel/security/lsm); otherwise gpu-trace stops at start-up and says why.
+    /// Refused requests show as `SCHEDULE … allowed=no errno=EPERM`, counted as `denied`.
+    #[arg(long = "deny-pid", value_name = "PID")]
+    pub deny_pids: Vec<u32>,
+
     /// Attach type for the syscall hook (default: the cheapest the kernel allows). For
     /// comparisons and for kernels where the automatic choice misbehaves.
     #[arg(long, value_enum, value_name = "TYPE")]

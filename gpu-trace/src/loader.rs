@@ -7,7 +7,8 @@ use std::fmt;
 use aya::{
     Btf, Ebpf, EbpfLoader,
     maps::{MapData, PerCpuArray, RingBuf},
-    programs::{BtfTracePoint, RawTracePoint, TracePoint},
+    maps::HashMap as BpfHashMap,
+    programs::{BtfTracePoint, Lsm, RawTracePoint, TracePoint},
 };
 use gpu_trace_common::{KernelConfig, counter, nvidia::NV_MAJOR};
 use thiserror::Error;
@@ -18,7 +19,7 @@ use crate::{
 };
 
 /// The compiled kernel programs (built by build.rs).
-static PROGRAMS: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gpu-trace"));
+pub(crate) static PROGRAMS: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gpu-trace"));
 
 /// Default ring-buffer size in bytes.
 pub const DEFAULT_RING_BYTES: u32 = 1 << 22;
@@ -42,6 +43,10 @@ pub enum LoadError {
     MissingMap(&'static str),
     #[error("map {name}: {source}")]
     Map { name: &'static str, source: aya::maps::MapError },
+    #[error("--deny-pid cannot work on this kernel: {0}")]
+    DenyUnsupported(String),
+    #[error("--deny-pid {pid}: no such process (it must be running when gpu-trace starts)")]
+    NoSuchProcess { pid: u32 },
 }
 
 /// The attach types gpu-trace can use for the syscall-exit hook, cheapest first.
@@ -59,7 +64,7 @@ impl LoadError {
     /// The system cannot support tracing as asked (privileges, BTF, hooks), as opposed to a
     /// runtime failure.
     pub fn is_unsupported(&self) -> bool {
-        matches!(self, Self::System(_) | Self::Btf(_) | Self::NoHook { .. })
+        matches!(self, Self::System(_) | Self::Btf(_) | Self::NoHook { .. } | Self::DenyUnsupported(_))
     }
 }
 
@@ -74,6 +79,8 @@ pub struct LoadOptions {
     pub ring_bytes: u32,
     /// Use only this attach type for the syscall hook (default: the cheapest that works).
     pub syscall_hook: Option<SyscallHook>,
+    /// Refuse scheduling requests from these processes (BPF LSM; empty: no policy).
+    pub deny_pids: Vec<u32>,
     /// Trace the NVIDIA devices (char major 195). Default: yes.
     pub nvidia: bool,
     /// Trace `/dev/kfd` (AMD KFD), whose character major this is (dynamic: see
@@ -90,6 +97,7 @@ impl Default for LoadOptions {
             filter_tgid: None,
             ring_bytes: DEFAULT_RING_BYTES,
             syscall_hook: None,
+            deny_pids: Vec::new(),
             nvidia: true,
             kfd_major: None,
             extra_kfd_device: None,
@@ -159,9 +167,24 @@ fn attach_tracepoints(
     }
 }
 
-fn err(e: impl fmt::Display) -> String {
-    // aya's errors chain their cause; the verifier log can be long: keep the first line.
-    e.to_string().lines().next().unwrap_or_default().to_string()
+fn err(e: impl std::error::Error) -> String {
+    // The message and its causes (aya puts the errno in the source of attach errors).
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text = format!("{text}: {more}");
+        }
+        cause = c.source();
+    }
+    // The verifier log can be long: keep its first line and its last lines, which say why.
+    let text = text.trim_end().trim_end_matches("Verifier output:").trim_end();
+    let lines: Vec<&str> = text.lines().collect();
+    if lines.len() <= 4 {
+        return lines.join(" | ");
+    }
+    format!("{} | … | {}", lines[0], lines[lines.len().saturating_sub(6)..].join(" | "))
 }
 
 /// Tries each attempt in order; returns the first that worked.
@@ -258,6 +281,10 @@ impl Tracer {
         ];
         hooks.push(first_that_attaches(&mut ebpf, "process exit", exit_attempts, &mut refused)?);
 
+        if !options.deny_pids.is_empty() {
+            hooks.push(attach_deny(&mut ebpf, &options.deny_pids, &kernel_btf)?);
+        }
+
         Ok(Self { ebpf, hooks, refused })
     }
 
@@ -284,6 +311,7 @@ impl Tracer {
             ignored: sum(counter::IGNORED)?,
             emitted: sum(counter::EMITTED)?,
             fd_lookup_failed: sum(counter::FD_LOOKUP_FAILED)?,
+            denied: sum(counter::DENIED)?,
         })
     }
 
@@ -291,6 +319,48 @@ impl Tracer {
     pub fn describe_hooks(&self) -> String {
         self.hooks.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
     }
+}
+
+/// `--deny-pid`: checks that BPF LSM programs can run here, fills the deny map with the
+/// processes' tgids, then attaches the LSM programs. Fails, rather than tracing on while
+/// pretending to enforce, when any step is refused.
+fn attach_deny(ebpf: &mut Ebpf, pids: &[u32], kernel_btf: &Option<Btf>) -> Result<Hook, LoadError> {
+    let active = system::active_lsms().map_err(|e| LoadError::DenyUnsupported(e.to_string()))?;
+    if !active.split(',').any(|m| m == "bpf") {
+        return Err(LoadError::DenyUnsupported(format!(
+            "the BPF LSM is not active (active LSMs: {active}); reboot with the kernel parameter \
+             lsm={active},bpf"
+        )));
+    }
+    let btf = kernel_btf.as_ref().ok_or_else(|| {
+        LoadError::DenyUnsupported("kernel BTF is missing (/sys/kernel/btf/vmlinux)".into())
+    })?;
+    let mut deny: BpfHashMap<_, u32, u32> = BpfHashMap::try_from(
+        ebpf.map_mut("DENY").ok_or(LoadError::MissingMap("DENY"))?,
+    )
+    .map_err(|source| LoadError::Map { name: "DENY", source })?;
+    for &pid in pids {
+        let tgid = system::thread_group_of(pid).ok_or(LoadError::NoSuchProcess { pid })?;
+        deny.insert(tgid, 1, 0).map_err(|source| LoadError::Map { name: "DENY", source })?;
+    }
+    for (program, hook) in
+        [("deny_file_ioctl", "file_ioctl"), ("deny_file_ioctl_compat", "file_ioctl_compat")]
+    {
+        let mut attach = || -> Result<(), String> {
+            let prog: &mut Lsm =
+                ebpf.program_mut(program).ok_or("program missing")?.try_into().map_err(err)?;
+            prog.load(hook, btf).map_err(err)?;
+            prog.attach().map(|_| ()).map_err(err)
+        };
+        attach().map_err(|why| {
+            LoadError::DenyUnsupported(format!(
+                "the kernel refused the BPF LSM program on {hook}: {why} BPF LSM programs need \
+                 CONFIG_BPF_LSM=y, `bpf` in the lsm= boot parameter, and a kernel that allows \
+                 BPF trampolines (run `gpu-trace doctor`)"
+            ))
+        })?;
+    }
+    Ok(Hook { event: "deny", attach: "lsm/file_ioctl + lsm/file_ioctl_compat".into() })
 }
 
 /// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK; raise it (harmless elsewhere).

@@ -28,6 +28,8 @@ use gpu_trace::{
 };
 use gpu_trace_common::{NvIoctlRecord, nv_flags, nvidia::cmd};
 
+mod common;
+
 /// One tracer at a time: the tests count kernel-wide counters.
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -48,7 +50,7 @@ fn tracer(test: &str, hook: Option<SyscallHook>) -> Option<(Tracer, RingBuf<MapD
             Some((t, ring))
         }
         Err(e @ (LoadError::System(_) | LoadError::NoHook { .. })) => {
-            eprintln!("SKIPPED: {test}: {e}");
+            common::skipped(test, &e);
             None
         }
         Err(e) => panic!("{test}: loading failed: {e}"),
@@ -399,4 +401,89 @@ fn process_exit_is_reported_once_after_the_last_thread() {
         .max()
         .unwrap();
     assert!(exits[0].hdr.ts_ns > last_call_ts, "the exit comes after the last call");
+}
+
+/// Child for the deny test: waits for "go" on stdin, then issues schedule requests on /dev/null
+/// and prints each errno.
+#[test]
+#[ignore = "child process body for deny_pid_refuses_schedules_of_the_denied_process_only"]
+fn deny_child_body() {
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+    let null = File::open("/dev/null").unwrap();
+    println!("enable={}", schedule(null.as_raw_fd(), true));
+    println!("disable={}", schedule(null.as_raw_fd(), false));
+    let free = Nvos00 { h_root: 1, h_parent: 1, h_old: 1, status: 0 };
+    println!("free={}", ioctl(null.as_raw_fd(), FREE, (&raw const free).cast()));
+}
+
+fn schedule(fd: i32, enable: bool) -> i64 {
+    let params: [u8; 3] = [enable as u8, 0, 0];
+    let control = Nvos54 {
+        h_client: 1,
+        h_object: 2,
+        cmd: cmd::TSG_GPFIFO_SCHEDULE,
+        flags: 0,
+        params: params.as_ptr() as u64,
+        params_size: 3,
+        status: 0,
+    };
+    ioctl(fd, CONTROL, (&raw const control).cast())
+}
+
+#[test]
+fn deny_pid_refuses_schedules_of_the_denied_process_only() {
+    use std::io::{BufRead, Write};
+    let _serial = serial();
+    if unsafe { libc::geteuid() } != 0 {
+        common::skipped("deny", "needs root");
+        return;
+    }
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--ignored", "--exact", "deny_child_body", "--nocapture", "--test-threads", "1"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let dev_null = system::char_device_kernel_dev("/dev/null".as_ref()).unwrap();
+    let options = LoadOptions {
+        extra_device: Some(dev_null),
+        deny_pids: vec![child.id()],
+        ..Default::default()
+    };
+    let tracer = match Tracer::load(&options) {
+        Ok(t) => t,
+        Err(LoadError::DenyUnsupported(why)) => {
+            // The refusal path: one clear line that says why and what to change, and no tracer.
+            child.kill().unwrap();
+            child.wait().unwrap();
+            let lsm = system::active_lsms().unwrap_or_default();
+            if lsm.split(',').any(|m| m == "bpf") {
+                assert!(why.contains("refused the BPF LSM program") && why.contains("doctor"), "{why}");
+            } else {
+                assert!(why.contains("lsm=") && why.contains("bpf"), "{why}");
+            }
+            common::skipped(
+                "deny enforcement",
+                format!(
+                    "this kernel cannot run BPF LSM programs; verified only the refusal at \
+                     start-up: {why}"
+                ),
+            );
+            return;
+        }
+        Err(e) => panic!("unexpected load error: {e}"),
+    };
+    assert!(tracer.hooks.iter().any(|h| h.event == "deny"));
+    child.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+    let out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let results: Vec<String> = out.lines().map_while(Result::ok).filter(|l| l.contains('=')).collect();
+    assert!(child.wait().unwrap().success());
+    // Denied: the enabling schedule gets EPERM from the LSM; the rest reach the "driver"
+    // (/dev/null: ENOTTY).
+    assert_eq!(results, ["enable=-1", "disable=-25", "free=-25"], "{results:?}");
+    // This process is not denied: its schedule reaches the driver.
+    let null = File::open("/dev/null").unwrap();
+    assert_eq!(schedule(null.as_raw_fd(), true), -ENOTTY);
+    assert_eq!(tracer.counters().unwrap().denied, 1);
 }

@@ -1647,9 +1647,27 @@ fn judge_amd(r: &Results, c: &mut Vec<Check>) {
             refused.len()
         ));
     }
+    // The 88-byte form ends before sdma_engine_id: gpu-trace reports it unknown (null); the
+    // 96-byte form carries it (0). So each form was read with its own size.
+    let sdma: Vec<&serde_json::Value> = refused
+        .iter()
+        .map(|e| &e["amd"]["sdma_engine_id"])
+        .collect();
+    if refused.len() == 2
+        && !(sdma.contains(&&serde_json::json!(0)) && sdma.contains(&&serde_json::Value::Null))
+    {
+        problems.push(format!(
+            "sdma_engine_id {sdma:?}: want 0 (96-byte form) and null (88-byte form)"
+        ));
+    }
     let stats = events.iter().find(|e| e["event"] == "STATS");
-    if stats.and_then(|s| s["kernel"]["dropped"].as_u64()) != Some(0) {
-        problems.push(format!("STATS kernel.dropped is not 0: {stats:?}"));
+    let k = |name: &str| stats.and_then(|s| s["kernel"][name].as_u64());
+    if (k("emitted"), k("dropped")) != (Some(2), Some(0)) {
+        problems.push(format!(
+            "kernel emitted {:?} dropped {:?}: want 2, 0",
+            k("emitted"),
+            k("dropped")
+        ));
     }
     c.push(Check::new(
         "c.trace",
@@ -1657,13 +1675,10 @@ fn judge_amd(r: &Results, c: &mut Vec<Check>) {
         problems.is_empty(),
         if problems.is_empty() {
             format!(
-                "{}; {}",
-                hooks_line(&stderr),
-                refused
-                    .iter()
-                    .map(|e| e.to_string())
-                    .collect::<Vec<_>>()
-                    .join(" ")
+                "{}; 2 × SCHEDULE via=create allowed=false errno=-22 task=kfd_no_queue, gpu_id, \
+                 type, priority, percentage, ring decoded; sdma_engine_id 0 (96-byte) and null \
+                 (88-byte)",
+                hooks_line(&stderr)
             )
         } else {
             problems.join("; ")
@@ -2302,7 +2317,9 @@ LAB-DONE
     }
 
     /// A refused CREATE_QUEUE as docs/amd.md says gpu-trace prints it (JSON keys trimmed).
-    const REFUSED: &str = r#"{"event":"SCHEDULE","pid":120,"tid":120,"comm":"lab-client","task":{"kind":"kfd_no_queue"},"client":0,"allowed":false,"errno":-22,"amd":{"queue_type":"COMPUTE_AQL","queue_type_raw":2,"priority":7,"percentage":100,"ring_size":4096,"active":true,"gpu_id":4997442,"via":"create"}}"#;
+    const REFUSED: &str = r#"{"event":"SCHEDULE","pid":120,"tid":120,"comm":"lab-client","task":{"kind":"kfd_no_queue"},"client":0,"allowed":false,"errno":-22,"amd":{"via":"create","queue_type":"COMPUTE_AQL","queue_type_raw":2,"priority":7,"percentage":100,"ring_size":4096,"active":true,"gpu_id":4997442,"sdma_engine_id":0}}"#;
+    /// The 88-byte form of the same call: sdma_engine_id unknown.
+    const REFUSED_88: &str = r#"{"event":"SCHEDULE","pid":120,"tid":120,"comm":"lab-client","task":{"kind":"kfd_no_queue"},"client":0,"allowed":false,"errno":-22,"amd":{"via":"create","queue_type":"COMPUTE_AQL","queue_type_raw":2,"priority":7,"percentage":100,"ring_size":4096,"active":true,"gpu_id":4997442,"sdma_engine_id":null}}"#;
 
     fn with_amd_trace(events: &[&str]) -> String {
         let jsonl = events.join("\n");
@@ -2314,7 +2331,7 @@ LAB-DONE
             "LAB-BEGIN kprobe\n",
             &format!(
                 "LAB amd tracer_ready=yes t=60\nLAB-BEGIN amd.jsonl\n{jsonl}\n\
-                 {{\"event\":\"STATS\",\"kernel\":{{\"dropped\":0}}}}\nLAB-END amd.jsonl rc=0\n\
+                 {{\"event\":\"STATS\",\"kernel\":{{\"dropped\":0,\"emitted\":2}}}}\nLAB-END amd.jsonl rc=0\n\
                  LAB-BEGIN kprobe\n"
             ),
         )
@@ -2322,10 +2339,8 @@ LAB-DONE
 
     #[test]
     fn amd_tracing_is_judged_once_it_exists() {
-        assert_eq!(
-            statuses(&with_amd_trace(&[REFUSED, REFUSED]))["c.trace"],
-            Status::Pass
-        );
+        let trace = |events: &[&str]| statuses(&with_amd_trace(events))["c.trace"];
+        assert_eq!(trace(&[REFUSED, REFUSED_88]), Status::Pass);
         let broken = [
             ("\"errno\":-22", "\"errno\":-1"),
             ("\"allowed\":false", "\"allowed\":true"),
@@ -2341,18 +2356,19 @@ LAB-DONE
         for (from, to) in broken {
             let bad = REFUSED.replace(from, to);
             assert_ne!(bad, REFUSED, "{from}");
-            let s = statuses(&with_amd_trace(&[REFUSED, &bad]));
-            assert_eq!(s["c.trace"], Status::Fail, "{from} → {to}");
+            assert_eq!(trace(&[&bad, REFUSED_88]), Status::Fail, "{from} → {to}");
         }
+        assert_eq!(trace(&[REFUSED]), Status::Fail, "one call missing");
         assert_eq!(
-            statuses(&with_amd_trace(&[REFUSED]))["c.trace"],
-            Status::Fail
+            trace(&[REFUSED, REFUSED]),
+            Status::Fail,
+            "the 88-byte form not told apart"
         );
         let init = r#"{"event":"TASK_INIT","pid":120}"#;
-        assert_eq!(
-            statuses(&with_amd_trace(&[REFUSED, REFUSED, init]))["c.trace"],
-            Status::Fail
-        );
+        assert_eq!(trace(&[REFUSED, REFUSED_88, init]), Status::Fail);
+        let extra =
+            with_amd_trace(&[REFUSED, REFUSED_88]).replace("\"emitted\":2", "\"emitted\":3");
+        assert_eq!(statuses(&extra)["c.trace"], Status::Fail);
     }
 
     /// A --deny-pid run of both kinds as lab/init.sh `deny_trace` writes it (JSON keys trimmed).

@@ -21,6 +21,9 @@ pub struct KernelCounters {
     pub emitted: u64,
     /// Calls whose file descriptor could not be resolved to its file.
     pub fd_lookup_failed: u64,
+    /// Scheduling requests refused by `--deny-pid` (BPF LSM).
+    #[serde(default)]
+    pub denied: u64,
 }
 
 /// Event counts of one process.
@@ -190,6 +193,7 @@ impl Stats {
             ("emitted", self.kernel.emitted),
             ("ignored", self.kernel.ignored),
             ("fd_lookup_failed", self.kernel.fd_lookup_failed),
+            ("denied", self.kernel.denied),
             ("malformed", self.malformed),
             ("decode_errors", self.decode_errors),
             ("live_at_exit", self.live_at_exit),
@@ -410,6 +414,7 @@ PID      COMM             TASK_INIT SCHEDULE WORK_SUBMIT TASK_DESTROY
             ignored: 9,
             emitted: 1_000_000,
             fd_lookup_failed: 5,
+            denied: 0,
         };
         let text = s.render_text();
         let expected = "\

@@ -95,7 +95,7 @@
 //! | `work_submit`           | integer         | `WORK_SUBMIT` events |
 //! | `task_destroy`          | integer         | `TASK_DESTROY` events |
 //! | `task_destroy_implicit` | integer         | of those, implicit |
-//! | `kernel`                | object          | counters of the kernel programs: `dropped` (ring buffer full), `read_failed` (driver arguments unreadable), `ignored` (calls not of interest), `emitted` (records sent), `fd_lookup_failed` (fd not resolved); all integers |
+//! | `kernel`                | object          | counters of the kernel programs: `dropped` (ring buffer full), `read_failed` (driver arguments unreadable), `ignored` (calls not of interest), `emitted` (records sent), `fd_lookup_failed` (fd not resolved), `denied` (schedules refused by `--deny-pid`); all integers |
 //! | `malformed`             | integer         | records userspace could not parse |
 //! | `decode_errors`         | integer         | driver calls whose arguments could not be decoded |
 //! | `live_at_exit`          | integer         | tasks still alive when tracing stopped |
@@ -106,7 +106,7 @@ use chrono::SecondsFormat;
 use serde::Serialize;
 
 use crate::model::event::Event;
-use crate::model::stats::Stats;
+use crate::model::stats::{KernelCounters, Stats};
 use crate::output::clock::Clock;
 
 /// The JSON line of an event (no newline): `event`, `time`, the origin fields, then the fields
@@ -163,21 +163,12 @@ struct StatsLine<'a> {
     work_submit: u64,
     task_destroy: u64,
     task_destroy_implicit: u64,
-    kernel: KernelLine,
+    kernel: KernelCounters,
     malformed: u64,
     decode_errors: u64,
     live_at_exit: u64,
     lost_samples: Option<u64>,
     processes: Vec<ProcessLine<'a>>,
-}
-
-#[derive(Serialize)]
-struct KernelLine {
-    dropped: u64,
-    read_failed: u64,
-    ignored: u64,
-    emitted: u64,
-    fd_lookup_failed: u64,
 }
 
 #[derive(Serialize)]
@@ -208,13 +199,7 @@ pub fn stats_json(stats: &Stats) -> String {
         work_submit: stats.work_submit,
         task_destroy: stats.task_destroy,
         task_destroy_implicit: stats.task_destroy_implicit,
-        kernel: KernelLine {
-            dropped: k.dropped,
-            read_failed: k.read_failed,
-            ignored: k.ignored,
-            emitted: k.emitted,
-            fd_lookup_failed: k.fd_lookup_failed,
-        },
+        kernel: *k,
         malformed: stats.malformed,
         decode_errors: stats.decode_errors,
         live_at_exit: stats.live_at_exit,
@@ -457,6 +442,7 @@ mod tests {
             ignored: 3,
             emitted: 4,
             fd_lookup_failed: 5,
+            denied: 0,
         };
         stats.malformed = 6;
         stats.decode_errors = 7;
@@ -481,7 +467,8 @@ mod tests {
                     "read_failed": 2,
                     "ignored": 3,
                     "emitted": 4,
-                    "fd_lookup_failed": 5
+                    "fd_lookup_failed": 5,
+                    "denied": 0
                 },
                 "malformed": 6,
                 "decode_errors": 7,

@@ -93,6 +93,32 @@ pub fn char_device_kernel_dev(path: &Path) -> Result<u32, SystemError> {
     Ok(gpu_trace_common::kernel_dev(libc::major(rdev), libc::minor(rdev)))
 }
 
+/// The active LSM list (`/sys/kernel/security/lsm`), mounting securityfs when needed.
+pub fn active_lsms() -> Result<String, SystemError> {
+    let path = "/sys/kernel/security/lsm";
+    if !Path::new(path).exists() {
+        // SAFETY: plain mount(2) call with NUL-terminated strings; failure is reported below.
+        unsafe {
+            libc::mount(
+                c"securityfs".as_ptr(),
+                c"/sys/kernel/security".as_ptr(),
+                c"securityfs".as_ptr(),
+                0,
+                std::ptr::null(),
+            )
+        };
+    }
+    fs::read_to_string(path)
+        .map(|s| s.trim().trim_end_matches(',').to_string())
+        .map_err(|source| SystemError::Read { path: path.into(), source })
+}
+
+/// The thread-group id (process id) of a task id, if it exists.
+pub fn thread_group_of(pid: u32) -> Option<u32> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix("Tgid:")).and_then(|v| v.trim().parse().ok())
+}
+
 /// `uname -r`.
 pub fn kernel_release() -> String {
     fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).unwrap_or_default()
@@ -133,6 +159,26 @@ mod tests {
         assert!(err.contains("CAP_PERFMON") && !err.contains("CAP_BPF,"), "{err}");
         let err = missing_privileges(0).unwrap_err().to_string();
         assert!(err.contains("CAP_BPF, CAP_PERFMON") && err.contains("sudo"), "{err}");
+    }
+
+    #[test]
+    fn thread_group_of_resolves_threads_to_their_process() {
+        let me = std::process::id();
+        assert_eq!(thread_group_of(me), Some(me));
+        let tid = std::thread::spawn(|| unsafe { libc::gettid() } as u32).join().unwrap();
+        // The thread has exited: it no longer resolves.
+        assert_eq!(thread_group_of(tid), None);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            tx.send(unsafe { libc::gettid() } as u32).unwrap();
+            done_rx.recv().unwrap();
+        });
+        let live_tid = rx.recv().unwrap();
+        assert_ne!(live_tid, me);
+        assert_eq!(thread_group_of(live_tid), Some(me));
+        done_tx.send(()).unwrap();
+        t.join().unwrap();
     }
 
     #[test]
