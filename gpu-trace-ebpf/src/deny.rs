@@ -2,8 +2,10 @@
 //! that refuse scheduling requests from denied processes with -EPERM.
 //!
 //! Refused: on a watched NVIDIA device, `RM_CONTROL` `GPFIFO_SCHEDULE` on a TSG (`0xA06C0101`)
-//! or a channel (`0xA06F0103`) with `bEnable` set, direct or XFER-wrapped. Everything else
-//! passes untouched, and a verdict an earlier LSM already gave is returned as it is.
+//! or a channel (`0xA06F0103`) with `bEnable` set, direct or XFER-wrapped; on `/dev/kfd`,
+//! `CREATE_QUEUE` (either size) and an `UPDATE_QUEUE` that leaves the queue active (ring
+//! address and size set, percentage > 0). Everything else passes untouched, and a verdict an
+//! earlier LSM already gave is returned as it is.
 //!
 //! Identity: by process (thread-group id), so every thread of a denied process is refused. An
 //! entry is removed when the process exits (`process_exit` in main.rs), so a later process that
@@ -19,11 +21,11 @@ use aya_ebpf::{
     programs::LsmContext,
 };
 use gpu_trace_common::{
-    counter,
+    amd, counter,
     nvidia::{self, cmd, escape, off},
 };
 
-use crate::{bump, config, is_watched, kread};
+use crate::{bump, config, is_kfd, is_watched, kread};
 
 /// Denied processes: tgid → 1. Filled by userspace before attach.
 #[map]
@@ -55,29 +57,54 @@ fn decide(ctx: &LsmContext) -> i32 {
     let file: u64 = ctx.arg(0);
     let ioctl_cmd: u32 = ctx.arg(1);
     let arg: u64 = ctx.arg(2);
-    if is_nvidia_schedule(file, ioctl_cmd, arg) {
+    let cfg = config();
+    // SAFETY: kernel reads through the helper.
+    let rdev: u32 = match unsafe { kread::<u64>(file, cfg.file_inode) } {
+        Ok(inode) => match unsafe { kread::<u32>(inode, cfg.inode_rdev) } {
+            Ok(rdev) => rdev,
+            Err(()) => return 0,
+        },
+        Err(()) => return 0,
+    };
+    let refuse = if is_watched(&cfg, rdev) {
+        is_nvidia_schedule(ioctl_cmd, arg)
+    } else if is_kfd(&cfg, rdev) {
+        is_kfd_activation(ioctl_cmd, arg)
+    } else {
+        false
+    };
+    if refuse {
         bump(counter::DENIED);
         return -EPERM;
     }
     0
 }
 
-/// Whether this ioctl on `file` is an NVIDIA GPFIFO_SCHEDULE with `bEnable` set.
+/// Whether this KFD ioctl creates a queue, or updates one so that it is active.
 #[inline(always)]
-fn is_nvidia_schedule(file: u64, ioctl_cmd: u32, arg: u64) -> bool {
-    let cfg = config();
-    if !nvidia::ioctl_nr_is_candidate(ioctl_cmd) {
+fn is_kfd_activation(ioctl_cmd: u32, arg: u64) -> bool {
+    if (ioctl_cmd >> 8) & 0xff != amd::KFD_IOCTL_TYPE {
         return false;
     }
-    // SAFETY: kernel reads through the helper.
-    let rdev: u32 = match unsafe { kread::<u64>(file, cfg.file_inode) } {
-        Ok(inode) => match unsafe { kread::<u32>(inode, cfg.inode_rdev) } {
-            Ok(rdev) => rdev,
-            Err(()) => return false,
-        },
-        Err(()) => return false,
-    };
-    if !is_watched(&cfg, rdev) {
+    match ioctl_cmd & 0xff {
+        amd::nr::CREATE_QUEUE => true,
+        amd::nr::UPDATE_QUEUE => {
+            // kfd_ioctl_update_queue_args: ring_base_address u64 @0, queue_id @8,
+            // ring_size @12, queue_percentage @16, queue_priority @20.
+            // SAFETY: user-memory read through the helper.
+            match unsafe { bpf_probe_read_user(arg as *const [u32; 6]) } {
+                Ok(a) => (a[0] != 0 || a[1] != 0) && a[3] != 0 && (a[4] & 0xff) != 0,
+                Err(_) => false,
+            }
+        }
+        _ => false,
+    }
+}
+
+/// Whether this ioctl on an NVIDIA device is a GPFIFO_SCHEDULE with `bEnable` set.
+#[inline(always)]
+fn is_nvidia_schedule(ioctl_cmd: u32, arg: u64) -> bool {
+    if !nvidia::ioctl_nr_is_candidate(ioctl_cmd) {
         return false;
     }
     let (esc, size, block) = if ioctl_cmd & 0xff == escape::IOCTL_XFER_CMD {

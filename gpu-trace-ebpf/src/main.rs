@@ -590,7 +590,7 @@ pub fn tp_close_exit(ctx: TracePointContext) -> u32 {
 #[inline(always)]
 fn on_process_exit() {
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    // Read the stored values (always 1), not the pointers: LLVM would otherwise combine the
+    // Read the stored values (non-zero flags), not the pointers: LLVM would otherwise combine the
     // two null checks into an OR of pointers, which the verifier refuses.
     // SAFETY: plain map lookups; the values are copied out.
     let tracked = unsafe { TRACKED.get(tgid) }.copied().unwrap_or(0) != 0;
