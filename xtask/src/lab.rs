@@ -53,9 +53,15 @@ pub enum Accel {
 #[derive(Debug, Args)]
 pub struct LabArgs {
     /// Debian kernel: a series (`6.12`, `6.1`: the newest in bookworm, bookworm-security and
-    /// bookworm-backports) or an exact version (`6.12.117+deb12`, `6.1.0-47`).
-    #[arg(long, default_value = "6.12")]
-    pub kernel: String,
+    /// bookworm-backports) or an exact version (`6.12.117+deb12`, `6.1.0-47`). Repeat it (or
+    /// separate with commas) to run the scenario on several kernels, one boot each.
+    #[arg(
+        long = "kernel",
+        value_name = "VERSION",
+        default_value = "6.12",
+        value_delimiter = ','
+    )]
+    pub kernels: Vec<String>,
 
     /// Virtualisation.
     #[arg(long, value_enum, default_value_t = Accel::Auto)]
@@ -96,7 +102,8 @@ pub fn run(args: LabArgs) -> Result<()> {
         let text =
             fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         let checks = judge(&Results::parse(&text));
-        return report(&checks, "judged from a saved log");
+        print_report(&checks, "judged from a saved log");
+        return verdict(&[checks]);
     }
     let started = Instant::now();
     let root = workspace_root();
@@ -107,18 +114,14 @@ pub fn run(args: LabArgs) -> Result<()> {
     };
     fs::create_dir_all(&cache).with_context(|| format!("creating {}", cache.display()))?;
     let cache = cache.canonicalize()?;
-    let mut phases: Vec<(&str, Duration)> = Vec::new();
+    let mut phases: Vec<(String, Duration)> = Vec::new();
 
     let t = Instant::now();
     ensure_host_tools().context(
         "the lab cannot run on this machine; fix the above, or set GPU_TRACE_LAB=skip to skip the \
          lab explicitly",
     )?;
-    phases.push(("host tools", t.elapsed()));
-
-    let t = Instant::now();
-    let kernel = Kernel::fetch(&cache, &args.kernel, &args.mirror)?;
-    phases.push(("kernel (download, unpack, depmod)", t.elapsed()));
+    phases.push(("host tools".into(), t.elapsed()));
 
     let t = Instant::now();
     let build = cache.join("build");
@@ -135,14 +138,82 @@ pub fn run(args: LabArgs) -> Result<()> {
         gpu_trace.display()
     );
     let client = build_client(&root, &build)?;
-    phases.push(("static gpu-trace and client", t.elapsed()));
+    phases.push(("static gpu-trace and client".into(), t.elapsed()));
+
+    let mut reports = Vec::new();
+    for wanted in &args.kernels {
+        let bins = Binaries {
+            root: &root,
+            cache: &cache,
+            gpu_trace: &gpu_trace,
+            client: &client,
+        };
+        let (what, checks, logs) = match run_kernel(&bins, wanted, &args, &mut phases) {
+            Ok(r) => r,
+            Err(e) => (
+                format!("Debian {wanted}"),
+                vec![Check::fail(
+                    "lab.kernel",
+                    "the lab kernel booted",
+                    format!("{e:#}"),
+                )],
+                String::new(),
+            ),
+        };
+        reports.push((what, checks, logs));
+    }
+
+    println!(
+        "\n=== gpu-trace lab: timings (this machine, {} CPUs) ===",
+        num_cpus()
+    );
+    for (name, d) in &phases {
+        println!("{:>8.1} s  {name}", d.as_secs_f64());
+    }
+    println!("{:>8.1} s  total", started.elapsed().as_secs_f64());
+    for (what, checks, logs) in &reports {
+        print_report(checks, what);
+        if !logs.is_empty() {
+            println!("logs: {logs}");
+        }
+    }
+    let all: Vec<Vec<Check>> = reports.into_iter().map(|(_, c, _)| c).collect();
+    verdict(&all)
+}
+
+/// What every kernel's run shares.
+struct Binaries<'a> {
+    root: &'a Path,
+    cache: &'a Path,
+    gpu_trace: &'a Path,
+    client: &'a Path,
+}
+
+/// One kernel: fetch, test modules, initramfs, boot, judge. Returns the report's title, the
+/// checks and where the logs are.
+fn run_kernel(
+    bins: &Binaries,
+    wanted: &str,
+    args: &LabArgs,
+    phases: &mut Vec<(String, Duration)>,
+) -> Result<(String, Vec<Check>, String)> {
+    let cache = bins.cache;
+    let t = Instant::now();
+    let kernel = Kernel::fetch(cache, wanted, &args.mirror)?;
+    let r = &kernel.release;
+    phases.push((
+        format!("{r}: kernel (download, unpack, depmod)"),
+        t.elapsed(),
+    ));
 
     // Test modules (lab/modules/*): a failure here fails their checks, not the whole lab.
     let t = Instant::now();
+    let build = cache.join("build").join(r);
+    fs::create_dir_all(&build)?;
     let mut setup_failures = Vec::new();
     let test_modules = match kernel
-        .headers(&cache, &args.mirror)
-        .and_then(|headers| build_test_modules(&root, &headers, &build))
+        .headers(cache, &args.mirror)
+        .and_then(|headers| build_test_modules(bins.root, &headers, &build))
     {
         Ok(m) => m,
         Err(e) => {
@@ -151,23 +222,22 @@ pub fn run(args: LabArgs) -> Result<()> {
             Vec::new()
         }
     };
-    phases.push(("kernel headers and test modules", t.elapsed()));
+    phases.push((format!("{r}: kernel headers and test modules"), t.elapsed()));
 
     let t = Instant::now();
     let initramfs = build.join("initramfs.cpio");
     write_initramfs(
         &initramfs,
-        &root,
+        bins.root,
         &kernel,
-        &gpu_trace,
-        &client,
+        bins.gpu_trace,
+        bins.client,
         &test_modules,
     )?;
-    phases.push(("initramfs", t.elapsed()));
+    phases.push((format!("{r}: initramfs"), t.elapsed()));
 
-    let run_dir = cache.join("run");
-    let boot = boot(&kernel, &initramfs, &run_dir, &args)?;
-    phases.push(("boot, scenario, power-off", boot.wall));
+    let boot = boot(&kernel, &initramfs, &cache.join("run").join(r), args)?;
+    phases.push((format!("{r}: boot, scenario, power-off"), boot.wall));
 
     let text = fs::read_to_string(&boot.results).unwrap_or_default();
     let mut checks = judge(&Results::parse(&text));
@@ -191,26 +261,11 @@ pub fn run(args: LabArgs) -> Result<()> {
             ),
         );
     }
-    println!(
-        "\n=== gpu-trace lab: timings (this machine, {} CPUs) ===",
-        num_cpus()
-    );
-    for (name, d) in &phases {
-        println!("{:>8.1} s  {name}", d.as_secs_f64());
-    }
-    println!("{:>8.1} s  total", started.elapsed().as_secs_f64());
-    println!(
-        "logs: {} and {}",
-        boot.console.display(),
-        boot.results.display()
-    );
-    report(
-        &checks,
-        &format!(
-            "Debian {} in QEMU ({}, 2 vCPU, 2 GiB)",
-            kernel.release, boot.accel
-        ),
-    )
+    Ok((
+        format!("Debian {r} in QEMU ({}, 2 vCPU, 2 GiB)", boot.accel),
+        checks,
+        format!("{} and {}", boot.console.display(), boot.results.display()),
+    ))
 }
 
 fn workspace_root() -> PathBuf {
@@ -2038,7 +2093,7 @@ fn deny_amd_expect(c: &DenyClient, events: &[serde_json::Value], problems: &mut 
     }
 }
 
-fn report(checks: &[Check], what: &str) -> Result<()> {
+fn print_report(checks: &[Check], what: &str) {
     println!("\n=== gpu-trace lab verdict: {what} ===");
     for ch in checks {
         let tag = match ch.status {
@@ -2052,17 +2107,22 @@ fn report(checks: &[Check], what: &str) -> Result<()> {
     for ch in checks.iter().filter(|c| c.status == Status::Skip) {
         println!("SKIPPED: lab: {}: {}: {}", ch.id, ch.title, ch.detail);
     }
-    let count = |s| checks.iter().filter(|c| c.status == s).count();
+}
+
+/// The overall verdict over every kernel's checks: an error (non-zero exit) on any FAIL.
+fn verdict(runs: &[Vec<Check>]) -> Result<()> {
+    let count = |s| runs.iter().flatten().filter(|c| c.status == s).count();
     let (pass, fail, skip) = (
         count(Status::Pass),
         count(Status::Fail),
         count(Status::Skip),
     );
+    let kernels = runs.len();
     if fail > 0 {
-        println!("lab: FAIL ({pass} passed, {fail} failed, {skip} skipped)");
+        println!("lab: FAIL ({pass} passed, {fail} failed, {skip} skipped; {kernels} kernel(s))");
         bail!("the lab failed {fail} check(s); the logs above say which and why");
     }
-    println!("lab: PASS ({pass} passed, {skip} skipped)");
+    println!("lab: PASS ({pass} passed, {skip} skipped; {kernels} kernel(s))");
     Ok(())
 }
 
@@ -2494,6 +2554,15 @@ LAB-END deny_amd.jsonl rc=0
                 "{from} → {to} must fail {id}"
             );
         }
+    }
+
+    #[test]
+    fn the_verdict_fails_when_any_kernel_fails() {
+        let good = || judge(&Results::parse(GOOD));
+        assert!(verdict(&[good(), good()]).is_ok());
+        assert!(verdict(&[good(), judge(&Results::parse(""))]).is_err());
+        let one_failed = GOOD.replacen("LAB-DONE\n", "", 1);
+        assert!(verdict(&[judge(&Results::parse(&one_failed))]).is_err());
     }
 
     #[test]
