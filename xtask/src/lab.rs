@@ -1157,6 +1157,14 @@ impl Results {
             .find(|f| f.topic == topic && matching.iter().all(|(k, v)| f.get(k) == Some(*v)))
     }
 
+    /// The first `LAB <topic> ...` line that has the field `key`.
+    fn with_key(&self, topic: &str, key: &str) -> Option<Fields> {
+        self.lines
+            .iter()
+            .map(|l| Fields::parse(l))
+            .find(|f| f.topic == topic && f.get(key).is_some())
+    }
+
     /// `LAB fact key=value...`: the whole rest of the line is the value.
     fn fact(&self, key: &str) -> Option<&str> {
         let prefix = format!("LAB fact {key}=");
@@ -1167,6 +1175,12 @@ impl Results {
 
     fn block(&self, name: &str) -> Option<&Block> {
         self.blocks.get(name)
+    }
+
+    /// The `LAB` lines of one block only (an empty result when the block is missing): several
+    /// steps run the same client subcommand.
+    fn sub(&self, name: &str) -> Results {
+        Results::parse(self.block(name).map_or("", |b| b.text.as_str()))
     }
 }
 
@@ -1393,13 +1407,9 @@ fn hooks_line(stderr: &str) -> String {
 
 fn judge_nvidia(r: &Results, c: &mut Vec<Check>) {
     let ready = r.find("nv", &[("tracer_ready", "yes")]).is_some();
-    let exit = r.find("nv", &[]).and_then(|_| {
-        r.lines
-            .iter()
-            .map(|l| Fields::parse(l))
-            .find(|f| f.topic == "nv" && f.get("tracer_exit").is_some())
-    });
-    let exit = exit.and_then(|f| f.int("tracer_exit"));
+    let exit = r
+        .with_key("nv", "tracer_exit")
+        .and_then(|f| f.int("tracer_exit"));
     let stderr = r
         .block("nv.stderr")
         .map(|b| b.text.clone())
@@ -1422,14 +1432,9 @@ fn judge_nvidia(r: &Results, c: &mut Vec<Check>) {
         ));
         return;
     }
-    let client_pid = r.find("nv", &[]).and_then(|_| {
-        r.lines
-            .iter()
-            .map(|l| Fields::parse(l))
-            .find(|f| f.topic == "nv" && f.get("pid").is_some())
-    });
-    let pid = client_pid.as_ref().and_then(|f| f.int("pid"));
-    let calls: Vec<(String, i64)> = r
+    let client = r.sub("nv.client");
+    let pid = client.with_key("nv", "pid").and_then(|f| f.int("pid"));
+    let calls: Vec<(String, i64)> = client
         .lines
         .iter()
         .map(|l| Fields::parse(l))
@@ -1528,8 +1533,10 @@ fn judge_nvidia_device(r: &Results, c: &mut Vec<Check>) {
         c.push(Check::fail("b.nvdev", title, why));
         return;
     }
+    let client = r.sub("nvdev.client");
     let fields = |topic: &str| -> Vec<Fields> {
-        r.lines
+        client
+            .lines
             .iter()
             .map(|l| Fields::parse(l))
             .filter(|f| f.topic == topic)
@@ -1628,8 +1635,10 @@ fn judge_nvidia_device(r: &Results, c: &mut Vec<Check>) {
 }
 
 fn judge_amd(r: &Results, c: &mut Vec<Check>) {
+    let client = r.sub("amd.client");
     let rc = |size: &str| {
-        r.find("kfd_create", &[("size", size)])
+        client
+            .find("kfd_create", &[("size", size)])
             .and_then(|f| f.int("rc"))
     };
     let (r96, r88) = (rc("96"), rc("88"));
@@ -1656,7 +1665,7 @@ fn judge_amd(r: &Results, c: &mut Vec<Check>) {
         return;
     }
     let ready = r.find("amd", &[("tracer_ready", "yes")]).is_some();
-    let pid = r.find("kfd_create", &[]).and_then(|f| f.int("pid"));
+    let pid = client.find("kfd_create", &[]).and_then(|f| f.int("pid"));
     let (events, bad) = json_lines(
         &r.block("amd.jsonl")
             .map(|b| b.text.clone())
@@ -1744,12 +1753,7 @@ fn judge_amd(r: &Results, c: &mut Vec<Check>) {
 /// Entry and return programs on kfd_ioctl_create_queue: one hit each, the driver's copy of the
 /// arguments read at entry, the driver's errno at return.
 fn create_queue_probe(r: &Results, topic: &str) -> (bool, String) {
-    let Some(f) = r.find(topic, &[]).and_then(|_| {
-        r.lines
-            .iter()
-            .map(|l| Fields::parse(l))
-            .find(|f| f.topic == topic && f.get("entry_hits").is_some())
-    }) else {
+    let Some(f) = r.with_key(topic, "entry_hits") else {
         let lines: Vec<&String> = r
             .lines
             .iter()
@@ -1782,14 +1786,7 @@ fn judge_deep(r: &Results, c: &mut Vec<Check>) {
         detail,
     ));
     let amb = r.find("kprobe", &[("ambiguous", "init_mqd")]);
-    let att = r
-        .find("kprobe", &[("ambiguous", "init_mqd")])
-        .and_then(|_| {
-            r.lines
-                .iter()
-                .map(|l| Fields::parse(l))
-                .find(|f| f.topic == "kprobe" && f.get("by_address_attached").is_some())
-        });
+    let att = r.with_key("kprobe", "by_address_attached");
     let copies = amb.as_ref().and_then(|f| f.int("copies"));
     let ok = copies.is_some_and(|n| n > 1)
         && amb.as_ref().and_then(|f| f.get("by_name")) == Some("refused")
@@ -1809,10 +1806,7 @@ fn judge_deep(r: &Results, c: &mut Vec<Check>) {
     ));
     let (ok, detail) = create_queue_probe(r, "fentry");
     let btf = r
-        .lines
-        .iter()
-        .map(|l| Fields::parse(l))
-        .find(|f| f.topic == "fentry" && f.get("func_id").is_some())
+        .with_key("fentry", "func_id")
         .map(|f| {
             format!(
                 "; split-BTF id {} (vmlinux has {} types)",
@@ -1830,16 +1824,8 @@ fn judge_deep(r: &Results, c: &mut Vec<Check>) {
 }
 
 fn judge_lsm(r: &Results, c: &mut Vec<Check>) {
-    let f = r
-        .lines
-        .iter()
-        .map(|l| Fields::parse(l))
-        .find(|f| f.topic == "lsm" && f.get("self_denied96").is_some());
-    let counts = r
-        .lines
-        .iter()
-        .map(|l| Fields::parse(l))
-        .find(|f| f.topic == "lsm" && f.get("program_denials").is_some());
+    let f = r.with_key("lsm", "self_denied96");
+    let counts = r.with_key("lsm", "program_denials");
     let Some(f) = f else {
         let lines: Vec<&String> = r
             .lines
@@ -1902,11 +1888,13 @@ fn judge_deny(r: &Results, c: &mut Vec<Check>) {
         }
         return;
     }
+    // Denials the kernel counts (`STATS kernel.denied`): one GPFIFO_SCHEDULE; two CREATE_QUEUE.
     c.push(judge_deny_run(
         r,
         "deny_nv",
         "e.deny_nv",
         nv_title,
+        1,
         &deny_nv_expect,
     ));
     c.push(judge_deny_run(
@@ -1914,6 +1902,7 @@ fn judge_deny(r: &Results, c: &mut Vec<Check>) {
         "deny_amd",
         "e.deny_amd",
         amd_title,
+        2,
         &deny_amd_expect,
     ));
 }
@@ -1932,6 +1921,7 @@ fn judge_deny_run(
     name: &str,
     id: &'static str,
     title: &'static str,
+    denials: u64,
     expect: &DenyExpect,
 ) -> Check {
     let Some(run) = r
@@ -1945,10 +1935,7 @@ fn judge_deny_run(
         .map(|b| b.text.clone())
         .unwrap_or_default();
     let exit = r
-        .lines
-        .iter()
-        .map(|l| Fields::parse(l))
-        .find(|f| f.topic == name && f.get("tracer_exit").is_some())
+        .with_key(name, "tracer_exit")
         .and_then(|f| f.int("tracer_exit"));
     if exit == Some(3) && stderr.contains("not implemented") {
         return Check::skip(id, title, format!("not in this build: {}", stderr.trim()));
@@ -2019,13 +2006,20 @@ fn judge_deny_run(
             .collect();
         expect(&client, &mine, &mut problems);
     }
+    let stats = events.iter().find(|e| e["event"] == "STATS");
+    let counted = stats.and_then(|s| s["kernel"]["denied"].as_u64());
+    if counted != Some(denials) {
+        problems.push(format!("STATS kernel.denied {counted:?}, want {denials}"));
+    }
     Check::new(
         id,
         title,
         problems.is_empty(),
         if problems.is_empty() {
             format!(
-                "denied pid {}: refused with EPERM; the other process and the PID's next owner were not",
+                "denied pid {}: refused with EPERM before the driver, shown as SCHEDULE \
+                 allowed=false errno=-1, {denials} denial(s) counted by the kernel; the other \
+                 process and the PID's next owner were not refused",
                 denied_pid.unwrap_or(-1)
             )
         } else {
@@ -2455,7 +2449,7 @@ LAB-BEGIN deny_nv.jsonl
 {"event":"SCHEDULE","pid":300,"comm":"lab-client","allowed":false,"errno":-1}
 {"event":"SCHEDULE","pid":301,"comm":"lab-client","allowed":true,"errno":0}
 {"event":"SCHEDULE","pid":300,"comm":"lab-reuse","allowed":true,"errno":0}
-{"event":"STATS"}
+{"event":"STATS","kernel":{"denied":1}}
 LAB-END deny_nv.jsonl rc=0
 LAB deny_amd tracer_ready=yes denied_pid=310 other_pid=311 t=80
 LAB-BEGIN deny_amd.denied
@@ -2481,7 +2475,7 @@ LAB-BEGIN deny_amd.jsonl
 {"event":"SCHEDULE","pid":311,"comm":"lab-client","allowed":false,"errno":-22}
 {"event":"SCHEDULE","pid":310,"comm":"lab-reuse","allowed":false,"errno":-22}
 {"event":"SCHEDULE","pid":310,"comm":"lab-reuse","allowed":false,"errno":-22}
-{"event":"STATS"}
+{"event":"STATS","kernel":{"denied":2}}
 LAB-END deny_amd.jsonl rc=0
 "#;
 
@@ -2544,6 +2538,8 @@ LAB-END deny_amd.jsonl rc=0
                 "LAB deny_amd tracer_exit=1",
                 "e.deny_amd",
             ),
+            ("{\"denied\":1}", "{\"denied\":0}", "e.deny_nv"),
+            ("{\"denied\":2}", "{\"denied\":3}", "e.deny_amd"),
         ];
         for (from, to, id) in cases {
             assert!(with.contains(from), "{from}");
