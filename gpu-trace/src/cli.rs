@@ -6,6 +6,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 const EXAMPLES: &str = "\
 Examples:
+  Check what this machine allows (hooks, BTF, LSMs, driver) before tracing:
+      sudo gpu-trace doctor
   Trace every process on the default (NVIDIA) driver until Ctrl-C:
       sudo gpu-trace
   Also show work-submit tokens, for one process, for 30 seconds:
@@ -14,17 +16,47 @@ Examples:
       sudo gpu-trace --vendor amd -v
   Only processes whose name is python3, as JSON lines, into a file:
       sudo gpu-trace --comm python3 --format json -o trace.jsonl
-  Record the raw driver calls and replay them later, on any machine, without root:
+  Timestamps in seconds since the first event instead of wall-clock time:
+      sudo gpu-trace --timestamps relative
+  A timeline for the Perfetto UI (ui.perfetto.dev: Open trace file), next to the usual output:
+      sudo gpu-trace --perfetto trace.json
+  Record the raw driver calls and replay them later, on any machine, without root, with the
+  same output options (-v, --pid, --comm, --format, -o, --timestamps, --perfetto):
       sudo gpu-trace --record run.gtrace
-      gpu-trace replay run.gtrace -v
+      gpu-trace replay run.gtrace -v --perfetto run.json -o run.txt
+  Refuse GPU scheduling to one process while tracing (needs an active BPF LSM; see doctor):
+      sudo gpu-trace --deny-pid 4242
 
 Output: one line per event (TASK_INIT, SCHEDULE, WORK_SUBMIT with -v, TASK_DESTROY); a field the
 driver layer cannot know is printed as `?`. On exit (Ctrl-C, SIGTERM, --duration) a statistics
 block: counts per event, dropped, read_failed, and a per-process table.
 
 Exit status: 0 on success; 1 on a runtime error; 2 on bad usage; 3 when the kernel or system
-cannot support tracing (missing privileges, BTF, hooks); 4 when events were dropped.
-See docs/events.md for every field and docs/troubleshooting.md for errors.";
+cannot support tracing (missing privileges, BTF, hooks); 4 when events were dropped. `doctor`:
+0 when tracing and --deny-pid can both work, 5 when tracing can but --deny-pid cannot, 3 when
+tracing cannot.
+See docs/cli.md for every option, docs/json-schema.md for the JSON fields, docs/events.md for
+the events and docs/troubleshooting.md for errors.";
+
+const REPLAY_EXAMPLES: &str = "\
+Examples:
+  Print a recording exactly as the live run printed it (-v if the live run had it):
+      gpu-trace replay run.gtrace -v
+  The same events as JSON lines, into a file; or only one process:
+      gpu-trace replay run.gtrace --format json -o run.jsonl
+      gpu-trace replay run.gtrace --pid 4242
+  A Perfetto timeline of the recording, without the text output:
+      gpu-trace replay run.gtrace --perfetto run.json -o /dev/null
+
+Exit status: 0 on success; 1 when the file cannot be read or decoded; 2 on bad usage; 4 when
+the live run had dropped records (its trailer says so).";
+
+const DOCTOR_EXAMPLES: &str = "\
+Examples:
+  The table (root: the trials load test programs):
+      sudo gpu-trace doctor
+  In a script: go on only where tracing works, and know whether --deny-pid will:
+      sudo gpu-trace doctor --json > doctor.json; case $? in 0) echo all;; 5) echo no deny;; *) echo none;; esac";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -49,11 +81,29 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Decode a recording made with --record and print it as the live run did (no root needed).
+    #[command(after_long_help = REPLAY_EXAMPLES)]
     Replay {
         /// The recording file.
         file: PathBuf,
         #[command(flatten)]
         output: OutputArgs,
+    },
+    /// Show what this machine allows, per vendor and per hook, and why not (each "no" names
+    /// the fix).
+    ///
+    /// Checks privileges, kernel BTF (vmlinux and per module), tracefs, kprobes, BPF
+    /// trampolines, the active LSMs, lockdown, kallsyms and ftrace's function list, the NVIDIA
+    /// and AMD KFD drivers (flavour, version, device nodes and majors), tries every hook with a
+    /// trivial program and loads gpu-trace's own programs, then detaches everything. Run it as
+    /// root.
+    ///
+    /// Exit status: 0 when tracing and --deny-pid can both work, 5 when tracing can but
+    /// --deny-pid cannot, 3 when tracing cannot.
+    #[command(after_long_help = DOCTOR_EXAMPLES)]
+    Doctor {
+        /// Print the report as one JSON object instead of a table.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -71,7 +121,7 @@ pub enum Vendor {
 pub enum Format {
     /// One aligned line per event.
     Text,
-    /// One JSON object per line (schema: docs/events.md).
+    /// One JSON object per line (schema: docs/json-schema.md).
     Json,
 }
 
@@ -102,11 +152,18 @@ pub struct OutputArgs {
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
 
-    /// Write events and statistics to FILE instead of standard output.
+    /// Write events and statistics to FILE instead of standard output (any --format).
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
 
-    /// Timestamp style.
+    /// Also write a timeline to FILE for the Perfetto UI (Chrome JSON trace format): a track
+    /// group per process, a slice per TSG/queue lifetime, instants for SCHEDULE and
+    /// WORK_SUBMIT (always, -v or not), every field as args. Filters apply.
+    #[arg(long, value_name = "FILE")]
+    pub perfetto: Option<PathBuf>,
+
+    /// Timestamp style of the text output (JSON lines always carry both `time`, UTC wall clock,
+    /// and `ts_ns`, CLOCK_MONOTONIC).
     #[arg(long, value_enum, default_value_t = Timestamps::Wall)]
     pub timestamps: Timestamps,
 

@@ -10,9 +10,11 @@
 //! - [`pipeline`]: records → decoded calls → events → output (shared by live runs and replay);
 //! - [`cli`]: the command line;
 //! - [`record`]: the recording file format (`--record`, `replay`);
-//! - [`session`]: the live loop that ties them together.
+//! - [`session`]: the live loop that ties them together;
+//! - [`doctor`]: `gpu-trace doctor`, what this machine allows and why not.
 pub mod amd;
 pub mod cli;
+pub mod doctor;
 pub mod loader;
 pub mod model;
 pub mod nvidia;

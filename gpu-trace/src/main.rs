@@ -14,10 +14,13 @@ use gpu_trace::{
 const EXIT_RUNTIME: u8 = 1;
 const EXIT_UNSUPPORTED: u8 = 3;
 const EXIT_DROPPED: u8 = 4;
+// `doctor`'s "tracing cannot work" is the same code as a run that cannot start.
+const _: () = assert!(gpu_trace::doctor::exit::UNSUPPORTED == EXIT_UNSUPPORTED);
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Some(Command::Doctor { json }) => return doctor(json),
         Some(Command::Replay { file, output }) => session::replay(&file, &output)
             .with_context(|| format!("replaying {}", file.display())),
         None => trace(cli.trace),
@@ -41,6 +44,18 @@ fn main() -> ExitCode {
             ExitCode::from(if unsupported { EXIT_UNSUPPORTED } else { EXIT_RUNTIME })
         }
     }
+}
+
+/// `gpu-trace doctor`: the report on stdout; the exit status is the verdict (see
+/// `gpu_trace::doctor::exit`).
+fn doctor(json: bool) -> ExitCode {
+    let report = gpu_trace::doctor::evaluate(&gpu_trace::doctor::Facts::gather());
+    if json {
+        println!("{}", report.render_json());
+    } else {
+        print!("{}", report.render_text());
+    }
+    ExitCode::from(report.exit_code)
 }
 
 fn trace(mut args: gpu_trace::cli::TraceArgs) -> anyhow::Result<session::Summary> {

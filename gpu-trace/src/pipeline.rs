@@ -17,6 +17,7 @@ use crate::{
     output::{
         clock::Clock,
         json,
+        perfetto::PerfettoWriter,
         text::{TextFormatter, TimestampMode},
     },
     session::Summary,
@@ -51,6 +52,8 @@ pub struct Pipeline<W: Write> {
     first_ts: Option<u64>,
     last_ts: Option<u64>,
     out: W,
+    /// `--perfetto`: the timeline, written alongside the output.
+    perfetto: Option<PerfettoWriter<Box<dyn Write>>>,
 }
 
 impl<W: Write> Pipeline<W> {
@@ -72,7 +75,14 @@ impl<W: Write> Pipeline<W> {
             first_ts: None,
             last_ts: None,
             out,
+            perfetto: None,
         }
+    }
+
+    /// Also writes every selected event to a Perfetto timeline (`--perfetto`).
+    pub fn with_perfetto(mut self, writer: PerfettoWriter<Box<dyn Write>>) -> Self {
+        self.perfetto = Some(writer);
+        self
     }
 
     /// Feeds one ring-buffer record; prints the events it produces.
@@ -149,6 +159,11 @@ impl<W: Write> Pipeline<W> {
 
     fn emit(&mut self, event: &Event) -> std::io::Result<()> {
         self.stats.record(event);
+        if let Some(perfetto) = self.perfetto.as_mut() {
+            let pid = event.origin.pid;
+            let name = self.process_names.get(&pid).map_or(event.origin.comm.as_str(), String::as_str);
+            perfetto.event(event, name, self.first_ts.unwrap_or(event.origin.ts_ns))?;
+        }
         let line = match self.config.format {
             Format::Text => self.text.format_event(event, &self.config.clock),
             Format::Json => Some(json::event_json(event, &self.config.clock)),
@@ -176,6 +191,15 @@ impl<W: Write> Pipeline<W> {
         self.stats.kernel = counters;
         self.stats.elapsed = Some(duration);
         self.stats.live_at_exit = (self.tracker.live_tasks() + self.amd.live_tasks()) as u64;
+        if let Some(perfetto) = self.perfetto.take() {
+            let other = [
+                ("tool", format!("gpu-trace {}", env!("CARGO_PKG_VERSION"))),
+                ("clock", "CLOCK_MONOTONIC (ts in microseconds)".to_string()),
+                ("realtime_offset_ns", self.config.clock.offset_ns().to_string()),
+                ("dropped", counters.dropped.to_string()),
+            ];
+            perfetto.finish(self.last_ts.unwrap_or(0), &other)?;
+        }
         if self.config.stats {
             match self.config.format {
                 Format::Text => write!(self.out, "{}", self.stats.render_text())?,

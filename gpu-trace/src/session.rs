@@ -19,7 +19,7 @@ use crate::{
     cli::{OutputArgs, TraceArgs, Vendor},
     loader::{LoadError, LoadOptions, Tracer},
     model::stats::KernelCounters,
-    output::clock::Clock,
+    output::{clock::Clock, perfetto::PerfettoWriter},
     pipeline::{Pipeline, PipelineConfig},
     probe::system,
     record::{RecordError, RecordReader, RecordWriter, RecordingHeader, RecordingTrailer},
@@ -83,6 +83,25 @@ fn open_output(args: &OutputArgs) -> Result<Box<dyn Write>, RunError> {
             File::create(path).map_err(io_err(format!("creating {}", path.display())))?,
         )),
         None => Box::new(io::stdout().lock()),
+    })
+}
+
+/// The pipeline for `args`: output to standard output or `-o FILE`, and the `--perfetto`
+/// timeline when asked for.
+fn new_pipeline(args: &OutputArgs, clock: Clock) -> Result<Pipeline<Box<dyn Write>>, RunError> {
+    let perfetto = match &args.perfetto {
+        Some(path) => {
+            let file = File::create(path).map_err(io_err(format!("creating {}", path.display())))?;
+            let out: Box<dyn Write> = Box::new(BufWriter::new(file));
+            Some(PerfettoWriter::new(out, clock.clone()).map_err(io_err(format!("writing {}", path.display())))?)
+        }
+        None => None,
+    };
+    let out = open_output(args)?;
+    let pipeline = Pipeline::new(pipeline_config(args, clock), out);
+    Ok(match perfetto {
+        Some(p) => pipeline.with_perfetto(p),
+        None => pipeline,
     })
 }
 
@@ -159,8 +178,7 @@ pub async fn run_live(args: &TraceArgs) -> Result<Summary, RunError> {
         None => None,
     };
 
-    let out = open_output(&args.output)?;
-    let mut pipeline = Pipeline::new(pipeline_config(&args.output, clock), out);
+    let mut pipeline = new_pipeline(&args.output, clock)?;
     let ring = tracer.take_ring_buffer()?;
     // SAFETY: the ring buffer owns its map fd and keeps it open for as long as the AsyncFd
     // that owns the ring buffer lives; nothing else closes it.
@@ -229,8 +247,7 @@ pub fn replay(path: &Path, args: &OutputArgs) -> Result<Summary, RunError> {
     let file = File::open(path).map_err(io_err(format!("opening {}", path.display())))?;
     let mut reader = RecordReader::new(BufReader::new(file))?;
     let clock = Clock::new(reader.header.realtime_offset_ns);
-    let out = open_output(args)?;
-    let mut pipeline = Pipeline::new(pipeline_config(args, clock), out);
+    let mut pipeline = new_pipeline(args, clock)?;
     while let Some(bytes) = reader.next_record()? {
         pipeline.feed(&bytes).map_err(io_err("writing the output"))?;
     }

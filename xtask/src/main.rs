@@ -1,6 +1,7 @@
 //! Developer tasks: `cargo xtask <task>`. Each task lives in its own module.
 use clap::{Parser, Subcommand};
 
+mod r#gen;
 mod lab;
 
 #[derive(Parser)]
@@ -15,11 +16,15 @@ enum Task {
     /// Boot a stock Debian kernel in QEMU (amdgpu loaded, no GPU) and check gpu-trace on it:
     /// kprobes, module BTF, fentry, BPF LSM. See docs/lab.md.
     Lab(lab::LabArgs),
+    /// Generate man pages and shell completions from the CLI definition (into target/gen by
+    /// default); with --docs also docs/json-schema.md from the code.
+    Gen(r#gen::GenArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.task {
         Task::Lab(args) => lab::run(args),
+        Task::Gen(args) => r#gen::run(args),
     }
 }

@@ -1,4 +1,5 @@
-//! Rendering events and statistics.
+//! Rendering events and statistics: text lines, JSON lines, Perfetto timelines.
 pub mod clock;
 pub mod json;
+pub mod perfetto;
 pub mod text;

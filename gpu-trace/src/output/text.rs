@@ -264,7 +264,7 @@ fn format_relative(ns: i128) -> String {
 
 /// The TSG column: the hardware id in decimal, an RM handle in hex, a KFD queue id in decimal
 /// (`?` for a refused `CREATE_QUEUE`, which has none).
-fn task_id(task: TaskId) -> String {
+pub(crate) fn task_id(task: TaskId) -> String {
     match task {
         TaskId::HwTsg(n) | TaskId::KfdQueue(n) => n.to_string(),
         TaskId::RmHandle(h) => format!("0x{h:08x}"),

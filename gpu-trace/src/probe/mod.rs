@@ -1,3 +1,4 @@
 //! What the running kernel allows: structure offsets from BTF, privileges, tracefs, devices.
 pub mod btf;
 pub mod system;
+pub mod trial;

@@ -1,0 +1,477 @@
+//! `--perfetto FILE`: a timeline in the Chrome JSON trace event format, which the Perfetto UI
+//! (ui.perfetto.dev, "Open trace file") and `chrome://tracing` open.
+//!
+//! Layout:
+//! - one **process** (`pid`, named by a `process_name` metadata event after the first `comm` seen)
+//!   per traced process: Perfetto shows it as a track group;
+//! - one **thread track** per TSG / queue lifetime inside it, named after the task
+//!   (`TSG 0x5c000015 GRAPHICS`, `queue 3`). Its `tid` is synthetic: [`TRACK_TID_BASE`] plus a
+//!   counter, above any real Linux thread id (`PID_MAX_LIMIT` is 2²²), so that tasks whose
+//!   lifetimes overlap never share a track and slices always nest;
+//! - one **slice** per lifetime: `B` at `TASK_INIT`, `E` at `TASK_DESTROY`. A task first seen
+//!   after the trace started (its `TASK_INIT` happened before) begins at the first record of the
+//!   trace; a task still alive at the end ends at the last record. The slice's args carry the
+//!   `TASK_INIT` fields under `task_init`, the `TASK_DESTROY` fields under `task_destroy`, or
+//!   `note` for the cases above;
+//! - one **instant** (`ph: "i"`, thread scope) per `SCHEDULE` and `WORK_SUBMIT` on the task's
+//!   track, inside its slice, with the event's fields as args. `WORK_SUBMIT` is always written
+//!   (the file is not a terminal; `-v` only concerns the printed output). An event that belongs
+//!   to no task becomes a process-scoped instant.
+//!
+//! Field names in args are those of the JSON lines output (docs/json-schema.md), plus `time`
+//! (wall clock, UTC), `ts_ns` (CLOCK_MONOTONIC ns), `cpu`, `tid` and `comm` of the calling thread,
+//! and `amd` (the queue's properties) for AMD KFD events.
+//! `ts` is CLOCK_MONOTONIC in microseconds with nanosecond decimals.
+//!
+//! Perfetto's JSON importer reads keys in order and stops at an array inside an event, so
+//! `traceEvents` comes first and no event holds an array (arrays in args are written as strings).
+
+use std::{
+    collections::{HashMap, HashSet},
+    io::{self, Write},
+};
+
+use chrono::SecondsFormat;
+use serde_json::{Map, Value, json};
+
+use crate::{
+    model::event::{Event, EventKind, TaskId},
+    output::{clock::Clock, text},
+};
+
+/// The first synthetic thread id of task tracks.
+pub const TRACK_TID_BASE: u32 = 1 << 24;
+
+/// The category of every event gpu-trace writes.
+const CATEGORY: &str = "gpu";
+
+/// A task's identity for track bookkeeping (TaskId is not `Hash`).
+type TaskKey = (u32, String);
+
+struct Track {
+    tid: u32,
+    slice: String,
+}
+
+/// Writes a Chrome JSON trace as events arrive; [`PerfettoWriter::finish`] closes it.
+pub struct PerfettoWriter<W: Write> {
+    out: W,
+    clock: Clock,
+    wrote_any: bool,
+    open: HashMap<TaskKey, Track>,
+    named: HashSet<u32>,
+    next_track: u32,
+}
+
+/// Microseconds with three decimals, exactly (no float rounding).
+fn ts_us(ns: u64) -> String {
+    format!("{}.{:03}", ns / 1000, ns % 1000)
+}
+
+/// The JSON value with every array replaced by its JSON text (Perfetto's importer rejects
+/// arrays inside events).
+fn without_arrays(v: Value) -> Value {
+    match v {
+        Value::Array(a) => Value::String(Value::Array(a).to_string()),
+        Value::Object(m) => {
+            Value::Object(m.into_iter().map(|(k, v)| (k, without_arrays(v))).collect())
+        }
+        other => other,
+    }
+}
+
+fn task_key(pid: u32, task: TaskId) -> TaskKey {
+    (pid, format!("{task:?}"))
+}
+
+/// The slice and track name of a task: `TSG 0x5c000015`, `TSG 12` (hardware id), `queue 3`.
+pub fn task_label(task: TaskId) -> String {
+    match task {
+        TaskId::KfdQueue(_) => format!("queue {}", text::task_id(task)),
+        _ => format!("TSG {}", text::task_id(task)),
+    }
+}
+
+impl<W: Write> PerfettoWriter<W> {
+    /// Starts the file. `clock` converts timestamps to wall-clock time for the args.
+    pub fn new(mut out: W, clock: Clock) -> io::Result<Self> {
+        out.write_all(b"{\"traceEvents\":[")?;
+        Ok(Self {
+            out,
+            clock,
+            wrote_any: false,
+            open: HashMap::new(),
+            named: HashSet::new(),
+            next_track: 0,
+        })
+    }
+
+    fn write_event(&mut self, fields: &str) -> io::Result<()> {
+        self.out
+            .write_all(if self.wrote_any { b",\n" } else { b"\n" })?;
+        self.wrote_any = true;
+        self.out.write_all(fields.as_bytes())
+    }
+
+    fn metadata(&mut self, name: &str, pid: u32, tid: u32, value: &str) -> io::Result<()> {
+        let line = format!(
+            "{{\"ph\":\"M\",\"name\":\"{name}\",\"pid\":{pid},\"tid\":{tid},\"args\":{{\"name\":{}}}}}",
+            Value::from(value)
+        );
+        self.write_event(&line)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn timed(
+        &mut self,
+        ph: &str,
+        ts_ns: u64,
+        pid: u32,
+        tid: u32,
+        name: &str,
+        scope: Option<&str>,
+        args: Value,
+    ) -> io::Result<()> {
+        let mut line = format!(
+            "{{\"ph\":\"{ph}\",\"ts\":{},\"pid\":{pid},\"tid\":{tid},\"name\":{},\"cat\":\"{CATEGORY}\"",
+            ts_us(ts_ns),
+            Value::from(name)
+        );
+        if let Some(s) = scope {
+            line.push_str(&format!(",\"s\":\"{s}\""));
+        }
+        line.push_str(&format!(",\"args\":{}}}", without_arrays(args)));
+        self.write_event(&line)
+    }
+
+    /// The event's fields as in the JSON lines output, plus the calling thread.
+    fn fields(&self, ev: &Event) -> Value {
+        let mut m = match serde_json::to_value(&ev.kind) {
+            Ok(Value::Object(m)) => m,
+            _ => Map::new(),
+        };
+        m.remove("event");
+        let o = &ev.origin;
+        m.insert(
+            "time".into(),
+            self.clock
+                .utc(o.ts_ns)
+                .to_rfc3339_opts(SecondsFormat::Micros, true)
+                .into(),
+        );
+        m.insert("ts_ns".into(), o.ts_ns.into());
+        m.insert("cpu".into(), o.cpu.into());
+        m.insert("tid".into(), o.tid.into());
+        m.insert("comm".into(), o.comm.clone().into());
+        if let Some(amd) = ev.amd.as_ref().and_then(|a| serde_json::to_value(a).ok()) {
+            m.insert("amd".into(), amd);
+        }
+        Value::Object(m)
+    }
+
+    fn name_process(&mut self, pid: u32, process_name: &str) -> io::Result<()> {
+        if self.named.insert(pid) {
+            self.metadata("process_name", pid, pid, process_name)?;
+        }
+        Ok(())
+    }
+
+    /// Opens a new track and slice for `task` at `ts_ns`.
+    fn open_track(
+        &mut self,
+        pid: u32,
+        task: TaskId,
+        ts_ns: u64,
+        track_name: &str,
+        args: Value,
+    ) -> io::Result<u32> {
+        let tid = TRACK_TID_BASE + self.next_track;
+        self.next_track += 1;
+        self.metadata("thread_name", pid, tid, track_name)?;
+        let slice = task_label(task);
+        self.timed("B", ts_ns, pid, tid, &slice, None, args)?;
+        self.open.insert(task_key(pid, task), Track { tid, slice });
+        Ok(tid)
+    }
+
+    fn close_track(&mut self, pid: u32, track: Track, ts_ns: u64, args: Value) -> io::Result<()> {
+        self.timed("E", ts_ns, pid, track.tid, &track.slice, None, args)
+    }
+
+    /// The open track of `task`, opened at `trace_start_ns` if the task was created before the
+    /// trace started.
+    fn track_of(&mut self, pid: u32, task: TaskId, trace_start_ns: u64) -> io::Result<u32> {
+        if let Some(t) = self.open.get(&task_key(pid, task)) {
+            return Ok(t.tid);
+        }
+        let name = task_label(task);
+        self.open_track(
+            pid,
+            task,
+            trace_start_ns,
+            &name,
+            json!({"note": "created before the trace started"}),
+        )
+    }
+
+    /// Writes one event. `process_name` names the process's track group; `trace_start_ns` is
+    /// the timestamp of the first record of the trace.
+    pub fn event(&mut self, ev: &Event, process_name: &str, trace_start_ns: u64) -> io::Result<()> {
+        let pid = ev.origin.pid;
+        let ts = ev.origin.ts_ns;
+        self.name_process(pid, process_name)?;
+        let task = ev.kind.task();
+        let fields = self.fields(ev);
+        if matches!(task, TaskId::KfdNoQueue) {
+            return self.timed("i", ts, pid, pid, ev.kind.name(), Some("p"), fields);
+        }
+        match &ev.kind {
+            EventKind::TaskInit { engine, .. } => {
+                if let Some(old) = self.open.remove(&task_key(pid, task)) {
+                    self.close_track(
+                        pid,
+                        old,
+                        ts,
+                        json!({"note": "superseded by a new TASK_INIT of the same id"}),
+                    )?;
+                }
+                let mut name = task_label(task);
+                let kind = engine
+                    .map(|e| serde_json::to_value(e).unwrap_or(Value::Null))
+                    .or_else(|| {
+                        ev.amd
+                            .as_ref()?
+                            .queue_type
+                            .map(|q| serde_json::to_value(q).unwrap_or(Value::Null))
+                    });
+                if let Some(Value::String(k)) = kind {
+                    name = format!("{name} {k}");
+                }
+                self.open_track(pid, task, ts, &name, json!({ "task_init": fields }))?;
+            }
+            EventKind::TaskDestroy { .. } => {
+                self.track_of(pid, task, trace_start_ns)?;
+                if let Some(track) = self.open.remove(&task_key(pid, task)) {
+                    self.close_track(pid, track, ts, json!({ "task_destroy": fields }))?;
+                }
+            }
+            _ => {
+                let tid = self.track_of(pid, task, trace_start_ns)?;
+                self.timed("i", ts, pid, tid, ev.kind.name(), Some("t"), fields)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends every slice still open at `end_ns` (the last record of the trace), closes the JSON
+    /// and flushes. `other` goes to `otherData` (strings, shown by Perfetto as trace metadata).
+    pub fn finish(mut self, end_ns: u64, other: &[(&str, String)]) -> io::Result<W> {
+        let mut still_open: Vec<(TaskKey, Track)> = self.open.drain().collect();
+        still_open.sort_by_key(|(_, t)| t.tid);
+        for ((pid, _), track) in still_open {
+            self.close_track(
+                pid,
+                track,
+                end_ns,
+                json!({"note": "still alive when the trace ended"}),
+            )?;
+        }
+        let other: Map<String, Value> = other
+            .iter()
+            .map(|(k, v)| (k.to_string(), Value::from(v.as_str())))
+            .collect();
+        write!(self.out, "\n],\n\"otherData\":{}}}\n", Value::Object(other))?;
+        self.out.flush()?;
+        Ok(self.out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::event::{DestroyCause, Engine, Interleave, Origin, ValueSource};
+
+    fn origin(ts_ns: u64, pid: u32, comm: &str) -> Origin {
+        Origin {
+            ts_ns,
+            cpu: 1,
+            pid,
+            tid: pid,
+            comm: comm.into(),
+        }
+    }
+
+    fn init(ts: u64, pid: u32, handle: u32) -> Event {
+        Event {
+            amd: None,
+            origin: origin(ts, pid, "python3"),
+            kind: EventKind::TaskInit {
+                task: TaskId::RmHandle(handle),
+                client: 7,
+                engine: Some(Engine::Graphics),
+                engine_type: Some(1),
+                timeslice_us: Some(1024),
+                timeslice_source: ValueSource::DriverDefault,
+                interleave: Some(Interleave::Medium),
+                interleave_source: ValueSource::DriverDefault,
+                runlist: None,
+                gpu: Some(0),
+            },
+        }
+    }
+
+    fn schedule(ts: u64, pid: u32, handle: u32) -> Event {
+        Event {
+            amd: None,
+            origin: origin(ts, pid, "python3"),
+            kind: EventKind::Schedule {
+                task: TaskId::RmHandle(handle),
+                client: 7,
+                channels: Some(8),
+                timeslice_us: Some(1024),
+                interleave: Some(Interleave::Medium),
+                allowed: true,
+                rm_status: Some(0),
+                errno: 0,
+                via_channel: false,
+            },
+        }
+    }
+
+    fn destroy(ts: u64, pid: u32, handle: u32) -> Event {
+        Event {
+            amd: None,
+            origin: origin(ts, pid, "cuda-EvtHandlr"),
+            kind: EventKind::TaskDestroy {
+                task: TaskId::RmHandle(handle),
+                client: 7,
+                cause: DestroyCause::ProcessExit,
+                implicit: true,
+            },
+        }
+    }
+
+    fn write(events: &[Event], start: u64, end: u64) -> Value {
+        let mut w = PerfettoWriter::new(Vec::new(), Clock::new(0)).unwrap();
+        for e in events {
+            w.event(e, "python3", start).unwrap();
+        }
+        let bytes = w.finish(end, &[("tool", "test".into())]).unwrap();
+        let text = String::from_utf8(bytes).unwrap();
+        assert!(
+            text.starts_with("{\"traceEvents\":["),
+            "traceEvents must come first"
+        );
+        serde_json::from_str(&text).unwrap()
+    }
+
+    fn phases(v: &Value) -> Vec<String> {
+        v["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["ph"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn timestamps_are_exact_microseconds() {
+        assert_eq!(ts_us(1_234_567), "1234.567");
+        assert_eq!(ts_us(5), "0.005");
+        assert_eq!(ts_us(u64::MAX), "18446744073709551.615");
+    }
+
+    #[test]
+    fn a_lifetime_is_a_slice_with_its_instants_inside() {
+        let v = write(
+            &[
+                init(1_000, 42, 0x5c00_0015),
+                schedule(2_000, 42, 0x5c00_0015),
+                destroy(3_000, 42, 0x5c00_0015),
+            ],
+            500,
+            4_000,
+        );
+        assert_eq!(phases(&v), ["M", "M", "B", "i", "E"]);
+        let ev = v["traceEvents"].as_array().unwrap();
+        assert_eq!(ev[0]["name"], "process_name");
+        assert_eq!(ev[0]["args"]["name"], "python3");
+        assert_eq!(ev[1]["name"], "thread_name");
+        assert_eq!(ev[1]["args"]["name"], "TSG 0x5c000015 GRAPHICS");
+        let tid = ev[1]["tid"].as_u64().unwrap();
+        assert!(tid >= u64::from(TRACK_TID_BASE));
+        assert!(ev[2..].iter().all(|e| e["tid"] == tid && e["pid"] == 42));
+        assert_eq!(ev[2]["name"], "TSG 0x5c000015");
+        assert_eq!(ev[4]["name"], "TSG 0x5c000015");
+        assert_eq!(ev[2]["ts"].as_f64(), Some(1.0));
+        assert_eq!(ev[2]["args"]["task_init"]["engine"], "GRAPHICS");
+        assert_eq!(ev[2]["args"]["task_init"]["task"]["value"], 0x5c00_0015);
+        assert_eq!(ev[3]["name"], "SCHEDULE");
+        assert_eq!(ev[3]["s"], "t");
+        assert_eq!(ev[3]["args"]["channels"], 8);
+        assert_eq!(ev[3]["args"]["allowed"], true);
+        assert_eq!(ev[4]["args"]["task_destroy"]["cause"], "process_exit");
+        assert_eq!(ev[4]["args"]["task_destroy"]["comm"], "cuda-EvtHandlr");
+        assert_eq!(v["otherData"]["tool"], "test");
+    }
+
+    #[test]
+    fn overlapping_lifetimes_get_their_own_tracks() {
+        let v = write(
+            &[
+                init(1, 1, 10),
+                init(2, 1, 11),
+                destroy(3, 1, 10),
+                destroy(4, 1, 11),
+            ],
+            1,
+            4,
+        );
+        let ev = v["traceEvents"].as_array().unwrap();
+        let b: Vec<u64> = ev
+            .iter()
+            .filter(|e| e["ph"] == "B")
+            .map(|e| e["tid"].as_u64().unwrap())
+            .collect();
+        let e: Vec<u64> = ev
+            .iter()
+            .filter(|e| e["ph"] == "E")
+            .map(|e| e["tid"].as_u64().unwrap())
+            .collect();
+        assert_eq!(b.len(), 2);
+        assert_ne!(b[0], b[1]);
+        assert_eq!(b, e, "each slice ends on its own track");
+    }
+
+    #[test]
+    fn tasks_from_before_the_trace_and_still_alive_at_its_end_are_bounded_by_it() {
+        let v = write(&[schedule(2_000, 9, 5), init(2_500, 9, 6)], 1_000, 9_000);
+        let ev = v["traceEvents"].as_array().unwrap();
+        let b: Vec<&Value> = ev.iter().filter(|e| e["ph"] == "B").collect();
+        assert_eq!(b[0]["ts"].as_f64(), Some(1.0), "begins at the first record");
+        assert_eq!(b[0]["args"]["note"], "created before the trace started");
+        let e: Vec<&Value> = ev.iter().filter(|e| e["ph"] == "E").collect();
+        assert_eq!(e.len(), 2);
+        assert!(e.iter().all(|e| e["ts"].as_f64() == Some(9.0)
+            && e["args"]["note"] == "still alive when the trace ended"));
+    }
+
+    #[test]
+    fn arrays_never_reach_an_event() {
+        assert_eq!(
+            without_arrays(json!({"a": [1, 2], "b": {"c": [3]}})),
+            json!({"a": "[1,2]", "b": {"c": "[3]"}})
+        );
+    }
+
+    #[test]
+    fn process_and_task_names_are_json_escaped() {
+        let mut w = PerfettoWriter::new(Vec::new(), Clock::new(0)).unwrap();
+        let mut e = init(1, 3, 1);
+        e.origin.comm = "we\"ird\\name".into();
+        w.event(&e, "we\"ird\\name", 1).unwrap();
+        let text = String::from_utf8(w.finish(2, &[]).unwrap()).unwrap();
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["traceEvents"][0]["args"]["name"], "we\"ird\\name");
+    }
+}

@@ -1,0 +1,549 @@
+//! The users' side of the output, on the real GPU-host recordings (tests/fixtures):
+//! - `--perfetto`: the timeline is checked the way Perfetto's JSON importer reads it (see
+//!   [`import_like_perfetto`]) and against the events the JSON lines output reports;
+//! - `-o FILE` writes exactly what standard output would, for every format, in replay as in live
+//!   runs (same `OutputArgs`);
+//! - docs/json-schema.md is the schema of json.rs and names every field the output carries.
+//!
+//! Perfetto's own trace processor could not be run here: the PyPI `perfetto` package downloads
+//! its `trace_processor_shell` binary at run time, which this machine cannot reach, and no
+//! package ships it (see docs/cli.md). The structural check below follows the importer's source
+//! (json_trace_tokenizer.cc, json_trace_parser_impl.cc) rule by rule instead.
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use serde_json::Value;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+fn repo_file(path: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(path)
+}
+
+fn gpu_trace(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_gpu-trace"))
+        .args(args)
+        .env("TZ", "UTC")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "gpu-trace {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A fresh path per call (tests run in parallel threads and may ask for the same name).
+fn tmp(name: &str) -> PathBuf {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("gpu-trace-outputs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(format!("{n}-{name}"))
+}
+
+/// A slice as the importer builds it.
+#[derive(Debug)]
+struct Slice {
+    pid: u64,
+    tid: u64,
+    name: String,
+    begin: f64,
+    end: f64,
+    args: Value,
+    /// Instants nested in it: (name, ts, args).
+    instants: Vec<(String, f64, Value)>,
+}
+
+/// Slices, process names by pid, thread names by tid.
+type Imported = (Vec<Slice>, BTreeMap<u64, String>, BTreeMap<u64, String>);
+
+/// What Perfetto's JSON importer would build from `text`, or the first rule it breaks:
+/// - the file is one JSON object whose first key is `traceEvents` (older importers stop at the
+///   first key they do not know; only `traceEvents`, `otherData`, `displayTimeUnit`,
+///   `systemTraceEvents` and `metadata` are known);
+/// - every event is an object without arrays anywhere (the tokenizer's key extraction fails on
+///   an array value), with a string `ph`, a numeric `ts` unless it is metadata, numeric `pid`
+///   and `tid`;
+/// - `M` events are `process_name` / `thread_name` with a string `args.name`;
+/// - per thread track (pid, tid), sorted by `ts` (stable: the sorter keeps file order on ties),
+///   `B`/`E` form a stack and an `E` names the slice it ends; thread-scoped instants (`s: "t"`)
+///   land on the track, nested in the open slice; at the end no slice is left open.
+fn import_like_perfetto(text: &str) -> Result<Imported, String> {
+    let first_key = text.trim_start().trim_start_matches('{').trim_start();
+    if !first_key.starts_with("\"traceEvents\"") {
+        return Err("traceEvents is not the first key".into());
+    }
+    let doc: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    let top = doc.as_object().ok_or("not an object")?;
+    for key in top.keys() {
+        if ![
+            "traceEvents",
+            "otherData",
+            "displayTimeUnit",
+            "systemTraceEvents",
+            "metadata",
+        ]
+        .contains(&key.as_str())
+        {
+            return Err(format!("unknown top-level key {key}"));
+        }
+    }
+    let events = top["traceEvents"]
+        .as_array()
+        .ok_or("traceEvents is not an array")?;
+    fn has_array(v: &Value) -> bool {
+        match v {
+            Value::Array(_) => true,
+            Value::Object(m) => m.values().any(has_array),
+            _ => false,
+        }
+    }
+    let mut processes = BTreeMap::new();
+    let mut threads = BTreeMap::new();
+    // (pid, tid) → (ts, position in the file, event)
+    type Track<'a> = Vec<(f64, usize, &'a Value)>;
+    let mut tracks: BTreeMap<(u64, u64), Track> = BTreeMap::new();
+    for (i, e) in events.iter().enumerate() {
+        if has_array(e) {
+            return Err(format!("event {i} holds an array: {e}"));
+        }
+        let ph = e["ph"].as_str().ok_or(format!("event {i}: no ph"))?;
+        let pid = e["pid"]
+            .as_u64()
+            .ok_or(format!("event {i}: no numeric pid"))?;
+        let tid = e["tid"]
+            .as_u64()
+            .ok_or(format!("event {i}: no numeric tid"))?;
+        if ph == "M" {
+            let name = e["args"]["name"]
+                .as_str()
+                .ok_or(format!("event {i}: metadata without args.name"))?;
+            match e["name"].as_str() {
+                Some("process_name") => processes.insert(pid, name.to_string()),
+                Some("thread_name") => {
+                    if threads.contains_key(&tid) {
+                        return Err(format!(
+                            "tid {tid} named twice (thread names are keyed by tid)"
+                        ));
+                    }
+                    threads.insert(tid, name.to_string())
+                }
+                other => return Err(format!("event {i}: unknown metadata {other:?}")),
+            };
+            continue;
+        }
+        let ts = e["ts"]
+            .as_f64()
+            .ok_or(format!("event {i}: no numeric ts"))?;
+        if !["B", "E", "i"].contains(&ph) {
+            return Err(format!("event {i}: unexpected phase {ph}"));
+        }
+        tracks.entry((pid, tid)).or_default().push((ts, i, e));
+    }
+    let mut slices = Vec::new();
+    for ((pid, tid), mut evs) in tracks {
+        evs.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let mut stack: Vec<Slice> = Vec::new();
+        for (ts, i, e) in evs {
+            let name = e["name"].as_str().unwrap_or("[No name]").to_string();
+            match e["ph"].as_str().unwrap() {
+                "B" => stack.push(Slice {
+                    pid,
+                    tid,
+                    name,
+                    begin: ts,
+                    end: f64::NAN,
+                    args: e["args"].clone(),
+                    instants: vec![],
+                }),
+                "E" => {
+                    let mut s = stack
+                        .pop()
+                        .ok_or(format!("event {i}: E without an open slice on {pid}/{tid}"))?;
+                    if s.name != name {
+                        return Err(format!("event {i}: E for {name} ends {}", s.name));
+                    }
+                    s.end = ts;
+                    for (k, v) in e["args"].as_object().into_iter().flatten() {
+                        s.args[k] = v.clone(); // the importer merges E args into the slice
+                    }
+                    slices.push(s);
+                }
+                "i" => {
+                    if e["s"] != "t" {
+                        return Err(format!(
+                            "event {i}: instant not thread-scoped on a task track"
+                        ));
+                    }
+                    let open = stack
+                        .last_mut()
+                        .ok_or(format!("event {i}: instant {name} outside any slice"))?;
+                    open.instants.push((name, ts, e["args"].clone()));
+                }
+                _ => unreachable!(),
+            }
+        }
+        if let Some(s) = stack.pop() {
+            return Err(format!("slice {} on {pid}/{tid} never ends", s.name));
+        }
+    }
+    Ok((slices, processes, threads))
+}
+
+fn json_lines(gtrace: &Path) -> Vec<Value> {
+    gpu_trace(&["replay", gtrace.to_str().unwrap(), "-v", "--format", "json"])
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn perfetto_of(gtrace: &str, extra: &[&str]) -> String {
+    let out = tmp(&format!("{gtrace}.{}.json", extra.join("_")));
+    let path = fixture(gtrace);
+    let mut args = vec![
+        "replay",
+        path.to_str().unwrap(),
+        "--perfetto",
+        out.to_str().unwrap(),
+    ];
+    args.extend(extra);
+    gpu_trace(&args);
+    std::fs::read_to_string(out).unwrap()
+}
+
+#[test]
+fn perfetto_timeline_of_two_streams_imports_and_matches_the_events() {
+    let text = perfetto_of("two_streams.gtrace", &[]);
+    let (slices, processes, threads) = import_like_perfetto(&text).unwrap();
+    let lines = json_lines(&fixture("two_streams.gtrace"));
+    let events: Vec<&Value> = lines.iter().filter(|l| l["event"] != "STATS").collect();
+
+    // A track group per process, named after it; a track per TSG, named after it.
+    let pids: BTreeSet<u64> = events.iter().map(|e| e["pid"].as_u64().unwrap()).collect();
+    assert_eq!(processes.keys().copied().collect::<BTreeSet<_>>(), pids);
+    assert_eq!(processes.values().collect::<Vec<_>>(), ["python3"]);
+    assert_eq!(slices.len(), 4);
+    for s in &slices {
+        assert!(
+            threads[&s.tid].starts_with(&s.name),
+            "track {} / slice {}",
+            threads[&s.tid],
+            s.name
+        );
+    }
+
+    // One slice per TASK_INIT → TASK_DESTROY, with both events' fields, at their timestamps.
+    let inits: Vec<&&Value> = events
+        .iter()
+        .filter(|e| e["event"] == "TASK_INIT")
+        .collect();
+    assert_eq!(inits.len(), slices.len());
+    for init in &inits {
+        let handle = init["task"]["value"].as_u64().unwrap();
+        let s = slices
+            .iter()
+            .find(|s| s.name == format!("TSG 0x{handle:08x}"))
+            .unwrap();
+        let destroy = events
+            .iter()
+            .find(|e| e["event"] == "TASK_DESTROY" && e["task"] == init["task"])
+            .unwrap();
+        assert_eq!(s.pid, init["pid"].as_u64().unwrap());
+        assert_eq!(
+            (s.begin * 1000.0).round() as u64,
+            init["ts_ns"].as_u64().unwrap()
+        );
+        assert_eq!(
+            (s.end * 1000.0).round() as u64,
+            destroy["ts_ns"].as_u64().unwrap()
+        );
+        assert!(s.end > s.begin);
+        assert_eq!(s.args["task_init"]["engine"], init["engine"]);
+        assert_eq!(s.args["task_init"]["timeslice_us"], 1024);
+        assert_eq!(s.args["task_destroy"]["cause"], "process_exit");
+        assert_eq!(s.args["task_destroy"]["comm"], "cuda-EvtHandlr");
+        // Its SCHEDULE and WORK_SUBMIT events are instants inside it, with their fields.
+        let mine: Vec<&&Value> = events
+            .iter()
+            .filter(|e| {
+                matches!(e["event"].as_str(), Some("SCHEDULE" | "WORK_SUBMIT"))
+                    && e["task"] == init["task"]
+            })
+            .collect();
+        assert_eq!(s.instants.len(), mine.len());
+        for (name, ts, args) in &s.instants {
+            assert!(*ts >= s.begin && *ts <= s.end);
+            let e = mine
+                .iter()
+                .find(|e| e["ts_ns"] == args["ts_ns"] && e["event"] == name.as_str())
+                .unwrap();
+            for (k, v) in e.as_object().unwrap() {
+                if !["event", "pid"].contains(&k.as_str()) {
+                    assert_eq!(&args[k], v, "{name} arg {k}");
+                }
+            }
+        }
+    }
+    let instants: usize = slices.iter().map(|s| s.instants.len()).sum();
+    assert_eq!(instants, 4 + 20, "4 SCHEDULE and 20 WORK_SUBMIT");
+}
+
+#[test]
+fn perfetto_timeline_of_context_churn_has_twelve_freed_lifetimes() {
+    let (slices, _, threads) = import_like_perfetto(&perfetto_of("ctx_churn.gtrace", &[])).unwrap();
+    assert_eq!(slices.len(), 12);
+    assert_eq!(
+        threads.len(),
+        12,
+        "each lifetime on its own track, even where handles repeat"
+    );
+    assert!(
+        slices
+            .iter()
+            .all(|s| s.args["task_destroy"]["cause"] == "free")
+    );
+    // Rounds do not overlap: every lifetime ends before the next round's begin.
+    let mut by_begin: Vec<&Slice> = slices.iter().collect();
+    by_begin.sort_by(|a, b| a.begin.total_cmp(&b.begin));
+    for round in by_begin.chunks(4).collect::<Vec<_>>().windows(2) {
+        let end = round[0].iter().map(|s| s.end).fold(f64::MIN, f64::max);
+        let next = round[1].iter().map(|s| s.begin).fold(f64::MAX, f64::min);
+        assert!(end <= next, "round ends at {end}, next begins at {next}");
+    }
+}
+
+#[test]
+fn perfetto_honours_the_filters() {
+    let (slices, processes, _) = import_like_perfetto(&perfetto_of(
+        "two_streams.gtrace",
+        &["--comm", "nosuchprocess"],
+    ))
+    .unwrap();
+    assert!(slices.is_empty() && processes.is_empty());
+    let (slices, ..) =
+        import_like_perfetto(&perfetto_of("two_streams.gtrace", &["--comm", "python3"])).unwrap();
+    assert_eq!(
+        slices.len(),
+        4,
+        "the exiting thread is cuda-EvtHandlr, the process is python3"
+    );
+}
+
+#[test]
+fn the_importer_check_rejects_what_perfetto_would() {
+    let ok = r#"{"traceEvents":[{"ph":"B","ts":1,"pid":1,"tid":2,"name":"a"},{"ph":"E","ts":2,"pid":1,"tid":2,"name":"a"}]}"#;
+    assert_eq!(import_like_perfetto(ok).unwrap().0.len(), 1);
+    for (bad, why) in [
+        (
+            r#"{"otherData":{},"traceEvents":[]}"#,
+            "traceEvents is not the first key",
+        ),
+        (
+            r#"{"traceEvents":[{"ph":"B","ts":1,"pid":1,"tid":2,"name":"a"}]}"#,
+            "never ends",
+        ),
+        (
+            r#"{"traceEvents":[{"ph":"i","s":"t","ts":1,"pid":1,"tid":2,"name":"a"}]}"#,
+            "outside any slice",
+        ),
+        (
+            r#"{"traceEvents":[{"ph":"B","ts":1,"pid":1,"tid":2,"name":"a","args":{"x":[1]}}]}"#,
+            "holds an array",
+        ),
+        (
+            r#"{"traceEvents":[{"ph":"B","ts":1,"pid":1,"tid":2,"name":"a"},{"ph":"E","ts":2,"pid":1,"tid":2,"name":"b"}]}"#,
+            "ends a",
+        ),
+        (
+            r#"{"traceEvents":[{"ph":"E","ts":2,"pid":1,"tid":2,"name":"a"},{"ph":"B","ts":1,"pid":1,"tid":3,"name":"a"}]}"#,
+            "E without",
+        ),
+    ] {
+        let err = import_like_perfetto(bad).unwrap_err();
+        assert!(err.contains(why), "{bad}: {err}");
+    }
+}
+
+#[test]
+fn dash_o_writes_what_stdout_would_for_every_format() {
+    let path = fixture("two_streams.gtrace");
+    let path = path.to_str().unwrap();
+    for format in ["text", "json"] {
+        for timestamps in ["wall", "relative"] {
+            let args = [
+                "replay",
+                path,
+                "-v",
+                "--format",
+                format,
+                "--timestamps",
+                timestamps,
+            ];
+            let stdout = gpu_trace(&args);
+            let file = tmp(&format!("out.{format}.{timestamps}"));
+            let mut with_o = args.to_vec();
+            with_o.extend(["-o", file.to_str().unwrap()]);
+            assert_eq!(gpu_trace(&with_o), "", "-o leaves standard output empty");
+            assert_eq!(
+                std::fs::read_to_string(&file).unwrap(),
+                stdout,
+                "{format} {timestamps}"
+            );
+        }
+    }
+    // --perfetto alongside -o: both files, the same timeline as without -o.
+    let out = tmp("both.txt");
+    let pf = tmp("both.json");
+    gpu_trace(&[
+        "replay",
+        path,
+        "-o",
+        out.to_str().unwrap(),
+        "--perfetto",
+        pf.to_str().unwrap(),
+    ]);
+    assert!(std::fs::read_to_string(out).unwrap().contains("TASK_INIT"));
+    assert_eq!(
+        std::fs::read_to_string(pf).unwrap(),
+        perfetto_of("two_streams.gtrace", &[])
+    );
+}
+
+#[test]
+fn relative_timestamps_start_at_zero() {
+    let path = fixture("two_streams.gtrace");
+    let text = gpu_trace(&["replay", path.to_str().unwrap(), "--timestamps", "relative"]);
+    let first = text.lines().next().unwrap();
+    assert!(first.trim_start().starts_with("0.000000 [CPU"), "{first}");
+}
+
+#[test]
+fn docs_json_schema_is_the_schema_of_the_code() {
+    let doc = std::fs::read_to_string(repo_file("docs/json-schema.md")).unwrap();
+    assert!(
+        doc == gpu_trace::output::json::schema_document(),
+        "docs/json-schema.md differs from the schema documented in gpu-trace/src/output/json.rs: \
+         run `cargo xtask gen --docs`"
+    );
+    // The schema itself is what the module documents: its first table is the common fields.
+    assert!(doc.contains("## Common fields of every event") && doc.contains("| `ts_ns`  |"));
+}
+
+#[test]
+fn every_field_the_json_output_carries_is_documented() {
+    let doc = std::fs::read_to_string(repo_file("docs/json-schema.md")).unwrap();
+    let mut keys: HashMap<String, String> = HashMap::new();
+    fn collect(v: &Value, keys: &mut HashMap<String, String>, context: &str) {
+        match v {
+            Value::Object(m) => {
+                for (k, v) in m {
+                    keys.entry(k.clone()).or_insert_with(|| context.to_string());
+                    collect(v, keys, context);
+                }
+            }
+            Value::Array(a) => a.iter().for_each(|v| collect(v, keys, context)),
+            _ => {}
+        }
+    }
+    for name in ["two_streams.gtrace", "ctx_churn.gtrace"] {
+        for line in json_lines(&fixture(name)) {
+            collect(&line, &mut keys, line["event"].as_str().unwrap());
+        }
+    }
+    for (key, context) in keys {
+        // As a field (`key`) or inside a documented literal ({"key": …}).
+        let documented = doc.contains(&format!("`{key}`")) || doc.contains(&format!("\"{key}\":"));
+        assert!(
+            documented,
+            "field {key} (in {context}) is not in docs/json-schema.md"
+        );
+    }
+}
+
+#[test]
+fn docs_cli_md_covers_every_option_and_subcommand() {
+    use clap::CommandFactory as _;
+    let doc = std::fs::read_to_string(repo_file("docs/cli.md")).unwrap();
+    let cmd = gpu_trace::cli::Cli::command();
+    let mut missing = Vec::new();
+    for c in std::iter::once(&cmd).chain(cmd.get_subcommands()) {
+        if c.get_name() != "gpu-trace" && !doc.contains(&format!("gpu-trace {}", c.get_name())) {
+            missing.push(format!("subcommand {}", c.get_name()));
+        }
+        for long in c
+            .get_arguments()
+            .filter_map(|a| a.get_long())
+            .filter(|l| !["help", "version"].contains(l))
+        {
+            if !doc.contains(&format!("`--{long}")) {
+                missing.push(format!("--{long} ({})", c.get_name()));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "docs/cli.md does not document: {missing:?}"
+    );
+}
+
+#[test]
+fn a_live_run_writes_complete_output_and_timeline_files() {
+    let test = "a_live_run_writes_complete_output_and_timeline_files";
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: {test}: needs root (loads the kernel programs)");
+        return;
+    }
+    let out = tmp("live.jsonl");
+    let pf = tmp("live.perfetto.json");
+    let run = Command::new(env!("CARGO_BIN_EXE_gpu-trace"))
+        .args([
+            "--watch-device",
+            "/dev/null",
+            "--duration",
+            "1",
+            "--format",
+            "json",
+            "-o",
+        ])
+        .arg(&out)
+        .arg("--perfetto")
+        .arg(&pf)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    if run.status.code() == Some(3) {
+        eprintln!("SKIPPED: {test}: this kernel cannot trace: {stderr}");
+        return;
+    }
+    assert!(run.status.success(), "{stderr}");
+    assert!(
+        run.stdout.is_empty(),
+        "-o takes everything off standard output"
+    );
+    let lines = std::fs::read_to_string(&out).unwrap();
+    let last: Value = serde_json::from_str(lines.lines().last().unwrap()).unwrap();
+    assert_eq!(last["event"], "STATS");
+    let text = std::fs::read_to_string(&pf).unwrap();
+    import_like_perfetto(&text).unwrap();
+    let doc: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(doc["otherData"]["dropped"], "0");
+    assert!(
+        doc["otherData"]["tool"]
+            .as_str()
+            .unwrap()
+            .starts_with("gpu-trace ")
+    );
+}
