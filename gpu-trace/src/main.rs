@@ -36,7 +36,7 @@ fn main() -> ExitCode {
         }
         Ok(_) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("gpu-trace: {err:#}");
+            eprintln!("gpu-trace: {}", chain_without_repeats(&err));
             let unsupported = err.chain().any(|cause| {
                 cause.downcast_ref::<RunError>().is_some_and(RunError::is_unsupported)
                     || cause.downcast_ref::<LoadError>().is_some_and(LoadError::is_unsupported)
@@ -68,4 +68,21 @@ fn trace(mut args: gpu_trace::cli::TraceArgs) -> anyhow::Result<session::Summary
         .build()
         .context("starting the async runtime")?;
     Ok(runtime.block_on(session::run_live(&args))?)
+}
+
+/// The error and its causes on one line, leaving out a cause whose text the line already
+/// holds (our errors often name their cause in their own message).
+fn chain_without_repeats(err: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
 }
