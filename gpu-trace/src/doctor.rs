@@ -68,7 +68,7 @@ pub fn symbols_of_interest() -> Vec<&'static str> {
     v
 }
 
-/// NVIDIA's character-device major (`/proc/devices`: `nvidia-frontend`).
+/// NVIDIA's character-device major (`/proc/devices`: `nvidia`, `nvidiactl` on the 580 open module).
 pub const NV_MAJOR: u32 = 195;
 /// Minor of `/dev/nvidiactl`.
 pub const NV_CTL_MINOR: u32 = 255;
@@ -1466,6 +1466,9 @@ mod tests {
 
     /// `/proc/devices` of the CI machine (6.18.44, no GPU driver), captured 2026-11-22.
     const CI_PROC_DEVICES: &str = include_str!("../tests/fixtures/doctor/ci_proc_devices.txt");
+    /// `/proc/devices` as read on the GPU host (examples/gpu-host-run.sh, doctor_facts.txt).
+    const GPU_PROC_DEVICES: &str =
+        include_str!("../tests/fixtures/doctor/gpu_host_proc_devices.txt");
     /// `/proc/mounts` lines of the CI machine for tracefs and securityfs.
     const CI_MOUNTS: &str = "tracefs /sys/kernel/tracing tracefs rw,relatime 0 0\n\
                              securityfs /sys/kernel/security securityfs rw,relatime 0 0\n";
@@ -1547,8 +1550,7 @@ mod tests {
         f.kernel = "6.18.44-fc-v657-gpu".into();
         f.nvidia_module = true;
         f.nvidia_version = Some(GPU_NV_VERSION.into());
-        f.proc_devices =
-            CI_PROC_DEVICES.replacen("245 hidraw", "195 nvidia-frontend\n245 hidraw", 1);
+        f.proc_devices = GPU_PROC_DEVICES.into();
         f.nvidia_nodes = vec![
             DevNode {
                 path: "/dev/nvidiactl".into(),
@@ -1708,7 +1710,7 @@ mod tests {
         );
         let nodes = row(&r, Scope::Nvidia, "device nodes");
         assert_eq!(nodes.status, Status::Yes, "{}", nodes.why);
-        assert!(nodes.why.contains("195 nvidia-frontend") && nodes.why.contains("195:255"));
+        assert!(nodes.why.contains("195 nvidia") && nodes.why.contains("195:255"), "{}", nodes.why);
         // Module BTF is there, trampolines are not: fentry still "no", for the trampolines.
         let fentry = row(&r, Scope::Nvidia, hook::FENTRY);
         assert_eq!(fentry.status, Status::No);
