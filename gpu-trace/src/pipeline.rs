@@ -191,6 +191,21 @@ impl<W: Write> Pipeline<W> {
         self.stats.kernel = counters;
         self.stats.elapsed = Some(duration);
         self.stats.live_at_exit = (self.tracker.live_tasks() + self.amd.live_tasks()) as u64;
+        let nv = self.tracker.counters();
+        let kfd = self.amd.counters();
+        self.stats.unreported = [
+            ("schedule_disable", nv.schedule_disable),
+            ("schedule_unreadable", nv.schedule_unreadable),
+            ("unreadable_params", nv.unreadable_params),
+            ("unknown_handle", nv.unknown_handle),
+            ("replaced_handles", nv.replaced_handles),
+            ("failed_tsg_allocs", nv.failed_tsg_allocs),
+            ("unknown_queue", kfd.unknown_queue),
+            ("replaced_queues", kfd.replaced_queues),
+        ]
+        .into_iter()
+        .filter(|&(_, v)| v != 0)
+        .collect();
         if let Some(perfetto) = self.perfetto.take() {
             let other = [
                 ("tool", format!("gpu-trace {}", env!("CARGO_PKG_VERSION"))),

@@ -70,6 +70,10 @@ pub struct Stats {
     pub live_at_exit: u64,
     /// Samples the ring buffer reader reports lost, if it reports any.
     pub lost_samples: Option<u64>,
+    /// Driver calls of interest that produced no event, by reason (e.g. `schedule_disable`,
+    /// `schedule_unreadable`, `unknown_handle`): set from the trackers' counters at the end, so
+    /// that nothing the tracer saw disappears without a count. Zero entries are left out.
+    pub unreported: std::collections::BTreeMap<&'static str, u64>,
     /// How long the trace ran; when `None`, the span from the first to the last event is shown.
     pub elapsed: Option<Duration>,
     first_ts_ns: Option<u64>,
@@ -207,6 +211,7 @@ impl Stats {
         if let Some(lost) = self.lost_samples {
             rows.push(("lost_samples", lost, String::new()));
         }
+        rows.extend(self.unreported.iter().filter(|&(_, &v)| v != 0).map(|(&k, &v)| (k, v, String::new())));
         let width = rows
             .iter()
             .map(|(_, v, _)| v.to_string().len())
@@ -345,6 +350,17 @@ mod tests {
         s.record(&ev(base + 5, 42, "other", schedule(false)));
         s.record(&ev(base + 6, 42, "other", destroy(DestroyCause::Free)));
         s
+    }
+
+    #[test]
+    fn unreported_calls_are_printed_by_reason_only_when_non_zero() {
+        let mut stats = Stats::new();
+        stats.unreported.insert("schedule_disable", 2);
+        stats.unreported.insert("unknown_handle", 0);
+        let text = stats.render_text();
+        let line = text.lines().find(|l| l.starts_with("schedule_disable")).expect(&text);
+        assert!(line.trim_end().ends_with(" 2"), "{line}");
+        assert!(!text.contains("unknown_handle"), "{text}");
     }
 
     #[test]

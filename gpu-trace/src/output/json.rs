@@ -99,6 +99,7 @@
 //! | `malformed`             | integer         | records userspace could not parse |
 //! | `decode_errors`         | integer         | driver calls whose arguments could not be decoded |
 //! | `live_at_exit`          | integer         | tasks still alive when tracing stopped |
+//! | `unreported`            | object          | driver calls of interest that produced no event, by reason (`schedule_disable`, `schedule_unreadable`, `unreadable_params`, `unknown_handle`, `replaced_handles`, `failed_tsg_allocs`, `unknown_queue`, `replaced_queues`); only non-zero reasons; integers |
 //! | `lost_samples`          | integer or null | samples the ring buffer reader reported lost; null when it does not report them |
 //! | `processes`             | array           | one object per process, by ascending pid: `pid`, `comm` (first seen), `task_init`, `schedule`, `schedule_refused`, `work_submit`, `task_destroy` |
 
@@ -167,6 +168,7 @@ struct StatsLine<'a> {
     malformed: u64,
     decode_errors: u64,
     live_at_exit: u64,
+    unreported: std::collections::BTreeMap<&'static str, u64>,
     lost_samples: Option<u64>,
     processes: Vec<ProcessLine<'a>>,
 }
@@ -203,6 +205,7 @@ pub fn stats_json(stats: &Stats) -> String {
         malformed: stats.malformed,
         decode_errors: stats.decode_errors,
         live_at_exit: stats.live_at_exit,
+        unreported: stats.unreported.iter().filter(|&(_, &v)| v != 0).map(|(&k, &v)| (k, v)).collect(),
         lost_samples: stats.lost_samples,
         processes: stats
             .processes()
@@ -494,6 +497,7 @@ mod tests {
                 "malformed": 6,
                 "decode_errors": 7,
                 "live_at_exit": 8,
+                "unreported": {},
                 "lost_samples": null,
                 "processes": [{
                     "pid": 637320,
