@@ -11,8 +11,11 @@
 //! - [`cli`]: the command line;
 //! - [`record`]: the recording file format (`--record`, `replay`);
 //! - [`session`]: the live loop that ties them together;
-//! - [`doctor`]: `gpu-trace doctor`, what this machine allows and why not.
+//! - [`doctor`]: `gpu-trace doctor`, what this machine allows and why not;
+//! - [`bench_support`]: what `cargo xtask bench` needs from the kernel side (floor programs, BPF
+//!   program statistics).
 pub mod amd;
+pub mod bench_support;
 pub mod cli;
 pub mod doctor;
 pub mod loader;

@@ -1,6 +1,7 @@
 //! Developer tasks: `cargo xtask <task>`. Each task lives in its own module.
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod r#gen;
 mod lab;
 
@@ -13,6 +14,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Task {
+    /// Measure what tracing costs (root): syscalls, RM ioctls vs bpftrace and strace, the BPF
+    /// programs, userspace throughput, the drop-free event rate. See docs/performance.md.
+    Bench(bench::BenchArgs),
     /// Boot a stock Debian kernel in QEMU (amdgpu loaded, no GPU) and check gpu-trace on it:
     /// kprobes, module BTF, fentry, BPF LSM. See docs/lab.md.
     Lab(lab::LabArgs),
@@ -24,6 +28,7 @@ enum Task {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.task {
+        Task::Bench(args) => bench::run(args),
         Task::Lab(args) => lab::run(args),
         Task::Gen(args) => r#gen::run(args),
     }
