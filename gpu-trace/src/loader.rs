@@ -49,12 +49,15 @@ pub enum LoadError {
     NoSuchProcess { pid: u32 },
 }
 
-/// The attach types gpu-trace can use for the syscall-exit hook, cheapest first.
+/// The attach types gpu-trace can use for the syscall-exit hook, in the order it tries them:
+/// tp_btf, raw_tp, classic tracepoints.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum SyscallHook {
-    /// Raw tracepoint `sys_exit`: one program for every syscall exit, cheapest.
+    /// Raw tracepoint `sys_exit`: one program for every syscall exit; registers read with one
+    /// helper call. Used where tp_btf is refused.
     RawTp,
-    /// BTF-typed tracepoint `sys_exit`: same cost class; for kernels that refuse raw_tp.
+    /// BTF-typed tracepoint `sys_exit`: same per-syscall floor as raw_tp, registers read with
+    /// plain loads: the cheapest, tried first.
     TpBtf,
     /// Classic `syscalls:sys_{enter,exit}_{ioctl,close}` tracepoints (needs tracefs).
     Tracepoint,
@@ -250,15 +253,17 @@ impl Tracer {
 
         let wanted = |hook: SyscallHook| options.syscall_hook.is_none_or(|h| h == hook);
         let mut syscall_attempts: Vec<Attempt<'_>> = Vec::new();
-        if wanted(SyscallHook::RawTp) {
-            syscall_attempts
-                .push(("raw_tp/sys_exit".into(), Box::new(attach_raw_tp("sys_exit_raw", "sys_exit"))));
-        }
+        // tp_btf first: the same per-syscall floor as raw_tp, and its program reads the
+        // registers with plain loads instead of helper calls (docs/performance.md, part 3).
         if wanted(SyscallHook::TpBtf) {
             syscall_attempts.push((
                 "tp_btf/sys_exit".into(),
                 Box::new(attach_tp_btf("sys_exit_btf", "sys_exit", &kernel_btf)),
             ));
+        }
+        if wanted(SyscallHook::RawTp) {
+            syscall_attempts
+                .push(("raw_tp/sys_exit".into(), Box::new(attach_raw_tp("sys_exit_raw", "sys_exit"))));
         }
         if wanted(SyscallHook::Tracepoint) {
             syscall_attempts.push((
