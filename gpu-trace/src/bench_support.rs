@@ -7,7 +7,7 @@ use std::os::fd::OwnedFd;
 
 use aya::{
     Btf, Ebpf, EbpfLoader,
-    programs::{BtfTracePoint, RawTracePoint, TracePoint, loaded_programs},
+    programs::{BtfTracePoint, ProgramError, RawTracePoint, TracePoint, loaded_programs},
     sys::{Stats, enable_stats},
 };
 use thiserror::Error;
@@ -29,7 +29,7 @@ pub enum BenchError {
     )]
     Attach { attach: &'static str, why: String },
     #[error("reading the kernel's BPF program list failed: {0}. Run as root")]
-    Programs(#[source] aya::programs::ProgramError),
+    Programs(#[source] ProgramError),
     #[error(
         "turning on BPF run-time statistics failed: {0}. Needs root and Linux ≥ 5.8; or set \
              /proc/sys/kernel/bpf_stats_enabled to 1 by hand"
@@ -105,7 +105,7 @@ impl Floor {
 
 fn program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T, String>
 where
-    &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
+    &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = ProgramError>,
 {
     let prog = ebpf.program_mut(name).ok_or_else(|| {
         format!("program {name} is missing from the kernel object (rebuild gpu-trace)")
@@ -130,9 +130,19 @@ pub struct ProgramStats {
     pub run_time_ns: u64,
 }
 
-/// Every BPF program loaded in the kernel now (any process's).
+/// The program was unloaded between listing its id and opening it.
+fn vanished<T>(info: &Result<T, ProgramError>) -> bool {
+    match info {
+        Err(ProgramError::SyscallError(e)) => e.io_error.kind() == std::io::ErrorKind::NotFound,
+        _ => false,
+    }
+}
+
+/// Every BPF program loaded in the kernel now (any process's). A program unloaded between
+/// listing and opening it (another process's, gone) is left out.
 pub fn loaded_program_stats() -> Result<Vec<ProgramStats>, BenchError> {
     loaded_programs()
+        .filter(|info| !vanished(info))
         .map(|info| {
             let info = info.map_err(BenchError::Programs)?;
             Ok(ProgramStats {

@@ -1,7 +1,8 @@
 //! `cargo xtask bench --quick` runs end to end. Nothing about speed is asserted (timings stay
 //! out of tests): only that every part ran and printed its table, that the kernel's counters
 //! account for every call the knee generator issued (emitted + dropped = issued), and that
-//! gpu-trace chose the cheapest attach type the kernel allows by default.
+//! gpu-trace's default hook is of the cheapest class the kernel allows (a sys_exit program, not
+//! the classic tracepoints, where raw_tp or tp_btf attach).
 //!
 //! Needs root (it loads BPF programs) and the gpu-trace binary that the workspace's `cargo test`
 //! builds beside the xtask binary; without them it prints `SKIPPED: why`.
@@ -59,6 +60,6 @@ fn bench_quick_runs_end_to_end() {
     );
     assert!(
         stdout.contains("→ chosen by default: yes"),
-        "gpu-trace picks the cheapest hook the kernel allows:\n{stdout}"
+        "gpu-trace picks a hook of the cheapest class the kernel allows:\n{stdout}"
     );
 }
