@@ -268,9 +268,17 @@ def main():
             out.append(f"- {name}: bpftrace counted {statistics.median(counted):.0f} RM-shaped ioctls per run")
     tp = samples["torch|gpu-trace"]
     tb = samples["torch|untraced"]
-    r = statistics.median([a["process_s"] / b["process_s"] for a, b in zip(tp, tb)])
-    out.append(f"- torch end to end (whole process), gpu-trace / untraced = {r:.4f}× → target ≤ 1.01×: "
-               f"{'met' if r <= 1.01 else 'MISSED'}")
+    ratios = [a["process_s"] / b["process_s"] for a, b in zip(tp, tb)]
+    r = statistics.median(ratios)
+    q1, _, q3 = statistics.quantiles(ratios, n=4) if len(ratios) >= 2 else (r, r, r)
+    # A 1 % target is only decided when the run-to-run noise allows it.
+    if q3 <= 1.01:
+        verdict = "met"
+    elif q1 > 1.01:
+        verdict = "MISSED"
+    else:
+        verdict = f"not resolved at this noise (quartiles of the paired ratios {q1:.3f}–{q3:.3f})"
+    out.append(f"- torch end to end (whole process), gpu-trace / untraced = {r:.4f}× → target ≤ 1.01×: {verdict}")
     for n in notes:
         out.append(f"- {n}")
     text = "\n".join(out) + "\n"
