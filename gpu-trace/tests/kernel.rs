@@ -16,7 +16,7 @@ use std::{
     os::fd::AsRawFd,
     process::Command,
     sync::{Mutex, MutexGuard},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use aya::maps::{MapData, RingBuf};
@@ -24,11 +24,12 @@ use gpu_trace::{
     loader::{LoadError, LoadOptions, SyscallHook, Tracer},
     nvidia::decode::{self, AllocParams, ControlParams, MalformedReason, RmCall, Unreadable},
     probe::system,
-    wire::{self, RawRecord},
+    wire::RawRecord,
 };
 use gpu_trace_common::{NvIoctlRecord, nv_flags, nvidia::cmd};
 
 mod common;
+use common::{gettid, ioctl};
 
 /// One tracer at a time: the tests count kernel-wide counters.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -57,42 +58,13 @@ fn tracer(test: &str, hook: Option<SyscallHook>) -> Option<(Tracer, RingBuf<MapD
     }
 }
 
-fn gettid() -> u32 {
-    // SAFETY: no arguments.
-    unsafe { libc::gettid() as u32 }
-}
-
-fn ioctl(fd: i32, cmd: u32, arg: *const c_void) -> i64 {
-    // SAFETY: the driver behind these fds (/dev/null, /dev/zero) does not touch `arg`.
-    let rc = unsafe { libc::ioctl(fd, cmd as libc::Ioctl, arg) };
-    if rc < 0 { -(std::io::Error::last_os_error().raw_os_error().unwrap() as i64) } else { rc as i64 }
-}
-
-/// Reads records until `want` NV ioctl records from thread `tid` arrived or 2 s passed.
+/// Every record of thread `tid` until `want` NV ioctl records arrived or 2 s passed.
 fn collect(ring: &mut RingBuf<MapData>, tid: u32, want: usize) -> Vec<RawRecord> {
-    let deadline = Instant::now() + Duration::from_secs(2);
-    let mut out = Vec::new();
-    while Instant::now() < deadline {
-        while let Some(item) = ring.next() {
-            let rec = wire::parse_record(&item).expect("records parse");
-            if rec.header().tid == tid || rec.header().tgid == tid {
-                out.push(rec);
-            }
-        }
-        if out.iter().filter(|r| matches!(r, RawRecord::NvIoctl(_))).count() >= want {
-            // Give stragglers a moment so that "nothing else" checks mean something.
-            std::thread::sleep(Duration::from_millis(50));
-            while let Some(item) = ring.next() {
-                let rec = wire::parse_record(&item).expect("records parse");
-                if rec.header().tid == tid {
-                    out.push(rec);
-                }
-            }
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    out
+    common::collect_until(
+        ring,
+        |r| r.header().tid == tid || r.header().tgid == tid,
+        |out| out.iter().filter(|r| matches!(r, RawRecord::NvIoctl(_))).count() >= want,
+    )
 }
 
 fn nv(records: &[RawRecord]) -> Vec<NvIoctlRecord> {
@@ -367,14 +339,7 @@ fn process_exit_is_reported_once_after_the_last_thread() {
     assert!(status.success());
     // We do not know the child's pid in advance: gather everything for 2 s, then pick the
     // process that sent our distinctive frees.
-    let deadline = Instant::now() + Duration::from_secs(2);
-    let mut all = Vec::new();
-    while Instant::now() < deadline {
-        while let Some(item) = ring.next() {
-            all.push(wire::parse_record(&item).unwrap());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let all = common::records_for(&mut ring, Duration::from_secs(2));
     let child = all
         .iter()
         .find_map(|r| match r {

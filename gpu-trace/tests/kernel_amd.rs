@@ -22,7 +22,7 @@ use std::{
     os::fd::AsRawFd,
     process::Command,
     sync::{Mutex, MutexGuard},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use aya::maps::{MapData, RingBuf};
@@ -34,7 +34,7 @@ use gpu_trace::{
         event::{AmdVia, EventKind, TaskId},
     },
     probe::system,
-    wire::{self, RawRecord},
+    wire::RawRecord,
 };
 use gpu_trace_common::{
     KfdIoctlRecord,
@@ -75,29 +75,9 @@ fn tracer(test: &str, hook: Option<SyscallHook>) -> Option<(Tracer, RingBuf<MapD
     }
 }
 
-/// Every record from process `tgid` until `want` KFD records arrived or 2 s passed (then 50 ms
-/// more, so that "nothing else" checks mean something).
+/// Every record from process `tgid` until `want` KFD records arrived or 2 s passed.
 fn collect(ring: &mut RingBuf<MapData>, tgid: u32, want: usize) -> Vec<RawRecord> {
-    let deadline = Instant::now() + Duration::from_secs(2);
-    let mut out = Vec::new();
-    let mut drain = |out: &mut Vec<RawRecord>| {
-        while let Some(item) = ring.next() {
-            let rec = wire::parse_record(&item).expect("records parse");
-            if rec.header().tgid == tgid {
-                out.push(rec);
-            }
-        }
-    };
-    while Instant::now() < deadline {
-        drain(&mut out);
-        if kfd(&out).len() >= want {
-            std::thread::sleep(Duration::from_millis(50));
-            drain(&mut out);
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    out
+    common::collect_until(ring, |r| r.header().tgid == tgid, |out| kfd(out).len() >= want)
 }
 
 fn kfd(records: &[RawRecord]) -> Vec<KfdIoctlRecord> {

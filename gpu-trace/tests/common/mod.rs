@@ -45,3 +45,34 @@ pub fn records_for(
     }
     all
 }
+
+/// The records that `keep` accepts, read until `done` says enough arrived or 2 s passed; then
+/// 50 ms more, so that "nothing else" checks mean something.
+#[allow(dead_code)]
+pub fn collect_until(
+    ring: &mut aya::maps::RingBuf<aya::maps::MapData>,
+    keep: impl Fn(&gpu_trace::wire::RawRecord) -> bool,
+    done: impl Fn(&[gpu_trace::wire::RawRecord]) -> bool,
+) -> Vec<gpu_trace::wire::RawRecord> {
+    use std::time::{Duration, Instant};
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut out = Vec::new();
+    let mut drain = |out: &mut Vec<gpu_trace::wire::RawRecord>| {
+        while let Some(item) = ring.next() {
+            let rec = gpu_trace::wire::parse_record(&item).expect("records parse");
+            if keep(&rec) {
+                out.push(rec);
+            }
+        }
+    };
+    while Instant::now() < deadline {
+        drain(&mut out);
+        if done(&out) {
+            std::thread::sleep(Duration::from_millis(50));
+            drain(&mut out);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    out
+}
