@@ -23,8 +23,36 @@ pub mod record_kind {
     pub const PROCESS_EXIT: u32 = 2;
     /// [`crate::TaskRecord`]: a process that used a watched device closed a file descriptor.
     pub const FD_CLOSE: u32 = 3;
-    /// [`crate::KfdIoctlRecord`]: one completed ioctl on `/dev/kfd` (AMD KFD).
+    /// [`crate::KfdIoctlRecord`]: one completed ioctl on `/dev/kfd` (AMD KFD), from the
+    /// syscall layer or from a deep hook on the driver's ioctl handler (see its `source`).
     pub const KFD_IOCTL: u32 = 4;
+    /// [`crate::KfdQueueRecord`]: the driver's queue manager built a queue (deep hook on the
+    /// exit of `pqm_create_queue`).
+    pub const KFD_QUEUE: u32 = 5;
+    /// [`crate::DeepRecord`]: a driver-internal step seen by a deep hook ([`crate::deep_hook`]).
+    pub const DEEP: u32 = 6;
+}
+
+/// Which hook produced a record that several hooks can produce ([`KfdIoctlRecord::source`],
+/// [`KfdQueueRecord::source`], [`DeepRecord::source`]).
+pub mod hook_source {
+    /// The syscall layer (`sys_exit` programs): the ioctl as the process issued it.
+    pub const SYSCALL: u32 = 0;
+    /// A BPF trampoline (fentry/fexit) on the driver function, typed by the module's BTF.
+    pub const TRAMPOLINE: u32 = 1;
+    /// A kprobe / kretprobe on the driver function.
+    pub const KPROBE: u32 = 2;
+}
+
+/// What a [`DeepRecord`] reports (its `hook` field).
+pub mod deep_hook {
+    /// A copy of the KFD MQD manager's `init_mqd` ran (the queue's hardware descriptor was
+    /// built): `value` is the queue id, `addr` the address of the copy that ran.
+    pub const INIT_MQD: u32 = 1;
+    /// The KFD process's queue manager was torn down (`pqm_uninit`): every queue of the process
+    /// ends. `value` is the owning process (tgid of its lead thread); the record's header names
+    /// the thread that ran the teardown.
+    pub const KFD_RELEASE: u32 = 2;
 }
 
 /// Common header of every ring-buffer record (40 bytes).
@@ -116,15 +144,84 @@ pub struct KfdIoctlRecord {
     pub rdev: u32,
     /// KFD command number (`_IOC_NR`): one of [`amd::nr`].
     pub nr: u32,
-    /// `_IOC_SIZE` of the command as issued: the bytes the driver copies in and out.
+    /// `_IOC_SIZE` of the command as issued: the bytes the driver copies in and out. From a
+    /// deep hook on the handler: the size of the kernel's own argument struct (its copy holds
+    /// at least that much, zero-filled past what the caller passed).
     pub arg_size: u32,
     /// [`amd::kfd_flags`] bits.
     pub flags: u32,
     /// Valid bytes in `args` (0, or [`amd::capture_len`]).
     pub args_len: u32,
-    pub _pad: u32,
+    /// [`hook_source`]: the syscall layer (`fd` and `ioctl_cmd` known, `args` read from user
+    /// memory) or a deep hook on the driver's handler (`fd` is -1 and `ioctl_cmd` 0: the handler
+    /// sees neither; `args` read from the driver's own copy).
+    pub source: u32,
     /// The argument struct, read at syscall exit.
     pub args: [u8; amd::KFD_ARGS_MAX],
+}
+
+/// Bits of [`KfdQueueRecord::flags`].
+pub mod kfd_queue_flags {
+    /// Reading the driver's `struct queue_properties` failed: its fields are 0.
+    pub const PROPS_READ_FAILED: u32 = 1 << 0;
+    /// Reading `*qid` failed: `qid` is 0.
+    pub const QID_READ_FAILED: u32 = 1 << 1;
+}
+
+/// The driver's queue manager finished building a queue (`pqm_create_queue` returned): the
+/// queue as the driver holds it, which the ioctl arguments do not show (the kernel's queue type
+/// and format, the absolute doorbell index, whether the driver made it active, the VMID)
+/// (104 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KfdQueueRecord {
+    pub hdr: RecordHeader,
+    /// [`hook_source`] (trampoline or kprobe).
+    pub source: u32,
+    /// `pqm_create_queue`'s return value (0 or a negative errno).
+    pub ret: i32,
+    /// `*qid` at return: the queue id handed back to the caller.
+    pub qid: u32,
+    /// [`kfd_queue_flags`] bits.
+    pub flags: u32,
+    /// `queue_properties.type` (`enum kfd_queue_type`: 0 compute, 1 SDMA, 2 HIQ, 3 SDMA XGMI,
+    /// 4 SDMA by engine id).
+    pub q_type: u32,
+    /// `queue_properties.format` (0 PM4, 1 AQL).
+    pub q_format: u32,
+    /// `queue_properties.queue_id`.
+    pub queue_id: u32,
+    /// `queue_properties.priority` (0..=15).
+    pub priority: u32,
+    /// `queue_properties.queue_percent`.
+    pub percent: u32,
+    /// `queue_properties.doorbell_off`: the doorbell's absolute dword index in the doorbell BAR.
+    pub doorbell_off: u32,
+    /// `queue_properties.is_active` (0 or 1).
+    pub is_active: u32,
+    /// `queue_properties.vmid` (0 under the hardware scheduler until it maps the process).
+    pub vmid: u32,
+    /// `queue_properties.queue_size` (bytes).
+    pub queue_size: u64,
+    /// `queue_properties.queue_address` (the ring's GPU virtual address).
+    pub queue_address: u64,
+}
+
+/// A driver-internal step seen by a deep hook, with one value and one address whose meaning
+/// [`deep_hook`] gives (64 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeepRecord {
+    pub hdr: RecordHeader,
+    /// One of [`deep_hook`].
+    pub hook: u32,
+    /// See [`deep_hook`].
+    pub value: u32,
+    /// See [`deep_hook`] (0 where unused).
+    pub addr: u64,
+    /// [`hook_source`] (trampoline or kprobe).
+    pub source: u32,
+    pub _pad: u32,
 }
 
 /// Process exit or fd close by a process that used a watched device (48 bytes).
@@ -193,6 +290,53 @@ pub struct KernelConfig {
 #[cfg(feature = "user")]
 unsafe impl aya::Pod for KernelConfig {}
 
+/// What the deep KFD programs need to know about this kernel and this `amdgpu` build, from the
+/// module's BTF (split on vmlinux's), written into their `KFD_DEEP` global before load
+/// (72 bytes). Offsets are in bytes; argument positions are 0-based parameter indices.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KfdDeepConfig {
+    /// `sizeof(struct kfd_ioctl_create_queue_args)` in this kernel (88 or 96).
+    pub create_args_size: u32,
+    /// `process_queue_manager.process`
+    pub pqm_process: u32,
+    /// `kfd_process.lead_thread`
+    pub process_lead_thread: u32,
+    /// `task_struct.tgid` (vmlinux)
+    pub task_tgid: u32,
+    /// `queue_properties.type`
+    pub qp_type: u32,
+    /// `queue_properties.format`
+    pub qp_format: u32,
+    /// `queue_properties.queue_id`
+    pub qp_queue_id: u32,
+    /// `queue_properties.queue_address`
+    pub qp_queue_address: u32,
+    /// `queue_properties.queue_size`
+    pub qp_queue_size: u32,
+    /// `queue_properties.priority`
+    pub qp_priority: u32,
+    /// `queue_properties.queue_percent`
+    pub qp_percent: u32,
+    /// `queue_properties.doorbell_off`
+    pub qp_doorbell_off: u32,
+    /// `queue_properties.is_active`
+    pub qp_is_active: u32,
+    /// `queue_properties.vmid`
+    pub qp_vmid: u32,
+    /// Position of `properties` among `pqm_create_queue`'s parameters (3 in 6.1 and 6.12).
+    pub pqm_create_properties_arg: u32,
+    /// Position of `qid` among `pqm_create_queue`'s parameters.
+    pub pqm_create_qid_arg: u32,
+    /// Position of `q` (the `queue_properties`) among `init_mqd`'s parameters.
+    pub init_mqd_q_arg: u32,
+    /// Non-zero once userspace has filled this in.
+    pub ready: u32,
+}
+
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for KfdDeepConfig {}
+
 /// Kernel `dev_t` encoding (`MKDEV`).
 pub const fn kernel_dev(major: u32, minor: u32) -> u32 {
     (major << 20) | (minor & 0xfffff)
@@ -211,5 +355,8 @@ const _: () = assert!(size_of::<NvIoctlRecord>() == 264);
 const _: () = assert!(size_of::<TaskRecord>() == 48);
 const _: () = assert!(size_of::<KernelConfig>() == 56);
 const _: () = assert!(size_of::<KfdIoctlRecord>() == 176);
+const _: () = assert!(size_of::<KfdQueueRecord>() == 104);
+const _: () = assert!(size_of::<DeepRecord>() == 64);
+const _: () = assert!(size_of::<KfdDeepConfig>() == 72);
 const _: () = assert!(core::mem::offset_of!(KfdIoctlRecord, args) == 80);
 const _: () = assert!(core::mem::offset_of!(NvIoctlRecord, params) == 80);

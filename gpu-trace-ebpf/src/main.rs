@@ -15,9 +15,10 @@
 //! They also report process exit for processes that used a watched device, and `close()` for
 //! NVIDIA users, so that userspace can end the objects the driver tears down implicitly.
 //!
-//! Attach points: `raw_tp/sys_exit` (preferred), the same program as `tp_btf/sys_exit`, or the
+//! Attach points: `tp_btf/sys_exit` (preferred), the same program as `raw_tp/sys_exit`, or the
 //! classic `syscalls:sys_{enter,exit}_{ioctl,close}` tracepoints; `raw_tp/sched_process_exit`.
-//! Userspace picks what the kernel allows. No `bpf_printk`, no writes to user memory.
+//! Userspace picks what the kernel allows. Deep hooks on the AMD KFD driver's own functions are
+//! in `kfd_deep.rs`. No `bpf_printk`, no writes to user memory.
 #![no_std]
 #![no_main]
 
@@ -27,18 +28,19 @@ use aya_ebpf::{
         bpf_probe_read_user, generated,
     },
     macros::{btf_tracepoint, map, raw_tracepoint, tracepoint},
-    maps::{HashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, RingBuf},
     programs::{BtfTracePointContext, RawTracePointContext, TracePointContext},
 };
 use gpu_trace_common::{
     KernelConfig, KfdIoctlRecord, NV_PARAMS_MAX, NvIoctlRecord, RecordHeader, TaskRecord,
     amd::{self, kfd_flags},
-    counter, kernel_dev_major, nv_flags,
+    counter, hook_source, kernel_dev_major, nv_flags,
     nvidia::{self, escape, off},
     record_kind,
 };
 
 mod deny;
+mod kfd_deep;
 
 /// Filled in by userspace before load (`EbpfLoader::set_global`).
 #[unsafe(no_mangle)]
@@ -66,6 +68,23 @@ static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 /// Per-CPU counters, indexed by `gpu_trace_common::counter`.
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
+
+/// Run-time switches set by userspace after attaching: index [`SWITCH_KFD_DEEP`] holds
+/// `1 << nr` for every KFD command whose driver handler has a deep hook (`kfd_deep.rs`); the
+/// syscall layer leaves those commands alone, so that no call is reported twice.
+#[map]
+static SWITCHES: Array<u32> = Array::with_max_entries(1, 0);
+
+const SWITCH_KFD_DEEP: u32 = 0;
+
+/// Whether a deep hook on the driver's handler reports KFD command `nr` instead of this layer.
+#[inline(always)]
+fn kfd_served_by_deep_hook(nr: u32) -> bool {
+    match SWITCHES.get(SWITCH_KFD_DEEP) {
+        Some(mask) => nr < 32 && (*mask >> nr) & 1 != 0,
+        None => false,
+    }
+}
 
 /// Processes that issued at least one traced ioctl (tgid → [`TRACK_NV`] | [`TRACK_KFD`]): their
 /// exit is reported, and, for NVIDIA users, their `close()` calls.
@@ -250,6 +269,9 @@ fn handle_ioctl(fd: u64, ioctl_cmd: u64, arg: u64, ret: i64) {
     if !kfd && !nvidia::ioctl_nr_is_candidate(ioctl_cmd) {
         return;
     }
+    if kfd && kfd_served_by_deep_hook(amd::ioctl_nr(ioctl_cmd)) {
+        return;
+    }
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     if cfg.filter_tgid != 0 && cfg.filter_tgid != tgid {
         return;
@@ -397,33 +419,53 @@ fn handle_ioctl(fd: u64, ioctl_cmd: u64, arg: u64, ret: i64) {
 }
 
 /// Copies `len` bytes of KFD arguments (one of the sizes of `amd::capture_len`) from user
-/// memory. Each arm passes a constant length, as the verifier wants.
+/// memory (`from_kernel` false: the syscall layer) or from the driver's own copy (`from_kernel`
+/// true: the deep hooks on the handlers). Each arm passes a constant length, as the verifier
+/// wants.
 #[inline(always)]
-unsafe fn read_kfd_args(dst: *mut u8, src: u64, len: u32) -> bool {
+unsafe fn read_kfd_args(dst: *mut u8, src: u64, len: u32, from_kernel: bool) -> bool {
     let src = src as *const core::ffi::c_void;
     let dst = dst as *mut core::ffi::c_void;
-    // SAFETY: `dst` points into a reserved ring-buffer record with room for KFD_ARGS_MAX bytes.
-    let rc = unsafe {
-        match len {
-            96 => generated::bpf_probe_read_user(dst, 96, src),
-            88 => generated::bpf_probe_read_user(dst, 88, src),
-            24 => generated::bpf_probe_read_user(dst, 24, src),
-            16 => generated::bpf_probe_read_user(dst, 16, src),
-            8 => generated::bpf_probe_read_user(dst, 8, src),
-            _ => return false,
+    let read = |n: u32| {
+        // SAFETY: `dst` points into a reserved ring-buffer record with room for KFD_ARGS_MAX
+        // bytes, and `n` is at most that.
+        unsafe {
+            if from_kernel {
+                generated::bpf_probe_read_kernel(dst, n, src)
+            } else {
+                generated::bpf_probe_read_user(dst, n, src)
+            }
         }
+    };
+    let rc = match len {
+        96 => read(96),
+        88 => read(88),
+        24 => read(24),
+        16 => read(16),
+        8 => read(8),
+        _ => return false,
     };
     rc == 0
 }
 
-/// A traced KFD command (`CREATE_QUEUE`, `DESTROY_QUEUE`, `UPDATE_QUEUE`, `SET_CU_MASK`) on
-/// `/dev/kfd`: copy its argument struct as user memory holds it at exit (the driver has copied
-/// its results back by then: `queue_id`, `doorbell_offset`, the clamped `ring_size`).
+/// What a KFD record says about the call besides its arguments.
+#[derive(Clone, Copy)]
+struct KfdCallHead {
+    fd: i32,
+    ioctl_cmd: u32,
+    rdev: u32,
+    nr: u32,
+    /// The size the arguments have for whoever copied them (see `KfdIoctlRecord::arg_size`).
+    arg_size: u32,
+    ret: i64,
+    /// `hook_source`: the syscall layer reads user memory, the deep hooks the driver's copy.
+    source: u32,
+}
+
+/// Emits a [`KfdIoctlRecord`] with `capture_len` bytes of the arguments at `args`.
 #[inline(always)]
-fn handle_kfd_ioctl(fd: u64, ioctl_cmd: u32, arg: u64, ret: i64, rdev: u32, tgid: u32) {
-    let nr = amd::ioctl_nr(ioctl_cmd);
-    let size = amd::ioctl_size(ioctl_cmd);
-    let len = amd::capture_len(nr, size);
+fn emit_kfd(head: KfdCallHead, args: u64, tgid: u32) {
+    let len = amd::capture_len(head.nr, head.arg_size);
     let Some(mut entry) = EVENTS.reserve::<KfdIoctlRecord>(0) else {
         bump(counter::DROPPED);
         return;
@@ -434,18 +476,19 @@ fn handle_kfd_ioctl(fd: u64, ioctl_cmd: u32, arg: u64, ret: i64, rdev: u32, tgid
     // field is written before submit.
     unsafe {
         (*rec).hdr = header(record_kind::KFD_IOCTL);
-        (*rec).ret = ret;
-        (*rec).fd = fd as i32;
-        (*rec).ioctl_cmd = ioctl_cmd;
-        (*rec).rdev = rdev;
-        (*rec).nr = nr;
-        (*rec).arg_size = size;
-        (*rec)._pad = 0;
+        (*rec).ret = head.ret;
+        (*rec).fd = head.fd;
+        (*rec).ioctl_cmd = head.ioctl_cmd;
+        (*rec).rdev = head.rdev;
+        (*rec).nr = head.nr;
+        (*rec).arg_size = head.arg_size;
+        (*rec).source = head.source;
         (*rec).args = [0u8; amd::KFD_ARGS_MAX];
         (*rec).args_len = 0;
+        let from_kernel = head.source != hook_source::SYSCALL;
         if len == 0 {
             flags |= kfd_flags::ARGS_SHORT;
-        } else if read_kfd_args((*rec).args.as_mut_ptr(), arg, len) {
+        } else if read_kfd_args((*rec).args.as_mut_ptr(), args, len, from_kernel) {
             (*rec).args_len = len;
         } else {
             flags |= kfd_flags::ARGS_READ_FAILED;
@@ -458,6 +501,23 @@ fn handle_kfd_ioctl(fd: u64, ioctl_cmd: u32, arg: u64, ret: i64, rdev: u32, tgid
     }
     bump(counter::EMITTED);
     mark_tracked(tgid, TRACK_KFD);
+}
+
+/// A traced KFD command (`CREATE_QUEUE`, `DESTROY_QUEUE`, `UPDATE_QUEUE`, `SET_CU_MASK`) on
+/// `/dev/kfd`: copy its argument struct as user memory holds it at exit (the driver has copied
+/// its results back by then: `queue_id`, `doorbell_offset`, the clamped `ring_size`).
+#[inline(always)]
+fn handle_kfd_ioctl(fd: u64, ioctl_cmd: u32, arg: u64, ret: i64, rdev: u32, tgid: u32) {
+    let head = KfdCallHead {
+        fd: fd as i32,
+        ioctl_cmd,
+        rdev,
+        nr: amd::ioctl_nr(ioctl_cmd),
+        arg_size: amd::ioctl_size(ioctl_cmd),
+        ret,
+        source: hook_source::SYSCALL,
+    };
+    emit_kfd(head, arg, tgid);
 }
 
 /// `close(fd)` returned 0 in a tracked process.

@@ -208,6 +208,12 @@ pub struct TraceArgs {
     #[arg(long, value_enum, value_name = "TYPE")]
     pub syscall_hook: Option<crate::loader::SyscallHook>,
 
+    /// AMD: do not attach to the KFD driver's own functions (kprobe / fentry on amdgpu.ko);
+    /// use the syscall layer only. By default gpu-trace attaches to them where the kernel
+    /// allows it, and the start-up report says which it uses and why not the others.
+    #[arg(long)]
+    pub no_deep_hooks: bool,
+
     #[command(flatten)]
     pub output: OutputArgs,
 }

@@ -118,6 +118,14 @@ impl<W: Write> Pipeline<W> {
                 let events = self.amd.observe(origin, input);
                 return self.emit_selected(&events);
             }
+            RawRecord::KfdQueue(rec) => {
+                let events = self.amd.observe(origin, KfdInput::QueueBuilt(amd_decode::decode_queue(&rec)));
+                return self.emit_selected(&events);
+            }
+            RawRecord::Deep(rec) => {
+                let events = self.amd.observe(origin, KfdInput::Deep(amd_decode::decode_deep(&rec)));
+                return self.emit_selected(&events);
+            }
         };
         let pid = origin.pid;
         let exit_origin = matches!(record, RawRecord::ProcessExit(_)).then(|| origin.clone());
@@ -202,6 +210,9 @@ impl<W: Write> Pipeline<W> {
             ("failed_tsg_allocs", nv.failed_tsg_allocs),
             ("unknown_queue", kfd.unknown_queue),
             ("replaced_queues", kfd.replaced_queues),
+            ("deep_unmatched", kfd.deep_unmatched),
+            ("deep_unknown", kfd.deep_unknown),
+            ("kfd_release_no_queues", kfd.kfd_releases_without_queues),
         ]
         .into_iter()
         .filter(|&(_, v)| v != 0)

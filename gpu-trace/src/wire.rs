@@ -11,7 +11,10 @@
 
 use std::mem::size_of;
 
-use gpu_trace_common::{KfdIoctlRecord, NvIoctlRecord, RecordHeader, TaskRecord, record_kind};
+use gpu_trace_common::{
+    DeepRecord, KfdIoctlRecord, KfdQueueRecord, NvIoctlRecord, RecordHeader, TaskRecord,
+    record_kind,
+};
 use thiserror::Error;
 
 use crate::model::event::Origin;
@@ -30,6 +33,10 @@ pub enum RawRecord {
     FdClose(TaskRecord),
     /// A completed ioctl on `/dev/kfd` ([`record_kind::KFD_IOCTL`]).
     KfdIoctl(KfdIoctlRecord),
+    /// The KFD queue manager built a queue ([`record_kind::KFD_QUEUE`], deep hook).
+    KfdQueue(KfdQueueRecord),
+    /// A driver-internal step ([`record_kind::DEEP`], deep hook).
+    Deep(DeepRecord),
 }
 
 /// Why bytes could not be read as a record or a record stream.
@@ -104,6 +111,8 @@ pub fn parse_record(bytes: &[u8]) -> Result<RawRecord, WireError> {
         record_kind::NV_IOCTL => size_of::<NvIoctlRecord>(),
         record_kind::PROCESS_EXIT | record_kind::FD_CLOSE => size_of::<TaskRecord>(),
         record_kind::KFD_IOCTL => size_of::<KfdIoctlRecord>(),
+        record_kind::KFD_QUEUE => size_of::<KfdQueueRecord>(),
+        record_kind::DEEP => size_of::<DeepRecord>(),
         _ => {
             return Err(WireError::UnknownKind {
                 kind,
@@ -125,6 +134,8 @@ pub fn parse_record(bytes: &[u8]) -> Result<RawRecord, WireError> {
             record_kind::NV_IOCTL => RawRecord::NvIoctl(read_pod(bytes)),
             record_kind::PROCESS_EXIT => RawRecord::ProcessExit(read_pod(bytes)),
             record_kind::KFD_IOCTL => RawRecord::KfdIoctl(read_pod(bytes)),
+            record_kind::KFD_QUEUE => RawRecord::KfdQueue(read_pod(bytes)),
+            record_kind::DEEP => RawRecord::Deep(read_pod(bytes)),
             _ => RawRecord::FdClose(read_pod(bytes)),
         }
     })
@@ -155,6 +166,29 @@ const _: () = assert!(
         == size_of::<RecordHeader>() + 8 + 4 * 8 + gpu_trace_common::amd::KFD_ARGS_MAX,
     "KfdIoctlRecord has padding"
 );
+
+const _: () = assert!(
+    size_of::<KfdQueueRecord>() == size_of::<RecordHeader>() + 4 * 12 + 8 * 2,
+    "KfdQueueRecord has padding"
+);
+const _: () = assert!(
+    size_of::<DeepRecord>() == size_of::<RecordHeader>() + 4 * 2 + 8 + 4 * 2,
+    "DeepRecord has padding"
+);
+
+/// The bytes of a [`KfdQueueRecord`], as the kernel programs write them.
+pub fn kfd_queue_bytes(rec: &KfdQueueRecord) -> &[u8] {
+    // SAFETY: `#[repr(C)]` with no padding (checked above).
+    unsafe {
+        std::slice::from_raw_parts((rec as *const KfdQueueRecord).cast::<u8>(), size_of::<KfdQueueRecord>())
+    }
+}
+
+/// The bytes of a [`DeepRecord`], as the kernel programs write them.
+pub fn deep_bytes(rec: &DeepRecord) -> &[u8] {
+    // SAFETY: `#[repr(C)]` with no padding (checked above).
+    unsafe { std::slice::from_raw_parts((rec as *const DeepRecord).cast::<u8>(), size_of::<DeepRecord>()) }
+}
 
 /// The bytes of a [`KfdIoctlRecord`], as the kernel programs write them.
 pub fn kfd_ioctl_bytes(rec: &KfdIoctlRecord) -> &[u8] {
@@ -197,6 +231,8 @@ impl RawRecord {
             Self::NvIoctl(r) => nv_ioctl_bytes(r),
             Self::ProcessExit(r) | Self::FdClose(r) => task_bytes(r),
             Self::KfdIoctl(r) => kfd_ioctl_bytes(r),
+            Self::KfdQueue(r) => kfd_queue_bytes(r),
+            Self::Deep(r) => deep_bytes(r),
         }
     }
 
@@ -206,6 +242,8 @@ impl RawRecord {
             Self::NvIoctl(r) => &r.hdr,
             Self::ProcessExit(r) | Self::FdClose(r) => &r.hdr,
             Self::KfdIoctl(r) => &r.hdr,
+            Self::KfdQueue(r) => &r.hdr,
+            Self::Deep(r) => &r.hdr,
         }
     }
 

@@ -11,12 +11,87 @@
 //! The driver dispatches on the command number and accepts both.
 
 use gpu_trace_common::{
-    KfdIoctlRecord,
+    DeepRecord, KfdIoctlRecord, KfdQueueRecord,
     amd::{self, doorbell, kfd_flags, nr, off, queue_type},
+    deep_hook, kfd_queue_flags,
 };
 use serde::Serialize;
 
 use crate::model::event::AmdQueueType;
+
+/// A queue as the driver's queue manager built it (deep hook on `pqm_create_queue`'s exit).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueBuilt {
+    /// `pqm_create_queue`'s return value (0 or a negative errno).
+    pub ret: i32,
+    /// The queue id handed back (`*qid`); `None` if it could not be read.
+    pub qid: Option<u32>,
+    /// The driver's `struct queue_properties` fields; `None` if they could not be read.
+    pub props: Option<DriverQueue>,
+}
+
+/// Fields of the driver's `struct queue_properties` that the ioctl arguments do not show.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DriverQueue {
+    /// `enum kfd_queue_type` (0 compute, 1 SDMA, 2 HIQ, 3 SDMA XGMI, 4 SDMA by engine id).
+    pub kernel_type: u32,
+    /// 0 PM4, 1 AQL.
+    pub format: u32,
+    pub queue_id: u32,
+    pub priority: u32,
+    pub percent: u32,
+    /// The doorbell's absolute dword index in the doorbell BAR.
+    pub hw_doorbell: u32,
+    /// Whether the driver made the queue active.
+    pub active: bool,
+    pub vmid: u32,
+    pub queue_size: u64,
+    pub queue_address: u64,
+}
+
+/// A driver-internal step seen by a deep hook.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeepStep {
+    /// A copy of `init_mqd` at `addr` built the hardware descriptor of queue `queue_id`
+    /// (`None`: the queue id could not be read).
+    MqdInit { queue_id: Option<u32>, addr: u64 },
+    /// The queues of process `owner` are being torn down by the driver (`pqm_uninit`).
+    Release { owner: u32 },
+    /// A hook number this decoder does not know (a newer kernel-side program).
+    Unknown { hook: u32 },
+}
+
+/// Decodes a [`KfdQueueRecord`].
+pub fn decode_queue(rec: &KfdQueueRecord) -> QueueBuilt {
+    QueueBuilt {
+        ret: rec.ret,
+        qid: (rec.flags & kfd_queue_flags::QID_READ_FAILED == 0).then_some(rec.qid),
+        props: (rec.flags & kfd_queue_flags::PROPS_READ_FAILED == 0).then_some(DriverQueue {
+            kernel_type: rec.q_type,
+            format: rec.q_format,
+            queue_id: rec.queue_id,
+            priority: rec.priority,
+            percent: rec.percent,
+            hw_doorbell: rec.doorbell_off,
+            active: rec.is_active != 0,
+            vmid: rec.vmid,
+            queue_size: rec.queue_size,
+            queue_address: rec.queue_address,
+        }),
+    }
+}
+
+/// Decodes a [`DeepRecord`].
+pub fn decode_deep(rec: &DeepRecord) -> DeepStep {
+    match rec.hook {
+        deep_hook::INIT_MQD => DeepStep::MqdInit {
+            queue_id: (rec.value != u32::MAX).then_some(rec.value),
+            addr: rec.addr,
+        },
+        deep_hook::KFD_RELEASE => DeepStep::Release { owner: rec.value },
+        hook => DeepStep::Unknown { hook },
+    }
+}
 
 /// One decoded KFD call.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -305,7 +380,7 @@ pub(crate) mod testing {
             arg_size: size,
             flags,
             args_len: len,
-            _pad: 0,
+            source: gpu_trace_common::hook_source::SYSCALL,
             args: buf,
         }
     }
@@ -375,6 +450,48 @@ pub(crate) mod testing {
     /// The doorbell offset the driver returns on SOC15 GPUs.
     pub fn soc15_doorbell(gpu_id: u32, offset_in_process: u64) -> u64 {
         (3u64 << 62) | (u64::from(gpu_id) << 46) | offset_in_process
+    }
+
+    fn header(kind: u32, pid: u32) -> RecordHeader {
+        let mut comm = [0u8; 16];
+        comm[..7].copy_from_slice(b"hip_app");
+        RecordHeader { kind, cpu: 2, ts_ns: 999_000, tgid: pid, tid: pid, comm }
+    }
+
+    /// What the `pqm_create_queue` exit program writes for a queue the driver built, with the
+    /// `struct queue_properties` values a 6.12 driver holds for a freshly created active AQL
+    /// compute queue under the hardware scheduler (driver-reference.md B5: kernel type 0 =
+    /// compute, format 1 = AQL, vmid 0 until the scheduler maps the process).
+    pub fn queue_built(pid: u32, queue_id: u32, hw_doorbell: u32) -> gpu_trace_common::KfdQueueRecord {
+        gpu_trace_common::KfdQueueRecord {
+            hdr: header(record_kind::KFD_QUEUE, pid),
+            source: gpu_trace_common::hook_source::TRAMPOLINE,
+            ret: 0,
+            qid: queue_id,
+            flags: 0,
+            q_type: 0,
+            q_format: 1,
+            queue_id,
+            priority: 7,
+            percent: 100,
+            doorbell_off: hw_doorbell,
+            is_active: 1,
+            vmid: 0,
+            queue_size: 0x10_0000,
+            queue_address: 0x7f00_0000_0000,
+        }
+    }
+
+    /// What the deep programs write for `hook` (`gpu_trace_common::deep_hook`).
+    pub fn deep(pid: u32, hook: u32, value: u32, addr: u64) -> gpu_trace_common::DeepRecord {
+        gpu_trace_common::DeepRecord {
+            hdr: header(record_kind::DEEP, pid),
+            hook,
+            value,
+            addr,
+            source: gpu_trace_common::hook_source::KPROBE,
+            _pad: 0,
+        }
     }
 
     pub fn destroy(pid: u32, fd: i32, queue_id: u32, ret: i64) -> KfdIoctlRecord {
@@ -642,7 +759,7 @@ mod tests {
         b.extend_from_slice(&96u32.to_le_bytes()); // arg_size @64
         b.extend_from_slice(&0u32.to_le_bytes()); // flags @68
         b.extend_from_slice(&96u32.to_le_bytes()); // args_len @72
-        b.extend_from_slice(&0u32.to_le_bytes()); // _pad @76
+        b.extend_from_slice(&0u32.to_le_bytes()); // source @76 (syscall layer)
         b.extend_from_slice(
             &CreateArgs {
                 queue_id: 3,

@@ -240,7 +240,9 @@ Block devices:
                 "queue_type": "COMPUTE_AQL", "queue_type_raw": 2, "priority": 7,
                 "percentage": 100, "pm4_target_xcc": 0, "ring_size": 1048576, "active": true,
                 "gpu_id": 48879, "doorbell_offset": 0xefbb_c000_0000_0010u64,
-                "sdma_engine_id": 0, "cu_mask_bits": null
+                "sdma_engine_id": 0, "cu_mask_bits": null,
+                // Only the deep hooks see these; the ioctl layer leaves them unknown.
+                "hw_doorbell": null, "vmid": null, "driver_active": null, "mqd_init_addr": null
             })
         );
         assert!(

@@ -29,6 +29,16 @@
 //!   reference; the queues go when the address space does (exit, or `execve`).
 //! - Queues alive when tracing stops are not events: [`KfdTracker::finish`] lists them.
 //!
+//! - Deep hooks (where the kernel lets gpu-trace attach to the driver's functions):
+//!   - the driver's queue record (`pqm_create_queue`) and the `init_mqd` copy that ran arrive
+//!     before the `CREATE_QUEUE` result of the same thread; they are kept per thread and added
+//!     to that `TASK_INIT` (`hw_doorbell`, `vmid`, `driver_active`, `mqd_init`), never reported
+//!     on their own. What is left over when the thread's next KFD call is not a successful
+//!     create is counted (`deep_unmatched`).
+//!   - `pqm_uninit` ends every queue of its process with `TASK_DESTROY cause=kfd_release`
+//!     (not implicit: the driver's teardown itself was seen). Whichever of it and the process
+//!     exit comes first ends the queues; the other finds none, so nothing ends twice.
+//!
 //! Limits: `execve` tears a process's queues down without a notice this tracer sees (a later
 //! `CREATE_QUEUE` reusing a live id is counted as `replaced_queues`); queues restored by CRIU
 //! (`AMDKFD_IOC_CRIU_OP`) and evictions/restores by the driver are not seen.
@@ -37,7 +47,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
-use crate::amd::decode::{self, CreateQueue, KfdCall, KfdMalformed, QueueParams, UpdateQueue};
+use crate::amd::decode::{
+    self, CreateQueue, DeepStep, KfdCall, KfdMalformed, QueueBuilt, QueueParams, UpdateQueue,
+};
 use crate::model::event::{
     AmdDetail, AmdVia, DestroyCause, Event, EventKind, Origin, TaskId, ValueSource,
 };
@@ -57,6 +69,10 @@ pub enum KfdInput {
     },
     /// The process (the whole thread group) exited.
     ProcessExit,
+    /// Deep hook: the driver's queue manager built a queue (before the `CREATE_QUEUE` result).
+    QueueBuilt(QueueBuilt),
+    /// Deep hook: a driver-internal step.
+    Deep(DeepStep),
     /// The process closed a file descriptor (ends no queue; see the module documentation).
     FdClose { fd: i32 },
 }
@@ -72,6 +88,8 @@ impl KfdInput {
             },
             RawRecord::ProcessExit(_) => KfdInput::ProcessExit,
             RawRecord::FdClose(t) => KfdInput::FdClose { fd: t.value },
+            RawRecord::KfdQueue(rec) => KfdInput::QueueBuilt(decode::decode_queue(rec)),
+            RawRecord::Deep(rec) => KfdInput::Deep(decode::decode_deep(rec)),
             RawRecord::NvIoctl(_) => return None,
         };
         Some((raw.origin(), input))
@@ -96,6 +114,14 @@ pub struct KfdTrackerCounters {
     /// Successful `CREATE_QUEUE`s that returned an id still tracked as alive (its end was not
     /// seen, e.g. after `execve`).
     pub replaced_queues: u64,
+    /// Deep-hook records (queue built, MQD init) that no successful `CREATE_QUEUE` of the same
+    /// thread took up.
+    pub deep_unmatched: u64,
+    /// Driver teardowns (`pqm_uninit`) of processes with no queue this tracer knew of (no
+    /// event to report: e.g. a process that opened `/dev/kfd` but created no queue).
+    pub kfd_releases_without_queues: u64,
+    /// Deep-hook records of a kind this version does not know.
+    pub deep_unknown: u64,
 }
 
 /// A live queue, as far as the ioctl layer knows it.
@@ -115,6 +141,15 @@ struct Process {
 pub struct KfdTracker {
     procs: HashMap<u32, Process>,
     counters: KfdTrackerCounters,
+    /// Deep-hook findings waiting for their thread's `CREATE_QUEUE` result, by thread id.
+    pending: HashMap<u32, Pending>,
+}
+
+/// What the deep hooks saw inside a thread's `CREATE_QUEUE` before it returned.
+#[derive(Clone, Copy, Debug, Default)]
+struct Pending {
+    built: Option<QueueBuilt>,
+    mqd_addr: Option<u64>,
 }
 
 /// A snapshot of a live queue (tests, tools).
@@ -166,8 +201,27 @@ impl KfdTracker {
     /// Observes one input; returns the events it produces, in order.
     pub fn observe(&mut self, origin: Origin, input: KfdInput) -> Vec<Event> {
         match input {
-            KfdInput::ProcessExit => self.process_exit(&origin),
+            KfdInput::ProcessExit => self.process_exit(&origin, origin.pid, DestroyCause::ProcessExit),
             KfdInput::FdClose { .. } => Vec::new(),
+            KfdInput::QueueBuilt(b) => {
+                self.pending.entry(origin.tid).or_default().built = Some(b);
+                Vec::new()
+            }
+            KfdInput::Deep(DeepStep::MqdInit { addr, .. }) => {
+                self.pending.entry(origin.tid).or_default().mqd_addr = Some(addr);
+                Vec::new()
+            }
+            KfdInput::Deep(DeepStep::Release { owner }) => {
+                let events = self.process_exit(&origin, owner, DestroyCause::KfdRelease);
+                if events.is_empty() {
+                    self.counters.kfd_releases_without_queues += 1;
+                }
+                events
+            }
+            KfdInput::Deep(DeepStep::Unknown { .. }) => {
+                self.counters.deep_unknown += 1;
+                Vec::new()
+            }
             KfdInput::Call {
                 call: KfdCall::Malformed { reason, .. },
                 ..
@@ -180,6 +234,9 @@ impl KfdTracker {
                 self.counters.calls += 1;
                 if errno != 0 {
                     self.counters.failed_calls += 1;
+                }
+                if !matches!(call, KfdCall::CreateQueue(_)) && self.pending.remove(&origin.tid).is_some() {
+                    self.counters.deep_unmatched += 1;
                 }
                 match call {
                     KfdCall::CreateQueue(c) => self.create(&origin, errno, &c),
@@ -220,6 +277,7 @@ impl KfdTracker {
     }
 
     fn create(&mut self, origin: &Origin, errno: i32, c: &CreateQueue) -> Vec<Event> {
+        let deep = self.pending.remove(&origin.tid);
         let mut requested = AmdDetail {
             queue_type: Some(decode::queue_type_of(c.queue_type)),
             queue_type_raw: Some(c.queue_type),
@@ -229,6 +287,9 @@ impl KfdTracker {
         };
         set_params(&mut requested, &c.params, errno == 0);
         if errno != 0 {
+            if deep.is_some() {
+                self.counters.deep_unmatched += 1;
+            }
             self.counters.failed_creates += 1;
             // The driver copies the caller's own input back on failure: queue_id and
             // doorbell_offset mean nothing.
@@ -243,10 +304,13 @@ impl KfdTracker {
             )];
         }
         let task = TaskId::KfdQueue(c.queue_id);
-        let detail = AmdDetail {
+        let mut detail = AmdDetail {
             doorbell_offset: Some(c.doorbell_offset),
             ..requested
         };
+        if let Some(deep) = deep {
+            self.enrich(&mut detail, c.queue_id, deep);
+        }
         let proc = self.process_mut(origin);
         if proc
             .queues
@@ -304,6 +368,28 @@ impl KfdTracker {
             ));
         }
         events
+    }
+
+    /// Adds what the deep hooks saw inside this create to its detail, if it is about the same
+    /// queue; otherwise counts it as unmatched.
+    fn enrich(&mut self, detail: &mut AmdDetail, queue_id: u32, deep: Pending) {
+        let mut matched = deep.mqd_addr.is_some() || deep.built.is_some();
+        if let Some(b) = deep.built {
+            let same = b.ret == 0 && b.qid.is_none_or(|q| q == queue_id);
+            match (same, b.props) {
+                (true, Some(p)) => {
+                    detail.hw_doorbell = Some(p.hw_doorbell);
+                    detail.vmid = Some(p.vmid);
+                    detail.driver_active = Some(p.active);
+                }
+                (true, None) => {}
+                (false, _) => matched = false,
+            }
+        }
+        detail.mqd_init_addr = deep.mqd_addr;
+        if !matched {
+            self.counters.deep_unmatched += 1;
+        }
     }
 
     fn destroy(&mut self, origin: &Origin, errno: i32, queue_id: u32) -> Vec<Event> {
@@ -371,20 +457,34 @@ impl KfdTracker {
         )]
     }
 
-    fn process_exit(&mut self, origin: &Origin) -> Vec<Event> {
-        let Some(proc) = self.procs.remove(&origin.pid) else {
+    /// Ends every queue of process `pid`: at its exit (implicit) or at the driver's teardown
+    /// (`kfd_release`, which may run on another thread: the events carry the owner's pid and
+    /// name).
+    fn process_exit(&mut self, origin: &Origin, pid: u32, cause: DestroyCause) -> Vec<Event> {
+        if cause == DestroyCause::ProcessExit {
+            // Leftovers of this process's threads: their creates will not come now.
+            let before = self.pending.len();
+            self.pending.retain(|tid, _| *tid != origin.tid);
+            self.counters.deep_unmatched += (before - self.pending.len()) as u64;
+        }
+        let Some(proc) = self.procs.remove(&pid) else {
             return Vec::new();
+        };
+        let origin = if origin.pid == pid {
+            origin.clone()
+        } else {
+            Origin { pid, tid: pid, comm: proc.comm.clone(), ..origin.clone() }
         };
         proc.queues
             .into_iter()
             .map(|(queue_id, q)| {
                 event(
-                    origin,
+                    &origin,
                     EventKind::TaskDestroy {
                         task: TaskId::KfdQueue(queue_id),
                         client: 0,
-                        cause: DestroyCause::ProcessExit,
-                        implicit: true,
+                        cause,
+                        implicit: cause.is_implicit(),
                     },
                     q.detail,
                 )
@@ -522,6 +622,68 @@ mod tests {
         assert_eq!(ev[2].amd.as_ref().unwrap().via, Some(AmdVia::Create));
         assert_eq!(t.live_tasks(), 1);
         assert_eq!(t.queue(100, 2).unwrap().detail, *d);
+    }
+
+    #[test]
+    fn deep_hook_findings_enrich_the_create_of_the_same_thread_once() {
+        use gpu_trace_common::deep_hook;
+        let mut t = KfdTracker::new();
+        // Inside the CREATE_QUEUE of pid 100: the MQD copy runs, pqm_create_queue returns, then
+        // the handler (or the syscall) reports the create.
+        let mut ev = t.observe_raw(&RawRecord::Deep(testing::deep(100, deep_hook::INIT_MQD, 2, 0xffff_ffff_c0a1_0000)));
+        ev.extend(t.observe_raw(&RawRecord::KfdQueue(testing::queue_built(100, 2, 0x1002))));
+        assert!(ev.is_empty(), "deep findings are not events on their own: {ev:?}");
+        let ev = run(&mut t, &[created(100, 2)]);
+        assert_eq!(names(&ev), ["TASK_INIT", "WORK_SUBMIT", "SCHEDULE"]);
+        let d = ev[0].amd.as_ref().unwrap();
+        assert_eq!(
+            (d.hw_doorbell, d.vmid, d.driver_active, d.mqd_init_addr),
+            (Some(0x1002), Some(0), Some(true), Some(0xffff_ffff_c0a1_0000))
+        );
+        // Taken up once: the next create of that thread has none of it.
+        let ev = run(&mut t, &[created(100, 3)]);
+        assert_eq!(ev[0].amd.as_ref().unwrap().hw_doorbell, None);
+        assert_eq!(t.counters().deep_unmatched, 0);
+    }
+
+    #[test]
+    fn deep_findings_not_taken_up_are_counted_not_attached_elsewhere() {
+        let mut t = KfdTracker::new();
+        // Another queue's record (ids differ), then a refused create, then a destroy.
+        t.observe_raw(&RawRecord::KfdQueue(testing::queue_built(100, 9, 0x1009)));
+        let ev = run(&mut t, &[created(100, 2)]);
+        assert_eq!(ev[0].amd.as_ref().unwrap().hw_doorbell, None);
+        t.observe_raw(&RawRecord::KfdQueue(testing::queue_built(100, 3, 0x1003)));
+        let refused = testing::record(100, 4, cmd::CREATE_QUEUE, EINVAL.into(), &CreateArgs::default().bytes());
+        run(&mut t, &[refused]);
+        t.observe_raw(&RawRecord::KfdQueue(testing::queue_built(100, 4, 0x1004)));
+        run(&mut t, &[testing::destroy(100, 4, 2, 0)]);
+        assert_eq!(t.counters().deep_unmatched, 3);
+    }
+
+    #[test]
+    fn driver_teardown_ends_the_owners_queues_once_whoever_runs_it() {
+        use gpu_trace_common::deep_hook;
+        let mut t = KfdTracker::new();
+        run(&mut t, &[created(100, 2), created(100, 3)]);
+        // pqm_uninit on a worker thread (pid 7): the owner is the record's value.
+        let ev = t.observe_raw(&RawRecord::Deep(testing::deep(7, deep_hook::KFD_RELEASE, 100, 0)));
+        assert_eq!(names(&ev), ["TASK_DESTROY", "TASK_DESTROY"]);
+        for e in &ev {
+            assert_eq!(e.origin.pid, 100, "reported for the owner, not the worker");
+            assert_eq!(e.origin.comm, "hip_app");
+            let (_, cause, implicit) = ended(e);
+            assert_eq!((cause, implicit), (DestroyCause::KfdRelease, false));
+        }
+        // The process exit that follows ends nothing more; a teardown of a process without
+        // queues is counted.
+        assert!(exit(&mut t, 100).is_empty());
+        assert!(t.observe_raw(&RawRecord::Deep(testing::deep(7, deep_hook::KFD_RELEASE, 555, 0))).is_empty());
+        assert_eq!(t.counters().kfd_releases_without_queues, 1);
+        // Exit first, teardown later: the exit ends them (implicit), the teardown finds none.
+        run(&mut t, &[created(200, 1)]);
+        assert_eq!(ended(&exit(&mut t, 200)[0]).1, DestroyCause::ProcessExit);
+        assert!(t.observe_raw(&RawRecord::Deep(testing::deep(7, deep_hook::KFD_RELEASE, 200, 0))).is_empty());
     }
 
     #[test]

@@ -78,6 +78,9 @@ pub enum DestroyCause {
     /// Implicit: the tracer ended while the object was alive (only in the statistics, never
     /// printed as an event).
     TracerExit,
+    /// AMD: the driver tore down the process's queues (`pqm_uninit`, seen by a deep hook):
+    /// observed, not inferred.
+    KfdRelease,
 }
 
 impl DestroyCause {
@@ -159,6 +162,17 @@ pub struct AmdDetail {
     pub sdma_engine_id: Option<u32>,
     /// `SET_CU_MASK`: number of CU mask bits the process set.
     pub cu_mask_bits: Option<u32>,
+    /// Deep hook (`pqm_create_queue`): the doorbell's absolute dword index in the doorbell BAR.
+    pub hw_doorbell: Option<u32>,
+    /// Deep hook (`pqm_create_queue`): the VMID the driver gave the queue (0 until the
+    /// hardware scheduler maps the process).
+    pub vmid: Option<u32>,
+    /// Deep hook (`pqm_create_queue`): whether the driver itself made the queue active (its
+    /// own `is_active`, which also reflects eviction and suspension).
+    pub driver_active: Option<bool>,
+    /// Deep hook (`init_mqd`): address of the `init_mqd` copy (one per GPU generation) that
+    /// built the queue's hardware descriptor.
+    pub mqd_init_addr: Option<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]

@@ -72,7 +72,7 @@ impl NvInput {
             },
             RawRecord::ProcessExit(_) => NvInput::ProcessExit,
             RawRecord::FdClose(t) => NvInput::FdClose { fd: t.value },
-            RawRecord::KfdIoctl(_) => return None,
+            RawRecord::KfdIoctl(_) | RawRecord::KfdQueue(_) | RawRecord::Deep(_) => return None,
         };
         Some((raw.origin(), input))
     }

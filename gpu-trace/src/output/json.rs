@@ -59,7 +59,7 @@
 //!
 //! | field      | type    | meaning |
 //! |------------|---------|---------|
-//! | `cause`    | string  | `"free"` (freed itself), `"parent_free"` (an ancestor was freed), `"fd_close"` (its fd was closed), `"process_exit"` (its process exited), `"tracer_exit"` (still alive when tracing stopped) |
+//! | `cause`    | string  | `"free"` (freed itself), `"parent_free"` (an ancestor was freed), `"fd_close"` (its fd was closed), `"process_exit"` (its process exited), `"kfd_release"` (AMD: the driver tore the process's queues down, seen by a deep hook), `"tracer_exit"` (still alive when tracing stopped) |
 //! | `implicit` | boolean | the driver object was not freed explicitly |
 //!
 //! ## `amd`: AMD KFD events only
@@ -82,6 +82,10 @@
 //! | `doorbell_offset` | integer or null | mmap offset of the queue's doorbell returned by `CREATE_QUEUE` |
 //! | `sdma_engine_id`  | integer or null | `sdma_engine_id` (96-byte `CREATE_QUEUE` only) |
 //! | `cu_mask_bits`    | integer or null | bits of the CU mask set with `SET_CU_MASK` |
+//! | `hw_doorbell`     | integer or null | `TASK_INIT`, deep hook on `pqm_create_queue` only: the doorbell's absolute dword index in the doorbell BAR |
+//! | `vmid`            | integer or null | `TASK_INIT`, deep hook on `pqm_create_queue` only: the VMID the driver gave the queue (0 until the hardware scheduler maps the process) |
+//! | `driver_active`   | boolean or null | `TASK_INIT`, deep hook on `pqm_create_queue` only: the driver's own `is_active` |
+//! | `mqd_init_addr`   | integer or null | `TASK_INIT`, deep hook on `init_mqd` only: address of the `init_mqd` copy (one per GPU generation) that built the queue's hardware descriptor |
 //!
 //! ## `STATS`: the last line
 //!
@@ -99,7 +103,7 @@
 //! | `malformed`             | integer         | records userspace could not parse |
 //! | `decode_errors`         | integer         | driver calls whose arguments could not be decoded |
 //! | `live_at_exit`          | integer         | tasks still alive when tracing stopped |
-//! | `unreported`            | object          | driver calls of interest that produced no event, by reason (`schedule_disable`, `schedule_unreadable`, `unreadable_params`, `unknown_handle`, `replaced_handles`, `failed_tsg_allocs`, `unknown_queue`, `replaced_queues`); only non-zero reasons; integers |
+//! | `unreported`            | object          | driver calls of interest that produced no event, by reason (`schedule_disable`, `schedule_unreadable`, `unreadable_params`, `unknown_handle`, `replaced_handles`, `failed_tsg_allocs`, `unknown_queue`, `replaced_queues`, `deep_unmatched`, `deep_unknown`, `kfd_release_no_queues`); only non-zero reasons; integers |
 //! | `lost_samples`          | integer or null | samples the ring buffer reader reported lost; null when it does not report them |
 //! | `processes`             | array           | one object per process, by ascending pid: `pid`, `comm` (first seen), `task_init`, `schedule`, `schedule_refused`, `work_submit`, `task_destroy` |
 
@@ -417,6 +421,7 @@ mod tests {
             (DestroyCause::ParentFree, "parent_free"),
             (DestroyCause::FdClose, "fd_close"),
             (DestroyCause::ProcessExit, "process_exit"),
+            (DestroyCause::KfdRelease, "kfd_release"),
             (DestroyCause::TracerExit, "tracer_exit"),
         ] {
             let ev = Event {

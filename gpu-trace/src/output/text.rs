@@ -189,7 +189,8 @@ fn write_fields(line: &mut String, kind: &EventKind) {
 /// ```
 ///
 /// `TASK_INIT` adds `xcc=N` when `pm4_target_xcc` is not 0 and `sdma_engine=N` for
-/// `SDMA_BY_ENG_ID` queues. `TASK_DESTROY` prints as for NVIDIA.
+/// `SDMA_BY_ENG_ID` queues, and, where the deep hooks ran, `hw_doorbell=`, `vmid=`,
+/// `driver_active=` and `mqd_init=` (what only the driver's own functions show). `TASK_DESTROY` prints as for NVIDIA.
 fn write_amd_fields(line: &mut String, kind: &EventKind, a: &AmdDetail) {
     let queue_type = || a.queue_type.map_or("?", amd_queue_type_name);
     let hex = |v: Option<u64>| v.map_or_else(|| "?".to_string(), |v| format!("0x{v:x}"));
@@ -217,6 +218,19 @@ fn write_amd_fields(line: &mut String, kind: &EventKind, a: &AmdDetail) {
             }
             if a.queue_type == Some(AmdQueueType::SdmaByEngId) {
                 let _ = write!(line, " sdma_engine={}", Opt(a.sdma_engine_id));
+            }
+            // What only the deep hooks see, when they ran.
+            if let Some(db) = a.hw_doorbell {
+                let _ = write!(line, " hw_doorbell={db}");
+            }
+            if let Some(vmid) = a.vmid {
+                let _ = write!(line, " vmid={vmid}");
+            }
+            if let Some(active) = a.driver_active {
+                let _ = write!(line, " driver_active={}", if active { "yes" } else { "no" });
+            }
+            if let Some(addr) = a.mqd_init_addr {
+                let _ = write!(line, " mqd_init=0x{addr:x}");
             }
         }
         EventKind::WorkSubmit { token, .. } => {
@@ -318,6 +332,7 @@ fn cause_name(cause: DestroyCause) -> &'static str {
         DestroyCause::FdClose => "fd_close",
         DestroyCause::ProcessExit => "process_exit",
         DestroyCause::TracerExit => "tracer_exit",
+        DestroyCause::KfdRelease => "kfd_release",
     }
 }
 

@@ -10,7 +10,9 @@
 //!   and an unknown kind is an error rather than a guess;
 //! - **little-endian BTF only**: big-endian BTF (whose magic reads as `0x9feb` here) is rejected
 //!   with [`BtfError::BadMagic`];
-//! - only base BTF is read (vmlinux), not split BTF of modules.
+//! - base BTF (vmlinux) and, through [`Btf::from_split`], a module's split BTF on top of it
+//!   (module type ids continue after vmlinux's, module string offsets after vmlinux's strings),
+//!   so that the deep hooks can find functions, parameters and structs of `amdgpu.ko`.
 //!
 //! Member lookups descend into anonymous struct and union members and sum their offsets, as C
 //! does for `task_struct`'s nested anonymous members.
@@ -182,6 +184,20 @@ pub enum BtfError {
         /// Width in bits (0 where the BTF does not say).
         bits: u32,
     },
+    /// No function of that name in this BTF (deep hooks: the module lacks it or inlined it).
+    #[error("BTF has no function {func}")]
+    FuncNotFound {
+        /// The function looked for.
+        func: String,
+    },
+    /// The function exists but has no parameter of that name.
+    #[error("BTF: function {func} has no parameter named {param}")]
+    ParamNotFound {
+        /// The function.
+        func: String,
+        /// The parameter looked for.
+        param: String,
+    },
     /// The member exists but its size is not the one the kernel programs read.
     #[error(
         "kernel BTF: {struct_name}.{member} is {found} bytes on this kernel, but gpu-trace reads \
@@ -305,6 +321,11 @@ pub struct Btf {
     str_start: usize,
     str_len: usize,
     ptr_size: u32,
+    /// Split BTF only: where the module's own strings are (string offsets at or past the
+    /// base's `str_len` point here).
+    split_strings: Option<(usize, usize)>,
+    /// Split BTF only: the first type id that belongs to the module (0 for base BTF).
+    first_split_id: u32,
 }
 
 impl std::fmt::Debug for Btf {
@@ -420,6 +441,8 @@ impl Btf {
             str_len: str_len as usize,
             ptr_size: 0,
             data: Vec::new(),
+            split_strings: None,
+            first_split_id: 0,
         };
         btf.types = parse_types(
             &data,
@@ -435,6 +458,109 @@ impl Btf {
     /// Number of types, not counting `void` (the largest type id).
     pub fn type_count(&self) -> usize {
         self.types.len() - 1
+    }
+
+    /// Reads a module's split BTF (`/sys/kernel/btf/<module>`) on top of `base` (vmlinux's):
+    /// the result resolves ids and names of both, as the kernel numbers them (module ids
+    /// continue after the base's last id).
+    pub fn from_split(base: &Btf, bytes: &[u8]) -> Result<Btf, BtfError> {
+        if base.first_split_id != 0 {
+            return Err(BtfError::Malformed {
+                section: "header",
+                detail: "split BTF must sit on base BTF, not on another split BTF".into(),
+            });
+        }
+        if bytes.len() >= 2 {
+            let magic = u16::from_le_bytes([bytes[0], bytes[1]]);
+            if magic != BTF_MAGIC {
+                return Err(BtfError::BadMagic { found: magic });
+            }
+        }
+        if bytes.len() < HEADER_LEN {
+            return Err(BtfError::Truncated {
+                section: "header",
+                detail: format!("the split blob is {} bytes", bytes.len()),
+            });
+        }
+        let hdr_len = le32(bytes, 4) as u64;
+        let (type_off, type_len) = (le32(bytes, 8) as u64, le32(bytes, 12) as u64);
+        let (str_off, str_len) = (le32(bytes, 16) as u64, le32(bytes, 20) as u64);
+        let len = bytes.len() as u64;
+        if hdr_len < HEADER_LEN as u64
+            || hdr_len + type_off + type_len > len
+            || hdr_len + str_off + str_len > len
+        {
+            return Err(BtfError::Truncated {
+                section: "header",
+                detail: format!("split BTF sections do not fit in its {len} bytes"),
+            });
+        }
+        if str_len > 0 && bytes[(hdr_len + str_off + str_len) as usize - 1] != 0 {
+            return Err(BtfError::Malformed {
+                section: "string section",
+                detail: "the split BTF's last string is not NUL-terminated".into(),
+            });
+        }
+        let at = base.data.len();
+        let mut data = Vec::with_capacity(at + bytes.len());
+        data.extend_from_slice(&base.data);
+        data.extend_from_slice(bytes);
+        let total_strings = u32::try_from(base.str_len as u64 + str_len).map_err(|_| {
+            BtfError::Malformed { section: "string section", detail: "too large".into() }
+        })?;
+        let type_start = at + (hdr_len + type_off) as usize;
+        let mut split_types =
+            parse_types(&data, type_start, type_start + type_len as usize, total_strings)?;
+        split_types.remove(0); // parse_types puts `void` first; the base has it already
+        let mut types = base.types.clone();
+        let first_split_id = types.len() as u32;
+        types.extend(split_types);
+        Ok(Btf {
+            types,
+            str_start: base.str_start,
+            str_len: base.str_len,
+            ptr_size: base.ptr_size,
+            split_strings: Some((at + (hdr_len + str_off) as usize, str_len as usize)),
+            first_split_id,
+            data,
+        })
+    }
+
+    /// The id of the first FUNC named `name`, searching the module's own types first (split
+    /// BTF), then the base.
+    pub fn func_id(&self, name: &str) -> Result<u32, BtfError> {
+        let name_b = name.as_bytes();
+        let is_it = |i: usize| {
+            let t = &self.types[i];
+            t.kind() == kind::FUNC && t.name_off != 0 && self.str_at(t.name_off) == name_b
+        };
+        let split = self.first_split_id as usize;
+        (split.max(1)..self.types.len())
+            .chain(1..split)
+            .find(|&i| is_it(i))
+            .map(|i| i as u32)
+            .ok_or_else(|| BtfError::FuncNotFound { func: name.into() })
+    }
+
+    /// The 0-based position of parameter `param` of function `func`, and the function's number
+    /// of parameters.
+    pub fn func_param(&self, func: &str, param: &str) -> Result<(u32, u32), BtfError> {
+        let id = self.func_id(func)?;
+        let proto = *self.ty(self.types[id as usize].size_or_type)?;
+        if proto.kind() != kind::FUNC_PROTO {
+            return Err(BtfError::Malformed {
+                section: "type section",
+                detail: format!("function {func} does not point at a FUNC_PROTO"),
+            });
+        }
+        let count = proto.vlen();
+        (0..count)
+            .find(|&i| {
+                let name_off = le32(&self.data, proto.extra as usize + i as usize * 8);
+                name_off != 0 && self.str_at(name_off) == param.as_bytes()
+            })
+            .map(|i| (i, count))
+            .ok_or_else(|| BtfError::ParamNotFound { func: func.into(), param: param.into() })
     }
 
     /// Size of a kernel pointer in bytes: the size of `long` in this BTF (the host's pointer size
@@ -563,8 +689,12 @@ impl Btf {
 
     /// The NUL-terminated string at `off` (checked in range when parsing), without the NUL.
     fn str_at(&self, off: u32) -> &[u8] {
-        let start = self.str_start + off as usize;
-        let rest = &self.data[start..self.str_start + self.str_len];
+        let rest = match self.split_strings {
+            Some((start, len)) if off as usize >= self.str_len => {
+                &self.data[start + (off as usize - self.str_len)..start + len]
+            }
+            _ => &self.data[self.str_start + off as usize..self.str_start + self.str_len],
+        };
         // The section ends with a NUL (checked when parsing).
         let len = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
         &rest[..len]
@@ -1203,6 +1333,109 @@ mod tests {
             btf.struct_size("gpu_trace_no_such_struct"),
             Err(BtfError::StructNotFound { .. })
         ));
+    }
+
+    /// The id of the first type of `kind` named `name` in base BTF.
+    fn base_id(btf: &Btf, k: u32, name: &str) -> u32 {
+        btf.types
+            .iter()
+            .position(|t| t.kind() == k && t.name_off != 0 && btf.str_at(t.name_off) == name.as_bytes())
+            .unwrap_or_else(|| panic!("{name} not in the live BTF")) as u32
+    }
+
+    /// A module-style split BTF blob on top of `base`: a struct with a member of a base type,
+    /// a pointer to a base struct, a function prototype and a function, named in the blob's
+    /// own string section (offsets continuing after the base's strings), ids continuing after
+    /// the base's last id — the layout `pahole` gives a module's `.BTF` and the kernel exposes
+    /// in `/sys/kernel/btf/<module>`.
+    fn split_blob(base: &Btf) -> Vec<u8> {
+        let n = base.type_count() as u32;
+        let uint = base_id(base, kind::INT, "unsigned int");
+        let int = base_id(base, kind::INT, "int");
+        let task = base_id(base, kind::STRUCT, "task_struct");
+        let strings = b"\0gt_props\0queue_id\0owner\0pqm\0properties\0gt_func\0";
+        let s = |name: &[u8]| {
+            let at = strings.windows(name.len() + 2).position(|w| w[0] == 0 && &w[1..=name.len()] == name && w[name.len() + 1] == 0);
+            base.str_len as u32 + at.expect("name in the table") as u32 + 1
+        };
+        let info = |k: u32, vlen: u32| (k << 24) | vlen;
+        let mut t = Vec::new();
+        let mut put = |words: &[u32]| words.iter().for_each(|w| t.extend_from_slice(&w.to_le_bytes()));
+        // n+1: struct gt_props { struct task_struct *owner; unsigned int queue_id; } (16 bytes)
+        put(&[s(b"gt_props"), info(kind::STRUCT, 2), 16]);
+        put(&[s(b"owner"), n + 2, 0]);
+        put(&[s(b"queue_id"), uint, 64]);
+        // n+2: struct task_struct *
+        put(&[0, info(kind::PTR, 0), task]);
+        // n+3: int (*)(int pqm, struct gt_props *properties)
+        put(&[0, info(kind::FUNC_PROTO, 2), int]);
+        put(&[s(b"pqm"), int]);
+        put(&[s(b"properties"), n + 4]);
+        // n+4: struct gt_props *
+        put(&[0, info(kind::PTR, 0), n + 1]);
+        // n+5: FUNC gt_func (global linkage)
+        put(&[s(b"gt_func"), info(kind::FUNC, 1), n + 3]);
+        let mut b = Vec::new();
+        for w in [0x0001_eb9fu32, HEADER_LEN as u32, 0, t.len() as u32, t.len() as u32, strings.len() as u32] {
+            b.extend_from_slice(&w.to_le_bytes());
+        }
+        b.extend_from_slice(&t);
+        b.extend_from_slice(strings);
+        b
+    }
+
+    #[test]
+    fn split_btf_continues_the_base_ids_and_strings() {
+        let Some(base) = live_btf("split_btf_continues_the_base_ids_and_strings") else {
+            return;
+        };
+        let n = base.type_count() as u32;
+        let split = Btf::from_split(base, &split_blob(base)).expect("the split blob parses");
+        assert_eq!(split.type_count() as u32, n + 5);
+        assert_eq!(split.func_id("gt_func").unwrap(), n + 5);
+        assert_eq!(split.func_param("gt_func", "properties").unwrap(), (1, 2));
+        assert_eq!(split.func_param("gt_func", "pqm").unwrap(), (0, 2));
+        assert!(matches!(split.func_param("gt_func", "qid"), Err(BtfError::ParamNotFound { .. })));
+        assert_eq!(split.member_offset("gt_props", "queue_id").unwrap(), 8);
+        assert_eq!(split.member_size("gt_props", "owner").unwrap(), 8);
+        assert_eq!(split.struct_size("gt_props").unwrap(), 16);
+        // The base is still there, unchanged, and base functions resolve to base ids.
+        assert_eq!(
+            split.member_offset("task_struct", "files").unwrap(),
+            base.member_offset("task_struct", "files").unwrap()
+        );
+        let base_func = base.func_id("do_exit").unwrap();
+        assert_eq!(split.func_id("do_exit").unwrap(), base_func);
+        assert!(base_func <= n);
+        assert!(matches!(base.func_id("gt_func"), Err(BtfError::FuncNotFound { .. })));
+        // A split blob cut short is refused, as is split BTF on split BTF.
+        let blob = split_blob(base);
+        assert!(Btf::from_split(base, &blob[..blob.len() - 10]).is_err());
+        assert!(Btf::from_split(&split, &blob).is_err());
+    }
+
+    /// On a kernel with modules that have BTF (the GPU host's `nvidia`, the lab's `amdgpu`),
+    /// every one of them parses on top of vmlinux's and names its functions.
+    #[test]
+    fn live_module_btf_parses_on_vmlinux() {
+        let Some(base) = live_btf("live_module_btf_parses_on_vmlinux") else {
+            return;
+        };
+        let modules: Vec<_> = std::fs::read_dir("/sys/kernel/btf")
+            .map(|d| d.flatten().map(|e| e.path()).filter(|p| !p.ends_with("vmlinux")).collect())
+            .unwrap_or_default();
+        if modules.is_empty() {
+            eprintln!(
+                "SKIPPED (no module BTF in /sys/kernel/btf): live_module_btf_parses_on_vmlinux: \
+                 this kernel has no modules with BTF; the lab checks amdgpu's (f.deep_select)"
+            );
+            return;
+        }
+        for path in modules {
+            let bytes = std::fs::read(&path).unwrap();
+            let split = Btf::from_split(base, &bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            assert!(split.type_count() > base.type_count(), "{}", path.display());
+        }
     }
 
     #[test]

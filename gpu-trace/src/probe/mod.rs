@@ -1,4 +1,5 @@
 //! What the running kernel allows: structure offsets from BTF, privileges, tracefs, devices.
 pub mod btf;
+pub mod kallsyms;
 pub mod system;
 pub mod trial;

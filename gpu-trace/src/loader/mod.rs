@@ -2,15 +2,18 @@
 //! allows. Every refusal is kept, so that the start-up report and the final error say what was
 //! tried and why it failed.
 
+pub mod deep;
+pub mod trampoline;
+
 use std::fmt;
 
 use aya::{
     Btf, Ebpf, EbpfLoader,
-    maps::{MapData, PerCpuArray, RingBuf},
+    maps::{Array, MapData, PerCpuArray, RingBuf},
     maps::HashMap as BpfHashMap,
     programs::{BtfTracePoint, Lsm, RawTracePoint, TracePoint},
 };
-use gpu_trace_common::{KernelConfig, counter, nvidia::NV_MAJOR};
+use gpu_trace_common::{KernelConfig, KfdDeepConfig, amd::nr, counter, nvidia::NV_MAJOR};
 use thiserror::Error;
 
 use crate::{
@@ -91,6 +94,9 @@ pub struct LoadOptions {
     pub kfd_major: Option<u32>,
     /// Also treat this device (kernel `dev_t`) as `/dev/kfd`. Tests use `/dev/null`.
     pub extra_kfd_device: Option<u32>,
+    /// AMD: attach to the KFD driver's own functions where the kernel allows it (default), or
+    /// use the syscall layer only.
+    pub deep_hooks: bool,
 }
 
 impl Default for LoadOptions {
@@ -104,6 +110,7 @@ impl Default for LoadOptions {
             nvidia: true,
             kfd_major: None,
             extra_kfd_device: None,
+            deep_hooks: true,
         }
     }
 }
@@ -123,6 +130,8 @@ impl fmt::Display for Hook {
 
 /// The loaded, attached programs. Dropping it detaches everything (nothing is pinned).
 pub struct Tracer {
+    /// Dropped after `ebpf`'s programs are no longer needed: declared first, so dropped first.
+    _deep: deep::DeepHooks,
     ebpf: Ebpf,
     pub hooks: Vec<Hook>,
     /// Attach points that were tried and refused before the chosen one, with the reason.
@@ -232,15 +241,53 @@ impl Tracer {
         offsets.apply(&mut config);
         raise_memlock_limit();
 
+        let mut refused = Vec::new();
+        let mut hooks = Vec::new();
+        // AMD deep hooks: what the driver's BTF says, before load (it goes into KFD_DEEP). The
+        // test device (`extra_kfd_device`) is not the driver: the syscall layer serves it.
+        let deep_plan = if options.kfd_major.is_some() && options.deep_hooks && options.extra_kfd_device.is_none() {
+            match deep::KfdDeepPlan::prepare() {
+                Ok(plan) => Some(plan),
+                Err(why) => {
+                    refused.push(format!("AMD deep hooks: {why}"));
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let deep_config = deep_plan.as_ref().map_or_else(KfdDeepConfig::default, |p| p.config);
+
         let mut ebpf = EbpfLoader::new()
             .override_global("CONFIG", &config, true)
+            .override_global("KFD_DEEP", &deep_config, true)
             .map_max_entries("EVENTS", ring)
             .load(PROGRAMS)
             .map_err(LoadError::Load)?;
 
         let kernel_btf = Btf::from_sys_fs().ok();
-        let mut refused = Vec::new();
-        let mut hooks = Vec::new();
+        // Deep hooks first, then the switch that takes their commands away from the syscall
+        // layer, then the syscall layer: no call is seen twice, none is missed in between.
+        let deep_hooks = match &deep_plan {
+            Some(plan) => deep::attach(&mut ebpf, plan, options.deny_pids.is_empty()),
+            None => deep::DeepHooks::default(),
+        };
+        refused.extend(deep_hooks.refused.iter().cloned());
+        hooks.extend(deep_hooks.hooks.iter().cloned());
+        if deep_hooks.handler_mask != 0 {
+            let mut switches: Array<_, u32> = Array::try_from(
+                ebpf.map_mut("SWITCHES").ok_or(LoadError::MissingMap("SWITCHES"))?,
+            )
+            .map_err(|source| LoadError::Map { name: "SWITCHES", source })?;
+            switches
+                .set(0, deep_hooks.handler_mask, 0)
+                .map_err(|source| LoadError::Map { name: "SWITCHES", source })?;
+        }
+        let all_kfd = [nr::CREATE_QUEUE, nr::DESTROY_QUEUE, nr::UPDATE_QUEUE, nr::SET_CU_MASK]
+            .iter()
+            .all(|&n| deep_hooks.handler_mask & (1 << n) != 0);
+        // AMD only, every command served by the driver hooks: no program on every syscall.
+        let syscall_layer_needed = options.nvidia || options.extra_device.is_some() || !all_kfd;
 
         static SYSCALL_TPS: &[(&str, &str, &str)] = &[
             ("tp_ioctl_enter", "syscalls", "sys_enter_ioctl"),
@@ -271,7 +318,15 @@ impl Tracer {
                 Box::new(attach_tracepoints(SYSCALL_TPS)),
             ));
         }
-        hooks.push(first_that_attaches(&mut ebpf, "ioctl+close", syscall_attempts, &mut refused)?);
+        if syscall_layer_needed {
+            hooks.push(first_that_attaches(&mut ebpf, "ioctl+close", syscall_attempts, &mut refused)?);
+        } else {
+            refused.push(
+                "ioctl+close: syscall layer not attached: the driver hooks serve every KFD \
+                 command, so unrelated syscalls pay nothing"
+                    .into(),
+            );
+        }
 
         let exit_attempts: Vec<Attempt<'_>> = vec![
             (
@@ -290,7 +345,7 @@ impl Tracer {
             hooks.push(attach_deny(&mut ebpf, &options.deny_pids, &kernel_btf)?);
         }
 
-        Ok(Self { ebpf, hooks, refused })
+        Ok(Self { _deep: deep_hooks, ebpf, hooks, refused })
     }
 
     /// The ring buffer the programs write records into. Can be taken once.
