@@ -13,6 +13,8 @@
  *   nv              RM-shaped ioctls on /dev/null (what gpu-trace --watch-device /dev/null sees)
  *   nvdev           the same on /dev/nvidiactl of the lab's test module nvlab (all succeed)
  *   kfd-create      AMDKFD_IOC_CREATE_QUEUE on /dev/kfd, 96- and 88-byte forms (EINVAL, no GPU)
+ *   kfd-ops         CREATE_QUEUE (88-byte form), UPDATE_QUEUE, SET_CU_MASK, DESTROY_QUEUE on
+ *                   queue LAB_QUEUE_ID: each handler of the driver entered once, each refused
  *   kprobe          kprobe + kretprobe on kfd_ioctl_create_queue; ambiguous name by address
  *   fentry          fentry + fexit on kfd_ioctl_create_queue through amdgpu's module BTF
  *   lsm             BPF LSM on file_ioctl denying CREATE_QUEUE for this process only
@@ -215,6 +217,36 @@ static int cmd_kfd_create(void)
 	       create_queue(fd, KFD_CREATE_QUEUE_96));
 	printf("LAB kfd_create size=88 cmd=0x%08x rc=%ld\n", KFD_CREATE_QUEUE_88,
 	       create_queue(fd, KFD_CREATE_QUEUE_88));
+	close(fd);
+	return 0;
+}
+
+#define KFD_DESTROY_QUEUE 0xC0084B03u
+#define KFD_UPDATE_QUEUE 0x40184B07u
+#define KFD_SET_CU_MASK 0x40104B1Au
+#define LAB_QUEUE_ID 5u
+#define LAB_UPDATE_PERCENTAGE 30u
+#define LAB_UPDATE_PRIORITY 2u
+#define LAB_CU_MASK_BITS 64u
+
+/* One call to each of the four handlers gpu-trace hooks (kfd_ioctl_{create,update,destroy}_queue,
+ * kfd_ioctl_set_cu_mask). Without a GPU the create fails at the gpu_id lookup and the other
+ * three find no queue LAB_QUEUE_ID: each is refused after entering its handler. */
+static int cmd_kfd_ops(void)
+{
+	int fd = open_or_die("/dev/kfd");
+	static uint8_t ring[LAB_RING_SIZE] __attribute__((aligned(4096)));
+	uint32_t mask[LAB_CU_MASK_BITS / 32] = {0xffffffffu, 0xffffffffu};
+	struct { uint64_t ring_base; uint32_t queue_id, ring_size, percentage, priority; } update = {
+		(uintptr_t)ring, LAB_QUEUE_ID, LAB_RING_SIZE, LAB_UPDATE_PERCENTAGE, LAB_UPDATE_PRIORITY};
+	struct { uint32_t queue_id, num_cu_mask; uint64_t cu_mask_ptr; } cu = {
+		LAB_QUEUE_ID, LAB_CU_MASK_BITS, (uintptr_t)mask};
+	struct { uint32_t queue_id, pad; } destroy = {LAB_QUEUE_ID, 0};
+	printf("LAB kfd_ops pid=%d queue_id=%u\n", getpid(), LAB_QUEUE_ID);
+	printf("LAB kfd_ops call=create rc=%ld\n", create_queue(fd, KFD_CREATE_QUEUE_88));
+	printf("LAB kfd_ops call=update rc=%ld\n", xioctl(fd, KFD_UPDATE_QUEUE, &update));
+	printf("LAB kfd_ops call=cu_mask rc=%ld\n", xioctl(fd, KFD_SET_CU_MASK, &cu));
+	printf("LAB kfd_ops call=destroy rc=%ld\n", xioctl(fd, KFD_DESTROY_QUEUE, &destroy));
 	close(fd);
 	return 0;
 }
@@ -781,6 +813,7 @@ static int run(const char *c)
 	if (!strcmp(c, "nv")) return cmd_nv();
 	if (!strcmp(c, "nvdev")) return cmd_nvdev();
 	if (!strcmp(c, "kfd-create")) return cmd_kfd_create();
+	if (!strcmp(c, "kfd-ops")) return cmd_kfd_ops();
 	if (!strcmp(c, "kprobe")) return cmd_kprobe();
 	if (!strcmp(c, "fentry")) return cmd_fentry();
 	if (!strcmp(c, "lsm")) return cmd_lsm();
@@ -808,7 +841,7 @@ int main(int argc, char **argv)
 	if (argc == 4 && !strcmp(argv[1], "wait"))
 		return cmd_wait(argv[2], argv[3]);
 	if (argc != 2) {
-		fprintf(stderr, "usage: %s [wait FILE] facts|nv|nvdev|kfd-create|kprobe|fentry|lsm\n",
+		fprintf(stderr, "usage: %s [wait FILE] facts|nv|nvdev|kfd-create|kfd-ops|kprobe|fentry|lsm\n",
 			argv[0]);
 		return 2;
 	}

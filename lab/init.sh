@@ -141,7 +141,11 @@ fi
 
 step amd
 block amd.probe gpu-trace --vendor amd --duration 0.1 --format json -o /tmp/amd-probe.jsonl
-trace_client amd kfd-create --vendor amd
+# The syscall layer alone (what every kernel has), then the same calls with the driver's own
+# functions hooked where this kernel allows it (issue 3's deep hooks), to compare.
+trace_client amd kfd-create --vendor amd --no-deep-hooks
+trace_client ops_syscall kfd-ops --vendor amd --no-deep-hooks
+trace_client ops_deep kfd-ops --vendor amd
 
 # --deny-pid (issue 4): NAME SUB gpu-trace-args. Two identical clients wait on /tmp/go; gpu-trace
 # denies the first. Then the denied PID is handed to a new process (ns_last_pid), which must not

@@ -1273,6 +1273,7 @@ fn judge(r: &Results) -> Vec<Check> {
     judge_nvidia_device(r, &mut c);
     judge_amd(r, &mut c);
     judge_deep(r, &mut c);
+    judge_deep_hooks(r, &mut c);
     judge_lsm(r, &mut c);
     judge_deny(r, &mut c);
     c
@@ -1823,6 +1824,132 @@ fn judge_deep(r: &Results, c: &mut Vec<Check>) {
     ));
 }
 
+/// gpu-trace's own deep hooks (issue 3): the same `kfd-ops` calls traced through the syscall
+/// layer only (`ops_syscall`) and through the driver's functions (`ops_deep`).
+fn judge_deep_hooks(r: &Results, c: &mut Vec<Check>) {
+    let stderr = r.block("ops_deep.stderr").map(|b| b.text.clone()).unwrap_or_default();
+    let hooks = hooks_line(&stderr);
+    let kernel = r.fact("kernel").unwrap_or("?");
+    // x86 trampolines take at most six arguments before Linux 6.5 (platforms.md):
+    // pqm_create_queue has nine, so 6.1 must fall back to a kprobe, 6.12 must not.
+    let old_trampolines = kernel.starts_with("6.1.") || kernel.starts_with("6.2.")
+        || kernel.starts_with("6.3.") || kernel.starts_with("6.4.") || kernel.starts_with("5.");
+    let mut problems = Vec::new();
+    let want_handlers = "AMD ioctl events → fexit/{kfd_ioctl_create_queue,kfd_ioctl_destroy_queue,\
+                         kfd_ioctl_update_queue,kfd_ioctl_set_cu_mask} (amdgpu BTF)";
+    if !hooks.contains(want_handlers) {
+        problems.push(format!("want `{want_handlers}`"));
+    }
+    if old_trampolines {
+        if !hooks.contains("AMD queue details → kprobe+kretprobe/pqm_create_queue") {
+            problems.push("want the kprobe fallback for pqm_create_queue".into());
+        }
+        if !stderr.lines().any(|l| l.contains("fexit/pqm_create_queue") && l.contains("ENOTSUPP")) {
+            problems.push("want fexit/pqm_create_queue reported as refused with ENOTSUPP".into());
+        }
+    } else if !hooks.contains("AMD queue details → fexit/pqm_create_queue") {
+        problems.push("want fexit/pqm_create_queue".into());
+    }
+    let mqd = hooks
+        .split(';')
+        .find(|h| h.contains("AMD MQD init → kprobe/init_mqd"))
+        .and_then(|h| {
+            let n: Vec<u32> = h
+                .split(['×', ' '])
+                .filter_map(|w| w.parse().ok())
+                .collect();
+            (n.len() >= 2).then(|| (n[0], n[1]))
+        });
+    if !matches!(mqd, Some((a, b)) if a == b && a > 1) {
+        problems.push(format!("want every copy (> 1) of init_mqd attached by address, got {mqd:?}"));
+    }
+    if !hooks.contains("AMD queue teardown → fentry/pqm_uninit") {
+        problems.push("want fentry/pqm_uninit".into());
+    }
+    if !stderr.contains("syscall layer not attached") {
+        problems.push("want the syscall layer left out (every KFD command served by the driver hooks)".into());
+    }
+    let ready = r.find("ops_deep", &[("tracer_ready", "yes")]).is_some();
+    if !ready {
+        problems.push("tracer not ready".into());
+    }
+    c.push(Check::new(
+        "f.deep_select",
+        "gpu-trace picks per event: fexit on the KFD handlers, fexit or kprobe on pqm_create_queue, every init_mqd copy by address, fentry on pqm_uninit; no syscall hook",
+        problems.is_empty(),
+        if problems.is_empty() { hooks.clone() } else { format!("{}: {}", problems.join("; "), stderr.trim()) },
+    ));
+
+    // Same calls, same events: the deep run must print what the syscall layer printed.
+    let events = |name: &str| {
+        let (ev, bad) = json_lines(&r.block(&format!("{name}.jsonl")).map(|b| b.text.clone()).unwrap_or_default());
+        (ev, bad)
+    };
+    let (sys, sys_bad) = events("ops_syscall");
+    let (deep, deep_bad) = events("ops_deep");
+    let client = |name: &str| r.sub(&format!("{name}.client")).find("kfd_ops", &[]).and_then(|f| f.int("pid"));
+    let normal = |ev: &[serde_json::Value], pid: Option<i64>| -> Vec<serde_json::Value> {
+        ev.iter()
+            .filter(|e| e["event"] != "STATS" && e["pid"].as_i64() == pid)
+            .map(|e| {
+                let mut e = e.clone();
+                for k in ["ts", "ts_ns", "cpu", "pid", "tid", "time"] {
+                    e.as_object_mut().map(|o| o.remove(k));
+                }
+                // The driver's copy of an 88-byte CREATE_QUEUE is zero-filled to 96 bytes: the
+                // deep hook reads sdma_engine_id 0 where the syscall layer reads nothing.
+                e["amd"].as_object_mut().map(|o| o.remove("sdma_engine_id"));
+                e
+            })
+            .collect()
+    };
+    let (s_norm, d_norm) = (normal(&sys, client("ops_syscall")), normal(&deep, client("ops_deep")));
+    let calls = r.sub("ops_deep.client");
+    let rc = |call: &str| calls.find("kfd_ops", &[("call", call)]).and_then(|f| f.int("rc"));
+    let mut problems = Vec::new();
+    if !sys_bad.is_empty() || !deep_bad.is_empty() {
+        problems.push(format!("non-JSON lines: {sys_bad:?} {deep_bad:?}"));
+    }
+    if s_norm.is_empty() {
+        problems.push("the syscall-layer run printed no event for the client".into());
+    }
+    if s_norm != d_norm {
+        problems.push(format!("syscall layer printed {s_norm:?}\ndeep hooks printed {d_norm:?}"));
+    }
+    let stats = |ev: &[serde_json::Value]| ev.iter().find(|e| e["event"] == "STATS").cloned();
+    let k = |st: &Option<serde_json::Value>, name: &str| st.as_ref().and_then(|s| s["kernel"][name].as_u64());
+    let (ss, ds) = (stats(&sys), stats(&deep));
+    if (k(&ss, "emitted"), k(&ds, "emitted"), k(&ds, "dropped")) != (Some(4), Some(4), Some(0)) {
+        problems.push(format!(
+            "kernel emitted {:?} (syscall) / {:?} (deep), dropped {:?}: want 4, 4, 0 (one record per call, none twice)",
+            k(&ss, "emitted"), k(&ds, "emitted"), k(&ds, "dropped")
+        ));
+    }
+    let refused = d_norm.iter().filter(|e| e["event"] == "SCHEDULE" && e["allowed"] == false).count();
+    c.push(Check::new(
+        "f.deep_events",
+        "the four KFD handlers hooked: the same events as the syscall layer, each call once",
+        problems.is_empty(),
+        if problems.is_empty() {
+            format!(
+                "client: create {:?}, update {:?}, cu_mask {:?}, destroy {:?}; {} events identical in both runs ({refused} refused SCHEDULEs); emitted 4 each",
+                rc("create"), rc("update"), rc("cu_mask"), rc("destroy"), d_norm.len()
+            )
+        } else {
+            problems.join("; ")
+        },
+    ));
+
+    // The client's process teardown, seen in the driver.
+    let released = ds.as_ref().and_then(|s| s["unreported"]["kfd_release_no_queues"].as_u64());
+    c.push(Check::new(
+        "f.deep_release",
+        "fentry/pqm_uninit sees the driver tear down the client's KFD process when it exits",
+        released == Some(1),
+        format!("kfd_release_no_queues {released:?} (want 1: the client opened /dev/kfd, created no queue, exited)"),
+    ));
+}
+
 fn judge_lsm(r: &Results, c: &mut Vec<Check>) {
     let f = r.with_key("lsm", "self_denied96");
     let counts = r.with_key("lsm", "program_denials");
@@ -2268,6 +2395,43 @@ LAB kfd_create pid=120 gpu_id=4997442 queue_type=2 percentage=100 priority=7 rin
 LAB kfd_create size=96 cmd=0xc0604b02 rc=-22
 LAB kfd_create size=88 cmd=0xc0584b02 rc=-22
 LAB-END amd.client rc=0
+LAB ops_syscall tracer_ready=yes t=60.92
+LAB-BEGIN ops_syscall.client
+LAB kfd_ops pid=304 queue_id=5
+LAB kfd_ops call=create rc=-22
+LAB kfd_ops call=update rc=-14
+LAB kfd_ops call=cu_mask rc=-14
+LAB kfd_ops call=destroy rc=-22
+LAB-END ops_syscall.client rc=0
+LAB ops_syscall tracer_exit=0
+LAB-BEGIN ops_syscall.stderr
+gpu-trace: tracing AMD KFD queue calls on /dev/kfd (char major 242); hooks: ioctl+close → tp_btf/sys_exit; process exit → raw_tp/sched_process_exit
+LAB-END ops_syscall.stderr rc=0
+LAB-BEGIN ops_syscall.jsonl
+{"event":"SCHEDULE","time":"2026-11-22T03:10:25.294814Z","ts_ns":60957223876,"cpu":0,"pid":304,"tid":304,"comm":"lab-client","task":{"kind":"kfd_no_queue"},"client":0,"channels":null,"timeslice_us":null,"interleave":null,"allowed":false,"rm_status":null,"errno":-22,"via_channel":false,"amd":{"via":"create","queue_type":"COMPUTE_AQL","queue_type_raw":2,"priority":7,"percentage":100,"pm4_target_xcc":0,"ring_size":4096,"active":true,"gpu_id":4997442,"doorbell_offset":null,"sdma_engine_id":null,"cu_mask_bits":null}}
+{"event":"SCHEDULE","time":"2026-11-22T03:10:25.296156Z","ts_ns":60958565698,"cpu":0,"pid":304,"tid":304,"comm":"lab-client","task":{"kind":"kfd_queue","value":5},"client":0,"channels":null,"timeslice_us":null,"interleave":null,"allowed":false,"rm_status":null,"errno":-14,"via_channel":false,"amd":{"via":"update","queue_type":null,"queue_type_raw":null,"priority":2,"percentage":30,"pm4_target_xcc":0,"ring_size":4096,"active":true,"gpu_id":null,"doorbell_offset":null,"sdma_engine_id":null,"cu_mask_bits":null}}
+{"event":"SCHEDULE","time":"2026-11-22T03:10:25.296586Z","ts_ns":60958995597,"cpu":0,"pid":304,"tid":304,"comm":"lab-client","task":{"kind":"kfd_queue","value":5},"client":0,"channels":null,"timeslice_us":null,"interleave":null,"allowed":false,"rm_status":null,"errno":-14,"via_channel":false,"amd":{"via":"cu_mask","queue_type":null,"queue_type_raw":null,"priority":null,"percentage":null,"pm4_target_xcc":null,"ring_size":null,"active":null,"gpu_id":null,"doorbell_offset":null,"sdma_engine_id":null,"cu_mask_bits":64}}
+{"event":"STATS","duration_s":1.2711986180000001,"task_init":0,"schedule":3,"schedule_refused":3,"work_submit":0,"task_destroy":0,"task_destroy_implicit":0,"kernel":{"dropped":0,"read_failed":0,"ignored":0,"emitted":4,"fd_lookup_failed":0,"denied":0},"malformed":0,"decode_errors":0,"live_at_exit":0,"unreported":{"unknown_queue":2},"lost_samples":null,"processes":[{"pid":304,"comm":"lab-client","task_init":0,"schedule":3,"schedule_refused":3,"work_submit":0,"task_destroy":0}]}
+LAB-END ops_syscall.jsonl rc=0
+LAB ops_deep tracer_ready=yes t=64.17
+LAB-BEGIN ops_deep.client
+LAB kfd_ops pid=333 queue_id=5
+LAB kfd_ops call=create rc=-22
+LAB kfd_ops call=update rc=-14
+LAB kfd_ops call=cu_mask rc=-14
+LAB kfd_ops call=destroy rc=-22
+LAB-END ops_deep.client rc=0
+LAB ops_deep tracer_exit=0
+LAB-BEGIN ops_deep.stderr
+gpu-trace: tracing AMD KFD queue calls on /dev/kfd (char major 242); hooks: AMD ioctl events → fexit/{kfd_ioctl_create_queue,kfd_ioctl_destroy_queue,kfd_ioctl_update_queue,kfd_ioctl_set_cu_mask} (amdgpu BTF); AMD queue details → fexit/pqm_create_queue; AMD MQD init → kprobe/init_mqd ×6 of 6 by address (0xffffffffc06e94f0 near kfd_check_hiq_mqd_doorbell_id, 0xffffffffc06ea010 near mqd_manager_init_cik, 0xffffffffc06ebad0 near mqd_stride_v9, 0xffffffffc06ec8a0 near mqd_manager_init_v9, 0xffffffffc06eda20 near mqd_manager_init_v10, 0xffffffffc06ee5d0 near mqd_manager_init_v11); AMD queue teardown → fentry/pqm_uninit; process exit → raw_tp/sched_process_exit
+gpu-trace: (not used: ioctl+close: syscall layer not attached: the driver hooks serve every KFD command, so unrelated syscalls pay nothing)
+LAB-END ops_deep.stderr rc=0
+LAB-BEGIN ops_deep.jsonl
+{"event":"SCHEDULE","time":"2026-11-22T03:10:28.528221Z","ts_ns":64190631884,"cpu":0,"pid":333,"tid":333,"comm":"lab-client","task":{"kind":"kfd_no_queue"},"client":0,"channels":null,"timeslice_us":null,"interleave":null,"allowed":false,"rm_status":null,"errno":-22,"via_channel":false,"amd":{"via":"create","queue_type":"COMPUTE_AQL","queue_type_raw":2,"priority":7,"percentage":100,"pm4_target_xcc":0,"ring_size":4096,"active":true,"gpu_id":4997442,"doorbell_offset":null,"sdma_engine_id":0,"cu_mask_bits":null}}
+{"event":"SCHEDULE","time":"2026-11-22T03:10:28.529190Z","ts_ns":64191601129,"cpu":0,"pid":333,"tid":333,"comm":"lab-client","task":{"kind":"kfd_queue","value":5},"client":0,"channels":null,"timeslice_us":null,"interleave":null,"allowed":false,"rm_status":null,"errno":-14,"via_channel":false,"amd":{"via":"update","queue_type":null,"queue_type_raw":null,"priority":2,"percentage":30,"pm4_target_xcc":0,"ring_size":4096,"active":true,"gpu_id":null,"doorbell_offset":null,"sdma_engine_id":null,"cu_mask_bits":null}}
+{"event":"SCHEDULE","time":"2026-11-22T03:10:28.530417Z","ts_ns":64192827466,"cpu":0,"pid":333,"tid":333,"comm":"lab-client","task":{"kind":"kfd_queue","value":5},"client":0,"channels":null,"timeslice_us":null,"interleave":null,"allowed":false,"rm_status":null,"errno":-14,"via_channel":false,"amd":{"via":"cu_mask","queue_type":null,"queue_type_raw":null,"priority":null,"percentage":null,"pm4_target_xcc":null,"ring_size":null,"active":null,"gpu_id":null,"doorbell_offset":null,"sdma_engine_id":null,"cu_mask_bits":64}}
+{"event":"STATS","duration_s":1.079329319,"task_init":0,"schedule":3,"schedule_refused":3,"work_submit":0,"task_destroy":0,"task_destroy_implicit":0,"kernel":{"dropped":0,"read_failed":0,"ignored":0,"emitted":4,"fd_lookup_failed":0,"denied":0},"malformed":0,"decode_errors":0,"live_at_exit":0,"unreported":{"kfd_release_no_queues":1,"unknown_queue":2},"lost_samples":null,"processes":[{"pid":333,"comm":"lab-client","task_init":0,"schedule":3,"schedule_refused":3,"work_submit":0,"task_destroy":0}]}
+LAB-END ops_deep.jsonl rc=0
 LAB deny=absent
 LAB-BEGIN kprobe
 LAB kprobe pmu_type=6
@@ -2304,7 +2468,44 @@ LAB-DONE
             };
             assert_eq!(*st, want, "{id}: {:#?}", judge(&Results::parse(GOOD)));
         }
-        assert_eq!(s.len(), 18);
+        assert_eq!(s.len(), 21);
+    }
+
+    /// The deep-hook checks fail when the choice, the events or the teardown are wrong.
+    #[test]
+    fn deep_hook_checks_catch_a_wrong_choice_double_counting_and_a_missed_teardown() {
+        let st = |text: &str, id: &str| statuses(text)[id];
+        assert_eq!(st(GOOD, "f.deep_select"), Status::Pass);
+        // 6.1 cannot put a trampoline on pqm_create_queue (nine arguments): a log claiming it did
+        // fails; the kprobe fallback with the ENOTSUPP refusal passes.
+        let old = GOOD.replace("kernel=6.12.117+deb12-amd64", "kernel=6.1.0-56-amd64");
+        assert_eq!(st(&old, "f.deep_select"), Status::Fail);
+        let fallback = old.replace(
+            "AMD queue details → fexit/pqm_create_queue",
+            "AMD queue details → kprobe+kretprobe/pqm_create_queue",
+        ).replace(
+            "gpu-trace: (not used: ioctl+close",
+            "gpu-trace: (not used: AMD queue details: fexit/pqm_create_queue: attaching: ENOTSUPP)\ngpu-trace: (not used: ioctl+close",
+        );
+        assert_eq!(st(&fallback, "f.deep_select"), Status::Pass);
+        // The syscall layer attached as well: not the selection asked for.
+        let both = GOOD.replace(
+            "gpu-trace: (not used: ioctl+close: syscall layer not attached: the driver hooks serve every KFD command, so unrelated syscalls pay nothing)\n",
+            "",
+        );
+        assert_eq!(st(&both, "f.deep_select"), Status::Fail);
+        // One call reported twice (the kernel emitted 5 for 4 calls), or an event that differs.
+        let twice = GOOD.replacen("\"emitted\":4,\"fd_lookup_failed\":0,\"denied\":0},\"malformed\":0,\"decode_errors\":0,\"live_at_exit\":0,\"unreported\":{\"kfd_release", "\"emitted\":5,\"fd_lookup_failed\":0,\"denied\":0},\"malformed\":0,\"decode_errors\":0,\"live_at_exit\":0,\"unreported\":{\"kfd_release", 1);
+        assert_ne!(twice, GOOD);
+        assert_eq!(st(&twice, "f.deep_events"), Status::Fail);
+        // Only the deep run's cu_mask event (the last one) says another errno.
+        let pat = "\"errno\":-14,\"via_channel\":false,\"amd\":{\"via\":\"cu_mask\"";
+        let at = GOOD.rfind(pat).unwrap();
+        let differs = format!("{}{}{}", &GOOD[..at], pat.replace("-14", "-22"), &GOOD[at + pat.len()..]);
+        assert_eq!(st(&differs, "f.deep_events"), Status::Fail);
+        // The teardown not seen.
+        let missed = GOOD.replace("\"kfd_release_no_queues\":1,", "");
+        assert_eq!(st(&missed, "f.deep_release"), Status::Fail);
     }
 
     #[test]
