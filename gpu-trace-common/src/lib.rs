@@ -26,11 +26,13 @@ pub mod record_kind {
     /// [`crate::KfdIoctlRecord`]: one completed ioctl on `/dev/kfd` (AMD KFD), from the
     /// syscall layer or from a deep hook on the driver's ioctl handler (see its `source`).
     pub const KFD_IOCTL: u32 = 4;
-    /// [`crate::KfdQueueRecord`]: the driver's queue manager built a queue (deep hook on the
-    /// exit of `pqm_create_queue`).
+    /// [`crate::KfdQueueRecord`]: the driver's device queue manager created a queue (deep hook
+    /// on the exit of `create_queue_cpsch` / `create_queue_nocpsch`).
     pub const KFD_QUEUE: u32 = 5;
     /// [`crate::DeepRecord`]: a driver-internal step seen by a deep hook ([`crate::deep_hook`]).
     pub const DEEP: u32 = 6;
+    /// [`crate::NvSchedRecord`]: a scheduling hook of a gpu_ext-patched NVIDIA driver ran.
+    pub const NV_SCHED: u32 = 7;
 }
 
 /// Which hook produced a record that several hooks can produce ([`KfdIoctlRecord::source`],
@@ -164,23 +166,21 @@ pub struct KfdIoctlRecord {
 pub mod kfd_queue_flags {
     /// Reading the driver's `struct queue_properties` failed: its fields are 0.
     pub const PROPS_READ_FAILED: u32 = 1 << 0;
-    /// Reading `*qid` failed: `qid` is 0.
-    pub const QID_READ_FAILED: u32 = 1 << 1;
 }
 
-/// The driver's queue manager finished building a queue (`pqm_create_queue` returned): the
-/// queue as the driver holds it, which the ioctl arguments do not show (the kernel's queue type
-/// and format, the absolute doorbell index, whether the driver made it active, the VMID)
-/// (104 bytes).
+/// The device queue manager finished creating a queue (`create_queue_cpsch` or
+/// `create_queue_nocpsch` returned): the queue as the driver holds it in its own `struct queue`,
+/// which the ioctl arguments do not show (the kernel's queue type and format, the absolute
+/// doorbell index, whether the driver made it active, the VMID) (104 bytes).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KfdQueueRecord {
     pub hdr: RecordHeader,
     /// [`hook_source`] (trampoline or kprobe).
     pub source: u32,
-    /// `pqm_create_queue`'s return value (0 or a negative errno).
+    /// The create function's return value (0 or a negative errno).
     pub ret: i32,
-    /// `*qid` at return: the queue id handed back to the caller.
+    /// Unused (0): the queue id is `queue_id`.
     pub qid: u32,
     /// [`kfd_queue_flags`] bits.
     pub flags: u32,
@@ -222,6 +222,29 @@ pub struct DeepRecord {
     /// [`hook_source`] (trampoline or kprobe).
     pub source: u32,
     pub _pad: u32,
+}
+
+/// A scheduling hook of the gpu_ext-patched NVIDIA driver (`nv_gpu_sched_*`, see
+/// [`nvidia::gpu_ext`]) ran: its context struct's first bytes, and the system call the thread
+/// was in, so that userspace can tell a hook inside a traced RM ioctl from one inside another
+/// call (UVM's) or a kernel thread (96 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NvSchedRecord {
+    pub hdr: RecordHeader,
+    /// One of [`nvidia::gpu_ext::hook`].
+    pub hook: u32,
+    /// [`hook_source`] (trampoline or kprobe).
+    pub source: u32,
+    /// Valid bytes in `ctx` (0 when reading it failed).
+    pub ctx_len: u32,
+    /// The thread's system call number (`orig_ax`) when the hook ran; `u32::MAX` when it is not
+    /// known (not read, or a kernel thread).
+    pub syscall_nr: u32,
+    /// The system call's first argument (the fd, for `ioctl`).
+    pub syscall_arg0: u64,
+    /// The hook's context struct, prefix ([`nvidia::gpu_ext::capture_len`]).
+    pub ctx: [u8; nvidia::gpu_ext::CTX_MAX],
 }
 
 /// Process exit or fd close by a process that used a watched device (48 bytes).
@@ -324,10 +347,11 @@ pub struct KfdDeepConfig {
     pub qp_is_active: u32,
     /// `queue_properties.vmid`
     pub qp_vmid: u32,
-    /// Position of `properties` among `pqm_create_queue`'s parameters (3 in 6.1 and 6.12).
-    pub pqm_create_properties_arg: u32,
-    /// Position of `qid` among `pqm_create_queue`'s parameters.
-    pub pqm_create_qid_arg: u32,
+    /// Position of `q` (the `struct queue *`) among the parameters of the device queue
+    /// manager's `create_queue_cpsch` / `create_queue_nocpsch` (1 in 6.1 and 6.12).
+    pub dqm_create_q_arg: u32,
+    /// `queue.properties`: the driver's own `struct queue_properties` inside its `struct queue`.
+    pub queue_properties: u32,
     /// Position of `q` (the `queue_properties`) among `init_mqd`'s parameters.
     pub init_mqd_q_arg: u32,
     /// Non-zero once userspace has filled this in.
@@ -357,6 +381,7 @@ const _: () = assert!(size_of::<KernelConfig>() == 56);
 const _: () = assert!(size_of::<KfdIoctlRecord>() == 176);
 const _: () = assert!(size_of::<KfdQueueRecord>() == 104);
 const _: () = assert!(size_of::<DeepRecord>() == 64);
+const _: () = assert!(size_of::<NvSchedRecord>() == 96);
 const _: () = assert!(size_of::<KfdDeepConfig>() == 72);
 const _: () = assert!(core::mem::offset_of!(KfdIoctlRecord, args) == 80);
 const _: () = assert!(core::mem::offset_of!(NvIoctlRecord, params) == 80);

@@ -153,3 +153,82 @@ pub const fn ioctl_nr_is_candidate(ioctl_cmd: u32) -> bool {
 pub const fn ioctl_size(ioctl_cmd: u32) -> u32 {
     (ioctl_cmd >> 16) & 0x3fff
 }
+
+/// The scheduling hooks of gpu_ext's patched NVIDIA driver (`eunomia-bpf/gpu_ext-kernel-modules`,
+/// a fork of open-gpu-kernel-modules 575): global `noinline` functions in the driver's
+/// kernel-open part (`kernel-open/nvidia/nv-gpu-sched-hooks.c`), so they have module BTF and
+/// kallsyms entries, each taking one pointer to a context struct that RM fills on its stack.
+/// Layouts (x86-64) as the fork's headers define them; three versions of the fork differ
+/// (called A, B, C here, oldest first), so only the prefixes common to all of them are read.
+pub mod gpu_ext {
+    /// Hook numbers ([`crate::NvSchedRecord::hook`]).
+    pub mod hook {
+        /// `nv_gpu_sched_task_init`: in `kchangrpInit_IMPL` (A, B) or `kchangrpapiConstruct_IMPL`
+        /// (C), once the TSG has its hardware id.
+        pub const TASK_INIT: u32 = 1;
+        /// `nv_gpu_sched_bind` (A: `nv_gpu_sched_schedule`): in
+        /// `kchangrpapiCtrlCmdGpFifoSchedule_IMPL`, before the request goes to GSP.
+        pub const BIND: u32 = 2;
+        /// `nv_gpu_sched_token_request`: when a work-submit token is handed out.
+        pub const TOKEN_REQUEST: u32 = 3;
+        /// `nv_gpu_sched_task_destroy`: first statement of `kchangrpDestruct_IMPL`.
+        pub const TASK_DESTROY: u32 = 4;
+    }
+
+    /// The hook functions, by hook number (index `hook - 1`).
+    pub const FUNCTIONS: [&str; 4] = [
+        "nv_gpu_sched_task_init",
+        "nv_gpu_sched_bind",
+        "nv_gpu_sched_token_request",
+        "nv_gpu_sched_task_destroy",
+    ];
+
+    /// Largest context prefix copied.
+    pub const CTX_MAX: usize = 32;
+
+    /// `struct nv_gpu_task_init_ctx`: the 32 bytes all versions share.
+    pub mod task_init {
+        pub const TSG_ID: usize = 0; // u64: the hardware TSG id (grpID)
+        pub const ENGINE_TYPE: usize = 8; // u32: RM_ENGINE_TYPE (RM's internal numbering)
+        pub const DEFAULT_TIMESLICE: usize = 16; // u64, µs
+        pub const DEFAULT_INTERLEAVE: usize = 24; // u32 (0 in A/B: set later; 1 = MEDIUM in C)
+        pub const RUNLIST_ID: usize = 28; // u32 (A/B: a local that is usually 0; C: the TSG's)
+        pub const LEN: u32 = 32;
+    }
+
+    /// `struct nv_gpu_bind_ctx` (32 bytes, all versions).
+    pub mod bind {
+        pub const TSG_ID: usize = 0; // u64
+        pub const RUNLIST_ID: usize = 8; // u32
+        pub const CHANNEL_COUNT: usize = 12; // u32
+        pub const TIMESLICE_US: usize = 16; // u64
+        pub const INTERLEAVE_LEVEL: usize = 24; // u32 (NVA06C_CTRL_INTERLEAVE_LEVEL_*: 0/1/2)
+        pub const ALLOW: usize = 28; // u32 (1 unless a struct_ops policy rejected the bind)
+        pub const LEN: u32 = 32;
+    }
+
+    /// `struct nv_gpu_token_request_ctx` (24 bytes, all versions).
+    pub mod token_request {
+        pub const CHANNEL_ID: usize = 0; // u32 (ChID)
+        pub const TSG_ID: usize = 8; // u64 (0 for a channel without a group)
+        pub const TOKEN: usize = 16; // u32
+        pub const LEN: u32 = 24;
+    }
+
+    /// `struct nv_gpu_task_destroy_ctx`: the 8 bytes all versions share.
+    pub mod task_destroy {
+        pub const TSG_ID: usize = 0; // u64
+        pub const LEN: u32 = 8;
+    }
+
+    /// Bytes of the context struct copied for `hook` (0 for an unknown hook).
+    pub const fn capture_len(hook: u32) -> u32 {
+        match hook {
+            hook::TASK_INIT => task_init::LEN,
+            hook::BIND => bind::LEN,
+            hook::TOKEN_REQUEST => token_request::LEN,
+            hook::TASK_DESTROY => task_destroy::LEN,
+            _ => 0,
+        }
+    }
+}

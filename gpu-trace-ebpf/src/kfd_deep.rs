@@ -4,13 +4,17 @@
 //! back to the syscall layer for what it cannot attach (see `gpu-trace/src/loader/deep.rs`).
 //!
 //! - The four ioctl handlers (`kfd_ioctl_create_queue`, `_destroy_queue`, `_update_queue`,
-//!   `_set_cu_mask`), at exit: the same [`KfdIoctlRecord`] as the syscall layer, but read from
-//!   the driver's own copy of the arguments, and only for calls that reached the handler. When
-//!   they serve AMD, the syscall layer leaves KFD alone (`CONFIG.kfd_major` is 0), so a call is
-//!   never reported twice.
-//! - `pqm_create_queue`, at exit: the queue as the driver built it ([`KfdQueueRecord`]).
-//! - `init_mqd` (one static copy per GPU generation, so only by address): which copy built the
-//!   queue's hardware descriptor ([`DeepRecord`], [`deep_hook::INIT_MQD`]).
+//!   `_set_cu_mask`), at exit: the same `KfdIoctlRecord` as the syscall layer, but read from
+//!   the driver's own copy of the arguments, and only for calls that reached the handler. Each
+//!   command hooked here has its bit set in the `SWITCHES` map (main.rs), and the syscall layer
+//!   leaves it alone, so a call is never reported twice.
+//! - The device queue manager's `create_queue_cpsch` / `create_queue_nocpsch` (whichever the
+//!   scheduling policy uses), at exit: the queue as the driver holds it in its own `struct
+//!   queue` ([`KfdQueueRecord`]). (Not `pqm_create_queue`: its `properties` argument is the
+//!   handler's copy, which never gets the doorbell or the active state.)
+//! - The MQD managers' `init_mqd`, `init_mqd_sdma` and `init_mqd_v9_4_3` (static, one copy per
+//!   GPU generation, so only by address): which copy built the queue's hardware descriptor
+//!   ([`DeepRecord`], [`deep_hook::INIT_MQD`]).
 //! - `pqm_uninit`, at entry: the process's queues are torn down ([`deep_hook::KFD_RELEASE`]),
 //!   whoever runs the teardown.
 //!
@@ -49,8 +53,8 @@ static KFD_DEEP: KfdDeepConfig = KfdDeepConfig {
     qp_doorbell_off: 0,
     qp_is_active: 0,
     qp_vmid: 0,
-    pqm_create_properties_arg: 0,
-    pqm_create_qid_arg: 0,
+    dqm_create_q_arg: 0,
+    queue_properties: 0,
     init_mqd_q_arg: 0,
     ready: 0,
 };
@@ -73,9 +77,9 @@ struct EntryArgs {
 #[map]
 static KFD_HANDLER_ARGS: HashMap<u64, EntryArgs> = HashMap::with_max_entries(4096, 0);
 
-/// `pqm_create_queue` kprobe: `properties` and `qid` at entry, by pid_tgid.
+/// DQM `create_queue_*` kprobe: the `struct queue *` at entry, by pid_tgid.
 #[map]
-static PQM_CREATE_ARGS: HashMap<u64, EntryArgs> = HashMap::with_max_entries(4096, 0);
+static DQM_CREATE_ARGS: HashMap<u64, u64> = HashMap::with_max_entries(4096, 0);
 
 /// Whether the current process passes the `--pid` filter.
 #[inline(always)]
@@ -216,34 +220,33 @@ fn probe_arg(ctx: &ProbeContext, n: u32) -> Option<u64> {
     }
 }
 
-/// Argument `n` (0..=5) of a trampoline program on a function with at least six parameters.
+/// Argument `n` (0..=2) of a trampoline program. Only the first three are loaded: the verifier
+/// checks each context load against the function's BTF, and 6.1 refuses loads of arguments it
+/// cannot type (`const void *restore_mqd`, argument 4 of the DQM's `create_queue_*`: "type
+/// UNKNOWN is not a struct", seen in the lab).
 #[inline(always)]
-fn fexit_arg6(ctx: &FExitContext, n: u32) -> Option<u64> {
+fn fexit_arg3(ctx: &FExitContext, n: u32) -> Option<u64> {
     let p = ctx.as_ptr() as *const u64;
-    // SAFETY: the trampoline context is an array of the function's arguments (at least six
+    // SAFETY: the trampoline context is an array of the function's arguments (at least three
     // here), each 8 bytes.
     let args = unsafe {
         use core::ptr::read_volatile;
-        [
-            read_volatile(p),
-            read_volatile(p.add(1)),
-            read_volatile(p.add(2)),
-            read_volatile(p.add(3)),
-            read_volatile(p.add(4)),
-            read_volatile(p.add(5)),
-        ]
+        [read_volatile(p), read_volatile(p.add(1)), read_volatile(p.add(2)), 0, 0, 0]
     };
+    if n > 2 {
+        return None;
+    }
     pick(n, args)
 }
 
-/// `pqm_create_queue` returned `ret`; `props` is its `struct queue_properties *`, `qid` its
-/// `unsigned int *qid`.
+/// The DQM's `create_queue_*` returned `ret`; `q` is its `struct queue *`.
 #[inline(always)]
-fn queue_built(props: u64, qid: u64, ret: i32, source: u32) {
+fn queue_built(q: u64, ret: i32, source: u32) {
     if !wanted(current_tgid()) {
         return;
     }
     let d = deep_config();
+    let props = q + d.queue_properties as u64;
     let Some(mut entry) = EVENTS.reserve::<KfdQueueRecord>(0) else {
         bump(counter::DROPPED);
         return;
@@ -256,13 +259,7 @@ fn queue_built(props: u64, qid: u64, ret: i32, source: u32) {
         (*rec).hdr = header(record_kind::KFD_QUEUE);
         (*rec).source = source;
         (*rec).ret = ret;
-        (*rec).qid = match kread::<u32>(qid, 0) {
-            Ok(v) => v,
-            Err(()) => {
-                flags |= kfd_queue_flags::QID_READ_FAILED;
-                0
-            }
-        };
+        (*rec).qid = 0;
         let fields = (
             kread::<u32>(props, d.qp_type),
             kread::<u32>(props, d.qp_format),
@@ -307,46 +304,38 @@ fn queue_built(props: u64, qid: u64, ret: i32, source: u32) {
     }
 }
 
-#[fexit(function = "pqm_create_queue")]
-pub fn pqm_create_fexit(ctx: FExitContext) -> i32 {
-    let d = deep_config();
-    let (Some(props), Some(qid)) =
-        (fexit_arg6(&ctx, d.pqm_create_properties_arg), fexit_arg6(&ctx, d.pqm_create_qid_arg))
-    else {
-        return 0;
-    };
+/// Attached (each loaded on its own) to `create_queue_cpsch` and `create_queue_nocpsch`.
+#[fexit(function = "create_queue_cpsch")]
+pub fn dqm_create_fexit(ctx: FExitContext) -> i32 {
+    let Some(q) = fexit_arg3(&ctx, deep_config().dqm_create_q_arg) else { return 0 };
     let ret = ctx.ret::<i32>().unwrap_or(0);
-    queue_built(props, qid, ret, hook_source::TRAMPOLINE);
+    queue_built(q, ret, hook_source::TRAMPOLINE);
     0
 }
 
 #[kprobe]
-pub fn pqm_create_entry(ctx: ProbeContext) -> u32 {
+pub fn dqm_create_entry(ctx: ProbeContext) -> u32 {
     if !wanted(current_tgid()) {
         return 0;
     }
-    let d = deep_config();
-    let (Some(props), Some(qid)) =
-        (probe_arg(&ctx, d.pqm_create_properties_arg), probe_arg(&ctx, d.pqm_create_qid_arg))
-    else {
-        return 0;
-    };
-    let _ = PQM_CREATE_ARGS.insert(&bpf_get_current_pid_tgid(), &EntryArgs { a: props, b: qid }, 0);
+    let Some(q) = probe_arg(&ctx, deep_config().dqm_create_q_arg) else { return 0 };
+    let _ = DQM_CREATE_ARGS.insert(&bpf_get_current_pid_tgid(), &q, 0);
     0
 }
 
 #[kretprobe]
-pub fn pqm_create_kret(ctx: RetProbeContext) -> u32 {
+pub fn dqm_create_kret(ctx: RetProbeContext) -> u32 {
     let key = bpf_get_current_pid_tgid();
     // SAFETY: map value copied out before removal.
-    let Some(args) = (unsafe { PQM_CREATE_ARGS.get(&key) }).copied() else { return 0 };
-    let _ = PQM_CREATE_ARGS.remove(&key);
-    queue_built(args.a, args.b, ctx.ret(), hook_source::KPROBE);
+    let Some(q) = (unsafe { DQM_CREATE_ARGS.get(&key) }).copied() else { return 0 };
+    let _ = DQM_CREATE_ARGS.remove(&key);
+    queue_built(q, ctx.ret(), hook_source::KPROBE);
     0
 }
 
-/// A copy of `init_mqd` (attached by address, every copy) is building the hardware descriptor
-/// of the queue whose `queue_properties` is its argument `init_mqd_q_arg`.
+/// A copy of an MQD manager's `init_mqd*` (attached by address, every copy) is building the
+/// hardware descriptor of the queue whose `queue_properties` is its argument `init_mqd_q_arg`
+/// (the queue's own copy).
 #[kprobe]
 pub fn init_mqd_kprobe(ctx: ProbeContext) -> u32 {
     if !wanted(current_tgid()) {

@@ -41,6 +41,7 @@ use gpu_trace_common::{
 
 mod deny;
 mod kfd_deep;
+mod nv_deep;
 
 /// Filled in by userspace before load (`EbpfLoader::set_global`).
 #[unsafe(no_mangle)]

@@ -63,10 +63,14 @@ pub fn symbols_of_interest() -> Vec<&'static str> {
         NVIDIA_ENTRY,
         NVIDIA_RM_CORE,
         KFD_ENTRY,
+        GPU_EXT_HOOK,
     ];
     v.extend(KFD_DEEP);
     v
 }
+
+/// The first of gpu_ext's scheduling hooks (a patched NVIDIA driver defines it).
+pub const GPU_EXT_HOOK: &str = gpu_trace_common::nvidia::gpu_ext::FUNCTIONS[0];
 
 /// NVIDIA's character-device major (`/proc/devices`: `nvidia`, `nvidiactl` on the 580 open module).
 pub const NV_MAJOR: u32 = 195;
@@ -658,8 +662,9 @@ fn trial_fix(ctx: &Ctx<'_>, hook: TrialHook, r: &Refusal) -> String {
             }
         }
         (Stage::Prepare, _) if r.detail.contains("kprobe PMU") => {
-            "a kernel built with CONFIG_KPROBES=y and CONFIG_KPROBE_EVENTS=y; the ioctl-layer hooks \
-             gpu-trace uses do not need it"
+            "a kernel built with CONFIG_KPROBES=y and CONFIG_KPROBE_EVENTS=y; only the deep driver \
+             hooks use it (AMD KFD functions, gpu_ext hooks): without it gpu-trace stays on the \
+             ioctl layer"
                 .into()
         }
         (Stage::Prepare, _) if r.detail.contains("tracefs is not mounted") => {
@@ -677,7 +682,7 @@ fn trial_fix(ctx: &Ctx<'_>, hook: TrialHook, r: &Refusal) -> String {
             match hook {
                 TrialHook::Lsm(_) => "; stock kernels with CONFIG_BPF_LSM=y do; only --deny-pid needs it",
                 TrialHook::Fentry(_) | TrialHook::Fexit(_) | TrialHook::Kprobe(_) => {
-                    "; stock distribution kernels do; the ioctl-layer hooks gpu-trace uses do not need it"
+                    "; stock distribution kernels do; only the deep driver hooks use it: without it gpu-trace stays on the ioctl layer"
                 }
                 _ => "",
             }
@@ -1017,6 +1022,25 @@ fn nvidia_rows(ctx: &Ctx<'_>) -> Vec<Row> {
         ),
     });
     ioctl_layer_rows(ctx, s, &mut rows);
+    rows.push(match ctx.symbol_copies(GPU_EXT_HOOK) {
+        Some(copies) if !copies.is_empty() => yes(
+            s,
+            "gpu_ext hooks",
+            format!(
+                "{GPU_EXT_HOOK} is defined by {}: gpu-trace attaches to the four nv_gpu_sched_* \
+                 hooks (fentry, else kprobe, as the rows below allow)",
+                copies.iter().flatten().next().map_or("the kernel", String::as_str)
+            ),
+        ),
+        _ => info(
+            s,
+            "gpu_ext hooks",
+            format!(
+                "none ({GPU_EXT_HOOK} is not in kallsyms: the stock driver has no gpu_ext \
+                 scheduling hooks); the ioctl layer serves every event"
+            ),
+        ),
+    });
     rows.push(kprobe_row(ctx, s, NVIDIA_ENTRY, f.nvidia_module, "nvidia"));
     rows.push(fentry_row(
         ctx,

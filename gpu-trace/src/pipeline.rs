@@ -108,6 +108,7 @@ impl<W: Write> Pipeline<W> {
             }
             RawRecord::ProcessExit(_) => NvInput::ProcessExit,
             RawRecord::FdClose(t) => NvInput::FdClose { fd: t.value },
+            RawRecord::NvSched(rec) => NvInput::Sched(crate::nvidia::gpu_ext::decode(&rec)),
             RawRecord::KfdIoctl(rec) => {
                 let call = amd_decode::decode(&rec);
                 if matches!(call, KfdCall::Malformed { .. }) {
@@ -211,6 +212,8 @@ impl<W: Write> Pipeline<W> {
             ("unknown_queue", kfd.unknown_queue),
             ("replaced_queues", kfd.replaced_queues),
             ("deep_unmatched", kfd.deep_unmatched),
+            ("gpu_ext_unmatched", nv.gpu_ext_unmatched),
+            ("gpu_ext_outside_ioctl", nv.gpu_ext_outside_ioctl),
             ("deep_unknown", kfd.deep_unknown),
             ("kfd_release_no_queues", kfd.kfd_releases_without_queues),
         ]

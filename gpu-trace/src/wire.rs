@@ -12,8 +12,8 @@
 use std::mem::size_of;
 
 use gpu_trace_common::{
-    DeepRecord, KfdIoctlRecord, KfdQueueRecord, NvIoctlRecord, RecordHeader, TaskRecord,
-    record_kind,
+    DeepRecord, KfdIoctlRecord, KfdQueueRecord, NvIoctlRecord, NvSchedRecord, RecordHeader,
+    TaskRecord, record_kind,
 };
 use thiserror::Error;
 
@@ -37,6 +37,8 @@ pub enum RawRecord {
     KfdQueue(KfdQueueRecord),
     /// A driver-internal step ([`record_kind::DEEP`], deep hook).
     Deep(DeepRecord),
+    /// A gpu_ext scheduling hook of a patched NVIDIA driver ran ([`record_kind::NV_SCHED`]).
+    NvSched(NvSchedRecord),
 }
 
 /// Why bytes could not be read as a record or a record stream.
@@ -113,6 +115,7 @@ pub fn parse_record(bytes: &[u8]) -> Result<RawRecord, WireError> {
         record_kind::KFD_IOCTL => size_of::<KfdIoctlRecord>(),
         record_kind::KFD_QUEUE => size_of::<KfdQueueRecord>(),
         record_kind::DEEP => size_of::<DeepRecord>(),
+        record_kind::NV_SCHED => size_of::<NvSchedRecord>(),
         _ => {
             return Err(WireError::UnknownKind {
                 kind,
@@ -136,6 +139,7 @@ pub fn parse_record(bytes: &[u8]) -> Result<RawRecord, WireError> {
             record_kind::KFD_IOCTL => RawRecord::KfdIoctl(read_pod(bytes)),
             record_kind::KFD_QUEUE => RawRecord::KfdQueue(read_pod(bytes)),
             record_kind::DEEP => RawRecord::Deep(read_pod(bytes)),
+            record_kind::NV_SCHED => RawRecord::NvSched(read_pod(bytes)),
             _ => RawRecord::FdClose(read_pod(bytes)),
         }
     })
@@ -182,6 +186,18 @@ pub fn kfd_queue_bytes(rec: &KfdQueueRecord) -> &[u8] {
     unsafe {
         std::slice::from_raw_parts((rec as *const KfdQueueRecord).cast::<u8>(), size_of::<KfdQueueRecord>())
     }
+}
+
+const _: () = assert!(
+    size_of::<NvSchedRecord>()
+        == size_of::<RecordHeader>() + 4 * 4 + 8 + gpu_trace_common::nvidia::gpu_ext::CTX_MAX,
+    "NvSchedRecord has padding"
+);
+
+/// The bytes of an [`NvSchedRecord`], as the kernel programs write them.
+pub fn nv_sched_bytes(rec: &NvSchedRecord) -> &[u8] {
+    // SAFETY: `#[repr(C)]` with no padding (checked above).
+    unsafe { std::slice::from_raw_parts((rec as *const NvSchedRecord).cast::<u8>(), size_of::<NvSchedRecord>()) }
 }
 
 /// The bytes of a [`DeepRecord`], as the kernel programs write them.
@@ -233,6 +249,7 @@ impl RawRecord {
             Self::KfdIoctl(r) => kfd_ioctl_bytes(r),
             Self::KfdQueue(r) => kfd_queue_bytes(r),
             Self::Deep(r) => deep_bytes(r),
+            Self::NvSched(r) => nv_sched_bytes(r),
         }
     }
 
@@ -244,6 +261,7 @@ impl RawRecord {
             Self::KfdIoctl(r) => &r.hdr,
             Self::KfdQueue(r) => &r.hdr,
             Self::Deep(r) => &r.hdr,
+            Self::NvSched(r) => &r.hdr,
         }
     }
 
@@ -541,6 +559,26 @@ mod tests {
     }
 
     #[test]
+    fn deep_hook_records_round_trip_and_check_their_length() {
+        use crate::amd::decode::testing as amd;
+        use crate::nvidia::gpu_ext::testing as gx;
+        for rec in [
+            RawRecord::KfdQueue(amd::queue_built(7, 2, 0x1002)),
+            RawRecord::Deep(amd::deep(7, gpu_trace_common::deep_hook::KFD_RELEASE, 7, 0)),
+            RawRecord::NvSched(gx::task_init(7, 3, 5, 1024)),
+        ] {
+            let bytes = rec.as_bytes().to_vec();
+            assert_eq!(parse_record(&bytes).unwrap(), rec);
+            assert_eq!(rec.header().tgid, 7);
+            let kind = rec.header().kind;
+            assert_eq!(
+                parse_record(&bytes[..bytes.len() - 4]),
+                Err(WireError::BadLength { kind, len: bytes.len() - 4, expected: bytes.len() })
+            );
+        }
+    }
+
+    #[test]
     fn stream_errors_point_at_the_item() {
         let mut stream = Vec::new();
         append_to_stream(&mut stream, &nv_record_bytes_by_hand());
@@ -570,13 +608,13 @@ mod tests {
         );
         // A well-framed but unknown record.
         let mut s = stream.clone();
-        append_to_stream(&mut s, &[7, 0, 0, 0, 0, 0, 0, 0]);
+        append_to_stream(&mut s, &[77, 0, 0, 0, 0, 0, 0, 0]);
         let err = records_from_stream(&s).unwrap_err();
         assert_eq!(
             err,
             WireError::InStream {
                 offset: good,
-                source: Box::new(WireError::UnknownKind { kind: 7, len: 8 })
+                source: Box::new(WireError::UnknownKind { kind: 77, len: 8 })
             }
         );
     }

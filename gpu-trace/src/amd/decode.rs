@@ -19,14 +19,13 @@ use serde::Serialize;
 
 use crate::model::event::AmdQueueType;
 
-/// A queue as the driver's queue manager built it (deep hook on `pqm_create_queue`'s exit).
+/// A queue as the driver's device queue manager created it (deep hook at the exit of
+/// `create_queue_cpsch` / `create_queue_nocpsch`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QueueBuilt {
-    /// `pqm_create_queue`'s return value (0 or a negative errno).
+    /// The create function's return value (0 or a negative errno).
     pub ret: i32,
-    /// The queue id handed back (`*qid`); `None` if it could not be read.
-    pub qid: Option<u32>,
-    /// The driver's `struct queue_properties` fields; `None` if they could not be read.
+    /// The queue's `struct queue_properties` fields; `None` if they could not be read.
     pub props: Option<DriverQueue>,
 }
 
@@ -65,7 +64,6 @@ pub enum DeepStep {
 pub fn decode_queue(rec: &KfdQueueRecord) -> QueueBuilt {
     QueueBuilt {
         ret: rec.ret,
-        qid: (rec.flags & kfd_queue_flags::QID_READ_FAILED == 0).then_some(rec.qid),
         props: (rec.flags & kfd_queue_flags::PROPS_READ_FAILED == 0).then_some(DriverQueue {
             kernel_type: rec.q_type,
             format: rec.q_format,
@@ -458,16 +456,16 @@ pub(crate) mod testing {
         RecordHeader { kind, cpu: 2, ts_ns: 999_000, tgid: pid, tid: pid, comm }
     }
 
-    /// What the `pqm_create_queue` exit program writes for a queue the driver built, with the
-    /// `struct queue_properties` values a 6.12 driver holds for a freshly created active AQL
-    /// compute queue under the hardware scheduler (driver-reference.md B5: kernel type 0 =
+    /// What the DQM `create_queue_*` exit program writes for a queue the driver created, with
+    /// the `struct queue_properties` values a 6.12 driver holds for a freshly created active
+    /// AQL compute queue under the hardware scheduler (driver-reference.md B5: kernel type 0 =
     /// compute, format 1 = AQL, vmid 0 until the scheduler maps the process).
     pub fn queue_built(pid: u32, queue_id: u32, hw_doorbell: u32) -> gpu_trace_common::KfdQueueRecord {
         gpu_trace_common::KfdQueueRecord {
             hdr: header(record_kind::KFD_QUEUE, pid),
             source: gpu_trace_common::hook_source::TRAMPOLINE,
             ret: 0,
-            qid: queue_id,
+            qid: 0,
             flags: 0,
             q_type: 0,
             q_format: 1,

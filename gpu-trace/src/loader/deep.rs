@@ -5,8 +5,8 @@
 //! | event | trampoline (module BTF) | kprobe | otherwise |
 //! |---|---|---|---|
 //! | KFD ioctl events (per handler) | `fexit/kfd_ioctl_<cmd>` | kprobe + kretprobe | syscall layer |
-//! | queue details at creation | `fexit/pqm_create_queue` | kprobe + kretprobe | (not shown) |
-//! | MQD built | never (`init_mqd` has several copies: a trampoline would take one silently) | one kprobe per copy, by address | (not shown) |
+//! | queue details at creation (per function) | `fexit/create_queue_cpsch`, `fexit/create_queue_nocpsch` | kprobe + kretprobe | (not shown) |
+//! | MQD built | never (`init_mqd`, `init_mqd_sdma` have several copies: a trampoline would take one silently) | one kprobe per copy, by address | (not shown) |
 //! | queue teardown | `fentry/pqm_uninit` | kprobe | process exit (implicit) |
 //!
 //! What the kernel programs need (struct offsets, parameter positions, the size of the
@@ -25,15 +25,54 @@ use crate::probe::{btf::{Btf, VMLINUX_BTF_PATH}, kallsyms::ModuleSymbols, trial}
 /// The driver module the deep hooks attach to.
 pub const MODULE: &str = "amdgpu";
 
-/// What the deep hooks could learn about this kernel and driver before load.
-pub struct KfdDeepPlan {
-    /// For the kernel programs' `KFD_DEEP` global (`ready` is 0 when nothing can attach).
-    pub config: KfdDeepConfig,
-    /// vmlinux + amdgpu BTF, when the module has BTF.
+/// A loaded module whose functions deep hooks attach to: its symbols and, when it has BTF, its
+/// split BTF on vmlinux's.
+pub struct ModuleTargets {
+    pub module: String,
+    /// vmlinux + module BTF, when the module has BTF.
     btf: Option<Btf>,
     /// Why the module's BTF could not be used (trampolines then cannot attach).
     btf_missing: Option<String>,
     symbols: ModuleSymbols,
+}
+
+impl ModuleTargets {
+    /// Reads `module`'s symbols and BTF; fails when the module is not loaded.
+    pub fn read(module: &str) -> Result<Self, String> {
+        let symbols = ModuleSymbols::load(module).map_err(|e| e.to_string())?;
+        if symbols.is_empty() {
+            return Err(format!("the {module} module is not loaded (no symbols in /proc/kallsyms)"));
+        }
+        let (btf, btf_missing) = match read_module_btf(module) {
+            Ok(b) => (Some(b), None),
+            Err(why) => (None, Some(why)),
+        };
+        Ok(Self { module: module.to_string(), btf, btf_missing, symbols })
+    }
+
+    /// Prepares attaching to this module's functions from the loaded programs in `ebpf`.
+    pub(super) fn attacher(&self, ebpf: &Ebpf) -> Attacher<'_> {
+        let trampolines = match (&self.btf_missing, trampoline::module_btf_fd(&self.module)) {
+            (Some(why), _) => Err(why.clone()),
+            (None, Err(why)) => Err(why),
+            (None, Ok(fd)) => ModulePrograms::new(super::PROGRAMS, ebpf).map(|p| (fd, p)),
+        };
+        let kprobes = match trial::kprobe_pmu_type() {
+            Some(_) => Ok(()),
+            None => Err(format!(
+                "no kprobe PMU ({} is missing: CONFIG_KPROBES off)",
+                trial::KPROBE_PMU_TYPE
+            )),
+        };
+        Attacher { targets: self, trampolines, kprobes }
+    }
+}
+
+/// What the deep hooks could learn about this kernel and driver before load.
+pub struct KfdDeepPlan {
+    /// For the kernel programs' `KFD_DEEP` global (`ready` is 0 when nothing can attach).
+    pub config: KfdDeepConfig,
+    targets: ModuleTargets,
     /// Per hook group: why its configuration could not be resolved.
     queue_config_missing: Option<String>,
     release_config_missing: Option<String>,
@@ -52,22 +91,19 @@ pub struct DeepHooks {
     trampolines: Vec<Attached>,
 }
 
+impl DeepHooks {
+    /// Keeps a trampoline attached for as long as the tracer runs.
+    pub(super) fn keep(&mut self, t: Attached) {
+        self.trampolines.push(t);
+    }
+}
+
 impl KfdDeepPlan {
     /// Reads the module's BTF and symbols. `None` (with the reason) when `amdgpu` is not loaded.
     pub fn prepare() -> Result<Self, String> {
-        let symbols = ModuleSymbols::load(MODULE).map_err(|e| e.to_string())?;
-        if symbols.is_empty() {
-            return Err(format!("the {MODULE} module is not loaded (no symbols in /proc/kallsyms)"));
-        }
-        let (btf, btf_missing) = match read_module_btf() {
-            Ok(b) => (Some(b), None),
-            Err(why) => (None, Some(why)),
-        };
         let mut plan = Self {
             config: KfdDeepConfig::default(),
-            btf,
-            btf_missing,
-            symbols,
+            targets: ModuleTargets::read(MODULE)?,
             queue_config_missing: None,
             release_config_missing: None,
             mqd_config_missing: None,
@@ -78,7 +114,7 @@ impl KfdDeepPlan {
     }
 
     fn resolve(&mut self) {
-        let Some(btf) = self.btf.as_ref() else {
+        let Some(btf) = self.targets.btf.as_ref() else {
             let why = "no module BTF to read offsets from".to_string();
             // The handlers' own arguments need no offsets; the 88/96-byte question is settled
             // by the UAPI size the handler copies: assume the struct the kernel's BTF would
@@ -112,8 +148,18 @@ impl KfdDeepPlan {
             Ok(at)
         };
         self.queue_config_missing = props.clone().and_then(|()| {
-            c.pqm_create_properties_arg = param("pqm_create_queue", "properties")?;
-            c.pqm_create_qid_arg = param("pqm_create_queue", "qid")?;
+            c.queue_properties = m("queue", "properties")?;
+            // Both DQM implementations share the `create_queue` op's prototype.
+            let at = param(DQM_CREATE[0], "q")?;
+            if let Ok(other) = param(DQM_CREATE[1], "q")
+                && other != at
+            {
+                return Err(format!("{} and {} take `q` at different positions", DQM_CREATE[0], DQM_CREATE[1]));
+            }
+            if at > 2 {
+                return Err(format!("{}'s `q` is parameter {at}; the programs read the first three", DQM_CREATE[0]));
+            }
+            c.dqm_create_q_arg = at;
             Ok(())
         }).err();
         self.mqd_config_missing = props.and_then(|()| {
@@ -130,8 +176,8 @@ impl KfdDeepPlan {
     }
 }
 
-fn read_module_btf() -> Result<Btf, String> {
-    let path = format!("/sys/kernel/btf/{MODULE}");
+fn read_module_btf(module: &str) -> Result<Btf, String> {
+    let path = format!("/sys/kernel/btf/{module}");
     let bytes = std::fs::read(&path).map_err(|e| {
         format!("{path}: {e} (the module was built without BTF: CONFIG_DEBUG_INFO_BTF_MODULES)")
     })?;
@@ -139,12 +185,21 @@ fn read_module_btf() -> Result<Btf, String> {
     Btf::from_split(&base, &bytes).map_err(|e| format!("{path}: {e}"))
 }
 
-/// The handlers: (function, fexit program, kretprobe program, KFD command number).
-const HANDLERS: [(&str, &str, &str, u32); 4] = [
-    ("kfd_ioctl_create_queue", "kfd_create_queue_fexit", "kfd_create_queue_kret", nr::CREATE_QUEUE),
-    ("kfd_ioctl_destroy_queue", "kfd_destroy_queue_fexit", "kfd_destroy_queue_kret", nr::DESTROY_QUEUE),
-    ("kfd_ioctl_update_queue", "kfd_update_queue_fexit", "kfd_update_queue_kret", nr::UPDATE_QUEUE),
-    ("kfd_ioctl_set_cu_mask", "kfd_set_cu_mask_fexit", "kfd_set_cu_mask_kret", nr::SET_CU_MASK),
+/// The device queue manager's `create_queue` implementations (HWS, no-HWS): the scheduling
+/// policy picks one at module load.
+const DQM_CREATE: [&str; 2] = ["create_queue_cpsch", "create_queue_nocpsch"];
+
+/// The MQD managers' descriptor builders for user queues (compute, SDMA, GFX 9.4.3), each a
+/// static function with one copy per GPU generation (the HIQ's, a kernel queue, is left out).
+const MQD_INIT: [&str; 3] = ["init_mqd", "init_mqd_sdma", "init_mqd_v9_4_3"];
+
+/// The handlers: (function, fexit program, kprobe programs (entry, return), KFD command
+/// number).
+const HANDLERS: [(&str, &str, [&str; 2], u32); 4] = [
+    ("kfd_ioctl_create_queue", "kfd_create_queue_fexit", ["kfd_handler_entry", "kfd_create_queue_kret"], nr::CREATE_QUEUE),
+    ("kfd_ioctl_destroy_queue", "kfd_destroy_queue_fexit", ["kfd_handler_entry", "kfd_destroy_queue_kret"], nr::DESTROY_QUEUE),
+    ("kfd_ioctl_update_queue", "kfd_update_queue_fexit", ["kfd_handler_entry", "kfd_update_queue_kret"], nr::UPDATE_QUEUE),
+    ("kfd_ioctl_set_cu_mask", "kfd_set_cu_mask_fexit", ["kfd_handler_entry", "kfd_set_cu_mask_kret"], nr::SET_CU_MASK),
 ];
 
 /// Attaches Aya kprobe program `program` to `target` (a symbol, or "" with an address in
@@ -157,8 +212,8 @@ fn kprobe(ebpf: &mut Ebpf, program: &str, target: &str, addr: u64) -> Result<(),
     prog.attach(target, addr).map(drop).map_err(err)
 }
 
-struct Attacher<'a> {
-    plan: &'a KfdDeepPlan,
+pub(super) struct Attacher<'a> {
+    targets: &'a ModuleTargets,
     /// The module's BTF object and the relocated programs, or why trampolines cannot be used.
     trampolines: Result<(std::os::fd::OwnedFd, ModulePrograms), String>,
     kprobes: Result<(), String>,
@@ -167,24 +222,88 @@ struct Attacher<'a> {
 impl Attacher<'_> {
     /// A trampoline on `func`: refused for names with several copies (the kernel would pick
     /// one of them without saying so).
-    fn trampoline(&self, program: &str, kind: Trampoline, func: &str) -> Result<Attached, String> {
+    pub(super) fn trampoline(&self, program: &str, kind: Trampoline, func: &str) -> Result<Attached, String> {
         let (fd, programs) = self.trampolines.as_ref().map_err(Clone::clone)?;
-        let copies = self.plan.symbols.addresses(func).len();
+        let copies = self.targets.symbols.addresses(func).len();
         if copies > 1 {
             return Err(format!("{copies} functions are named {func}: a trampoline would take one"));
         }
-        let btf = self.plan.btf.as_ref().ok_or("no module BTF")?;
+        let btf = self.targets.btf.as_ref().ok_or("no module BTF")?;
         let id = btf.func_id(func).map_err(|e| e.to_string())?;
         programs.attach(program, kind, fd, id)
     }
 
-    fn kprobe_ok(&self, func: &str) -> Result<(), String> {
+    pub(super) fn kprobe_ok(&self, func: &str) -> Result<(), String> {
         self.kprobes.clone()?;
-        match self.plan.symbols.addresses(func).len() {
+        match self.targets.symbols.addresses(func).len() {
             0 => Err(format!("{func} is not in /proc/kallsyms (inlined or renamed in this build)")),
             1 => Ok(()),
             n => Err(format!("{n} functions are named {func}: by name the kernel refuses it")),
         }
+    }
+}
+
+/// One function to hook: its trampoline program, and the kprobe programs that replace it where
+/// trampolines are refused (all of them attach: e.g. an entry and a return probe).
+pub(super) struct Target<'p> {
+    pub func: &'static str,
+    pub trampoline: &'p str,
+    pub kprobes: &'p [&'p str],
+}
+
+impl Attacher<'_> {
+    /// Hooks each target, a trampoline of `kind` first, else its kprobes, and reports under
+    /// `event`: one hook line per attach type used, one refusal line per attach type refused.
+    /// Returns the functions hooked, in order.
+    pub(super) fn attach_each(
+        &self,
+        ebpf: &mut Ebpf,
+        out: &mut DeepHooks,
+        event: &'static str,
+        kind: Trampoline,
+        targets: &[Target<'_>],
+    ) -> Vec<&'static str> {
+        let tramp = match kind {
+            Trampoline::Entry => "fentry",
+            Trampoline::Exit => "fexit",
+        };
+        let mut by_trampoline = Vec::new();
+        let mut by_kprobe = Vec::new();
+        let mut probe_label = "kprobe";
+        for t in targets {
+            match self.trampoline(t.trampoline, kind, t.func) {
+                Ok(a) => {
+                    out.keep(a);
+                    by_trampoline.push(t.func);
+                    continue;
+                }
+                Err(why) => out.refused.push(format!("{event}: {tramp}/{}: {why}", t.func)),
+            }
+            let probes = self.kprobe_ok(t.func).and_then(|()| {
+                t.kprobes.iter().try_for_each(|p| kprobe(ebpf, p, t.func, 0))
+            });
+            match probes {
+                Ok(()) => by_kprobe.push(t.func),
+                Err(why) => out.refused.push(format!("{event}: kprobe/{}: {why}", t.func)),
+            }
+            if t.kprobes.len() > 1 {
+                probe_label = "kprobe+kretprobe";
+            }
+        }
+        let module = &self.targets.module;
+        if !by_trampoline.is_empty() {
+            out.hooks.push(Hook {
+                event,
+                attach: format!("{tramp}/{{{}}} ({module} BTF)", by_trampoline.join(",")),
+            });
+        }
+        if !by_kprobe.is_empty() {
+            out.hooks.push(Hook {
+                event,
+                attach: format!("{probe_label}/{{{}}} (in {module})", by_kprobe.join(",")),
+            });
+        }
+        by_trampoline.into_iter().chain(by_kprobe).collect()
     }
 }
 
@@ -193,20 +312,9 @@ impl Attacher<'_> {
 /// layer (`--deny-pid`: a refused call never reaches the driver, and must still be seen).
 pub fn attach(ebpf: &mut Ebpf, plan: &KfdDeepPlan, handlers: bool) -> DeepHooks {
     let mut out = DeepHooks::default();
-    let trampolines = match (&plan.btf_missing, trampoline::module_btf_fd(MODULE)) {
-        (Some(why), _) => Err(why.clone()),
-        (None, Err(why)) => Err(why),
-        (None, Ok(fd)) => ModulePrograms::new(super::PROGRAMS, ebpf).map(|p| (fd, p)),
-    };
-    let kprobes = match trial::kprobe_pmu_type() {
-        Some(_) => Ok(()),
-        None => Err(format!("no kprobe PMU ({} is missing: CONFIG_KPROBES off)", trial::KPROBE_PMU_TYPE)),
-    };
-    let a = Attacher { plan, trampolines, kprobes };
+    let a = plan.targets.attacher(ebpf);
 
     // The ioctl handlers: each one hooked takes its command away from the syscall layer.
-    let mut by_trampoline = Vec::new();
-    let mut by_kprobe = Vec::new();
     if !handlers {
         out.refused.push(
             "AMD ioctl events: driver handlers not used: --deny-pid refuses calls before they \
@@ -214,133 +322,88 @@ pub fn attach(ebpf: &mut Ebpf, plan: &KfdDeepPlan, handlers: bool) -> DeepHooks 
                 .into(),
         );
     }
-    for (func, fexit, kret, cmd) in HANDLERS.into_iter().filter(|_| handlers) {
-        if plan.config.create_args_size == 0 && cmd == nr::CREATE_QUEUE {
-            out.refused.push(format!(
-                "AMD ioctl events: {func}: the size of struct kfd_ioctl_create_queue_args is \
-                 unknown without the module's BTF; the syscall layer serves CREATE_QUEUE"
-            ));
-            continue;
+    // CREATE_QUEUE's record needs the kernel's size of its arguments, from the module's BTF.
+    let create_unknown = plan.config.create_args_size == 0;
+    if handlers && create_unknown {
+        out.refused.push(
+            "AMD ioctl events: kfd_ioctl_create_queue: the size of struct \
+             kfd_ioctl_create_queue_args is unknown without the module's BTF; the syscall layer \
+             serves CREATE_QUEUE"
+                .into(),
+        );
+    }
+    let targets: Vec<Target<'_>> = HANDLERS
+        .iter()
+        .filter(|h| handlers && !(create_unknown && h.3 == nr::CREATE_QUEUE))
+        .map(|(func, fexit, probes, _)| Target { func, trampoline: fexit, kprobes: probes })
+        .collect();
+    for func in a.attach_each(ebpf, &mut out, "AMD ioctl events", Trampoline::Exit, &targets) {
+        if let Some((_, _, _, cmd)) = HANDLERS.iter().find(|h| h.0 == func) {
+            out.handler_mask |= 1 << cmd;
         }
-        match a.trampoline(fexit, Trampoline::Exit, func) {
-            Ok(t) => {
-                out.trampolines.push(t);
-                by_trampoline.push(func);
-                out.handler_mask |= 1 << cmd;
+    }
+
+    // Queue details at creation: both DQM implementations (only one runs).
+    if let Some(why) = &plan.queue_config_missing {
+        out.refused.push(format!("AMD queue details: {}: {why}", DQM_CREATE.join(", ")));
+    } else {
+        let targets = DQM_CREATE.map(|func| Target {
+            func,
+            trampoline: "dqm_create_fexit",
+            kprobes: &["dqm_create_entry", "dqm_create_kret"],
+        });
+        a.attach_each(ebpf, &mut out, "AMD queue details", Trampoline::Exit, &targets);
+    }
+
+    // MQD init: every copy of every builder, by address.
+    if let Some(why) = &plan.mqd_config_missing {
+        out.refused.push(format!("AMD MQD init: {why}"));
+    } else if let Err(why) = a.kprobes.clone() {
+        out.refused.push(format!("AMD MQD init: kprobes: {why}"));
+    } else {
+        let mut parts = Vec::new();
+        for func in MQD_INIT {
+            let addrs = plan.targets.symbols.addresses(func).to_vec();
+            if addrs.is_empty() {
+                out.refused.push(format!("AMD MQD init: {func} is not in /proc/kallsyms (not in this build, or inlined)"));
                 continue;
             }
-            Err(why) => out.refused.push(format!("AMD ioctl events: fexit/{func}: {why}")),
-        }
-        let probes = a.kprobe_ok(func).and_then(|()| {
-            kprobe(ebpf, "kfd_handler_entry", func, 0)?;
-            kprobe(ebpf, kret, func, 0)
-        });
-        match probes {
-            Ok(()) => {
-                by_kprobe.push(func);
-                out.handler_mask |= 1 << cmd;
-            }
-            Err(why) => out.refused.push(format!("AMD ioctl events: kprobe/{func}: {why}")),
-        }
-    }
-    if !by_trampoline.is_empty() {
-        out.hooks.push(Hook {
-            event: "AMD ioctl events",
-            attach: format!("fexit/{{{}}} ({MODULE} BTF)", by_trampoline.join(",")),
-        });
-    }
-    if !by_kprobe.is_empty() {
-        out.hooks.push(Hook {
-            event: "AMD ioctl events",
-            attach: format!("kprobe+kretprobe/{{{}}}", by_kprobe.join(",")),
-        });
-    }
-
-    // Queue details at creation.
-    let func = "pqm_create_queue";
-    if let Some(why) = &plan.queue_config_missing {
-        out.refused.push(format!("AMD queue details: {func}: {why}"));
-    } else {
-        match a.trampoline("pqm_create_fexit", Trampoline::Exit, func) {
-            Ok(t) => {
-                out.trampolines.push(t);
-                out.hooks.push(Hook { event: "AMD queue details", attach: format!("fexit/{func}") });
-            }
-            Err(why) => {
-                out.refused.push(format!("AMD queue details: fexit/{func}: {why}"));
-                let probes = a.kprobe_ok(func).and_then(|()| {
-                    kprobe(ebpf, "pqm_create_entry", func, 0)?;
-                    kprobe(ebpf, "pqm_create_kret", func, 0)
-                });
-                match probes {
-                    Ok(()) => out.hooks.push(Hook {
-                        event: "AMD queue details",
-                        attach: format!("kprobe+kretprobe/{func}"),
-                    }),
-                    Err(why) => out.refused.push(format!("AMD queue details: kprobe/{func}: {why}")),
+            let mut attached = 0;
+            for &addr in &addrs {
+                match kprobe(ebpf, "init_mqd_kprobe", "", addr) {
+                    Ok(()) => attached += 1,
+                    Err(why) => out.refused.push(format!("AMD MQD init: kprobe/{func}@{addr:#x}: {why}")),
                 }
             }
-        }
-    }
-
-    // MQD init: every copy, by address.
-    let func = "init_mqd";
-    let addrs = plan.symbols.addresses(func).to_vec();
-    if let Some(why) = &plan.mqd_config_missing {
-        out.refused.push(format!("AMD MQD init: {func}: {why}"));
-    } else if let Err(why) = a.kprobes.clone() {
-        out.refused.push(format!("AMD MQD init: kprobe/{func}: {why}"));
-    } else if addrs.is_empty() {
-        out.refused.push(format!("AMD MQD init: {func} is not in /proc/kallsyms"));
-    } else {
-        let mut attached = Vec::new();
-        for &addr in &addrs {
-            match kprobe(ebpf, "init_mqd_kprobe", "", addr) {
-                Ok(()) => attached.push(addr),
-                Err(why) => out.refused.push(format!("AMD MQD init: kprobe/{func}@{addr:#x}: {why}")),
+            if attached > 0 {
+                parts.push(format!("{func} ×{attached}/{}", addrs.len()));
             }
         }
-        if !attached.is_empty() {
-            let copies: Vec<String> = attached
+        if !parts.is_empty() {
+            // Which copy is which generation's: the nearest unique symbol below each init_mqd.
+            let near: Vec<String> = plan
+                .targets
+                .symbols
+                .addresses(MQD_INIT[0])
                 .iter()
-                .map(|&addr| match plan.symbols.neighbour_below(addr, func) {
+                .map(|&addr| match plan.targets.symbols.neighbour_below(addr, MQD_INIT[0]) {
                     Some(n) => format!("{addr:#x} near {n}"),
                     None => format!("{addr:#x}"),
                 })
                 .collect();
             out.hooks.push(Hook {
                 event: "AMD MQD init",
-                attach: format!(
-                    "kprobe/{func} ×{} of {} by address ({})",
-                    attached.len(),
-                    addrs.len(),
-                    copies.join(", ")
-                ),
+                attach: format!("kprobe by address: {} ({} copies: {})", parts.join(", "), MQD_INIT[0], near.join(", ")),
             });
         }
     }
 
     // Queue teardown.
-    let func = "pqm_uninit";
     if let Some(why) = &plan.release_config_missing {
-        out.refused.push(format!("AMD queue teardown: {func}: {why}"));
+        out.refused.push(format!("AMD queue teardown: pqm_uninit: {why}"));
     } else {
-        match a.trampoline("pqm_uninit_fentry", Trampoline::Entry, func) {
-            Ok(t) => {
-                out.trampolines.push(t);
-                out.hooks.push(Hook { event: "AMD queue teardown", attach: format!("fentry/{func}") });
-            }
-            Err(why) => {
-                out.refused.push(format!("AMD queue teardown: fentry/{func}: {why}"));
-                match a.kprobe_ok(func).and_then(|()| kprobe(ebpf, "pqm_uninit_kprobe", func, 0)) {
-                    Ok(()) => out.hooks.push(Hook {
-                        event: "AMD queue teardown",
-                        attach: format!("kprobe/{func}"),
-                    }),
-                    Err(why) => out.refused.push(format!("AMD queue teardown: kprobe/{func}: {why}")),
-                }
-            }
-        }
+        let target = Target { func: "pqm_uninit", trampoline: "pqm_uninit_fentry", kprobes: &["pqm_uninit_kprobe"] };
+        a.attach_each(ebpf, &mut out, "AMD queue teardown", Trampoline::Entry, &[target]);
     }
     out
 }

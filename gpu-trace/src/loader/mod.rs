@@ -3,6 +3,7 @@
 //! tried and why it failed.
 
 pub mod deep;
+pub mod gpu_ext;
 pub mod trampoline;
 
 use std::fmt;
@@ -268,10 +269,17 @@ impl Tracer {
         let kernel_btf = Btf::from_sys_fs().ok();
         // Deep hooks first, then the switch that takes their commands away from the syscall
         // layer, then the syscall layer: no call is seen twice, none is missed in between.
-        let deep_hooks = match &deep_plan {
+        let mut deep_hooks = match &deep_plan {
             Some(plan) => deep::attach(&mut ebpf, plan, options.deny_pids.is_empty()),
             None => deep::DeepHooks::default(),
         };
+        // NVIDIA: the scheduling hooks of a gpu_ext-patched driver, where one is loaded.
+        if options.nvidia && options.deep_hooks {
+            match gpu_ext::prepare() {
+                Ok(targets) => gpu_ext::attach(&mut ebpf, &targets, &mut deep_hooks),
+                Err(why) => deep_hooks.refused.push(format!("NVIDIA gpu_ext hooks: {why}")),
+            }
+        }
         refused.extend(deep_hooks.refused.iter().cloned());
         hooks.extend(deep_hooks.hooks.iter().cloned());
         if deep_hooks.handler_mask != 0 {

@@ -30,7 +30,7 @@
 //! - Queues alive when tracing stops are not events: [`KfdTracker::finish`] lists them.
 //!
 //! - Deep hooks (where the kernel lets gpu-trace attach to the driver's functions):
-//!   - the driver's queue record (`pqm_create_queue`) and the `init_mqd` copy that ran arrive
+//!   - the driver's queue record (the DQM's `create_queue_*`) and the `init_mqd*` copy that ran arrive
 //!     before the `CREATE_QUEUE` result of the same thread; they are kept per thread and added
 //!     to that `TASK_INIT` (`hw_doorbell`, `vmid`, `driver_active`, `mqd_init`), never reported
 //!     on their own. What is left over when the thread's next KFD call is not a successful
@@ -90,7 +90,7 @@ impl KfdInput {
             RawRecord::FdClose(t) => KfdInput::FdClose { fd: t.value },
             RawRecord::KfdQueue(rec) => KfdInput::QueueBuilt(decode::decode_queue(rec)),
             RawRecord::Deep(rec) => KfdInput::Deep(decode::decode_deep(rec)),
-            RawRecord::NvIoctl(_) => return None,
+            RawRecord::NvIoctl(_) | RawRecord::NvSched(_) => return None,
         };
         Some((raw.origin(), input))
     }
@@ -148,6 +148,8 @@ pub struct KfdTracker {
 /// What the deep hooks saw inside a thread's `CREATE_QUEUE` before it returned.
 #[derive(Clone, Copy, Debug, Default)]
 struct Pending {
+    /// The thread's process.
+    pid: u32,
     built: Option<QueueBuilt>,
     mqd_addr: Option<u64>,
 }
@@ -204,11 +206,11 @@ impl KfdTracker {
             KfdInput::ProcessExit => self.process_exit(&origin, origin.pid, DestroyCause::ProcessExit),
             KfdInput::FdClose { .. } => Vec::new(),
             KfdInput::QueueBuilt(b) => {
-                self.pending.entry(origin.tid).or_default().built = Some(b);
+                self.pending_of(&origin).built = Some(b);
                 Vec::new()
             }
             KfdInput::Deep(DeepStep::MqdInit { addr, .. }) => {
-                self.pending.entry(origin.tid).or_default().mqd_addr = Some(addr);
+                self.pending_of(&origin).mqd_addr = Some(addr);
                 Vec::new()
             }
             KfdInput::Deep(DeepStep::Release { owner }) => {
@@ -370,20 +372,25 @@ impl KfdTracker {
         events
     }
 
+    fn pending_of(&mut self, origin: &Origin) -> &mut Pending {
+        let p = self.pending.entry(origin.tid).or_default();
+        p.pid = origin.pid;
+        p
+    }
+
     /// Adds what the deep hooks saw inside this create to its detail, if it is about the same
     /// queue; otherwise counts it as unmatched.
     fn enrich(&mut self, detail: &mut AmdDetail, queue_id: u32, deep: Pending) {
         let mut matched = deep.mqd_addr.is_some() || deep.built.is_some();
         if let Some(b) = deep.built {
-            let same = b.ret == 0 && b.qid.is_none_or(|q| q == queue_id);
-            match (same, b.props) {
-                (true, Some(p)) => {
+            match (b.ret == 0, b.props) {
+                (true, Some(p)) if p.queue_id == queue_id => {
                     detail.hw_doorbell = Some(p.hw_doorbell);
                     detail.vmid = Some(p.vmid);
                     detail.driver_active = Some(p.active);
                 }
                 (true, None) => {}
-                (false, _) => matched = false,
+                _ => matched = false,
             }
         }
         detail.mqd_init_addr = deep.mqd_addr;
@@ -464,7 +471,7 @@ impl KfdTracker {
         if cause == DestroyCause::ProcessExit {
             // Leftovers of this process's threads: their creates will not come now.
             let before = self.pending.len();
-            self.pending.retain(|tid, _| *tid != origin.tid);
+            self.pending.retain(|_, p| p.pid != pid);
             self.counters.deep_unmatched += (before - self.pending.len()) as u64;
         }
         let Some(proc) = self.procs.remove(&pid) else {

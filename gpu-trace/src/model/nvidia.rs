@@ -22,6 +22,14 @@
 //!   allocation was not seen, the fd the TSG was allocated on) and when the process exits.
 //! - Objects alive when tracing stops are not events: [`NvTracker::finish`] lists them.
 //!
+//! - gpu_ext-patched drivers (deep hooks on `nv_gpu_sched_*`): a hook that ran inside an
+//!   `ioctl` is kept per thread and added to the event of that thread's next traced RM call on
+//!   the same fd — `task_init` gives the TSG its hardware id (the `TSG=` column) and the driver's
+//!   real default timeslice, `bind` gives a `SCHEDULE` the driver's channel count, timeslice and
+//!   interleave and the TSG its runlist. Hooks are never events on their own: one that no call
+//!   takes up is counted (`gpu_ext_unmatched`), as are hooks outside an `ioctl`
+//!   (`gpu_ext_outside_ioctl`: UVM's internal channels, teardown at `close()` or exit).
+//!
 //! Limits: a `close()` of one of several duplicates of an fd does not release the driver's
 //! objects, but looks the same as the last `close()` here; objects a child inherits through
 //! `fork` are not followed.
@@ -38,6 +46,7 @@ use crate::nvidia::decode::{
     self, AllocParams, ControlParams, DEFAULT_INTERLEAVE, DEFAULT_TIMESLICE_US, MalformedReason,
     RmCall, Unreadable,
 };
+use crate::nvidia::gpu_ext::{self, GxCall, GxHook};
 use crate::wire::RawRecord;
 
 /// One input of the tracker.
@@ -59,6 +68,8 @@ pub enum NvInput {
         /// The closed fd.
         fd: i32,
     },
+    /// A gpu_ext scheduling hook ran (deep hook on a patched driver).
+    Sched(GxCall),
 }
 
 impl NvInput {
@@ -72,6 +83,7 @@ impl NvInput {
             },
             RawRecord::ProcessExit(_) => NvInput::ProcessExit,
             RawRecord::FdClose(t) => NvInput::FdClose { fd: t.value },
+            RawRecord::NvSched(rec) => NvInput::Sched(gpu_ext::decode(rec)),
             RawRecord::KfdIoctl(_) | RawRecord::KfdQueue(_) | RawRecord::Deep(_) => return None,
         };
         Some((raw.origin(), input))
@@ -108,6 +120,12 @@ pub struct NvTrackerCounters {
     pub untracked_frees: u64,
     /// Successful allocations that reused a handle still tracked as alive (a free was missed).
     pub replaced_handles: u64,
+    /// gpu_ext hooks that ran inside an `ioctl` but that no traced RM call of the same thread
+    /// and fd took up (or whose context could not be read).
+    pub gpu_ext_unmatched: u64,
+    /// gpu_ext hooks that ran outside an `ioctl` (kernel-internal users such as UVM, teardown
+    /// at `close()` or exit): not tied to a call, not reported.
+    pub gpu_ext_outside_ioctl: u64,
 }
 
 /// TSGs a process still held when tracing stopped.
@@ -249,6 +267,18 @@ struct Process {
 pub struct NvTracker {
     procs: HashMap<u32, Process>,
     counters: NvTrackerCounters,
+    /// gpu_ext hooks that ran inside an `ioctl` on fd `.1` in process `.0`, by thread, waiting
+    /// for that call's record.
+    pending: HashMap<u32, (u32, u64, Vec<GxHook>)>,
+}
+
+/// The x86-64 system call numbers a gpu_ext hook can be tied to.
+const SYS_IOCTL: u32 = 16;
+
+/// The first hook that `want` accepts.
+fn take_hook(hooks: &mut Vec<GxHook>, want: impl Fn(&GxHook) -> bool) -> Option<GxHook> {
+    let at = hooks.iter().position(want)?;
+    Some(hooks.remove(at))
 }
 
 fn destroy(origin: &Origin, client: u32, task: TaskId, cause: DestroyCause) -> Event {
@@ -314,7 +344,22 @@ impl NvTracker {
     /// Observes one input; returns the events it produces, in order.
     pub fn observe(&mut self, origin: Origin, input: NvInput) -> Vec<Event> {
         match input {
-            NvInput::ProcessExit => self.process_exit(&origin),
+            NvInput::Sched(call) => {
+                self.hook_ran(&origin, call);
+                Vec::new()
+            }
+            NvInput::ProcessExit => {
+                let pid = origin.pid;
+                let left: u64 = self
+                    .pending
+                    .values()
+                    .filter(|p| p.0 == pid)
+                    .map(|p| p.2.len() as u64)
+                    .sum();
+                self.pending.retain(|_, p| p.0 != pid);
+                self.counters.gpu_ext_unmatched += left;
+                self.process_exit(&origin)
+            }
             NvInput::FdClose { fd } => self.fd_close(&origin, fd),
             NvInput::Call {
                 call: RmCall::Malformed { reason, .. },
@@ -325,6 +370,7 @@ impl NvTracker {
                 Vec::new()
             }
             NvInput::Call { fd, errno, call } => {
+                let mut hooks = self.take_hooks(&origin, fd);
                 self.counters.calls += 1;
                 if let Some(status) = call.status()
                     && !decode::succeeded(errno, status)
@@ -342,7 +388,14 @@ impl NvTracker {
                         ..
                     } => {
                         let ok = decode::succeeded(errno, status);
-                        self.alloc(&origin, fd, ok, client, parent, handle, class, params)
+                        let init = take_hook(&mut hooks, |h| matches!(h, GxHook::TaskInit { .. }));
+                        let used = init.is_some() && ok && class == class::KEPLER_CHANNEL_GROUP_A;
+                        self.count_unused(&hooks, init.is_some() && !used);
+                        let mut events = self.alloc(&origin, fd, ok, client, parent, handle, class, params);
+                        if let (true, Some(GxHook::TaskInit { tsg_id, default_timeslice_us, .. })) = (used, init) {
+                            self.apply_task_init(&origin, client, handle, tsg_id, default_timeslice_us, &mut events);
+                        }
+                        events
                     }
                     RmCall::Control {
                         client,
@@ -351,13 +404,25 @@ impl NvTracker {
                         status,
                         params,
                         ..
-                    } => self.control(&origin, errno, status, client, object, cmd, params),
+                    } => {
+                        let bind = take_hook(&mut hooks, |h| matches!(h, GxHook::Bind { .. }));
+                        let used = bind.is_some() && cmd == cmd::TSG_GPFIFO_SCHEDULE;
+                        self.count_unused(&hooks, bind.is_some() && !used);
+                        let mut events = self.control(&origin, errno, status, client, object, cmd, params);
+                        if let (true, Some(GxHook::Bind { tsg_id, runlist_id, channel_count, timeslice_us, interleave, .. })) = (used, bind) {
+                            self.apply_bind(&origin, client, object, (tsg_id, runlist_id, channel_count, timeslice_us, interleave), &mut events);
+                        }
+                        events
+                    }
                     RmCall::Free {
                         client,
                         object,
                         status,
                         ..
                     } => {
+                        // Destroy hooks confirm the free; they change nothing that is printed.
+                        hooks.retain(|h| !matches!(h, GxHook::TaskDestroy { .. }));
+                        self.count_unused(&hooks, false);
                         if decode::succeeded(errno, status) {
                             self.free(&origin, client, object)
                         } else {
@@ -365,6 +430,104 @@ impl NvTracker {
                         }
                     }
                     RmCall::Malformed { .. } => unreachable!("handled above"),
+                }
+            }
+        }
+    }
+
+    /// A gpu_ext hook ran: kept for the thread's ioctl, or counted.
+    fn hook_ran(&mut self, origin: &Origin, call: GxCall) {
+        match (call.hook, call.syscall) {
+            (Some(hook), Some((SYS_IOCTL, fd))) => {
+                let entry =
+                    self.pending.entry(origin.tid).or_insert_with(|| (origin.pid, fd, Vec::new()));
+                if entry.1 != fd {
+                    // The thread's previous ioctl was not traced: its hooks stay unclaimed.
+                    self.counters.gpu_ext_unmatched += entry.2.len() as u64;
+                    *entry = (origin.pid, fd, Vec::new());
+                }
+                entry.2.push(hook);
+            }
+            (Some(_), _) => self.counters.gpu_ext_outside_ioctl += 1,
+            (None, _) => self.counters.gpu_ext_unmatched += 1,
+        }
+    }
+
+    /// The hooks that ran inside this call (same thread, same fd).
+    fn take_hooks(&mut self, origin: &Origin, fd: i32) -> Vec<GxHook> {
+        match self.pending.remove(&origin.tid) {
+            Some((_, at, hooks)) if i64::try_from(at).ok() == Some(i64::from(fd)) => hooks,
+            Some((_, _, hooks)) => {
+                self.counters.gpu_ext_unmatched += hooks.len() as u64;
+                Vec::new()
+            }
+            None => Vec::new(),
+        }
+    }
+
+    /// Counts the hooks of a call that it did not use (`taken_unused`: one more, taken out of
+    /// `rest` but not applied).
+    fn count_unused(&mut self, rest: &[GxHook], taken_unused: bool) {
+        self.counters.gpu_ext_unmatched += rest.len() as u64 + u64::from(taken_unused);
+    }
+
+    /// `task_init` of the TSG just allocated: its hardware id names it from now on, and the
+    /// driver's default timeslice replaces the assumed one.
+    fn apply_task_init(
+        &mut self,
+        origin: &Origin,
+        client: u32,
+        handle: u32,
+        tsg_id: u64,
+        default_timeslice_us: u64,
+        events: &mut [Event],
+    ) {
+        let Some(t) = self.client_mut(origin, client).tsgs.get_mut(&handle) else { return };
+        t.hw_id = u32::try_from(tsg_id).ok();
+        t.timeslice_us = Some(default_timeslice_us);
+        t.timeslice_source = ValueSource::Observed;
+        let task = t.task(handle);
+        for e in events.iter_mut() {
+            if let EventKind::TaskInit { task: tk, timeslice_us, timeslice_source, .. } = &mut e.kind {
+                *tk = task;
+                *timeslice_us = Some(default_timeslice_us);
+                *timeslice_source = ValueSource::Observed;
+            }
+        }
+    }
+
+    /// `bind` of a scheduled TSG: what RM itself holds when the request reaches it.
+    fn apply_bind(
+        &mut self,
+        origin: &Origin,
+        client: u32,
+        object: u32,
+        (tsg_id, runlist, channel_count, timeslice, interleave): (u64, u32, u32, u64, Option<crate::model::event::Interleave>),
+        events: &mut [Event],
+    ) {
+        let hw = u32::try_from(tsg_id).ok();
+        let task = match self.client_mut(origin, client).tsgs.get_mut(&object) {
+            Some(t) => {
+                t.hw_id = t.hw_id.or(hw);
+                t.runlist = Some(runlist);
+                t.timeslice_us = Some(timeslice);
+                t.timeslice_source = ValueSource::Observed;
+                if interleave.is_some() {
+                    t.interleave = interleave;
+                    t.interleave_source = ValueSource::Observed;
+                }
+                t.task(object)
+            }
+            // A TSG created before tracing: the hook still names it.
+            None => hw.map_or(TaskId::RmHandle(object), TaskId::HwTsg),
+        };
+        for e in events.iter_mut() {
+            if let EventKind::Schedule { task: tk, channels, timeslice_us, interleave: il, .. } = &mut e.kind {
+                *tk = task;
+                *channels = Some(channel_count);
+                *timeslice_us = Some(timeslice);
+                if interleave.is_some() {
+                    *il = interleave;
                 }
             }
         }
@@ -886,6 +1049,14 @@ mod tests {
             self.task(record_kind::PROCESS_EXIT, pid, tid, -1)
         }
 
+        /// A gpu_ext hook record (`crate::nvidia::gpu_ext::testing`).
+        fn hook(&mut self, mut r: gpu_trace_common::NvSchedRecord) -> &mut Self {
+            self.ts += 10;
+            r.hdr.ts_ns = self.ts;
+            self.recs.push(RawRecord::NvSched(r));
+            self
+        }
+
         fn close(&mut self, pid: u32, fd: i32) -> &mut Self {
             self.task(record_kind::FD_CLOSE, pid, pid, fd)
         }
@@ -992,6 +1163,55 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    #[test]
+    fn gpu_ext_hooks_name_the_tsg_and_fill_the_schedule_from_rm() {
+        use crate::nvidia::gpu_ext::testing as gx;
+        let fd = CTL_FD as u64;
+        let mut s = Script::new();
+        // task_init runs inside the TSG alloc (before its sys_exit record).
+        s.push(alloc(100, CTL_FD, true, 0, 0, CLIENT, 0x41, 0, &[]))
+            .push(alloc(100, CTL_FD, true, CLIENT, CLIENT, DEVICE, 0x80, 0, &device_params(0)))
+            .hook(gx::task_init(100, fd, 3, 2048))
+            .push(tsg(100, DEVICE, TSG, 0x1))
+            .push(alloc(100, CTL_FD, true, CLIENT, TSG, CH1, 0xC86F, 0, &channel_params(1, 0, 1)))
+            .hook(gx::bind(100, fd, 3, 13, 8, 5000, 2))
+            .push(sched(100, TSG, true))
+            .hook(gx::task_destroy(100, fd, 3))
+            .push(free(100, CTL_FD, CLIENT, DEVICE, TSG, 0));
+        let mut t = NvTracker::new();
+        let ev = s.run(&mut t);
+        assert_eq!(kinds(&ev), ["TASK_INIT", "SCHEDULE", "TASK_DESTROY"]);
+        let EventKind::TaskInit { task, timeslice_us, timeslice_source, .. } = ev[0].kind else { panic!() };
+        assert_eq!((task, timeslice_us, timeslice_source), (TaskId::HwTsg(3), Some(2048), ValueSource::Observed));
+        let EventKind::Schedule { task, channels, timeslice_us, interleave, .. } = ev[1].kind else { panic!() };
+        // RM's own count (8) wins over the channels this tracer saw allocated (1).
+        assert_eq!((task, channels, timeslice_us, interleave), (TaskId::HwTsg(3), Some(8), Some(5000), Some(Interleave::High)));
+        assert_eq!(destroys(&ev), [(100, TaskId::HwTsg(3), DestroyCause::Free, false)]);
+        assert_eq!((t.counters().gpu_ext_unmatched, t.counters().gpu_ext_outside_ioctl), (0, 0));
+    }
+
+    #[test]
+    fn gpu_ext_hooks_of_other_calls_are_counted_never_merged() {
+        use crate::nvidia::gpu_ext::testing as gx;
+        let mut s = Script::new();
+        setup(&mut s, 100, 0, 0x1);
+        // A task_init from an ioctl on another fd (UVM's), then a TSG alloc on the ctl fd: not
+        // this TSG's hook.
+        s.hook(gx::task_init(100, 9, 4, 1024)).push(tsg(100, DEVICE, TSG2, 0x1));
+        // A hook outside any ioctl (teardown at close()).
+        let mut outside = gx::task_destroy(100, 0, 4);
+        outside.syscall_nr = 3;
+        s.hook(outside);
+        // A bind hook followed by a TSG alloc (wrong kind for that call).
+        s.hook(gx::bind(100, CTL_FD as u64, 4, 1, 1, 1024, 1)).push(tsg(100, DEVICE, 0xCAF0_0099, 0x1));
+        let mut t = NvTracker::new();
+        let ev = s.run(&mut t);
+        for e in &ev {
+            assert!(!matches!(e.kind.task(), TaskId::HwTsg(_)), "no hook was this call's: {e:?}");
+        }
+        assert_eq!((t.counters().gpu_ext_unmatched, t.counters().gpu_ext_outside_ioctl), (2, 1));
     }
 
     #[test]

@@ -67,6 +67,23 @@ impl ModuleSymbols {
         Ok(Self { by_name })
     }
 
+    /// The module that defines text symbol `symbol` (the first one listed), if any. Reads
+    /// `/proc/kallsyms`.
+    pub fn module_defining(symbol: &str) -> Result<Option<String>, KallsymsError> {
+        let text = std::fs::read_to_string(KALLSYMS_PATH).map_err(KallsymsError::Read)?;
+        Ok(Self::module_defining_in(&text, symbol))
+    }
+
+    /// [`ModuleSymbols::module_defining`] on `/proc/kallsyms` text.
+    pub fn module_defining_in(text: &str, symbol: &str) -> Option<String> {
+        text.lines().find_map(|line| {
+            let mut f = line.split_whitespace();
+            let (_, kind, name, owner) = (f.next()?, f.next()?, f.next()?, f.next()?);
+            (name == symbol && matches!(kind, "t" | "T"))
+                .then(|| owner.trim_start_matches('[').trim_end_matches(']').to_string())
+        })
+    }
+
     /// Whether the module has any text symbol (it is loaded).
     pub fn is_empty(&self) -> bool {
         self.by_name.is_empty()
@@ -115,6 +132,9 @@ ffffffff81000000 T _stext
         assert!(s.addresses("_stext").is_empty(), "vmlinux symbols are not the module's");
         assert_eq!(s.neighbour_below(0xffff_ffff_c0a1_0000, "init_mqd"), Some("mqd_manager_init_v9"));
         assert_eq!(s.neighbour_below(0xffff_ffff_c0b2_0000, "init_mqd"), Some("mqd_manager_init_v10"));
+        assert_eq!(ModuleSymbols::module_defining_in(SAMPLE, "pqm_create_queue").as_deref(), Some("amdgpu"));
+        assert_eq!(ModuleSymbols::module_defining_in(SAMPLE, "amdkfd_ioctls"), None, "data, not text");
+        assert_eq!(ModuleSymbols::module_defining_in(SAMPLE, "_stext"), None, "vmlinux, no module");
     }
 
     #[test]

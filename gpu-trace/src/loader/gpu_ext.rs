@@ -1,0 +1,53 @@
+//! Deep hooks on a gpu_ext-patched NVIDIA driver: where a loaded module defines
+//! `nv_gpu_sched_task_init` (and its three siblings, `gpu_trace_common::nvidia::gpu_ext`),
+//! attach to each hook, a trampoline through the module's BTF first, else a kprobe. The stock
+//! NVIDIA driver has none of these functions: then nothing is attached and the start-up report
+//! says so. What the hooks carry is added to the events of the RM calls that caused them
+//! (`model/nvidia.rs`), never reported twice.
+
+use aya::Ebpf;
+use gpu_trace_common::nvidia::gpu_ext::FUNCTIONS;
+
+use super::{
+    deep::{DeepHooks, ModuleTargets, Target},
+    trampoline::Trampoline,
+};
+use crate::probe::kallsyms::ModuleSymbols;
+
+/// The programs for each hook function: (fentry program, kprobe program), in the order of
+/// `FUNCTIONS`.
+const PROGRAMS: [(&str, &str); 4] = [
+    ("nv_task_init_fentry", "nv_task_init_kprobe"),
+    ("nv_bind_fentry", "nv_bind_kprobe"),
+    ("nv_token_fentry", "nv_token_kprobe"),
+    ("nv_task_destroy_fentry", "nv_task_destroy_kprobe"),
+];
+
+/// Finds the module with the gpu_ext hooks, if one is loaded.
+pub fn prepare() -> Result<ModuleTargets, String> {
+    let module = ModuleSymbols::module_defining(FUNCTIONS[0])
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| {
+            format!(
+                "no loaded module defines {} (the stock NVIDIA driver has no gpu_ext hooks; the \
+                 syscall layer sees what it sees)",
+                FUNCTIONS[0]
+            )
+        })?;
+    ModuleTargets::read(&module)
+}
+
+/// Attaches a program to every hook function `targets` defines.
+pub fn attach(ebpf: &mut Ebpf, targets: &ModuleTargets, out: &mut DeepHooks) {
+    let a = targets.attacher(ebpf);
+    let list: Vec<Target<'_>> = FUNCTIONS
+        .into_iter()
+        .zip(PROGRAMS.iter())
+        .map(|(func, (fentry, kprobe))| Target {
+            func,
+            trampoline: fentry,
+            kprobes: std::slice::from_ref(kprobe),
+        })
+        .collect();
+    a.attach_each(ebpf, out, "NVIDIA gpu_ext hooks", Trampoline::Entry, &list);
+}
