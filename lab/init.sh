@@ -134,7 +134,9 @@ trace_client nv nv --watch-device /dev/null
 
 step nvidia-device
 if [ -c /dev/nvidiactl ]; then
-  trace_client nvdev nvdev
+  # The syscall layer alone, then with nvlab's gpu_ext hook functions hooked (deep hooks).
+  trace_client nvdev nvdev --no-deep-hooks
+  trace_client nvdev_gx nvdev
 else
   out "LAB nvdev=absent"
 fi

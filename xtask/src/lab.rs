@@ -1274,6 +1274,7 @@ fn judge(r: &Results) -> Vec<Check> {
     judge_amd(r, &mut c);
     judge_deep(r, &mut c);
     judge_deep_hooks(r, &mut c);
+    judge_gpu_ext(r, &mut c);
     judge_lsm(r, &mut c);
     judge_deny(r, &mut c);
     c
@@ -1829,39 +1830,41 @@ fn judge_deep(r: &Results, c: &mut Vec<Check>) {
 fn judge_deep_hooks(r: &Results, c: &mut Vec<Check>) {
     let stderr = r.block("ops_deep.stderr").map(|b| b.text.clone()).unwrap_or_default();
     let hooks = hooks_line(&stderr);
-    let kernel = r.fact("kernel").unwrap_or("?");
-    // x86 trampolines take at most six arguments before Linux 6.5 (platforms.md):
-    // pqm_create_queue has nine, so 6.1 must fall back to a kprobe, 6.12 must not.
-    let old_trampolines = kernel.starts_with("6.1.") || kernel.starts_with("6.2.")
-        || kernel.starts_with("6.3.") || kernel.starts_with("6.4.") || kernel.starts_with("5.");
     let mut problems = Vec::new();
     let want_handlers = "AMD ioctl events → fexit/{kfd_ioctl_create_queue,kfd_ioctl_destroy_queue,\
                          kfd_ioctl_update_queue,kfd_ioctl_set_cu_mask} (amdgpu BTF)";
     if !hooks.contains(want_handlers) {
         problems.push(format!("want `{want_handlers}`"));
     }
-    if old_trampolines {
-        if !hooks.contains("AMD queue details → kprobe+kretprobe/pqm_create_queue") {
-            problems.push("want the kprobe fallback for pqm_create_queue".into());
-        }
-        if !stderr.lines().any(|l| l.contains("fexit/pqm_create_queue") && l.contains("ENOTSUPP")) {
-            problems.push("want fexit/pqm_create_queue reported as refused with ENOTSUPP".into());
-        }
-    } else if !hooks.contains("AMD queue details → fexit/pqm_create_queue") {
-        problems.push("want fexit/pqm_create_queue".into());
+    // Both device-queue-manager implementations take six arguments: trampolines on 6.1 too.
+    let want_dqm = "AMD queue details → fexit/{create_queue_cpsch,create_queue_nocpsch}";
+    if !hooks.contains(want_dqm) {
+        problems.push(format!("want `{want_dqm}`"));
     }
+    // Every copy of each MQD builder this kernel has, by address: `name ×attached/copies`.
     let mqd = hooks
         .split(';')
-        .find(|h| h.contains("AMD MQD init → kprobe/init_mqd"))
-        .and_then(|h| {
-            let n: Vec<u32> = h
-                .split(['×', ' '])
-                .filter_map(|w| w.parse().ok())
-                .collect();
-            (n.len() >= 2).then(|| (n[0], n[1]))
-        });
-    if !matches!(mqd, Some((a, b)) if a == b && a > 1) {
-        problems.push(format!("want every copy (> 1) of init_mqd attached by address, got {mqd:?}"));
+        .find(|h| h.contains("AMD MQD init → kprobe by address:"))
+        .map(|h| {
+            h.split(['(', ':'])
+                .nth(1)
+                .unwrap_or("")
+                .split(',')
+                .filter_map(|part| {
+                    let (name, counts) = part.trim().split_once(" ×")?;
+                    let (a, b) = counts.split_once('/')?;
+                    Some((name.to_string(), a.trim().parse::<u32>().ok()?, b.trim().parse::<u32>().ok()?))
+                })
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    let all_copies = mqd.iter().all(|(_, a, b)| a == b);
+    let init_copies = mqd.iter().find(|(n, _, _)| n == "init_mqd").map(|(_, a, _)| *a);
+    let sdma = mqd.iter().any(|(n, _, _)| n == "init_mqd_sdma");
+    if !(all_copies && init_copies.is_some_and(|n| n > 1) && sdma) {
+        problems.push(format!(
+            "want every copy of init_mqd (> 1) and init_mqd_sdma attached by address, got {mqd:?}"
+        ));
     }
     if !hooks.contains("AMD queue teardown → fentry/pqm_uninit") {
         problems.push("want fentry/pqm_uninit".into());
@@ -1875,7 +1878,7 @@ fn judge_deep_hooks(r: &Results, c: &mut Vec<Check>) {
     }
     c.push(Check::new(
         "f.deep_select",
-        "gpu-trace picks per event: fexit on the KFD handlers, fexit or kprobe on pqm_create_queue, every init_mqd copy by address, fentry on pqm_uninit; no syscall hook",
+        "gpu-trace picks per event: fexit on the KFD handlers and on both DQM create_queue functions, every init_mqd/init_mqd_sdma copy by address, fentry on pqm_uninit; no syscall hook",
         problems.is_empty(),
         if problems.is_empty() { hooks.clone() } else { format!("{}: {}", problems.join("; "), stderr.trim()) },
     ));
@@ -1947,6 +1950,89 @@ fn judge_deep_hooks(r: &Results, c: &mut Vec<Check>) {
         "fentry/pqm_uninit sees the driver tear down the client's KFD process when it exits",
         released == Some(1),
         format!("kfd_release_no_queues {released:?} (want 1: the client opened /dev/kfd, created no queue, exited)"),
+    ));
+}
+
+/// gpu_ext's scheduling hooks (issue 3): nvlab defines them and calls them with its own values
+/// (hardware TSG ids 1, 2, …, timeslice 3000 µs, runlist 13, interleave MEDIUM); the same
+/// nvdev calls as `b.nvdev`, traced with the deep hooks.
+fn judge_gpu_ext(r: &Results, c: &mut Vec<Check>) {
+    let title = "gpu_ext hooks (stand-in in nvlab): found, attached, their hardware TSG ids and RM \
+                 values added to the RM calls' events, nothing reported twice";
+    if r.find("test_module", &[("name", "nvlab")]).and_then(|m| m.get("loaded").map(str::to_owned))
+        != Some("yes".into())
+    {
+        c.push(Check::fail("g.gpu_ext", title, "the nvlab module was not loaded"));
+        return;
+    }
+    let stderr = r.block("nvdev_gx.stderr").map(|b| b.text.clone()).unwrap_or_default();
+    let hooks = hooks_line(&stderr);
+    let mut problems = Vec::new();
+    let funcs = "nv_gpu_sched_task_init,nv_gpu_sched_bind,nv_gpu_sched_token_request,nv_gpu_sched_task_destroy";
+    // nvlab is built without BTF (no pahole in the lab build): the kprobe path, with the
+    // trampoline refusal said.
+    if !hooks.contains(&format!("NVIDIA gpu_ext hooks → kprobe/{{{funcs}}} (in nvlab)")) {
+        problems.push(format!("want `NVIDIA gpu_ext hooks → kprobe/{{{funcs}}} (in nvlab)`"));
+    }
+    if !stderr.contains("fentry/nv_gpu_sched_task_init") {
+        problems.push("want the refused trampoline reported".into());
+    }
+    let pid = r.sub("nvdev_gx.client").find("nvdev", &[]).and_then(|f| f.int("pid"));
+    let (events, bad) = json_lines(&r.block("nvdev_gx.jsonl").map(|b| b.text.clone()).unwrap_or_default());
+    if !bad.is_empty() {
+        problems.push(format!("non-JSON output lines: {bad:?}"));
+    }
+    let mine: Vec<&serde_json::Value> =
+        events.iter().filter(|e| e["event"] != "STATS" && e["pid"].as_i64() == pid).collect();
+    let brief: Vec<String> = mine
+        .iter()
+        .map(|e| format!("{} {}={}", e["event"].as_str().unwrap_or("?"), e["task"]["kind"].as_str().unwrap_or("?"), e["task"]["value"]))
+        .collect();
+    // Two TSGs: the hook's ids (hw_tsg), not the RM handles; the first one scheduled.
+    let inits: Vec<&&serde_json::Value> = mine.iter().filter(|e| e["event"] == "TASK_INIT").collect();
+    let hw: Vec<u64> = inits.iter().filter(|e| e["task"]["kind"] == "hw_tsg").filter_map(|e| e["task"]["value"].as_u64()).collect();
+    if hw.len() != 2 || hw[0] == hw[1] {
+        problems.push(format!("want two TASK_INITs named by distinct hardware TSG ids: {brief:?}"));
+    }
+    if !inits.iter().all(|e| e["timeslice_us"] == 3000 && e["timeslice_source"] == "observed") {
+        problems.push(format!("want the driver's timeslice 3000 µs (observed) on both TASK_INITs: {inits:?}"));
+    }
+    let sched: Vec<&&serde_json::Value> = mine.iter().filter(|e| e["event"] == "SCHEDULE").collect();
+    let first = hw.first().copied();
+    if sched.len() != 1
+        || sched[0]["task"]["kind"] != "hw_tsg"
+        || sched[0]["task"]["value"].as_u64() != first
+        || sched[0]["channels"] != 0
+        || sched[0]["timeslice_us"] != 3000
+        || sched[0]["interleave"] != "MEDIUM"
+        || sched[0]["allowed"] != true
+    {
+        problems.push(format!(
+            "want one SCHEDULE of hw_tsg {first:?} with RM's channels 0, timeslice 3000, interleave MEDIUM, allowed: {sched:?}"
+        ));
+    }
+    let destroyed: Vec<u64> = mine
+        .iter()
+        .filter(|e| e["event"] == "TASK_DESTROY" && e["task"]["kind"] == "hw_tsg" && e["cause"] == "free")
+        .filter_map(|e| e["task"]["value"].as_u64())
+        .collect();
+    if destroyed != hw {
+        problems.push(format!("want both TSGs destroyed (free) under their hardware ids: {brief:?}"));
+    }
+    let stats = events.iter().find(|e| e["event"] == "STATS");
+    let unmatched = stats.and_then(|s| s["unreported"]["gpu_ext_unmatched"].as_u64()).unwrap_or(0);
+    let emitted = stats.and_then(|s| s["kernel"]["emitted"].as_u64());
+    if unmatched != 0 || emitted != Some(5) || mine.len() != 5 {
+        problems.push(format!(
+            "want every hook taken up by its call (gpu_ext_unmatched {unmatched}), 5 RM records (emitted {emitted:?}) and 5 events (got {})",
+            mine.len()
+        ));
+    }
+    c.push(Check::new(
+        "g.gpu_ext",
+        title,
+        problems.is_empty(),
+        if problems.is_empty() { format!("{hooks}; {}", brief.join(", ")) } else { format!("{}: {}", problems.join("; "), stderr.trim()) },
     ));
 }
 
@@ -2387,6 +2473,31 @@ LAB-BEGIN nvdev.jsonl
 {"event":"TASK_DESTROY","pid":250,"task":{"kind":"rm_handle","value":1543503889},"client":3251634177,"cause":"free"}
 {"event":"STATS","kernel":{"dropped":0,"read_failed":0,"ignored":0,"emitted":5}}
 LAB-END nvdev.jsonl rc=0
+LAB nvdev_gx tracer_ready=yes t=66.20
+LAB-BEGIN nvdev_gx.client
+LAB nvdev pid=306 tid=306 fd=3
+LAB nvdev call=alloc64 rc=0 status=0
+LAB nvdev call=schedule rc=0 status=0
+LAB nvdev call=xfer_alloc rc=0 status=0
+LAB nvdev call=free_a rc=0 status=0
+LAB nvdev call=free_b rc=0 status=0
+LAB-END nvdev_gx.client rc=0
+LAB nvdev_gx tracer_exit=0
+LAB-BEGIN nvdev_gx.stderr
+gpu-trace: tracing NVIDIA RM calls; hooks: NVIDIA gpu_ext hooks → kprobe/{nv_gpu_sched_task_init,nv_gpu_sched_bind,nv_gpu_sched_token_request,nv_gpu_sched_task_destroy} (in nvlab); ioctl+close → tp_btf/sys_exit; process exit → raw_tp/sched_process_exit
+gpu-trace: (not used: NVIDIA gpu_ext hooks: fentry/nv_gpu_sched_task_init: /sys/kernel/btf/nvlab: No such file or directory (os error 2) (the module was built without BTF: CONFIG_DEBUG_INFO_BTF_MODULES))
+gpu-trace: (not used: NVIDIA gpu_ext hooks: fentry/nv_gpu_sched_bind: /sys/kernel/btf/nvlab: No such file or directory (os error 2) (the module was built without BTF: CONFIG_DEBUG_INFO_BTF_MODULES))
+gpu-trace: (not used: NVIDIA gpu_ext hooks: fentry/nv_gpu_sched_token_request: /sys/kernel/btf/nvlab: No such file or directory (os error 2) (the module was built without BTF: CONFIG_DEBUG_INFO_BTF_MODULES))
+gpu-trace: (not used: NVIDIA gpu_ext hooks: fentry/nv_gpu_sched_task_destroy: /sys/kernel/btf/nvlab: No such file or directory (os error 2) (the module was built without BTF: CONFIG_DEBUG_INFO_BTF_MODULES))
+LAB-END nvdev_gx.stderr rc=0
+LAB-BEGIN nvdev_gx.jsonl
+{"event":"TASK_INIT","time":"2026-11-22T03:39:06.372829Z","ts_ns":66219327394,"cpu":0,"pid":306,"tid":306,"comm":"lab-client","task":{"kind":"hw_tsg","value":3},"client":3251634177,"engine":"GRAPHICS","engine_type":1,"timeslice_us":3000,"timeslice_source":"observed","interleave":"MEDIUM","interleave_source":"driver_default","runlist":null,"gpu":null}
+{"event":"SCHEDULE","time":"2026-11-22T03:39:06.374043Z","ts_ns":66220542218,"cpu":0,"pid":306,"tid":306,"comm":"lab-client","task":{"kind":"hw_tsg","value":3},"client":3251634177,"channels":0,"timeslice_us":3000,"interleave":"MEDIUM","allowed":true,"rm_status":0,"errno":0,"via_channel":false}
+{"event":"TASK_INIT","time":"2026-11-22T03:39:06.374193Z","ts_ns":66220691393,"cpu":0,"pid":306,"tid":306,"comm":"lab-client","task":{"kind":"hw_tsg","value":4},"client":3251634177,"engine":"GRAPHICS","engine_type":1,"timeslice_us":3000,"timeslice_source":"observed","interleave":"MEDIUM","interleave_source":"driver_default","runlist":null,"gpu":null}
+{"event":"TASK_DESTROY","time":"2026-11-22T03:39:06.374619Z","ts_ns":66221118141,"cpu":0,"pid":306,"tid":306,"comm":"lab-client","task":{"kind":"hw_tsg","value":3},"client":3251634177,"cause":"free","implicit":false}
+{"event":"TASK_DESTROY","time":"2026-11-22T03:39:06.374659Z","ts_ns":66221158206,"cpu":0,"pid":306,"tid":306,"comm":"lab-client","task":{"kind":"hw_tsg","value":4},"client":3251634177,"cause":"free","implicit":false}
+{"event":"STATS","duration_s":1.167824054,"task_init":2,"schedule":1,"schedule_refused":0,"work_submit":0,"task_destroy":2,"task_destroy_implicit":0,"kernel":{"dropped":0,"read_failed":0,"ignored":0,"emitted":5,"fd_lookup_failed":0,"denied":0},"malformed":0,"decode_errors":0,"live_at_exit":0,"unreported":{},"lost_samples":null,"processes":[{"pid":306,"comm":"lab-client","task_init":2,"schedule":1,"schedule_refused":0,"work_submit":0,"task_destroy":2}]}
+LAB-END nvdev_gx.jsonl rc=0
 LAB-BEGIN amd.probe
 gpu-trace: AMD KFD tracing is not implemented yet in this build
 LAB-END amd.probe rc=3
@@ -2395,9 +2506,9 @@ LAB kfd_create pid=120 gpu_id=4997442 queue_type=2 percentage=100 priority=7 rin
 LAB kfd_create size=96 cmd=0xc0604b02 rc=-22
 LAB kfd_create size=88 cmd=0xc0584b02 rc=-22
 LAB-END amd.client rc=0
-LAB ops_syscall tracer_ready=yes t=60.92
+LAB ops_syscall tracer_ready=yes t=77.87
 LAB-BEGIN ops_syscall.client
-LAB kfd_ops pid=304 queue_id=5
+LAB kfd_ops pid=357 queue_id=5
 LAB kfd_ops call=create rc=-22
 LAB kfd_ops call=update rc=-14
 LAB kfd_ops call=cu_mask rc=-14
@@ -2408,14 +2519,14 @@ LAB-BEGIN ops_syscall.stderr
 gpu-trace: tracing AMD KFD queue calls on /dev/kfd (char major 242); hooks: ioctl+close → tp_btf/sys_exit; process exit → raw_tp/sched_process_exit
 LAB-END ops_syscall.stderr rc=0
 LAB-BEGIN ops_syscall.jsonl
-{"event":"SCHEDULE","time":"2026-11-22T03:10:25.294814Z","ts_ns":60957223876,"cpu":0,"pid":304,"tid":304,"comm":"lab-client","task":{"kind":"kfd_no_queue"},"client":0,"channels":null,"timeslice_us":null,"interleave":null,"allowed":false,"rm_status":null,"errno":-22,"via_channel":false,"amd":{"via":"create","queue_type":"COMPUTE_AQL","queue_type_raw":2,"priority":7,"percentage":100,"pm4_target_xcc":0,"ring_size":4096,"active":true,"gpu_id":4997442,"doorbell_offset":null,"sdma_engine_id":null,"cu_mask_bits":null}}
-{"event":"SCHEDULE","time":"2026-11-22T03:10:25.296156Z","ts_ns":60958565698,"cpu":0,"pid":304,"tid":304,"comm":"lab-client","task":{"kind":"kfd_queue","value":5},"client":0,"channels":null,"timeslice_us":null,"interleave":null,"allowed":false,"rm_status":null,"errno":-14,"via_channel":false,"amd":{"via":"update","queue_type":null,"queue_type_raw":null,"priority":2,"percentage":30,"pm4_target_xcc":0,"ring_size":4096,"active":true,"gpu_id":null,"doorbell_offset":null,"sdma_engine_id":null,"cu_mask_bits":null}}
-{"event":"SCHEDULE","time":"2026-11-22T03:10:25.296586Z","ts_ns":60958995597,"cpu":0,"pid":304,"tid":304,"comm":"lab-client","task":{"kind":"kfd_queue","value":5},"client":0,"channels":null,"timeslice_us":null,"interleave":null,"allowed":false,"rm_status":null,"errno":-14,"via_channel":false,"amd":{"via":"cu_mask","queue_type":null,"queue_type_raw":null,"priority":null,"percentage":null,"pm4_target_xcc":null,"ring_size":null,"active":null,"gpu_id":null,"doorbell_offset":null,"sdma_engine_id":null,"cu_mask_bits":64}}
-{"event":"STATS","duration_s":1.2711986180000001,"task_init":0,"schedule":3,"schedule_refused":3,"work_submit":0,"task_destroy":0,"task_destroy_implicit":0,"kernel":{"dropped":0,"read_failed":0,"ignored":0,"emitted":4,"fd_lookup_failed":0,"denied":0},"malformed":0,"decode_errors":0,"live_at_exit":0,"unreported":{"unknown_queue":2},"lost_samples":null,"processes":[{"pid":304,"comm":"lab-client","task_init":0,"schedule":3,"schedule_refused":3,"work_submit":0,"task_destroy":0}]}
+{"event":"SCHEDULE","time":"2026-11-22T03:39:18.045193Z","ts_ns":77891848034,"cpu":0,"pid":357,"tid":357,"comm":"lab-client","task":{"kind":"kfd_no_queue"},"client":0,"channels":null,"timeslice_us":null,"interleave":null,"allowed":false,"rm_status":null,"errno":-22,"via_channel":false,"amd":{"via":"create","queue_type":"COMPUTE_AQL","queue_type_raw":2,"priority":7,"percentage":100,"pm4_target_xcc":0,"ring_size":4096,"active":true,"gpu_id":4997442,"doorbell_offset":null,"sdma_engine_id":null,"cu_mask_bits":null,"hw_doorbell":null,"vmid":null,"driver_active":null,"mqd_init_addr":null}}
+{"event":"SCHEDULE","time":"2026-11-22T03:39:18.046404Z","ts_ns":77893058471,"cpu":0,"pid":357,"tid":357,"comm":"lab-client","task":{"kind":"kfd_queue","value":5},"client":0,"channels":null,"timeslice_us":null,"interleave":null,"allowed":false,"rm_status":null,"errno":-14,"via_channel":false,"amd":{"via":"update","queue_type":null,"queue_type_raw":null,"priority":2,"percentage":30,"pm4_target_xcc":0,"ring_size":4096,"active":true,"gpu_id":null,"doorbell_offset":null,"sdma_engine_id":null,"cu_mask_bits":null,"hw_doorbell":null,"vmid":null,"driver_active":null,"mqd_init_addr":null}}
+{"event":"SCHEDULE","time":"2026-11-22T03:39:18.046698Z","ts_ns":77893352399,"cpu":0,"pid":357,"tid":357,"comm":"lab-client","task":{"kind":"kfd_queue","value":5},"client":0,"channels":null,"timeslice_us":null,"interleave":null,"allowed":false,"rm_status":null,"errno":-14,"via_channel":false,"amd":{"via":"cu_mask","queue_type":null,"queue_type_raw":null,"priority":null,"percentage":null,"pm4_target_xcc":null,"ring_size":null,"active":null,"gpu_id":null,"doorbell_offset":null,"sdma_engine_id":null,"cu_mask_bits":64,"hw_doorbell":null,"vmid":null,"driver_active":null,"mqd_init_addr":null}}
+{"event":"STATS","duration_s":1.268699554,"task_init":0,"schedule":3,"schedule_refused":3,"work_submit":0,"task_destroy":0,"task_destroy_implicit":0,"kernel":{"dropped":0,"read_failed":0,"ignored":0,"emitted":4,"fd_lookup_failed":0,"denied":0},"malformed":0,"decode_errors":0,"live_at_exit":0,"unreported":{"unknown_queue":2},"lost_samples":null,"processes":[{"pid":357,"comm":"lab-client","task_init":0,"schedule":3,"schedule_refused":3,"work_submit":0,"task_destroy":0}]}
 LAB-END ops_syscall.jsonl rc=0
-LAB ops_deep tracer_ready=yes t=64.17
+LAB ops_deep tracer_ready=yes t=82.95
 LAB-BEGIN ops_deep.client
-LAB kfd_ops pid=333 queue_id=5
+LAB kfd_ops pid=402 queue_id=5
 LAB kfd_ops call=create rc=-22
 LAB kfd_ops call=update rc=-14
 LAB kfd_ops call=cu_mask rc=-14
@@ -2423,14 +2534,14 @@ LAB kfd_ops call=destroy rc=-22
 LAB-END ops_deep.client rc=0
 LAB ops_deep tracer_exit=0
 LAB-BEGIN ops_deep.stderr
-gpu-trace: tracing AMD KFD queue calls on /dev/kfd (char major 242); hooks: AMD ioctl events → fexit/{kfd_ioctl_create_queue,kfd_ioctl_destroy_queue,kfd_ioctl_update_queue,kfd_ioctl_set_cu_mask} (amdgpu BTF); AMD queue details → fexit/pqm_create_queue; AMD MQD init → kprobe/init_mqd ×6 of 6 by address (0xffffffffc06e94f0 near kfd_check_hiq_mqd_doorbell_id, 0xffffffffc06ea010 near mqd_manager_init_cik, 0xffffffffc06ebad0 near mqd_stride_v9, 0xffffffffc06ec8a0 near mqd_manager_init_v9, 0xffffffffc06eda20 near mqd_manager_init_v10, 0xffffffffc06ee5d0 near mqd_manager_init_v11); AMD queue teardown → fentry/pqm_uninit; process exit → raw_tp/sched_process_exit
+gpu-trace: tracing AMD KFD queue calls on /dev/kfd (char major 242); hooks: AMD ioctl events → fexit/{kfd_ioctl_create_queue,kfd_ioctl_destroy_queue,kfd_ioctl_update_queue,kfd_ioctl_set_cu_mask} (amdgpu BTF); AMD queue details → fexit/{create_queue_cpsch,create_queue_nocpsch}; AMD MQD init → kprobe by address: init_mqd ×6/6, init_mqd_sdma ×6/6, init_mqd_v9_4_3 ×1/1 (init_mqd copies: 0xffffffffc07f94f0 near kfd_check_hiq_mqd_doorbell_id, 0xffffffffc07fa010 near mqd_manager_init_cik, 0xffffffffc07fbad0 near mqd_stride_v9, 0xffffffffc07fc8a0 near mqd_manager_init_v9, 0xffffffffc07fda20 near mqd_manager_init_v10, 0xffffffffc07fe5d0 near mqd_manager_init_v11); AMD queue teardown → fentry/pqm_uninit; process exit → raw_tp/sched_process_exit
 gpu-trace: (not used: ioctl+close: syscall layer not attached: the driver hooks serve every KFD command, so unrelated syscalls pay nothing)
 LAB-END ops_deep.stderr rc=0
 LAB-BEGIN ops_deep.jsonl
-{"event":"SCHEDULE","time":"2026-11-22T03:10:28.528221Z","ts_ns":64190631884,"cpu":0,"pid":333,"tid":333,"comm":"lab-client","task":{"kind":"kfd_no_queue"},"client":0,"channels":null,"timeslice_us":null,"interleave":null,"allowed":false,"rm_status":null,"errno":-22,"via_channel":false,"amd":{"via":"create","queue_type":"COMPUTE_AQL","queue_type_raw":2,"priority":7,"percentage":100,"pm4_target_xcc":0,"ring_size":4096,"active":true,"gpu_id":4997442,"doorbell_offset":null,"sdma_engine_id":0,"cu_mask_bits":null}}
-{"event":"SCHEDULE","time":"2026-11-22T03:10:28.529190Z","ts_ns":64191601129,"cpu":0,"pid":333,"tid":333,"comm":"lab-client","task":{"kind":"kfd_queue","value":5},"client":0,"channels":null,"timeslice_us":null,"interleave":null,"allowed":false,"rm_status":null,"errno":-14,"via_channel":false,"amd":{"via":"update","queue_type":null,"queue_type_raw":null,"priority":2,"percentage":30,"pm4_target_xcc":0,"ring_size":4096,"active":true,"gpu_id":null,"doorbell_offset":null,"sdma_engine_id":null,"cu_mask_bits":null}}
-{"event":"SCHEDULE","time":"2026-11-22T03:10:28.530417Z","ts_ns":64192827466,"cpu":0,"pid":333,"tid":333,"comm":"lab-client","task":{"kind":"kfd_queue","value":5},"client":0,"channels":null,"timeslice_us":null,"interleave":null,"allowed":false,"rm_status":null,"errno":-14,"via_channel":false,"amd":{"via":"cu_mask","queue_type":null,"queue_type_raw":null,"priority":null,"percentage":null,"pm4_target_xcc":null,"ring_size":null,"active":null,"gpu_id":null,"doorbell_offset":null,"sdma_engine_id":null,"cu_mask_bits":64}}
-{"event":"STATS","duration_s":1.079329319,"task_init":0,"schedule":3,"schedule_refused":3,"work_submit":0,"task_destroy":0,"task_destroy_implicit":0,"kernel":{"dropped":0,"read_failed":0,"ignored":0,"emitted":4,"fd_lookup_failed":0,"denied":0},"malformed":0,"decode_errors":0,"live_at_exit":0,"unreported":{"kfd_release_no_queues":1,"unknown_queue":2},"lost_samples":null,"processes":[{"pid":333,"comm":"lab-client","task_init":0,"schedule":3,"schedule_refused":3,"work_submit":0,"task_destroy":0}]}
+{"event":"SCHEDULE","time":"2026-11-22T03:39:23.126087Z","ts_ns":82972742851,"cpu":0,"pid":402,"tid":402,"comm":"lab-client","task":{"kind":"kfd_no_queue"},"client":0,"channels":null,"timeslice_us":null,"interleave":null,"allowed":false,"rm_status":null,"errno":-22,"via_channel":false,"amd":{"via":"create","queue_type":"COMPUTE_AQL","queue_type_raw":2,"priority":7,"percentage":100,"pm4_target_xcc":0,"ring_size":4096,"active":true,"gpu_id":4997442,"doorbell_offset":null,"sdma_engine_id":0,"cu_mask_bits":null,"hw_doorbell":null,"vmid":null,"driver_active":null,"mqd_init_addr":null}}
+{"event":"SCHEDULE","time":"2026-11-22T03:39:23.126992Z","ts_ns":82973647925,"cpu":0,"pid":402,"tid":402,"comm":"lab-client","task":{"kind":"kfd_queue","value":5},"client":0,"channels":null,"timeslice_us":null,"interleave":null,"allowed":false,"rm_status":null,"errno":-14,"via_channel":false,"amd":{"via":"update","queue_type":null,"queue_type_raw":null,"priority":2,"percentage":30,"pm4_target_xcc":0,"ring_size":4096,"active":true,"gpu_id":null,"doorbell_offset":null,"sdma_engine_id":null,"cu_mask_bits":null,"hw_doorbell":null,"vmid":null,"driver_active":null,"mqd_init_addr":null}}
+{"event":"SCHEDULE","time":"2026-11-22T03:39:23.127674Z","ts_ns":82974330594,"cpu":0,"pid":402,"tid":402,"comm":"lab-client","task":{"kind":"kfd_queue","value":5},"client":0,"channels":null,"timeslice_us":null,"interleave":null,"allowed":false,"rm_status":null,"errno":-14,"via_channel":false,"amd":{"via":"cu_mask","queue_type":null,"queue_type_raw":null,"priority":null,"percentage":null,"pm4_target_xcc":null,"ring_size":null,"active":null,"gpu_id":null,"doorbell_offset":null,"sdma_engine_id":null,"cu_mask_bits":64,"hw_doorbell":null,"vmid":null,"driver_active":null,"mqd_init_addr":null}}
+{"event":"STATS","duration_s":1.215481301,"task_init":0,"schedule":3,"schedule_refused":3,"work_submit":0,"task_destroy":0,"task_destroy_implicit":0,"kernel":{"dropped":0,"read_failed":0,"ignored":0,"emitted":4,"fd_lookup_failed":0,"denied":0},"malformed":0,"decode_errors":0,"live_at_exit":0,"unreported":{"kfd_release_no_queues":1,"unknown_queue":2},"lost_samples":null,"processes":[{"pid":402,"comm":"lab-client","task_init":0,"schedule":3,"schedule_refused":3,"work_submit":0,"task_destroy":0}]}
 LAB-END ops_deep.jsonl rc=0
 LAB deny=absent
 LAB-BEGIN kprobe
@@ -2468,7 +2579,7 @@ LAB-DONE
             };
             assert_eq!(*st, want, "{id}: {:#?}", judge(&Results::parse(GOOD)));
         }
-        assert_eq!(s.len(), 21);
+        assert_eq!(s.len(), 22);
     }
 
     /// The deep-hook checks fail when the choice, the events or the teardown are wrong.
@@ -2476,18 +2587,16 @@ LAB-DONE
     fn deep_hook_checks_catch_a_wrong_choice_double_counting_and_a_missed_teardown() {
         let st = |text: &str, id: &str| statuses(text)[id];
         assert_eq!(st(GOOD, "f.deep_select"), Status::Pass);
-        // 6.1 cannot put a trampoline on pqm_create_queue (nine arguments): a log claiming it did
-        // fails; the kprobe fallback with the ENOTSUPP refusal passes.
-        let old = GOOD.replace("kernel=6.12.117+deb12-amd64", "kernel=6.1.0-56-amd64");
-        assert_eq!(st(&old, "f.deep_select"), Status::Fail);
-        let fallback = old.replace(
-            "AMD queue details → fexit/pqm_create_queue",
-            "AMD queue details → kprobe+kretprobe/pqm_create_queue",
-        ).replace(
-            "gpu-trace: (not used: ioctl+close",
-            "gpu-trace: (not used: AMD queue details: fexit/pqm_create_queue: attaching: ENOTSUPP)\ngpu-trace: (not used: ioctl+close",
+        // The device queue manager's functions fell back to kprobes (six arguments: trampolines
+        // work on both lab kernels), or an init_mqd copy was missed.
+        let fallback = GOOD.replace(
+            "AMD queue details → fexit/{create_queue_cpsch,create_queue_nocpsch}",
+            "AMD queue details → kprobe+kretprobe/{create_queue_cpsch,create_queue_nocpsch}",
         );
-        assert_eq!(st(&fallback, "f.deep_select"), Status::Pass);
+        assert_eq!(st(&fallback, "f.deep_select"), Status::Fail);
+        let missed_copy = GOOD.replace("init_mqd ×6/6", "init_mqd ×5/6");
+        assert_ne!(missed_copy, GOOD);
+        assert_eq!(st(&missed_copy, "f.deep_select"), Status::Fail);
         // The syscall layer attached as well: not the selection asked for.
         let both = GOOD.replace(
             "gpu-trace: (not used: ioctl+close: syscall layer not attached: the driver hooks serve every KFD command, so unrelated syscalls pay nothing)\n",
@@ -2506,6 +2615,16 @@ LAB-DONE
         // The teardown not seen.
         let missed = GOOD.replace("\"kfd_release_no_queues\":1,", "");
         assert_eq!(st(&missed, "f.deep_release"), Status::Fail);
+        // gpu_ext: the hooks' values not added (the TSGs keep the assumed 1024 µs), or a hook
+        // left unclaimed.
+        assert_eq!(st(GOOD, "g.gpu_ext"), Status::Pass);
+        let gx_start = GOOD.find("LAB nvdev_gx tracer_ready").unwrap();
+        let (head, tail) = GOOD.split_at(gx_start);
+        let assumed = format!("{head}{}", tail.replacen("\"timeslice_us\":3000", "\"timeslice_us\":1024", 1));
+        assert_eq!(st(&assumed, "g.gpu_ext"), Status::Fail);
+        let unclaimed = format!("{head}{}", tail.replacen("\"unreported\":{", "\"unreported\":{\"gpu_ext_unmatched\":1,", 1));
+        assert_ne!(unclaimed, GOOD);
+        assert_eq!(st(&unclaimed, "g.gpu_ext"), Status::Fail);
     }
 
     #[test]

@@ -11,9 +11,20 @@
  * the lab can show gpu-trace's success path (TASK_INIT, SCHEDULE allowed=yes, TASK_DESTROY) and
  * a BPF LSM refusing a schedule before it reaches the driver, on a real kernel without a GPU.
  * Layouts: shared/docs/driver-reference.md A1, A2.
+ *
+ * It also stands in for a gpu_ext-patched driver (eunomia-bpf/gpu_ext-kernel-modules): it has
+ * that fork's scheduling hook functions, global and noinline, each taking a pointer to a context
+ * struct filled on the caller's stack, with the fork's newest layouts (gpu-trace-common's
+ * nvidia::gpu_ext gives the offsets), called where the fork calls them: task_init when a TSG
+ * (class 0xA06C) is allocated, bind on GPFIFO_SCHEDULE of a TSG, task_destroy when it is freed.
+ * It hands out hardware TSG ids 1, 2, ... and counts the channels allocated under each TSG, so
+ * that gpu-trace's deep hooks have something real to attach to and read. It is not the driver:
+ * the values are this module's own.
  */
+#include <linux/build_bug.h>
 #include <linux/fs.h>
 #include <linux/module.h>
+#include <linux/spinlock.h>
 #include <linux/uaccess.h>
 
 #define NV_MAJOR 195
@@ -31,6 +42,144 @@ struct nv_ioctl_xfer {
 };
 
 static atomic64_t nvlab_calls = ATOMIC64_INIT(0);
+
+/* ---- gpu_ext hook stand-ins --------------------------------------------------------------- */
+
+#define NVLAB_TIMESLICE_US 3000u /* this module's "driver default" (the real one's is 1024) */
+#define NVLAB_RUNLIST 13u
+#define NVLAB_INTERLEAVE_MEDIUM 1u
+#define NVLAB_MAX_TSGS 64
+
+struct nv_gpu_task_init_ctx {
+	u64 tsg_id;
+	u32 engine_type;
+	u64 default_timeslice;
+	u32 default_interleave;
+	u32 runlist_id;
+};
+struct nv_gpu_bind_ctx {
+	u64 tsg_id;
+	u32 runlist_id;
+	u32 channel_count;
+	u64 timeslice_us;
+	u32 interleave_level;
+	u32 allow;
+};
+struct nv_gpu_token_request_ctx {
+	u32 channel_id;
+	u64 tsg_id;
+	u32 token;
+};
+struct nv_gpu_task_destroy_ctx {
+	u64 tsg_id;
+};
+static_assert(sizeof(struct nv_gpu_task_init_ctx) == 32);
+static_assert(sizeof(struct nv_gpu_bind_ctx) == 32);
+static_assert(sizeof(struct nv_gpu_token_request_ctx) == 24);
+
+/*
+ * The hooks: global, never inlined, with a body the compiler cannot drop. barrier_data() tells
+ * the compiler the body may read the context through its pointer: with a plain barrier() GCC 12
+ * saw that the body reads nothing and dropped the caller's stores into the context (seen in the
+ * lab: every hook read zeros).
+ */
+void nv_gpu_sched_task_init(struct nv_gpu_task_init_ctx *ctx);
+void nv_gpu_sched_bind(struct nv_gpu_bind_ctx *ctx);
+void nv_gpu_sched_token_request(struct nv_gpu_token_request_ctx *ctx);
+void nv_gpu_sched_task_destroy(struct nv_gpu_task_destroy_ctx *ctx);
+noinline void nv_gpu_sched_task_init(struct nv_gpu_task_init_ctx *ctx) { barrier_data(ctx); }
+noinline void nv_gpu_sched_bind(struct nv_gpu_bind_ctx *ctx) { barrier_data(ctx); }
+noinline void nv_gpu_sched_token_request(struct nv_gpu_token_request_ctx *ctx) { barrier_data(ctx); }
+noinline void nv_gpu_sched_task_destroy(struct nv_gpu_task_destroy_ctx *ctx) { barrier_data(ctx); }
+EXPORT_SYMBOL(nv_gpu_sched_task_init);
+EXPORT_SYMBOL(nv_gpu_sched_bind);
+EXPORT_SYMBOL(nv_gpu_sched_token_request);
+EXPORT_SYMBOL(nv_gpu_sched_task_destroy);
+
+/* TSGs by RM handle (any client: the lab's clients use distinct handles). */
+static struct {
+	u32 handle;
+	u32 hw_id;
+	u32 channels;
+} nvlab_tsgs[NVLAB_MAX_TSGS];
+static u32 nvlab_next_hw_id = 1;
+static DEFINE_SPINLOCK(nvlab_lock);
+
+static int tsg_slot(u32 handle)
+{
+	int i;
+
+	for (i = 0; i < NVLAB_MAX_TSGS; i++)
+		if (nvlab_tsgs[i].hw_id && nvlab_tsgs[i].handle == handle)
+			return i;
+	return -1;
+}
+
+/* After a successful escape: call the hooks where the fork's RM would. */
+static void nvlab_hooks(unsigned int escape, unsigned int size, void __user *params)
+{
+	u32 p[4]; /* the first four 32-bit fields of the block */
+	int i;
+
+	if (size < sizeof(p) || copy_from_user(p, params, sizeof(p)))
+		return;
+	if (escape == NV_ESC_RM_ALLOC && p[3] == 0xA06C) { /* hRoot, hParent, hNew, hClass */
+		struct nv_gpu_task_init_ctx ctx = {0};
+
+		spin_lock(&nvlab_lock);
+		for (i = 0; i < NVLAB_MAX_TSGS && nvlab_tsgs[i].hw_id; i++)
+			;
+		if (i < NVLAB_MAX_TSGS) {
+			nvlab_tsgs[i].handle = p[2];
+			nvlab_tsgs[i].hw_id = nvlab_next_hw_id++;
+			nvlab_tsgs[i].channels = 0;
+			ctx.tsg_id = nvlab_tsgs[i].hw_id;
+		}
+		spin_unlock(&nvlab_lock);
+		if (!ctx.tsg_id)
+			return;
+		ctx.engine_type = 1;
+		ctx.default_timeslice = NVLAB_TIMESLICE_US;
+		ctx.default_interleave = NVLAB_INTERLEAVE_MEDIUM;
+		ctx.runlist_id = NVLAB_RUNLIST;
+		nv_gpu_sched_task_init(&ctx);
+	} else if (escape == NV_ESC_RM_ALLOC) { /* a channel under a known TSG */
+		spin_lock(&nvlab_lock);
+		i = tsg_slot(p[1]);
+		if (i >= 0)
+			nvlab_tsgs[i].channels++;
+		spin_unlock(&nvlab_lock);
+	} else if (escape == NV_ESC_RM_CONTROL && p[2] == 0xA06C0101) { /* hClient, hObject, cmd */
+		struct nv_gpu_bind_ctx ctx = {0};
+
+		spin_lock(&nvlab_lock);
+		i = tsg_slot(p[1]);
+		if (i >= 0) {
+			ctx.tsg_id = nvlab_tsgs[i].hw_id;
+			ctx.channel_count = nvlab_tsgs[i].channels;
+		}
+		spin_unlock(&nvlab_lock);
+		if (i < 0)
+			return;
+		ctx.runlist_id = NVLAB_RUNLIST;
+		ctx.timeslice_us = NVLAB_TIMESLICE_US;
+		ctx.interleave_level = NVLAB_INTERLEAVE_MEDIUM;
+		ctx.allow = 1;
+		nv_gpu_sched_bind(&ctx);
+	} else if (escape == NV_ESC_RM_FREE) { /* hRoot, hParent, hObjectOld */
+		struct nv_gpu_task_destroy_ctx ctx = {0};
+
+		spin_lock(&nvlab_lock);
+		i = tsg_slot(p[2]);
+		if (i >= 0) {
+			ctx.tsg_id = nvlab_tsgs[i].hw_id;
+			nvlab_tsgs[i].hw_id = 0;
+		}
+		spin_unlock(&nvlab_lock);
+		if (i >= 0)
+			nv_gpu_sched_task_destroy(&ctx);
+	}
+}
 
 /* Offset of `status` in the escape's parameter block of this size; -1 for an unknown shape. */
 static int status_offset(unsigned int escape, unsigned int size)
@@ -55,6 +204,7 @@ static long nvlab_escape(unsigned int escape, unsigned int size, void __user *pa
 	if (put_user(NV_OK, (u32 __user *)((u8 __user *)params + off)))
 		return -EFAULT;
 	atomic64_inc(&nvlab_calls);
+	nvlab_hooks(escape, size, params);
 	return 0;
 }
 
@@ -97,4 +247,4 @@ static void __exit nvlab_exit(void)
 module_init(nvlab_init);
 module_exit(nvlab_exit);
 MODULE_LICENSE("GPL");
-MODULE_DESCRIPTION("gpu-trace lab: NVIDIA-like test device answering RM escapes with NV_OK");
+MODULE_DESCRIPTION("gpu-trace lab: NVIDIA-like test device answering RM escapes with NV_OK, with gpu_ext's scheduling hook functions");
