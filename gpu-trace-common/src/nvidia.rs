@@ -183,6 +183,10 @@ pub mod gpu_ext {
         "nv_gpu_sched_task_destroy",
     ];
 
+    /// Older names of the hook functions, tried where the current name is absent: version A of
+    /// the fork calls `nv_gpu_sched_bind` `nv_gpu_sched_schedule` (same context layout).
+    pub const OLD_NAMES: [(&str, &str); 1] = [("nv_gpu_sched_bind", "nv_gpu_sched_schedule")];
+
     /// Largest context prefix copied.
     pub const CTX_MAX: usize = 32;
 

@@ -208,11 +208,17 @@ pub struct TraceArgs {
     #[arg(long, value_enum, value_name = "TYPE")]
     pub syscall_hook: Option<crate::loader::SyscallHook>,
 
-    /// AMD: do not attach to the KFD driver's own functions (kprobe / fentry on amdgpu.ko);
-    /// use the syscall layer only. By default gpu-trace attaches to them where the kernel
-    /// allows it, and the start-up report says which it uses and why not the others.
+    /// Do not attach to the drivers' own functions (AMD KFD functions in amdgpu.ko, the
+    /// scheduling hooks of a gpu_ext-patched NVIDIA driver); use the syscall layer only. By
+    /// default gpu-trace attaches to them where the kernel allows it, and the start-up report
+    /// says which it uses and why not the others.
     #[arg(long)]
     pub no_deep_hooks: bool,
+
+    /// Attach types the deep hooks may use: auto (a trampoline through the module's BTF, else a
+    /// kprobe), kprobe, or trampoline. For comparisons, and for kernels where one misbehaves.
+    #[arg(long, value_enum, value_name = "TYPE", default_value_t = crate::loader::DeepAttach::Auto)]
+    pub deep_attach: crate::loader::DeepAttach,
 
     #[command(flatten)]
     pub output: OutputArgs,

@@ -147,6 +147,7 @@ pub async fn run_live(args: &TraceArgs) -> Result<Summary, RunError> {
         syscall_hook: args.syscall_hook,
         deny_pids: args.deny_pids.clone(),
         deep_hooks: !args.no_deep_hooks,
+        deep_attach: args.deep_attach,
     };
     let mut tracer = Tracer::load(&options)?;
     let clock = Clock::from_system().map_err(io_err("reading the clocks"))?;

@@ -19,7 +19,7 @@ use std::path::Path;
 use aya::{Ebpf, programs::KProbe};
 use gpu_trace_common::{KfdDeepConfig, amd::nr};
 
-use super::{Hook, err, trampoline::{self, Attached, ModulePrograms, Trampoline}};
+use super::{DeepAttach, Hook, err, trampoline::{self, Attached, ModulePrograms, Trampoline}};
 use crate::probe::{btf::{Btf, VMLINUX_BTF_PATH}, kallsyms::ModuleSymbols, trial};
 
 /// The driver module the deep hooks attach to.
@@ -50,16 +50,23 @@ impl ModuleTargets {
         Ok(Self { module: module.to_string(), btf, btf_missing, symbols })
     }
 
+    /// Whether the module has a text symbol `func`.
+    pub fn defines(&self, func: &str) -> bool {
+        !self.symbols.addresses(func).is_empty()
+    }
+
     /// Prepares attaching to this module's functions from the loaded programs in `ebpf`.
-    pub(super) fn attacher(&self, ebpf: &Ebpf) -> Attacher<'_> {
-        let trampolines = match (&self.btf_missing, trampoline::module_btf_fd(&self.module)) {
-            (Some(why), _) => Err(why.clone()),
-            (None, Err(why)) => Err(why),
-            (None, Ok(fd)) => ModulePrograms::new(super::PROGRAMS, ebpf).map(|p| (fd, p)),
+    pub(super) fn attacher(&self, ebpf: &Ebpf, via: DeepAttach) -> Attacher<'_> {
+        let trampolines = match (via, &self.btf_missing) {
+            (DeepAttach::Kprobe, _) => Err("not tried (--deep-attach kprobe)".to_string()),
+            (_, Some(why)) => Err(why.clone()),
+            (_, None) => trampoline::module_btf_fd(&self.module)
+                .and_then(|fd| ModulePrograms::new(super::PROGRAMS, ebpf).map(|p| (fd, p))),
         };
-        let kprobes = match trial::kprobe_pmu_type() {
-            Some(_) => Ok(()),
-            None => Err(format!(
+        let kprobes = match (via, trial::kprobe_pmu_type()) {
+            (DeepAttach::Trampoline, _) => Err("not tried (--deep-attach trampoline)".to_string()),
+            (_, Some(_)) => Ok(()),
+            (_, None) => Err(format!(
                 "no kprobe PMU ({} is missing: CONFIG_KPROBES off)",
                 trial::KPROBE_PMU_TYPE
             )),
@@ -310,9 +317,9 @@ impl Attacher<'_> {
 /// Attaches every deep hook this kernel allows. Call after the programs are loaded and before
 /// the syscall hook is attached. `handlers` false leaves the ioctl handlers to the syscall
 /// layer (`--deny-pid`: a refused call never reaches the driver, and must still be seen).
-pub fn attach(ebpf: &mut Ebpf, plan: &KfdDeepPlan, handlers: bool) -> DeepHooks {
+pub fn attach(ebpf: &mut Ebpf, plan: &KfdDeepPlan, handlers: bool, via: DeepAttach) -> DeepHooks {
     let mut out = DeepHooks::default();
-    let a = plan.targets.attacher(ebpf);
+    let a = plan.targets.attacher(ebpf, via);
 
     // The ioctl handlers: each one hooked takes its command away from the syscall layer.
     if !handlers {

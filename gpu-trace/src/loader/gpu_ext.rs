@@ -6,9 +6,10 @@
 //! (`model/nvidia.rs`), never reported twice.
 
 use aya::Ebpf;
-use gpu_trace_common::nvidia::gpu_ext::FUNCTIONS;
+use gpu_trace_common::nvidia::gpu_ext::{FUNCTIONS, OLD_NAMES};
 
 use super::{
+    DeepAttach,
     deep::{DeepHooks, ModuleTargets, Target},
     trampoline::Trampoline,
 };
@@ -38,13 +39,17 @@ pub fn prepare() -> Result<ModuleTargets, String> {
 }
 
 /// Attaches a program to every hook function `targets` defines.
-pub fn attach(ebpf: &mut Ebpf, targets: &ModuleTargets, out: &mut DeepHooks) {
-    let a = targets.attacher(ebpf);
+pub fn attach(ebpf: &mut Ebpf, targets: &ModuleTargets, out: &mut DeepHooks, via: DeepAttach) {
+    let a = targets.attacher(ebpf, via);
     let list: Vec<Target<'_>> = FUNCTIONS
         .into_iter()
         .zip(PROGRAMS.iter())
         .map(|(func, (fentry, kprobe))| Target {
-            func,
+            // A fork version that names the function differently.
+            func: match OLD_NAMES.iter().find(|(new, _)| *new == func) {
+                Some((_, old)) if !targets.defines(func) && targets.defines(old) => old,
+                _ => func,
+            },
             trampoline: fentry,
             kprobes: std::slice::from_ref(kprobe),
         })

@@ -95,9 +95,23 @@ pub struct LoadOptions {
     pub kfd_major: Option<u32>,
     /// Also treat this device (kernel `dev_t`) as `/dev/kfd`. Tests use `/dev/null`.
     pub extra_kfd_device: Option<u32>,
-    /// AMD: attach to the KFD driver's own functions where the kernel allows it (default), or
-    /// use the syscall layer only.
+    /// Attach to the drivers' own functions (AMD KFD, gpu_ext hooks) where the kernel allows
+    /// it (default), or use the syscall layer only.
     pub deep_hooks: bool,
+    /// Which attach types the deep hooks may use (default: a trampoline, else a kprobe).
+    pub deep_attach: DeepAttach,
+}
+
+/// The attach types the deep hooks may use.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum DeepAttach {
+    /// A trampoline (fentry/fexit, module BTF) where the kernel allows it, else a kprobe.
+    #[default]
+    Auto,
+    /// Kprobes only (for comparisons, or where trampolines misbehave).
+    Kprobe,
+    /// Trampolines only (no kprobe fallback; the by-address MQD hooks are then left out).
+    Trampoline,
 }
 
 impl Default for LoadOptions {
@@ -112,6 +126,7 @@ impl Default for LoadOptions {
             kfd_major: None,
             extra_kfd_device: None,
             deep_hooks: true,
+            deep_attach: DeepAttach::Auto,
         }
     }
 }
@@ -270,13 +285,13 @@ impl Tracer {
         // Deep hooks first, then the switch that takes their commands away from the syscall
         // layer, then the syscall layer: no call is seen twice, none is missed in between.
         let mut deep_hooks = match &deep_plan {
-            Some(plan) => deep::attach(&mut ebpf, plan, options.deny_pids.is_empty()),
+            Some(plan) => deep::attach(&mut ebpf, plan, options.deny_pids.is_empty(), options.deep_attach),
             None => deep::DeepHooks::default(),
         };
         // NVIDIA: the scheduling hooks of a gpu_ext-patched driver, where one is loaded.
         if options.nvidia && options.deep_hooks {
             match gpu_ext::prepare() {
-                Ok(targets) => gpu_ext::attach(&mut ebpf, &targets, &mut deep_hooks),
+                Ok(targets) => gpu_ext::attach(&mut ebpf, &targets, &mut deep_hooks, options.deep_attach),
                 Err(why) => deep_hooks.refused.push(format!("NVIDIA gpu_ext hooks: {why}")),
             }
         }

@@ -635,7 +635,7 @@ mod tests {
     fn deep_hook_findings_enrich_the_create_of_the_same_thread_once() {
         use gpu_trace_common::deep_hook;
         let mut t = KfdTracker::new();
-        // Inside the CREATE_QUEUE of pid 100: the MQD copy runs, pqm_create_queue returns, then
+        // Inside the CREATE_QUEUE of pid 100: the MQD copy runs, the DQM's create_queue returns, then
         // the handler (or the syscall) reports the create.
         let mut ev = t.observe_raw(&RawRecord::Deep(testing::deep(100, deep_hook::INIT_MQD, 2, 0xffff_ffff_c0a1_0000)));
         ev.extend(t.observe_raw(&RawRecord::KfdQueue(testing::queue_built(100, 2, 0x1002))));

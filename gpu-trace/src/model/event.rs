@@ -21,7 +21,8 @@ pub struct Origin {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", content = "value", rename_all = "snake_case")]
 pub enum TaskId {
-    /// Hardware TSG id (from `NVA06C_CTRL_CMD_GET_INFO`, when the process asked for it).
+    /// Hardware TSG id (from `NVA06C_CTRL_CMD_GET_INFO` when the process asked for it, or from a
+    /// gpu_ext-patched driver's scheduling hooks).
     HwTsg(u32),
     /// The RM object handle of the TSG (what the ioctl layer always knows).
     RmHandle(u32),
@@ -162,12 +163,12 @@ pub struct AmdDetail {
     pub sdma_engine_id: Option<u32>,
     /// `SET_CU_MASK`: number of CU mask bits the process set.
     pub cu_mask_bits: Option<u32>,
-    /// Deep hook (`pqm_create_queue`): the doorbell's absolute dword index in the doorbell BAR.
+    /// Deep hook (the DQM's `create_queue_*`): the doorbell's absolute dword index in the doorbell BAR.
     pub hw_doorbell: Option<u32>,
-    /// Deep hook (`pqm_create_queue`): the VMID the driver gave the queue (0 until the
+    /// Deep hook (the DQM's `create_queue_*`): the VMID the driver gave the queue (0 until the
     /// hardware scheduler maps the process).
     pub vmid: Option<u32>,
-    /// Deep hook (`pqm_create_queue`): whether the driver itself made the queue active (its
+    /// Deep hook (the DQM's `create_queue_*`): whether the driver itself made the queue active (its
     /// own `is_active`, which also reflects eviction and suspension).
     pub driver_active: Option<bool>,
     /// Deep hook (`init_mqd`): address of the `init_mqd` copy (one per GPU generation) that

@@ -407,10 +407,15 @@ impl NvTracker {
                     } => {
                         let bind = take_hook(&mut hooks, |h| matches!(h, GxHook::Bind { .. }));
                         let used = bind.is_some() && cmd == cmd::TSG_GPFIFO_SCHEDULE;
-                        self.count_unused(&hooks, bind.is_some() && !used);
+                        let token = take_hook(&mut hooks, |h| matches!(h, GxHook::TokenRequest { .. }));
+                        let token_used = token.is_some() && cmd == cmd::CHANNEL_GET_WORK_SUBMIT_TOKEN;
+                        self.count_unused(&hooks, (bind.is_some() && !used) || (token.is_some() && !token_used));
                         let mut events = self.control(&origin, errno, status, client, object, cmd, params);
                         if let (true, Some(GxHook::Bind { tsg_id, runlist_id, channel_count, timeslice_us, interleave, .. })) = (used, bind) {
                             self.apply_bind(&origin, client, object, (tsg_id, runlist_id, channel_count, timeslice_us, interleave), &mut events);
+                        }
+                        if let (true, Some(GxHook::TokenRequest { tsg_id, .. })) = (token_used, token) {
+                            self.apply_token(&origin, client, object, tsg_id, &mut events);
                         }
                         events
                     }
@@ -492,6 +497,22 @@ impl NvTracker {
                 *tk = task;
                 *timeslice_us = Some(default_timeslice_us);
                 *timeslice_source = ValueSource::Observed;
+            }
+        }
+    }
+
+    /// `token_request` of a channel: its TSG's hardware id, where not known yet (a TSG created
+    /// before tracing, or by a driver whose `task_init` did not run in a traced call).
+    fn apply_token(&mut self, origin: &Origin, client: u32, channel: u32, tsg_id: u64, events: &mut [Event]) {
+        let Some(hw) = u32::try_from(tsg_id).ok().filter(|&id| id != 0) else { return };
+        let c = self.client_mut(origin, client);
+        let Some(h) = c.tsg_of_channel(channel) else { return };
+        let Some(t) = c.tsgs.get_mut(&h) else { return };
+        t.hw_id = t.hw_id.or(Some(hw));
+        let task = t.task(h);
+        for e in events.iter_mut() {
+            if let EventKind::WorkSubmit { task: tk, .. } = &mut e.kind {
+                *tk = task;
             }
         }
     }
@@ -1176,13 +1197,22 @@ mod tests {
             .hook(gx::task_init(100, fd, 3, 2048))
             .push(tsg(100, DEVICE, TSG, 0x1))
             .push(alloc(100, CTL_FD, true, CLIENT, TSG, CH1, 0xC86F, 0, &channel_params(1, 0, 1)))
+            .hook(gx::record(
+                100,
+                gpu_trace_common::nvidia::gpu_ext::hook::TOKEN_REQUEST,
+                fd,
+                &gx::ctx(&[(0, 5, 4), (8, 3, 8), (16, 0x000d_0005, 4)]),
+            ))
+            .push(ctl(100, CH1, cmd::CHANNEL_GET_WORK_SUBMIT_TOKEN, 0, &u32_params(0x000d_0005)))
             .hook(gx::bind(100, fd, 3, 13, 8, 5000, 2))
             .push(sched(100, TSG, true))
             .hook(gx::task_destroy(100, fd, 3))
             .push(free(100, CTL_FD, CLIENT, DEVICE, TSG, 0));
         let mut t = NvTracker::new();
         let ev = s.run(&mut t);
-        assert_eq!(kinds(&ev), ["TASK_INIT", "SCHEDULE", "TASK_DESTROY"]);
+        assert_eq!(kinds(&ev), ["TASK_INIT", "WORK_SUBMIT", "SCHEDULE", "TASK_DESTROY"]);
+        assert_eq!(ev[1].kind.task(), TaskId::HwTsg(3), "the token's TSG: the token hook is taken up");
+        let ev: Vec<Event> = ev.into_iter().filter(|e| e.kind.name() != "WORK_SUBMIT").collect();
         let EventKind::TaskInit { task, timeslice_us, timeslice_source, .. } = ev[0].kind else { panic!() };
         assert_eq!((task, timeslice_us, timeslice_source), (TaskId::HwTsg(3), Some(2048), ValueSource::Observed));
         let EventKind::Schedule { task, channels, timeslice_us, interleave, .. } = ev[1].kind else { panic!() };

@@ -82,9 +82,9 @@
 //! | `doorbell_offset` | integer or null | mmap offset of the queue's doorbell returned by `CREATE_QUEUE` |
 //! | `sdma_engine_id`  | integer or null | `sdma_engine_id` (96-byte `CREATE_QUEUE` only) |
 //! | `cu_mask_bits`    | integer or null | bits of the CU mask set with `SET_CU_MASK` |
-//! | `hw_doorbell`     | integer or null | `TASK_INIT`, deep hook on `pqm_create_queue` only: the doorbell's absolute dword index in the doorbell BAR |
-//! | `vmid`            | integer or null | `TASK_INIT`, deep hook on `pqm_create_queue` only: the VMID the driver gave the queue (0 until the hardware scheduler maps the process) |
-//! | `driver_active`   | boolean or null | `TASK_INIT`, deep hook on `pqm_create_queue` only: the driver's own `is_active` |
+//! | `hw_doorbell`     | integer or null | `TASK_INIT`, deep hook on the DQM's `create_queue_*` only: the doorbell's absolute dword index in the doorbell BAR |
+//! | `vmid`            | integer or null | `TASK_INIT`, deep hook on the DQM's `create_queue_*` only: the VMID the driver gave the queue (0 until the hardware scheduler maps the process) |
+//! | `driver_active`   | boolean or null | `TASK_INIT`, deep hook on the DQM's `create_queue_*` only: the driver's own `is_active` |
 //! | `mqd_init_addr`   | integer or null | `TASK_INIT`, deep hook on `init_mqd` only: address of the `init_mqd` copy (one per GPU generation) that built the queue's hardware descriptor |
 //!
 //! ## `STATS`: the last line
