@@ -120,6 +120,7 @@ out "LAB fact kprobe_pmu=$([ -e /sys/bus/event_source/devices/kprobe/type ] && c
 out "LAB fact kprobe_events=$([ -e /sys/kernel/tracing/kprobe_events ] && echo present || echo absent)"
 out "LAB fact vmlinux_btf=$(stat -c %s /sys/kernel/btf/vmlinux 2>/dev/null || echo absent)"
 out "LAB fact amdgpu_btf=$(stat -c %s /sys/kernel/btf/amdgpu 2>/dev/null || echo absent)"
+out "LAB fact nvlab_btf=$(stat -c %s /sys/kernel/btf/nvlab 2>/dev/null || echo absent)"
 block client.facts lab-client facts
 
 if gpu-trace doctor --help > /dev/null 2>&1; then
@@ -137,6 +138,7 @@ if [ -c /dev/nvidiactl ]; then
   # The syscall layer alone, then with nvlab's gpu_ext hook functions hooked (deep hooks).
   trace_client nvdev nvdev --no-deep-hooks
   trace_client nvdev_gx nvdev
+  trace_client nvdev_gxk nvdev --deep-attach kprobe
 else
   out "LAB nvdev=absent"
 fi
@@ -148,6 +150,8 @@ block amd.probe gpu-trace --vendor amd --duration 0.1 --format json -o /tmp/amd-
 trace_client amd kfd-create --vendor amd --no-deep-hooks
 trace_client ops_syscall kfd-ops --vendor amd --no-deep-hooks
 trace_client ops_deep kfd-ops --vendor amd
+# The same with kprobes only: the fallback every deep hook has where trampolines are refused.
+trace_client ops_kprobe kfd-ops --vendor amd --deep-attach kprobe
 
 # --deny-pid (issue 4): NAME SUB gpu-trace-args. Two identical clients wait on /tmp/go; gpu-trace
 # denies the first. Then the denied PID is handed to a new process (ns_last_pid), which must not

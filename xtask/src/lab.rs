@@ -306,6 +306,7 @@ fn ensure_host_tools() -> Result<()> {
         ("dpkg-deb", "dpkg", "unpacks the kernel package"),
         ("apt-get", "apt", "downloads the kernel package"),
         ("make", "make", "builds the test modules (lab/modules)"),
+        ("pahole", "dwarves", "gives the test modules BTF where the headers ship vmlinux BTF (6.12)"),
     ];
     let missing: Vec<_> = wanted.iter().filter(|(tool, ..)| !have(tool)).collect();
     if !missing.is_empty() {
@@ -721,8 +722,9 @@ fn build_test_modules(root: &Path, headers: &Path, build: &Path) -> Result<Vec<P
                 .arg("-C")
                 .arg(headers)
                 .arg(format!("M={}", dir.display()))
-                // No pahole here: skip BTF for the test module.
-                .arg("CONFIG_DEBUG_INFO_BTF_MODULES=")
+                // Module BTF (pahole) where the headers ship vmlinux's BTF: Debian's 6.12 headers
+                // do, 6.1's do not (Kbuild then skips it and says so). So nvlab's gpu_ext hook
+                // stand-ins are reached by fentry on 6.12 and by kprobe on 6.1.
                 .arg("modules"),
         )
         .with_context(|| {
@@ -1274,7 +1276,8 @@ fn judge(r: &Results) -> Vec<Check> {
     judge_amd(r, &mut c);
     judge_deep(r, &mut c);
     judge_deep_hooks(r, &mut c);
-    judge_gpu_ext(r, &mut c);
+    judge_gpu_ext(r, &mut c, "g.gpu_ext", "nvdev_gx");
+    judge_gpu_ext(r, &mut c, "g.gpu_ext_kprobe", "nvdev_gxk");
     judge_lsm(r, &mut c);
     judge_deny(r, &mut c);
     c
@@ -1866,8 +1869,8 @@ fn judge_deep_hooks(r: &Results, c: &mut Vec<Check>) {
             "want every copy of init_mqd (> 1) and init_mqd_sdma attached by address, got {mqd:?}"
         ));
     }
-    if !hooks.contains("AMD queue teardown → fentry/pqm_uninit") {
-        problems.push("want fentry/pqm_uninit".into());
+    if !hooks.contains("AMD queue teardown → fentry/{pqm_uninit} (amdgpu BTF)") {
+        problems.push("want fentry/{pqm_uninit}".into());
     }
     if !stderr.contains("syscall layer not attached") {
         problems.push("want the syscall layer left out (every KFD command served by the driver hooks)".into());
@@ -1943,6 +1946,45 @@ fn judge_deep_hooks(r: &Results, c: &mut Vec<Check>) {
         },
     ));
 
+    // The kprobe fallback of every deep hook (`--deep-attach kprobe`): chosen, same events,
+    // the teardown seen.
+    let kstderr = r.block("ops_kprobe.stderr").map(|b| b.text.clone()).unwrap_or_default();
+    let khooks = hooks_line(&kstderr);
+    let (kev, kbad) = events("ops_kprobe");
+    let k_norm = normal(&kev, client("ops_kprobe"));
+    let kstats = stats(&kev);
+    let mut kproblems = Vec::new();
+    for want in [
+        "AMD ioctl events → kprobe+kretprobe/{kfd_ioctl_create_queue,kfd_ioctl_destroy_queue,\
+         kfd_ioctl_update_queue,kfd_ioctl_set_cu_mask} (in amdgpu)",
+        "AMD queue details → kprobe+kretprobe/{create_queue_cpsch,create_queue_nocpsch} (in amdgpu)",
+        "AMD queue teardown → kprobe/{pqm_uninit} (in amdgpu)",
+    ] {
+        if !khooks.contains(want) {
+            kproblems.push(format!("want `{want}`"));
+        }
+    }
+    if !kbad.is_empty() {
+        kproblems.push(format!("non-JSON lines: {kbad:?}"));
+    }
+    if k_norm != s_norm {
+        kproblems.push(format!("syscall layer printed {s_norm:?}\nkprobes printed {k_norm:?}"));
+    }
+    let kreleased = kstats.as_ref().and_then(|s| s["unreported"]["kfd_release_no_queues"].as_u64());
+    if (k(&kstats, "emitted"), k(&kstats, "dropped"), kreleased) != (Some(4), Some(0), Some(1)) {
+        kproblems.push(format!(
+            "emitted {:?} dropped {:?} kfd_release_no_queues {kreleased:?}: want 4, 0, 1",
+            k(&kstats, "emitted"),
+            k(&kstats, "dropped")
+        ));
+    }
+    c.push(Check::new(
+        "f.deep_kprobe",
+        "--deep-attach kprobe: every deep hook on its kprobe fallback, the same events, the teardown seen",
+        kproblems.is_empty(),
+        if kproblems.is_empty() { khooks } else { format!("{}: {}", kproblems.join("; "), kstderr.trim()) },
+    ));
+
     // The client's process teardown, seen in the driver.
     let released = ds.as_ref().and_then(|s| s["unreported"]["kfd_release_no_queues"].as_u64());
     c.push(Check::new(
@@ -1956,29 +1998,39 @@ fn judge_deep_hooks(r: &Results, c: &mut Vec<Check>) {
 /// gpu_ext's scheduling hooks (issue 3): nvlab defines them and calls them with its own values
 /// (hardware TSG ids 1, 2, …, timeslice 3000 µs, runlist 13, interleave MEDIUM); the same
 /// nvdev calls as `b.nvdev`, traced with the deep hooks.
-fn judge_gpu_ext(r: &Results, c: &mut Vec<Check>) {
-    let title = "gpu_ext hooks (stand-in in nvlab): found, attached, their hardware TSG ids and RM \
-                 values added to the RM calls' events, nothing reported twice";
+fn judge_gpu_ext(r: &Results, c: &mut Vec<Check>, id: &'static str, run: &str) {
+    let title = if run == "nvdev_gx" {
+        "gpu_ext hooks (stand-in in nvlab): found, attached (fentry with module BTF, else kprobe), \
+         their hardware TSG ids and RM values added to the RM calls' events, nothing reported twice"
+    } else {
+        "gpu_ext hooks with --deep-attach kprobe: the same, through kprobes"
+    };
     if r.find("test_module", &[("name", "nvlab")]).and_then(|m| m.get("loaded").map(str::to_owned))
         != Some("yes".into())
     {
-        c.push(Check::fail("g.gpu_ext", title, "the nvlab module was not loaded"));
+        c.push(Check::fail(id, title, "the nvlab module was not loaded"));
         return;
     }
-    let stderr = r.block("nvdev_gx.stderr").map(|b| b.text.clone()).unwrap_or_default();
+    let stderr = r.block(&format!("{run}.stderr")).map(|b| b.text.clone()).unwrap_or_default();
     let hooks = hooks_line(&stderr);
     let mut problems = Vec::new();
     let funcs = "nv_gpu_sched_task_init,nv_gpu_sched_bind,nv_gpu_sched_token_request,nv_gpu_sched_task_destroy";
-    // nvlab is built without BTF (no pahole in the lab build): the kprobe path, with the
-    // trampoline refusal said.
-    if !hooks.contains(&format!("NVIDIA gpu_ext hooks → kprobe/{{{funcs}}} (in nvlab)")) {
-        problems.push(format!("want `NVIDIA gpu_ext hooks → kprobe/{{{funcs}}} (in nvlab)`"));
+    // nvlab has BTF where the kernel headers carry vmlinux's (6.12): fentry there, unless
+    // kprobes are asked for; else the kprobe path, with the trampoline refusal said.
+    let btf = r.fact("nvlab_btf").is_some_and(|v| v != "absent");
+    let want = if btf && run == "nvdev_gx" {
+        format!("NVIDIA gpu_ext hooks → fentry/{{{funcs}}} (nvlab BTF)")
+    } else {
+        format!("NVIDIA gpu_ext hooks → kprobe/{{{funcs}}} (in nvlab)")
+    };
+    if !hooks.contains(&want) {
+        problems.push(format!("want `{want}` (nvlab BTF: {btf})"));
     }
-    if !stderr.contains("fentry/nv_gpu_sched_task_init") {
+    if !stderr.contains("fentry/nv_gpu_sched_task_init") && !(btf && run == "nvdev_gx") {
         problems.push("want the refused trampoline reported".into());
     }
-    let pid = r.sub("nvdev_gx.client").find("nvdev", &[]).and_then(|f| f.int("pid"));
-    let (events, bad) = json_lines(&r.block("nvdev_gx.jsonl").map(|b| b.text.clone()).unwrap_or_default());
+    let pid = r.sub(&format!("{run}.client")).find("nvdev", &[]).and_then(|f| f.int("pid"));
+    let (events, bad) = json_lines(&r.block(&format!("{run}.jsonl")).map(|b| b.text.clone()).unwrap_or_default());
     if !bad.is_empty() {
         problems.push(format!("non-JSON output lines: {bad:?}"));
     }
@@ -2029,7 +2081,7 @@ fn judge_gpu_ext(r: &Results, c: &mut Vec<Check>) {
         ));
     }
     c.push(Check::new(
-        "g.gpu_ext",
+        id,
         title,
         problems.is_empty(),
         if problems.is_empty() { format!("{hooks}; {}", brief.join(", ")) } else { format!("{}: {}", problems.join("; "), stderr.trim()) },
@@ -2431,6 +2483,7 @@ LAB fact kprobe_pmu=6
 LAB fact kprobe_events=present
 LAB fact vmlinux_btf=6000000
 LAB fact amdgpu_btf=900000
+LAB fact nvlab_btf=1029
 LAB-BEGIN client.facts
 LAB kfd get_version rc=0 major=1 minor=17
 LAB-END client.facts rc=0
@@ -2473,9 +2526,9 @@ LAB-BEGIN nvdev.jsonl
 {"event":"TASK_DESTROY","pid":250,"task":{"kind":"rm_handle","value":1543503889},"client":3251634177,"cause":"free"}
 {"event":"STATS","kernel":{"dropped":0,"read_failed":0,"ignored":0,"emitted":5}}
 LAB-END nvdev.jsonl rc=0
-LAB nvdev_gx tracer_ready=yes t=66.20
+LAB nvdev_gx tracer_ready=yes t=71.67
 LAB-BEGIN nvdev_gx.client
-LAB nvdev pid=306 tid=306 fd=3
+LAB nvdev pid=338 tid=338 fd=3
 LAB nvdev call=alloc64 rc=0 status=0
 LAB nvdev call=schedule rc=0 status=0
 LAB nvdev call=xfer_alloc rc=0 status=0
@@ -2484,20 +2537,41 @@ LAB nvdev call=free_b rc=0 status=0
 LAB-END nvdev_gx.client rc=0
 LAB nvdev_gx tracer_exit=0
 LAB-BEGIN nvdev_gx.stderr
-gpu-trace: tracing NVIDIA RM calls; hooks: NVIDIA gpu_ext hooks → kprobe/{nv_gpu_sched_task_init,nv_gpu_sched_bind,nv_gpu_sched_token_request,nv_gpu_sched_task_destroy} (in nvlab); ioctl+close → tp_btf/sys_exit; process exit → raw_tp/sched_process_exit
-gpu-trace: (not used: NVIDIA gpu_ext hooks: fentry/nv_gpu_sched_task_init: /sys/kernel/btf/nvlab: No such file or directory (os error 2) (the module was built without BTF: CONFIG_DEBUG_INFO_BTF_MODULES))
-gpu-trace: (not used: NVIDIA gpu_ext hooks: fentry/nv_gpu_sched_bind: /sys/kernel/btf/nvlab: No such file or directory (os error 2) (the module was built without BTF: CONFIG_DEBUG_INFO_BTF_MODULES))
-gpu-trace: (not used: NVIDIA gpu_ext hooks: fentry/nv_gpu_sched_token_request: /sys/kernel/btf/nvlab: No such file or directory (os error 2) (the module was built without BTF: CONFIG_DEBUG_INFO_BTF_MODULES))
-gpu-trace: (not used: NVIDIA gpu_ext hooks: fentry/nv_gpu_sched_task_destroy: /sys/kernel/btf/nvlab: No such file or directory (os error 2) (the module was built without BTF: CONFIG_DEBUG_INFO_BTF_MODULES))
+gpu-trace: tracing NVIDIA RM calls; hooks: NVIDIA gpu_ext hooks → fentry/{nv_gpu_sched_task_init,nv_gpu_sched_bind,nv_gpu_sched_token_request,nv_gpu_sched_task_destroy} (nvlab BTF); ioctl+close → tp_btf/sys_exit; process exit → raw_tp/sched_process_exit
 LAB-END nvdev_gx.stderr rc=0
 LAB-BEGIN nvdev_gx.jsonl
-{"event":"TASK_INIT","time":"2026-11-22T03:39:06.372829Z","ts_ns":66219327394,"cpu":0,"pid":306,"tid":306,"comm":"lab-client","task":{"kind":"hw_tsg","value":3},"client":3251634177,"engine":"GRAPHICS","engine_type":1,"timeslice_us":3000,"timeslice_source":"observed","interleave":"MEDIUM","interleave_source":"driver_default","runlist":null,"gpu":null}
-{"event":"SCHEDULE","time":"2026-11-22T03:39:06.374043Z","ts_ns":66220542218,"cpu":0,"pid":306,"tid":306,"comm":"lab-client","task":{"kind":"hw_tsg","value":3},"client":3251634177,"channels":0,"timeslice_us":3000,"interleave":"MEDIUM","allowed":true,"rm_status":0,"errno":0,"via_channel":false}
-{"event":"TASK_INIT","time":"2026-11-22T03:39:06.374193Z","ts_ns":66220691393,"cpu":0,"pid":306,"tid":306,"comm":"lab-client","task":{"kind":"hw_tsg","value":4},"client":3251634177,"engine":"GRAPHICS","engine_type":1,"timeslice_us":3000,"timeslice_source":"observed","interleave":"MEDIUM","interleave_source":"driver_default","runlist":null,"gpu":null}
-{"event":"TASK_DESTROY","time":"2026-11-22T03:39:06.374619Z","ts_ns":66221118141,"cpu":0,"pid":306,"tid":306,"comm":"lab-client","task":{"kind":"hw_tsg","value":3},"client":3251634177,"cause":"free","implicit":false}
-{"event":"TASK_DESTROY","time":"2026-11-22T03:39:06.374659Z","ts_ns":66221158206,"cpu":0,"pid":306,"tid":306,"comm":"lab-client","task":{"kind":"hw_tsg","value":4},"client":3251634177,"cause":"free","implicit":false}
-{"event":"STATS","duration_s":1.167824054,"task_init":2,"schedule":1,"schedule_refused":0,"work_submit":0,"task_destroy":2,"task_destroy_implicit":0,"kernel":{"dropped":0,"read_failed":0,"ignored":0,"emitted":5,"fd_lookup_failed":0,"denied":0},"malformed":0,"decode_errors":0,"live_at_exit":0,"unreported":{},"lost_samples":null,"processes":[{"pid":306,"comm":"lab-client","task_init":2,"schedule":1,"schedule_refused":0,"work_submit":0,"task_destroy":2}]}
+{"event":"TASK_INIT","time":"2026-11-22T03:52:33.856263Z","ts_ns":71695722309,"cpu":0,"pid":338,"tid":338,"comm":"lab-client","task":{"kind":"hw_tsg","value":3},"client":3251634177,"engine":"GRAPHICS","engine_type":1,"timeslice_us":3000,"timeslice_source":"observed","interleave":"MEDIUM","interleave_source":"driver_default","runlist":null,"gpu":null}
+{"event":"SCHEDULE","time":"2026-11-22T03:52:33.857837Z","ts_ns":71697296294,"cpu":0,"pid":338,"tid":338,"comm":"lab-client","task":{"kind":"hw_tsg","value":3},"client":3251634177,"channels":0,"timeslice_us":3000,"interleave":"MEDIUM","allowed":true,"rm_status":0,"errno":0,"via_channel":false}
+{"event":"TASK_INIT","time":"2026-11-22T03:52:33.858056Z","ts_ns":71697515507,"cpu":0,"pid":338,"tid":338,"comm":"lab-client","task":{"kind":"hw_tsg","value":4},"client":3251634177,"engine":"GRAPHICS","engine_type":1,"timeslice_us":3000,"timeslice_source":"observed","interleave":"MEDIUM","interleave_source":"driver_default","runlist":null,"gpu":null}
+{"event":"TASK_DESTROY","time":"2026-11-22T03:52:33.858715Z","ts_ns":71698174453,"cpu":0,"pid":338,"tid":338,"comm":"lab-client","task":{"kind":"hw_tsg","value":3},"client":3251634177,"cause":"free","implicit":false}
+{"event":"TASK_DESTROY","time":"2026-11-22T03:52:33.858763Z","ts_ns":71698222382,"cpu":0,"pid":338,"tid":338,"comm":"lab-client","task":{"kind":"hw_tsg","value":4},"client":3251634177,"cause":"free","implicit":false}
+{"event":"STATS","duration_s":1.249012577,"task_init":2,"schedule":1,"schedule_refused":0,"work_submit":0,"task_destroy":2,"task_destroy_implicit":0,"kernel":{"dropped":0,"read_failed":0,"ignored":0,"emitted":5,"fd_lookup_failed":0,"denied":0},"malformed":0,"decode_errors":0,"live_at_exit":0,"unreported":{},"lost_samples":null,"processes":[{"pid":338,"comm":"lab-client","task_init":2,"schedule":1,"schedule_refused":0,"work_submit":0,"task_destroy":2}]}
 LAB-END nvdev_gx.jsonl rc=0
+LAB nvdev_gxk tracer_ready=yes t=77.22
+LAB-BEGIN nvdev_gxk.client
+LAB nvdev pid=383 tid=383 fd=3
+LAB nvdev call=alloc64 rc=0 status=0
+LAB nvdev call=schedule rc=0 status=0
+LAB nvdev call=xfer_alloc rc=0 status=0
+LAB nvdev call=free_a rc=0 status=0
+LAB nvdev call=free_b rc=0 status=0
+LAB-END nvdev_gxk.client rc=0
+LAB nvdev_gxk tracer_exit=0
+LAB-BEGIN nvdev_gxk.stderr
+gpu-trace: tracing NVIDIA RM calls; hooks: NVIDIA gpu_ext hooks → kprobe/{nv_gpu_sched_task_init,nv_gpu_sched_bind,nv_gpu_sched_token_request,nv_gpu_sched_task_destroy} (in nvlab); ioctl+close → tp_btf/sys_exit; process exit → raw_tp/sched_process_exit
+gpu-trace: (not used: NVIDIA gpu_ext hooks: fentry/nv_gpu_sched_task_init: not tried (--deep-attach kprobe))
+gpu-trace: (not used: NVIDIA gpu_ext hooks: fentry/nv_gpu_sched_bind: not tried (--deep-attach kprobe))
+gpu-trace: (not used: NVIDIA gpu_ext hooks: fentry/nv_gpu_sched_token_request: not tried (--deep-attach kprobe))
+gpu-trace: (not used: NVIDIA gpu_ext hooks: fentry/nv_gpu_sched_task_destroy: not tried (--deep-attach kprobe))
+LAB-END nvdev_gxk.stderr rc=0
+LAB-BEGIN nvdev_gxk.jsonl
+{"event":"TASK_INIT","time":"2026-11-22T03:52:39.410269Z","ts_ns":77249720712,"cpu":0,"pid":383,"tid":383,"comm":"lab-client","task":{"kind":"hw_tsg","value":5},"client":3251634177,"engine":"GRAPHICS","engine_type":1,"timeslice_us":3000,"timeslice_source":"observed","interleave":"MEDIUM","interleave_source":"driver_default","runlist":null,"gpu":null}
+{"event":"SCHEDULE","time":"2026-11-22T03:52:39.411849Z","ts_ns":77251300508,"cpu":0,"pid":383,"tid":383,"comm":"lab-client","task":{"kind":"hw_tsg","value":5},"client":3251634177,"channels":0,"timeslice_us":3000,"interleave":"MEDIUM","allowed":true,"rm_status":0,"errno":0,"via_channel":false}
+{"event":"TASK_INIT","time":"2026-11-22T03:52:39.412039Z","ts_ns":77251490416,"cpu":0,"pid":383,"tid":383,"comm":"lab-client","task":{"kind":"hw_tsg","value":6},"client":3251634177,"engine":"GRAPHICS","engine_type":1,"timeslice_us":3000,"timeslice_source":"observed","interleave":"MEDIUM","interleave_source":"driver_default","runlist":null,"gpu":null}
+{"event":"TASK_DESTROY","time":"2026-11-22T03:52:39.412909Z","ts_ns":77252360188,"cpu":0,"pid":383,"tid":383,"comm":"lab-client","task":{"kind":"hw_tsg","value":5},"client":3251634177,"cause":"free","implicit":false}
+{"event":"TASK_DESTROY","time":"2026-11-22T03:52:39.413000Z","ts_ns":77252451170,"cpu":0,"pid":383,"tid":383,"comm":"lab-client","task":{"kind":"hw_tsg","value":6},"client":3251634177,"cause":"free","implicit":false}
+{"event":"STATS","duration_s":1.110209586,"task_init":2,"schedule":1,"schedule_refused":0,"work_submit":0,"task_destroy":2,"task_destroy_implicit":0,"kernel":{"dropped":0,"read_failed":0,"ignored":0,"emitted":5,"fd_lookup_failed":0,"denied":0},"malformed":0,"decode_errors":0,"live_at_exit":0,"unreported":{},"lost_samples":null,"processes":[{"pid":383,"comm":"lab-client","task_init":2,"schedule":1,"schedule_refused":0,"work_submit":0,"task_destroy":2}]}
+LAB-END nvdev_gxk.jsonl rc=0
 LAB-BEGIN amd.probe
 gpu-trace: AMD KFD tracing is not implemented yet in this build
 LAB-END amd.probe rc=3
@@ -2506,9 +2580,9 @@ LAB kfd_create pid=120 gpu_id=4997442 queue_type=2 percentage=100 priority=7 rin
 LAB kfd_create size=96 cmd=0xc0604b02 rc=-22
 LAB kfd_create size=88 cmd=0xc0584b02 rc=-22
 LAB-END amd.client rc=0
-LAB ops_syscall tracer_ready=yes t=77.87
+LAB ops_syscall tracer_ready=yes t=87.54
 LAB-BEGIN ops_syscall.client
-LAB kfd_ops pid=357 queue_id=5
+LAB kfd_ops pid=428 queue_id=5
 LAB kfd_ops call=create rc=-22
 LAB kfd_ops call=update rc=-14
 LAB kfd_ops call=cu_mask rc=-14
@@ -2519,14 +2593,14 @@ LAB-BEGIN ops_syscall.stderr
 gpu-trace: tracing AMD KFD queue calls on /dev/kfd (char major 242); hooks: ioctl+close → tp_btf/sys_exit; process exit → raw_tp/sched_process_exit
 LAB-END ops_syscall.stderr rc=0
 LAB-BEGIN ops_syscall.jsonl
-{"event":"SCHEDULE","time":"2026-11-22T03:39:18.045193Z","ts_ns":77891848034,"cpu":0,"pid":357,"tid":357,"comm":"lab-client","task":{"kind":"kfd_no_queue"},"client":0,"channels":null,"timeslice_us":null,"interleave":null,"allowed":false,"rm_status":null,"errno":-22,"via_channel":false,"amd":{"via":"create","queue_type":"COMPUTE_AQL","queue_type_raw":2,"priority":7,"percentage":100,"pm4_target_xcc":0,"ring_size":4096,"active":true,"gpu_id":4997442,"doorbell_offset":null,"sdma_engine_id":null,"cu_mask_bits":null,"hw_doorbell":null,"vmid":null,"driver_active":null,"mqd_init_addr":null}}
-{"event":"SCHEDULE","time":"2026-11-22T03:39:18.046404Z","ts_ns":77893058471,"cpu":0,"pid":357,"tid":357,"comm":"lab-client","task":{"kind":"kfd_queue","value":5},"client":0,"channels":null,"timeslice_us":null,"interleave":null,"allowed":false,"rm_status":null,"errno":-14,"via_channel":false,"amd":{"via":"update","queue_type":null,"queue_type_raw":null,"priority":2,"percentage":30,"pm4_target_xcc":0,"ring_size":4096,"active":true,"gpu_id":null,"doorbell_offset":null,"sdma_engine_id":null,"cu_mask_bits":null,"hw_doorbell":null,"vmid":null,"driver_active":null,"mqd_init_addr":null}}
-{"event":"SCHEDULE","time":"2026-11-22T03:39:18.046698Z","ts_ns":77893352399,"cpu":0,"pid":357,"tid":357,"comm":"lab-client","task":{"kind":"kfd_queue","value":5},"client":0,"channels":null,"timeslice_us":null,"interleave":null,"allowed":false,"rm_status":null,"errno":-14,"via_channel":false,"amd":{"via":"cu_mask","queue_type":null,"queue_type_raw":null,"priority":null,"percentage":null,"pm4_target_xcc":null,"ring_size":null,"active":null,"gpu_id":null,"doorbell_offset":null,"sdma_engine_id":null,"cu_mask_bits":64,"hw_doorbell":null,"vmid":null,"driver_active":null,"mqd_init_addr":null}}
-{"event":"STATS","duration_s":1.268699554,"task_init":0,"schedule":3,"schedule_refused":3,"work_submit":0,"task_destroy":0,"task_destroy_implicit":0,"kernel":{"dropped":0,"read_failed":0,"ignored":0,"emitted":4,"fd_lookup_failed":0,"denied":0},"malformed":0,"decode_errors":0,"live_at_exit":0,"unreported":{"unknown_queue":2},"lost_samples":null,"processes":[{"pid":357,"comm":"lab-client","task_init":0,"schedule":3,"schedule_refused":3,"work_submit":0,"task_destroy":0}]}
+{"event":"SCHEDULE","time":"2026-11-22T03:52:49.724235Z","ts_ns":87563691813,"cpu":0,"pid":428,"tid":428,"comm":"lab-client","task":{"kind":"kfd_no_queue"},"client":0,"channels":null,"timeslice_us":null,"interleave":null,"allowed":false,"rm_status":null,"errno":-22,"via_channel":false,"amd":{"via":"create","queue_type":"COMPUTE_AQL","queue_type_raw":2,"priority":7,"percentage":100,"pm4_target_xcc":0,"ring_size":4096,"active":true,"gpu_id":4997442,"doorbell_offset":null,"sdma_engine_id":null,"cu_mask_bits":null,"hw_doorbell":null,"vmid":null,"driver_active":null,"mqd_init_addr":null}}
+{"event":"SCHEDULE","time":"2026-11-22T03:52:49.725611Z","ts_ns":87565067580,"cpu":0,"pid":428,"tid":428,"comm":"lab-client","task":{"kind":"kfd_queue","value":5},"client":0,"channels":null,"timeslice_us":null,"interleave":null,"allowed":false,"rm_status":null,"errno":-14,"via_channel":false,"amd":{"via":"update","queue_type":null,"queue_type_raw":null,"priority":2,"percentage":30,"pm4_target_xcc":0,"ring_size":4096,"active":true,"gpu_id":null,"doorbell_offset":null,"sdma_engine_id":null,"cu_mask_bits":null,"hw_doorbell":null,"vmid":null,"driver_active":null,"mqd_init_addr":null}}
+{"event":"SCHEDULE","time":"2026-11-22T03:52:49.725952Z","ts_ns":87565408215,"cpu":0,"pid":428,"tid":428,"comm":"lab-client","task":{"kind":"kfd_queue","value":5},"client":0,"channels":null,"timeslice_us":null,"interleave":null,"allowed":false,"rm_status":null,"errno":-14,"via_channel":false,"amd":{"via":"cu_mask","queue_type":null,"queue_type_raw":null,"priority":null,"percentage":null,"pm4_target_xcc":null,"ring_size":null,"active":null,"gpu_id":null,"doorbell_offset":null,"sdma_engine_id":null,"cu_mask_bits":64,"hw_doorbell":null,"vmid":null,"driver_active":null,"mqd_init_addr":null}}
+{"event":"STATS","duration_s":1.173993899,"task_init":0,"schedule":3,"schedule_refused":3,"work_submit":0,"task_destroy":0,"task_destroy_implicit":0,"kernel":{"dropped":0,"read_failed":0,"ignored":0,"emitted":4,"fd_lookup_failed":0,"denied":0},"malformed":0,"decode_errors":0,"live_at_exit":0,"unreported":{"unknown_queue":2},"lost_samples":null,"processes":[{"pid":428,"comm":"lab-client","task_init":0,"schedule":3,"schedule_refused":3,"work_submit":0,"task_destroy":0}]}
 LAB-END ops_syscall.jsonl rc=0
-LAB ops_deep tracer_ready=yes t=82.95
+LAB ops_deep tracer_ready=yes t=91.49
 LAB-BEGIN ops_deep.client
-LAB kfd_ops pid=402 queue_id=5
+LAB kfd_ops pid=463 queue_id=5
 LAB kfd_ops call=create rc=-22
 LAB kfd_ops call=update rc=-14
 LAB kfd_ops call=cu_mask rc=-14
@@ -2534,15 +2608,41 @@ LAB kfd_ops call=destroy rc=-22
 LAB-END ops_deep.client rc=0
 LAB ops_deep tracer_exit=0
 LAB-BEGIN ops_deep.stderr
-gpu-trace: tracing AMD KFD queue calls on /dev/kfd (char major 242); hooks: AMD ioctl events → fexit/{kfd_ioctl_create_queue,kfd_ioctl_destroy_queue,kfd_ioctl_update_queue,kfd_ioctl_set_cu_mask} (amdgpu BTF); AMD queue details → fexit/{create_queue_cpsch,create_queue_nocpsch}; AMD MQD init → kprobe by address: init_mqd ×6/6, init_mqd_sdma ×6/6, init_mqd_v9_4_3 ×1/1 (init_mqd copies: 0xffffffffc07f94f0 near kfd_check_hiq_mqd_doorbell_id, 0xffffffffc07fa010 near mqd_manager_init_cik, 0xffffffffc07fbad0 near mqd_stride_v9, 0xffffffffc07fc8a0 near mqd_manager_init_v9, 0xffffffffc07fda20 near mqd_manager_init_v10, 0xffffffffc07fe5d0 near mqd_manager_init_v11); AMD queue teardown → fentry/pqm_uninit; process exit → raw_tp/sched_process_exit
+gpu-trace: tracing AMD KFD queue calls on /dev/kfd (char major 242); hooks: AMD ioctl events → fexit/{kfd_ioctl_create_queue,kfd_ioctl_destroy_queue,kfd_ioctl_update_queue,kfd_ioctl_set_cu_mask} (amdgpu BTF); AMD queue details → fexit/{create_queue_cpsch,create_queue_nocpsch} (amdgpu BTF); AMD MQD init → kprobe by address: init_mqd ×6/6, init_mqd_sdma ×6/6, init_mqd_v9_4_3 ×1/1 (init_mqd copies: 0xffffffffc0a094f0 near kfd_check_hiq_mqd_doorbell_id, 0xffffffffc0a0a010 near mqd_manager_init_cik, 0xffffffffc0a0bad0 near mqd_stride_v9, 0xffffffffc0a0c8a0 near mqd_manager_init_v9, 0xffffffffc0a0da20 near mqd_manager_init_v10, 0xffffffffc0a0e5d0 near mqd_manager_init_v11); AMD queue teardown → fentry/{pqm_uninit} (amdgpu BTF); process exit → raw_tp/sched_process_exit
 gpu-trace: (not used: ioctl+close: syscall layer not attached: the driver hooks serve every KFD command, so unrelated syscalls pay nothing)
 LAB-END ops_deep.stderr rc=0
 LAB-BEGIN ops_deep.jsonl
-{"event":"SCHEDULE","time":"2026-11-22T03:39:23.126087Z","ts_ns":82972742851,"cpu":0,"pid":402,"tid":402,"comm":"lab-client","task":{"kind":"kfd_no_queue"},"client":0,"channels":null,"timeslice_us":null,"interleave":null,"allowed":false,"rm_status":null,"errno":-22,"via_channel":false,"amd":{"via":"create","queue_type":"COMPUTE_AQL","queue_type_raw":2,"priority":7,"percentage":100,"pm4_target_xcc":0,"ring_size":4096,"active":true,"gpu_id":4997442,"doorbell_offset":null,"sdma_engine_id":0,"cu_mask_bits":null,"hw_doorbell":null,"vmid":null,"driver_active":null,"mqd_init_addr":null}}
-{"event":"SCHEDULE","time":"2026-11-22T03:39:23.126992Z","ts_ns":82973647925,"cpu":0,"pid":402,"tid":402,"comm":"lab-client","task":{"kind":"kfd_queue","value":5},"client":0,"channels":null,"timeslice_us":null,"interleave":null,"allowed":false,"rm_status":null,"errno":-14,"via_channel":false,"amd":{"via":"update","queue_type":null,"queue_type_raw":null,"priority":2,"percentage":30,"pm4_target_xcc":0,"ring_size":4096,"active":true,"gpu_id":null,"doorbell_offset":null,"sdma_engine_id":null,"cu_mask_bits":null,"hw_doorbell":null,"vmid":null,"driver_active":null,"mqd_init_addr":null}}
-{"event":"SCHEDULE","time":"2026-11-22T03:39:23.127674Z","ts_ns":82974330594,"cpu":0,"pid":402,"tid":402,"comm":"lab-client","task":{"kind":"kfd_queue","value":5},"client":0,"channels":null,"timeslice_us":null,"interleave":null,"allowed":false,"rm_status":null,"errno":-14,"via_channel":false,"amd":{"via":"cu_mask","queue_type":null,"queue_type_raw":null,"priority":null,"percentage":null,"pm4_target_xcc":null,"ring_size":null,"active":null,"gpu_id":null,"doorbell_offset":null,"sdma_engine_id":null,"cu_mask_bits":64,"hw_doorbell":null,"vmid":null,"driver_active":null,"mqd_init_addr":null}}
-{"event":"STATS","duration_s":1.215481301,"task_init":0,"schedule":3,"schedule_refused":3,"work_submit":0,"task_destroy":0,"task_destroy_implicit":0,"kernel":{"dropped":0,"read_failed":0,"ignored":0,"emitted":4,"fd_lookup_failed":0,"denied":0},"malformed":0,"decode_errors":0,"live_at_exit":0,"unreported":{"kfd_release_no_queues":1,"unknown_queue":2},"lost_samples":null,"processes":[{"pid":402,"comm":"lab-client","task_init":0,"schedule":3,"schedule_refused":3,"work_submit":0,"task_destroy":0}]}
+{"event":"SCHEDULE","time":"2026-11-22T03:52:53.670991Z","ts_ns":91510454491,"cpu":0,"pid":463,"tid":463,"comm":"lab-client","task":{"kind":"kfd_no_queue"},"client":0,"channels":null,"timeslice_us":null,"interleave":null,"allowed":false,"rm_status":null,"errno":-22,"via_channel":false,"amd":{"via":"create","queue_type":"COMPUTE_AQL","queue_type_raw":2,"priority":7,"percentage":100,"pm4_target_xcc":0,"ring_size":4096,"active":true,"gpu_id":4997442,"doorbell_offset":null,"sdma_engine_id":0,"cu_mask_bits":null,"hw_doorbell":null,"vmid":null,"driver_active":null,"mqd_init_addr":null}}
+{"event":"SCHEDULE","time":"2026-11-22T03:52:53.671849Z","ts_ns":91511312226,"cpu":0,"pid":463,"tid":463,"comm":"lab-client","task":{"kind":"kfd_queue","value":5},"client":0,"channels":null,"timeslice_us":null,"interleave":null,"allowed":false,"rm_status":null,"errno":-14,"via_channel":false,"amd":{"via":"update","queue_type":null,"queue_type_raw":null,"priority":2,"percentage":30,"pm4_target_xcc":0,"ring_size":4096,"active":true,"gpu_id":null,"doorbell_offset":null,"sdma_engine_id":null,"cu_mask_bits":null,"hw_doorbell":null,"vmid":null,"driver_active":null,"mqd_init_addr":null}}
+{"event":"SCHEDULE","time":"2026-11-22T03:52:53.672480Z","ts_ns":91511943083,"cpu":0,"pid":463,"tid":463,"comm":"lab-client","task":{"kind":"kfd_queue","value":5},"client":0,"channels":null,"timeslice_us":null,"interleave":null,"allowed":false,"rm_status":null,"errno":-14,"via_channel":false,"amd":{"via":"cu_mask","queue_type":null,"queue_type_raw":null,"priority":null,"percentage":null,"pm4_target_xcc":null,"ring_size":null,"active":null,"gpu_id":null,"doorbell_offset":null,"sdma_engine_id":null,"cu_mask_bits":64,"hw_doorbell":null,"vmid":null,"driver_active":null,"mqd_init_addr":null}}
+{"event":"STATS","duration_s":1.11586619,"task_init":0,"schedule":3,"schedule_refused":3,"work_submit":0,"task_destroy":0,"task_destroy_implicit":0,"kernel":{"dropped":0,"read_failed":0,"ignored":0,"emitted":4,"fd_lookup_failed":0,"denied":0},"malformed":0,"decode_errors":0,"live_at_exit":0,"unreported":{"kfd_release_no_queues":1,"unknown_queue":2},"lost_samples":null,"processes":[{"pid":463,"comm":"lab-client","task_init":0,"schedule":3,"schedule_refused":3,"work_submit":0,"task_destroy":0}]}
 LAB-END ops_deep.jsonl rc=0
+LAB ops_kprobe tracer_ready=yes t=99.91
+LAB-BEGIN ops_kprobe.client
+LAB kfd_ops pid=518 queue_id=5
+LAB kfd_ops call=create rc=-22
+LAB kfd_ops call=update rc=-14
+LAB kfd_ops call=cu_mask rc=-14
+LAB kfd_ops call=destroy rc=-22
+LAB-END ops_kprobe.client rc=0
+LAB ops_kprobe tracer_exit=0
+LAB-BEGIN ops_kprobe.stderr
+gpu-trace: tracing AMD KFD queue calls on /dev/kfd (char major 242); hooks: AMD ioctl events → kprobe+kretprobe/{kfd_ioctl_create_queue,kfd_ioctl_destroy_queue,kfd_ioctl_update_queue,kfd_ioctl_set_cu_mask} (in amdgpu); AMD queue details → kprobe+kretprobe/{create_queue_cpsch,create_queue_nocpsch} (in amdgpu); AMD MQD init → kprobe by address: init_mqd ×6/6, init_mqd_sdma ×6/6, init_mqd_v9_4_3 ×1/1 (init_mqd copies: 0xffffffffc0a094f0 near kfd_check_hiq_mqd_doorbell_id, 0xffffffffc0a0a010 near mqd_manager_init_cik, 0xffffffffc0a0bad0 near mqd_stride_v9, 0xffffffffc0a0c8a0 near mqd_manager_init_v9, 0xffffffffc0a0da20 near mqd_manager_init_v10, 0xffffffffc0a0e5d0 near mqd_manager_init_v11); AMD queue teardown → kprobe/{pqm_uninit} (in amdgpu); process exit → raw_tp/sched_process_exit
+gpu-trace: (not used: AMD ioctl events: fexit/kfd_ioctl_create_queue: not tried (--deep-attach kprobe))
+gpu-trace: (not used: AMD ioctl events: fexit/kfd_ioctl_destroy_queue: not tried (--deep-attach kprobe))
+gpu-trace: (not used: AMD ioctl events: fexit/kfd_ioctl_update_queue: not tried (--deep-attach kprobe))
+gpu-trace: (not used: AMD ioctl events: fexit/kfd_ioctl_set_cu_mask: not tried (--deep-attach kprobe))
+gpu-trace: (not used: AMD queue details: fexit/create_queue_cpsch: not tried (--deep-attach kprobe))
+gpu-trace: (not used: AMD queue details: fexit/create_queue_nocpsch: not tried (--deep-attach kprobe))
+gpu-trace: (not used: AMD queue teardown: fentry/pqm_uninit: not tried (--deep-attach kprobe))
+gpu-trace: (not used: ioctl+close: syscall layer not attached: the driver hooks serve every KFD command, so unrelated syscalls pay nothing)
+LAB-END ops_kprobe.stderr rc=0
+LAB-BEGIN ops_kprobe.jsonl
+{"event":"SCHEDULE","time":"2026-11-22T03:53:02.104577Z","ts_ns":99944037458,"cpu":1,"pid":518,"tid":518,"comm":"lab-client","task":{"kind":"kfd_no_queue"},"client":0,"channels":null,"timeslice_us":null,"interleave":null,"allowed":false,"rm_status":null,"errno":-22,"via_channel":false,"amd":{"via":"create","queue_type":"COMPUTE_AQL","queue_type_raw":2,"priority":7,"percentage":100,"pm4_target_xcc":0,"ring_size":4096,"active":true,"gpu_id":4997442,"doorbell_offset":null,"sdma_engine_id":0,"cu_mask_bits":null,"hw_doorbell":null,"vmid":null,"driver_active":null,"mqd_init_addr":null}}
+{"event":"SCHEDULE","time":"2026-11-22T03:53:02.106514Z","ts_ns":99945974503,"cpu":1,"pid":518,"tid":518,"comm":"lab-client","task":{"kind":"kfd_queue","value":5},"client":0,"channels":null,"timeslice_us":null,"interleave":null,"allowed":false,"rm_status":null,"errno":-14,"via_channel":false,"amd":{"via":"update","queue_type":null,"queue_type_raw":null,"priority":2,"percentage":30,"pm4_target_xcc":0,"ring_size":4096,"active":true,"gpu_id":null,"doorbell_offset":null,"sdma_engine_id":null,"cu_mask_bits":null,"hw_doorbell":null,"vmid":null,"driver_active":null,"mqd_init_addr":null}}
+{"event":"SCHEDULE","time":"2026-11-22T03:53:02.107530Z","ts_ns":99946990632,"cpu":1,"pid":518,"tid":518,"comm":"lab-client","task":{"kind":"kfd_queue","value":5},"client":0,"channels":null,"timeslice_us":null,"interleave":null,"allowed":false,"rm_status":null,"errno":-14,"via_channel":false,"amd":{"via":"cu_mask","queue_type":null,"queue_type_raw":null,"priority":null,"percentage":null,"pm4_target_xcc":null,"ring_size":null,"active":null,"gpu_id":null,"doorbell_offset":null,"sdma_engine_id":null,"cu_mask_bits":64,"hw_doorbell":null,"vmid":null,"driver_active":null,"mqd_init_addr":null}}
+{"event":"STATS","duration_s":1.293646834,"task_init":0,"schedule":3,"schedule_refused":3,"work_submit":0,"task_destroy":0,"task_destroy_implicit":0,"kernel":{"dropped":0,"read_failed":0,"ignored":0,"emitted":4,"fd_lookup_failed":0,"denied":0},"malformed":0,"decode_errors":0,"live_at_exit":0,"unreported":{"kfd_release_no_queues":1,"unknown_queue":2},"lost_samples":null,"processes":[{"pid":518,"comm":"lab-client","task_init":0,"schedule":3,"schedule_refused":3,"work_submit":0,"task_destroy":0}]}
+LAB-END ops_kprobe.jsonl rc=0
 LAB deny=absent
 LAB-BEGIN kprobe
 LAB kprobe pmu_type=6
@@ -2579,7 +2679,7 @@ LAB-DONE
             };
             assert_eq!(*st, want, "{id}: {:#?}", judge(&Results::parse(GOOD)));
         }
-        assert_eq!(s.len(), 22);
+        assert_eq!(s.len(), 24);
     }
 
     /// The deep-hook checks fail when the choice, the events or the teardown are wrong.
@@ -2607,11 +2707,21 @@ LAB-DONE
         let twice = GOOD.replacen("\"emitted\":4,\"fd_lookup_failed\":0,\"denied\":0},\"malformed\":0,\"decode_errors\":0,\"live_at_exit\":0,\"unreported\":{\"kfd_release", "\"emitted\":5,\"fd_lookup_failed\":0,\"denied\":0},\"malformed\":0,\"decode_errors\":0,\"live_at_exit\":0,\"unreported\":{\"kfd_release", 1);
         assert_ne!(twice, GOOD);
         assert_eq!(st(&twice, "f.deep_events"), Status::Fail);
-        // Only the deep run's cu_mask event (the last one) says another errno.
+        // Only the deep run's cu_mask event says another errno.
         let pat = "\"errno\":-14,\"via_channel\":false,\"amd\":{\"via\":\"cu_mask\"";
-        let at = GOOD.rfind(pat).unwrap();
+        let deep_at = GOOD.find("LAB-BEGIN ops_deep.jsonl").unwrap();
+        let at = deep_at + GOOD[deep_at..].find(pat).unwrap();
         let differs = format!("{}{}{}", &GOOD[..at], pat.replace("-14", "-22"), &GOOD[at + pat.len()..]);
         assert_eq!(st(&differs, "f.deep_events"), Status::Fail);
+        assert_eq!(st(&differs, "f.deep_kprobe"), Status::Pass, "the kprobe run is another block");
+        // The kprobe run on a trampoline: not the fallback asked for.
+        let kprobe_at = GOOD.find("LAB-BEGIN ops_kprobe.stderr").unwrap();
+        let (head, tail) = GOOD.split_at(kprobe_at);
+        let on_trampoline = format!(
+            "{head}{}",
+            tail.replacen("AMD queue teardown → kprobe/{pqm_uninit}", "AMD queue teardown → fentry/{pqm_uninit}", 1)
+        );
+        assert_eq!(st(&on_trampoline, "f.deep_kprobe"), Status::Fail);
         // The teardown not seen.
         let missed = GOOD.replace("\"kfd_release_no_queues\":1,", "");
         assert_eq!(st(&missed, "f.deep_release"), Status::Fail);
