@@ -180,8 +180,7 @@ pub struct KfdQueueRecord {
     pub source: u32,
     /// The create function's return value (0 or a negative errno).
     pub ret: i32,
-    /// Unused (0): the queue id is `queue_id`.
-    pub qid: u32,
+    pub _pad: u32,
     /// [`kfd_queue_flags`] bits.
     pub flags: u32,
     /// `queue_properties.type` (`enum kfd_queue_type`: 0 compute, 1 SDMA, 2 HIQ, 3 SDMA XGMI,

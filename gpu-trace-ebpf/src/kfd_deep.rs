@@ -259,7 +259,7 @@ fn queue_built(q: u64, ret: i32, source: u32) {
         (*rec).hdr = header(record_kind::KFD_QUEUE);
         (*rec).source = source;
         (*rec).ret = ret;
-        (*rec).qid = 0;
+        (*rec)._pad = 0;
         let fields = (
             kread::<u32>(props, d.qp_type),
             kread::<u32>(props, d.qp_format),

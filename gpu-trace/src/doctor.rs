@@ -47,11 +47,12 @@ pub const NVIDIA_ENTRY: &str = "nvidia_unlocked_ioctl";
 pub const NVIDIA_RM_CORE: &str = "rm_ioctl";
 /// KFD's ioctl entry point.
 pub const KFD_ENTRY: &str = "kfd_ioctl";
-/// KFD functions the deep hooks would use; `init_mqd` exists once per GFX generation.
+/// KFD functions gpu-trace's deep hooks use (one of each group: handlers, the device queue
+/// manager, teardown, MQD builders); `init_mqd` exists once per GFX generation.
 pub const KFD_DEEP: [&str; 4] = [
     "kfd_ioctl_create_queue",
-    "pqm_create_queue",
-    "pqm_destroy_queue",
+    "create_queue_cpsch",
+    "pqm_uninit",
     "init_mqd",
 ];
 
@@ -362,7 +363,7 @@ impl Facts {
             nvidia_btf: module_btf("nvidia", &[NVIDIA_ENTRY]),
             amdgpu_btf: module_btf(
                 "amdgpu",
-                &[KFD_ENTRY, "kfd_ioctl_create_queue", "pqm_create_queue"],
+                &[KFD_ENTRY, "kfd_ioctl_create_queue", "create_queue_cpsch", "pqm_uninit"],
             ),
             mounts,
             tracefs,

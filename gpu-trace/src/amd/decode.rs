@@ -465,7 +465,7 @@ pub(crate) mod testing {
             hdr: header(record_kind::KFD_QUEUE, pid),
             source: gpu_trace_common::hook_source::TRAMPOLINE,
             ret: 0,
-            qid: 0,
+            _pad: 0,
             flags: 0,
             q_type: 0,
             q_format: 1,
