@@ -106,7 +106,7 @@ impl DeepHooks {
 }
 
 impl KfdDeepPlan {
-    /// Reads the module's BTF and symbols. `None` (with the reason) when `amdgpu` is not loaded.
+    /// Reads the module's BTF and symbols; fails (with the reason) when `amdgpu` is not loaded.
     pub fn prepare() -> Result<Self, String> {
         let mut plan = Self {
             config: KfdDeepConfig::default(),
@@ -123,9 +123,9 @@ impl KfdDeepPlan {
     fn resolve(&mut self) {
         let Some(btf) = self.targets.btf.as_ref() else {
             let why = "no module BTF to read offsets from".to_string();
-            // The handlers' own arguments need no offsets; the 88/96-byte question is settled
-            // by the UAPI size the handler copies: assume the struct the kernel's BTF would
-            // give only when it can be read.
+            // Without BTF only the handlers can still be hooked (by kprobe): their arguments
+            // need no offsets. CREATE_QUEUE's stays on the syscall layer, since the size of the
+            // kernel's copy of its arguments (88 or 96 bytes) is unknown (`create_args_size` 0).
             self.queue_config_missing = Some(why.clone());
             self.release_config_missing = Some(why.clone());
             self.mqd_config_missing = Some(why);
