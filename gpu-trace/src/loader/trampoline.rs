@@ -18,7 +18,7 @@ use std::{
     collections::{HashMap, HashSet},
     ffi::CString,
     io, mem,
-    os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd},
+    os::fd::{AsFd, AsRawFd, OwnedFd, RawFd},
 };
 
 use aya::{Ebpf, maps::Map};
@@ -27,7 +27,7 @@ use aya_obj::{
     generated::{bpf_attach_type, bpf_attr, bpf_btf_info, bpf_cmd, bpf_insn, bpf_prog_type},
 };
 
-use crate::probe::trial::errno_name;
+use crate::probe::trial::{bpf_syscall, errno_name, sys_bpf};
 
 /// fentry or fexit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -165,25 +165,9 @@ fn load(
     }
 }
 
-fn sys_bpf(cmd: bpf_cmd, attr: &mut bpf_attr) -> io::Result<OwnedFd> {
-    // SAFETY: `attr` is a valid bpf_attr of the size passed; the commands used here return a
-    // new file descriptor or -1.
-    let rc = unsafe {
-        libc::syscall(libc::SYS_bpf, cmd as libc::c_int, attr as *mut bpf_attr, mem::size_of::<bpf_attr>())
-    };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the kernel returned a new fd that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(rc as i32) })
-}
-
+/// `bpf(cmd, attr)` for a command that returns 0 or -1.
 fn sys_bpf_rc(cmd: bpf_cmd, attr: &mut bpf_attr) -> io::Result<()> {
-    // SAFETY: as in `sys_bpf`; these commands return 0 or -1.
-    let rc = unsafe {
-        libc::syscall(libc::SYS_bpf, cmd as libc::c_int, attr as *mut bpf_attr, mem::size_of::<bpf_attr>())
-    };
-    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+    bpf_syscall(cmd, attr).map(drop)
 }
 
 /// The kernel's BTF object of module `module` (its `/sys/kernel/btf/<module>` blob), found by

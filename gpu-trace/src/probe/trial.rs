@@ -155,9 +155,11 @@ const RETURN_ZERO: [u64; 2] = [0x0000_0000_0000_00b7, 0x0000_0000_0000_0095];
 
 const LOG_SIZE: usize = 4096;
 
-fn sys_bpf(cmd: bpf_cmd, attr: &mut bpf_attr) -> io::Result<OwnedFd> {
-    // SAFETY: `attr` is a valid, zero-initialised bpf_attr of the size passed; the commands used
-    // here (PROG_LOAD, RAW_TRACEPOINT_OPEN) return a new file descriptor or -1.
+/// `bpf(cmd, attr)`: the command's return value (a new fd, or 0), or the errno. `attr` must be
+/// a valid, zero-initialised `bpf_attr` with the command's member filled in.
+pub(crate) fn bpf_syscall(cmd: bpf_cmd, attr: &mut bpf_attr) -> io::Result<i64> {
+    // SAFETY: `attr` is a valid bpf_attr of the size passed; the kernel reads (and for some
+    // commands writes) only the command's member.
     let rc = unsafe {
         libc::syscall(
             libc::SYS_bpf,
@@ -169,8 +171,15 @@ fn sys_bpf(cmd: bpf_cmd, attr: &mut bpf_attr) -> io::Result<OwnedFd> {
     if rc < 0 {
         return Err(io::Error::last_os_error());
     }
+    Ok(rc)
+}
+
+/// `bpf(cmd, attr)` for a command that returns a new file descriptor (PROG_LOAD,
+/// RAW_TRACEPOINT_OPEN, BTF_GET_FD_BY_ID, ...).
+pub(crate) fn sys_bpf(cmd: bpf_cmd, attr: &mut bpf_attr) -> io::Result<OwnedFd> {
+    let fd = bpf_syscall(cmd, attr)?;
     // SAFETY: the kernel returned a new fd that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(rc as i32) })
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
 struct LoadSpec {
