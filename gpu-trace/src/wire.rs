@@ -180,64 +180,57 @@ const _: () = assert!(
     "DeepRecord has padding"
 );
 
-/// The bytes of a [`KfdQueueRecord`], as the kernel programs write them.
-pub fn kfd_queue_bytes(rec: &KfdQueueRecord) -> &[u8] {
-    // SAFETY: `#[repr(C)]` with no padding (checked above).
-    unsafe {
-        std::slice::from_raw_parts((rec as *const KfdQueueRecord).cast::<u8>(), size_of::<KfdQueueRecord>())
-    }
-}
-
 const _: () = assert!(
     size_of::<NvSchedRecord>()
         == size_of::<RecordHeader>() + 4 * 4 + 8 + gpu_trace_common::nvidia::gpu_ext::CTX_MAX,
     "NvSchedRecord has padding"
 );
 
+/// The bytes of a wire record, borrowed from it.
+///
+/// # Safety
+/// `T` must have no padding, so that every byte is initialized: the `*_bytes` functions below
+/// call it only for the record types whose field sizes are checked above to add up to their size.
+unsafe fn record_bytes<T>(rec: &T) -> &[u8] {
+    // SAFETY: `rec` is a valid reference to `size_of::<T>()` initialized bytes (the caller's
+    // contract); the slice borrows it.
+    unsafe { std::slice::from_raw_parts((rec as *const T).cast::<u8>(), size_of::<T>()) }
+}
+
+/// The bytes of a [`KfdQueueRecord`], as the kernel programs write them.
+pub fn kfd_queue_bytes(rec: &KfdQueueRecord) -> &[u8] {
+    // SAFETY: `KfdQueueRecord` is `#[repr(C)]` with no padding (checked above).
+    unsafe { record_bytes(rec) }
+}
+
 /// The bytes of an [`NvSchedRecord`], as the kernel programs write them.
 pub fn nv_sched_bytes(rec: &NvSchedRecord) -> &[u8] {
-    // SAFETY: `#[repr(C)]` with no padding (checked above).
-    unsafe { std::slice::from_raw_parts((rec as *const NvSchedRecord).cast::<u8>(), size_of::<NvSchedRecord>()) }
+    // SAFETY: `NvSchedRecord` is `#[repr(C)]` with no padding (checked above).
+    unsafe { record_bytes(rec) }
 }
 
 /// The bytes of a [`DeepRecord`], as the kernel programs write them.
 pub fn deep_bytes(rec: &DeepRecord) -> &[u8] {
-    // SAFETY: `#[repr(C)]` with no padding (checked above).
-    unsafe { std::slice::from_raw_parts((rec as *const DeepRecord).cast::<u8>(), size_of::<DeepRecord>()) }
+    // SAFETY: `DeepRecord` is `#[repr(C)]` with no padding (checked above).
+    unsafe { record_bytes(rec) }
 }
 
 /// The bytes of a [`KfdIoctlRecord`], as the kernel programs write them.
 pub fn kfd_ioctl_bytes(rec: &KfdIoctlRecord) -> &[u8] {
     // SAFETY: `KfdIoctlRecord` is `#[repr(C)]` with no padding (checked above).
-    unsafe {
-        std::slice::from_raw_parts(
-            (rec as *const KfdIoctlRecord).cast::<u8>(),
-            size_of::<KfdIoctlRecord>(),
-        )
-    }
+    unsafe { record_bytes(rec) }
 }
 
 /// The bytes of an [`NvIoctlRecord`], as the kernel programs write them.
 pub fn nv_ioctl_bytes(rec: &NvIoctlRecord) -> &[u8] {
-    // SAFETY: `NvIoctlRecord` is `#[repr(C)]` with no padding (checked above), so all of its
-    // bytes are initialized; the slice borrows `rec`.
-    unsafe {
-        std::slice::from_raw_parts(
-            (rec as *const NvIoctlRecord).cast::<u8>(),
-            size_of::<NvIoctlRecord>(),
-        )
-    }
+    // SAFETY: `NvIoctlRecord` is `#[repr(C)]` with no padding (checked above).
+    unsafe { record_bytes(rec) }
 }
 
 /// The bytes of a [`TaskRecord`], as the kernel programs write them.
 pub fn task_bytes(rec: &TaskRecord) -> &[u8] {
     // SAFETY: `TaskRecord` is `#[repr(C)]` with no padding (checked above).
-    unsafe {
-        std::slice::from_raw_parts(
-            (rec as *const TaskRecord).cast::<u8>(),
-            size_of::<TaskRecord>(),
-        )
-    }
+    unsafe { record_bytes(rec) }
 }
 
 impl RawRecord {
