@@ -159,10 +159,30 @@ macro_rules! handler_programs {
     };
 }
 
-handler_programs!(kfd_create_queue_fexit, kfd_create_queue_kret, "kfd_ioctl_create_queue", nr::CREATE_QUEUE);
-handler_programs!(kfd_destroy_queue_fexit, kfd_destroy_queue_kret, "kfd_ioctl_destroy_queue", nr::DESTROY_QUEUE);
-handler_programs!(kfd_update_queue_fexit, kfd_update_queue_kret, "kfd_ioctl_update_queue", nr::UPDATE_QUEUE);
-handler_programs!(kfd_set_cu_mask_fexit, kfd_set_cu_mask_kret, "kfd_ioctl_set_cu_mask", nr::SET_CU_MASK);
+handler_programs!(
+    kfd_create_queue_fexit,
+    kfd_create_queue_kret,
+    "kfd_ioctl_create_queue",
+    nr::CREATE_QUEUE
+);
+handler_programs!(
+    kfd_destroy_queue_fexit,
+    kfd_destroy_queue_kret,
+    "kfd_ioctl_destroy_queue",
+    nr::DESTROY_QUEUE
+);
+handler_programs!(
+    kfd_update_queue_fexit,
+    kfd_update_queue_kret,
+    "kfd_ioctl_update_queue",
+    nr::UPDATE_QUEUE
+);
+handler_programs!(
+    kfd_set_cu_mask_fexit,
+    kfd_set_cu_mask_kret,
+    "kfd_ioctl_set_cu_mask",
+    nr::SET_CU_MASK
+);
 
 /// Entry probe shared by the four handlers (attached once per handler): keeps `filep` and
 /// `data` for the return probe, which cannot see the arguments.
@@ -171,8 +191,14 @@ pub fn kfd_handler_entry(ctx: ProbeContext) -> u32 {
     if !wanted(current_tgid()) {
         return 0;
     }
-    let (Some(filep), Some(data)) = (ctx.arg::<u64>(0), ctx.arg::<u64>(2)) else { return 0 };
-    let _ = KFD_HANDLER_ARGS.insert(&bpf_get_current_pid_tgid(), &EntryArgs { a: filep, b: data }, 0);
+    let (Some(filep), Some(data)) = (ctx.arg::<u64>(0), ctx.arg::<u64>(2)) else {
+        return 0;
+    };
+    let _ = KFD_HANDLER_ARGS.insert(
+        &bpf_get_current_pid_tgid(),
+        &EntryArgs { a: filep, b: data },
+        0,
+    );
     0
 }
 
@@ -231,7 +257,14 @@ fn fexit_arg3(ctx: &FExitContext, n: u32) -> Option<u64> {
     // here), each 8 bytes.
     let args = unsafe {
         use core::ptr::read_volatile;
-        [read_volatile(p), read_volatile(p.add(1)), read_volatile(p.add(2)), 0, 0, 0]
+        [
+            read_volatile(p),
+            read_volatile(p.add(1)),
+            read_volatile(p.add(2)),
+            0,
+            0,
+            0,
+        ]
     };
     if n > 2 {
         return None;
@@ -272,7 +305,19 @@ fn queue_built(q: u64, ret: i32, source: u32) {
             kread::<u64>(props, d.qp_queue_size),
             kread::<u64>(props, d.qp_queue_address),
         );
-        if let (Ok(t), Ok(f), Ok(id), Ok(prio), Ok(pct), Ok(db), Ok(active), Ok(vmid), Ok(size), Ok(addr)) = fields {
+        if let (
+            Ok(t),
+            Ok(f),
+            Ok(id),
+            Ok(prio),
+            Ok(pct),
+            Ok(db),
+            Ok(active),
+            Ok(vmid),
+            Ok(size),
+            Ok(addr),
+        ) = fields
+        {
             (*rec).q_type = t;
             (*rec).q_format = f;
             (*rec).queue_id = id;
@@ -307,7 +352,9 @@ fn queue_built(q: u64, ret: i32, source: u32) {
 /// Attached (each loaded on its own) to `create_queue_cpsch` and `create_queue_nocpsch`.
 #[fexit(function = "create_queue_cpsch")]
 pub fn dqm_create_fexit(ctx: FExitContext) -> i32 {
-    let Some(q) = fexit_arg3(&ctx, deep_config().dqm_create_q_arg) else { return 0 };
+    let Some(q) = fexit_arg3(&ctx, deep_config().dqm_create_q_arg) else {
+        return 0;
+    };
     let ret = ctx.ret::<i32>().unwrap_or(0);
     queue_built(q, ret, hook_source::TRAMPOLINE);
     0
@@ -318,7 +365,9 @@ pub fn dqm_create_entry(ctx: ProbeContext) -> u32 {
     if !wanted(current_tgid()) {
         return 0;
     }
-    let Some(q) = probe_arg(&ctx, deep_config().dqm_create_q_arg) else { return 0 };
+    let Some(q) = probe_arg(&ctx, deep_config().dqm_create_q_arg) else {
+        return 0;
+    };
     let _ = DQM_CREATE_ARGS.insert(&bpf_get_current_pid_tgid(), &q, 0);
     0
 }
@@ -327,7 +376,9 @@ pub fn dqm_create_entry(ctx: ProbeContext) -> u32 {
 pub fn dqm_create_kret(ctx: RetProbeContext) -> u32 {
     let key = bpf_get_current_pid_tgid();
     // SAFETY: map value copied out before removal.
-    let Some(q) = (unsafe { DQM_CREATE_ARGS.get(&key) }).copied() else { return 0 };
+    let Some(q) = (unsafe { DQM_CREATE_ARGS.get(&key) }).copied() else {
+        return 0;
+    };
     let _ = DQM_CREATE_ARGS.remove(&key);
     queue_built(q, ctx.ret(), hook_source::KPROBE);
     0
@@ -342,10 +393,15 @@ pub fn init_mqd_kprobe(ctx: ProbeContext) -> u32 {
         return 0;
     }
     let d = deep_config();
-    let Some(props) = probe_arg(&ctx, d.init_mqd_q_arg) else { return 0 };
+    let Some(props) = probe_arg(&ctx, d.init_mqd_q_arg) else {
+        return 0;
+    };
     // SAFETY: kernel read through the helper; the helper takes the kprobe context.
     let (queue_id, ip) = unsafe {
-        (kread::<u32>(props, d.qp_queue_id), generated::bpf_get_func_ip(ctx.as_ptr()))
+        (
+            kread::<u32>(props, d.qp_queue_id),
+            generated::bpf_get_func_ip(ctx.as_ptr()),
+        )
     };
     let queue_id = match queue_id {
         Ok(q) => q,
@@ -403,7 +459,14 @@ pub fn pqm_uninit_kprobe(ctx: ProbeContext) -> u32 {
 
 #[inline(always)]
 fn emit_deep(hook: u32, value: u32, addr: u64, source: u32) {
-    let rec = DeepRecord { hdr: header(record_kind::DEEP), hook, value, addr, source, _pad: 0 };
+    let rec = DeepRecord {
+        hdr: header(record_kind::DEEP),
+        hook,
+        value,
+        addr,
+        source,
+        _pad: 0,
+    };
     if EVENTS.output::<DeepRecord>(&rec, 0).is_err() {
         bump(counter::DROPPED);
     }

@@ -24,8 +24,8 @@
 
 use aya_ebpf::{
     helpers::{
-        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_probe_read_kernel,
-        bpf_probe_read_user, generated,
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_probe_read_kernel, bpf_probe_read_user,
+        generated,
     },
     macros::{btf_tracepoint, map, raw_tracepoint, tracepoint},
     maps::{Array, HashMap, PerCpuArray, RingBuf},
@@ -224,7 +224,9 @@ fn mark_tracked(tgid: u32, bit: u32) {
 #[inline(always)]
 fn tracked_nv(tgid: u32) -> bool {
     // SAFETY: map value pointer, read once.
-    TRACKED.get_ptr(tgid).is_some_and(|p| unsafe { *p } & TRACK_NV != 0)
+    TRACKED
+        .get_ptr(tgid)
+        .is_some_and(|p| unsafe { *p } & TRACK_NV != 0)
 }
 
 #[inline(always)]
@@ -396,7 +398,11 @@ fn handle_ioctl(fd: u64, ioctl_cmd: u64, arg: u64, ret: i64) {
         (*rec).escape = esc;
         (*rec).param_size = size;
         (*rec).params = params;
-        (*rec).params_len = if flags & nv_flags::PARAMS_READ_FAILED == 0 { params_len } else { 0 };
+        (*rec).params_len = if flags & nv_flags::PARAMS_READ_FAILED == 0 {
+            params_len
+        } else {
+            0
+        };
         (*rec).sub = [0u8; gpu_trace_common::NV_SUB_MAX];
         (*rec).sub_len = 0;
         if sub_len != 0 {
@@ -536,7 +542,11 @@ fn handle_close(fd: u64, ret: i64) {
 
 #[inline(always)]
 fn emit_task(kind: u32, value: i32) {
-    let rec = TaskRecord { hdr: header(kind), value, _pad: 0 };
+    let rec = TaskRecord {
+        hdr: header(kind),
+        value,
+        _pad: 0,
+    };
     if EVENTS.output::<TaskRecord>(&rec, 0).is_err() {
         bump(counter::DROPPED);
     }
@@ -550,14 +560,18 @@ fn on_sys_exit(regs: u64, ret: i64) {
     #[cfg(bpf_target_arch = "x86_64")]
     {
         // SAFETY: kernel read through the helper.
-        let Ok(r) = (unsafe { kread::<[u64; 6]>(regs, regs::ARG2 as u32) }) else { return };
+        let Ok(r) = (unsafe { kread::<[u64; 6]>(regs, regs::ARG2 as u32) }) else {
+            return;
+        };
         // r: dx, si, di, orig_ax, ip, cs
         dispatch(r[3], r[5], r[2], r[1], r[0], ret);
     }
     #[cfg(not(bpf_target_arch = "x86_64"))]
     {
         // SAFETY: kernel reads through the helper.
-        let Ok(nr) = (unsafe { kread::<u64>(regs, regs::NR as u32) }) else { return };
+        let Ok(nr) = (unsafe { kread::<u64>(regs, regs::NR as u32) }) else {
+            return;
+        };
         if nr != regs::SYS_IOCTL && nr != regs::SYS_CLOSE {
             return;
         }
@@ -619,7 +633,14 @@ pub fn sys_exit_btf(ctx: BtfTracePointContext) -> i32 {
         if nr != regs::SYS_IOCTL && nr != regs::SYS_CLOSE {
             return 0;
         }
-        dispatch(nr, load(regs::CS), load(regs::ARG0), load(regs::ARG1), load(regs::ARG2), ret);
+        dispatch(
+            nr,
+            load(regs::CS),
+            load(regs::ARG0),
+            load(regs::ARG1),
+            load(regs::ARG2),
+            ret,
+        );
     }
     #[cfg(not(bpf_target_arch = "x86_64"))]
     on_sys_exit(ctx.arg(0), ret);
@@ -648,11 +669,15 @@ pub fn tp_ioctl_enter(ctx: TracePointContext) -> u32 {
 #[tracepoint]
 pub fn tp_ioctl_exit(ctx: TracePointContext) -> u32 {
     let tid = bpf_get_current_pid_tgid() as u32;
-    let Some(args) = PENDING_IOCTL.get_ptr(tid) else { return 0 };
+    let Some(args) = PENDING_IOCTL.get_ptr(tid) else {
+        return 0;
+    };
     // SAFETY: map value pointer valid until removal; copied out first.
     let args = unsafe { *args };
     let _ = PENDING_IOCTL.remove(tid);
-    let Ok(ret) = (unsafe { ctx.read_at::<i64>(TP_ARG0) }) else { return 0 };
+    let Ok(ret) = (unsafe { ctx.read_at::<i64>(TP_ARG0) }) else {
+        return 0;
+    };
     handle_ioctl(args.fd, args.cmd, args.arg, ret);
     0
 }
@@ -663,7 +688,9 @@ pub fn tp_close_enter(ctx: TracePointContext) -> u32 {
     if !tracked_nv(tgid) {
         return 0;
     }
-    let Ok(fd) = (unsafe { ctx.read_at::<u64>(TP_ARG0) }) else { return 0 };
+    let Ok(fd) = (unsafe { ctx.read_at::<u64>(TP_ARG0) }) else {
+        return 0;
+    };
     let _ = PENDING_CLOSE.insert(bpf_get_current_pid_tgid() as u32, fd as u32, 0);
     0
 }
@@ -671,11 +698,15 @@ pub fn tp_close_enter(ctx: TracePointContext) -> u32 {
 #[tracepoint]
 pub fn tp_close_exit(ctx: TracePointContext) -> u32 {
     let tid = bpf_get_current_pid_tgid() as u32;
-    let Some(fd) = PENDING_CLOSE.get_ptr(tid) else { return 0 };
+    let Some(fd) = PENDING_CLOSE.get_ptr(tid) else {
+        return 0;
+    };
     // SAFETY: as above.
     let fd = unsafe { *fd };
     let _ = PENDING_CLOSE.remove(tid);
-    let Ok(ret) = (unsafe { ctx.read_at::<i64>(TP_ARG0) }) else { return 0 };
+    let Ok(ret) = (unsafe { ctx.read_at::<i64>(TP_ARG0) }) else {
+        return 0;
+    };
     handle_close(fd as u64, ret);
     0
 }

@@ -31,8 +31,10 @@ fn current_syscall() -> (u32, u64) {
             let task = generated::bpf_get_current_task_btf();
             let regs = generated::bpf_task_pt_regs(task) as u64;
             if regs != 0
-                && let (Ok(nr), Ok(arg0)) =
-                    (kread::<u64>(regs, crate::regs::NR as u32), kread::<u64>(regs, crate::regs::ARG0 as u32))
+                && let (Ok(nr), Ok(arg0)) = (
+                    kread::<u64>(regs, crate::regs::NR as u32),
+                    kread::<u64>(regs, crate::regs::ARG0 as u32),
+                )
                 && nr < u64::from(u32::MAX)
             {
                 return (nr as u32, arg0);
@@ -100,7 +102,27 @@ macro_rules! hook_programs {
     };
 }
 
-hook_programs!(nv_task_init_fentry, nv_task_init_kprobe, "nv_gpu_sched_task_init", hook::TASK_INIT);
-hook_programs!(nv_bind_fentry, nv_bind_kprobe, "nv_gpu_sched_bind", hook::BIND);
-hook_programs!(nv_token_fentry, nv_token_kprobe, "nv_gpu_sched_token_request", hook::TOKEN_REQUEST);
-hook_programs!(nv_task_destroy_fentry, nv_task_destroy_kprobe, "nv_gpu_sched_task_destroy", hook::TASK_DESTROY);
+hook_programs!(
+    nv_task_init_fentry,
+    nv_task_init_kprobe,
+    "nv_gpu_sched_task_init",
+    hook::TASK_INIT
+);
+hook_programs!(
+    nv_bind_fentry,
+    nv_bind_kprobe,
+    "nv_gpu_sched_bind",
+    hook::BIND
+);
+hook_programs!(
+    nv_token_fentry,
+    nv_token_kprobe,
+    "nv_gpu_sched_token_request",
+    hook::TOKEN_REQUEST
+);
+hook_programs!(
+    nv_task_destroy_fentry,
+    nv_task_destroy_kprobe,
+    "nv_gpu_sched_task_destroy",
+    hook::TASK_DESTROY
+);

@@ -363,7 +363,12 @@ impl Facts {
             nvidia_btf: module_btf("nvidia", &[NVIDIA_ENTRY]),
             amdgpu_btf: module_btf(
                 "amdgpu",
-                &[KFD_ENTRY, "kfd_ioctl_create_queue", "create_queue_cpsch", "pqm_uninit"],
+                &[
+                    KFD_ENTRY,
+                    "kfd_ioctl_create_queue",
+                    "create_queue_cpsch",
+                    "pqm_uninit",
+                ],
             ),
             mounts,
             tracefs,
@@ -1030,7 +1035,11 @@ fn nvidia_rows(ctx: &Ctx<'_>) -> Vec<Row> {
             format!(
                 "{GPU_EXT_HOOK} is defined by {}: gpu-trace attaches to the four nv_gpu_sched_* \
                  hooks (fentry, else kprobe, as the rows below allow)",
-                copies.iter().flatten().next().map_or("the kernel", String::as_str)
+                copies
+                    .iter()
+                    .flatten()
+                    .next()
+                    .map_or("the kernel", String::as_str)
             ),
         ),
         _ => info(
@@ -1735,7 +1744,11 @@ mod tests {
         );
         let nodes = row(&r, Scope::Nvidia, "device nodes");
         assert_eq!(nodes.status, Status::Yes, "{}", nodes.why);
-        assert!(nodes.why.contains("195 nvidia") && nodes.why.contains("195:255"), "{}", nodes.why);
+        assert!(
+            nodes.why.contains("195 nvidia") && nodes.why.contains("195:255"),
+            "{}",
+            nodes.why
+        );
         // Module BTF is there, trampolines are not: fentry still "no", for the trampolines.
         let fentry = row(&r, Scope::Nvidia, hook::FENTRY);
         assert_eq!(fentry.status, Status::No);

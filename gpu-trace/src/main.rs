@@ -21,8 +21,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Some(Command::Doctor { json }) => return doctor(json),
-        Some(Command::Replay { file, output }) => session::replay(&file, &output)
-            .with_context(|| format!("replaying {}", file.display())),
+        Some(Command::Replay { file, output }) => {
+            session::replay(&file, &output).with_context(|| format!("replaying {}", file.display()))
+        }
         None => trace(cli.trace),
     };
     match result {
@@ -38,10 +39,18 @@ fn main() -> ExitCode {
         Err(err) => {
             eprintln!("gpu-trace: {}", chain_without_repeats(&err));
             let unsupported = err.chain().any(|cause| {
-                cause.downcast_ref::<RunError>().is_some_and(RunError::is_unsupported)
-                    || cause.downcast_ref::<LoadError>().is_some_and(LoadError::is_unsupported)
+                cause
+                    .downcast_ref::<RunError>()
+                    .is_some_and(RunError::is_unsupported)
+                    || cause
+                        .downcast_ref::<LoadError>()
+                        .is_some_and(LoadError::is_unsupported)
             });
-            ExitCode::from(if unsupported { EXIT_UNSUPPORTED } else { EXIT_RUNTIME })
+            ExitCode::from(if unsupported {
+                EXIT_UNSUPPORTED
+            } else {
+                EXIT_RUNTIME
+            })
         }
     }
 }

@@ -97,14 +97,20 @@ impl<W: Write> Pipeline<W> {
         let origin = record.origin();
         self.first_ts.get_or_insert(origin.ts_ns);
         self.last_ts = Some(origin.ts_ns);
-        self.process_names.entry(origin.pid).or_insert_with(|| origin.comm.clone());
+        self.process_names
+            .entry(origin.pid)
+            .or_insert_with(|| origin.comm.clone());
         let input = match record {
             RawRecord::NvIoctl(rec) => {
                 let call = decode::decode(&rec);
                 if matches!(call, RmCall::Malformed { .. }) {
                     self.stats.decode_errors += 1;
                 }
-                NvInput::Call { fd: decode::fd(&rec), errno: decode::errno(&rec), call }
+                NvInput::Call {
+                    fd: decode::fd(&rec),
+                    errno: decode::errno(&rec),
+                    call,
+                }
             }
             RawRecord::ProcessExit(_) => NvInput::ProcessExit,
             RawRecord::FdClose(t) => NvInput::FdClose { fd: t.value },
@@ -114,17 +120,24 @@ impl<W: Write> Pipeline<W> {
                 if matches!(call, KfdCall::Malformed { .. }) {
                     self.stats.decode_errors += 1;
                 }
-                let input =
-                    KfdInput::Call { fd: amd_decode::fd(&rec), errno: amd_decode::errno(&rec), call };
+                let input = KfdInput::Call {
+                    fd: amd_decode::fd(&rec),
+                    errno: amd_decode::errno(&rec),
+                    call,
+                };
                 let events = self.amd.observe(origin, input);
                 return self.emit_selected(&events);
             }
             RawRecord::KfdQueue(rec) => {
-                let events = self.amd.observe(origin, KfdInput::QueueBuilt(amd_decode::decode_queue(&rec)));
+                let events = self
+                    .amd
+                    .observe(origin, KfdInput::QueueBuilt(amd_decode::decode_queue(&rec)));
                 return self.emit_selected(&events);
             }
             RawRecord::Deep(rec) => {
-                let events = self.amd.observe(origin, KfdInput::Deep(amd_decode::decode_deep(&rec)));
+                let events = self
+                    .amd
+                    .observe(origin, KfdInput::Deep(amd_decode::decode_deep(&rec)));
                 return self.emit_selected(&events);
             }
         };
@@ -170,7 +183,10 @@ impl<W: Write> Pipeline<W> {
         self.stats.record(event);
         if let Some(perfetto) = self.perfetto.as_mut() {
             let pid = event.origin.pid;
-            let name = self.process_names.get(&pid).map_or(event.origin.comm.as_str(), String::as_str);
+            let name = self
+                .process_names
+                .get(&pid)
+                .map_or(event.origin.comm.as_str(), String::as_str);
             perfetto.event(event, name, self.first_ts.unwrap_or(event.origin.ts_ns))?;
         }
         let line = match self.config.format {
@@ -196,7 +212,11 @@ impl<W: Write> Pipeline<W> {
     }
 
     /// Ends the run: prints the statistics (with the kernel's counters) and returns the summary.
-    pub fn finish(mut self, counters: KernelCounters, duration: Duration) -> std::io::Result<Summary> {
+    pub fn finish(
+        mut self,
+        counters: KernelCounters,
+        duration: Duration,
+    ) -> std::io::Result<Summary> {
         self.stats.kernel = counters;
         self.stats.elapsed = Some(duration);
         self.stats.live_at_exit = (self.tracker.live_tasks() + self.amd.live_tasks()) as u64;
@@ -224,7 +244,10 @@ impl<W: Write> Pipeline<W> {
             let other = [
                 ("tool", format!("gpu-trace {}", env!("CARGO_PKG_VERSION"))),
                 ("clock", "CLOCK_MONOTONIC (ts in microseconds)".to_string()),
-                ("realtime_offset_ns", self.config.clock.offset_ns().to_string()),
+                (
+                    "realtime_offset_ns",
+                    self.config.clock.offset_ns().to_string(),
+                ),
                 ("dropped", counters.dropped.to_string()),
             ];
             perfetto.finish(self.last_ts.unwrap_or(0), &other)?;
@@ -236,7 +259,10 @@ impl<W: Write> Pipeline<W> {
             }
         }
         self.out.flush()?;
-        Ok(Summary { events: self.stats.events(), dropped: counters.dropped })
+        Ok(Summary {
+            events: self.stats.events(),
+            dropped: counters.dropped,
+        })
     }
 
     pub fn stats(&self) -> &Stats {

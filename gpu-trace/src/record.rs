@@ -31,7 +31,9 @@ pub enum RecordError {
     Io(#[from] io::Error),
     #[error("not a gpu-trace recording (bad magic); record one with `gpu-trace --record FILE`")]
     BadMagic,
-    #[error("recording format version {0} is not supported by this gpu-trace (it reads {FORMAT_VERSION})")]
+    #[error(
+        "recording format version {0} is not supported by this gpu-trace (it reads {FORMAT_VERSION})"
+    )]
     Version(u32),
     #[error("recording header is not valid JSON: {0}")]
     Header(#[from] serde_json::Error),
@@ -119,7 +121,9 @@ fn read_all_or_eof(input: &mut impl Read, buf: &mut [u8]) -> Result<bool, io::Er
 impl<R: BufRead> RecordReader<R> {
     pub fn new(mut input: R) -> Result<Self, RecordError> {
         let mut magic = [0u8; 8];
-        input.read_exact(&mut magic).map_err(|_| RecordError::BadMagic)?;
+        input
+            .read_exact(&mut magic)
+            .map_err(|_| RecordError::BadMagic)?;
         if &magic != MAGIC {
             return Err(RecordError::BadMagic);
         }
@@ -134,7 +138,12 @@ impl<R: BufRead> RecordReader<R> {
         let mut json = vec![0u8; len as usize];
         input.read_exact(&mut json)?;
         let header = serde_json::from_slice(&json)?;
-        Ok(Self { input, header, trailer: None, offset: 16 + len as u64 })
+        Ok(Self {
+            input,
+            header,
+            trailer: None,
+            offset: 16 + len as u64,
+        })
     }
 
     /// The next record's bytes, or `None` at the end (the trailer, if any, is then in
@@ -144,7 +153,9 @@ impl<R: BufRead> RecordReader<R> {
     /// incomplete last record or trailer is the end of the recording, not an error, so that
     /// everything written before the cut can still be replayed.
     pub fn next_record(&mut self) -> Result<Option<Vec<u8>>, RecordError> {
-        let Some(len) = read_u32(&mut self.input)? else { return Ok(None) };
+        let Some(len) = read_u32(&mut self.input)? else {
+            return Ok(None);
+        };
         if len == 0 {
             if let Some(tlen) = read_u32(&mut self.input)? {
                 if tlen > MAX_RECORD {
@@ -191,7 +202,11 @@ mod tests {
         w.record(&[1, 2, 3]).unwrap();
         w.record(&[9; 264]).unwrap();
         let trailer = RecordingTrailer {
-            kernel_counters: KernelCounters { dropped: 3, read_failed: 1, ..Default::default() },
+            kernel_counters: KernelCounters {
+                dropped: 3,
+                read_failed: 1,
+                ..Default::default()
+            },
             duration_ns: 5,
         };
         let bytes = w.finish(&trailer).unwrap();
@@ -221,7 +236,9 @@ mod tests {
         w.record(&[7; 40]).unwrap();
         w.record(&[8; 48]).unwrap();
         let full = w.finish(&RecordingTrailer::default()).unwrap();
-        let trailer_json = serde_json::to_vec(&RecordingTrailer::default()).unwrap().len();
+        let trailer_json = serde_json::to_vec(&RecordingTrailer::default())
+            .unwrap()
+            .len();
         let first_record_end = full.len() - (4 + 48) - 8 - trailer_json;
         // Every cut after the first record: the first record comes back, then the end, no error.
         for cut in first_record_end..full.len() {
@@ -232,19 +249,28 @@ mod tests {
                 assert_eq!(second, Some(vec![8; 48]), "cut at {cut}");
                 assert_eq!(r.next_record().unwrap(), None, "cut at {cut}");
             }
-            assert_eq!(r.trailer, None, "cut at {cut}: an incomplete trailer is no trailer");
+            assert_eq!(
+                r.trailer, None,
+                "cut at {cut}: an incomplete trailer is no trailer"
+            );
         }
     }
 
     #[test]
     fn rejects_foreign_files_and_corrupt_lengths() {
-        assert!(matches!(RecordReader::new(&b"NOTATRACE......."[..]), Err(RecordError::BadMagic)));
+        assert!(matches!(
+            RecordReader::new(&b"NOTATRACE......."[..]),
+            Err(RecordError::BadMagic)
+        ));
         let mut bytes = RecordWriter::new(Vec::new(), &header()).unwrap().out;
         bytes.extend_from_slice(&(MAX_RECORD + 1).to_le_bytes());
         let mut r = RecordReader::new(&bytes[..]).unwrap();
         assert!(matches!(r.next_record(), Err(RecordError::BadLength(..))));
         let mut v2 = MAGIC.to_vec();
         v2.extend_from_slice(&2u32.to_le_bytes());
-        assert!(matches!(RecordReader::new(&v2[..]), Err(RecordError::Version(2))));
+        assert!(matches!(
+            RecordReader::new(&v2[..]),
+            Err(RecordError::Version(2))
+        ));
     }
 }

@@ -91,9 +91,13 @@ fn open_output(args: &OutputArgs) -> Result<Box<dyn Write>, RunError> {
 fn new_pipeline(args: &OutputArgs, clock: Clock) -> Result<Pipeline<Box<dyn Write>>, RunError> {
     let perfetto = match &args.perfetto {
         Some(path) => {
-            let file = File::create(path).map_err(io_err(format!("creating {}", path.display())))?;
+            let file =
+                File::create(path).map_err(io_err(format!("creating {}", path.display())))?;
             let out: Box<dyn Write> = Box::new(BufWriter::new(file));
-            Some(PerfettoWriter::new(out, clock.clone()).map_err(io_err(format!("writing {}", path.display())))?)
+            Some(
+                PerfettoWriter::new(out, clock.clone())
+                    .map_err(io_err(format!("writing {}", path.display())))?,
+            )
         }
         None => None,
     };
@@ -129,7 +133,11 @@ pub async fn run_live(args: &TraceArgs) -> Result<Summary, RunError> {
         None => None,
     };
     // --watch-device adds a device of the vendor being traced.
-    let (extra_device, extra_kfd_device) = if amd { (None, watched) } else { (watched, None) };
+    let (extra_device, extra_kfd_device) = if amd {
+        (None, watched)
+    } else {
+        (watched, None)
+    };
     let kfd = amd.then(crate::amd::KfdPresence::probe);
     if let Some(warning) = kfd.as_ref().and_then(|k| k.warning()) {
         eprintln!("gpu-trace: warning: {warning}");
@@ -154,23 +162,32 @@ pub async fn run_live(args: &TraceArgs) -> Result<Summary, RunError> {
     let what = match &kfd {
         Some(k) => format!(
             "AMD KFD queue calls on /dev/kfd (char major {})",
-            k.major.map_or_else(|| "unknown".to_string(), |m| m.to_string())
+            k.major
+                .map_or_else(|| "unknown".to_string(), |m| m.to_string())
         ),
         None => "NVIDIA RM calls".to_string(),
     };
-    eprintln!("gpu-trace: tracing {what}; hooks: {}", tracer.describe_hooks());
+    eprintln!(
+        "gpu-trace: tracing {what}; hooks: {}",
+        tracer.describe_hooks()
+    );
     for refused in &tracer.refused {
         eprintln!("gpu-trace: (not used: {refused})");
     }
 
     let mut recorder = match &args.record {
         Some(path) => {
-            let file = File::create(path).map_err(io_err(format!("creating {}", path.display())))?;
+            let file =
+                File::create(path).map_err(io_err(format!("creating {}", path.display())))?;
             let header = RecordingHeader {
                 tool_version: env!("CARGO_PKG_VERSION").into(),
                 host: system::host_name(),
                 kernel: system::kernel_release(),
-                driver: if amd { crate::amd::driver_description() } else { system::nvidia_driver() },
+                driver: if amd {
+                    crate::amd::driver_description()
+                } else {
+                    system::nvidia_driver()
+                },
                 realtime_offset_ns: clock.offset_ns(),
                 hooks: tracer.hooks.iter().map(ToString::to_string).collect(),
                 argv: std::env::args().collect(),
@@ -185,7 +202,10 @@ pub async fn run_live(args: &TraceArgs) -> Result<Summary, RunError> {
     // SAFETY: the ring buffer owns its map fd and keeps it open for as long as the AsyncFd
     // that owns the ring buffer lives; nothing else closes it.
     let mut ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
-        .map_err(|e| RunError::Io { what: "polling the ring buffer".into(), source: e.into() })?;
+        .map_err(|e| RunError::Io {
+            what: "polling the ring buffer".into(),
+            source: e.into(),
+        })?;
 
     let started = Instant::now();
     let deadline = args.duration.map(Duration::from_secs_f64);
@@ -225,7 +245,9 @@ pub async fn run_live(args: &TraceArgs) -> Result<Summary, RunError> {
         };
         recorder.finish(&trailer)?;
     }
-    let summary = pipeline.finish(counters, duration).map_err(io_err("writing the output"))?;
+    let summary = pipeline
+        .finish(counters, duration)
+        .map_err(io_err("writing the output"))?;
     drop(tracer); // detaches every program; nothing is pinned
     Ok(summary)
 }
@@ -251,10 +273,15 @@ pub fn replay(path: &Path, args: &OutputArgs) -> Result<Summary, RunError> {
     let clock = Clock::new(reader.header.realtime_offset_ns);
     let mut pipeline = new_pipeline(args, clock)?;
     while let Some(bytes) = reader.next_record()? {
-        pipeline.feed(&bytes).map_err(io_err("writing the output"))?;
+        pipeline
+            .feed(&bytes)
+            .map_err(io_err("writing the output"))?;
     }
     let (counters, duration) = match &reader.trailer {
-        Some(t) => (t.kernel_counters.clone(), Duration::from_nanos(t.duration_ns)),
+        Some(t) => (
+            t.kernel_counters.clone(),
+            Duration::from_nanos(t.duration_ns),
+        ),
         None => {
             eprintln!(
                 "gpu-trace: {} ends without its trailer (the run was cut short): kernel counters \
@@ -264,5 +291,7 @@ pub fn replay(path: &Path, args: &OutputArgs) -> Result<Summary, RunError> {
             (KernelCounters::default(), pipeline.span())
         }
     };
-    pipeline.finish(counters, duration).map_err(io_err("writing the output"))
+    pipeline
+        .finish(counters, duration)
+        .map_err(io_err("writing the output"))
 }

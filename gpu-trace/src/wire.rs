@@ -566,7 +566,11 @@ mod tests {
             let kind = rec.header().kind;
             assert_eq!(
                 parse_record(&bytes[..bytes.len() - 4]),
-                Err(WireError::BadLength { kind, len: bytes.len() - 4, expected: bytes.len() })
+                Err(WireError::BadLength {
+                    kind,
+                    len: bytes.len() - 4,
+                    expected: bytes.len()
+                })
             );
         }
     }

@@ -17,7 +17,9 @@ use gpu_trace::{
 use gpu_trace_common::nvidia::cmd;
 
 fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
 }
 
 fn records(name: &str) -> Vec<RawRecord> {
@@ -26,7 +28,10 @@ fn records(name: &str) -> Vec<RawRecord> {
     while let Some(bytes) = reader.next_record().unwrap() {
         out.push(wire::parse_record(&bytes).unwrap());
     }
-    assert!(reader.trailer.is_some(), "{name}: the live run ended cleanly");
+    assert!(
+        reader.trailer.is_some(),
+        "{name}: the live run ended cleanly"
+    );
     out
 }
 
@@ -36,12 +41,18 @@ fn events(recs: &[RawRecord]) -> Vec<Event> {
 }
 
 fn count(evs: &[Event], pid: u32, name: &str) -> usize {
-    evs.iter().filter(|e| e.origin.pid == pid && e.kind.name() == name).count()
+    evs.iter()
+        .filter(|e| e.origin.pid == pid && e.kind.name() == name)
+        .count()
 }
 
 /// The PyTorch process of a capture: the one that created TSGs.
 fn torch_pid(evs: &[Event]) -> u32 {
-    evs.iter().find(|e| e.kind.name() == "TASK_INIT").unwrap().origin.pid
+    evs.iter()
+        .find(|e| e.kind.name() == "TASK_INIT")
+        .unwrap()
+        .origin
+        .pid
 }
 
 #[test]
@@ -51,13 +62,21 @@ fn two_streams_decodes_to_what_pytorch_asks_of_the_driver() {
     let pid = torch_pid(&evs);
 
     // 4 TSGs: the first on GR0, the others on copy engines.
-    let inits: Vec<&Event> =
-        evs.iter().filter(|e| e.origin.pid == pid && e.kind.name() == "TASK_INIT").collect();
+    let inits: Vec<&Event> = evs
+        .iter()
+        .filter(|e| e.origin.pid == pid && e.kind.name() == "TASK_INIT")
+        .collect();
     assert_eq!(inits.len(), 4);
     let engines: Vec<Option<Engine>> = inits
         .iter()
         .map(|e| match &e.kind {
-            EventKind::TaskInit { engine, timeslice_us, timeslice_source, interleave, .. } => {
+            EventKind::TaskInit {
+                engine,
+                timeslice_us,
+                timeslice_source,
+                interleave,
+                ..
+            } => {
                 assert_eq!(*timeslice_us, Some(1024));
                 assert_eq!(*timeslice_source, ValueSource::DriverDefault);
                 assert_eq!(*interleave, Some(Interleave::Medium));
@@ -66,19 +85,35 @@ fn two_streams_decodes_to_what_pytorch_asks_of_the_driver() {
             _ => unreachable!(),
         })
         .collect();
-    assert_eq!(engines, [Some(Engine::Graphics), Some(Engine::Copy), Some(Engine::Copy), Some(Engine::Copy)]);
+    assert_eq!(
+        engines,
+        [
+            Some(Engine::Graphics),
+            Some(Engine::Copy),
+            Some(Engine::Copy),
+            Some(Engine::Copy)
+        ]
+    );
 
     // One allowed SCHEDULE per TSG, with 8/4/4/4 channels.
     let scheds: Vec<(TaskId, Option<u32>, bool)> = evs
         .iter()
         .filter(|e| e.origin.pid == pid)
         .filter_map(|e| match &e.kind {
-            EventKind::Schedule { task, channels, allowed, .. } => Some((*task, *channels, *allowed)),
+            EventKind::Schedule {
+                task,
+                channels,
+                allowed,
+                ..
+            } => Some((*task, *channels, *allowed)),
             _ => None,
         })
         .collect();
     assert_eq!(scheds.len(), 4);
-    assert_eq!(scheds.iter().map(|s| s.1).collect::<Vec<_>>(), [Some(8), Some(4), Some(4), Some(4)]);
+    assert_eq!(
+        scheds.iter().map(|s| s.1).collect::<Vec<_>>(),
+        [Some(8), Some(4), Some(4), Some(4)]
+    );
     assert!(scheds.iter().all(|s| s.2));
     let init_tasks: Vec<TaskId> = inits.iter().map(|e| e.kind.task()).collect();
     assert_eq!(scheds.iter().map(|s| s.0).collect::<Vec<_>>(), init_tasks);
@@ -86,11 +121,22 @@ fn two_streams_decodes_to_what_pytorch_asks_of_the_driver() {
     // 20 work-submit tokens, each = runlist << 16 | ChID, grouped by TSG as the channels are.
     let mut per_task: BTreeMap<String, Vec<(u32, u32)>> = BTreeMap::new();
     for e in evs.iter().filter(|e| e.origin.pid == pid) {
-        if let EventKind::WorkSubmit { task, token, chid, runlist, gpu, .. } = &e.kind {
+        if let EventKind::WorkSubmit {
+            task,
+            token,
+            chid,
+            runlist,
+            gpu,
+            ..
+        } = &e.kind
+        {
             assert_eq!(Some(token & 0xfff), *chid);
             assert_eq!(Some((token >> 16) & 0x7f), *runlist);
             assert_eq!(*gpu, Some(0));
-            per_task.entry(format!("{task:?}")).or_default().push((runlist.unwrap(), chid.unwrap()));
+            per_task
+                .entry(format!("{task:?}"))
+                .or_default()
+                .push((runlist.unwrap(), chid.unwrap()));
         }
     }
     assert_eq!(per_task.values().map(Vec::len).sum::<usize>(), 20);
@@ -99,17 +145,30 @@ fn two_streams_decodes_to_what_pytorch_asks_of_the_driver() {
     assert_eq!(sizes, [4, 4, 4, 8]);
     // All channels of one TSG sit on one runlist; different TSGs on different runlists.
     let runlists: Vec<u32> = per_task.values().map(|v| v[0].0).collect();
-    assert!(per_task.values().all(|v| v.iter().all(|(r, _)| *r == v[0].0)));
+    assert!(
+        per_task
+            .values()
+            .all(|v| v.iter().all(|(r, _)| *r == v[0].0))
+    );
     let mut distinct = runlists.clone();
     distinct.dedup();
     assert_eq!(distinct.len(), 4, "{runlists:?}");
 
     // CUDA does not free its TSGs: all four end when the process exits, from its last thread.
-    let destroys: Vec<&Event> =
-        evs.iter().filter(|e| e.origin.pid == pid && e.kind.name() == "TASK_DESTROY").collect();
+    let destroys: Vec<&Event> = evs
+        .iter()
+        .filter(|e| e.origin.pid == pid && e.kind.name() == "TASK_DESTROY")
+        .collect();
     assert_eq!(destroys.len(), 4);
     for d in &destroys {
-        assert!(matches!(d.kind, EventKind::TaskDestroy { cause: DestroyCause::ProcessExit, implicit: true, .. }));
+        assert!(matches!(
+            d.kind,
+            EventKind::TaskDestroy {
+                cause: DestroyCause::ProcessExit,
+                implicit: true,
+                ..
+            }
+        ));
     }
     let mut destroyed: Vec<TaskId> = destroys.iter().map(|e| e.kind.task()).collect();
     let mut created = init_tasks.clone();
@@ -129,34 +188,85 @@ fn two_streams_raw_calls_match_the_documented_abi() {
         })
         .collect();
     // Every RM call of the capture decodes; none is malformed or unreadable.
-    assert!(calls.iter().all(|(_, c)| !matches!(c, RmCall::Malformed { .. })));
+    assert!(
+        calls
+            .iter()
+            .all(|(_, c)| !matches!(c, RmCall::Malformed { .. }))
+    );
     // Allocs arrive as NVOS64 (0xc030462b) with paramsSize 0, as platforms.md says.
-    let allocs: Vec<&(u32, RmCall)> = calls.iter().filter(|(_, c)| matches!(c, RmCall::Alloc { .. })).collect();
-    assert!(allocs.iter().all(|(ioctl, c)| *ioctl == 0xC030_462B && matches!(c, RmCall::Alloc { nvos64: true, .. })));
+    let allocs: Vec<&(u32, RmCall)> = calls
+        .iter()
+        .filter(|(_, c)| matches!(c, RmCall::Alloc { .. }))
+        .collect();
+    assert!(
+        allocs
+            .iter()
+            .all(|(ioctl, c)| *ioctl == 0xC030_462B
+                && matches!(c, RmCall::Alloc { nvos64: true, .. }))
+    );
     let hopper_channels = allocs
         .iter()
-        .filter(|(_, c)| matches!(c, RmCall::Alloc { class: 0xC86F, status: 0, .. }))
+        .filter(|(_, c)| {
+            matches!(
+                c,
+                RmCall::Alloc {
+                    class: 0xC86F,
+                    status: 0,
+                    ..
+                }
+            )
+        })
         .count();
     assert_eq!(hopper_channels, 20);
     // The one SET_TIMESLICE: 2048 µs on the GR TSG, accepted.
     let timeslices: Vec<&RmCall> = calls
         .iter()
         .map(|(_, c)| c)
-        .filter(|c| matches!(c, RmCall::Control { cmd: cmd::TSG_SET_TIMESLICE, .. }))
+        .filter(|c| {
+            matches!(
+                c,
+                RmCall::Control {
+                    cmd: cmd::TSG_SET_TIMESLICE,
+                    ..
+                }
+            )
+        })
         .collect();
     assert_eq!(timeslices.len(), 1);
-    assert!(matches!(timeslices[0], RmCall::Control { status: 0, params: ControlParams::Timeslice { us: 2048 }, .. }));
+    assert!(matches!(
+        timeslices[0],
+        RmCall::Control {
+            status: 0,
+            params: ControlParams::Timeslice { us: 2048 },
+            ..
+        }
+    ));
     // Schedules enable the TSG and skip nothing.
     let schedules = calls
         .iter()
         .filter(|(_, c)| {
-            matches!(c, RmCall::Control { cmd: cmd::TSG_GPFIFO_SCHEDULE, params: ControlParams::Schedule { enable: true, skip_submit: false, skip_enable: false }, .. })
+            matches!(
+                c,
+                RmCall::Control {
+                    cmd: cmd::TSG_GPFIFO_SCHEDULE,
+                    params: ControlParams::Schedule {
+                        enable: true,
+                        skip_submit: false,
+                        skip_enable: false
+                    },
+                    ..
+                }
+            )
         })
         .count();
     assert_eq!(schedules, 4);
     // Tokens split into runlist/ChID; the H200 (GH100 HAL) sets no doorbell bit.
     for (_, c) in &calls {
-        if let RmCall::Control { params: ControlParams::WorkSubmitToken { token }, .. } = c {
+        if let RmCall::Control {
+            params: ControlParams::WorkSubmitToken { token },
+            ..
+        } = c
+        {
             assert!(!split_token(*token).runlist_doorbell);
         }
     }
@@ -170,19 +280,29 @@ fn context_churn_frees_its_tsgs_explicitly() {
     assert_eq!(count(&evs, pid, "TASK_INIT"), 12);
     assert_eq!(count(&evs, pid, "SCHEDULE"), 12);
     assert_eq!(count(&evs, pid, "WORK_SUBMIT"), 60);
-    let destroys: Vec<&Event> =
-        evs.iter().filter(|e| e.origin.pid == pid && e.kind.name() == "TASK_DESTROY").collect();
-    assert_eq!(destroys.len(), 12);
-    assert!(destroys
+    let destroys: Vec<&Event> = evs
         .iter()
-        .all(|d| matches!(d.kind, EventKind::TaskDestroy { cause: DestroyCause::Free, implicit: false, .. })));
+        .filter(|e| e.origin.pid == pid && e.kind.name() == "TASK_DESTROY")
+        .collect();
+    assert_eq!(destroys.len(), 12);
+    assert!(destroys.iter().all(|d| matches!(
+        d.kind,
+        EventKind::TaskDestroy {
+            cause: DestroyCause::Free,
+            implicit: false,
+            ..
+        }
+    )));
     // Every TSG is destroyed after it was created, and before the next round creates more.
     let order: Vec<&str> = evs
         .iter()
         .filter(|e| e.origin.pid == pid && matches!(e.kind.name(), "TASK_INIT" | "TASK_DESTROY"))
         .map(|e| e.kind.name())
         .collect();
-    assert_eq!(order, [["TASK_INIT"; 4], ["TASK_DESTROY"; 4]].concat().repeat(3));
+    assert_eq!(
+        order,
+        [["TASK_INIT"; 4], ["TASK_DESTROY"; 4]].concat().repeat(3)
+    );
 }
 
 fn replay(args: &[&str]) -> String {
@@ -192,7 +312,11 @@ fn replay(args: &[&str]) -> String {
         .env("TZ", "UTC")
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).unwrap()
 }
 
@@ -214,13 +338,19 @@ fn replay_filters_and_formats() {
     let plain = replay(&[path]);
     assert!(!plain.contains("WORK_SUBMIT  PID=") && plain.contains("SCHEDULE     PID="));
     let none = replay(&[path, "--comm", "nosuchprocess"]);
-    assert!(!none.contains("TASK_INIT    PID=") && none.contains("task_init           0"), "{none}");
+    assert!(
+        !none.contains("TASK_INIT    PID=") && none.contains("task_init           0"),
+        "{none}"
+    );
     // The exiting thread is cuda-EvtHandlr, but --comm python3 keeps the process's destroys.
     let by_comm = replay(&[path, "--comm", "python3"]);
     assert_eq!(by_comm.matches("TASK_DESTROY PID=").count(), 4);
     // JSON: one object per line, the last one the statistics.
     let json = replay(&[path, "-v", "--format", "json"]);
-    let lines: Vec<serde_json::Value> = json.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let lines: Vec<serde_json::Value> = json
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(lines.len(), 4 + 4 + 20 + 4 + 1);
     assert_eq!(lines.last().unwrap()["event"], "STATS");
     assert_eq!(lines.last().unwrap()["kernel"]["dropped"], 0);

@@ -43,7 +43,11 @@ fn serial() -> MutexGuard<'static, ()> {
 /// Loads the tracer watching /dev/null, or says loudly why the test cannot run.
 fn tracer(test: &str, hook: Option<SyscallHook>) -> Option<(Tracer, RingBuf<MapData>)> {
     let dev_null = system::char_device_kernel_dev("/dev/null".as_ref()).expect("/dev/null");
-    let options = LoadOptions { extra_device: Some(dev_null), syscall_hook: hook, ..Default::default() };
+    let options = LoadOptions {
+        extra_device: Some(dev_null),
+        syscall_hook: hook,
+        ..Default::default()
+    };
     match Tracer::load(&options) {
         Ok(mut t) => {
             let ring = t.take_ring_buffer().expect("ring buffer");
@@ -63,7 +67,12 @@ fn collect(ring: &mut RingBuf<MapData>, tid: u32, want: usize) -> Vec<RawRecord>
     common::collect_until(
         ring,
         |r| r.header().tid == tid || r.header().tgid == tid,
-        |out| out.iter().filter(|r| matches!(r, RawRecord::NvIoctl(_))).count() >= want,
+        |out| {
+            out.iter()
+                .filter(|r| matches!(r, RawRecord::NvIoctl(_)))
+                .count()
+                >= want
+        },
     )
 }
 
@@ -129,7 +138,9 @@ const XFER: u32 = 0xC010_46D3;
 #[test]
 fn rm_shaped_ioctls_on_a_watched_device_are_captured_and_decoded() {
     let _serial = serial();
-    let Some((tracer, mut ring)) = tracer("capture", None) else { return };
+    let Some((tracer, mut ring)) = tracer("capture", None) else {
+        return;
+    };
     let before = tracer.counters().unwrap();
     let null = File::open("/dev/null").unwrap();
     let zero = File::open("/dev/zero").unwrap();
@@ -164,16 +175,31 @@ fn rm_shaped_ioctls_on_a_watched_device_are_captured_and_decoded() {
     };
     assert_eq!(ioctl(fd, CONTROL, (&raw const control).cast()), -ENOTTY);
     // The same alloc, XFER-wrapped.
-    let xfer = Xfer { cmd: 0x2B, size: 48, ptr: (&raw const alloc) as u64 };
+    let xfer = Xfer {
+        cmd: 0x2B,
+        size: 48,
+        ptr: (&raw const alloc) as u64,
+    };
     assert_eq!(ioctl(fd, XFER, (&raw const xfer).cast()), -ENOTTY);
     // Free.
-    let free = Nvos00 { h_root: 0xc1d0_0001, h_parent: 0xc1d0_0002, h_old: 0x5c00_0010, status: 0 };
+    let free = Nvos00 {
+        h_root: 0xc1d0_0001,
+        h_parent: 0xc1d0_0002,
+        h_old: 0x5c00_0010,
+        status: 0,
+    };
     assert_eq!(ioctl(fd, FREE, (&raw const free).cast()), -ENOTTY);
     // Not traced: an uninteresting control, an unrelated escape, and an RM alloc on /dev/zero.
-    let other = Nvos54 { cmd: 0x2080_0101, ..control };
+    let other = Nvos54 {
+        cmd: 0x2080_0101,
+        ..control
+    };
     assert_eq!(ioctl(fd, CONTROL, (&raw const other).cast()), -ENOTTY);
     assert_eq!(ioctl(fd, 0xC048_46D2, std::ptr::null()), -ENOTTY);
-    assert_eq!(ioctl(zero.as_raw_fd(), ALLOC64, (&raw const alloc).cast()), -ENOTTY);
+    assert_eq!(
+        ioctl(zero.as_raw_fd(), ALLOC64, (&raw const alloc).cast()),
+        -ENOTTY
+    );
 
     let recs = nv(&collect(&mut ring, tid, 4));
     assert_eq!(recs.len(), 4, "exactly the four traced calls: {recs:#?}");
@@ -193,25 +219,50 @@ fn rm_shaped_ioctls_on_a_watched_device_are_captured_and_decoded() {
         status: 0,
         nvos64: true,
         finn_serialized: false,
-        params: AllocParams::Tsg { h_object_error: 0xcaf0_0001, h_vaspace: 0xcaf0_0002, engine_type: 1 },
+        params: AllocParams::Tsg {
+            h_object_error: 0xcaf0_0001,
+            h_vaspace: 0xcaf0_0002,
+            engine_type: 1,
+        },
     };
     assert_eq!(decode::decode(&recs[0]), want_alloc);
     assert_eq!(recs[0].ioctl_cmd, ALLOC64);
     assert!(!decode::via_xfer(&recs[0]));
     match decode::decode(&recs[1]) {
-        RmCall::Control { object, cmd: c, params, .. } => {
+        RmCall::Control {
+            object,
+            cmd: c,
+            params,
+            ..
+        } => {
             assert_eq!(object, 0x5c00_0010);
             assert_eq!(c, cmd::TSG_GPFIFO_SCHEDULE);
-            assert_eq!(params, ControlParams::Schedule { enable: true, skip_submit: false, skip_enable: false });
+            assert_eq!(
+                params,
+                ControlParams::Schedule {
+                    enable: true,
+                    skip_submit: false,
+                    skip_enable: false
+                }
+            );
         }
         other => panic!("expected the schedule control, got {other:?}"),
     }
-    assert_eq!(decode::decode(&recs[2]), want_alloc, "XFER unwraps to the same call");
+    assert_eq!(
+        decode::decode(&recs[2]),
+        want_alloc,
+        "XFER unwraps to the same call"
+    );
     assert!(decode::via_xfer(&recs[2]));
     assert_eq!(recs[2].ioctl_cmd, XFER);
     assert_eq!(
         decode::decode(&recs[3]),
-        RmCall::Free { client: 0xc1d0_0001, parent: 0xc1d0_0002, object: 0x5c00_0010, status: 0 }
+        RmCall::Free {
+            client: 0xc1d0_0001,
+            parent: 0xc1d0_0002,
+            object: 0x5c00_0010,
+            status: 0
+        }
     );
     let after = tracer.counters().unwrap();
     // The uninteresting control is read and counted as ignored; the version-check escape is
@@ -224,7 +275,9 @@ fn rm_shaped_ioctls_on_a_watched_device_are_captured_and_decoded() {
 #[test]
 fn bad_pointers_and_sizes_are_flagged_and_counted_never_reported_as_calls() {
     let _serial = serial();
-    let Some((tracer, mut ring)) = tracer("bad input", None) else { return };
+    let Some((tracer, mut ring)) = tracer("bad input", None) else {
+        return;
+    };
     let before = tracer.counters().unwrap();
     let null = File::open("/dev/null").unwrap();
     let fd = null.as_raw_fd();
@@ -234,21 +287,42 @@ fn bad_pointers_and_sizes_are_flagged_and_counted_never_reported_as_calls() {
     ioctl(fd, ALLOC64, std::ptr::null());
     // 2. TSG alloc whose pAllocParms is NULL.
     let alloc = Nvos64 {
-        h_root: 1, h_parent: 2, h_new: 3, h_class: 0xA06C, p_alloc: 0, p_rights: 0,
-        params_size: 0, flags: 0, status: 0, _pad: 0,
+        h_root: 1,
+        h_parent: 2,
+        h_new: 3,
+        h_class: 0xA06C,
+        p_alloc: 0,
+        p_rights: 0,
+        params_size: 0,
+        flags: 0,
+        status: 0,
+        _pad: 0,
     };
     ioctl(fd, ALLOC64, (&raw const alloc).cast());
     // 3. Control whose params point at an unmapped address.
     let control = Nvos54 {
-        h_client: 1, h_object: 3, cmd: cmd::CHANNEL_GET_WORK_SUBMIT_TOKEN, flags: 0,
-        params: 0x10, params_size: 4, status: 0,
+        h_client: 1,
+        h_object: 3,
+        cmd: cmd::CHANNEL_GET_WORK_SUBMIT_TOKEN,
+        flags: 0,
+        params: 0x10,
+        params_size: 4,
+        status: 0,
     };
     ioctl(fd, CONTROL, (&raw const control).cast());
     // 4. Control with a paramsSize smaller than the control's struct.
-    let short = Nvos54 { params: (&raw const alloc) as u64, params_size: 1, ..control };
+    let short = Nvos54 {
+        params: (&raw const alloc) as u64,
+        params_size: 1,
+        ..control
+    };
     ioctl(fd, CONTROL, (&raw const short).cast());
     // 5. XFER with an oversize block (the driver refuses > 16384).
-    let xfer = Xfer { cmd: 0x2B, size: 20000, ptr: (&raw const alloc) as u64 };
+    let xfer = Xfer {
+        cmd: 0x2B,
+        size: 20000,
+        ptr: (&raw const alloc) as u64,
+    };
     ioctl(fd, XFER, (&raw const xfer).cast());
     // 6. XFER pointing nowhere.
     ioctl(fd, XFER, 0x20 as *const c_void);
@@ -258,31 +332,109 @@ fn bad_pointers_and_sizes_are_flagged_and_counted_never_reported_as_calls() {
     let recs = nv(&collect(&mut ring, tid, 7));
     assert_eq!(recs.len(), 7, "{recs:#?}");
     let calls: Vec<RmCall> = recs.iter().map(decode::decode).collect();
-    assert_eq!(calls[0], RmCall::Malformed { escape: 0x2B, reason: MalformedReason::ParamsReadFailed });
-    assert!(matches!(calls[1], RmCall::Alloc { params: AllocParams::Unreadable { reason: Unreadable::ReadFailed }, .. }), "{:?}", calls[1]);
-    assert!(matches!(calls[2], RmCall::Control { params: ControlParams::Unreadable { reason: Unreadable::ReadFailed }, .. }), "{:?}", calls[2]);
-    assert!(matches!(calls[3], RmCall::Control { params: ControlParams::Unreadable { reason: Unreadable::Truncated }, .. }), "{:?}", calls[3]);
-    assert_eq!(calls[4], RmCall::Malformed { escape: 0x2B, reason: MalformedReason::XferOversize });
-    assert!(matches!(calls[5], RmCall::Malformed { reason: MalformedReason::XferReadFailed, .. }), "{:?}", calls[5]);
-    assert_eq!(calls[6], RmCall::Malformed { escape: 0x2A, reason: MalformedReason::BadSize });
+    assert_eq!(
+        calls[0],
+        RmCall::Malformed {
+            escape: 0x2B,
+            reason: MalformedReason::ParamsReadFailed
+        }
+    );
+    assert!(
+        matches!(
+            calls[1],
+            RmCall::Alloc {
+                params: AllocParams::Unreadable {
+                    reason: Unreadable::ReadFailed
+                },
+                ..
+            }
+        ),
+        "{:?}",
+        calls[1]
+    );
+    assert!(
+        matches!(
+            calls[2],
+            RmCall::Control {
+                params: ControlParams::Unreadable {
+                    reason: Unreadable::ReadFailed
+                },
+                ..
+            }
+        ),
+        "{:?}",
+        calls[2]
+    );
+    assert!(
+        matches!(
+            calls[3],
+            RmCall::Control {
+                params: ControlParams::Unreadable {
+                    reason: Unreadable::Truncated
+                },
+                ..
+            }
+        ),
+        "{:?}",
+        calls[3]
+    );
+    assert_eq!(
+        calls[4],
+        RmCall::Malformed {
+            escape: 0x2B,
+            reason: MalformedReason::XferOversize
+        }
+    );
+    assert!(
+        matches!(
+            calls[5],
+            RmCall::Malformed {
+                reason: MalformedReason::XferReadFailed,
+                ..
+            }
+        ),
+        "{:?}",
+        calls[5]
+    );
+    assert_eq!(
+        calls[6],
+        RmCall::Malformed {
+            escape: 0x2A,
+            reason: MalformedReason::BadSize
+        }
+    );
     assert!(recs[3].flags & nv_flags::SUB_TRUNCATED != 0);
 
     let after = tracer.counters().unwrap();
     // Reads that failed: the NULL block, the NULL alloc params, the unmapped control params and
     // the XFER wrapper. (Truncated and oversize are refused without a read.)
-    assert!(after.read_failed - before.read_failed >= 4, "{before:?} → {after:?}");
+    assert!(
+        after.read_failed - before.read_failed >= 4,
+        "{before:?} → {after:?}"
+    );
     assert_eq!(after.dropped, before.dropped);
 }
 
 #[test]
 fn every_syscall_hook_captures_the_same_calls() {
     let _serial = serial();
-    for hook in [SyscallHook::RawTp, SyscallHook::TpBtf, SyscallHook::Tracepoint] {
+    for hook in [
+        SyscallHook::RawTp,
+        SyscallHook::TpBtf,
+        SyscallHook::Tracepoint,
+    ] {
         let name = format!("{hook:?}");
-        let Some((tracer, mut ring)) = tracer(&name, Some(hook)) else { continue };
+        let Some((tracer, mut ring)) = tracer(&name, Some(hook)) else {
+            continue;
+        };
         let null = File::open("/dev/null").unwrap();
         let tid = gettid();
-        let free = Nvos00 { h_root: 7, h_parent: 8, h_old: 9, status: 0 };
+        let free = Nvos00 {
+            h_root: 7,
+            h_parent: 8,
+            h_old: 9,
+            status: 0,
+        };
         for _ in 0..3 {
             ioctl(null.as_raw_fd(), FREE, (&raw const free).cast());
         }
@@ -292,13 +444,27 @@ fn every_syscall_hook_captures_the_same_calls() {
         let recs = nv(&records);
         assert_eq!(recs.len(), 3, "{name}: {recs:#?}");
         for r in &recs {
-            assert_eq!(decode::decode(r), RmCall::Free { client: 7, parent: 8, object: 9, status: 0 }, "{name}");
+            assert_eq!(
+                decode::decode(r),
+                RmCall::Free {
+                    client: 7,
+                    parent: 8,
+                    object: 9,
+                    status: 0
+                },
+                "{name}"
+            );
         }
         assert!(
-            records.iter().any(|r| matches!(r, RawRecord::FdClose(t) if t.value == fd)),
+            records
+                .iter()
+                .any(|r| matches!(r, RawRecord::FdClose(t) if t.value == fd)),
             "{name}: close() of the watched fd is reported: {records:#?}"
         );
-        assert!(tracer.hooks.iter().any(|h| h.event == "ioctl+close"), "{name}");
+        assert!(
+            tracer.hooks.iter().any(|h| h.event == "ioctl+close"),
+            "{name}"
+        );
         drop(tracer);
     }
 }
@@ -308,14 +474,24 @@ fn every_syscall_hook_captures_the_same_calls() {
 #[ignore = "child process body for process_exit_is_reported_once_after_the_last_thread"]
 fn child_process_body() {
     let null = File::open("/dev/null").unwrap();
-    let free = Nvos00 { h_root: 1, h_parent: 1, h_old: 1, status: 0 };
+    let free = Nvos00 {
+        h_root: 1,
+        h_parent: 1,
+        h_old: 1,
+        status: 0,
+    };
     ioctl(null.as_raw_fd(), FREE, (&raw const free).cast());
     // Threads that end before the process does must not end it in the tracer's eyes.
     let threads: Vec<_> = (0..3)
         .map(|_| {
             std::thread::spawn(|| {
                 let null = File::open("/dev/null").unwrap();
-                let free = Nvos00 { h_root: 2, h_parent: 2, h_old: 2, status: 0 };
+                let free = Nvos00 {
+                    h_root: 2,
+                    h_parent: 2,
+                    h_old: 2,
+                    status: 0,
+                };
                 ioctl(null.as_raw_fd(), FREE, (&raw const free).cast());
             })
         })
@@ -329,10 +505,18 @@ fn child_process_body() {
 #[test]
 fn process_exit_is_reported_once_after_the_last_thread() {
     let _serial = serial();
-    let Some((_tracer, mut ring)) = tracer("process exit", None) else { return };
+    let Some((_tracer, mut ring)) = tracer("process exit", None) else {
+        return;
+    };
     let exe = std::env::current_exe().unwrap();
     let status = Command::new(exe)
-        .args(["--ignored", "--exact", "child_process_body", "--test-threads", "1"])
+        .args([
+            "--ignored",
+            "--exact",
+            "child_process_body",
+            "--test-threads",
+            "1",
+        ])
         .stdout(std::process::Stdio::null())
         .status()
         .unwrap();
@@ -343,12 +527,28 @@ fn process_exit_is_reported_once_after_the_last_thread() {
     let child = all
         .iter()
         .find_map(|r| match r {
-            RawRecord::NvIoctl(n) if decode::decode(n) == (RmCall::Free { client: 1, parent: 1, object: 1, status: 0 }) => Some(n.hdr.tgid),
+            RawRecord::NvIoctl(n)
+                if decode::decode(n)
+                    == (RmCall::Free {
+                        client: 1,
+                        parent: 1,
+                        object: 1,
+                        status: 0,
+                    }) =>
+            {
+                Some(n.hdr.tgid)
+            }
             _ => None,
         })
         .expect("the child's ioctl was captured");
-    let calls = all.iter().filter(|r| matches!(r, RawRecord::NvIoctl(n) if n.hdr.tgid == child)).count();
-    assert_eq!(calls, 4, "one call from the main thread, one from each of three threads");
+    let calls = all
+        .iter()
+        .filter(|r| matches!(r, RawRecord::NvIoctl(n) if n.hdr.tgid == child))
+        .count();
+    assert_eq!(
+        calls, 4,
+        "one call from the main thread, one from each of three threads"
+    );
     let exits: Vec<_> = all
         .iter()
         .filter_map(|r| match r {
@@ -356,7 +556,11 @@ fn process_exit_is_reported_once_after_the_last_thread() {
             _ => None,
         })
         .collect();
-    assert_eq!(exits.len(), 1, "exactly one PROCESS_EXIT for the child: {all:#?}");
+    assert_eq!(
+        exits.len(),
+        1,
+        "exactly one PROCESS_EXIT for the child: {all:#?}"
+    );
     let last_call_ts = all
         .iter()
         .filter_map(|r| match r {
@@ -365,7 +569,10 @@ fn process_exit_is_reported_once_after_the_last_thread() {
         })
         .max()
         .unwrap();
-    assert!(exits[0].hdr.ts_ns > last_call_ts, "the exit comes after the last call");
+    assert!(
+        exits[0].hdr.ts_ns > last_call_ts,
+        "the exit comes after the last call"
+    );
 }
 
 /// Child for the deny test: waits for "go" on stdin, then issues schedule requests on /dev/null
@@ -378,8 +585,16 @@ fn deny_child_body() {
     let null = File::open("/dev/null").unwrap();
     println!("enable={}", schedule(null.as_raw_fd(), true));
     println!("disable={}", schedule(null.as_raw_fd(), false));
-    let free = Nvos00 { h_root: 1, h_parent: 1, h_old: 1, status: 0 };
-    println!("free={}", ioctl(null.as_raw_fd(), FREE, (&raw const free).cast()));
+    let free = Nvos00 {
+        h_root: 1,
+        h_parent: 1,
+        h_old: 1,
+        status: 0,
+    };
+    println!(
+        "free={}",
+        ioctl(null.as_raw_fd(), FREE, (&raw const free).cast())
+    );
 }
 
 fn schedule(fd: i32, enable: bool) -> i64 {
@@ -405,7 +620,14 @@ fn deny_pid_refuses_schedules_of_the_denied_process_only() {
         return;
     }
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--ignored", "--exact", "deny_child_body", "--nocapture", "--test-threads", "1"])
+        .args([
+            "--ignored",
+            "--exact",
+            "deny_child_body",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
@@ -424,7 +646,10 @@ fn deny_pid_refuses_schedules_of_the_denied_process_only() {
             child.wait().unwrap();
             let lsm = system::active_lsms().unwrap_or_default();
             if lsm.split(',').any(|m| m == "bpf") {
-                assert!(why.contains("refused the BPF LSM program") && why.contains("doctor"), "{why}");
+                assert!(
+                    why.contains("refused the BPF LSM program") && why.contains("doctor"),
+                    "{why}"
+                );
             } else {
                 assert!(why.contains("lsm=") && why.contains("bpf"), "{why}");
             }
@@ -442,11 +667,19 @@ fn deny_pid_refuses_schedules_of_the_denied_process_only() {
     assert!(tracer.hooks.iter().any(|h| h.event == "deny"));
     child.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
     let out = std::io::BufReader::new(child.stdout.take().unwrap());
-    let results: Vec<String> = out.lines().map_while(Result::ok).filter(|l| l.contains('=')).collect();
+    let results: Vec<String> = out
+        .lines()
+        .map_while(Result::ok)
+        .filter(|l| l.contains('='))
+        .collect();
     assert!(child.wait().unwrap().success());
     // Denied: the enabling schedule gets EPERM from the LSM; the rest reach the "driver"
     // (/dev/null: ENOTTY).
-    assert_eq!(results, ["enable=-1", "disable=-25", "free=-25"], "{results:?}");
+    assert_eq!(
+        results,
+        ["enable=-1", "disable=-25", "free=-25"],
+        "{results:?}"
+    );
     // This process is not denied: its schedule reaches the driver.
     let null = File::open("/dev/null").unwrap();
     assert_eq!(schedule(null.as_raw_fd(), true), -ENOTTY);

@@ -77,7 +77,11 @@ fn tracer(test: &str, hook: Option<SyscallHook>) -> Option<(Tracer, RingBuf<MapD
 
 /// Every record from process `tgid` until `want` KFD records arrived or 2 s passed.
 fn collect(ring: &mut RingBuf<MapData>, tgid: u32, want: usize) -> Vec<RawRecord> {
-    common::collect_until(ring, |r| r.header().tgid == tgid, |out| kfd(out).len() >= want)
+    common::collect_until(
+        ring,
+        |r| r.header().tgid == tgid,
+        |out| kfd(out).len() >= want,
+    )
 }
 
 fn kfd(records: &[RawRecord]) -> Vec<KfdIoctlRecord> {

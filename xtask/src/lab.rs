@@ -306,7 +306,11 @@ fn ensure_host_tools() -> Result<()> {
         ("dpkg-deb", "dpkg", "unpacks the kernel package"),
         ("apt-get", "apt", "downloads the kernel package"),
         ("make", "make", "builds the test modules (lab/modules)"),
-        ("pahole", "dwarves", "gives the test modules BTF where the headers ship vmlinux BTF (6.12)"),
+        (
+            "pahole",
+            "dwarves",
+            "gives the test modules BTF where the headers ship vmlinux BTF (6.12)",
+        ),
     ];
     let missing: Vec<_> = wanted.iter().filter(|(tool, ..)| !have(tool)).collect();
     if !missing.is_empty() {
@@ -1831,7 +1835,10 @@ fn judge_deep(r: &Results, c: &mut Vec<Check>) {
 /// gpu-trace's own deep hooks (issue 3): the same `kfd-ops` calls traced through the syscall
 /// layer only (`ops_syscall`) and through the driver's functions (`ops_deep`).
 fn judge_deep_hooks(r: &Results, c: &mut Vec<Check>) {
-    let stderr = r.block("ops_deep.stderr").map(|b| b.text.clone()).unwrap_or_default();
+    let stderr = r
+        .block("ops_deep.stderr")
+        .map(|b| b.text.clone())
+        .unwrap_or_default();
     let hooks = hooks_line(&stderr);
     let mut problems = Vec::new();
     let want_handlers = "AMD ioctl events → fexit/{kfd_ioctl_create_queue,kfd_ioctl_destroy_queue,\
@@ -1856,13 +1863,20 @@ fn judge_deep_hooks(r: &Results, c: &mut Vec<Check>) {
                 .filter_map(|part| {
                     let (name, counts) = part.trim().split_once(" ×")?;
                     let (a, b) = counts.split_once('/')?;
-                    Some((name.to_string(), a.trim().parse::<u32>().ok()?, b.trim().parse::<u32>().ok()?))
+                    Some((
+                        name.to_string(),
+                        a.trim().parse::<u32>().ok()?,
+                        b.trim().parse::<u32>().ok()?,
+                    ))
                 })
                 .collect::<Vec<_>>()
         })
         .unwrap_or_default();
     let all_copies = mqd.iter().all(|(_, a, b)| a == b);
-    let init_copies = mqd.iter().find(|(n, _, _)| n == "init_mqd").map(|(_, a, _)| *a);
+    let init_copies = mqd
+        .iter()
+        .find(|(n, _, _)| n == "init_mqd")
+        .map(|(_, a, _)| *a);
     let sdma = mqd.iter().any(|(n, _, _)| n == "init_mqd_sdma");
     if !(all_copies && init_copies.is_some_and(|n| n > 1) && sdma) {
         problems.push(format!(
@@ -1873,7 +1887,9 @@ fn judge_deep_hooks(r: &Results, c: &mut Vec<Check>) {
         problems.push("want fentry/{pqm_uninit}".into());
     }
     if !stderr.contains("syscall layer not attached") {
-        problems.push("want the syscall layer left out (every KFD command served by the driver hooks)".into());
+        problems.push(
+            "want the syscall layer left out (every KFD command served by the driver hooks)".into(),
+        );
     }
     let ready = r.find("ops_deep", &[("tracer_ready", "yes")]).is_some();
     if !ready {
@@ -1888,12 +1904,20 @@ fn judge_deep_hooks(r: &Results, c: &mut Vec<Check>) {
 
     // Same calls, same events: the deep run must print what the syscall layer printed.
     let events = |name: &str| {
-        let (ev, bad) = json_lines(&r.block(&format!("{name}.jsonl")).map(|b| b.text.clone()).unwrap_or_default());
+        let (ev, bad) = json_lines(
+            &r.block(&format!("{name}.jsonl"))
+                .map(|b| b.text.clone())
+                .unwrap_or_default(),
+        );
         (ev, bad)
     };
     let (sys, sys_bad) = events("ops_syscall");
     let (deep, deep_bad) = events("ops_deep");
-    let client = |name: &str| r.sub(&format!("{name}.client")).find("kfd_ops", &[]).and_then(|f| f.int("pid"));
+    let client = |name: &str| {
+        r.sub(&format!("{name}.client"))
+            .find("kfd_ops", &[])
+            .and_then(|f| f.int("pid"))
+    };
     let normal = |ev: &[serde_json::Value], pid: Option<i64>| -> Vec<serde_json::Value> {
         ev.iter()
             .filter(|e| e["event"] != "STATS" && e["pid"].as_i64() == pid)
@@ -1909,9 +1933,16 @@ fn judge_deep_hooks(r: &Results, c: &mut Vec<Check>) {
             })
             .collect()
     };
-    let (s_norm, d_norm) = (normal(&sys, client("ops_syscall")), normal(&deep, client("ops_deep")));
+    let (s_norm, d_norm) = (
+        normal(&sys, client("ops_syscall")),
+        normal(&deep, client("ops_deep")),
+    );
     let calls = r.sub("ops_deep.client");
-    let rc = |call: &str| calls.find("kfd_ops", &[("call", call)]).and_then(|f| f.int("rc"));
+    let rc = |call: &str| {
+        calls
+            .find("kfd_ops", &[("call", call)])
+            .and_then(|f| f.int("rc"))
+    };
     let mut problems = Vec::new();
     if !sys_bad.is_empty() || !deep_bad.is_empty() {
         problems.push(format!("non-JSON lines: {sys_bad:?} {deep_bad:?}"));
@@ -1920,10 +1951,14 @@ fn judge_deep_hooks(r: &Results, c: &mut Vec<Check>) {
         problems.push("the syscall-layer run printed no event for the client".into());
     }
     if s_norm != d_norm {
-        problems.push(format!("syscall layer printed {s_norm:?}\ndeep hooks printed {d_norm:?}"));
+        problems.push(format!(
+            "syscall layer printed {s_norm:?}\ndeep hooks printed {d_norm:?}"
+        ));
     }
     let stats = |ev: &[serde_json::Value]| ev.iter().find(|e| e["event"] == "STATS").cloned();
-    let k = |st: &Option<serde_json::Value>, name: &str| st.as_ref().and_then(|s| s["kernel"][name].as_u64());
+    let k = |st: &Option<serde_json::Value>, name: &str| {
+        st.as_ref().and_then(|s| s["kernel"][name].as_u64())
+    };
     let (ss, ds) = (stats(&sys), stats(&deep));
     if (k(&ss, "emitted"), k(&ds, "emitted"), k(&ds, "dropped")) != (Some(4), Some(4), Some(0)) {
         problems.push(format!(
@@ -1931,7 +1966,10 @@ fn judge_deep_hooks(r: &Results, c: &mut Vec<Check>) {
             k(&ss, "emitted"), k(&ds, "emitted"), k(&ds, "dropped")
         ));
     }
-    let refused = d_norm.iter().filter(|e| e["event"] == "SCHEDULE" && e["allowed"] == false).count();
+    let refused = d_norm
+        .iter()
+        .filter(|e| e["event"] == "SCHEDULE" && e["allowed"] == false)
+        .count();
     c.push(Check::new(
         "f.deep_events",
         "the four KFD handlers hooked: the same events as the syscall layer, each call once",
@@ -1948,7 +1986,10 @@ fn judge_deep_hooks(r: &Results, c: &mut Vec<Check>) {
 
     // The kprobe fallback of every deep hook (`--deep-attach kprobe`): chosen, same events,
     // the teardown seen.
-    let kstderr = r.block("ops_kprobe.stderr").map(|b| b.text.clone()).unwrap_or_default();
+    let kstderr = r
+        .block("ops_kprobe.stderr")
+        .map(|b| b.text.clone())
+        .unwrap_or_default();
     let khooks = hooks_line(&kstderr);
     let (kev, kbad) = events("ops_kprobe");
     let k_norm = normal(&kev, client("ops_kprobe"));
@@ -1968,9 +2009,13 @@ fn judge_deep_hooks(r: &Results, c: &mut Vec<Check>) {
         kproblems.push(format!("non-JSON lines: {kbad:?}"));
     }
     if k_norm != s_norm {
-        kproblems.push(format!("syscall layer printed {s_norm:?}\nkprobes printed {k_norm:?}"));
+        kproblems.push(format!(
+            "syscall layer printed {s_norm:?}\nkprobes printed {k_norm:?}"
+        ));
     }
-    let kreleased = kstats.as_ref().and_then(|s| s["unreported"]["kfd_release_no_queues"].as_u64());
+    let kreleased = kstats
+        .as_ref()
+        .and_then(|s| s["unreported"]["kfd_release_no_queues"].as_u64());
     if (k(&kstats, "emitted"), k(&kstats, "dropped"), kreleased) != (Some(4), Some(0), Some(1)) {
         kproblems.push(format!(
             "emitted {:?} dropped {:?} kfd_release_no_queues {kreleased:?}: want 4, 0, 1",
@@ -1986,7 +2031,9 @@ fn judge_deep_hooks(r: &Results, c: &mut Vec<Check>) {
     ));
 
     // The client's process teardown, seen in the driver.
-    let released = ds.as_ref().and_then(|s| s["unreported"]["kfd_release_no_queues"].as_u64());
+    let released = ds
+        .as_ref()
+        .and_then(|s| s["unreported"]["kfd_release_no_queues"].as_u64());
     c.push(Check::new(
         "f.deep_release",
         "fentry/pqm_uninit sees the driver tear down the client's KFD process when it exits",
@@ -2005,13 +2052,17 @@ fn judge_gpu_ext(r: &Results, c: &mut Vec<Check>, id: &'static str, run: &str) {
     } else {
         "gpu_ext hooks with --deep-attach kprobe: the same, through kprobes"
     };
-    if r.find("test_module", &[("name", "nvlab")]).and_then(|m| m.get("loaded").map(str::to_owned))
+    if r.find("test_module", &[("name", "nvlab")])
+        .and_then(|m| m.get("loaded").map(str::to_owned))
         != Some("yes".into())
     {
         c.push(Check::fail(id, title, "the nvlab module was not loaded"));
         return;
     }
-    let stderr = r.block(&format!("{run}.stderr")).map(|b| b.text.clone()).unwrap_or_default();
+    let stderr = r
+        .block(&format!("{run}.stderr"))
+        .map(|b| b.text.clone())
+        .unwrap_or_default();
     let hooks = hooks_line(&stderr);
     let mut problems = Vec::new();
     let funcs = "nv_gpu_sched_task_init,nv_gpu_sched_bind,nv_gpu_sched_token_request,nv_gpu_sched_task_destroy";
@@ -2029,27 +2080,56 @@ fn judge_gpu_ext(r: &Results, c: &mut Vec<Check>, id: &'static str, run: &str) {
     if !stderr.contains("fentry/nv_gpu_sched_task_init") && !(btf && run == "nvdev_gx") {
         problems.push("want the refused trampoline reported".into());
     }
-    let pid = r.sub(&format!("{run}.client")).find("nvdev", &[]).and_then(|f| f.int("pid"));
-    let (events, bad) = json_lines(&r.block(&format!("{run}.jsonl")).map(|b| b.text.clone()).unwrap_or_default());
+    let pid = r
+        .sub(&format!("{run}.client"))
+        .find("nvdev", &[])
+        .and_then(|f| f.int("pid"));
+    let (events, bad) = json_lines(
+        &r.block(&format!("{run}.jsonl"))
+            .map(|b| b.text.clone())
+            .unwrap_or_default(),
+    );
     if !bad.is_empty() {
         problems.push(format!("non-JSON output lines: {bad:?}"));
     }
-    let mine: Vec<&serde_json::Value> =
-        events.iter().filter(|e| e["event"] != "STATS" && e["pid"].as_i64() == pid).collect();
+    let mine: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["event"] != "STATS" && e["pid"].as_i64() == pid)
+        .collect();
     let brief: Vec<String> = mine
         .iter()
-        .map(|e| format!("{} {}={}", e["event"].as_str().unwrap_or("?"), e["task"]["kind"].as_str().unwrap_or("?"), e["task"]["value"]))
+        .map(|e| {
+            format!(
+                "{} {}={}",
+                e["event"].as_str().unwrap_or("?"),
+                e["task"]["kind"].as_str().unwrap_or("?"),
+                e["task"]["value"]
+            )
+        })
         .collect();
     // Two TSGs: the hook's ids (hw_tsg), not the RM handles; the first one scheduled.
-    let inits: Vec<&&serde_json::Value> = mine.iter().filter(|e| e["event"] == "TASK_INIT").collect();
-    let hw: Vec<u64> = inits.iter().filter(|e| e["task"]["kind"] == "hw_tsg").filter_map(|e| e["task"]["value"].as_u64()).collect();
+    let inits: Vec<&&serde_json::Value> =
+        mine.iter().filter(|e| e["event"] == "TASK_INIT").collect();
+    let hw: Vec<u64> = inits
+        .iter()
+        .filter(|e| e["task"]["kind"] == "hw_tsg")
+        .filter_map(|e| e["task"]["value"].as_u64())
+        .collect();
     if hw.len() != 2 || hw[0] == hw[1] {
-        problems.push(format!("want two TASK_INITs named by distinct hardware TSG ids: {brief:?}"));
+        problems.push(format!(
+            "want two TASK_INITs named by distinct hardware TSG ids: {brief:?}"
+        ));
     }
-    if !inits.iter().all(|e| e["timeslice_us"] == 3000 && e["timeslice_source"] == "observed") {
-        problems.push(format!("want the driver's timeslice 3000 µs (observed) on both TASK_INITs: {inits:?}"));
+    if !inits
+        .iter()
+        .all(|e| e["timeslice_us"] == 3000 && e["timeslice_source"] == "observed")
+    {
+        problems.push(format!(
+            "want the driver's timeslice 3000 µs (observed) on both TASK_INITs: {inits:?}"
+        ));
     }
-    let sched: Vec<&&serde_json::Value> = mine.iter().filter(|e| e["event"] == "SCHEDULE").collect();
+    let sched: Vec<&&serde_json::Value> =
+        mine.iter().filter(|e| e["event"] == "SCHEDULE").collect();
     let first = hw.first().copied();
     if sched.len() != 1
         || sched[0]["task"]["kind"] != "hw_tsg"
@@ -2065,14 +2145,20 @@ fn judge_gpu_ext(r: &Results, c: &mut Vec<Check>, id: &'static str, run: &str) {
     }
     let destroyed: Vec<u64> = mine
         .iter()
-        .filter(|e| e["event"] == "TASK_DESTROY" && e["task"]["kind"] == "hw_tsg" && e["cause"] == "free")
+        .filter(|e| {
+            e["event"] == "TASK_DESTROY" && e["task"]["kind"] == "hw_tsg" && e["cause"] == "free"
+        })
         .filter_map(|e| e["task"]["value"].as_u64())
         .collect();
     if destroyed != hw {
-        problems.push(format!("want both TSGs destroyed (free) under their hardware ids: {brief:?}"));
+        problems.push(format!(
+            "want both TSGs destroyed (free) under their hardware ids: {brief:?}"
+        ));
     }
     let stats = events.iter().find(|e| e["event"] == "STATS");
-    let unmatched = stats.and_then(|s| s["unreported"]["gpu_ext_unmatched"].as_u64()).unwrap_or(0);
+    let unmatched = stats
+        .and_then(|s| s["unreported"]["gpu_ext_unmatched"].as_u64())
+        .unwrap_or(0);
     let emitted = stats.and_then(|s| s["kernel"]["emitted"].as_u64());
     if unmatched != 0 || emitted != Some(5) || mine.len() != 5 {
         problems.push(format!(
@@ -2084,7 +2170,11 @@ fn judge_gpu_ext(r: &Results, c: &mut Vec<Check>, id: &'static str, run: &str) {
         id,
         title,
         problems.is_empty(),
-        if problems.is_empty() { format!("{hooks}; {}", brief.join(", ")) } else { format!("{}: {}", problems.join("; "), stderr.trim()) },
+        if problems.is_empty() {
+            format!("{hooks}; {}", brief.join(", "))
+        } else {
+            format!("{}: {}", problems.join("; "), stderr.trim())
+        },
     ));
 }
 
@@ -2711,15 +2801,28 @@ LAB-DONE
         let pat = "\"errno\":-14,\"via_channel\":false,\"amd\":{\"via\":\"cu_mask\"";
         let deep_at = GOOD.find("LAB-BEGIN ops_deep.jsonl").unwrap();
         let at = deep_at + GOOD[deep_at..].find(pat).unwrap();
-        let differs = format!("{}{}{}", &GOOD[..at], pat.replace("-14", "-22"), &GOOD[at + pat.len()..]);
+        let differs = format!(
+            "{}{}{}",
+            &GOOD[..at],
+            pat.replace("-14", "-22"),
+            &GOOD[at + pat.len()..]
+        );
         assert_eq!(st(&differs, "f.deep_events"), Status::Fail);
-        assert_eq!(st(&differs, "f.deep_kprobe"), Status::Pass, "the kprobe run is another block");
+        assert_eq!(
+            st(&differs, "f.deep_kprobe"),
+            Status::Pass,
+            "the kprobe run is another block"
+        );
         // The kprobe run on a trampoline: not the fallback asked for.
         let kprobe_at = GOOD.find("LAB-BEGIN ops_kprobe.stderr").unwrap();
         let (head, tail) = GOOD.split_at(kprobe_at);
         let on_trampoline = format!(
             "{head}{}",
-            tail.replacen("AMD queue teardown → kprobe/{pqm_uninit}", "AMD queue teardown → fentry/{pqm_uninit}", 1)
+            tail.replacen(
+                "AMD queue teardown → kprobe/{pqm_uninit}",
+                "AMD queue teardown → fentry/{pqm_uninit}",
+                1
+            )
         );
         assert_eq!(st(&on_trampoline, "f.deep_kprobe"), Status::Fail);
         // The teardown not seen.
@@ -2730,9 +2833,19 @@ LAB-DONE
         assert_eq!(st(GOOD, "g.gpu_ext"), Status::Pass);
         let gx_start = GOOD.find("LAB nvdev_gx tracer_ready").unwrap();
         let (head, tail) = GOOD.split_at(gx_start);
-        let assumed = format!("{head}{}", tail.replacen("\"timeslice_us\":3000", "\"timeslice_us\":1024", 1));
+        let assumed = format!(
+            "{head}{}",
+            tail.replacen("\"timeslice_us\":3000", "\"timeslice_us\":1024", 1)
+        );
         assert_eq!(st(&assumed, "g.gpu_ext"), Status::Fail);
-        let unclaimed = format!("{head}{}", tail.replacen("\"unreported\":{", "\"unreported\":{\"gpu_ext_unmatched\":1,", 1));
+        let unclaimed = format!(
+            "{head}{}",
+            tail.replacen(
+                "\"unreported\":{",
+                "\"unreported\":{\"gpu_ext_unmatched\":1,",
+                1
+            )
+        );
         assert_ne!(unclaimed, GOOD);
         assert_eq!(st(&unclaimed, "g.gpu_ext"), Status::Fail);
     }

@@ -453,14 +453,25 @@ pub(crate) mod testing {
     fn header(kind: u32, pid: u32) -> RecordHeader {
         let mut comm = [0u8; 16];
         comm[..7].copy_from_slice(b"hip_app");
-        RecordHeader { kind, cpu: 2, ts_ns: 999_000, tgid: pid, tid: pid, comm }
+        RecordHeader {
+            kind,
+            cpu: 2,
+            ts_ns: 999_000,
+            tgid: pid,
+            tid: pid,
+            comm,
+        }
     }
 
     /// What the DQM `create_queue_*` exit program writes for a queue the driver created, with
     /// the `struct queue_properties` values a 6.12 driver holds for a freshly created active
     /// AQL compute queue under the hardware scheduler (driver-reference.md B5: kernel type 0 =
     /// compute, format 1 = AQL, vmid 0 until the scheduler maps the process).
-    pub fn queue_built(pid: u32, queue_id: u32, hw_doorbell: u32) -> gpu_trace_common::KfdQueueRecord {
+    pub fn queue_built(
+        pid: u32,
+        queue_id: u32,
+        hw_doorbell: u32,
+    ) -> gpu_trace_common::KfdQueueRecord {
         gpu_trace_common::KfdQueueRecord {
             hdr: header(record_kind::KFD_QUEUE, pid),
             source: gpu_trace_common::hook_source::TRAMPOLINE,

@@ -19,8 +19,15 @@ use std::path::Path;
 use aya::{Ebpf, programs::KProbe};
 use gpu_trace_common::{KfdDeepConfig, amd::nr};
 
-use super::{DeepAttach, Hook, err, trampoline::{self, Attached, ModulePrograms, Trampoline}};
-use crate::probe::{btf::{Btf, VMLINUX_BTF_PATH}, kallsyms::ModuleSymbols, trial};
+use super::{
+    DeepAttach, Hook, err,
+    trampoline::{self, Attached, ModulePrograms, Trampoline},
+};
+use crate::probe::{
+    btf::{Btf, VMLINUX_BTF_PATH},
+    kallsyms::ModuleSymbols,
+    trial,
+};
 
 /// The driver module the deep hooks attach to.
 pub const MODULE: &str = "amdgpu";
@@ -41,13 +48,20 @@ impl ModuleTargets {
     pub fn read(module: &str) -> Result<Self, String> {
         let symbols = ModuleSymbols::load(module).map_err(|e| e.to_string())?;
         if symbols.is_empty() {
-            return Err(format!("the {module} module is not loaded (no symbols in /proc/kallsyms)"));
+            return Err(format!(
+                "the {module} module is not loaded (no symbols in /proc/kallsyms)"
+            ));
         }
         let (btf, btf_missing) = match read_module_btf(module) {
             Ok(b) => (Some(b), None),
             Err(why) => (None, Some(why)),
         };
-        Ok(Self { module: module.to_string(), btf, btf_missing, symbols })
+        Ok(Self {
+            module: module.to_string(),
+            btf,
+            btf_missing,
+            symbols,
+        })
     }
 
     /// Whether the module has a text symbol `func`.
@@ -71,7 +85,11 @@ impl ModuleTargets {
                 trial::KPROBE_PMU_TYPE
             )),
         };
-        Attacher { targets: self, trampolines, kprobes }
+        Attacher {
+            targets: self,
+            trampolines,
+            kprobes,
+        }
     }
 }
 
@@ -150,29 +168,42 @@ impl KfdDeepPlan {
         let param = |func: &str, name: &str| -> Result<u32, String> {
             let (at, _) = btf.func_param(func, name).map_err(|e| e.to_string())?;
             if at > 5 {
-                return Err(format!("{func}'s {name} is parameter {at}, past the six in registers"));
+                return Err(format!(
+                    "{func}'s {name} is parameter {at}, past the six in registers"
+                ));
             }
             Ok(at)
         };
-        self.queue_config_missing = props.clone().and_then(|()| {
-            c.queue_properties = m("queue", "properties")?;
-            // Both DQM implementations share the `create_queue` op's prototype.
-            let at = param(DQM_CREATE[0], "q")?;
-            if let Ok(other) = param(DQM_CREATE[1], "q")
-                && other != at
-            {
-                return Err(format!("{} and {} take `q` at different positions", DQM_CREATE[0], DQM_CREATE[1]));
-            }
-            if at > 2 {
-                return Err(format!("{}'s `q` is parameter {at}; the programs read the first three", DQM_CREATE[0]));
-            }
-            c.dqm_create_q_arg = at;
-            Ok(())
-        }).err();
-        self.mqd_config_missing = props.and_then(|()| {
-            c.init_mqd_q_arg = param("init_mqd", "q")?;
-            Ok(())
-        }).err();
+        self.queue_config_missing = props
+            .clone()
+            .and_then(|()| {
+                c.queue_properties = m("queue", "properties")?;
+                // Both DQM implementations share the `create_queue` op's prototype.
+                let at = param(DQM_CREATE[0], "q")?;
+                if let Ok(other) = param(DQM_CREATE[1], "q")
+                    && other != at
+                {
+                    return Err(format!(
+                        "{} and {} take `q` at different positions",
+                        DQM_CREATE[0], DQM_CREATE[1]
+                    ));
+                }
+                if at > 2 {
+                    return Err(format!(
+                        "{}'s `q` is parameter {at}; the programs read the first three",
+                        DQM_CREATE[0]
+                    ));
+                }
+                c.dqm_create_q_arg = at;
+                Ok(())
+            })
+            .err();
+        self.mqd_config_missing = props
+            .and_then(|()| {
+                c.init_mqd_q_arg = param("init_mqd", "q")?;
+                Ok(())
+            })
+            .err();
         self.release_config_missing = (|| -> Result<(), String> {
             c.pqm_process = m("process_queue_manager", "process")?;
             c.process_lead_thread = m("kfd_process", "lead_thread")?;
@@ -203,16 +234,40 @@ const MQD_INIT: [&str; 3] = ["init_mqd", "init_mqd_sdma", "init_mqd_v9_4_3"];
 /// The handlers: (function, fexit program, kprobe programs (entry, return), KFD command
 /// number).
 const HANDLERS: [(&str, &str, [&str; 2], u32); 4] = [
-    ("kfd_ioctl_create_queue", "kfd_create_queue_fexit", ["kfd_handler_entry", "kfd_create_queue_kret"], nr::CREATE_QUEUE),
-    ("kfd_ioctl_destroy_queue", "kfd_destroy_queue_fexit", ["kfd_handler_entry", "kfd_destroy_queue_kret"], nr::DESTROY_QUEUE),
-    ("kfd_ioctl_update_queue", "kfd_update_queue_fexit", ["kfd_handler_entry", "kfd_update_queue_kret"], nr::UPDATE_QUEUE),
-    ("kfd_ioctl_set_cu_mask", "kfd_set_cu_mask_fexit", ["kfd_handler_entry", "kfd_set_cu_mask_kret"], nr::SET_CU_MASK),
+    (
+        "kfd_ioctl_create_queue",
+        "kfd_create_queue_fexit",
+        ["kfd_handler_entry", "kfd_create_queue_kret"],
+        nr::CREATE_QUEUE,
+    ),
+    (
+        "kfd_ioctl_destroy_queue",
+        "kfd_destroy_queue_fexit",
+        ["kfd_handler_entry", "kfd_destroy_queue_kret"],
+        nr::DESTROY_QUEUE,
+    ),
+    (
+        "kfd_ioctl_update_queue",
+        "kfd_update_queue_fexit",
+        ["kfd_handler_entry", "kfd_update_queue_kret"],
+        nr::UPDATE_QUEUE,
+    ),
+    (
+        "kfd_ioctl_set_cu_mask",
+        "kfd_set_cu_mask_fexit",
+        ["kfd_handler_entry", "kfd_set_cu_mask_kret"],
+        nr::SET_CU_MASK,
+    ),
 ];
 
 /// Attaches Aya kprobe program `program` to `target` (a symbol, or "" with an address in
 /// `addr`), loading it on first use.
 fn kprobe(ebpf: &mut Ebpf, program: &str, target: &str, addr: u64) -> Result<(), String> {
-    let prog: &mut KProbe = ebpf.program_mut(program).ok_or("program missing")?.try_into().map_err(err)?;
+    let prog: &mut KProbe = ebpf
+        .program_mut(program)
+        .ok_or("program missing")?
+        .try_into()
+        .map_err(err)?;
     if prog.fd().is_err() {
         prog.load().map_err(err)?;
     }
@@ -229,11 +284,18 @@ pub(super) struct Attacher<'a> {
 impl Attacher<'_> {
     /// A trampoline on `func`: refused for names with several copies (the kernel would pick
     /// one of them without saying so).
-    pub(super) fn trampoline(&self, program: &str, kind: Trampoline, func: &str) -> Result<Attached, String> {
+    pub(super) fn trampoline(
+        &self,
+        program: &str,
+        kind: Trampoline,
+        func: &str,
+    ) -> Result<Attached, String> {
         let (fd, programs) = self.trampolines.as_ref().map_err(Clone::clone)?;
         let copies = self.targets.symbols.addresses(func).len();
         if copies > 1 {
-            return Err(format!("{copies} functions are named {func}: a trampoline would take one"));
+            return Err(format!(
+                "{copies} functions are named {func}: a trampoline would take one"
+            ));
         }
         let btf = self.targets.btf.as_ref().ok_or("no module BTF")?;
         let id = btf.func_id(func).map_err(|e| e.to_string())?;
@@ -243,9 +305,13 @@ impl Attacher<'_> {
     pub(super) fn kprobe_ok(&self, func: &str) -> Result<(), String> {
         self.kprobes.clone()?;
         match self.targets.symbols.addresses(func).len() {
-            0 => Err(format!("{func} is not in /proc/kallsyms (inlined or renamed in this build)")),
+            0 => Err(format!(
+                "{func} is not in /proc/kallsyms (inlined or renamed in this build)"
+            )),
             1 => Ok(()),
-            n => Err(format!("{n} functions are named {func}: by name the kernel refuses it")),
+            n => Err(format!(
+                "{n} functions are named {func}: by name the kernel refuses it"
+            )),
         }
     }
 }
@@ -284,14 +350,20 @@ impl Attacher<'_> {
                     by_trampoline.push(t.func);
                     continue;
                 }
-                Err(why) => out.refused.push(format!("{event}: {tramp}/{}: {why}", t.func)),
+                Err(why) => out
+                    .refused
+                    .push(format!("{event}: {tramp}/{}: {why}", t.func)),
             }
             let probes = self.kprobe_ok(t.func).and_then(|()| {
-                t.kprobes.iter().try_for_each(|p| kprobe(ebpf, p, t.func, 0))
+                t.kprobes
+                    .iter()
+                    .try_for_each(|p| kprobe(ebpf, p, t.func, 0))
             });
             match probes {
                 Ok(()) => by_kprobe.push(t.func),
-                Err(why) => out.refused.push(format!("{event}: kprobe/{}: {why}", t.func)),
+                Err(why) => out
+                    .refused
+                    .push(format!("{event}: kprobe/{}: {why}", t.func)),
             }
             if t.kprobes.len() > 1 {
                 probe_label = "kprobe+kretprobe";
@@ -342,9 +414,19 @@ pub fn attach(ebpf: &mut Ebpf, plan: &KfdDeepPlan, handlers: bool, via: DeepAtta
     let targets: Vec<Target<'_>> = HANDLERS
         .iter()
         .filter(|h| handlers && !(create_unknown && h.3 == nr::CREATE_QUEUE))
-        .map(|(func, fexit, probes, _)| Target { func, trampoline: fexit, kprobes: probes })
+        .map(|(func, fexit, probes, _)| Target {
+            func,
+            trampoline: fexit,
+            kprobes: probes,
+        })
         .collect();
-    for func in a.attach_each(ebpf, &mut out, "AMD ioctl events", Trampoline::Exit, &targets) {
+    for func in a.attach_each(
+        ebpf,
+        &mut out,
+        "AMD ioctl events",
+        Trampoline::Exit,
+        &targets,
+    ) {
         if let Some((_, _, _, cmd)) = HANDLERS.iter().find(|h| h.0 == func) {
             out.handler_mask |= 1 << cmd;
         }
@@ -352,14 +434,23 @@ pub fn attach(ebpf: &mut Ebpf, plan: &KfdDeepPlan, handlers: bool, via: DeepAtta
 
     // Queue details at creation: both DQM implementations (only one runs).
     if let Some(why) = &plan.queue_config_missing {
-        out.refused.push(format!("AMD queue details: {}: {why}", DQM_CREATE.join(", ")));
+        out.refused.push(format!(
+            "AMD queue details: {}: {why}",
+            DQM_CREATE.join(", ")
+        ));
     } else {
         let targets = DQM_CREATE.map(|func| Target {
             func,
             trampoline: "dqm_create_fexit",
             kprobes: &["dqm_create_entry", "dqm_create_kret"],
         });
-        a.attach_each(ebpf, &mut out, "AMD queue details", Trampoline::Exit, &targets);
+        a.attach_each(
+            ebpf,
+            &mut out,
+            "AMD queue details",
+            Trampoline::Exit,
+            &targets,
+        );
     }
 
     // MQD init: every copy of every builder, by address.
@@ -372,14 +463,18 @@ pub fn attach(ebpf: &mut Ebpf, plan: &KfdDeepPlan, handlers: bool, via: DeepAtta
         for func in MQD_INIT {
             let addrs = plan.targets.symbols.addresses(func).to_vec();
             if addrs.is_empty() {
-                out.refused.push(format!("AMD MQD init: {func} is not in /proc/kallsyms (not in this build, or inlined)"));
+                out.refused.push(format!(
+                    "AMD MQD init: {func} is not in /proc/kallsyms (not in this build, or inlined)"
+                ));
                 continue;
             }
             let mut attached = 0;
             for &addr in &addrs {
                 match kprobe(ebpf, "init_mqd_kprobe", "", addr) {
                     Ok(()) => attached += 1,
-                    Err(why) => out.refused.push(format!("AMD MQD init: kprobe/{func}@{addr:#x}: {why}")),
+                    Err(why) => out
+                        .refused
+                        .push(format!("AMD MQD init: kprobe/{func}@{addr:#x}: {why}")),
                 }
             }
             if attached > 0 {
@@ -393,24 +488,42 @@ pub fn attach(ebpf: &mut Ebpf, plan: &KfdDeepPlan, handlers: bool, via: DeepAtta
                 .symbols
                 .addresses(MQD_INIT[0])
                 .iter()
-                .map(|&addr| match plan.targets.symbols.neighbour_below(addr, MQD_INIT[0]) {
-                    Some(n) => format!("{addr:#x} near {n}"),
-                    None => format!("{addr:#x}"),
-                })
+                .map(
+                    |&addr| match plan.targets.symbols.neighbour_below(addr, MQD_INIT[0]) {
+                        Some(n) => format!("{addr:#x} near {n}"),
+                        None => format!("{addr:#x}"),
+                    },
+                )
                 .collect();
             out.hooks.push(Hook {
                 event: "AMD MQD init",
-                attach: format!("kprobe by address: {} ({} copies: {})", parts.join(", "), MQD_INIT[0], near.join(", ")),
+                attach: format!(
+                    "kprobe by address: {} ({} copies: {})",
+                    parts.join(", "),
+                    MQD_INIT[0],
+                    near.join(", ")
+                ),
             });
         }
     }
 
     // Queue teardown.
     if let Some(why) = &plan.release_config_missing {
-        out.refused.push(format!("AMD queue teardown: pqm_uninit: {why}"));
+        out.refused
+            .push(format!("AMD queue teardown: pqm_uninit: {why}"));
     } else {
-        let target = Target { func: "pqm_uninit", trampoline: "pqm_uninit_fentry", kprobes: &["pqm_uninit_kprobe"] };
-        a.attach_each(ebpf, &mut out, "AMD queue teardown", Trampoline::Entry, &[target]);
+        let target = Target {
+            func: "pqm_uninit",
+            trampoline: "pqm_uninit_fentry",
+            kprobes: &["pqm_uninit_kprobe"],
+        };
+        a.attach_each(
+            ebpf,
+            &mut out,
+            "AMD queue teardown",
+            Trampoline::Entry,
+            &[target],
+        );
     }
     out
 }

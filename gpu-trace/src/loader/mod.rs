@@ -10,8 +10,8 @@ use std::fmt;
 
 use aya::{
     Btf, Ebpf, EbpfLoader,
-    maps::{Array, MapData, PerCpuArray, RingBuf},
     maps::HashMap as BpfHashMap,
+    maps::{Array, MapData, PerCpuArray, RingBuf},
     programs::{BtfTracePoint, Lsm, RawTracePoint, TracePoint},
 };
 use gpu_trace_common::{KernelConfig, KfdDeepConfig, amd::nr, counter, nvidia::NV_MAJOR};
@@ -23,7 +23,8 @@ use crate::{
 };
 
 /// The compiled kernel programs (built by build.rs).
-pub(crate) static PROGRAMS: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gpu-trace"));
+pub(crate) static PROGRAMS: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gpu-trace"));
 
 /// Default ring-buffer size in bytes.
 pub const DEFAULT_RING_BYTES: u32 = 1 << 22;
@@ -34,19 +35,22 @@ pub enum LoadError {
     System(#[from] system::SystemError),
     #[error(transparent)]
     Btf(#[from] btf::BtfError),
-    #[error(
-        "--ring-size must be a power of two and a multiple of the page size (4096), got {0}"
-    )]
+    #[error("--ring-size must be a power of two and a multiple of the page size (4096), got {0}")]
     RingSize(u32),
-    #[error("loading the kernel programs failed: {0}. Run `gpu-trace` with RUST_LOG unset and \
-             report this with `uname -r`")]
+    #[error(
+        "loading the kernel programs failed: {0}. Run `gpu-trace` with RUST_LOG unset and \
+             report this with `uname -r`"
+    )]
     Load(#[source] aya::EbpfError),
     #[error("the kernel refused every hook for {event}:\n{tried}\nSee docs/troubleshooting.md.")]
     NoHook { event: &'static str, tried: String },
     #[error("map {0} is missing from the kernel programs (build mismatch)")]
     MissingMap(&'static str),
     #[error("map {name}: {source}")]
-    Map { name: &'static str, source: aya::maps::MapError },
+    Map {
+        name: &'static str,
+        source: aya::maps::MapError,
+    },
     #[error("--deny-pid cannot work on this kernel: {0}")]
     DenyUnsupported(String),
     #[error("--deny-pid {pid}: no such process (it must be running when gpu-trace starts)")]
@@ -71,7 +75,10 @@ impl LoadError {
     /// The system cannot support tracing as asked (privileges, BTF, hooks), as opposed to a
     /// runtime failure.
     pub fn is_unsupported(&self) -> bool {
-        matches!(self, Self::System(_) | Self::Btf(_) | Self::NoHook { .. } | Self::DenyUnsupported(_))
+        matches!(
+            self,
+            Self::System(_) | Self::Btf(_) | Self::NoHook { .. } | Self::DenyUnsupported(_)
+        )
     }
 }
 
@@ -155,12 +162,21 @@ pub struct Tracer {
 }
 
 /// One attach strategy: a name for reports and the code that loads and attaches it.
-type Attempt<'a> = (String, Box<dyn FnOnce(&mut Ebpf) -> Result<(), String> + 'a>);
+type Attempt<'a> = (
+    String,
+    Box<dyn FnOnce(&mut Ebpf) -> Result<(), String> + 'a>,
+);
 
-fn attach_raw_tp(program: &'static str, tp: &'static str) -> impl FnOnce(&mut Ebpf) -> Result<(), String> {
+fn attach_raw_tp(
+    program: &'static str,
+    tp: &'static str,
+) -> impl FnOnce(&mut Ebpf) -> Result<(), String> {
     move |ebpf| {
-        let prog: &mut RawTracePoint =
-            ebpf.program_mut(program).ok_or("program missing")?.try_into().map_err(err)?;
+        let prog: &mut RawTracePoint = ebpf
+            .program_mut(program)
+            .ok_or("program missing")?
+            .try_into()
+            .map_err(err)?;
         prog.load().map_err(err)?;
         prog.attach(tp).map(|_| ()).map_err(err)
     }
@@ -173,8 +189,11 @@ fn attach_tp_btf<'a>(
 ) -> impl FnOnce(&mut Ebpf) -> Result<(), String> + 'a {
     move |ebpf| {
         let btf = kernel_btf.as_ref().ok_or("no kernel BTF")?;
-        let prog: &mut BtfTracePoint =
-            ebpf.program_mut(program).ok_or("program missing")?.try_into().map_err(err)?;
+        let prog: &mut BtfTracePoint = ebpf
+            .program_mut(program)
+            .ok_or("program missing")?
+            .try_into()
+            .map_err(err)?;
         prog.load(tp, btf).map_err(err)?;
         prog.attach().map(|_| ()).map_err(err)
     }
@@ -186,8 +205,11 @@ fn attach_tracepoints(
     move |ebpf| {
         system::ensure_tracefs().map_err(err)?;
         for (program, category, name) in pairs {
-            let prog: &mut TracePoint =
-                ebpf.program_mut(program).ok_or("program missing")?.try_into().map_err(err)?;
+            let prog: &mut TracePoint = ebpf
+                .program_mut(program)
+                .ok_or("program missing")?
+                .try_into()
+                .map_err(err)?;
             prog.load().map_err(err)?;
             prog.attach(category, name).map_err(err)?;
         }
@@ -207,12 +229,19 @@ fn err(e: impl std::error::Error) -> String {
         cause = c.source();
     }
     // The verifier log can be long: keep its first line and its last lines, which say why.
-    let text = text.trim_end().trim_end_matches("Verifier output:").trim_end();
+    let text = text
+        .trim_end()
+        .trim_end_matches("Verifier output:")
+        .trim_end();
     let lines: Vec<&str> = text.lines().collect();
     if lines.len() <= 4 {
         return lines.join(" | ");
     }
-    format!("{} | … | {}", lines[0], lines[lines.len().saturating_sub(6)..].join(" | "))
+    format!(
+        "{} | … | {}",
+        lines[0],
+        lines[lines.len().saturating_sub(6)..].join(" | ")
+    )
 }
 
 /// Tries each attempt in order; returns the first that worked.
@@ -227,12 +256,22 @@ fn first_that_attaches(
         match attempt(ebpf) {
             Ok(()) => {
                 refused.extend(tried.iter().map(|t: &String| format!("{event}: {t}")));
-                return Ok(Hook { event, attach: name });
+                return Ok(Hook {
+                    event,
+                    attach: name,
+                });
             }
             Err(why) => tried.push(format!("{name}: {why}")),
         }
     }
-    Err(LoadError::NoHook { event, tried: tried.iter().map(|t| format!("  - {t}")).collect::<Vec<_>>().join("\n") })
+    Err(LoadError::NoHook {
+        event,
+        tried: tried
+            .iter()
+            .map(|t| format!("  - {t}"))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    })
 }
 
 impl Tracer {
@@ -261,7 +300,10 @@ impl Tracer {
         let mut hooks = Vec::new();
         // AMD deep hooks: what the driver's BTF says, before load (it goes into KFD_DEEP). The
         // test device (`extra_kfd_device`) is not the driver: the syscall layer serves it.
-        let deep_plan = if options.kfd_major.is_some() && options.deep_hooks && options.extra_kfd_device.is_none() {
+        let deep_plan = if options.kfd_major.is_some()
+            && options.deep_hooks
+            && options.extra_kfd_device.is_none()
+        {
             match deep::KfdDeepPlan::prepare() {
                 Ok(plan) => Some(plan),
                 Err(why) => {
@@ -272,7 +314,9 @@ impl Tracer {
         } else {
             None
         };
-        let deep_config = deep_plan.as_ref().map_or_else(KfdDeepConfig::default, |p| p.config);
+        let deep_config = deep_plan
+            .as_ref()
+            .map_or_else(KfdDeepConfig::default, |p| p.config);
 
         let mut ebpf = EbpfLoader::new()
             .override_global("CONFIG", &config, true)
@@ -285,30 +329,51 @@ impl Tracer {
         // Deep hooks first, then the switch that takes their commands away from the syscall
         // layer, then the syscall layer: no call is seen twice, none is missed in between.
         let mut deep_hooks = match &deep_plan {
-            Some(plan) => deep::attach(&mut ebpf, plan, options.deny_pids.is_empty(), options.deep_attach),
+            Some(plan) => deep::attach(
+                &mut ebpf,
+                plan,
+                options.deny_pids.is_empty(),
+                options.deep_attach,
+            ),
             None => deep::DeepHooks::default(),
         };
         // NVIDIA: the scheduling hooks of a gpu_ext-patched driver, where one is loaded.
         if options.nvidia && options.deep_hooks {
             match gpu_ext::prepare() {
-                Ok(targets) => gpu_ext::attach(&mut ebpf, &targets, &mut deep_hooks, options.deep_attach),
-                Err(why) => deep_hooks.refused.push(format!("NVIDIA gpu_ext hooks: {why}")),
+                Ok(targets) => {
+                    gpu_ext::attach(&mut ebpf, &targets, &mut deep_hooks, options.deep_attach)
+                }
+                Err(why) => deep_hooks
+                    .refused
+                    .push(format!("NVIDIA gpu_ext hooks: {why}")),
             }
         }
         refused.extend(deep_hooks.refused.iter().cloned());
         hooks.extend(deep_hooks.hooks.iter().cloned());
         if deep_hooks.handler_mask != 0 {
             let mut switches: Array<_, u32> = Array::try_from(
-                ebpf.map_mut("SWITCHES").ok_or(LoadError::MissingMap("SWITCHES"))?,
+                ebpf.map_mut("SWITCHES")
+                    .ok_or(LoadError::MissingMap("SWITCHES"))?,
             )
-            .map_err(|source| LoadError::Map { name: "SWITCHES", source })?;
+            .map_err(|source| LoadError::Map {
+                name: "SWITCHES",
+                source,
+            })?;
             switches
                 .set(0, deep_hooks.handler_mask, 0)
-                .map_err(|source| LoadError::Map { name: "SWITCHES", source })?;
+                .map_err(|source| LoadError::Map {
+                    name: "SWITCHES",
+                    source,
+                })?;
         }
-        let all_kfd = [nr::CREATE_QUEUE, nr::DESTROY_QUEUE, nr::UPDATE_QUEUE, nr::SET_CU_MASK]
-            .iter()
-            .all(|&n| deep_hooks.handler_mask & (1 << n) != 0);
+        let all_kfd = [
+            nr::CREATE_QUEUE,
+            nr::DESTROY_QUEUE,
+            nr::UPDATE_QUEUE,
+            nr::SET_CU_MASK,
+        ]
+        .iter()
+        .all(|&n| deep_hooks.handler_mask & (1 << n) != 0);
         // AMD only, every command served by the driver hooks: no program on every syscall.
         let syscall_layer_needed = options.nvidia || options.extra_device.is_some() || !all_kfd;
 
@@ -332,8 +397,10 @@ impl Tracer {
             ));
         }
         if wanted(SyscallHook::RawTp) {
-            syscall_attempts
-                .push(("raw_tp/sys_exit".into(), Box::new(attach_raw_tp("sys_exit_raw", "sys_exit"))));
+            syscall_attempts.push((
+                "raw_tp/sys_exit".into(),
+                Box::new(attach_raw_tp("sys_exit_raw", "sys_exit")),
+            ));
         }
         if wanted(SyscallHook::Tracepoint) {
             syscall_attempts.push((
@@ -342,7 +409,12 @@ impl Tracer {
             ));
         }
         if syscall_layer_needed {
-            hooks.push(first_that_attaches(&mut ebpf, "ioctl+close", syscall_attempts, &mut refused)?);
+            hooks.push(first_that_attaches(
+                &mut ebpf,
+                "ioctl+close",
+                syscall_attempts,
+                &mut refused,
+            )?);
         } else {
             refused.push(
                 "ioctl+close: syscall layer not attached: the driver hooks serve every KFD \
@@ -358,34 +430,64 @@ impl Tracer {
             ),
             (
                 "tp_btf/sched_process_exit".into(),
-                Box::new(attach_tp_btf("process_exit_btf", "sched_process_exit", &kernel_btf)),
+                Box::new(attach_tp_btf(
+                    "process_exit_btf",
+                    "sched_process_exit",
+                    &kernel_btf,
+                )),
             ),
-            ("tracepoint/sched:sched_process_exit".into(), Box::new(attach_tracepoints(EXIT_TPS))),
+            (
+                "tracepoint/sched:sched_process_exit".into(),
+                Box::new(attach_tracepoints(EXIT_TPS)),
+            ),
         ];
-        hooks.push(first_that_attaches(&mut ebpf, "process exit", exit_attempts, &mut refused)?);
+        hooks.push(first_that_attaches(
+            &mut ebpf,
+            "process exit",
+            exit_attempts,
+            &mut refused,
+        )?);
 
         if !options.deny_pids.is_empty() {
             hooks.push(attach_deny(&mut ebpf, &options.deny_pids, &kernel_btf)?);
         }
 
-        Ok(Self { _deep: deep_hooks, ebpf, hooks, refused })
+        Ok(Self {
+            _deep: deep_hooks,
+            ebpf,
+            hooks,
+            refused,
+        })
     }
 
     /// The ring buffer the programs write records into. Can be taken once.
     pub fn take_ring_buffer(&mut self) -> Result<RingBuf<MapData>, LoadError> {
-        let map = self.ebpf.take_map("EVENTS").ok_or(LoadError::MissingMap("EVENTS"))?;
-        RingBuf::try_from(map).map_err(|source| LoadError::Map { name: "EVENTS", source })
+        let map = self
+            .ebpf
+            .take_map("EVENTS")
+            .ok_or(LoadError::MissingMap("EVENTS"))?;
+        RingBuf::try_from(map).map_err(|source| LoadError::Map {
+            name: "EVENTS",
+            source,
+        })
     }
 
     /// The kernel-side counters, summed over CPUs.
     pub fn counters(&self) -> Result<KernelCounters, LoadError> {
-        let map = self.ebpf.map("COUNTERS").ok_or(LoadError::MissingMap("COUNTERS"))?;
+        let map = self
+            .ebpf
+            .map("COUNTERS")
+            .ok_or(LoadError::MissingMap("COUNTERS"))?;
         let array: PerCpuArray<&MapData, u64> =
-            PerCpuArray::try_from(map).map_err(|source| LoadError::Map { name: "COUNTERS", source })?;
+            PerCpuArray::try_from(map).map_err(|source| LoadError::Map {
+                name: "COUNTERS",
+                source,
+            })?;
         let sum = |index: u32| -> Result<u64, LoadError> {
-            let values = array
-                .get(&index, 0)
-                .map_err(|source| LoadError::Map { name: "COUNTERS", source })?;
+            let values = array.get(&index, 0).map_err(|source| LoadError::Map {
+                name: "COUNTERS",
+                source,
+            })?;
             Ok(values.iter().sum())
         };
         Ok(KernelCounters {
@@ -400,7 +502,11 @@ impl Tracer {
 
     /// One line for the start-up report: which hook serves which event.
     pub fn describe_hooks(&self) -> String {
-        self.hooks.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+        self.hooks
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ")
     }
 }
 
@@ -421,17 +527,27 @@ fn attach_deny(ebpf: &mut Ebpf, pids: &[u32], kernel_btf: &Option<Btf>) -> Resul
     let mut deny: BpfHashMap<_, u32, u32> = BpfHashMap::try_from(
         ebpf.map_mut("DENY").ok_or(LoadError::MissingMap("DENY"))?,
     )
-    .map_err(|source| LoadError::Map { name: "DENY", source })?;
+    .map_err(|source| LoadError::Map {
+        name: "DENY",
+        source,
+    })?;
     for &pid in pids {
         let tgid = system::thread_group_of(pid).ok_or(LoadError::NoSuchProcess { pid })?;
-        deny.insert(tgid, 1, 0).map_err(|source| LoadError::Map { name: "DENY", source })?;
+        deny.insert(tgid, 1, 0).map_err(|source| LoadError::Map {
+            name: "DENY",
+            source,
+        })?;
     }
-    for (program, hook) in
-        [("deny_file_ioctl", "file_ioctl"), ("deny_file_ioctl_compat", "file_ioctl_compat")]
-    {
+    for (program, hook) in [
+        ("deny_file_ioctl", "file_ioctl"),
+        ("deny_file_ioctl_compat", "file_ioctl_compat"),
+    ] {
         let mut attach = || -> Result<(), String> {
-            let prog: &mut Lsm =
-                ebpf.program_mut(program).ok_or("program missing")?.try_into().map_err(err)?;
+            let prog: &mut Lsm = ebpf
+                .program_mut(program)
+                .ok_or("program missing")?
+                .try_into()
+                .map_err(err)?;
             prog.load(hook, btf).map_err(err)?;
             prog.attach().map(|_| ()).map_err(err)
         };
@@ -443,12 +559,18 @@ fn attach_deny(ebpf: &mut Ebpf, pids: &[u32], kernel_btf: &Option<Btf>) -> Resul
             ))
         })?;
     }
-    Ok(Hook { event: "deny", attach: "lsm/file_ioctl + lsm/file_ioctl_compat".into() })
+    Ok(Hook {
+        event: "deny",
+        attach: "lsm/file_ioctl + lsm/file_ioctl_compat".into(),
+    })
 }
 
 /// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK; raise it (harmless elsewhere).
 fn raise_memlock_limit() {
-    let rlim = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
+    let rlim = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
     // SAFETY: setrlimit with a valid struct; failure only matters on old kernels, where the
     // load error that follows says so.
     unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &rlim) };

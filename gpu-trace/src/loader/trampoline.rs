@@ -68,14 +68,20 @@ impl ModulePrograms {
         let mut obj = Object::parse(object).map_err(|e| format!("parsing the programs: {e}"))?;
         let mut maps = Vec::new();
         for (name, map) in &obj.maps {
-            let loaded = ebpf.map(name).ok_or_else(|| format!("map {name} was not created"))?;
+            let loaded = ebpf
+                .map(name)
+                .ok_or_else(|| format!("map {name} was not created"))?;
             let fd = map_fd(loaded).ok_or_else(|| format!("map {name} has an unexpected type"))?;
             maps.push((name.clone(), fd, map.clone()));
         }
         let text_sections: HashSet<usize> = obj.functions.keys().map(|(s, _)| *s).collect();
-        obj.relocate_maps(maps.iter().map(|(n, fd, m)| (n.as_str(), *fd, m)), &text_sections)
-            .map_err(|e| format!("relocating maps: {e}"))?;
-        obj.relocate_calls(&text_sections).map_err(|e| format!("relocating calls: {e}"))?;
+        obj.relocate_maps(
+            maps.iter().map(|(n, fd, m)| (n.as_str(), *fd, m)),
+            &text_sections,
+        )
+        .map_err(|e| format!("relocating maps: {e}"))?;
+        obj.relocate_calls(&text_sections)
+            .map_err(|e| format!("relocating calls: {e}"))?;
         let functions = obj
             .programs
             .iter()
@@ -96,7 +102,10 @@ impl ModulePrograms {
         module_btf: &OwnedFd,
         btf_id: u32,
     ) -> Result<Attached, String> {
-        let insns = self.functions.get(name).ok_or_else(|| format!("program {name} is missing"))?;
+        let insns = self
+            .functions
+            .get(name)
+            .ok_or_else(|| format!("program {name} is missing"))?;
         let attach_type = match kind {
             Trampoline::Entry => bpf_attach_type::BPF_TRACE_FENTRY,
             Trampoline::Exit => bpf_attach_type::BPF_TRACE_FEXIT,
@@ -107,7 +116,10 @@ impl ModulePrograms {
         attr.raw_tracepoint.prog_fd = prog.as_raw_fd() as u32;
         let link = sys_bpf(bpf_cmd::BPF_RAW_TRACEPOINT_OPEN, &mut attr)
             .map_err(|e| format!("attaching: {}", os_error(&e)))?;
-        Ok(Attached { _link: link, _prog: prog })
+        Ok(Attached {
+            _link: link,
+            _prog: prog,
+        })
     }
 }
 
@@ -182,7 +194,9 @@ pub fn module_btf_fd(module: &str) -> Result<OwnedFd, String> {
         match sys_bpf_rc(bpf_cmd::BPF_BTF_GET_NEXT_ID, &mut attr) {
             Ok(()) => {}
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-                return Err(format!("the kernel has no loaded BTF object named {module}"));
+                return Err(format!(
+                    "the kernel has no loaded BTF object named {module}"
+                ));
             }
             Err(e) => return Err(format!("BPF_BTF_GET_NEXT_ID: {}", os_error(&e))),
         }

@@ -203,7 +203,9 @@ impl KfdTracker {
     /// Observes one input; returns the events it produces, in order.
     pub fn observe(&mut self, origin: Origin, input: KfdInput) -> Vec<Event> {
         match input {
-            KfdInput::ProcessExit => self.process_exit(&origin, origin.pid, DestroyCause::ProcessExit),
+            KfdInput::ProcessExit => {
+                self.process_exit(&origin, origin.pid, DestroyCause::ProcessExit)
+            }
             KfdInput::FdClose { .. } => Vec::new(),
             KfdInput::QueueBuilt(b) => {
                 self.pending_of(&origin).built = Some(b);
@@ -237,7 +239,9 @@ impl KfdTracker {
                 if errno != 0 {
                     self.counters.failed_calls += 1;
                 }
-                if !matches!(call, KfdCall::CreateQueue(_)) && self.pending.remove(&origin.tid).is_some() {
+                if !matches!(call, KfdCall::CreateQueue(_))
+                    && self.pending.remove(&origin.tid).is_some()
+                {
                     self.counters.deep_unmatched += 1;
                 }
                 match call {
@@ -480,7 +484,12 @@ impl KfdTracker {
         let origin = if origin.pid == pid {
             origin.clone()
         } else {
-            Origin { pid, tid: pid, comm: proc.comm.clone(), ..origin.clone() }
+            Origin {
+                pid,
+                tid: pid,
+                comm: proc.comm.clone(),
+                ..origin.clone()
+            }
         };
         proc.queues
             .into_iter()
@@ -637,15 +646,28 @@ mod tests {
         let mut t = KfdTracker::new();
         // Inside the CREATE_QUEUE of pid 100: the MQD copy runs, the DQM's create_queue returns, then
         // the handler (or the syscall) reports the create.
-        let mut ev = t.observe_raw(&RawRecord::Deep(testing::deep(100, deep_hook::INIT_MQD, 2, 0xffff_ffff_c0a1_0000)));
+        let mut ev = t.observe_raw(&RawRecord::Deep(testing::deep(
+            100,
+            deep_hook::INIT_MQD,
+            2,
+            0xffff_ffff_c0a1_0000,
+        )));
         ev.extend(t.observe_raw(&RawRecord::KfdQueue(testing::queue_built(100, 2, 0x1002))));
-        assert!(ev.is_empty(), "deep findings are not events on their own: {ev:?}");
+        assert!(
+            ev.is_empty(),
+            "deep findings are not events on their own: {ev:?}"
+        );
         let ev = run(&mut t, &[created(100, 2)]);
         assert_eq!(names(&ev), ["TASK_INIT", "WORK_SUBMIT", "SCHEDULE"]);
         let d = ev[0].amd.as_ref().unwrap();
         assert_eq!(
             (d.hw_doorbell, d.vmid, d.driver_active, d.mqd_init_addr),
-            (Some(0x1002), Some(0), Some(true), Some(0xffff_ffff_c0a1_0000))
+            (
+                Some(0x1002),
+                Some(0),
+                Some(true),
+                Some(0xffff_ffff_c0a1_0000)
+            )
         );
         // Taken up once: the next create of that thread has none of it.
         let ev = run(&mut t, &[created(100, 3)]);
@@ -661,7 +683,13 @@ mod tests {
         let ev = run(&mut t, &[created(100, 2)]);
         assert_eq!(ev[0].amd.as_ref().unwrap().hw_doorbell, None);
         t.observe_raw(&RawRecord::KfdQueue(testing::queue_built(100, 3, 0x1003)));
-        let refused = testing::record(100, 4, cmd::CREATE_QUEUE, EINVAL.into(), &CreateArgs::default().bytes());
+        let refused = testing::record(
+            100,
+            4,
+            cmd::CREATE_QUEUE,
+            EINVAL.into(),
+            &CreateArgs::default().bytes(),
+        );
         run(&mut t, &[refused]);
         t.observe_raw(&RawRecord::KfdQueue(testing::queue_built(100, 4, 0x1004)));
         run(&mut t, &[testing::destroy(100, 4, 2, 0)]);
@@ -674,7 +702,12 @@ mod tests {
         let mut t = KfdTracker::new();
         run(&mut t, &[created(100, 2), created(100, 3)]);
         // pqm_uninit on a worker thread (pid 7): the owner is the record's value.
-        let ev = t.observe_raw(&RawRecord::Deep(testing::deep(7, deep_hook::KFD_RELEASE, 100, 0)));
+        let ev = t.observe_raw(&RawRecord::Deep(testing::deep(
+            7,
+            deep_hook::KFD_RELEASE,
+            100,
+            0,
+        )));
         assert_eq!(names(&ev), ["TASK_DESTROY", "TASK_DESTROY"]);
         for e in &ev {
             assert_eq!(e.origin.pid, 100, "reported for the owner, not the worker");
@@ -685,12 +718,28 @@ mod tests {
         // The process exit that follows ends nothing more; a teardown of a process without
         // queues is counted.
         assert!(exit(&mut t, 100).is_empty());
-        assert!(t.observe_raw(&RawRecord::Deep(testing::deep(7, deep_hook::KFD_RELEASE, 555, 0))).is_empty());
+        assert!(
+            t.observe_raw(&RawRecord::Deep(testing::deep(
+                7,
+                deep_hook::KFD_RELEASE,
+                555,
+                0
+            )))
+            .is_empty()
+        );
         assert_eq!(t.counters().kfd_releases_without_queues, 1);
         // Exit first, teardown later: the exit ends them (implicit), the teardown finds none.
         run(&mut t, &[created(200, 1)]);
         assert_eq!(ended(&exit(&mut t, 200)[0]).1, DestroyCause::ProcessExit);
-        assert!(t.observe_raw(&RawRecord::Deep(testing::deep(7, deep_hook::KFD_RELEASE, 200, 0))).is_empty());
+        assert!(
+            t.observe_raw(&RawRecord::Deep(testing::deep(
+                7,
+                deep_hook::KFD_RELEASE,
+                200,
+                0
+            )))
+            .is_empty()
+        );
     }
 
     #[test]

@@ -391,9 +391,25 @@ impl NvTracker {
                         let init = take_hook(&mut hooks, |h| matches!(h, GxHook::TaskInit { .. }));
                         let used = init.is_some() && ok && class == class::KEPLER_CHANNEL_GROUP_A;
                         self.count_unused(&hooks, init.is_some() && !used);
-                        let mut events = self.alloc(&origin, fd, ok, client, parent, handle, class, params);
-                        if let (true, Some(GxHook::TaskInit { tsg_id, default_timeslice_us, .. })) = (used, init) {
-                            self.apply_task_init(&origin, client, handle, tsg_id, default_timeslice_us, &mut events);
+                        let mut events =
+                            self.alloc(&origin, fd, ok, client, parent, handle, class, params);
+                        if let (
+                            true,
+                            Some(GxHook::TaskInit {
+                                tsg_id,
+                                default_timeslice_us,
+                                ..
+                            }),
+                        ) = (used, init)
+                        {
+                            self.apply_task_init(
+                                &origin,
+                                client,
+                                handle,
+                                tsg_id,
+                                default_timeslice_us,
+                                &mut events,
+                            );
                         }
                         events
                     }
@@ -407,14 +423,39 @@ impl NvTracker {
                     } => {
                         let bind = take_hook(&mut hooks, |h| matches!(h, GxHook::Bind { .. }));
                         let used = bind.is_some() && cmd == cmd::TSG_GPFIFO_SCHEDULE;
-                        let token = take_hook(&mut hooks, |h| matches!(h, GxHook::TokenRequest { .. }));
-                        let token_used = token.is_some() && cmd == cmd::CHANNEL_GET_WORK_SUBMIT_TOKEN;
-                        self.count_unused(&hooks, (bind.is_some() && !used) || (token.is_some() && !token_used));
-                        let mut events = self.control(&origin, errno, status, client, object, cmd, params);
-                        if let (true, Some(GxHook::Bind { tsg_id, runlist_id, channel_count, timeslice_us, interleave, .. })) = (used, bind) {
-                            self.apply_bind(&origin, client, object, (tsg_id, runlist_id, channel_count, timeslice_us, interleave), &mut events);
+                        let token =
+                            take_hook(&mut hooks, |h| matches!(h, GxHook::TokenRequest { .. }));
+                        let token_used =
+                            token.is_some() && cmd == cmd::CHANNEL_GET_WORK_SUBMIT_TOKEN;
+                        self.count_unused(
+                            &hooks,
+                            (bind.is_some() && !used) || (token.is_some() && !token_used),
+                        );
+                        let mut events =
+                            self.control(&origin, errno, status, client, object, cmd, params);
+                        if let (
+                            true,
+                            Some(GxHook::Bind {
+                                tsg_id,
+                                runlist_id,
+                                channel_count,
+                                timeslice_us,
+                                interleave,
+                                ..
+                            }),
+                        ) = (used, bind)
+                        {
+                            self.apply_bind(
+                                &origin,
+                                client,
+                                object,
+                                (tsg_id, runlist_id, channel_count, timeslice_us, interleave),
+                                &mut events,
+                            );
                         }
-                        if let (true, Some(GxHook::TokenRequest { tsg_id, .. })) = (token_used, token) {
+                        if let (true, Some(GxHook::TokenRequest { tsg_id, .. })) =
+                            (token_used, token)
+                        {
                             self.apply_token(&origin, client, object, tsg_id, &mut events);
                         }
                         events
@@ -444,8 +485,10 @@ impl NvTracker {
     fn hook_ran(&mut self, origin: &Origin, call: GxCall) {
         match (call.hook, call.syscall) {
             (Some(hook), Some((SYS_IOCTL, fd))) => {
-                let entry =
-                    self.pending.entry(origin.tid).or_insert_with(|| (origin.pid, fd, Vec::new()));
+                let entry = self
+                    .pending
+                    .entry(origin.tid)
+                    .or_insert_with(|| (origin.pid, fd, Vec::new()));
                 if entry.1 != fd {
                     // The thread's previous ioctl was not traced: its hooks stay unclaimed.
                     self.counters.gpu_ext_unmatched += entry.2.len() as u64;
@@ -487,13 +530,21 @@ impl NvTracker {
         default_timeslice_us: u64,
         events: &mut [Event],
     ) {
-        let Some(t) = self.client_mut(origin, client).tsgs.get_mut(&handle) else { return };
+        let Some(t) = self.client_mut(origin, client).tsgs.get_mut(&handle) else {
+            return;
+        };
         t.hw_id = u32::try_from(tsg_id).ok();
         t.timeslice_us = Some(default_timeslice_us);
         t.timeslice_source = ValueSource::Observed;
         let task = t.task(handle);
         for e in events.iter_mut() {
-            if let EventKind::TaskInit { task: tk, timeslice_us, timeslice_source, .. } = &mut e.kind {
+            if let EventKind::TaskInit {
+                task: tk,
+                timeslice_us,
+                timeslice_source,
+                ..
+            } = &mut e.kind
+            {
                 *tk = task;
                 *timeslice_us = Some(default_timeslice_us);
                 *timeslice_source = ValueSource::Observed;
@@ -503,10 +554,21 @@ impl NvTracker {
 
     /// `token_request` of a channel: its TSG's hardware id, where not known yet (a TSG created
     /// before tracing, or by a driver whose `task_init` did not run in a traced call).
-    fn apply_token(&mut self, origin: &Origin, client: u32, channel: u32, tsg_id: u64, events: &mut [Event]) {
-        let Some(hw) = u32::try_from(tsg_id).ok().filter(|&id| id != 0) else { return };
+    fn apply_token(
+        &mut self,
+        origin: &Origin,
+        client: u32,
+        channel: u32,
+        tsg_id: u64,
+        events: &mut [Event],
+    ) {
+        let Some(hw) = u32::try_from(tsg_id).ok().filter(|&id| id != 0) else {
+            return;
+        };
         let c = self.client_mut(origin, client);
-        let Some(h) = c.tsg_of_channel(channel) else { return };
+        let Some(h) = c.tsg_of_channel(channel) else {
+            return;
+        };
         let Some(t) = c.tsgs.get_mut(&h) else { return };
         t.hw_id = t.hw_id.or(Some(hw));
         let task = t.task(h);
@@ -523,7 +585,13 @@ impl NvTracker {
         origin: &Origin,
         client: u32,
         object: u32,
-        (tsg_id, runlist, channel_count, timeslice, interleave): (u64, u32, u32, u64, Option<crate::model::event::Interleave>),
+        (tsg_id, runlist, channel_count, timeslice, interleave): (
+            u64,
+            u32,
+            u32,
+            u64,
+            Option<crate::model::event::Interleave>,
+        ),
         events: &mut [Event],
     ) {
         let hw = u32::try_from(tsg_id).ok();
@@ -543,7 +611,14 @@ impl NvTracker {
             None => hw.map_or(TaskId::RmHandle(object), TaskId::HwTsg),
         };
         for e in events.iter_mut() {
-            if let EventKind::Schedule { task: tk, channels, timeslice_us, interleave: il, .. } = &mut e.kind {
+            if let EventKind::Schedule {
+                task: tk,
+                channels,
+                timeslice_us,
+                interleave: il,
+                ..
+            } = &mut e.kind
+            {
                 *tk = task;
                 *channels = Some(channel_count);
                 *timeslice_us = Some(timeslice);
@@ -1193,33 +1268,106 @@ mod tests {
         let mut s = Script::new();
         // task_init runs inside the TSG alloc (before its sys_exit record).
         s.push(alloc(100, CTL_FD, true, 0, 0, CLIENT, 0x41, 0, &[]))
-            .push(alloc(100, CTL_FD, true, CLIENT, CLIENT, DEVICE, 0x80, 0, &device_params(0)))
+            .push(alloc(
+                100,
+                CTL_FD,
+                true,
+                CLIENT,
+                CLIENT,
+                DEVICE,
+                0x80,
+                0,
+                &device_params(0),
+            ))
             .hook(gx::task_init(100, fd, 3, 2048))
             .push(tsg(100, DEVICE, TSG, 0x1))
-            .push(alloc(100, CTL_FD, true, CLIENT, TSG, CH1, 0xC86F, 0, &channel_params(1, 0, 1)))
+            .push(alloc(
+                100,
+                CTL_FD,
+                true,
+                CLIENT,
+                TSG,
+                CH1,
+                0xC86F,
+                0,
+                &channel_params(1, 0, 1),
+            ))
             .hook(gx::record(
                 100,
                 gpu_trace_common::nvidia::gpu_ext::hook::TOKEN_REQUEST,
                 fd,
                 &gx::ctx(&[(0, 5, 4), (8, 3, 8), (16, 0x000d_0005, 4)]),
             ))
-            .push(ctl(100, CH1, cmd::CHANNEL_GET_WORK_SUBMIT_TOKEN, 0, &u32_params(0x000d_0005)))
+            .push(ctl(
+                100,
+                CH1,
+                cmd::CHANNEL_GET_WORK_SUBMIT_TOKEN,
+                0,
+                &u32_params(0x000d_0005),
+            ))
             .hook(gx::bind(100, fd, 3, 13, 8, 5000, 2))
             .push(sched(100, TSG, true))
             .hook(gx::task_destroy(100, fd, 3))
             .push(free(100, CTL_FD, CLIENT, DEVICE, TSG, 0));
         let mut t = NvTracker::new();
         let ev = s.run(&mut t);
-        assert_eq!(kinds(&ev), ["TASK_INIT", "WORK_SUBMIT", "SCHEDULE", "TASK_DESTROY"]);
-        assert_eq!(ev[1].kind.task(), TaskId::HwTsg(3), "the token's TSG: the token hook is taken up");
-        let ev: Vec<Event> = ev.into_iter().filter(|e| e.kind.name() != "WORK_SUBMIT").collect();
-        let EventKind::TaskInit { task, timeslice_us, timeslice_source, .. } = ev[0].kind else { panic!() };
-        assert_eq!((task, timeslice_us, timeslice_source), (TaskId::HwTsg(3), Some(2048), ValueSource::Observed));
-        let EventKind::Schedule { task, channels, timeslice_us, interleave, .. } = ev[1].kind else { panic!() };
+        assert_eq!(
+            kinds(&ev),
+            ["TASK_INIT", "WORK_SUBMIT", "SCHEDULE", "TASK_DESTROY"]
+        );
+        assert_eq!(
+            ev[1].kind.task(),
+            TaskId::HwTsg(3),
+            "the token's TSG: the token hook is taken up"
+        );
+        let ev: Vec<Event> = ev
+            .into_iter()
+            .filter(|e| e.kind.name() != "WORK_SUBMIT")
+            .collect();
+        let EventKind::TaskInit {
+            task,
+            timeslice_us,
+            timeslice_source,
+            ..
+        } = ev[0].kind
+        else {
+            panic!()
+        };
+        assert_eq!(
+            (task, timeslice_us, timeslice_source),
+            (TaskId::HwTsg(3), Some(2048), ValueSource::Observed)
+        );
+        let EventKind::Schedule {
+            task,
+            channels,
+            timeslice_us,
+            interleave,
+            ..
+        } = ev[1].kind
+        else {
+            panic!()
+        };
         // RM's own count (8) wins over the channels this tracer saw allocated (1).
-        assert_eq!((task, channels, timeslice_us, interleave), (TaskId::HwTsg(3), Some(8), Some(5000), Some(Interleave::High)));
-        assert_eq!(destroys(&ev), [(100, TaskId::HwTsg(3), DestroyCause::Free, false)]);
-        assert_eq!((t.counters().gpu_ext_unmatched, t.counters().gpu_ext_outside_ioctl), (0, 0));
+        assert_eq!(
+            (task, channels, timeslice_us, interleave),
+            (
+                TaskId::HwTsg(3),
+                Some(8),
+                Some(5000),
+                Some(Interleave::High)
+            )
+        );
+        assert_eq!(
+            destroys(&ev),
+            [(100, TaskId::HwTsg(3), DestroyCause::Free, false)]
+        );
+        assert_eq!(
+            (
+                t.counters().gpu_ext_unmatched,
+                t.counters().gpu_ext_outside_ioctl
+            ),
+            (0, 0)
+        );
     }
 
     #[test]
@@ -1229,19 +1377,30 @@ mod tests {
         setup(&mut s, 100, 0, 0x1);
         // A task_init from an ioctl on another fd (UVM's), then a TSG alloc on the ctl fd: not
         // this TSG's hook.
-        s.hook(gx::task_init(100, 9, 4, 1024)).push(tsg(100, DEVICE, TSG2, 0x1));
+        s.hook(gx::task_init(100, 9, 4, 1024))
+            .push(tsg(100, DEVICE, TSG2, 0x1));
         // A hook outside any ioctl (teardown at close()).
         let mut outside = gx::task_destroy(100, 0, 4);
         outside.syscall_nr = 3;
         s.hook(outside);
         // A bind hook followed by a TSG alloc (wrong kind for that call).
-        s.hook(gx::bind(100, CTL_FD as u64, 4, 1, 1, 1024, 1)).push(tsg(100, DEVICE, 0xCAF0_0099, 0x1));
+        s.hook(gx::bind(100, CTL_FD as u64, 4, 1, 1, 1024, 1))
+            .push(tsg(100, DEVICE, 0xCAF0_0099, 0x1));
         let mut t = NvTracker::new();
         let ev = s.run(&mut t);
         for e in &ev {
-            assert!(!matches!(e.kind.task(), TaskId::HwTsg(_)), "no hook was this call's: {e:?}");
+            assert!(
+                !matches!(e.kind.task(), TaskId::HwTsg(_)),
+                "no hook was this call's: {e:?}"
+            );
         }
-        assert_eq!((t.counters().gpu_ext_unmatched, t.counters().gpu_ext_outside_ioctl), (2, 1));
+        assert_eq!(
+            (
+                t.counters().gpu_ext_unmatched,
+                t.counters().gpu_ext_outside_ioctl
+            ),
+            (2, 1)
+        );
     }
 
     #[test]

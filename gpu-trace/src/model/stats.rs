@@ -211,7 +211,12 @@ impl Stats {
         if let Some(lost) = self.lost_samples {
             rows.push(("lost_samples", lost, String::new()));
         }
-        rows.extend(self.unreported.iter().filter(|&(_, &v)| v != 0).map(|(&k, &v)| (k, v, String::new())));
+        rows.extend(
+            self.unreported
+                .iter()
+                .filter(|&(_, &v)| v != 0)
+                .map(|(&k, &v)| (k, v, String::new())),
+        );
         let width = rows
             .iter()
             .map(|(_, v, _)| v.to_string().len())
@@ -358,7 +363,10 @@ mod tests {
         stats.unreported.insert("schedule_disable", 2);
         stats.unreported.insert("unknown_handle", 0);
         let text = stats.render_text();
-        let line = text.lines().find(|l| l.starts_with("schedule_disable")).expect(&text);
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("schedule_disable"))
+            .expect(&text);
         assert!(line.trim_end().ends_with(" 2"), "{line}");
         assert!(!text.contains("unknown_handle"), "{text}");
     }

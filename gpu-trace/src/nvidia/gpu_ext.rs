@@ -35,7 +35,11 @@ pub enum GxHook {
         allow: bool,
     },
     /// `nv_gpu_sched_token_request`: a work-submit token was handed out.
-    TokenRequest { channel_id: u32, tsg_id: u64, token: u32 },
+    TokenRequest {
+        channel_id: u32,
+        tsg_id: u64,
+        token: u32,
+    },
     /// `nv_gpu_sched_task_destroy`: a TSG is being destroyed.
     TaskDestroy { tsg_id: u64 },
 }
@@ -91,9 +95,9 @@ pub fn decode(rec: &NvSchedRecord) -> GxCall {
             tsg_id: u64_at(c, token_request::TSG_ID),
             token: u32_at(c, token_request::TOKEN),
         }),
-        hook::TASK_DESTROY if have(task_destroy::LEN) => {
-            Some(GxHook::TaskDestroy { tsg_id: u64_at(c, task_destroy::TSG_ID) })
-        }
+        hook::TASK_DESTROY if have(task_destroy::LEN) => Some(GxHook::TaskDestroy {
+            tsg_id: u64_at(c, task_destroy::TSG_ID),
+        }),
         _ => None,
     };
     GxCall {
@@ -123,7 +127,14 @@ pub(crate) mod testing {
         let mut comm = [0u8; 16];
         comm[..7].copy_from_slice(b"python3");
         NvSchedRecord {
-            hdr: RecordHeader { kind: record_kind::NV_SCHED, cpu: 1, ts_ns: 500, tgid: pid, tid: pid, comm },
+            hdr: RecordHeader {
+                kind: record_kind::NV_SCHED,
+                cpu: 1,
+                ts_ns: 500,
+                tgid: pid,
+                tid: pid,
+                comm,
+            },
             hook,
             source: hook_source::KPROBE,
             ctx_len: len as u32,
@@ -145,11 +156,28 @@ pub(crate) mod testing {
     /// `nv_gpu_task_init_ctx` of TSG `tsg_id` (GR, default timeslice `timeslice_us`).
     pub fn task_init(pid: u32, fd: u64, tsg_id: u64, timeslice_us: u64) -> NvSchedRecord {
         use gpu_trace_common::nvidia::gpu_ext::{hook, task_init as t};
-        record(pid, hook::TASK_INIT, fd, &ctx(&[(t::TSG_ID, tsg_id, 8), (t::ENGINE_TYPE, 1, 4), (t::DEFAULT_TIMESLICE, timeslice_us, 8)]))
+        record(
+            pid,
+            hook::TASK_INIT,
+            fd,
+            &ctx(&[
+                (t::TSG_ID, tsg_id, 8),
+                (t::ENGINE_TYPE, 1, 4),
+                (t::DEFAULT_TIMESLICE, timeslice_us, 8),
+            ]),
+        )
     }
 
     /// `nv_gpu_bind_ctx` of TSG `tsg_id`.
-    pub fn bind(pid: u32, fd: u64, tsg_id: u64, runlist: u32, channels: u32, timeslice_us: u64, level: u32) -> NvSchedRecord {
+    pub fn bind(
+        pid: u32,
+        fd: u64,
+        tsg_id: u64,
+        runlist: u32,
+        channels: u32,
+        timeslice_us: u64,
+        level: u32,
+    ) -> NvSchedRecord {
         use gpu_trace_common::nvidia::gpu_ext::{bind as b, hook};
         record(
             pid,
@@ -181,7 +209,14 @@ mod tests {
     #[test]
     fn each_hook_decodes_from_its_documented_layout() {
         let c = decode(&testing::task_init(7, 3, 5, 2048));
-        assert_eq!(c.hook, Some(GxHook::TaskInit { tsg_id: 5, engine_type: 1, default_timeslice_us: 2048 }));
+        assert_eq!(
+            c.hook,
+            Some(GxHook::TaskInit {
+                tsg_id: 5,
+                engine_type: 1,
+                default_timeslice_us: 2048
+            })
+        );
         assert_eq!(c.syscall, Some((testing::SYS_IOCTL, 3)));
         let c = decode(&testing::bind(7, 3, 5, 13, 8, 1024, 2));
         assert_eq!(
@@ -195,7 +230,10 @@ mod tests {
                 allow: true
             })
         );
-        assert_eq!(decode(&testing::task_destroy(7, 3, 5)).hook, Some(GxHook::TaskDestroy { tsg_id: 5 }));
+        assert_eq!(
+            decode(&testing::task_destroy(7, 3, 5)).hook,
+            Some(GxHook::TaskDestroy { tsg_id: 5 })
+        );
         let tok = testing::record(
             7,
             h::TOKEN_REQUEST,
@@ -204,14 +242,24 @@ mod tests {
         );
         assert_eq!(
             decode(&tok).hook,
-            Some(GxHook::TokenRequest { channel_id: 0x21, tsg_id: 5, token: 0x000d_0021 })
+            Some(GxHook::TokenRequest {
+                channel_id: 0x21,
+                tsg_id: 5,
+                token: 0x000d_0021
+            })
         );
     }
 
     #[test]
     fn unreadable_unknown_or_outside_a_syscall_is_said_so() {
         let mut r = testing::bind(7, 3, 5, 13, 8, 1024, 9);
-        assert!(matches!(decode(&r).hook, Some(GxHook::Bind { interleave: None, .. })));
+        assert!(matches!(
+            decode(&r).hook,
+            Some(GxHook::Bind {
+                interleave: None,
+                ..
+            })
+        ));
         r.ctx_len = 0;
         assert_eq!(decode(&r).hook, None);
         r.hook = 99;

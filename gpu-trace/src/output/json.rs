@@ -209,7 +209,12 @@ pub fn stats_json(stats: &Stats) -> String {
         malformed: stats.malformed,
         decode_errors: stats.decode_errors,
         live_at_exit: stats.live_at_exit,
-        unreported: stats.unreported.iter().filter(|&(_, &v)| v != 0).map(|(&k, &v)| (k, v)).collect(),
+        unreported: stats
+            .unreported
+            .iter()
+            .filter(|&(_, &v)| v != 0)
+            .map(|(&k, &v)| (k, v))
+            .collect(),
         lost_samples: stats.lost_samples,
         processes: stats
             .processes()
@@ -240,7 +245,10 @@ pub fn schema_document() -> String {
     );
     out.push_str(SCHEMA_DOC_MARKER);
     out.push('\n');
-    for line in include_str!("json.rs").lines().take_while(|l| l.starts_with("//!")) {
+    for line in include_str!("json.rs")
+        .lines()
+        .take_while(|l| l.starts_with("//!"))
+    {
         let text = line.strip_prefix("//!").unwrap_or_default();
         out.push_str(text.strip_prefix(' ').unwrap_or(text));
         out.push('\n');

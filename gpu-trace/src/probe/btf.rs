@@ -505,12 +505,18 @@ impl Btf {
         let mut data = Vec::with_capacity(at + bytes.len());
         data.extend_from_slice(&base.data);
         data.extend_from_slice(bytes);
-        let total_strings = u32::try_from(base.str_len as u64 + str_len).map_err(|_| {
-            BtfError::Malformed { section: "string section", detail: "too large".into() }
-        })?;
+        let total_strings =
+            u32::try_from(base.str_len as u64 + str_len).map_err(|_| BtfError::Malformed {
+                section: "string section",
+                detail: "too large".into(),
+            })?;
         let type_start = at + (hdr_len + type_off) as usize;
-        let mut split_types =
-            parse_types(&data, type_start, type_start + type_len as usize, total_strings)?;
+        let mut split_types = parse_types(
+            &data,
+            type_start,
+            type_start + type_len as usize,
+            total_strings,
+        )?;
         split_types.remove(0); // parse_types puts `void` first; the base has it already
         let mut types = base.types.clone();
         let first_split_id = types.len() as u32;
@@ -560,7 +566,10 @@ impl Btf {
                 name_off != 0 && self.str_at(name_off) == param.as_bytes()
             })
             .map(|i| (i, count))
-            .ok_or_else(|| BtfError::ParamNotFound { func: func.into(), param: param.into() })
+            .ok_or_else(|| BtfError::ParamNotFound {
+                func: func.into(),
+                param: param.into(),
+            })
     }
 
     /// Size of a kernel pointer in bytes: the size of `long` in this BTF (the host's pointer size
@@ -1342,7 +1351,9 @@ mod tests {
     fn base_id(btf: &Btf, k: u32, name: &str) -> u32 {
         btf.types
             .iter()
-            .position(|t| t.kind() == k && t.name_off != 0 && btf.str_at(t.name_off) == name.as_bytes())
+            .position(|t| {
+                t.kind() == k && t.name_off != 0 && btf.str_at(t.name_off) == name.as_bytes()
+            })
             .unwrap_or_else(|| panic!("{name} not in the live BTF")) as u32
     }
 
@@ -1358,12 +1369,18 @@ mod tests {
         let task = base_id(base, kind::STRUCT, "task_struct");
         let strings = b"\0gt_props\0queue_id\0owner\0pqm\0properties\0gt_func\0";
         let s = |name: &[u8]| {
-            let at = strings.windows(name.len() + 2).position(|w| w[0] == 0 && &w[1..=name.len()] == name && w[name.len() + 1] == 0);
+            let at = strings
+                .windows(name.len() + 2)
+                .position(|w| w[0] == 0 && &w[1..=name.len()] == name && w[name.len() + 1] == 0);
             base.str_len as u32 + at.expect("name in the table") as u32 + 1
         };
         let info = |k: u32, vlen: u32| (k << 24) | vlen;
         let mut t = Vec::new();
-        let mut put = |words: &[u32]| words.iter().for_each(|w| t.extend_from_slice(&w.to_le_bytes()));
+        let mut put = |words: &[u32]| {
+            words
+                .iter()
+                .for_each(|w| t.extend_from_slice(&w.to_le_bytes()))
+        };
         // n+1: struct gt_props { struct task_struct *owner; unsigned int queue_id; } (16 bytes)
         put(&[s(b"gt_props"), info(kind::STRUCT, 2), 16]);
         put(&[s(b"owner"), n + 2, 0]);
@@ -1379,7 +1396,14 @@ mod tests {
         // n+5: FUNC gt_func (global linkage)
         put(&[s(b"gt_func"), info(kind::FUNC, 1), n + 3]);
         let mut b = Vec::new();
-        for w in [0x0001_eb9fu32, HEADER_LEN as u32, 0, t.len() as u32, t.len() as u32, strings.len() as u32] {
+        for w in [
+            0x0001_eb9fu32,
+            HEADER_LEN as u32,
+            0,
+            t.len() as u32,
+            t.len() as u32,
+            strings.len() as u32,
+        ] {
             b.extend_from_slice(&w.to_le_bytes());
         }
         b.extend_from_slice(&t);
@@ -1398,7 +1422,10 @@ mod tests {
         assert_eq!(split.func_id("gt_func").unwrap(), n + 5);
         assert_eq!(split.func_param("gt_func", "properties").unwrap(), (1, 2));
         assert_eq!(split.func_param("gt_func", "pqm").unwrap(), (0, 2));
-        assert!(matches!(split.func_param("gt_func", "qid"), Err(BtfError::ParamNotFound { .. })));
+        assert!(matches!(
+            split.func_param("gt_func", "qid"),
+            Err(BtfError::ParamNotFound { .. })
+        ));
         assert_eq!(split.member_offset("gt_props", "queue_id").unwrap(), 8);
         assert_eq!(split.member_size("gt_props", "owner").unwrap(), 8);
         assert_eq!(split.struct_size("gt_props").unwrap(), 16);
@@ -1410,7 +1437,10 @@ mod tests {
         let base_func = base.func_id("do_exit").unwrap();
         assert_eq!(split.func_id("do_exit").unwrap(), base_func);
         assert!(base_func <= n);
-        assert!(matches!(base.func_id("gt_func"), Err(BtfError::FuncNotFound { .. })));
+        assert!(matches!(
+            base.func_id("gt_func"),
+            Err(BtfError::FuncNotFound { .. })
+        ));
         // A split blob cut short is refused, as is split BTF on split BTF.
         let blob = split_blob(base);
         assert!(Btf::from_split(base, &blob[..blob.len() - 10]).is_err());
@@ -1425,7 +1455,12 @@ mod tests {
             return;
         };
         let modules: Vec<_> = std::fs::read_dir("/sys/kernel/btf")
-            .map(|d| d.flatten().map(|e| e.path()).filter(|p| !p.ends_with("vmlinux")).collect())
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.path())
+                    .filter(|p| !p.ends_with("vmlinux"))
+                    .collect()
+            })
             .unwrap_or_default();
         if modules.is_empty() {
             // Straight to stderr, past the test harness's capture, so that CI's log shows it.
@@ -1439,7 +1474,8 @@ mod tests {
         }
         for path in modules {
             let bytes = std::fs::read(&path).unwrap();
-            let split = Btf::from_split(base, &bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let split =
+                Btf::from_split(base, &bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             assert!(split.type_count() > base.type_count(), "{}", path.display());
         }
     }

@@ -51,7 +51,9 @@ impl ModuleSymbols {
             if owner != tag || !matches!(kind, "t" | "T") {
                 continue;
             }
-            let Ok(addr) = u64::from_str_radix(addr, 16) else { continue };
+            let Ok(addr) = u64::from_str_radix(addr, 16) else {
+                continue;
+            };
             if addr == 0 {
                 hidden += 1;
                 continue;
@@ -79,8 +81,12 @@ impl ModuleSymbols {
         text.lines().find_map(|line| {
             let mut f = line.split_whitespace();
             let (_, kind, name, owner) = (f.next()?, f.next()?, f.next()?, f.next()?);
-            (name == symbol && matches!(kind, "t" | "T"))
-                .then(|| owner.trim_start_matches('[').trim_end_matches(']').to_string())
+            (name == symbol && matches!(kind, "t" | "T")).then(|| {
+                owner
+                    .trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .to_string()
+            })
         })
     }
 
@@ -126,15 +132,41 @@ ffffffff81000000 T _stext
     #[test]
     fn copies_and_unique_names() {
         let s = ModuleSymbols::parse(SAMPLE, "amdgpu").unwrap();
-        assert_eq!(s.addresses("init_mqd"), &[0xffff_ffff_c0a1_0000, 0xffff_ffff_c0b2_0000]);
+        assert_eq!(
+            s.addresses("init_mqd"),
+            &[0xffff_ffff_c0a1_0000, 0xffff_ffff_c0b2_0000]
+        );
         assert_eq!(s.addresses("pqm_create_queue").len(), 1);
-        assert!(s.addresses("amdkfd_ioctls").is_empty(), "data symbols are not functions");
-        assert!(s.addresses("_stext").is_empty(), "vmlinux symbols are not the module's");
-        assert_eq!(s.neighbour_below(0xffff_ffff_c0a1_0000, "init_mqd"), Some("mqd_manager_init_v9"));
-        assert_eq!(s.neighbour_below(0xffff_ffff_c0b2_0000, "init_mqd"), Some("mqd_manager_init_v10"));
-        assert_eq!(ModuleSymbols::module_defining_in(SAMPLE, "pqm_create_queue").as_deref(), Some("amdgpu"));
-        assert_eq!(ModuleSymbols::module_defining_in(SAMPLE, "amdkfd_ioctls"), None, "data, not text");
-        assert_eq!(ModuleSymbols::module_defining_in(SAMPLE, "_stext"), None, "vmlinux, no module");
+        assert!(
+            s.addresses("amdkfd_ioctls").is_empty(),
+            "data symbols are not functions"
+        );
+        assert!(
+            s.addresses("_stext").is_empty(),
+            "vmlinux symbols are not the module's"
+        );
+        assert_eq!(
+            s.neighbour_below(0xffff_ffff_c0a1_0000, "init_mqd"),
+            Some("mqd_manager_init_v9")
+        );
+        assert_eq!(
+            s.neighbour_below(0xffff_ffff_c0b2_0000, "init_mqd"),
+            Some("mqd_manager_init_v10")
+        );
+        assert_eq!(
+            ModuleSymbols::module_defining_in(SAMPLE, "pqm_create_queue").as_deref(),
+            Some("amdgpu")
+        );
+        assert_eq!(
+            ModuleSymbols::module_defining_in(SAMPLE, "amdkfd_ioctls"),
+            None,
+            "data, not text"
+        );
+        assert_eq!(
+            ModuleSymbols::module_defining_in(SAMPLE, "_stext"),
+            None,
+            "vmlinux, no module"
+        );
     }
 
     #[test]
@@ -144,7 +176,10 @@ ffffffff81000000 T _stext
             .map(|l| format!("0000000000000000{}", &l[16..]))
             .collect::<Vec<_>>()
             .join("\n");
-        assert!(matches!(ModuleSymbols::parse(&hidden, "amdgpu"), Err(KallsymsError::Hidden)));
+        assert!(matches!(
+            ModuleSymbols::parse(&hidden, "amdgpu"),
+            Err(KallsymsError::Hidden)
+        ));
         assert!(ModuleSymbols::parse(SAMPLE, "absent").unwrap().is_empty());
     }
 }

@@ -31,8 +31,10 @@ pub enum SystemError {
 /// Effective capability mask of this process (`CapEff` in /proc/self/status).
 pub fn effective_capabilities() -> Result<u64, SystemError> {
     let path = "/proc/self/status";
-    let status = fs::read_to_string(path)
-        .map_err(|source| SystemError::Read { path: path.into(), source })?;
+    let status = fs::read_to_string(path).map_err(|source| SystemError::Read {
+        path: path.into(),
+        source,
+    })?;
     Ok(parse_cap_eff(&status).unwrap_or(0))
 }
 
@@ -59,7 +61,9 @@ fn missing_privileges(cap_eff: u64) -> Result<(), SystemError> {
         .filter(|(cap, _)| !has(*cap))
         .map(|(_, name)| name)
         .collect();
-    Err(SystemError::NotPrivileged { missing: missing.join(", ") })
+    Err(SystemError::NotPrivileged {
+        missing: missing.join(", "),
+    })
 }
 
 /// Where tracefs is mounted, mounting it at /sys/kernel/tracing when it is not.
@@ -73,10 +77,18 @@ pub fn ensure_tracefs() -> Result<&'static str, SystemError> {
     let target = c"/sys/kernel/tracing";
     // SAFETY: plain mount(2) call with NUL-terminated strings.
     let rc = unsafe {
-        libc::mount(c"tracefs".as_ptr(), target.as_ptr(), c"tracefs".as_ptr(), 0, std::ptr::null())
+        libc::mount(
+            c"tracefs".as_ptr(),
+            target.as_ptr(),
+            c"tracefs".as_ptr(),
+            0,
+            std::ptr::null(),
+        )
     };
     if rc != 0 {
-        return Err(SystemError::TracefsMount { source: io::Error::last_os_error() });
+        return Err(SystemError::TracefsMount {
+            source: io::Error::last_os_error(),
+        });
     }
     Ok("/sys/kernel/tracing")
 }
@@ -84,13 +96,20 @@ pub fn ensure_tracefs() -> Result<&'static str, SystemError> {
 /// The kernel `dev_t` (`major << 20 | minor`) of a character device node.
 pub fn char_device_kernel_dev(path: &Path) -> Result<u32, SystemError> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
-    let meta = fs::metadata(path)
-        .map_err(|source| SystemError::Read { path: path.display().to_string(), source })?;
+    let meta = fs::metadata(path).map_err(|source| SystemError::Read {
+        path: path.display().to_string(),
+        source,
+    })?;
     if !meta.file_type().is_char_device() {
-        return Err(SystemError::NotACharDevice { path: path.display().to_string() });
+        return Err(SystemError::NotACharDevice {
+            path: path.display().to_string(),
+        });
     }
     let rdev = meta.rdev();
-    Ok(gpu_trace_common::kernel_dev(libc::major(rdev), libc::minor(rdev)))
+    Ok(gpu_trace_common::kernel_dev(
+        libc::major(rdev),
+        libc::minor(rdev),
+    ))
 }
 
 /// The active LSM list (`/sys/kernel/security/lsm`), mounting securityfs when needed.
@@ -110,18 +129,26 @@ pub fn active_lsms() -> Result<String, SystemError> {
     }
     fs::read_to_string(path)
         .map(|s| s.trim().trim_end_matches(',').to_string())
-        .map_err(|source| SystemError::Read { path: path.into(), source })
+        .map_err(|source| SystemError::Read {
+            path: path.into(),
+            source,
+        })
 }
 
 /// The thread-group id (process id) of a task id, if it exists.
 pub fn thread_group_of(pid: u32) -> Option<u32> {
     let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status.lines().find_map(|l| l.strip_prefix("Tgid:")).and_then(|v| v.trim().parse().ok())
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// `uname -r`.
 pub fn kernel_release() -> String {
-    fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).unwrap_or_default()
+    fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
 }
 
 /// The loaded NVIDIA kernel module's version and flavour ("open" or "proprietary"), if any.
@@ -137,7 +164,9 @@ pub fn nvidia_driver() -> Option<String> {
 
 /// Host name, for recording headers.
 pub fn host_name() -> String {
-    fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default()
+    fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -156,16 +185,24 @@ mod tests {
         assert!(missing_privileges(1 << CAP_SYS_ADMIN).is_ok());
         assert!(missing_privileges((1 << CAP_BPF) | (1 << CAP_PERFMON)).is_ok());
         let err = missing_privileges(1 << CAP_BPF).unwrap_err().to_string();
-        assert!(err.contains("CAP_PERFMON") && !err.contains("CAP_BPF,"), "{err}");
+        assert!(
+            err.contains("CAP_PERFMON") && !err.contains("CAP_BPF,"),
+            "{err}"
+        );
         let err = missing_privileges(0).unwrap_err().to_string();
-        assert!(err.contains("CAP_BPF, CAP_PERFMON") && err.contains("sudo"), "{err}");
+        assert!(
+            err.contains("CAP_BPF, CAP_PERFMON") && err.contains("sudo"),
+            "{err}"
+        );
     }
 
     #[test]
     fn thread_group_of_resolves_threads_to_their_process() {
         let me = std::process::id();
         assert_eq!(thread_group_of(me), Some(me));
-        let tid = std::thread::spawn(|| unsafe { libc::gettid() } as u32).join().unwrap();
+        let tid = std::thread::spawn(|| unsafe { libc::gettid() } as u32)
+            .join()
+            .unwrap();
         // The thread has exited: it no longer resolves.
         assert_eq!(thread_group_of(tid), None);
         let (tx, rx) = std::sync::mpsc::channel();
