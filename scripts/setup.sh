@@ -19,6 +19,13 @@ if ! command -v bpftool >/dev/null 2>&1 && [ -x /usr/bin/apt-get ]; then
     || { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq bpftool >/dev/null; } \
     || log "bpftool not installable: the lifecycle tests check with bpf(2) only"
 fi
+# rustfmt and clippy: .ci/run fails on unformatted code and on clippy warnings.
+for c in rustfmt clippy; do
+  if ! rustup component list --installed | grep -q "^$c"; then
+    log "adding $c to the stable toolchain"
+    rustup component add "$c"
+  fi
+done
 if ! rustup toolchain list | grep -q '^nightly'; then
   log "installing the nightly toolchain"
   rustup toolchain install nightly --profile minimal

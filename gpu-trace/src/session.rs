@@ -240,7 +240,7 @@ pub async fn run_live(args: &TraceArgs) -> Result<Summary, RunError> {
     let duration = started.elapsed();
     if let Some(recorder) = recorder {
         let trailer = RecordingTrailer {
-            kernel_counters: counters.clone(),
+            kernel_counters: counters,
             duration_ns: duration.as_nanos() as u64,
         };
         recorder.finish(&trailer)?;
@@ -278,10 +278,7 @@ pub fn replay(path: &Path, args: &OutputArgs) -> Result<Summary, RunError> {
             .map_err(io_err("writing the output"))?;
     }
     let (counters, duration) = match &reader.trailer {
-        Some(t) => (
-            t.kernel_counters.clone(),
-            Duration::from_nanos(t.duration_ns),
-        ),
+        Some(t) => (t.kernel_counters, Duration::from_nanos(t.duration_ns)),
         None => {
             eprintln!(
                 "gpu-trace: {} ends without its trailer (the run was cut short): kernel counters \

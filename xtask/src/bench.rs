@@ -209,6 +209,10 @@ struct LoopResult {
     tracer_cpu_ns_per_call: f64,
 }
 
+/// One pipeline-throughput row: label, records/CPU-s, events/CPU-s, records/wall-s per
+/// repetition, and events per run.
+type PipelineRow = (String, Vec<f64>, Vec<f64>, Vec<f64>, u64);
+
 fn parse_loop_line(line: &str) -> Result<LoopResult> {
     let mut r = LoopResult::default();
     for field in line.split_whitespace() {
@@ -1621,49 +1625,46 @@ fn pipeline_part(ctx: &Ctx, want: usize, out: &mut String) -> Result<()> {
     let handle = {
         let cpu = ctx.cpu;
         let reps = ctx.reps;
-        thread::spawn(
-            move || -> Result<Vec<(String, Vec<f64>, Vec<f64>, Vec<f64>, u64)>> {
-                pin_to_cpu(cpu);
-                let mut results = Vec::new();
-                for (label, format, verbose) in [
-                    ("text", Format::Text, false),
-                    ("text -v", Format::Text, true),
-                    ("json -v", Format::Json, true),
-                ] {
-                    let mut rec_rates = Vec::new();
-                    let mut ev_rates = Vec::new();
-                    let mut wall_rates = Vec::new();
-                    let mut events = 0;
-                    for _ in 0..reps {
-                        let config = PipelineConfig {
-                            verbose,
-                            pids: Vec::new(),
-                            comms: Vec::new(),
-                            format,
-                            timestamps: Timestamps::Wall,
-                            stats: true,
-                            clock: clock.clone(),
-                        };
-                        let started = Instant::now();
-                        let cpu0 = thread_cpu_ns();
-                        let mut p = Pipeline::new(config, io::sink());
-                        for r in &records {
-                            p.feed(r)?;
-                        }
-                        let summary =
-                            p.finish(KernelCounters::default(), Duration::from_secs(1))?;
-                        let cpu_s = (thread_cpu_ns() - cpu0) as f64 / 1e9;
-                        let wall_s = started.elapsed().as_secs_f64();
-                        events = summary.events;
-                        rec_rates.push(records.len() as f64 / cpu_s);
-                        ev_rates.push(summary.events as f64 / cpu_s);
-                        wall_rates.push(records.len() as f64 / wall_s);
+        thread::spawn(move || -> Result<Vec<PipelineRow>> {
+            pin_to_cpu(cpu);
+            let mut results = Vec::new();
+            for (label, format, verbose) in [
+                ("text", Format::Text, false),
+                ("text -v", Format::Text, true),
+                ("json -v", Format::Json, true),
+            ] {
+                let mut rec_rates = Vec::new();
+                let mut ev_rates = Vec::new();
+                let mut wall_rates = Vec::new();
+                let mut events = 0;
+                for _ in 0..reps {
+                    let config = PipelineConfig {
+                        verbose,
+                        pids: Vec::new(),
+                        comms: Vec::new(),
+                        format,
+                        timestamps: Timestamps::Wall,
+                        stats: true,
+                        clock: clock.clone(),
+                    };
+                    let started = Instant::now();
+                    let cpu0 = thread_cpu_ns();
+                    let mut p = Pipeline::new(config, io::sink());
+                    for r in &records {
+                        p.feed(r)?;
                     }
-                    results.push((label.to_string(), rec_rates, ev_rates, wall_rates, events));
+                    let summary = p.finish(KernelCounters::default(), Duration::from_secs(1))?;
+                    let cpu_s = (thread_cpu_ns() - cpu0) as f64 / 1e9;
+                    let wall_s = started.elapsed().as_secs_f64();
+                    events = summary.events;
+                    rec_rates.push(records.len() as f64 / cpu_s);
+                    ev_rates.push(summary.events as f64 / cpu_s);
+                    wall_rates.push(records.len() as f64 / wall_s);
                 }
-                Ok(results)
-            },
-        )
+                results.push((label.to_string(), rec_rates, ev_rates, wall_rates, events));
+            }
+            Ok(results)
+        })
     };
     let results = handle
         .join()

@@ -2077,7 +2077,7 @@ fn judge_gpu_ext(r: &Results, c: &mut Vec<Check>, id: &'static str, run: &str) {
     if !hooks.contains(&want) {
         problems.push(format!("want `{want}` (nvlab BTF: {btf})"));
     }
-    if !stderr.contains("fentry/nv_gpu_sched_task_init") && !(btf && run == "nvdev_gx") {
+    if !(stderr.contains("fentry/nv_gpu_sched_task_init") || (btf && run == "nvdev_gx")) {
         problems.push("want the refused trampoline reported".into());
     }
     let pid = r
