@@ -26,6 +26,16 @@ for c in rustfmt clippy; do
     rustup component add "$c"
   fi
 done
+# cargo xtask dist: the static musl target, and debootstrap for its fresh-root install check.
+if ! rustup target list --installed | grep -q '^x86_64-unknown-linux-musl$'; then
+  log "adding the x86_64-unknown-linux-musl target (static release builds)"
+  rustup target add x86_64-unknown-linux-musl
+fi
+if ! command -v debootstrap >/dev/null 2>&1 && [ -x /usr/bin/apt-get ]; then
+  log "installing debootstrap (cargo xtask dist --check)"
+  $SUDO apt-get install -y -qq debootstrap >/dev/null 2>&1 \
+    || { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq debootstrap >/dev/null; }
+fi
 if ! rustup toolchain list | grep -q '^nightly'; then
   log "installing the nightly toolchain"
   rustup toolchain install nightly --profile minimal

@@ -806,7 +806,7 @@ fn build_client(root: &Path, out_dir: &Path) -> Result<PathBuf> {
 }
 
 /// True when the ELF file has no program interpreter (PT_INTERP), i.e. is statically linked.
-fn is_static_elf(bytes: &[u8]) -> Result<bool> {
+pub(crate) fn is_static_elf(bytes: &[u8]) -> Result<bool> {
     ensure!(
         bytes.len() >= 64 && &bytes[..4] == b"\x7fELF",
         "not an ELF file"

@@ -2,6 +2,7 @@
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod dist;
 mod r#gen;
 mod lab;
 
@@ -23,6 +24,10 @@ enum Task {
     /// Generate man pages and shell completions from the CLI definition (into target/gen by
     /// default); with --docs also docs/json-schema.md from the code.
     Gen(r#gen::GenArgs),
+    /// Build what installs without a toolchain: a static (musl) gpu-trace with man pages and
+    /// completions, as a tarball and a .deb under target/dist; --check installs both into a
+    /// fresh Debian root (root, debootstrap) and runs them there.
+    Dist(dist::DistArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -31,5 +36,6 @@ fn main() -> anyhow::Result<()> {
         Task::Bench(args) => bench::run(args),
         Task::Lab(args) => lab::run(args),
         Task::Gen(args) => r#gen::run(args),
+        Task::Dist(args) => dist::run(args),
     }
 }

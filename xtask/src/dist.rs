@@ -1,0 +1,329 @@
+//! `cargo xtask dist`: a gpu-trace that installs without a toolchain. A static (musl) release
+//! build with the kernel programs embedded, its man pages and shell completions, packed as a
+//! tarball and as a Debian package (`dpkg-deb`); `--check` installs both into a fresh Debian
+//! root made by `debootstrap` (no Rust, no LLVM) and runs the installed binary there.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context as _, Result, bail, ensure};
+
+/// Architectures `dist` can build: (Rust target triple, Debian architecture, tarball suffix).
+const TARGETS: [Target; 1] = [Target {
+    triple: "x86_64-unknown-linux-musl",
+    deb_arch: "amd64",
+    suffix: "x86_64-linux-musl",
+}];
+
+struct Target {
+    triple: &'static str,
+    deb_arch: &'static str,
+    suffix: &'static str,
+}
+
+#[derive(clap::Args)]
+pub struct DistArgs {
+    /// Where the tarball and the .deb go.
+    #[arg(long, value_name = "DIR", default_value = "target/dist")]
+    pub out: PathBuf,
+    /// Then install both into a fresh Debian root (debootstrap, as root) and run the installed
+    /// gpu-trace there: --version, --help, doctor, a replay of a committed recording.
+    #[arg(long)]
+    pub check: bool,
+    /// Debian mirror for --check's debootstrap.
+    #[arg(long, default_value = "http://deb.debian.org/debian")]
+    pub mirror: String,
+    /// Debian suite for --check.
+    #[arg(long, default_value = "bookworm")]
+    pub suite: String,
+}
+
+pub fn run(args: DistArgs) -> Result<()> {
+    let root = workspace_root();
+    let out = root.join(&args.out);
+    fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    let version = env!("CARGO_PKG_VERSION");
+    for target in &TARGETS {
+        let bin = build(&root, target)?;
+        let staging = out.join(format!("stage-{}", target.suffix));
+        if staging.exists() {
+            fs::remove_dir_all(&staging)?;
+        }
+        let generated = crate::r#gen::generate(&staging.join("gen"))?;
+        let tarball = tarball(&out, &staging, &bin, &generated, version, target)?;
+        println!("wrote {}", tarball.display());
+        let deb = deb(&out, &staging, &bin, &generated, version, target)?;
+        println!("wrote {}", deb.display());
+        if args.check {
+            check(&root, &out, &args, &tarball, &deb)?;
+        }
+        fs::remove_dir_all(&staging).ok();
+    }
+    Ok(())
+}
+
+fn workspace_root() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    root.canonicalize().unwrap_or(root)
+}
+
+fn run_cmd(cmd: &mut Command) -> Result<()> {
+    let status = cmd
+        .status()
+        .with_context(|| format!("running {:?}", cmd.get_program()))?;
+    ensure!(status.success(), "{cmd:?} failed ({status})");
+    Ok(())
+}
+
+/// The static release binary for `target`; adds the Rust target with rustup when it is missing.
+fn build(root: &Path, target: &Target) -> Result<PathBuf> {
+    let installed = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+        .context("running rustup (dist needs rustup to add the musl target)")?;
+    if !String::from_utf8_lossy(&installed.stdout)
+        .lines()
+        .any(|l| l.trim() == target.triple)
+    {
+        run_cmd(Command::new("rustup").args(["target", "add", target.triple]))?;
+    }
+    run_cmd(
+        Command::new(env!("CARGO"))
+            .current_dir(root)
+            .args(["build", "--release", "-p", "gpu-trace", "--target"])
+            .arg(target.triple),
+    )?;
+    let bin = root
+        .join("target")
+        .join(target.triple)
+        .join("release/gpu-trace");
+    let bytes = fs::read(&bin).with_context(|| format!("reading {}", bin.display()))?;
+    ensure!(
+        crate::lab::is_static_elf(&bytes)?,
+        "{} has a program interpreter: not a static build",
+        bin.display()
+    );
+    Ok(bin)
+}
+
+/// Where each generated file goes under a prefix (`usr/` in the .deb, the top directory in the
+/// tarball). `None` for shells without a conventional system-wide location (elvish).
+fn install_path(file: &Path) -> Option<PathBuf> {
+    let name = file.file_name()?.to_str()?;
+    let dir = if name.ends_with(".1") {
+        "share/man/man1"
+    } else if name == "gpu-trace.bash" {
+        return Some(PathBuf::from("share/bash-completion/completions/gpu-trace"));
+    } else if name == "_gpu-trace" {
+        "share/zsh/vendor-completions"
+    } else if name == "gpu-trace.fish" {
+        "share/fish/vendor_completions.d"
+    } else {
+        return None;
+    };
+    Some(Path::new(dir).join(name))
+}
+
+/// Lays out bin/, share/ and the docs under `dir`.
+fn lay_out(dir: &Path, bin: &Path, generated: &[PathBuf], doc_dir: &str) -> Result<()> {
+    let root = workspace_root();
+    let mut copies = vec![(bin.to_path_buf(), PathBuf::from("bin/gpu-trace"))];
+    for file in generated {
+        if let Some(dest) = install_path(file) {
+            copies.push((file.clone(), dest));
+        }
+    }
+    for doc in ["README.md"] {
+        copies.push((root.join(doc), Path::new(doc_dir).join(doc)));
+    }
+    for (from, to) in copies {
+        let to = dir.join(to);
+        fs::create_dir_all(to.parent().expect("a file path has a parent"))?;
+        fs::copy(&from, &to)
+            .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
+    }
+    Ok(())
+}
+
+fn tarball(
+    out: &Path,
+    staging: &Path,
+    bin: &Path,
+    generated: &[PathBuf],
+    version: &str,
+    target: &Target,
+) -> Result<PathBuf> {
+    let name = format!("gpu-trace-{version}-{}", target.suffix);
+    let dir = staging.join(&name);
+    lay_out(&dir, bin, generated, "share/doc/gpu-trace")?;
+    let path = out.join(format!("{name}.tar.gz"));
+    run_cmd(
+        Command::new("tar")
+            .arg("-C")
+            .arg(staging)
+            .args(["--owner=0", "--group=0", "-czf"])
+            .arg(&path)
+            .arg(&name),
+    )?;
+    Ok(path)
+}
+
+fn deb(
+    out: &Path,
+    staging: &Path,
+    bin: &Path,
+    generated: &[PathBuf],
+    version: &str,
+    target: &Target,
+) -> Result<PathBuf> {
+    let dir = staging.join("deb");
+    lay_out(&dir.join("usr"), bin, generated, "share/doc/gpu-trace")?;
+    // Debian policy: man pages are gzip-compressed.
+    run_cmd(
+        Command::new("gzip").arg("-9n").args(
+            fs::read_dir(dir.join("usr/share/man/man1"))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .collect::<Vec<_>>(),
+        ),
+    )?;
+    let size_kib = dir_size(&dir)?.div_ceil(1024);
+    fs::create_dir_all(dir.join("DEBIAN"))?;
+    fs::write(
+        dir.join("DEBIAN/control"),
+        format!(
+            "Package: gpu-trace\n\
+             Version: {version}\n\
+             Architecture: {arch}\n\
+             Maintainer: gpu-trace developers <gpu-trace@localhost>\n\
+             Installed-Size: {size_kib}\n\
+             Section: utils\n\
+             Priority: optional\n\
+             Description: eBPF tracer of GPU driver scheduling (NVIDIA RM, AMD KFD)\n \
+             gpu-trace prints one line each time the GPU driver creates, schedules, hands\n \
+             a work-submit token to, or tears down a channel group (NVIDIA TSG) or a\n \
+             compute queue (AMD KFD), for every process; static binary, kernel programs\n \
+             embedded. Needs root (or CAP_BPF + CAP_PERFMON) and a kernel with BTF.\n",
+            arch = target.deb_arch,
+        ),
+    )?;
+    let path = out.join(format!("gpu-trace_{version}_{}.deb", target.deb_arch));
+    run_cmd(
+        Command::new("dpkg-deb")
+            .args(["--root-owner-group", "--build"])
+            .arg(&dir)
+            .arg(&path),
+    )?;
+    Ok(path)
+}
+
+fn dir_size(dir: &Path) -> Result<u64> {
+    let mut total = 0;
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let meta = entry.metadata()?;
+        total += if meta.is_dir() {
+            dir_size(&entry.path())?
+        } else {
+            meta.len()
+        };
+    }
+    Ok(total)
+}
+
+/// Installs the .deb and the tarball into a fresh Debian root (cached debootstrap of `suite`,
+/// copied anew for each check) and runs the installed binaries there.
+fn check(root: &Path, out: &Path, args: &DistArgs, tarball: &Path, deb: &Path) -> Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("dist --check needs root (debootstrap and chroot)");
+    }
+    if which("debootstrap").is_none() {
+        run_cmd(Command::new("apt-get").args(["install", "-y", "-qq", "debootstrap"]))
+            .context("installing debootstrap (apt-get update first if this fails)")?;
+    }
+    let base = out.join(format!("debootstrap-{}", args.suite));
+    if !base.join("bin/sh").exists() {
+        let partial = out.join(format!("debootstrap-{}.partial", args.suite));
+        if partial.exists() {
+            fs::remove_dir_all(&partial)?;
+        }
+        run_cmd(
+            Command::new("debootstrap")
+                .args(["--variant=minbase", &args.suite])
+                .arg(&partial)
+                .arg(&args.mirror),
+        )
+        .context("making a fresh Debian root with debootstrap (needs the Debian mirror)")?;
+        fs::rename(&partial, &base)?;
+    }
+    let fresh = out.join("fresh-root");
+    ensure!(
+        !fs::read_to_string("/proc/mounts")?.contains(&*fresh.to_string_lossy()),
+        "something is mounted under {} (an earlier check?): unmount it first",
+        fresh.display()
+    );
+    if fresh.exists() {
+        run_cmd(Command::new("rm").arg("-rf").arg(&fresh))?;
+    }
+    run_cmd(Command::new("cp").arg("-a").arg(&base).arg(&fresh))?;
+    ensure!(
+        !fresh.join("usr/bin/cargo").exists() && !fresh.join("usr/bin/rustc").exists(),
+        "the fresh root has a Rust toolchain: not a fair check"
+    );
+    fs::copy(deb, fresh.join("tmp/gpu-trace.deb"))?;
+    fs::copy(tarball, fresh.join("tmp/gpu-trace.tar.gz"))?;
+    let fixture = root.join("gpu-trace/tests/fixtures/two_streams.gtrace");
+    fs::copy(&fixture, fresh.join("tmp/two_streams.gtrace"))?;
+    // The script that runs inside the root. doctor may say tracing cannot work inside a
+    // chroot (exit 3/5); what is checked is that it runs and reports, not the verdict.
+    let script = r#"set -eu
+dpkg -i /tmp/gpu-trace.deb
+gpu-trace --version
+test -f /usr/share/man/man1/gpu-trace.1.gz
+test -f /usr/share/bash-completion/completions/gpu-trace
+gpu-trace replay /tmp/two_streams.gtrace > /tmp/replay.txt
+# The fixture's PyTorch run scheduled 4 TSGs (tests/fixtures/README.md).
+test "$(grep -c '^[0-9:.]* \[CPU[0-9]*\] SCHEDULE ' /tmp/replay.txt)" = 4
+rc=0; gpu-trace doctor > /tmp/doctor.txt || rc=$?
+echo "doctor exit $rc"; head -3 /tmp/doctor.txt
+case $rc in 0|3|5) ;; *) echo "doctor: unexpected exit $rc"; exit 1;; esac
+mkdir -p /opt/t && tar -C /opt/t -xzf /tmp/gpu-trace.tar.gz
+/opt/t/gpu-trace-*/bin/gpu-trace --version
+/opt/t/gpu-trace-*/bin/gpu-trace replay /tmp/two_streams.gtrace | cmp - /tmp/replay.txt
+echo "dist check: ok"
+"#;
+    fs::write(fresh.join("tmp/check.sh"), script)?;
+    // /proc and /sys are mounted inside a private mount namespace that dies with the check,
+    // so nothing stays mounted under the root (which is deleted afterwards) whatever happens.
+    let result = run_cmd(
+        Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "--"])
+            .arg("chroot")
+            .arg(&fresh)
+            .args([
+                "/bin/sh",
+                "-c",
+                "mount -t proc proc /proc && mount -t sysfs sysfs /sys && exec /bin/sh /tmp/check.sh",
+            ])
+            .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
+    );
+    ensure!(
+        !fs::read_to_string("/proc/mounts")?.contains(&*fresh.to_string_lossy()),
+        "something is still mounted under {}; not deleting it",
+        fresh.display()
+    );
+    result.context("the installed gpu-trace failed in the fresh Debian root")?;
+    run_cmd(Command::new("rm").arg("-rf").arg(&fresh))?;
+    Ok(())
+}
+
+fn which(tool: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(tool))
+            .find(|p| p.is_file())
+    })
+}
