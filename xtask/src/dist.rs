@@ -136,9 +136,7 @@ fn lay_out(dir: &Path, bin: &Path, generated: &[PathBuf], doc_dir: &str) -> Resu
             copies.push((file.clone(), dest));
         }
     }
-    for doc in ["README.md"] {
-        copies.push((root.join(doc), Path::new(doc_dir).join(doc)));
-    }
+    copies.push((root.join("README.md"), Path::new(doc_dir).join("README.md")));
     for (from, to) in copies {
         let to = dir.join(to);
         fs::create_dir_all(to.parent().expect("a file path has a parent"))?;
