@@ -27,14 +27,18 @@ for c in rustfmt clippy; do
   fi
 done
 # cargo xtask dist: the static musl target, and debootstrap for its fresh-root install check.
-if ! rustup target list --installed | grep -q '^x86_64-unknown-linux-musl$'; then
-  log "adding the x86_64-unknown-linux-musl target (static release builds)"
-  rustup target add x86_64-unknown-linux-musl
-fi
-if ! command -v debootstrap >/dev/null 2>&1 && [ -x /usr/bin/apt-get ]; then
-  log "installing debootstrap (cargo xtask dist --check)"
-  $SUDO apt-get install -y -qq debootstrap >/dev/null 2>&1 \
-    || { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq debootstrap >/dev/null; }
+for t in x86_64-unknown-linux-musl aarch64-unknown-linux-musl; do
+  if ! rustup target list --installed | grep -q "^$t\$"; then
+    log "adding the $t target (static release builds)"
+    rustup target add "$t"
+  fi
+done
+# debootstrap: dist --check's fresh Debian root; qemu-user-static: runs the arm64 build here.
+if { ! command -v debootstrap || ! command -v qemu-aarch64-static; } >/dev/null 2>&1 \
+   && [ -x /usr/bin/apt-get ]; then
+  log "installing debootstrap and qemu-user-static (cargo xtask dist --check)"
+  $SUDO apt-get install -y -qq debootstrap qemu-user-static >/dev/null 2>&1 \
+    || { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq debootstrap qemu-user-static >/dev/null; }
 fi
 if ! rustup toolchain list | grep -q '^nightly'; then
   log "installing the nightly toolchain"

@@ -105,6 +105,15 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print the shell completion script for SHELL on standard output.
+    ///
+    /// bash: `gpu-trace completions bash > /etc/bash_completion.d/gpu-trace`; zsh: save it as
+    /// `_gpu-trace` in a directory of `$fpath`; fish: as
+    /// `~/.config/fish/completions/gpu-trace.fish`. The .deb installs all three.
+    Completions {
+        /// The shell: bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

@@ -21,6 +21,16 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Some(Command::Doctor { json }) => return doctor(json),
+        Some(Command::Completions { shell }) => {
+            use clap::CommandFactory as _;
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "gpu-trace",
+                &mut std::io::stdout(),
+            );
+            return ExitCode::SUCCESS;
+        }
         Some(Command::Replay { file, output }) => {
             session::replay(&file, &output).with_context(|| format!("replaying {}", file.display()))
         }

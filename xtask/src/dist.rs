@@ -11,17 +11,35 @@ use std::{
 
 use anyhow::{Context as _, Result, bail, ensure};
 
-/// Architectures `dist` can build: (Rust target triple, Debian architecture, tarball suffix).
-const TARGETS: [Target; 1] = [Target {
-    triple: "x86_64-unknown-linux-musl",
-    deb_arch: "amd64",
-    suffix: "x86_64-linux-musl",
-}];
+/// Architectures `dist` builds. The kernel programs inside each binary are built for that
+/// architecture's syscall register layout (aya-build passes the target's `bpf_target_arch`).
+const TARGETS: [Target; 2] = [
+    Target {
+        triple: "x86_64-unknown-linux-musl",
+        deb_arch: "amd64",
+        suffix: "x86_64-linux-musl",
+        // The build machine's own architecture: Rust's self-contained musl linking with cc.
+        linker: None,
+        qemu: None,
+    },
+    Target {
+        triple: "aarch64-unknown-linux-musl",
+        deb_arch: "arm64",
+        suffix: "aarch64-linux-musl",
+        // Cross-linked with the LLVM linker that ships with Rust: no cross gcc needed.
+        linker: Some("rust-lld"),
+        qemu: Some("qemu-aarch64-static"),
+    },
+];
 
 struct Target {
     triple: &'static str,
     deb_arch: &'static str,
     suffix: &'static str,
+    /// Linker for a cross build (`None`: the default).
+    linker: Option<&'static str>,
+    /// User-mode emulator that runs the binary on an x86-64 build machine (`--check`).
+    qemu: Option<&'static str>,
 }
 
 #[derive(clap::Args)]
@@ -58,7 +76,10 @@ pub fn run(args: DistArgs) -> Result<()> {
         let deb = deb(&out, &staging, &bin, &generated, version, target)?;
         println!("wrote {}", deb.display());
         if args.check {
-            check(&root, &out, &args, &tarball, &deb)?;
+            match target.qemu {
+                None => check(&root, &out, &args, &tarball, &deb)?,
+                Some(qemu) => check_emulated(&root, &staging, qemu, target, version)?,
+            }
         }
         fs::remove_dir_all(&staging).ok();
     }
@@ -90,12 +111,19 @@ fn build(root: &Path, target: &Target) -> Result<PathBuf> {
     {
         run_cmd(Command::new("rustup").args(["target", "add", target.triple]))?;
     }
-    run_cmd(
-        Command::new(env!("CARGO"))
-            .current_dir(root)
-            .args(["build", "--release", "-p", "gpu-trace", "--target"])
-            .arg(target.triple),
-    )?;
+    let mut cargo = Command::new(env!("CARGO"));
+    cargo
+        .current_dir(root)
+        .args(["build", "--release", "-p", "gpu-trace", "--target"])
+        .arg(target.triple);
+    if let Some(linker) = target.linker {
+        let var = target.triple.to_uppercase().replace('-', "_");
+        cargo.env(format!("CARGO_TARGET_{var}_LINKER"), linker).env(
+            format!("CARGO_TARGET_{var}_RUSTFLAGS"),
+            "-C linker-flavor=ld.lld",
+        );
+    }
+    run_cmd(&mut cargo)?;
     let bin = root
         .join("target")
         .join(target.triple)
@@ -315,6 +343,61 @@ echo "dist check: ok"
     );
     result.context("the installed gpu-trace failed in the fresh Debian root")?;
     run_cmd(Command::new("rm").arg("-rf").arg(&fresh))?;
+    Ok(())
+}
+
+/// A cross-built binary, run on this machine under a user-mode emulator: `--version`, and a
+/// replay of the committed PyTorch recording that must print what the native build prints.
+/// (Its kernel programs cannot run here: that needs an arm64 kernel.)
+fn check_emulated(
+    root: &Path,
+    staging: &Path,
+    qemu: &str,
+    target: &Target,
+    version: &str,
+) -> Result<()> {
+    if which(qemu).is_none() {
+        // The loud skip, as the test suite does it: CI's log shows it.
+        println!(
+            "SKIPPED: dist --check for {}: {qemu} is not installed (apt-get install qemu-user-static)",
+            target.triple
+        );
+        return Ok(());
+    }
+    let bin = staging
+        .join(format!("gpu-trace-{version}-{}", target.suffix))
+        .join("bin/gpu-trace");
+    let fixture = root.join("gpu-trace/tests/fixtures/two_streams.gtrace");
+    let out = Command::new(qemu).arg(&bin).arg("--version").output()?;
+    ensure!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).starts_with("gpu-trace "),
+        "{} --version under {qemu} failed: {out:?}",
+        target.triple
+    );
+    let emulated = Command::new(qemu)
+        .arg(&bin)
+        .arg("replay")
+        .arg(&fixture)
+        .output()?;
+    let native = Command::new(root.join("target/x86_64-unknown-linux-musl/release/gpu-trace"))
+        .arg("replay")
+        .arg(&fixture)
+        .output()?;
+    ensure!(
+        emulated.status.success() && native.status.success(),
+        "replay failed: emulated {:?}, native {:?}",
+        emulated.status,
+        native.status
+    );
+    ensure!(
+        emulated.stdout == native.stdout && !native.stdout.is_empty(),
+        "the {} build replays the recording differently from the x86-64 build",
+        target.triple
+    );
+    println!(
+        "dist check ({}): --version and a replay under {qemu}: ok",
+        target.triple
+    );
     Ok(())
 }
 
