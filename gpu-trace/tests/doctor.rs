@@ -23,6 +23,9 @@ use gpu_trace::{
 };
 use serde_json::Value;
 
+mod common;
+use common::skipped;
+
 /// One loader at a time (the kernel tests count kernel-wide counters; keep out of their way).
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -79,8 +82,9 @@ fn real_programs_attach(hook: SyscallHook) -> bool {
 fn doctor_agrees_with_the_real_programs_and_with_aya() {
     let test = "doctor_agrees_with_the_real_programs_and_with_aya";
     if !is_root() {
-        eprintln!(
-            "SKIPPED: {test}: needs root (doctor's trials and gpu-trace's programs load into the kernel)"
+        skipped(
+            test,
+            "needs root (doctor's trials and gpu-trace's programs load into the kernel)",
         );
         return;
     }
@@ -173,7 +177,7 @@ fn doctor_agrees_with_the_real_programs_and_with_aya() {
 fn doctor_without_privileges_says_so_and_exits_3() {
     let test = "doctor_without_privileges_says_so_and_exits_3";
     if !is_root() {
-        eprintln!("SKIPPED: {test}: needs root to start doctor as another user");
+        skipped(test, "needs root to start doctor as another user");
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -182,15 +186,22 @@ fn doctor_without_privileges_says_so_and_exits_3() {
     let out = match cmd.output() {
         Ok(o) if o.status.code() != Some(126) => o,
         Ok(o) => {
-            eprintln!(
-                "SKIPPED: {test}: user nobody cannot run the test binary: {}",
-                String::from_utf8_lossy(&o.stderr)
+            skipped(
+                test,
+                format!(
+                    "user nobody cannot run the test binary: {}",
+                    String::from_utf8_lossy(&o.stderr)
+                ),
             );
             return;
         }
         Err(e) => {
-            eprintln!(
-                "SKIPPED: {test}: user nobody cannot run the test binary ({e}); its directory is not world-readable"
+            skipped(
+                test,
+                format!(
+                    "user nobody cannot run the test binary ({e}); its directory is not \
+                     world-readable"
+                ),
             );
             return;
         }
@@ -206,7 +217,7 @@ fn doctor_without_privileges_says_so_and_exits_3() {
 fn doctor_text_table_has_every_hook_for_both_vendors() {
     let test = "doctor_text_table_has_every_hook_for_both_vendors";
     if !is_root() {
-        eprintln!("SKIPPED: {test}: needs root");
+        skipped(test, "needs root");
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

@@ -1,7 +1,9 @@
 //! Decoder and model tests on real bytes captured on the GPU host (see fixtures/README.md).
 //!
-//! The expectations are what the workloads are known to make the driver do (PyTorch two-stream
-//! matmul: shared/docs/platforms.md), not what this code happened to print.
+//! The expectations are what the workloads make the driver do, derived in fixtures/README.md
+//! ("What the workloads ask of the driver"), not what this code happened to print; the first
+//! test counts those calls in the raw record bytes by the ABI's offsets alone, without
+//! gpu-trace's decoder or model.
 
 use std::{collections::BTreeMap, fs::File, io::BufReader, path::PathBuf, process::Command};
 
@@ -53,6 +55,102 @@ fn torch_pid(evs: &[Event]) -> u32 {
         .unwrap()
         .origin
         .pid
+}
+
+/// The RM calls of one capture, counted from the raw record bytes with the kernel record's and
+/// the ABI's byte offsets only (no gpu-trace decoder): see fixtures/README.md.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct RawCounts {
+    /// Accepted `RM_ALLOC`s of `KEPLER_CHANNEL_GROUP_A` (0xA06C): TSGs.
+    tsg_allocs: usize,
+    /// Accepted `RM_ALLOC`s of `HOPPER_CHANNEL_GPFIFO_A` (0xC86F): channels.
+    channel_allocs: usize,
+    /// Accepted `GET_WORK_SUBMIT_TOKEN` controls (0xC36F0108).
+    tokens: usize,
+    /// Accepted `NVA06C` `GPFIFO_SCHEDULE` controls (0xA06C0101) with `bEnable` = 1.
+    schedules: usize,
+    /// `NVA06C` `SET_TIMESLICE` controls (0xA06C0103): their `timesliceUs`.
+    timeslices: Vec<u64>,
+    /// Accepted `RM_FREE`s of a handle an accepted TSG alloc returned.
+    tsg_frees: usize,
+}
+
+fn raw_counts(name: &str) -> RawCounts {
+    let u32_at = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
+    let mut reader = RecordReader::new(BufReader::new(File::open(fixture(name)).unwrap())).unwrap();
+    let mut c = RawCounts::default();
+    let mut tsg_handles = std::collections::BTreeSet::new();
+    while let Some(b) = reader.next_record().unwrap() {
+        // The kernel's NvIoctlRecord (kind 1, 264 bytes): header 40 bytes (kind @0), ret (i64)
+        // @40, escape @60, the RM parameter block @80 (48 bytes), the class/control parameters
+        // @128 (136 bytes).
+        if u32_at(&b, 0) != 1 {
+            continue;
+        }
+        assert_eq!(b.len(), 264);
+        let ret = i64::from_le_bytes(b[40..48].try_into().unwrap());
+        let (escape, block, sub) = (u32_at(&b, 60), &b[80..128], &b[128..264]);
+        match escape {
+            // NV_ESC_RM_ALLOC, NVOS64: hObjectNew @8, hClass @12, status @40.
+            0x2B if ret == 0 && u32_at(block, 40) == 0 => match u32_at(block, 12) {
+                0xA06C => {
+                    c.tsg_allocs += 1;
+                    tsg_handles.insert(u32_at(block, 8));
+                }
+                0xC86F => c.channel_allocs += 1,
+                _ => {}
+            },
+            // NV_ESC_RM_CONTROL, NVOS54: cmd @8, status @28.
+            0x2A => {
+                let ok = ret == 0 && u32_at(block, 28) == 0;
+                match u32_at(block, 8) {
+                    0xC36F_0108 if ok => c.tokens += 1,
+                    0xA06C_0101 if ok && sub[0] == 1 => c.schedules += 1,
+                    0xA06C_0103 => c
+                        .timeslices
+                        .push(u64::from_le_bytes(sub[..8].try_into().unwrap())),
+                    _ => {}
+                }
+            }
+            // NV_ESC_RM_FREE, NVOS00: hObjectOld @8, status @12.
+            0x29 if ret == 0
+                && u32_at(block, 12) == 0
+                && tsg_handles.contains(&u32_at(block, 8)) =>
+            {
+                c.tsg_frees += 1
+            }
+            _ => {}
+        }
+    }
+    c
+}
+
+/// The calls fixtures/README.md derives for each workload are in the raw bytes.
+#[test]
+fn raw_records_hold_the_calls_the_workloads_make() {
+    assert_eq!(
+        raw_counts("two_streams.gtrace"),
+        RawCounts {
+            tsg_allocs: 4,
+            channel_allocs: 20,
+            tokens: 20,
+            schedules: 4,
+            timeslices: vec![2048],
+            tsg_frees: 0,
+        }
+    );
+    let churn = raw_counts("ctx_churn.gtrace");
+    assert_eq!(
+        (
+            churn.tsg_allocs,
+            churn.channel_allocs,
+            churn.tokens,
+            churn.schedules,
+            churn.tsg_frees
+        ),
+        (12, 60, 60, 12, 12),
+        "{churn:?}"
+    );
 }
 
 #[test]
@@ -193,7 +291,7 @@ fn two_streams_raw_calls_match_the_documented_abi() {
             .iter()
             .all(|(_, c)| !matches!(c, RmCall::Malformed { .. }))
     );
-    // Allocs arrive as NVOS64 (0xc030462b) with paramsSize 0, as platforms.md says.
+    // Allocs arrive as NVOS64 (0xc030462b) with paramsSize 0 (fixtures/README.md).
     let allocs: Vec<&(u32, RmCall)> = calls
         .iter()
         .filter(|(_, c)| matches!(c, RmCall::Alloc { .. }))

@@ -233,11 +233,13 @@ fn expected_malformed(r: &NvIoctlRecord) -> Option<MalformedReason> {
     if f & nv_flags::PARAMS_READ_FAILED != 0 {
         return Some(MalformedReason::ParamsReadFailed);
     }
+    // The escapes (nv-ioctl-numbers.h) and their blocks' sizes: NVOS00 16, NVOS54 32, NVOS64 48
+    // (alloc with a 48-byte block), NVOS21 32.
     let need = match r.escape {
-        escape::RM_FREE => 16,
-        escape::RM_CONTROL => 32,
-        escape::RM_ALLOC if r.param_size == 48 => 48,
-        escape::RM_ALLOC => 32,
+        0x29 => 16,
+        0x2A => 32,
+        0x2B if r.param_size == 48 => 48,
+        0x2B => 32,
         _ => return Some(MalformedReason::UnknownEscape),
     };
     ((r.params_len as usize).min(NV_PARAMS_MAX) < need).then_some(MalformedReason::ShortParams)
@@ -258,93 +260,266 @@ fn expected_unreadable(r: &NvIoctlRecord, need: usize, finn: bool) -> Option<Unr
     }
 }
 
+/// What `parse_record` must do with `bytes`: the NVIDIA and task kinds are accepted exactly at
+/// their sizes (`NvIoctlRecord` 264 bytes, `TaskRecord` 48: the kernel's structs); what is
+/// accepted re-serializes to the same bytes with the same kind. Other kinds (other vendors'
+/// records) only have to round-trip when accepted.
+fn check_parse(
+    bytes: &[u8],
+    parsed: Result<RawRecord, wire::WireError>,
+) -> Result<(), TestCaseError> {
+    let kind = bytes
+        .get(..4)
+        .map(|t| u32::from_le_bytes(t.try_into().unwrap()));
+    let want_len = match kind {
+        Some(record_kind::NV_IOCTL) => Some(264),
+        Some(record_kind::PROCESS_EXIT | record_kind::FD_CLOSE) => Some(48),
+        _ => None,
+    };
+    match parsed {
+        Ok(rec) => {
+            if want_len.is_some() {
+                prop_assert_eq!(Some(bytes.len()), want_len);
+            }
+            prop_assert_eq!(rec.as_bytes(), bytes);
+            prop_assert_eq!(Some(rec.header().kind), kind);
+        }
+        Err(e) => prop_assert!(
+            want_len != Some(bytes.len()),
+            "a {}-byte record of kind {:?} refused: {}",
+            bytes.len(),
+            kind,
+            e
+        ),
+    }
+    Ok(())
+}
+
+/// The control commands gpu-trace decodes, with the size of their parameter struct and where
+/// its fields are, written from the RM SDK headers (`ctrl/ctrla06c.h`, `ctrl/ctrla06f/*.h`,
+/// `ctrl/ctrlc36f.h`) with literal numbers: not gpu-trace's `cmd::*` constants or its
+/// `control_capture_len`, so that a wrong number or size there fails this test.
+const CONTROL_ABI: [(u32, usize); 9] = [
+    (0xA06C_0101, 3), // NVA06C_CTRL_CMD_GPFIFO_SCHEDULE: NvBool bEnable, bSkipSubmit, bSkipEnable
+    (0xA06F_0103, 3), // NVA06F_CTRL_CMD_GPFIFO_SCHEDULE: the same struct
+    (0xA06C_0103, 8), // NVA06C_CTRL_CMD_SET_TIMESLICE: NvU64 timesliceUs
+    (0xA06C_0104, 8), // NVA06C_CTRL_CMD_GET_TIMESLICE: the same struct
+    (0xA06C_0105, 8), // NVA06C_CTRL_CMD_PREEMPT: NvBool bWait @0, bManualTimeout @1, NvU32 timeoutUs @4
+    (0xA06C_0106, 4), // NVA06C_CTRL_CMD_GET_INFO: NvU32 tsgID
+    (0xA06C_0107, 4), // NVA06C_CTRL_CMD_SET_INTERLEAVE_LEVEL: NvU32 tsgInterleaveLevel
+    (0xA06F_0109, 4), // NVA06F_CTRL_CMD_SET_INTERLEAVE_LEVEL: NvU32 channelInterleaveLevel
+    (0xC36F_0108, 4), // NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN: NvU32 workSubmitToken
+];
+
+/// The control's parameters as the ABI lays them out, read by hand from `s` (at least the
+/// struct's size).
+fn abi_control(command: u32, s: &[u8]) -> ControlParams {
+    let u64_at = |at: usize| u64::from_le_bytes(s[at..at + 8].try_into().unwrap());
+    match command {
+        0xA06C_0101 | 0xA06F_0103 => ControlParams::Schedule {
+            enable: s[0] != 0,
+            skip_submit: s[1] != 0,
+            skip_enable: s[2] != 0,
+        },
+        0xA06C_0103 | 0xA06C_0104 => ControlParams::Timeslice { us: u64_at(0) },
+        0xA06C_0105 => ControlParams::Preempt {
+            wait: s[0] != 0,
+            manual_timeout: s[1] != 0,
+            timeout_us: u32_at(s, 4),
+        },
+        0xA06C_0106 => ControlParams::TsgInfo {
+            tsg_id: u32_at(s, 0),
+        },
+        0xA06C_0107 | 0xA06F_0109 => ControlParams::Interleave {
+            level: u32_at(s, 0),
+        },
+        0xC36F_0108 => ControlParams::WorkSubmitToken {
+            token: u32_at(s, 0),
+        },
+        other => panic!("{other:#x} is not in CONTROL_ABI"),
+    }
+}
+
+/// RM classes whose allocation parameters gpu-trace reads, from the SDK's `class/*.h`.
+const TSG_CLASS: u32 = 0xA06C; // KEPLER_CHANNEL_GROUP_A
+const DEVICE_CLASS: u32 = 0x0080; // NV01_DEVICE_0
+const CLIENT_CLASSES: [u32; 3] = [0x0000, 0x0001, 0x0041]; // NV01_ROOT, _NON_PRIV, _CLIENT
+const CHANNEL_CLASSES: [u32; 11] = [
+    0xA06F, 0xA16F, 0xA26F, 0xB06F, 0xC06F, 0xC36F, 0xC46F, 0xC56F, 0xC86F, 0xC96F, 0xCA6F,
+];
+
+/// The allocation parameters as the ABI lays them out, with the bytes needed to read them:
+/// `NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS` (nvos.h: hObjectError @0, hObjectEccError @4,
+/// hVASpace @8, engineType @12: 16 bytes), `NV0080_ALLOC_PARAMETERS` (deviceId @0: 4),
+/// `NV_CHANNEL_ALLOC_PARAMS` (alloc_channel.h: hObjectError @0, gpFifoEntries @16, flags @20,
+/// hContextShare @24, hVASpace @28, engineType @128, cid @132: 136). `None`: not read.
+fn abi_alloc_need(class: u32) -> Option<usize> {
+    match class {
+        TSG_CLASS => Some(16),
+        DEVICE_CLASS => Some(4),
+        c if CHANNEL_CLASSES.contains(&c) => Some(136),
+        _ => None,
+    }
+}
+
+fn abi_alloc(class: u32, s: &[u8]) -> AllocParams {
+    match class {
+        TSG_CLASS => AllocParams::Tsg {
+            h_object_error: u32_at(s, 0),
+            h_vaspace: u32_at(s, 8),
+            engine_type: u32_at(s, 12),
+        },
+        DEVICE_CLASS => AllocParams::Device {
+            device_id: u32_at(s, 0),
+        },
+        _ => AllocParams::Channel {
+            h_object_error: u32_at(s, 0),
+            gpfifo_entries: u32_at(s, 16),
+            flags: u32_at(s, 20),
+            h_context_share: u32_at(s, 24),
+            h_vaspace: u32_at(s, 28),
+            engine_type: u32_at(s, 128),
+            cid: u32_at(s, 132),
+        },
+    }
+}
+
+/// What `decode` must say of `r`, derived from the flags, the lengths and the ABI tables above:
+/// `Malformed` exactly when the kernel flagged the call or its block is too short; the block's
+/// fields at the NVOS offsets; the sub-parameters unreadable for the first reason that applies,
+/// else exactly the ABI's fields read by hand from the captured bytes.
+fn check_decode(r: &NvIoctlRecord, call: RmCall) -> Result<(), TestCaseError> {
+    match (expected_malformed(r), call) {
+        (
+            Some(reason),
+            RmCall::Malformed {
+                reason: got,
+                escape,
+            },
+        ) => {
+            prop_assert_eq!(reason, got);
+            prop_assert_eq!(escape, r.escape);
+        }
+        (Some(reason), other) => {
+            prop_assert!(false, "expected Malformed({:?}), got {:?}", reason, other)
+        }
+        (None, RmCall::Malformed { reason, .. }) => {
+            prop_assert!(false, "unexpected Malformed({:?})", reason)
+        }
+        (
+            None,
+            RmCall::Free {
+                client,
+                object,
+                status,
+                ..
+            },
+        ) => {
+            prop_assert_eq!(r.escape, 0x29); // NV_ESC_RM_FREE: NVOS00 hRoot @0, hObjectOld @8, status @12
+            prop_assert_eq!(
+                (client, object, status),
+                (
+                    u32_at(&r.params, 0),
+                    u32_at(&r.params, 8),
+                    u32_at(&r.params, 12)
+                )
+            );
+        }
+        (
+            None,
+            RmCall::Control {
+                client,
+                object,
+                cmd: c,
+                status,
+                finn_serialized,
+                params,
+            },
+        ) => {
+            // NV_ESC_RM_CONTROL: NVOS54 hClient @0, hObject @4, cmd @8, flags @12, status @28.
+            prop_assert_eq!(r.escape, 0x2A);
+            prop_assert_eq!(
+                (client, object, c, status),
+                (
+                    u32_at(&r.params, 0),
+                    u32_at(&r.params, 4),
+                    u32_at(&r.params, 8),
+                    u32_at(&r.params, 28)
+                )
+            );
+            prop_assert_eq!(finn_serialized, u32_at(&r.params, 12) & 0x4 != 0);
+            let want = match CONTROL_ABI.iter().find(|&&(k, _)| k == c) {
+                None => ControlParams::NotDecoded,
+                Some(&(_, need)) => match expected_unreadable(r, need, finn_serialized) {
+                    Some(reason) => ControlParams::Unreadable { reason },
+                    None => abi_control(c, &r.sub[..need]),
+                },
+            };
+            prop_assert_eq!(params, want, "control {:#x}", c);
+        }
+        (
+            None,
+            RmCall::Alloc {
+                client,
+                parent,
+                handle,
+                class: cl,
+                status,
+                nvos64,
+                finn_serialized,
+                params,
+            },
+        ) => {
+            // NV_ESC_RM_ALLOC: NVOS21 (32 bytes) or NVOS64 (48): hRoot @0, hObjectParent @4,
+            // hObjectNew @8, hClass @12; status @28 (NVOS21) or @40 (NVOS64, flags @36).
+            prop_assert_eq!(r.escape, 0x2B);
+            prop_assert_eq!(nvos64, r.param_size == 48);
+            let st = if nvos64 { 40 } else { 28 };
+            prop_assert_eq!(
+                (client, parent, handle, cl, status),
+                (
+                    u32_at(&r.params, 0),
+                    u32_at(&r.params, 4),
+                    u32_at(&r.params, 8),
+                    u32_at(&r.params, 12),
+                    u32_at(&r.params, st)
+                )
+            );
+            prop_assert_eq!(finn_serialized, nvos64 && u32_at(&r.params, 36) & 0x1 != 0);
+            let want = match abi_alloc_need(cl) {
+                None if CLIENT_CLASSES.contains(&cl) => AllocParams::Client,
+                None => AllocParams::NotDecoded,
+                Some(need) => match expected_unreadable(r, need, finn_serialized) {
+                    Some(reason) => AllocParams::Unreadable { reason },
+                    None => abi_alloc(cl, &r.sub[..need]),
+                },
+            };
+            prop_assert_eq!(params, want, "class {:#x}", cl);
+        }
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(config(5000))]
 
     /// parse_record: total; refuses exactly the wrong kinds and lengths; round-trips.
     #[test]
     fn parse_record_is_total_and_round_trips(bytes in record_bytes()) {
-        let kind = bytes.get(..4).map(|t| u32::from_le_bytes(t.try_into().unwrap()));
-        // The NVIDIA and task kinds at their exact sizes; other kinds (other vendors' records)
-        // only have to round-trip when accepted.
-        let want_len = match kind {
-            Some(record_kind::NV_IOCTL) => Some(264),
-            Some(record_kind::PROCESS_EXIT | record_kind::FD_CLOSE) => Some(48),
-            _ => None,
-        };
-        match wire::parse_record(&bytes) {
-            Ok(rec) => {
-                if want_len.is_some() {
-                    prop_assert_eq!(Some(bytes.len()), want_len);
-                }
-                prop_assert_eq!(rec.as_bytes(), &bytes[..]);
-                prop_assert_eq!(rec.header().kind, kind.unwrap());
-                if let RawRecord::NvIoctl(n) = rec {
-                    let a = decode::decode(&n);
-                    prop_assert_eq!(a, decode::decode(&n), "deterministic");
-                }
-            }
-            Err(_) => prop_assert!(want_len != Some(bytes.len())),
-        }
+        check_parse(&bytes, wire::parse_record(&bytes))?;
     }
 
-    /// decode: total, deterministic, and its classification follows the flags and lengths.
+    /// decode: total, and what it says follows the flags, the lengths and the ABI (see
+    /// [`check_decode`]).
     #[test]
     fn decode_is_total_and_classifies_by_flags_and_lengths(r in nv_record()) {
-        let call = decode::decode(&r);
-        prop_assert_eq!(call, decode::decode(&r));
         let errno = decode::errno(&r);
         prop_assert!(errno <= 0);
         prop_assert_eq!(errno == 0, r.ret >= 0);
-        // Through the wire format, the same call.
+        // Through the wire format, the same record.
         let parsed = wire::parse_record(wire::nv_ioctl_bytes(&r)).unwrap();
         prop_assert_eq!(parsed, RawRecord::NvIoctl(r));
-        match (expected_malformed(&r), call) {
-            (Some(reason), RmCall::Malformed { reason: got, escape }) => {
-                prop_assert_eq!(reason, got);
-                prop_assert_eq!(escape, r.escape);
-            }
-            (Some(reason), other) => prop_assert!(false, "expected Malformed({:?}), got {:?}", reason, other),
-            (None, RmCall::Malformed { reason, .. }) => prop_assert!(false, "unexpected Malformed({:?})", reason),
-            (None, RmCall::Free { client, object, status, .. }) => {
-                prop_assert_eq!(r.escape, escape::RM_FREE);
-                prop_assert_eq!((client, object, status), (u32_at(&r.params, 0), u32_at(&r.params, 8), u32_at(&r.params, 12)));
-            }
-            (None, RmCall::Control { client, object, cmd: c, status, finn_serialized, params }) => {
-                prop_assert_eq!(r.escape, escape::RM_CONTROL);
-                prop_assert_eq!((client, object, c, status), (u32_at(&r.params, 0), u32_at(&r.params, 4), u32_at(&r.params, 8), u32_at(&r.params, 28)));
-                prop_assert_eq!(finn_serialized, u32_at(&r.params, 12) & 0x4 != 0);
-                let need = gpu_trace_common::nvidia::control_capture_len(c);
-                if need == u32::MAX {
-                    prop_assert_eq!(params, ControlParams::NotDecoded);
-                } else {
-                    match expected_unreadable(&r, need as usize, finn_serialized) {
-                        Some(reason) => prop_assert_eq!(params, ControlParams::Unreadable { reason }),
-                        None => prop_assert!(!matches!(params, ControlParams::Unreadable { .. } | ControlParams::NotDecoded), "{:?}", params),
-                    }
-                }
-            }
-            (None, RmCall::Alloc { client, handle, class: cl, status, nvos64, finn_serialized, params, .. }) => {
-                prop_assert_eq!(r.escape, escape::RM_ALLOC);
-                prop_assert_eq!(nvos64, r.param_size == 48);
-                let st = if nvos64 { 40 } else { 28 };
-                prop_assert_eq!((client, handle, cl, status), (u32_at(&r.params, 0), u32_at(&r.params, 8), u32_at(&r.params, 12), u32_at(&r.params, st)));
-                prop_assert_eq!(finn_serialized, nvos64 && u32_at(&r.params, 36) & 0x1 != 0);
-                let need = match cl {
-                    class::KEPLER_CHANNEL_GROUP_A => Some(16),
-                    class::NV01_DEVICE_0 => Some(4),
-                    c if class::is_channel(c) => Some(136),
-                    _ => None,
-                };
-                match need {
-                    None => prop_assert!(matches!(params, AllocParams::Client | AllocParams::NotDecoded)),
-                    Some(need) => match expected_unreadable(&r, need, finn_serialized) {
-                        Some(reason) => prop_assert_eq!(params, AllocParams::Unreadable { reason }),
-                        None => prop_assert!(!matches!(params, AllocParams::Unreadable { .. } | AllocParams::NotDecoded), "{:?}", params),
-                    },
-                }
-            }
-        }
+        check_decode(&r, decode::decode(&r))?;
     }
 
     /// records_from_stream: total; what it accepts re-serializes to the same bytes; a stream of
@@ -546,4 +721,157 @@ fn every_cut_of_a_small_recording_replays() {
         };
         assert_eq!(n, want, "cut at {cut}");
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The checkers can fail: each is fed a decoder's answer with a planted bug and must refuse it.
+
+fn hdr() -> RecordHeader {
+    rel_support::header(record_kind::NV_IOCTL, 1, 7, 7, "x")
+}
+
+/// A planted bug in `decode` (a wrong answer for a correct record) is reported by the checker.
+fn refused(r: &NvIoctlRecord, planted: RmCall) -> String {
+    match check_decode(r, planted) {
+        Ok(()) => panic!("the checker accepted {planted:?} for {r:?}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn decode_checker_accepts_the_abi_answer_and_refuses_planted_bugs() {
+    // GPFIFO_SCHEDULE of TSG 0x5c000010: bEnable 1, bSkipSubmit 0, bSkipEnable 1.
+    let sched = rel_support::control_rec(
+        hdr(),
+        0xC1D0_0001,
+        0x5C00_0010,
+        0xA06C_0101,
+        0,
+        &[1, 0, 1],
+        0,
+    );
+    let ctl = |client, object, params| RmCall::Control {
+        client,
+        object,
+        cmd: 0xA06C_0101,
+        status: 0,
+        finn_serialized: false,
+        params,
+    };
+    let with = |params| ctl(0xC1D0_0001, 0x5C00_0010, params);
+    let params = ControlParams::Schedule {
+        enable: true,
+        skip_submit: false,
+        skip_enable: true,
+    };
+    let right = with(params);
+    check_decode(&sched, right).unwrap();
+    assert_eq!(decode::decode(&sched), right, "the decoder agrees");
+    // A flag misread.
+    refused(
+        &sched,
+        with(ControlParams::Schedule {
+            enable: true,
+            skip_submit: false,
+            skip_enable: false,
+        }),
+    );
+    // Readable parameters reported as unreadable, or not decoded.
+    refused(
+        &sched,
+        with(ControlParams::Unreadable {
+            reason: Unreadable::Short,
+        }),
+    );
+    refused(&sched, with(ControlParams::NotDecoded));
+    // The block's fields swapped.
+    refused(&sched, ctl(0x5C00_0010, 0xC1D0_0001, params));
+    // A good call reported as malformed.
+    refused(
+        &sched,
+        RmCall::Malformed {
+            escape: 0x2A,
+            reason: MalformedReason::ShortParams,
+        },
+    );
+    // Two bytes captured of a 3-byte struct: only `Short` is right.
+    let mut short = sched;
+    short.sub_len = 2;
+    check_decode(
+        &short,
+        with(ControlParams::Unreadable {
+            reason: Unreadable::Short,
+        }),
+    )
+    .unwrap();
+    refused(&short, right);
+    // A kernel-flagged failed read must be Malformed with that reason, never decoded.
+    let mut failed = sched;
+    failed.flags = nv_flags::PARAMS_READ_FAILED;
+    refused(&failed, right);
+    refused(
+        &failed,
+        RmCall::Malformed {
+            escape: 0x2A,
+            reason: MalformedReason::ShortParams,
+        },
+    );
+    check_decode(
+        &failed,
+        RmCall::Malformed {
+            escape: 0x2A,
+            reason: MalformedReason::ParamsReadFailed,
+        },
+    )
+    .unwrap();
+
+    // TSG alloc (NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS, engineType 1 = GR0 at byte 12).
+    let tsg_params: Vec<u8> = [0xCAF0_0001u32, 0, 0xCAF0_0002, 1, 0]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let alloc = rel_support::alloc_rec(
+        hdr(),
+        3,
+        0xC1D0_0001,
+        0xC1D0_0002,
+        0x5C00_0010,
+        0xA06C,
+        Some(&tsg_params),
+    );
+    let tsg = |nvos64, h_vaspace| RmCall::Alloc {
+        client: 0xC1D0_0001,
+        parent: 0xC1D0_0002,
+        handle: 0x5C00_0010,
+        class: 0xA06C,
+        status: 0,
+        nvos64,
+        finn_serialized: false,
+        params: AllocParams::Tsg {
+            h_object_error: 0xCAF0_0001,
+            h_vaspace,
+            engine_type: 1,
+        },
+    };
+    let right = tsg(true, 0xCAF0_0002);
+    check_decode(&alloc, right).unwrap();
+    assert_eq!(decode::decode(&alloc), right, "the decoder agrees");
+    // hObjectEccError (byte 4) read as hVASpace.
+    refused(&alloc, tsg(true, 0));
+    // Read as NVOS21 (status at 28 instead of 40).
+    refused(&alloc, tsg(false, 0xCAF0_0002));
+}
+#[test]
+fn parse_checker_refuses_planted_bugs() {
+    let rec = rel_support::free_rec(hdr(), 1, 2);
+    let bytes = wire::nv_ioctl_bytes(&rec).to_vec();
+    check_parse(&bytes, wire::parse_record(&bytes)).unwrap();
+    // A good 264-byte NV_IOCTL record refused.
+    assert!(check_parse(&bytes, wire::parse_record(&[])).is_err());
+    // Accepted, but as another record (one field changed).
+    let mut other = rec;
+    other.ret = -25;
+    assert!(check_parse(&bytes, Ok(RawRecord::NvIoctl(other))).is_err());
+    // A record one byte short accepted.
+    assert!(check_parse(&bytes[..263], Ok(RawRecord::NvIoctl(rec))).is_err());
 }

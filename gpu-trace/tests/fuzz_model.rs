@@ -428,6 +428,13 @@ fn ok(errno: i32, status: u32) -> bool {
 /// Runs the ops, checking the invariants after each; returns a description of the first
 /// violation.
 fn check(ops: &[Op]) -> Result<(), String> {
+    check_with(ops, |_, _| {})
+}
+
+/// [`check`], with the tracker's events passed through `plant` (step, events) before they are
+/// checked: the checker's own tests plant a bug there (an event lost, doubled or altered) and
+/// assert that the checker reports it.
+fn check_with(ops: &[Op], mut plant: impl FnMut(usize, &mut Vec<Event>)) -> Result<(), String> {
     let mut t = NvTracker::new();
     let mut inits: BTreeMap<(u32, u32), u64> = BTreeMap::new();
     let mut destroys: BTreeMap<(u32, u32), u64> = BTreeMap::new();
@@ -441,7 +448,9 @@ fn check(ops: &[Op]) -> Result<(), String> {
         if matches!(input, NvInput::Call { .. }) {
             calls_in += 1;
         }
-        let events = t.observe(origin.clone(), input.clone());
+        let mut events = t.observe(origin.clone(), input.clone());
+        plant(step, &mut events);
+        let events = events;
         let after = live_of(&t, pid);
         let counters = t.counters().clone();
         let ctx = || {
@@ -732,10 +741,8 @@ proptest! {
     }
 }
 
-/// The checker itself must be able to fail: a sequence whose second TASK_INIT replaces a live
-/// TSG is accepted only because the tracker counts the replaced handle.
-#[test]
-fn checker_accepts_a_known_good_sequence_and_counts_replacements() {
+/// A TSG alloc of `handle` (accepted), a schedule of the first TSG, the exit of the process.
+fn known_good_ops() -> Vec<Op> {
     let tsg = |handle| Op::Alloc {
         pid: 0,
         fd: 0,
@@ -751,7 +758,7 @@ fn checker_accepts_a_known_good_sequence_and_counts_replacements() {
             engine_type: 1,
         },
     };
-    let ops = vec![
+    vec![
         tsg(1),
         tsg(1),
         Op::Control {
@@ -768,7 +775,14 @@ fn checker_accepts_a_known_good_sequence_and_counts_replacements() {
             },
         },
         Op::Exit { pid: 0 },
-    ];
+    ]
+}
+
+/// A sequence whose second TASK_INIT replaces a live TSG is accepted only because the tracker
+/// counts the replaced handle.
+#[test]
+fn checker_accepts_a_known_good_sequence_and_counts_replacements() {
+    let ops = known_good_ops();
     check(&ops).unwrap();
     let mut t = NvTracker::new();
     for (i, op) in ops.iter().take(2).enumerate() {
@@ -777,6 +791,98 @@ fn checker_accepts_a_known_good_sequence_and_counts_replacements() {
     }
     assert_eq!(t.counters().replaced_handles, 1);
     assert_eq!(t.live_tasks(), 1);
+}
+
+/// The checker can fail: each planted bug in the tracker's output (on the known-good sequence:
+/// steps 0 and 1 TSG allocs of the same handle, step 2 its schedule, step 3 the exit) is
+/// reported, with the violation it is.
+#[test]
+fn checker_reports_each_planted_bug() {
+    let ops = known_good_ops();
+    type Plant = fn(usize, &mut Vec<Event>);
+    let cases: [(&str, Plant, &str); 7] = [
+        (
+            "the TASK_INIT of an accepted TSG alloc is lost",
+            |step, evs| {
+                if step == 0 {
+                    evs.clear();
+                }
+            },
+            "live 0 → 1 with 0 TASK_INIT",
+        ),
+        (
+            "a refused-looking SCHEDULE for an accepted request",
+            |step, evs| {
+                if step == 2
+                    && let EventKind::Schedule { allowed, .. } = &mut evs[0].kind
+                {
+                    *allowed = false;
+                }
+            },
+            "bad SCHEDULE",
+        ),
+        (
+            "the SCHEDULE names another client",
+            |step, evs| {
+                if step == 2
+                    && let EventKind::Schedule { client, .. } = &mut evs[0].kind
+                {
+                    *client ^= 1;
+                }
+            },
+            "bad SCHEDULE",
+        ),
+        (
+            "an event carries another process's origin",
+            |step, evs| {
+                if step == 2 {
+                    evs[0].origin.pid += 1;
+                }
+            },
+            "event with another origin",
+        ),
+        (
+            "the exit's TASK_DESTROY is doubled",
+            |step, evs| {
+                if step == 3 {
+                    let e = evs[0].clone();
+                    evs.push(e);
+                }
+            },
+            "TASK_DESTROY",
+        ),
+        (
+            "the exit's TASK_DESTROY is lost",
+            |step, evs| {
+                if step == 3 {
+                    evs.clear();
+                }
+            },
+            "TSGs vanished without TASK_DESTROY",
+        ),
+        (
+            "the schedule is reported twice",
+            |step, evs| {
+                if step == 2 {
+                    let e = evs[0].clone();
+                    evs.push(e);
+                }
+            },
+            "control must give 1 event",
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for (what, plant, want) in cases {
+        match check_with(&ops, plant) {
+            Ok(()) => wrong.push(format!("{what}: the checker accepted it")),
+            Err(why) if !why.contains(want) => wrong.push(format!(
+                "{what}: reported as {}",
+                why.lines().next().unwrap()
+            )),
+            Err(_) => {}
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
 }
 
 /// Distinct handles used by the generator are really distinct (else collisions would be all the

@@ -284,7 +284,7 @@ fn bad_pointers_and_sizes_are_flagged_and_counted_never_reported_as_calls() {
     let tid = gettid();
 
     // 1. NULL parameter block.
-    ioctl(fd, ALLOC64, std::ptr::null());
+    assert_eq!(ioctl(fd, ALLOC64, std::ptr::null()), -ENOTTY, "call 1");
     // 2. TSG alloc whose pAllocParms is NULL.
     let alloc = Nvos64 {
         h_root: 1,
@@ -298,7 +298,11 @@ fn bad_pointers_and_sizes_are_flagged_and_counted_never_reported_as_calls() {
         status: 0,
         _pad: 0,
     };
-    ioctl(fd, ALLOC64, (&raw const alloc).cast());
+    assert_eq!(
+        ioctl(fd, ALLOC64, (&raw const alloc).cast()),
+        -ENOTTY,
+        "call 2"
+    );
     // 3. Control whose params point at an unmapped address.
     let control = Nvos54 {
         h_client: 1,
@@ -309,28 +313,48 @@ fn bad_pointers_and_sizes_are_flagged_and_counted_never_reported_as_calls() {
         params_size: 4,
         status: 0,
     };
-    ioctl(fd, CONTROL, (&raw const control).cast());
+    assert_eq!(
+        ioctl(fd, CONTROL, (&raw const control).cast()),
+        -ENOTTY,
+        "call 3"
+    );
     // 4. Control with a paramsSize smaller than the control's struct.
     let short = Nvos54 {
         params: (&raw const alloc) as u64,
         params_size: 1,
         ..control
     };
-    ioctl(fd, CONTROL, (&raw const short).cast());
+    assert_eq!(
+        ioctl(fd, CONTROL, (&raw const short).cast()),
+        -ENOTTY,
+        "call 4"
+    );
     // 5. XFER with an oversize block (the driver refuses > 16384).
     let xfer = Xfer {
         cmd: 0x2B,
         size: 20000,
         ptr: (&raw const alloc) as u64,
     };
-    ioctl(fd, XFER, (&raw const xfer).cast());
+    assert_eq!(ioctl(fd, XFER, (&raw const xfer).cast()), -ENOTTY, "call 5");
     // 6. XFER pointing nowhere.
-    ioctl(fd, XFER, 0x20 as *const c_void);
+    assert_eq!(ioctl(fd, XFER, 0x20 as *const c_void), -ENOTTY, "call 6");
     // 7. RM_CONTROL with the wrong block size (cmd size 16 instead of 32).
-    ioctl(fd, 0xC010_462A, (&raw const control).cast());
+    assert_eq!(
+        ioctl(fd, 0xC010_462A, (&raw const control).cast()),
+        -ENOTTY,
+        "call 7"
+    );
 
     let recs = nv(&collect(&mut ring, tid, 7));
     assert_eq!(recs.len(), 7, "{recs:#?}");
+    for (i, r) in recs.iter().enumerate() {
+        assert_eq!(
+            r.ret,
+            -ENOTTY,
+            "call {}: the return code is recorded",
+            i + 1
+        );
+    }
     let calls: Vec<RmCall> = recs.iter().map(decode::decode).collect();
     assert_eq!(
         calls[0],
@@ -406,12 +430,15 @@ fn bad_pointers_and_sizes_are_flagged_and_counted_never_reported_as_calls() {
     assert!(recs[3].flags & nv_flags::SUB_TRUNCATED != 0);
 
     let after = tracer.counters().unwrap();
-    // Reads that failed: the NULL block, the NULL alloc params, the unmapped control params and
-    // the XFER wrapper. (Truncated and oversize are refused without a read.)
-    assert!(
-        after.read_failed - before.read_failed >= 4,
+    // Reads that failed: the NULL block (1), the NULL alloc params (2), the unmapped control
+    // params (3) and the XFER wrapper at 0x20 (6); exactly those four. The truncated control (4),
+    // the oversize XFER (5) and the wrong block size (7) are refused without a read.
+    assert_eq!(
+        after.read_failed - before.read_failed,
+        4,
         "{before:?} → {after:?}"
     );
+    assert_eq!(after.emitted - before.emitted, 7, "{before:?} → {after:?}");
     assert_eq!(after.dropped, before.dropped);
 }
 

@@ -43,19 +43,12 @@ fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn skip_unless_root(test: &str) -> bool {
-    if let Some(why) = cannot_trace() {
-        skipped(test, why);
-        return true;
-    }
-    false
-}
-
 /// `bpftool prog/map/link show id N` fails for every id (cross-check of bpf(2)).
 fn bpftool_agrees_gone(ids: &BpfIds) {
     let Some(tool) = bpftool() else {
-        eprintln!(
-            "(bpftool not installed: ids checked with bpf(2) only; scripts/setup.sh installs it)"
+        skipped(
+            "bpftool cross-check",
+            "bpftool not installed: ids checked with bpf(2) only; scripts/setup.sh installs it",
         );
         return;
     };

@@ -7,23 +7,33 @@
 //! Needs root (it loads BPF programs) and the gpu-trace binary that the workspace's `cargo test`
 //! builds beside the xtask binary; without them it prints `SKIPPED: why`.
 
-use std::{path::Path, process::Command};
+use std::{io::Write as _, path::Path, process::Command};
+
+/// Says loudly that the test could not run: written straight to the process's stderr, past
+/// libtest's output capture (an `eprintln!` would be swallowed when the test passes), the way
+/// gpu-trace's `tests/common::skipped` does; `.ci/run` collects these lines.
+fn skipped(why: impl std::fmt::Display) {
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED: bench_quick_runs_end_to_end: {why}"
+    );
+}
 
 #[test]
 fn bench_quick_runs_end_to_end() {
     // SAFETY: no arguments.
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIPPED: bench_quick_runs_end_to_end: needs root (loads BPF programs)");
+        skipped("needs root (loads BPF programs)");
         return;
     }
     let xtask = Path::new(env!("CARGO_BIN_EXE_xtask"));
     let gpu_trace = xtask.with_file_name("gpu-trace");
     if !gpu_trace.exists() {
-        eprintln!(
-            "SKIPPED: bench_quick_runs_end_to_end: {} is not built (the workspace's `cargo test` \
-             builds it; or run `cargo build -p gpu-trace` first)",
+        skipped(format_args!(
+            "{} is not built (the workspace's `cargo test` builds it; or run `cargo build -p \
+             gpu-trace` first)",
             gpu_trace.display()
-        );
+        ));
         return;
     }
     let out = Command::new(xtask)

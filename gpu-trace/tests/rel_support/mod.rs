@@ -525,6 +525,16 @@ pub fn cannot_trace() -> Option<String> {
     }
 }
 
+/// Whether test `test` must stop here because it cannot trace (not root); if so it has said so
+/// loudly (`SKIPPED: ...`).
+pub fn skip_unless_root(test: &str) -> bool {
+    if let Some(why) = cannot_trace() {
+        skipped(test, why);
+        return true;
+    }
+    false
+}
+
 // ---------------------------------------------------------------------------------------------
 // BPF objects held by a process, and whether they still exist.
 
