@@ -15,6 +15,7 @@ use thiserror::Error;
 use crate::{
     loader::{PROGRAMS, SyscallHook},
     probe::system,
+    targets::{SYS_EXIT, SYSCALL_TRACEPOINTS},
 };
 
 #[derive(Debug, Error)]
@@ -43,14 +44,6 @@ pub const FLOOR_RAW_TP: &str = "bench_floor_raw";
 pub const FLOOR_TP_BTF: &str = "bench_floor_btf";
 pub const FLOOR_TRACEPOINT: &str = "bench_floor_tp";
 
-/// The classic tracepoints gpu-trace's fallback attaches to (the floor takes the same four).
-const SYSCALL_TPS: [&str; 4] = [
-    "sys_enter_ioctl",
-    "sys_exit_ioctl",
-    "sys_enter_close",
-    "sys_exit_close",
-];
-
 /// An empty program attached where gpu-trace's syscall hook goes; detached on drop.
 pub struct Floor {
     _ebpf: Ebpf,
@@ -77,12 +70,13 @@ impl Floor {
             SyscallHook::RawTp => {
                 let prog: &mut RawTracePoint = program(&mut ebpf, FLOOR_RAW_TP).map_err(fail)?;
                 prog.load().map_err(|e| fail(first_line(e)))?;
-                prog.attach("sys_exit").map_err(|e| fail(first_line(e)))?;
+                prog.attach(SYS_EXIT.name)
+                    .map_err(|e| fail(first_line(e)))?;
             }
             SyscallHook::TpBtf => {
                 let btf = Btf::from_sys_fs().map_err(|e| fail(first_line(e)))?;
                 let prog: &mut BtfTracePoint = program(&mut ebpf, FLOOR_TP_BTF).map_err(fail)?;
-                prog.load("sys_exit", &btf)
+                prog.load(SYS_EXIT.name, &btf)
                     .map_err(|e| fail(first_line(e)))?;
                 prog.attach().map_err(|e| fail(first_line(e)))?;
             }
@@ -90,8 +84,10 @@ impl Floor {
                 system::ensure_tracefs()?;
                 let prog: &mut TracePoint = program(&mut ebpf, FLOOR_TRACEPOINT).map_err(fail)?;
                 prog.load().map_err(|e| fail(first_line(e)))?;
-                for name in SYSCALL_TPS {
-                    prog.attach("syscalls", name)
+                // The classic tracepoints gpu-trace's fallback attaches to: the floor takes
+                // the same four.
+                for tp in SYSCALL_TRACEPOINTS {
+                    prog.attach(tp.category, tp.name)
                         .map_err(|e| fail(first_line(e)))?;
                 }
             }

@@ -2,6 +2,8 @@
 //!
 //! Layers, one module each:
 //! - [`probe`]: what the running kernel allows (BTF offsets, attach types, tracefs, privileges);
+//! - [`targets`]: every kernel function, tracepoint and LSM hook gpu-trace attaches to, and
+//!   its programs (one table for the loader, doctor and the benchmark);
 //! - [`loader`]: loading the kernel programs and attaching the best hook per event;
 //! - [`wire`]: ring-buffer bytes → typed records (shared with `gpu-trace-common`);
 //! - [`nvidia`], [`amd`]: per-vendor decoding of driver calls (pure code);
@@ -26,4 +28,5 @@ pub mod pipeline;
 pub mod probe;
 pub mod record;
 pub mod session;
+pub mod targets;
 pub mod wire;

@@ -10,19 +10,13 @@ use gpu_trace_common::nvidia::gpu_ext::{FUNCTIONS, OLD_NAMES};
 
 use super::{
     DeepAttach,
-    deep::{DeepHooks, ModuleTargets, Target},
+    deep::{DeepHooks, ModuleTargets},
     trampoline::Trampoline,
 };
-use crate::probe::kallsyms::ModuleSymbols;
-
-/// The programs for each hook function: (fentry program, kprobe program), in the order of
-/// `FUNCTIONS`.
-const PROGRAMS: [(&str, &str); 4] = [
-    ("nv_task_init_fentry", "nv_task_init_kprobe"),
-    ("nv_bind_fentry", "nv_bind_kprobe"),
-    ("nv_token_fentry", "nv_token_kprobe"),
-    ("nv_task_destroy_fentry", "nv_task_destroy_kprobe"),
-];
+use crate::{
+    probe::kallsyms::ModuleSymbols,
+    targets::{DeepTarget, GPU_EXT},
+};
 
 /// Finds the module with the gpu_ext hooks, if one is loaded.
 pub fn prepare() -> Result<ModuleTargets, String> {
@@ -41,17 +35,15 @@ pub fn prepare() -> Result<ModuleTargets, String> {
 /// Attaches a program to every hook function `targets` defines.
 pub fn attach(ebpf: &mut Ebpf, targets: &ModuleTargets, out: &mut DeepHooks, via: DeepAttach) {
     let a = targets.attacher(ebpf, via);
-    let list: Vec<Target<'_>> = FUNCTIONS
+    let list: Vec<DeepTarget> = GPU_EXT
         .into_iter()
-        .zip(PROGRAMS.iter())
-        .map(|(func, (fentry, kprobe))| Target {
+        .map(|t| DeepTarget {
             // A fork version that names the function differently.
-            func: match OLD_NAMES.iter().find(|(new, _)| *new == func) {
-                Some((_, old)) if !targets.defines(func) && targets.defines(old) => old,
-                _ => func,
+            func: match OLD_NAMES.iter().find(|(new, _)| *new == t.func) {
+                Some((_, old)) if !targets.defines(t.func) && targets.defines(old) => old,
+                _ => t.func,
             },
-            trampoline: fentry,
-            kprobes: std::slice::from_ref(kprobe),
+            ..t
         })
         .collect();
     a.attach_each(ebpf, out, "NVIDIA gpu_ext hooks", Trampoline::Entry, &list);

@@ -1002,6 +1002,33 @@ impl KernelOffsets {
     }
 }
 
+/// Where the kernel exposes the BTF of loaded module `module` (split on vmlinux's).
+pub fn module_btf_path(module: &str) -> String {
+    format!("/sys/kernel/btf/{module}")
+}
+
+/// The raw BTF of loaded module `module`.
+pub fn read_module_btf(module: &str) -> io::Result<Vec<u8>> {
+    std::fs::read(module_btf_path(module))
+}
+
+/// The size of vmlinux's BTF in bytes, or why it cannot be read.
+pub fn vmlinux_btf_size() -> Result<u64, String> {
+    std::fs::metadata(VMLINUX_BTF_PATH)
+        .map(|m| m.len())
+        .map_err(|e| format!("{VMLINUX_BTF_PATH}: {e}"))
+}
+
+/// Whether a BTF blob's bytes hold `name` as a whole NUL-terminated string (a split module BTF
+/// stores the names of the module's own functions in its string section).
+pub fn btf_strings_contain(bytes: &[u8], name: &str) -> bool {
+    let mut needle = Vec::with_capacity(name.len() + 2);
+    needle.push(0);
+    needle.extend_from_slice(name.as_bytes());
+    needle.push(0);
+    bytes.windows(needle.len()).any(|w| w == needle.as_slice())
+}
+
 /// Reads [`VMLINUX_BTF_PATH`] and resolves the [`KernelOffsets`] of the running kernel.
 pub fn load_kernel_offsets() -> Result<KernelOffsets, BtfError> {
     let btf = Btf::from_path(Path::new(VMLINUX_BTF_PATH))?;
@@ -1048,6 +1075,15 @@ mod tests {
     fn type_section(b: &[u8]) -> (usize, usize) {
         let hdr = le32(b, 4) as usize;
         (hdr + le32(b, 8) as usize, le32(b, 12) as usize)
+    }
+
+    #[test]
+    fn module_btf_strings_are_matched_whole() {
+        let blob = b"\x9f\xeb\x01\0...\0nvidia_unlocked_ioctl\0nvidia_open\0";
+        assert!(btf_strings_contain(blob, "nvidia_unlocked_ioctl"));
+        assert!(btf_strings_contain(blob, "nvidia_open"));
+        assert!(!btf_strings_contain(blob, "nvidia_unlocked"));
+        assert!(!btf_strings_contain(blob, "ioctl"));
     }
 
     #[test]
