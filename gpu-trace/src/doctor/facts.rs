@@ -5,7 +5,7 @@
 use std::{collections::BTreeMap, path::Path};
 
 use crate::{
-    loader::{LoadOptions, Tracer},
+    loader::{LoadError, LoadOptions, Tracer},
     probe::{
         btf, devices, kallsyms, kfd, system,
         trial::{self, Refusal, TrialHook},
@@ -126,6 +126,18 @@ pub struct Facts {
     pub deny_load: Option<Result<(), String>>,
 }
 
+/// Loads gpu-trace's programs on the BTF parsed once; where it could not be parsed, the
+/// loader's own attempt gives the error gpu-trace would print.
+fn load(
+    options: &LoadOptions,
+    kernel_btf: &Result<btf::KernelBtf, btf::BtfError>,
+) -> Result<Tracer, LoadError> {
+    match kernel_btf {
+        Ok(b) => Tracer::load_with(options, b),
+        Err(_) => Tracer::load(options),
+    }
+}
+
 fn module_btf(module: &str, names: &[&str]) -> ModuleBtf {
     match btf::read_module_btf(module) {
         Ok(bytes) => ModuleBtf {
@@ -168,10 +180,15 @@ impl Facts {
         let mounts = system::mounts();
 
         let vmlinux_btf = btf::vmlinux_btf_size();
-        let offsets = btf::load_kernel_offsets()
-            .map(drop)
-            .map_err(|e| e.to_string());
-        let kernel_btf = aya::Btf::from_sys_fs().ok();
+        // vmlinux's BTF, parsed once for the offsets, the trials and both loads below.
+        let kernel_btf = btf::KernelBtf::load();
+        let offsets = match &kernel_btf {
+            Ok(b) => btf::kernel_offsets(&b.vmlinux)
+                .map(drop)
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        let aya_btf = kernel_btf.as_ref().ok().and_then(|b| b.aya.as_ref());
 
         let tracefs = system::ensure_tracefs()
             .map(str::to_string)
@@ -206,16 +223,11 @@ impl Facts {
         }
         let trials = hooks
             .into_iter()
-            .map(|h| {
-                (
-                    h,
-                    trial::try_hook(h, kernel_btf.as_ref(), tracefs_dir.as_deref()),
-                )
-            })
+            .map(|h| (h, trial::try_hook(h, aya_btf, tracefs_dir.as_deref())))
             .collect::<Vec<_>>();
 
         let tracer = if privileged {
-            match Tracer::load(&LoadOptions::default()) {
+            match load(&LoadOptions::default(), &kernel_btf) {
                 Ok(t) => TracerLoad::Attached(t.hooks.iter().map(ToString::to_string).collect()),
                 Err(e) => TracerLoad::Failed(e.to_string()),
             }
@@ -230,7 +242,9 @@ impl Facts {
                 deny_pids: vec![std::process::id()],
                 ..LoadOptions::default()
             };
-            Tracer::load(&options).map(drop).map_err(|e| e.to_string())
+            load(&options, &kernel_btf)
+                .map(drop)
+                .map_err(|e| e.to_string())
         });
 
         Facts {

@@ -14,8 +14,6 @@
 //! vmlinux's BTF, and function addresses from `/proc/kallsyms`. Each hook that cannot get what
 //! it needs is left out with the reason; none of this stops tracing.
 
-use std::path::Path;
-
 use aya::{Ebpf, programs::KProbe};
 use gpu_trace_common::{KfdDeepConfig, amd::nr};
 
@@ -24,7 +22,7 @@ use super::{
     trampoline::{self, Attached, ModulePrograms, Trampoline},
 };
 use crate::probe::{
-    btf::{self, Btf, VMLINUX_BTF_PATH},
+    btf::{self, Btf},
     kallsyms::ModuleSymbols,
     trial,
 };
@@ -47,15 +45,16 @@ pub struct ModuleTargets {
 }
 
 impl ModuleTargets {
-    /// Reads `module`'s symbols and BTF; fails when the module is not loaded.
-    pub fn read(module: &str) -> Result<Self, String> {
+    /// Reads `module`'s symbols and BTF (split on `vmlinux`); fails when the module is not
+    /// loaded.
+    pub fn read(module: &str, vmlinux: &Btf) -> Result<Self, String> {
         let symbols = ModuleSymbols::load(module).map_err(|e| e.to_string())?;
         if symbols.is_empty() {
             return Err(format!(
                 "the {module} module is not loaded (no symbols in /proc/kallsyms)"
             ));
         }
-        let (btf, btf_missing) = match read_module_btf(module) {
+        let (btf, btf_missing) = match read_module_btf(module, vmlinux) {
             Ok(b) => (Some(b), None),
             Err(why) => (None, Some(why)),
         };
@@ -127,11 +126,12 @@ impl DeepHooks {
 }
 
 impl KfdDeepPlan {
-    /// Reads the module's BTF and symbols; fails (with the reason) when `amdgpu` is not loaded.
-    pub fn prepare() -> Result<Self, String> {
+    /// Reads the module's BTF (split on `vmlinux`) and symbols; fails (with the reason) when
+    /// `amdgpu` is not loaded.
+    pub fn prepare(vmlinux: &Btf) -> Result<Self, String> {
         let mut plan = Self {
             config: KfdDeepConfig::default(),
-            targets: ModuleTargets::read(MODULE)?,
+            targets: ModuleTargets::read(MODULE, vmlinux)?,
             queue_config_missing: None,
             release_config_missing: None,
             mqd_config_missing: None,
@@ -217,13 +217,12 @@ impl KfdDeepPlan {
     }
 }
 
-fn read_module_btf(module: &str) -> Result<Btf, String> {
+fn read_module_btf(module: &str, base: &Btf) -> Result<Btf, String> {
     let path = btf::module_btf_path(module);
     let bytes = btf::read_module_btf(module).map_err(|e| {
         format!("{path}: {e} (the module was built without BTF: CONFIG_DEBUG_INFO_BTF_MODULES)")
     })?;
-    let base = Btf::from_path(Path::new(VMLINUX_BTF_PATH)).map_err(|e| e.to_string())?;
-    Btf::from_split(&base, &bytes).map_err(|e| format!("{path}: {e}"))
+    Btf::from_split(base, &bytes).map_err(|e| format!("{path}: {e}"))
 }
 
 /// Attaches Aya kprobe program `program` to `target` (a symbol, or "" with an address in

@@ -14,12 +14,13 @@ use super::{
     trampoline::Trampoline,
 };
 use crate::{
-    probe::kallsyms::ModuleSymbols,
+    probe::{btf::Btf, kallsyms::ModuleSymbols},
     targets::{DeepTarget, GPU_EXT},
 };
 
-/// Finds the module with the gpu_ext hooks, if one is loaded.
-pub fn prepare() -> Result<ModuleTargets, String> {
+/// Finds the module with the gpu_ext hooks, if one is loaded, and reads its BTF (split on
+/// `vmlinux`).
+pub fn prepare(vmlinux: &Btf) -> Result<ModuleTargets, String> {
     let module = ModuleSymbols::module_defining(FUNCTIONS[0])
         .map_err(|e| e.to_string())?
         .ok_or_else(|| {
@@ -29,7 +30,7 @@ pub fn prepare() -> Result<ModuleTargets, String> {
                 FUNCTIONS[0]
             )
         })?;
-    ModuleTargets::read(&module)
+    ModuleTargets::read(&module, vmlinux)
 }
 
 /// Attaches a program to every hook function `targets` defines.

@@ -19,7 +19,10 @@ use thiserror::Error;
 
 use crate::{
     model::stats::KernelCounters,
-    probe::{btf, system},
+    probe::{
+        btf::{self, KernelBtf},
+        system,
+    },
     targets,
 };
 
@@ -281,25 +284,25 @@ fn first_that_attaches(
 }
 
 impl Tracer {
-    /// Checks privileges, resolves kernel offsets from BTF, loads the programs and attaches the
-    /// best hook for each event.
+    /// Checks privileges, reads and parses vmlinux's BTF (once), resolves kernel offsets from
+    /// it, loads the programs and attaches the best hook for each event.
     pub fn load(options: &LoadOptions) -> Result<Self, LoadError> {
-        system::check_privileges()?;
-        let ring = options.ring_bytes;
-        if !ring.is_power_of_two() || ring < 4096 {
-            return Err(LoadError::RingSize(ring));
-        }
-        let offsets = btf::load_kernel_offsets()?;
-        let mut config = KernelConfig {
+        preflight(options)?;
+        Self::load_with(options, &KernelBtf::load()?)
+    }
+
+    /// [`Tracer::load`] with vmlinux's BTF already parsed (doctor loads twice on one parse).
+    pub fn load_with(options: &LoadOptions, kernel_btf: &KernelBtf) -> Result<Self, LoadError> {
+        preflight(options)?;
+        let config = KernelConfig {
             nv_major: if options.nvidia { NV_MAJOR } else { 0 },
             extra_rdev: options.extra_device.unwrap_or(0),
             kfd_major: options.kfd_major.unwrap_or(0),
             extra_kfd_rdev: options.extra_kfd_device.unwrap_or(0),
             filter_tgid: options.filter_tgid.unwrap_or(0),
             ready: 1,
-            ..Default::default()
+            ..btf::kernel_offsets(&kernel_btf.vmlinux)?
         };
-        offsets.apply(&mut config);
         raise_memlock_limit();
 
         let mut refused = Vec::new();
@@ -310,7 +313,7 @@ impl Tracer {
             && options.deep_hooks
             && options.extra_kfd_device.is_none()
         {
-            match deep::KfdDeepPlan::prepare() {
+            match deep::KfdDeepPlan::prepare(&kernel_btf.vmlinux) {
                 Ok(plan) => Some(plan),
                 Err(why) => {
                     refused.push(format!("AMD deep hooks: {why}"));
@@ -324,14 +327,17 @@ impl Tracer {
             .as_ref()
             .map_or_else(KfdDeepConfig::default, |p| p.config);
 
+        // aya's EbpfLoader::new() parses vmlinux's BTF itself (aya 0.14 has no constructor
+        // without it); relocations use the value parsed here, as every other step does.
         let mut ebpf = EbpfLoader::new()
+            .btf(kernel_btf.aya.as_ref())
             .override_global("CONFIG", &config, true)
             .override_global("KFD_DEEP", &deep_config, true)
-            .map_max_entries("EVENTS", ring)
+            .map_max_entries("EVENTS", options.ring_bytes)
             .load(PROGRAMS)
             .map_err(LoadError::Load)?;
 
-        let kernel_btf = Btf::from_sys_fs().ok();
+        let aya_btf = &kernel_btf.aya;
         // Deep hooks first, then the switch that takes their commands away from the syscall
         // layer, then the syscall layer: no call is seen twice, none is missed in between.
         let mut deep_hooks = match &deep_plan {
@@ -345,7 +351,7 @@ impl Tracer {
         };
         // NVIDIA: the scheduling hooks of a gpu_ext-patched driver, where one is loaded.
         if options.nvidia && options.deep_hooks {
-            match gpu_ext::prepare() {
+            match gpu_ext::prepare(&kernel_btf.vmlinux) {
                 Ok(targets) => {
                     gpu_ext::attach(&mut ebpf, &targets, &mut deep_hooks, options.deep_attach)
                 }
@@ -391,11 +397,7 @@ impl Tracer {
         if wanted(SyscallHook::TpBtf) {
             syscall_attempts.push((
                 format!("tp_btf/{}", SYS_EXIT.name),
-                Box::new(attach_tp_btf(
-                    SYS_EXIT.btf_program,
-                    SYS_EXIT.name,
-                    &kernel_btf,
-                )),
+                Box::new(attach_tp_btf(SYS_EXIT.btf_program, SYS_EXIT.name, aya_btf)),
             ));
         }
         if wanted(SyscallHook::RawTp) {
@@ -435,7 +437,7 @@ impl Tracer {
                 Box::new(attach_tp_btf(
                     PROCESS_EXIT.btf_program,
                     PROCESS_EXIT.name,
-                    &kernel_btf,
+                    aya_btf,
                 )),
             ),
             (
@@ -454,7 +456,7 @@ impl Tracer {
         )?);
 
         if !options.deny_pids.is_empty() {
-            hooks.push(attach_deny(&mut ebpf, &options.deny_pids, &kernel_btf)?);
+            hooks.push(attach_deny(&mut ebpf, &options.deny_pids, aya_btf)?);
         }
 
         Ok(Self {
@@ -565,6 +567,16 @@ fn attach_deny(ebpf: &mut Ebpf, pids: &[u32], kernel_btf: &Option<Btf>) -> Resul
         event: "deny",
         attach: targets::DENY.map(|d| format!("lsm/{}", d.hook)).join(" + "),
     })
+}
+
+/// What is checked before anything is read or loaded: privileges, then the ring size.
+fn preflight(options: &LoadOptions) -> Result<(), LoadError> {
+    system::check_privileges()?;
+    let ring = options.ring_bytes;
+    if !ring.is_power_of_two() || ring < 4096 {
+        return Err(LoadError::RingSize(ring));
+    }
+    Ok(())
 }
 
 /// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK; raise it (harmless elsewhere).
