@@ -14,9 +14,10 @@
 //! - [`record`]: the recording file format (`--record`, `replay`);
 //! - [`session`]: the live loop that ties them together;
 //! - [`doctor`]: `gpu-trace doctor`, what this machine allows and why not;
-//! - [`bench_support`]: what `cargo xtask bench` needs from the kernel side (floor programs, BPF
-//!   program statistics).
+//! - `bench_support` (feature `bench`, which only xtask turns on): what `cargo xtask bench` needs
+//!   from the kernel side (the floor programs' own object, BPF program statistics).
 pub mod amd;
+#[cfg(feature = "bench")]
 pub mod bench_support;
 pub mod cli;
 pub mod doctor;

@@ -3,6 +3,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod r#gen;
+mod host;
 mod lab;
 
 #[derive(Parser)]

@@ -618,6 +618,10 @@ mod tests {
             names.push(t.trampoline);
             names.extend(t.kprobes);
         }
+        assert!(
+            !object.programs.keys().any(|k| k.starts_with("bench_floor")),
+            "the benchmark's floor programs are in gpu-trace's own object"
+        );
         for name in names {
             assert!(
                 object.programs.contains_key(name),
