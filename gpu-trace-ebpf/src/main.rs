@@ -774,29 +774,3 @@ fn panic(_info: &core::panic::PanicInfo) -> ! {
 #[unsafe(link_section = "license")]
 #[unsafe(no_mangle)]
 static LICENSE: [u8; 4] = *b"GPL\0";
-
-// ---------------------------------------------------------------------------------------------
-// Benchmark floor (owned by `cargo xtask bench`, xtask/src/bench.rs; loaded only by
-// gpu-trace/src/bench_support.rs, never by gpu-trace itself). Empty programs on the hooks
-// gpu-trace uses: what any program on that hook costs every syscall of every process, so that
-// the benchmark can tell gpu-trace's own cost from the kernel's.
-// ---------------------------------------------------------------------------------------------
-
-/// Floor for `raw_tp/sys_exit`.
-#[raw_tracepoint(tracepoint = "sys_exit")]
-pub fn bench_floor_raw(_ctx: RawTracePointContext) -> i32 {
-    0
-}
-
-/// Floor for `tp_btf/sys_exit`.
-#[btf_tracepoint(function = "sys_exit")]
-pub fn bench_floor_btf(_ctx: BtfTracePointContext) -> i32 {
-    0
-}
-
-/// Floor for the classic `syscalls:sys_{enter,exit}_{ioctl,close}` tracepoints (attached to all
-/// four, as gpu-trace's fallback is).
-#[tracepoint]
-pub fn bench_floor_tp(_ctx: TracePointContext) -> u32 {
-    0
-}

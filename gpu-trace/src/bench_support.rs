@@ -1,7 +1,8 @@
-//! What `cargo xtask bench` (xtask/src/bench.rs) needs from the kernel side: the empty "floor"
+//! What `cargo xtask bench` (xtask/src/bench/) needs from the kernel side: the empty "floor"
 //! programs on the hooks gpu-trace uses, and the kernel's statistics of loaded BPF programs
-//! (instruction counts, run counts and run time). gpu-trace itself never loads the floor
-//! programs.
+//! (instruction counts, run counts and run time). Behind the `bench` feature (xtask turns it
+//! on): the floor programs are an object of their own (`gpu-trace-ebpf/src/bench_floor.rs`),
+//! which gpu-trace itself never loads.
 
 use std::os::fd::OwnedFd;
 
@@ -13,15 +14,19 @@ use aya::{
 use thiserror::Error;
 
 use crate::{
-    loader::{PROGRAMS, SyscallHook},
+    loader::SyscallHook,
     probe::system,
+    targets::{SYS_EXIT, SYSCALL_TRACEPOINTS},
 };
+
+/// The floor programs' kernel object (built by build.rs beside gpu-trace's own).
+static FLOOR_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bench-floor"));
 
 #[derive(Debug, Error)]
 pub enum BenchError {
     #[error(transparent)]
     System(#[from] system::SystemError),
-    #[error("loading the kernel object for the floor programs failed: {0}. Rebuild gpu-trace")]
+    #[error("loading the kernel object of the floor programs failed: {0}. Rebuild xtask")]
     Load(#[source] aya::EbpfError),
     #[error(
         "attaching the empty floor program to {attach} failed: {why}. The kernel refuses this \
@@ -37,19 +42,10 @@ pub enum BenchError {
     Stats(#[source] std::io::Error),
 }
 
-/// The floor programs' names in the kernel object (see the "benchmark floor" section of
-/// gpu-trace-ebpf/src/main.rs).
+/// The floor programs' names in their kernel object (gpu-trace-ebpf/src/bench_floor.rs).
 pub const FLOOR_RAW_TP: &str = "bench_floor_raw";
 pub const FLOOR_TP_BTF: &str = "bench_floor_btf";
 pub const FLOOR_TRACEPOINT: &str = "bench_floor_tp";
-
-/// The classic tracepoints gpu-trace's fallback attaches to (the floor takes the same four).
-const SYSCALL_TPS: [&str; 4] = [
-    "sys_enter_ioctl",
-    "sys_exit_ioctl",
-    "sys_enter_close",
-    "sys_exit_close",
-];
 
 /// An empty program attached where gpu-trace's syscall hook goes; detached on drop.
 pub struct Floor {
@@ -66,7 +62,9 @@ impl Floor {
     /// Loads the empty program for `hook` and attaches it.
     pub fn attach(hook: SyscallHook) -> Result<Self, BenchError> {
         system::check_privileges()?;
-        let mut ebpf = EbpfLoader::new().load(PROGRAMS).map_err(BenchError::Load)?;
+        let mut ebpf = EbpfLoader::new()
+            .load(FLOOR_OBJECT)
+            .map_err(BenchError::Load)?;
         let attach = match hook {
             SyscallHook::RawTp => "raw_tp/sys_exit",
             SyscallHook::TpBtf => "tp_btf/sys_exit",
@@ -77,12 +75,13 @@ impl Floor {
             SyscallHook::RawTp => {
                 let prog: &mut RawTracePoint = program(&mut ebpf, FLOOR_RAW_TP).map_err(fail)?;
                 prog.load().map_err(|e| fail(first_line(e)))?;
-                prog.attach("sys_exit").map_err(|e| fail(first_line(e)))?;
+                prog.attach(SYS_EXIT.name)
+                    .map_err(|e| fail(first_line(e)))?;
             }
             SyscallHook::TpBtf => {
                 let btf = Btf::from_sys_fs().map_err(|e| fail(first_line(e)))?;
                 let prog: &mut BtfTracePoint = program(&mut ebpf, FLOOR_TP_BTF).map_err(fail)?;
-                prog.load("sys_exit", &btf)
+                prog.load(SYS_EXIT.name, &btf)
                     .map_err(|e| fail(first_line(e)))?;
                 prog.attach().map_err(|e| fail(first_line(e)))?;
             }
@@ -90,8 +89,10 @@ impl Floor {
                 system::ensure_tracefs()?;
                 let prog: &mut TracePoint = program(&mut ebpf, FLOOR_TRACEPOINT).map_err(fail)?;
                 prog.load().map_err(|e| fail(first_line(e)))?;
-                for name in SYSCALL_TPS {
-                    prog.attach("syscalls", name)
+                // The classic tracepoints gpu-trace's fallback attaches to: the floor takes
+                // the same four.
+                for tp in SYSCALL_TRACEPOINTS {
+                    prog.attach(tp.category, tp.name)
                         .map_err(|e| fail(first_line(e)))?;
                 }
             }
@@ -108,7 +109,7 @@ where
     &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = ProgramError>,
 {
     let prog = ebpf.program_mut(name).ok_or_else(|| {
-        format!("program {name} is missing from the kernel object (rebuild gpu-trace)")
+        format!("program {name} is missing from the kernel object (rebuild xtask)")
     })?;
     prog.try_into().map_err(first_line)
 }
@@ -167,5 +168,18 @@ impl RunTimeStats {
         enable_stats(Stats::RunTime)
             .map(Self)
             .map_err(|e| BenchError::Stats(e.io_error))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_floor_object_holds_the_three_floor_programs() {
+        let object = aya_obj::Object::parse(FLOOR_OBJECT).expect("the floor object parses");
+        let mut names: Vec<&str> = object.programs.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        assert_eq!(names, [FLOOR_TP_BTF, FLOOR_RAW_TP, FLOOR_TRACEPOINT]);
     }
 }

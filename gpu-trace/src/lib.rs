@@ -2,6 +2,8 @@
 //!
 //! Layers, one module each:
 //! - [`probe`]: what the running kernel allows (BTF offsets, attach types, tracefs, privileges);
+//! - [`targets`]: every kernel function, tracepoint and LSM hook gpu-trace attaches to, and
+//!   its programs (one table for the loader, doctor and the benchmark);
 //! - [`loader`]: loading the kernel programs and attaching the best hook per event;
 //! - [`wire`]: ring-buffer bytes → typed records (shared with `gpu-trace-common`);
 //! - [`nvidia`], [`amd`]: per-vendor decoding of driver calls (pure code);
@@ -12,9 +14,10 @@
 //! - [`record`]: the recording file format (`--record`, `replay`);
 //! - [`session`]: the live loop that ties them together;
 //! - [`doctor`]: `gpu-trace doctor`, what this machine allows and why not;
-//! - [`bench_support`]: what `cargo xtask bench` needs from the kernel side (floor programs, BPF
-//!   program statistics).
+//! - `bench_support` (feature `bench`, which only xtask turns on): what `cargo xtask bench` needs
+//!   from the kernel side (the floor programs' own object, BPF program statistics).
 pub mod amd;
+#[cfg(feature = "bench")]
 pub mod bench_support;
 pub mod cli;
 pub mod doctor;
@@ -26,4 +29,5 @@ pub mod pipeline;
 pub mod probe;
 pub mod record;
 pub mod session;
+pub mod targets;
 pub mod wire;

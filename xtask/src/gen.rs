@@ -11,6 +11,8 @@ use anyhow::Context as _;
 use clap::CommandFactory as _;
 use clap_complete::Shell;
 
+use crate::host::workspace_root;
+
 #[derive(clap::Args)]
 pub struct GenArgs {
     /// Directory for the man pages (`man/`) and shell completions (`completions/`).
@@ -32,11 +34,6 @@ pub fn run(args: GenArgs) -> anyhow::Result<()> {
         println!("wrote {}", path.display());
     }
     Ok(())
-}
-
-fn workspace_root() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    root.canonicalize().unwrap_or(root)
 }
 
 /// The shells completions are generated for.

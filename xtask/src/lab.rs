@@ -30,6 +30,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use crate::host::{have, is_root, which, workspace_root};
 use anyhow::{Context as _, Result, anyhow, bail, ensure};
 use clap::{Args, ValueEnum};
 
@@ -268,32 +269,11 @@ fn run_kernel(
     ))
 }
 
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask lives in the workspace")
-        .to_path_buf()
-}
-
 fn num_cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 // ---- host tools ---------------------------------------------------------------------------
-
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// /proc/self belongs to the effective user.
-fn is_root() -> bool {
-    use std::os::unix::fs::MetadataExt as _;
-    fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
-}
 
 /// Installs the Debian packages the lab needs when they are missing (root only).
 fn ensure_host_tools() -> Result<()> {
@@ -346,14 +326,6 @@ fn ensure_host_tools() -> Result<()> {
         "no C compiler ({cc}) for the test client: install gcc and libc6-dev"
     );
     Ok(())
-}
-
-fn which(tool: &str) -> Result<PathBuf> {
-    let out = Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()?;
-    ensure!(out.status.success(), "{tool} not found in PATH");
-    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
 }
 
 /// Runs a command; on failure, the error carries its output.

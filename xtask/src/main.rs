@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod dist;
 mod r#gen;
+mod host;
 mod lab;
 
 #[derive(Parser)]

@@ -1,140 +1,14 @@
-//! AMD KFD (`/dev/kfd`): decoding of the ioctl records ([`decode`]) and the facts about the
-//! running system the tracer needs (the device's dynamic character major).
+//! AMD KFD (`/dev/kfd`): decoding of the ioctl records ([`decode`]). The facts about the
+//! running system the tracer needs (the device's dynamic character major) are read by
+//! [`crate::probe::kfd`], re-exported here for the callers that look for them under `amd`.
 pub mod decode;
 
-use std::{fs, io, path::Path};
-
-/// Name of the KFD character device in `/proc/devices`.
-pub const KFD_DEVICE_NAME: &str = "kfd";
-/// The device node.
-pub const KFD_PATH: &str = "/dev/kfd";
-
-/// The character major registered under `name` in the text of `/proc/devices` (only the
-/// "Character devices:" section is searched).
-pub fn char_major_in(proc_devices: &str, name: &str) -> Option<u32> {
-    let mut in_char = false;
-    for line in proc_devices.lines() {
-        let line = line.trim();
-        if line.ends_with(':') {
-            in_char = line == "Character devices:";
-            continue;
-        }
-        if !in_char {
-            continue;
-        }
-        let mut parts = line.split_whitespace();
-        if let (Some(major), Some(dev), None) = (parts.next(), parts.next(), parts.next())
-            && dev == name
-        {
-            return major.parse().ok();
-        }
-    }
-    None
-}
-
-/// The character major of `/dev/kfd` (`register_chrdev(0, "kfd", …)` picks it when amdgpu
-/// loads), from `/proc/devices`; `None` when amdgpu (KFD) is not loaded.
-pub fn kfd_char_major() -> io::Result<Option<u32>> {
-    Ok(char_major_in(
-        &fs::read_to_string("/proc/devices")?,
-        KFD_DEVICE_NAME,
-    ))
-}
-
-/// What `--vendor amd` found on this system, for the start-up report and warnings.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KfdPresence {
-    /// Character major from `/proc/devices`.
-    pub major: Option<u32>,
-    /// `/dev/kfd` exists.
-    pub node: bool,
-}
-
-impl KfdPresence {
-    /// Looks at `/proc/devices` and `/dev/kfd`.
-    pub fn probe() -> Self {
-        Self {
-            major: kfd_char_major().ok().flatten(),
-            node: Path::new(KFD_PATH).exists(),
-        }
-    }
-
-    /// A warning to print before tracing, when KFD calls may not be seen.
-    pub fn warning(&self) -> Option<String> {
-        match (self.major, self.node) {
-            (Some(_), true) => None,
-            (Some(major), false) => Some(format!(
-                "{KFD_PATH} does not exist, although amdgpu registered KFD (char major {major}); \
-                 tracing anyway: processes that open it once it exists will be seen (create it \
-                 with `mknod {KFD_PATH} c {major} 0` if udev does not)"
-            )),
-            (None, _) => Some(format!(
-                "AMD KFD is not loaded (no \"{KFD_DEVICE_NAME}\" in /proc/devices{}): its device \
-                 number is assigned when amdgpu loads, so no KFD call can be seen by this run. \
-                 Load amdgpu (`modprobe amdgpu`), then start gpu-trace again",
-                if self.node { "" } else { ", no /dev/kfd" }
-            )),
-        }
-    }
-}
-
-/// One line for recordings and reports: the KFD driver found here.
-pub fn driver_description() -> Option<String> {
-    let major = kfd_char_major().ok().flatten()?;
-    let version = fs::read_to_string("/sys/module/amdgpu/version")
-        .map(|v| format!(" {}", v.trim()))
-        .unwrap_or_default();
-    Some(format!("amdgpu{version} (KFD, char major {major})"))
-}
+pub use crate::probe::kfd::{
+    KFD_DEVICE_NAME, KFD_PATH, KfdPresence, driver_description, kfd_char_major,
+};
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
-    const PROC_DEVICES: &str = "Character devices:
-  1 mem
-  4 /dev/vc/0
-  4 tty
-195 nvidia
-236 kfd
-254 gpiochip
-
-Block devices:
-  8 sd
-237 kfd
-";
-
-    #[test]
-    fn kfd_major_is_read_from_the_character_section() {
-        assert_eq!(char_major_in(PROC_DEVICES, "kfd"), Some(236));
-        assert_eq!(char_major_in(PROC_DEVICES, "nvidia"), Some(195));
-        assert_eq!(
-            char_major_in(PROC_DEVICES, "sd"),
-            None,
-            "block devices are not char devices"
-        );
-        assert_eq!(char_major_in(PROC_DEVICES, "/dev/vc/0"), Some(4));
-        assert_eq!(char_major_in("Character devices:\n  1 mem\n", "kfd"), None);
-        assert_eq!(char_major_in("", "kfd"), None);
-    }
-
-    #[test]
-    fn this_machine_agrees_with_dev_kfd() {
-        // Whatever this machine has, /proc/devices and /dev/kfd must tell the same story.
-        let major = kfd_char_major().expect("/proc/devices is readable");
-        match std::fs::metadata(KFD_PATH) {
-            Ok(meta) => {
-                use std::os::unix::fs::MetadataExt;
-                assert_eq!(
-                    major,
-                    Some(libc::major(meta.rdev())),
-                    "{KFD_PATH} vs /proc/devices"
-                );
-            }
-            Err(_) => eprintln!("{KFD_PATH} absent here; kfd major from /proc/devices: {major:?}"),
-        }
-    }
-
     /// The whole userspace path (parse → decode → track → render) on KFD records, text and
     /// JSON. The records are built from the documented UAPI layout (no AMD GPU was available;
     /// see `decode::testing`).
@@ -261,34 +135,5 @@ Block devices:
         assert_eq!(refused["rm_status"], serde_json::Value::Null);
         assert_eq!(lines[5]["amd"]["cu_mask_bits"], 64);
         assert_eq!(lines[7]["cause"], "process_exit");
-    }
-
-    #[test]
-    fn warnings_say_what_to_do() {
-        assert_eq!(
-            KfdPresence {
-                major: Some(236),
-                node: true
-            }
-            .warning(),
-            None
-        );
-        let w = KfdPresence {
-            major: Some(236),
-            node: false,
-        }
-        .warning()
-        .unwrap();
-        assert!(w.contains("mknod /dev/kfd c 236 0"), "{w}");
-        let w = KfdPresence {
-            major: None,
-            node: false,
-        }
-        .warning()
-        .unwrap();
-        assert!(
-            w.contains("modprobe amdgpu") && w.contains("no /dev/kfd"),
-            "{w}"
-        );
     }
 }

@@ -14,8 +14,6 @@
 //! vmlinux's BTF, and function addresses from `/proc/kallsyms`. Each hook that cannot get what
 //! it needs is left out with the reason; none of this stops tracing.
 
-use std::path::Path;
-
 use aya::{Ebpf, programs::KProbe};
 use gpu_trace_common::{KfdDeepConfig, amd::nr};
 
@@ -24,13 +22,16 @@ use super::{
     trampoline::{self, Attached, ModulePrograms, Trampoline},
 };
 use crate::probe::{
-    btf::{Btf, VMLINUX_BTF_PATH},
+    btf::{self, Btf},
     kallsyms::ModuleSymbols,
     trial,
 };
+use crate::targets::{
+    self, DQM_CREATE, DeepTarget, KFD_HANDLERS, MQD_INIT, MQD_INIT_PROGRAM, PQM_UNINIT,
+};
 
 /// The driver module the deep hooks attach to.
-pub const MODULE: &str = "amdgpu";
+pub const MODULE: &str = targets::AMD_MODULE;
 
 /// A loaded module whose functions deep hooks attach to: its symbols and, when it has BTF, its
 /// split BTF on vmlinux's.
@@ -44,15 +45,16 @@ pub struct ModuleTargets {
 }
 
 impl ModuleTargets {
-    /// Reads `module`'s symbols and BTF; fails when the module is not loaded.
-    pub fn read(module: &str) -> Result<Self, String> {
+    /// Reads `module`'s symbols and BTF (split on `vmlinux`); fails when the module is not
+    /// loaded.
+    pub fn read(module: &str, vmlinux: &Btf) -> Result<Self, String> {
         let symbols = ModuleSymbols::load(module).map_err(|e| e.to_string())?;
         if symbols.is_empty() {
             return Err(format!(
                 "the {module} module is not loaded (no symbols in /proc/kallsyms)"
             ));
         }
-        let (btf, btf_missing) = match read_module_btf(module) {
+        let (btf, btf_missing) = match read_module_btf(module, vmlinux) {
             Ok(b) => (Some(b), None),
             Err(why) => (None, Some(why)),
         };
@@ -124,11 +126,12 @@ impl DeepHooks {
 }
 
 impl KfdDeepPlan {
-    /// Reads the module's BTF and symbols; fails (with the reason) when `amdgpu` is not loaded.
-    pub fn prepare() -> Result<Self, String> {
+    /// Reads the module's BTF (split on `vmlinux`) and symbols; fails (with the reason) when
+    /// `amdgpu` is not loaded.
+    pub fn prepare(vmlinux: &Btf) -> Result<Self, String> {
         let mut plan = Self {
             config: KfdDeepConfig::default(),
-            targets: ModuleTargets::read(MODULE)?,
+            targets: ModuleTargets::read(MODULE, vmlinux)?,
             queue_config_missing: None,
             release_config_missing: None,
             mqd_config_missing: None,
@@ -179,19 +182,19 @@ impl KfdDeepPlan {
             .and_then(|()| {
                 c.queue_properties = m("queue", "properties")?;
                 // Both DQM implementations share the `create_queue` op's prototype.
-                let at = param(DQM_CREATE[0], "q")?;
-                if let Ok(other) = param(DQM_CREATE[1], "q")
+                let at = param(DQM_CREATE[0].func, "q")?;
+                if let Ok(other) = param(DQM_CREATE[1].func, "q")
                     && other != at
                 {
                     return Err(format!(
                         "{} and {} take `q` at different positions",
-                        DQM_CREATE[0], DQM_CREATE[1]
+                        DQM_CREATE[0].func, DQM_CREATE[1].func
                     ));
                 }
                 if at > 2 {
                     return Err(format!(
                         "{}'s `q` is parameter {at}; the programs read the first three",
-                        DQM_CREATE[0]
+                        DQM_CREATE[0].func
                     ));
                 }
                 c.dqm_create_q_arg = at;
@@ -200,7 +203,7 @@ impl KfdDeepPlan {
             .err();
         self.mqd_config_missing = props
             .and_then(|()| {
-                c.init_mqd_q_arg = param("init_mqd", "q")?;
+                c.init_mqd_q_arg = param(MQD_INIT[0], "q")?;
                 Ok(())
             })
             .err();
@@ -214,51 +217,13 @@ impl KfdDeepPlan {
     }
 }
 
-fn read_module_btf(module: &str) -> Result<Btf, String> {
-    let path = format!("/sys/kernel/btf/{module}");
-    let bytes = std::fs::read(&path).map_err(|e| {
+fn read_module_btf(module: &str, base: &Btf) -> Result<Btf, String> {
+    let path = btf::module_btf_path(module);
+    let bytes = btf::read_module_btf(module).map_err(|e| {
         format!("{path}: {e} (the module was built without BTF: CONFIG_DEBUG_INFO_BTF_MODULES)")
     })?;
-    let base = Btf::from_path(Path::new(VMLINUX_BTF_PATH)).map_err(|e| e.to_string())?;
-    Btf::from_split(&base, &bytes).map_err(|e| format!("{path}: {e}"))
+    Btf::from_split(base, &bytes).map_err(|e| format!("{path}: {e}"))
 }
-
-/// The device queue manager's `create_queue` implementations (HWS, no-HWS): the scheduling
-/// policy picks one at module load.
-const DQM_CREATE: [&str; 2] = ["create_queue_cpsch", "create_queue_nocpsch"];
-
-/// The MQD managers' descriptor builders for user queues (compute, SDMA, GFX 9.4.3), each a
-/// static function with one copy per GPU generation (the HIQ's, a kernel queue, is left out).
-const MQD_INIT: [&str; 3] = ["init_mqd", "init_mqd_sdma", "init_mqd_v9_4_3"];
-
-/// The handlers: (function, fexit program, kprobe programs (entry, return), KFD command
-/// number).
-const HANDLERS: [(&str, &str, [&str; 2], u32); 4] = [
-    (
-        "kfd_ioctl_create_queue",
-        "kfd_create_queue_fexit",
-        ["kfd_handler_entry", "kfd_create_queue_kret"],
-        nr::CREATE_QUEUE,
-    ),
-    (
-        "kfd_ioctl_destroy_queue",
-        "kfd_destroy_queue_fexit",
-        ["kfd_handler_entry", "kfd_destroy_queue_kret"],
-        nr::DESTROY_QUEUE,
-    ),
-    (
-        "kfd_ioctl_update_queue",
-        "kfd_update_queue_fexit",
-        ["kfd_handler_entry", "kfd_update_queue_kret"],
-        nr::UPDATE_QUEUE,
-    ),
-    (
-        "kfd_ioctl_set_cu_mask",
-        "kfd_set_cu_mask_fexit",
-        ["kfd_handler_entry", "kfd_set_cu_mask_kret"],
-        nr::SET_CU_MASK,
-    ),
-];
 
 /// Attaches Aya kprobe program `program` to `target` (a symbol, or "" with an address in
 /// `addr`), loading it on first use.
@@ -316,14 +281,6 @@ impl Attacher<'_> {
     }
 }
 
-/// One function to hook: its trampoline program, and the kprobe programs that replace it where
-/// trampolines are refused (all of them attach: e.g. an entry and a return probe).
-pub(super) struct Target<'p> {
-    pub func: &'static str,
-    pub trampoline: &'p str,
-    pub kprobes: &'p [&'p str],
-}
-
 impl Attacher<'_> {
     /// Hooks each target, a trampoline of `kind` first, else its kprobes, and reports under
     /// `event`: one hook line per attach type used, one refusal line per attach type refused.
@@ -334,7 +291,7 @@ impl Attacher<'_> {
         out: &mut DeepHooks,
         event: &'static str,
         kind: Trampoline,
-        targets: &[Target<'_>],
+        targets: &[DeepTarget],
     ) -> Vec<&'static str> {
         let tramp = match kind {
             Trampoline::Entry => "fentry",
@@ -411,14 +368,10 @@ pub fn attach(ebpf: &mut Ebpf, plan: &KfdDeepPlan, handlers: bool, via: DeepAtta
                 .into(),
         );
     }
-    let targets: Vec<Target<'_>> = HANDLERS
+    let targets: Vec<DeepTarget> = KFD_HANDLERS
         .iter()
-        .filter(|h| handlers && !(create_unknown && h.3 == nr::CREATE_QUEUE))
-        .map(|(func, fexit, probes, _)| Target {
-            func,
-            trampoline: fexit,
-            kprobes: probes,
-        })
+        .filter(|h| handlers && !(create_unknown && h.cmd == nr::CREATE_QUEUE))
+        .map(|h| h.target)
         .collect();
     for func in a.attach_each(
         ebpf,
@@ -427,8 +380,8 @@ pub fn attach(ebpf: &mut Ebpf, plan: &KfdDeepPlan, handlers: bool, via: DeepAtta
         Trampoline::Exit,
         &targets,
     ) {
-        if let Some((_, _, _, cmd)) = HANDLERS.iter().find(|h| h.0 == func) {
-            out.handler_mask |= 1 << cmd;
+        if let Some(h) = KFD_HANDLERS.iter().find(|h| h.target.func == func) {
+            out.handler_mask |= 1 << h.cmd;
         }
     }
 
@@ -436,20 +389,15 @@ pub fn attach(ebpf: &mut Ebpf, plan: &KfdDeepPlan, handlers: bool, via: DeepAtta
     if let Some(why) = &plan.queue_config_missing {
         out.refused.push(format!(
             "AMD queue details: {}: {why}",
-            DQM_CREATE.join(", ")
+            DQM_CREATE.map(|t| t.func).join(", ")
         ));
     } else {
-        let targets = DQM_CREATE.map(|func| Target {
-            func,
-            trampoline: "dqm_create_fexit",
-            kprobes: &["dqm_create_entry", "dqm_create_kret"],
-        });
         a.attach_each(
             ebpf,
             &mut out,
             "AMD queue details",
             Trampoline::Exit,
-            &targets,
+            &DQM_CREATE,
         );
     }
 
@@ -470,7 +418,7 @@ pub fn attach(ebpf: &mut Ebpf, plan: &KfdDeepPlan, handlers: bool, via: DeepAtta
             }
             let mut attached = 0;
             for &addr in &addrs {
-                match kprobe(ebpf, "init_mqd_kprobe", "", addr) {
+                match kprobe(ebpf, MQD_INIT_PROGRAM, "", addr) {
                     Ok(()) => attached += 1,
                     Err(why) => out
                         .refused
@@ -510,19 +458,14 @@ pub fn attach(ebpf: &mut Ebpf, plan: &KfdDeepPlan, handlers: bool, via: DeepAtta
     // Queue teardown.
     if let Some(why) = &plan.release_config_missing {
         out.refused
-            .push(format!("AMD queue teardown: pqm_uninit: {why}"));
+            .push(format!("AMD queue teardown: {}: {why}", PQM_UNINIT.func));
     } else {
-        let target = Target {
-            func: "pqm_uninit",
-            trampoline: "pqm_uninit_fentry",
-            kprobes: &["pqm_uninit_kprobe"],
-        };
         a.attach_each(
             ebpf,
             &mut out,
             "AMD queue teardown",
             Trampoline::Entry,
-            &[target],
+            &[PQM_UNINIT],
         );
     }
     out

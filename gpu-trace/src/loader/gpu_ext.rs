@@ -10,22 +10,17 @@ use gpu_trace_common::nvidia::gpu_ext::{FUNCTIONS, OLD_NAMES};
 
 use super::{
     DeepAttach,
-    deep::{DeepHooks, ModuleTargets, Target},
+    deep::{DeepHooks, ModuleTargets},
     trampoline::Trampoline,
 };
-use crate::probe::kallsyms::ModuleSymbols;
+use crate::{
+    probe::{btf::Btf, kallsyms::ModuleSymbols},
+    targets::{DeepTarget, GPU_EXT},
+};
 
-/// The programs for each hook function: (fentry program, kprobe program), in the order of
-/// `FUNCTIONS`.
-const PROGRAMS: [(&str, &str); 4] = [
-    ("nv_task_init_fentry", "nv_task_init_kprobe"),
-    ("nv_bind_fentry", "nv_bind_kprobe"),
-    ("nv_token_fentry", "nv_token_kprobe"),
-    ("nv_task_destroy_fentry", "nv_task_destroy_kprobe"),
-];
-
-/// Finds the module with the gpu_ext hooks, if one is loaded.
-pub fn prepare() -> Result<ModuleTargets, String> {
+/// Finds the module with the gpu_ext hooks, if one is loaded, and reads its BTF (split on
+/// `vmlinux`).
+pub fn prepare(vmlinux: &Btf) -> Result<ModuleTargets, String> {
     let module = ModuleSymbols::module_defining(FUNCTIONS[0])
         .map_err(|e| e.to_string())?
         .ok_or_else(|| {
@@ -35,23 +30,21 @@ pub fn prepare() -> Result<ModuleTargets, String> {
                 FUNCTIONS[0]
             )
         })?;
-    ModuleTargets::read(&module)
+    ModuleTargets::read(&module, vmlinux)
 }
 
 /// Attaches a program to every hook function `targets` defines.
 pub fn attach(ebpf: &mut Ebpf, targets: &ModuleTargets, out: &mut DeepHooks, via: DeepAttach) {
     let a = targets.attacher(ebpf, via);
-    let list: Vec<Target<'_>> = FUNCTIONS
+    let list: Vec<DeepTarget> = GPU_EXT
         .into_iter()
-        .zip(PROGRAMS.iter())
-        .map(|(func, (fentry, kprobe))| Target {
+        .map(|t| DeepTarget {
             // A fork version that names the function differently.
-            func: match OLD_NAMES.iter().find(|(new, _)| *new == func) {
-                Some((_, old)) if !targets.defines(func) && targets.defines(old) => old,
-                _ => func,
+            func: match OLD_NAMES.iter().find(|(new, _)| *new == t.func) {
+                Some((_, old)) if !targets.defines(t.func) && targets.defines(old) => old,
+                _ => t.func,
             },
-            trampoline: fentry,
-            kprobes: std::slice::from_ref(kprobe),
+            ..t
         })
         .collect();
     a.attach_each(ebpf, out, "NVIDIA gpu_ext hooks", Trampoline::Entry, &list);

@@ -19,7 +19,11 @@ use thiserror::Error;
 
 use crate::{
     model::stats::KernelCounters,
-    probe::{btf, system},
+    probe::{
+        btf::{self, KernelBtf},
+        system,
+    },
+    targets,
 };
 
 /// The compiled kernel programs (built by build.rs).
@@ -200,11 +204,16 @@ fn attach_tp_btf<'a>(
 }
 
 fn attach_tracepoints(
-    pairs: &'static [(&'static str, &'static str, &'static str)],
+    tracepoints: &'static [targets::Tracepoint],
 ) -> impl FnOnce(&mut Ebpf) -> Result<(), String> {
     move |ebpf| {
         system::ensure_tracefs().map_err(err)?;
-        for (program, category, name) in pairs {
+        for targets::Tracepoint {
+            program,
+            category,
+            name,
+        } in tracepoints
+        {
             let prog: &mut TracePoint = ebpf
                 .program_mut(program)
                 .ok_or("program missing")?
@@ -275,25 +284,25 @@ fn first_that_attaches(
 }
 
 impl Tracer {
-    /// Checks privileges, resolves kernel offsets from BTF, loads the programs and attaches the
-    /// best hook for each event.
+    /// Checks privileges, reads and parses vmlinux's BTF (once), resolves kernel offsets from
+    /// it, loads the programs and attaches the best hook for each event.
     pub fn load(options: &LoadOptions) -> Result<Self, LoadError> {
-        system::check_privileges()?;
-        let ring = options.ring_bytes;
-        if !ring.is_power_of_two() || ring < 4096 {
-            return Err(LoadError::RingSize(ring));
-        }
-        let offsets = btf::load_kernel_offsets()?;
-        let mut config = KernelConfig {
+        preflight(options)?;
+        Self::load_with(options, &KernelBtf::load()?)
+    }
+
+    /// [`Tracer::load`] with vmlinux's BTF already parsed (doctor loads twice on one parse).
+    pub fn load_with(options: &LoadOptions, kernel_btf: &KernelBtf) -> Result<Self, LoadError> {
+        preflight(options)?;
+        let config = KernelConfig {
             nv_major: if options.nvidia { NV_MAJOR } else { 0 },
             extra_rdev: options.extra_device.unwrap_or(0),
             kfd_major: options.kfd_major.unwrap_or(0),
             extra_kfd_rdev: options.extra_kfd_device.unwrap_or(0),
             filter_tgid: options.filter_tgid.unwrap_or(0),
             ready: 1,
-            ..Default::default()
+            ..btf::kernel_offsets(&kernel_btf.vmlinux)?
         };
-        offsets.apply(&mut config);
         raise_memlock_limit();
 
         let mut refused = Vec::new();
@@ -304,7 +313,7 @@ impl Tracer {
             && options.deep_hooks
             && options.extra_kfd_device.is_none()
         {
-            match deep::KfdDeepPlan::prepare() {
+            match deep::KfdDeepPlan::prepare(&kernel_btf.vmlinux) {
                 Ok(plan) => Some(plan),
                 Err(why) => {
                     refused.push(format!("AMD deep hooks: {why}"));
@@ -318,14 +327,17 @@ impl Tracer {
             .as_ref()
             .map_or_else(KfdDeepConfig::default, |p| p.config);
 
+        // aya's EbpfLoader::new() parses vmlinux's BTF itself (aya 0.14 has no constructor
+        // without it); relocations use the value parsed here, as every other step does.
         let mut ebpf = EbpfLoader::new()
+            .btf(kernel_btf.aya.as_ref())
             .override_global("CONFIG", &config, true)
             .override_global("KFD_DEEP", &deep_config, true)
-            .map_max_entries("EVENTS", ring)
+            .map_max_entries("EVENTS", options.ring_bytes)
             .load(PROGRAMS)
             .map_err(LoadError::Load)?;
 
-        let kernel_btf = Btf::from_sys_fs().ok();
+        let aya_btf = &kernel_btf.aya;
         // Deep hooks first, then the switch that takes their commands away from the syscall
         // layer, then the syscall layer: no call is seen twice, none is missed in between.
         let mut deep_hooks = match &deep_plan {
@@ -339,7 +351,7 @@ impl Tracer {
         };
         // NVIDIA: the scheduling hooks of a gpu_ext-patched driver, where one is loaded.
         if options.nvidia && options.deep_hooks {
-            match gpu_ext::prepare() {
+            match gpu_ext::prepare(&kernel_btf.vmlinux) {
                 Ok(targets) => {
                     gpu_ext::attach(&mut ebpf, &targets, &mut deep_hooks, options.deep_attach)
                 }
@@ -377,35 +389,27 @@ impl Tracer {
         // AMD only, every command served by the driver hooks: no program on every syscall.
         let syscall_layer_needed = options.nvidia || options.extra_device.is_some() || !all_kfd;
 
-        static SYSCALL_TPS: &[(&str, &str, &str)] = &[
-            ("tp_ioctl_enter", "syscalls", "sys_enter_ioctl"),
-            ("tp_ioctl_exit", "syscalls", "sys_exit_ioctl"),
-            ("tp_close_enter", "syscalls", "sys_enter_close"),
-            ("tp_close_exit", "syscalls", "sys_exit_close"),
-        ];
-        static EXIT_TPS: &[(&str, &str, &str)] =
-            &[("tp_process_exit", "sched", "sched_process_exit")];
-
+        use targets::{PROCESS_EXIT, PROCESS_EXIT_TRACEPOINT, SYS_EXIT, SYSCALL_TRACEPOINTS};
         let wanted = |hook: SyscallHook| options.syscall_hook.is_none_or(|h| h == hook);
         let mut syscall_attempts: Vec<Attempt<'_>> = Vec::new();
         // tp_btf first: the same per-syscall floor as raw_tp, and its program reads the
         // registers with plain loads instead of helper calls (docs/performance.md, part 3).
         if wanted(SyscallHook::TpBtf) {
             syscall_attempts.push((
-                "tp_btf/sys_exit".into(),
-                Box::new(attach_tp_btf("sys_exit_btf", "sys_exit", &kernel_btf)),
+                format!("tp_btf/{}", SYS_EXIT.name),
+                Box::new(attach_tp_btf(SYS_EXIT.btf_program, SYS_EXIT.name, aya_btf)),
             ));
         }
         if wanted(SyscallHook::RawTp) {
             syscall_attempts.push((
-                "raw_tp/sys_exit".into(),
-                Box::new(attach_raw_tp("sys_exit_raw", "sys_exit")),
+                format!("raw_tp/{}", SYS_EXIT.name),
+                Box::new(attach_raw_tp(SYS_EXIT.raw_program, SYS_EXIT.name)),
             ));
         }
         if wanted(SyscallHook::Tracepoint) {
             syscall_attempts.push((
                 "tracepoint/syscalls:sys_{enter,exit}_{ioctl,close}".into(),
-                Box::new(attach_tracepoints(SYSCALL_TPS)),
+                Box::new(attach_tracepoints(&SYSCALL_TRACEPOINTS)),
             ));
         }
         if syscall_layer_needed {
@@ -425,20 +429,23 @@ impl Tracer {
 
         let exit_attempts: Vec<Attempt<'_>> = vec![
             (
-                "raw_tp/sched_process_exit".into(),
-                Box::new(attach_raw_tp("process_exit_raw", "sched_process_exit")),
+                format!("raw_tp/{}", PROCESS_EXIT.name),
+                Box::new(attach_raw_tp(PROCESS_EXIT.raw_program, PROCESS_EXIT.name)),
             ),
             (
-                "tp_btf/sched_process_exit".into(),
+                format!("tp_btf/{}", PROCESS_EXIT.name),
                 Box::new(attach_tp_btf(
-                    "process_exit_btf",
-                    "sched_process_exit",
-                    &kernel_btf,
+                    PROCESS_EXIT.btf_program,
+                    PROCESS_EXIT.name,
+                    aya_btf,
                 )),
             ),
             (
-                "tracepoint/sched:sched_process_exit".into(),
-                Box::new(attach_tracepoints(EXIT_TPS)),
+                format!(
+                    "tracepoint/{}:{}",
+                    PROCESS_EXIT_TRACEPOINT[0].category, PROCESS_EXIT_TRACEPOINT[0].name
+                ),
+                Box::new(attach_tracepoints(&PROCESS_EXIT_TRACEPOINT)),
             ),
         ];
         hooks.push(first_that_attaches(
@@ -449,7 +456,7 @@ impl Tracer {
         )?);
 
         if !options.deny_pids.is_empty() {
-            hooks.push(attach_deny(&mut ebpf, &options.deny_pids, &kernel_btf)?);
+            hooks.push(attach_deny(&mut ebpf, &options.deny_pids, aya_btf)?);
         }
 
         Ok(Self {
@@ -515,14 +522,14 @@ impl Tracer {
 /// pretending to enforce, when any step is refused.
 fn attach_deny(ebpf: &mut Ebpf, pids: &[u32], kernel_btf: &Option<Btf>) -> Result<Hook, LoadError> {
     let active = system::active_lsms().map_err(|e| LoadError::DenyUnsupported(e.to_string()))?;
-    if !active.split(',').any(|m| m == "bpf") {
+    if !system::lsm_list(&active).iter().any(|m| m == "bpf") {
         return Err(LoadError::DenyUnsupported(format!(
             "the BPF LSM is not active (active LSMs: {active}); reboot with the kernel parameter \
              lsm={active},bpf"
         )));
     }
     let btf = kernel_btf.as_ref().ok_or_else(|| {
-        LoadError::DenyUnsupported("kernel BTF is missing (/sys/kernel/btf/vmlinux)".into())
+        LoadError::DenyUnsupported(format!("kernel BTF is missing ({})", btf::VMLINUX_BTF_PATH))
     })?;
     let mut deny: BpfHashMap<_, u32, u32> = BpfHashMap::try_from(
         ebpf.map_mut("DENY").ok_or(LoadError::MissingMap("DENY"))?,
@@ -538,10 +545,7 @@ fn attach_deny(ebpf: &mut Ebpf, pids: &[u32], kernel_btf: &Option<Btf>) -> Resul
             source,
         })?;
     }
-    for (program, hook) in [
-        ("deny_file_ioctl", "file_ioctl"),
-        ("deny_file_ioctl_compat", "file_ioctl_compat"),
-    ] {
+    for targets::LsmHook { program, hook } in targets::DENY {
         let mut attach = || -> Result<(), String> {
             let prog: &mut Lsm = ebpf
                 .program_mut(program)
@@ -561,8 +565,18 @@ fn attach_deny(ebpf: &mut Ebpf, pids: &[u32], kernel_btf: &Option<Btf>) -> Resul
     }
     Ok(Hook {
         event: "deny",
-        attach: "lsm/file_ioctl + lsm/file_ioctl_compat".into(),
+        attach: targets::DENY.map(|d| format!("lsm/{}", d.hook)).join(" + "),
     })
+}
+
+/// What is checked before anything is read or loaded: privileges, then the ring size.
+fn preflight(options: &LoadOptions) -> Result<(), LoadError> {
+    system::check_privileges()?;
+    let ring = options.ring_bytes;
+    if !ring.is_power_of_two() || ring < 4096 {
+        return Err(LoadError::RingSize(ring));
+    }
+    Ok(())
 }
 
 /// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK; raise it (harmless elsewhere).
@@ -574,4 +588,45 @@ fn raise_memlock_limit() {
     // SAFETY: setrlimit with a valid struct; failure only matters on old kernels, where the
     // load error that follows says so.
     unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &rlim) };
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::targets::*;
+
+    #[test]
+    fn every_program_named_here_is_in_the_kernel_object() {
+        // Parsed, not loaded: no kernel involved.
+        let object = aya_obj::Object::parse(super::PROGRAMS).expect("the kernel object parses");
+        let mut names: Vec<&str> = vec![
+            SYS_EXIT.raw_program,
+            SYS_EXIT.btf_program,
+            PROCESS_EXIT.raw_program,
+            PROCESS_EXIT.btf_program,
+            MQD_INIT_PROGRAM,
+        ];
+        names.extend(SYSCALL_TRACEPOINTS.iter().map(|t| t.program));
+        names.extend(PROCESS_EXIT_TRACEPOINT.iter().map(|t| t.program));
+        names.extend(DENY.iter().map(|d| d.program));
+        let deep = KFD_HANDLERS
+            .iter()
+            .map(|h| h.target)
+            .chain(DQM_CREATE)
+            .chain([PQM_UNINIT])
+            .chain(GPU_EXT);
+        for t in deep {
+            names.push(t.trampoline);
+            names.extend(t.kprobes);
+        }
+        assert!(
+            !object.programs.keys().any(|k| k.starts_with("bench_floor")),
+            "the benchmark's floor programs are in gpu-trace's own object"
+        );
+        for name in names {
+            assert!(
+                object.programs.contains_key(name),
+                "program {name} is not in the kernel object"
+            );
+        }
+    }
 }

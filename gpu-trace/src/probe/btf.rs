@@ -16,6 +16,10 @@
 //!
 //! Member lookups descend into anonymous struct and union members and sum their offsets, as C
 //! does for `task_struct`'s nested anonymous members.
+//!
+//! [`KernelBtf::load`] reads vmlinux's BTF once per start, parsed by this reader and by aya
+//! (which loads BTF-typed programs only with its own type); callers pass that one value on.
+//! Why not `btf-rs` or aya-obj's parser: docs/architecture.md ("Why this reader and not a crate").
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -347,19 +351,7 @@ impl Btf {
 
     /// Reads and parses a BTF file, normally [`VMLINUX_BTF_PATH`].
     pub fn from_path(path: &Path) -> Result<Btf, BtfError> {
-        let data = std::fs::read(path).map_err(|source| {
-            if source.kind() == io::ErrorKind::NotFound {
-                BtfError::NotFound {
-                    path: path.to_path_buf(),
-                }
-            } else {
-                BtfError::Read {
-                    path: path.to_path_buf(),
-                    source,
-                }
-            }
-        })?;
-        Btf::from_vec(data)
+        Btf::from_vec(read_blob(path)?)
     }
 
     fn from_vec(data: Vec<u8>) -> Result<Btf, BtfError> {
@@ -939,73 +931,101 @@ fn parse_types(
     Ok(types)
 }
 
-/// The kernel structure offsets the kernel programs need (bytes), from BTF.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct KernelOffsets {
-    /// `task_struct.files`
-    pub task_files: u32,
-    /// `files_struct.fdt`
-    pub files_fdt: u32,
-    /// `fdtable.max_fds`
-    pub fdt_max_fds: u32,
-    /// `fdtable.fd`
-    pub fdt_fd: u32,
-    /// `file.f_inode`
-    pub file_inode: u32,
-    /// `inode.i_rdev`
-    pub inode_rdev: u32,
-    /// `task_struct.signal`
-    pub task_signal: u32,
-    /// `signal_struct.live`
-    pub signal_live: u32,
+/// A BTF file's bytes.
+fn read_blob(path: &Path) -> Result<Vec<u8>, BtfError> {
+    std::fs::read(path).map_err(|source| {
+        if source.kind() == io::ErrorKind::NotFound {
+            BtfError::NotFound {
+                path: path.to_path_buf(),
+            }
+        } else {
+            BtfError::Read {
+                path: path.to_path_buf(),
+                source,
+            }
+        }
+    })
 }
 
-impl KernelOffsets {
-    /// Resolves the offsets in `btf`, and checks that each member has the size the kernel
-    /// programs read there (8-byte pointers, 4-byte `max_fds`, `i_rdev` and `live`).
-    pub fn from_btf(btf: &Btf) -> Result<KernelOffsets, BtfError> {
-        let get = |struct_name: &str, member: &str, expected: u32| {
-            let offset = btf.member_offset(struct_name, member)?;
-            let found = btf.member_size(struct_name, member)?;
-            if found != expected {
-                return Err(BtfError::UnexpectedSize {
-                    struct_name: struct_name.into(),
-                    member: member.into(),
-                    expected,
-                    found,
-                });
-            }
-            Ok(offset)
-        };
-        Ok(KernelOffsets {
-            task_files: get("task_struct", "files", 8)?,
-            files_fdt: get("files_struct", "fdt", 8)?,
-            fdt_max_fds: get("fdtable", "max_fds", 4)?,
-            fdt_fd: get("fdtable", "fd", 8)?,
-            file_inode: get("file", "f_inode", 8)?,
-            inode_rdev: get("inode", "i_rdev", 4)?,
-            task_signal: get("task_struct", "signal", 8)?,
-            signal_live: get("signal_struct", "live", 4)?,
+/// vmlinux's BTF, read and parsed once per start and passed to whoever needs it: this module's
+/// parse (structure offsets, function parameters, the base of modules' split BTF) and aya's
+/// parse of the same bytes (aya loads BTF-typed programs, `tp_btf` and `lsm`, only with its own
+/// type, and aya-obj offers no member offsets or split BTF).
+pub struct KernelBtf {
+    pub vmlinux: Btf,
+    /// aya's parse, `None` where aya refuses the blob (then `tp_btf` and `lsm` programs cannot
+    /// load, and the loader says so).
+    pub aya: Option<aya::Btf>,
+}
+
+impl KernelBtf {
+    /// Reads [`VMLINUX_BTF_PATH`] once and parses it with both parsers.
+    pub fn load() -> Result<KernelBtf, BtfError> {
+        let bytes = read_blob(Path::new(VMLINUX_BTF_PATH))?;
+        let aya = aya::Btf::parse(&bytes, aya::Endianness::default()).ok();
+        Ok(KernelBtf {
+            vmlinux: Btf::from_vec(bytes)?,
+            aya,
         })
     }
-
-    /// Copies the offsets into the kernel programs' configuration (other fields untouched).
-    pub fn apply(&self, cfg: &mut KernelConfig) {
-        cfg.task_files = self.task_files;
-        cfg.files_fdt = self.files_fdt;
-        cfg.fdt_max_fds = self.fdt_max_fds;
-        cfg.fdt_fd = self.fdt_fd;
-        cfg.file_inode = self.file_inode;
-        cfg.inode_rdev = self.inode_rdev;
-        cfg.task_signal = self.task_signal;
-        cfg.signal_live = self.signal_live;
-    }
 }
 
-/// Reads [`VMLINUX_BTF_PATH`] and resolves the [`KernelOffsets`] of the running kernel.
-pub fn load_kernel_offsets() -> Result<KernelOffsets, BtfError> {
-    let btf = Btf::from_path(Path::new(VMLINUX_BTF_PATH))?;
-    KernelOffsets::from_btf(&btf)
+/// The kernel structure offsets the kernel programs need (bytes), resolved in `btf`, as a
+/// [`KernelConfig`] whose other fields are all 0 (not `ready`): the loader fills in the rest.
+/// Checks that each member has the size the kernel programs read there (8-byte pointers,
+/// 4-byte `max_fds`, `i_rdev` and `live`).
+pub fn kernel_offsets(btf: &Btf) -> Result<KernelConfig, BtfError> {
+    let get = |struct_name: &str, member: &str, expected: u32| {
+        let offset = btf.member_offset(struct_name, member)?;
+        let found = btf.member_size(struct_name, member)?;
+        if found != expected {
+            return Err(BtfError::UnexpectedSize {
+                struct_name: struct_name.into(),
+                member: member.into(),
+                expected,
+                found,
+            });
+        }
+        Ok(offset)
+    };
+    Ok(KernelConfig {
+        task_files: get("task_struct", "files", 8)?,
+        files_fdt: get("files_struct", "fdt", 8)?,
+        fdt_max_fds: get("fdtable", "max_fds", 4)?,
+        fdt_fd: get("fdtable", "fd", 8)?,
+        file_inode: get("file", "f_inode", 8)?,
+        inode_rdev: get("inode", "i_rdev", 4)?,
+        task_signal: get("task_struct", "signal", 8)?,
+        signal_live: get("signal_struct", "live", 4)?,
+        ..KernelConfig::default()
+    })
+}
+
+/// Where the kernel exposes the BTF of loaded module `module` (split on vmlinux's).
+pub fn module_btf_path(module: &str) -> String {
+    format!("/sys/kernel/btf/{module}")
+}
+
+/// The raw BTF of loaded module `module`.
+pub fn read_module_btf(module: &str) -> io::Result<Vec<u8>> {
+    std::fs::read(module_btf_path(module))
+}
+
+/// The size of vmlinux's BTF in bytes, or why it cannot be read.
+pub fn vmlinux_btf_size() -> Result<u64, String> {
+    std::fs::metadata(VMLINUX_BTF_PATH)
+        .map(|m| m.len())
+        .map_err(|e| format!("{VMLINUX_BTF_PATH}: {e}"))
+}
+
+/// Whether a BTF blob's bytes hold `name` as a whole NUL-terminated string (a split module BTF
+/// stores the names of the module's own functions in its string section).
+pub fn btf_strings_contain(bytes: &[u8], name: &str) -> bool {
+    let mut needle = Vec::with_capacity(name.len() + 2);
+    needle.push(0);
+    needle.extend_from_slice(name.as_bytes());
+    needle.push(0);
+    bytes.windows(needle.len()).any(|w| w == needle.as_slice())
 }
 
 #[cfg(test)]
@@ -1051,11 +1071,20 @@ mod tests {
     }
 
     #[test]
+    fn module_btf_strings_are_matched_whole() {
+        let blob = b"\x9f\xeb\x01\0...\0nvidia_unlocked_ioctl\0nvidia_open\0";
+        assert!(btf_strings_contain(blob, "nvidia_unlocked_ioctl"));
+        assert!(btf_strings_contain(blob, "nvidia_open"));
+        assert!(!btf_strings_contain(blob, "nvidia_unlocked"));
+        assert!(!btf_strings_contain(blob, "ioctl"));
+    }
+
+    #[test]
     fn live_offsets_resolve_and_are_consistent() {
         let Some(btf) = live_btf("live_offsets_resolve_and_are_consistent") else {
             return;
         };
-        let off = KernelOffsets::from_btf(btf).expect("all 8 offsets must resolve");
+        let off = kernel_offsets(btf).expect("all 8 offsets must resolve");
         eprintln!("kernel offsets: {off:?} ({} types)", btf.type_count());
 
         // Each offset, plus the member's size, lies inside its struct.
@@ -1105,55 +1134,51 @@ mod tests {
     }
 
     #[test]
-    fn apply_copies_exactly_the_offset_fields() {
-        let off = KernelOffsets {
-            task_files: 1,
-            files_fdt: 2,
-            fdt_max_fds: 3,
-            fdt_fd: 4,
-            file_inode: 5,
-            inode_rdev: 6,
-            task_signal: 7,
-            signal_live: 8,
+    fn offsets_fill_exactly_the_offset_fields() {
+        let Some(btf) = live_btf("offsets_fill_exactly_the_offset_fields") else {
+            return;
         };
-        let mut cfg = KernelConfig {
-            nv_major: 195,
-            extra_rdev: 9,
-            filter_tgid: 10,
-            kfd_major: 11,
-            extra_kfd_rdev: 12,
-            ready: 0,
-            ..KernelConfig::default()
-        };
-        off.apply(&mut cfg);
-        let expected = KernelConfig {
-            task_files: 1,
-            files_fdt: 2,
-            fdt_max_fds: 3,
-            fdt_fd: 4,
-            file_inode: 5,
-            inode_rdev: 6,
-            task_signal: 7,
-            signal_live: 8,
-            nv_major: 195,
-            extra_rdev: 9,
-            filter_tgid: 10,
-            kfd_major: 11,
-            extra_kfd_rdev: 12,
+        let cfg = kernel_offsets(btf).unwrap();
+        // Every other field is the loader's: 0 here, and not ready.
+        let only_offsets = KernelConfig {
+            task_files: cfg.task_files,
+            files_fdt: cfg.files_fdt,
+            fdt_max_fds: cfg.fdt_max_fds,
+            fdt_fd: cfg.fdt_fd,
+            file_inode: cfg.file_inode,
+            inode_rdev: cfg.inode_rdev,
+            task_signal: cfg.task_signal,
+            signal_live: cfg.signal_live,
+            nv_major: 0,
+            extra_rdev: 0,
+            filter_tgid: 0,
+            kfd_major: 0,
+            extra_kfd_rdev: 0,
             ready: 0,
         };
-        assert_eq!(cfg, expected);
+        assert_eq!(cfg, only_offsets);
+        assert_eq!(
+            cfg.task_files,
+            btf.member_offset("task_struct", "files").unwrap()
+        );
+        assert_eq!(
+            cfg.signal_live,
+            btf.member_offset("signal_struct", "live").unwrap()
+        );
     }
 
     #[test]
-    fn load_kernel_offsets_matches_from_btf() {
-        let Some(btf) = live_btf("load_kernel_offsets_matches_from_btf") else {
+    fn kernel_btf_load_matches_from_btf() {
+        let Some(btf) = live_btf("kernel_btf_load_matches_from_btf") else {
             return;
         };
+        // The one parse per start gives the same offsets, and aya takes the same bytes.
+        let once = KernelBtf::load().unwrap();
         assert_eq!(
-            load_kernel_offsets().unwrap(),
-            KernelOffsets::from_btf(btf).unwrap()
+            kernel_offsets(&once.vmlinux).unwrap(),
+            kernel_offsets(btf).unwrap()
         );
+        assert!(once.aya.is_some(), "aya refused the live vmlinux BTF");
     }
 
     /// The test's own walk: every byte-aligned, non-bitfield named member reachable from

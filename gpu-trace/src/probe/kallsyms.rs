@@ -21,6 +21,47 @@ pub enum KallsymsError {
     Hidden,
 }
 
+/// `/proc/kallsyms` as text.
+pub fn read_text() -> io::Result<String> {
+    std::fs::read_to_string(KALLSYMS_PATH)
+}
+
+/// One code symbol of a `/proc/kallsyms` line: `ffffffffc0a1b2c0 t init_mqd\t[amdgpu]`.
+struct TextSymbol<'a> {
+    addr: &'a str,
+    name: &'a str,
+    /// The module, without its brackets; `None` for vmlinux.
+    module: Option<&'a str>,
+}
+
+/// The code symbols (`t`/`T`) of a `/proc/kallsyms` text; data symbols that share a name are
+/// left out.
+fn text_symbols(text: &str) -> impl Iterator<Item = TextSymbol<'_>> {
+    text.lines().filter_map(|line| {
+        let mut f = line.split_whitespace();
+        let (addr, kind, name) = (f.next()?, f.next()?, f.next()?);
+        matches!(kind, "t" | "T").then(|| TextSymbol {
+            addr,
+            name,
+            module: f
+                .next()
+                .map(|m| m.trim_start_matches('[').trim_end_matches(']')),
+        })
+    })
+}
+
+/// For each name, the copies a `/proc/kallsyms` text lists (module name, `None` for vmlinux).
+pub fn count_symbols(kallsyms: &str, names: &[&str]) -> BTreeMap<String, Vec<Option<String>>> {
+    let mut out: BTreeMap<String, Vec<Option<String>>> =
+        names.iter().map(|n| (n.to_string(), Vec::new())).collect();
+    for sym in text_symbols(kallsyms) {
+        if let Some(copies) = out.get_mut(sym.name) {
+            copies.push(sym.module.map(str::to_string));
+        }
+    }
+    out
+}
+
 /// The text symbols of one module: name → addresses (one per copy, ascending).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ModuleSymbols {
@@ -30,35 +71,23 @@ pub struct ModuleSymbols {
 impl ModuleSymbols {
     /// Reads `/proc/kallsyms` and keeps the text symbols of `module`.
     pub fn load(module: &str) -> Result<Self, KallsymsError> {
-        let text = std::fs::read_to_string(KALLSYMS_PATH).map_err(KallsymsError::Read)?;
-        Self::parse(&text, module)
+        Self::parse(&read_text().map_err(KallsymsError::Read)?, module)
     }
 
     /// Keeps the text symbols (`t`/`T`) of `module` from `/proc/kallsyms` text. Fails when the
     /// module has symbols but every address reads 0 (hidden from this user).
     pub fn parse(text: &str, module: &str) -> Result<Self, KallsymsError> {
-        let tag = format!("[{module}]");
         let mut by_name: BTreeMap<String, Vec<u64>> = BTreeMap::new();
         let mut hidden = 0usize;
-        for line in text.lines() {
-            // "ffffffffc0a1b2c0 t init_mqd\t[amdgpu]"
-            let mut fields = line.split_whitespace();
-            let (Some(addr), Some(kind), Some(name), Some(owner)) =
-                (fields.next(), fields.next(), fields.next(), fields.next())
-            else {
-                continue;
-            };
-            if owner != tag || !matches!(kind, "t" | "T") {
-                continue;
-            }
-            let Ok(addr) = u64::from_str_radix(addr, 16) else {
+        for sym in text_symbols(text).filter(|s| s.module == Some(module)) {
+            let Ok(addr) = u64::from_str_radix(sym.addr, 16) else {
                 continue;
             };
             if addr == 0 {
                 hidden += 1;
                 continue;
             }
-            by_name.entry(name.to_string()).or_default().push(addr);
+            by_name.entry(sym.name.to_string()).or_default().push(addr);
         }
         if by_name.is_empty() && hidden > 0 {
             return Err(KallsymsError::Hidden);
@@ -72,22 +101,17 @@ impl ModuleSymbols {
     /// The module that defines text symbol `symbol` (the first one listed), if any. Reads
     /// `/proc/kallsyms`.
     pub fn module_defining(symbol: &str) -> Result<Option<String>, KallsymsError> {
-        let text = std::fs::read_to_string(KALLSYMS_PATH).map_err(KallsymsError::Read)?;
-        Ok(Self::module_defining_in(&text, symbol))
+        Ok(Self::module_defining_in(
+            &read_text().map_err(KallsymsError::Read)?,
+            symbol,
+        ))
     }
 
     /// [`ModuleSymbols::module_defining`] on `/proc/kallsyms` text.
     pub fn module_defining_in(text: &str, symbol: &str) -> Option<String> {
-        text.lines().find_map(|line| {
-            let mut f = line.split_whitespace();
-            let (_, kind, name, owner) = (f.next()?, f.next()?, f.next()?, f.next()?);
-            (name == symbol && matches!(kind, "t" | "T")).then(|| {
-                owner
-                    .trim_start_matches('[')
-                    .trim_end_matches(']')
-                    .to_string()
-            })
-        })
+        text_symbols(text)
+            .find(|s| s.name == symbol && s.module.is_some())
+            .and_then(|s| s.module.map(str::to_string))
     }
 
     /// Whether the module has any text symbol (it is loaded).

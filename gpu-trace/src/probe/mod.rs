@@ -1,6 +1,10 @@
-//! What the running kernel allows: structure offsets from BTF, privileges, tracefs, devices.
+//! What the running kernel allows: structure offsets from BTF, privileges, tracefs, LSMs,
+//! symbols, devices and drivers. The only part of gpu-trace that reads `/proc` and `/sys`; the
+//! parsers of what it reads are pure functions beside the readers, tested on captured text.
 pub mod btf;
 pub mod cgroup;
+pub mod devices;
 pub mod kallsyms;
+pub mod kfd;
 pub mod system;
 pub mod trial;

@@ -1,8 +1,10 @@
 //! Facts about the running system that decide whether and how gpu-trace can attach:
-//! privileges, tracefs, device numbers, driver versions.
+//! privileges, tracefs and ftrace's function list, LSMs and lockdown, kernel and driver
+//! versions.
 
-use std::{fs, io, path::Path};
+use std::{collections::BTreeMap, fs, io, path::Path};
 
+use serde::Serialize;
 use thiserror::Error;
 
 /// Linux capability numbers (`include/uapi/linux/capability.h`).
@@ -93,8 +95,16 @@ pub fn ensure_tracefs() -> Result<&'static str, SystemError> {
     Ok("/sys/kernel/tracing")
 }
 
-/// The kernel `dev_t` (`major << 20 | minor`) of a character device node.
-pub fn char_device_kernel_dev(path: &Path) -> Result<u32, SystemError> {
+/// A character device node and its numbers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct DevNode {
+    pub path: String,
+    pub major: u32,
+    pub minor: u32,
+}
+
+/// The node at `path`, when it is a character device.
+pub fn char_device(path: &Path) -> Result<DevNode, SystemError> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
     let meta = fs::metadata(path).map_err(|source| SystemError::Read {
         path: path.display().to_string(),
@@ -106,10 +116,17 @@ pub fn char_device_kernel_dev(path: &Path) -> Result<u32, SystemError> {
         });
     }
     let rdev = meta.rdev();
-    Ok(gpu_trace_common::kernel_dev(
-        libc::major(rdev),
-        libc::minor(rdev),
-    ))
+    Ok(DevNode {
+        path: path.display().to_string(),
+        major: libc::major(rdev),
+        minor: libc::minor(rdev),
+    })
+}
+
+/// The kernel `dev_t` (`major << 20 | minor`) of a character device node.
+pub fn char_device_kernel_dev(path: &Path) -> Result<u32, SystemError> {
+    let node = char_device(path)?;
+    Ok(gpu_trace_common::kernel_dev(node.major, node.minor))
 }
 
 /// The active LSM list (`/sys/kernel/security/lsm`), mounting securityfs when needed.
@@ -135,6 +152,84 @@ pub fn active_lsms() -> Result<String, SystemError> {
         })
 }
 
+/// The LSMs of a `/sys/kernel/security/lsm` text (comma-separated, maybe with a trailing
+/// comma).
+pub fn lsm_list(text: &str) -> Vec<String> {
+    text.trim()
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// `/sys/kernel/security/lockdown` (e.g. `none [integrity] confidentiality`), trimmed.
+pub fn lockdown() -> Result<String, SystemError> {
+    let path = "/sys/kernel/security/lockdown";
+    fs::read_to_string(path)
+        .map(|s| s.trim().to_string())
+        .map_err(|source| SystemError::Read {
+            path: path.into(),
+            source,
+        })
+}
+
+/// The selected level of a `/sys/kernel/security/lockdown` text (`none [integrity]
+/// confidentiality` → `integrity`).
+pub fn lockdown_level(text: &str) -> Option<String> {
+    let start = text.find('[')?;
+    let end = text[start..].find(']')? + start;
+    Some(text[start + 1..end].to_string())
+}
+
+/// `/proc/mounts` (empty when unreadable).
+pub fn mounts() -> String {
+    fs::read_to_string("/proc/mounts").unwrap_or_default()
+}
+
+/// Mount points of tracefs in a `/proc/mounts` text.
+pub fn tracefs_mounts(mounts: &str) -> Vec<String> {
+    mounts
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (_, dir, fstype) = (f.next()?, f.next()?, f.next()?);
+            (fstype == "tracefs").then(|| dir.to_string())
+        })
+        .collect()
+}
+
+/// Whether tracefs (mounted at `tracefs`) has `kprobe_events`.
+pub fn kprobe_events(tracefs: &str) -> bool {
+    Path::new(tracefs).join("kprobe_events").exists()
+}
+
+/// ftrace's `available_filter_functions` under `tracefs`, or why it cannot be read (the errno
+/// by name: typically EPERM).
+pub fn filter_functions(tracefs: &str) -> Result<String, String> {
+    let path = format!("{tracefs}/available_filter_functions");
+    fs::read_to_string(&path).map_err(|e| {
+        let why = match e.raw_os_error() {
+            Some(errno) => format!("{} ({e})", super::trial::errno_name(errno)),
+            None => e.to_string(),
+        };
+        format!("cannot read {path}: {why}")
+    })
+}
+
+/// For each name, whether an `available_filter_functions` text lists it (lines are `name` or
+/// `name [module]`, some kernels prefix an address).
+pub fn listed_functions(text: &str, names: &[&str]) -> BTreeMap<String, bool> {
+    let mut out: BTreeMap<String, bool> = names.iter().map(|n| (n.to_string(), false)).collect();
+    for line in text.lines() {
+        for word in line.split_whitespace().take(2) {
+            if let Some(v) = out.get_mut(word) {
+                *v = true;
+            }
+        }
+    }
+    out
+}
+
 /// The thread-group id (process id) of a task id, if it exists.
 pub fn thread_group_of(pid: u32) -> Option<u32> {
     let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -151,15 +246,50 @@ pub fn kernel_release() -> String {
         .unwrap_or_default()
 }
 
+/// Whether kernel module `module` is loaded (`/sys/module/<module>`).
+pub fn module_loaded(module: &str) -> bool {
+    Path::new("/sys/module").join(module).exists()
+}
+
+/// The version of loaded kernel module `module` (`/sys/module/<module>/version`), trimmed.
+pub fn module_version(module: &str) -> Option<String> {
+    fs::read_to_string(Path::new("/sys/module").join(module).join("version"))
+        .ok()
+        .map(|v| v.trim().to_string())
+}
+
+/// `/proc/driver/nvidia/version`, when the NVIDIA driver is loaded.
+pub fn nvidia_version_text() -> Option<String> {
+    fs::read_to_string("/proc/driver/nvidia/version").ok()
+}
+
+/// `open` or `proprietary`, and the version, from a `/proc/driver/nvidia/version` text.
+pub fn nvidia_flavour(version_text: &str) -> (Option<&'static str>, Option<String>) {
+    let first = version_text.lines().next().unwrap_or_default();
+    let flavour = if first.contains("Open Kernel Module") {
+        Some("open")
+    } else if first.contains("Kernel Module") {
+        Some("proprietary")
+    } else {
+        None
+    };
+    // The version is the first word made of digits and dots with at least one dot.
+    let version = first
+        .split_whitespace()
+        .find(|w| w.contains('.') && w.chars().all(|c| c.is_ascii_digit() || c == '.'))
+        .map(str::to_string);
+    (flavour, version)
+}
+
 /// The loaded NVIDIA kernel module's version and flavour ("open" or "proprietary"), if any.
 pub fn nvidia_driver() -> Option<String> {
-    let version = fs::read_to_string("/sys/module/nvidia/version").ok()?;
-    let flavour = match fs::read_to_string("/proc/driver/nvidia/version") {
-        Ok(v) if v.contains("Open Kernel Module") => "open",
-        Ok(_) => "proprietary",
-        Err(_) => "unknown flavour",
+    let version = module_version(crate::targets::NVIDIA_MODULE)?;
+    let flavour = match nvidia_version_text() {
+        // A version text that names no flavour is the proprietary module's older wording.
+        Some(v) => nvidia_flavour(&v).0.unwrap_or("proprietary"),
+        None => "unknown flavour",
     };
-    Some(format!("nvidia {} ({flavour})", version.trim()))
+    Some(format!("nvidia {version} ({flavour})"))
 }
 
 /// Host name, for recording headers.
@@ -218,10 +348,61 @@ mod tests {
         t.join().unwrap();
     }
 
+    /// `/proc/mounts` lines of the CI machine for tracefs and securityfs.
+    const CI_MOUNTS: &str = "tracefs /sys/kernel/tracing tracefs rw,relatime 0 0\n\
+                             securityfs /sys/kernel/security securityfs rw,relatime 0 0\n";
+    /// `/sys/kernel/security/lockdown` on the CI machine and on the GPU host.
+    const LOCKDOWN: &str = "none [integrity] confidentiality\n";
+    /// `/proc/driver/nvidia/version` on the GPU host (tests/fixtures/host.txt).
+    const GPU_NV_VERSION: &str = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (nixbld@)  \nGCC version:  gcc version 15.3.0 (GCC) \n";
+
+    #[test]
+    fn lsm_lockdown_and_mounts_parse() {
+        assert_eq!(
+            lsm_list("lockdown,capability,landlock,bpf\n"),
+            ["lockdown", "capability", "landlock", "bpf"]
+        );
+        assert_eq!(lsm_list("capability,selinux,"), ["capability", "selinux"]);
+        assert_eq!(lockdown_level(LOCKDOWN).as_deref(), Some("integrity"));
+        assert_eq!(
+            lockdown_level("[none] integrity confidentiality").as_deref(),
+            Some("none")
+        );
+        assert_eq!(lockdown_level("garbage"), None);
+        assert_eq!(tracefs_mounts(CI_MOUNTS), ["/sys/kernel/tracing"]);
+        assert!(tracefs_mounts("proc /proc proc rw 0 0\n").is_empty());
+    }
+
+    #[test]
+    fn filter_function_lists_parse() {
+        let text = "vfs_read\nkfd_ioctl [amdgpu]\nffffffff81000000 init_mqd [amdgpu]\n";
+        let m = listed_functions(
+            text,
+            &["vfs_read", "kfd_ioctl", "init_mqd", "nvidia_unlocked_ioctl"],
+        );
+        assert!(m["vfs_read"] && m["kfd_ioctl"] && m["init_mqd"]);
+        assert!(!m["nvidia_unlocked_ioctl"]);
+    }
+
+    #[test]
+    fn nvidia_version_text_gives_flavour_and_version() {
+        assert_eq!(
+            nvidia_flavour(GPU_NV_VERSION),
+            (Some("open"), Some("580.159.04".into()))
+        );
+        let prop = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.14  Thu Feb 22 01:44:30 UTC 2024\n";
+        assert_eq!(
+            nvidia_flavour(prop),
+            (Some("proprietary"), Some("550.54.14".into()))
+        );
+    }
+
     #[test]
     fn dev_null_is_char_device_1_3() {
         let dev = char_device_kernel_dev(Path::new("/dev/null")).unwrap();
         assert_eq!(dev, gpu_trace_common::kernel_dev(1, 3));
         assert!(char_device_kernel_dev(Path::new("/proc/self/status")).is_err());
+        let node = char_device(Path::new("/dev/null")).unwrap();
+        assert_eq!((node.major, node.minor), (1, 3));
     }
 }

@@ -1,0 +1,323 @@
+//! Workload and tracer processes: the `syscall_loop` workload, gpu-trace and bpftrace started
+//! and stopped as a user would, and the CPU time they use.
+
+use super::*;
+
+pub(super) fn run_loop(ctx: &Ctx, wl: Workload, iters: u64, strace: bool) -> Result<LoopResult> {
+    let mut cmd = if strace {
+        let mut c = Command::new(ctx.strace.as_ref().context("strace is not installed")?);
+        c.args(["-f", "-e", "trace=ioctl", "-o", "/dev/null"])
+            .arg(&ctx.loop_bin);
+        c
+    } else {
+        Command::new(&ctx.loop_bin)
+    };
+    cmd.args([
+        wl.mode(),
+        "--iters",
+        &iters.to_string(),
+        "--cpu",
+        &ctx.cpu.to_string(),
+    ]);
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .context("running syscall_loop")?;
+    let mut text = String::new();
+    child.stdout.take().unwrap().read_to_string(&mut text)?;
+    // wait4 rather than Child::wait: the CPU time of the whole process tree (strace + loop).
+    let mut status = 0;
+    // SAFETY: zeroed rusage filled by the kernel.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: our own child, valid pointers.
+    let rc = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
+    if rc < 0 {
+        bail!("waiting for syscall_loop: {}", io::Error::last_os_error());
+    }
+    if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
+        bail!(
+            "syscall_loop {} failed (wait status {status:#x})",
+            wl.mode()
+        );
+    }
+    let mut r = parse_loop_line(text.lines().last().unwrap_or_default())?;
+    if strace {
+        // strace's CPU: the tree's CPU minus the loop's own (timed region; the loop's start-up
+        // and warm-up are counted as strace's, a small overestimate).
+        let tv = |t: libc::timeval| t.tv_sec as f64 * 1e9 + t.tv_usec as f64 * 1e3;
+        let tree = tv(usage.ru_utime) + tv(usage.ru_stime);
+        let own = r.cpu_ns_per_call * r.calls as f64;
+        r.tracer_cpu_ns_per_call = (tree - own).max(0.0) / (r.calls + r.warmup) as f64;
+    }
+    Ok(r)
+}
+
+/// Lines a child writes on one of its pipes, gathered by a thread.
+pub(super) struct LineReader {
+    pub(super) rx: mpsc::Receiver<String>,
+    pub(super) seen: Vec<String>,
+}
+
+impl LineReader {
+    pub(super) fn spawn(pipe: impl Read + Send + 'static) -> Self {
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Self {
+            rx,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Waits for a line containing `needle`; fails when the pipe closes or after `timeout`.
+    pub(super) fn wait_for(&mut self, needle: &str, timeout: Duration) -> Result<String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if line.contains(needle) {
+                        return Ok(line);
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    bail!("timed out waiting for {needle:?}; got: {:?}", self.seen)
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    bail!("exited before {needle:?}; it said: {:?}", self.seen)
+                }
+            }
+        }
+    }
+
+    /// Everything up to the end of the pipe.
+    pub(super) fn rest(mut self) -> Vec<String> {
+        while let Ok(line) = self.rx.recv_timeout(Duration::from_secs(10)) {
+            self.seen.push(line);
+        }
+        self.seen
+    }
+}
+
+pub(super) fn interrupt_and_wait(child: &mut Child, what: &str) -> Result<ExitStatus> {
+    // SAFETY: signalling our own child by its pid.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(status);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("{what} did not stop within 20 s of SIGINT (killed)");
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// gpu-trace running in the background.
+pub(super) struct GpuTraceRun {
+    pub(super) child: Child,
+    pub(super) stderr: LineReader,
+    pub(super) output: PathBuf,
+    pub(super) hooks: String,
+}
+
+/// What a gpu-trace run reported at its end.
+#[derive(Clone, Debug, Default)]
+pub(super) struct GpuTraceEnd {
+    pub(super) emitted: u64,
+    pub(super) dropped: u64,
+    pub(super) exit_code: Option<i32>,
+    pub(super) stderr: Vec<String>,
+}
+
+pub(super) fn start_gpu_trace(
+    ctx: &Ctx,
+    bin: &Path,
+    hook: Option<Hook>,
+    pid: Option<u32>,
+    tag: &str,
+) -> Result<GpuTraceRun> {
+    let output = ctx.work.join(format!("gpu-trace-{tag}.out"));
+    let mut cmd = Command::new(bin);
+    cmd.args(["--watch-device", "/dev/null", "-o"]).arg(&output);
+    if let Some(h) = hook {
+        cmd.args(["--syscall-hook", h.cli()]);
+    }
+    if let Some(pid) = pid {
+        cmd.args(["--pid", &pid.to_string()]);
+    }
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {}", bin.display()))?;
+    let mut stderr = LineReader::spawn(child.stderr.take().unwrap());
+    let hooks = match stderr.wait_for("hooks:", Duration::from_secs(60)) {
+        Ok(line) => line,
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(e.context("gpu-trace did not start"));
+        }
+    };
+    Ok(GpuTraceRun {
+        child,
+        stderr,
+        output,
+        hooks,
+    })
+}
+
+pub(super) fn stop_gpu_trace(mut run: GpuTraceRun) -> Result<GpuTraceEnd> {
+    let status = interrupt_and_wait(&mut run.child, "gpu-trace")?;
+    let stderr = run.stderr.rest();
+    let text = fs::read_to_string(&run.output)
+        .with_context(|| format!("reading {}", run.output.display()))?;
+    let _ = fs::remove_file(&run.output);
+    let stat = |key: &str| -> u64 {
+        text.lines()
+            .filter_map(|l| {
+                let mut it = l.split_whitespace();
+                (it.next() == Some(key))
+                    .then(|| it.next().and_then(|v| v.parse().ok()))
+                    .flatten()
+            })
+            .next_back()
+            .unwrap_or(0)
+    };
+    if !text.contains("gpu-trace statistics") {
+        bail!("gpu-trace ended ({status}) without its statistics block; stderr: {stderr:?}");
+    }
+    Ok(GpuTraceEnd {
+        emitted: stat("emitted"),
+        dropped: stat("dropped"),
+        exit_code: status.code(),
+        stderr,
+    })
+}
+
+/// bpftrace counting the RM-shaped ioctls on the watched device, as gpu-trace filters them.
+pub(super) struct BpftraceRun {
+    pub(super) child: Child,
+    pub(super) stdout: LineReader,
+}
+
+pub(super) fn bpftrace_program(rdev: u32) -> String {
+    format!(
+        "tracepoint:syscalls:sys_enter_ioctl /(args->cmd & 0xff) == 0x29 || (args->cmd & 0xff) == 0x2a \
+         || (args->cmd & 0xff) == 0x2b || (args->cmd & 0xff) == 0xd3/ {{ \
+         $f = *(curtask->files->fdt->fd + args->fd); \
+         if ($f->f_inode->i_rdev == {rdev:#x}) {{ @calls[args->cmd] = count(); }} }}"
+    )
+}
+
+pub(super) fn start_bpftrace(ctx: &Ctx) -> Result<BpftraceRun> {
+    let bin = ctx.bpftrace.as_ref().context("bpftrace is not installed")?;
+    let mut child = Command::new(bin)
+        .args(["-e", &bpftrace_program(ctx.dev_null_rdev)])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting bpftrace")?;
+    let mut stdout = LineReader::spawn(child.stdout.take().unwrap());
+    if let Err(e) = stdout.wait_for("Attaching", Duration::from_secs(60)) {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(e.context("bpftrace did not start"));
+    }
+    // bpftrace prints "Attaching" just before it attaches.
+    thread::sleep(Duration::from_millis(500));
+    Ok(BpftraceRun { child, stdout })
+}
+
+/// Stops bpftrace; returns the calls it counted.
+pub(super) fn stop_bpftrace(mut run: BpftraceRun) -> Result<u64> {
+    interrupt_and_wait(&mut run.child, "bpftrace")?;
+    Ok(run
+        .stdout
+        .rest()
+        .iter()
+        .filter(|l| l.starts_with("@calls["))
+        .filter_map(|l| l.rsplit(": ").next()?.trim().parse::<u64>().ok())
+        .sum())
+}
+
+pub(super) enum Running {
+    Nothing,
+    Floor(#[allow(dead_code)] Floor),
+    GpuTrace(GpuTraceRun),
+    Bpftrace(BpftraceRun),
+}
+
+impl Running {
+    /// The tracer's process, when it has one.
+    pub(super) fn pid(&self) -> Option<u32> {
+        match self {
+            Self::GpuTrace(r) => Some(r.child.id()),
+            Self::Bpftrace(r) => Some(r.child.id()),
+            Self::Nothing | Self::Floor(_) => None,
+        }
+    }
+}
+
+/// CPU time (ns) of every thread of a process (`/proc/PID/task/*/schedstat`, first field).
+pub(super) fn process_cpu_ns(pid: u32) -> u64 {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .filter_map(Result::ok)
+        .filter_map(|t| fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+pub(super) fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid pointer to a timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+pub(super) fn start(ctx: &Ctx, setup: Setup) -> Result<Running> {
+    Ok(match setup {
+        Setup::Untraced | Setup::Strace => Running::Nothing,
+        Setup::Floor(h) => Running::Floor(Floor::attach(h.syscall_hook())?),
+        Setup::GpuTrace(h) => {
+            Running::GpuTrace(start_gpu_trace(ctx, &ctx.gpu_trace, h, None, "bench")?)
+        }
+        Setup::Baseline => {
+            let bin = ctx.baseline.as_ref().context("no --baseline binary")?;
+            Running::GpuTrace(start_gpu_trace(ctx, bin, None, None, "baseline")?)
+        }
+        Setup::Bpftrace => Running::Bpftrace(start_bpftrace(ctx)?),
+    })
+}
+
+/// New BPF programs (not ours: called while nothing of ours is loaded).
+pub(super) fn foreign_programs(ctx: &Ctx) -> Vec<String> {
+    bench_support::loaded_program_stats()
+        .map(|progs| {
+            progs
+                .into_iter()
+                .filter(|p| !ctx.baseline_progs.contains(&p.id))
+                .map(|p| format!("{} (id {})", p.name, p.id))
+                .collect()
+        })
+        .unwrap_or_default()
+}
