@@ -68,45 +68,14 @@ impl Workload {
     }
 }
 
-/// The mount points of cgroup v2 in a `/proc/mounts` text (octal escapes such as `\040`
-/// decoded). Hybrid hosts mount it at `/sys/fs/cgroup/unified`, pure v2 hosts at
-/// `/sys/fs/cgroup`; a host can have several (containers, bind mounts).
+/// The mount points of cgroup v2 in a `/proc/mounts` text. Hybrid hosts mount it at
+/// `/sys/fs/cgroup/unified`, pure v2 hosts at `/sys/fs/cgroup`; a host can have several
+/// (containers, bind mounts).
 pub fn cgroup2_mounts(proc_mounts: &str) -> Vec<PathBuf> {
-    proc_mounts
-        .lines()
-        .filter_map(|line| {
-            let mut fields = line.split_whitespace();
-            let (_src, target, fstype) = (fields.next()?, fields.next()?, fields.next()?);
-            (fstype == "cgroup2").then(|| PathBuf::from(unescape_mount_field(target)))
-        })
+    super::system::mounts_of_type(proc_mounts, "cgroup2")
+        .into_iter()
+        .map(PathBuf::from)
         .collect()
-}
-
-/// `/proc/mounts` escapes space, tab, newline and backslash as `\ooo`.
-fn unescape_mount_field(field: &str) -> String {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'\\'
-            && i + 3 < bytes.len()
-            && bytes[i + 1..i + 4]
-                .iter()
-                .all(|b| (b'0'..=b'7').contains(b))
-        {
-            let v = (bytes[i + 1] - b'0') as u32 * 64
-                + (bytes[i + 2] - b'0') as u32 * 8
-                + (bytes[i + 3] - b'0') as u32;
-            if let Ok(b) = u8::try_from(v) {
-                out.push(b);
-                i += 4;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The cgroup v2 path of a process from its `/proc/PID/cgroup` text: the `0::PATH` line.
@@ -241,8 +210,10 @@ impl CgroupResolver {
 
     /// The first cgroup2 mount of this host, if any.
     pub fn for_host() -> Option<Self> {
-        let mounts = fs::read_to_string("/proc/mounts").ok()?;
-        cgroup2_mounts(&mounts).into_iter().next().map(Self::new)
+        cgroup2_mounts(&super::system::mounts())
+            .into_iter()
+            .next()
+            .map(Self::new)
     }
 
     /// Re-reads the tree: ids of removed cgroups disappear, new ones appear.

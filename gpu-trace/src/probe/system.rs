@@ -188,14 +188,47 @@ pub fn mounts() -> String {
 
 /// Mount points of tracefs in a `/proc/mounts` text.
 pub fn tracefs_mounts(mounts: &str) -> Vec<String> {
+    mounts_of_type(mounts, "tracefs")
+}
+
+/// Mount points of file systems of type `fstype` in a `/proc/mounts` text, with the octal
+/// escapes of that file (`\040` for a space, …) decoded.
+pub fn mounts_of_type(mounts: &str, fstype: &str) -> Vec<String> {
     mounts
         .lines()
         .filter_map(|l| {
             let mut f = l.split_whitespace();
-            let (_, dir, fstype) = (f.next()?, f.next()?, f.next()?);
-            (fstype == "tracefs").then(|| dir.to_string())
+            let (_, dir, ty) = (f.next()?, f.next()?, f.next()?);
+            (ty == fstype).then(|| unescape_mount_field(dir))
         })
         .collect()
+}
+
+/// `/proc/mounts` escapes space, tab, newline and backslash as `\ooo`.
+fn unescape_mount_field(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\'
+            && i + 3 < bytes.len()
+            && bytes[i + 1..i + 4]
+                .iter()
+                .all(|b| (b'0'..=b'7').contains(b))
+        {
+            let v = u32::from(bytes[i + 1] - b'0') * 64
+                + u32::from(bytes[i + 2] - b'0') * 8
+                + u32::from(bytes[i + 3] - b'0');
+            if let Ok(b) = u8::try_from(v) {
+                out.push(b);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Whether tracefs (mounted at `tracefs`) has `kprobe_events`.
