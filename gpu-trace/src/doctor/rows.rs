@@ -574,21 +574,14 @@ fn nvidia_rows(ctx: &Ctx<'_>) -> Vec<Row> {
             ),
         ),
     });
-    rows.push(kprobe_row(
-        ctx,
-        s,
-        NVIDIA_ENTRY,
-        f.nvidia_module,
-        targets::NVIDIA_MODULE,
-    ));
-    rows.push(fentry_row(
-        ctx,
-        s,
-        NVIDIA_ENTRY,
-        &f.nvidia_btf,
-        "nvidia",
-        f.nvidia_module,
-    ));
+    let driver = Driver {
+        module: targets::NVIDIA_MODULE,
+        entry: NVIDIA_ENTRY,
+        loaded: f.nvidia_module,
+        btf: &f.nvidia_btf,
+    };
+    rows.push(kprobe_row(ctx, s, &driver));
+    rows.push(fentry_row(ctx, s, &driver));
     rows.push(lsm_row(ctx, s));
     rows
 }
@@ -660,7 +653,13 @@ fn amd_rows(ctx: &Ctx<'_>) -> Vec<Row> {
         ),
     });
     ioctl_layer_rows(ctx, s, &mut rows);
-    let mut kprobe = kprobe_row(ctx, s, KFD_ENTRY, f.amdgpu_module, "amdgpu");
+    let driver = Driver {
+        module: targets::AMD_MODULE,
+        entry: KFD_ENTRY,
+        loaded: f.amdgpu_module,
+        btf: &f.amdgpu_btf,
+    };
+    let mut kprobe = kprobe_row(ctx, s, &driver);
     if let Some(copies) = ctx.symbol_copies(MQD_INIT[0]).filter(|c| c.len() > 1) {
         let _ = write!(
             kprobe.why,
@@ -670,14 +669,7 @@ fn amd_rows(ctx: &Ctx<'_>) -> Vec<Row> {
         );
     }
     rows.push(kprobe);
-    rows.push(fentry_row(
-        ctx,
-        s,
-        KFD_ENTRY,
-        &f.amdgpu_btf,
-        "amdgpu",
-        f.amdgpu_module,
-    ));
+    rows.push(fentry_row(ctx, s, &driver));
     rows.push(lsm_row(ctx, s));
     rows
 }
@@ -712,7 +704,21 @@ fn ioctl_layer_rows(ctx: &Ctx<'_>, s: Scope, rows: &mut Vec<Row>) {
     ));
 }
 
-fn kprobe_row(ctx: &Ctx<'_>, s: Scope, target: &'static str, loaded: bool, module: &str) -> Row {
+/// A driver module and the entry point its kprobe and fentry rows are about.
+struct Driver<'a> {
+    module: &'static str,
+    entry: &'static str,
+    loaded: bool,
+    btf: &'a ModuleBtf,
+}
+
+fn kprobe_row(ctx: &Ctx<'_>, s: Scope, driver: &Driver<'_>) -> Row {
+    let &Driver {
+        module,
+        entry: target,
+        loaded,
+        ..
+    } = driver;
     let generic = TrialHook::Kprobe(PROBE_FUNCTION);
     match ctx.trial(generic) {
         Some(Err(r)) => {
@@ -761,14 +767,13 @@ fn kprobe_row(ctx: &Ctx<'_>, s: Scope, target: &'static str, loaded: bool, modul
     }
 }
 
-fn fentry_row(
-    ctx: &Ctx<'_>,
-    s: Scope,
-    target: &str,
-    mb: &ModuleBtf,
-    module: &str,
-    loaded: bool,
-) -> Row {
+fn fentry_row(ctx: &Ctx<'_>, s: Scope, driver: &Driver<'_>) -> Row {
+    let &Driver {
+        module,
+        entry: target,
+        loaded,
+        btf: mb,
+    } = driver;
     let trampolines = trampoline_row(ctx);
     if trampolines.status != Status::Yes {
         return Row {
