@@ -310,23 +310,21 @@ fn system_rows(ctx: &Ctx<'_>) -> Vec<Row> {
             "a kernel built with CONFIG_DEBUG_INFO_BTF=y (most distribution kernels since 5.x)",
         ),
     });
-    for (module, mb) in [("nvidia", &f.nvidia_btf), ("amdgpu", &f.amdgpu_btf)] {
+    for (module, mb, loaded) in [
+        (targets::NVIDIA_MODULE, &f.nvidia_btf, f.nvidia_module),
+        (targets::AMD_MODULE, &f.amdgpu_btf, f.amdgpu_module),
+    ] {
         let check = format!("module BTF {module}");
-        let loaded = if module == "nvidia" {
-            f.nvidia_module
-        } else {
-            f.amdgpu_module
-        };
         rows.push(if mb.present {
             let named: Vec<&str> = mb.names.iter().filter(|(_, v)| **v).map(|(k, _)| k.as_str()).collect();
-            yes(s, &check, format!("/sys/kernel/btf/{module}; names {}", if named.is_empty() { "none of the hook targets".to_string() } else { named.join(", ") }))
+            yes(s, &check, format!("{}; names {}", btf::module_btf_path(module), if named.is_empty() { "none of the hook targets".to_string() } else { named.join(", ") }))
         } else if !loaded {
             info(s, &check, format!("module {module} not loaded"))
         } else {
             no(
                 s,
                 &check,
-                format!("module {module} is loaded but /sys/kernel/btf/{module} is missing"),
+                format!("module {module} is loaded but {} is missing", btf::module_btf_path(module)),
                 "a kernel built with CONFIG_DEBUG_INFO_BTF_MODULES=y and a module built with BTF (only fentry needs it)",
             )
         });
@@ -795,7 +793,8 @@ fn fentry_row(ctx: &Ctx<'_>, s: Scope, driver: &Driver<'_>) -> Row {
             s,
             hook::FENTRY,
             format!(
-                "trampolines work, but /sys/kernel/btf/{module} is missing: fentry on module functions needs module BTF"
+                "trampolines work, but {} is missing: fentry on module functions needs module BTF",
+                btf::module_btf_path(module)
             ),
             "a kernel with CONFIG_DEBUG_INFO_BTF_MODULES=y and the module built with it",
         );
