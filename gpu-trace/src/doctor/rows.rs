@@ -310,23 +310,21 @@ fn system_rows(ctx: &Ctx<'_>) -> Vec<Row> {
             "a kernel built with CONFIG_DEBUG_INFO_BTF=y (most distribution kernels since 5.x)",
         ),
     });
-    for (module, mb) in [("nvidia", &f.nvidia_btf), ("amdgpu", &f.amdgpu_btf)] {
+    for (module, mb, loaded) in [
+        (targets::NVIDIA_MODULE, &f.nvidia_btf, f.nvidia_module),
+        (targets::AMD_MODULE, &f.amdgpu_btf, f.amdgpu_module),
+    ] {
         let check = format!("module BTF {module}");
-        let loaded = if module == "nvidia" {
-            f.nvidia_module
-        } else {
-            f.amdgpu_module
-        };
         rows.push(if mb.present {
             let named: Vec<&str> = mb.names.iter().filter(|(_, v)| **v).map(|(k, _)| k.as_str()).collect();
-            yes(s, &check, format!("/sys/kernel/btf/{module}; names {}", if named.is_empty() { "none of the hook targets".to_string() } else { named.join(", ") }))
+            yes(s, &check, format!("{}; names {}", btf::module_btf_path(module), if named.is_empty() { "none of the hook targets".to_string() } else { named.join(", ") }))
         } else if !loaded {
             info(s, &check, format!("module {module} not loaded"))
         } else {
             no(
                 s,
                 &check,
-                format!("module {module} is loaded but /sys/kernel/btf/{module} is missing"),
+                format!("module {module} is loaded but {} is missing", btf::module_btf_path(module)),
                 "a kernel built with CONFIG_DEBUG_INFO_BTF_MODULES=y and a module built with BTF (only fentry needs it)",
             )
         });
@@ -574,21 +572,14 @@ fn nvidia_rows(ctx: &Ctx<'_>) -> Vec<Row> {
             ),
         ),
     });
-    rows.push(kprobe_row(
-        ctx,
-        s,
-        NVIDIA_ENTRY,
-        f.nvidia_module,
-        targets::NVIDIA_MODULE,
-    ));
-    rows.push(fentry_row(
-        ctx,
-        s,
-        NVIDIA_ENTRY,
-        &f.nvidia_btf,
-        "nvidia",
-        f.nvidia_module,
-    ));
+    let driver = Driver {
+        module: targets::NVIDIA_MODULE,
+        entry: NVIDIA_ENTRY,
+        loaded: f.nvidia_module,
+        btf: &f.nvidia_btf,
+    };
+    rows.push(kprobe_row(ctx, s, &driver));
+    rows.push(fentry_row(ctx, s, &driver));
     rows.push(lsm_row(ctx, s));
     rows
 }
@@ -660,7 +651,13 @@ fn amd_rows(ctx: &Ctx<'_>) -> Vec<Row> {
         ),
     });
     ioctl_layer_rows(ctx, s, &mut rows);
-    let mut kprobe = kprobe_row(ctx, s, KFD_ENTRY, f.amdgpu_module, "amdgpu");
+    let driver = Driver {
+        module: targets::AMD_MODULE,
+        entry: KFD_ENTRY,
+        loaded: f.amdgpu_module,
+        btf: &f.amdgpu_btf,
+    };
+    let mut kprobe = kprobe_row(ctx, s, &driver);
     if let Some(copies) = ctx.symbol_copies(MQD_INIT[0]).filter(|c| c.len() > 1) {
         let _ = write!(
             kprobe.why,
@@ -670,14 +667,7 @@ fn amd_rows(ctx: &Ctx<'_>) -> Vec<Row> {
         );
     }
     rows.push(kprobe);
-    rows.push(fentry_row(
-        ctx,
-        s,
-        KFD_ENTRY,
-        &f.amdgpu_btf,
-        "amdgpu",
-        f.amdgpu_module,
-    ));
+    rows.push(fentry_row(ctx, s, &driver));
     rows.push(lsm_row(ctx, s));
     rows
 }
@@ -712,7 +702,21 @@ fn ioctl_layer_rows(ctx: &Ctx<'_>, s: Scope, rows: &mut Vec<Row>) {
     ));
 }
 
-fn kprobe_row(ctx: &Ctx<'_>, s: Scope, target: &'static str, loaded: bool, module: &str) -> Row {
+/// A driver module and the entry point its kprobe and fentry rows are about.
+struct Driver<'a> {
+    module: &'static str,
+    entry: &'static str,
+    loaded: bool,
+    btf: &'a ModuleBtf,
+}
+
+fn kprobe_row(ctx: &Ctx<'_>, s: Scope, driver: &Driver<'_>) -> Row {
+    let &Driver {
+        module,
+        entry: target,
+        loaded,
+        ..
+    } = driver;
     let generic = TrialHook::Kprobe(PROBE_FUNCTION);
     match ctx.trial(generic) {
         Some(Err(r)) => {
@@ -761,14 +765,13 @@ fn kprobe_row(ctx: &Ctx<'_>, s: Scope, target: &'static str, loaded: bool, modul
     }
 }
 
-fn fentry_row(
-    ctx: &Ctx<'_>,
-    s: Scope,
-    target: &str,
-    mb: &ModuleBtf,
-    module: &str,
-    loaded: bool,
-) -> Row {
+fn fentry_row(ctx: &Ctx<'_>, s: Scope, driver: &Driver<'_>) -> Row {
+    let &Driver {
+        module,
+        entry: target,
+        loaded,
+        btf: mb,
+    } = driver;
     let trampolines = trampoline_row(ctx);
     if trampolines.status != Status::Yes {
         return Row {
@@ -790,7 +793,8 @@ fn fentry_row(
             s,
             hook::FENTRY,
             format!(
-                "trampolines work, but /sys/kernel/btf/{module} is missing: fentry on module functions needs module BTF"
+                "trampolines work, but {} is missing: fentry on module functions needs module BTF",
+                btf::module_btf_path(module)
             ),
             "a kernel with CONFIG_DEBUG_INFO_BTF_MODULES=y and the module built with it",
         );

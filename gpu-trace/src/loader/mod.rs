@@ -165,11 +165,39 @@ pub struct Tracer {
     pub refused: Vec<String>,
 }
 
+/// Code that loads and attaches a program (the error says why not).
+type AttachFn<'a> = Box<dyn FnOnce(&mut Ebpf) -> Result<(), String> + 'a>;
+
 /// One attach strategy: a name for reports and the code that loads and attaches it.
-type Attempt<'a> = (
-    String,
-    Box<dyn FnOnce(&mut Ebpf) -> Result<(), String> + 'a>,
-);
+struct Attempt<'a> {
+    name: String,
+    attach: AttachFn<'a>,
+}
+
+impl<'a> Attempt<'a> {
+    fn new(name: String, attach: impl FnOnce(&mut Ebpf) -> Result<(), String> + 'a) -> Self {
+        Self {
+            name,
+            attach: Box::new(attach),
+        }
+    }
+
+    /// The raw tracepoint program of `tp`.
+    fn raw_tp(tp: targets::RawTracepoint) -> Self {
+        Self::new(
+            format!("raw_tp/{}", tp.name),
+            attach_raw_tp(tp.raw_program, tp.name),
+        )
+    }
+
+    /// The BTF-typed tracepoint program of `tp`.
+    fn tp_btf(tp: targets::RawTracepoint, kernel_btf: &'a Option<Btf>) -> Self {
+        Self::new(
+            format!("tp_btf/{}", tp.name),
+            attach_tp_btf(tp.btf_program, tp.name, kernel_btf),
+        )
+    }
+}
 
 fn attach_raw_tp(
     program: &'static str,
@@ -261,8 +289,8 @@ fn first_that_attaches(
     refused: &mut Vec<String>,
 ) -> Result<Hook, LoadError> {
     let mut tried = Vec::new();
-    for (name, attempt) in attempts {
-        match attempt(ebpf) {
+    for Attempt { name, attach } in attempts {
+        match attach(ebpf) {
             Ok(()) => {
                 refused.extend(tried.iter().map(|t: &String| format!("{event}: {t}")));
                 return Ok(Hook {
@@ -395,21 +423,15 @@ impl Tracer {
         // tp_btf first: the same per-syscall floor as raw_tp, and its program reads the
         // registers with plain loads instead of helper calls (docs/performance.md, part 3).
         if wanted(SyscallHook::TpBtf) {
-            syscall_attempts.push((
-                format!("tp_btf/{}", SYS_EXIT.name),
-                Box::new(attach_tp_btf(SYS_EXIT.btf_program, SYS_EXIT.name, aya_btf)),
-            ));
+            syscall_attempts.push(Attempt::tp_btf(SYS_EXIT, aya_btf));
         }
         if wanted(SyscallHook::RawTp) {
-            syscall_attempts.push((
-                format!("raw_tp/{}", SYS_EXIT.name),
-                Box::new(attach_raw_tp(SYS_EXIT.raw_program, SYS_EXIT.name)),
-            ));
+            syscall_attempts.push(Attempt::raw_tp(SYS_EXIT));
         }
         if wanted(SyscallHook::Tracepoint) {
-            syscall_attempts.push((
+            syscall_attempts.push(Attempt::new(
                 "tracepoint/syscalls:sys_{enter,exit}_{ioctl,close}".into(),
-                Box::new(attach_tracepoints(&SYSCALL_TRACEPOINTS)),
+                attach_tracepoints(&SYSCALL_TRACEPOINTS),
             ));
         }
         if syscall_layer_needed {
@@ -427,25 +449,15 @@ impl Tracer {
             );
         }
 
-        let exit_attempts: Vec<Attempt<'_>> = vec![
-            (
-                format!("raw_tp/{}", PROCESS_EXIT.name),
-                Box::new(attach_raw_tp(PROCESS_EXIT.raw_program, PROCESS_EXIT.name)),
-            ),
-            (
-                format!("tp_btf/{}", PROCESS_EXIT.name),
-                Box::new(attach_tp_btf(
-                    PROCESS_EXIT.btf_program,
-                    PROCESS_EXIT.name,
-                    aya_btf,
-                )),
-            ),
-            (
+        let exit_attempts = vec![
+            Attempt::raw_tp(PROCESS_EXIT),
+            Attempt::tp_btf(PROCESS_EXIT, aya_btf),
+            Attempt::new(
                 format!(
                     "tracepoint/{}:{}",
                     PROCESS_EXIT_TRACEPOINT[0].category, PROCESS_EXIT_TRACEPOINT[0].name
                 ),
-                Box::new(attach_tracepoints(&PROCESS_EXIT_TRACEPOINT)),
+                attach_tracepoints(&PROCESS_EXIT_TRACEPOINT),
             ),
         ];
         hooks.push(first_that_attaches(

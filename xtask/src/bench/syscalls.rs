@@ -6,10 +6,10 @@ use super::*;
 pub(super) struct Samples {
     /// (setup, workload) → one result per repetition, in repetition order.
     pub(super) loops: BTreeMap<(Setup, Workload), Vec<LoopResult>>,
-    /// gpu-trace runs: hooks line, emitted, dropped.
-    pub(super) gpu_trace: BTreeMap<Setup, Vec<(String, GpuTraceEnd)>>,
-    /// bpftrace runs: (counted, issued).
-    pub(super) bpftrace: Vec<(u64, u64)>,
+    /// gpu-trace runs, per setup.
+    pub(super) gpu_trace: BTreeMap<Setup, Vec<GpuTraceSample>>,
+    /// bpftrace runs.
+    pub(super) bpftrace: Vec<BpftraceCount>,
 }
 
 /// Which of the two parts run.
@@ -33,6 +33,18 @@ impl Wanted {
         }
         w
     }
+}
+
+/// One gpu-trace run: its start-up hooks line, and how it ended (emitted, dropped, exit code).
+pub(super) struct GpuTraceSample {
+    hooks: String,
+    end: GpuTraceEnd,
+}
+
+/// One bpftrace run: the RM-shaped ioctls it counted, and those the loops issued.
+pub(super) struct BpftraceCount {
+    counted: u64,
+    issued: u64,
 }
 
 pub(super) fn syscall_parts(ctx: &mut Ctx, parts: &[Part], out: &mut String) -> Result<()> {
@@ -151,9 +163,12 @@ fn collect(ctx: &mut Ctx, setups: &[Setup], want: Wanted) -> Result<Samples> {
                         .gpu_trace
                         .entry(setup)
                         .or_default()
-                        .push((hooks, end));
+                        .push(GpuTraceSample { hooks, end });
                 }
-                Running::Bpftrace(run) => samples.bpftrace.push((stop_bpftrace(run)?, rm_calls)),
+                Running::Bpftrace(run) => samples.bpftrace.push(BpftraceCount {
+                    counted: stop_bpftrace(run)?,
+                    issued: rm_calls,
+                }),
                 Running::Floor(_) | Running::Nothing => {}
             }
             if setup == Setup::Untraced {
@@ -199,7 +214,7 @@ impl Samples {
                 .gpu_trace
                 .get(&setup)?
                 .first()
-                .and_then(|(line, _)| Hook::from_startup_line(line)),
+                .and_then(|run| Hook::from_startup_line(&run.hooks)),
         }
     }
 
@@ -275,7 +290,7 @@ fn write_unrelated(samples: &Samples, setups: &[Setup], out: &mut String) -> Res
     // allows: a program at sys_exit (raw_tp or tp_btf, the same floor) rather than the
     // classic tracepoints (entry and exit). Which of the two costs less is part 3's question.
     if let Some(runs) = samples.gpu_trace.get(&Setup::GpuTrace(None)) {
-        let first = runs.first().map_or("?", |(h, _)| h.as_str());
+        let first = runs.first().map_or("?", |run| run.hooks.as_str());
         writeln!(
             out,
             "- default run says: `{}`",
@@ -410,11 +425,11 @@ fn write_rm_totals(ctx: &Ctx, samples: &Samples, out: &mut String) -> Result<()>
         .iter()
         .filter(|(s, _)| matches!(s, Setup::GpuTrace(None) | Setup::Baseline))
     {
-        let emitted: u64 = runs.iter().map(|(_, e)| e.emitted).sum();
-        let dropped: u64 = runs.iter().map(|(_, e)| e.dropped).sum();
+        let emitted: u64 = runs.iter().map(|run| run.end.emitted).sum();
+        let dropped: u64 = runs.iter().map(|run| run.end.dropped).sum();
         let codes: Vec<String> = runs
             .iter()
-            .map(|(_, e)| e.exit_code.map_or("signal".into(), |c| c.to_string()))
+            .map(|run| run.end.exit_code.map_or("signal".into(), |c| c.to_string()))
             .collect();
         writeln!(
             out,
@@ -425,8 +440,8 @@ fn write_rm_totals(ctx: &Ctx, samples: &Samples, out: &mut String) -> Result<()>
         )?;
     }
     if !samples.bpftrace.is_empty() {
-        let counted: u64 = samples.bpftrace.iter().map(|(c, _)| c).sum();
-        let issued: u64 = samples.bpftrace.iter().map(|(_, i)| i).sum();
+        let counted: u64 = samples.bpftrace.iter().map(|b| b.counted).sum();
+        let issued: u64 = samples.bpftrace.iter().map(|b| b.issued).sum();
         writeln!(
             out,
             "- bpftrace counted {counted} RM-shaped ioctls on /dev/null; the loops issued {issued}{}",
