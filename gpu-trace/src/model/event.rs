@@ -108,8 +108,7 @@ impl Serialize for TaskKey {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunState {
-    /// No `GPFIFO_SCHEDULE` seen yet (created, not scheduled), or not known (created before
-    /// tracing).
+    /// No accepted `GPFIFO_SCHEDULE` since the TSG was created.
     Unscheduled,
     /// Enabled (`bEnable=1` accepted).
     Enabled,
@@ -151,7 +150,8 @@ pub enum SchedChange {
     /// NVIDIA `GPFIFO_SCHEDULE` that disables the TSG (`bEnable=0`), or enables it again after a
     /// disable (the enable also prints its `SCHEDULE`).
     RunState {
-        old: RunState,
+        /// `None`: a TSG this tracer did not see created.
+        old: Option<RunState>,
         new: RunState,
         skip_submit: bool,
         skip_enable: bool,

@@ -1082,21 +1082,20 @@ impl NvTracker {
                 c.tsgs.contains_key(&object).then_some(object)
             }
         });
-        let old = self
-            .tsg(origin.pid, client, known)
-            .map_or(RunState::Unscheduled, |t| t.run_state);
+        let old = self.tsg(origin.pid, client, known).map(|t| t.run_state);
         let new = if enable {
             RunState::Enabled
         } else {
             RunState::Disabled
         };
         // A disable, and an enable after a disable, change the TSG's run state.
-        let update = (!enable || old == RunState::Disabled).then_some(SchedChange::RunState {
-            old,
-            new,
-            skip_submit,
-            skip_enable,
-        });
+        let update =
+            (!enable || old == Some(RunState::Disabled)).then_some(SchedChange::RunState {
+                old,
+                new,
+                skip_submit,
+                skip_enable,
+            });
         if !enable {
             self.counters.schedule_disable += 1;
         }
@@ -2003,6 +2002,199 @@ mod tests {
             .collect()
     }
 
+    /// `NVA06C_CTRL_PREEMPT_PARAMS`: bWait @0, bManualTimeout @1, timeoutUs @4.
+    fn preempt_params(wait: bool, manual: bool, timeout_us: u32) -> Vec<u8> {
+        let mut p = vec![u8::from(wait), u8::from(manual), 0, 0];
+        p.extend_from_slice(&timeout_us.to_le_bytes());
+        p
+    }
+
+    #[test]
+    fn scheduling_requests_are_updates_with_old_new_and_verdict() {
+        let mut s = Script::new();
+        setup(&mut s, 100, 0, 0x1);
+        s.push(ctl(100, TSG, cmd::TSG_SET_TIMESLICE, 0, &u64_params(2048)))
+            // NV_ERR_INVALID_ARGUMENT: the TSG keeps 2048.
+            .push(ctl(
+                100,
+                TSG,
+                cmd::TSG_SET_TIMESLICE,
+                0x1F,
+                &u64_params(5000),
+            ))
+            // On a channel: reported for its TSG.
+            .push(ctl(
+                100,
+                CH1,
+                cmd::CHANNEL_SET_INTERLEAVE_LEVEL,
+                0,
+                &u32_params(2),
+            ))
+            // Level 9 does not exist; RM refuses it.
+            .push(ctl(
+                100,
+                TSG,
+                cmd::TSG_SET_INTERLEAVE_LEVEL,
+                0x1F,
+                &u32_params(9),
+            ))
+            .push(ctl(
+                100,
+                TSG,
+                cmd::TSG_PREEMPT,
+                0,
+                &preempt_params(false, true, 500),
+            ))
+            // GET_TIMESLICE reads, it requests nothing: no event, but the value is taken.
+            .push(ctl(100, TSG, cmd::TSG_GET_TIMESLICE, 0, &u64_params(2000)))
+            // A TSG this tracer never saw created: reported under its handle, old unknown.
+            .push(ctl(
+                100,
+                0xCAF0_0077,
+                cmd::TSG_SET_TIMESLICE,
+                0,
+                &u64_params(100),
+            ));
+        let mut t = NvTracker::new();
+        let evs = s.run(&mut t);
+        let task = TaskId::RmHandle(TSG);
+        assert_eq!(
+            updates(&evs),
+            [
+                (
+                    task,
+                    SchedChange::Timeslice {
+                        old_us: Some(1024),
+                        old_source: Some(ValueSource::DriverDefault),
+                        new_us: 2048
+                    },
+                    true
+                ),
+                (
+                    task,
+                    SchedChange::Timeslice {
+                        old_us: Some(2048),
+                        old_source: Some(ValueSource::Observed),
+                        new_us: 5000
+                    },
+                    false
+                ),
+                (
+                    task,
+                    SchedChange::Interleave {
+                        old: Some(Interleave::Medium),
+                        old_source: Some(ValueSource::DriverDefault),
+                        new: Some(Interleave::High),
+                        new_raw: 2
+                    },
+                    true
+                ),
+                (
+                    task,
+                    SchedChange::Interleave {
+                        old: Some(Interleave::High),
+                        old_source: Some(ValueSource::Observed),
+                        new: None,
+                        new_raw: 9
+                    },
+                    false
+                ),
+                (
+                    task,
+                    SchedChange::Preempt {
+                        wait: false,
+                        manual_timeout: true,
+                        timeout_us: 500
+                    },
+                    true
+                ),
+                (
+                    TaskId::RmHandle(0xCAF0_0077),
+                    SchedChange::Timeslice {
+                        old_us: None,
+                        old_source: None,
+                        new_us: 100
+                    },
+                    true
+                ),
+            ]
+        );
+        // The verdict fields: RM's status for the refused ones, the channel flag.
+        let verdicts: Vec<(Option<u32>, i32, bool)> = evs
+            .iter()
+            .filter_map(|e| match e.kind {
+                EventKind::SchedUpdate {
+                    rm_status,
+                    errno,
+                    via_channel,
+                    ..
+                } => Some((rm_status, errno, via_channel)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            verdicts,
+            [
+                (Some(0), 0, false),
+                (Some(0x1F), 0, false),
+                (Some(0), 0, true),
+                (Some(0x1F), 0, false),
+                (Some(0), 0, false),
+                (Some(0), 0, false),
+            ]
+        );
+        let snap = t.task(100, CLIENT, TSG).unwrap();
+        assert_eq!(
+            (snap.timeslice_us, snap.interleave),
+            (Some(2000), Some(Interleave::High))
+        );
+        assert_eq!(t.counters().unknown_handle, 1);
+    }
+
+    #[test]
+    fn every_event_of_a_tsg_has_its_run_unique_key() {
+        let mut s = Script::new();
+        setup(&mut s, 100, 0, 0x1);
+        s.push(sched(100, TSG, true))
+            .push(ctl(100, TSG, cmd::TSG_GET_INFO, 0, &u32_params(5)))
+            .push(ctl(
+                100,
+                TSG,
+                cmd::TSG_PREEMPT,
+                0,
+                &preempt_params(true, false, 0),
+            ))
+            .push(free(100, CTL_FD, CLIENT, DEVICE, TSG, 0))
+            // The same handle again in the same client: a new task, generation 2.
+            .push(tsg(100, DEVICE, TSG, 0x1))
+            .exit(100, 100);
+        // Another process with the same client and TSG handles.
+        setup(&mut s, 200, 0, 0x1);
+        let mut t = NvTracker::new();
+        let evs = s.run(&mut t);
+        let keys: Vec<(&str, String)> = evs
+            .iter()
+            .map(|e| (e.kind.name(), e.key.unwrap().to_string()))
+            .collect();
+        let k1 = format!("100:0x{CLIENT:08x}:0x{TSG:08x}");
+        let k2 = format!("{k1}#2");
+        let k3 = format!("200:0x{CLIENT:08x}:0x{TSG:08x}");
+        assert_eq!(
+            keys,
+            [
+                ("TASK_INIT", k1.clone()),
+                ("SCHEDULE", k1.clone()),
+                // Named by its hardware id now, same key.
+                ("SCHED_UPDATE", k1.clone()),
+                ("TASK_DESTROY", k1),
+                ("TASK_INIT", k2.clone()),
+                ("TASK_DESTROY", k2),
+                ("TASK_INIT", k3),
+            ]
+        );
+        assert_eq!(evs[2].kind.task(), TaskId::HwTsg(5));
+    }
+
     #[test]
     fn disable_and_re_enable_are_updates_not_schedules() {
         let mut s = Script::new();
@@ -2044,9 +2236,21 @@ mod tests {
         assert_eq!(
             updates(&evs),
             [
-                (task, rs(RunState::Enabled, RunState::Disabled, false), true),
-                (task, rs(RunState::Disabled, RunState::Enabled, false), true),
-                (task, rs(RunState::Enabled, RunState::Disabled, true), false),
+                (
+                    task,
+                    rs(Some(RunState::Enabled), RunState::Disabled, false),
+                    true
+                ),
+                (
+                    task,
+                    rs(Some(RunState::Disabled), RunState::Enabled, false),
+                    true
+                ),
+                (
+                    task,
+                    rs(Some(RunState::Enabled), RunState::Disabled, true),
+                    false
+                ),
             ]
         );
         assert_eq!(t.counters().schedule_disable, 2);

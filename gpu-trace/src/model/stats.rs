@@ -859,6 +859,165 @@ mod tests {
         assert_eq!(s.duration(), Duration::from_nanos(12_300_000_000));
     }
 
+    /// An event of the task with handle `handle` of process 7, client 9.
+    fn keyed(ts_ms: u64, handle: u32, kind: EventKind) -> Event {
+        let mut e = ev(ts_ms * 1_000_000, 7, "app", kind);
+        e.key = Some(TaskKey {
+            pid: 7,
+            client: Some(9),
+            object: handle,
+            generation: 1,
+        });
+        e
+    }
+
+    fn keyed_init(handle: u32, engine: crate::model::event::Engine) -> EventKind {
+        EventKind::TaskInit {
+            task: TaskId::RmHandle(handle),
+            client: 9,
+            engine: Some(engine),
+            engine_type: None,
+            timeslice_us: Some(1024),
+            timeslice_source: ValueSource::DriverDefault,
+            interleave: Some(Interleave::Medium),
+            interleave_source: ValueSource::DriverDefault,
+            runlist: None,
+            gpu: Some(0),
+        }
+    }
+
+    fn keyed_submit(handle: u32, runlist: u32) -> EventKind {
+        EventKind::WorkSubmit {
+            task: TaskId::RmHandle(handle),
+            client: 9,
+            channel_handle: 1,
+            chid: Some(1),
+            runlist: Some(runlist),
+            token: 1,
+            gpu: Some(0),
+        }
+    }
+
+    fn keyed_update(handle: u32, change: SchedChange, allowed: bool) -> EventKind {
+        EventKind::SchedUpdate {
+            task: TaskId::RmHandle(handle),
+            client: 9,
+            change,
+            allowed,
+            rm_status: Some(if allowed { 0 } else { 0x1f }),
+            errno: 0,
+            via_channel: false,
+        }
+    }
+
+    #[test]
+    fn per_task_latencies_parameters_and_concurrency() {
+        use crate::model::event::Engine;
+        let mut s = Stats::new();
+        let (a, b) = (0x10, 0x20);
+        let mut sched = schedule(true);
+        if let EventKind::Schedule { task, client, .. } = &mut sched {
+            *task = TaskId::RmHandle(a);
+            *client = 9;
+        }
+        let preempt = SchedChange::Preempt {
+            wait: true,
+            manual_timeout: false,
+            timeout_us: 0,
+        };
+        let ts = |new_us| SchedChange::Timeslice {
+            old_us: Some(1024),
+            old_source: Some(ValueSource::DriverDefault),
+            new_us,
+        };
+        for e in [
+            keyed(100, a, keyed_init(a, Engine::Graphics)),
+            keyed(103, a, keyed_submit(a, 2)),
+            keyed(105, a, sched),
+            keyed(106, a, keyed_update(a, ts(2048), true)),
+            keyed(107, a, keyed_update(a, ts(9999), false)),
+            keyed(108, a, keyed_update(a, preempt.clone(), true)),
+            keyed(109, b, keyed_init(b, Engine::Copy)),
+            keyed(111, b, keyed_submit(b, 2)),
+            keyed(150, a, destroy_of(a)),
+        ] {
+            s.record(&e);
+        }
+        let tasks: Vec<&TaskStats> = s.tasks().collect();
+        assert_eq!(tasks.len(), 2);
+        // Ended first, then the live one.
+        let t = tasks[0];
+        assert_eq!(t.key.to_string(), "7:0x00000009:0x00000010");
+        assert_eq!(t.engine.as_deref(), Some("GRAPHICS"));
+        assert_eq!(t.lifetime_ns(), Some(50_000_000));
+        assert_eq!(t.init_to_schedule_ns(), Some(5_000_000));
+        assert_eq!(t.init_to_submit_ns(), Some(3_000_000));
+        // The accepted 2048 stays; the refused 9999 is counted, not applied.
+        assert_eq!(t.timeslice_us, Some(2048));
+        assert_eq!(
+            (t.preemptions, t.param_changes, t.updates_refused),
+            (1, 1, 1)
+        );
+        assert_eq!(t.end_cause, Some(DestroyCause::Free));
+        let u = tasks[1];
+        assert_eq!((u.end_ns, u.init_to_schedule_ns()), (None, None));
+        assert_eq!(u.init_to_submit_ns(), Some(2_000_000));
+        // Both lived at once on GPU 0 and on runlist 2 (from 111 ms to 150 ms).
+        let gpus: Vec<_> = s.gpu_concurrency().collect();
+        assert_eq!(
+            gpus,
+            [(
+                Some(0),
+                Concurrency {
+                    live: 1,
+                    max_live: 2
+                }
+            )]
+        );
+        let runlists: Vec<_> = s.runlist_concurrency().collect();
+        assert_eq!(
+            runlists,
+            [(
+                (Some(0), 2),
+                Concurrency {
+                    live: 1,
+                    max_live: 2
+                }
+            )]
+        );
+        let engines: Vec<(&str, u64, u64, u64)> = s
+            .engines()
+            .map(|(n, e)| (n, e.task_init, e.sched_update, e.preempt))
+            .collect();
+        assert_eq!(engines, [("COPY", 1, 0, 0), ("GRAPHICS", 1, 3, 1)]);
+        assert_eq!(
+            (s.sched_update, s.sched_update_refused, s.preempt),
+            (3, 1, 1)
+        );
+        let p = s.process(7).unwrap();
+        assert_eq!((p.sched_update, p.preempt), (3, 1));
+        // The text block lists both tasks, in ms (key in 29 columns, engine in 10, the numbers
+        // right-aligned in 9, interleave in 10, the counts in 7).
+        let text = s.render_text(false);
+        assert!(
+            text.contains(
+                "7:0x00000009:0x00000010       GRAPHICS      50.000     5.000     3.000      2048 MEDIUM           1       1 free"
+            ),
+            "{text}"
+        );
+        assert!(text.contains(" alive\n"), "{text}");
+    }
+
+    fn destroy_of(handle: u32) -> EventKind {
+        EventKind::TaskDestroy {
+            task: TaskId::RmHandle(handle),
+            client: 9,
+            cause: DestroyCause::Free,
+            implicit: false,
+            final_params: None,
+        }
+    }
+
     #[test]
     fn tracer_exit_counts_as_live_at_exit() {
         let mut s = Stats::new();

@@ -73,7 +73,7 @@
 //! | `"timeslice"`  | `old_us`, `old_source`, `new_us` (integers, µs) | `NVA06C_CTRL_CMD_SET_TIMESLICE` |
 //! | `"interleave"` | `old`, `old_source`, `new` (`"LOW"`, `"MEDIUM"`, `"HIGH"`, null for a raw level outside 0–2), `new_raw` (integer) | `NVA06C`/`NVA06F` `SET_INTERLEAVE_LEVEL` |
 //! | `"preempt"`    | `wait` (`bWait`), `manual_timeout` (`bManualTimeout`), `timeout_us` (`timeoutUs`) | `NVA06C_CTRL_CMD_PREEMPT` |
-//! | `"run_state"`  | `old`, `new` (`"unscheduled"`, `"enabled"`, `"disabled"`), `skip_submit`, `skip_enable` (booleans) | `GPFIFO_SCHEDULE` with `bEnable` = 0, or = 1 after a disable (that one also prints its `SCHEDULE`) |
+//! | `"run_state"`  | `old`, `new` (`"unscheduled"`: no accepted schedule since creation, `"enabled"`, `"disabled"`; `old` null for a TSG not seen created), `skip_submit`, `skip_enable` (booleans) | `GPFIFO_SCHEDULE` with `bEnable` = 0, or = 1 after a disable (that one also prints its `SCHEDULE`) |
 //! | `"amd_queue"`  | `old_priority`, `new_priority`, `old_percentage`, `new_percentage` | AMD `UPDATE_QUEUE` |
 //! | `"cu_mask"`    | `old_bits`, `new_bits` | AMD `SET_CU_MASK` (bits of the CU mask) |
 //!

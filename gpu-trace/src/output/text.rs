@@ -249,7 +249,7 @@ fn write_change(line: &mut String, change: &SchedChange) {
             let _ = write!(
                 line,
                 "run_state={} -> {}",
-                run_state_name(*old),
+                old.map_or("?", run_state_name),
                 run_state_name(*new)
             );
             if *skip_submit {
@@ -510,7 +510,7 @@ impl Display for Errno {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::event::{Origin, ValueSource};
+    use crate::model::event::{Origin, RunState, SchedChange, ValueSource};
     use chrono::{FixedOffset, NaiveDate, Utc};
 
     /// Monotonic time of the first sample line.
@@ -826,6 +826,132 @@ mod tests {
             denied(None, -1, true),
             format!("{base} (channel) errno=EPERM")
         );
+    }
+
+    /// The line of a `SCHED_UPDATE` of TSG 1 (all of it: the prefix is the sample's).
+    fn update(
+        change: SchedChange,
+        rm_status: Option<u32>,
+        errno: i32,
+        via_channel: bool,
+    ) -> String {
+        let mut ev = schedule();
+        ev.kind = EventKind::SchedUpdate {
+            task: TaskId::RmHandle(0x5c00_0015),
+            client: 1,
+            change,
+            allowed: rm_status == Some(0) && errno == 0,
+            rm_status,
+            errno,
+            via_channel,
+        };
+        line(&ev)
+    }
+
+    #[test]
+    fn sched_update_lines() {
+        let head =
+            "23:00:24.591625 [CPU01] SCHED_UPDATE PID=637320 python3          TSG=0x5c000015";
+        let cases = [
+            (
+                SchedChange::Timeslice {
+                    old_us: Some(1024),
+                    old_source: Some(ValueSource::DriverDefault),
+                    new_us: 2048,
+                },
+                Some(0),
+                0,
+                false,
+                "timeslice=1024 us -> 2048 us allowed=yes",
+            ),
+            (
+                SchedChange::Timeslice {
+                    old_us: None,
+                    old_source: None,
+                    new_us: 5000,
+                },
+                Some(0x1f),
+                0,
+                false,
+                "timeslice=? -> 5000 us allowed=no status=0x0000001f",
+            ),
+            (
+                SchedChange::Interleave {
+                    old: Some(Interleave::Medium),
+                    old_source: Some(ValueSource::Observed),
+                    new: Some(Interleave::High),
+                    new_raw: 2,
+                },
+                Some(0),
+                0,
+                true,
+                "interleave=MEDIUM -> HIGH allowed=yes (channel)",
+            ),
+            (
+                SchedChange::Interleave {
+                    old: Some(Interleave::Low),
+                    old_source: Some(ValueSource::Observed),
+                    new: None,
+                    new_raw: 7,
+                },
+                None,
+                -22,
+                false,
+                "interleave=LOW -> INVALID(7) allowed=no errno=EINVAL",
+            ),
+            (
+                SchedChange::Preempt {
+                    wait: true,
+                    manual_timeout: false,
+                    timeout_us: 0,
+                },
+                Some(0),
+                0,
+                false,
+                "preempt wait=yes timeout=default allowed=yes",
+            ),
+            (
+                SchedChange::Preempt {
+                    wait: false,
+                    manual_timeout: true,
+                    timeout_us: 1000,
+                },
+                Some(0),
+                0,
+                false,
+                "preempt wait=no timeout=1000 us allowed=yes",
+            ),
+            (
+                SchedChange::RunState {
+                    old: Some(RunState::Enabled),
+                    new: RunState::Disabled,
+                    skip_submit: true,
+                    skip_enable: false,
+                },
+                Some(0),
+                0,
+                false,
+                "run_state=enabled -> disabled skip_submit allowed=yes",
+            ),
+            (
+                SchedChange::RunState {
+                    old: None,
+                    new: RunState::Disabled,
+                    skip_submit: false,
+                    skip_enable: true,
+                },
+                None,
+                -1,
+                true,
+                "run_state=? -> disabled skip_enable allowed=no (channel) errno=EPERM",
+            ),
+        ];
+        for (change, status, errno, channel, fields) in cases {
+            assert_eq!(
+                update(change, status, errno, channel),
+                format!("{head} {fields}")
+            );
+        }
     }
 
     #[test]
