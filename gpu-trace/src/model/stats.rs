@@ -14,6 +14,11 @@ use crate::model::event::{DestroyCause, Event, EventKind, Interleave, SchedChang
 /// counted ([`Stats::tasks_omitted`]).
 pub const MAX_TASKS_KEPT: usize = 10_000;
 
+/// At most this many live tasks are followed (tasks of processes that started before tracing
+/// never end in the events, so they would otherwise pile up); the ones after are only counted
+/// ([`Stats::tasks_omitted`]).
+pub const MAX_LIVE_TASKS: usize = 100_000;
+
 /// At most this many tasks are listed in the text statistics (JSON lists all that are kept).
 pub const MAX_TASKS_PRINTED: usize = 50;
 
@@ -188,7 +193,8 @@ pub struct Stats {
     live_tasks: BTreeMap<TaskKey, TaskStats>,
     /// Tasks that ended, in the order they ended (at most [`MAX_TASKS_KEPT`]).
     ended_tasks: Vec<TaskStats>,
-    /// Ended tasks not kept because [`MAX_TASKS_KEPT`] were.
+    /// Tasks and events not followed: ended tasks beyond [`MAX_TASKS_KEPT`], and events of new
+    /// tasks while [`MAX_LIVE_TASKS`] were alive.
     pub tasks_omitted: u64,
     engines: BTreeMap<String, EngineStats>,
     gpus: BTreeMap<Option<u32>, Concurrency>,
@@ -283,6 +289,10 @@ impl Stats {
             // A task with the same key that did not end (cannot happen with generations; kept
             // safe): close it where the new one starts.
             self.end_task(old, ts, DestroyCause::TracerExit);
+        }
+        if !self.live_tasks.contains_key(&key) && self.live_tasks.len() >= MAX_LIVE_TASKS {
+            self.tasks_omitted += 1;
+            return;
         }
         let task_label = crate::output::text::task_id(ev.kind.task());
         let t = self.live_tasks.entry(key).or_insert_with(|| TaskStats {
@@ -704,9 +714,17 @@ impl Stats {
                 t.param_changes,
             );
         }
-        let more = (total as u64 + self.tasks_omitted).saturating_sub(MAX_TASKS_PRINTED as u64);
+        let more = total.saturating_sub(MAX_TASKS_PRINTED);
         if more > 0 {
             let _ = writeln!(out, "... {more} more tasks (--format json lists them)");
+        }
+        if self.tasks_omitted > 0 {
+            let _ = writeln!(
+                out,
+                "({} events of tasks beyond the {MAX_TASKS_KEPT} ended / {MAX_LIVE_TASKS} live \
+                 ones followed are not in this table)",
+                self.tasks_omitted
+            );
         }
     }
 }
@@ -1006,6 +1024,32 @@ mod tests {
             "{text}"
         );
         assert!(text.contains(" alive\n"), "{text}");
+    }
+
+    #[test]
+    fn task_lists_are_bounded() {
+        use crate::model::event::Engine;
+        let mut s = Stats::new();
+        let n = MAX_TASKS_KEPT as u32 + 3;
+        for h in 0..n {
+            s.record(&keyed(1, h, keyed_init(h, Engine::Copy)));
+            s.record(&keyed(2, h, destroy_of(h)));
+        }
+        assert_eq!(s.tasks().count(), MAX_TASKS_KEPT);
+        assert_eq!(s.tasks_omitted, 3);
+        let text = s.render_text(false);
+        let rows = text.lines().filter(|l| l.starts_with("7:0x")).count();
+        assert_eq!(rows, MAX_TASKS_PRINTED);
+        assert!(
+            text.contains(&format!(
+                "\n... {} more tasks (--format json lists them)\n",
+                MAX_TASKS_KEPT - MAX_TASKS_PRINTED
+            )),
+            "{text}"
+        );
+        assert!(text.contains("(3 events of tasks beyond"), "{text}");
+        // Every one of them was counted, kept or not.
+        assert_eq!((s.task_init, s.task_destroy), (u64::from(n), u64::from(n)));
     }
 
     fn destroy_of(handle: u32) -> EventKind {

@@ -147,7 +147,7 @@
 //! | `gpus`                  | array           | per GPU: `gpu` (index, null when not known), `live` (tasks alive now), `max_live` (most alive at once) |
 //! | `runlists`              | array           | per GPU and runlist: `gpu`, `runlist`, `live`, `max_live`; a task counts on its runlist from the first event that names it (NVIDIA: its first `WORK_SUBMIT`) |
 //! | `tasks`                 | array           | per task, ended ones first in the order they ended, then the live ones: `key`, `pid`, `task` (as `tsg`), `engine`, `gpu`, `runlist`, `init_ns`, `first_schedule_ns` (first allowed `SCHEDULE`), `first_submit_ns` (first `WORK_SUBMIT`), `end_ns`, `end_cause` (a `cause`; null while alive), `schedule_refused`, `timeslice_us` and `interleave` (the last known values, the final ones once ended), `preemptions`, `param_changes` (accepted changes), `updates_refused`, and the derived `lifetime_ns`, `init_to_schedule_ns`, `init_to_submit_ns`; times are CLOCK_MONOTONIC ns, null where not known |
-//! | `tasks_omitted`         | integer         | ended tasks left out of `tasks` (at most 10000 are kept) |
+//! | `tasks_omitted`         | integer         | left out of `tasks`: ended tasks beyond the 10000 kept, and events of new tasks while 100000 were alive |
 //! | `diagnostics`           | object          | kernel-internal counters (also in `kernel`; the text output shows them with `-v`): `emitted`, `ignored` |
 
 use chrono::SecondsFormat;

@@ -4,6 +4,7 @@
 //! 23:00:24.561798 [CPU01] TASK_INIT    PID=637320 python3          TSG=1    engine=COPY     timeslice=1024 us interleave=UNKNOWN runlist=0
 //! 23:00:24.591625 [CPU01] SCHEDULE     PID=637320 python3          TSG=1    channels=8 timeslice=1024 us interleave=LOW allowed=yes
 //! 23:00:24.600000 [CPU01] WORK_SUBMIT  PID=637320 python3          TSG=1    channel=2 token=1073741826 gpu=0 runlist=0
+//! 23:00:24.650000 [CPU01] SCHED_UPDATE PID=637320 python3          TSG=1    timeslice=1024 us -> 2048 us allowed=yes
 //! 23:00:25.727580 [CPU01] TASK_DESTROY PID=637320 cuda-EvtHandlr   TSG=1    cause=process_exit (implicit)
 //! ```
 //!
