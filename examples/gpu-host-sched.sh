@@ -73,6 +73,11 @@ if [ -n "$CC" ] && "$CC" -O2 -Wall -o "$OUT/rm_tsg_sched" examples/rm_tsg_sched.
   pid=$(cat "$OUT/rm_tsg_sched.pid")
   check rm_tsg_sched.vs_raw_and_steps python3 examples/sched_check.py "$OUT/rm_tsg_sched.gtrace" \
     "$OUT/rm_tsg_sched.out" --pid "$pid" --steps "$OUT/rm_tsg_sched.steps"
+  # Did RM give us a real TSG? (If not, every request went to an unknown handle and was refused:
+  # still printed, but no accepted interleave/disable was seen.)
+  check rm_tsg_sched.tsg_allocated grep -E 'alloc tsg .* ret=0 errno=0 status=0x00000000' \
+    "$OUT/rm_tsg_sched.steps"
+  check rm_tsg_sched.task_init grep -E "TASK_INIT +PID=$pid " "$OUT/rm_tsg_sched.out"
 else
   echo "BAD rm_tsg_sched: no C compiler or the build failed (rm_tsg_sched.build)" >>"$OUT/summary.txt"
   bad=$((bad + 1))
