@@ -24,12 +24,17 @@ Examples:
   same output options (-v, --pid, --comm, --format, -o, --timestamps, --perfetto):
       sudo gpu-trace --record run.gtrace
       gpu-trace replay run.gtrace -v --perfetto run.json -o run.txt
+  Statistics every second while tracing (text: on stderr; JSON: STATS lines, final false):
+      sudo gpu-trace --interval 1
   Refuse GPU scheduling to one process while tracing (needs an active BPF LSM; see doctor):
       sudo gpu-trace --deny-pid 4242
 
-Output: one line per event (TASK_INIT, SCHEDULE, WORK_SUBMIT with -v, TASK_DESTROY); a field the
-driver layer cannot know is printed as `?`. On exit (Ctrl-C, SIGTERM, --duration) a statistics
-block: counts per event, dropped, read_failed, and a per-process table.
+Output: one line per event (TASK_INIT, SCHEDULE, SCHED_UPDATE, WORK_SUBMIT with -v, TASK_DESTROY);
+SCHED_UPDATE shows every timeslice, interleave, preemption and disable/enable request (old -> new,
+allowed or not). A field the driver layer cannot know is printed as `?`. On exit (Ctrl-C,
+SIGTERM, --duration) a statistics block: counts per event, dropped, read_failed, per-process,
+per-engine and per-task tables (latencies, final timeslice), live TSGs per GPU and runlist; -v
+adds the kernel side's internal counters.
 
 Exit status: 0 on success; 1 on a runtime error; 2 on bad usage; 3 when the kernel or system
 cannot support tracing (missing privileges, BTF, hooks); 4 when events were dropped. `doctor`:
@@ -166,7 +171,7 @@ pub struct OutputArgs {
     pub output: Option<PathBuf>,
 
     /// Also write a timeline to FILE for the Perfetto UI (Chrome JSON trace format): a track
-    /// group per process, a slice per TSG/queue lifetime, instants for SCHEDULE and
+    /// group per process, a slice per TSG/queue lifetime, instants for SCHEDULE, SCHED_UPDATE and
     /// WORK_SUBMIT (always, -v or not), every field as args. Filters apply.
     #[arg(long, value_name = "FILE")]
     pub perfetto: Option<PathBuf>,
@@ -179,6 +184,27 @@ pub struct OutputArgs {
     /// Do not print the statistics block at exit.
     #[arg(long)]
     pub no_stats: bool,
+
+    /// Also print the statistics so far every SECONDS (> 0): with --format json as a STATS
+    /// object with "final": false among the events; as text, a block on standard error, so
+    /// that the event stream stays one line per event. Replay counts SECONDS in the recording's
+    /// own time.
+    #[arg(long, value_name = "SECONDS", value_parser = positive_seconds)]
+    pub interval: Option<f64>,
+}
+
+/// `--interval`: a finite number of seconds above zero.
+fn positive_seconds(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number of seconds (e.g. 1 or 0.5)"))?;
+    if v.is_finite() && v > 0.0 && v <= 1e9 {
+        Ok(v)
+    } else {
+        Err(format!(
+            "`{s}` is not a usable interval: give a number of seconds above 0 (e.g. 1)"
+        ))
+    }
 }
 
 #[derive(Clone, Debug, Args)]

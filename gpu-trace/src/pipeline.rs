@@ -54,6 +54,21 @@ pub struct Pipeline<W: Write> {
     out: W,
     /// `--perfetto`: the timeline, written alongside the output.
     perfetto: Option<PerfettoWriter<Box<dyn Write>>>,
+    /// `--interval`: periodic statistics.
+    interval: Option<Periodic>,
+}
+
+/// `--interval`: when and where the periodic statistics go.
+struct Periodic {
+    period_ns: u64,
+    /// Replay: due by the records' own timestamps (the live run calls
+    /// [`Pipeline::periodic_stats`] on its timer instead).
+    by_record_time: bool,
+    /// The next one is due when a record at or after `first + next_ns` arrives.
+    next_ns: u64,
+    /// Where text blocks go (standard error), so that the event stream stays one line per
+    /// event. JSON `STATS` objects go to the output with the events.
+    side: Box<dyn Write>,
 }
 
 impl<W: Write> Pipeline<W> {
@@ -76,6 +91,75 @@ impl<W: Write> Pipeline<W> {
             last_ts: None,
             out,
             perfetto: None,
+            interval: None,
+        }
+    }
+
+    /// Also prints statistics every `period` (`--interval`): JSON as a `STATS` object with
+    /// `"final": false` among the events, text as a block on `side` (standard error). With
+    /// `by_record_time` (replay) they fall due by the records' timestamps; otherwise the caller
+    /// calls [`periodic_stats`](Self::periodic_stats) on its own timer.
+    pub fn with_interval(
+        mut self,
+        period: Duration,
+        by_record_time: bool,
+        side: Box<dyn Write>,
+    ) -> Self {
+        let period_ns = u64::try_from(period.as_nanos()).unwrap_or(u64::MAX).max(1);
+        self.interval = Some(Periodic {
+            period_ns,
+            by_record_time,
+            next_ns: period_ns,
+            side,
+        });
+        self
+    }
+
+    /// Prints the statistics so far (`--interval`): `elapsed` is the time traced so far,
+    /// `counters` the kernel side's counters when they can be read now.
+    pub fn periodic_stats(
+        &mut self,
+        elapsed: Duration,
+        counters: Option<KernelCounters>,
+    ) -> std::io::Result<()> {
+        let mut stats = self.stats.clone();
+        stats.elapsed = Some(elapsed);
+        if let Some(c) = counters {
+            stats.kernel = c;
+        }
+        stats.unreported = self.unreported();
+        match self.config.format {
+            Format::Json => writeln!(self.out, "{}", json::stats_json(&stats, false)),
+            Format::Text => {
+                let block =
+                    stats.render_text_titled(self.config.verbose, "gpu-trace statistics so far");
+                match self.interval.as_mut() {
+                    Some(p) => {
+                        p.side.write_all(block.as_bytes())?;
+                        p.side.flush()
+                    }
+                    None => Ok(()),
+                }
+            }
+        }
+    }
+
+    /// Replay: the periodic statistics that fall due before a record at `ts_ns`.
+    fn due_by_record_time(&mut self, ts_ns: u64) -> std::io::Result<()> {
+        let Some(first) = self.first_ts else {
+            return Ok(());
+        };
+        loop {
+            let due = match &self.interval {
+                Some(p) if p.by_record_time && ts_ns.saturating_sub(first) >= p.next_ns => {
+                    p.next_ns
+                }
+                _ => return Ok(()),
+            };
+            if let Some(p) = self.interval.as_mut() {
+                p.next_ns = p.next_ns.saturating_add(p.period_ns);
+            }
+            self.periodic_stats(Duration::from_nanos(due), None)?;
         }
     }
 
@@ -95,6 +179,7 @@ impl<W: Write> Pipeline<W> {
             }
         };
         let origin = record.origin();
+        self.due_by_record_time(origin.ts_ns)?;
         self.first_ts.get_or_insert(origin.ts_ns);
         self.last_ts = Some(origin.ts_ns);
         self.process_names
@@ -220,10 +305,39 @@ impl<W: Write> Pipeline<W> {
         self.stats.kernel = counters;
         self.stats.elapsed = Some(duration);
         self.stats.live_at_exit = (self.tracker.live_tasks() + self.amd.live_tasks()) as u64;
+        self.stats.unreported = self.unreported();
+        if let Some(perfetto) = self.perfetto.take() {
+            let other = [
+                ("tool", format!("gpu-trace {}", env!("CARGO_PKG_VERSION"))),
+                ("clock", "CLOCK_MONOTONIC (ts in microseconds)".to_string()),
+                (
+                    "realtime_offset_ns",
+                    self.config.clock.offset_ns().to_string(),
+                ),
+                ("dropped", counters.dropped.to_string()),
+            ];
+            perfetto.finish(self.last_ts.unwrap_or(0), &other)?;
+        }
+        if self.config.stats {
+            match self.config.format {
+                Format::Text => {
+                    write!(self.out, "{}", self.stats.render_text(self.config.verbose))?
+                }
+                Format::Json => writeln!(self.out, "{}", json::stats_json(&self.stats, true))?,
+            }
+        }
+        self.out.flush()?;
+        Ok(Summary {
+            events: self.stats.events(),
+            dropped: counters.dropped,
+        })
+    }
+
+    /// The trackers' counters of calls that produced no event, by reason (non-zero only).
+    fn unreported(&self) -> std::collections::BTreeMap<&'static str, u64> {
         let nv = self.tracker.counters();
         let kfd = self.amd.counters();
-        self.stats.unreported = [
-            ("schedule_disable", nv.schedule_disable),
+        [
             ("schedule_unreadable", nv.schedule_unreadable),
             ("unreadable_params", nv.unreadable_params),
             ("unknown_handle", nv.unknown_handle),
@@ -239,30 +353,7 @@ impl<W: Write> Pipeline<W> {
         ]
         .into_iter()
         .filter(|&(_, v)| v != 0)
-        .collect();
-        if let Some(perfetto) = self.perfetto.take() {
-            let other = [
-                ("tool", format!("gpu-trace {}", env!("CARGO_PKG_VERSION"))),
-                ("clock", "CLOCK_MONOTONIC (ts in microseconds)".to_string()),
-                (
-                    "realtime_offset_ns",
-                    self.config.clock.offset_ns().to_string(),
-                ),
-                ("dropped", counters.dropped.to_string()),
-            ];
-            perfetto.finish(self.last_ts.unwrap_or(0), &other)?;
-        }
-        if self.config.stats {
-            match self.config.format {
-                Format::Text => write!(self.out, "{}", self.stats.render_text())?,
-                Format::Json => writeln!(self.out, "{}", json::stats_json(&self.stats))?,
-            }
-        }
-        self.out.flush()?;
-        Ok(Summary {
-            events: self.stats.events(),
-            dropped: counters.dropped,
-        })
+        .collect()
     }
 
     pub fn stats(&self) -> &Stats {

@@ -88,7 +88,13 @@ fn open_output(args: &OutputArgs) -> Result<Box<dyn Write>, RunError> {
 
 /// The pipeline for `args`: output to standard output or `-o FILE`, and the `--perfetto`
 /// timeline when asked for.
-fn new_pipeline(args: &OutputArgs, clock: Clock) -> Result<Pipeline<Box<dyn Write>>, RunError> {
+/// `by_record_time`: `--interval` counts in the records' time (replay) rather than on the
+/// caller's timer (live).
+fn new_pipeline(
+    args: &OutputArgs,
+    clock: Clock,
+    by_record_time: bool,
+) -> Result<Pipeline<Box<dyn Write>>, RunError> {
     let perfetto = match &args.perfetto {
         Some(path) => {
             let file =
@@ -103,10 +109,19 @@ fn new_pipeline(args: &OutputArgs, clock: Clock) -> Result<Pipeline<Box<dyn Writ
     };
     let out = open_output(args)?;
     let pipeline = Pipeline::new(pipeline_config(args, clock), out);
-    Ok(match perfetto {
+    let pipeline = match perfetto {
         Some(p) => pipeline.with_perfetto(p),
         None => pipeline,
+    };
+    Ok(match interval(args) {
+        Some(period) => pipeline.with_interval(period, by_record_time, Box::new(io::stderr())),
+        None => pipeline,
     })
+}
+
+/// `--interval`.
+fn interval(args: &OutputArgs) -> Option<Duration> {
+    args.interval.map(Duration::from_secs_f64)
 }
 
 fn pipeline_config(args: &OutputArgs, clock: Clock) -> PipelineConfig {
@@ -197,7 +212,7 @@ pub async fn run_live(args: &TraceArgs) -> Result<Summary, RunError> {
         None => None,
     };
 
-    let mut pipeline = new_pipeline(&args.output, clock)?;
+    let mut pipeline = new_pipeline(&args.output, clock, false)?;
     let ring = tracer.take_ring_buffer()?;
     // SAFETY: the ring buffer owns its map fd and keeps it open for as long as the AsyncFd
     // that owns the ring buffer lives; nothing else closes it.
@@ -220,12 +235,29 @@ pub async fn run_live(args: &TraceArgs) -> Result<Summary, RunError> {
         }
     };
     tokio::pin!(sleep);
+    let mut ticker = interval(&args.output)
+        .map(|period| tokio::time::interval_at(tokio::time::Instant::now() + period, period));
 
     loop {
         tokio::select! {
             _ = sigint.recv() => break,
             _ = sigterm.recv() => break,
             _ = &mut sleep => break,
+            _ = async {
+                match ticker.as_mut() {
+                    Some(t) => {
+                        t.tick().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            } => {
+                // Everything up to now first, so that the statistics count it.
+                drain(ring.get_mut(), &mut pipeline, &mut recorder)?;
+                pipeline
+                    .periodic_stats(started.elapsed(), tracer.counters().ok())
+                    .and_then(|()| pipeline.flush())
+                    .map_err(io_err("writing the output"))?;
+            }
             guard = ring.readable_mut() => {
                 let mut guard = guard.map_err(io_err("waiting for the ring buffer"))?;
                 drain(guard.get_inner_mut(), &mut pipeline, &mut recorder)?;
@@ -271,7 +303,7 @@ pub fn replay(path: &Path, args: &OutputArgs) -> Result<Summary, RunError> {
     let file = File::open(path).map_err(io_err(format!("opening {}", path.display())))?;
     let mut reader = RecordReader::new(BufReader::new(file))?;
     let clock = Clock::new(reader.header.realtime_offset_ns);
-    let mut pipeline = new_pipeline(args, clock)?;
+    let mut pipeline = new_pipeline(args, clock, true)?;
     while let Some(bytes) = reader.next_record()? {
         pipeline
             .feed(&bytes)

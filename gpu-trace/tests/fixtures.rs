@@ -418,14 +418,248 @@ fn replay(args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// The event lines of a text output (everything before the statistics block).
+fn event_lines(text: &str) -> Vec<&str> {
+    text.lines()
+        .take_while(|l| !l.starts_with("--- gpu-trace statistics"))
+        .collect()
+}
+
 #[test]
 fn replay_prints_exactly_what_the_live_run_printed() {
+    // The live runs were made by a build without SCHED_UPDATE: every other event line of the
+    // replay is byte for byte what the live run printed, in the same order.
     for name in ["two_streams", "ctx_churn"] {
         let live = std::fs::read_to_string(fixture(&format!("{name}.live.txt"))).unwrap();
         let path = fixture(&format!("{name}.gtrace"));
         let replayed = replay(&[path.to_str().unwrap(), "-v"]);
-        assert_eq!(replayed, live, "{name}");
+        let without_updates: Vec<&str> = event_lines(&replayed)
+            .into_iter()
+            .filter(|l| !l.contains(" SCHED_UPDATE "))
+            .collect();
+        assert_eq!(without_updates, event_lines(&live), "{name}");
     }
+}
+
+/// The raw scheduling-update calls of a capture, in record order: (cpu, pid, client, object,
+/// command, RM status, parameters).
+fn raw_updates(name: &str) -> Vec<(u32, u32, u32, u32, u32, u32, ControlParams)> {
+    records(name)
+        .iter()
+        .filter_map(|r| match r {
+            RawRecord::NvIoctl(n) => match decode::decode(n) {
+                RmCall::Control {
+                    client,
+                    object,
+                    cmd,
+                    status,
+                    params,
+                    ..
+                } if matches!(
+                    cmd,
+                    cmd::TSG_SET_TIMESLICE
+                        | cmd::TSG_PREEMPT
+                        | cmd::TSG_SET_INTERLEAVE_LEVEL
+                        | cmd::CHANNEL_SET_INTERLEAVE_LEVEL
+                ) || matches!(params, ControlParams::Schedule { enable: false, .. }) =>
+                {
+                    Some((n.hdr.cpu, n.hdr.tgid, client, object, cmd, status, params))
+                }
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn two_streams_prints_the_2048_us_timeslice_of_the_graphics_tsg() {
+    // The raw call (decoded field by field from the record, cf. driver-reference part A):
+    // NVA06C_CTRL_CMD_SET_TIMESLICE (0xa06c0103) on hObject 0x5c000015 of client 0xc1d0001c,
+    // timesliceUs = 2048, status NV_OK, from pid 427 on CPU 15, at ts_ns 35106805687. The TSG
+    // 0x5c000015 is the one allocated with engineType 1 (GRAPHICS); nothing set its timeslice
+    // before, so the old value is the driver default of 1024 µs. Wall clock: the recording's
+    // realtime_offset_ns 1795307914845658056 + 35106805687 = 2026-11-22T00:39:09.952463 UTC.
+    assert_eq!(
+        raw_updates("two_streams.gtrace"),
+        [(
+            15,
+            427,
+            0xc1d0_001c,
+            0x5c00_0015,
+            cmd::TSG_SET_TIMESLICE,
+            0,
+            ControlParams::Timeslice { us: 2048 }
+        )]
+    );
+    let path = fixture("two_streams.gtrace");
+    let text = replay(&[path.to_str().unwrap()]); // default output, no -v
+    let updates: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains(" SCHED_UPDATE PID="))
+        .collect();
+    assert_eq!(
+        updates,
+        [
+            "00:39:09.952463 [CPU15] SCHED_UPDATE PID=427    python3          TSG=0x5c000015 timeslice=1024 us -> 2048 us allowed=yes"
+        ]
+    );
+    // It comes after the TSG's SCHEDULE (PyTorch sets it once the TSG is on the runlist).
+    let lines = event_lines(&text);
+    let at = |needle: &str| lines.iter().position(|l| l.contains(needle)).unwrap();
+    assert!(at("SCHEDULE     PID=427    python3          TSG=0x5c000015") < at("SCHED_UPDATE"));
+
+    // JSON: the TSG's TASK_DESTROY carries the final 2048 µs (observed), its 8 channels and
+    // the runlist of its tokens (0x0000000a >> 16 = 0); the other TSGs keep the default.
+    let json = replay(&[path.to_str().unwrap(), "--format", "json"]);
+    let lines: Vec<serde_json::Value> = json
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let destroys: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter(|v| v["event"] == "TASK_DESTROY")
+        .collect();
+    assert_eq!(destroys.len(), 4);
+    let gr = destroys.iter().find(|v| v["tsg"] == "0x5c000015").unwrap();
+    assert_eq!(gr["key"], "427:0xc1d0001c:0x5c000015");
+    assert_eq!(gr["handle"], "0x5c000015");
+    assert_eq!(gr["client_hex"], "0xc1d0001c");
+    assert_eq!(
+        gr["final"],
+        serde_json::json!({"timeslice_us": 2048, "timeslice_source": "observed",
+            "interleave": "MEDIUM", "interleave_source": "driver_default", "channels": 8,
+            "runlist": 0, "run_state": "enabled"})
+    );
+    for d in destroys.iter().filter(|v| v["tsg"] != "0x5c000015") {
+        assert_eq!(d["final"]["timeslice_us"], 1024, "{d}");
+        assert_eq!(d["final"]["timeslice_source"], "driver_default", "{d}");
+        assert_eq!(d["final"]["channels"], 4, "{d}");
+    }
+    // Every event of a TSG carries the same key; the four keys differ.
+    let mut keys: Vec<&str> = lines
+        .iter()
+        .filter(|v| v["event"] == "TASK_INIT")
+        .map(|v| v["key"].as_str().unwrap())
+        .collect();
+    keys.dedup();
+    assert_eq!(keys.len(), 4);
+    let stats = lines.last().unwrap();
+    assert_eq!(stats["event"], "STATS");
+    assert_eq!(stats["final"], true);
+    assert_eq!(
+        (stats["sched_update"].clone(), stats["preempt"].clone()),
+        (1.into(), 0.into())
+    );
+    let task = stats["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["key"] == "427:0xc1d0001c:0x5c000015")
+        .unwrap();
+    assert_eq!(
+        (
+            task["timeslice_us"].clone(),
+            task["param_changes"].clone(),
+            task["engine"].clone()
+        ),
+        (2048.into(), 1.into(), "GRAPHICS".into())
+    );
+}
+
+#[test]
+fn ctx_churn_prints_every_preemption_and_timeslice_change() {
+    // Raw calls, per round (3 rounds, each on that round's GRAPHICS TSG: 0x5c000015, 0x5c000088,
+    // 0x5c000108 of client 0xc1d0001c... of pid 480): one SET_TIMESLICE 2048 after the
+    // schedules, then two NVA06C_CTRL_CMD_PREEMPT (0xa06c0105) during teardown with bWait=1,
+    // bManualTimeout=0, timeoutUs=0, all status NV_OK, all on CPU 8. Times: the recording's
+    // realtime_offset_ns 1795307914845658039 + each record's ts_ns, in UTC.
+    let preempt = ControlParams::Preempt {
+        wait: true,
+        manual_timeout: false,
+        timeout_us: 0,
+    };
+    let ts = ControlParams::Timeslice { us: 2048 };
+    let mut want = Vec::new();
+    for tsg in [0x5c00_0015, 0x5c00_0088, 0x5c00_0108] {
+        want.push((8, 480, 0xc1d0_0028, tsg, cmd::TSG_SET_TIMESLICE, 0, ts));
+        want.push((8, 480, 0xc1d0_0028, tsg, cmd::TSG_PREEMPT, 0, preempt));
+        want.push((8, 480, 0xc1d0_0028, tsg, cmd::TSG_PREEMPT, 0, preempt));
+    }
+    assert_eq!(raw_updates("ctx_churn.gtrace"), want);
+    let path = fixture("ctx_churn.gtrace");
+    let text = replay(&[path.to_str().unwrap()]);
+    let updates: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains(" SCHED_UPDATE PID="))
+        .collect();
+    let p = "[CPU08] SCHED_UPDATE PID=480    python3          TSG=";
+    let set = "timeslice=1024 us -> 2048 us allowed=yes";
+    let pre = "preempt wait=yes timeout=default allowed=yes";
+    assert_eq!(
+        updates,
+        [
+            format!("00:39:20.952449 {p}0x5c000015 {set}"),
+            format!("00:39:20.961367 {p}0x5c000015 {pre}"),
+            format!("00:39:20.962117 {p}0x5c000015 {pre}"),
+            format!("00:39:21.126123 {p}0x5c000088 {set}"),
+            format!("00:39:21.134535 {p}0x5c000088 {pre}"),
+            format!("00:39:21.135244 {p}0x5c000088 {pre}"),
+            format!("00:39:21.300671 {p}0x5c000108 {set}"),
+            format!("00:39:21.308736 {p}0x5c000108 {pre}"),
+            format!("00:39:21.309441 {p}0x5c000108 {pre}"),
+        ]
+    );
+    // Statistics: 9 updates, 6 of them preemptions, 2 per GRAPHICS TSG.
+    assert!(
+        text.contains("\nsched_update        9   (refused 0, preempt 6)\n"),
+        "{text}"
+    );
+    let json = replay(&[path.to_str().unwrap(), "--format", "json"]);
+    let stats: serde_json::Value = serde_json::from_str(json.lines().last().unwrap()).unwrap();
+    let per_tsg: Vec<(String, u64, u64)> = stats["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["engine"] == "GRAPHICS")
+        .map(|t| {
+            (
+                t["key"].as_str().unwrap().to_string(),
+                t["preemptions"].as_u64().unwrap(),
+                t["timeslice_us"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        per_tsg,
+        [
+            ("480:0xc1d00028:0x5c000015".to_string(), 2, 2048),
+            ("480:0xc1d00028:0x5c000088".to_string(), 2, 2048),
+            ("480:0xc1d00028:0x5c000108".to_string(), 2, 2048),
+        ]
+    );
+    // 4 TSGs live at a time on GPU 0, never more (each round frees its 4 before the next).
+    assert_eq!(
+        stats["gpus"],
+        serde_json::json!([{"gpu": 0, "live": 0, "max_live": 4}])
+    );
+}
+
+#[test]
+fn prio_stream_makes_no_interleave_or_preempt_call() {
+    // PyTorch with a priority -1 stream (h100_r3/prio): CUDA maps stream priorities inside its
+    // own channel use; the RM calls are the same as two_streams' — four schedules and one
+    // SET_TIMESLICE 2048 on the GRAPHICS TSG, no SET_INTERLEAVE_LEVEL, no PREEMPT, no disable.
+    let raw = raw_updates("h100_r3/prio.gtrace");
+    assert_eq!(raw.len(), 1, "{raw:?}");
+    assert_eq!(
+        (raw[0].3, raw[0].4, raw[0].6),
+        (
+            0x5c00_0015,
+            cmd::TSG_SET_TIMESLICE,
+            ControlParams::Timeslice { us: 2048 }
+        )
+    );
 }
 
 #[test]
@@ -449,7 +683,67 @@ fn replay_filters_and_formats() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(lines.len(), 4 + 4 + 20 + 4 + 1);
+    assert_eq!(lines.len(), 4 + 4 + 1 + 20 + 4 + 1);
     assert_eq!(lines.last().unwrap()["event"], "STATS");
     assert_eq!(lines.last().unwrap()["kernel"]["dropped"], 0);
+}
+
+#[test]
+fn interval_adds_periodic_statistics_without_touching_the_event_stream() {
+    let path = fixture("ctx_churn.gtrace");
+    let path = path.to_str().unwrap();
+    // Replay counts --interval in the recording's time: one periodic STATS per 0.2 s boundary
+    // the records cross, from the first record to the last.
+    let ts: Vec<u64> = records("ctx_churn.gtrace")
+        .iter()
+        .map(|r| r.origin().ts_ns)
+        .collect();
+    let span = ts.last().unwrap() - ts[0];
+    let periodic = (span / 200_000_000) as usize;
+    assert!(periodic >= 2, "the capture spans {span} ns");
+
+    let plain = replay(&[path, "--format", "json"]);
+    let with = replay(&[path, "--format", "json", "--interval", "0.2"]);
+    let (stats, events): (Vec<&str>, Vec<&str>) = with
+        .lines()
+        .partition(|l| l.starts_with("{\"event\":\"STATS\""));
+    // The events are exactly those without --interval, in order; then the final STATS.
+    let plain_lines: Vec<&str> = plain.lines().collect();
+    assert_eq!(events, plain_lines[..plain_lines.len() - 1]);
+    assert_eq!(stats.len(), periodic + 1);
+    let parsed: Vec<serde_json::Value> = stats
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for (i, s) in parsed.iter().enumerate() {
+        let last = i == periodic;
+        assert_eq!(s["final"], last, "{s}");
+        if !last {
+            // (i + 1) × 200 ms, in seconds.
+            let ms = s["duration_s"].as_f64().unwrap() * 1000.0;
+            assert_eq!(ms.round() as usize, 200 * (i + 1), "{s}");
+        }
+    }
+    // Counts only grow, up to the final ones.
+    let inits: Vec<u64> = parsed
+        .iter()
+        .map(|s| s["task_init"].as_u64().unwrap())
+        .collect();
+    assert!(inits.windows(2).all(|w| w[0] <= w[1]), "{inits:?}");
+    assert_eq!(*inits.last().unwrap(), 12);
+
+    // Text: the blocks go to standard error; standard output is what it is without --interval.
+    let out = Command::new(env!("CARGO_BIN_EXE_gpu-trace"))
+        .args(["replay", path, "--interval", "0.2"])
+        .env("TZ", "UTC")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), replay(&[path]));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(
+        err.matches("--- gpu-trace statistics so far (").count(),
+        periodic,
+        "{err}"
+    );
 }

@@ -676,10 +676,16 @@ fn pipeline_json_output_has_one_line_per_event_on_real_records() {
     let text = String::from_utf8(out).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     let stats: serde_json::Value = serde_json::from_str(lines.last().unwrap()).unwrap();
-    let counted = ["task_init", "schedule", "work_submit", "task_destroy"]
-        .iter()
-        .map(|k| stats[k].as_u64().unwrap())
-        .sum::<u64>();
+    let counted = [
+        "task_init",
+        "schedule",
+        "sched_update",
+        "work_submit",
+        "task_destroy",
+    ]
+    .iter()
+    .map(|k| stats[k].as_u64().unwrap())
+    .sum::<u64>();
     assert_eq!(lines.len() as u64 - 1, counted);
 }
 

@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use gpu_trace::{
     model::{
-        event::{DestroyCause, Event, EventKind, Origin, TaskId},
+        event::{DestroyCause, Event, EventKind, Origin, RunState, SchedChange, TaskId},
         nvidia::{NvInput, NvTracker, TaskSnapshot},
     },
     nvidia::decode::{AllocParams, ControlParams, MalformedReason, RmCall, Unreadable, status},
@@ -585,17 +585,79 @@ fn check_with(ops: &[Op], mut plant: impl FnMut(usize, &mut Vec<Event>)) -> Resu
                 client,
                 ..
             } => {
-                let sched = matches!(kind, CtlKind::TsgSchedule | CtlKind::ChannelSchedule)
-                    && matches!(params, ControlParams::Schedule { enable: true, .. });
+                let any_schedule = matches!(kind, CtlKind::TsgSchedule | CtlKind::ChannelSchedule)
+                    && matches!(params, ControlParams::Schedule { .. });
+                let sched =
+                    any_schedule && matches!(params, ControlParams::Schedule { enable: true, .. });
                 let token = matches!(kind, CtlKind::Token)
                     && ok(*errno, *status)
                     && matches!(params, ControlParams::WorkSubmitToken { .. });
+                // Requests that change scheduling: one SCHED_UPDATE each, allowed or not.
+                let param_update = matches!(
+                    (kind, params),
+                    (CtlKind::SetTimeslice, ControlParams::Timeslice { .. })
+                        | (
+                            CtlKind::TsgInterleave | CtlKind::ChannelInterleave,
+                            ControlParams::Interleave { .. }
+                        )
+                        | (CtlKind::Preempt, ControlParams::Preempt { .. })
+                );
+                let c = CLIENTS[*client];
+                let obj = OBJECTS[*o];
+                // The TSG the request is about, as it stood before.
+                let target = before.iter().find(|&(&(bc, h), s)| {
+                    bc == c
+                        && match kind {
+                            CtlKind::ChannelSchedule | CtlKind::ChannelInterleave => {
+                                s.channels.contains(&obj)
+                            }
+                            _ => h == obj,
+                        }
+                });
+                let disabled_before =
+                    target.is_some_and(|(_, s)| s.run_state == RunState::Disabled);
+                let want_updates =
+                    usize::from(param_update || (any_schedule && (!sched || disabled_before)));
+                let updates: Vec<&Event> = events
+                    .iter()
+                    .filter(|e| e.kind.name() == "SCHED_UPDATE")
+                    .collect();
+                if updates.len() != want_updates {
+                    return Err(format!(
+                        "control must give {want_updates} SCHED_UPDATE\n{}",
+                        ctx()
+                    ));
+                }
+                for u in &updates {
+                    let EventKind::SchedUpdate {
+                        allowed,
+                        client: uc,
+                        change,
+                        ..
+                    } = &u.kind
+                    else {
+                        unreachable!()
+                    };
+                    if *allowed != ok(*errno, *status) || *uc != c {
+                        return Err(format!("bad SCHED_UPDATE\n{}", ctx()));
+                    }
+                    // An accepted timeslice is the TSG's from then on.
+                    if let (SchedChange::Timeslice { new_us, .. }, true, Some((k, _))) =
+                        (change, *allowed, target)
+                        && after.get(k).map(|s| s.timeslice_us) != Some(Some(*new_us))
+                    {
+                        return Err(format!("timeslice not applied\n{}", ctx()));
+                    }
+                }
+                let events: Vec<Event> = events
+                    .iter()
+                    .filter(|e| e.kind.name() != "SCHED_UPDATE")
+                    .cloned()
+                    .collect();
                 let want = usize::from(sched || token);
                 if events.len() != want {
                     return Err(format!("control must give {want} event(s)\n{}", ctx()));
                 }
-                let c = CLIENTS[*client];
-                let obj = OBJECTS[*o];
                 if let Some(e) = events.first() {
                     match &e.kind {
                         EventKind::Schedule {

@@ -602,6 +602,148 @@ fn process_exit_is_reported_once_after_the_last_thread() {
     );
 }
 
+/// Every scheduling-update control, as a process would send it, is captured with its parameters
+/// and becomes one refused `SCHED_UPDATE` (ENOTTY: /dev/null is no RM). The expected values are
+/// the bytes this test wrote, per the control parameter layouts (ctrla06c.h, ctrla06f.h).
+#[test]
+fn scheduling_update_controls_are_captured_with_their_parameters() {
+    use gpu_trace::model::{
+        event::{EventKind, Interleave, RunState, SchedChange},
+        nvidia::NvTracker,
+    };
+    let _serial = serial();
+    let Some((_tracer, mut ring)) = tracer("sched_update", None) else {
+        return;
+    };
+    let null = File::open("/dev/null").unwrap();
+    let fd = null.as_raw_fd();
+    let tid = gettid();
+    let send = |object: u32, command: u32, params: &[u8]| {
+        let control = Nvos54 {
+            h_client: 0xc1d0_0001,
+            h_object: object,
+            cmd: command,
+            flags: 0,
+            params: params.as_ptr() as u64,
+            params_size: params.len() as u32,
+            status: 0,
+        };
+        assert_eq!(ioctl(fd, CONTROL, (&raw const control).cast()), -ENOTTY);
+    };
+    send(0x5c00_0010, cmd::TSG_SET_TIMESLICE, &4096u64.to_le_bytes());
+    send(
+        0x5c00_0010,
+        cmd::TSG_SET_INTERLEAVE_LEVEL,
+        &2u32.to_le_bytes(),
+    );
+    send(
+        0x5c00_0020,
+        cmd::CHANNEL_SET_INTERLEAVE_LEVEL,
+        &0u32.to_le_bytes(),
+    );
+    // bWait 1, bManualTimeout 1, 2 bytes padding, timeoutUs 777.
+    let mut preempt = [1u8, 1, 0, 0, 0, 0, 0, 0];
+    preempt[4..].copy_from_slice(&777u32.to_le_bytes());
+    send(0x5c00_0010, cmd::TSG_PREEMPT, &preempt);
+    // bEnable 0, bSkipSubmit 1, bSkipEnable 0.
+    send(0x5c00_0010, cmd::TSG_GPFIFO_SCHEDULE, &[0, 1, 0]);
+
+    let recs = collect(&mut ring, tid, 5);
+    let params: Vec<ControlParams> = nv(&recs)
+        .iter()
+        .map(|r| match decode::decode(r) {
+            RmCall::Control { params, .. } => params,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        params,
+        [
+            ControlParams::Timeslice { us: 4096 },
+            ControlParams::Interleave { level: 2 },
+            ControlParams::Interleave { level: 0 },
+            ControlParams::Preempt {
+                wait: true,
+                manual_timeout: true,
+                timeout_us: 777
+            },
+            ControlParams::Schedule {
+                enable: false,
+                skip_submit: true,
+                skip_enable: false
+            },
+        ]
+    );
+    let mut tracker = NvTracker::new();
+    let updates: Vec<(SchedChange, bool, i32)> = recs
+        .iter()
+        .flat_map(|r| tracker.observe_raw(r))
+        .map(|e| match e.kind {
+            EventKind::SchedUpdate {
+                change,
+                allowed,
+                errno,
+                ..
+            } => (change, allowed, errno),
+            k => panic!("{k:?}"),
+        })
+        .collect();
+    let e = -(ENOTTY as i32);
+    assert_eq!(
+        updates,
+        [
+            (
+                SchedChange::Timeslice {
+                    old_us: None,
+                    old_source: None,
+                    new_us: 4096
+                },
+                false,
+                e
+            ),
+            (
+                SchedChange::Interleave {
+                    old: None,
+                    old_source: None,
+                    new: Some(Interleave::High),
+                    new_raw: 2
+                },
+                false,
+                e
+            ),
+            (
+                SchedChange::Interleave {
+                    old: None,
+                    old_source: None,
+                    new: Some(Interleave::Low),
+                    new_raw: 0
+                },
+                false,
+                e
+            ),
+            (
+                SchedChange::Preempt {
+                    wait: true,
+                    manual_timeout: true,
+                    timeout_us: 777
+                },
+                false,
+                e
+            ),
+            (
+                SchedChange::RunState {
+                    old: None,
+                    new: RunState::Disabled,
+                    skip_submit: true,
+                    skip_enable: false
+                },
+                false,
+                e
+            ),
+        ]
+    );
+}
+
 /// Child for the deny test: waits for "go" on stdin, then issues schedule requests on /dev/null
 /// and prints each errno.
 #[test]

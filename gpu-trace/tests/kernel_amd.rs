@@ -346,7 +346,8 @@ fn kfd_shaped_ioctls_on_a_watched_device_are_captured_and_decoded() {
     );
 
     // The queue model: every call failed, so no queue exists — no TASK_INIT, no TASK_DESTROY —
-    // and each scheduling request is reported refused with the driver's errno.
+    // and each scheduling request (creates: SCHEDULE; updates: SCHED_UPDATE) is reported
+    // refused with the driver's errno.
     let mut model = KfdTracker::new();
     let events: Vec<_> = records.iter().flat_map(|r| model.observe_raw(r)).collect();
     let summary: Vec<(&str, TaskId, Option<AmdVia>, bool, i32)> = events
@@ -357,8 +358,14 @@ fn kfd_shaped_ioctls_on_a_watched_device_are_captured_and_decoded() {
                 allowed,
                 errno,
                 ..
+            }
+            | EventKind::SchedUpdate {
+                task,
+                allowed,
+                errno,
+                ..
             } => (
-                "SCHEDULE",
+                e.kind.name(),
                 task,
                 e.amd.as_ref().unwrap().via,
                 allowed,
@@ -385,15 +392,16 @@ fn kfd_shaped_ioctls_on_a_watched_device_are_captured_and_decoded() {
                 false,
                 e
             ),
+            // UPDATE_QUEUE and SET_CU_MASK change a queue's scheduling: SCHED_UPDATE.
             (
-                "SCHEDULE",
+                "SCHED_UPDATE",
                 TaskId::KfdQueue(3),
                 Some(AmdVia::Update),
                 false,
                 e
             ),
             (
-                "SCHEDULE",
+                "SCHED_UPDATE",
                 TaskId::KfdQueue(3),
                 Some(AmdVia::CuMask),
                 false,
@@ -648,7 +656,7 @@ fn the_cli_traces_kfd_calls_with_vendor_amd() {
     }
     let lines: Vec<&str> = stdout
         .lines()
-        .filter(|l| l.contains("] SCHEDULE "))
+        .filter(|l| l.contains("] SCHEDULE ") || l.contains("] SCHED_UPDATE "))
         .collect();
     assert_eq!(lines.len(), 2, "{stdout}");
     assert!(
@@ -658,9 +666,14 @@ fn the_cli_traces_kfd_calls_with_vendor_amd() {
         ),
         "{stdout}"
     );
+    // UPDATE_QUEUE is a SCHED_UPDATE; queue 4 was never created here, so its old priority
+    // and percentage are not known (`?`).
     assert!(
         lines[1].contains(
-            "TSG=4    via=update priority=3 percent=10 ring=4096 active=yes allowed=no errno=ENOTTY"
+            "SCHED_UPDATE PID=",
+        ) && lines[1].contains(
+            "TSG=4    via=update priority=? -> 3 percent=? -> 10 ring=4096 active=yes allowed=no \
+             errno=ENOTTY"
         ),
         "{stdout}"
     );
@@ -668,5 +681,12 @@ fn the_cli_traces_kfd_calls_with_vendor_amd() {
         !stdout.contains("] TASK_INIT "),
         "no queue was created: {stdout}"
     );
-    assert!(stdout.contains("(refused 2)"), "{stdout}");
+    assert!(
+        stdout.contains("schedule            1   (refused 1)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("sched_update        1   (refused 1, preempt 0)"),
+        "{stdout}"
+    );
 }

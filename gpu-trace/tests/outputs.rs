@@ -277,12 +277,15 @@ fn perfetto_timeline_of_two_streams_imports_and_matches_the_events() {
         assert_eq!(s.args["task_init"]["timeslice_us"], 1024);
         assert_eq!(s.args["task_destroy"]["cause"], "process_exit");
         assert_eq!(s.args["task_destroy"]["comm"], "cuda-EvtHandlr");
-        // Its SCHEDULE and WORK_SUBMIT events are instants inside it, with their fields.
+        // Its SCHEDULE, SCHED_UPDATE and WORK_SUBMIT events are instants inside it, with their
+        // fields.
         let mine: Vec<&&Value> = events
             .iter()
             .filter(|e| {
-                matches!(e["event"].as_str(), Some("SCHEDULE" | "WORK_SUBMIT"))
-                    && e["task"] == init["task"]
+                matches!(
+                    e["event"].as_str(),
+                    Some("SCHEDULE" | "SCHED_UPDATE" | "WORK_SUBMIT")
+                ) && e["task"] == init["task"]
             })
             .collect();
         assert_eq!(s.instants.len(), mine.len());
@@ -300,7 +303,11 @@ fn perfetto_timeline_of_two_streams_imports_and_matches_the_events() {
         }
     }
     let instants: usize = slices.iter().map(|s| s.instants.len()).sum();
-    assert_eq!(instants, 4 + 20, "4 SCHEDULE and 20 WORK_SUBMIT");
+    assert_eq!(
+        instants,
+        4 + 1 + 20,
+        "4 SCHEDULE, the SET_TIMESLICE's SCHED_UPDATE and 20 WORK_SUBMIT"
+    );
 }
 
 #[test]

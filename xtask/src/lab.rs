@@ -1895,7 +1895,8 @@ fn judge_deep_hooks(r: &Results, c: &mut Vec<Check>) {
             .filter(|e| e["event"] != "STATS" && e["pid"].as_i64() == pid)
             .map(|e| {
                 let mut e = e.clone();
-                for k in ["ts", "ts_ns", "cpu", "pid", "tid", "time"] {
+                // `key` starts with the pid.
+                for k in ["ts", "ts_ns", "cpu", "pid", "tid", "time", "key"] {
                     e.as_object_mut().map(|o| o.remove(k));
                 }
                 // The driver's copy of an 88-byte CREATE_QUEUE is zero-filled to 96 bytes: the
@@ -2094,10 +2095,10 @@ fn judge_gpu_ext(r: &Results, c: &mut Vec<Check>, id: &'static str, run: &str) {
     }
     if !inits
         .iter()
-        .all(|e| e["timeslice_us"] == 3000 && e["timeslice_source"] == "observed")
+        .all(|e| e["timeslice_us"] == 3000 && e["timeslice_source"] == "driver_hook")
     {
         problems.push(format!(
-            "want the driver's timeslice 3000 µs (observed) on both TASK_INITs: {inits:?}"
+            "want the driver's timeslice 3000 µs (source driver_hook) on both TASK_INITs: {inits:?}"
         ));
     }
     let sched: Vec<&&serde_json::Value> =
@@ -2602,9 +2603,9 @@ LAB-BEGIN nvdev_gx.stderr
 gpu-trace: tracing NVIDIA RM calls; hooks: NVIDIA gpu_ext hooks → fentry/{nv_gpu_sched_task_init,nv_gpu_sched_bind,nv_gpu_sched_token_request,nv_gpu_sched_task_destroy} (nvlab BTF); ioctl+close → tp_btf/sys_exit; process exit → raw_tp/sched_process_exit
 LAB-END nvdev_gx.stderr rc=0
 LAB-BEGIN nvdev_gx.jsonl
-{"event":"TASK_INIT","time":"2026-11-22T03:52:33.856263Z","ts_ns":71695722309,"cpu":0,"pid":338,"tid":338,"comm":"lab-client","task":{"kind":"hw_tsg","value":3},"client":3251634177,"engine":"GRAPHICS","engine_type":1,"timeslice_us":3000,"timeslice_source":"observed","interleave":"MEDIUM","interleave_source":"driver_default","runlist":null,"gpu":null}
+{"event":"TASK_INIT","time":"2026-11-22T03:52:33.856263Z","ts_ns":71695722309,"cpu":0,"pid":338,"tid":338,"comm":"lab-client","task":{"kind":"hw_tsg","value":3},"client":3251634177,"engine":"GRAPHICS","engine_type":1,"timeslice_us":3000,"timeslice_source":"driver_hook","interleave":"MEDIUM","interleave_source":"driver_default","runlist":null,"gpu":null}
 {"event":"SCHEDULE","time":"2026-11-22T03:52:33.857837Z","ts_ns":71697296294,"cpu":0,"pid":338,"tid":338,"comm":"lab-client","task":{"kind":"hw_tsg","value":3},"client":3251634177,"channels":0,"timeslice_us":3000,"interleave":"MEDIUM","allowed":true,"rm_status":0,"errno":0,"via_channel":false}
-{"event":"TASK_INIT","time":"2026-11-22T03:52:33.858056Z","ts_ns":71697515507,"cpu":0,"pid":338,"tid":338,"comm":"lab-client","task":{"kind":"hw_tsg","value":4},"client":3251634177,"engine":"GRAPHICS","engine_type":1,"timeslice_us":3000,"timeslice_source":"observed","interleave":"MEDIUM","interleave_source":"driver_default","runlist":null,"gpu":null}
+{"event":"TASK_INIT","time":"2026-11-22T03:52:33.858056Z","ts_ns":71697515507,"cpu":0,"pid":338,"tid":338,"comm":"lab-client","task":{"kind":"hw_tsg","value":4},"client":3251634177,"engine":"GRAPHICS","engine_type":1,"timeslice_us":3000,"timeslice_source":"driver_hook","interleave":"MEDIUM","interleave_source":"driver_default","runlist":null,"gpu":null}
 {"event":"TASK_DESTROY","time":"2026-11-22T03:52:33.858715Z","ts_ns":71698174453,"cpu":0,"pid":338,"tid":338,"comm":"lab-client","task":{"kind":"hw_tsg","value":3},"client":3251634177,"cause":"free","implicit":false}
 {"event":"TASK_DESTROY","time":"2026-11-22T03:52:33.858763Z","ts_ns":71698222382,"cpu":0,"pid":338,"tid":338,"comm":"lab-client","task":{"kind":"hw_tsg","value":4},"client":3251634177,"cause":"free","implicit":false}
 {"event":"STATS","duration_s":1.249012577,"task_init":2,"schedule":1,"schedule_refused":0,"work_submit":0,"task_destroy":2,"task_destroy_implicit":0,"kernel":{"dropped":0,"read_failed":0,"ignored":0,"emitted":5,"fd_lookup_failed":0,"denied":0},"malformed":0,"decode_errors":0,"live_at_exit":0,"unreported":{},"lost_samples":null,"processes":[{"pid":338,"comm":"lab-client","task_init":2,"schedule":1,"schedule_refused":0,"work_submit":0,"task_destroy":2}]}
@@ -2627,9 +2628,9 @@ gpu-trace: (not used: NVIDIA gpu_ext hooks: fentry/nv_gpu_sched_token_request: n
 gpu-trace: (not used: NVIDIA gpu_ext hooks: fentry/nv_gpu_sched_task_destroy: not tried (--deep-attach kprobe))
 LAB-END nvdev_gxk.stderr rc=0
 LAB-BEGIN nvdev_gxk.jsonl
-{"event":"TASK_INIT","time":"2026-11-22T03:52:39.410269Z","ts_ns":77249720712,"cpu":0,"pid":383,"tid":383,"comm":"lab-client","task":{"kind":"hw_tsg","value":5},"client":3251634177,"engine":"GRAPHICS","engine_type":1,"timeslice_us":3000,"timeslice_source":"observed","interleave":"MEDIUM","interleave_source":"driver_default","runlist":null,"gpu":null}
+{"event":"TASK_INIT","time":"2026-11-22T03:52:39.410269Z","ts_ns":77249720712,"cpu":0,"pid":383,"tid":383,"comm":"lab-client","task":{"kind":"hw_tsg","value":5},"client":3251634177,"engine":"GRAPHICS","engine_type":1,"timeslice_us":3000,"timeslice_source":"driver_hook","interleave":"MEDIUM","interleave_source":"driver_default","runlist":null,"gpu":null}
 {"event":"SCHEDULE","time":"2026-11-22T03:52:39.411849Z","ts_ns":77251300508,"cpu":0,"pid":383,"tid":383,"comm":"lab-client","task":{"kind":"hw_tsg","value":5},"client":3251634177,"channels":0,"timeslice_us":3000,"interleave":"MEDIUM","allowed":true,"rm_status":0,"errno":0,"via_channel":false}
-{"event":"TASK_INIT","time":"2026-11-22T03:52:39.412039Z","ts_ns":77251490416,"cpu":0,"pid":383,"tid":383,"comm":"lab-client","task":{"kind":"hw_tsg","value":6},"client":3251634177,"engine":"GRAPHICS","engine_type":1,"timeslice_us":3000,"timeslice_source":"observed","interleave":"MEDIUM","interleave_source":"driver_default","runlist":null,"gpu":null}
+{"event":"TASK_INIT","time":"2026-11-22T03:52:39.412039Z","ts_ns":77251490416,"cpu":0,"pid":383,"tid":383,"comm":"lab-client","task":{"kind":"hw_tsg","value":6},"client":3251634177,"engine":"GRAPHICS","engine_type":1,"timeslice_us":3000,"timeslice_source":"driver_hook","interleave":"MEDIUM","interleave_source":"driver_default","runlist":null,"gpu":null}
 {"event":"TASK_DESTROY","time":"2026-11-22T03:52:39.412909Z","ts_ns":77252360188,"cpu":0,"pid":383,"tid":383,"comm":"lab-client","task":{"kind":"hw_tsg","value":5},"client":3251634177,"cause":"free","implicit":false}
 {"event":"TASK_DESTROY","time":"2026-11-22T03:52:39.413000Z","ts_ns":77252451170,"cpu":0,"pid":383,"tid":383,"comm":"lab-client","task":{"kind":"hw_tsg","value":6},"client":3251634177,"cause":"free","implicit":false}
 {"event":"STATS","duration_s":1.110209586,"task_init":2,"schedule":1,"schedule_refused":0,"work_submit":0,"task_destroy":2,"task_destroy_implicit":0,"kernel":{"dropped":0,"read_failed":0,"ignored":0,"emitted":5,"fd_lookup_failed":0,"denied":0},"malformed":0,"decode_errors":0,"live_at_exit":0,"unreported":{},"lost_samples":null,"processes":[{"pid":383,"comm":"lab-client","task_init":2,"schedule":1,"schedule_refused":0,"work_submit":0,"task_destroy":2}]}

@@ -77,9 +77,11 @@ mod tests {
                 "WORK_SUBMIT  PID=4242   hip_app          TSG=2    doorbell=0xefbbc00000000010 offset=16 gpu=48879",
                 "SCHEDULE     PID=4242   hip_app          TSG=2    via=create type=COMPUTE_AQL priority=7 percent=100 ring=1048576 gpu=48879 active=yes allowed=yes",
                 "SCHEDULE     PID=4242   hip_app          TSG=?    via=create type=COMPUTE_AQL priority=7 percent=100 ring=1048576 gpu=48879 active=yes allowed=no errno=EINVAL",
-                "SCHEDULE     PID=4242   hip_app          TSG=2    via=update priority=2 percent=30 ring=4096 active=yes allowed=yes",
-                "SCHEDULE     PID=4242   hip_app          TSG=2    via=cu_mask cu_mask=64 priority=2 percent=30 ring=4096 active=yes allowed=yes",
-                "SCHEDULE     PID=4242   hip_app          TSG=2    via=cu_mask cu_mask=33 priority=2 percent=30 ring=4096 active=yes allowed=no errno=EINVAL",
+                // UPDATE_QUEUE: priority 7 → 2, percentage 100 → 30 (the create's values before).
+                "SCHED_UPDATE PID=4242   hip_app          TSG=2    via=update priority=7 -> 2 percent=100 -> 30 ring=4096 active=yes allowed=yes",
+                // SET_CU_MASK: no mask was set before (`?`), then 64 → 33 refused.
+                "SCHED_UPDATE PID=4242   hip_app          TSG=2    via=cu_mask cu_mask=? -> 64 priority=2 percent=30 ring=4096 active=yes allowed=yes",
+                "SCHED_UPDATE PID=4242   hip_app          TSG=2    via=cu_mask cu_mask=64 -> 33 priority=2 percent=30 ring=4096 active=yes allowed=no errno=EINVAL",
                 "TASK_DESTROY PID=4242   hip_app          TSG=2    cause=process_exit (implicit)",
             ]
         );
@@ -133,6 +135,21 @@ mod tests {
             (false.into(), (-22).into())
         );
         assert_eq!(refused["rm_status"], serde_json::Value::Null);
+        // The run-unique key: process and queue id; none for a refused create (no queue).
+        assert_eq!(init["key"], "4242:kfd:2");
+        assert_eq!(lines[7]["key"], "4242:kfd:2");
+        assert_eq!(refused["key"], serde_json::Value::Null);
+        assert_eq!(
+            (init["tsg"].clone(), refused["tsg"].clone()),
+            ("2".into(), "?".into())
+        );
+        assert_eq!(init["handle"], serde_json::Value::Null);
+        assert_eq!(lines[4]["event"], "SCHED_UPDATE");
+        assert_eq!(
+            lines[4]["change"],
+            serde_json::json!({"what": "amd_queue", "old_priority": 7, "new_priority": 2,
+                "old_percentage": 100, "new_percentage": 30})
+        );
         assert_eq!(lines[5]["amd"]["cu_mask_bits"], 64);
         assert_eq!(lines[7]["cause"], "process_exit");
     }

@@ -16,10 +16,12 @@
 //! - A refused `CREATE_QUEUE` (negative errno) produces no `TASK_INIT` — no queue exists — but a
 //!   `SCHEDULE via=create allowed=no` with the errno, under the task id
 //!   [`TaskId::KfdNoQueue`]: it is the admission point, and the request's parameters are known.
-//! - `UPDATE_QUEUE` and `SET_CU_MASK` change scheduling parameters: each produces a `SCHEDULE`
-//!   (`via=update` / `via=cu_mask`), `allowed=yes` when the call succeeded, `allowed=no` with
-//!   the errno otherwise. A call on a queue this tracer never saw created (the process started
-//!   before tracing) is still reported, with what the call itself says.
+//! - `UPDATE_QUEUE` and `SET_CU_MASK` change scheduling parameters: each produces a
+//!   `SCHED_UPDATE` (`via=update` with priority and percentage old → new / `via=cu_mask` with
+//!   the CU mask bits old → new), `allowed=yes` when the call succeeded, `allowed=no` with the
+//!   errno otherwise. They are not `SCHEDULE`s: `SCHEDULE` is the admission point only
+//!   (`CREATE_QUEUE`). A call on a queue this tracer never saw created (the process started
+//!   before tracing) is still reported, with what the call itself says (old values `?`).
 //! - A successful `DESTROY_QUEUE` produces `TASK_DESTROY cause=free`, also for queues created
 //!   before tracing (the command names a queue, unambiguously).
 //! - When the process exits, each queue still alive ends with an implicit
@@ -51,7 +53,8 @@ use crate::amd::decode::{
     self, CreateQueue, DeepStep, KfdCall, KfdMalformed, QueueBuilt, QueueParams, UpdateQueue,
 };
 use crate::model::event::{
-    AmdDetail, AmdVia, DestroyCause, Event, EventKind, Origin, TaskId, ValueSource,
+    AmdDetail, AmdVia, DestroyCause, Event, EventKind, Origin, SchedChange, TaskId, TaskKey,
+    ValueSource,
 };
 use crate::model::nvidia::LiveAtEnd;
 use crate::wire::RawRecord;
@@ -143,6 +146,8 @@ pub struct KfdTracker {
     counters: KfdTrackerCounters,
     /// Deep-hook findings waiting for their thread's `CREATE_QUEUE` result, by thread id.
     pending: HashMap<u32, Pending>,
+    /// Generation of the last queue seen per `(pid, queue id)`, for [`TaskKey`].
+    generations: HashMap<(u32, u32), u32>,
 }
 
 /// What the deep hooks saw inside a thread's `CREATE_QUEUE` before it returned.
@@ -161,11 +166,13 @@ pub struct QueueSnapshot {
     pub detail: AmdDetail,
 }
 
+/// An event; its [`TaskKey`] is set by [`KfdTracker::observe`].
 fn event(origin: &Origin, kind: EventKind, detail: AmdDetail) -> Event {
     Event {
         origin: origin.clone(),
         kind,
         amd: Some(detail),
+        key: None,
     }
 }
 
@@ -202,6 +209,27 @@ impl KfdTracker {
 
     /// Observes one input; returns the events it produces, in order.
     pub fn observe(&mut self, origin: Origin, input: KfdInput) -> Vec<Event> {
+        let mut events = self.observe_input(origin, input);
+        for e in &mut events {
+            let TaskId::KfdQueue(queue) = e.kind.task() else {
+                continue;
+            };
+            let pid = e.origin.pid;
+            let g = self.generations.entry((pid, queue)).or_insert(0);
+            if matches!(e.kind, EventKind::TaskInit { .. }) || *g == 0 {
+                *g += 1;
+            }
+            e.key = Some(TaskKey {
+                pid,
+                client: None,
+                object: queue,
+                generation: *g,
+            });
+        }
+        events
+    }
+
+    fn observe_input(&mut self, origin: Origin, input: KfdInput) -> Vec<Event> {
         match input {
             KfdInput::ProcessExit => {
                 self.process_exit(&origin, origin.pid, DestroyCause::ProcessExit)
@@ -419,6 +447,7 @@ impl KfdTracker {
                 client: 0,
                 cause: DestroyCause::Free,
                 implicit: false,
+                final_params: None,
             },
             detail,
         )]
@@ -426,32 +455,45 @@ impl KfdTracker {
 
     fn update(&mut self, origin: &Origin, errno: i32, u: &UpdateQueue) -> Vec<Event> {
         self.change(origin, errno, u.queue_id, AmdVia::Update, |d| {
+            let change = SchedChange::AmdQueue {
+                old_priority: d.priority,
+                new_priority: u.params.queue_priority,
+                old_percentage: d.percentage,
+                new_percentage: u.params.percentage(),
+            };
             set_params(d, &u.params, errno == 0);
+            change
         })
     }
 
     fn cu_mask(&mut self, origin: &Origin, errno: i32, queue_id: u32, bits: u32) -> Vec<Event> {
         self.change(origin, errno, queue_id, AmdVia::CuMask, |d| {
+            let change = SchedChange::CuMask {
+                old_bits: d.cu_mask_bits,
+                new_bits: bits,
+            };
             d.cu_mask_bits = Some(bits);
+            change
         })
     }
 
-    /// A call that changes a queue's scheduling parameters: a `SCHEDULE` with the queue's state
-    /// as `apply` leaves it (what the call carries over what was known); the tracked queue
-    /// keeps that state only if the call succeeded.
+    /// A call that changes a queue's scheduling parameters: a `SCHED_UPDATE` with the queue's
+    /// state as `apply` leaves it (what the call carries over what was known); the tracked
+    /// queue keeps that state only if the call succeeded.
     fn change(
         &mut self,
         origin: &Origin,
         errno: i32,
         queue_id: u32,
         via: AmdVia,
-        apply: impl FnOnce(&mut AmdDetail),
+        apply: impl FnOnce(&mut AmdDetail) -> SchedChange,
     ) -> Vec<Event> {
         let proc = self.process_mut(origin);
         let known = proc.queues.get_mut(&queue_id);
         let was_known = known.is_some();
         let mut detail = known.as_ref().map(|q| q.detail.clone()).unwrap_or_default();
-        apply(&mut detail);
+        let was_active = detail.active;
+        let change = apply(&mut detail);
         if errno == 0
             && let Some(q) = known
         {
@@ -461,11 +503,30 @@ impl KfdTracker {
             self.counters.unknown_queue += 1;
         }
         detail.via = Some(via);
-        vec![event(
+        let mut events = Vec::new();
+        if errno == 0 && was_active == Some(false) && detail.active == Some(true) {
+            // A queue created inactive becomes active: its admission point, as a create of an
+            // active queue would have been.
+            events.push(event(
+                origin,
+                schedule(TaskId::KfdQueue(queue_id), true, 0),
+                detail.clone(),
+            ));
+        }
+        events.push(event(
             origin,
-            schedule(TaskId::KfdQueue(queue_id), errno == 0, errno),
+            EventKind::SchedUpdate {
+                task: TaskId::KfdQueue(queue_id),
+                client: 0,
+                change,
+                allowed: errno == 0,
+                rm_status: None,
+                errno,
+                via_channel: false,
+            },
             detail,
-        )]
+        ));
+        events
     }
 
     /// Ends every queue of process `pid`: at its exit (implicit) or at the driver's teardown
@@ -501,6 +562,7 @@ impl KfdTracker {
                         client: 0,
                         cause,
                         implicit: cause.is_implicit(),
+                        final_params: None,
                     },
                     q.detail,
                 )
@@ -757,13 +819,33 @@ mod tests {
         assert_eq!(names(&ev), ["TASK_INIT", "WORK_SUBMIT"]);
         assert_eq!(ev[0].amd.as_ref().unwrap().active, Some(false));
         let ev = run(&mut t, &[testing::update(7, 4, 1, 0, 50, 12, 0)]);
-        assert_eq!(names(&ev), ["SCHEDULE"]);
-        let d = ev[0].amd.as_ref().unwrap();
-        assert_eq!(d.via, Some(AmdVia::Update));
+        assert_eq!(names(&ev), ["SCHEDULE", "SCHED_UPDATE"]);
+        for e in &ev {
+            let d = e.amd.as_ref().unwrap();
+            assert_eq!(d.via, Some(AmdVia::Update));
+            assert_eq!(
+                (d.percentage, d.priority, d.active),
+                (Some(50), Some(12), Some(true))
+            );
+        }
+        let EventKind::SchedUpdate { change, .. } = &ev[1].kind else {
+            panic!()
+        };
+        // CreateArgs' default priority is the value it was created with; percentage 0 → 50.
+        let SchedChange::AmdQueue {
+            old_percentage,
+            new_percentage,
+            new_priority,
+            ..
+        } = change
+        else {
+            panic!("{change:?}")
+        };
         assert_eq!(
-            (d.percentage, d.priority, d.active),
-            (Some(50), Some(12), Some(true))
+            (*old_percentage, *new_percentage, *new_priority),
+            (Some(0), 50, 12)
         );
+        let d = ev[1].amd.as_ref().unwrap();
         assert_eq!(
             d.ring_size,
             Some(1024),
@@ -779,6 +861,9 @@ mod tests {
             (q.percentage, q.priority, q.via),
             (Some(50), Some(12), None)
         );
+        // A second update of an active queue is no new admission.
+        let ev = run(&mut t, &[testing::update(7, 4, 1, 0, 60, 12, 0)]);
+        assert_eq!(names(&ev), ["SCHED_UPDATE"]);
     }
 
     #[test]
@@ -879,11 +964,11 @@ mod tests {
                 testing::cu_mask(1, 4, 3, 64, i64::from(EPERM)),
             ],
         );
-        assert_eq!(names(&ev), ["SCHEDULE"; 5]);
+        assert_eq!(names(&ev), ["SCHED_UPDATE"; 5]);
         let verdicts: Vec<(bool, i32, Option<AmdVia>)> = ev
             .iter()
             .map(|e| match e.kind {
-                EventKind::Schedule { allowed, errno, .. } => {
+                EventKind::SchedUpdate { allowed, errno, .. } => {
                     (allowed, errno, e.amd.as_ref().unwrap().via)
                 }
                 _ => unreachable!(),
@@ -926,7 +1011,7 @@ mod tests {
                 testing::destroy(9, 4, 5, 0),
             ],
         );
-        assert_eq!(names(&ev), ["SCHEDULE", "SCHEDULE", "TASK_DESTROY"]);
+        assert_eq!(names(&ev), ["SCHED_UPDATE", "SCHED_UPDATE", "TASK_DESTROY"]);
         let d = ev[0].amd.as_ref().unwrap();
         assert_eq!(
             (d.cu_mask_bits, d.queue_type, d.priority),

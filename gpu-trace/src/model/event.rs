@@ -55,13 +55,148 @@ pub enum Interleave {
     High,
 }
 
-/// Where a value came from: seen in this process's own driver calls, or the driver's documented
-/// default for an object that was never told otherwise.
+/// Where a value came from: seen in this process's own driver calls, the driver's documented
+/// default for an object that was never told otherwise, or read by a deep hook inside the driver.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ValueSource {
+    /// The process's own call: an accepted `SET_*` request, or what a `GET_*` returned.
     Observed,
+    /// The driver's default for a new object; no call changed it since.
     DriverDefault,
+    /// Reported by a gpu_ext scheduling hook inside the driver (what RM itself holds).
+    DriverHook,
+}
+
+/// The identity of one task (TSG / KFD queue) that is unique within a run: its process, its RM
+/// client (NVIDIA), its RM handle (NVIDIA) or queue id (AMD), and a generation that counts the
+/// tasks this run saw created with the same three (1 for the first). Printed as
+/// `PID:0xCLIENT:0xHANDLE` (NVIDIA) or `PID:kfd:QUEUE` (AMD), with `#N` appended from the
+/// second generation on: see [`TaskKey`]'s `Display`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TaskKey {
+    /// Process id.
+    pub pid: u32,
+    /// RM client handle; `None` for AMD KFD queues.
+    pub client: Option<u32>,
+    /// RM handle of the TSG (NVIDIA) or KFD queue id (AMD).
+    pub object: u32,
+    /// 1 for the first task with these three in the run, 2 for the next, ...
+    pub generation: u32,
+}
+
+impl std::fmt::Display for TaskKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.client {
+            Some(c) => write!(f, "{}:0x{c:08x}:0x{:08x}", self.pid, self.object)?,
+            None => write!(f, "{}:kfd:{}", self.pid, self.object)?,
+        }
+        if self.generation > 1 {
+            write!(f, "#{}", self.generation)?;
+        }
+        Ok(())
+    }
+}
+
+impl Serialize for TaskKey {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// Whether a TSG is on the runlist as far as its `GPFIFO_SCHEDULE` requests go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunState {
+    /// No accepted `GPFIFO_SCHEDULE` since the TSG was created.
+    Unscheduled,
+    /// Enabled (`bEnable=1` accepted).
+    Enabled,
+    /// Disabled and taken off the runlist (`bEnable=0` accepted).
+    Disabled,
+}
+
+/// What a [`EventKind::SchedUpdate`] asks to change. `old` is the value the tracker held just
+/// before the request (`None`: not known); `new` the value requested, which is the task's value
+/// from then on only when the request was allowed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "what", rename_all = "snake_case")]
+pub enum SchedChange {
+    /// NVIDIA `NVA06C_CTRL_CMD_SET_TIMESLICE`.
+    Timeslice {
+        old_us: Option<u64>,
+        /// Where `old_us` came from (`None` when it is not known).
+        old_source: Option<ValueSource>,
+        new_us: u64,
+    },
+    /// NVIDIA `NVA06C` (TSG) or `NVA06F` (channel) `SET_INTERLEAVE_LEVEL`.
+    Interleave {
+        old: Option<Interleave>,
+        old_source: Option<ValueSource>,
+        /// `None` for a raw level outside 0..=2 (the driver refuses it).
+        new: Option<Interleave>,
+        /// The raw level requested.
+        new_raw: u32,
+    },
+    /// NVIDIA `NVA06C_CTRL_CMD_PREEMPT`: the TSG is preempted off the engine (it stays on the
+    /// runlist).
+    Preempt {
+        /// `bWait`: the call returns only once the preemption completed.
+        wait: bool,
+        /// `bManualTimeout`: `timeout_us` replaces the driver's preemption timeout.
+        manual_timeout: bool,
+        timeout_us: u32,
+    },
+    /// NVIDIA `GPFIFO_SCHEDULE` that disables the TSG (`bEnable=0`), or enables it again after a
+    /// disable (the enable also prints its `SCHEDULE`).
+    RunState {
+        /// `None`: a TSG this tracer did not see created.
+        old: Option<RunState>,
+        new: RunState,
+        skip_submit: bool,
+        skip_enable: bool,
+    },
+    /// AMD `UPDATE_QUEUE`: priority and percentage (the `amd` detail holds the queue's
+    /// parameters as the call leaves them).
+    AmdQueue {
+        old_priority: Option<u32>,
+        new_priority: u32,
+        old_percentage: Option<u32>,
+        new_percentage: u32,
+    },
+    /// AMD `SET_CU_MASK`: the number of CU mask bits.
+    CuMask {
+        old_bits: Option<u32>,
+        new_bits: u32,
+    },
+}
+
+impl SchedChange {
+    /// The name of the change in text and statistics (`timeslice`, `interleave`, `preempt`,
+    /// `run_state`, `amd_queue`, `cu_mask`).
+    pub fn what(&self) -> &'static str {
+        match self {
+            Self::Timeslice { .. } => "timeslice",
+            Self::Interleave { .. } => "interleave",
+            Self::Preempt { .. } => "preempt",
+            Self::RunState { .. } => "run_state",
+            Self::AmdQueue { .. } => "amd_queue",
+            Self::CuMask { .. } => "cu_mask",
+        }
+    }
+}
+
+/// A TSG's scheduling parameters when it ended (NVIDIA `TASK_DESTROY`, JSON and statistics).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FinalParams {
+    pub timeslice_us: Option<u64>,
+    pub timeslice_source: ValueSource,
+    pub interleave: Option<Interleave>,
+    pub interleave_source: ValueSource,
+    /// Channels of the TSG at its end.
+    pub channels: u32,
+    pub runlist: Option<u32>,
+    pub run_state: RunState,
 }
 
 /// Why a task ended.
@@ -102,6 +237,10 @@ pub struct Event {
     /// object (JSON).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub amd: Option<AmdDetail>,
+    /// The run-unique identity of the task ([`TaskKey`]); `None` where there is none (a refused
+    /// AMD `CREATE_QUEUE`). JSON only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<TaskKey>,
 }
 
 /// AMD KFD queue type (`KFD_IOC_QUEUE_TYPE_*` of `CREATE_QUEUE`).
@@ -230,6 +369,25 @@ pub enum EventKind {
         client: u32,
         cause: DestroyCause,
         implicit: bool,
+        /// NVIDIA: the TSG's parameters at its end, when it was tracked (JSON only; the text
+        /// line does not change).
+        #[serde(rename = "final", skip_serializing_if = "Option::is_none")]
+        final_params: Option<FinalParams>,
+    },
+    /// A request that changes how a task is scheduled (timeslice, interleave, preemption,
+    /// disable / re-enable; AMD queue priority, percentage, CU mask), allowed or refused.
+    SchedUpdate {
+        task: TaskId,
+        client: u32,
+        change: SchedChange,
+        /// The driver accepted the request.
+        allowed: bool,
+        /// RM status code returned (0 = NV_OK); `None` when the syscall itself failed, and for AMD.
+        rm_status: Option<u32>,
+        /// Negative errno of the ioctl syscall (0 on success).
+        errno: i32,
+        /// NVIDIA: the request was sent to a channel (`NVA06F`) of the TSG.
+        via_channel: bool,
     },
 }
 
@@ -241,6 +399,7 @@ impl EventKind {
             Self::Schedule { .. } => "SCHEDULE",
             Self::WorkSubmit { .. } => "WORK_SUBMIT",
             Self::TaskDestroy { .. } => "TASK_DESTROY",
+            Self::SchedUpdate { .. } => "SCHED_UPDATE",
         }
     }
 
@@ -249,7 +408,8 @@ impl EventKind {
             Self::TaskInit { task, .. }
             | Self::Schedule { task, .. }
             | Self::WorkSubmit { task, .. }
-            | Self::TaskDestroy { task, .. } => *task,
+            | Self::TaskDestroy { task, .. }
+            | Self::SchedUpdate { task, .. } => *task,
         }
     }
 }

@@ -40,7 +40,8 @@ use gpu_trace_common::nvidia::{class, cmd};
 use serde::Serialize;
 
 use crate::model::event::{
-    DestroyCause, Event, EventKind, Interleave, Origin, TaskId, ValueSource,
+    DestroyCause, Event, EventKind, FinalParams, Interleave, Origin, RunState, SchedChange, TaskId,
+    TaskKey, ValueSource,
 };
 use crate::nvidia::decode::{
     self, AllocParams, ControlParams, DEFAULT_INTERLEAVE, DEFAULT_TIMESLICE_US, MalformedReason,
@@ -155,12 +156,14 @@ impl LiveAtEnd {
             .iter()
             .map(|&(client, task)| Event {
                 amd: None,
+                key: None,
                 origin: origin.clone(),
                 kind: EventKind::TaskDestroy {
                     task,
                     client,
                     cause: DestroyCause::TracerExit,
                     implicit: true,
+                    final_params: None,
                 },
             })
             .collect()
@@ -192,6 +195,8 @@ pub struct TaskSnapshot {
     pub channels: Vec<u32>,
     /// GPU index (`deviceId` of the parent device), when seen.
     pub gpu: Option<u32>,
+    /// Enabled / disabled by `GPFIFO_SCHEDULE`.
+    pub run_state: RunState,
 }
 
 #[derive(Clone, Debug)]
@@ -208,6 +213,10 @@ struct Tsg {
     runlist: Option<u32>,
     hw_id: Option<u32>,
     channels: BTreeSet<u32>,
+    /// Run-unique identity ([`TaskKey`]).
+    key: TaskKey,
+    /// Enabled / disabled by `GPFIFO_SCHEDULE`.
+    run_state: RunState,
 }
 
 impl Tsg {
@@ -215,6 +224,18 @@ impl Tsg {
         match self.hw_id {
             Some(id) => TaskId::HwTsg(id),
             None => TaskId::RmHandle(handle),
+        }
+    }
+
+    fn final_params(&self) -> FinalParams {
+        FinalParams {
+            timeslice_us: self.timeslice_us,
+            timeslice_source: self.timeslice_source,
+            interleave: self.interleave,
+            interleave_source: self.interleave_source,
+            channels: u32::try_from(self.channels.len()).unwrap_or(u32::MAX),
+            runlist: self.runlist,
+            run_state: self.run_state,
         }
     }
 }
@@ -270,6 +291,8 @@ pub struct NvTracker {
     /// gpu_ext hooks that ran inside an `ioctl` on fd `.1` in process `.0`, by thread, waiting
     /// for that call's record.
     pending: HashMap<u32, (u32, u64, Vec<GxHook>)>,
+    /// Generation of the last task seen per `(pid, client, handle)`, for [`TaskKey`].
+    generations: HashMap<(u32, u32, u32), u32>,
 }
 
 /// The x86-64 system call numbers a gpu_ext hook can be tied to.
@@ -281,15 +304,17 @@ fn take_hook(hooks: &mut Vec<GxHook>, want: impl Fn(&GxHook) -> bool) -> Option<
     Some(hooks.remove(at))
 }
 
-fn destroy(origin: &Origin, client: u32, task: TaskId, cause: DestroyCause) -> Event {
+fn destroy(origin: &Origin, client: u32, handle: u32, t: &Tsg, cause: DestroyCause) -> Event {
     Event {
         amd: None,
+        key: Some(t.key),
         origin: origin.clone(),
         kind: EventKind::TaskDestroy {
-            task,
+            task: t.task(handle),
             client,
             cause,
             implicit: cause.is_implicit(),
+            final_params: Some(t.final_params()),
         },
     }
 }
@@ -330,6 +355,7 @@ impl NvTracker {
             runlist: t.runlist,
             channels: t.channels.iter().copied().collect(),
             gpu: c.gpu_of(t.parent),
+            run_state: t.run_state,
         })
     }
 
@@ -535,7 +561,7 @@ impl NvTracker {
         };
         t.hw_id = u32::try_from(tsg_id).ok();
         t.timeslice_us = Some(default_timeslice_us);
-        t.timeslice_source = ValueSource::Observed;
+        t.timeslice_source = ValueSource::DriverHook;
         let task = t.task(handle);
         for e in events.iter_mut() {
             if let EventKind::TaskInit {
@@ -547,7 +573,7 @@ impl NvTracker {
             {
                 *tk = task;
                 *timeslice_us = Some(default_timeslice_us);
-                *timeslice_source = ValueSource::Observed;
+                *timeslice_source = ValueSource::DriverHook;
             }
         }
     }
@@ -600,10 +626,10 @@ impl NvTracker {
                 t.hw_id = t.hw_id.or(hw);
                 t.runlist = Some(runlist);
                 t.timeslice_us = Some(timeslice);
-                t.timeslice_source = ValueSource::Observed;
+                t.timeslice_source = ValueSource::DriverHook;
                 if interleave.is_some() {
                     t.interleave = interleave;
-                    t.interleave_source = ValueSource::Observed;
+                    t.interleave_source = ValueSource::DriverHook;
                 }
                 t.task(object)
             }
@@ -724,6 +750,17 @@ impl NvTracker {
                     AllocParams::Tsg { engine_type, .. } => Some(engine_type),
                     _ => None,
                 };
+                let generation = self
+                    .generations
+                    .entry((origin.pid, client, handle))
+                    .and_modify(|g| *g += 1)
+                    .or_insert(1);
+                let key = TaskKey {
+                    pid: origin.pid,
+                    client: Some(client),
+                    object: handle,
+                    generation: *generation,
+                };
                 let c = self.client_mut(origin, client);
                 let tsg = Tsg {
                     parent,
@@ -736,6 +773,8 @@ impl NvTracker {
                     runlist: None,
                     hw_id: None,
                     channels: BTreeSet::new(),
+                    key,
+                    run_state: RunState::Unscheduled,
                 };
                 let gpu = c.gpu_of(parent);
                 let replaced = c.remove_tsg(handle).is_some();
@@ -761,6 +800,7 @@ impl NvTracker {
                 }
                 vec![Event {
                     amd: None,
+                    key: Some(key),
                     origin: origin.clone(),
                     kind,
                 }]
@@ -803,9 +843,6 @@ impl NvTracker {
         if is_schedule {
             return self.schedule(origin, errno, status, client, object, command, params);
         }
-        if !ok {
-            return Vec::new();
-        }
         let pid = origin.pid;
         // The TSG the control is about: the object itself for NVA06C controls, the channel's TSG
         // for channel controls.
@@ -820,9 +857,74 @@ impl NvTracker {
                 c.tsgs.contains_key(&object).then_some(object)
             }
         });
+        // Requests that change how the TSG is scheduled: reported allowed or not.
+        let change = match (command, params) {
+            (cmd::TSG_SET_TIMESLICE, ControlParams::Timeslice { us }) => {
+                let t = self.tsg(pid, client, known);
+                Some(SchedChange::Timeslice {
+                    old_us: t.and_then(|t| t.timeslice_us),
+                    old_source: t.map(|t| t.timeslice_source),
+                    new_us: us,
+                })
+            }
+            (
+                cmd::TSG_SET_INTERLEAVE_LEVEL | cmd::CHANNEL_SET_INTERLEAVE_LEVEL,
+                ControlParams::Interleave { level },
+            ) => {
+                let t = self.tsg(pid, client, known);
+                Some(SchedChange::Interleave {
+                    old: t.and_then(|t| t.interleave),
+                    old_source: t.map(|t| t.interleave_source),
+                    new: decode::interleave_of(level),
+                    new_raw: level,
+                })
+            }
+            (
+                cmd::TSG_PREEMPT,
+                ControlParams::Preempt {
+                    wait,
+                    manual_timeout,
+                    timeout_us,
+                },
+            ) => Some(SchedChange::Preempt {
+                wait,
+                manual_timeout,
+                timeout_us,
+            }),
+            _ => None,
+        };
+        if let Some(change) = change {
+            if ok {
+                self.update_tsg(pid, client, known, |t| match change {
+                    SchedChange::Timeslice { new_us, .. } => {
+                        t.timeslice_us = Some(new_us);
+                        t.timeslice_source = ValueSource::Observed;
+                    }
+                    SchedChange::Interleave { new, .. } => {
+                        t.interleave = new;
+                        t.interleave_source = ValueSource::Observed;
+                    }
+                    _ => {}
+                });
+            } else if known.is_none() {
+                self.counters.unknown_handle += 1;
+            }
+            return vec![self.update_event(
+                origin,
+                client,
+                (object, known),
+                change,
+                (errno, status),
+                channel_level,
+            )];
+        }
+        if !ok {
+            return Vec::new();
+        }
         match (command, params) {
             (cmd::CHANNEL_GET_WORK_SUBMIT_TOKEN, ControlParams::WorkSubmitToken { token }) => {
                 let fields = decode::split_token(token);
+                let key = self.key_of(pid, client, known.unwrap_or(object));
                 let c = self.client_mut(origin, client);
                 let channel_known = c.channels.contains_key(&object);
                 let (task, gpu) = match known {
@@ -845,6 +947,7 @@ impl NvTracker {
                 }
                 vec![Event {
                     amd: None,
+                    key: Some(key),
                     origin: origin.clone(),
                     kind: EventKind::WorkSubmit {
                         task,
@@ -857,20 +960,10 @@ impl NvTracker {
                     },
                 }]
             }
-            (cmd::TSG_SET_TIMESLICE | cmd::TSG_GET_TIMESLICE, ControlParams::Timeslice { us }) => {
+            (cmd::TSG_GET_TIMESLICE, ControlParams::Timeslice { us }) => {
                 self.update_tsg(pid, client, known, |t| {
                     t.timeslice_us = Some(us);
                     t.timeslice_source = ValueSource::Observed;
-                });
-                Vec::new()
-            }
-            (
-                cmd::TSG_SET_INTERLEAVE_LEVEL | cmd::CHANNEL_SET_INTERLEAVE_LEVEL,
-                ControlParams::Interleave { level },
-            ) => {
-                self.update_tsg(pid, client, known, |t| {
-                    t.interleave = decode::interleave_of(level);
-                    t.interleave_source = ValueSource::Observed;
                 });
                 Vec::new()
             }
@@ -879,6 +972,69 @@ impl NvTracker {
                 Vec::new()
             }
             _ => Vec::new(),
+        }
+    }
+
+    /// The tracked TSG `tsg` of `client` in process `pid`.
+    fn tsg(&self, pid: u32, client: u32, tsg: Option<u32>) -> Option<&Tsg> {
+        self.client(pid, client)?.tsgs.get(&tsg?)
+    }
+
+    /// The [`TaskKey`] of the TSG (or, for one this tracer did not see created, the object)
+    /// `handle`: the generation of the last one seen, 1 for one never seen.
+    fn key_of(&mut self, pid: u32, client: u32, handle: u32) -> TaskKey {
+        if let Some(t) = self.tsg(pid, client, Some(handle)) {
+            return t.key;
+        }
+        let generation = *self.generations.entry((pid, client, handle)).or_insert(1);
+        TaskKey {
+            pid,
+            client: Some(client),
+            object: handle,
+            generation,
+        }
+    }
+
+    /// A `SCHED_UPDATE` of the TSG `known` (the handle the request was sent to, `object`, when
+    /// the TSG is not tracked), with the TSG's state after the request.
+    fn update_event(
+        &mut self,
+        origin: &Origin,
+        client: u32,
+        (object, known): (u32, Option<u32>),
+        change: SchedChange,
+        (errno, status): (i32, u32),
+        via_channel: bool,
+    ) -> Event {
+        let task = self
+            .tsg(origin.pid, client, known)
+            .map_or(TaskId::RmHandle(object), |t| {
+                t.task(known.unwrap_or(object))
+            });
+        let kind = EventKind::SchedUpdate {
+            task,
+            client,
+            change,
+            allowed: decode::succeeded(errno, status),
+            rm_status: (errno == 0).then_some(status),
+            errno,
+            via_channel,
+        };
+        self.call_event(origin, client, known.unwrap_or(object), kind)
+    }
+
+    /// An event of a call on the TSG `handle` (or the untracked object of that handle), with
+    /// its key; the process's name is refreshed.
+    fn call_event(&mut self, origin: &Origin, client: u32, handle: u32, kind: EventKind) -> Event {
+        let key = self.key_of(origin.pid, client, handle);
+        if let Some(p) = self.procs.get_mut(&origin.pid) {
+            p.comm.clone_from(&origin.comm);
+        }
+        Event {
+            amd: None,
+            key: Some(key),
+            origin: origin.clone(),
+            kind,
         }
     }
 
@@ -908,31 +1064,87 @@ impl NvTracker {
         command: u32,
         params: ControlParams,
     ) -> Vec<Event> {
-        match params {
-            ControlParams::Schedule { enable: true, .. } => {}
-            ControlParams::Schedule { enable: false, .. } => {
-                self.counters.schedule_disable += 1;
-                return Vec::new();
-            }
-            _ => {
-                self.counters.schedule_unreadable += 1;
-                return Vec::new();
-            }
-        }
+        let ControlParams::Schedule {
+            enable,
+            skip_submit,
+            skip_enable,
+        } = params
+        else {
+            self.counters.schedule_unreadable += 1;
+            return Vec::new();
+        };
         let via_channel = command == cmd::CHANNEL_GPFIFO_SCHEDULE;
-        let found = self.client(origin.pid, client).and_then(|c| {
-            let h = if via_channel {
-                c.tsg_of_channel(object)?
+        let ok = decode::succeeded(errno, status);
+        let known = self.client(origin.pid, client).and_then(|c| {
+            if via_channel {
+                c.tsg_of_channel(object)
             } else {
-                c.tsgs.contains_key(&object).then_some(object)?
-            };
-            let t = &c.tsgs[&h];
-            Some((
-                t.task(h),
+                c.tsgs.contains_key(&object).then_some(object)
+            }
+        });
+        let old = self.tsg(origin.pid, client, known).map(|t| t.run_state);
+        let new = if enable {
+            RunState::Enabled
+        } else {
+            RunState::Disabled
+        };
+        // A disable, and an enable after a disable, change the TSG's run state.
+        let update =
+            (!enable || old == Some(RunState::Disabled)).then_some(SchedChange::RunState {
+                old,
+                new,
+                skip_submit,
+                skip_enable,
+            });
+        if !enable {
+            self.counters.schedule_disable += 1;
+        }
+        if ok && let Some(h) = known {
+            self.update_tsg(origin.pid, client, Some(h), |t| t.run_state = new);
+        }
+        let mut events = Vec::new();
+        if enable {
+            events.push(self.schedule_event(
+                origin,
+                client,
+                object,
+                known,
+                (errno, status),
+                via_channel,
+            ));
+        } else if known.is_none() {
+            self.counters.unknown_handle += 1;
+        }
+        if let Some(change) = update {
+            events.push(self.update_event(
+                origin,
+                client,
+                (object, known),
+                change,
+                (errno, status),
+                via_channel,
+            ));
+        }
+        events
+    }
+
+    /// The `SCHEDULE` of an enable request.
+    fn schedule_event(
+        &mut self,
+        origin: &Origin,
+        client: u32,
+        object: u32,
+        known: Option<u32>,
+        (errno, status): (i32, u32),
+        via_channel: bool,
+    ) -> Event {
+        let found = self.tsg(origin.pid, client, known).map(|t| {
+            (
+                t.task(known.unwrap_or(object)),
                 u32::try_from(t.channels.len()).unwrap_or(u32::MAX),
                 t.timeslice_us,
                 t.interleave,
-            ))
+            )
         });
         let (task, channels, timeslice_us, interleave) = match found {
             Some((task, n, ts, il)) => (task, Some(n), ts, il),
@@ -941,24 +1153,18 @@ impl NvTracker {
                 (TaskId::RmHandle(object), None, None, None)
             }
         };
-        if let Some(p) = self.procs.get_mut(&origin.pid) {
-            p.comm.clone_from(&origin.comm);
-        }
-        vec![Event {
-            amd: None,
-            origin: origin.clone(),
-            kind: EventKind::Schedule {
-                task,
-                client,
-                channels,
-                timeslice_us,
-                interleave,
-                allowed: decode::succeeded(errno, status),
-                rm_status: (errno == 0).then_some(status),
-                errno,
-                via_channel,
-            },
-        }]
+        let kind = EventKind::Schedule {
+            task,
+            client,
+            channels,
+            timeslice_us,
+            interleave,
+            allowed: decode::succeeded(errno, status),
+            rm_status: (errno == 0).then_some(status),
+            errno,
+            via_channel,
+        };
+        self.call_event(origin, client, known.unwrap_or(object), kind)
     }
 
     fn free(&mut self, origin: &Origin, client: u32, object: u32) -> Vec<Event> {
@@ -976,7 +1182,7 @@ impl NvTracker {
             return c
                 .tsgs
                 .iter()
-                .map(|(&h, t)| destroy(origin, client, t.task(h), DestroyCause::ParentFree))
+                .map(|(&h, t)| destroy(origin, client, h, t, DestroyCause::ParentFree))
                 .collect();
         }
         let Some(c) = proc.clients.get_mut(&client) else {
@@ -984,7 +1190,7 @@ impl NvTracker {
             return Vec::new();
         };
         if let Some(t) = c.remove_tsg(object) {
-            return vec![destroy(origin, client, t.task(object), DestroyCause::Free)];
+            return vec![destroy(origin, client, object, &t, DestroyCause::Free)];
         }
         if c.devices.remove(&object).is_some() {
             let under: Vec<u32> = c
@@ -998,7 +1204,7 @@ impl NvTracker {
                 .into_iter()
                 .filter_map(|h| {
                     let t = c.remove_tsg(h)?;
-                    Some(destroy(origin, client, t.task(h), DestroyCause::ParentFree))
+                    Some(destroy(origin, client, h, &t, DestroyCause::ParentFree))
                 })
                 .collect();
         }
@@ -1028,7 +1234,7 @@ impl NvTracker {
                     out.extend(
                         c.tsgs
                             .iter()
-                            .map(|(&h, t)| destroy(origin, ch, t.task(h), DestroyCause::FdClose)),
+                            .map(|(&h, t)| destroy(origin, ch, h, t, DestroyCause::FdClose)),
                     );
                     gone.push(ch);
                 }
@@ -1043,7 +1249,7 @@ impl NvTracker {
                         .collect();
                     for h in hit {
                         if let Some(t) = c.remove_tsg(h) {
-                            out.push(destroy(origin, ch, t.task(h), DestroyCause::FdClose));
+                            out.push(destroy(origin, ch, h, &t, DestroyCause::FdClose));
                         }
                     }
                 }
@@ -1064,7 +1270,7 @@ impl NvTracker {
             .flat_map(|(&ch, c)| {
                 c.tsgs
                     .iter()
-                    .map(move |(&h, t)| destroy(origin, ch, t.task(h), DestroyCause::ProcessExit))
+                    .map(move |(&h, t)| destroy(origin, ch, h, t, DestroyCause::ProcessExit))
             })
             .collect()
     }
@@ -1335,7 +1541,7 @@ mod tests {
         };
         assert_eq!(
             (task, timeslice_us, timeslice_source),
-            (TaskId::HwTsg(3), Some(2048), ValueSource::Observed)
+            (TaskId::HwTsg(3), Some(2048), ValueSource::DriverHook)
         );
         let EventKind::Schedule {
             task,
@@ -1421,8 +1627,18 @@ mod tests {
         let evs = s.run(&mut t);
         assert_eq!(
             kinds(&evs),
-            ["TASK_INIT", "WORK_SUBMIT", "SCHEDULE", "TASK_DESTROY"]
+            [
+                "TASK_INIT",
+                "WORK_SUBMIT",
+                "SCHED_UPDATE",
+                "SCHEDULE",
+                "TASK_DESTROY"
+            ]
         );
+        let evs: Vec<Event> = evs
+            .into_iter()
+            .filter(|e| e.kind.name() != "SCHED_UPDATE")
+            .collect();
         assert_eq!(
             evs[0].kind,
             EventKind::TaskInit {
@@ -1465,9 +1681,20 @@ mod tests {
                 via_channel: false,
             }
         );
+        // The destroy's final parameters: the 2048 µs set by the process, the default
+        // interleave, both channels, the token's runlist 3 (0x0003_0005 >> 16), enabled.
         assert_eq!(
             evs[3].kind,
             EventKind::TaskDestroy {
+                final_params: Some(FinalParams {
+                    timeslice_us: Some(2048),
+                    timeslice_source: ValueSource::Observed,
+                    interleave: Some(Interleave::Medium),
+                    interleave_source: ValueSource::DriverDefault,
+                    channels: 2,
+                    runlist: Some(3),
+                    run_state: RunState::Enabled,
+                }),
                 task: TaskId::RmHandle(TSG),
                 client: CLIENT,
                 cause: DestroyCause::ProcessExit,
@@ -1760,14 +1987,273 @@ mod tests {
         assert_eq!(t.counters().failed_calls, 2);
     }
 
+    /// The `change` of every `SCHED_UPDATE` with its verdict.
+    fn updates(evs: &[Event]) -> Vec<(TaskId, SchedChange, bool)> {
+        evs.iter()
+            .filter_map(|e| match &e.kind {
+                EventKind::SchedUpdate {
+                    task,
+                    change,
+                    allowed,
+                    ..
+                } => Some((*task, change.clone(), *allowed)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// `NVA06C_CTRL_PREEMPT_PARAMS`: bWait @0, bManualTimeout @1, timeoutUs @4.
+    fn preempt_params(wait: bool, manual: bool, timeout_us: u32) -> Vec<u8> {
+        let mut p = vec![u8::from(wait), u8::from(manual), 0, 0];
+        p.extend_from_slice(&timeout_us.to_le_bytes());
+        p
+    }
+
     #[test]
-    fn disable_is_not_a_schedule_event() {
+    fn scheduling_requests_are_updates_with_old_new_and_verdict() {
         let mut s = Script::new();
         setup(&mut s, 100, 0, 0x1);
-        s.push(sched(100, TSG, false));
+        s.push(ctl(100, TSG, cmd::TSG_SET_TIMESLICE, 0, &u64_params(2048)))
+            // NV_ERR_INVALID_ARGUMENT: the TSG keeps 2048.
+            .push(ctl(
+                100,
+                TSG,
+                cmd::TSG_SET_TIMESLICE,
+                0x1F,
+                &u64_params(5000),
+            ))
+            // On a channel: reported for its TSG.
+            .push(ctl(
+                100,
+                CH1,
+                cmd::CHANNEL_SET_INTERLEAVE_LEVEL,
+                0,
+                &u32_params(2),
+            ))
+            // Level 9 does not exist; RM refuses it.
+            .push(ctl(
+                100,
+                TSG,
+                cmd::TSG_SET_INTERLEAVE_LEVEL,
+                0x1F,
+                &u32_params(9),
+            ))
+            .push(ctl(
+                100,
+                TSG,
+                cmd::TSG_PREEMPT,
+                0,
+                &preempt_params(false, true, 500),
+            ))
+            // GET_TIMESLICE reads, it requests nothing: no event, but the value is taken.
+            .push(ctl(100, TSG, cmd::TSG_GET_TIMESLICE, 0, &u64_params(2000)))
+            // A TSG this tracer never saw created: reported under its handle, old unknown.
+            .push(ctl(
+                100,
+                0xCAF0_0077,
+                cmd::TSG_SET_TIMESLICE,
+                0,
+                &u64_params(100),
+            ));
         let mut t = NvTracker::new();
-        assert_eq!(kinds(&s.run(&mut t)), ["TASK_INIT"]);
-        assert_eq!(t.counters().schedule_disable, 1);
+        let evs = s.run(&mut t);
+        let task = TaskId::RmHandle(TSG);
+        assert_eq!(
+            updates(&evs),
+            [
+                (
+                    task,
+                    SchedChange::Timeslice {
+                        old_us: Some(1024),
+                        old_source: Some(ValueSource::DriverDefault),
+                        new_us: 2048
+                    },
+                    true
+                ),
+                (
+                    task,
+                    SchedChange::Timeslice {
+                        old_us: Some(2048),
+                        old_source: Some(ValueSource::Observed),
+                        new_us: 5000
+                    },
+                    false
+                ),
+                (
+                    task,
+                    SchedChange::Interleave {
+                        old: Some(Interleave::Medium),
+                        old_source: Some(ValueSource::DriverDefault),
+                        new: Some(Interleave::High),
+                        new_raw: 2
+                    },
+                    true
+                ),
+                (
+                    task,
+                    SchedChange::Interleave {
+                        old: Some(Interleave::High),
+                        old_source: Some(ValueSource::Observed),
+                        new: None,
+                        new_raw: 9
+                    },
+                    false
+                ),
+                (
+                    task,
+                    SchedChange::Preempt {
+                        wait: false,
+                        manual_timeout: true,
+                        timeout_us: 500
+                    },
+                    true
+                ),
+                (
+                    TaskId::RmHandle(0xCAF0_0077),
+                    SchedChange::Timeslice {
+                        old_us: None,
+                        old_source: None,
+                        new_us: 100
+                    },
+                    true
+                ),
+            ]
+        );
+        // The verdict fields: RM's status for the refused ones, the channel flag.
+        let verdicts: Vec<(Option<u32>, i32, bool)> = evs
+            .iter()
+            .filter_map(|e| match e.kind {
+                EventKind::SchedUpdate {
+                    rm_status,
+                    errno,
+                    via_channel,
+                    ..
+                } => Some((rm_status, errno, via_channel)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            verdicts,
+            [
+                (Some(0), 0, false),
+                (Some(0x1F), 0, false),
+                (Some(0), 0, true),
+                (Some(0x1F), 0, false),
+                (Some(0), 0, false),
+                (Some(0), 0, false),
+            ]
+        );
+        let snap = t.task(100, CLIENT, TSG).unwrap();
+        assert_eq!(
+            (snap.timeslice_us, snap.interleave),
+            (Some(2000), Some(Interleave::High))
+        );
+        assert_eq!(t.counters().unknown_handle, 1);
+    }
+
+    #[test]
+    fn every_event_of_a_tsg_has_its_run_unique_key() {
+        let mut s = Script::new();
+        setup(&mut s, 100, 0, 0x1);
+        s.push(sched(100, TSG, true))
+            .push(ctl(100, TSG, cmd::TSG_GET_INFO, 0, &u32_params(5)))
+            .push(ctl(
+                100,
+                TSG,
+                cmd::TSG_PREEMPT,
+                0,
+                &preempt_params(true, false, 0),
+            ))
+            .push(free(100, CTL_FD, CLIENT, DEVICE, TSG, 0))
+            // The same handle again in the same client: a new task, generation 2.
+            .push(tsg(100, DEVICE, TSG, 0x1))
+            .exit(100, 100);
+        // Another process with the same client and TSG handles.
+        setup(&mut s, 200, 0, 0x1);
+        let mut t = NvTracker::new();
+        let evs = s.run(&mut t);
+        let keys: Vec<(&str, String)> = evs
+            .iter()
+            .map(|e| (e.kind.name(), e.key.unwrap().to_string()))
+            .collect();
+        let k1 = format!("100:0x{CLIENT:08x}:0x{TSG:08x}");
+        let k2 = format!("{k1}#2");
+        let k3 = format!("200:0x{CLIENT:08x}:0x{TSG:08x}");
+        assert_eq!(
+            keys,
+            [
+                ("TASK_INIT", k1.clone()),
+                ("SCHEDULE", k1.clone()),
+                // Named by its hardware id now, same key.
+                ("SCHED_UPDATE", k1.clone()),
+                ("TASK_DESTROY", k1),
+                ("TASK_INIT", k2.clone()),
+                ("TASK_DESTROY", k2),
+                ("TASK_INIT", k3),
+            ]
+        );
+        assert_eq!(evs[2].kind.task(), TaskId::HwTsg(5));
+    }
+
+    #[test]
+    fn disable_and_re_enable_are_updates_not_schedules() {
+        let mut s = Script::new();
+        setup(&mut s, 100, 0, 0x1);
+        s.push(sched(100, TSG, true))
+            .push(sched(100, TSG, false))
+            .push(sched(100, TSG, true))
+            // A refused disable (NV_ERR_INSUFFICIENT_PERMISSIONS) leaves the TSG enabled: the
+            // enable after it is a plain SCHEDULE.
+            .push(ctl(
+                100,
+                TSG,
+                cmd::TSG_GPFIFO_SCHEDULE,
+                0x1B,
+                &schedule_params(false, true, false),
+            ))
+            .push(sched(100, TSG, true));
+        let mut t = NvTracker::new();
+        let evs = s.run(&mut t);
+        assert_eq!(
+            kinds(&evs),
+            [
+                "TASK_INIT",
+                "SCHEDULE",
+                "SCHED_UPDATE",
+                "SCHEDULE",
+                "SCHED_UPDATE",
+                "SCHED_UPDATE",
+                "SCHEDULE"
+            ]
+        );
+        let rs = |old, new, skip_submit| SchedChange::RunState {
+            old,
+            new,
+            skip_submit,
+            skip_enable: false,
+        };
+        let task = TaskId::RmHandle(TSG);
+        assert_eq!(
+            updates(&evs),
+            [
+                (
+                    task,
+                    rs(Some(RunState::Enabled), RunState::Disabled, false),
+                    true
+                ),
+                (
+                    task,
+                    rs(Some(RunState::Disabled), RunState::Enabled, false),
+                    true
+                ),
+                (
+                    task,
+                    rs(Some(RunState::Enabled), RunState::Disabled, true),
+                    false
+                ),
+            ]
+        );
+        assert_eq!(t.counters().schedule_disable, 2);
     }
 
     #[test]
@@ -2068,6 +2554,7 @@ mod tests {
                 runlist: None,
                 channels: vec![CH1, CH2],
                 gpu: Some(0),
+                run_state: RunState::Unscheduled,
             })
         );
         // A refused SET_INTERLEAVE_LEVEL changes nothing; an accepted one is observed.

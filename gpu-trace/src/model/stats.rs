@@ -6,7 +6,107 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use crate::model::event::{DestroyCause, Event, EventKind};
+use serde::Serialize;
+
+use crate::model::event::{DestroyCause, Event, EventKind, Interleave, SchedChange, TaskKey};
+
+/// At most this many ended tasks are kept for the per-task statistics; the ones after are only
+/// counted ([`Stats::tasks_omitted`]).
+pub const MAX_TASKS_KEPT: usize = 10_000;
+
+/// At most this many live tasks are followed (tasks of processes that started before tracing
+/// never end in the events, so they would otherwise pile up); the ones after are only counted
+/// ([`Stats::tasks_omitted`]).
+pub const MAX_LIVE_TASKS: usize = 100_000;
+
+/// At most this many tasks are listed in the text statistics (JSON lists all that are kept).
+pub const MAX_TASKS_PRINTED: usize = 50;
+
+/// What one task (TSG / KFD queue) did, from its events: for experiments (latencies, final
+/// parameters, preemptions). Times are CLOCK_MONOTONIC ns of the events.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct TaskStats {
+    /// Run-unique identity (`PID:0xCLIENT:0xHANDLE`, see docs/events.md).
+    pub key: TaskKey,
+    pub pid: u32,
+    /// The task column of the text output when the task was last seen.
+    pub task: String,
+    /// NVIDIA engine (`GRAPHICS`, `COPY`, ...) or AMD queue type; `None` when not known.
+    pub engine: Option<String>,
+    pub gpu: Option<u32>,
+    pub runlist: Option<u32>,
+    /// `TASK_INIT` (`None`: created before tracing).
+    pub init_ns: Option<u64>,
+    /// First allowed `SCHEDULE`.
+    pub first_schedule_ns: Option<u64>,
+    /// First `WORK_SUBMIT`.
+    pub first_submit_ns: Option<u64>,
+    /// `TASK_DESTROY` (`None`: still alive).
+    pub end_ns: Option<u64>,
+    /// Why it ended (`None`: still alive).
+    pub end_cause: Option<DestroyCause>,
+    /// `SCHEDULE`s the driver refused.
+    pub schedule_refused: u64,
+    /// Timeslice the task runs with as far as its events say (last `TASK_INIT`/`SCHEDULE`
+    /// value or accepted change; the `TASK_DESTROY`'s final value where it has one).
+    pub timeslice_us: Option<u64>,
+    pub interleave: Option<Interleave>,
+    /// Preemption requests (`SCHED_UPDATE preempt`), allowed or not.
+    pub preemptions: u64,
+    /// Accepted parameter changes (timeslice, interleave, run state, AMD priority/percentage/CU
+    /// mask).
+    pub param_changes: u64,
+    /// Refused `SCHED_UPDATE`s.
+    pub updates_refused: u64,
+}
+
+impl TaskStats {
+    fn between(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+        Some(b?.saturating_sub(a?))
+    }
+
+    /// `TASK_INIT` → `TASK_DESTROY`, ns.
+    pub fn lifetime_ns(&self) -> Option<u64> {
+        Self::between(self.init_ns, self.end_ns)
+    }
+
+    /// `TASK_INIT` → first allowed `SCHEDULE`, ns.
+    pub fn init_to_schedule_ns(&self) -> Option<u64> {
+        Self::between(self.init_ns, self.first_schedule_ns)
+    }
+
+    /// `TASK_INIT` → first `WORK_SUBMIT` (the first work-submit token), ns.
+    pub fn init_to_submit_ns(&self) -> Option<u64> {
+        Self::between(self.init_ns, self.first_submit_ns)
+    }
+}
+
+/// Counts per engine (NVIDIA engine or AMD queue type).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct EngineStats {
+    pub task_init: u64,
+    pub schedule: u64,
+    pub sched_update: u64,
+    pub preempt: u64,
+}
+
+/// Live tasks now and at most, on one GPU or one runlist of a GPU.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Concurrency {
+    pub live: u64,
+    pub max_live: u64,
+}
+
+impl Concurrency {
+    fn up(&mut self) {
+        self.live += 1;
+        self.max_live = self.max_live.max(self.live);
+    }
+
+    fn down(&mut self) {
+        self.live = self.live.saturating_sub(1);
+    }
+}
 
 /// Counters kept by the kernel programs, read from their map at the end of the trace.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -41,6 +141,10 @@ pub struct ProcessStats {
     pub work_submit: u64,
     /// `TASK_DESTROY` events.
     pub task_destroy: u64,
+    /// `SCHED_UPDATE` events, allowed or not.
+    pub sched_update: u64,
+    /// Of those, preemption requests.
+    pub preempt: u64,
 }
 
 /// Statistics of a whole trace. The event counts come from [`Stats::record`]; the other
@@ -55,6 +159,12 @@ pub struct Stats {
     pub schedule_refused: u64,
     /// `WORK_SUBMIT` events.
     pub work_submit: u64,
+    /// `SCHED_UPDATE` events, allowed or not.
+    pub sched_update: u64,
+    /// `SCHED_UPDATE` events the driver refused.
+    pub sched_update_refused: u64,
+    /// `SCHED_UPDATE` preemption requests.
+    pub preempt: u64,
     /// `TASK_DESTROY` events (not counting [`DestroyCause::TracerExit`]).
     pub task_destroy: u64,
     /// Of [`task_destroy`](Self::task_destroy), those that were implicit (fd close, exit).
@@ -79,6 +189,27 @@ pub struct Stats {
     first_ts_ns: Option<u64>,
     last_ts_ns: Option<u64>,
     processes: BTreeMap<u32, ProcessStats>,
+    /// Tasks alive (as far as the events go), by key.
+    live_tasks: BTreeMap<TaskKey, TaskStats>,
+    /// Tasks that ended, in the order they ended (at most [`MAX_TASKS_KEPT`]).
+    ended_tasks: Vec<TaskStats>,
+    /// Tasks and events not followed: ended tasks beyond [`MAX_TASKS_KEPT`], and events of new
+    /// tasks while [`MAX_LIVE_TASKS`] were alive.
+    pub tasks_omitted: u64,
+    engines: BTreeMap<String, EngineStats>,
+    gpus: BTreeMap<Option<u32>, Concurrency>,
+    runlists: BTreeMap<(Option<u32>, u32), Concurrency>,
+}
+
+/// The engine label of an event's task: the NVIDIA engine or the AMD queue type.
+fn engine_label(ev: &Event) -> Option<String> {
+    let value = match &ev.kind {
+        EventKind::TaskInit {
+            engine: Some(e), ..
+        } => serde_json::to_value(e).ok()?,
+        _ => serde_json::to_value(ev.amd.as_ref()?.queue_type?).ok()?,
+    };
+    value.as_str().map(str::to_string)
 }
 
 impl Stats {
@@ -107,7 +238,7 @@ impl Stats {
                 comm: ev.origin.comm.clone(),
                 ..ProcessStats::default()
             });
-        match ev.kind {
+        match &ev.kind {
             EventKind::TaskInit { .. } => {
                 self.task_init += 1;
                 proc.task_init += 1;
@@ -127,16 +258,218 @@ impl Stats {
             EventKind::TaskDestroy { implicit, .. } => {
                 self.task_destroy += 1;
                 proc.task_destroy += 1;
-                if implicit {
+                if *implicit {
                     self.task_destroy_implicit += 1;
                 }
             }
+            EventKind::SchedUpdate {
+                change, allowed, ..
+            } => {
+                self.sched_update += 1;
+                proc.sched_update += 1;
+                if !allowed {
+                    self.sched_update_refused += 1;
+                }
+                if matches!(change, SchedChange::Preempt { .. }) {
+                    self.preempt += 1;
+                    proc.preempt += 1;
+                }
+            }
         }
+        self.record_task(ev);
+    }
+
+    /// The per-task, per-engine and concurrency part of [`record`](Self::record).
+    fn record_task(&mut self, ev: &Event) {
+        let Some(key) = ev.key else { return };
+        let ts = ev.origin.ts_ns;
+        if let EventKind::TaskInit { .. } = ev.kind
+            && let Some(old) = self.live_tasks.remove(&key)
+        {
+            // A task with the same key that did not end (cannot happen with generations; kept
+            // safe): close it where the new one starts.
+            self.end_task(old, ts, DestroyCause::TracerExit);
+        }
+        if !self.live_tasks.contains_key(&key) && self.live_tasks.len() >= MAX_LIVE_TASKS {
+            self.tasks_omitted += 1;
+            return;
+        }
+        let task_label = crate::output::text::task_id(ev.kind.task());
+        let t = self.live_tasks.entry(key).or_insert_with(|| TaskStats {
+            key,
+            pid: ev.origin.pid,
+            task: task_label.clone(),
+            engine: None,
+            gpu: None,
+            runlist: None,
+            init_ns: None,
+            first_schedule_ns: None,
+            first_submit_ns: None,
+            end_ns: None,
+            end_cause: None,
+            schedule_refused: 0,
+            timeslice_us: None,
+            interleave: None,
+            preemptions: 0,
+            param_changes: 0,
+            updates_refused: 0,
+        });
+        t.task = task_label;
+        let mut joined_runlist = None;
+        let engine_of_event = engine_label(ev);
+        match &ev.kind {
+            EventKind::TaskInit {
+                timeslice_us,
+                interleave,
+                gpu,
+                runlist,
+                ..
+            } => {
+                t.init_ns = Some(ts);
+                t.engine = engine_of_event;
+                t.timeslice_us = *timeslice_us;
+                t.interleave = *interleave;
+                t.gpu = *gpu;
+                self.gpus.entry(*gpu).or_default().up();
+                if let Some(r) = runlist {
+                    t.runlist = Some(*r);
+                    joined_runlist = Some(*r);
+                }
+                let e = self
+                    .engines
+                    .entry(t.engine.clone().unwrap_or_else(|| "?".into()))
+                    .or_default();
+                e.task_init += 1;
+            }
+            EventKind::Schedule {
+                allowed,
+                timeslice_us,
+                interleave,
+                ..
+            } => {
+                if *allowed {
+                    t.first_schedule_ns.get_or_insert(ts);
+                } else {
+                    t.schedule_refused += 1;
+                }
+                if timeslice_us.is_some() {
+                    t.timeslice_us = *timeslice_us;
+                }
+                if interleave.is_some() {
+                    t.interleave = *interleave;
+                }
+                self.engine_of(&key).schedule += 1;
+            }
+            EventKind::WorkSubmit { runlist, gpu, .. } => {
+                t.first_submit_ns.get_or_insert(ts);
+                if t.gpu.is_none() {
+                    t.gpu = *gpu;
+                }
+                if t.runlist.is_none()
+                    && let Some(r) = runlist
+                {
+                    t.runlist = Some(*r);
+                    joined_runlist = Some(*r);
+                }
+            }
+            EventKind::SchedUpdate {
+                change, allowed, ..
+            } => {
+                match (change, *allowed) {
+                    (SchedChange::Preempt { .. }, _) => t.preemptions += 1,
+                    (_, false) => {}
+                    (SchedChange::Timeslice { new_us, .. }, true) => {
+                        t.timeslice_us = Some(*new_us);
+                        t.param_changes += 1;
+                    }
+                    (SchedChange::Interleave { new, .. }, true) => {
+                        t.interleave = *new;
+                        t.param_changes += 1;
+                    }
+                    (_, true) => t.param_changes += 1,
+                }
+                if !allowed {
+                    t.updates_refused += 1;
+                }
+                let preempt = matches!(change, SchedChange::Preempt { .. });
+                let e = self.engine_of(&key);
+                e.sched_update += 1;
+                e.preempt += u64::from(preempt);
+            }
+            EventKind::TaskDestroy {
+                cause,
+                final_params,
+                ..
+            } => {
+                if let Some(f) = final_params {
+                    t.timeslice_us = f.timeslice_us;
+                    t.interleave = f.interleave;
+                }
+                let cause = *cause;
+                if let Some(t) = self.live_tasks.remove(&key) {
+                    self.end_task(t, ts, cause);
+                }
+                return;
+            }
+        }
+        if let (Some(r), Some(t)) = (joined_runlist, self.live_tasks.get(&key)) {
+            let gpu = t.gpu;
+            self.runlists.entry((gpu, r)).or_default().up();
+        }
+    }
+
+    /// The engine counts of the live task `key`.
+    fn engine_of(&mut self, key: &TaskKey) -> &mut EngineStats {
+        let name = self
+            .live_tasks
+            .get(key)
+            .and_then(|t| t.engine.clone())
+            .unwrap_or_else(|| "?".into());
+        self.engines.entry(name).or_default()
+    }
+
+    fn end_task(&mut self, mut t: TaskStats, ts: u64, cause: DestroyCause) {
+        if t.init_ns.is_some() {
+            self.gpus.entry(t.gpu).or_default().down();
+        }
+        if let Some(r) = t.runlist {
+            self.runlists.entry((t.gpu, r)).or_default().down();
+        }
+        t.end_ns = Some(ts);
+        t.end_cause = Some(cause);
+        if self.ended_tasks.len() < MAX_TASKS_KEPT {
+            self.ended_tasks.push(t);
+        } else {
+            self.tasks_omitted += 1;
+        }
+    }
+
+    /// The per-task statistics: ended tasks in the order they ended, then the live ones by key.
+    pub fn tasks(&self) -> impl Iterator<Item = &TaskStats> {
+        self.ended_tasks.iter().chain(self.live_tasks.values())
+    }
+
+    /// Counts per engine label (`GRAPHICS`, `COPY`, ..., AMD queue types; `?` when not known).
+    pub fn engines(&self) -> impl Iterator<Item = (&str, &EngineStats)> {
+        self.engines.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
+    /// Live tasks per GPU (`None`: GPU not known), now and at most.
+    pub fn gpu_concurrency(&self) -> impl Iterator<Item = (Option<u32>, Concurrency)> + '_ {
+        self.gpus.iter().map(|(&g, &c)| (g, c))
+    }
+
+    /// Live tasks per `(GPU, runlist)`, now and at most. A task counts on its runlist from the
+    /// event that first names the runlist (NVIDIA: its first `WORK_SUBMIT`).
+    pub fn runlist_concurrency(
+        &self,
+    ) -> impl Iterator<Item = ((Option<u32>, u32), Concurrency)> + '_ {
+        self.runlists.iter().map(|(&k, &c)| (k, c))
     }
 
     /// All events counted by [`record`](Self::record) (not the tracer-exit ones).
     pub fn events(&self) -> u64 {
-        self.task_init + self.schedule + self.work_submit + self.task_destroy
+        self.task_init + self.schedule + self.work_submit + self.task_destroy + self.sched_update
     }
 
     /// The per-process counts, by ascending pid.
@@ -159,30 +492,59 @@ impl Stats {
             })
     }
 
-    /// The statistics block printed at the end of a text trace (ends with a newline).
+    /// The statistics block printed at the end of a text trace (ends with a newline);
+    /// `verbose` (`-v`) adds the diagnostics section (kernel-internal counters).
     ///
     /// ```text
     /// --- gpu-trace statistics (12.3 s) ---
     /// task_init           4
     /// schedule            4   (refused 0)
+    /// sched_update        1   (refused 0, preempt 0)
     /// work_submit        20
     /// task_destroy        4   (implicit 4)
     /// dropped             0
     /// read_failed         0
     ///
-    /// PID      COMM             TASK_INIT SCHEDULE WORK_SUBMIT TASK_DESTROY
-    /// 637320   python3                  4        4          20            4
+    /// PID      COMM             TASK_INIT SCHEDULE SCHED_UPDATE PREEMPT WORK_SUBMIT TASK_DESTROY
+    /// 637320   python3                  4        4            1       0          20            4
+    ///
+    /// ENGINE         TASKS SCHEDULE SCHED_UPDATE PREEMPT
+    /// GRAPHICS           1        1            1       0
+    ///
+    /// GPU  RUNLIST MAX_LIVE
+    /// 0    *              4
+    /// 0    13             1
+    ///
+    /// TASK                          ENGINE      LIFE_MS  SCHED_MS SUBMIT_MS TIMESLICE INTERLEAVE PREEMPT CHANGES END
+    /// 427:0xc1d0001c:0x5c000015     GRAPHICS   1256.557    59.112    30.123      2048 MEDIUM           0       1 process_exit
     /// ```
     ///
     /// The event counts, `dropped` and `read_failed` are always printed; the other counters only
-    /// when not zero (`lost_samples` when reported).
-    pub fn render_text(&self) -> String {
+    /// when not zero (`lost_samples` when reported). `LIFE_MS` is `TASK_INIT` → `TASK_DESTROY`,
+    /// `SCHED_MS` `TASK_INIT` → first allowed `SCHEDULE`, `SUBMIT_MS` `TASK_INIT` → first
+    /// `WORK_SUBMIT`, `TIMESLICE` in µs; `-` where not known (or not yet: `END` is `alive`).
+    /// At most [`MAX_TASKS_PRINTED`] tasks are listed (JSON lists them all).
+    pub fn render_text(&self, verbose: bool) -> String {
+        self.render_text_titled(verbose, "gpu-trace statistics")
+    }
+
+    /// [`render_text`](Self::render_text) under another title (the periodic blocks of
+    /// `--interval`).
+    pub fn render_text_titled(&self, verbose: bool, title: &str) -> String {
         let mut rows: Vec<(&str, u64, String)> = vec![
             ("task_init", self.task_init, String::new()),
             (
                 "schedule",
                 self.schedule,
                 format!("(refused {})", self.schedule_refused),
+            ),
+            (
+                "sched_update",
+                self.sched_update,
+                format!(
+                    "(refused {}, preempt {})",
+                    self.sched_update_refused, self.preempt
+                ),
             ),
             ("work_submit", self.work_submit, String::new()),
             (
@@ -194,8 +556,6 @@ impl Stats {
             ("read_failed", self.kernel.read_failed, String::new()),
         ];
         let optional = [
-            ("emitted", self.kernel.emitted),
-            ("ignored", self.kernel.ignored),
             ("fd_lookup_failed", self.kernel.fd_lookup_failed),
             ("denied", self.kernel.denied),
             ("malformed", self.malformed),
@@ -217,23 +577,13 @@ impl Stats {
                 .filter(|&(_, &v)| v != 0)
                 .map(|(&k, &v)| (k, v, String::new())),
         );
-        let width = rows
-            .iter()
-            .map(|(_, v, _)| v.to_string().len())
-            .max()
-            .unwrap_or(0)
-            .max(4);
-
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "--- gpu-trace statistics ({:.1} s) ---",
+            "--- {title} ({:.1} s) ---",
             self.duration().as_secs_f64()
         );
-        for (label, value, note) in &rows {
-            let line = format!("{label:<16} {value:>width$}   {note}");
-            let _ = writeln!(out, "{}", line.trim_end());
-        }
+        write_rows(&mut out, &rows);
         if self.kernel.dropped > 0 {
             let _ = writeln!(
                 out,
@@ -246,18 +596,150 @@ impl Stats {
             out.push('\n');
             let _ = writeln!(
                 out,
-                "{:<8} {:<16} {:>9} {:>8} {:>11} {:>12}",
-                "PID", "COMM", "TASK_INIT", "SCHEDULE", "WORK_SUBMIT", "TASK_DESTROY"
+                "{:<8} {:<16} {:>9} {:>8} {:>12} {:>7} {:>11} {:>12}",
+                "PID",
+                "COMM",
+                "TASK_INIT",
+                "SCHEDULE",
+                "SCHED_UPDATE",
+                "PREEMPT",
+                "WORK_SUBMIT",
+                "TASK_DESTROY"
             );
             for (pid, p) in self.processes() {
                 let _ = writeln!(
                     out,
-                    "{:<8} {:<16} {:>9} {:>8} {:>11} {:>12}",
-                    pid, p.comm, p.task_init, p.schedule, p.work_submit, p.task_destroy
+                    "{:<8} {:<16} {:>9} {:>8} {:>12} {:>7} {:>11} {:>12}",
+                    pid,
+                    p.comm,
+                    p.task_init,
+                    p.schedule,
+                    p.sched_update,
+                    p.preempt,
+                    p.work_submit,
+                    p.task_destroy
                 );
             }
         }
+        self.render_tasks(&mut out);
+        if verbose {
+            out.push_str("\ndiagnostics (kernel side)\n");
+            write_rows(
+                &mut out,
+                &[
+                    ("emitted", self.kernel.emitted, String::new()),
+                    ("ignored", self.kernel.ignored, String::new()),
+                ],
+            );
+        }
         out
+    }
+
+    /// The engine, concurrency and task tables of [`render_text`](Self::render_text).
+    fn render_tasks(&self, out: &mut String) {
+        if !self.engines.is_empty() {
+            let _ = writeln!(
+                out,
+                "\n{:<14} {:>5} {:>8} {:>12} {:>7}",
+                "ENGINE", "TASKS", "SCHEDULE", "SCHED_UPDATE", "PREEMPT"
+            );
+            for (name, e) in self.engines() {
+                let _ = writeln!(
+                    out,
+                    "{:<14} {:>5} {:>8} {:>12} {:>7}",
+                    name, e.task_init, e.schedule, e.sched_update, e.preempt
+                );
+            }
+        }
+        if !self.gpus.is_empty() {
+            let _ = writeln!(out, "\n{:<4} {:<7} {:>8}", "GPU", "RUNLIST", "MAX_LIVE");
+            let opt = |v: Option<u32>| v.map_or_else(|| "?".to_string(), |v| v.to_string());
+            for (gpu, c) in self.gpu_concurrency() {
+                let _ = writeln!(out, "{:<4} {:<7} {:>8}", opt(gpu), "*", c.max_live);
+                for ((_, r), c) in self.runlist_concurrency().filter(|((g, _), _)| *g == gpu) {
+                    let _ = writeln!(out, "{:<4} {:<7} {:>8}", opt(gpu), r, c.max_live);
+                }
+            }
+        }
+        let total = self.ended_tasks.len() + self.live_tasks.len();
+        if total == 0 {
+            return;
+        }
+        let ms = |v: Option<u64>| {
+            v.map_or_else(
+                || "-".to_string(),
+                |ns| format!("{}.{:03}", ns / 1_000_000, (ns / 1_000) % 1_000),
+            )
+        };
+        let _ = writeln!(
+            out,
+            "\n{:<29} {:<10} {:>9} {:>9} {:>9} {:>9} {:<10} {:>7} {:>7} END",
+            "TASK",
+            "ENGINE",
+            "LIFE_MS",
+            "SCHED_MS",
+            "SUBMIT_MS",
+            "TIMESLICE",
+            "INTERLEAVE",
+            "PREEMPT",
+            "CHANGES"
+        );
+        for t in self.tasks().take(MAX_TASKS_PRINTED) {
+            let interleave = t.interleave.map_or("-", |i| match i {
+                Interleave::Low => "LOW",
+                Interleave::Medium => "MEDIUM",
+                Interleave::High => "HIGH",
+            });
+            let end = t.end_cause.map_or_else(
+                || "alive".to_string(),
+                |c| {
+                    serde_json::to_value(c)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_default()
+                },
+            );
+            let _ = writeln!(
+                out,
+                "{:<29} {:<10} {:>9} {:>9} {:>9} {:>9} {:<10} {:>7} {:>7} {end}",
+                t.key.to_string(),
+                t.engine.as_deref().unwrap_or("?"),
+                ms(t.lifetime_ns()),
+                ms(t.init_to_schedule_ns()),
+                ms(t.init_to_submit_ns()),
+                t.timeslice_us
+                    .map_or_else(|| "-".to_string(), |v| v.to_string()),
+                interleave,
+                t.preemptions,
+                t.param_changes,
+            );
+        }
+        let more = total.saturating_sub(MAX_TASKS_PRINTED);
+        if more > 0 {
+            let _ = writeln!(out, "... {more} more tasks (--format json lists them)");
+        }
+        if self.tasks_omitted > 0 {
+            let _ = writeln!(
+                out,
+                "({} events of tasks beyond the {MAX_TASKS_KEPT} ended / {MAX_LIVE_TASKS} live \
+                 ones followed are not in this table)",
+                self.tasks_omitted
+            );
+        }
+    }
+}
+
+/// `label value note` rows, values right-aligned to a common width (at least 4).
+fn write_rows(out: &mut String, rows: &[(&str, u64, String)]) {
+    let width = rows
+        .iter()
+        .map(|(_, v, _)| v.to_string().len())
+        .max()
+        .unwrap_or(0)
+        .max(4);
+    for (label, value, note) in rows {
+        let line = format!("{label:<16} {value:>width$}   {note}");
+        let _ = writeln!(out, "{}", line.trim_end());
     }
 }
 
@@ -268,6 +750,7 @@ mod tests {
 
     fn ev(ts_ns: u64, pid: u32, comm: &str, kind: EventKind) -> Event {
         Event {
+            key: None,
             amd: None,
             origin: Origin {
                 ts_ns,
@@ -323,6 +806,7 @@ mod tests {
 
     fn destroy(cause: DestroyCause) -> EventKind {
         EventKind::TaskDestroy {
+            final_params: None,
             task: TaskId::HwTsg(1),
             client: 1,
             cause,
@@ -362,7 +846,7 @@ mod tests {
         let mut stats = Stats::new();
         stats.unreported.insert("schedule_disable", 2);
         stats.unreported.insert("unknown_handle", 0);
-        let text = stats.render_text();
+        let text = stats.render_text(false);
         let line = text
             .lines()
             .find(|l| l.starts_with("schedule_disable"))
@@ -393,6 +877,191 @@ mod tests {
         assert_eq!(s.duration(), Duration::from_nanos(12_300_000_000));
     }
 
+    /// An event of the task with handle `handle` of process 7, client 9.
+    fn keyed(ts_ms: u64, handle: u32, kind: EventKind) -> Event {
+        let mut e = ev(ts_ms * 1_000_000, 7, "app", kind);
+        e.key = Some(TaskKey {
+            pid: 7,
+            client: Some(9),
+            object: handle,
+            generation: 1,
+        });
+        e
+    }
+
+    fn keyed_init(handle: u32, engine: crate::model::event::Engine) -> EventKind {
+        EventKind::TaskInit {
+            task: TaskId::RmHandle(handle),
+            client: 9,
+            engine: Some(engine),
+            engine_type: None,
+            timeslice_us: Some(1024),
+            timeslice_source: ValueSource::DriverDefault,
+            interleave: Some(Interleave::Medium),
+            interleave_source: ValueSource::DriverDefault,
+            runlist: None,
+            gpu: Some(0),
+        }
+    }
+
+    fn keyed_submit(handle: u32, runlist: u32) -> EventKind {
+        EventKind::WorkSubmit {
+            task: TaskId::RmHandle(handle),
+            client: 9,
+            channel_handle: 1,
+            chid: Some(1),
+            runlist: Some(runlist),
+            token: 1,
+            gpu: Some(0),
+        }
+    }
+
+    fn keyed_update(handle: u32, change: SchedChange, allowed: bool) -> EventKind {
+        EventKind::SchedUpdate {
+            task: TaskId::RmHandle(handle),
+            client: 9,
+            change,
+            allowed,
+            rm_status: Some(if allowed { 0 } else { 0x1f }),
+            errno: 0,
+            via_channel: false,
+        }
+    }
+
+    #[test]
+    fn per_task_latencies_parameters_and_concurrency() {
+        use crate::model::event::Engine;
+        let mut s = Stats::new();
+        let (a, b) = (0x10, 0x20);
+        let mut sched = schedule(true);
+        if let EventKind::Schedule { task, client, .. } = &mut sched {
+            *task = TaskId::RmHandle(a);
+            *client = 9;
+        }
+        let preempt = SchedChange::Preempt {
+            wait: true,
+            manual_timeout: false,
+            timeout_us: 0,
+        };
+        let ts = |new_us| SchedChange::Timeslice {
+            old_us: Some(1024),
+            old_source: Some(ValueSource::DriverDefault),
+            new_us,
+        };
+        for e in [
+            keyed(100, a, keyed_init(a, Engine::Graphics)),
+            keyed(103, a, keyed_submit(a, 2)),
+            keyed(105, a, sched),
+            keyed(106, a, keyed_update(a, ts(2048), true)),
+            keyed(107, a, keyed_update(a, ts(9999), false)),
+            keyed(108, a, keyed_update(a, preempt.clone(), true)),
+            keyed(109, b, keyed_init(b, Engine::Copy)),
+            keyed(111, b, keyed_submit(b, 2)),
+            keyed(150, a, destroy_of(a)),
+        ] {
+            s.record(&e);
+        }
+        let tasks: Vec<&TaskStats> = s.tasks().collect();
+        assert_eq!(tasks.len(), 2);
+        // Ended first, then the live one.
+        let t = tasks[0];
+        assert_eq!(t.key.to_string(), "7:0x00000009:0x00000010");
+        assert_eq!(t.engine.as_deref(), Some("GRAPHICS"));
+        assert_eq!(t.lifetime_ns(), Some(50_000_000));
+        assert_eq!(t.init_to_schedule_ns(), Some(5_000_000));
+        assert_eq!(t.init_to_submit_ns(), Some(3_000_000));
+        // The accepted 2048 stays; the refused 9999 is counted, not applied.
+        assert_eq!(t.timeslice_us, Some(2048));
+        assert_eq!(
+            (t.preemptions, t.param_changes, t.updates_refused),
+            (1, 1, 1)
+        );
+        assert_eq!(t.end_cause, Some(DestroyCause::Free));
+        let u = tasks[1];
+        assert_eq!((u.end_ns, u.init_to_schedule_ns()), (None, None));
+        assert_eq!(u.init_to_submit_ns(), Some(2_000_000));
+        // Both lived at once on GPU 0 and on runlist 2 (from 111 ms to 150 ms).
+        let gpus: Vec<_> = s.gpu_concurrency().collect();
+        assert_eq!(
+            gpus,
+            [(
+                Some(0),
+                Concurrency {
+                    live: 1,
+                    max_live: 2
+                }
+            )]
+        );
+        let runlists: Vec<_> = s.runlist_concurrency().collect();
+        assert_eq!(
+            runlists,
+            [(
+                (Some(0), 2),
+                Concurrency {
+                    live: 1,
+                    max_live: 2
+                }
+            )]
+        );
+        let engines: Vec<(&str, u64, u64, u64)> = s
+            .engines()
+            .map(|(n, e)| (n, e.task_init, e.sched_update, e.preempt))
+            .collect();
+        assert_eq!(engines, [("COPY", 1, 0, 0), ("GRAPHICS", 1, 3, 1)]);
+        assert_eq!(
+            (s.sched_update, s.sched_update_refused, s.preempt),
+            (3, 1, 1)
+        );
+        let p = s.process(7).unwrap();
+        assert_eq!((p.sched_update, p.preempt), (3, 1));
+        // The text block lists both tasks, in ms (key in 29 columns, engine in 10, the numbers
+        // right-aligned in 9, interleave in 10, the counts in 7).
+        let text = s.render_text(false);
+        assert!(
+            text.contains(
+                "7:0x00000009:0x00000010       GRAPHICS      50.000     5.000     3.000      2048 MEDIUM           1       1 free"
+            ),
+            "{text}"
+        );
+        assert!(text.contains(" alive\n"), "{text}");
+    }
+
+    #[test]
+    fn task_lists_are_bounded() {
+        use crate::model::event::Engine;
+        let mut s = Stats::new();
+        let n = MAX_TASKS_KEPT as u32 + 3;
+        for h in 0..n {
+            s.record(&keyed(1, h, keyed_init(h, Engine::Copy)));
+            s.record(&keyed(2, h, destroy_of(h)));
+        }
+        assert_eq!(s.tasks().count(), MAX_TASKS_KEPT);
+        assert_eq!(s.tasks_omitted, 3);
+        let text = s.render_text(false);
+        let rows = text.lines().filter(|l| l.starts_with("7:0x")).count();
+        assert_eq!(rows, MAX_TASKS_PRINTED);
+        assert!(
+            text.contains(&format!(
+                "\n... {} more tasks (--format json lists them)\n",
+                MAX_TASKS_KEPT - MAX_TASKS_PRINTED
+            )),
+            "{text}"
+        );
+        assert!(text.contains("(3 events of tasks beyond"), "{text}");
+        // Every one of them was counted, kept or not.
+        assert_eq!((s.task_init, s.task_destroy), (u64::from(n), u64::from(n)));
+    }
+
+    fn destroy_of(handle: u32) -> EventKind {
+        EventKind::TaskDestroy {
+            task: TaskId::RmHandle(handle),
+            client: 9,
+            cause: DestroyCause::Free,
+            implicit: false,
+            final_params: None,
+        }
+    }
+
     #[test]
     fn tracer_exit_counts_as_live_at_exit() {
         let mut s = Stats::new();
@@ -410,16 +1079,17 @@ mod tests {
 --- gpu-trace statistics (12.3 s) ---
 task_init           4
 schedule            5   (refused 1)
+sched_update        0   (refused 0, preempt 0)
 work_submit        20
 task_destroy        5   (implicit 4)
 dropped             0
 read_failed         0
 
-PID      COMM             TASK_INIT SCHEDULE WORK_SUBMIT TASK_DESTROY
-42       other                    0        1           0            1
-637320   python3                  4        4          20            4
+PID      COMM             TASK_INIT SCHEDULE SCHED_UPDATE PREEMPT WORK_SUBMIT TASK_DESTROY
+42       other                    0        1            0       0           0            1
+637320   python3                  4        4            0       0          20            4
 ";
-        assert_eq!(s.render_text(), expected);
+        assert_eq!(s.render_text(false), expected);
     }
 
     #[test]
@@ -440,30 +1110,37 @@ PID      COMM             TASK_INIT SCHEDULE WORK_SUBMIT TASK_DESTROY
             fd_lookup_failed: 5,
             denied: 0,
         };
-        let text = s.render_text();
+        let text = s.render_text(false);
         let expected = "\
 --- gpu-trace statistics (2.0 s) ---
-task_init              0
-schedule               0   (refused 0)
-work_submit            0
-task_destroy           0   (implicit 0)
-dropped           123456
-read_failed            1
-emitted          1000000
-ignored                9
-fd_lookup_failed       5
-malformed              2
-decode_errors          3
-live_at_exit           4
-lost_samples           0
+task_init             0
+schedule              0   (refused 0)
+sched_update          0   (refused 0, preempt 0)
+work_submit           0
+task_destroy          0   (implicit 0)
+dropped          123456
+read_failed           1
+fd_lookup_failed      5
+malformed             2
+decode_errors         3
+live_at_exit          4
+lost_samples          0
 warning: 123456 events were dropped because the ring buffer was full; raise --ring-size
 ";
         assert_eq!(text, expected);
+        // -v adds the kernel side's internal counters after everything else.
+        let verbose = s.render_text(true);
+        assert_eq!(
+            verbose.strip_prefix(expected),
+            Some(
+                "\ndiagnostics (kernel side)\nemitted          1000000\nignored                9\n"
+            )
+        );
     }
 
     #[test]
     fn empty_stats_still_print_dropped_and_read_failed() {
-        let text = Stats::new().render_text();
+        let text = Stats::new().render_text(false);
         assert!(text.starts_with("--- gpu-trace statistics (0.0 s) ---\n"));
         assert!(text.contains("\ndropped             0\n"), "{text}");
         assert!(text.contains("\nread_failed         0\n"), "{text}");

@@ -1,4 +1,5 @@
-//! JSON lines output: one object per event, then one `STATS` object.
+//! JSON lines output: one object per event, then one `STATS` object (and, with `--interval`,
+//! periodic `STATS` objects with `"final": false` among the events).
 //!
 //! # Schema
 //!
@@ -10,13 +11,17 @@
 //!
 //! | field    | type    | meaning |
 //! |----------|---------|---------|
-//! | `event`  | string  | `"TASK_INIT"`, `"SCHEDULE"`, `"WORK_SUBMIT"` or `"TASK_DESTROY"` (always the first field) |
+//! | `event`  | string  | `"TASK_INIT"`, `"SCHEDULE"`, `"SCHED_UPDATE"`, `"WORK_SUBMIT"` or `"TASK_DESTROY"` (always the first field) |
 //! | `time`   | string  | wall-clock time, RFC 3339 in UTC with microseconds: `"2024-05-01T21:00:24.561798Z"` |
 //! | `ts_ns`  | integer | CLOCK_MONOTONIC nanoseconds of the driver call (`bpf_ktime_get_ns`) |
 //! | `cpu`    | integer | CPU the call ran on |
 //! | `pid`    | integer | process id (tgid) |
 //! | `tid`    | integer | thread id |
 //! | `comm`   | string  | thread name of the caller |
+//! | `key`    | string or null | the task's identity, unique within the run: `"PID:0xCLIENT:0xHANDLE"` (NVIDIA: process, RM client and RM handle of the TSG, 8 hex digits each), `"PID:kfd:QUEUE"` (AMD), with `"#N"` appended for the N-th task with the same three in one run (N ≥ 2); every event of one task has the same key (docs/events.md). null only for a refused AMD `CREATE_QUEUE` |
+//! | `tsg`    | string  | the TSG column of the text output, same spelling: `"0x5c000015"` (RM handle), `"12"` (hardware TSG id), `"3"` (KFD queue id), `"?"` |
+//! | `handle` | string or null | NVIDIA: the TSG's RM handle in hex (`"0x5c000015"`), also once `tsg` shows the hardware id; for a channel-level call on a TSG this tracer did not see created, the handle the call named. null for AMD |
+//! | `client_hex` | string | `client` in hex, 8 digits (`"0xc1d0001c"`) |
 //! | `task`   | object  | `{"kind": K, "value": N}`: K is `"hw_tsg"` (hardware TSG id), `"rm_handle"` (RM object handle of the TSG) or `"kfd_queue"` (AMD KFD queue id); N an unsigned 32-bit integer. `{"kind": "kfd_no_queue"}` (no `value`): an AMD `CREATE_QUEUE` the driver refused |
 //! | `client` | integer | RM client handle (NVIDIA), 0 otherwise |
 //!
@@ -45,6 +50,33 @@
 //! | `errno`        | integer         | negative errno of the ioctl syscall, 0 on success (e.g. -1 for `EPERM`) |
 //! | `via_channel`  | boolean         | the request was a channel-level schedule (`NVA06F`) |
 //!
+//! ## `SCHED_UPDATE`: a request that changes how the task is scheduled
+//!
+//! Printed for every such request, allowed or refused: NVIDIA `SET_TIMESLICE`,
+//! `SET_INTERLEAVE_LEVEL` (TSG `NVA06C` and channel `NVA06F`), `PREEMPT`, `GPFIFO_SCHEDULE` with
+//! `bEnable` = 0 and the enable after such a disable; AMD `UPDATE_QUEUE` and `SET_CU_MASK`.
+//!
+//! | field          | type            | meaning |
+//! |----------------|-----------------|---------|
+//! | `change`       | object          | what the request changes; `what` names it (below) |
+//! | `allowed`      | boolean         | the driver accepted the request (only then is `new` the task's value) |
+//! | `rm_status`    | integer or null | RM status returned (0 = `NV_OK`); null when the syscall itself failed, and for AMD |
+//! | `errno`        | integer         | negative errno of the ioctl syscall, 0 on success |
+//! | `via_channel`  | boolean         | NVIDIA: sent to a channel of the TSG (`NVA06F_CTRL_CMD_SET_INTERLEAVE_LEVEL`, `NVA06F_CTRL_CMD_GPFIFO_SCHEDULE`) |
+//!
+//! `change` by `what` (an `old_*` value is what the tracer held just before the request, null
+//! when not known, e.g. a TSG created before tracing; `old_source` where it came from,
+//! `"observed"`, `"driver_default"` or `"driver_hook"`, null when not known):
+//!
+//! | `what`         | fields | request |
+//! |----------------|--------|---------|
+//! | `"timeslice"`  | `old_us`, `old_source`, `new_us` (integers, µs) | `NVA06C_CTRL_CMD_SET_TIMESLICE` |
+//! | `"interleave"` | `old`, `old_source`, `new` (`"LOW"`, `"MEDIUM"`, `"HIGH"`, null for a raw level outside 0–2), `new_raw` (integer) | `NVA06C`/`NVA06F` `SET_INTERLEAVE_LEVEL` |
+//! | `"preempt"`    | `wait` (`bWait`), `manual_timeout` (`bManualTimeout`), `timeout_us` (`timeoutUs`) | `NVA06C_CTRL_CMD_PREEMPT` |
+//! | `"run_state"`  | `old`, `new` (`"unscheduled"`: no accepted schedule since creation, `"enabled"`, `"disabled"`; `old` null for a TSG not seen created), `skip_submit`, `skip_enable` (booleans) | `GPFIFO_SCHEDULE` with `bEnable` = 0, or = 1 after a disable (that one also prints its `SCHEDULE`) |
+//! | `"amd_queue"`  | `old_priority`, `new_priority`, `old_percentage`, `new_percentage` | AMD `UPDATE_QUEUE` |
+//! | `"cu_mask"`    | `old_bits`, `new_bits` | AMD `SET_CU_MASK` (bits of the CU mask) |
+//!
 //! ## `WORK_SUBMIT`: a work-submit token was handed out / a doorbell assigned
 //!
 //! | field            | type            | meaning |
@@ -61,6 +93,7 @@
 //! |------------|---------|---------|
 //! | `cause`    | string  | `"free"` (freed itself), `"parent_free"` (an ancestor was freed), `"fd_close"` (its fd was closed), `"process_exit"` (its process exited), `"kfd_release"` (AMD: the driver tore the process's queues down, seen by a deep hook), `"tracer_exit"` (still alive when tracing stopped) |
 //! | `implicit` | boolean | the driver object was not freed explicitly |
+//! | `final`    | object  | NVIDIA, when the TSG was tracked: its values at the end (the text line does not show them): `timeslice_us`, `timeslice_source`, `interleave`, `interleave_source`, `channels` (integer), `runlist` (integer or null), `run_state` (`"unscheduled"`, `"enabled"`, `"disabled"`). Absent otherwise |
 //!
 //! ## `amd`: AMD KFD events only
 //!
@@ -70,7 +103,7 @@
 //!
 //! | field             | type            | meaning |
 //! |-------------------|-----------------|---------|
-//! | `via`             | string          | `SCHEDULE` only: `"create"`, `"update"` (`UPDATE_QUEUE`) or `"cu_mask"` (`SET_CU_MASK`) |
+//! | `via`             | string          | `SCHEDULE` and `SCHED_UPDATE` only: `"create"` (`CREATE_QUEUE`), `"update"` (`UPDATE_QUEUE`) or `"cu_mask"` (`SET_CU_MASK`) |
 //! | `queue_type`      | string or null  | `"COMPUTE"`, `"COMPUTE_AQL"`, `"SDMA"`, `"SDMA_XGMI"`, `"SDMA_BY_ENG_ID"`, `"UNKNOWN"` |
 //! | `queue_type_raw`  | integer or null | raw `KFD_IOC_QUEUE_TYPE_*` |
 //! | `priority`        | integer or null | queue priority, 0–15 |
@@ -87,15 +120,19 @@
 //! | `driver_active`   | boolean or null | `TASK_INIT`, deep hook on the DQM's `create_queue_*` only: the driver's own `is_active` |
 //! | `mqd_init_addr`   | integer or null | `TASK_INIT`, deep hook on `init_mqd` only: address of the `init_mqd` copy (one per GPU generation) that built the queue's hardware descriptor |
 //!
-//! ## `STATS`: the last line
+//! ## `STATS`: the last line, and every `--interval` seconds
 //!
 //! | field                   | type            | meaning |
 //! |-------------------------|-----------------|---------|
 //! | `event`                 | string          | `"STATS"` |
-//! | `duration_s`            | number          | seconds traced |
+//! | `final`                 | boolean         | true for the last line (at exit); false for the periodic ones of `--interval`, which count everything so far (the kernel counters of a live run are those of the last line only: 0 before) |
+//! | `duration_s`            | number          | seconds traced (so far) |
 //! | `task_init`             | integer         | `TASK_INIT` events |
 //! | `schedule`              | integer         | `SCHEDULE` events |
 //! | `schedule_refused`      | integer         | of those, refused (`allowed` false) |
+//! | `sched_update`          | integer         | `SCHED_UPDATE` events |
+//! | `sched_update_refused`  | integer         | of those, refused |
+//! | `preempt`               | integer         | of those, preemption requests |
 //! | `work_submit`           | integer         | `WORK_SUBMIT` events |
 //! | `task_destroy`          | integer         | `TASK_DESTROY` events |
 //! | `task_destroy_implicit` | integer         | of those, implicit |
@@ -103,16 +140,22 @@
 //! | `malformed`             | integer         | records userspace could not parse |
 //! | `decode_errors`         | integer         | driver calls whose arguments could not be decoded |
 //! | `live_at_exit`          | integer         | tasks still alive when tracing stopped |
-//! | `unreported`            | object          | driver calls of interest that produced no event, by reason (`schedule_disable`, `schedule_unreadable`, `unreadable_params`, `unknown_handle`, `replaced_handles`, `failed_tsg_allocs`, `unknown_queue`, `replaced_queues`, `deep_unmatched`, `deep_unknown`, `kfd_release_no_queues`); only non-zero reasons; integers |
+//! | `unreported`            | object          | driver calls of interest that produced no event, by reason (`schedule_unreadable`, `unreadable_params`, `unknown_handle`, `replaced_handles`, `failed_tsg_allocs`, `unknown_queue`, `replaced_queues`, `deep_unmatched`, `deep_unknown`, `kfd_release_no_queues`); only non-zero reasons; integers |
 //! | `lost_samples`          | integer or null | samples the ring buffer reader reported lost; null when it does not report them |
-//! | `processes`             | array           | one object per process, by ascending pid: `pid`, `comm` (first seen), `task_init`, `schedule`, `schedule_refused`, `work_submit`, `task_destroy` |
+//! | `processes`             | array           | one object per process, by ascending pid: `pid`, `comm` (first seen), `task_init`, `schedule`, `schedule_refused`, `sched_update`, `preempt`, `work_submit`, `task_destroy` |
+//! | `engines`               | array           | per engine, by name: `engine` (NVIDIA `"GRAPHICS"`, `"COPY"`, ...; AMD queue type; `"?"` not known), `task_init`, `schedule`, `sched_update`, `preempt` |
+//! | `gpus`                  | array           | per GPU: `gpu` (index, null when not known), `live` (tasks alive now), `max_live` (most alive at once) |
+//! | `runlists`              | array           | per GPU and runlist: `gpu`, `runlist`, `live`, `max_live`; a task counts on its runlist from the first event that names it (NVIDIA: its first `WORK_SUBMIT`) |
+//! | `tasks`                 | array           | per task, ended ones first in the order they ended, then the live ones: `key`, `pid`, `task` (as `tsg`), `engine`, `gpu`, `runlist`, `init_ns`, `first_schedule_ns` (first allowed `SCHEDULE`), `first_submit_ns` (first `WORK_SUBMIT`), `end_ns`, `end_cause` (a `cause`; null while alive), `schedule_refused`, `timeslice_us` and `interleave` (the last known values, the final ones once ended), `preemptions`, `param_changes` (accepted changes), `updates_refused`, and the derived `lifetime_ns`, `init_to_schedule_ns`, `init_to_submit_ns`; times are CLOCK_MONOTONIC ns, null where not known |
+//! | `tasks_omitted`         | integer         | left out of `tasks`: ended tasks beyond the 10000 kept, and events of new tasks while 100000 were alive |
+//! | `diagnostics`           | object          | kernel-internal counters (also in `kernel`; the text output shows them with `-v`): `emitted`, `ignored` |
 
 use chrono::SecondsFormat;
 use serde::Serialize;
 
-use crate::model::event::Event;
-use crate::model::stats::{KernelCounters, Stats};
-use crate::output::clock::Clock;
+use crate::model::event::{Event, EventKind};
+use crate::model::stats::{EngineStats, KernelCounters, Stats, TaskStats};
+use crate::output::{clock::Clock, text};
 
 /// The JSON line of an event (no newline): `event`, `time`, the origin fields, then the fields
 /// of the event's kind, as described in the [module documentation](self).
@@ -137,7 +180,8 @@ pub fn event_json(ev: &Event, clock: &Clock) -> String {
         .filter(|s| !s.is_empty());
     match (kind.strip_prefix(tag.as_str()), origin_fields) {
         (Some(rest), Some(origin_fields)) => {
-            let line = format!("{tag},\"time\":\"{time}\",{origin_fields}{rest}");
+            let ids = identity_fields(ev);
+            let line = format!("{tag},\"time\":\"{time}\",{origin_fields},{ids}{rest}");
             match &ev.amd {
                 None => line,
                 Some(amd) => {
@@ -158,13 +202,51 @@ pub fn event_json(ev: &Event, clock: &Clock) -> String {
     }
 }
 
+/// The identity fields of an event, in output order: `key` (run-unique, see docs/events.md),
+/// `tsg` (the text output's TSG column), `handle` (NVIDIA: the TSG's RM handle in hex) and
+/// `client_hex` (the RM client in hex).
+pub(crate) fn identity(ev: &Event) -> [(&'static str, serde_json::Value); 4] {
+    let key = ev.key.map(|k| k.to_string());
+    let handle = ev
+        .key
+        .filter(|k| k.client.is_some())
+        .map(|k| format!("0x{:08x}", k.object));
+    let client = match ev.kind {
+        EventKind::TaskInit { client, .. }
+        | EventKind::Schedule { client, .. }
+        | EventKind::WorkSubmit { client, .. }
+        | EventKind::TaskDestroy { client, .. }
+        | EventKind::SchedUpdate { client, .. } => client,
+    };
+    [
+        ("key", key.into()),
+        ("tsg", text::task_id(ev.kind.task()).into()),
+        ("handle", handle.into()),
+        ("client_hex", format!("0x{client:08x}").into()),
+    ]
+}
+
+/// [`identity`] as JSON object fields (no braces).
+fn identity_fields(ev: &Event) -> String {
+    identity(ev)
+        .iter()
+        .map(|(k, v)| format!("\"{k}\":{v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 #[derive(Serialize)]
 struct StatsLine<'a> {
     event: &'static str,
+    #[serde(rename = "final")]
+    is_final: bool,
     duration_s: f64,
     task_init: u64,
     schedule: u64,
     schedule_refused: u64,
+    sched_update: u64,
+    sched_update_refused: u64,
+    preempt: u64,
     work_submit: u64,
     task_destroy: u64,
     task_destroy_implicit: u64,
@@ -175,6 +257,12 @@ struct StatsLine<'a> {
     unreported: std::collections::BTreeMap<&'static str, u64>,
     lost_samples: Option<u64>,
     processes: Vec<ProcessLine<'a>>,
+    engines: Vec<EngineLine<'a>>,
+    gpus: Vec<GpuLine>,
+    runlists: Vec<RunlistLine>,
+    tasks: Vec<TaskLine<'a>>,
+    tasks_omitted: u64,
+    diagnostics: Diagnostics,
 }
 
 #[derive(Serialize)]
@@ -184,8 +272,47 @@ struct ProcessLine<'a> {
     task_init: u64,
     schedule: u64,
     schedule_refused: u64,
+    sched_update: u64,
+    preempt: u64,
     work_submit: u64,
     task_destroy: u64,
+}
+
+#[derive(Serialize)]
+struct EngineLine<'a> {
+    engine: &'a str,
+    #[serde(flatten)]
+    counts: &'a EngineStats,
+}
+
+#[derive(Serialize)]
+struct GpuLine {
+    gpu: Option<u32>,
+    live: u64,
+    max_live: u64,
+}
+
+#[derive(Serialize)]
+struct RunlistLine {
+    gpu: Option<u32>,
+    runlist: u32,
+    live: u64,
+    max_live: u64,
+}
+
+#[derive(Serialize)]
+struct TaskLine<'a> {
+    #[serde(flatten)]
+    task: &'a TaskStats,
+    lifetime_ns: Option<u64>,
+    init_to_schedule_ns: Option<u64>,
+    init_to_submit_ns: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct Diagnostics {
+    emitted: u64,
+    ignored: u64,
 }
 
 /// The final `{"event":"STATS", ...}` line (no newline), as described in the
@@ -194,14 +321,18 @@ struct ProcessLine<'a> {
 /// # Panics
 ///
 /// Never: the statistics always serialize.
-pub fn stats_json(stats: &Stats) -> String {
+pub fn stats_json(stats: &Stats, is_final: bool) -> String {
     let k = &stats.kernel;
     let line = StatsLine {
         event: "STATS",
+        is_final,
         duration_s: stats.duration().as_secs_f64(),
         task_init: stats.task_init,
         schedule: stats.schedule,
         schedule_refused: stats.schedule_refused,
+        sched_update: stats.sched_update,
+        sched_update_refused: stats.sched_update_refused,
+        preempt: stats.preempt,
         work_submit: stats.work_submit,
         task_destroy: stats.task_destroy,
         task_destroy_implicit: stats.task_destroy_implicit,
@@ -224,10 +355,47 @@ pub fn stats_json(stats: &Stats) -> String {
                 task_init: p.task_init,
                 schedule: p.schedule,
                 schedule_refused: p.schedule_refused,
+                sched_update: p.sched_update,
+                preempt: p.preempt,
                 work_submit: p.work_submit,
                 task_destroy: p.task_destroy,
             })
             .collect(),
+        engines: stats
+            .engines()
+            .map(|(engine, counts)| EngineLine { engine, counts })
+            .collect(),
+        gpus: stats
+            .gpu_concurrency()
+            .map(|(gpu, c)| GpuLine {
+                gpu,
+                live: c.live,
+                max_live: c.max_live,
+            })
+            .collect(),
+        runlists: stats
+            .runlist_concurrency()
+            .map(|((gpu, runlist), c)| RunlistLine {
+                gpu,
+                runlist,
+                live: c.live,
+                max_live: c.max_live,
+            })
+            .collect(),
+        tasks: stats
+            .tasks()
+            .map(|t| TaskLine {
+                task: t,
+                lifetime_ns: t.lifetime_ns(),
+                init_to_schedule_ns: t.init_to_schedule_ns(),
+                init_to_submit_ns: t.init_to_submit_ns(),
+            })
+            .collect(),
+        tasks_omitted: stats.tasks_omitted,
+        diagnostics: Diagnostics {
+            emitted: k.emitted,
+            ignored: k.ignored,
+        },
     };
     serde_json::to_string(&line).expect("STATS serializes")
 }
@@ -260,7 +428,8 @@ pub fn schema_document() -> String {
 mod tests {
     use super::*;
     use crate::model::event::{
-        DestroyCause, Engine, EventKind, Interleave, Origin, TaskId, ValueSource,
+        DestroyCause, Engine, EventKind, FinalParams, Interleave, Origin, RunState, SchedChange,
+        TaskId, TaskKey, ValueSource,
     };
     use crate::model::stats::KernelCounters;
     use serde_json::{Value, json};
@@ -305,6 +474,7 @@ mod tests {
     #[test]
     fn task_init_fields() {
         let ev = Event {
+            key: None,
             amd: None,
             origin: origin(T0),
             kind: EventKind::TaskInit {
@@ -346,14 +516,17 @@ mod tests {
             k,
             [
                 "client",
+                "client_hex",
                 "comm",
                 "cpu",
                 "engine",
                 "engine_type",
                 "event",
                 "gpu",
+                "handle",
                 "interleave",
                 "interleave_source",
+                "key",
                 "pid",
                 "runlist",
                 "task",
@@ -362,6 +535,7 @@ mod tests {
                 "timeslice_source",
                 "timeslice_us",
                 "ts_ns",
+                "tsg",
             ]
         );
     }
@@ -369,6 +543,7 @@ mod tests {
     #[test]
     fn schedule_fields() {
         let ev = Event {
+            key: None,
             amd: None,
             origin: origin(T0 + 29_827_000),
             kind: EventKind::Schedule {
@@ -397,12 +572,13 @@ mod tests {
         assert_eq!(v["rm_status"], Value::Null);
         assert_eq!(v["errno"], -1);
         assert_eq!(v["via_channel"], true);
-        assert_eq!(keys(&v).len(), 16);
+        assert_eq!(keys(&v).len(), 20);
     }
 
     #[test]
     fn work_submit_and_destroy_fields() {
         let submit = Event {
+            key: None,
             amd: None,
             origin: origin(T0),
             kind: EventKind::WorkSubmit {
@@ -433,9 +609,11 @@ mod tests {
             (DestroyCause::TracerExit, "tracer_exit"),
         ] {
             let ev = Event {
+                key: None,
                 amd: None,
                 origin: origin(T0),
                 kind: EventKind::TaskDestroy {
+                    final_params: None,
                     task: TaskId::HwTsg(1),
                     client: 1,
                     cause,
@@ -451,7 +629,7 @@ mod tests {
             common(&v, "TASK_DESTROY", T0);
             assert_eq!(v["cause"], name);
             assert_eq!(v["implicit"], cause.is_implicit());
-            assert_eq!(keys(&v).len(), 11);
+            assert_eq!(keys(&v).len(), 15);
         }
     }
 
@@ -459,6 +637,7 @@ mod tests {
     fn stats_line() {
         let mut stats = Stats::new();
         stats.record(&Event {
+            key: None,
             amd: None,
             origin: origin(T0),
             kind: EventKind::Schedule {
@@ -485,17 +664,21 @@ mod tests {
         stats.decode_errors = 7;
         stats.live_at_exit = 8;
         stats.elapsed = Some(Duration::from_millis(12_300));
-        let line = stats_json(&stats);
+        let line = stats_json(&stats, true);
         assert!(line.starts_with(r#"{"event":"STATS","#), "{line}");
         let v = parse(&line);
         assert_eq!(
             v,
             json!({
                 "event": "STATS",
+                "final": true,
                 "duration_s": 12.3,
                 "task_init": 0,
                 "schedule": 1,
                 "schedule_refused": 1,
+                "sched_update": 0,
+                "sched_update_refused": 0,
+                "preempt": 0,
                 "work_submit": 0,
                 "task_destroy": 0,
                 "task_destroy_implicit": 0,
@@ -518,12 +701,99 @@ mod tests {
                     "task_init": 0,
                     "schedule": 1,
                     "schedule_refused": 1,
+                    "sched_update": 0,
+                    "preempt": 0,
                     "work_submit": 0,
                     "task_destroy": 0
-                }]
+                }],
+                // The event had no key: no per-task, engine or GPU entries.
+                "engines": [],
+                "gpus": [],
+                "runlists": [],
+                "tasks": [],
+                "tasks_omitted": 0,
+                "diagnostics": {"emitted": 4, "ignored": 3}
             })
         );
         stats.lost_samples = Some(9);
-        assert_eq!(parse(&stats_json(&stats))["lost_samples"], 9);
+        assert_eq!(parse(&stats_json(&stats, true))["lost_samples"], 9);
+        assert_eq!(parse(&stats_json(&stats, false))["final"], false);
+    }
+
+    #[test]
+    fn sched_update_identity_and_final_fields() {
+        let key = TaskKey {
+            pid: 427,
+            client: Some(0xc1d0_001c),
+            object: 0x5c00_0015,
+            generation: 1,
+        };
+        let ev = Event {
+            key: Some(key),
+            amd: None,
+            origin: origin(T0),
+            kind: EventKind::SchedUpdate {
+                // Named by its hardware id: `handle` still gives the RM handle.
+                task: TaskId::HwTsg(3),
+                client: 0xc1d0_001c,
+                change: SchedChange::Timeslice {
+                    old_us: Some(1024),
+                    old_source: Some(ValueSource::DriverDefault),
+                    new_us: 2048,
+                },
+                allowed: false,
+                rm_status: Some(0x1f),
+                errno: 0,
+                via_channel: false,
+            },
+        };
+        let v = parse(&event_json(&ev, &clock()));
+        common(&v, "SCHED_UPDATE", T0);
+        assert_eq!(v["key"], "427:0xc1d0001c:0x5c000015");
+        assert_eq!(v["tsg"], "3");
+        assert_eq!(v["handle"], "0x5c000015");
+        assert_eq!(v["client_hex"], "0xc1d0001c");
+        assert_eq!(
+            v["change"],
+            json!({"what": "timeslice", "old_us": 1024, "old_source": "driver_default",
+                "new_us": 2048})
+        );
+        assert_eq!(
+            (v["allowed"].clone(), v["rm_status"].clone()),
+            (false.into(), 0x1f.into())
+        );
+        // A later generation of the same handle gets `#2`.
+        let ev = Event {
+            key: Some(TaskKey {
+                generation: 2,
+                ..key
+            }),
+            amd: None,
+            origin: origin(T0),
+            kind: EventKind::TaskDestroy {
+                task: TaskId::RmHandle(0x5c00_0015),
+                client: 0xc1d0_001c,
+                cause: DestroyCause::Free,
+                implicit: false,
+                final_params: Some(FinalParams {
+                    timeslice_us: Some(2048),
+                    timeslice_source: ValueSource::Observed,
+                    interleave: Some(Interleave::High),
+                    interleave_source: ValueSource::DriverHook,
+                    channels: 8,
+                    runlist: Some(13),
+                    run_state: RunState::Disabled,
+                }),
+            },
+        };
+        let v = parse(&event_json(&ev, &clock()));
+        assert_eq!(v["key"], "427:0xc1d0001c:0x5c000015#2");
+        assert_eq!(v["tsg"], "0x5c000015");
+        assert_eq!(
+            v["final"],
+            json!({"timeslice_us": 2048, "timeslice_source": "observed", "interleave": "HIGH",
+                "interleave_source": "driver_hook", "channels": 8, "runlist": 13,
+                "run_state": "disabled"})
+        );
     }
 }

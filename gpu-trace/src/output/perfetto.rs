@@ -13,7 +13,7 @@
 //!   trace; a task still alive at the end ends at the last record. The slice's args carry the
 //!   `TASK_INIT` fields under `task_init`, the `TASK_DESTROY` fields under `task_destroy`, or
 //!   `note` for the cases above;
-//! - one **instant** (`ph: "i"`, thread scope) per `SCHEDULE` and `WORK_SUBMIT` on the task's
+//! - one **instant** (`ph: "i"`, thread scope) per `SCHEDULE`, `SCHED_UPDATE` and `WORK_SUBMIT` on the task's
 //!   track, inside its slice, with the event's fields as args. `WORK_SUBMIT` is always written
 //!   (the file is not a terminal; `-v` only concerns the printed output). An event that belongs
 //!   to no task becomes a process-scoped instant.
@@ -160,6 +160,9 @@ impl<W: Write> PerfettoWriter<W> {
                 .into(),
         );
         m.insert("ts_ns".into(), o.ts_ns.into());
+        for (k, v) in crate::output::json::identity(ev) {
+            m.insert(k.into(), v);
+        }
         m.insert("cpu".into(), o.cpu.into());
         m.insert("tid".into(), o.tid.into());
         m.insert("comm".into(), o.comm.clone().into());
@@ -303,6 +306,7 @@ mod tests {
 
     fn init(ts: u64, pid: u32, handle: u32) -> Event {
         Event {
+            key: None,
             amd: None,
             origin: origin(ts, pid, "python3"),
             kind: EventKind::TaskInit {
@@ -322,6 +326,7 @@ mod tests {
 
     fn schedule(ts: u64, pid: u32, handle: u32) -> Event {
         Event {
+            key: None,
             amd: None,
             origin: origin(ts, pid, "python3"),
             kind: EventKind::Schedule {
@@ -340,9 +345,11 @@ mod tests {
 
     fn destroy(ts: u64, pid: u32, handle: u32) -> Event {
         Event {
+            key: None,
             amd: None,
             origin: origin(ts, pid, "cuda-EvtHandlr"),
             kind: EventKind::TaskDestroy {
+                final_params: None,
                 task: TaskId::RmHandle(handle),
                 client: 7,
                 cause: DestroyCause::ProcessExit,

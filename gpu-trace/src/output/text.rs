@@ -4,6 +4,7 @@
 //! 23:00:24.561798 [CPU01] TASK_INIT    PID=637320 python3          TSG=1    engine=COPY     timeslice=1024 us interleave=UNKNOWN runlist=0
 //! 23:00:24.591625 [CPU01] SCHEDULE     PID=637320 python3          TSG=1    channels=8 timeslice=1024 us interleave=LOW allowed=yes
 //! 23:00:24.600000 [CPU01] WORK_SUBMIT  PID=637320 python3          TSG=1    channel=2 token=1073741826 gpu=0 runlist=0
+//! 23:00:24.650000 [CPU01] SCHED_UPDATE PID=637320 python3          TSG=1    timeslice=1024 us -> 2048 us allowed=yes
 //! 23:00:25.727580 [CPU01] TASK_DESTROY PID=637320 cuda-EvtHandlr   TSG=1    cause=process_exit (implicit)
 //! ```
 //!
@@ -17,7 +18,8 @@ use std::fmt::{self, Display, Write as _};
 use chrono::{Local, TimeZone, Timelike};
 
 use crate::model::event::{
-    AmdDetail, AmdQueueType, AmdVia, DestroyCause, Engine, Event, EventKind, Interleave, TaskId,
+    AmdDetail, AmdQueueType, AmdVia, DestroyCause, Engine, Event, EventKind, Interleave, RunState,
+    SchedChange, TaskId,
 };
 pub use crate::output::clock::Clock;
 
@@ -131,23 +133,25 @@ fn write_fields(line: &mut String, kind: &EventKind) {
         } => {
             let _ = write!(
                 line,
-                "channels={} timeslice={} interleave={} allowed={}",
+                "channels={} timeslice={} interleave={} ",
                 Opt(*channels),
                 Timeslice(*timeslice_us),
                 interleave.map_or("?", interleave_name),
-                if *allowed { "yes" } else { "no" },
             );
-            if *via_channel {
-                line.push_str(" (channel)");
-            }
-            if !*allowed {
-                if let Some(status) = rm_status.filter(|&s| s != 0) {
-                    let _ = write!(line, " status=0x{status:08x}");
-                }
-                if *errno != 0 {
-                    let _ = write!(line, " errno={}", Errno(*errno));
-                }
-            }
+            write_verdict(line, *allowed, *rm_status, *errno, *via_channel);
+            Ok(())
+        }
+        EventKind::SchedUpdate {
+            change,
+            allowed,
+            rm_status,
+            errno,
+            via_channel,
+            ..
+        } => {
+            write_change(line, change);
+            line.push(' ');
+            write_verdict(line, *allowed, *rm_status, *errno, *via_channel);
             Ok(())
         }
         EventKind::WorkSubmit {
@@ -176,6 +180,112 @@ fn write_fields(line: &mut String, kind: &EventKind) {
     };
 }
 
+/// `allowed=yes|no`, ` (channel)` for a request sent to a channel, and for a refused one its RM
+/// status (when not `NV_OK`) and errno (when not 0).
+fn write_verdict(
+    line: &mut String,
+    allowed: bool,
+    rm_status: Option<u32>,
+    errno: i32,
+    via_channel: bool,
+) {
+    let _ = write!(line, "allowed={}", if allowed { "yes" } else { "no" });
+    if via_channel {
+        line.push_str(" (channel)");
+    }
+    if !allowed {
+        if let Some(status) = rm_status.filter(|&s| s != 0) {
+            let _ = write!(line, " status=0x{status:08x}");
+        }
+        if errno != 0 {
+            let _ = write!(line, " errno={}", Errno(errno));
+        }
+    }
+}
+
+/// What a `SCHED_UPDATE` changes, old → new (`->`; `?` for an old value not known):
+///
+/// ```text
+/// SCHED_UPDATE … TSG=0x5c000015 timeslice=1024 us -> 2048 us allowed=yes
+/// SCHED_UPDATE … TSG=0x5c000015 interleave=MEDIUM -> HIGH allowed=yes (channel)
+/// SCHED_UPDATE … TSG=0x5c000015 preempt wait=yes timeout=default allowed=yes
+/// SCHED_UPDATE … TSG=0x5c000015 run_state=enabled -> disabled allowed=yes
+/// SCHED_UPDATE … TSG=2    via=update priority=7 -> 2 percent=100 -> 30 ring=4096 active=yes allowed=yes
+/// ```
+fn write_change(line: &mut String, change: &SchedChange) {
+    let _ = match change {
+        SchedChange::Timeslice { old_us, new_us, .. } => write!(
+            line,
+            "timeslice={} -> {}",
+            Timeslice(*old_us),
+            Timeslice(Some(*new_us))
+        ),
+        SchedChange::Interleave {
+            old, new, new_raw, ..
+        } => {
+            let _ = write!(line, "interleave={} -> ", old.map_or("?", interleave_name));
+            match new {
+                Some(level) => write!(line, "{}", interleave_name(*level)),
+                None => write!(line, "INVALID({new_raw})"),
+            }
+        }
+        SchedChange::Preempt {
+            wait,
+            manual_timeout,
+            timeout_us,
+        } => {
+            let _ = write!(line, "preempt wait={}", if *wait { "yes" } else { "no" });
+            if *manual_timeout {
+                write!(line, " timeout={timeout_us} us")
+            } else {
+                write!(line, " timeout=default")
+            }
+        }
+        SchedChange::RunState {
+            old,
+            new,
+            skip_submit,
+            skip_enable,
+        } => {
+            let _ = write!(
+                line,
+                "run_state={} -> {}",
+                old.map_or("?", run_state_name),
+                run_state_name(*new)
+            );
+            if *skip_submit {
+                line.push_str(" skip_submit");
+            }
+            if *skip_enable {
+                line.push_str(" skip_enable");
+            }
+            Ok(())
+        }
+        SchedChange::AmdQueue {
+            old_priority,
+            new_priority,
+            old_percentage,
+            new_percentage,
+        } => write!(
+            line,
+            "priority={} -> {new_priority} percent={} -> {new_percentage}",
+            Opt(*old_priority),
+            Opt(*old_percentage)
+        ),
+        SchedChange::CuMask { old_bits, new_bits } => {
+            write!(line, "cu_mask={} -> {new_bits}", Opt(*old_bits))
+        }
+    };
+}
+
+fn run_state_name(s: RunState) -> &'static str {
+    match s {
+        RunState::Unscheduled => "unscheduled",
+        RunState::Enabled => "enabled",
+        RunState::Disabled => "disabled",
+    }
+}
+
 /// The fields of an AMD KFD event (the TSG column holds the queue id):
 ///
 /// ```text
@@ -183,8 +293,8 @@ fn write_fields(line: &mut String, kind: &EventKind) {
 /// WORK_SUBMIT  … TSG=2    doorbell=0xefbbc00000000010 offset=16 gpu=48879
 /// SCHEDULE     … TSG=2    via=create type=COMPUTE_AQL priority=7 percent=100 ring=1048576 gpu=48879 active=yes allowed=yes
 /// SCHEDULE     … TSG=?    via=create type=COMPUTE_AQL priority=7 percent=100 ring=1048576 gpu=48879 active=yes allowed=no errno=EINVAL
-/// SCHEDULE     … TSG=2    via=update priority=2 percent=30 ring=4096 active=yes allowed=yes
-/// SCHEDULE     … TSG=2    via=cu_mask cu_mask=64 priority=2 percent=30 ring=4096 active=yes allowed=yes
+/// SCHED_UPDATE … TSG=2    via=update priority=7 -> 2 percent=100 -> 30 ring=4096 active=yes allowed=yes
+/// SCHED_UPDATE … TSG=2    via=cu_mask cu_mask=? -> 64 priority=2 percent=30 ring=4096 active=yes allowed=yes
 /// TASK_DESTROY … TSG=2    cause=free
 /// ```
 ///
@@ -241,18 +351,33 @@ fn write_amd_fields(line: &mut String, kind: &EventKind, a: &AmdDetail) {
                 Opt(a.gpu_id)
             );
         }
-        EventKind::Schedule { allowed, errno, .. } => {
-            match a.via {
-                Some(AmdVia::Create) => {
+        EventKind::Schedule { allowed, errno, .. }
+        | EventKind::SchedUpdate { allowed, errno, .. } => {
+            match (kind, a.via) {
+                (
+                    EventKind::SchedUpdate {
+                        change: change @ SchedChange::AmdQueue { .. },
+                        ..
+                    },
+                    _,
+                ) => {
+                    line.push_str("via=update ");
+                    write_change(line, change);
+                    let _ = write!(line, " ring={}", Opt(a.ring_size));
+                }
+                (EventKind::SchedUpdate { change, .. }, _) => {
+                    line.push_str("via=cu_mask ");
+                    write_change(line, change);
+                    line.push(' ');
+                    params(line);
+                }
+                (_, Some(AmdVia::Create)) => {
                     let _ = write!(line, "via=create type={} ", queue_type());
                     params(line);
                     let _ = write!(line, " gpu={}", Opt(a.gpu_id));
                 }
-                Some(AmdVia::CuMask) => {
-                    let _ = write!(line, "via=cu_mask cu_mask={} ", Opt(a.cu_mask_bits));
-                    params(line);
-                }
-                Some(AmdVia::Update) | None => {
+                // An UPDATE_QUEUE that made a queue created inactive active.
+                _ => {
                     line.push_str("via=update ");
                     params(line);
                 }
@@ -386,7 +511,7 @@ impl Display for Errno {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::event::{Origin, ValueSource};
+    use crate::model::event::{Origin, RunState, SchedChange, ValueSource};
     use chrono::{FixedOffset, NaiveDate, Utc};
 
     /// Monotonic time of the first sample line.
@@ -416,6 +541,7 @@ mod tests {
 
     fn task_init() -> Event {
         Event {
+            key: None,
             amd: None,
             origin: origin(T0, "python3"),
             kind: EventKind::TaskInit {
@@ -435,6 +561,7 @@ mod tests {
 
     fn schedule() -> Event {
         Event {
+            key: None,
             amd: None,
             origin: origin(T0 + 29_827_000, "python3"),
             kind: EventKind::Schedule {
@@ -453,6 +580,7 @@ mod tests {
 
     fn work_submit() -> Event {
         Event {
+            key: None,
             amd: None,
             origin: origin(T0 + 38_202_000, "python3"),
             kind: EventKind::WorkSubmit {
@@ -469,9 +597,11 @@ mod tests {
 
     fn task_destroy() -> Event {
         Event {
+            key: None,
             amd: None,
             origin: origin(T0 + 1_165_782_000, "cuda-EvtHandlr"),
             kind: EventKind::TaskDestroy {
+                final_params: None,
                 task: TaskId::HwTsg(1),
                 client: 0xc1d0_0001,
                 cause: DestroyCause::ProcessExit,
@@ -525,6 +655,7 @@ mod tests {
         );
         let mut ev = task_destroy();
         ev.kind = EventKind::TaskDestroy {
+            final_params: None,
             task: TaskId::HwTsg(1),
             client: 1,
             cause: DestroyCause::Free,
@@ -696,6 +827,132 @@ mod tests {
             denied(None, -1, true),
             format!("{base} (channel) errno=EPERM")
         );
+    }
+
+    /// The line of a `SCHED_UPDATE` of TSG 1 (all of it: the prefix is the sample's).
+    fn update(
+        change: SchedChange,
+        rm_status: Option<u32>,
+        errno: i32,
+        via_channel: bool,
+    ) -> String {
+        let mut ev = schedule();
+        ev.kind = EventKind::SchedUpdate {
+            task: TaskId::RmHandle(0x5c00_0015),
+            client: 1,
+            change,
+            allowed: rm_status == Some(0) && errno == 0,
+            rm_status,
+            errno,
+            via_channel,
+        };
+        line(&ev)
+    }
+
+    #[test]
+    fn sched_update_lines() {
+        let head =
+            "23:00:24.591625 [CPU01] SCHED_UPDATE PID=637320 python3          TSG=0x5c000015";
+        let cases = [
+            (
+                SchedChange::Timeslice {
+                    old_us: Some(1024),
+                    old_source: Some(ValueSource::DriverDefault),
+                    new_us: 2048,
+                },
+                Some(0),
+                0,
+                false,
+                "timeslice=1024 us -> 2048 us allowed=yes",
+            ),
+            (
+                SchedChange::Timeslice {
+                    old_us: None,
+                    old_source: None,
+                    new_us: 5000,
+                },
+                Some(0x1f),
+                0,
+                false,
+                "timeslice=? -> 5000 us allowed=no status=0x0000001f",
+            ),
+            (
+                SchedChange::Interleave {
+                    old: Some(Interleave::Medium),
+                    old_source: Some(ValueSource::Observed),
+                    new: Some(Interleave::High),
+                    new_raw: 2,
+                },
+                Some(0),
+                0,
+                true,
+                "interleave=MEDIUM -> HIGH allowed=yes (channel)",
+            ),
+            (
+                SchedChange::Interleave {
+                    old: Some(Interleave::Low),
+                    old_source: Some(ValueSource::Observed),
+                    new: None,
+                    new_raw: 7,
+                },
+                None,
+                -22,
+                false,
+                "interleave=LOW -> INVALID(7) allowed=no errno=EINVAL",
+            ),
+            (
+                SchedChange::Preempt {
+                    wait: true,
+                    manual_timeout: false,
+                    timeout_us: 0,
+                },
+                Some(0),
+                0,
+                false,
+                "preempt wait=yes timeout=default allowed=yes",
+            ),
+            (
+                SchedChange::Preempt {
+                    wait: false,
+                    manual_timeout: true,
+                    timeout_us: 1000,
+                },
+                Some(0),
+                0,
+                false,
+                "preempt wait=no timeout=1000 us allowed=yes",
+            ),
+            (
+                SchedChange::RunState {
+                    old: Some(RunState::Enabled),
+                    new: RunState::Disabled,
+                    skip_submit: true,
+                    skip_enable: false,
+                },
+                Some(0),
+                0,
+                false,
+                "run_state=enabled -> disabled skip_submit allowed=yes",
+            ),
+            (
+                SchedChange::RunState {
+                    old: None,
+                    new: RunState::Disabled,
+                    skip_submit: false,
+                    skip_enable: true,
+                },
+                None,
+                -1,
+                true,
+                "run_state=? -> disabled skip_enable allowed=no (channel) errno=EPERM",
+            ),
+        ];
+        for (change, status, errno, channel, fields) in cases {
+            assert_eq!(
+                update(change, status, errno, channel),
+                format!("{head} {fields}")
+            );
+        }
     }
 
     #[test]

@@ -149,7 +149,9 @@ pub(super) fn start_gpu_trace(
 ) -> Result<GpuTraceRun> {
     let output = ctx.work.join(format!("gpu-trace-{tag}.out"));
     let mut cmd = Command::new(bin);
-    cmd.args(["--watch-device", "/dev/null", "-o"]).arg(&output);
+    // -v: the statistics then include the kernel side's `emitted` (diagnostics section).
+    cmd.args(["-v", "--watch-device", "/dev/null", "-o"])
+        .arg(&output);
     if let Some(h) = hook {
         cmd.args(["--syscall-hook", h.cli()]);
     }
