@@ -123,12 +123,10 @@ out "LAB fact amdgpu_btf=$(stat -c %s /sys/kernel/btf/amdgpu 2>/dev/null || echo
 out "LAB fact nvlab_btf=$(stat -c %s /sys/kernel/btf/nvlab 2>/dev/null || echo absent)"
 block client.facts lab-client facts
 
-if gpu-trace doctor --help > /dev/null 2>&1; then
-  step doctor
-  block doctor gpu-trace doctor
-else
-  out "LAB doctor=absent"
-fi
+# Every shipped feature runs: nothing here asks the binary whether it has a feature (a build
+# without one must fail the lab, not skip it).
+step doctor
+block doctor gpu-trace doctor
 
 step nvidia
 trace_client nv nv --watch-device /dev/null
@@ -182,16 +180,12 @@ deny_trace() {
 }
 
 step deny
-if gpu-trace --help 2>&1 | grep -q -- --deny-pid; then
-  if [ -c /dev/nvidiactl ]; then
-    deny_trace deny_nv nvdev
-  else
-    out "LAB deny_nv=no_device"
-  fi
-  deny_trace deny_amd kfd-create --vendor amd
+if [ -c /dev/nvidiactl ]; then
+  deny_trace deny_nv nvdev
 else
-  out "LAB deny=absent"
+  out "LAB deny_nv=no_device"
 fi
+deny_trace deny_amd kfd-create --vendor amd
 
 step kprobe
 block kprobe lab-client kprobe
