@@ -1929,14 +1929,17 @@ fn judge_deep_hooks(r: &Results, c: &mut Vec<Check>) {
             k(&ss, "emitted"), k(&ds, "emitted"), k(&ds, "dropped")
         ));
     }
-    let refused = d_norm
-        .iter()
-        .filter(|e| e["event"] == "SCHEDULE" && e["allowed"] == false)
-        .count();
+    let refused = |kind: &str| {
+        d_norm
+            .iter()
+            .filter(|e| e["event"] == kind && e["allowed"] == false)
+            .count()
+    };
     // What the calls are known to do without a GPU (no queue with the lab's gpu_id): CREATE_QUEUE
-    // and DESTROY_QUEUE refused with EINVAL, UPDATE_QUEUE and SET_CU_MASK with EFAULT, and
-    // gpu-trace shows three refused SCHEDULEs (create, update, CU mask; a refused destroy prints
-    // nothing), in both runs.
+    // and DESTROY_QUEUE refused with EINVAL, UPDATE_QUEUE and SET_CU_MASK with EFAULT. gpu-trace
+    // shows a refused SCHEDULE for the create (the admission request) and a refused SCHED_UPDATE
+    // for the update and the CU mask (parameter changes); a refused destroy prints nothing; in
+    // both runs.
     let want_rc = [
         ("create", -EINVAL),
         ("update", -EFAULT),
@@ -1951,9 +1954,11 @@ fn judge_deep_hooks(r: &Results, c: &mut Vec<Check>) {
             ));
         }
     }
-    if d_norm.len() != 3 || refused != 3 {
+    let (sched, upd) = (refused("SCHEDULE"), refused("SCHED_UPDATE"));
+    if d_norm.len() != 3 || sched != 1 || upd != 2 {
         problems.push(format!(
-            "{} events, {refused} refused SCHEDULEs: want exactly 3 refused SCHEDULEs",
+            "{} events, {sched} refused SCHEDULE, {upd} refused SCHED_UPDATE: want exactly 1 \
+             (CREATE_QUEUE) and 2 (UPDATE_QUEUE, SET_CU_MASK)",
             d_norm.len()
         ));
     }
@@ -1963,7 +1968,7 @@ fn judge_deep_hooks(r: &Results, c: &mut Vec<Check>) {
         problems.is_empty(),
         if problems.is_empty() {
             format!(
-                "client: create {:?}, update {:?}, cu_mask {:?}, destroy {:?}; {} events identical in both runs ({refused} refused SCHEDULEs); emitted 4 each",
+                "client: create {:?}, update {:?}, cu_mask {:?}, destroy {:?}; {} events identical in both runs ({sched} refused SCHEDULE, {upd} refused SCHED_UPDATE); emitted 4 each",
                 rc("create"), rc("update"), rc("cu_mask"), rc("destroy"), d_norm.len()
             )
         } else {
@@ -2868,6 +2873,13 @@ mod tests {
             (s["e.deny_nv"], s["e.deny_amd"]),
             (Status::Pass, Status::Pass)
         );
+        // The PID the reuse run's process got in this log (a real run: it changes with the log).
+        let reuse_pid: u32 = GOOD[GOOD.find("LAB-BEGIN deny_nv.reuse").unwrap()..]
+            .lines()
+            .find_map(|l| l.strip_prefix("LAB nvdev pid="))
+            .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+            .expect("the reuse run's pid line");
+        let (reuse_from, reuse_to) = (format!("pid={reuse_pid}"), format!("pid={}", reuse_pid + 2));
         let cases: [(&str, &[&str], &str, &str, &str); 9] = [
             // The denied schedule reached the driver.
             (
@@ -2889,8 +2901,8 @@ mod tests {
             (
                 "LAB-BEGIN deny_nv.reuse",
                 &["LAB nvdev pid="],
-                "pid=410",
-                "pid=412",
+                &reuse_from,
+                &reuse_to,
                 "e.deny_nv",
             ),
             // The other process was denied.
@@ -2904,7 +2916,7 @@ mod tests {
             // gpu-trace did not show the refusal (the denied process's first call shown allowed).
             (
                 "LAB-BEGIN deny_amd.jsonl",
-                &["\"pid\":419", "lab-client"],
+                &["lab-client"],
                 "\"errno\":-1",
                 "\"errno\":-22",
                 "e.deny_amd",
