@@ -13,7 +13,7 @@
 #   admission_control.summary   one line per fact: exit codes, SCHEDULE lines per process
 #
 # Where the kernel cannot run BPF LSM programs (the CI machine and the GPU host measured so far,
-# see shared/docs/platforms.md), gpu-trace refuses --deny-pid at start-up with exit code 3 and one
+# see docs/platforms.md), gpu-trace refuses --deny-pid at start-up with exit code 3 and one
 # line saying why; this script then records that line and stops: it never pretends.
 set -u
 BIN=${1:?gpu-trace binary}

@@ -35,7 +35,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* ---- driver ABI (docs: ../shared/docs/driver-reference.md A1/A2, B1) ---------------------- */
+/* ---- driver ABI (docs: docs/driver-abi.md A1/A2, B1) ---------------------- */
 
 #define KFD_GET_VERSION 0x80084B01u
 #define KFD_CREATE_QUEUE_96 0xC0604B02u /* 6.12+ UAPI header: 96-byte args */

@@ -1,7 +1,7 @@
 //! AMD KFD (`/dev/kfd`) ioctl ABI facts that both sides need, and the rules that decide what the
 //! kernel programs copy. Source: `include/uapi/linux/kfd_ioctl.h` and
 //! `drivers/gpu/drm/amd/amdkfd/kfd_chardev.c` (Linux 6.1, 6.12 and 7.3; see
-//! `shared/docs/driver-reference.md` part B). Pure `const fn`s so that the kernel and userspace
+//! `docs/driver-abi.md` part B). Pure `const fn`s so that the kernel and userspace
 //! agree by construction.
 //!
 //! How the driver dispatches (`kfd_ioctl`): it takes `_IOC_NR(cmd)` and looks the handler up in

@@ -1,5 +1,5 @@
 //! NVIDIA RM ioctl ABI facts that both sides need (open-gpu-kernel-modules 580.x; see
-//! `shared/docs/driver-reference.md` for the sources), and the rules that decide what the kernel
+//! `docs/driver-abi.md` for the sources), and the rules that decide what the kernel
 //! programs copy. Pure `const fn`s so that the kernel and userspace agree by construction.
 
 /// Character major of `/dev/nvidia*` and `/dev/nvidiactl`.

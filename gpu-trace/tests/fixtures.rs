@@ -474,7 +474,7 @@ fn raw_updates(name: &str) -> Vec<(u32, u32, u32, u32, u32, u32, ControlParams)>
 
 #[test]
 fn two_streams_prints_the_2048_us_timeslice_of_the_graphics_tsg() {
-    // The raw call (decoded field by field from the record, cf. driver-reference part A):
+    // The raw call (decoded field by field from the record, cf. docs/driver-abi.md part A):
     // NVA06C_CTRL_CMD_SET_TIMESLICE (0xa06c0103) on hObject 0x5c000015 of client 0xc1d0001c,
     // timesliceUs = 2048, status NV_OK, from pid 427 on CPU 15, at ts_ns 35106805687. The TSG
     // 0x5c000015 is the one allocated with engineType 1 (GRAPHICS); nothing set its timeslice

@@ -2,7 +2,7 @@
 //! loaded (no GPU), runs gpu-trace and a test client inside it, and judges what they printed.
 //!
 //! Why: the CI machine's kernel has no kprobes and refuses fentry and BPF LSM programs; a stock
-//! Debian kernel has all three (see docs/lab.md and `shared/docs/platforms.md`).
+//! Debian kernel has all three (see docs/lab.md and docs/platforms.md).
 //!
 //! Steps, each cached under `target/lab-cache/` (or `$GPU_TRACE_LAB_CACHE`):
 //! 1. host tools: `qemu-system-x86_64`, static `busybox`, `depmod`/`modprobe`, `xz`, `cc`

@@ -465,7 +465,7 @@ pub(crate) mod testing {
 
     /// What the DQM `create_queue_*` exit program writes for a queue the driver created, with
     /// the `struct queue_properties` values a 6.12 driver holds for a freshly created active
-    /// AQL compute queue under the hardware scheduler (driver-reference.md B5: kernel type 0 =
+    /// AQL compute queue under the hardware scheduler (docs/driver-abi.md B5: kernel type 0 =
     /// compute, format 1 = AQL, vmid 0 until the scheduler maps the process).
     pub fn queue_built(
         pid: u32,

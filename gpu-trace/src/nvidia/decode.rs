@@ -3,7 +3,7 @@
 //! The kernel programs copy, at syscall exit, the RM parameter block (NVOS00 free, NVOS21/NVOS64
 //! alloc, NVOS54 control) and a fixed prefix of the class/control sub-parameters. So `status`,
 //! `hObjectNew` and output parameters (tokens, ids, timeslices) are the driver's results.
-//! Layouts: `shared/docs/driver-reference.md` part A (open-gpu-kernel-modules 580.x).
+//! Layouts: `docs/driver-abi.md` part A (open-gpu-kernel-modules 580.x).
 
 use gpu_trace_common::{
     NvIoctlRecord, nv_flags,

@@ -10,7 +10,7 @@
  * `status` field is NV_OK. It keeps no objects and checks no handles: every call succeeds. So
  * the lab can show gpu-trace's success path (TASK_INIT, SCHEDULE allowed=yes, TASK_DESTROY) and
  * a BPF LSM refusing a schedule before it reaches the driver, on a real kernel without a GPU.
- * Layouts: shared/docs/driver-reference.md A1, A2.
+ * Layouts: docs/driver-abi.md A1, A2.
  *
  * It also stands in for a gpu_ext-patched driver (eunomia-bpf/gpu_ext-kernel-modules): it has
  * that fork's scheduling hook functions, global and noinline, each taking a pointer to a context
