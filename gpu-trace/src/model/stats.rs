@@ -59,6 +59,10 @@ pub struct Stats {
     pub task_destroy: u64,
     /// Of [`task_destroy`](Self::task_destroy), those that were implicit (fd close, exit).
     pub task_destroy_implicit: u64,
+    /// `PRETRACE_END` events (late attach: objects made before tracing ended).
+    pub pretrace_end: u64,
+    /// `MPS_SHARED` events (an MPS client's TSG related to the server's).
+    pub mps_shared: u64,
     /// The kernel side's counters.
     pub kernel: KernelCounters,
     /// Records that userspace could not parse (short, unknown kind).
@@ -131,12 +135,19 @@ impl Stats {
                     self.task_destroy_implicit += 1;
                 }
             }
+            EventKind::PretraceEnd { .. } => self.pretrace_end += 1,
+            EventKind::MpsShared { .. } => self.mps_shared += 1,
         }
     }
 
     /// All events counted by [`record`](Self::record) (not the tracer-exit ones).
     pub fn events(&self) -> u64 {
-        self.task_init + self.schedule + self.work_submit + self.task_destroy
+        self.task_init
+            + self.schedule
+            + self.work_submit
+            + self.task_destroy
+            + self.pretrace_end
+            + self.mps_shared
     }
 
     /// The per-process counts, by ascending pid.
@@ -201,6 +212,8 @@ impl Stats {
             ("malformed", self.malformed),
             ("decode_errors", self.decode_errors),
             ("live_at_exit", self.live_at_exit),
+            ("pretrace_end", self.pretrace_end),
+            ("mps_shared", self.mps_shared),
         ];
         rows.extend(
             optional

@@ -158,6 +158,25 @@ pub fn event_json(ev: &Event, clock: &Clock) -> String {
     }
 }
 
+/// The `{"event":"INVENTORY",...}` line (no newline): the processes that had a GPU open when
+/// tracing started, as the start-up inventory found them (`taken_ns`: when, CLOCK_MONOTONIC).
+pub fn inventory_json(inv: &crate::probe::inventory::Inventory, clock: &Clock) -> String {
+    let ts_ns = inv.taken_ns;
+    let fields = serde_json::to_string(inv).expect("Inventory serializes");
+    let time = clock
+        .utc(ts_ns)
+        .to_rfc3339_opts(SecondsFormat::Micros, true);
+    // `event` first, like every other line; then the inventory's fields in their order.
+    format!(
+        "{{\"event\":\"INVENTORY\",\"time\":\"{time}\",{}",
+        &fields[1..]
+    )
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
 #[derive(Serialize)]
 struct StatsLine<'a> {
     event: &'static str,
@@ -172,6 +191,10 @@ struct StatsLine<'a> {
     malformed: u64,
     decode_errors: u64,
     live_at_exit: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pretrace_end: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    mps_shared: u64,
     unreported: std::collections::BTreeMap<&'static str, u64>,
     lost_samples: Option<u64>,
     processes: Vec<ProcessLine<'a>>,
@@ -209,6 +232,8 @@ pub fn stats_json(stats: &Stats) -> String {
         malformed: stats.malformed,
         decode_errors: stats.decode_errors,
         live_at_exit: stats.live_at_exit,
+        pretrace_end: stats.pretrace_end,
+        mps_shared: stats.mps_shared,
         unreported: stats
             .unreported
             .iter()

@@ -113,6 +113,19 @@ impl<W: Write> PerfettoWriter<W> {
         self.out.write_all(fields.as_bytes())
     }
 
+    /// Late attach: names a process of the start-up inventory and labels it (Perfetto shows
+    /// `process_labels` next to the process name).
+    pub fn process_label(&mut self, pid: u32, comm: &str, label: &str) -> io::Result<()> {
+        if self.named.insert(pid) {
+            self.metadata("process_name", pid, 0, comm)?;
+        }
+        let line = format!(
+            "{{\"ph\":\"M\",\"name\":\"process_labels\",\"pid\":{pid},\"tid\":0,\"args\":{{\"labels\":{}}}}}",
+            Value::from(label)
+        );
+        self.write_event(&line)
+    }
+
     fn metadata(&mut self, name: &str, pid: u32, tid: u32, value: &str) -> io::Result<()> {
         let line = format!(
             "{{\"ph\":\"M\",\"name\":\"{name}\",\"pid\":{pid},\"tid\":{tid},\"args\":{{\"name\":{}}}}}",
@@ -222,7 +235,8 @@ impl<W: Write> PerfettoWriter<W> {
         self.name_process(pid, process_name)?;
         let task = ev.kind.task();
         let fields = self.fields(ev);
-        if matches!(task, TaskId::KfdNoQueue) {
+        // No task of its own (a refused KFD queue; PRETRACE_END): a process-scoped instant.
+        if matches!(task, TaskId::KfdNoQueue | TaskId::Unknown) {
             return self.timed("i", ts, pid, pid, ev.kind.name(), Some("p"), fields);
         }
         match &ev.kind {

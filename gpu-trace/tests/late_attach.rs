@@ -1,0 +1,122 @@
+//! Late attach on the real kernel: a process that opened the watched device (`/dev/full`)
+//! before `gpu-trace` started is in the start-up inventory, and its `close()` and exit are
+//! reported (`PRETRACE_END`) although it issues no traced call while traced — because the
+//! inventory put it in the kernel programs' `TRACKED` map. A second such process that the
+//! walk cannot see as holding the device (it holds `/dev/zero`) is the control: nothing of it
+//! is reported.
+//!
+//! Needs root; without it the test prints `SKIPPED: <why>`.
+
+mod common;
+mod rel_support;
+
+use std::{
+    io::{BufRead, BufReader, Write},
+    process::{Command, Stdio},
+};
+
+use rel_support::*;
+
+/// A shell that holds `dev` open on fds 7 and 8 before the tracer starts, closes fd 7 when told
+/// (`close` on stdin), and exits when told again.
+fn holder(dev: &str) -> std::process::Child {
+    let script = format!(
+        "exec 7<{dev}; exec 8<{dev}; echo ready; read a; exec 7<&-; echo closed; read b; exit 0"
+    );
+    Command::new("bash")
+        .args(["-c", &script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("bash")
+}
+
+fn expect_line(out: &mut impl BufRead, want: &str) {
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), want);
+}
+
+#[test]
+fn a_process_holding_the_device_before_tracing_is_inventoried_and_its_end_reported() {
+    let test = "a_process_holding_the_device_before_tracing_is_inventoried_and_its_end_reported";
+    if let Some(why) = cannot_trace() {
+        common::skipped(test, why);
+        return;
+    }
+    let mut held = holder(WATCHED);
+    let mut control = holder("/dev/zero");
+    let mut held_out = BufReader::new(held.stdout.take().unwrap());
+    let mut control_out = BufReader::new(control.stdout.take().unwrap());
+    expect_line(&mut held_out, "ready");
+    expect_line(&mut control_out, "ready");
+    let (pid, control_pid) = (held.id(), control.id());
+
+    let traced = Traced::start(&["--watch-device", WATCHED, "--format", "json"])
+        .unwrap_or_else(|e| panic!("{test}: {e}"));
+    // "hooks:" is printed after the inventory was taken and its pids tracked.
+    let mut stdin = held.stdin.take().unwrap();
+    writeln!(stdin, "close").unwrap();
+    expect_line(&mut held_out, "closed");
+    writeln!(stdin, "exit").unwrap();
+    assert!(held.wait().unwrap().success());
+    let mut cstdin = control.stdin.take().unwrap();
+    writeln!(cstdin, "close").unwrap();
+    expect_line(&mut control_out, "closed");
+    writeln!(cstdin, "exit").unwrap();
+    assert!(control.wait().unwrap().success());
+    // Both exits happened before the interrupt: their records are in the ring buffer, which
+    // gpu-trace drains before it prints the statistics.
+    let f = traced.interrupt();
+    assert!(f.status.success(), "{f:?}");
+
+    // Text inventory on stderr, before any event.
+    assert!(
+        f.stderr.lines().any(
+            |l| l.contains(&format!("PID {pid} bash")) && l.contains("fds=7:watched,8:watched")
+        ),
+        "inventory line for {pid}:\n{}",
+        f.stderr
+    );
+    assert!(
+        !f.stderr.contains(&format!("PID {control_pid} ")),
+        "the /dev/zero holder is not inventoried:\n{}",
+        f.stderr
+    );
+
+    let lines: Vec<serde_json::Value> = json_events(&f.stdout);
+    assert!(
+        f.stdout.starts_with("{\"event\":\"INVENTORY\","),
+        "{}",
+        f.stdout
+    );
+    assert_eq!(lines[0]["event"], "INVENTORY", "{}", f.stdout);
+    let inv = lines[0]["processes"].as_array().unwrap();
+    let me = inv
+        .iter()
+        .find(|p| p["pid"] == pid)
+        .unwrap_or_else(|| panic!("{pid} in {inv:?}"));
+    assert_eq!(me["comm"], "bash");
+    assert_eq!(me["cmdline"][0], "bash");
+    assert_eq!(
+        me["fds"],
+        serde_json::json!([[7, {"kind": "watched"}], [8, {"kind": "watched"}]])
+    );
+    assert!(me["cgroup"].is_string(), "{me}");
+
+    let ends: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter(|l| l["event"] == "PRETRACE_END" && l["pid"] == pid)
+        .collect();
+    // close(7) ends what hung on fd 7; the exit ends what hung on fd 8. Counts unknown.
+    assert_eq!(ends.len(), 2, "{}", f.stdout);
+    assert_eq!(ends[0]["cause"], "fd_close");
+    assert_eq!(ends[0]["fd"], 7);
+    assert_eq!(ends[1]["cause"], "process_exit");
+    assert!(ends.iter().all(|e| e["tsgs"].is_null()));
+    assert!(
+        !lines.iter().any(|l| l["pid"] == control_pid),
+        "nothing of the control process: {}",
+        f.stdout
+    );
+}
