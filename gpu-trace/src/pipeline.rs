@@ -265,6 +265,7 @@ impl<W: Write> Pipeline<W> {
             ("schedule_unreadable", nv.schedule_unreadable),
             ("unreadable_params", nv.unreadable_params),
             ("unknown_handle", nv.unknown_handle),
+            ("pretrace_calls", nv.pretrace_calls),
             ("replaced_handles", nv.replaced_handles),
             ("failed_tsg_allocs", nv.failed_tsg_allocs),
             ("unknown_queue", kfd.unknown_queue),

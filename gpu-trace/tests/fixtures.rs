@@ -396,6 +396,8 @@ fn late_attach_exit_ends_the_pretrace_tsgs_with_an_unknown_count() {
     // The free of an object never seen created is counted, not dropped silently (441's, and
     // each nvidia-smi's free of its 0xa5590010).
     assert_eq!(tracker.counters().untracked_frees, 3);
+    // Of those, 441's is a call of a pre-trace client that gave no event: named.
+    assert_eq!(tracker.counters().pretrace_calls, 1);
 }
 
 /// mps_late: the same job (PID 558) under a running MPS server: one traced call (`RM_FREE

@@ -123,6 +123,10 @@ pub struct NvTrackerCounters {
     /// gpu_ext hooks that ran inside an `ioctl` but that no traced RM call of the same thread
     /// and fd took up (or whose context could not be read).
     pub gpu_ext_unmatched: u64,
+    /// Late attach: successful calls on an RM client made before tracing started that
+    /// produced no event (frees of objects never seen created, controls that only update state
+    /// not known here).
+    pub pretrace_calls: u64,
     /// gpu_ext hooks that ran outside an `ioctl` (kernel-internal users such as UVM, teardown
     /// at `close()` or exit): not tied to a call, not reported.
     pub gpu_ext_outside_ioctl: u64,
@@ -364,29 +368,31 @@ impl NvTracker {
     }
 
     /// A successful call on an RM client this tracer never saw allocated in the process: the
-    /// process made it before tracing started.
-    fn note_unseen_client(&mut self, origin: &Origin, fd: i32, errno: i32, call: &RmCall) {
+    /// process made it before tracing started. Returns whether the call is one.
+    fn note_unseen_client(&mut self, origin: &Origin, fd: i32, errno: i32, call: &RmCall) -> bool {
         let (client, status) = match *call {
             // A client's own allocation names no existing client (hRoot is 0 or the new one).
-            RmCall::Alloc { class, .. } if class::is_client(class) => return,
+            RmCall::Alloc { class, .. } if class::is_client(class) => return false,
             RmCall::Alloc { client, status, .. }
             | RmCall::Control { client, status, .. }
             | RmCall::Free { client, status, .. } => (client, status),
-            RmCall::Malformed { .. } => return,
+            RmCall::Malformed { .. } => return false,
         };
         if client == 0 || !decode::succeeded(errno, status) {
-            return;
+            return false;
         }
         let proc = self.procs.entry(origin.pid).or_default();
         if proc.comm.is_empty() {
             proc.comm.clone_from(&origin.comm);
         }
-        if !proc.clients.contains_key(&client) {
+        let unseen = proc.clients.get(&client).is_none_or(|c| c.fd.is_none());
+        if unseen {
             proc.pretrace
                 .get_or_insert_with(PreTrace::default)
                 .fds
                 .insert(fd);
         }
+        unseen
     }
 
     /// How an event names a TSG or channel that is not a TSG of ours. In a late-attached
@@ -538,13 +544,13 @@ impl NvTracker {
             NvInput::Call { fd, errno, call } => {
                 let mut hooks = self.take_hooks(&origin, fd);
                 self.counters.calls += 1;
-                self.note_unseen_client(&origin, fd, errno, &call);
+                let unseen = self.note_unseen_client(&origin, fd, errno, &call);
                 if let Some(status) = call.status()
                     && !decode::succeeded(errno, status)
                 {
                     self.counters.failed_calls += 1;
                 }
-                match call {
+                let events = match call {
                     RmCall::Alloc {
                         client,
                         parent,
@@ -643,7 +649,12 @@ impl NvTracker {
                         }
                     }
                     RmCall::Malformed { .. } => unreachable!("handled above"),
+                };
+                if unseen && events.is_empty() {
+                    // Named in the statistics, not dropped silently.
+                    self.counters.pretrace_calls += 1;
                 }
+                events
             }
         }
     }

@@ -8,7 +8,9 @@
 //!   (`TSG 0x5c000015 GRAPHICS`, `queue 3`). Its `tid` is synthetic: [`TRACK_TID_BASE`] plus a
 //!   counter, above any real Linux thread id (`PID_MAX_LIMIT` is 2²²), so that tasks whose
 //!   lifetimes overlap never share a track and slices always nest;
-//! - one **slice** per lifetime: `B` at `TASK_INIT`, `E` at `TASK_DESTROY`. A task first seen
+//! - one **slice** per lifetime: `B` at `TASK_INIT`, `E` at `TASK_DESTROY`; late attach: a
+//!   `TSGs created before tracing` slice from the first record to each `PRETRACE_END`;
+//!   processes of the start-up inventory are named and get `process_labels`. A task first seen
 //!   after the trace started (its `TASK_INIT` happened before) begins at the first record of the
 //!   trace; a task still alive at the end ends at the last record. The slice's args carry the
 //!   `TASK_INIT` fields under `task_init`, the `TASK_DESTROY` fields under `task_destroy`, or
@@ -88,6 +90,7 @@ fn task_key(pid: u32, task: TaskId) -> TaskKey {
 pub fn task_label(task: TaskId) -> String {
     match task {
         TaskId::KfdQueue(_) => format!("queue {}", text::task_id(task)),
+        TaskId::Unknown => "TSGs created before tracing".to_string(),
         _ => format!("TSG {}", text::task_id(task)),
     }
 }
@@ -235,8 +238,7 @@ impl<W: Write> PerfettoWriter<W> {
         self.name_process(pid, process_name)?;
         let task = ev.kind.task();
         let fields = self.fields(ev);
-        // No task of its own (a refused KFD queue; PRETRACE_END): a process-scoped instant.
-        if matches!(task, TaskId::KfdNoQueue | TaskId::Unknown) {
+        if matches!(task, TaskId::KfdNoQueue) {
             return self.timed("i", ts, pid, pid, ev.kind.name(), Some("p"), fields);
         }
         match &ev.kind {
@@ -263,7 +265,8 @@ impl<W: Write> PerfettoWriter<W> {
                 }
                 self.open_track(pid, task, ts, &name, json!({ "task_init": fields }))?;
             }
-            EventKind::TaskDestroy { .. } => {
+            // PRETRACE_END closes a "TSGs created before tracing" slice opened at the start.
+            EventKind::TaskDestroy { .. } | EventKind::PretraceEnd { .. } => {
                 self.track_of(pid, task, trace_start_ns)?;
                 if let Some(track) = self.open.remove(&task_key(pid, task)) {
                     self.close_track(pid, track, ts, json!({ "task_destroy": fields }))?;
