@@ -28,7 +28,9 @@ Examples:
       sudo gpu-trace --deny-pid 4242
 
 Output: one line per event (TASK_INIT, SCHEDULE, WORK_SUBMIT with -v, TASK_DESTROY); a field the
-driver layer cannot know is printed as `?`. On exit (Ctrl-C, SIGTERM, --duration) a statistics
+driver layer cannot know is printed as `?`. A live run first lists, on stderr, the processes that
+already had a GPU open (late attach): their end prints PRETRACE_END, calls on their old objects
+carry [pre-trace]; MPS clients' lines carry [shared] and one MPS_SHARED names the server's TSG. On exit (Ctrl-C, SIGTERM, --duration) a statistics
 block: counts per event, dropped, read_failed, and a per-process table.
 
 Exit status: 0 on success; 1 on a runtime error; 2 on bad usage; 3 when the kernel or system
