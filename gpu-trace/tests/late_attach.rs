@@ -120,3 +120,97 @@ fn a_process_holding_the_device_before_tracing_is_inventoried_and_its_end_report
         f.stdout
     );
 }
+
+/// Child body of `the_walk_counts_the_processes_it_may_not_read`: walks /proc as whoever runs it
+/// and prints `processes denied vanished` and the pids found.
+#[test]
+#[ignore = "child process body for the_walk_counts_the_processes_it_may_not_read"]
+fn walk_child_body() {
+    use std::os::unix::fs::MetadataExt;
+    let opts = gpu_trace::probe::inventory::WalkOptions {
+        nvidia: true,
+        watched_rdev: Some(std::fs::metadata(WATCHED).unwrap().rdev()),
+        ..Default::default()
+    };
+    let inv = gpu_trace::probe::inventory::walk(std::path::Path::new("/proc"), &opts);
+    let pids: Vec<String> = inv.processes.iter().map(|p| p.pid.to_string()).collect();
+    println!(
+        "WALK {} {} {} {}",
+        inv.processes.len(),
+        inv.denied,
+        inv.vanished,
+        pids.join(",")
+    );
+}
+
+/// `hidepid`-like refusals: walked as user nobody, /proc/PID/fd of root's processes cannot be
+/// read. The walk goes on, counts them as `denied`, and lists none of them (the root process
+/// holding the watched device among them).
+#[test]
+fn the_walk_counts_the_processes_it_may_not_read() {
+    let test = "the_walk_counts_the_processes_it_may_not_read";
+    if let Some(why) = cannot_trace() {
+        common::skipped(test, why);
+        return;
+    }
+    let mut held = holder(WATCHED);
+    let mut held_out = BufReader::new(held.stdout.take().unwrap());
+    expect_line(&mut held_out, "ready");
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ])
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            "walk_child_body",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .output();
+    drop(held.stdin.take());
+    let _ = held.kill();
+    let _ = held.wait();
+    let out = match out {
+        Ok(o) => o,
+        Err(e) => {
+            common::skipped(test, format!("setpriv cannot run: {e}"));
+            return;
+        }
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // libtest prints `test walk_child_body ... ` before the body's line.
+    let Some(line) = stdout
+        .lines()
+        .find_map(|l| l.split_once("WALK ").map(|x| x.1))
+    else {
+        common::skipped(
+            test,
+            format!(
+                "the test binary did not run as nobody ({:?}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        );
+        return;
+    };
+    let f: Vec<&str> = line.split(' ').collect();
+    let denied: u32 = f[1].parse().unwrap();
+    assert!(
+        denied >= 1,
+        "root's processes are refused to nobody: {line}"
+    );
+    assert!(
+        !f.get(3)
+            .unwrap_or(&"")
+            .split(',')
+            .any(|p| p == held.id().to_string()),
+        "the root holder cannot be seen by nobody: {line}"
+    );
+    assert!(out.status.success(), "{stdout}");
+}

@@ -605,6 +605,69 @@ GPU Excluded:\t No\n";
         assert_eq!(escape_untrusted("é"), "é");
     }
 
+    #[test]
+    fn text_lines_escape_untrusted_strings_and_show_memory_and_mps() {
+        let inv = Inventory {
+            processes: vec![
+                InventoryProcess {
+                    pid: 538,
+                    comm: "nvidia-cuda-mps".into(),
+                    cmdline: vec!["nvidia-cuda-mps-server".into()],
+                    exe: Some("/usr/bin/nvidia-cuda-mps-server".into()),
+                    cgroup: None,
+                    gpus: vec![ProcessGpu {
+                        minor: 0,
+                        bus_id: Some("0000:00:06.0".into()),
+                        uuid: None,
+                        name: None,
+                        memory_bytes: Some(666 * 1024 * 1024),
+                    }],
+                    fds: vec![(11, GpuNode::NvCtl), (15, GpuNode::NvGpu(0))],
+                    mps: Some(MpsRole::Server),
+                },
+                InventoryProcess {
+                    pid: 9,
+                    comm: "evil\x1b]0;x\x07".into(),
+                    cmdline: vec!["a\nb".into()],
+                    exe: None,
+                    cgroup: Some("/c\x1b".into()),
+                    gpus: vec![],
+                    fds: vec![(3, GpuNode::NvUvm)],
+                    mps: None,
+                },
+            ],
+            denied: 2,
+            nvml_note: Some("NVML unavailable (x)".into()),
+            ..Inventory::default()
+        };
+        let lines = render_text(&inv);
+        assert_eq!(
+            lines[0],
+            "2 processes had a GPU open before tracing started (driver objects they made \
+             earlier were not seen: their end is reported as PRETRACE_END)"
+        );
+        assert_eq!(
+            lines[1],
+            "  PID 538 nvidia-cuda-mps [MPS server: its TSGs are shared by the MPS clients] \
+             gpu=0(0000:00:06.0 ? 666 MiB) fds=11:ctl,15:nvidia0 cgroup=? \
+             cmd=\"nvidia-cuda-mps-server\""
+        );
+        assert_eq!(
+            lines[2],
+            "  PID 9 evil\\x1b]0;x\\x07 fds=3:uvm cgroup=/c\\x1b cmd=\"a\\x0ab\""
+        );
+        assert!(lines.iter().all(|l| !l.chars().any(char::is_control)));
+        assert!(
+            lines[3].contains("0 exited during the walk, 2 refused"),
+            "{}",
+            lines[3]
+        );
+        assert_eq!(
+            lines[4],
+            "  (no GPU memory per process: NVML unavailable (x))"
+        );
+    }
+
     /// A fake /proc with the late job's links (real targets from late_facts.txt).
     #[test]
     fn walk_of_a_fake_proc_tree() {
