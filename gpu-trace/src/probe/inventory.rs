@@ -483,6 +483,27 @@ pub fn render_text(inv: &Inventory) -> Vec<String> {
     out
 }
 
+/// A process with one GPU on bus `0000:00:06.0` (minor 0) and nothing else known (tests).
+#[cfg(test)]
+pub(crate) fn test_process(pid: u32, comm: &str, fds: Vec<(i32, GpuNode)>) -> InventoryProcess {
+    InventoryProcess {
+        pid,
+        comm: comm.into(),
+        cmdline: vec![],
+        exe: None,
+        cgroup: None,
+        gpus: vec![ProcessGpu {
+            minor: 0,
+            bus_id: Some("0000:00:06.0".into()),
+            uuid: None,
+            name: None,
+            memory_bytes: None,
+        }],
+        fds,
+        mps: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -609,21 +630,17 @@ GPU Excluded:\t No\n";
     fn text_lines_escape_untrusted_strings_and_show_memory_and_mps() {
         let inv = Inventory {
             processes: vec![
-                InventoryProcess {
-                    pid: 538,
-                    comm: "nvidia-cuda-mps".into(),
-                    cmdline: vec!["nvidia-cuda-mps-server".into()],
-                    exe: Some("/usr/bin/nvidia-cuda-mps-server".into()),
-                    cgroup: None,
-                    gpus: vec![ProcessGpu {
-                        minor: 0,
-                        bus_id: Some("0000:00:06.0".into()),
-                        uuid: None,
-                        name: None,
-                        memory_bytes: Some(666 * 1024 * 1024),
-                    }],
-                    fds: vec![(11, GpuNode::NvCtl), (15, GpuNode::NvGpu(0))],
-                    mps: Some(MpsRole::Server),
+                {
+                    let mut p = test_process(
+                        538,
+                        "nvidia-cuda-mps",
+                        vec![(11, GpuNode::NvCtl), (15, GpuNode::NvGpu(0))],
+                    );
+                    p.cmdline = vec!["nvidia-cuda-mps-server".into()];
+                    p.exe = Some("/usr/bin/nvidia-cuda-mps-server".into());
+                    p.gpus[0].memory_bytes = Some(666 * 1024 * 1024);
+                    p.mps = Some(MpsRole::Server);
+                    p
                 },
                 InventoryProcess {
                     pid: 9,

@@ -114,7 +114,7 @@ pub fn enrich(inv: &mut Inventory) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probe::inventory::{GpuInfo, GpuNode, InventoryProcess, ProcessGpu};
+    use crate::probe::inventory::{GpuInfo, GpuNode, test_process};
 
     #[test]
     fn memory_is_matched_by_bus_id_across_domain_widths() {
@@ -127,22 +127,7 @@ mod tests {
                 uuid: Some("GPU-a62f238f-2a5a-7342-8f19-17c8eaf33997".into()),
                 name: Some("NVIDIA H100 80GB HBM3".into()),
             }],
-            processes: vec![InventoryProcess {
-                pid: 441,
-                comm: "python3".into(),
-                cmdline: vec![],
-                exe: None,
-                cgroup: None,
-                gpus: vec![ProcessGpu {
-                    minor: 0,
-                    bus_id: Some("0000:00:06.0".into()),
-                    uuid: None,
-                    name: None,
-                    memory_bytes: None,
-                }],
-                fds: vec![(11, GpuNode::NvGpu(0))],
-                mps: None,
-            }],
+            processes: vec![test_process(441, "python3", vec![(11, GpuNode::NvGpu(0))])],
             ..Inventory::default()
         };
         let nvml = [NvmlGpu {
