@@ -52,8 +52,16 @@ fn a_process_holding_the_device_before_tracing_is_inventoried_and_its_end_report
     expect_line(&mut control_out, "ready");
     let (pid, control_pid) = (held.id(), control.id());
 
-    let traced = Traced::start(&["--watch-device", WATCHED, "--format", "json"])
-        .unwrap_or_else(|e| panic!("{test}: {e}"));
+    let rec = std::env::temp_dir().join(format!("gpu-trace-late-{}.gtrace", std::process::id()));
+    let traced = Traced::start(&[
+        "--watch-device",
+        WATCHED,
+        "--format",
+        "json",
+        "--record",
+        rec.to_str().unwrap(),
+    ])
+    .unwrap_or_else(|e| panic!("{test}: {e}"));
     // "hooks:" is printed after the inventory was taken and its pids tracked.
     let mut stdin = held.stdin.take().unwrap();
     writeln!(stdin, "close").unwrap();
@@ -119,6 +127,17 @@ fn a_process_holding_the_device_before_tracing_is_inventoried_and_its_end_report
         "nothing of the control process: {}",
         f.stdout
     );
+
+    // The recording holds the inventory: its replay prints the same lines.
+    let replay = Command::new(gpu_trace_bin())
+        .args(["replay", "--format", "json"])
+        .arg(&rec)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&rec);
+    assert!(replay.status.success());
+    let replayed = json_events(&String::from_utf8(replay.stdout).unwrap());
+    assert_eq!(replayed, lines);
 }
 
 /// Child body of `the_walk_counts_the_processes_it_may_not_read`: walks /proc as whoever runs it

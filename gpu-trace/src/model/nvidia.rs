@@ -2015,6 +2015,177 @@ mod tests {
         );
     }
 
+    /// An inventory process: `close()` of one of its control fds, then its exit; each ends
+    /// what hung there, with an unknown count. A TSG it creates while traced ends as usual.
+    #[test]
+    fn inventory_process_ends_with_pretrace_end_at_close_and_exit() {
+        let mut t = NvTracker::new();
+        t.preexisting(100, "python3", &[8, 17], false);
+        assert!(t.is_pretrace(100));
+        let mut s = Script::new();
+        s.close(100, 3) // not a control fd: nothing
+            .close(100, 17)
+            .exit(100, 100);
+        let evs = s.run(&mut t);
+        let ends: Vec<(Option<i32>, DestroyCause, Option<u32>)> = evs
+            .iter()
+            .map(|e| match e.kind {
+                EventKind::PretraceEnd {
+                    fd, cause, tsgs, ..
+                } => (fd, cause, tsgs),
+                ref k => panic!("{k:?}"),
+            })
+            .collect();
+        assert_eq!(
+            ends,
+            [
+                (Some(17), DestroyCause::FdClose, None),
+                (None, DestroyCause::ProcessExit, None)
+            ]
+        );
+        assert!(
+            !t.is_pretrace(100),
+            "the pid starts from nothing after the exit"
+        );
+
+        // All its control fds closed before the exit: nothing more at the exit.
+        t.preexisting(101, "python3", &[8], false);
+        let mut s = Script::new();
+        s.close(101, 8).exit(101, 101);
+        assert_eq!(kinds(&s.run(&mut t)), ["PRETRACE_END"]);
+    }
+
+    /// A call on a client never seen allocated makes the process late-attached (fd of the
+    /// call); freeing that client ends its objects; its TSG-level schedule is `[pre-trace]`.
+    #[test]
+    fn calls_on_an_unseen_client_mark_the_process_pretrace() {
+        let mut t = NvTracker::new();
+        let mut s = Script::new();
+        s.push(sched(300, TSG, true))
+            .push(free(300, CTL_FD, CLIENT, CLIENT, CLIENT, 0))
+            .exit(300, 300);
+        let evs = s.run(&mut t);
+        assert_eq!(kinds(&evs), ["SCHEDULE", "PRETRACE_END", "PRETRACE_END"]);
+        assert_eq!(evs[0].kind.task(), TaskId::PreTrace(TSG));
+        assert_eq!(
+            evs[1].kind,
+            EventKind::PretraceEnd {
+                client: Some(CLIENT),
+                fd: None,
+                cause: DestroyCause::ParentFree,
+                tsgs: None
+            }
+        );
+        // The free gave an event; the schedule too: no pre-trace call went unnamed.
+        assert_eq!(t.counters().pretrace_calls, 0);
+        // A failed call proves nothing.
+        let mut s = Script::new();
+        s.push(free(301, CTL_FD, CLIENT, CLIENT, CLIENT, 0x1F))
+            .exit(301, 301);
+        assert!(s.run(&mut t).is_empty());
+    }
+
+    /// MPS: a client channel under a TSG handle the client never created is `[shared]`; its
+    /// token relates it to the server's TSG on that runlist — not when two server TSGs are
+    /// there.
+    #[test]
+    fn mps_client_channels_relate_to_the_single_server_tsg_on_their_runlist() {
+        const SERVER: u32 = 538;
+        const SERVER_TSG: u32 = 0x5c00_0015;
+        const FOREIGN: u32 = 0x5c00_000f;
+        // The server's comm is what the kernel keeps of nvidia-cuda-mps-server.
+        let mps = |mut r: testrec::Rec| {
+            r.rec.hdr.comm = [0; 16];
+            r.rec.hdr.comm[..15].copy_from_slice(MPS_COMM.as_bytes());
+            r
+        };
+        let server_tsg = |s: &mut Script, tsg_handle: u32, ch: u32, token: u32| {
+            s.stamp(mps(tsg(SERVER, DEVICE, tsg_handle, 1)), SERVER)
+                .stamp(
+                    mps(alloc(
+                        SERVER,
+                        CTL_FD,
+                        true,
+                        CLIENT,
+                        tsg_handle,
+                        ch,
+                        0xC86F,
+                        0,
+                        &channel_params(1, 0, 1),
+                    )),
+                    SERVER,
+                )
+                .stamp(
+                    mps(ctl(
+                        SERVER,
+                        ch,
+                        cmd::CHANNEL_GET_WORK_SUBMIT_TOKEN,
+                        0,
+                        &u32_params(token),
+                    )),
+                    SERVER,
+                );
+        };
+        let client = |s: &mut Script, pid: u32, token: u32| {
+            s.push(alloc(pid, CTL_FD, true, 0, 0, CLIENT, 0x41, 0, &[]))
+                .push(alloc(
+                    pid,
+                    CTL_FD,
+                    true,
+                    CLIENT,
+                    FOREIGN,
+                    CH1,
+                    0xC86F,
+                    0,
+                    &channel_params(1, 0, 1),
+                ))
+                .push(ctl(
+                    pid,
+                    CH1,
+                    cmd::CHANNEL_GET_WORK_SUBMIT_TOKEN,
+                    0,
+                    &u32_params(token),
+                ))
+                .push(ctl(
+                    pid,
+                    CH1,
+                    cmd::CHANNEL_GET_WORK_SUBMIT_TOKEN,
+                    0,
+                    &u32_params(token),
+                ));
+        };
+        let mut s = Script::new();
+        s.push(mps(alloc(SERVER, CTL_FD, true, 0, 0, CLIENT, 0x41, 0, &[])));
+        server_tsg(&mut s, SERVER_TSG, CH2, 10); // runlist 0, chid 10
+        client(&mut s, 500, 14); // runlist 0
+        let mut t = NvTracker::new();
+        let evs: Vec<Event> = s
+            .run(&mut t)
+            .into_iter()
+            .filter(|e| e.origin.pid == 500)
+            .collect();
+        assert_eq!(kinds(&evs), ["WORK_SUBMIT", "MPS_SHARED", "WORK_SUBMIT"]);
+        assert_eq!(evs[0].kind.task(), TaskId::Shared(FOREIGN));
+        assert_eq!(
+            evs[1].kind,
+            EventKind::MpsShared {
+                task: TaskId::Shared(FOREIGN),
+                client: CLIENT,
+                server_pid: SERVER,
+                server_task: TaskId::RmHandle(SERVER_TSG),
+                runlist: 0,
+            }
+        );
+        // A second server TSG on runlist 0: the relation is ambiguous and not made.
+        let mut s = Script::new();
+        s.push(mps(alloc(SERVER, CTL_FD, true, 0, 0, CLIENT, 0x41, 0, &[])));
+        server_tsg(&mut s, SERVER_TSG, CH2, 10);
+        server_tsg(&mut s, TSG2, CH3, 11);
+        client(&mut s, 500, 14);
+        let mut t = NvTracker::new();
+        assert!(!s.run(&mut t).iter().any(|e| e.kind.name() == "MPS_SHARED"));
+    }
+
     #[test]
     fn unknown_handles_are_reported_not_invented() {
         let mut s = Script::new();
