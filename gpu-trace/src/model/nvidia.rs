@@ -2099,22 +2099,23 @@ mod tests {
             r.rec.hdr.comm[..15].copy_from_slice(MPS_COMM.as_bytes());
             r
         };
+        // A graphics channel `ch` under `parent`, through the ctl fd.
+        let channel = |pid: u32, parent: u32, ch: u32| {
+            alloc(
+                pid,
+                CTL_FD,
+                true,
+                CLIENT,
+                parent,
+                ch,
+                0xC86F,
+                0,
+                &channel_params(1, 0, 1),
+            )
+        };
         let server_tsg = |s: &mut Script, tsg_handle: u32, ch: u32, token: u32| {
             s.stamp(mps(tsg(SERVER, DEVICE, tsg_handle, 1)), SERVER)
-                .stamp(
-                    mps(alloc(
-                        SERVER,
-                        CTL_FD,
-                        true,
-                        CLIENT,
-                        tsg_handle,
-                        ch,
-                        0xC86F,
-                        0,
-                        &channel_params(1, 0, 1),
-                    )),
-                    SERVER,
-                )
+                .stamp(mps(channel(SERVER, tsg_handle, ch)), SERVER)
                 .stamp(
                     mps(ctl(
                         SERVER,
@@ -2128,17 +2129,7 @@ mod tests {
         };
         let client = |s: &mut Script, pid: u32, token: u32| {
             s.push(alloc(pid, CTL_FD, true, 0, 0, CLIENT, 0x41, 0, &[]))
-                .push(alloc(
-                    pid,
-                    CTL_FD,
-                    true,
-                    CLIENT,
-                    FOREIGN,
-                    CH1,
-                    0xC86F,
-                    0,
-                    &channel_params(1, 0, 1),
-                ))
+                .push(channel(pid, FOREIGN, CH1))
                 .push(ctl(
                     pid,
                     CH1,
