@@ -186,10 +186,13 @@ pub async fn run_live(args: &TraceArgs) -> Result<Summary, RunError> {
         deep_hooks: !args.no_deep_hooks,
         deep_attach: args.deep_attach,
     };
+    // NVML's own driver calls (it opens the GPU) are made before the programs attach, so that
+    // gpu-trace does not trace itself; the walk comes after attaching.
+    let nvml = (!amd).then(crate::probe::nvml::query);
     let mut tracer = Tracer::load(&options)?;
     // Late attach: the processes that have a GPU open already (after attaching, so that a
     // process opening the GPU now is seen by the hooks or by the walk), tracked from now on.
-    let inventory = take_inventory(&args.watch_device, amd);
+    let inventory = take_inventory(&args.watch_device, amd, nvml);
     let track: Vec<(u32, u32)> = inventory
         .processes
         .iter()
@@ -316,8 +319,12 @@ fn monotonic_now_ns() -> u64 {
 }
 
 /// Walks `/proc` for processes with a device of the traced vendor open (and the watched node),
-/// adding NVML's memory figures where the library is present.
-fn take_inventory(watch_device: &Option<std::path::PathBuf>, amd: bool) -> Inventory {
+/// adding NVML's figures (`nvml`: queried before attaching) where the library is present.
+fn take_inventory(
+    watch_device: &Option<std::path::PathBuf>,
+    amd: bool,
+    nvml: Option<Result<Vec<crate::probe::nvml::NvmlGpu>, String>>,
+) -> Inventory {
     use std::os::unix::fs::MetadataExt;
     let opts = WalkOptions {
         nvidia: !amd,
@@ -340,8 +347,9 @@ fn take_inventory(watch_device: &Option<std::path::PathBuf>, amd: bool) -> Inven
                 }
             }
         }
-    } else {
-        crate::probe::nvml::enrich(&mut inv);
+    }
+    if let Some(nvml) = nvml {
+        crate::probe::nvml::enrich(&mut inv, nvml);
     }
     inv
 }

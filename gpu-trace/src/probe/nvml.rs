@@ -100,13 +100,12 @@ pub fn apply(inv: &mut Inventory, gpus: &[NvmlGpu]) {
     }
 }
 
-/// Queries NVML and applies it; records why not in [`Inventory::nvml_note`].
-pub fn enrich(inv: &mut Inventory) {
-    if inv.gpus.is_empty() && inv.processes.iter().all(|p| p.gpus.is_empty()) {
-        return;
-    }
-    match query() {
+/// Applies what [`query`] returned; records why not in [`Inventory::nvml_note`] (only when
+/// there was a GPU to say something about).
+pub fn enrich(inv: &mut Inventory, nvml: Result<Vec<NvmlGpu>, String>) {
+    match nvml {
         Ok(gpus) => apply(inv, &gpus),
+        Err(_) if inv.gpus.is_empty() && inv.processes.iter().all(|p| p.gpus.is_empty()) => {}
         Err(why) => inv.nvml_note = Some(why),
     }
 }
