@@ -233,3 +233,34 @@ fn the_walk_counts_the_processes_it_may_not_read() {
     );
     assert!(out.status.success(), "{stdout}");
 }
+
+/// `--pid` of a process that does not exist: one warning, and the run goes on (exit 0).
+#[test]
+fn pid_that_does_not_exist_warns_once_and_waits() {
+    let test = "pid_that_does_not_exist_warns_once_and_waits";
+    if let Some(why) = cannot_trace() {
+        common::skipped(test, why);
+        return;
+    }
+    // pid_max is at most 2^22 (PID_MAX_LIMIT): 2^23 can never exist.
+    let out = Command::new(gpu_trace_bin())
+        .args([
+            "--watch-device",
+            WATCHED,
+            "--duration",
+            "0.2",
+            "--pid",
+            "8388608",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        stderr
+            .matches("warning: --pid 8388608: no such process now; waiting for it")
+            .count(),
+        1,
+        "{stderr}"
+    );
+}
