@@ -193,25 +193,7 @@ pub async fn run_live(args: &TraceArgs) -> Result<Summary, RunError> {
     // Late attach: the processes that have a GPU open already (after attaching, so that a
     // process opening the GPU now is seen by the hooks or by the walk), tracked from now on.
     let inventory = take_inventory(&args.watch_device, amd, nvml);
-    let track: Vec<(u32, u32)> = inventory
-        .processes
-        .iter()
-        .map(|p| {
-            let nv = if p.uses_nvidia() {
-                crate::loader::TRACK_NV
-            } else {
-                0
-            };
-            let kfd = if p.uses_kfd() {
-                crate::loader::TRACK_KFD
-            } else {
-                0
-            };
-            (p.pid, nv | kfd)
-        })
-        .filter(|&(_, bits)| bits != 0)
-        .collect();
-    tracer.track(&track)?;
+    tracer.track(&kernel_tracking(&inventory, &args.output))?;
     let clock = Clock::from_system().map_err(io_err("reading the clocks"))?;
     let what = match &kfd {
         Some(k) => format!(
@@ -305,6 +287,31 @@ pub async fn run_live(args: &TraceArgs) -> Result<Summary, RunError> {
         .map_err(io_err("writing the output"))?;
     drop(tracer); // detaches every program; nothing is pinned
     Ok(summary)
+}
+
+/// The inventory processes to put in the kernel's `TRACKED` map, with their bits: those the
+/// `--pid`/`--comm` filters select (the others' `close()` and exit records would only be
+/// filtered out again, and would compete for the ring buffer).
+pub fn kernel_tracking(inv: &Inventory, filters: &crate::cli::OutputArgs) -> Vec<(u32, u32)> {
+    inv.processes
+        .iter()
+        .filter(|p| filters.pids.is_empty() || filters.pids.contains(&p.pid))
+        .filter(|p| filters.comms.is_empty() || filters.comms.contains(&p.comm))
+        .map(|p| {
+            let nv = if p.uses_nvidia() {
+                crate::loader::TRACK_NV
+            } else {
+                0
+            };
+            let kfd = if p.uses_kfd() {
+                crate::loader::TRACK_KFD
+            } else {
+                0
+            };
+            (p.pid, nv | kfd)
+        })
+        .filter(|&(_, bits)| bits != 0)
+        .collect()
 }
 
 /// CLOCK_MONOTONIC now, in ns (the clock of the records' timestamps).
@@ -412,6 +419,7 @@ pub fn replay(path: &Path, args: &OutputArgs) -> Result<Summary, RunError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser as _;
 
     #[test]
     fn pid_warnings_name_absent_pids_and_threads() {
@@ -433,6 +441,39 @@ mod tests {
             w[1]
         );
         assert!(pid_warnings(&[10], tgid).is_empty());
+    }
+
+    #[test]
+    fn only_the_filtered_inventory_processes_are_tracked_in_the_kernel() {
+        use crate::probe::inventory::test_process;
+        let inv = Inventory {
+            processes: vec![
+                test_process(10, "python3", vec![(8, GpuNode::NvCtl)]),
+                test_process(11, "bash", vec![(3, GpuNode::Watched)]),
+                test_process(12, "python3", vec![(4, GpuNode::Kfd), (5, GpuNode::NvUvm)]),
+            ],
+            ..Inventory::default()
+        };
+        let args = |pids: Vec<u32>, comms: Vec<&str>| {
+            let mut a = crate::cli::Cli::try_parse_from(["gpu-trace"])
+                .unwrap()
+                .trace
+                .output;
+            a.pids = pids;
+            a.comms = comms.into_iter().map(String::from).collect();
+            a
+        };
+        let (nv, kfd) = (crate::loader::TRACK_NV, crate::loader::TRACK_KFD);
+        assert_eq!(
+            kernel_tracking(&inv, &args(vec![], vec![])),
+            [(10, nv), (11, nv), (12, nv | kfd)]
+        );
+        assert_eq!(kernel_tracking(&inv, &args(vec![11], vec![])), [(11, nv)]);
+        assert_eq!(
+            kernel_tracking(&inv, &args(vec![], vec!["python3"])),
+            [(10, nv), (12, nv | kfd)]
+        );
+        assert!(kernel_tracking(&inv, &args(vec![10], vec!["bash"])).is_empty());
     }
 
     #[test]
