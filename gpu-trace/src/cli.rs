@@ -31,10 +31,12 @@ Examples:
 
 Output: one line per event (TASK_INIT, SCHEDULE, SCHED_UPDATE, WORK_SUBMIT with -v, TASK_DESTROY);
 SCHED_UPDATE shows every timeslice, interleave, preemption and disable/enable request (old -> new,
-allowed or not). A field the driver layer cannot know is printed as `?`. On exit (Ctrl-C,
-SIGTERM, --duration) a statistics block: counts per event, dropped, read_failed, per-process,
-per-engine and per-task tables (latencies, final timeslice), live TSGs per GPU and runlist; -v
-adds the kernel side's internal counters.
+allowed or not). A field the driver layer cannot know is printed as `?`. A live run first lists,
+on stderr, the processes that already had a GPU open (late attach): their end prints
+PRETRACE_END, calls on their old objects carry [pre-trace]; MPS clients' lines carry [shared] and
+one MPS_SHARED names the server's TSG. On exit (Ctrl-C, SIGTERM, --duration) a statistics block:
+counts per event, dropped, read_failed, per-process, per-engine and per-task tables (latencies,
+final timeslice), live TSGs per GPU and runlist; -v adds the kernel side's internal counters.
 
 Exit status: 0 on success; 1 on a runtime error; 2 on bad usage; 3 when the kernel or system
 cannot support tracing (missing privileges, BTF, hooks); 4 when events were dropped. `doctor`:
@@ -154,11 +156,14 @@ pub struct OutputArgs {
     #[arg(short, long)]
     pub verbose: bool,
 
-    /// Only this process (repeatable). With exactly one, the kernel filters too.
+    /// Only this process (repeatable). With exactly one, the kernel filters too. A PID that
+    /// does not exist yet is warned about once and waited for (a process started later with
+    /// that id is traced).
     #[arg(short, long = "pid", value_name = "PID")]
     pub pids: Vec<u32>,
 
-    /// Only threads or processes with this name (exact `comm`, 15 characters max; repeatable).
+    /// Only threads or processes with this name (exact `comm`; repeatable). The kernel keeps 15
+    /// characters of a name: a longer NAME is cut to its first 15, with a warning.
     #[arg(short, long = "comm", value_name = "NAME")]
     pub comms: Vec<String>,
 
@@ -204,6 +209,40 @@ fn positive_seconds(s: &str) -> Result<f64, String> {
         Err(format!(
             "`{s}` is not a usable interval: give a number of seconds above 0 (e.g. 1)"
         ))
+    }
+}
+
+/// The kernel keeps this many bytes of a thread's name (`TASK_COMM_LEN` 16, with the NUL).
+pub const COMM_MAX: usize = 15;
+
+/// `--comm NAME` as the kernel would store it: cut to [`COMM_MAX`] bytes (at a character
+/// boundary; the kernel cuts bytes, and a name cut inside a character is shown lossily).
+pub fn kernel_comm(name: &str) -> &str {
+    if name.len() <= COMM_MAX {
+        return name;
+    }
+    let mut end = COMM_MAX;
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    &name[..end]
+}
+
+impl OutputArgs {
+    /// Cuts `--comm` names longer than the kernel keeps to what it keeps, so that they match;
+    /// returns one warning per name cut.
+    pub fn normalize_comms(&mut self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        for c in &mut self.comms {
+            let cut = kernel_comm(c);
+            if cut.len() != c.len() {
+                warnings.push(format!(
+                    "--comm {c:?} is longer than the {COMM_MAX} characters the kernel keeps of a                      process name: matching {cut:?} (e.g. nvidia-cuda-mps-server and                      nvidia-cuda-mps-control are both \"nvidia-cuda-mps\")"
+                ));
+                *c = cut.to_string();
+            }
+        }
+        warnings
     }
 }
 
@@ -257,4 +296,34 @@ pub struct TraceArgs {
 
     #[command(flatten)]
     pub output: OutputArgs,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_comm_is_cut_to_what_the_kernel_keeps() {
+        // TASK_COMM_LEN is 16: 15 bytes and a NUL. /proc/PID/comm of the MPS server
+        // (tests/fixtures/h100_r3/mps_ps.txt) is "nvidia-cuda-mps".
+        assert_eq!(kernel_comm("nvidia-cuda-mps-server"), "nvidia-cuda-mps");
+        assert_eq!(kernel_comm("python3"), "python3");
+        assert_eq!(kernel_comm("exactly15chars_"), "exactly15chars_");
+        // 14 ASCII bytes then a 2-byte character: byte 15 falls inside it.
+        assert_eq!(kernel_comm("abcdefghijklmné"), "abcdefghijklmn");
+        let cli = Cli::try_parse_from([
+            "gpu-trace",
+            "--comm",
+            "nvidia-cuda-mps-control",
+            "--comm",
+            "python3",
+        ])
+        .unwrap();
+        let mut out = cli.trace.output;
+        let w = out.normalize_comms();
+        assert_eq!(out.comms, ["nvidia-cuda-mps", "python3"]);
+        assert_eq!(w.len(), 1);
+        assert!(w[0].contains("\"nvidia-cuda-mps\""), "{}", w[0]);
+        assert!(out.normalize_comms().is_empty(), "warned once");
+    }
 }

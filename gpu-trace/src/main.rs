@@ -18,7 +18,10 @@ const EXIT_DROPPED: u8 = 4;
 const _: () = assert!(gpu_trace::doctor::exit::UNSUPPORTED == EXIT_UNSUPPORTED);
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    for warning in cli.trace.output.normalize_comms() {
+        eprintln!("gpu-trace: warning: {warning}");
+    }
     let result = match cli.command {
         Some(Command::Doctor { json }) => return doctor(json),
         Some(Command::Completions { shell }) => {
@@ -31,7 +34,10 @@ fn main() -> ExitCode {
             );
             return ExitCode::SUCCESS;
         }
-        Some(Command::Replay { file, output }) => {
+        Some(Command::Replay { file, mut output }) => {
+            for warning in output.normalize_comms() {
+                eprintln!("gpu-trace: warning: {warning}");
+            }
             session::replay(&file, &output).with_context(|| format!("replaying {}", file.display()))
         }
         None => trace(cli.trace),

@@ -20,6 +20,7 @@ use crate::{
         perfetto::PerfettoWriter,
         text::{TextFormatter, TimestampMode},
     },
+    probe::inventory::{Inventory, MpsRole},
     session::Summary,
     wire::{self, RawRecord},
 };
@@ -167,6 +168,43 @@ impl<W: Write> Pipeline<W> {
     pub fn with_perfetto(mut self, writer: PerfettoWriter<Box<dyn Write>>) -> Self {
         self.perfetto = Some(writer);
         self
+    }
+
+    /// The start-up inventory (late attach): its processes are known to hold driver objects
+    /// made before tracing started (their end becomes `PRETRACE_END`); with `--format json`
+    /// one `{"event":"INVENTORY",...}` line is written before any event; the Perfetto timeline
+    /// names and labels the processes. The text form goes to standard error (the session
+    /// prints it with [`inventory::render_text`]).
+    pub fn inventory(&mut self, inv: &Inventory) -> std::io::Result<()> {
+        for p in &inv.processes {
+            if p.uses_nvidia() {
+                self.tracker.preexisting(
+                    p.pid,
+                    &p.comm,
+                    &p.control_fds(),
+                    p.mps == Some(MpsRole::Server),
+                );
+            }
+            self.process_names
+                .entry(p.pid)
+                .or_insert_with(|| p.comm.clone());
+            if let Some(perfetto) = self.perfetto.as_mut() {
+                let label = match p.mps {
+                    Some(MpsRole::Server) => "GPU open before tracing; MPS server",
+                    Some(MpsRole::Control) => "GPU open before tracing; MPS control",
+                    None => "GPU open before tracing",
+                };
+                perfetto.process_label(p.pid, &p.comm, label)?;
+            }
+        }
+        if self.config.format == Format::Json {
+            writeln!(
+                self.out,
+                "{}",
+                json::inventory_json(inv, &self.config.clock)
+            )?;
+        }
+        Ok(())
     }
 
     /// Feeds one ring-buffer record; prints the events it produces.
@@ -341,6 +379,7 @@ impl<W: Write> Pipeline<W> {
             ("schedule_unreadable", nv.schedule_unreadable),
             ("unreadable_params", nv.unreadable_params),
             ("unknown_handle", nv.unknown_handle),
+            ("pretrace_calls", nv.pretrace_calls),
             ("replaced_handles", nv.replaced_handles),
             ("failed_tsg_allocs", nv.failed_tsg_allocs),
             ("unknown_queue", kfd.unknown_queue),

@@ -54,6 +54,10 @@ pub struct RecordingHeader {
     pub hooks: Vec<String>,
     /// The command line of the recording run.
     pub argv: Vec<String>,
+    /// The start-up inventory (late attach): processes that had a GPU open when tracing
+    /// started. Absent in recordings made before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inventory: Option<crate::probe::inventory::Inventory>,
 }
 
 /// Written when the run ends cleanly.
@@ -193,6 +197,7 @@ mod tests {
             realtime_offset_ns: 1_700_000_000_000_000_000,
             hooks: vec!["ioctl+close → raw_tp/sys_exit".into()],
             argv: vec!["gpu-trace".into()],
+            inventory: None,
         }
     }
 

@@ -747,3 +747,181 @@ fn interval_adds_periodic_statistics_without_touching_the_event_stream() {
         "{err}"
     );
 }
+// ---------------------------------------------------------------------------------------------
+// Late attach and MPS (tests/fixtures/h100_r3, README.md there): recordings made by the build
+// before this feature. Expected events derived by hand from the raw records (the `RmCall`s
+// named in the comments), not from what the code prints.
+
+/// The events of an h100_r3 recording, and the tracker after it.
+fn late_events(name: &str) -> (Vec<Event>, NvTracker) {
+    let mut tracker = NvTracker::new();
+    let evs = records(&format!("h100_r3/{name}"))
+        .iter()
+        .flat_map(|r| tracker.observe_raw(r))
+        .collect();
+    (evs, tracker)
+}
+
+/// late_attach: PID 441 (python3, started 5 s before the tracer) issued one traced call, on fd
+/// 8: `RM_FREE client=0xc1d0001c parent=0x5c000002 object=0x5c000094`, status 0. Client
+/// 0xc1d0001c was never allocated in the recording: the process made it before tracing. Its
+/// exit came from thread 466 (cuda-EvtHandlr) at 39576703496 ns. PIDs 478 and 480 (the capture
+/// script's nvidia-smi) allocate and free a client and a device: no TSG, no event.
+#[test]
+fn late_attach_exit_ends_the_pretrace_tsgs_with_an_unknown_count() {
+    let (evs, tracker) = late_events("late_attach.gtrace");
+    assert_eq!(evs.len(), 1, "{evs:#?}");
+    let e = &evs[0];
+    assert_eq!(e.origin.pid, 441);
+    assert_eq!(e.origin.tid, 466);
+    assert_eq!(e.origin.ts_ns, 39_576_703_496);
+    assert_eq!(
+        e.kind,
+        EventKind::PretraceEnd {
+            client: None,
+            fd: None,
+            cause: DestroyCause::ProcessExit,
+            tsgs: None,
+        }
+    );
+    // The free of an object never seen created is counted, not dropped silently (441's, and
+    // each nvidia-smi's free of its 0xa5590010).
+    assert_eq!(tracker.counters().untracked_frees, 3);
+    // Of those, 441's is a call of a pre-trace client that gave no event: named.
+    assert_eq!(tracker.counters().pretrace_calls, 1);
+}
+
+/// mps_late: the same job (PID 558) under a running MPS server: one traced call (`RM_FREE
+/// client=0xc1d00036 object=0x5c000081` on fd 8, client never allocated in the recording),
+/// then its exit (thread 575, 63579943371 ns).
+#[test]
+fn mps_late_client_exit_is_reported() {
+    let (evs, _) = late_events("mps_late.gtrace");
+    assert_eq!(evs.len(), 1, "{evs:#?}");
+    assert_eq!(evs[0].origin.pid, 558);
+    assert_eq!(evs[0].origin.ts_ns, 63_579_943_371);
+    assert!(matches!(
+        evs[0].kind,
+        EventKind::PretraceEnd {
+            cause: DestroyCause::ProcessExit,
+            tsgs: None,
+            ..
+        }
+    ));
+}
+
+/// mps: the server (PID 538, comm nvidia-cuda-mps) allocates TSG 0x5c000015 (engine type 1,
+/// graphics) whose channel's token is 10 (runlist 0), and copy TSGs whose tokens put them on
+/// runlists 1, 3 and 10. Each client (PIDs 500, 501) allocates, in its own RM client,
+/// channels 0x5c00001d and 0x5c000023 under parent 0x5c00000f, a TSG handle it never
+/// allocated (the server's TSG, duplicated into the client), gets tokens 14/15 (500) and
+/// 22/25 (501), all runlist 0, and schedules both channels (`NVA06F GPFIFO_SCHEDULE`).
+#[test]
+fn mps_client_channels_are_in_a_shared_tsg_related_to_the_servers() {
+    let (evs, _) = late_events("mps.gtrace");
+    for (pid, tokens) in [(500u32, [14u32, 15]), (501, [22, 25])] {
+        let submits: Vec<(TaskId, u32, Option<u32>)> = evs
+            .iter()
+            .filter(|e| e.origin.pid == pid)
+            .filter_map(|e| match e.kind {
+                EventKind::WorkSubmit {
+                    task,
+                    token,
+                    runlist,
+                    ..
+                } if tokens.contains(&token) => Some((task, token, runlist)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            submits,
+            vec![
+                (TaskId::Shared(0x5c00_000f), tokens[0], Some(0)),
+                (TaskId::Shared(0x5c00_000f), tokens[1], Some(0)),
+            ]
+        );
+        let channel_schedules: Vec<(TaskId, Option<u32>)> = evs
+            .iter()
+            .filter(|e| e.origin.pid == pid)
+            .filter_map(|e| match e.kind {
+                EventKind::Schedule {
+                    task,
+                    channels,
+                    via_channel: true,
+                    ..
+                } => Some((task, channels)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            channel_schedules,
+            vec![(TaskId::Shared(0x5c00_000f), None); 2]
+        );
+        let links: Vec<&EventKind> = evs
+            .iter()
+            .filter(|e| e.origin.pid == pid && e.kind.name() == "MPS_SHARED")
+            .map(|e| &e.kind)
+            .collect();
+        assert_eq!(
+            links,
+            vec![&EventKind::MpsShared {
+                task: TaskId::Shared(0x5c00_000f),
+                client: if pid == 500 { 0xc1d0_002c } else { 0xc1d0_002e },
+                server_pid: 538,
+                server_task: TaskId::RmHandle(0x5c00_0015),
+                runlist: 0,
+            }]
+        );
+    }
+    // Nothing predates this recording.
+    assert!(!evs.iter().any(|e| e.kind.name() == "PRETRACE_END"));
+    assert_eq!(
+        evs.iter().filter(|e| e.kind.name() == "MPS_SHARED").count(),
+        2
+    );
+}
+
+/// The text line of the late job's end, as `replay` prints it.
+#[test]
+fn replay_prints_the_pretrace_end_line() {
+    let out = Command::new(env!("CARGO_BIN_EXE_gpu-trace"))
+        .args(["replay", "--no-stats"])
+        .arg(fixture("h100_r3/late_attach.gtrace"))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 1, "{text}");
+    // Everything after the wall-clock time and the CPU (`[CPU15]`).
+    let (_, rest) = lines[0].split_once(" [CPU15] ").expect(lines[0]);
+    assert_eq!(
+        rest,
+        "PRETRACE_END PID=441    cuda-EvtHandlr   TSG=?    tsgs=? cause=process_exit (TSGs created before tracing started)"
+    );
+}
+
+/// `--comm nvidia-cuda-mps-server` (22 characters) warns and matches what the kernel keeps,
+/// `nvidia-cuda-mps`: the server (PID 538) allocated four TSGs in mps.gtrace (engine types 1,
+/// 11, 12, 13: one graphics, three copy).
+#[test]
+fn long_comm_filter_matches_the_kernels_truncation() {
+    let out = Command::new(env!("CARGO_BIN_EXE_gpu-trace"))
+        .args(["replay", "--no-stats", "--comm", "nvidia-cuda-mps-server"])
+        .arg(fixture("h100_r3/mps.gtrace"))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(
+        stderr
+            .matches("warning: --comm \"nvidia-cuda-mps-server\"")
+            .count(),
+        1,
+        "{stderr}"
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let inits: Vec<&str> = text.lines().filter(|l| l.contains("TASK_INIT")).collect();
+    assert_eq!(inits.len(), 4, "{text}");
+    assert!(inits.iter().all(|l| l.contains("PID=538 ")), "{text}");
+}

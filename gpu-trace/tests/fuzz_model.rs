@@ -425,6 +425,15 @@ fn ok(errno: i32, status: u32) -> bool {
     errno == 0 && status == status::NV_OK
 }
 
+/// `task` names an object this tracer never saw created (late attach, a TSG shared from another
+/// process) and is no live TSG of client `c`.
+fn not_ours<V>(before: &BTreeMap<(u32, u32), V>, c: u32, task: TaskId) -> bool {
+    match task {
+        TaskId::PreTrace(h) | TaskId::Shared(h) => !before.contains_key(&(c, h)),
+        _ => false,
+    }
+}
+
 /// Runs the ops, checking the invariants after each; returns a description of the first
 /// violation.
 fn check(ops: &[Op]) -> Result<(), String> {
@@ -448,9 +457,58 @@ fn check_with(ops: &[Op], mut plant: impl FnMut(usize, &mut Vec<Event>)) -> Resu
         if matches!(input, NvInput::Call { .. }) {
             calls_in += 1;
         }
+        let pretrace_before = t.is_pretrace(pid);
         let mut events = t.observe(origin.clone(), input.clone());
         plant(step, &mut events);
-        let events = events;
+        let pretrace_after = t.is_pretrace(pid);
+        // Late attach: PRETRACE_END, at most one per input, only in a process that holds objects
+        // made before tracing, never with a TSG count, and with the cause of the input.
+        let (pre_ends, events): (Vec<Event>, Vec<Event>) = events
+            .into_iter()
+            .partition(|e| matches!(e.kind, EventKind::PretraceEnd { .. }));
+        if let Some(e) = pre_ends.first() {
+            let fits = match (op, &e.kind) {
+                (
+                    Op::Free {
+                        client, object: o, ..
+                    },
+                    EventKind::PretraceEnd {
+                        client: Some(ec),
+                        fd: None,
+                        cause: DestroyCause::ParentFree,
+                        tsgs: None,
+                    },
+                ) => {
+                    pretrace_after
+                        && object(CLIENTS[*client], *o) == CLIENTS[*client]
+                        && *ec == CLIENTS[*client]
+                }
+                (
+                    Op::Close { fd, .. },
+                    EventKind::PretraceEnd {
+                        client: None,
+                        fd: Some(efd),
+                        cause: DestroyCause::FdClose,
+                        tsgs: None,
+                    },
+                ) => pretrace_before && *efd == FDS[*fd],
+                (
+                    Op::Exit { .. },
+                    EventKind::PretraceEnd {
+                        client: None,
+                        fd: None,
+                        cause: DestroyCause::ProcessExit,
+                        tsgs: None,
+                    },
+                ) => pretrace_before,
+                _ => false,
+            };
+            if !fits || pre_ends.len() > 1 || e.origin != origin {
+                return Err(format!(
+                    "bad PRETRACE_END {pre_ends:?} for step {step}: {op:?}"
+                ));
+            }
+        }
         let after = live_of(&t, pid);
         let counters = t.counters().clone();
         let ctx = || {
@@ -670,12 +728,15 @@ fn check_with(ops: &[Op], mut plant: impl FnMut(usize, &mut Vec<Event>)) -> Resu
                             if !sched || *allowed != ok(*errno, *status) || *client != c {
                                 return Err(format!("bad SCHEDULE\n{}", ctx()));
                             }
-                            // Known TSG: its channel count at that moment; unknown: the handle.
+                            // Known TSG: its channel count at that moment; unknown: the handle,
+                            // or (late attach, shared TSGs) a handle that is no live TSG here.
                             let fits = match channels {
                                 Some(n) => before.iter().any(|(&(bc, _), s)| {
                                     bc == c && s.task == *task && s.channels.len() == *n as usize
                                 }),
-                                None => *task == TaskId::RmHandle(obj),
+                                None => {
+                                    *task == TaskId::RmHandle(obj) || not_ours(&before, c, *task)
+                                }
                             };
                             if !fits {
                                 return Err(format!(
@@ -694,6 +755,7 @@ fn check_with(ops: &[Op], mut plant: impl FnMut(usize, &mut Vec<Event>)) -> Resu
                                 unreachable!()
                             };
                             let fits = *task == TaskId::RmHandle(obj)
+                                || not_ours(&before, c, *task)
                                 || before.iter().any(|(&(bc, _), s)| {
                                     bc == c && s.task == *task && s.channels.contains(&obj)
                                 });
@@ -1019,9 +1081,10 @@ fn a_channel_left_from_an_earlier_object_is_not_given_to_a_new_tsg() {
                 ..
             } => {
                 assert_eq!(channel_handle, OBJECTS[4]);
+                // Client 0 was never seen allocated: the channel predates tracing.
                 assert_eq!(
                     task,
-                    TaskId::RmHandle(OBJECTS[4]),
+                    TaskId::PreTrace(OBJECTS[4]),
                     "reported under the channel, not the new TSG"
                 );
             }

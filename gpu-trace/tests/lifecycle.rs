@@ -679,9 +679,11 @@ fn a_reused_pid_does_not_inherit_the_old_process_objects() {
             timeslice_us,
             ..
         } => {
+            // The new process never allocated CLIENT while traced: its objects predate
+            // tracing as far as the tracer knows.
             assert_eq!(
                 (*task, *channels, *timeslice_us),
-                (TaskId::RmHandle(TSG), None, None),
+                (TaskId::PreTrace(TSG), None, None),
                 "not the old TSG's values"
             );
         }
@@ -690,7 +692,7 @@ fn a_reused_pid_does_not_inherit_the_old_process_objects() {
     match &evs[1].kind {
         EventKind::WorkSubmit { task, .. } => assert_eq!(
             *task,
-            TaskId::RmHandle(CHANNEL),
+            TaskId::PreTrace(CHANNEL),
             "not attributed to the old TSG"
         ),
         k => panic!("{k:?}"),

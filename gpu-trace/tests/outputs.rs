@@ -129,6 +129,13 @@ fn import_like_perfetto(text: &str) -> Result<Imported, String> {
         let tid = e["tid"]
             .as_u64()
             .ok_or(format!("event {i}: no numeric tid"))?;
+        if ph == "M" && e["name"] == "process_labels" {
+            // Late attach: a process of the start-up inventory (Chrome's labels metadata).
+            e["args"]["labels"]
+                .as_str()
+                .ok_or(format!("event {i}: process_labels without args.labels"))?;
+            continue;
+        }
         if ph == "M" {
             let name = e["args"]["name"]
                 .as_str()
@@ -467,7 +474,12 @@ fn every_field_the_json_output_carries_is_documented() {
             _ => {}
         }
     }
-    for name in ["two_streams.gtrace", "ctx_churn.gtrace"] {
+    for name in [
+        "two_streams.gtrace",
+        "ctx_churn.gtrace",
+        "h100_r3/late_attach.gtrace",
+        "h100_r3/mps.gtrace",
+    ] {
         for line in json_lines(&fixture(name)) {
             collect(&line, &mut keys, line["event"].as_str().unwrap());
         }

@@ -155,6 +155,12 @@ impl fmt::Display for Hook {
     }
 }
 
+/// `TRACKED` bit of the kernel programs: the process used an NVIDIA device (its `close()` calls
+/// and exit are reported). Must match gpu-trace-ebpf's `TRACK_NV`.
+pub const TRACK_NV: u32 = 1;
+/// `TRACKED` bit: the process used `/dev/kfd` (its exit is reported). gpu-trace-ebpf's `TRACK_KFD`.
+pub const TRACK_KFD: u32 = 2;
+
 /// The loaded, attached programs. Dropping it detaches everything (nothing is pinned).
 pub struct Tracer {
     /// Dropped after `ebpf`'s programs are no longer needed: declared first, so dropped first.
@@ -489,6 +495,28 @@ impl Tracer {
             name: "EVENTS",
             source,
         })
+    }
+
+    /// Late attach: marks processes found by the start-up inventory in the kernel programs'
+    /// `TRACKED` map, as if they had issued a traced ioctl, so that their `close()` calls (NVIDIA)
+    /// and their exit are reported. `(tgid, bits)`: [`TRACK_NV`] and/or [`TRACK_KFD`]. A process
+    /// that issued a traced call meanwhile keeps its bits (they are or-ed).
+    pub fn track(&mut self, pids: &[(u32, u32)]) -> Result<(), LoadError> {
+        let map = |source| LoadError::Map {
+            name: "TRACKED",
+            source,
+        };
+        let mut tracked: BpfHashMap<_, u32, u32> = BpfHashMap::try_from(
+            self.ebpf
+                .map_mut("TRACKED")
+                .ok_or(LoadError::MissingMap("TRACKED"))?,
+        )
+        .map_err(map)?;
+        for &(tgid, bits) in pids {
+            let old = tracked.get(&tgid, 0).unwrap_or(0);
+            tracked.insert(tgid, old | bits, 0).map_err(map)?;
+        }
+        Ok(())
     }
 
     /// The kernel-side counters, summed over CPUs.

@@ -30,6 +30,16 @@ pub enum TaskId {
     KfdQueue(u32),
     /// AMD: a `CREATE_QUEUE` the driver refused, so no queue id exists (printed as `?`).
     KfdNoQueue,
+    /// Late attach: the RM handle of a TSG (or, when even the channel is unknown, of the
+    /// channel) this tracer never saw created, in a process whose RM client was made before
+    /// tracing started. Printed like [`RmHandle`](Self::RmHandle) plus `[pre-trace]`.
+    PreTrace(u32),
+    /// The RM handle of a TSG this process never created although its RM client was seen made:
+    /// one shared into it by another process (the MPS server's TSG under MPS, CUDA IPC).
+    /// Printed like [`RmHandle`](Self::RmHandle) plus `[shared]`.
+    Shared(u32),
+    /// No single task: [`EventKind::PretraceEnd`] (printed as `?`).
+    Unknown,
 }
 
 /// Engine a TSG was created for (NV2080_ENGINE_TYPE_* of the alloc parameters).
@@ -389,6 +399,32 @@ pub enum EventKind {
         /// NVIDIA: the request was sent to a channel (`NVA06F`) of the TSG.
         via_channel: bool,
     },
+    /// Late attach: the driver objects a process made before tracing started (RM clients and
+    /// the TSGs under them, none of which this tracer saw created) ended, because the process
+    /// closed the fd they were allocated on, freed their RM client, or exited. How many TSGs
+    /// there were is unknown (`tsgs` is always `None`: never a guess).
+    PretraceEnd {
+        /// The RM client freed (cause `parent_free`), when that is what ended them.
+        client: Option<u32>,
+        /// The fd closed (cause `fd_close`).
+        fd: Option<i32>,
+        cause: DestroyCause,
+        /// Number of TSGs that ended: unknown.
+        tsgs: Option<u32>,
+    },
+    /// MPS: a client's TSG that it did not create (its channels run in the MPS server's TSG)
+    /// related to the server's TSG on the same runlist. Once per client TSG handle.
+    MpsShared {
+        /// The TSG handle in the client's RM client ([`TaskId::Shared`]).
+        task: TaskId,
+        client: u32,
+        /// The MPS server process.
+        server_pid: u32,
+        /// The server's TSG on that runlist.
+        server_task: TaskId,
+        /// The runlist both are on (from the client's work-submit token).
+        runlist: u32,
+    },
 }
 
 impl EventKind {
@@ -400,6 +436,8 @@ impl EventKind {
             Self::WorkSubmit { .. } => "WORK_SUBMIT",
             Self::TaskDestroy { .. } => "TASK_DESTROY",
             Self::SchedUpdate { .. } => "SCHED_UPDATE",
+            Self::PretraceEnd { .. } => "PRETRACE_END",
+            Self::MpsShared { .. } => "MPS_SHARED",
         }
     }
 
@@ -409,7 +447,9 @@ impl EventKind {
             | Self::Schedule { task, .. }
             | Self::WorkSubmit { task, .. }
             | Self::TaskDestroy { task, .. }
-            | Self::SchedUpdate { task, .. } => *task,
+            | Self::SchedUpdate { task, .. }
+            | Self::MpsShared { task, .. } => *task,
+            Self::PretraceEnd { .. } => TaskId::Unknown,
         }
     }
 }

@@ -124,6 +124,10 @@ pub struct NvTrackerCounters {
     /// gpu_ext hooks that ran inside an `ioctl` but that no traced RM call of the same thread
     /// and fd took up (or whose context could not be read).
     pub gpu_ext_unmatched: u64,
+    /// Late attach: successful calls on an RM client made before tracing started that
+    /// produced no event (frees of objects never seen created, controls that only update state
+    /// not known here).
+    pub pretrace_calls: u64,
     /// gpu_ext hooks that ran outside an `ioctl` (kernel-internal users such as UVM, teardown
     /// at `close()` or exit): not tied to a call, not reported.
     pub gpu_ext_outside_ioctl: u64,
@@ -281,6 +285,41 @@ impl Client {
 struct Process {
     comm: String,
     clients: BTreeMap<u32, Client>,
+    /// Late attach: the process made driver objects before tracing started (it was in the
+    /// start-up inventory, or one of its RM calls named a client never seen allocated).
+    pretrace: Option<PreTrace>,
+    /// MPS: client TSG handles already related to the server's ([`EventKind::MpsShared`]).
+    mps_linked: BTreeSet<(u32, u32)>,
+}
+
+/// What is known of the objects a process made before tracing started.
+#[derive(Clone, Debug, Default)]
+struct PreTrace {
+    /// fds those objects may hang on (`/dev/nvidiactl` fds of the inventory, fds of calls on
+    /// unseen clients): their `close()` ends them.
+    fds: BTreeSet<i32>,
+    /// A [`EventKind::PretraceEnd`] was reported already.
+    ended: bool,
+}
+
+fn pretrace_end(
+    origin: &Origin,
+    client: Option<u32>,
+    fd: Option<i32>,
+    cause: DestroyCause,
+) -> Event {
+    Event {
+        amd: None,
+        // Not one task: the unknown set of TSGs a pre-trace process held.
+        key: None,
+        origin: origin.clone(),
+        kind: EventKind::PretraceEnd {
+            client,
+            fd,
+            cause,
+            tsgs: None,
+        },
+    }
 }
 
 /// The NVIDIA state machine: object tables of every traced process.
@@ -293,7 +332,14 @@ pub struct NvTracker {
     pending: HashMap<u32, (u32, u64, Vec<GxHook>)>,
     /// Generation of the last task seen per `(pid, client, handle)`, for [`TaskKey`].
     generations: HashMap<(u32, u32, u32), u32>,
+    /// MPS server processes (`nvidia-cuda-mps-server`): named by the inventory, or a process
+    /// whose `comm` is `nvidia-cuda-mps` (the kernel's 15-character cut of both MPS programs)
+    /// that creates a TSG (the control daemon creates none).
+    mps_servers: BTreeSet<u32>,
 }
+
+/// `comm` of both `nvidia-cuda-mps-server` and `nvidia-cuda-mps-control`.
+pub const MPS_COMM: &str = "nvidia-cuda-mps";
 
 /// The x86-64 system call numbers a gpu_ext hook can be tied to.
 const SYS_IOCTL: u32 = 16;
@@ -323,6 +369,136 @@ impl NvTracker {
     /// An empty tracker.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Late attach: process `pid` (from the start-up inventory) holds driver objects made
+    /// before tracing started, on `control_fds` (its `/dev/nvidiactl` fds). Its exit, and the
+    /// `close()` of one of those fds, produce [`EventKind::PretraceEnd`]. `mps_server`: the
+    /// process is `nvidia-cuda-mps-server`.
+    pub fn preexisting(&mut self, pid: u32, comm: &str, control_fds: &[i32], mps_server: bool) {
+        let proc = self.procs.entry(pid).or_default();
+        if proc.comm.is_empty() {
+            comm.clone_into(&mut proc.comm);
+        }
+        proc.pretrace
+            .get_or_insert_with(PreTrace::default)
+            .fds
+            .extend(control_fds.iter().copied());
+        if mps_server {
+            self.mps_servers.insert(pid);
+        }
+    }
+
+    /// Whether `pid` holds objects made before tracing started (see [`preexisting`](Self::preexisting)).
+    pub fn is_pretrace(&self, pid: u32) -> bool {
+        self.procs.get(&pid).is_some_and(|p| p.pretrace.is_some())
+    }
+
+    /// A successful call on an RM client this tracer never saw allocated in the process: the
+    /// process made it before tracing started. Returns whether the call is one.
+    fn note_unseen_client(&mut self, origin: &Origin, fd: i32, errno: i32, call: &RmCall) -> bool {
+        let (client, status) = match *call {
+            // A client's own allocation names no existing client (hRoot is 0 or the new one).
+            RmCall::Alloc { class, .. } if class::is_client(class) => return false,
+            RmCall::Alloc { client, status, .. }
+            | RmCall::Control { client, status, .. }
+            | RmCall::Free { client, status, .. } => (client, status),
+            RmCall::Malformed { .. } => return false,
+        };
+        if client == 0 || !decode::succeeded(errno, status) {
+            return false;
+        }
+        let proc = self.procs.entry(origin.pid).or_default();
+        if proc.comm.is_empty() {
+            proc.comm.clone_from(&origin.comm);
+        }
+        let unseen = proc.clients.get(&client).is_none_or(|c| c.fd.is_none());
+        if unseen {
+            proc.pretrace
+                .get_or_insert_with(PreTrace::default)
+                .fds
+                .insert(fd);
+        }
+        unseen
+    }
+
+    /// How an event names a TSG or channel that is not a TSG of ours. In a late-attached
+    /// process (or on an RM client never seen allocated): [`TaskId::PreTrace`] of the channel's
+    /// parent when the channel is known, else of the handle itself. In a client seen allocated:
+    /// [`TaskId::Shared`] of the parent of a channel whose allocation was seen naming a parent
+    /// this process never created (MPS: the server's TSG); `None` otherwise (a channel on a
+    /// device, a handle freed or never seen: named by its handle as before).
+    fn unseen_task(
+        &self,
+        pid: u32,
+        client: u32,
+        object: u32,
+        channel_level: bool,
+    ) -> Option<TaskId> {
+        let proc = self.procs.get(&pid);
+        let c = proc.and_then(|p| p.clients.get(&client));
+        let parent = c
+            .and_then(|c| c.channels.get(&object))
+            .filter(|_| channel_level)
+            .map(|ch| ch.parent)
+            .filter(|p| !c.is_some_and(|c| c.devices.contains_key(p)));
+        let client_seen = c.is_some_and(|c| c.fd.is_some());
+        let handle = parent.unwrap_or(object);
+        if c.is_some_and(|c| c.tsgs.contains_key(&handle)) {
+            // A TSG of ours named where a channel was expected: not an unseen object.
+            return None;
+        }
+        if proc.is_some_and(|p| p.pretrace.is_some()) || !client_seen {
+            return Some(TaskId::PreTrace(handle));
+        }
+        parent.map(TaskId::Shared)
+    }
+
+    /// MPS: relates a client's shared TSG, now known to be on `runlist`, to the MPS server's
+    /// TSG on that runlist when exactly one server TSG is there (once per handle).
+    fn mps_link(
+        &mut self,
+        origin: &Origin,
+        client: u32,
+        task: TaskId,
+        runlist: u32,
+    ) -> Option<Event> {
+        let TaskId::Shared(handle) = task else {
+            return None;
+        };
+        let mut found = Vec::new();
+        for &spid in &self.mps_servers {
+            let Some(p) = self.procs.get(&spid) else {
+                continue;
+            };
+            for c in p.clients.values() {
+                for (&h, t) in &c.tsgs {
+                    if t.runlist == Some(runlist) {
+                        found.push((spid, t.task(h)));
+                    }
+                }
+            }
+        }
+        let [(server_pid, server_task)] = found[..] else {
+            return None;
+        };
+        let proc = self.procs.get_mut(&origin.pid)?;
+        if !proc.mps_linked.insert((client, handle)) {
+            return None;
+        }
+        Some(Event {
+            amd: None,
+            // A relation between two tasks (client's view, server's TSG), not a task's event.
+            key: None,
+            origin: origin.clone(),
+            kind: EventKind::MpsShared {
+                task,
+                client,
+                server_pid,
+                server_task,
+                runlist,
+            },
+        })
     }
 
     /// The counters so far.
@@ -398,12 +574,13 @@ impl NvTracker {
             NvInput::Call { fd, errno, call } => {
                 let mut hooks = self.take_hooks(&origin, fd);
                 self.counters.calls += 1;
+                let unseen = self.note_unseen_client(&origin, fd, errno, &call);
                 if let Some(status) = call.status()
                     && !decode::succeeded(errno, status)
                 {
                     self.counters.failed_calls += 1;
                 }
-                match call {
+                let events = match call {
                     RmCall::Alloc {
                         client,
                         parent,
@@ -502,7 +679,12 @@ impl NvTracker {
                         }
                     }
                     RmCall::Malformed { .. } => unreachable!("handled above"),
+                };
+                if unseen && events.is_empty() {
+                    // Named in the statistics, not dropped silently.
+                    self.counters.pretrace_calls += 1;
                 }
+                events
             }
         }
     }
@@ -761,6 +943,9 @@ impl NvTracker {
                     object: handle,
                     generation: *generation,
                 };
+                if origin.comm == MPS_COMM {
+                    self.mps_servers.insert(origin.pid);
+                }
                 let c = self.client_mut(origin, client);
                 let tsg = Tsg {
                     parent,
@@ -936,16 +1121,20 @@ impl NvTracker {
                         (task, c.gpu_of(parent))
                     }
                     None => {
-                        // A channel with no TSG of ours: a channel created before tracing, or
-                        // one parented directly to a device.
+                        // A channel with no TSG of ours: a channel created before tracing, one
+                        // in a TSG shared from another process (MPS), or one parented directly
+                        // to a device.
                         let gpu = c.channels.get(&object).and_then(|ch| c.gpu_of(ch.parent));
-                        (TaskId::RmHandle(object), gpu)
+                        let task = self
+                            .unseen_task(pid, client, object, true)
+                            .unwrap_or(TaskId::RmHandle(object));
+                        (task, gpu)
                     }
                 };
                 if !channel_known {
                     self.counters.unknown_handle += 1;
                 }
-                vec![Event {
+                let mut out = vec![Event {
                     amd: None,
                     key: Some(key),
                     origin: origin.clone(),
@@ -958,7 +1147,9 @@ impl NvTracker {
                         token,
                         gpu,
                     },
-                }]
+                }];
+                out.extend(self.mps_link(origin, client, task, fields.runlist));
+                out
             }
             (cmd::TSG_GET_TIMESLICE, ControlParams::Timeslice { us }) => {
                 self.update_tsg(pid, client, known, |t| {
@@ -1150,7 +1341,10 @@ impl NvTracker {
             Some((task, n, ts, il)) => (task, Some(n), ts, il),
             None => {
                 self.counters.unknown_handle += 1;
-                (TaskId::RmHandle(object), None, None, None)
+                let task = self
+                    .unseen_task(origin.pid, client, object, via_channel)
+                    .unwrap_or(TaskId::RmHandle(object));
+                (task, None, None, None)
             }
         };
         let kind = EventKind::Schedule {
@@ -1175,15 +1369,28 @@ impl NvTracker {
         proc.comm.clone_from(&origin.comm);
         if object == client {
             // Freeing the client frees everything under it.
-            let Some(c) = proc.clients.remove(&client) else {
-                self.counters.untracked_frees += 1;
-                return Vec::new();
-            };
-            return c
-                .tsgs
+            let removed = proc.clients.remove(&client);
+            let unseen = removed.as_ref().is_none_or(|c| c.fd.is_none());
+            let mut out: Vec<Event> = removed
                 .iter()
+                .flat_map(|c| c.tsgs.iter())
                 .map(|(&h, t)| destroy(origin, client, h, t, DestroyCause::ParentFree))
                 .collect();
+            match &mut proc.pretrace {
+                // A client made before tracing: whatever TSGs it held end now.
+                Some(pre) if unseen => {
+                    pre.ended = true;
+                    out.push(pretrace_end(
+                        origin,
+                        Some(client),
+                        None,
+                        DestroyCause::ParentFree,
+                    ));
+                }
+                _ if removed.is_none() => self.counters.untracked_frees += 1,
+                _ => {}
+            }
+            return out;
         }
         let Some(c) = proc.clients.get_mut(&client) else {
             self.counters.untracked_frees += 1;
@@ -1258,6 +1465,12 @@ impl NvTracker {
         for ch in gone {
             proc.clients.remove(&ch);
         }
+        if let Some(pre) = &mut proc.pretrace
+            && pre.fds.remove(&fd)
+        {
+            pre.ended = true;
+            out.push(pretrace_end(origin, None, Some(fd), DestroyCause::FdClose));
+        }
         out
     }
 
@@ -1265,14 +1478,22 @@ impl NvTracker {
         let Some(proc) = self.procs.remove(&origin.pid) else {
             return Vec::new();
         };
-        proc.clients
+        self.mps_servers.remove(&origin.pid);
+        let mut out: Vec<Event> = proc
+            .clients
             .iter()
             .flat_map(|(&ch, c)| {
                 c.tsgs
                     .iter()
                     .map(move |(&h, t)| destroy(origin, ch, h, t, DestroyCause::ProcessExit))
             })
-            .collect()
+            .collect();
+        if let Some(pre) = proc.pretrace
+            && (!pre.fds.is_empty() || !pre.ended)
+        {
+            out.push(pretrace_end(origin, None, None, DestroyCause::ProcessExit));
+        }
+        out
     }
 }
 
@@ -1728,14 +1949,15 @@ mod tests {
             [(100, TaskId::RmHandle(TSG), DestroyCause::FdClose, true)]
         );
         assert_eq!(t.live_tasks(), 0);
-        // The client went with the fd: its objects are unknown now.
+        // The client went with the fd: its objects are unknown now, and a call that names it
+        // (successfully, as far as this script says) names a client never seen allocated.
         let mut s3 = Script::new();
         s3.push(sched(100, TSG, true));
         let evs = s3.run(&mut t);
         let EventKind::Schedule { task, channels, .. } = evs[0].kind else {
             panic!()
         };
-        assert_eq!((task, channels), (TaskId::RmHandle(TSG), None));
+        assert_eq!((task, channels), (TaskId::PreTrace(TSG), None));
     }
 
     #[test]
@@ -1767,7 +1989,11 @@ mod tests {
         .close(100, 8);
         let mut t = NvTracker::new();
         let evs = s.run(&mut t);
-        assert_eq!(kinds(&evs), ["TASK_INIT", "TASK_INIT", "TASK_DESTROY"]);
+        // The client predates tracing: what else hung on fd 8 ends with it (PRETRACE_END).
+        assert_eq!(
+            kinds(&evs),
+            ["TASK_INIT", "TASK_INIT", "TASK_DESTROY", "PRETRACE_END"]
+        );
         let EventKind::TaskInit { gpu, engine, .. } = evs[0].kind else {
             panic!()
         };
@@ -1943,7 +2169,8 @@ mod tests {
         let EventKind::Schedule { task, channels, .. } = evs[0].kind else {
             panic!()
         };
-        assert_eq!((task, channels), (TaskId::RmHandle(TSG), None));
+        // The client was never seen allocated: the TSG predates tracing.
+        assert_eq!((task, channels), (TaskId::PreTrace(TSG), None));
         assert_eq!(t.counters().failed_tsg_allocs, 2);
         assert_eq!(t.counters().failed_calls, 2);
         assert_eq!(t.live_tasks(), 0);
@@ -2278,6 +2505,168 @@ mod tests {
         );
     }
 
+    /// An inventory process: `close()` of one of its control fds, then its exit; each ends
+    /// what hung there, with an unknown count. A TSG it creates while traced ends as usual.
+    #[test]
+    fn inventory_process_ends_with_pretrace_end_at_close_and_exit() {
+        let mut t = NvTracker::new();
+        t.preexisting(100, "python3", &[8, 17], false);
+        assert!(t.is_pretrace(100));
+        let mut s = Script::new();
+        s.close(100, 3) // not a control fd: nothing
+            .close(100, 17)
+            .exit(100, 100);
+        let evs = s.run(&mut t);
+        let ends: Vec<(Option<i32>, DestroyCause, Option<u32>)> = evs
+            .iter()
+            .map(|e| match e.kind {
+                EventKind::PretraceEnd {
+                    fd, cause, tsgs, ..
+                } => (fd, cause, tsgs),
+                ref k => panic!("{k:?}"),
+            })
+            .collect();
+        assert_eq!(
+            ends,
+            [
+                (Some(17), DestroyCause::FdClose, None),
+                (None, DestroyCause::ProcessExit, None)
+            ]
+        );
+        assert!(
+            !t.is_pretrace(100),
+            "the pid starts from nothing after the exit"
+        );
+
+        // All its control fds closed before the exit: nothing more at the exit.
+        t.preexisting(101, "python3", &[8], false);
+        let mut s = Script::new();
+        s.close(101, 8).exit(101, 101);
+        assert_eq!(kinds(&s.run(&mut t)), ["PRETRACE_END"]);
+    }
+
+    /// A call on a client never seen allocated makes the process late-attached (fd of the
+    /// call); freeing that client ends its objects; its TSG-level schedule is `[pre-trace]`.
+    #[test]
+    fn calls_on_an_unseen_client_mark_the_process_pretrace() {
+        let mut t = NvTracker::new();
+        let mut s = Script::new();
+        s.push(sched(300, TSG, true))
+            .push(free(300, CTL_FD, CLIENT, CLIENT, CLIENT, 0))
+            .exit(300, 300);
+        let evs = s.run(&mut t);
+        assert_eq!(kinds(&evs), ["SCHEDULE", "PRETRACE_END", "PRETRACE_END"]);
+        assert_eq!(evs[0].kind.task(), TaskId::PreTrace(TSG));
+        assert_eq!(
+            evs[1].kind,
+            EventKind::PretraceEnd {
+                client: Some(CLIENT),
+                fd: None,
+                cause: DestroyCause::ParentFree,
+                tsgs: None
+            }
+        );
+        // The free gave an event; the schedule too: no pre-trace call went unnamed.
+        assert_eq!(t.counters().pretrace_calls, 0);
+        // A failed call proves nothing.
+        let mut s = Script::new();
+        s.push(free(301, CTL_FD, CLIENT, CLIENT, CLIENT, 0x1F))
+            .exit(301, 301);
+        assert!(s.run(&mut t).is_empty());
+    }
+
+    /// MPS: a client channel under a TSG handle the client never created is `[shared]`; its
+    /// token relates it to the server's TSG on that runlist — not when two server TSGs are
+    /// there.
+    #[test]
+    fn mps_client_channels_relate_to_the_single_server_tsg_on_their_runlist() {
+        const SERVER: u32 = 538;
+        const SERVER_TSG: u32 = 0x5c00_0015;
+        const FOREIGN: u32 = 0x5c00_000f;
+        // The server's comm is what the kernel keeps of nvidia-cuda-mps-server.
+        let mps = |mut r: testrec::Rec| {
+            r.rec.hdr.comm = [0; 16];
+            r.rec.hdr.comm[..15].copy_from_slice(MPS_COMM.as_bytes());
+            r
+        };
+        // A graphics channel `ch` under `parent`, through the ctl fd.
+        let channel = |pid: u32, parent: u32, ch: u32| {
+            alloc(
+                pid,
+                CTL_FD,
+                true,
+                CLIENT,
+                parent,
+                ch,
+                0xC86F,
+                0,
+                &channel_params(1, 0, 1),
+            )
+        };
+        let server_tsg = |s: &mut Script, tsg_handle: u32, ch: u32, token: u32| {
+            s.stamp(mps(tsg(SERVER, DEVICE, tsg_handle, 1)), SERVER)
+                .stamp(mps(channel(SERVER, tsg_handle, ch)), SERVER)
+                .stamp(
+                    mps(ctl(
+                        SERVER,
+                        ch,
+                        cmd::CHANNEL_GET_WORK_SUBMIT_TOKEN,
+                        0,
+                        &u32_params(token),
+                    )),
+                    SERVER,
+                );
+        };
+        let client = |s: &mut Script, pid: u32, token: u32| {
+            s.push(alloc(pid, CTL_FD, true, 0, 0, CLIENT, 0x41, 0, &[]))
+                .push(channel(pid, FOREIGN, CH1))
+                .push(ctl(
+                    pid,
+                    CH1,
+                    cmd::CHANNEL_GET_WORK_SUBMIT_TOKEN,
+                    0,
+                    &u32_params(token),
+                ))
+                .push(ctl(
+                    pid,
+                    CH1,
+                    cmd::CHANNEL_GET_WORK_SUBMIT_TOKEN,
+                    0,
+                    &u32_params(token),
+                ));
+        };
+        let mut s = Script::new();
+        s.push(mps(alloc(SERVER, CTL_FD, true, 0, 0, CLIENT, 0x41, 0, &[])));
+        server_tsg(&mut s, SERVER_TSG, CH2, 10); // runlist 0, chid 10
+        client(&mut s, 500, 14); // runlist 0
+        let mut t = NvTracker::new();
+        let evs: Vec<Event> = s
+            .run(&mut t)
+            .into_iter()
+            .filter(|e| e.origin.pid == 500)
+            .collect();
+        assert_eq!(kinds(&evs), ["WORK_SUBMIT", "MPS_SHARED", "WORK_SUBMIT"]);
+        assert_eq!(evs[0].kind.task(), TaskId::Shared(FOREIGN));
+        assert_eq!(
+            evs[1].kind,
+            EventKind::MpsShared {
+                task: TaskId::Shared(FOREIGN),
+                client: CLIENT,
+                server_pid: SERVER,
+                server_task: TaskId::RmHandle(SERVER_TSG),
+                runlist: 0,
+            }
+        );
+        // A second server TSG on runlist 0: the relation is ambiguous and not made.
+        let mut s = Script::new();
+        s.push(mps(alloc(SERVER, CTL_FD, true, 0, 0, CLIENT, 0x41, 0, &[])));
+        server_tsg(&mut s, SERVER_TSG, CH2, 10);
+        server_tsg(&mut s, TSG2, CH3, 11);
+        client(&mut s, 500, 14);
+        let mut t = NvTracker::new();
+        assert!(!s.run(&mut t).iter().any(|e| e.kind.name() == "MPS_SHARED"));
+    }
+
     #[test]
     fn unknown_handles_are_reported_not_invented() {
         let mut s = Script::new();
@@ -2300,10 +2689,11 @@ mod tests {
         let mut t = NvTracker::new();
         let evs = s.run(&mut t);
         assert_eq!(kinds(&evs), ["SCHEDULE", "SCHEDULE", "WORK_SUBMIT"]);
+        // Client CLIENT was never seen allocated: everything named predates tracing.
         assert_eq!(
             evs[0].kind,
             EventKind::Schedule {
-                task: TaskId::RmHandle(TSG),
+                task: TaskId::PreTrace(TSG),
                 client: CLIENT,
                 channels: None,
                 timeslice_us: None,
@@ -2320,11 +2710,11 @@ mod tests {
         else {
             panic!()
         };
-        assert_eq!((task, via_channel), (TaskId::RmHandle(CH1), true));
+        assert_eq!((task, via_channel), (TaskId::PreTrace(CH1), true));
         assert_eq!(
             evs[2].kind,
             EventKind::WorkSubmit {
-                task: TaskId::RmHandle(CH1),
+                task: TaskId::PreTrace(CH1),
                 client: CLIENT,
                 channel_handle: CH1,
                 chid: Some(7),

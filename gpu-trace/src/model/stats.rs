@@ -169,6 +169,10 @@ pub struct Stats {
     pub task_destroy: u64,
     /// Of [`task_destroy`](Self::task_destroy), those that were implicit (fd close, exit).
     pub task_destroy_implicit: u64,
+    /// `PRETRACE_END` events (late attach: objects made before tracing ended).
+    pub pretrace_end: u64,
+    /// `MPS_SHARED` events (an MPS client's TSG related to the server's).
+    pub mps_shared: u64,
     /// The kernel side's counters.
     pub kernel: KernelCounters,
     /// Records that userspace could not parse (short, unknown kind).
@@ -275,6 +279,8 @@ impl Stats {
                     proc.preempt += 1;
                 }
             }
+            EventKind::PretraceEnd { .. } => self.pretrace_end += 1,
+            EventKind::MpsShared { .. } => self.mps_shared += 1,
         }
         self.record_task(ev);
     }
@@ -411,6 +417,8 @@ impl Stats {
                 }
                 return;
             }
+            // Never reached: these events carry no task key.
+            EventKind::PretraceEnd { .. } | EventKind::MpsShared { .. } => {}
         }
         if let (Some(r), Some(t)) = (joined_runlist, self.live_tasks.get(&key)) {
             let gpu = t.gpu;
@@ -469,7 +477,13 @@ impl Stats {
 
     /// All events counted by [`record`](Self::record) (not the tracer-exit ones).
     pub fn events(&self) -> u64 {
-        self.task_init + self.schedule + self.work_submit + self.task_destroy + self.sched_update
+        self.task_init
+            + self.schedule
+            + self.work_submit
+            + self.task_destroy
+            + self.sched_update
+            + self.pretrace_end
+            + self.mps_shared
     }
 
     /// The per-process counts, by ascending pid.
@@ -561,6 +575,8 @@ impl Stats {
             ("malformed", self.malformed),
             ("decode_errors", self.decode_errors),
             ("live_at_exit", self.live_at_exit),
+            ("pretrace_end", self.pretrace_end),
+            ("mps_shared", self.mps_shared),
         ];
         rows.extend(
             optional

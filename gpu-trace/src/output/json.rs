@@ -11,7 +11,7 @@
 //!
 //! | field    | type    | meaning |
 //! |----------|---------|---------|
-//! | `event`  | string  | `"TASK_INIT"`, `"SCHEDULE"`, `"SCHED_UPDATE"`, `"WORK_SUBMIT"` or `"TASK_DESTROY"` (always the first field) |
+//! | `event`  | string  | `"TASK_INIT"`, `"SCHEDULE"`, `"SCHED_UPDATE"`, `"WORK_SUBMIT"`, `"TASK_DESTROY"`, `"PRETRACE_END"` or `"MPS_SHARED"` (always the first field) |
 //! | `time`   | string  | wall-clock time, RFC 3339 in UTC with microseconds: `"2024-05-01T21:00:24.561798Z"` |
 //! | `ts_ns`  | integer | CLOCK_MONOTONIC nanoseconds of the driver call (`bpf_ktime_get_ns`) |
 //! | `cpu`    | integer | CPU the call ran on |
@@ -22,7 +22,7 @@
 //! | `tsg`    | string  | the TSG column of the text output, same spelling: `"0x5c000015"` (RM handle), `"12"` (hardware TSG id), `"3"` (KFD queue id), `"?"` |
 //! | `handle` | string or null | NVIDIA: the TSG's RM handle in hex (`"0x5c000015"`), also once `tsg` shows the hardware id; for a channel-level call on a TSG this tracer did not see created, the handle the call named. null for AMD |
 //! | `client_hex` | string | `client` in hex, 8 digits (`"0xc1d0001c"`) |
-//! | `task`   | object  | `{"kind": K, "value": N}`: K is `"hw_tsg"` (hardware TSG id), `"rm_handle"` (RM object handle of the TSG) or `"kfd_queue"` (AMD KFD queue id); N an unsigned 32-bit integer. `{"kind": "kfd_no_queue"}` (no `value`): an AMD `CREATE_QUEUE` the driver refused |
+//! | `task`   | object  | `{"kind": K, "value": N}`: K is `"hw_tsg"` (hardware TSG id), `"rm_handle"` (RM object handle of the TSG), `"pre_trace"` (RM handle of a TSG — or, when even the channel was never seen, of the channel — created before tracing started: late attach), `"shared"` (RM handle of a TSG the process never created although its RM client was seen: one shared into it, e.g. the MPS server's) or `"kfd_queue"` (AMD KFD queue id); N an unsigned 32-bit integer. `{"kind": "kfd_no_queue"}` (no `value`): an AMD `CREATE_QUEUE` the driver refused; `{"kind": "unknown"}`: no single task (`PRETRACE_END`) |
 //! | `client` | integer | RM client handle (NVIDIA), 0 otherwise |
 //!
 //! ## `TASK_INIT`: a TSG / queue was created
@@ -95,6 +95,46 @@
 //! | `implicit` | boolean | the driver object was not freed explicitly |
 //! | `final`    | object  | NVIDIA, when the TSG was tracked: its values at the end (the text line does not show them): `timeslice_us`, `timeslice_source`, `interleave`, `interleave_source`, `channels` (integer), `runlist` (integer or null), `run_state` (`"unscheduled"`, `"enabled"`, `"disabled"`). Absent otherwise |
 //!
+//! ## `PRETRACE_END`: driver objects made before tracing started ended (late attach)
+//!
+//! For a process that had a GPU open when tracing started (the `INVENTORY`), or whose calls
+//! named an RM client never seen allocated: what it made before tracing ended because it closed
+//! the fd, freed that client, or exited. Never a guessed count.
+//!
+//! | field    | type            | meaning |
+//! |----------|-----------------|---------|
+//! | `client` | integer or null | the RM client freed (cause `"parent_free"`) |
+//! | `fd`     | integer or null | the fd closed (cause `"fd_close"`) |
+//! | `cause`  | string          | `"fd_close"`, `"parent_free"` or `"process_exit"` |
+//! | `tsgs`   | null            | how many TSGs ended: unknown (always null) |
+//!
+//! ## `MPS_SHARED`: an MPS client's TSG related to the MPS server's
+//!
+//! Once per client TSG (`task`, kind `"shared"`): the client's channels were allocated in a TSG
+//! it never created, and exactly one TSG of the MPS server (`nvidia-cuda-mps-server`) is on the
+//! runlist of the client's work-submit token.
+//!
+//! | field         | type    | meaning |
+//! |---------------|---------|---------|
+//! | `server_pid`  | integer | the MPS server process |
+//! | `server_task` | object  | the server's TSG, as `task` |
+//! | `runlist`     | integer | the runlist both are on |
+//!
+//! ## `INVENTORY`: processes that had a GPU open when tracing started (first line, live runs)
+//!
+//! One line before any event, live or replayed from a recording that holds it. It lists every
+//! process with a device node of the traced vendor open, whatever `--pid`/`--comm` say. It has
+//! `event` and `time` (when the walk was taken) but not the other common fields.
+//!
+//! | field       | type            | meaning |
+//! |-------------|-----------------|---------|
+//! | `taken_ns`  | integer         | CLOCK_MONOTONIC ns of the walk |
+//! | `gpus`      | array           | NVIDIA GPUs from `/proc/driver/nvidia/gpus/*/information`: `minor`, `bus_id`, `uuid`, `name` (strings or null) |
+//! | `processes` | array           | one object per process, by ascending pid: `pid`, `comm`, `cmdline` (array of strings), `exe` (string or null), `cgroup` (string or null), `gpus` (array: `minor`, `bus_id`, `uuid`, `name`, `memory_bytes` — NVML's figure, or null), `fds` (array of `[fd, {"kind": K}]`: K `"nv_ctl"`, `"nv_gpu"` with `"minor": N`, `"nv_uvm"`, `"kfd"`, `"watched"`), `mps` (`"server"`, `"control"` or null) |
+//! | `vanished`  | integer         | processes that exited while the walk read them |
+//! | `denied`    | integer         | processes whose fds could not be read (`hidepid`, no privileges) |
+//! | `nvml_note` | string          | only when NVML added nothing: why (library absent, driver not loaded) |
+//!
 //! ## `amd`: AMD KFD events only
 //!
 //! Events from `/dev/kfd` carry the fields above (NVIDIA-only ones `null`; `client` 0; `gpu` is
@@ -140,7 +180,9 @@
 //! | `malformed`             | integer         | records userspace could not parse |
 //! | `decode_errors`         | integer         | driver calls whose arguments could not be decoded |
 //! | `live_at_exit`          | integer         | tasks still alive when tracing stopped |
-//! | `unreported`            | object          | driver calls of interest that produced no event, by reason (`schedule_unreadable`, `unreadable_params`, `unknown_handle`, `replaced_handles`, `failed_tsg_allocs`, `unknown_queue`, `replaced_queues`, `deep_unmatched`, `deep_unknown`, `kfd_release_no_queues`); only non-zero reasons; integers |
+//! | `pretrace_end`          | integer         | `PRETRACE_END` events; only when not 0 |
+//! | `mps_shared`            | integer         | `MPS_SHARED` events; only when not 0 |
+//! | `unreported`            | object          | driver calls of interest that produced no event, by reason (`schedule_unreadable`, `unreadable_params`, `unknown_handle`, `pretrace_calls`, `replaced_handles`, `failed_tsg_allocs`, `unknown_queue`, `replaced_queues`, `deep_unmatched`, `deep_unknown`, `kfd_release_no_queues`); only non-zero reasons; integers. `pretrace_calls`: calls of an RM client made before tracing that gave no event (some are also in `unknown_handle`) |
 //! | `lost_samples`          | integer or null | samples the ring buffer reader reported lost; null when it does not report them |
 //! | `processes`             | array           | one object per process, by ascending pid: `pid`, `comm` (first seen), `task_init`, `schedule`, `schedule_refused`, `sched_update`, `preempt`, `work_submit`, `task_destroy` |
 //! | `engines`               | array           | per engine, by name: `engine` (NVIDIA `"GRAPHICS"`, `"COPY"`, ...; AMD queue type; `"?"` not known), `task_init`, `schedule`, `sched_update`, `preempt` |
@@ -216,7 +258,9 @@ pub(crate) fn identity(ev: &Event) -> [(&'static str, serde_json::Value); 4] {
         | EventKind::Schedule { client, .. }
         | EventKind::WorkSubmit { client, .. }
         | EventKind::TaskDestroy { client, .. }
-        | EventKind::SchedUpdate { client, .. } => client,
+        | EventKind::SchedUpdate { client, .. }
+        | EventKind::MpsShared { client, .. } => client,
+        EventKind::PretraceEnd { client, .. } => client.unwrap_or(0),
     };
     [
         ("key", key.into()),
@@ -233,6 +277,25 @@ fn identity_fields(ev: &Event) -> String {
         .map(|(k, v)| format!("\"{k}\":{v}"))
         .collect::<Vec<_>>()
         .join(",")
+}
+
+/// The `{"event":"INVENTORY",...}` line (no newline): the processes that had a GPU open when
+/// tracing started, as the start-up inventory found them (`taken_ns`: when, CLOCK_MONOTONIC).
+pub fn inventory_json(inv: &crate::probe::inventory::Inventory, clock: &Clock) -> String {
+    let ts_ns = inv.taken_ns;
+    let fields = serde_json::to_string(inv).expect("Inventory serializes");
+    let time = clock
+        .utc(ts_ns)
+        .to_rfc3339_opts(SecondsFormat::Micros, true);
+    // `event` first, like every other line; then the inventory's fields in their order.
+    format!(
+        "{{\"event\":\"INVENTORY\",\"time\":\"{time}\",{}",
+        &fields[1..]
+    )
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 #[derive(Serialize)]
@@ -254,6 +317,10 @@ struct StatsLine<'a> {
     malformed: u64,
     decode_errors: u64,
     live_at_exit: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pretrace_end: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    mps_shared: u64,
     unreported: std::collections::BTreeMap<&'static str, u64>,
     lost_samples: Option<u64>,
     processes: Vec<ProcessLine<'a>>,
@@ -340,6 +407,8 @@ pub fn stats_json(stats: &Stats, is_final: bool) -> String {
         malformed: stats.malformed,
         decode_errors: stats.decode_errors,
         live_at_exit: stats.live_at_exit,
+        pretrace_end: stats.pretrace_end,
+        mps_shared: stats.mps_shared,
         unreported: stats
             .unreported
             .iter()

@@ -8,7 +8,9 @@
 //!   (`TSG 0x5c000015 GRAPHICS`, `queue 3`). Its `tid` is synthetic: [`TRACK_TID_BASE`] plus a
 //!   counter, above any real Linux thread id (`PID_MAX_LIMIT` is 2²²), so that tasks whose
 //!   lifetimes overlap never share a track and slices always nest;
-//! - one **slice** per lifetime: `B` at `TASK_INIT`, `E` at `TASK_DESTROY`. A task first seen
+//! - one **slice** per lifetime: `B` at `TASK_INIT`, `E` at `TASK_DESTROY`; late attach: a
+//!   `TSGs created before tracing` slice from the first record to each `PRETRACE_END`;
+//!   processes of the start-up inventory are named and get `process_labels`. A task first seen
 //!   after the trace started (its `TASK_INIT` happened before) begins at the first record of the
 //!   trace; a task still alive at the end ends at the last record. The slice's args carry the
 //!   `TASK_INIT` fields under `task_init`, the `TASK_DESTROY` fields under `task_destroy`, or
@@ -88,6 +90,7 @@ fn task_key(pid: u32, task: TaskId) -> TaskKey {
 pub fn task_label(task: TaskId) -> String {
     match task {
         TaskId::KfdQueue(_) => format!("queue {}", text::task_id(task)),
+        TaskId::Unknown => "TSGs created before tracing".to_string(),
         _ => format!("TSG {}", text::task_id(task)),
     }
 }
@@ -111,6 +114,19 @@ impl<W: Write> PerfettoWriter<W> {
             .write_all(if self.wrote_any { b",\n" } else { b"\n" })?;
         self.wrote_any = true;
         self.out.write_all(fields.as_bytes())
+    }
+
+    /// Late attach: names a process of the start-up inventory and labels it (Perfetto shows
+    /// `process_labels` next to the process name).
+    pub fn process_label(&mut self, pid: u32, comm: &str, label: &str) -> io::Result<()> {
+        if self.named.insert(pid) {
+            self.metadata("process_name", pid, 0, comm)?;
+        }
+        let line = format!(
+            "{{\"ph\":\"M\",\"name\":\"process_labels\",\"pid\":{pid},\"tid\":0,\"args\":{{\"labels\":{}}}}}",
+            Value::from(label)
+        );
+        self.write_event(&line)
     }
 
     fn metadata(&mut self, name: &str, pid: u32, tid: u32, value: &str) -> io::Result<()> {
@@ -252,7 +268,8 @@ impl<W: Write> PerfettoWriter<W> {
                 }
                 self.open_track(pid, task, ts, &name, json!({ "task_init": fields }))?;
             }
-            EventKind::TaskDestroy { .. } => {
+            // PRETRACE_END closes a "TSGs created before tracing" slice opened at the start.
+            EventKind::TaskDestroy { .. } | EventKind::PretraceEnd { .. } => {
                 self.track_of(pid, task, trace_start_ns)?;
                 if let Some(track) = self.open.remove(&task_key(pid, task)) {
                     self.close_track(pid, track, ts, json!({ "task_destroy": fields }))?;

@@ -177,7 +177,41 @@ fn write_fields(line: &mut String, kind: &EventKind) {
             }
             Ok(())
         }
+        EventKind::PretraceEnd {
+            client,
+            fd,
+            cause,
+            tsgs,
+        } => {
+            let _ = write!(line, "tsgs={} cause={}", Opt(*tsgs), cause_name(*cause));
+            if let Some(fd) = fd {
+                let _ = write!(line, " fd={fd}");
+            }
+            if let Some(c) = client {
+                let _ = write!(line, " client=0x{c:08x}");
+            }
+            line.push_str(" (TSGs created before tracing started)");
+            Ok(())
+        }
+        EventKind::MpsShared {
+            server_pid,
+            server_task,
+            runlist,
+            ..
+        } => write!(
+            line,
+            "server_pid={server_pid} server_tsg={} runlist={runlist}",
+            task_id(*server_task)
+        ),
     };
+    // Late attach and MPS: the TSG column names an object this tracer never saw created.
+    match kind.task() {
+        TaskId::PreTrace(_) => line.push_str(" [pre-trace]"),
+        TaskId::Shared(_) if !matches!(kind, EventKind::MpsShared { .. }) => {
+            line.push_str(" [shared]");
+        }
+        _ => {}
+    }
 }
 
 /// `allowed=yes|no`, ` (channel)` for a request sent to a channel, and for a refused one its RM
@@ -393,7 +427,9 @@ fn write_amd_fields(line: &mut String, kind: &EventKind, a: &AmdDetail) {
                 let _ = write!(line, " errno={}", Errno(*errno));
             }
         }
-        EventKind::TaskDestroy { .. } => write_fields(line, kind),
+        EventKind::TaskDestroy { .. }
+        | EventKind::PretraceEnd { .. }
+        | EventKind::MpsShared { .. } => write_fields(line, kind),
     }
 }
 
@@ -424,8 +460,8 @@ fn format_relative(ns: i128) -> String {
 pub(crate) fn task_id(task: TaskId) -> String {
     match task {
         TaskId::HwTsg(n) | TaskId::KfdQueue(n) => n.to_string(),
-        TaskId::RmHandle(h) => format!("0x{h:08x}"),
-        TaskId::KfdNoQueue => "?".to_string(),
+        TaskId::RmHandle(h) | TaskId::PreTrace(h) | TaskId::Shared(h) => format!("0x{h:08x}"),
+        TaskId::KfdNoQueue | TaskId::Unknown => "?".to_string(),
     }
 }
 

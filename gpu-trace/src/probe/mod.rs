@@ -4,7 +4,9 @@
 pub mod btf;
 pub mod cgroup;
 pub mod devices;
+pub mod inventory;
 pub mod kallsyms;
 pub mod kfd;
+pub mod nvml;
 pub mod system;
 pub mod trial;

@@ -1,0 +1,759 @@
+//! Inventory at start: every process that has a GPU device open when tracing starts.
+//!
+//! A process that opened the GPU before gpu-trace attached made its driver objects (RM clients,
+//! TSGs, channels; KFD queues) where no hook could see them. The inventory names those
+//! processes, so that a tracer attached to a busy machine is not silent, and so that the kernel
+//! programs report their `close()` and exit (their pids are put in the `TRACKED` map).
+//!
+//! Found by walking `/proc/*/fd`: a process whose fd links point at `/dev/nvidiactl`,
+//! `/dev/nvidiaN`, `/dev/nvidia-uvm` (NVIDIA), `/dev/kfd` (AMD, `--vendor amd`), or the
+//! `--watch-device` node. Per process: pid, `comm`, command line, executable, cgroup, which
+//! GPUs (device minor → PCI bus id and UUID from `/proc/driver/nvidia/gpus/*/information`) and
+//! which fds. The walk tolerates processes that exit while it runs and `/proc` mounted with
+//! `hidepid` or other permission refusals: those are counted, never fatal.
+//!
+//! The parsing functions are pure and unit-tested on real text (tests/fixtures/h100_r3); the
+//! walker around them is thin.
+
+use std::{
+    collections::BTreeMap,
+    fs, io,
+    path::{Path, PathBuf},
+};
+
+use serde::{Deserialize, Serialize};
+
+/// What an fd of a process points at, as far as the inventory cares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind", content = "minor")]
+pub enum GpuNode {
+    /// `/dev/nvidiactl`: the control node RM clients are usually allocated on.
+    NvCtl,
+    /// `/dev/nvidiaN`: GPU `N` (the device minor).
+    NvGpu(u32),
+    /// `/dev/nvidia-uvm`.
+    NvUvm,
+    /// `/dev/kfd` (AMD).
+    Kfd,
+    /// The `--watch-device` node.
+    Watched,
+}
+
+/// Which device nodes the walk looks for.
+#[derive(Clone, Debug, Default)]
+pub struct WalkOptions {
+    /// NVIDIA nodes.
+    pub nvidia: bool,
+    /// `/dev/kfd`.
+    pub kfd: bool,
+    /// The `--watch-device` node: its kernel-format `dev_t` (major/minor as `stat` gives them).
+    pub watched_rdev: Option<u64>,
+    /// The process running the walk (left out: gpu-trace itself).
+    pub self_pid: Option<u32>,
+}
+
+/// The MPS role of a process, from its executable's name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MpsRole {
+    /// `nvidia-cuda-mps-server`: creates the TSGs its clients' work runs in.
+    Server,
+    /// `nvidia-cuda-mps-control`: the daemon that starts servers (no TSGs of its own).
+    Control,
+}
+
+/// One GPU as `/proc/driver/nvidia/gpus/*/information` describes it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuInfo {
+    /// Device minor (`/dev/nvidiaN`).
+    pub minor: u32,
+    /// PCI bus id (`Bus Location`).
+    pub bus_id: Option<String>,
+    pub uuid: Option<String>,
+    /// `Model` (or the name NVML reports).
+    pub name: Option<String>,
+}
+
+/// A GPU a process has open.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessGpu {
+    /// Device minor.
+    pub minor: u32,
+    pub bus_id: Option<String>,
+    pub uuid: Option<String>,
+    pub name: Option<String>,
+    /// GPU memory the process uses on it (NVML), when known.
+    pub memory_bytes: Option<u64>,
+}
+
+/// One process with a GPU device open when tracing started.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InventoryProcess {
+    pub pid: u32,
+    /// `comm` (untrusted: escape before printing to a terminal).
+    pub comm: String,
+    /// Command line, one element per argument (untrusted).
+    pub cmdline: Vec<String>,
+    /// Target of `/proc/PID/exe`, when readable.
+    pub exe: Option<String>,
+    /// cgroup v2 path (or the first hierarchy's path on cgroup v1).
+    pub cgroup: Option<String>,
+    /// GPUs open (NVIDIA `/dev/nvidiaN`).
+    pub gpus: Vec<ProcessGpu>,
+    /// Every fd that points at a GPU node, ascending.
+    pub fds: Vec<(i32, GpuNode)>,
+    pub mps: Option<MpsRole>,
+}
+
+impl InventoryProcess {
+    /// The fds on which RM clients can have been allocated before tracing: `/dev/nvidiactl`
+    /// and the watched node. Their `close()` releases those clients and their TSGs.
+    pub fn control_fds(&self) -> Vec<i32> {
+        self.fds
+            .iter()
+            .filter(|(_, n)| matches!(n, GpuNode::NvCtl | GpuNode::Watched))
+            .map(|&(fd, _)| fd)
+            .collect()
+    }
+
+    /// Whether any NVIDIA node (or the watched node with NVIDIA tracing) is open.
+    pub fn uses_nvidia(&self) -> bool {
+        self.fds.iter().any(|(_, n)| {
+            matches!(
+                n,
+                GpuNode::NvCtl | GpuNode::NvGpu(_) | GpuNode::NvUvm | GpuNode::Watched
+            )
+        })
+    }
+
+    /// Whether `/dev/kfd` is open.
+    pub fn uses_kfd(&self) -> bool {
+        self.fds.iter().any(|(_, n)| matches!(n, GpuNode::Kfd))
+    }
+}
+
+/// The result of the walk.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Inventory {
+    /// When the walk was taken: CLOCK_MONOTONIC ns (the records' clock); 0 when unknown.
+    #[serde(default)]
+    pub taken_ns: u64,
+    /// GPUs of the NVIDIA driver, by minor.
+    pub gpus: Vec<GpuInfo>,
+    /// Processes with a GPU node open, ascending pid.
+    pub processes: Vec<InventoryProcess>,
+    /// Processes that exited while the walk read them.
+    pub vanished: u32,
+    /// Processes whose fds could not be read (`hidepid`, permissions).
+    pub denied: u32,
+    /// Why NVML added nothing (library absent, init failed), when it did not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvml_note: Option<String>,
+}
+
+/// Parses one `/proc/driver/nvidia/gpus/*/information` file.
+pub fn parse_gpu_information(text: &str) -> Option<GpuInfo> {
+    let mut info = GpuInfo::default();
+    let mut minor = None;
+    for line in text.lines() {
+        let Some((key, value)) = line.split_once(':') else {
+            continue;
+        };
+        let value = value.trim();
+        let value = (!value.is_empty()).then(|| value.to_string());
+        match key.trim() {
+            "Model" => info.name = value,
+            "GPU UUID" => info.uuid = value,
+            "Bus Location" => info.bus_id = value,
+            "Device Minor" => minor = value.and_then(|v| v.parse().ok()),
+            _ => {}
+        }
+    }
+    info.minor = minor?;
+    Some(info)
+}
+
+/// What an fd link target names (`readlink /proc/PID/fd/N`), for the nodes asked for.
+pub fn classify_fd_target(target: &str, opts: &WalkOptions) -> Option<GpuNode> {
+    let target = target.strip_suffix(" (deleted)").unwrap_or(target);
+    if opts.nvidia {
+        match target {
+            "/dev/nvidiactl" => return Some(GpuNode::NvCtl),
+            "/dev/nvidia-uvm" => return Some(GpuNode::NvUvm),
+            _ => {}
+        }
+        if let Some(n) = target.strip_prefix("/dev/nvidia")
+            && !n.is_empty()
+            && n.bytes().all(|b| b.is_ascii_digit())
+        {
+            return n.parse().ok().map(GpuNode::NvGpu);
+        }
+    }
+    (opts.kfd && target == "/dev/kfd").then_some(GpuNode::Kfd)
+}
+
+/// `/proc/PID/cmdline`: NUL-separated arguments.
+pub fn parse_cmdline(bytes: &[u8]) -> Vec<String> {
+    let bytes = bytes.strip_suffix(b"\0").unwrap_or(bytes);
+    if bytes.is_empty() {
+        return Vec::new();
+    }
+    bytes
+        .split(|&b| b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect()
+}
+
+/// `/proc/PID/cgroup`: the cgroup v2 path (`0::PATH`), else the first hierarchy's path.
+pub fn parse_cgroup(text: &str) -> Option<String> {
+    let mut first = None;
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(id), Some(_), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        if id == "0" {
+            return Some(path.to_string());
+        }
+        first.get_or_insert_with(|| path.to_string());
+    }
+    first
+}
+
+/// The MPS role from the executable path (or `argv[0]`): the basename, exactly.
+pub fn mps_role(exe_or_argv0: &str) -> Option<MpsRole> {
+    let exe = exe_or_argv0
+        .strip_suffix(" (deleted)")
+        .unwrap_or(exe_or_argv0);
+    match exe.rsplit('/').next()? {
+        "nvidia-cuda-mps-server" => Some(MpsRole::Server),
+        "nvidia-cuda-mps-control" => Some(MpsRole::Control),
+        _ => None,
+    }
+}
+
+/// The GPUs of the NVIDIA driver (`/proc/driver/nvidia/gpus/*/information`), by minor.
+pub fn nvidia_gpus(proc_root: &Path) -> Vec<GpuInfo> {
+    let mut out = Vec::new();
+    let Ok(dir) = fs::read_dir(proc_root.join("driver/nvidia/gpus")) else {
+        return out;
+    };
+    for entry in dir.flatten() {
+        if let Ok(text) = fs::read_to_string(entry.path().join("information"))
+            && let Some(info) = parse_gpu_information(&text)
+        {
+            out.push(info);
+        }
+    }
+    out.sort_by_key(|g| g.minor);
+    out
+}
+
+/// Why one process could not be read.
+enum Skip {
+    /// It exited during the walk.
+    Vanished,
+    /// Reading its fds was refused.
+    Denied,
+}
+
+fn skip_of(e: &io::Error) -> Skip {
+    match e.kind() {
+        io::ErrorKind::PermissionDenied => Skip::Denied,
+        // ENOENT / ESRCH: the process (or the fd) went away.
+        _ => Skip::Vanished,
+    }
+}
+
+/// Walks `proc_root` (normally `/proc`).
+pub fn walk(proc_root: &Path, opts: &WalkOptions) -> Inventory {
+    let gpus = if opts.nvidia {
+        nvidia_gpus(proc_root)
+    } else {
+        Vec::new()
+    };
+    let mut inv = Inventory {
+        gpus,
+        ..Inventory::default()
+    };
+    let Ok(dir) = fs::read_dir(proc_root) else {
+        return inv;
+    };
+    let mut pids: Vec<u32> = dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .filter(|&pid| Some(pid) != opts.self_pid)
+        .collect();
+    pids.sort_unstable();
+    for pid in pids {
+        match read_process(proc_root, pid, opts, &inv.gpus) {
+            Ok(Some(p)) => inv.processes.push(p),
+            Ok(None) => {}
+            Err(Skip::Vanished) => inv.vanished += 1,
+            Err(Skip::Denied) => inv.denied += 1,
+        }
+    }
+    inv
+}
+
+/// The GPU nodes among the fds of `pid`, ascending fd.
+fn gpu_fds(dir: &Path, opts: &WalkOptions) -> Result<Vec<(i32, GpuNode)>, Skip> {
+    let entries = fs::read_dir(dir).map_err(|e| skip_of(&e))?;
+    let mut out = Vec::new();
+    for entry in entries {
+        // An fd closed between readdir and readlink is simply gone.
+        let Ok(entry) = entry else { continue };
+        let Some(fd) = entry.file_name().to_str().and_then(|s| s.parse().ok()) else {
+            continue;
+        };
+        let Ok(target) = fs::read_link(entry.path()) else {
+            continue;
+        };
+        let node = classify_fd_target(&target.to_string_lossy(), opts).or_else(|| {
+            let want = opts.watched_rdev?;
+            use std::os::unix::fs::{FileTypeExt, MetadataExt};
+            let meta = fs::metadata(entry.path()).ok()?;
+            (meta.file_type().is_char_device() && meta.rdev() == want).then_some(GpuNode::Watched)
+        });
+        if let Some(node) = node {
+            out.push((fd, node));
+        }
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
+fn read_process(
+    proc_root: &Path,
+    pid: u32,
+    opts: &WalkOptions,
+    gpus: &[GpuInfo],
+) -> Result<Option<InventoryProcess>, Skip> {
+    let base: PathBuf = proc_root.join(pid.to_string());
+    let fds = gpu_fds(&base.join("fd"), opts)?;
+    if fds.is_empty() {
+        return Ok(None);
+    }
+    // The rest is best effort: the process may exit now; what was read still counts.
+    let comm = fs::read_to_string(base.join("comm"))
+        .map(|s| s.trim_end_matches('\n').to_string())
+        .unwrap_or_default();
+    let cmdline = fs::read(base.join("cmdline"))
+        .map(|b| parse_cmdline(&b))
+        .unwrap_or_default();
+    let exe = fs::read_link(base.join("exe"))
+        .ok()
+        .map(|p| p.to_string_lossy().into_owned());
+    let cgroup = fs::read_to_string(base.join("cgroup"))
+        .ok()
+        .and_then(|t| parse_cgroup(&t));
+    let mps = exe
+        .as_deref()
+        .and_then(mps_role)
+        .or_else(|| cmdline.first().and_then(|a| mps_role(a)));
+    let by_minor: BTreeMap<u32, &GpuInfo> = gpus.iter().map(|g| (g.minor, g)).collect();
+    let mut minors: Vec<u32> = fds
+        .iter()
+        .filter_map(|(_, n)| match n {
+            GpuNode::NvGpu(m) => Some(*m),
+            _ => None,
+        })
+        .collect();
+    minors.dedup();
+    minors.sort_unstable();
+    minors.dedup();
+    let gpus = minors
+        .into_iter()
+        .map(|minor| {
+            let info = by_minor.get(&minor);
+            ProcessGpu {
+                minor,
+                bus_id: info.and_then(|i| i.bus_id.clone()),
+                uuid: info.and_then(|i| i.uuid.clone()),
+                name: info.and_then(|i| i.name.clone()),
+                memory_bytes: None,
+            }
+        })
+        .collect();
+    Ok(Some(InventoryProcess {
+        pid,
+        comm,
+        cmdline,
+        exe,
+        cgroup,
+        gpus,
+        fds,
+        mps,
+    }))
+}
+
+/// Escapes an untrusted string for a terminal: control characters, backslash and
+/// non-printable characters as `\xNN` / `\u{..}`.
+// LEAD: dedupe with output/escape.rs (another branch) when both are merged.
+pub fn escape_untrusted(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 || c == '\x7f' => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c if c.is_control()
+                || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}') =>
+            {
+                out.push_str(&format!("\\u{{{:x}}}", c as u32))
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The inventory as text lines (without prefix), for the start-up report.
+pub fn render_text(inv: &Inventory) -> Vec<String> {
+    let mut out = Vec::new();
+    for g in &inv.gpus {
+        out.push(format!(
+            "GPU minor {}: {} bus {} {}",
+            g.minor,
+            g.name.as_deref().map_or("?".into(), escape_untrusted),
+            g.bus_id.as_deref().unwrap_or("?"),
+            g.uuid.as_deref().unwrap_or("?"),
+        ));
+    }
+    let n = inv.processes.len();
+    out.push(format!(
+        "{n} process{} had a GPU open before tracing started{}",
+        if n == 1 { "" } else { "es" },
+        if n == 0 {
+            ""
+        } else {
+            " (driver objects they made earlier were not seen: their end is reported as \
+             PRETRACE_END)"
+        }
+    ));
+    for p in &inv.processes {
+        let mut line = format!("  PID {} {}", p.pid, escape_untrusted(&p.comm));
+        if let Some(role) = p.mps {
+            line.push_str(match role {
+                MpsRole::Server => " [MPS server: its TSGs are shared by the MPS clients]",
+                MpsRole::Control => " [MPS control daemon]",
+            });
+        }
+        for g in &p.gpus {
+            line.push_str(&format!(
+                " gpu={}({} {}",
+                g.minor,
+                g.bus_id.as_deref().unwrap_or("?"),
+                g.uuid.as_deref().unwrap_or("?")
+            ));
+            if let Some(b) = g.memory_bytes {
+                line.push_str(&format!(" {} MiB", b / (1024 * 1024)));
+            }
+            line.push(')');
+        }
+        let nodes: Vec<String> = p
+            .fds
+            .iter()
+            .map(|(fd, n)| match n {
+                GpuNode::NvCtl => format!("{fd}:ctl"),
+                GpuNode::NvGpu(m) => format!("{fd}:nvidia{m}"),
+                GpuNode::NvUvm => format!("{fd}:uvm"),
+                GpuNode::Kfd => format!("{fd}:kfd"),
+                GpuNode::Watched => format!("{fd}:watched"),
+            })
+            .collect();
+        line.push_str(&format!(" fds={}", nodes.join(",")));
+        line.push_str(&format!(
+            " cgroup={}",
+            p.cgroup.as_deref().map_or("?".into(), escape_untrusted)
+        ));
+        let cmd: Vec<String> = p.cmdline.iter().map(|a| escape_untrusted(a)).collect();
+        line.push_str(&format!(" cmd=\"{}\"", cmd.join(" ")));
+        out.push(line);
+    }
+    if inv.vanished != 0 || inv.denied != 0 {
+        out.push(format!(
+            "  (not inventoried: {} exited during the walk, {} refused reading /proc/PID/fd: \
+             run as root, or mount /proc without hidepid)",
+            inv.vanished, inv.denied
+        ));
+    }
+    if let Some(note) = &inv.nvml_note {
+        out.push(format!("  (no GPU memory per process: {note})"));
+    }
+    out
+}
+
+/// A process with one GPU on bus `0000:00:06.0` (minor 0) and nothing else known (tests).
+#[cfg(test)]
+pub(crate) fn test_process(pid: u32, comm: &str, fds: Vec<(i32, GpuNode)>) -> InventoryProcess {
+    InventoryProcess {
+        pid,
+        comm: comm.into(),
+        cmdline: vec![],
+        exe: None,
+        cgroup: None,
+        gpus: vec![ProcessGpu {
+            minor: 0,
+            bus_id: Some("0000:00:06.0".into()),
+            uuid: None,
+            name: None,
+            memory_bytes: None,
+        }],
+        fds,
+        mps: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `/proc/driver/nvidia/gpus/0000:00:06.0/information` of the H100 host
+    /// (tests/fixtures/h100_r3/facts.txt).
+    const H100_INFO: &str = "Model: \t\t NVIDIA H100 80GB HBM3\n\
+IRQ:   \t\t 41\n\
+GPU UUID: \t GPU-a62f238f-2a5a-7342-8f19-17c8eaf33997\n\
+Video BIOS: \t 96.00.da.00.0c\n\
+Bus Type: \t PCIe\n\
+DMA Size: \t 52 bits\n\
+DMA Mask: \t 0xfffffffffffff\n\
+Bus Location: \t 0000:00:06.0\n\
+Device Minor: \t 0\n\
+GPU Firmware: \t 580.159.04\n\
+GPU Excluded:\t No\n";
+
+    fn nv() -> WalkOptions {
+        WalkOptions {
+            nvidia: true,
+            ..WalkOptions::default()
+        }
+    }
+
+    #[test]
+    fn gpu_information_of_the_h100() {
+        let g = parse_gpu_information(H100_INFO).unwrap();
+        assert_eq!(g.minor, 0);
+        assert_eq!(g.bus_id.as_deref(), Some("0000:00:06.0"));
+        assert_eq!(
+            g.uuid.as_deref(),
+            Some("GPU-a62f238f-2a5a-7342-8f19-17c8eaf33997")
+        );
+        assert_eq!(g.name.as_deref(), Some("NVIDIA H100 80GB HBM3"));
+        // Without a minor the file names no device node.
+        assert_eq!(parse_gpu_information("Model: X\n"), None);
+    }
+
+    #[test]
+    fn fd_targets_of_the_late_job() {
+        // Link targets from tests/fixtures/h100_r3/late_facts.txt and mps_ps.txt.
+        let o = nv();
+        assert_eq!(
+            classify_fd_target("/dev/nvidiactl", &o),
+            Some(GpuNode::NvCtl)
+        );
+        assert_eq!(
+            classify_fd_target("/dev/nvidia0", &o),
+            Some(GpuNode::NvGpu(0))
+        );
+        assert_eq!(
+            classify_fd_target("/dev/nvidia13", &o),
+            Some(GpuNode::NvGpu(13))
+        );
+        assert_eq!(
+            classify_fd_target("/dev/nvidia-uvm", &o),
+            Some(GpuNode::NvUvm)
+        );
+        assert_eq!(classify_fd_target("/dev/nvidia-uvm-tools", &o), None);
+        assert_eq!(classify_fd_target("/dev/nvidia-caps/nvidia-cap1", &o), None);
+        assert_eq!(classify_fd_target("/dev/nvidia-modeset", &o), None);
+        assert_eq!(classify_fd_target("/dev/kfd", &o), None);
+        assert_eq!(classify_fd_target("socket:[1234]", &o), None);
+        let amd = WalkOptions {
+            kfd: true,
+            ..WalkOptions::default()
+        };
+        assert_eq!(classify_fd_target("/dev/kfd", &amd), Some(GpuNode::Kfd));
+        assert_eq!(classify_fd_target("/dev/nvidiactl", &amd), None);
+    }
+
+    #[test]
+    fn cmdline_and_cgroup() {
+        assert_eq!(
+            parse_cmdline(b"python3\0examples/late_job.py\0"),
+            vec!["python3".to_string(), "examples/late_job.py".to_string()]
+        );
+        assert_eq!(parse_cmdline(b""), Vec::<String>::new());
+        // An empty argument in the middle is kept.
+        assert_eq!(parse_cmdline(b"a\0\0b\0"), vec!["a", "", "b"]);
+        assert_eq!(
+            parse_cgroup("0::/process_api/55c29c47b665f676013de2dd9d4732a7\n").as_deref(),
+            Some("/process_api/55c29c47b665f676013de2dd9d4732a7")
+        );
+        // cgroup v1: the first hierarchy; a hybrid system's v2 line wins.
+        assert_eq!(
+            parse_cgroup("12:memory:/a\n11:cpu,cpuacct:/b\n").as_deref(),
+            Some("/a")
+        );
+        assert_eq!(
+            parse_cgroup("12:memory:/a\n0::/unified\n").as_deref(),
+            Some("/unified")
+        );
+        assert_eq!(parse_cgroup(""), None);
+    }
+
+    #[test]
+    fn mps_roles_from_the_executable() {
+        // `comm` is "nvidia-cuda-mps" for both (15 characters): only the executable tells.
+        assert_eq!(
+            mps_role("/usr/bin/nvidia-cuda-mps-server"),
+            Some(MpsRole::Server)
+        );
+        assert_eq!(mps_role("nvidia-cuda-mps-control"), Some(MpsRole::Control));
+        assert_eq!(
+            mps_role("/usr/bin/nvidia-cuda-mps-server (deleted)"),
+            Some(MpsRole::Server)
+        );
+        assert_eq!(mps_role("nvidia-cuda-mps"), None);
+        assert_eq!(mps_role("/usr/bin/python3"), None);
+    }
+
+    #[test]
+    fn escape_makes_terminal_controls_visible() {
+        assert_eq!(escape_untrusted("python3"), "python3");
+        assert_eq!(escape_untrusted("a\x1b[2Jb"), "a\\x1b[2Jb");
+        assert_eq!(escape_untrusted("a\nb\\"), "a\\x0ab\\\\");
+        assert_eq!(escape_untrusted("x\u{202e}y"), "x\\u{202e}y");
+        assert_eq!(escape_untrusted("é"), "é");
+    }
+
+    #[test]
+    fn text_lines_escape_untrusted_strings_and_show_memory_and_mps() {
+        let inv = Inventory {
+            processes: vec![
+                {
+                    let mut p = test_process(
+                        538,
+                        "nvidia-cuda-mps",
+                        vec![(11, GpuNode::NvCtl), (15, GpuNode::NvGpu(0))],
+                    );
+                    p.cmdline = vec!["nvidia-cuda-mps-server".into()];
+                    p.exe = Some("/usr/bin/nvidia-cuda-mps-server".into());
+                    p.gpus[0].memory_bytes = Some(666 * 1024 * 1024);
+                    p.mps = Some(MpsRole::Server);
+                    p
+                },
+                InventoryProcess {
+                    pid: 9,
+                    comm: "evil\x1b]0;x\x07".into(),
+                    cmdline: vec!["a\nb".into()],
+                    exe: None,
+                    cgroup: Some("/c\x1b".into()),
+                    gpus: vec![],
+                    fds: vec![(3, GpuNode::NvUvm)],
+                    mps: None,
+                },
+            ],
+            denied: 2,
+            nvml_note: Some("NVML unavailable (x)".into()),
+            ..Inventory::default()
+        };
+        let lines = render_text(&inv);
+        assert_eq!(
+            lines[0],
+            "2 processes had a GPU open before tracing started (driver objects they made \
+             earlier were not seen: their end is reported as PRETRACE_END)"
+        );
+        assert_eq!(
+            lines[1],
+            "  PID 538 nvidia-cuda-mps [MPS server: its TSGs are shared by the MPS clients] \
+             gpu=0(0000:00:06.0 ? 666 MiB) fds=11:ctl,15:nvidia0 cgroup=? \
+             cmd=\"nvidia-cuda-mps-server\""
+        );
+        assert_eq!(
+            lines[2],
+            "  PID 9 evil\\x1b]0;x\\x07 fds=3:uvm cgroup=/c\\x1b cmd=\"a\\x0ab\""
+        );
+        assert!(lines.iter().all(|l| !l.chars().any(char::is_control)));
+        assert!(
+            lines[3].contains("0 exited during the walk, 2 refused"),
+            "{}",
+            lines[3]
+        );
+        assert_eq!(
+            lines[4],
+            "  (no GPU memory per process: NVML unavailable (x))"
+        );
+    }
+
+    /// A fake /proc with the late job's links (real targets from late_facts.txt).
+    #[test]
+    fn walk_of_a_fake_proc_tree() {
+        use std::os::unix::fs::symlink;
+        let root = std::env::temp_dir().join(format!("gpu-trace-inv-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        let gpus = root.join("driver/nvidia/gpus/0000:00:06.0");
+        fs::create_dir_all(&gpus).unwrap();
+        fs::write(gpus.join("information"), H100_INFO).unwrap();
+        let p = root.join("441");
+        fs::create_dir_all(p.join("fd")).unwrap();
+        for (fd, t) in [
+            (8, "/dev/nvidiactl"),
+            (9, "/dev/nvidia-uvm"),
+            (11, "/dev/nvidia0"),
+            (12, "/dev/nvidia0"),
+            (20, "/dev/nvidia-caps/nvidia-cap1"),
+            (3, "/tmp/x"),
+        ] {
+            symlink(t, p.join("fd").join(fd.to_string())).unwrap();
+        }
+        fs::write(p.join("comm"), "python3\n").unwrap();
+        fs::write(p.join("cmdline"), b"python3\0examples/late_job.py\0").unwrap();
+        fs::write(
+            p.join("cgroup"),
+            "0::/process_api/55c29c47b665f676013de2dd9d4732a7\n",
+        )
+        .unwrap();
+        // A process without GPU nodes, and a directory that vanished (no fd dir).
+        fs::create_dir_all(root.join("7/fd")).unwrap();
+        symlink("/dev/null", root.join("7/fd/0")).unwrap();
+        fs::create_dir_all(root.join("8")).unwrap();
+
+        let inv = walk(&root, &nv());
+        fs::remove_dir_all(&root).unwrap();
+        assert_eq!(inv.gpus.len(), 1);
+        assert_eq!(inv.processes.len(), 1);
+        assert_eq!(inv.vanished, 1);
+        let p = &inv.processes[0];
+        assert_eq!(p.pid, 441);
+        assert_eq!(p.comm, "python3");
+        assert_eq!(p.cmdline, ["python3", "examples/late_job.py"]);
+        assert_eq!(
+            p.cgroup.as_deref(),
+            Some("/process_api/55c29c47b665f676013de2dd9d4732a7")
+        );
+        assert_eq!(
+            p.fds,
+            vec![
+                (8, GpuNode::NvCtl),
+                (9, GpuNode::NvUvm),
+                (11, GpuNode::NvGpu(0)),
+                (12, GpuNode::NvGpu(0))
+            ]
+        );
+        assert_eq!(p.control_fds(), vec![8]);
+        assert_eq!(p.gpus.len(), 1);
+        assert_eq!(p.gpus[0].bus_id.as_deref(), Some("0000:00:06.0"));
+        assert_eq!(
+            p.gpus[0].uuid.as_deref(),
+            Some("GPU-a62f238f-2a5a-7342-8f19-17c8eaf33997")
+        );
+        assert_eq!(p.mps, None);
+        let text = render_text(&inv).join("\n");
+        assert!(
+            text.contains(
+                "PID 441 python3 gpu=0(0000:00:06.0 GPU-a62f238f-2a5a-7342-8f19-17c8eaf33997)"
+            ),
+            "{text}"
+        );
+    }
+}

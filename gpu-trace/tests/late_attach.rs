@@ -1,0 +1,266 @@
+//! Late attach on the real kernel: a process that opened the watched device (`/dev/full`)
+//! before `gpu-trace` started is in the start-up inventory, and its `close()` and exit are
+//! reported (`PRETRACE_END`) although it issues no traced call while traced — because the
+//! inventory put it in the kernel programs' `TRACKED` map. A second such process that the
+//! walk cannot see as holding the device (it holds `/dev/zero`) is the control: nothing of it
+//! is reported.
+//!
+//! Needs root; without it the test prints `SKIPPED: <why>`.
+
+mod common;
+mod rel_support;
+
+use std::{
+    io::{BufRead, BufReader, Write},
+    process::{Command, Stdio},
+};
+
+use rel_support::*;
+
+/// A shell that holds `dev` open on fds 7 and 8 before the tracer starts, closes fd 7 when told
+/// (`close` on stdin), and exits when told again.
+fn holder(dev: &str) -> std::process::Child {
+    let script = format!(
+        "exec 7<{dev}; exec 8<{dev}; echo ready; read a; exec 7<&-; echo closed; read b; exit 0"
+    );
+    Command::new("bash")
+        .args(["-c", &script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("bash")
+}
+
+fn expect_line(out: &mut impl BufRead, want: &str) {
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), want);
+}
+
+#[test]
+fn a_process_holding_the_device_before_tracing_is_inventoried_and_its_end_reported() {
+    let test = "a_process_holding_the_device_before_tracing_is_inventoried_and_its_end_reported";
+    if let Some(why) = cannot_trace() {
+        common::skipped(test, why);
+        return;
+    }
+    let mut held = holder(WATCHED);
+    let mut control = holder("/dev/zero");
+    let mut held_out = BufReader::new(held.stdout.take().unwrap());
+    let mut control_out = BufReader::new(control.stdout.take().unwrap());
+    expect_line(&mut held_out, "ready");
+    expect_line(&mut control_out, "ready");
+    let (pid, control_pid) = (held.id(), control.id());
+
+    let rec = std::env::temp_dir().join(format!("gpu-trace-late-{}.gtrace", std::process::id()));
+    let traced = Traced::start(&[
+        "--watch-device",
+        WATCHED,
+        "--format",
+        "json",
+        "--record",
+        rec.to_str().unwrap(),
+    ])
+    .unwrap_or_else(|e| panic!("{test}: {e}"));
+    // "hooks:" is printed after the inventory was taken and its pids tracked.
+    let mut stdin = held.stdin.take().unwrap();
+    writeln!(stdin, "close").unwrap();
+    expect_line(&mut held_out, "closed");
+    writeln!(stdin, "exit").unwrap();
+    assert!(held.wait().unwrap().success());
+    let mut cstdin = control.stdin.take().unwrap();
+    writeln!(cstdin, "close").unwrap();
+    expect_line(&mut control_out, "closed");
+    writeln!(cstdin, "exit").unwrap();
+    assert!(control.wait().unwrap().success());
+    // Both exits happened before the interrupt: their records are in the ring buffer, which
+    // gpu-trace drains before it prints the statistics.
+    let f = traced.interrupt();
+    assert!(f.status.success(), "{f:?}");
+
+    // Text inventory on stderr, before any event.
+    assert!(
+        f.stderr.lines().any(
+            |l| l.contains(&format!("PID {pid} bash")) && l.contains("fds=7:watched,8:watched")
+        ),
+        "inventory line for {pid}:\n{}",
+        f.stderr
+    );
+    assert!(
+        !f.stderr.contains(&format!("PID {control_pid} ")),
+        "the /dev/zero holder is not inventoried:\n{}",
+        f.stderr
+    );
+
+    let lines: Vec<serde_json::Value> = json_events(&f.stdout);
+    assert!(
+        f.stdout.starts_with("{\"event\":\"INVENTORY\","),
+        "{}",
+        f.stdout
+    );
+    assert_eq!(lines[0]["event"], "INVENTORY", "{}", f.stdout);
+    let inv = lines[0]["processes"].as_array().unwrap();
+    let me = inv
+        .iter()
+        .find(|p| p["pid"] == pid)
+        .unwrap_or_else(|| panic!("{pid} in {inv:?}"));
+    assert_eq!(me["comm"], "bash");
+    assert_eq!(me["cmdline"][0], "bash");
+    assert_eq!(
+        me["fds"],
+        serde_json::json!([[7, {"kind": "watched"}], [8, {"kind": "watched"}]])
+    );
+    assert!(me["cgroup"].is_string(), "{me}");
+
+    let ends: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter(|l| l["event"] == "PRETRACE_END" && l["pid"] == pid)
+        .collect();
+    // close(7) ends what hung on fd 7; the exit ends what hung on fd 8. Counts unknown.
+    assert_eq!(ends.len(), 2, "{}", f.stdout);
+    assert_eq!(ends[0]["cause"], "fd_close");
+    assert_eq!(ends[0]["fd"], 7);
+    assert_eq!(ends[1]["cause"], "process_exit");
+    assert!(ends.iter().all(|e| e["tsgs"].is_null()));
+    assert!(
+        !lines.iter().any(|l| l["pid"] == control_pid),
+        "nothing of the control process: {}",
+        f.stdout
+    );
+
+    // The recording holds the inventory: its replay prints the same lines.
+    let replay = Command::new(gpu_trace_bin())
+        .args(["replay", "--format", "json"])
+        .arg(&rec)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&rec);
+    assert!(replay.status.success());
+    let replayed = json_events(&String::from_utf8(replay.stdout).unwrap());
+    assert_eq!(replayed, lines);
+}
+
+/// Child body of `the_walk_counts_the_processes_it_may_not_read`: walks /proc as whoever runs it
+/// and prints `processes denied vanished` and the pids found.
+#[test]
+#[ignore = "child process body for the_walk_counts_the_processes_it_may_not_read"]
+fn walk_child_body() {
+    use std::os::unix::fs::MetadataExt;
+    let opts = gpu_trace::probe::inventory::WalkOptions {
+        nvidia: true,
+        watched_rdev: Some(std::fs::metadata(WATCHED).unwrap().rdev()),
+        ..Default::default()
+    };
+    let inv = gpu_trace::probe::inventory::walk(std::path::Path::new("/proc"), &opts);
+    let pids: Vec<String> = inv.processes.iter().map(|p| p.pid.to_string()).collect();
+    println!(
+        "WALK {} {} {} {}",
+        inv.processes.len(),
+        inv.denied,
+        inv.vanished,
+        pids.join(",")
+    );
+}
+
+/// `hidepid`-like refusals: walked as user nobody, /proc/PID/fd of root's processes cannot be
+/// read. The walk goes on, counts them as `denied`, and lists none of them (the root process
+/// holding the watched device among them).
+#[test]
+fn the_walk_counts_the_processes_it_may_not_read() {
+    let test = "the_walk_counts_the_processes_it_may_not_read";
+    if let Some(why) = cannot_trace() {
+        common::skipped(test, why);
+        return;
+    }
+    let mut held = holder(WATCHED);
+    let mut held_out = BufReader::new(held.stdout.take().unwrap());
+    expect_line(&mut held_out, "ready");
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ])
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            "walk_child_body",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .output();
+    drop(held.stdin.take());
+    let _ = held.kill();
+    let _ = held.wait();
+    let out = match out {
+        Ok(o) => o,
+        Err(e) => {
+            common::skipped(test, format!("setpriv cannot run: {e}"));
+            return;
+        }
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // libtest prints `test walk_child_body ... ` before the body's line.
+    let Some(line) = stdout
+        .lines()
+        .find_map(|l| l.split_once("WALK ").map(|x| x.1))
+    else {
+        common::skipped(
+            test,
+            format!(
+                "the test binary did not run as nobody ({:?}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        );
+        return;
+    };
+    let f: Vec<&str> = line.split(' ').collect();
+    let denied: u32 = f[1].parse().unwrap();
+    assert!(
+        denied >= 1,
+        "root's processes are refused to nobody: {line}"
+    );
+    assert!(
+        !f.get(3)
+            .unwrap_or(&"")
+            .split(',')
+            .any(|p| p == held.id().to_string()),
+        "the root holder cannot be seen by nobody: {line}"
+    );
+    assert!(out.status.success(), "{stdout}");
+}
+
+/// `--pid` of a process that does not exist: one warning, and the run goes on (exit 0).
+#[test]
+fn pid_that_does_not_exist_warns_once_and_waits() {
+    let test = "pid_that_does_not_exist_warns_once_and_waits";
+    if let Some(why) = cannot_trace() {
+        common::skipped(test, why);
+        return;
+    }
+    // pid_max is at most 2^22 (PID_MAX_LIMIT): 2^23 can never exist.
+    let out = Command::new(gpu_trace_bin())
+        .args([
+            "--watch-device",
+            WATCHED,
+            "--duration",
+            "0.2",
+            "--pid",
+            "8388608",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        stderr
+            .matches("warning: --pid 8388608: no such process now; waiting for it")
+            .count(),
+        1,
+        "{stderr}"
+    );
+}
