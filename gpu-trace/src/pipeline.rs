@@ -16,7 +16,7 @@ use crate::{
     nvidia::decode::{self, RmCall},
     output::{
         clock::Clock,
-        json,
+        escape, json,
         perfetto::PerfettoWriter,
         text::{TextFormatter, TimestampMode},
     },
@@ -191,7 +191,10 @@ impl<W: Write> Pipeline<W> {
         }
         let line = match self.config.format {
             Format::Text => self.text.format_event(event, &self.config.clock),
-            Format::Json => Some(json::event_json(event, &self.config.clock)),
+            Format::Json => Some(escape::json_terminal_safe(json::event_json(
+                event,
+                &self.config.clock,
+            ))),
         };
         if let Some(line) = line {
             writeln!(self.out, "{line}")?;
@@ -255,7 +258,11 @@ impl<W: Write> Pipeline<W> {
         if self.config.stats {
             match self.config.format {
                 Format::Text => write!(self.out, "{}", self.stats.render_text())?,
-                Format::Json => writeln!(self.out, "{}", json::stats_json(&self.stats))?,
+                Format::Json => writeln!(
+                    self.out,
+                    "{}",
+                    escape::json_terminal_safe(json::stats_json(&self.stats))
+                )?,
             }
         }
         self.out.flush()?;

@@ -253,7 +253,12 @@ impl Stats {
                 let _ = writeln!(
                     out,
                     "{:<8} {:<16} {:>9} {:>8} {:>11} {:>12}",
-                    pid, p.comm, p.task_init, p.schedule, p.work_submit, p.task_destroy
+                    pid,
+                    crate::output::escape::escape_text(&p.comm),
+                    p.task_init,
+                    p.schedule,
+                    p.work_submit,
+                    p.task_destroy
                 );
             }
         }

@@ -16,7 +16,8 @@
 //! | `cpu`    | integer | CPU the call ran on |
 //! | `pid`    | integer | process id (tgid) |
 //! | `tid`    | integer | thread id |
-//! | `comm`   | string  | thread name of the caller |
+//! | `comm`   | string  | thread name of the caller (bytes that are not UTF-8 shown as U+FFFD) |
+//! | `comm_bytes` | array of integers | only when `comm` is not the exact name (it was not UTF-8): the name's bytes |
 //! | `task`   | object  | `{"kind": K, "value": N}`: K is `"hw_tsg"` (hardware TSG id), `"rm_handle"` (RM object handle of the TSG) or `"kfd_queue"` (AMD KFD queue id); N an unsigned 32-bit integer. `{"kind": "kfd_no_queue"}` (no `value`): an AMD `CREATE_QUEUE` the driver refused |
 //! | `client` | integer | RM client handle (NVIDIA), 0 otherwise |
 //!
@@ -105,7 +106,7 @@
 //! | `live_at_exit`          | integer         | tasks still alive when tracing stopped |
 //! | `unreported`            | object          | driver calls of interest that produced no event, by reason (`schedule_disable`, `schedule_unreadable`, `unreadable_params`, `unknown_handle`, `replaced_handles`, `failed_tsg_allocs`, `unknown_queue`, `replaced_queues`, `deep_unmatched`, `deep_unknown`, `kfd_release_no_queues`); only non-zero reasons; integers |
 //! | `lost_samples`          | integer or null | samples the ring buffer reader reported lost; null when it does not report them |
-//! | `processes`             | array           | one object per process, by ascending pid: `pid`, `comm` (first seen), `task_init`, `schedule`, `schedule_refused`, `work_submit`, `task_destroy` |
+//! | `processes`             | array           | one object per process, by ascending pid: `pid`, `comm` (first seen; `comm_bytes` as in events), `task_init`, `schedule`, `schedule_refused`, `work_submit`, `task_destroy` |
 
 use chrono::SecondsFormat;
 use serde::Serialize;
@@ -180,7 +181,9 @@ struct StatsLine<'a> {
 #[derive(Serialize)]
 struct ProcessLine<'a> {
     pid: u32,
-    comm: &'a str,
+    comm: std::borrow::Cow<'a, str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    comm_bytes: Option<std::borrow::Cow<'a, [u8]>>,
     task_init: u64,
     schedule: u64,
     schedule_refused: u64,
@@ -220,7 +223,9 @@ pub fn stats_json(stats: &Stats) -> String {
             .processes()
             .map(|(pid, p)| ProcessLine {
                 pid,
-                comm: &p.comm,
+                comm: super::escape::lossy(&p.comm),
+                comm_bytes: (!super::escape::is_exact(&p.comm))
+                    .then(|| super::escape::raw_bytes(&p.comm)),
                 task_init: p.task_init,
                 schedule: p.schedule,
                 schedule_refused: p.schedule_refused,

@@ -1,5 +1,6 @@
 //! Rendering events and statistics: text lines, JSON lines, Perfetto timelines.
 pub mod clock;
+pub mod escape;
 pub mod json;
 pub mod perfetto;
 pub mod text;

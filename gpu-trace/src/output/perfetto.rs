@@ -162,7 +162,13 @@ impl<W: Write> PerfettoWriter<W> {
         m.insert("ts_ns".into(), o.ts_ns.into());
         m.insert("cpu".into(), o.cpu.into());
         m.insert("tid".into(), o.tid.into());
-        m.insert("comm".into(), o.comm.clone().into());
+        m.insert("comm".into(), super::escape::lossy(&o.comm).into());
+        if !super::escape::is_exact(&o.comm) {
+            m.insert(
+                "comm_bytes".into(),
+                super::escape::raw_bytes(&o.comm).into_owned().into(),
+            );
+        }
         if let Some(amd) = ev.amd.as_ref().and_then(|a| serde_json::to_value(a).ok()) {
             m.insert("amd".into(), amd);
         }
@@ -171,7 +177,8 @@ impl<W: Write> PerfettoWriter<W> {
 
     fn name_process(&mut self, pid: u32, process_name: &str) -> io::Result<()> {
         if self.named.insert(pid) {
-            self.metadata("process_name", pid, pid, process_name)?;
+            let name = super::escape::lossy(process_name);
+            self.metadata("process_name", pid, pid, &name)?;
         }
         Ok(())
     }
