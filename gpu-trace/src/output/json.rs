@@ -105,7 +105,9 @@
 //! | `decode_errors`         | integer         | driver calls whose arguments could not be decoded |
 //! | `live_at_exit`          | integer         | tasks still alive when tracing stopped |
 //! | `unreported`            | object          | driver calls of interest that produced no event, by reason (`schedule_disable`, `schedule_unreadable`, `unreadable_params`, `unknown_handle`, `replaced_handles`, `failed_tsg_allocs`, `unknown_queue`, `replaced_queues`, `deep_unmatched`, `deep_unknown`, `kfd_release_no_queues`); only non-zero reasons; integers |
-//! | `lost_samples`          | integer or null | samples the ring buffer reader reported lost; null when it does not report them |
+//! | `lost_samples`          | integer or null | live runs: records the kernel sent (`emitted`) that were never read; null when none were lost |
+//! | `output_lost`           | integer         | only when not 0: output lines dropped because the output's reader did not keep up (a stalled pipe, FIFO or disk) |
+//! | `recording_lost`        | integer         | only when not 0: records of `--record` dropped because the recording's reader did not keep up |
 //! | `processes`             | array           | one object per process, by ascending pid: `pid`, `comm` (first seen; `comm_bytes` as in events), `task_init`, `schedule`, `schedule_refused`, `work_submit`, `task_destroy` |
 
 use chrono::SecondsFormat;
@@ -175,6 +177,10 @@ struct StatsLine<'a> {
     live_at_exit: u64,
     unreported: std::collections::BTreeMap<&'static str, u64>,
     lost_samples: Option<u64>,
+    #[serde(skip_serializing_if = "is_zero")]
+    output_lost: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    recording_lost: u64,
     processes: Vec<ProcessLine<'a>>,
 }
 
@@ -219,6 +225,8 @@ pub fn stats_json(stats: &Stats) -> String {
             .map(|(&k, &v)| (k, v))
             .collect(),
         lost_samples: stats.lost_samples,
+        output_lost: stats.output_lost,
+        recording_lost: stats.recording_lost,
         processes: stats
             .processes()
             .map(|(pid, p)| ProcessLine {
@@ -235,6 +243,10 @@ pub fn stats_json(stats: &Stats) -> String {
             .collect(),
     };
     serde_json::to_string(&line).expect("STATS serializes")
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// The marker line after which docs/json-schema.md holds this module's documentation.
