@@ -466,7 +466,14 @@ fn replay_names_the_os_error_and_a_bad_trailer_as_a_trailer() {
 fn schedule_storm_child() {
     let threads = env_num("REL_THREADS", 1);
     let calls = env_num("REL_CALLS", 1);
-    let dev = std::sync::Arc::new(watched());
+    let path = std::env::var("REL_DEV").unwrap_or_else(|_| WATCHED.into());
+    let dev = std::sync::Arc::new(
+        std::fs::File::options()
+            .read(true)
+            .write(true)
+            .open(path)
+            .expect("open the watched device"),
+    );
     let handles: Vec<_> = (0..threads)
         .map(|t| {
             let dev = dev.clone();
@@ -483,10 +490,19 @@ fn schedule_storm_child() {
     }
 }
 
+/// Exact kernel-wide counts need a device no other test watches or calls: `/dev/kmsg` (char
+/// 1:11) has no ioctls either (-ENOTTY), and no other test uses it.
+const EXACT_DEV: &str = "/dev/kmsg";
+
 fn schedule_storm(procs: u64, threads: u64, calls: u64) -> Vec<std::process::Child> {
+    schedule_storm_on(WATCHED, procs, threads, calls)
+}
+
+fn schedule_storm_on(dev: &str, procs: u64, threads: u64, calls: u64) -> Vec<std::process::Child> {
     (0..procs)
         .map(|_| {
             child("schedule_storm_child")
+                .env("REL_DEV", dev)
                 .env("REL_THREADS", threads.to_string())
                 .env("REL_CALLS", calls.to_string())
                 .spawn()
@@ -521,7 +537,7 @@ fn a_storm_stopped_at_random_moments_reads_exactly_what_the_kernel_sent() {
         let ring = if run_ix % 2 == 1 { "4096" } else { "16777216" };
         let traced = Traced::start(&[
             "--watch-device",
-            WATCHED,
+            EXACT_DEV,
             "--ring-size",
             ring,
             "--record",
@@ -530,8 +546,9 @@ fn a_storm_stopped_at_random_moments_reads_exactly_what_the_kernel_sent() {
             "/dev/null",
         ])
         .unwrap_or_else(|e| panic!("{test}: {e}"));
-        let (procs, threads, calls) = (2u64, 2u64, 30_000u64);
-        let mut children = schedule_storm(procs, threads, calls);
+        // Long enough (about a second) that most stops land while the storm still runs.
+        let (procs, threads, calls) = (2u64, 2u64, 100_000u64);
+        let mut children = schedule_storm_on(EXACT_DEV, procs, threads, calls);
         let stop_ms = seed % 800;
         std::thread::sleep(Duration::from_millis(stop_ms));
         // Whether the whole storm ran while attached (then every call is accounted for).
