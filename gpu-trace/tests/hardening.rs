@@ -800,3 +800,31 @@ fn replay_of_a_fifo_says_it_waits_for_a_writer_then_replays() {
     let want = run(&["replay", fixture("two_streams.gtrace").to_str().unwrap()]);
     assert_eq!(out, String::from_utf8(want.stdout).unwrap());
 }
+
+#[test]
+fn a_closed_stdout_ends_a_live_run_quietly() {
+    use std::io::BufRead as _;
+    let _serial = serial();
+    let test = "a_closed_stdout_ends_a_live_run_quietly";
+    if let Some(why) = cannot_trace() {
+        skipped(test, why);
+        return;
+    }
+    let (mut child, stdout, rx) = start_unread(&["--watch-device", WATCHED, "-v"]);
+    let seen = lines_until(&rx, "hooks:", Duration::from_secs(30));
+    assert!(seen.iter().any(|l| l.contains("hooks:")), "{seen:?}");
+    wait_children(schedule_storm(1, 1, 200));
+    let mut first = String::new();
+    std::io::BufReader::new(stdout)
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.contains("SCHEDULE"), "{first}");
+    // The reader is gone (as after `| head -1`); more events make the next write fail.
+    wait_children(schedule_storm(1, 1, 200));
+    let status = exit_within(&mut child, Duration::from_secs(60));
+    let stderr = rx.try_iter().collect::<Vec<_>>().join("\n");
+    let status = status.unwrap_or_else(|| panic!("still running after its reader left: {stderr}"));
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("Broken pipe"), "{stderr}");
+    assert!(!stderr.contains("error"), "{stderr}");
+}
