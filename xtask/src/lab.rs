@@ -1469,9 +1469,12 @@ fn judge_nvidia(r: &Results, c: &mut Vec<Check>) {
     if stats.is_none() {
         problems.push("no STATS line".into());
     }
-    if k("emitted") != Some(4) {
+    // `emitted` counts every record kind (issue 11): the 4 calls, the client's two close()s
+    // (a process with RM records gets a notice for each close) and its exit.
+    if k("emitted") != Some(7) {
         problems.push(format!(
-            "kernel emitted {:?}, want 4 (alloc, schedule, XFER alloc, free)",
+            "kernel emitted {:?}, want 7 (alloc, schedule, XFER alloc, free; 2 close and 1 exit \
+             notice)",
             k("emitted")
         ));
     }
@@ -1514,7 +1517,7 @@ fn judge_nvidia(r: &Results, c: &mut Vec<Check>) {
         problems.is_empty(),
         if problems.is_empty() {
             format!(
-                "4 records emitted, 1 ignored, 0 dropped; events of pid {}: {}",
+                "7 records emitted (4 calls, 2 close and 1 exit notice), 1 ignored, 0 dropped; events of pid {}: {}",
                 pid.unwrap_or(-1),
                 of_client
                     .iter()
@@ -1610,9 +1613,11 @@ fn judge_nvidia_device(r: &Results, c: &mut Vec<Check>) {
     }
     let stats = events.iter().find(|e| e["event"] == "STATS");
     let k = |name: &str| stats.and_then(|s| s["kernel"][name].as_u64());
-    if (k("emitted"), k("dropped"), k("read_failed")) != (Some(5), Some(0), Some(0)) {
+    // 5 calls, then the client's close() and exit notices (counted in `emitted` since issue 11).
+    if (k("emitted"), k("dropped"), k("read_failed")) != (Some(7), Some(0), Some(0)) {
         problems.push(format!(
-            "kernel counters emitted {:?} dropped {:?} read_failed {:?}: want 5, 0, 0",
+            "kernel counters emitted {:?} dropped {:?} read_failed {:?}: want 7 (5 calls, a close \
+             and an exit notice), 0, 0",
             k("emitted"),
             k("dropped"),
             k("read_failed")
@@ -1735,9 +1740,10 @@ fn judge_amd(r: &Results, c: &mut Vec<Check>) {
     }
     let stats = events.iter().find(|e| e["event"] == "STATS");
     let k = |name: &str| stats.and_then(|s| s["kernel"][name].as_u64());
-    if (k("emitted"), k("dropped")) != (Some(2), Some(0)) {
+    // 2 refused creates and the client's exit notice (close notices are for RM processes only).
+    if (k("emitted"), k("dropped")) != (Some(3), Some(0)) {
         problems.push(format!(
-            "kernel emitted {:?} dropped {:?}: want 2, 0",
+            "kernel emitted {:?} dropped {:?}: want 3 (2 calls, 1 exit notice), 0",
             k("emitted"),
             k("dropped")
         ));
@@ -1960,10 +1966,15 @@ fn judge_deep_hooks(r: &Results, c: &mut Vec<Check>) {
         st.as_ref().and_then(|s| s["kernel"][name].as_u64())
     };
     let (ss, ds) = (stats(&sys), stats(&deep));
-    if (k(&ss, "emitted"), k(&ds, "emitted"), k(&ds, "dropped")) != (Some(4), Some(4), Some(0)) {
+    // One record per call, none twice, plus the exit notice; the deep run also sends the
+    // driver's teardown (pqm_uninit) record. All counted in `emitted` since issue 11.
+    if (k(&ss, "emitted"), k(&ds, "emitted"), k(&ds, "dropped")) != (Some(5), Some(6), Some(0)) {
         problems.push(format!(
-            "kernel emitted {:?} (syscall) / {:?} (deep), dropped {:?}: want 4, 4, 0 (one record per call, none twice)",
-            k(&ss, "emitted"), k(&ds, "emitted"), k(&ds, "dropped")
+            "kernel emitted {:?} (syscall) / {:?} (deep), dropped {:?}: want 5 (4 calls + exit), \
+             6 (+ pqm_uninit), 0",
+            k(&ss, "emitted"),
+            k(&ds, "emitted"),
+            k(&ds, "dropped")
         ));
     }
     let refused = d_norm
@@ -1976,7 +1987,7 @@ fn judge_deep_hooks(r: &Results, c: &mut Vec<Check>) {
         problems.is_empty(),
         if problems.is_empty() {
             format!(
-                "client: create {:?}, update {:?}, cu_mask {:?}, destroy {:?}; {} events identical in both runs ({refused} refused SCHEDULEs); emitted 4 each",
+                "client: create {:?}, update {:?}, cu_mask {:?}, destroy {:?}; {} events identical in both runs ({refused} refused SCHEDULEs); emitted 5 / 6 (4 calls, the exit notice, and the deep run's teardown record)",
                 rc("create"), rc("update"), rc("cu_mask"), rc("destroy"), d_norm.len()
             )
         } else {
@@ -2016,9 +2027,10 @@ fn judge_deep_hooks(r: &Results, c: &mut Vec<Check>) {
     let kreleased = kstats
         .as_ref()
         .and_then(|s| s["unreported"]["kfd_release_no_queues"].as_u64());
-    if (k(&kstats, "emitted"), k(&kstats, "dropped"), kreleased) != (Some(4), Some(0), Some(1)) {
+    if (k(&kstats, "emitted"), k(&kstats, "dropped"), kreleased) != (Some(6), Some(0), Some(1)) {
         kproblems.push(format!(
-            "emitted {:?} dropped {:?} kfd_release_no_queues {kreleased:?}: want 4, 0, 1",
+            "emitted {:?} dropped {:?} kfd_release_no_queues {kreleased:?}: want 6 (4 calls, exit, \
+             pqm_uninit), 0, 1",
             k(&kstats, "emitted"),
             k(&kstats, "dropped")
         ));
@@ -2160,9 +2172,12 @@ fn judge_gpu_ext(r: &Results, c: &mut Vec<Check>, id: &'static str, run: &str) {
         .and_then(|s| s["unreported"]["gpu_ext_unmatched"].as_u64())
         .unwrap_or(0);
     let emitted = stats.and_then(|s| s["kernel"]["emitted"].as_u64());
-    if unmatched != 0 || emitted != Some(5) || mine.len() != 5 {
+    // `emitted` counts every record kind (issue 11): the 5 RM records, one record per gpu_ext
+    // hook that ran, and the client's close and exit notices: at least 7.
+    if unmatched != 0 || emitted.is_none_or(|e| e < 7) || mine.len() != 5 {
         problems.push(format!(
-            "want every hook taken up by its call (gpu_ext_unmatched {unmatched}), 5 RM records (emitted {emitted:?}) and 5 events (got {})",
+            "want every hook taken up by its call (gpu_ext_unmatched {unmatched}), 5 RM records + \
+             hook records + 2 notices (emitted {emitted:?}) and 5 events (got {})",
             mine.len()
         ));
     }
@@ -2595,7 +2610,7 @@ gpu-trace: tracing NVIDIA RM calls; hooks: raw_tp sys_exit
 LAB-END nv.stderr rc=0
 LAB-BEGIN nv.jsonl
 {"event":"SCHEDULE","pid":99,"task":{"kind":"rm_handle","value":1543503888},"client":3251634177,"allowed":false,"errno":-25}
-{"event":"STATS","kernel":{"dropped":0,"read_failed":0,"ignored":1,"emitted":4}}
+{"event":"STATS","kernel":{"dropped":0,"read_failed":0,"ignored":1,"emitted":7}}
 LAB-END nv.jsonl rc=0
 LAB test_module name=nvlab loaded=yes
 LAB nvdev tracer_ready=yes t=40.34
@@ -2614,7 +2629,7 @@ LAB-BEGIN nvdev.jsonl
 {"event":"TASK_INIT","pid":250,"task":{"kind":"rm_handle","value":1543503889},"client":3251634177,"engine":"GRAPHICS"}
 {"event":"TASK_DESTROY","pid":250,"task":{"kind":"rm_handle","value":1543503888},"client":3251634177,"cause":"free"}
 {"event":"TASK_DESTROY","pid":250,"task":{"kind":"rm_handle","value":1543503889},"client":3251634177,"cause":"free"}
-{"event":"STATS","kernel":{"dropped":0,"read_failed":0,"ignored":0,"emitted":5}}
+{"event":"STATS","kernel":{"dropped":0,"read_failed":0,"ignored":0,"emitted":7}}
 LAB-END nvdev.jsonl rc=0
 LAB nvdev_gx tracer_ready=yes t=71.67
 LAB-BEGIN nvdev_gx.client
@@ -2635,7 +2650,7 @@ LAB-BEGIN nvdev_gx.jsonl
 {"event":"TASK_INIT","time":"2026-11-22T03:52:33.858056Z","ts_ns":71697515507,"cpu":0,"pid":338,"tid":338,"comm":"lab-client","task":{"kind":"hw_tsg","value":4},"client":3251634177,"engine":"GRAPHICS","engine_type":1,"timeslice_us":3000,"timeslice_source":"observed","interleave":"MEDIUM","interleave_source":"driver_default","runlist":null,"gpu":null}
 {"event":"TASK_DESTROY","time":"2026-11-22T03:52:33.858715Z","ts_ns":71698174453,"cpu":0,"pid":338,"tid":338,"comm":"lab-client","task":{"kind":"hw_tsg","value":3},"client":3251634177,"cause":"free","implicit":false}
 {"event":"TASK_DESTROY","time":"2026-11-22T03:52:33.858763Z","ts_ns":71698222382,"cpu":0,"pid":338,"tid":338,"comm":"lab-client","task":{"kind":"hw_tsg","value":4},"client":3251634177,"cause":"free","implicit":false}
-{"event":"STATS","duration_s":1.249012577,"task_init":2,"schedule":1,"schedule_refused":0,"work_submit":0,"task_destroy":2,"task_destroy_implicit":0,"kernel":{"dropped":0,"read_failed":0,"ignored":0,"emitted":5,"fd_lookup_failed":0,"denied":0},"malformed":0,"decode_errors":0,"live_at_exit":0,"unreported":{},"lost_samples":null,"processes":[{"pid":338,"comm":"lab-client","task_init":2,"schedule":1,"schedule_refused":0,"work_submit":0,"task_destroy":2}]}
+{"event":"STATS","duration_s":1.249012577,"task_init":2,"schedule":1,"schedule_refused":0,"work_submit":0,"task_destroy":2,"task_destroy_implicit":0,"kernel":{"dropped":0,"read_failed":0,"ignored":0,"emitted":11,"fd_lookup_failed":0,"denied":0},"malformed":0,"decode_errors":0,"live_at_exit":0,"unreported":{},"lost_samples":null,"processes":[{"pid":338,"comm":"lab-client","task_init":2,"schedule":1,"schedule_refused":0,"work_submit":0,"task_destroy":2}]}
 LAB-END nvdev_gx.jsonl rc=0
 LAB nvdev_gxk tracer_ready=yes t=77.22
 LAB-BEGIN nvdev_gxk.client
@@ -2660,7 +2675,7 @@ LAB-BEGIN nvdev_gxk.jsonl
 {"event":"TASK_INIT","time":"2026-11-22T03:52:39.412039Z","ts_ns":77251490416,"cpu":0,"pid":383,"tid":383,"comm":"lab-client","task":{"kind":"hw_tsg","value":6},"client":3251634177,"engine":"GRAPHICS","engine_type":1,"timeslice_us":3000,"timeslice_source":"observed","interleave":"MEDIUM","interleave_source":"driver_default","runlist":null,"gpu":null}
 {"event":"TASK_DESTROY","time":"2026-11-22T03:52:39.412909Z","ts_ns":77252360188,"cpu":0,"pid":383,"tid":383,"comm":"lab-client","task":{"kind":"hw_tsg","value":5},"client":3251634177,"cause":"free","implicit":false}
 {"event":"TASK_DESTROY","time":"2026-11-22T03:52:39.413000Z","ts_ns":77252451170,"cpu":0,"pid":383,"tid":383,"comm":"lab-client","task":{"kind":"hw_tsg","value":6},"client":3251634177,"cause":"free","implicit":false}
-{"event":"STATS","duration_s":1.110209586,"task_init":2,"schedule":1,"schedule_refused":0,"work_submit":0,"task_destroy":2,"task_destroy_implicit":0,"kernel":{"dropped":0,"read_failed":0,"ignored":0,"emitted":5,"fd_lookup_failed":0,"denied":0},"malformed":0,"decode_errors":0,"live_at_exit":0,"unreported":{},"lost_samples":null,"processes":[{"pid":383,"comm":"lab-client","task_init":2,"schedule":1,"schedule_refused":0,"work_submit":0,"task_destroy":2}]}
+{"event":"STATS","duration_s":1.110209586,"task_init":2,"schedule":1,"schedule_refused":0,"work_submit":0,"task_destroy":2,"task_destroy_implicit":0,"kernel":{"dropped":0,"read_failed":0,"ignored":0,"emitted":11,"fd_lookup_failed":0,"denied":0},"malformed":0,"decode_errors":0,"live_at_exit":0,"unreported":{},"lost_samples":null,"processes":[{"pid":383,"comm":"lab-client","task_init":2,"schedule":1,"schedule_refused":0,"work_submit":0,"task_destroy":2}]}
 LAB-END nvdev_gxk.jsonl rc=0
 LAB-BEGIN amd.probe
 gpu-trace: AMD KFD tracing is not implemented yet in this build
@@ -2686,7 +2701,7 @@ LAB-BEGIN ops_syscall.jsonl
 {"event":"SCHEDULE","time":"2026-11-22T03:52:49.724235Z","ts_ns":87563691813,"cpu":0,"pid":428,"tid":428,"comm":"lab-client","task":{"kind":"kfd_no_queue"},"client":0,"channels":null,"timeslice_us":null,"interleave":null,"allowed":false,"rm_status":null,"errno":-22,"via_channel":false,"amd":{"via":"create","queue_type":"COMPUTE_AQL","queue_type_raw":2,"priority":7,"percentage":100,"pm4_target_xcc":0,"ring_size":4096,"active":true,"gpu_id":4997442,"doorbell_offset":null,"sdma_engine_id":null,"cu_mask_bits":null,"hw_doorbell":null,"vmid":null,"driver_active":null,"mqd_init_addr":null}}
 {"event":"SCHEDULE","time":"2026-11-22T03:52:49.725611Z","ts_ns":87565067580,"cpu":0,"pid":428,"tid":428,"comm":"lab-client","task":{"kind":"kfd_queue","value":5},"client":0,"channels":null,"timeslice_us":null,"interleave":null,"allowed":false,"rm_status":null,"errno":-14,"via_channel":false,"amd":{"via":"update","queue_type":null,"queue_type_raw":null,"priority":2,"percentage":30,"pm4_target_xcc":0,"ring_size":4096,"active":true,"gpu_id":null,"doorbell_offset":null,"sdma_engine_id":null,"cu_mask_bits":null,"hw_doorbell":null,"vmid":null,"driver_active":null,"mqd_init_addr":null}}
 {"event":"SCHEDULE","time":"2026-11-22T03:52:49.725952Z","ts_ns":87565408215,"cpu":0,"pid":428,"tid":428,"comm":"lab-client","task":{"kind":"kfd_queue","value":5},"client":0,"channels":null,"timeslice_us":null,"interleave":null,"allowed":false,"rm_status":null,"errno":-14,"via_channel":false,"amd":{"via":"cu_mask","queue_type":null,"queue_type_raw":null,"priority":null,"percentage":null,"pm4_target_xcc":null,"ring_size":null,"active":null,"gpu_id":null,"doorbell_offset":null,"sdma_engine_id":null,"cu_mask_bits":64,"hw_doorbell":null,"vmid":null,"driver_active":null,"mqd_init_addr":null}}
-{"event":"STATS","duration_s":1.173993899,"task_init":0,"schedule":3,"schedule_refused":3,"work_submit":0,"task_destroy":0,"task_destroy_implicit":0,"kernel":{"dropped":0,"read_failed":0,"ignored":0,"emitted":4,"fd_lookup_failed":0,"denied":0},"malformed":0,"decode_errors":0,"live_at_exit":0,"unreported":{"unknown_queue":2},"lost_samples":null,"processes":[{"pid":428,"comm":"lab-client","task_init":0,"schedule":3,"schedule_refused":3,"work_submit":0,"task_destroy":0}]}
+{"event":"STATS","duration_s":1.173993899,"task_init":0,"schedule":3,"schedule_refused":3,"work_submit":0,"task_destroy":0,"task_destroy_implicit":0,"kernel":{"dropped":0,"read_failed":0,"ignored":0,"emitted":5,"fd_lookup_failed":0,"denied":0},"malformed":0,"decode_errors":0,"live_at_exit":0,"unreported":{"unknown_queue":2},"lost_samples":null,"processes":[{"pid":428,"comm":"lab-client","task_init":0,"schedule":3,"schedule_refused":3,"work_submit":0,"task_destroy":0}]}
 LAB-END ops_syscall.jsonl rc=0
 LAB ops_deep tracer_ready=yes t=91.49
 LAB-BEGIN ops_deep.client
@@ -2705,7 +2720,7 @@ LAB-BEGIN ops_deep.jsonl
 {"event":"SCHEDULE","time":"2026-11-22T03:52:53.670991Z","ts_ns":91510454491,"cpu":0,"pid":463,"tid":463,"comm":"lab-client","task":{"kind":"kfd_no_queue"},"client":0,"channels":null,"timeslice_us":null,"interleave":null,"allowed":false,"rm_status":null,"errno":-22,"via_channel":false,"amd":{"via":"create","queue_type":"COMPUTE_AQL","queue_type_raw":2,"priority":7,"percentage":100,"pm4_target_xcc":0,"ring_size":4096,"active":true,"gpu_id":4997442,"doorbell_offset":null,"sdma_engine_id":0,"cu_mask_bits":null,"hw_doorbell":null,"vmid":null,"driver_active":null,"mqd_init_addr":null}}
 {"event":"SCHEDULE","time":"2026-11-22T03:52:53.671849Z","ts_ns":91511312226,"cpu":0,"pid":463,"tid":463,"comm":"lab-client","task":{"kind":"kfd_queue","value":5},"client":0,"channels":null,"timeslice_us":null,"interleave":null,"allowed":false,"rm_status":null,"errno":-14,"via_channel":false,"amd":{"via":"update","queue_type":null,"queue_type_raw":null,"priority":2,"percentage":30,"pm4_target_xcc":0,"ring_size":4096,"active":true,"gpu_id":null,"doorbell_offset":null,"sdma_engine_id":null,"cu_mask_bits":null,"hw_doorbell":null,"vmid":null,"driver_active":null,"mqd_init_addr":null}}
 {"event":"SCHEDULE","time":"2026-11-22T03:52:53.672480Z","ts_ns":91511943083,"cpu":0,"pid":463,"tid":463,"comm":"lab-client","task":{"kind":"kfd_queue","value":5},"client":0,"channels":null,"timeslice_us":null,"interleave":null,"allowed":false,"rm_status":null,"errno":-14,"via_channel":false,"amd":{"via":"cu_mask","queue_type":null,"queue_type_raw":null,"priority":null,"percentage":null,"pm4_target_xcc":null,"ring_size":null,"active":null,"gpu_id":null,"doorbell_offset":null,"sdma_engine_id":null,"cu_mask_bits":64,"hw_doorbell":null,"vmid":null,"driver_active":null,"mqd_init_addr":null}}
-{"event":"STATS","duration_s":1.11586619,"task_init":0,"schedule":3,"schedule_refused":3,"work_submit":0,"task_destroy":0,"task_destroy_implicit":0,"kernel":{"dropped":0,"read_failed":0,"ignored":0,"emitted":4,"fd_lookup_failed":0,"denied":0},"malformed":0,"decode_errors":0,"live_at_exit":0,"unreported":{"kfd_release_no_queues":1,"unknown_queue":2},"lost_samples":null,"processes":[{"pid":463,"comm":"lab-client","task_init":0,"schedule":3,"schedule_refused":3,"work_submit":0,"task_destroy":0}]}
+{"event":"STATS","duration_s":1.11586619,"task_init":0,"schedule":3,"schedule_refused":3,"work_submit":0,"task_destroy":0,"task_destroy_implicit":0,"kernel":{"dropped":0,"read_failed":0,"ignored":0,"emitted":6,"fd_lookup_failed":0,"denied":0},"malformed":0,"decode_errors":0,"live_at_exit":0,"unreported":{"kfd_release_no_queues":1,"unknown_queue":2},"lost_samples":null,"processes":[{"pid":463,"comm":"lab-client","task_init":0,"schedule":3,"schedule_refused":3,"work_submit":0,"task_destroy":0}]}
 LAB-END ops_deep.jsonl rc=0
 LAB ops_kprobe tracer_ready=yes t=99.91
 LAB-BEGIN ops_kprobe.client
@@ -2731,7 +2746,7 @@ LAB-BEGIN ops_kprobe.jsonl
 {"event":"SCHEDULE","time":"2026-11-22T03:53:02.104577Z","ts_ns":99944037458,"cpu":1,"pid":518,"tid":518,"comm":"lab-client","task":{"kind":"kfd_no_queue"},"client":0,"channels":null,"timeslice_us":null,"interleave":null,"allowed":false,"rm_status":null,"errno":-22,"via_channel":false,"amd":{"via":"create","queue_type":"COMPUTE_AQL","queue_type_raw":2,"priority":7,"percentage":100,"pm4_target_xcc":0,"ring_size":4096,"active":true,"gpu_id":4997442,"doorbell_offset":null,"sdma_engine_id":0,"cu_mask_bits":null,"hw_doorbell":null,"vmid":null,"driver_active":null,"mqd_init_addr":null}}
 {"event":"SCHEDULE","time":"2026-11-22T03:53:02.106514Z","ts_ns":99945974503,"cpu":1,"pid":518,"tid":518,"comm":"lab-client","task":{"kind":"kfd_queue","value":5},"client":0,"channels":null,"timeslice_us":null,"interleave":null,"allowed":false,"rm_status":null,"errno":-14,"via_channel":false,"amd":{"via":"update","queue_type":null,"queue_type_raw":null,"priority":2,"percentage":30,"pm4_target_xcc":0,"ring_size":4096,"active":true,"gpu_id":null,"doorbell_offset":null,"sdma_engine_id":null,"cu_mask_bits":null,"hw_doorbell":null,"vmid":null,"driver_active":null,"mqd_init_addr":null}}
 {"event":"SCHEDULE","time":"2026-11-22T03:53:02.107530Z","ts_ns":99946990632,"cpu":1,"pid":518,"tid":518,"comm":"lab-client","task":{"kind":"kfd_queue","value":5},"client":0,"channels":null,"timeslice_us":null,"interleave":null,"allowed":false,"rm_status":null,"errno":-14,"via_channel":false,"amd":{"via":"cu_mask","queue_type":null,"queue_type_raw":null,"priority":null,"percentage":null,"pm4_target_xcc":null,"ring_size":null,"active":null,"gpu_id":null,"doorbell_offset":null,"sdma_engine_id":null,"cu_mask_bits":64,"hw_doorbell":null,"vmid":null,"driver_active":null,"mqd_init_addr":null}}
-{"event":"STATS","duration_s":1.293646834,"task_init":0,"schedule":3,"schedule_refused":3,"work_submit":0,"task_destroy":0,"task_destroy_implicit":0,"kernel":{"dropped":0,"read_failed":0,"ignored":0,"emitted":4,"fd_lookup_failed":0,"denied":0},"malformed":0,"decode_errors":0,"live_at_exit":0,"unreported":{"kfd_release_no_queues":1,"unknown_queue":2},"lost_samples":null,"processes":[{"pid":518,"comm":"lab-client","task_init":0,"schedule":3,"schedule_refused":3,"work_submit":0,"task_destroy":0}]}
+{"event":"STATS","duration_s":1.293646834,"task_init":0,"schedule":3,"schedule_refused":3,"work_submit":0,"task_destroy":0,"task_destroy_implicit":0,"kernel":{"dropped":0,"read_failed":0,"ignored":0,"emitted":6,"fd_lookup_failed":0,"denied":0},"malformed":0,"decode_errors":0,"live_at_exit":0,"unreported":{"kfd_release_no_queues":1,"unknown_queue":2},"lost_samples":null,"processes":[{"pid":518,"comm":"lab-client","task_init":0,"schedule":3,"schedule_refused":3,"work_submit":0,"task_destroy":0}]}
 LAB-END ops_kprobe.jsonl rc=0
 LAB deny=absent
 LAB-BEGIN kprobe
@@ -2793,8 +2808,8 @@ LAB-DONE
             "",
         );
         assert_eq!(st(&both, "f.deep_select"), Status::Fail);
-        // One call reported twice (the kernel emitted 5 for 4 calls), or an event that differs.
-        let twice = GOOD.replacen("\"emitted\":4,\"fd_lookup_failed\":0,\"denied\":0},\"malformed\":0,\"decode_errors\":0,\"live_at_exit\":0,\"unreported\":{\"kfd_release", "\"emitted\":5,\"fd_lookup_failed\":0,\"denied\":0},\"malformed\":0,\"decode_errors\":0,\"live_at_exit\":0,\"unreported\":{\"kfd_release", 1);
+        // One call reported twice (the kernel emitted 7 where 6 records were sent), or an event that differs.
+        let twice = GOOD.replacen("\"emitted\":6,\"fd_lookup_failed\":0,\"denied\":0},\"malformed\":0,\"decode_errors\":0,\"live_at_exit\":0,\"unreported\":{\"kfd_release", "\"emitted\":7,\"fd_lookup_failed\":0,\"denied\":0},\"malformed\":0,\"decode_errors\":0,\"live_at_exit\":0,\"unreported\":{\"kfd_release", 1);
         assert_ne!(twice, GOOD);
         assert_eq!(st(&twice, "f.deep_events"), Status::Fail);
         // Only the deep run's cu_mask event says another errno.
@@ -2861,7 +2876,11 @@ LAB-DONE
             ),
             ("kprobe_pmu=6", "kprobe_pmu=absent", "a.kprobes"),
             ("amdgpu_btf=900000", "amdgpu_btf=absent", "a.module_btf"),
-            ("\"emitted\":4", "\"emitted\":3", "b.records"),
+            (
+                "\"ignored\":1,\"emitted\":7",
+                "\"ignored\":1,\"emitted\":6",
+                "b.records",
+            ),
             ("\"allowed\":false", "\"allowed\":true", "b.records"),
             ("\"value\":1543503888", "\"value\":1543503889", "b.records"),
             ("nv tracer_exit=0", "nv tracer_exit=1", "b.load"),
@@ -2882,7 +2901,11 @@ LAB-DONE
                 "\"value\":1543503890},\"client\":3251634177,\"engine\"",
                 "b.nvdev",
             ),
-            ("\"emitted\":5", "\"emitted\":6", "b.nvdev"),
+            (
+                "\"ignored\":0,\"emitted\":7}}",
+                "\"ignored\":0,\"emitted\":8}}",
+                "b.nvdev",
+            ),
             (
                 "size=88 cmd=0xc0584b02 rc=-22",
                 "size=88 cmd=0xc0584b02 rc=-25",
@@ -2928,7 +2951,7 @@ LAB-DONE
             "LAB-BEGIN kprobe\n",
             &format!(
                 "LAB amd tracer_ready=yes t=60\nLAB-BEGIN amd.jsonl\n{jsonl}\n\
-                 {{\"event\":\"STATS\",\"kernel\":{{\"dropped\":0,\"emitted\":2}}}}\nLAB-END amd.jsonl rc=0\n\
+                 {{\"event\":\"STATS\",\"kernel\":{{\"dropped\":0,\"emitted\":3}}}}\nLAB-END amd.jsonl rc=0\n\
                  LAB-BEGIN kprobe\n"
             ),
         )
@@ -2964,7 +2987,7 @@ LAB-DONE
         let init = r#"{"event":"TASK_INIT","pid":120}"#;
         assert_eq!(trace(&[REFUSED, REFUSED_88, init]), Status::Fail);
         let extra =
-            with_amd_trace(&[REFUSED, REFUSED_88]).replace("\"emitted\":2", "\"emitted\":3");
+            with_amd_trace(&[REFUSED, REFUSED_88]).replace("\"emitted\":3", "\"emitted\":4");
         assert_eq!(statuses(&extra)["c.trace"], Status::Fail);
     }
 
