@@ -265,7 +265,8 @@ pub mod counter {
     pub const READ_FAILED: u32 = 1;
     /// Ioctls on watched devices with an escape, class or command this tracer does not decode.
     pub const IGNORED: u32 = 2;
-    /// Ioctls on watched devices that were sent to userspace.
+    /// Records sent to userspace, of every kind (calls, close and exit notices, deep-hook and
+    /// gpu_ext records): `EMITTED + DROPPED` is what the programs tried to send.
     pub const EMITTED: u32 = 3;
     /// Ioctls whose fd could not be resolved to an inode (fd table read failed).
     pub const FD_LOOKUP_FAILED: u32 = 4;

@@ -347,6 +347,7 @@ fn queue_built(q: u64, ret: i32, source: u32) {
     if flags != 0 {
         bump(counter::READ_FAILED);
     }
+    bump(counter::EMITTED);
 }
 
 /// Attached (each loaded on its own) to `create_queue_cpsch` and `create_queue_nocpsch`.
@@ -469,5 +470,7 @@ fn emit_deep(hook: u32, value: u32, addr: u64, source: u32) {
     };
     if EVENTS.output::<DeepRecord>(&rec, 0).is_err() {
         bump(counter::DROPPED);
+    } else {
+        bump(counter::EMITTED);
     }
 }

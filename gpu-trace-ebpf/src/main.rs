@@ -547,8 +547,11 @@ fn emit_task(kind: u32, value: i32) {
         value,
         _pad: 0,
     };
+    // Counted like every other record: `emitted + dropped` is what the programs tried to send.
     if EVENTS.output::<TaskRecord>(&rec, 0).is_err() {
         bump(counter::DROPPED);
+    } else {
+        bump(counter::EMITTED);
     }
 }
 

@@ -82,6 +82,7 @@ fn hook_ran(hook: u32, ctx_ptr: u64, source: u32) {
     if !ok {
         bump(counter::READ_FAILED);
     }
+    bump(counter::EMITTED);
 }
 
 macro_rules! hook_programs {

@@ -39,7 +39,8 @@ counts per event, dropped, read_failed, per-process, per-engine and per-task tab
 final timeslice), live TSGs per GPU and runlist; -v adds the kernel side's internal counters.
 
 Exit status: 0 on success; 1 on a runtime error; 2 on bad usage; 3 when the kernel or system
-cannot support tracing (missing privileges, BTF, hooks); 4 when events were dropped. `doctor`:
+cannot support tracing (missing privileges, BTF, hooks); 4 when events were dropped (or output
+lines, when the output's reader did not keep up). `doctor`:
 0 when tracing and --deny-pid can both work, 5 when tracing can but --deny-pid cannot, 3 when
 tracing cannot.
 See docs/cli.md for every option, docs/json-schema.md for the JSON fields, docs/events.md for
@@ -159,7 +160,7 @@ pub struct OutputArgs {
     /// Only this process (repeatable). With exactly one, the kernel filters too. A PID that
     /// does not exist yet is warned about once and waited for (a process started later with
     /// that id is traced).
-    #[arg(short, long = "pid", value_name = "PID")]
+    #[arg(short, long = "pid", value_name = "PID", value_parser = parse_pid)]
     pub pids: Vec<u32>,
 
     /// Only threads or processes with this name (exact `comm`; repeatable). The kernel keeps 15
@@ -252,8 +253,9 @@ pub struct TraceArgs {
     #[arg(long, value_enum, default_value_t = Vendor::Nvidia)]
     pub vendor: Vendor,
 
-    /// Stop after this many seconds (default: until Ctrl-C or SIGTERM).
-    #[arg(short, long, value_name = "SECONDS")]
+    /// Stop after this many seconds (default: until Ctrl-C or SIGTERM); a number > 0, at
+    /// most a year.
+    #[arg(short, long, value_name = "SECONDS", value_parser = parse_duration)]
     pub duration: Option<f64>,
 
     /// Also write the raw driver calls to FILE, for `gpu-trace replay FILE`.
@@ -261,7 +263,8 @@ pub struct TraceArgs {
     pub record: Option<PathBuf>,
 
     /// Ring-buffer size in bytes (power of two, ≥ 4096). Raise it if `dropped` is not 0.
-    #[arg(long, value_name = "BYTES", default_value_t = crate::loader::DEFAULT_RING_BYTES)]
+    #[arg(long, value_name = "BYTES", default_value_t = crate::loader::DEFAULT_RING_BYTES,
+          value_parser = parse_ring_size)]
     pub ring_size: u32,
 
     /// Treat this character device as a device of the traced vendor too: an NVIDIA device, or
@@ -274,7 +277,7 @@ pub struct TraceArgs {
     /// threads, while gpu-trace runs (repeatable). Needs a kernel with an active BPF LSM
     /// (`bpf` in /sys/kernel/security/lsm); otherwise gpu-trace stops at start-up and says why.
     /// Refused requests show as `SCHEDULE … allowed=no errno=EPERM`, counted as `denied`.
-    #[arg(long = "deny-pid", value_name = "PID")]
+    #[arg(long = "deny-pid", value_name = "PID", value_parser = parse_pid)]
     pub deny_pids: Vec<u32>,
 
     /// Attach type for the syscall hook (default: the cheapest the kernel allows). For
@@ -296,6 +299,55 @@ pub struct TraceArgs {
 
     #[command(flatten)]
     pub output: OutputArgs,
+}
+
+/// The longest `--duration`: a year (anything longer is a typo, and must fit a `Duration`).
+pub const MAX_DURATION_S: f64 = 366.0 * 24.0 * 3600.0;
+
+/// `--duration`: a finite number of seconds, > 0, at most [`MAX_DURATION_S`].
+fn parse_duration(s: &str) -> Result<f64, String> {
+    let d: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number of seconds (e.g. 30 or 0.5)"))?;
+    if !d.is_finite() || d <= 0.0 || d > MAX_DURATION_S {
+        return Err(format!(
+            "`{s}`: the duration must be a number of seconds > 0 and at most {MAX_DURATION_S} \
+             (a year); leave --duration out to trace until Ctrl-C"
+        ));
+    }
+    Ok(d)
+}
+
+/// `--pid`, `--deny-pid`: a process id; 0 is none (the kernel's idle task never calls a driver,
+/// and 0 in the kernel filter means "no filter").
+fn parse_pid(s: &str) -> Result<u32, String> {
+    let pid: u32 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a process id (a number from 1 up)"))?;
+    if pid == 0 {
+        return Err(
+            "0 is not a process id (pid 0 is the kernel's idle task, never a traced \
+                    process); give the pid of the process to trace, e.g. from `pgrep NAME`"
+                .into(),
+        );
+    }
+    Ok(pid)
+}
+
+/// `--ring-size`: a power of two ≥ 4096 bytes.
+fn parse_ring_size(s: &str) -> Result<u32, String> {
+    let n: u32 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size in bytes (a power of two ≥ 4096)"))?;
+    if n < 4096 || !n.is_power_of_two() {
+        return Err(format!(
+            "{n} is not a power of two ≥ 4096 (e.g. 4096, 65536, 4194304 = the default)"
+        ));
+    }
+    Ok(n)
 }
 
 #[cfg(test)]
@@ -325,5 +377,27 @@ mod tests {
         assert_eq!(w.len(), 1);
         assert!(w[0].contains("\"nvidia-cuda-mps\""), "{}", w[0]);
         assert!(out.normalize_comms().is_empty(), "warned once");
+    }
+
+    #[test]
+    fn durations_outside_a_year_or_not_finite_are_refused() {
+        for bad in ["-1", "0", "nan", "NaN", "inf", "-inf", "1e30", "x", ""] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_duration("0.5"), Ok(0.5));
+        assert_eq!(parse_duration("31622400"), Ok(MAX_DURATION_S));
+        assert!(parse_duration("31622401").is_err());
+    }
+
+    #[test]
+    fn pid_zero_and_odd_ring_sizes_are_refused() {
+        assert!(parse_pid("0").is_err());
+        assert!(parse_pid("-3").is_err());
+        assert_eq!(parse_pid("4242"), Ok(4242));
+        for bad in ["0", "3", "4095", "4097", "12288", "4294967295"] {
+            assert!(parse_ring_size(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_ring_size("4096"), Ok(4096));
+        assert_eq!(parse_ring_size("2147483648"), Ok(1 << 31));
     }
 }

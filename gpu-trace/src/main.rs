@@ -12,6 +12,7 @@ use gpu_trace::{
 
 /// Exit codes (documented in `--help` and docs/troubleshooting.md).
 const EXIT_RUNTIME: u8 = 1;
+const EXIT_USAGE: u8 = 2;
 const EXIT_UNSUPPORTED: u8 = 3;
 const EXIT_DROPPED: u8 = 4;
 // `doctor`'s "tracing cannot work" is the same code as a run that cannot start.
@@ -21,6 +22,25 @@ fn main() -> ExitCode {
     let mut cli = Cli::parse();
     for warning in cli.trace.output.normalize_comms() {
         eprintln!("gpu-trace: warning: {warning}");
+    }
+    // A live run notes SIGINT and SIGTERM from now on: one that comes during start-up (before
+    // the programs are attached) ends the run cleanly instead of being lost. Replay and doctor
+    // keep the default (Ctrl-C ends them at once).
+    if cli.command.is_none()
+        && let Err(e) = session::install_stop_signals()
+    {
+        eprintln!("gpu-trace: installing the signal handlers: {e}");
+        return ExitCode::from(EXIT_RUNTIME);
+    }
+    // Outputs that would overwrite the input or each other: refused before anything is opened.
+    let paths = match &cli.command {
+        Some(Command::Replay { file, output }) => session::check_paths(Some(file), output, None),
+        Some(Command::Doctor { .. } | Command::Completions { .. }) => Ok(()),
+        None => session::check_paths(None, &cli.trace.output, cli.trace.record.as_deref()),
+    };
+    if let Err(why) = paths {
+        eprintln!("gpu-trace: {why}");
+        return ExitCode::from(EXIT_USAGE);
     }
     let result = match cli.command {
         Some(Command::Doctor { json }) => return doctor(json),
@@ -43,12 +63,21 @@ fn main() -> ExitCode {
         None => trace(cli.trace),
     };
     match result {
-        Ok(summary) if summary.dropped > 0 => {
-            eprintln!(
-                "gpu-trace: {} records were dropped (ring buffer full); the counts above are \
-                 incomplete. Raise --ring-size.",
-                summary.dropped
-            );
+        Ok(summary) if summary.dropped > 0 || summary.output_lost > 0 => {
+            if summary.dropped > 0 {
+                eprintln!(
+                    "gpu-trace: {} records were dropped (ring buffer full); the counts above \
+                     are incomplete. Raise --ring-size.",
+                    summary.dropped
+                );
+            }
+            if summary.output_lost > 0 {
+                eprintln!(
+                    "gpu-trace: {} output lines were dropped because the output's reader did \
+                     not keep up (a stalled pipe, FIFO or disk); the statistics count them.",
+                    summary.output_lost
+                );
+            }
             ExitCode::from(EXIT_DROPPED)
         }
         Ok(_) => ExitCode::SUCCESS,

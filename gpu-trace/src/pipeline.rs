@@ -16,7 +16,7 @@ use crate::{
     nvidia::decode::{self, RmCall},
     output::{
         clock::Clock,
-        json,
+        escape, json,
         perfetto::PerfettoWriter,
         text::{TextFormatter, TimestampMode},
     },
@@ -38,6 +38,19 @@ pub struct PipelineConfig {
     /// Print the statistics block at the end.
     pub stats: bool,
     pub clock: Clock,
+}
+
+/// What [`Pipeline::finish_all`] ended with.
+pub struct Finished<W> {
+    pub summary: Summary,
+    /// The output writer, flushed (or not: see `output`).
+    pub out: W,
+    /// Closing the Perfetto timeline, when there was one.
+    pub perfetto: Option<std::io::Result<()>>,
+    /// Writing the statistics to the output and flushing it.
+    pub output: std::io::Result<()>,
+    /// The statistics block as text (`None` with `--no-stats`).
+    pub stats_text: Option<String>,
 }
 
 pub struct Pipeline<W: Write> {
@@ -314,7 +327,10 @@ impl<W: Write> Pipeline<W> {
         }
         let line = match self.config.format {
             Format::Text => self.text.format_event(event, &self.config.clock),
-            Format::Json => Some(json::event_json(event, &self.config.clock)),
+            Format::Json => Some(escape::json_terminal_safe(json::event_json(
+                event,
+                &self.config.clock,
+            ))),
         };
         if let Some(line) = line {
             writeln!(self.out, "{line}")?;
@@ -335,16 +351,24 @@ impl<W: Write> Pipeline<W> {
     }
 
     /// Ends the run: prints the statistics (with the kernel's counters) and returns the summary.
-    pub fn finish(
-        mut self,
-        counters: KernelCounters,
-        duration: Duration,
-    ) -> std::io::Result<Summary> {
+    pub fn finish(self, counters: KernelCounters, duration: Duration) -> std::io::Result<Summary> {
+        let f = self.finish_all(counters, duration);
+        if let Some(Err(e)) = f.perfetto {
+            return Err(e);
+        }
+        f.output.map(|()| f.summary)
+    }
+
+    /// Ends the run like [`finish`](Self::finish), but goes on past a failing output: the
+    /// Perfetto timeline is closed even when the output failed, and the reverse; each result is
+    /// returned, with the output writer and the statistics as text (for standard error when the
+    /// output could not take them).
+    pub fn finish_all(mut self, counters: KernelCounters, duration: Duration) -> Finished<W> {
         self.stats.kernel = counters;
         self.stats.elapsed = Some(duration);
         self.stats.live_at_exit = (self.tracker.live_tasks() + self.amd.live_tasks()) as u64;
         self.stats.unreported = self.unreported();
-        if let Some(perfetto) = self.perfetto.take() {
+        let perfetto = self.perfetto.take().map(|perfetto| {
             let other = [
                 ("tool", format!("gpu-trace {}", env!("CARGO_PKG_VERSION"))),
                 ("clock", "CLOCK_MONOTONIC (ts in microseconds)".to_string()),
@@ -354,21 +378,46 @@ impl<W: Write> Pipeline<W> {
                 ),
                 ("dropped", counters.dropped.to_string()),
             ];
-            perfetto.finish(self.last_ts.unwrap_or(0), &other)?;
-        }
-        if self.config.stats {
-            match self.config.format {
-                Format::Text => {
-                    write!(self.out, "{}", self.stats.render_text(self.config.verbose))?
+            perfetto.finish(self.last_ts.unwrap_or(0), &other).map(drop)
+        });
+        let stats_text = self
+            .config
+            .stats
+            .then(|| self.stats.render_text(self.config.verbose));
+        let output = (|| {
+            if let Some(text) = &stats_text {
+                match self.config.format {
+                    Format::Text => write!(self.out, "{text}")?,
+                    Format::Json => writeln!(
+                        self.out,
+                        "{}",
+                        escape::json_terminal_safe(json::stats_json(&self.stats, true))
+                    )?,
                 }
-                Format::Json => writeln!(self.out, "{}", json::stats_json(&self.stats, true))?,
             }
+            self.out.flush()
+        })();
+        Finished {
+            summary: Summary {
+                events: self.stats.events(),
+                dropped: counters.dropped,
+                ..Summary::default()
+            },
+            out: self.out,
+            perfetto,
+            output,
+            stats_text,
         }
-        self.out.flush()?;
-        Ok(Summary {
-            events: self.stats.events(),
-            dropped: counters.dropped,
-        })
+    }
+
+    /// The output writer (live runs check their output queue through it).
+    pub fn output(&self) -> &W {
+        &self.out
+    }
+
+    /// The statistics, for counters the caller knows (records lost on the way, output lost).
+    pub fn stats_mut(&mut self) -> &mut Stats {
+        &mut self.stats
     }
 
     /// The trackers' counters of calls that produced no event, by reason (non-zero only).

@@ -36,7 +36,9 @@ pub enum RecordError {
     )]
     Version(u32),
     #[error("recording header is not valid JSON: {0}")]
-    Header(#[from] serde_json::Error),
+    Header(#[source] serde_json::Error),
+    #[error("recording trailer is not valid JSON: {0}")]
+    Trailer(#[source] serde_json::Error),
     #[error("corrupt recording: record length {0} at byte {1}")]
     BadLength(u32, u64),
 }
@@ -65,6 +67,14 @@ pub struct RecordingHeader {
 pub struct RecordingTrailer {
     pub kernel_counters: KernelCounters,
     pub duration_ns: u64,
+    /// Records left out of this recording because its reader did not keep up (a FIFO or pipe
+    /// that stalled); replay warns when not 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub recording_lost: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 pub struct RecordWriter<W: Write> {
@@ -73,7 +83,7 @@ pub struct RecordWriter<W: Write> {
 
 impl<W: Write> RecordWriter<W> {
     pub fn new(mut out: W, header: &RecordingHeader) -> Result<Self, RecordError> {
-        let json = serde_json::to_vec(header)?;
+        let json = serde_json::to_vec(header).map_err(RecordError::Header)?;
         out.write_all(MAGIC)?;
         out.write_all(&FORMAT_VERSION.to_le_bytes())?;
         out.write_all(&(json.len() as u32).to_le_bytes())?;
@@ -87,8 +97,23 @@ impl<W: Write> RecordWriter<W> {
         Ok(())
     }
 
+    /// Flushes the records written so far.
+    pub fn flush(&mut self) -> Result<(), RecordError> {
+        Ok(self.out.flush()?)
+    }
+
+    /// The writer the records go to.
+    pub fn get_ref(&self) -> &W {
+        &self.out
+    }
+
+    /// The writer the records go to.
+    pub fn get_mut(&mut self) -> &mut W {
+        &mut self.out
+    }
+
     pub fn finish(mut self, trailer: &RecordingTrailer) -> Result<W, RecordError> {
-        let json = serde_json::to_vec(trailer)?;
+        let json = serde_json::to_vec(trailer).map_err(RecordError::Trailer)?;
         self.out.write_all(&0u32.to_le_bytes())?;
         self.out.write_all(&(json.len() as u32).to_le_bytes())?;
         self.out.write_all(&json)?;
@@ -125,9 +150,12 @@ fn read_all_or_eof(input: &mut impl Read, buf: &mut [u8]) -> Result<bool, io::Er
 impl<R: BufRead> RecordReader<R> {
     pub fn new(mut input: R) -> Result<Self, RecordError> {
         let mut magic = [0u8; 8];
-        input
-            .read_exact(&mut magic)
-            .map_err(|_| RecordError::BadMagic)?;
+        // A file too short for the magic is not a recording; any other read error (EISDIR, EIO)
+        // is reported as itself.
+        input.read_exact(&mut magic).map_err(|e| match e.kind() {
+            io::ErrorKind::UnexpectedEof => RecordError::BadMagic,
+            _ => RecordError::Io(e),
+        })?;
         if &magic != MAGIC {
             return Err(RecordError::BadMagic);
         }
@@ -141,7 +169,7 @@ impl<R: BufRead> RecordReader<R> {
         }
         let mut json = vec![0u8; len as usize];
         input.read_exact(&mut json)?;
-        let header = serde_json::from_slice(&json)?;
+        let header = serde_json::from_slice(&json).map_err(RecordError::Header)?;
         Ok(Self {
             input,
             header,
@@ -167,7 +195,8 @@ impl<R: BufRead> RecordReader<R> {
                 }
                 let mut json = vec![0u8; tlen as usize];
                 if read_all_or_eof(&mut self.input, &mut json)? {
-                    self.trailer = Some(serde_json::from_slice(&json)?);
+                    self.trailer =
+                        Some(serde_json::from_slice(&json).map_err(RecordError::Trailer)?);
                 }
             }
             return Ok(None);
@@ -213,6 +242,7 @@ mod tests {
                 ..Default::default()
             },
             duration_ns: 5,
+            recording_lost: 0,
         };
         let bytes = w.finish(&trailer).unwrap();
         let mut r = RecordReader::new(&bytes[..]).unwrap();
@@ -259,6 +289,18 @@ mod tests {
                 "cut at {cut}: an incomplete trailer is no trailer"
             );
         }
+    }
+
+    #[test]
+    fn a_bad_trailer_is_called_a_trailer() {
+        let mut bytes = RecordWriter::new(Vec::new(), &header()).unwrap().out;
+        bytes.extend_from_slice(&0u32.to_le_bytes());
+        bytes.extend_from_slice(&3u32.to_le_bytes());
+        bytes.extend_from_slice(b"{x}");
+        let mut r = RecordReader::new(&bytes[..]).unwrap();
+        let err = r.next_record().unwrap_err();
+        assert!(matches!(err, RecordError::Trailer(_)), "{err:?}");
+        assert!(err.to_string().starts_with("recording trailer"), "{err}");
     }
 
     #[test]

@@ -7,7 +7,11 @@
 use std::{
     fs::File,
     io::{self, BufReader, BufWriter, Write},
-    path::Path,
+    path::{Path, PathBuf},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -19,8 +23,13 @@ use crate::{
     cli::{OutputArgs, TraceArgs, Vendor},
     loader::{LoadError, LoadOptions, Tracer},
     model::stats::KernelCounters,
-    output::{clock::Clock, perfetto::PerfettoWriter},
-    pipeline::{Pipeline, PipelineConfig},
+    output::{
+        clock::Clock,
+        files::{self, Staged},
+        perfetto::PerfettoWriter,
+        queue::{Overflow, QueueWriter, Units},
+    },
+    pipeline::{Finished, Pipeline, PipelineConfig},
     probe::{
         inventory::{self, GpuNode, Inventory, WalkOptions},
         system,
@@ -62,6 +71,8 @@ fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> RunError {
 pub struct Summary {
     pub events: u64,
     pub dropped: u64,
+    /// Output lines dropped because the output's reader did not keep up.
+    pub output_lost: u64,
 }
 
 /// `--vendor auto`: the driver whose device nodes or module are present.
@@ -80,40 +91,155 @@ pub fn detect_vendor() -> Result<Vendor, RunError> {
     }
 }
 
-fn open_output(args: &OutputArgs) -> Result<Box<dyn Write>, RunError> {
-    Ok(match &args.output {
-        Some(path) => Box::new(BufWriter::new(
-            File::create(path).map_err(io_err(format!("creating {}", path.display())))?,
-        )),
-        None => Box::new(io::stdout().lock()),
-    })
+// ---------------------------------------------------------------------------------------------
+// Stop requests.
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+/// Installs SIGINT and SIGTERM handlers that only note the request ([`stop_requested`]). A live
+/// run calls this first, before anything is validated, opened or attached, so that a signal
+/// that comes during start-up ends the run cleanly as soon as it can instead of being lost.
+pub fn install_stop_signals() -> io::Result<()> {
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the action only stores to an atomic, which is async-signal-safe.
+        unsafe {
+            signal_hook_registry::register(signal, || STOP.store(true, Ordering::SeqCst))?;
+        }
+    }
+    Ok(())
 }
 
-/// The pipeline for `args`: output to standard output or `-o FILE`, and the `--perfetto`
-/// timeline when asked for.
-/// `by_record_time`: `--interval` counts in the records' time (replay) rather than on the
-/// caller's timer (live).
-fn new_pipeline(
+/// A SIGINT or SIGTERM came (after [`install_stop_signals`]).
+pub fn stop_requested() -> bool {
+    STOP.load(Ordering::SeqCst)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Output files.
+
+/// How long the end of a run waits for a stalled output to take the rest (without progress).
+const OUTPUT_STALL: Duration = Duration::from_secs(2);
+
+/// Refuses an output that is the input (`replay FILE`) or another output, before anything is
+/// opened or attached. The message is for a usage error (exit 2).
+pub fn check_paths(
+    input: Option<&Path>,
     args: &OutputArgs,
-    clock: Clock,
-    by_record_time: bool,
-) -> Result<Pipeline<Box<dyn Write>>, RunError> {
+    record: Option<&Path>,
+) -> Result<(), String> {
+    let inputs: Vec<(&str, &Path)> = input.map(|p| ("replay", p)).into_iter().collect();
+    let outputs: Vec<(&str, &Path)> = [
+        ("-o", args.output.as_deref()),
+        ("--perfetto", args.perfetto.as_deref()),
+        ("--record", record),
+    ]
+    .into_iter()
+    .filter_map(|(what, p)| Some((what, p?)))
+    .collect();
+    files::check_distinct(&inputs, &outputs)
+}
+
+/// Opens an output file; a FIFO that nobody reads yet is waited for, with a message, until a
+/// reader comes, a stop signal arrives or `deadline` passes.
+fn open_waiting(what: &str, path: &Path, deadline: Option<Instant>) -> Result<File, RunError> {
+    let mut told = false;
+    loop {
+        match files::open_for_writing(path) {
+            Ok(f) => return Ok(f),
+            Err(e) if files::is_no_reader(&e) => {
+                if !told {
+                    eprintln!(
+                        "gpu-trace: waiting for a reader of the FIFO {} ({what}); Ctrl-C or \
+                         --duration end the wait",
+                        path.display()
+                    );
+                    told = true;
+                }
+                if stop_requested() || deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Err(RunError::Io {
+                        what: format!("opening {what} {}", path.display()),
+                        source: io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            "no process opened the FIFO for reading before the run was stopped \
+                             (signal or --duration); nothing was traced. Start the reader first",
+                        ),
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => return Err(io_err(format!("creating {what} {}", path.display()))(e)),
+        }
+    }
+}
+
+/// The outputs of a run, opened before anything is attached.
+struct Targets {
+    out: QueueWriter,
+    out_is_stdout: bool,
+    perfetto: Option<(Staged, PathBuf)>,
+    record: Option<QueueWriter>,
+}
+
+fn open_targets(
+    args: &OutputArgs,
+    record: Option<&Path>,
+    deadline: Option<Instant>,
+    overflow: Overflow,
+    wake: &Arc<tokio::sync::Notify>,
+) -> Result<Targets, RunError> {
+    let on_failure = {
+        let wake = wake.clone();
+        Arc::new(move || wake.notify_one()) as Arc<dyn Fn() + Send + Sync>
+    };
+    let out: Box<dyn Write + Send> = match &args.output {
+        Some(path) => Box::new(open_waiting("-o", path, deadline)?),
+        None => Box::new(io::stdout()),
+    };
     let perfetto = match &args.perfetto {
         Some(path) => {
-            let file =
-                File::create(path).map_err(io_err(format!("creating {}", path.display())))?;
-            let out: Box<dyn Write> = Box::new(BufWriter::new(file));
-            Some(
-                PerfettoWriter::new(out, clock.clone())
-                    .map_err(io_err(format!("writing {}", path.display())))?,
-            )
+            let staged = if Staged::is_special(path) {
+                Staged::in_place(open_waiting("--perfetto", path, deadline)?, path)
+            } else {
+                Staged::create(path).map_err(io_err(format!("creating {}", path.display())))?
+            };
+            Some((staged, path.clone()))
         }
         None => None,
     };
-    let out = open_output(args)?;
-    let pipeline = Pipeline::new(pipeline_config(args, clock), out);
+    let record = match record {
+        Some(path) => Some(QueueWriter::new(
+            Box::new(open_waiting("--record", path, deadline)?),
+            Units::Marked,
+            overflow,
+            on_failure.clone(),
+        )),
+        None => None,
+    };
+    Ok(Targets {
+        out: QueueWriter::new(out, Units::Lines, overflow, on_failure),
+        out_is_stdout: args.output.is_none(),
+        perfetto,
+        record,
+    })
+}
+
+/// The pipeline for `args` over the opened outputs. `by_record_time`: `--interval` counts in
+/// the records' time (replay) rather than on the caller's timer (live).
+fn new_pipeline(
+    args: &OutputArgs,
+    clock: Clock,
+    out: QueueWriter,
+    perfetto: Option<&Staged>,
+    by_record_time: bool,
+) -> Result<Pipeline<QueueWriter>, RunError> {
+    let pipeline = Pipeline::new(pipeline_config(args, clock.clone()), out);
     let pipeline = match perfetto {
-        Some(p) => pipeline.with_perfetto(p),
+        Some(staged) => {
+            let what = || "writing the Perfetto timeline";
+            let file = staged.file().try_clone().map_err(io_err(what()))?;
+            let out: Box<dyn Write> = Box::new(BufWriter::new(file));
+            pipeline.with_perfetto(PerfettoWriter::new(out, clock).map_err(io_err(what()))?)
+        }
         None => pipeline,
     };
     Ok(match interval(args) {
@@ -158,8 +284,10 @@ pub fn pid_warnings(pids: &[u32], tgid_of: impl Fn(u32) -> Option<u32>) -> Vec<S
 
 /// Trace live until Ctrl-C, SIGTERM or `--duration`.
 pub async fn run_live(args: &TraceArgs) -> Result<Summary, RunError> {
+    let started = Instant::now();
+    let deadline = args.duration.map(|d| started + Duration::from_secs_f64(d));
     // Before anything is reported on stderr: a Ctrl-C right after the start-up report (or
-    // during the inventory) stops tracing cleanly instead of killing the process.
+    // during the inventory) stops tracing cleanly through the loop below.
     let mut sigint = tokio::signal::unix::signal(SignalKind::interrupt())
         .map_err(io_err("installing the SIGINT handler"))?;
     let mut sigterm = tokio::signal::unix::signal(SignalKind::terminate())
@@ -182,6 +310,15 @@ pub async fn run_live(args: &TraceArgs) -> Result<Summary, RunError> {
     } else {
         (watched, None)
     };
+    // Every output is opened before anything is attached.
+    let wake = Arc::new(tokio::sync::Notify::new());
+    let targets = open_targets(
+        &args.output,
+        args.record.as_deref(),
+        deadline,
+        Overflow::Drop,
+        &wake,
+    )?;
     let kfd = amd.then(crate::amd::KfdPresence::probe);
     if let Some(warning) = kfd.as_ref().and_then(|k| k.warning()) {
         eprintln!("gpu-trace: warning: {warning}");
@@ -227,10 +364,14 @@ pub async fn run_live(args: &TraceArgs) -> Result<Summary, RunError> {
     }
     announce_inventory(&inventory);
 
-    let mut recorder = match &args.record {
-        Some(path) => {
-            let file =
-                File::create(path).map_err(io_err(format!("creating {}", path.display())))?;
+    let Targets {
+        out,
+        out_is_stdout,
+        perfetto,
+        record,
+    } = targets;
+    let mut recorder = match record {
+        Some(queue) => {
             let header = RecordingHeader {
                 tool_version: env!("CARGO_PKG_VERSION").into(),
                 host: system::host_name(),
@@ -245,12 +386,20 @@ pub async fn run_live(args: &TraceArgs) -> Result<Summary, RunError> {
                 argv: std::env::args().collect(),
                 inventory: Some(inventory.clone()),
             };
-            Some(RecordWriter::new(BufWriter::new(file), &header)?)
+            let mut w = RecordWriter::new(queue, &header)?;
+            w.get_mut().mark_unit();
+            Some(w)
         }
         None => None,
     };
 
-    let mut pipeline = new_pipeline(&args.output, clock, false)?;
+    let mut pipeline = new_pipeline(
+        &args.output,
+        clock,
+        out,
+        perfetto.as_ref().map(|(s, _)| s),
+        false,
+    )?;
     pipeline
         .inventory(&inventory)
         .map_err(io_err("writing the output"))?;
@@ -263,11 +412,10 @@ pub async fn run_live(args: &TraceArgs) -> Result<Summary, RunError> {
             source: e.into(),
         })?;
 
-    let started = Instant::now();
-    let deadline = args.duration.map(Duration::from_secs_f64);
+    let tracing_since = Instant::now();
     let sleep = async {
         match deadline {
-            Some(d) => tokio::time::sleep(d).await,
+            Some(d) => tokio::time::sleep_until(d.into()).await,
             None => std::future::pending().await,
         }
     };
@@ -275,7 +423,9 @@ pub async fn run_live(args: &TraceArgs) -> Result<Summary, RunError> {
     let mut ticker = interval(&args.output)
         .map(|period| tokio::time::interval_at(tokio::time::Instant::now() + period, period));
 
-    loop {
+    let mut reader = Reader::default();
+    // A stop requested during start-up (before the handlers above existed) is not lost.
+    while !stop_requested() && !reader.outputs_failed(&pipeline, &recorder) {
         tokio::select! {
             _ = sigint.recv() => break,
             _ = sigterm.recv() => break,
@@ -289,36 +439,78 @@ pub async fn run_live(args: &TraceArgs) -> Result<Summary, RunError> {
                 }
             } => {
                 // Everything up to now first, so that the statistics count it.
-                drain(ring.get_mut(), &mut pipeline, &mut recorder)?;
+                reader.drain(ring.get_mut(), &mut pipeline, &mut recorder);
                 pipeline
                     .periodic_stats(started.elapsed(), tracer.counters().ok())
                     .and_then(|()| pipeline.flush())
                     .map_err(io_err("writing the output"))?;
             }
+            () = wake.notified() => {} // an output failed: the loop condition sees it
             guard = ring.readable_mut() => {
                 let mut guard = guard.map_err(io_err("waiting for the ring buffer"))?;
-                drain(guard.get_inner_mut(), &mut pipeline, &mut recorder)?;
+                reader.drain(guard.get_inner_mut(), &mut pipeline, &mut recorder);
                 guard.clear_ready();
             }
         }
     }
-    // Records written between the last wake-up and now.
-    drain(ring.get_mut(), &mut pipeline, &mut recorder)?;
 
-    let counters = tracer.counters()?;
-    let duration = started.elapsed();
+    // Detach first, then read until every record the kernel counted as sent has been read: a
+    // program running at the moment of detaching may still submit one.
+    tracer.detach();
+    let mut counters = tracer.counters()?;
+    let settle = Instant::now();
+    loop {
+        reader.drain(ring.get_mut(), &mut pipeline, &mut recorder);
+        let now = tracer.counters()?;
+        let done = reader.read >= now.emitted && now == counters;
+        counters = now;
+        if done || settle.elapsed() > Duration::from_secs(1) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    if reader.read < counters.emitted {
+        pipeline.stats_mut().lost_samples = Some(counters.emitted - reader.read);
+    }
+    let duration = tracing_since.elapsed();
+
+    let mut failure = reader.failure.take();
+    let mut recording_lost = 0;
     if let Some(recorder) = recorder {
+        let lost_so_far = recorder_lost(&recorder);
         let trailer = RecordingTrailer {
             kernel_counters: counters,
             duration_ns: duration.as_nanos() as u64,
+            recording_lost: lost_so_far,
         };
-        recorder.finish(&trailer)?;
+        match recorder.finish(&trailer) {
+            Ok(queue) => {
+                let closed = queue.close(OUTPUT_STALL);
+                recording_lost = closed.lost;
+                if !closed.complete && failure.is_none() {
+                    failure = Some(RunError::Io {
+                        what: format!(
+                            "writing the recording {}",
+                            args.record.as_deref().unwrap_or(Path::new("")).display()
+                        ),
+                        source: closed.error.unwrap_or_else(|| {
+                            io::Error::new(
+                                io::ErrorKind::TimedOut,
+                                "its reader stopped taking data; the recording is cut short",
+                            )
+                        }),
+                    });
+                }
+            }
+            Err(e) => {
+                failure.get_or_insert(e.into());
+            }
+        }
     }
-    let summary = pipeline
-        .finish(counters, duration)
-        .map_err(io_err("writing the output"))?;
-    drop(tracer); // detaches every program; nothing is pinned
-    Ok(summary)
+    pipeline.stats_mut().recording_lost = recording_lost;
+    pipeline.stats_mut().output_lost = pipeline.output().lost();
+    let finished = pipeline.finish_all(counters, duration);
+    end_outputs(finished, perfetto, out_is_stdout, failure)
 }
 
 /// The inventory processes to put in the kernel's `TRACKED` map, with their bits: those the
@@ -401,51 +593,201 @@ fn announce_inventory(inv: &Inventory) {
     }
 }
 
-fn drain(
-    ring: &mut RingBuf<MapData>,
-    pipeline: &mut Pipeline<Box<dyn Write>>,
-    recorder: &mut Option<RecordWriter<BufWriter<File>>>,
-) -> Result<(), RunError> {
-    while let Some(item) = ring.next() {
-        if let Some(rec) = recorder.as_mut() {
-            rec.record(&item)?;
+/// The ring-buffer reader of a live run: records read, the first failure of an output.
+#[derive(Default)]
+struct Reader {
+    read: u64,
+    failure: Option<RunError>,
+}
+
+impl Reader {
+    /// Reads every record the ring holds. Records are counted even after an output failed, so
+    /// that the counts stay exact; they are no longer written then.
+    fn drain(
+        &mut self,
+        ring: &mut RingBuf<MapData>,
+        pipeline: &mut Pipeline<QueueWriter>,
+        recorder: &mut Option<RecordWriter<QueueWriter>>,
+    ) {
+        while let Some(item) = ring.next() {
+            self.read += 1;
+            if self.failure.is_some() {
+                continue;
+            }
+            if let Some(rec) = recorder.as_mut() {
+                if let Err(e) = rec.record(&item) {
+                    self.failure = Some(e.into());
+                    continue;
+                }
+                rec.get_mut().mark_unit();
+            }
+            if let Err(e) = pipeline.feed(&item) {
+                self.failure = Some(perfetto_error(e));
+            }
         }
-        pipeline.feed(&item).map_err(io_err("writing the output"))?;
+        if let Some(rec) = recorder.as_mut() {
+            let _ = rec.flush();
+        }
+        let _ = pipeline.flush();
     }
-    pipeline.flush().map_err(io_err("writing the output"))
+
+    /// An output failed: the run stops.
+    fn outputs_failed(
+        &self,
+        pipeline: &Pipeline<QueueWriter>,
+        recorder: &Option<RecordWriter<QueueWriter>>,
+    ) -> bool {
+        self.failure.is_some()
+            || pipeline.output().failed()
+            || recorder.as_ref().is_some_and(|r| r.get_ref().failed())
+    }
+}
+
+fn recorder_lost(recorder: &RecordWriter<QueueWriter>) -> u64 {
+    recorder.get_ref().lost()
+}
+
+/// `feed` fails only on the Perfetto timeline (the output goes to a queue that never fails).
+fn perfetto_error(e: io::Error) -> RunError {
+    RunError::Io {
+        what: "writing the Perfetto timeline".into(),
+        source: e,
+    }
+}
+
+/// Ends a run's outputs: the Perfetto timeline takes its name only when complete; the output
+/// gets the statistics, or standard error does when the output cannot take them; a closed
+/// standard output (`| head -1`) is a quiet end. Returns the first failure, if any.
+fn end_outputs(
+    finished: Finished<QueueWriter>,
+    perfetto: Option<(Staged, PathBuf)>,
+    out_is_stdout: bool,
+    mut failure: Option<RunError>,
+) -> Result<Summary, RunError> {
+    let Finished {
+        mut summary,
+        out,
+        perfetto: perfetto_result,
+        output: _,
+        stats_text,
+    } = finished;
+    let perfetto_broken = failure
+        .as_ref()
+        .is_some_and(|f| matches!(f, RunError::Io { what, .. } if what.contains("Perfetto")));
+    if let Some((staged, path)) = perfetto {
+        let staged_name = staged.is_staged();
+        match perfetto_result {
+            Some(Ok(())) if !perfetto_broken => {
+                if let Err(e) = staged.commit() {
+                    failure.get_or_insert(RunError::Io {
+                        what: format!("renaming the Perfetto timeline into {}", path.display()),
+                        source: e,
+                    });
+                }
+            }
+            Some(Err(e)) => {
+                failure.get_or_insert(perfetto_error(e));
+            }
+            _ => {}
+        }
+        if let Some(RunError::Io { what, .. }) = failure.as_mut()
+            && what.contains("Perfetto")
+            && !what.contains(&*path.to_string_lossy())
+        {
+            what.push_str(&format!(" {}", path.display()));
+            if staged_name {
+                what.push_str(" (not replaced: the file there is as it was before the run)");
+            }
+        }
+    }
+    let closed = out.close(OUTPUT_STALL);
+    summary.output_lost = closed.lost;
+    let reader_left =
+        out_is_stdout && matches!(&closed.error, Some(e) if e.kind() == io::ErrorKind::BrokenPipe);
+    if !closed.complete && !reader_left {
+        if let Some(text) = &stats_text {
+            eprintln!("gpu-trace: the output did not take the statistics; they are:");
+            eprint!("{text}");
+        }
+        if failure.is_none() {
+            failure = Some(RunError::Io {
+                what: "writing the output".into(),
+                source: closed.error.unwrap_or_else(|| {
+                    io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "its reader stopped taking data (the last lines are lost)",
+                    )
+                }),
+            });
+        }
+    }
+    match failure {
+        Some(f) => Err(f),
+        None => Ok(summary),
+    }
 }
 
 /// Decode a recording and print it as the live run did.
 pub fn replay(path: &Path, args: &OutputArgs) -> Result<Summary, RunError> {
-    let file = File::open(path).map_err(io_err(format!("opening {}", path.display())))?;
+    let file =
+        files::open_for_reading(path).map_err(io_err(format!("opening {}", path.display())))?;
     let mut reader = RecordReader::new(BufReader::new(file))?;
     let clock = Clock::new(reader.header.realtime_offset_ns);
-    let mut pipeline = new_pipeline(args, clock, true)?;
+    let wake = Arc::new(tokio::sync::Notify::new());
+    let Targets {
+        out,
+        out_is_stdout,
+        perfetto,
+        record: _,
+    } = open_targets(args, None, None, Overflow::Block, &wake)?;
+    let mut pipeline = new_pipeline(args, clock, out, perfetto.as_ref().map(|(s, _)| s), true)?;
     if let Some(inv) = &reader.header.inventory {
         announce_inventory(inv);
         pipeline
             .inventory(inv)
             .map_err(io_err("writing the output"))?;
     }
-    while let Some(bytes) = reader.next_record()? {
-        pipeline
-            .feed(&bytes)
-            .map_err(io_err("writing the output"))?;
+    let mut failure = None;
+    while !pipeline.output().failed() {
+        match reader.next_record() {
+            Ok(Some(bytes)) => {
+                if let Err(e) = pipeline.feed(&bytes) {
+                    failure = Some(perfetto_error(e));
+                    break;
+                }
+            }
+            Ok(None) => break,
+            Err(e) => {
+                failure = Some(e.into());
+                break;
+            }
+        }
     }
     let (counters, duration) = match &reader.trailer {
-        Some(t) => (t.kernel_counters, Duration::from_nanos(t.duration_ns)),
+        Some(t) => {
+            if t.recording_lost > 0 {
+                eprintln!(
+                    "gpu-trace: {} misses {} records: its reader did not keep up during the \
+                     live run (its trailer says so)",
+                    path.display(),
+                    t.recording_lost
+                );
+            }
+            (t.kernel_counters, Duration::from_nanos(t.duration_ns))
+        }
         None => {
-            eprintln!(
-                "gpu-trace: {} ends without its trailer (the run was cut short): kernel counters \
-                 (dropped, read_failed) are unknown and shown as 0",
-                path.display()
-            );
+            if failure.is_none() && !pipeline.output().failed() {
+                eprintln!(
+                    "gpu-trace: {} ends without its trailer (the run was cut short): kernel \
+                     counters (dropped, read_failed) are unknown and shown as 0",
+                    path.display()
+                );
+            }
             (KernelCounters::default(), pipeline.span())
         }
     };
-    pipeline
-        .finish(counters, duration)
-        .map_err(io_err("writing the output"))
+    let finished = pipeline.finish_all(counters, duration);
+    end_outputs(finished, perfetto, out_is_stdout, failure)
 }
 
 #[cfg(test)]

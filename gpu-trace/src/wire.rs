@@ -275,10 +275,10 @@ pub fn origin(hdr: &RecordHeader) -> Origin {
     }
 }
 
-/// A `comm` field as text: up to the first NUL, invalid UTF-8 replaced.
+/// A `comm` field as text: up to the first NUL, every byte kept (bytes that are not UTF-8 are
+/// carried as described in [`crate::output::escape`]; print it through that module).
 pub fn comm_to_string(comm: &[u8]) -> String {
-    let end = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
-    String::from_utf8_lossy(&comm[..end]).into_owned()
+    crate::output::escape::decode_lossless(comm)
 }
 
 /// Appends one record to a record stream: its length as a little-endian `u32`, then its bytes.
@@ -504,10 +504,12 @@ mod tests {
     }
 
     #[test]
-    fn comm_is_nul_trimmed_and_lossy() {
+    fn comm_is_nul_trimmed_and_lossless() {
         assert_eq!(comm_to_string(b"python\0\0\0\0\0\0\0\0\0\0"), "python");
         assert_eq!(comm_to_string(b"0123456789abcdef"), "0123456789abcdef");
-        assert_eq!(comm_to_string(b"a\xffb\0junk"), "a\u{fffd}b");
+        let odd = comm_to_string(b"a\xffb\0junk");
+        assert_eq!(&*crate::output::escape::raw_bytes(&odd), b"a\xffb");
+        assert_ne!(odd, comm_to_string(b"a\xfeb"));
         assert_eq!(comm_to_string(&[0u8; 16]), "");
     }
 

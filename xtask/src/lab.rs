@@ -1426,9 +1426,12 @@ fn judge_nvidia(r: &Results, c: &mut Vec<Check>) {
     if stats.is_none() {
         problems.push("no STATS line".into());
     }
-    if k("emitted") != Some(4) {
+    // `emitted` counts every record kind (issue 11): the 4 calls, the client's two close()s
+    // (a process with RM records gets a notice for each close) and its exit.
+    if k("emitted") != Some(7) {
         problems.push(format!(
-            "kernel emitted {:?}, want 4 (alloc, schedule, XFER alloc, free)",
+            "kernel emitted {:?}, want 7 (alloc, schedule, XFER alloc, free; 2 close and 1 exit \
+             notice)",
             k("emitted")
         ));
     }
@@ -1471,7 +1474,7 @@ fn judge_nvidia(r: &Results, c: &mut Vec<Check>) {
         problems.is_empty(),
         if problems.is_empty() {
             format!(
-                "4 records emitted, 1 ignored, 0 dropped; events of pid {}: {}",
+                "7 records emitted (4 calls, 2 close and 1 exit notice), 1 ignored, 0 dropped; events of pid {}: {}",
                 pid.unwrap_or(-1),
                 of_client
                     .iter()
@@ -1567,9 +1570,11 @@ fn judge_nvidia_device(r: &Results, c: &mut Vec<Check>) {
     }
     let stats = events.iter().find(|e| e["event"] == "STATS");
     let k = |name: &str| stats.and_then(|s| s["kernel"][name].as_u64());
-    if (k("emitted"), k("dropped"), k("read_failed")) != (Some(5), Some(0), Some(0)) {
+    // 5 calls, then the client's close() and exit notices (counted in `emitted` since issue 11).
+    if (k("emitted"), k("dropped"), k("read_failed")) != (Some(7), Some(0), Some(0)) {
         problems.push(format!(
-            "kernel counters emitted {:?} dropped {:?} read_failed {:?}: want 5, 0, 0",
+            "kernel counters emitted {:?} dropped {:?} read_failed {:?}: want 7 (5 calls, a close \
+             and an exit notice), 0, 0",
             k("emitted"),
             k("dropped"),
             k("read_failed")
@@ -1697,9 +1702,10 @@ fn judge_amd(r: &Results, c: &mut Vec<Check>) {
     }
     let stats = events.iter().find(|e| e["event"] == "STATS");
     let k = |name: &str| stats.and_then(|s| s["kernel"][name].as_u64());
-    if (k("emitted"), k("dropped")) != (Some(2), Some(0)) {
+    // 2 refused creates and the client's exit notice (close notices are for RM processes only).
+    if (k("emitted"), k("dropped")) != (Some(3), Some(0)) {
         problems.push(format!(
-            "kernel emitted {:?} dropped {:?}: want 2, 0",
+            "kernel emitted {:?} dropped {:?}: want 3 (2 calls, 1 exit notice), 0",
             k("emitted"),
             k("dropped")
         ));
@@ -1923,10 +1929,15 @@ fn judge_deep_hooks(r: &Results, c: &mut Vec<Check>) {
         st.as_ref().and_then(|s| s["kernel"][name].as_u64())
     };
     let (ss, ds) = (stats(&sys), stats(&deep));
-    if (k(&ss, "emitted"), k(&ds, "emitted"), k(&ds, "dropped")) != (Some(4), Some(4), Some(0)) {
+    // One record per call, none twice, plus the exit notice; the deep run also sends the
+    // driver's teardown (pqm_uninit) record. All counted in `emitted` since issue 11.
+    if (k(&ss, "emitted"), k(&ds, "emitted"), k(&ds, "dropped")) != (Some(5), Some(6), Some(0)) {
         problems.push(format!(
-            "kernel emitted {:?} (syscall) / {:?} (deep), dropped {:?}: want 4, 4, 0 (one record per call, none twice)",
-            k(&ss, "emitted"), k(&ds, "emitted"), k(&ds, "dropped")
+            "kernel emitted {:?} (syscall) / {:?} (deep), dropped {:?}: want 5 (4 calls + exit), \
+             6 (+ pqm_uninit), 0",
+            k(&ss, "emitted"),
+            k(&ds, "emitted"),
+            k(&ds, "dropped")
         ));
     }
     let refused = |kind: &str| {
@@ -1968,7 +1979,7 @@ fn judge_deep_hooks(r: &Results, c: &mut Vec<Check>) {
         problems.is_empty(),
         if problems.is_empty() {
             format!(
-                "client: create {:?}, update {:?}, cu_mask {:?}, destroy {:?}; {} events identical in both runs ({sched} refused SCHEDULE, {upd} refused SCHED_UPDATE); emitted 4 each",
+                "client: create {:?}, update {:?}, cu_mask {:?}, destroy {:?}; {} events identical in both runs ({sched} refused SCHEDULE, {upd} refused SCHED_UPDATE); emitted 5 / 6 (4 calls, the exit notice, and the deep run's teardown record)",
                 rc("create"), rc("update"), rc("cu_mask"), rc("destroy"), d_norm.len()
             )
         } else {
@@ -2008,9 +2019,10 @@ fn judge_deep_hooks(r: &Results, c: &mut Vec<Check>) {
     let kreleased = kstats
         .as_ref()
         .and_then(|s| s["unreported"]["kfd_release_no_queues"].as_u64());
-    if (k(&kstats, "emitted"), k(&kstats, "dropped"), kreleased) != (Some(4), Some(0), Some(1)) {
+    if (k(&kstats, "emitted"), k(&kstats, "dropped"), kreleased) != (Some(6), Some(0), Some(1)) {
         kproblems.push(format!(
-            "emitted {:?} dropped {:?} kfd_release_no_queues {kreleased:?}: want 4, 0, 1",
+            "emitted {:?} dropped {:?} kfd_release_no_queues {kreleased:?}: want 6 (4 calls, exit, \
+             pqm_uninit), 0, 1",
             k(&kstats, "emitted"),
             k(&kstats, "dropped")
         ));
@@ -2152,9 +2164,12 @@ fn judge_gpu_ext(r: &Results, c: &mut Vec<Check>, id: &'static str, run: &str) {
         .and_then(|s| s["unreported"]["gpu_ext_unmatched"].as_u64())
         .unwrap_or(0);
     let emitted = stats.and_then(|s| s["kernel"]["emitted"].as_u64());
-    if unmatched != 0 || emitted != Some(5) || mine.len() != 5 {
+    // `emitted` counts every record kind (issue 11): the 5 RM records, one record per gpu_ext
+    // hook that ran, and the client's close and exit notices: at least 7.
+    if unmatched != 0 || emitted.is_none_or(|e| e < 7) || mine.len() != 5 {
         problems.push(format!(
-            "want every hook taken up by its call (gpu_ext_unmatched {unmatched}), 5 RM records (emitted {emitted:?}) and 5 events (got {})",
+            "want every hook taken up by its call (gpu_ext_unmatched {unmatched}), 5 RM records + \
+             hook records + 2 notices (emitted {emitted:?}) and 5 events (got {})",
             mine.len()
         ));
     }
@@ -2633,8 +2648,8 @@ mod tests {
             "",
         );
         assert_eq!(st(&both, "f.deep_select"), Status::Fail);
-        // One call reported twice (the kernel emitted 5 for 4 calls), or an event that differs.
-        let twice = GOOD.replacen("\"emitted\":4,\"fd_lookup_failed\":0,\"denied\":0},\"malformed\":0,\"decode_errors\":0,\"live_at_exit\":0,\"unreported\":{\"kfd_release", "\"emitted\":5,\"fd_lookup_failed\":0,\"denied\":0},\"malformed\":0,\"decode_errors\":0,\"live_at_exit\":0,\"unreported\":{\"kfd_release", 1);
+        // One call reported twice (the kernel emitted 7 where 6 records were sent), or an event that differs.
+        let twice = GOOD.replacen("\"emitted\":6,\"fd_lookup_failed\":0,\"denied\":0},\"malformed\":0,\"decode_errors\":0,\"live_at_exit\":0,\"unreported\":{\"kfd_release", "\"emitted\":7,\"fd_lookup_failed\":0,\"denied\":0},\"malformed\":0,\"decode_errors\":0,\"live_at_exit\":0,\"unreported\":{\"kfd_release", 1);
         assert_ne!(twice, GOOD);
         assert_eq!(st(&twice, "f.deep_events"), Status::Fail);
         // Only the deep run's cu_mask event says another errno.
@@ -2720,7 +2735,7 @@ mod tests {
             ),
             ("kprobe_pmu=6", "kprobe_pmu=absent", "a.kprobes"),
             ("amdgpu_btf=2095369", "amdgpu_btf=absent", "a.module_btf"),
-            ("\"emitted\":4", "\"emitted\":3", "b.records"),
+            ("\"emitted\":7", "\"emitted\":6", "b.records"),
             ("\"allowed\":false", "\"allowed\":true", "b.records"),
             ("\"value\":1543503888", "\"value\":1543503889", "b.records"),
             ("nv tracer_exit=0", "nv tracer_exit=1", "b.load"),
@@ -2741,7 +2756,11 @@ mod tests {
                 "\"value\":1543503890},\"client\":3251634177,\"engine\"",
                 "b.nvdev",
             ),
-            ("\"emitted\":5", "\"emitted\":6", "b.nvdev"),
+            (
+                "\"ignored\":0,\"emitted\":7}}",
+                "\"ignored\":0,\"emitted\":8}}",
+                "b.nvdev",
+            ),
             (
                 "size=88 cmd=0xc0584b02 rc=-22",
                 "size=88 cmd=0xc0584b02 rc=-25",
@@ -2835,8 +2854,8 @@ mod tests {
             GOOD,
             "LAB-BEGIN amd.jsonl",
             &["STATS"],
-            "\"emitted\":2",
             "\"emitted\":3",
+            "\"emitted\":4",
         );
         assert_eq!(statuses(&extra)["c.trace"], Status::Fail);
     }

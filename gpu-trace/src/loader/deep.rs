@@ -123,6 +123,11 @@ impl DeepHooks {
     pub(super) fn keep(&mut self, t: Attached) {
         self.trampolines.push(t);
     }
+
+    /// Detaches the trampolines attached outside Aya.
+    pub(super) fn detach(&mut self) {
+        self.trampolines.clear();
+    }
 }
 
 impl KfdDeepPlan {

@@ -547,6 +547,27 @@ impl Tracer {
         })
     }
 
+    /// Detaches and unloads every program, keeping the maps: no record is written after this
+    /// returns (but one a program was writing at that moment may still arrive: drain until
+    /// the counters stop changing), and [`counters`](Self::counters) stays readable.
+    pub fn detach(&mut self) {
+        use aya::programs::Program;
+        self._deep.detach();
+        for (_, program) in self.ebpf.programs_mut() {
+            // Programs never loaded (the hooks not chosen) answer NotLoaded: nothing to do.
+            let _ = match program {
+                Program::RawTracePoint(p) => p.unload(),
+                Program::BtfTracePoint(p) => p.unload(),
+                Program::TracePoint(p) => p.unload(),
+                Program::KProbe(p) => p.unload(),
+                Program::FEntry(p) => p.unload(),
+                Program::FExit(p) => p.unload(),
+                Program::Lsm(p) => p.unload(),
+                _ => Ok(()),
+            };
+        }
+    }
+
     /// One line for the start-up report: which hook serves which event.
     pub fn describe_hooks(&self) -> String {
         self.hooks

@@ -4,7 +4,10 @@
 use serde::Serialize;
 
 /// Where an event happened: the calling thread at the time of the driver call.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+///
+/// Serializes as `ts_ns`, `cpu`, `pid`, `tid`, `comm` (UTF-8, bytes that are not UTF-8 as
+/// U+FFFD) and, only where that is not the exact name, `comm_bytes` (the bytes as an array).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Origin {
     /// CLOCK_MONOTONIC nanoseconds (`bpf_ktime_get_ns`).
     pub ts_ns: u64,
@@ -13,8 +16,27 @@ pub struct Origin {
     pub pid: u32,
     /// Thread id.
     pub tid: u32,
-    /// Thread name (`comm`) of the caller.
+    /// Thread name (`comm`) of the caller, every byte kept: print it through
+    /// [`crate::output::escape`], never raw.
     pub comm: String,
+}
+
+impl Serialize for Origin {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use crate::output::escape;
+        use serde::ser::SerializeStruct as _;
+        let exact = escape::is_exact(&self.comm);
+        let mut st = s.serialize_struct("Origin", if exact { 5 } else { 6 })?;
+        st.serialize_field("ts_ns", &self.ts_ns)?;
+        st.serialize_field("cpu", &self.cpu)?;
+        st.serialize_field("pid", &self.pid)?;
+        st.serialize_field("tid", &self.tid)?;
+        st.serialize_field("comm", &escape::lossy(&self.comm))?;
+        if !exact {
+            st.serialize_field("comm_bytes", &escape::raw_bytes(&self.comm))?;
+        }
+        st.end()
+    }
 }
 
 /// How a task (TSG / KFD queue) is identified in the output.

@@ -182,8 +182,14 @@ pub struct Stats {
     /// Objects still alive when tracing stopped. [`Stats::record`] counts the
     /// [`DestroyCause::TracerExit`] events here; set it directly only if those are not recorded.
     pub live_at_exit: u64,
-    /// Samples the ring buffer reader reports lost, if it reports any.
+    /// Samples the ring buffer reader reports lost, if it reports any. Live runs: records the
+    /// kernel counted as sent (`emitted`) that userspace never read (0 since the shutdown
+    /// drains the ring after detaching; `Some` only when not 0).
     pub lost_samples: Option<u64>,
+    /// Output lines (standard output or `-o`) dropped because the reader did not keep up.
+    pub output_lost: u64,
+    /// Records of `--record` dropped because the recording's reader did not keep up.
+    pub recording_lost: u64,
     /// Driver calls of interest that produced no event, by reason (e.g. `schedule_disable`,
     /// `schedule_unreadable`, `unknown_handle`): set from the trackers' counters at the end, so
     /// that nothing the tracer saw disappears without a count. Zero entries are left out.
@@ -577,6 +583,8 @@ impl Stats {
             ("live_at_exit", self.live_at_exit),
             ("pretrace_end", self.pretrace_end),
             ("mps_shared", self.mps_shared),
+            ("output_lost", self.output_lost),
+            ("recording_lost", self.recording_lost),
         ];
         rows.extend(
             optional
@@ -627,7 +635,7 @@ impl Stats {
                     out,
                     "{:<8} {:<16} {:>9} {:>8} {:>12} {:>7} {:>11} {:>12}",
                     pid,
-                    p.comm,
+                    crate::output::escape::escape_text(&p.comm),
                     p.task_init,
                     p.schedule,
                     p.sched_update,

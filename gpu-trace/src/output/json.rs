@@ -17,7 +17,8 @@
 //! | `cpu`    | integer | CPU the call ran on |
 //! | `pid`    | integer | process id (tgid) |
 //! | `tid`    | integer | thread id |
-//! | `comm`   | string  | thread name of the caller |
+//! | `comm`   | string  | thread name of the caller (bytes that are not UTF-8 shown as U+FFFD) |
+//! | `comm_bytes` | array of integers | only when `comm` is not the exact name (it was not UTF-8): the name's bytes |
 //! | `key`    | string or null | the task's identity, unique within the run: `"PID:0xCLIENT:0xHANDLE"` (NVIDIA: process, RM client and RM handle of the TSG, 8 hex digits each), `"PID:kfd:QUEUE"` (AMD), with `"#N"` appended for the N-th task with the same three in one run (N ≥ 2); every event of one task has the same key (docs/events.md). null only for a refused AMD `CREATE_QUEUE` |
 //! | `tsg`    | string  | the TSG column of the text output, same spelling: `"0x5c000015"` (RM handle), `"12"` (hardware TSG id), `"3"` (KFD queue id), `"?"` |
 //! | `handle` | string or null | NVIDIA: the TSG's RM handle in hex (`"0x5c000015"`), also once `tsg` shows the hardware id; for a channel-level call on a TSG this tracer did not see created, the handle the call named. null for AMD |
@@ -183,8 +184,10 @@
 //! | `pretrace_end`          | integer         | `PRETRACE_END` events; only when not 0 |
 //! | `mps_shared`            | integer         | `MPS_SHARED` events; only when not 0 |
 //! | `unreported`            | object          | driver calls of interest that produced no event, by reason (`schedule_unreadable`, `unreadable_params`, `unknown_handle`, `pretrace_calls`, `replaced_handles`, `failed_tsg_allocs`, `unknown_queue`, `replaced_queues`, `deep_unmatched`, `deep_unknown`, `kfd_release_no_queues`); only non-zero reasons; integers. `pretrace_calls`: calls of an RM client made before tracing that gave no event (some are also in `unknown_handle`) |
-//! | `lost_samples`          | integer or null | samples the ring buffer reader reported lost; null when it does not report them |
-//! | `processes`             | array           | one object per process, by ascending pid: `pid`, `comm` (first seen), `task_init`, `schedule`, `schedule_refused`, `sched_update`, `preempt`, `work_submit`, `task_destroy` |
+//! | `lost_samples`          | integer or null | live runs: records the kernel sent (`emitted`) that were never read; null when none were lost |
+//! | `output_lost`           | integer         | only when not 0: output lines dropped because the output's reader did not keep up (a stalled pipe, FIFO or disk) |
+//! | `recording_lost`        | integer         | only when not 0: records of `--record` dropped because the recording's reader did not keep up |
+//! | `processes`             | array           | one object per process, by ascending pid: `pid`, `comm` (first seen; `comm_bytes` as in events), `task_init`, `schedule`, `schedule_refused`, `sched_update`, `preempt`, `work_submit`, `task_destroy` |
 //! | `engines`               | array           | per engine, by name: `engine` (NVIDIA `"GRAPHICS"`, `"COPY"`, ...; AMD queue type; `"?"` not known), `task_init`, `schedule`, `sched_update`, `preempt` |
 //! | `gpus`                  | array           | per GPU: `gpu` (index, null when not known), `live` (tasks alive now), `max_live` (most alive at once) |
 //! | `runlists`              | array           | per GPU and runlist: `gpu`, `runlist`, `live`, `max_live`; a task counts on its runlist from the first event that names it (NVIDIA: its first `WORK_SUBMIT`) |
@@ -323,6 +326,10 @@ struct StatsLine<'a> {
     mps_shared: u64,
     unreported: std::collections::BTreeMap<&'static str, u64>,
     lost_samples: Option<u64>,
+    #[serde(skip_serializing_if = "is_zero")]
+    output_lost: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    recording_lost: u64,
     processes: Vec<ProcessLine<'a>>,
     engines: Vec<EngineLine<'a>>,
     gpus: Vec<GpuLine>,
@@ -335,7 +342,9 @@ struct StatsLine<'a> {
 #[derive(Serialize)]
 struct ProcessLine<'a> {
     pid: u32,
-    comm: &'a str,
+    comm: std::borrow::Cow<'a, str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    comm_bytes: Option<std::borrow::Cow<'a, [u8]>>,
     task_init: u64,
     schedule: u64,
     schedule_refused: u64,
@@ -416,11 +425,15 @@ pub fn stats_json(stats: &Stats, is_final: bool) -> String {
             .map(|(&k, &v)| (k, v))
             .collect(),
         lost_samples: stats.lost_samples,
+        output_lost: stats.output_lost,
+        recording_lost: stats.recording_lost,
         processes: stats
             .processes()
             .map(|(pid, p)| ProcessLine {
                 pid,
-                comm: &p.comm,
+                comm: super::escape::lossy(&p.comm),
+                comm_bytes: (!super::escape::is_exact(&p.comm))
+                    .then(|| super::escape::raw_bytes(&p.comm)),
                 task_init: p.task_init,
                 schedule: p.schedule,
                 schedule_refused: p.schedule_refused,
@@ -468,6 +481,7 @@ pub fn stats_json(stats: &Stats, is_final: bool) -> String {
     };
     serde_json::to_string(&line).expect("STATS serializes")
 }
+
 
 /// The marker line after which docs/json-schema.md holds this module's documentation.
 pub const SCHEMA_DOC_MARKER: &str = "<!-- generated from gpu-trace/src/output/json.rs -->";

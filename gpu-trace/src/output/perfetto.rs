@@ -20,6 +20,12 @@
 //!   (the file is not a terminal; `-v` only concerns the printed output). An event that belongs
 //!   to no task becomes a process-scoped instant.
 //!
+//! Events do not have to come in timestamp order (a live ring buffer delivers records from
+//! different CPUs slightly out of order): the writer tolerates disorder. Perfetto sorts events by
+//! `ts` itself; the one thing disorder could break is a slice, so an `E` or an instant older than
+//! its slice's `B` is placed at the `B` (its args keep the true `ts_ns`), and `otherData` counts
+//! them as `placed_at_slice_begin`.
+//!
 //! Field names in args are those of the JSON lines output (docs/json-schema.md), plus `time`
 //! (wall clock, UTC), `ts_ns` (CLOCK_MONOTONIC ns), `cpu`, `tid` and `comm` of the calling thread,
 //! and `amd` (the queue's properties) for AMD KFD events.
@@ -53,6 +59,8 @@ type TaskKey = (u32, String);
 struct Track {
     tid: u32,
     slice: String,
+    /// When the slice began: nothing on the track is placed before it.
+    begin_ns: u64,
 }
 
 /// Writes a Chrome JSON trace as events arrive; [`PerfettoWriter::finish`] closes it.
@@ -60,6 +68,9 @@ pub struct PerfettoWriter<W: Write> {
     out: W,
     clock: Clock,
     wrote_any: bool,
+    /// Events placed at their track's begin because they came earlier (live ring order is not
+    /// timestamp order across CPUs).
+    clamped: u64,
     open: HashMap<TaskKey, Track>,
     named: HashSet<u32>,
     next_track: u32,
@@ -103,6 +114,7 @@ impl<W: Write> PerfettoWriter<W> {
             out,
             clock,
             wrote_any: false,
+            clamped: 0,
             open: HashMap::new(),
             named: HashSet::new(),
             next_track: 0,
@@ -181,7 +193,13 @@ impl<W: Write> PerfettoWriter<W> {
         }
         m.insert("cpu".into(), o.cpu.into());
         m.insert("tid".into(), o.tid.into());
-        m.insert("comm".into(), o.comm.clone().into());
+        m.insert("comm".into(), super::escape::lossy(&o.comm).into());
+        if !super::escape::is_exact(&o.comm) {
+            m.insert(
+                "comm_bytes".into(),
+                super::escape::raw_bytes(&o.comm).into_owned().into(),
+            );
+        }
         if let Some(amd) = ev.amd.as_ref().and_then(|a| serde_json::to_value(a).ok()) {
             m.insert("amd".into(), amd);
         }
@@ -190,7 +208,8 @@ impl<W: Write> PerfettoWriter<W> {
 
     fn name_process(&mut self, pid: u32, process_name: &str) -> io::Result<()> {
         if self.named.insert(pid) {
-            self.metadata("process_name", pid, pid, process_name)?;
+            let name = super::escape::lossy(process_name);
+            self.metadata("process_name", pid, pid, &name)?;
         }
         Ok(())
     }
@@ -209,12 +228,30 @@ impl<W: Write> PerfettoWriter<W> {
         self.metadata("thread_name", pid, tid, track_name)?;
         let slice = task_label(task);
         self.timed("B", ts_ns, pid, tid, &slice, None, args)?;
-        self.open.insert(task_key(pid, task), Track { tid, slice });
+        self.open.insert(
+            task_key(pid, task),
+            Track {
+                tid,
+                slice,
+                begin_ns: ts_ns,
+            },
+        );
         Ok(tid)
     }
 
     fn close_track(&mut self, pid: u32, track: Track, ts_ns: u64, args: Value) -> io::Result<()> {
-        self.timed("E", ts_ns, pid, track.tid, &track.slice, None, args)
+        let ts = self.not_before(ts_ns, track.begin_ns);
+        self.timed("E", ts, pid, track.tid, &track.slice, None, args)
+    }
+
+    /// `ts_ns`, or `begin_ns` when the event is older than the slice it belongs in (counted).
+    fn not_before(&mut self, ts_ns: u64, begin_ns: u64) -> u64 {
+        if ts_ns < begin_ns {
+            self.clamped += 1;
+            begin_ns
+        } else {
+            ts_ns
+        }
     }
 
     /// The open track of `task`, opened at `trace_start_ns` if the task was created before the
@@ -277,6 +314,11 @@ impl<W: Write> PerfettoWriter<W> {
             }
             _ => {
                 let tid = self.track_of(pid, task, trace_start_ns)?;
+                let begin = self
+                    .open
+                    .get(&task_key(pid, task))
+                    .map_or(ts, |t| t.begin_ns);
+                let ts = self.not_before(ts, begin);
                 self.timed("i", ts, pid, tid, ev.kind.name(), Some("t"), fields)?;
             }
         }
@@ -296,10 +338,16 @@ impl<W: Write> PerfettoWriter<W> {
                 json!({"note": "still alive when the trace ended"}),
             )?;
         }
-        let other: Map<String, Value> = other
+        let mut other: Map<String, Value> = other
             .iter()
             .map(|(k, v)| (k.to_string(), Value::from(v.as_str())))
             .collect();
+        if self.clamped > 0 {
+            other.insert(
+                "placed_at_slice_begin".into(),
+                Value::from(self.clamped.to_string()),
+            );
+        }
         write!(self.out, "\n],\n\"otherData\":{}}}\n", Value::Object(other))?;
         self.out.flush()?;
         Ok(self.out)
@@ -396,6 +444,35 @@ mod tests {
             .iter()
             .map(|e| e["ph"].as_str().unwrap().to_string())
             .collect()
+    }
+
+    #[test]
+    fn events_older_than_their_slice_are_placed_at_its_begin() {
+        // Ring order from two CPUs: the schedule (2.0 µs) and the destroy (2.5 µs) arrive after
+        // a TASK_INIT stamped 3.0 µs.
+        let v = write(
+            &[
+                init(3_000, 42, 0x5c00_0015),
+                schedule(2_000, 42, 0x5c00_0015),
+                destroy(2_500, 42, 0x5c00_0015),
+            ],
+            2_000,
+            3_000,
+        );
+        let evs = v["traceEvents"].as_array().unwrap();
+        let timed = evs.iter().filter(|e| e["ph"] != "M").count();
+        let ts_of = |ph: &str| {
+            evs.iter()
+                .find(|e| e["ph"] == ph)
+                .map(|e| e["ts"].as_f64().unwrap())
+                .unwrap()
+        };
+        assert_eq!(timed, 3);
+        assert_eq!((ts_of("B"), ts_of("i"), ts_of("E")), (3.0, 3.0, 3.0));
+        // The args keep the true times.
+        let i = evs.iter().find(|e| e["ph"] == "i").unwrap();
+        assert_eq!(i["args"]["ts_ns"], 2_000);
+        assert_eq!(v["otherData"]["placed_at_slice_begin"], "2");
     }
 
     #[test]

@@ -93,7 +93,7 @@ impl TextFormatter {
             o.cpu,
             ev.kind.name(),
             o.pid,
-            o.comm,
+            super::escape::escape_text(&o.comm),
             task_id(ev.kind.task()),
         );
         match &ev.amd {
