@@ -36,6 +36,8 @@ pub enum RunError {
     Record(#[from] RecordError),
     #[error("{what}: {source}")]
     Io { what: String, source: io::Error },
+    #[error(transparent)]
+    Metrics(#[from] crate::metrics::server::ServeError),
 }
 
 impl RunError {
@@ -78,6 +80,9 @@ pub fn detect_vendor() -> Result<Vendor, RunError> {
 }
 
 fn open_output(args: &OutputArgs) -> Result<Box<dyn Write>, RunError> {
+    if args.quiet {
+        return Ok(Box::new(io::sink()));
+    }
     Ok(match &args.output {
         Some(path) => Box::new(BufWriter::new(
             File::create(path).map_err(io_err(format!("creating {}", path.display())))?,
@@ -157,6 +162,8 @@ pub async fn run_live(args: &TraceArgs) -> Result<Summary, RunError> {
         deep_hooks: !args.no_deep_hooks,
         deep_attach: args.deep_attach,
     };
+    // Bound before loading: a busy port or a refused address stops the run before any hook.
+    let metrics = crate::metrics::server::serve(&args.metrics, args.ring_size)?;
     let mut tracer = Tracer::load(&options)?;
     let clock = Clock::from_system().map_err(io_err("reading the clocks"))?;
     let what = match &kfd {
@@ -197,7 +204,12 @@ pub async fn run_live(args: &TraceArgs) -> Result<Summary, RunError> {
         None => None,
     };
 
-    let mut pipeline = new_pipeline(&args.output, clock)?;
+    let pipeline = new_pipeline(&args.output, clock)?;
+    let (mut pipeline, _metrics_server) = match metrics {
+        Some((m, server)) => (pipeline.with_metrics(m), Some(server)),
+        None => (pipeline, None),
+    };
+    let mut health = tokio::time::interval(Duration::from_secs(1));
     let ring = tracer.take_ring_buffer()?;
     // SAFETY: the ring buffer owns its map fd and keeps it open for as long as the AsyncFd
     // that owns the ring buffer lives; nothing else closes it.
@@ -226,6 +238,12 @@ pub async fn run_live(args: &TraceArgs) -> Result<Summary, RunError> {
             _ = sigint.recv() => break,
             _ = sigterm.recv() => break,
             _ = &mut sleep => break,
+            _ = health.tick(), if _metrics_server.is_some() => {
+                let counters = tracer.counters()?;
+                if let Some(m) = pipeline.metrics_mut() {
+                    m.set_kernel(&counters);
+                }
+            }
             guard = ring.readable_mut() => {
                 let mut guard = guard.map_err(io_err("waiting for the ring buffer"))?;
                 drain(guard.get_inner_mut(), &mut pipeline, &mut recorder)?;
