@@ -2,7 +2,9 @@
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod bench_metrics;
 mod dist;
+mod fleet;
 mod r#gen;
 mod lab;
 
@@ -28,6 +30,10 @@ enum Task {
     /// completions, as a tarball and a .deb under target/dist; --check installs both into a
     /// fresh Debian root (root, debootstrap) and runs them there.
     Dist(dist::DistArgs),
+    /// Check the fleet deployment (docs/fleet.md): deploy/daemonset.yaml against the Kubernetes
+    /// schema, deploy/*.yml with promtool, and the FROM scratch image built with podman and run
+    /// with runc (version, a replay, a live start with the DaemonSet's privileges).
+    Fleet(fleet::FleetArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -37,5 +43,6 @@ fn main() -> anyhow::Result<()> {
         Task::Lab(args) => lab::run(args),
         Task::Gen(args) => r#gen::run(args),
         Task::Dist(args) => dist::run(args),
+        Task::Fleet(args) => fleet::run(args),
     }
 }
