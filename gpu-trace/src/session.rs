@@ -211,6 +211,13 @@ pub async fn run_live(args: &TraceArgs) -> Result<Summary, RunError> {
     };
     let mut health = tokio::time::interval(Duration::from_secs(1));
     let ring = tracer.take_ring_buffer()?;
+    if let Some(m) = pipeline.metrics_mut() {
+        use std::os::fd::AsFd as _;
+        match crate::metrics::ring::RingFill::new(ring.as_fd()) {
+            Ok(fill) => m.set_ring_fill(move || fill.used_bytes()),
+            Err(e) => eprintln!("gpu-trace: (metrics: ring-buffer fill not available: {e})"),
+        }
+    }
     // SAFETY: the ring buffer owns its map fd and keeps it open for as long as the AsyncFd
     // that owns the ring buffer lives; nothing else closes it.
     let mut ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }

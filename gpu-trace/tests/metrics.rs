@@ -125,6 +125,54 @@ fn a_real_recording_shows_the_jobs_tsgs_by_engine() {
     assert_eq!(sample(&t, "gpu_trace_decode_errors_total"), Some(0.0));
 }
 
+/// `gpu_trace_ring_buffer_used_bytes` reads the kernel's positions: with 100 records waiting,
+/// the fill equals what the kernel's ring-buffer layout says they occupy (each record behind an
+/// 8-byte header, rounded up to 8 bytes: BPF_RINGBUF_HDR_SZ in kernel/bpf/ringbuf.c), and 0 once
+/// they are read.
+#[test]
+fn ring_fill_reads_the_kernels_positions() {
+    use std::os::fd::AsFd as _;
+    let test = "ring_fill_reads_the_kernels_positions";
+    if let Some(why) = cannot_trace() {
+        common::skipped(test, why);
+        return;
+    }
+    let options = gpu_trace::loader::LoadOptions {
+        extra_device: Some(watched_dev()),
+        ring_bytes: 1 << 20,
+        // Only this process: other processes on the machine may use the watched device too.
+        filter_tgid: Some(std::process::id()),
+        ..Default::default()
+    };
+    let mut tracer = match gpu_trace::loader::Tracer::load(&options) {
+        Ok(t) => t,
+        Err(e) if e.is_unsupported() => {
+            common::skipped(test, e);
+            return;
+        }
+        Err(e) => panic!("{test}: loading failed: {e}"),
+    };
+    let mut ring = tracer.take_ring_buffer().unwrap();
+    let fill = gpu_trace::metrics::ring::RingFill::new(ring.as_fd()).expect("mapping the ring");
+    while ring.next().is_some() {}
+    assert_eq!(fill.used_bytes(), 0);
+    let dev = watched(); // kept open: closing it would add a record
+    let s = Schedule::new(0xC1D0_0009, 0x5C00_0009);
+    for _ in 0..100 {
+        assert_eq!(s.issue(&dev), -ENOTTY);
+    }
+    let used = fill.used_bytes();
+    let (mut n, mut want) = (0, 0u64);
+    while let Some(item) = ring.next() {
+        n += 1;
+        want += (item.len() as u64 + 8).next_multiple_of(8);
+    }
+    assert_eq!(n, 100, "one record per call");
+    assert_eq!(used, want, "{test}: fill before reading");
+    assert_eq!(fill.used_bytes(), 0, "{test}: fill after reading");
+    drop(dev);
+}
+
 // ---------------------------------------------------------------------------------------------
 // A real Prometheus.
 
@@ -370,6 +418,11 @@ fn a_real_prometheus_scrapes_counts_equal_to_the_calls_issued() {
     });
     let records = records.first().map_or(0.0, |r| r.1);
     assert!(records >= 2.0 * issued as f64, "{test}: records {records}");
+    let fill = query(prom_addr, "gpu_trace_ring_buffer_used_bytes");
+    assert!(
+        fill.len() == 1 && (0.0..=16_777_216.0).contains(&fill[0].1),
+        "{test}: ring fill {fill:?}"
+    );
     assert!(
         query(prom_addr, "gpu_trace_build_info").len() == 1,
         "{test}: build_info missing"

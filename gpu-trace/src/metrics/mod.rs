@@ -16,6 +16,7 @@
 //! (`comm="__overflow__"`), so a fork storm of uniquely named processes cannot grow the scrape.
 
 pub mod process;
+pub mod ring;
 pub mod server;
 
 use std::{collections::HashMap, sync::Arc};
@@ -199,6 +200,13 @@ doc!(
     "Size of the ring buffer (--ring-size); 0 in replay."
 );
 doc!(
+    RING_USED,
+    "gpu_trace_ring_buffer_used_bytes",
+    "gauge",
+    "",
+    "Bytes the kernel programs wrote to the ring buffer and gpu-trace has not read yet, at scrape time (near gpu_trace_ring_buffer_bytes: records are about to be dropped). Absent in replay."
+);
+doc!(
     BUILD,
     "gpu_trace_build_info",
     "info",
@@ -237,6 +245,7 @@ pub const REFERENCE: &[MetricDoc] = &[
     DENIED,
     OVERFLOWED,
     RING,
+    RING_USED,
     BUILD,
     CPU,
     RSS,
@@ -437,6 +446,7 @@ pub struct Metrics {
     lifetime: Family<HwLabels, Histogram>,
     latency: Family<HwLabels, Histogram>,
     health: Health,
+    ring_fill: RingCollector,
     comms: Interner<String>,
     gpus: Interner<u32>,
     workloads: Interner<Workload, (String, String)>,
@@ -514,7 +524,9 @@ impl Metrics {
                 version: env!("CARGO_PKG_VERSION"),
             }),
         );
+        let ring_fill = RingCollector::default();
         registry.register_collector(Box::new(process::ProcessCollector));
+        registry.register_collector(Box::new(ring_fill.clone()));
         Self {
             registry: Arc::new(registry),
             events,
@@ -524,6 +536,7 @@ impl Metrics {
             lifetime,
             latency,
             health,
+            ring_fill,
             comms: Interner::new(config.max_comms),
             gpus: Interner::new(config.max_gpus),
             workloads: Interner::new(config.max_workloads),
@@ -541,6 +554,12 @@ impl Metrics {
     /// The scrape body (OpenMetrics text, as the server sends it).
     pub fn encode(&self) -> String {
         encode(&self.registry)
+    }
+
+    /// Where the ring buffer's fill is read at each scrape (a live run's [`ring::RingFill`]);
+    /// without it, `gpu_trace_ring_buffer_used_bytes` is not served. Set once.
+    pub fn set_ring_fill(&self, used_bytes: impl Fn() -> u64 + Send + Sync + 'static) {
+        let _ = self.ring_fill.0.set(Box::new(used_bytes));
     }
 
     /// `--ring-size` of the live run.
@@ -788,6 +807,31 @@ impl Metrics {
             fd_lookup_failed: k.fd_lookup_failed.max(last.fd_lookup_failed),
             denied: k.denied.max(last.denied),
         };
+    }
+}
+
+/// Serves `gpu_trace_ring_buffer_used_bytes` once a reader is set.
+#[derive(Clone, Default)]
+struct RingCollector(Arc<std::sync::OnceLock<Box<dyn Fn() -> u64 + Send + Sync>>>);
+
+impl std::fmt::Debug for RingCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RingCollector")
+    }
+}
+
+impl prometheus_client::collector::Collector for RingCollector {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        use prometheus_client::{encoding::EncodeMetric, metrics::gauge::ConstGauge};
+        let Some(read) = self.0.get() else {
+            return Ok(());
+        };
+        let g = ConstGauge::new(read() as i64);
+        let m = encoder.encode_descriptor(RING_USED.name, RING_USED.help, None, g.metric_type())?;
+        g.encode(m)
     }
 }
 

@@ -352,6 +352,14 @@ fn health_counters_follow_absolute_readings() {
     assert_eq!(sample(&t, "gpu_trace_decode_errors_total"), Some(4.0));
     assert_eq!(sample(&t, "gpu_trace_malformed_records_total"), Some(2.0));
     assert_eq!(sample(&t, "gpu_trace_ring_buffer_bytes"), Some(1048576.0));
+    // No reader of the ring's positions (replay): the fill is not served rather than invented.
+    assert_eq!(sample(&t, "gpu_trace_ring_buffer_used_bytes"), None);
+    m.set_ring_fill(|| 12_345);
+    let t = m.encode();
+    assert_eq!(
+        sample(&t, "gpu_trace_ring_buffer_used_bytes"),
+        Some(12345.0)
+    );
     let cpu = sample(&t, "process_cpu_seconds_total").expect("cpu seconds");
     assert!(cpu > 0.0, "{cpu}");
     assert_eq!(
@@ -371,6 +379,7 @@ fn health_counters_follow_absolute_readings() {
 #[test]
 fn the_reference_lists_exactly_the_metrics_served() {
     let mut m = Metrics::new(MetricsConfig::default());
+    m.set_ring_fill(|| 4096);
     see(&mut m, S, 5, "p", init(1, Engine::Copy, 0, Some(100)));
     see(&mut m, S + 1, 5, "p", schedule(1, true, None));
     see(&mut m, 2 * S, 5, "p", destroy(1, DestroyCause::Free));
