@@ -436,3 +436,38 @@ fn a_real_prometheus_scrapes_counts_equal_to_the_calls_issued() {
     assert_eq!(f.status.code(), Some(0), "{}", f.stderr);
     assert!(f.stdout.is_empty(), "--quiet printed: {}", tail(&f.stdout));
 }
+
+/// Usage errors exit 2 before anything loads; a port in use stops the run before any hook
+/// (exit 1, saying so). No root needed: both come before the programs are loaded.
+#[test]
+fn metrics_address_errors_stop_the_run_early() {
+    let run = |args: &[&str]| {
+        Command::new(gpu_trace_bin())
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("running gpu-trace")
+    };
+    let out = run(&["--vendor", "nvidia", "--metrics", "0.0.0.0:9464"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "non-loopback without --metrics-allow-remote"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--metrics-allow-remote"));
+    let out = run(&["--vendor", "nvidia", "--metrics-allow-remote"]);
+    assert_eq!(out.status.code(), Some(2), "--metrics-allow-remote alone");
+    let out = run(&["--quiet", "-o", "x.txt"]);
+    assert_eq!(out.status.code(), Some(2), "--quiet with -o");
+
+    let busy = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = busy.local_addr().unwrap().to_string();
+    let out = run(&["--vendor", "nvidia", "--metrics", &addr, "--duration", "1"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("cannot listen"), "{stderr}");
+    assert!(
+        !stderr.contains("hooks:"),
+        "attached despite the busy port: {stderr}"
+    );
+}

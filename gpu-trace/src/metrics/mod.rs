@@ -13,7 +13,8 @@
 //! distinct process names, [`MetricsConfig::max_gpus`] distinct GPUs and
 //! [`MetricsConfig::max_workloads`] distinct container/pod pairs get their own series over the
 //! life of the tracer, and every later one is counted under the value [`OVERFLOW`]
-//! (`comm="__overflow__"`), so a fork storm of uniquely named processes cannot grow the scrape.
+//! (`comm="__overflow__"`), so a fork storm of uniquely named processes cannot grow the scrape;
+//! [`MetricsConfig::max_label_sets`] caps the combinations.
 
 pub mod process;
 pub mod ring;
@@ -50,6 +51,9 @@ pub struct MetricsConfig {
     pub max_gpus: usize,
     /// Distinct (container, pod) pairs with their own series.
     pub max_workloads: usize,
+    /// Distinct (gpu, engine, comm, container, pod) label sets: each label is capped, this caps
+    /// their combinations (the series of every per-task metric).
+    pub max_label_sets: usize,
 }
 
 impl Default for MetricsConfig {
@@ -58,6 +62,7 @@ impl Default for MetricsConfig {
             max_comms: 128,
             max_gpus: 64,
             max_workloads: 256,
+            max_label_sets: 1024,
         }
     }
 }
@@ -451,6 +456,8 @@ pub struct Metrics {
     gpus: Interner<u32>,
     workloads: Interner<Workload, (String, String)>,
     series: HashMap<SeriesKey, Series>,
+    /// [`MetricsConfig::max_label_sets`].
+    max_series: usize,
     hists: HashMap<(u32, u8), Hist>,
     tasks: HashMap<(u32, u32, (u8, u32)), TaskState>,
 }
@@ -540,6 +547,7 @@ impl Metrics {
             comms: Interner::new(config.max_comms),
             gpus: Interner::new(config.max_gpus),
             workloads: Interner::new(config.max_workloads),
+            max_series: config.max_label_sets,
             series: HashMap::new(),
             hists: HashMap::new(),
             tasks: HashMap::new(),
@@ -715,12 +723,23 @@ impl Metrics {
             }),
             _ => 0,
         };
-        SeriesKey {
+        let key = SeriesKey {
             gpu,
             engine,
             comm,
             workload,
+        };
+        if self.series.len() >= self.max_series && !self.series.contains_key(&key) {
+            // Each label is capped, but not their product: past the cap on label sets, every
+            // new combination shares one series.
+            return SeriesKey {
+                gpu: OVERFLOW_IX,
+                engine: 0,
+                comm: OVERFLOW_IX,
+                workload: OVERFLOW_IX,
+            };
         }
+        key
     }
 
     fn series_mut(&mut self, key: SeriesKey) -> &mut Series {
@@ -859,8 +878,10 @@ pub fn reference_markdown() -> String {
     }
     s.push_str(&format!(
         "\nLabel caps (distinct values over the tracer's life; later ones are counted under \
-         `{OVERFLOW}`): `comm` {}, `gpu` {}, `container`/`pod` pairs {}.\n",
-        c.max_comms, c.max_gpus, c.max_workloads
+         `{OVERFLOW}`): `comm` {}, `gpu` {}, `container`/`pod` pairs {}; and {} label sets \
+         (gpu, engine, comm, container, pod) in all, past which new combinations share one \
+         series with `gpu`, `comm`, `container` and `pod` = `{OVERFLOW}`.\n",
+        c.max_comms, c.max_gpus, c.max_workloads, c.max_label_sets
     ));
     s
 }

@@ -312,6 +312,42 @@ fn a_fork_storm_of_unique_names_is_capped_into_the_overflow_series() {
     assert!(t.len() < 40_000, "{} bytes", t.len());
 }
 
+/// Each label under its own cap, but too many combinations: 40 GPUs × 3 names = 120 label sets
+/// against a cap of 16. The rest share the all-overflow series; the totals still add up.
+#[test]
+fn combinations_past_the_label_set_cap_share_one_series() {
+    let mut m = Metrics::new(MetricsConfig {
+        max_label_sets: 16,
+        ..MetricsConfig::default()
+    });
+    let mut task = 0;
+    for gpu in 0..40 {
+        for name in ["a", "b", "c"] {
+            task += 1;
+            see(&mut m, S, 10, name, init(task, Engine::Copy, gpu, None));
+        }
+    }
+    let t = m.encode();
+    let lines: Vec<&str> = t
+        .lines()
+        .filter(|l| l.starts_with("gpu_trace_live_tasks{"))
+        .collect();
+    assert_eq!(lines.len(), 17, "{lines:#?}");
+    assert_eq!(sum_of(&lines), 120.0);
+    let over = format!(
+        "gpu_trace_live_tasks{{gpu=\"{OVERFLOW}\",engine=\"\",comm=\"{OVERFLOW}\",\
+         container=\"{OVERFLOW}\",pod=\"{OVERFLOW}\"}}"
+    );
+    assert_eq!(sample(&t, &over), Some(120.0 - 16.0), "{t}");
+}
+
+fn sum_of(lines: &[&str]) -> f64 {
+    lines
+        .iter()
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .sum()
+}
+
 #[test]
 fn untrusted_names_are_escaped_and_stripped_of_control_characters() {
     let mut m = Metrics::new(MetricsConfig::default());
