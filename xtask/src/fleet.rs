@@ -256,38 +256,69 @@ fn image(root: &Path) -> Result<()> {
     daemonset_privileges(&tag)
 }
 
-/// Starts the image live with exactly deploy/daemonset.yaml's privileges (it must attach), and
-/// once more without CAP_PERFMON (it must refuse, exit 3).
+/// Starts the image live with exactly deploy/daemonset.yaml's privileges (it must attach and
+/// serve /metrics), and once more without CAP_PERFMON (it must refuse, exit 3).
 fn daemonset_privileges(tag: &str) -> Result<()> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         skipped("a live start with the DaemonSet's privileges", "needs root");
         return Ok(());
     }
-    let run = |caps: &str| -> Result<Output> {
-        output(
-            podman_run()
-                .args(["--network=none", "--pid=host", "--read-only"])
-                .args(["--security-opt", "seccomp=unconfined"])
-                .args(["--cap-drop=ALL", &format!("--cap-add={caps}")])
-                .args(["-v", "/sys/kernel/btf:/sys/kernel/btf:ro"])
-                .args(["-v", "/sys/kernel/tracing:/sys/kernel/tracing:ro"])
-                .args([tag, "--vendor=nvidia", "--watch-device=/dev/full"])
-                .args(["--metrics=0.0.0.0:9464", "--metrics-allow-remote"])
-                .args(["--quiet", "--duration=1"]),
-        )
+    // The host's network (to scrape it from here), on a free loopback port.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let live = |caps: &str| {
+        let mut c = podman_run();
+        c.args(["--network=host", "--pid=host", "--read-only"])
+            .args(["--security-opt", "seccomp=unconfined"])
+            .args(["--cap-drop=ALL", &format!("--cap-add={caps}")])
+            .args(["-v", "/sys/kernel/btf:/sys/kernel/btf:ro"])
+            .args(["-v", "/sys/kernel/tracing:/sys/kernel/tracing:ro"])
+            .args([tag, "--vendor=nvidia", "--watch-device=/dev/full"])
+            .arg(format!("--metrics=127.0.0.1:{port}"))
+            .args(["--metrics-allow-remote", "--quiet", "--duration=4"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        c
     };
-    let out = run("BPF,PERFMON")?;
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    if !out.status.success() {
-        bail!(
-            "the image did not trace with the DaemonSet's privileges ({}):\n{stderr}",
-            out.status
-        );
+    let child = live("BPF,PERFMON")
+        .spawn()
+        .context("starting the image with podman")?;
+    // Scrape it while it runs, once it traces (the endpoint is up before the programs load;
+    // the ring's fill is served from then on). Bounded: 30 × 0.2 s.
+    let mut scraped = None;
+    for _ in 0..30 {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        if let Ok(body) = http_get_metrics(port) {
+            let tracing = body.contains("gpu_trace_ring_buffer_used_bytes");
+            scraped = Some(body);
+            if tracing {
+                break;
+            }
+        }
     }
+    let out = child.wait_with_output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        out.status.success(),
+        "the image did not trace with the DaemonSet's privileges ({}):\n{stderr}",
+        out.status
+    );
     ensure!(stderr.contains("hooks:"), "no hooks reported:\n{stderr}");
-    println!("fleet: live start with CAP_BPF + CAP_PERFMON, hostPID, read-only mounts: attached");
-    let out = run("BPF")?;
+    let Some(body) = scraped else {
+        bail!("the image's /metrics on 127.0.0.1:{port} never answered:\n{stderr}");
+    };
+    ensure!(
+        body.contains("gpu_trace_build_info{version=")
+            && body.contains("gpu_trace_ring_buffer_used_bytes"),
+        "the image's /metrics lacks gpu-trace's metrics:\n{body}"
+    );
+    println!(
+        "fleet: live start with CAP_BPF + CAP_PERFMON, hostPID, read-only mounts: attached, \
+         /metrics scraped"
+    );
+    let out = live("BPF").output()?;
     ensure!(
         out.status.code() == Some(3),
         "without CAP_PERFMON the image should refuse with exit 3, got {}",
@@ -295,6 +326,19 @@ fn daemonset_privileges(tag: &str) -> Result<()> {
     );
     println!("fleet: without CAP_PERFMON: refused (exit 3), so the DaemonSet needs it");
     Ok(())
+}
+
+/// `GET /metrics` on a loopback port: the body of a 200 answer.
+fn http_get_metrics(port: u16) -> Result<String> {
+    use std::io::{Read as _, Write as _};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5)))?;
+    write!(s, "GET /metrics HTTP/1.0\r\n\r\n")?;
+    let mut r = String::new();
+    s.read_to_string(&mut r)?;
+    let (head, body) = r.split_once("\r\n\r\n").context("no HTTP header")?;
+    ensure!(head.contains(" 200 "), "{head}");
+    Ok(body.to_string())
 }
 
 /// `--cost`: the fixtures' records repeated to `args.records` (timestamps not shifted: the
