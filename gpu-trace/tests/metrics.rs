@@ -361,12 +361,19 @@ fn a_real_prometheus_scrapes_counts_equal_to_the_calls_issued() {
     let up = wait_for(prom_addr, "up{job=\"gpu-trace\"}", |r| {
         r.iter().any(|(_, v)| *v == 1.0)
     });
+    let log = || std::fs::read_to_string(prom.dir.join("prometheus.log")).unwrap_or_default();
     assert_eq!(
         up.len(),
         1,
-        "{test}: Prometheus has no gpu-trace target: {up:?}"
+        "{test}: Prometheus has no gpu-trace target: {up:?}; its log:\n{}",
+        tail(&log())
     );
-    assert_eq!(up[0].1, 1.0, "{test}: gpu-trace scrape is down");
+    assert_eq!(
+        up[0].1,
+        1.0,
+        "{test}: gpu-trace scrape is down; Prometheus's log:\n{}",
+        tail(&log())
+    );
 
     // Other processes on this machine may use the watched device too: count ours, by name.
     let ours = "comm=~\"promA|promB|ev.il.*\"";
