@@ -40,6 +40,17 @@ if { ! command -v debootstrap || ! command -v qemu-aarch64-static; } >/dev/null 
   $SUDO apt-get install -y -qq debootstrap qemu-user-static >/dev/null 2>&1 \
     || { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq debootstrap qemu-user-static >/dev/null; }
 fi
+# --metrics tests and cargo xtask image: a real Prometheus (tests/metrics.rs scrapes gpu-trace with
+# it; promtool checks deploy/*.yml) and podman + runc (the FROM scratch image). Without them those
+# checks print SKIPPED.
+for pkg in prometheus podman runc; do
+  if ! dpkg -s "$pkg" >/dev/null 2>&1 && [ -x /usr/bin/apt-get ]; then
+    log "installing $pkg (metrics and container checks)"
+    $SUDO apt-get install -y -qq "$pkg" >/dev/null 2>&1 \
+      || { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq "$pkg" >/dev/null; } \
+      || log "$pkg not installable: its checks print SKIPPED"
+  fi
+done
 if ! rustup toolchain list | grep -q '^nightly'; then
   log "installing the nightly toolchain"
   rustup toolchain install nightly --profile minimal

@@ -26,6 +26,8 @@ Examples:
       gpu-trace replay run.gtrace -v --perfetto run.json -o run.txt
   Statistics every second while tracing (text: on stderr; JSON: STATS lines, final false):
       sudo gpu-trace --interval 1
+  Serve Prometheus metrics on a loopback port while tracing, printing nothing else:
+      sudo gpu-trace --metrics 127.0.0.1:9464 --quiet
   Refuse GPU scheduling to one process while tracing (needs an active BPF LSM; see doctor):
       sudo gpu-trace --deny-pid 4242
 
@@ -197,6 +199,11 @@ pub struct OutputArgs {
     /// own time.
     #[arg(long, value_name = "SECONDS", value_parser = positive_seconds)]
     pub interval: Option<f64>,
+
+    /// Print no events and no statistics (e.g. with --metrics, or with only --perfetto or
+    /// --record).
+    #[arg(short, long, conflicts_with = "output")]
+    pub quiet: bool,
 }
 
 /// `--interval`: a finite number of seconds above zero.
@@ -245,6 +252,20 @@ impl OutputArgs {
         }
         warnings
     }
+}
+
+/// `--metrics`: Prometheus metrics while tracing (docs/fleet.md).
+#[derive(Clone, Debug, Default, Args)]
+pub struct MetricsArgs {
+    /// Serve Prometheus metrics at http://ADDR/metrics while tracing, e.g. 127.0.0.1:9464
+    /// (port 0: any free port). A loopback address unless --metrics-allow-remote.
+    #[arg(long = "metrics", value_name = "ADDR")]
+    pub addr: Option<std::net::SocketAddr>,
+
+    /// Allow --metrics on a non-loopback address (e.g. 0.0.0.0:9464 in a Kubernetes pod). The
+    /// endpoint has no authentication: anyone who can reach it reads process names.
+    #[arg(long, requires = "addr")]
+    pub metrics_allow_remote: bool,
 }
 
 #[derive(Clone, Debug, Args)]
@@ -296,6 +317,9 @@ pub struct TraceArgs {
     /// kprobe), kprobe, or trampoline. For comparisons, and for kernels where one misbehaves.
     #[arg(long, value_enum, value_name = "TYPE", default_value_t = crate::loader::DeepAttach::Auto)]
     pub deep_attach: crate::loader::DeepAttach,
+
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
 
     #[command(flatten)]
     pub output: OutputArgs,

@@ -9,6 +9,7 @@
 //! - [`nvidia`], [`amd`]: per-vendor decoding of driver calls (pure code);
 //! - [`model`]: object tables and the events they produce, statistics;
 //! - [`output`]: text and JSON rendering;
+//! - [`metrics`]: Prometheus metrics of the same events (`--metrics`), and their HTTP server;
 //! - [`pipeline`]: records → decoded calls → events → output (shared by live runs and replay);
 //! - [`cli`]: the command line;
 //! - [`record`]: the recording file format (`--record`, `replay`);
@@ -22,6 +23,7 @@ pub mod bench_support;
 pub mod cli;
 pub mod doctor;
 pub mod loader;
+pub mod metrics;
 pub mod model;
 pub mod nvidia;
 pub mod output;

@@ -113,6 +113,15 @@ fn doctor(json: bool) -> ExitCode {
 }
 
 fn trace(mut args: gpu_trace::cli::TraceArgs) -> anyhow::Result<session::Summary> {
+    if let Some(addr) = args.metrics.addr
+        && let Err(e) =
+            gpu_trace::metrics::server::check_addr(addr, args.metrics.metrics_allow_remote)
+    {
+        // A usage error (exit 2), before anything loads.
+        <Cli as clap::CommandFactory>::command()
+            .error(clap::error::ErrorKind::ArgumentConflict, e)
+            .exit();
+    }
     // Resolved before anything loads: with no GPU driver at all, `auto` stops here.
     if args.vendor == Vendor::Auto {
         args.vendor = session::detect_vendor()?;

@@ -7,6 +7,7 @@ use std::{collections::HashMap, io::Write, time::Duration};
 use crate::{
     amd::decode::{self as amd_decode, KfdCall},
     cli::{Format, Timestamps},
+    metrics::Metrics,
     model::{
         amd::{KfdInput, KfdTracker},
         event::Event,
@@ -70,6 +71,8 @@ pub struct Pipeline<W: Write> {
     perfetto: Option<PerfettoWriter<Box<dyn Write>>>,
     /// `--interval`: periodic statistics.
     interval: Option<Periodic>,
+    /// `--metrics`: the same events as Prometheus metrics.
+    metrics: Option<Metrics>,
 }
 
 /// `--interval`: when and where the periodic statistics go.
@@ -106,6 +109,7 @@ impl<W: Write> Pipeline<W> {
             out,
             perfetto: None,
             interval: None,
+            metrics: None,
         }
     }
 
@@ -175,6 +179,17 @@ impl<W: Write> Pipeline<W> {
             }
             self.periodic_stats(Duration::from_nanos(due), None)?;
         }
+    }
+
+    /// Also counts every selected event in `metrics` (`--metrics`).
+    pub fn with_metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// The metrics, when `--metrics` is on (the live loop refreshes the kernel's counters).
+    pub fn metrics_mut(&mut self) -> Option<&mut Metrics> {
+        self.metrics.as_mut()
     }
 
     /// Also writes every selected event to a Perfetto timeline (`--perfetto`).
@@ -317,12 +332,14 @@ impl<W: Write> Pipeline<W> {
 
     fn emit(&mut self, event: &Event) -> std::io::Result<()> {
         self.stats.record(event);
+        let name = self
+            .process_names
+            .get(&event.origin.pid)
+            .map_or(event.origin.comm.as_str(), String::as_str);
+        if let Some(metrics) = self.metrics.as_mut() {
+            metrics.observe(event, name, None);
+        }
         if let Some(perfetto) = self.perfetto.as_mut() {
-            let pid = event.origin.pid;
-            let name = self
-                .process_names
-                .get(&pid)
-                .map_or(event.origin.comm.as_str(), String::as_str);
             perfetto.event(event, name, self.first_ts.unwrap_or(event.origin.ts_ns))?;
         }
         let line = match self.config.format {
@@ -339,6 +356,9 @@ impl<W: Write> Pipeline<W> {
     }
 
     pub fn flush(&mut self) -> std::io::Result<()> {
+        if let Some(metrics) = self.metrics.as_mut() {
+            metrics.sync_stats(&self.stats);
+        }
         self.out.flush()
     }
 
@@ -366,6 +386,10 @@ impl<W: Write> Pipeline<W> {
     pub fn finish_all(mut self, counters: KernelCounters, duration: Duration) -> Finished<W> {
         self.stats.kernel = counters;
         self.stats.elapsed = Some(duration);
+        if let Some(metrics) = self.metrics.as_mut() {
+            metrics.set_kernel(&counters);
+            metrics.sync_stats(&self.stats);
+        }
         self.stats.live_at_exit = (self.tracker.live_tasks() + self.amd.live_tasks()) as u64;
         self.stats.unreported = self.unreported();
         let perfetto = self.perfetto.take().map(|perfetto| {

@@ -48,6 +48,8 @@ pub enum RunError {
     Record(#[from] RecordError),
     #[error("{what}: {source}")]
     Io { what: String, source: io::Error },
+    #[error(transparent)]
+    Metrics(#[from] crate::metrics::server::ServeError),
 }
 
 impl RunError {
@@ -192,6 +194,8 @@ fn open_targets(
         Arc::new(move || wake.notify_one()) as Arc<dyn Fn() + Send + Sync>
     };
     let out: Box<dyn Write + Send> = match &args.output {
+        // --quiet: no events and no statistics (e.g. with --metrics only).
+        _ if args.quiet => Box::new(io::sink()),
         Some(path) => Box::new(open_waiting("-o", path, deadline)?),
         None => Box::new(io::stdout()),
     };
@@ -341,6 +345,8 @@ pub async fn run_live(args: &TraceArgs) -> Result<Summary, RunError> {
     // NVML's own driver calls (it opens the GPU) are made before the programs attach, so that
     // gpu-trace does not trace itself; the walk comes after attaching.
     let nvml = (!amd).then(crate::probe::nvml::query);
+    // Bound before loading: a busy port or a refused address stops the run before any hook.
+    let metrics = crate::metrics::server::serve(&args.metrics, args.ring_size)?;
     let mut tracer = Tracer::load(&options)?;
     // Late attach: the processes that have a GPU open already (after attaching, so that a
     // process opening the GPU now is seen by the hooks or by the walk), tracked from now on.
@@ -393,17 +399,29 @@ pub async fn run_live(args: &TraceArgs) -> Result<Summary, RunError> {
         None => None,
     };
 
-    let mut pipeline = new_pipeline(
+    let pipeline = new_pipeline(
         &args.output,
         clock,
         out,
         perfetto.as_ref().map(|(s, _)| s),
         false,
     )?;
+    let (mut pipeline, _metrics_server) = match metrics {
+        Some((m, server)) => (pipeline.with_metrics(m), Some(server)),
+        None => (pipeline, None),
+    };
+    let mut health = tokio::time::interval(Duration::from_secs(1));
     pipeline
         .inventory(&inventory)
         .map_err(io_err("writing the output"))?;
     let ring = tracer.take_ring_buffer()?;
+    if let Some(m) = pipeline.metrics_mut() {
+        use std::os::fd::AsFd as _;
+        match crate::metrics::ring::RingFill::new(ring.as_fd()) {
+            Ok(fill) => m.set_ring_fill(move || fill.used_bytes()),
+            Err(e) => eprintln!("gpu-trace: (metrics: ring-buffer fill not available: {e})"),
+        }
+    }
     // SAFETY: the ring buffer owns its map fd and keeps it open for as long as the AsyncFd
     // that owns the ring buffer lives; nothing else closes it.
     let mut ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
@@ -446,6 +464,12 @@ pub async fn run_live(args: &TraceArgs) -> Result<Summary, RunError> {
                     .map_err(io_err("writing the output"))?;
             }
             () = wake.notified() => {} // an output failed: the loop condition sees it
+            _ = health.tick(), if _metrics_server.is_some() => {
+                let counters = tracer.counters()?;
+                if let Some(m) = pipeline.metrics_mut() {
+                    m.set_kernel(&counters);
+                }
+            }
             guard = ring.readable_mut() => {
                 let mut guard = guard.map_err(io_err("waiting for the ring buffer"))?;
                 reader.drain(guard.get_inner_mut(), &mut pipeline, &mut recorder);

@@ -99,6 +99,11 @@ fn run_cmd(cmd: &mut Command) -> Result<()> {
     Ok(())
 }
 
+/// The static (musl) release binary, built if needed (`cargo xtask fleet` puts it in the image).
+pub(crate) fn static_binary(root: &Path) -> Result<PathBuf> {
+    build(root, &TARGETS[0])
+}
+
 /// The static release binary for `target`; adds the Rust target with rustup when it is missing.
 fn build(root: &Path, target: &Target) -> Result<PathBuf> {
     let installed = Command::new("rustup")

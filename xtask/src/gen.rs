@@ -1,6 +1,7 @@
 //! `cargo xtask gen`: what is generated from gpu-trace's own definitions rather than written by
 //! hand — man pages and shell completions from the CLI definition (`gpu_trace::cli::Cli`), and
-//! with `--docs`, docs/json-schema.md from the schema documented in `output/json.rs`.
+//! with `--docs`, docs/json-schema.md from the schema documented in `output/json.rs` and the
+//! metric reference of docs/fleet.md from `gpu_trace::metrics::REFERENCE`.
 
 use std::{
     fs,
@@ -18,7 +19,8 @@ pub struct GenArgs {
     /// Directory for the man pages (`man/`) and shell completions (`completions/`).
     #[arg(long, value_name = "DIR", default_value = "target/gen")]
     pub out: PathBuf,
-    /// Also rewrite docs/json-schema.md from gpu-trace/src/output/json.rs.
+    /// Also rewrite docs/json-schema.md from gpu-trace/src/output/json.rs, and the metric
+    /// reference in docs/fleet.md from gpu-trace/src/metrics.
     #[arg(long)]
     pub docs: bool,
 }
@@ -32,6 +34,13 @@ pub fn run(args: GenArgs) -> anyhow::Result<()> {
         fs::write(&path, gpu_trace::output::json::schema_document())
             .with_context(|| format!("writing {}", path.display()))?;
         println!("wrote {}", path.display());
+        let path = workspace_root().join("docs/fleet.md");
+        let doc =
+            fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        let doc = gpu_trace::metrics::splice_reference(&doc)
+            .with_context(|| format!("{} lacks the metric reference markers", path.display()))?;
+        fs::write(&path, doc).with_context(|| format!("writing {}", path.display()))?;
+        println!("wrote {} (metric reference)", path.display());
     }
     Ok(())
 }

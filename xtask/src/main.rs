@@ -2,7 +2,9 @@
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod bench_metrics;
 mod dist;
+mod fleet;
 mod r#gen;
 mod host;
 mod lab;
@@ -29,6 +31,10 @@ enum Task {
     /// completions, as a tarball and a .deb under target/dist; --check installs both into a
     /// fresh Debian root (root, debootstrap) and runs them there.
     Dist(dist::DistArgs),
+    /// Check the fleet deployment (docs/fleet.md): deploy/daemonset.yaml against the Kubernetes
+    /// schema, deploy/*.yml with promtool, and the FROM scratch image built with podman and run
+    /// with runc (version, a replay, a live start with the DaemonSet's privileges).
+    Fleet(fleet::FleetArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -38,5 +44,6 @@ fn main() -> anyhow::Result<()> {
         Task::Lab(args) => lab::run(args),
         Task::Gen(args) => r#gen::run(args),
         Task::Dist(args) => dist::run(args),
+        Task::Fleet(args) => fleet::run(args),
     }
 }

@@ -1,0 +1,111 @@
+//! The HTTP side of `--metrics`: a `tiny_http` server on its own thread that answers
+//! `GET /metrics` with the registry's OpenMetrics text. Kept apart from the core so that the
+//! core (and replay) never depend on a server.
+
+use std::{net::SocketAddr, sync::Arc, thread::JoinHandle};
+
+use prometheus_client::registry::Registry;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum ServeError {
+    #[error(
+        "--metrics {0}: not a loopback address. The endpoint has no authentication; to serve it \
+         on other interfaces (e.g. in a Kubernetes pod), add --metrics-allow-remote"
+    )]
+    NotLoopback(SocketAddr),
+    #[error("--metrics {addr}: cannot listen: {why} (is the port in use? pick another one)")]
+    Bind { addr: SocketAddr, why: String },
+}
+
+/// Refuses a non-loopback address unless `allow_remote` (a usage error).
+pub fn check_addr(addr: SocketAddr, allow_remote: bool) -> Result<(), ServeError> {
+    if addr.ip().is_loopback() || allow_remote {
+        Ok(())
+    } else {
+        Err(ServeError::NotLoopback(addr))
+    }
+}
+
+/// The running server; dropping it stops it.
+pub struct MetricsServer {
+    server: Arc<tiny_http::Server>,
+    thread: Option<JoinHandle<()>>,
+    /// The address it listens on (the real port when 0 was asked for).
+    pub addr: SocketAddr,
+}
+
+impl MetricsServer {
+    /// Listens on `addr` and serves `registry` at `/metrics` until dropped.
+    pub fn start(addr: SocketAddr, registry: Arc<Registry>) -> Result<Self, ServeError> {
+        let server = tiny_http::Server::http(addr).map_err(|e| ServeError::Bind {
+            addr,
+            why: e.to_string(),
+        })?;
+        let addr = server.server_addr().to_ip().unwrap_or(addr);
+        let server = Arc::new(server);
+        let serving = server.clone();
+        let thread = std::thread::Builder::new()
+            .name("gpu-trace-metrics".into())
+            .spawn(move || {
+                for request in serving.incoming_requests() {
+                    // A client that goes away mid-answer is not our error.
+                    let _ = respond(request, &registry);
+                }
+            })
+            .map_err(|e| ServeError::Bind {
+                addr,
+                why: format!("starting its thread: {e}"),
+            })?;
+        Ok(Self {
+            server,
+            thread: Some(thread),
+            addr,
+        })
+    }
+}
+
+/// `--metrics` of a live run: checks the address, listens, and returns the metrics (for the
+/// pipeline) with the server serving them; `None` without `--metrics`.
+pub fn serve(
+    args: &crate::cli::MetricsArgs,
+    ring_bytes: u32,
+) -> Result<Option<(super::Metrics, MetricsServer)>, ServeError> {
+    let Some(addr) = args.addr else {
+        return Ok(None);
+    };
+    check_addr(addr, args.metrics_allow_remote)?;
+    let metrics = super::Metrics::new(super::MetricsConfig::default());
+    metrics.set_ring_bytes(u64::from(ring_bytes));
+    let server = MetricsServer::start(addr, metrics.registry())?;
+    eprintln!("gpu-trace: metrics at http://{}/metrics", server.addr);
+    Ok(Some((metrics, server)))
+}
+
+fn respond(request: tiny_http::Request, registry: &Registry) -> std::io::Result<()> {
+    use tiny_http::{Header, Method, Response};
+    let path = request.url().split('?').next().unwrap_or("");
+    let get = matches!(request.method(), Method::Get | Method::Head);
+    let header = |v: &str| Header::from_bytes("Content-Type", v).expect("valid header");
+    match (get, path) {
+        (true, "/metrics") => {
+            let body = super::encode(registry);
+            request.respond(Response::from_string(body).with_header(header(super::CONTENT_TYPE)))
+        }
+        (true, "/") => request.respond(
+            Response::from_string("gpu-trace: metrics at /metrics\n")
+                .with_header(header("text/plain; charset=utf-8")),
+        ),
+        (true, _) => request.respond(Response::from_string("not found\n").with_status_code(404)),
+        (false, _) => request.respond(Response::from_string("GET only\n").with_status_code(405)),
+    }
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        self.server.unblock();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

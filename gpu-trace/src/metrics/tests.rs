@@ -1,0 +1,575 @@
+//! The metrics core against hand-built events: values checked in the exposition text, as a
+//! scraper reads them.
+
+use super::*;
+use crate::model::event::{Interleave, Origin, ValueSource};
+
+/// Observes `kind` from thread `thread` of process `process` (pid `pid`) at `ts_ns`.
+fn see_as(m: &mut Metrics, ts_ns: u64, pid: u32, thread: &str, process: &str, kind: EventKind) {
+    let origin = Origin {
+        ts_ns,
+        cpu: 0,
+        pid,
+        tid: pid,
+        comm: thread.to_string(),
+    };
+    m.observe(
+        &Event {
+            amd: None,
+            key: None,
+            origin,
+            kind,
+        },
+        process,
+        None,
+    );
+}
+
+/// Observes `kind` from the main thread of process `comm`.
+fn see(m: &mut Metrics, ts_ns: u64, pid: u32, comm: &str, kind: EventKind) {
+    see_as(m, ts_ns, pid, comm, comm, kind);
+}
+
+fn init(task: u32, engine: Engine, gpu: u32, timeslice_us: Option<u64>) -> EventKind {
+    EventKind::TaskInit {
+        task: TaskId::RmHandle(task),
+        client: 7,
+        engine: Some(engine),
+        engine_type: None,
+        timeslice_us,
+        timeslice_source: ValueSource::DriverDefault,
+        interleave: Some(Interleave::Medium),
+        interleave_source: ValueSource::DriverDefault,
+        runlist: None,
+        gpu: Some(gpu),
+    }
+}
+
+fn schedule(task: u32, allowed: bool, timeslice_us: Option<u64>) -> EventKind {
+    EventKind::Schedule {
+        task: TaskId::RmHandle(task),
+        client: 7,
+        channels: None,
+        timeslice_us,
+        interleave: None,
+        allowed,
+        rm_status: Some(0),
+        errno: if allowed { 0 } else { -1 },
+        via_channel: false,
+    }
+}
+
+fn submit(task: u32) -> EventKind {
+    EventKind::WorkSubmit {
+        task: TaskId::RmHandle(task),
+        client: 7,
+        channel_handle: 1,
+        chid: None,
+        runlist: None,
+        token: 0,
+        gpu: None,
+    }
+}
+
+fn destroy(task: u32, cause: DestroyCause) -> EventKind {
+    EventKind::TaskDestroy {
+        task: TaskId::RmHandle(task),
+        client: 7,
+        cause,
+        implicit: cause.is_implicit(),
+        final_params: None,
+    }
+}
+
+fn timeslice_update(task: u32, allowed: bool, old_us: u64, new_us: u64) -> EventKind {
+    EventKind::SchedUpdate {
+        task: TaskId::RmHandle(task),
+        client: 7,
+        change: SchedChange::Timeslice {
+            old_us: Some(old_us),
+            old_source: Some(ValueSource::DriverDefault),
+            new_us,
+        },
+        allowed,
+        rm_status: Some(if allowed { 0 } else { 0x1f }),
+        errno: 0,
+        via_channel: false,
+    }
+}
+
+/// The value of the sample whose line starts with `series` (name and labels, exactly).
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .map(|v| v.parse().expect("a number"))
+}
+
+fn task_series(name: &str, gpu: &str, engine: &str, comm: &str) -> String {
+    format!("{name}{{gpu=\"{gpu}\",engine=\"{engine}\",comm=\"{comm}\",container=\"\",pod=\"\"}}")
+}
+
+fn event_series(event: &str, gpu: &str, engine: &str, comm: &str) -> String {
+    format!(
+        "gpu_trace_events_total{{event=\"{event}\",gpu=\"{gpu}\",engine=\"{engine}\",\
+         comm=\"{comm}\",container=\"\",pod=\"\"}}"
+    )
+}
+
+const S: u64 = 1_000_000_000;
+
+#[test]
+fn a_task_life_is_counted_timed_and_leaves_the_gauges_at_zero() {
+    let mut m = Metrics::new(MetricsConfig::default());
+    // A GR TSG on GPU 1 with a 2048 µs timeslice, scheduled 500 µs after its creation, then
+    // raised to 4096 µs, refused once, one work-submit token, freed 2.5 s after creation.
+    see(
+        &mut m,
+        10 * S,
+        100,
+        "python3",
+        init(0xA, Engine::Graphics, 1, Some(2048)),
+    );
+    let t = m.encode();
+    let live = task_series("gpu_trace_live_tasks", "1", "GRAPHICS", "python3");
+    let ts = task_series(
+        "gpu_trace_live_tasks_timeslice_seconds",
+        "1",
+        "GRAPHICS",
+        "python3",
+    );
+    assert_eq!(sample(&t, &live), Some(1.0), "{t}");
+    assert_eq!(sample(&t, &ts), Some(0.002048), "{t}");
+
+    // Another thread of the same process: still counted under the process's name.
+    see_as(
+        &mut m,
+        10 * S + 500_000,
+        100,
+        "cuda-EvtHandlr",
+        "python3",
+        schedule(0xA, true, Some(2048)),
+    );
+    see(
+        &mut m,
+        10 * S + 600_000,
+        100,
+        "python3",
+        schedule(0xA, true, Some(4096)),
+    );
+    see(
+        &mut m,
+        10 * S + 700_000,
+        100,
+        "python3",
+        schedule(0xA, false, None),
+    );
+    see(&mut m, 10 * S + 800_000, 100, "python3", submit(0xA));
+    let t = m.encode();
+    assert_eq!(sample(&t, &ts), Some(0.004096), "{t}");
+    let lat = "gpu_trace_schedule_latency_seconds";
+    assert_eq!(
+        sample(&t, &format!("{lat}_count{{gpu=\"1\",engine=\"GRAPHICS\"}}")),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(&t, &format!("{lat}_sum{{gpu=\"1\",engine=\"GRAPHICS\"}}")),
+        Some(0.0005)
+    );
+    // 500 µs is above the 160 µs bucket and within the 640 µs one (10 µs × 4^n).
+    assert_eq!(
+        sample(
+            &t,
+            &format!("{lat}_bucket{{le=\"0.00016\",gpu=\"1\",engine=\"GRAPHICS\"}}")
+        ),
+        Some(0.0),
+        "{t}"
+    );
+    assert_eq!(
+        sample(
+            &t,
+            &format!("{lat}_bucket{{le=\"0.00064\",gpu=\"1\",engine=\"GRAPHICS\"}}")
+        ),
+        Some(1.0),
+        "{t}"
+    );
+
+    see(
+        &mut m,
+        12 * S + 500_000_000,
+        100,
+        "python3",
+        destroy(0xA, DestroyCause::ProcessExit),
+    );
+    let t = m.encode();
+    for (event, n) in [
+        ("TASK_INIT", 1.0),
+        ("SCHEDULE", 3.0),
+        ("WORK_SUBMIT", 1.0),
+        ("TASK_DESTROY", 1.0),
+    ] {
+        assert_eq!(
+            sample(&t, &event_series(event, "1", "GRAPHICS", "python3")),
+            Some(n),
+            "{event}: {t}"
+        );
+    }
+    let refused = task_series(
+        "gpu_trace_schedules_refused_total",
+        "1",
+        "GRAPHICS",
+        "python3",
+    );
+    assert_eq!(sample(&t, &refused), Some(1.0));
+    assert_eq!(sample(&t, &live), Some(0.0));
+    assert_eq!(sample(&t, &ts), Some(0.0));
+    let life = "gpu_trace_task_lifetime_seconds";
+    assert_eq!(
+        sample(&t, &format!("{life}_sum{{gpu=\"1\",engine=\"GRAPHICS\"}}")),
+        Some(2.5)
+    );
+    assert_eq!(
+        sample(
+            &t,
+            &format!("{life}_count{{gpu=\"1\",engine=\"GRAPHICS\"}}")
+        ),
+        Some(1.0)
+    );
+    // No PID anywhere.
+    assert!(!t.contains("pid="), "{t}");
+}
+
+#[test]
+fn tasks_created_before_tracing_count_events_but_not_gauges_or_histograms() {
+    let mut m = Metrics::new(MetricsConfig::default());
+    see(&mut m, S, 5, "late", schedule(0xB, true, Some(1000)));
+    see(&mut m, 2 * S, 5, "late", destroy(0xB, DestroyCause::Free));
+    let t = m.encode();
+    assert_eq!(
+        sample(&t, &event_series("SCHEDULE", "", "", "late")),
+        Some(1.0),
+        "{t}"
+    );
+    assert_eq!(
+        sample(&t, &event_series("TASK_DESTROY", "", "", "late")),
+        Some(1.0)
+    );
+    // The unknown task never made a live series go up, so it does not go below zero.
+    assert_eq!(
+        sample(&t, &task_series("gpu_trace_live_tasks", "", "", "late")),
+        Some(0.0)
+    );
+    assert!(!t.contains("gpu_trace_task_lifetime_seconds_count"), "{t}");
+}
+
+#[test]
+fn tracer_exit_takes_live_tasks_off_the_gauges_without_counting_an_event() {
+    let mut m = Metrics::new(MetricsConfig::default());
+    see(&mut m, S, 5, "p", init(1, Engine::Copy, 0, Some(100)));
+    see(&mut m, 2 * S, 5, "p", destroy(1, DestroyCause::TracerExit));
+    let t = m.encode();
+    assert_eq!(
+        sample(&t, &task_series("gpu_trace_live_tasks", "0", "COPY", "p")),
+        Some(0.0)
+    );
+    assert_eq!(
+        sample(&t, &event_series("TASK_DESTROY", "0", "COPY", "p")),
+        Some(0.0),
+        "{t}"
+    );
+    assert!(!t.contains("gpu_trace_task_lifetime_seconds_count"), "{t}");
+}
+
+/// A fork storm: 5 000 processes with distinct names, each creating and destroying one TSG.
+/// With a cap of 8 names, the scrape holds 8 named series plus `__overflow__`, and the totals
+/// still add up.
+#[test]
+fn a_fork_storm_of_unique_names_is_capped_into_the_overflow_series() {
+    let cap = 8;
+    let mut m = Metrics::new(MetricsConfig {
+        max_comms: cap,
+        ..MetricsConfig::default()
+    });
+    let procs = 5_000u32;
+    for p in 0..procs {
+        let name = format!("storm{p}");
+        see(
+            &mut m,
+            S,
+            1000 + p,
+            &name,
+            init(p, Engine::Graphics, 0, None),
+        );
+        see(
+            &mut m,
+            2 * S,
+            1000 + p,
+            &name,
+            destroy(p, DestroyCause::ProcessExit),
+        );
+    }
+    let t = m.encode();
+    let init_lines: Vec<&str> = t
+        .lines()
+        .filter(|l| l.starts_with("gpu_trace_events_total{event=\"TASK_INIT\""))
+        .collect();
+    assert_eq!(init_lines.len(), cap + 1, "{init_lines:#?}");
+    for p in 0..cap {
+        let s = event_series("TASK_INIT", "0", "GRAPHICS", &format!("storm{p}"));
+        assert_eq!(sample(&t, &s), Some(1.0));
+    }
+    let over = event_series("TASK_INIT", "0", "GRAPHICS", OVERFLOW);
+    assert_eq!(sample(&t, &over), Some(f64::from(procs) - cap as f64));
+    let live_over = task_series("gpu_trace_live_tasks", "0", "GRAPHICS", OVERFLOW);
+    assert_eq!(sample(&t, &live_over), Some(0.0));
+    let overflowed = 2.0 * (f64::from(procs) - cap as f64);
+    assert_eq!(
+        sample(&t, "gpu_trace_label_overflow_events_total"),
+        Some(overflowed)
+    );
+    // The whole scrape stays small: bounded by the cap, not by the storm.
+    assert!(t.len() < 40_000, "{} bytes", t.len());
+}
+
+/// Each label under its own cap, but too many combinations: 40 GPUs × 3 names = 120 label sets
+/// against a cap of 16. The rest share the all-overflow series; the totals still add up.
+#[test]
+fn combinations_past_the_label_set_cap_share_one_series() {
+    let mut m = Metrics::new(MetricsConfig {
+        max_label_sets: 16,
+        ..MetricsConfig::default()
+    });
+    let mut task = 0;
+    for gpu in 0..40 {
+        for name in ["a", "b", "c"] {
+            task += 1;
+            see(&mut m, S, 10, name, init(task, Engine::Copy, gpu, None));
+        }
+    }
+    let t = m.encode();
+    let lines: Vec<&str> = t
+        .lines()
+        .filter(|l| l.starts_with("gpu_trace_live_tasks{"))
+        .collect();
+    assert_eq!(lines.len(), 17, "{lines:#?}");
+    assert_eq!(sum_of(&lines), 120.0);
+    let over = format!(
+        "gpu_trace_live_tasks{{gpu=\"{OVERFLOW}\",engine=\"\",comm=\"{OVERFLOW}\",\
+         container=\"{OVERFLOW}\",pod=\"{OVERFLOW}\"}}"
+    );
+    assert_eq!(sample(&t, &over), Some(120.0 - 16.0), "{t}");
+}
+
+fn sum_of(lines: &[&str]) -> f64 {
+    lines
+        .iter()
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .sum()
+}
+
+#[test]
+fn untrusted_names_are_escaped_and_stripped_of_control_characters() {
+    let mut m = Metrics::new(MetricsConfig::default());
+    let evil = "a\"b\\c\nd\x1b[2J\x07";
+    see(&mut m, S, 5, evil, schedule(1, false, None));
+    let t = m.encode();
+    // `"` and `\` escaped by the exposition format; newline, ESC and BEL replaced by `?`.
+    let want = event_series("SCHEDULE", "", "", r#"a\"b\\c?d?[2J?"#);
+    assert_eq!(sample(&t, &want), Some(1.0), "{t}");
+    assert!(!t.contains('\x1b') && !t.contains('\x07'));
+    assert_eq!(
+        t.lines().filter(|l| l.contains("comm=")).count(),
+        t.lines().filter(|l| l.contains("d?[2J")).count()
+    );
+}
+
+#[test]
+fn health_counters_follow_absolute_readings() {
+    let mut m = Metrics::new(MetricsConfig::default());
+    let k = |dropped, read_failed, emitted| KernelCounters {
+        dropped,
+        read_failed,
+        emitted,
+        ..KernelCounters::default()
+    };
+    m.set_kernel(&k(3, 1, 100));
+    m.set_kernel(&k(5, 1, 250));
+    let mut stats = Stats::new();
+    stats.decode_errors = 4;
+    stats.malformed = 2;
+    m.sync_stats(&stats);
+    m.sync_stats(&stats);
+    m.set_ring_bytes(1 << 20);
+    let t = m.encode();
+    assert_eq!(sample(&t, "gpu_trace_dropped_records_total"), Some(5.0));
+    assert_eq!(sample(&t, "gpu_trace_read_failures_total"), Some(1.0));
+    assert_eq!(sample(&t, "gpu_trace_records_total"), Some(250.0));
+    assert_eq!(sample(&t, "gpu_trace_decode_errors_total"), Some(4.0));
+    assert_eq!(sample(&t, "gpu_trace_malformed_records_total"), Some(2.0));
+    assert_eq!(sample(&t, "gpu_trace_ring_buffer_bytes"), Some(1048576.0));
+    // No reader of the ring's positions (replay): the fill is not served rather than invented.
+    assert_eq!(sample(&t, "gpu_trace_ring_buffer_used_bytes"), None);
+    m.set_ring_fill(|| 12_345);
+    let t = m.encode();
+    assert_eq!(
+        sample(&t, "gpu_trace_ring_buffer_used_bytes"),
+        Some(12345.0)
+    );
+    let cpu = sample(&t, "process_cpu_seconds_total").expect("cpu seconds");
+    assert!(cpu > 0.0, "{cpu}");
+    assert_eq!(
+        sample(
+            &t,
+            &format!(
+                "gpu_trace_build_info{{version=\"{}\"}}",
+                env!("CARGO_PKG_VERSION")
+            )
+        ),
+        Some(1.0)
+    );
+}
+
+/// Every metric of the reference is in a scrape under its documented name and type, and the
+/// scrape has no metric the reference does not list.
+#[test]
+fn the_reference_lists_exactly_the_metrics_served() {
+    let mut m = Metrics::new(MetricsConfig::default());
+    m.set_ring_fill(|| 4096);
+    see(&mut m, S, 5, "p", init(1, Engine::Copy, 0, Some(100)));
+    see(&mut m, S + 1, 5, "p", schedule(1, true, None));
+    see(&mut m, 2 * S, 5, "p", destroy(1, DestroyCause::Free));
+    let t = m.encode();
+    let types: Vec<(String, String)> = t
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .map(|l| {
+            let (n, k) = l.split_once(' ').unwrap();
+            (n.to_string(), k.to_string())
+        })
+        .collect();
+    assert_eq!(types.len(), REFERENCE.len(), "{types:?}");
+    for d in REFERENCE {
+        let family = family_name(d);
+        assert!(
+            types.iter().any(|(n, k)| n == family && k == d.kind),
+            "{} ({}) not served: {types:?}",
+            d.name,
+            d.kind
+        );
+        assert!(
+            t.lines().any(|l| l.starts_with(d.name)),
+            "no sample of {}",
+            d.name
+        );
+    }
+}
+
+/// docs/fleet.md carries the reference as `cargo xtask gen --docs` writes it.
+#[test]
+fn docs_fleet_md_holds_the_generated_reference() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/fleet.md");
+    let doc = std::fs::read_to_string(path).expect("docs/fleet.md");
+    assert_eq!(
+        splice_reference(&doc).as_deref(),
+        Some(doc.as_str()),
+        "docs/fleet.md's metric reference is stale: run `cargo xtask gen --docs`"
+    );
+}
+
+#[test]
+fn only_loopback_unless_allowed() {
+    use server::check_addr;
+    let a = |s: &str| s.parse().unwrap();
+    assert!(check_addr(a("127.0.0.1:9464"), false).is_ok());
+    assert!(check_addr(a("[::1]:9464"), false).is_ok());
+    assert!(check_addr(a("0.0.0.0:9464"), false).is_err());
+    assert!(check_addr(a("10.1.2.3:9464"), false).is_err());
+    assert!(check_addr(a("0.0.0.0:9464"), true).is_ok());
+}
+
+#[test]
+fn the_server_answers_metrics_and_nothing_else() {
+    use std::io::{Read, Write};
+    let m = Metrics::new(MetricsConfig::default());
+    let server = server::MetricsServer::start("127.0.0.1:0".parse().unwrap(), m.registry())
+        .expect("listening on a free loopback port");
+    let get = |path: &str| {
+        let mut s = std::net::TcpStream::connect(server.addr).unwrap();
+        write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+        let mut r = String::new();
+        s.read_to_string(&mut r).unwrap();
+        r
+    };
+    let r = get("/metrics");
+    assert!(
+        r.starts_with("HTTP/1.0 200") || r.starts_with("HTTP/1.1 200"),
+        "{r}"
+    );
+    assert!(r.contains(CONTENT_TYPE), "{r}");
+    assert!(r.contains("\ngpu_trace_dropped_records_total 0\n"), "{r}");
+    assert!(r.trim_end().ends_with("# EOF"), "{r}");
+    let r = get("/other");
+    assert!(r.contains(" 404 "), "{r}");
+    drop(server);
+}
+
+#[test]
+fn sched_updates_are_counted_and_an_accepted_timeslice_moves_the_gauge() {
+    // PyTorch's pattern (tests/fixtures/two_streams.gtrace): a GR TSG at the driver's 1024 µs,
+    // raised to 2048 µs after its SCHEDULE. A refused change and a refused SCHEDULE-less
+    // update change no gauge; neither is a refused schedule.
+    let mut m = Metrics::new(MetricsConfig::default());
+    see(
+        &mut m,
+        S,
+        100,
+        "python3",
+        init(0xA, Engine::Graphics, 0, Some(1024)),
+    );
+    see(
+        &mut m,
+        S + 10,
+        100,
+        "python3",
+        schedule(0xA, true, Some(1024)),
+    );
+    see(
+        &mut m,
+        S + 20,
+        100,
+        "python3",
+        timeslice_update(0xA, true, 1024, 2048),
+    );
+    see(
+        &mut m,
+        S + 30,
+        100,
+        "python3",
+        timeslice_update(0xA, false, 2048, 8192),
+    );
+    let t = m.encode();
+    let ts = task_series(
+        "gpu_trace_live_tasks_timeslice_seconds",
+        "0",
+        "GRAPHICS",
+        "python3",
+    );
+    assert_eq!(sample(&t, &ts), Some(0.002048), "{t}");
+    let upd = event_series("SCHED_UPDATE", "0", "GRAPHICS", "python3");
+    assert_eq!(sample(&t, &upd), Some(2.0), "{t}");
+    let refused = task_series(
+        "gpu_trace_schedules_refused_total",
+        "0",
+        "GRAPHICS",
+        "python3",
+    );
+    assert_eq!(sample(&t, &refused).unwrap_or(0.0), 0.0, "{t}");
+    // Its end takes the raised timeslice off the gauge.
+    see(
+        &mut m,
+        2 * S,
+        100,
+        "python3",
+        destroy(0xA, DestroyCause::ProcessExit),
+    );
+    assert_eq!(sample(&m.encode(), &ts), Some(0.0));
+}

@@ -1,0 +1,480 @@
+//! `--metrics` end to end.
+//!
+//! 1. A real GPU-host recording through the pipeline with metrics: the TSGs by engine that the
+//!    workload is known to create (no root needed).
+//! 2. A real Prometheus server (Debian's `prometheus`, /usr/bin/prometheus) scraping a live
+//!    `gpu-trace --metrics` every second while child processes issue a known number of
+//!    RM-shaped calls on a watched device; the counters Prometheus's HTTP API returns must
+//!    equal the calls issued. Needs root and prometheus; otherwise `SKIPPED: why`.
+
+mod common;
+mod rel_support;
+
+use std::{
+    io::{Read, Write},
+    net::{SocketAddr, TcpListener, TcpStream},
+    path::Path,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use gpu_trace::{
+    cli::Format,
+    metrics::{Metrics, MetricsConfig},
+    pipeline::Pipeline,
+    record::RecordReader,
+};
+use rel_support::*;
+
+/// The value of the sample whose line starts with `series` exactly.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .map(|v| v.parse().expect("a number"))
+}
+
+/// The sum of the samples of `name` whose labels contain `has` (e.g. `engine="COPY"`).
+fn sum(text: &str, name: &str, has: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .filter(|l| has.iter().all(|h| l.contains(h)))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .sum()
+}
+
+/// two_streams.gtrace: PyTorch on an H200 doing matmuls on two streams. The workload is known
+/// (from the RM calls it makes, docs/platforms.md) to allocate 4 TSGs, the first on the graphics
+/// engine (GR0) and three on copy engines, with 8/4/4/4 channels (one work-submit token each),
+/// schedule each TSG once, and leave them to be torn down when the process exits.
+#[test]
+fn a_real_recording_shows_the_jobs_tsgs_by_engine() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/two_streams.gtrace");
+    let mut reader =
+        RecordReader::new(std::io::BufReader::new(std::fs::File::open(&path).unwrap())).unwrap();
+    let metrics = Metrics::new(MetricsConfig::default());
+    let registry = metrics.registry();
+    let mut p = Pipeline::new(pipeline_config(Format::Text), std::io::sink()).with_metrics(metrics);
+    let mut before_exit = None;
+    while let Some(bytes) = reader.next_record().unwrap() {
+        p.feed(&bytes).unwrap();
+        let t = gpu_trace::metrics::encode(&registry);
+        // The scrape while the job runs: all four TSGs live, one GR and three copy.
+        if sum(&t, "gpu_trace_live_tasks", &[]) == 4.0 && before_exit.is_none() {
+            before_exit = Some(t);
+        }
+    }
+    let during = before_exit.expect("a moment with the 4 TSGs alive");
+    let python = "comm=\"python3\"";
+    assert_eq!(
+        sum(
+            &during,
+            "gpu_trace_live_tasks",
+            &["engine=\"GRAPHICS\"", python]
+        ),
+        1.0,
+        "{during}"
+    );
+    assert_eq!(
+        sum(
+            &during,
+            "gpu_trace_live_tasks",
+            &["engine=\"COPY\"", python]
+        ),
+        3.0,
+        "{during}"
+    );
+
+    let t = gpu_trace::metrics::encode(&registry);
+    let ev = |event: &str, engine: &str| {
+        sum(
+            &t,
+            "gpu_trace_events_total",
+            &[
+                &format!("event=\"{event}\""),
+                &format!("engine=\"{engine}\""),
+                python,
+            ],
+        )
+    };
+    assert_eq!(
+        (ev("TASK_INIT", "GRAPHICS"), ev("TASK_INIT", "COPY")),
+        (1.0, 3.0),
+        "{t}"
+    );
+    assert_eq!(
+        (ev("SCHEDULE", "GRAPHICS"), ev("SCHEDULE", "COPY")),
+        (1.0, 3.0)
+    );
+    assert_eq!(
+        (ev("WORK_SUBMIT", "GRAPHICS"), ev("WORK_SUBMIT", "COPY")),
+        (8.0, 12.0)
+    );
+    // Torn down at process exit (by its cuda-EvtHandlr thread: still the process python3).
+    assert_eq!(
+        (ev("TASK_DESTROY", "GRAPHICS"), ev("TASK_DESTROY", "COPY")),
+        (1.0, 3.0)
+    );
+    assert_eq!(sum(&t, "gpu_trace_live_tasks", &[]), 0.0);
+    assert_eq!(sum(&t, "gpu_trace_schedules_refused_total", &[]), 0.0);
+    // One latency and one lifetime per TSG.
+    assert_eq!(
+        sum(&t, "gpu_trace_schedule_latency_seconds_count", &[]),
+        4.0
+    );
+    assert_eq!(sum(&t, "gpu_trace_task_lifetime_seconds_count", &[]), 4.0);
+    assert_eq!(sample(&t, "gpu_trace_decode_errors_total"), Some(0.0));
+}
+
+/// `gpu_trace_ring_buffer_used_bytes` reads the kernel's positions: with 100 records waiting,
+/// the fill equals what the kernel's ring-buffer layout says they occupy (each record behind an
+/// 8-byte header, rounded up to 8 bytes: BPF_RINGBUF_HDR_SZ in kernel/bpf/ringbuf.c), and 0 once
+/// they are read.
+#[test]
+fn ring_fill_reads_the_kernels_positions() {
+    use std::os::fd::AsFd as _;
+    let test = "ring_fill_reads_the_kernels_positions";
+    if let Some(why) = cannot_trace() {
+        common::skipped(test, why);
+        return;
+    }
+    let options = gpu_trace::loader::LoadOptions {
+        extra_device: Some(watched_dev()),
+        ring_bytes: 1 << 20,
+        // Only this process: other processes on the machine may use the watched device too.
+        filter_tgid: Some(std::process::id()),
+        ..Default::default()
+    };
+    let mut tracer = match gpu_trace::loader::Tracer::load(&options) {
+        Ok(t) => t,
+        Err(e) if e.is_unsupported() => {
+            common::skipped(test, e);
+            return;
+        }
+        Err(e) => panic!("{test}: loading failed: {e}"),
+    };
+    let mut ring = tracer.take_ring_buffer().unwrap();
+    let fill = gpu_trace::metrics::ring::RingFill::new(ring.as_fd()).expect("mapping the ring");
+    while ring.next().is_some() {}
+    assert_eq!(fill.used_bytes(), 0);
+    let dev = watched(); // kept open: closing it would add a record
+    let s = Schedule::new(0xC1D0_0009, 0x5C00_0009);
+    for _ in 0..100 {
+        assert_eq!(s.issue(&dev), -ENOTTY);
+    }
+    let used = fill.used_bytes();
+    let (mut n, mut want) = (0, 0u64);
+    while let Some(item) = ring.next() {
+        n += 1;
+        want += (item.len() as u64 + 8).next_multiple_of(8);
+    }
+    assert_eq!(n, 100, "one record per call");
+    assert_eq!(used, want, "{test}: fill before reading");
+    assert_eq!(fill.used_bytes(), 0, "{test}: fill after reading");
+    drop(dev);
+}
+
+// ---------------------------------------------------------------------------------------------
+// A real Prometheus.
+
+const PROMETHEUS: &str = "/usr/bin/prometheus";
+
+/// Child body: names its thread `PROM_COMM`, then issues `PROM_CALLS` GPFIFO_SCHEDULE calls
+/// (each refused: the watched device has no ioctls) and as many RM_FREEs (records, no events).
+#[test]
+#[ignore = "child process body for the Prometheus test"]
+fn prom_child() {
+    let comm = std::env::var("PROM_COMM").unwrap();
+    let calls = env_num("PROM_CALLS", 1);
+    set_comm(&comm);
+    let dev = watched();
+    let s = Schedule::new(0xC1D0_0001, 0x5C00_0001);
+    for _ in 0..calls {
+        assert_eq!(s.issue(&dev), -ENOTTY);
+        assert_eq!(free(&dev, 0xC1D0_0001, 0x5C00_0002), -ENOTTY);
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `GET path` over HTTP/1.0: (status line, body).
+fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(String, String)> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    let mut r = String::new();
+    s.read_to_string(&mut r)?;
+    let (head, body) = r.split_once("\r\n\r\n").unwrap_or((&r, ""));
+    Ok((
+        head.lines().next().unwrap_or("").to_string(),
+        body.to_string(),
+    ))
+}
+
+fn url_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// The instant vector of PromQL `query`: (labels, value) per series.
+fn query(prom: SocketAddr, q: &str) -> Vec<(serde_json::Value, f64)> {
+    let Ok((status, body)) = http_get(prom, &format!("/api/v1/query?query={}", url_encode(q)))
+    else {
+        return Vec::new();
+    };
+    if !status.contains(" 200") {
+        return Vec::new();
+    }
+    let v: serde_json::Value = serde_json::from_str(&body).expect("Prometheus answers JSON");
+    v["data"]["result"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            let value = r["value"][1].as_str().unwrap().parse().unwrap();
+            (r["metric"].clone(), value)
+        })
+        .collect()
+}
+
+struct Prometheus {
+    child: Child,
+    dir: std::path::PathBuf,
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn start_prometheus(target: SocketAddr, listen: SocketAddr) -> Prometheus {
+    let dir = std::env::temp_dir().join(format!("gpu-trace-prom-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
+             scrape_configs:\n  - job_name: gpu-trace\n    static_configs:\n      \
+             - targets: ['{target}']\n"
+        ),
+    )
+    .unwrap();
+    let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
+    let child = Command::new(PROMETHEUS)
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address={listen}"))
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("starting prometheus");
+    Prometheus { child, dir }
+}
+
+/// Polls `q` until it returns `want` series values summing to `want` or 90 s pass; returns the
+/// last answer (the caller asserts on it).
+fn wait_for(
+    prom: SocketAddr,
+    q: &str,
+    done: impl Fn(&[(serde_json::Value, f64)]) -> bool,
+) -> Vec<(serde_json::Value, f64)> {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let r = query(prom, q);
+        if done(&r) || Instant::now() > deadline {
+            return r;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+#[test]
+fn a_real_prometheus_scrapes_counts_equal_to_the_calls_issued() {
+    let test = "a_real_prometheus_scrapes_counts_equal_to_the_calls_issued";
+    if let Some(why) = cannot_trace() {
+        common::skipped(test, why);
+        return;
+    }
+    if !Path::new(PROMETHEUS).exists() {
+        common::skipped(
+            test,
+            format!(
+                "{PROMETHEUS} is not installed (apt-get install prometheus; scripts/setup.sh does)"
+            ),
+        );
+        return;
+    }
+    let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let traced = Traced::start(&[
+        "--watch-device",
+        WATCHED,
+        "--ring-size",
+        "16777216",
+        "--metrics",
+        &metrics.to_string(),
+        "--quiet",
+    ])
+    .unwrap_or_else(|e| panic!("{test}: {e}"));
+    let prom_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let prom = start_prometheus(metrics, prom_addr);
+
+    // Three processes with known names, one of them hostile (quote, backslash, escape).
+    let evil = "ev\"il\\\x1b[2J";
+    let evil_label = "ev\"il\\?[2J"; // as exposed: ESC replaced by `?`, then JSON-decoded
+    let plan = [("promA", 300u64), ("promB", 1200), (evil, 50)];
+    let children: Vec<Child> = plan
+        .iter()
+        .map(|(comm, calls)| {
+            child("prom_child")
+                .env("PROM_COMM", comm)
+                .env("PROM_CALLS", calls.to_string())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut c in children {
+        assert!(c.wait().unwrap().success(), "prom_child failed");
+    }
+    let issued: u64 = plan.iter().map(|(_, n)| n).sum();
+
+    // Prometheus is up and scraping gpu-trace.
+    let up = wait_for(prom_addr, "up{job=\"gpu-trace\"}", |r| {
+        r.iter().any(|(_, v)| *v == 1.0)
+    });
+    let log = || std::fs::read_to_string(prom.dir.join("prometheus.log")).unwrap_or_default();
+    assert_eq!(
+        up.len(),
+        1,
+        "{test}: Prometheus has no gpu-trace target: {up:?}; its log:\n{}",
+        tail(&log())
+    );
+    assert_eq!(
+        up[0].1,
+        1.0,
+        "{test}: gpu-trace scrape is down; Prometheus's log:\n{}",
+        tail(&log())
+    );
+
+    // Other processes on this machine may use the watched device too: count ours, by name.
+    let ours = "comm=~\"promA|promB|ev.il.*\"";
+    let q = format!("sum(gpu_trace_events_total{{event=\"SCHEDULE\",{ours}}})");
+    let total = wait_for(prom_addr, &q, |r| {
+        r.first().is_some_and(|(_, v)| *v >= issued as f64)
+    });
+    assert_eq!(
+        total.first().map(|r| r.1),
+        Some(issued as f64),
+        "{test}: {q}"
+    );
+
+    let per_comm = query(prom_addr, "gpu_trace_schedules_refused_total");
+    eprintln!("{test}: Prometheus says: {per_comm:?}");
+    for (comm, calls) in [("promA", 300u64), ("promB", 1200), (evil_label, 50)] {
+        let got: Vec<f64> = per_comm
+            .iter()
+            .filter(|(m, _)| m["comm"] == comm)
+            .map(|(_, v)| *v)
+            .collect();
+        assert_eq!(
+            got,
+            vec![calls as f64],
+            "{test}: refused for comm {comm:?}: {per_comm:?}"
+        );
+    }
+    // Every SCHEDULE was refused, and no event kind other than SCHEDULE happened.
+    let refused = query(
+        prom_addr,
+        &format!("sum(gpu_trace_schedules_refused_total{{{ours}}})"),
+    );
+    assert_eq!(refused.first().map(|r| r.1), Some(issued as f64));
+    let others = query(
+        prom_addr,
+        &format!("sum(gpu_trace_events_total{{event!=\"SCHEDULE\",{ours}}})"),
+    );
+    assert_eq!(others.first().map(|r| r.1), Some(0.0));
+    // Health: nothing dropped, nothing undecodable; every call was a record (plus exits).
+    for name in [
+        "gpu_trace_dropped_records_total",
+        "gpu_trace_decode_errors_total",
+    ] {
+        let r = query(prom_addr, name);
+        assert_eq!(r.first().map(|r| r.1), Some(0.0), "{test}: {name}");
+    }
+    let records = wait_for(prom_addr, "gpu_trace_records_total", |r| {
+        r.first().is_some_and(|(_, v)| *v >= 2.0 * issued as f64)
+    });
+    let records = records.first().map_or(0.0, |r| r.1);
+    assert!(records >= 2.0 * issued as f64, "{test}: records {records}");
+    let fill = query(prom_addr, "gpu_trace_ring_buffer_used_bytes");
+    assert!(
+        fill.len() == 1 && (0.0..=16_777_216.0).contains(&fill[0].1),
+        "{test}: ring fill {fill:?}"
+    );
+    assert!(
+        query(prom_addr, "gpu_trace_build_info").len() == 1,
+        "{test}: build_info missing"
+    );
+    // No PID label on any series.
+    let series = query(prom_addr, "{job=\"gpu-trace\"}");
+    assert!(series.iter().all(|(m, _)| m.get("pid").is_none()));
+
+    drop(prom);
+    let f = traced.interrupt();
+    assert_eq!(f.status.code(), Some(0), "{}", f.stderr);
+    assert!(f.stdout.is_empty(), "--quiet printed: {}", tail(&f.stdout));
+}
+
+/// Usage errors exit 2 before anything loads; a port in use stops the run before any hook
+/// (exit 1, saying so). No root needed: both come before the programs are loaded.
+#[test]
+fn metrics_address_errors_stop_the_run_early() {
+    let run = |args: &[&str]| {
+        Command::new(gpu_trace_bin())
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("running gpu-trace")
+    };
+    let out = run(&["--vendor", "nvidia", "--metrics", "0.0.0.0:9464"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "non-loopback without --metrics-allow-remote"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--metrics-allow-remote"));
+    let out = run(&["--vendor", "nvidia", "--metrics-allow-remote"]);
+    assert_eq!(out.status.code(), Some(2), "--metrics-allow-remote alone");
+    let out = run(&["--quiet", "-o", "x.txt"]);
+    assert_eq!(out.status.code(), Some(2), "--quiet with -o");
+
+    let busy = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = busy.local_addr().unwrap().to_string();
+    let out = run(&["--vendor", "nvidia", "--metrics", &addr, "--duration", "1"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("cannot listen"), "{stderr}");
+    assert!(
+        !stderr.contains("hooks:"),
+        "attached despite the busy port: {stderr}"
+    );
+}
