@@ -482,7 +482,6 @@ pub fn stats_json(stats: &Stats, is_final: bool) -> String {
     serde_json::to_string(&line).expect("STATS serializes")
 }
 
-
 /// The marker line after which docs/json-schema.md holds this module's documentation.
 pub const SCHEMA_DOC_MARKER: &str = "<!-- generated from gpu-trace/src/output/json.rs -->";
 
