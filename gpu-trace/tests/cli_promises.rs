@@ -126,7 +126,9 @@ fn kernel_pid_filter_sends_and_counts_only_that_process() {
     // Every ioctl record of this tracer is A's: the kernel dropped B's (and any other
     // process's) calls before reading them.
     assert_eq!(tgids, vec![pa; 5], "A is {pa}, B is {pb}");
-    assert_eq!(after.emitted - before.emitted, 5, "{before:?} → {after:?}");
+    // Every record kind counts in `emitted`: A's 5 ioctls, its close() of the watched device
+    // (A is a tracked NVIDIA user by then) and its exit notice; nothing of B's.
+    assert_eq!(after.emitted - before.emitted, 7, "{before:?} → {after:?}");
     assert_eq!(
         after.ignored, before.ignored,
         "B's calls are not even counted"
@@ -177,9 +179,10 @@ fn pid_filters_of_the_binary_exclude_the_other_process() {
             // The kernel sent B's calls too (and any other process's on /dev/full).
             assert!(emitted >= 5 + 7 + 3, "{}", stats["kernel"]);
         } else {
+            // A's 5 calls, its close() of the device and its exit notice.
             assert_eq!(
-                emitted, 5,
-                "only A's calls left the kernel: {}",
+                emitted, 7,
+                "only A's records left the kernel: {}",
                 stats["kernel"]
             );
         }
@@ -282,7 +285,12 @@ fn runtime_errors_exit_1() {
             "{stderr}"
         );
     }
-    // -o into a directory that does not exist: an I/O error.
+    // A recording that is a directory: an I/O error at run time, with the OS's words.
+    let (code, stderr) = run(&["replay", dir.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("Is a directory"), "{stderr}");
+    // -o into a directory that does not exist is refused before anything runs: a usage error
+    // (exit 2) that names the path.
     let (code, stderr) = run(&[
         "replay",
         concat!(
@@ -292,7 +300,8 @@ fn runtime_errors_exit_1() {
         "-o",
         dir.join("no/such/dir/out.txt").to_str().unwrap(),
     ]);
-    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("no/such/dir"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

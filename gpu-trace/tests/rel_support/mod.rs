@@ -498,7 +498,12 @@ pub fn json_stats(stdout: &str) -> serde_json::Value {
 pub fn json_events(stdout: &str) -> Vec<serde_json::Value> {
     stdout
         .lines()
-        .filter(|l| l.starts_with('{') && !l.starts_with("{\"event\":\"STATS\""))
+        // Event lines only: not the statistics, not the start-up inventory (late attach).
+        .filter(|l| {
+            l.starts_with('{')
+                && !l.starts_with("{\"event\":\"STATS\"")
+                && !l.starts_with("{\"event\":\"INVENTORY\"")
+        })
         .map(|l| serde_json::from_str(l).expect("event lines are JSON"))
         .collect()
 }
