@@ -28,14 +28,15 @@ check() { # check NAME COMMAND...
 { uname -r; cat /proc/driver/nvidia/version
   nvidia-smi --query-gpu=index,uuid,pci.bus_id,name --format=csv; } >"$OUT/facts.txt" 2>&1
 
-# A PyTorch job started 5 s before gpu-trace, ending while traced. $1: output name, rest: args.
+# A PyTorch job started 5 s before gpu-trace, ending while traced (its 10 s loop starts after
+# CUDA is set up, a few seconds in: the tracer runs 16 s). $1: output name, rest: args.
 late_run() {
   local name=$1; shift
   LATE_SECONDS=10 python3 examples/late_job.py >>"$LOG" 2>&1 & local jp=$!
   sleep 5
   nvidia-smi --query-compute-apps=pid,used_memory,gpu_uuid --format=csv >"$OUT/$name.smi" 2>&1
   log "$name: job $jp, tracer start"
-  "$BIN" -v --duration 9 --record "$OUT/$name.gtrace" "$@" >"$OUT/$name.out" 2>"$OUT/$name.err"
+  "$BIN" -v --duration 16 --record "$OUT/$name.gtrace" "$@" >"$OUT/$name.out" 2>"$OUT/$name.err"
   log "$name: tracer exit $?"; wait $jp; log "$name: job exit $?"
   echo $jp >"$OUT/$name.pid"
 }
