@@ -122,10 +122,16 @@ fn build(root: &Path, target: &Target) -> Result<PathBuf> {
         .args(["build", "--release", "-p", "gpu-trace", "--target"])
         .arg(target.triple);
     if let Some(linker) = target.linker {
+        // musl keeps dlopen in libc.a and ships an empty libdl.a, which Rust's self-contained
+        // musl for aarch64 lacks; libloading (NVML, loaded at run time) asks for -ldl. An empty
+        // archive satisfies it, as musl's own does.
+        let stubs = root.join("target/dist/link-stubs").join(target.triple);
+        fs::create_dir_all(&stubs)?;
+        fs::write(stubs.join("libdl.a"), b"!<arch>\n")?;
         let var = target.triple.to_uppercase().replace('-', "_");
         cargo.env(format!("CARGO_TARGET_{var}_LINKER"), linker).env(
             format!("CARGO_TARGET_{var}_RUSTFLAGS"),
-            "-C linker-flavor=ld.lld",
+            format!("-C linker-flavor=ld.lld -L {}", stubs.display()),
         );
     }
     run_cmd(&mut cargo)?;
