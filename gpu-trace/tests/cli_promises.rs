@@ -263,7 +263,7 @@ fn bad_usage_exits_2() {
 
 #[test]
 fn runtime_errors_exit_1() {
-    let dir = std::env::temp_dir().join(format!("gpu-trace-exit1-{}", std::process::id()));
+    let dir = common::scratch().join("exit1");
     std::fs::create_dir_all(&dir).unwrap();
     let junk = dir.join("junk.gtrace");
     std::fs::write(&junk, b"not a recording at all, just text\n").unwrap();

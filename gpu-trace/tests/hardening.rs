@@ -31,9 +31,7 @@ fn serial() -> MutexGuard<'static, ()> {
 }
 
 fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("gpu-trace-hardening-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+    common::scratch().join(name)
 }
 
 fn fixture(name: &str) -> PathBuf {

@@ -52,7 +52,7 @@ fn a_process_holding_the_device_before_tracing_is_inventoried_and_its_end_report
     expect_line(&mut control_out, "ready");
     let (pid, control_pid) = (held.id(), control.id());
 
-    let rec = std::env::temp_dir().join(format!("gpu-trace-late-{}.gtrace", std::process::id()));
+    let rec = common::scratch().join("late.gtrace");
     let traced = Traced::start(&[
         "--watch-device",
         WATCHED,

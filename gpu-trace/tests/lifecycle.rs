@@ -161,7 +161,7 @@ fn sigkill_leaves_nothing_in_the_kernel_and_the_cut_recording_replays() {
     if skip_unless_root(test) {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("gpu-trace-lifecycle-{}", std::process::id()));
+    let dir = common::scratch().to_path_buf();
     std::fs::create_dir_all(&dir).unwrap();
     let rec = dir.join("killed.gtrace");
     let pins = bpffs_entries();

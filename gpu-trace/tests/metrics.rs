@@ -262,7 +262,7 @@ impl Drop for Prometheus {
 }
 
 fn start_prometheus(target: SocketAddr, listen: SocketAddr) -> Prometheus {
-    let dir = std::env::temp_dir().join(format!("gpu-trace-prom-{}", std::process::id()));
+    let dir = common::scratch().join("prometheus");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("prometheus.yml");

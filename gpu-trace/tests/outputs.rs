@@ -51,9 +51,7 @@ fn gpu_trace(args: &[&str]) -> String {
 fn tmp(name: &str) -> PathBuf {
     static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("gpu-trace-outputs-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(format!("{n}-{name}"))
+    common::scratch().join(format!("{n}-{name}"))
 }
 
 /// A slice as the importer builds it.

@@ -536,8 +536,7 @@ fn cli_reports_drops_in_json_and_exits_4_and_keeps_up_after_the_storm() {
     if skip_unless_root(test) {
         return;
     }
-    let recording =
-        std::env::temp_dir().join(format!("gpu-trace-drops-{}.gtrace", std::process::id()));
+    let recording = common::scratch().join("drops.gtrace");
     let recording_s = recording.to_str().unwrap();
     let traced = match Traced::start(&[
         "--watch-device",

@@ -271,7 +271,7 @@ fn dir_size(dir: &Path) -> Result<u64> {
 }
 
 /// Installs the .deb and the tarball into a fresh Debian root (cached debootstrap of `suite`,
-/// copied anew for each check) and runs the installed binaries there.
+/// never written: each check runs in an overlay on it) and runs the installed binaries there.
 fn check(root: &Path, out: &Path, args: &DistArgs, tarball: &Path, deb: &Path) -> Result<()> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
@@ -294,26 +294,45 @@ fn check(root: &Path, out: &Path, args: &DistArgs, tarball: &Path, deb: &Path) -
                 .arg(&args.mirror),
         )
         .context("making a fresh Debian root with debootstrap (needs the Debian mirror)")?;
+        // The packages debootstrap downloaded are installed already: ~100 MB nobody reads.
+        let archives = partial.join("var/cache/apt/archives");
+        for entry in fs::read_dir(&archives)? {
+            let path = entry?.path();
+            if path.extension().is_some_and(|e| e == "deb") {
+                fs::remove_file(path)?;
+            }
+        }
         fs::rename(&partial, &base)?;
     }
+    ensure!(
+        !base.join("usr/bin/cargo").exists() && !base.join("usr/bin/rustc").exists(),
+        "the fresh root has a Rust toolchain: not a fair check"
+    );
+    // The check never writes into the cached root: it runs in an overlay (the root below, a
+    // small upper layer for what the check writes) mounted in a private mount namespace, so
+    // nothing stays mounted and the disk holds one Debian root, not two (a full copy filled
+    // a CI disk once). Where overlayfs is refused, a hard-link copy stands in.
     let fresh = out.join("fresh-root");
+    let upper = out.join("fresh-upper");
+    let work = out.join("fresh-work");
     ensure!(
         !fs::read_to_string("/proc/mounts")?.contains(&*fresh.to_string_lossy()),
         "something is mounted under {} (an earlier check?): unmount it first",
         fresh.display()
     );
-    if fresh.exists() {
-        run_cmd(Command::new("rm").arg("-rf").arg(&fresh))?;
+    for dir in [&fresh, &upper, &work] {
+        if dir.exists() {
+            run_cmd(Command::new("rm").arg("-rf").arg(dir))?;
+        }
+        fs::create_dir_all(dir)?;
     }
-    run_cmd(Command::new("cp").arg("-a").arg(&base).arg(&fresh))?;
-    ensure!(
-        !fresh.join("usr/bin/cargo").exists() && !fresh.join("usr/bin/rustc").exists(),
-        "the fresh root has a Rust toolchain: not a fair check"
-    );
-    fs::copy(deb, fresh.join("tmp/gpu-trace.deb"))?;
-    fs::copy(tarball, fresh.join("tmp/gpu-trace.tar.gz"))?;
+    let tmp = upper.join("tmp");
+    fs::create_dir_all(&tmp)?;
+    fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o1777))?;
+    fs::copy(deb, tmp.join("gpu-trace.deb"))?;
+    fs::copy(tarball, tmp.join("gpu-trace.tar.gz"))?;
     let fixture = root.join("gpu-trace/tests/fixtures/two_streams.gtrace");
-    fs::copy(&fixture, fresh.join("tmp/two_streams.gtrace"))?;
+    fs::copy(&fixture, tmp.join("two_streams.gtrace"))?;
     // The script that runs inside the root. doctor may say tracing cannot work inside a
     // chroot (exit 3/5); what is checked is that it runs and reports, not the verdict.
     let script = r#"set -eu
@@ -332,20 +351,26 @@ mkdir -p /opt/t && tar -C /opt/t -xzf /tmp/gpu-trace.tar.gz
 /opt/t/gpu-trace-*/bin/gpu-trace replay /tmp/two_streams.gtrace | cmp - /tmp/replay.txt
 echo "dist check: ok"
 "#;
-    fs::write(fresh.join("tmp/check.sh"), script)?;
-    // /proc and /sys are mounted inside a private mount namespace that dies with the check,
-    // so nothing stays mounted under the root (which is deleted afterwards) whatever happens.
+    fs::write(tmp.join("check.sh"), script)?;
+    // Runs in the private mount namespace: $1 the cached root, $2 the upper layer, $3 overlay's
+    // work directory, $4 the mount point.
+    let mount_and_run = r#"set -eu
+if ! mount -t overlay overlay -o "lowerdir=$1,upperdir=$2,workdir=$3" "$4" 2>/tmp/gpu-trace-overlay.err; then
+  echo "dist check: overlayfs refused ($(cat /tmp/gpu-trace-overlay.err)); using a hard-link copy"
+  cp -al "$1/." "$4/" && cp -a "$2/." "$4/"
+fi
+rm -f /tmp/gpu-trace-overlay.err
+exec chroot "$4" /bin/sh -c 'mount -t proc proc /proc && mount -t sysfs sysfs /sys && exec /bin/sh /tmp/check.sh'
+"#;
     let result = run_cmd(
         Command::new("unshare")
             .args(["--mount", "--propagation", "private", "--"])
-            .arg("chroot")
-            .arg(&fresh)
-            .args([
-                "/bin/sh",
-                "-c",
-                "mount -t proc proc /proc && mount -t sysfs sysfs /sys && exec /bin/sh /tmp/check.sh",
-            ])
-            .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
+            .args(["/bin/sh", "-c", mount_and_run, "sh"])
+            .args([&base, &upper, &work, &fresh])
+            .env(
+                "PATH",
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            ),
     );
     ensure!(
         !fs::read_to_string("/proc/mounts")?.contains(&*fresh.to_string_lossy()),
@@ -353,7 +378,9 @@ echo "dist check: ok"
         fresh.display()
     );
     result.context("the installed gpu-trace failed in the fresh Debian root")?;
-    run_cmd(Command::new("rm").arg("-rf").arg(&fresh))?;
+    for dir in [&fresh, &upper, &work] {
+        run_cmd(Command::new("rm").arg("-rf").arg(dir))?;
+    }
     Ok(())
 }
 

@@ -236,16 +236,16 @@ impl Drop for Staged {
 mod tests {
     use super::*;
 
-    fn dir(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("gpu-trace-files-{}-{name}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
-        fs::create_dir_all(&d).unwrap();
-        d
+    /// A scratch directory, removed when the returned guard drops.
+    fn dir() -> (tempfile::TempDir, PathBuf) {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path().to_path_buf();
+        (t, d)
     }
 
     #[test]
     fn the_same_file_under_other_names_is_refused() {
-        let d = dir("same");
+        let (_scratch, d) = dir();
         let a = d.join("a.gtrace");
         fs::write(&a, b"x").unwrap();
         fs::hard_link(&a, d.join("hard")).unwrap();
@@ -288,7 +288,7 @@ mod tests {
 
     #[test]
     fn staged_files_appear_only_when_committed() {
-        let d = dir("staged");
+        let (_scratch, d) = dir();
         let target = d.join("t.json");
         fs::write(&target, b"old").unwrap();
         {
@@ -314,7 +314,7 @@ mod tests {
 
     #[test]
     fn a_fifo_without_reader_fails_at_once() {
-        let d = dir("fifo");
+        let (_scratch, d) = dir();
         let f = d.join("f");
         let c = std::ffi::CString::new(f.to_str().unwrap()).unwrap();
         // SAFETY: a NUL-terminated path.

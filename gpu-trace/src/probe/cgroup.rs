@@ -398,7 +398,8 @@ mod tests {
     fn resolver_maps_ids_to_paths_on_a_real_tree() {
         // A plain directory tree stands for the cgroup2 mount: ids are inode numbers there
         // too, which is what the resolver reads.
-        let dir = std::env::temp_dir().join(format!("gpu-trace-cg-{}", std::process::id()));
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path().to_path_buf();
         let pod = dir.join("kubepods/besteffort").join(format!("pod{UID}"));
         fs::create_dir_all(&pod).unwrap();
         let mut r = CgroupResolver::new(dir.clone());
@@ -417,6 +418,6 @@ mod tests {
         fs::remove_dir(&late).unwrap();
         r.walk();
         assert_eq!(r.path(late_id), None);
-        fs::remove_dir_all(&dir).unwrap();
+        drop(scratch);
     }
 }

@@ -689,8 +689,8 @@ GPU Excluded:\t No\n";
     #[test]
     fn walk_of_a_fake_proc_tree() {
         use std::os::unix::fs::symlink;
-        let root = std::env::temp_dir().join(format!("gpu-trace-inv-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&root);
+        let scratch = tempfile::tempdir().unwrap();
+        let root = scratch.path().to_path_buf();
         let gpus = root.join("driver/nvidia/gpus/0000:00:06.0");
         fs::create_dir_all(&gpus).unwrap();
         fs::write(gpus.join("information"), H100_INFO).unwrap();
@@ -719,7 +719,7 @@ GPU Excluded:\t No\n";
         fs::create_dir_all(root.join("8")).unwrap();
 
         let inv = walk(&root, &nv());
-        fs::remove_dir_all(&root).unwrap();
+        drop(scratch);
         assert_eq!(inv.gpus.len(), 1);
         assert_eq!(inv.processes.len(), 1);
         assert_eq!(inv.vanished, 1);

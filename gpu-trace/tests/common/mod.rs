@@ -1,6 +1,24 @@
 //! Helpers shared by the integration tests.
 
-use std::io::Write;
+use std::{
+    io::Write,
+    path::{Path, PathBuf},
+    sync::OnceLock,
+};
+
+/// This test binary's scratch directory, `target/tmp/<test crate>`: emptied the first time it is
+/// asked for in the process, so what a run leaves behind stays inside `target/` and is replaced
+/// by the next run instead of piling up in /tmp.
+#[allow(dead_code)]
+pub fn scratch() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(env!("CARGO_CRATE_NAME"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        dir
+    })
+}
 
 /// Says loudly that a test could not run (or could only partly run), and why. Written straight
 /// to the process's stderr, past libtest's output capture, so that it shows in `cargo test`
