@@ -29,6 +29,7 @@ fuzz_target!(|data: &[u8]| {
     let recs = records(data);
     for format in [Format::Text, Format::Json] {
         let config = PipelineConfig {
+            show_container: false,
             verbose: true,
             pids: Vec::new(),
             comms: Vec::new(),

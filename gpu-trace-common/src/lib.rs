@@ -33,6 +33,14 @@ pub mod record_kind {
     pub const DEEP: u32 = 6;
     /// [`crate::NvSchedRecord`]: a scheduling hook of a gpu_ext-patched NVIDIA driver ran.
     pub const NV_SCHED: u32 = 7;
+    /// [`crate::TaskCgroupRecord`]: the cgroup (v2) of a process, sent before its first record
+    /// of the run and again whenever it changes (the process moved).
+    pub const TASK_CGROUP: u32 = 8;
+    /// [`crate::AttributionHead`] and a path: written by userspace, never by the kernel. A live
+    /// run resolves each [`TASK_CGROUP`] record (cgroup path, the process's own PID in its PID
+    /// namespace) and puts this record after it in the recording and in the pipeline, so that
+    /// a replay on another machine attributes events as the live run did.
+    pub const ATTRIBUTION: u32 = 0x100;
 }
 
 /// Which hook produced a record that several hooks can produce ([`KfdIoctlRecord::source`],
@@ -257,6 +265,55 @@ pub struct TaskRecord {
     pub _pad: u32,
 }
 
+/// The cgroup (v2) a process runs in, sent before the process's first record of the run and
+/// whenever it changes (48 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TaskCgroupRecord {
+    pub hdr: RecordHeader,
+    /// `bpf_get_current_cgroup_id()`: the kernfs id (inode number) of the cgroup on the
+    /// cgroup2 mount.
+    pub cgroup_id: u64,
+}
+
+/// What userspace learnt about a [`TaskCgroupRecord`]'s process (the head of a
+/// [`record_kind::ATTRIBUTION`] record; `path_len` bytes of cgroup path follow, 56 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttributionHead {
+    /// A copy of the [`TaskCgroupRecord`]'s header with `kind` set to ATTRIBUTION.
+    pub hdr: RecordHeader,
+    pub cgroup_id: u64,
+    /// The process's PID in its own PID namespace (`NSpid` in /proc), 0 when it is the host
+    /// PID or could not be read.
+    pub ns_pid: u32,
+    /// Bytes of the cgroup path (relative to the cgroup2 root, starting with `/`) that follow;
+    /// 0 when it could not be resolved (the cgroup was gone).
+    pub path_len: u32,
+}
+
+/// Longest cgroup path an [`record_kind::ATTRIBUTION`] record carries.
+pub const ATTRIBUTION_PATH_MAX: usize = 4096;
+
+/// One cgroup subtree for the kernel-side filters (`--cgroup`, `--container`) and denial
+/// (`--deny-cgroup`, `--deny-container`): a task matches when its cgroup's ancestor at `level`
+/// is `id` (16 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CgroupMatch {
+    /// Kernfs id of the subtree's root cgroup.
+    pub id: u64,
+    /// Its depth below the cgroup2 root (the root is 0).
+    pub level: u32,
+    pub _pad: u32,
+}
+
+#[cfg(feature = "user")]
+unsafe impl aya::Pod for CgroupMatch {}
+
+/// Entries of the `CGROUP_FILTER` and `DENY_CGROUP` maps.
+pub const CGROUP_MATCH_MAX: u32 = 8;
+
 /// Index of each counter in the per-CPU `COUNTERS` array.
 pub mod counter {
     /// Ring-buffer reservations that failed: records lost.
@@ -276,7 +333,7 @@ pub mod counter {
 }
 
 /// Kernel structure offsets (from `/sys/kernel/btf/vmlinux`) and filters, written into the
-/// programs' `CONFIG` global before load (56 bytes).
+/// programs' `CONFIG` global before load (64 bytes).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct KernelConfig {
@@ -308,6 +365,11 @@ pub struct KernelConfig {
     pub extra_kfd_rdev: u32,
     /// Non-zero once userspace has filled this in; the programs do nothing while it is 0.
     pub ready: u32,
+    /// Entries in `CGROUP_FILTER` (`--cgroup`, `--container`): only tasks in those subtrees
+    /// are traced. 0 = no cgroup filter.
+    pub filter_cgroups: u32,
+    /// Entries in `DENY_CGROUP` (`--deny-cgroup`, `--deny-container`).
+    pub deny_cgroups: u32,
 }
 
 #[cfg(feature = "user")]
@@ -377,7 +439,10 @@ pub const fn kernel_dev_minor(dev: u32) -> u32 {
 const _: () = assert!(size_of::<RecordHeader>() == 40);
 const _: () = assert!(size_of::<NvIoctlRecord>() == 264);
 const _: () = assert!(size_of::<TaskRecord>() == 48);
-const _: () = assert!(size_of::<KernelConfig>() == 56);
+const _: () = assert!(size_of::<KernelConfig>() == 64);
+const _: () = assert!(size_of::<TaskCgroupRecord>() == 48);
+const _: () = assert!(size_of::<AttributionHead>() == 56);
+const _: () = assert!(size_of::<CgroupMatch>() == 16);
 const _: () = assert!(size_of::<KfdIoctlRecord>() == 176);
 const _: () = assert!(size_of::<KfdQueueRecord>() == 104);
 const _: () = assert!(size_of::<DeepRecord>() == 64);

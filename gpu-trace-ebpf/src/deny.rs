@@ -7,7 +7,9 @@
 //! address and size set, percentage > 0). Everything else passes untouched, and a verdict an
 //! earlier LSM already gave is returned as it is.
 //!
-//! Identity: by process (thread-group id), so every thread of a denied process is refused. An
+//! Identity: by process (thread-group id), so every thread of a denied process is refused, or by
+//! cgroup subtree (`--deny-cgroup`, `--deny-container`: every task in it, including tasks that
+//! enter it later; `cgroup.rs`). An
 //! entry is removed when the process exits (`process_exit` in main.rs), so a later process that
 //! reuses the pid is not denied. Policy ends with the tracer: nothing is pinned.
 //!
@@ -51,13 +53,13 @@ fn decide(ctx: &LsmContext) -> i32 {
         return previous;
     }
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    if DENY.get_ptr(tgid).is_none() {
+    let cfg = config();
+    if DENY.get_ptr(tgid).is_none() && !crate::cgroup::denied(&cfg) {
         return 0;
     }
     let file: u64 = ctx.arg(0);
     let ioctl_cmd: u32 = ctx.arg(1);
     let arg: u64 = ctx.arg(2);
-    let cfg = config();
     // SAFETY: kernel reads through the helper.
     let rdev: u32 = match unsafe { kread::<u64>(file, cfg.file_inode) } {
         Ok(inode) => match unsafe { kread::<u32>(inode, cfg.inode_rdev) } {

@@ -81,11 +81,14 @@ static KFD_HANDLER_ARGS: HashMap<u64, EntryArgs> = HashMap::with_max_entries(409
 #[map]
 static DQM_CREATE_ARGS: HashMap<u64, u64> = HashMap::with_max_entries(4096, 0);
 
-/// Whether the current process passes the `--pid` filter.
+/// Whether the current process passes the `--pid` and cgroup filters.
 #[inline(always)]
 fn wanted(tgid: u32) -> bool {
     let cfg = config();
-    cfg.ready != 0 && deep_config().ready != 0 && (cfg.filter_tgid == 0 || cfg.filter_tgid == tgid)
+    cfg.ready != 0
+        && deep_config().ready != 0
+        && (cfg.filter_tgid == 0 || cfg.filter_tgid == tgid)
+        && crate::cgroup::wanted(&cfg)
 }
 
 #[inline(always)]
@@ -280,6 +283,7 @@ fn queue_built(q: u64, ret: i32, source: u32) {
     }
     let d = deep_config();
     let props = q + d.queue_properties as u64;
+    crate::cgroup::note(current_tgid());
     let Some(mut entry) = EVENTS.reserve::<KfdQueueRecord>(0) else {
         bump(counter::DROPPED);
         return;

@@ -39,6 +39,7 @@ use gpu_trace_common::{
     record_kind,
 };
 
+mod cgroup;
 mod deny;
 mod kfd_deep;
 mod nv_deep;
@@ -60,6 +61,8 @@ static CONFIG: KernelConfig = KernelConfig {
     kfd_major: 0,
     extra_kfd_rdev: 0,
     ready: 0,
+    filter_cgroups: 0,
+    deny_cgroups: 0,
 };
 
 /// Records to userspace. Userspace sets the size (`--ring-size`).
@@ -279,6 +282,9 @@ fn handle_ioctl(fd: u64, ioctl_cmd: u64, arg: u64, ret: i64) {
     if cfg.filter_tgid != 0 && cfg.filter_tgid != tgid {
         return;
     }
+    if !cgroup::wanted(&cfg) {
+        return;
+    }
     let rdev = match fd_rdev(&cfg, fd) {
         Ok(rdev) => rdev,
         Err(()) => {
@@ -382,6 +388,7 @@ fn handle_ioctl(fd: u64, ioctl_cmd: u64, arg: u64, ret: i64) {
         return;
     }
 
+    cgroup::note(tgid);
     let Some(mut entry) = EVENTS.reserve::<NvIoctlRecord>(0) else {
         bump(counter::DROPPED);
         return;
@@ -473,6 +480,7 @@ struct KfdCallHead {
 #[inline(always)]
 fn emit_kfd(head: KfdCallHead, args: u64, tgid: u32) {
     let len = amd::capture_len(head.nr, head.arg_size);
+    cgroup::note(tgid);
     let Some(mut entry) = EVENTS.reserve::<KfdIoctlRecord>(0) else {
         bump(counter::DROPPED);
         return;
@@ -745,6 +753,7 @@ fn on_process_exit() {
         }
         if tracked {
             let _ = TRACKED.remove(tgid);
+            cgroup::forget(tgid);
             emit_task(record_kind::PROCESS_EXIT, -1);
         }
     }

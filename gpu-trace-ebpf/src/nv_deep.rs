@@ -49,10 +49,15 @@ fn current_syscall() -> (u32, u64) {
 fn hook_ran(hook: u32, ctx_ptr: u64, source: u32) {
     let cfg = config();
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    if cfg.ready == 0 || cfg.nv_major == 0 || (cfg.filter_tgid != 0 && cfg.filter_tgid != tgid) {
+    if cfg.ready == 0
+        || cfg.nv_major == 0
+        || (cfg.filter_tgid != 0 && cfg.filter_tgid != tgid)
+        || !crate::cgroup::wanted(&cfg)
+    {
         return;
     }
     let (syscall_nr, syscall_arg0) = current_syscall();
+    crate::cgroup::note(tgid);
     let Some(mut entry) = EVENTS.reserve::<NvSchedRecord>(0) else {
         bump(counter::DROPPED);
         return;

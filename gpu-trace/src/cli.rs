@@ -30,6 +30,11 @@ Examples:
       sudo gpu-trace --metrics 127.0.0.1:9464 --quiet
   Refuse GPU scheduling to one process while tracing (needs an active BPF LSM; see doctor):
       sudo gpu-trace --deny-pid 4242
+  Only one container's GPU work (id prefix from podman/docker/crictl ps), or a pod's cgroup:
+      sudo gpu-trace --container 3f2a9c1b
+      sudo gpu-trace --cgroup /kubepods.slice/kubepods-besteffort.slice
+  Refuse GPU scheduling to a whole container, processes it starts later included:
+      sudo gpu-trace --deny-container 3f2a9c1b
 
 Output: one line per event (TASK_INIT, SCHEDULE, SCHED_UPDATE, WORK_SUBMIT with -v, TASK_DESTROY);
 SCHED_UPDATE shows every timeslice, interleave, preemption and disable/enable request (old -> new,
@@ -204,6 +209,12 @@ pub struct OutputArgs {
     /// --record).
     #[arg(short, long, conflicts_with = "output")]
     pub quiet: bool,
+
+    /// Text output: a `container=` field on every line (`-` outside containers, `?` not known
+    /// yet). Without it, only lines of processes in a container or Kubernetes pod carry
+    /// `container=ID pod=UID nspid=N` (each when known). JSON always carries a `cgroup` object.
+    #[arg(long)]
+    pub show_container: bool,
 }
 
 /// `--interval`: a finite number of seconds above zero.
@@ -300,6 +311,30 @@ pub struct TraceArgs {
     /// Refused requests show as `SCHEDULE … allowed=no errno=EPERM`, counted as `denied`.
     #[arg(long = "deny-pid", value_name = "PID", value_parser = parse_pid)]
     pub deny_pids: Vec<u32>,
+
+    /// Trace only tasks in this cgroup v2 subtree (repeatable, with --container at most 8 in
+    /// all): a path below the cgroup2 mount (`/kubepods.slice/…/kubepods-pod<uid>.slice`) or
+    /// under it (`/sys/fs/cgroup/machine.slice`). Filtered in the kernel: other processes cost
+    /// no records. Cgroups created below it later are included.
+    #[arg(long = "cgroup", value_name = "PATH")]
+    pub cgroups: Vec<String>,
+
+    /// Trace only this running container (repeatable): a prefix (≥ 4 hex digits) of its id as
+    /// `podman ps`, `docker ps` or `crictl ps` show it (docker, containerd, CRI-O, podman; both
+    /// cgroup drivers). Filtered in the kernel, like --cgroup.
+    #[arg(long = "container", value_name = "ID")]
+    pub containers: Vec<String>,
+
+    /// Refuse scheduling requests, like --deny-pid, from every task in this cgroup v2 subtree,
+    /// including processes that enter it after gpu-trace started (repeatable, at most 8 with
+    /// --deny-container). Needs an active BPF LSM.
+    #[arg(long = "deny-cgroup", value_name = "PATH")]
+    pub deny_cgroups: Vec<String>,
+
+    /// Refuse scheduling requests from every task of this running container (id prefix, as
+    /// for --container), including processes it starts later. Needs an active BPF LSM.
+    #[arg(long = "deny-container", value_name = "ID")]
+    pub deny_containers: Vec<String>,
 
     /// Attach type for the syscall hook (default: the cheapest the kernel allows). For
     /// comparisons and for kernels where the automatic choice misbehaves.

@@ -83,6 +83,13 @@ fn main() -> ExitCode {
         Ok(_) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("gpu-trace: {}", chain_without_repeats(&err));
+            // A cgroup or container on the command line that names nothing: bad usage.
+            if err
+                .chain()
+                .any(|c| matches!(c.downcast_ref::<RunError>(), Some(RunError::Cgroup(e)) if !e.is_unsupported()))
+            {
+                return ExitCode::from(EXIT_USAGE);
+            }
             let unsupported = err.chain().any(|cause| {
                 cause
                     .downcast_ref::<RunError>()

@@ -8,6 +8,7 @@ use crate::{
     amd::decode::{self as amd_decode, KfdCall},
     cli::{Format, Timestamps},
     metrics::Metrics,
+    model::workload::Attribution,
     model::{
         amd::{KfdInput, KfdTracker},
         event::Event,
@@ -39,6 +40,9 @@ pub struct PipelineConfig {
     /// Print the statistics block at the end.
     pub stats: bool,
     pub clock: Clock,
+    /// Text: the `container=` field on every line, `-` outside containers (`--show-container`);
+    /// otherwise only on lines of processes in a container or pod.
+    pub show_container: bool,
 }
 
 /// What [`Pipeline::finish_all`] ended with.
@@ -64,6 +68,9 @@ pub struct Pipeline<W: Write> {
     /// First `comm` seen per process: `--comm` matches it as the process name, so that a
     /// process's events from other threads (e.g. `cuda-EvtHandlr`) are kept.
     process_names: HashMap<u32, String>,
+    /// Who each process is (cgroup, container, pod), from `TASK_CGROUP` and `ATTRIBUTION`
+    /// records.
+    attributions: HashMap<u32, Attribution>,
     first_ts: Option<u64>,
     last_ts: Option<u64>,
     out: W,
@@ -104,6 +111,7 @@ impl<W: Write> Pipeline<W> {
             amd: KfdTracker::default(),
             stats: Stats::new(),
             process_names: HashMap::new(),
+            attributions: HashMap::new(),
             first_ts: None,
             last_ts: None,
             out,
@@ -252,6 +260,20 @@ impl<W: Write> Pipeline<W> {
             .entry(origin.pid)
             .or_insert_with(|| origin.comm.clone());
         let input = match record {
+            RawRecord::TaskCgroup(rec) => {
+                // Live runs follow it with what it resolves to (`ATTRIBUTION`); alone (a
+                // recording cut between the two), the id is all that is known.
+                let known = self.attributions.get(&origin.pid);
+                if known.is_none_or(|a| a.cgroup_id != rec.cgroup_id) {
+                    self.attribute(origin.pid, Attribution::new(rec.cgroup_id, None, None));
+                }
+                return Ok(());
+            }
+            RawRecord::Attribution(a) => {
+                let attribution = Attribution::new(a.head.cgroup_id, a.path(), a.ns_pid());
+                self.attribute(origin.pid, attribution);
+                return Ok(());
+            }
             RawRecord::NvIoctl(rec) => {
                 let call = decode::decode(&rec);
                 if matches!(call, RmCall::Malformed { .. }) {
@@ -306,8 +328,17 @@ impl<W: Write> Pipeline<W> {
         }
         if matches!(record, RawRecord::ProcessExit(_)) {
             self.process_names.remove(&pid);
+            self.attributions.remove(&pid);
         }
         Ok(())
+    }
+
+    /// Process `pid` runs in the cgroup `a` describes (from now on).
+    fn attribute(&mut self, pid: u32, a: Attribution) {
+        if let Some(group) = a.group() {
+            self.stats.set_group(pid, group);
+        }
+        self.attributions.insert(pid, a);
     }
 
     /// Emits the events that pass the filters.
@@ -336,18 +367,43 @@ impl<W: Write> Pipeline<W> {
             .process_names
             .get(&event.origin.pid)
             .map_or(event.origin.comm.as_str(), String::as_str);
+        let attribution = self.attributions.get(&event.origin.pid);
         if let Some(metrics) = self.metrics.as_mut() {
-            metrics.observe(event, name, None);
+            let workload = attribution.map(|a| crate::metrics::Workload {
+                container: a.workload.short_container_id().unwrap_or("").to_string(),
+                pod: a
+                    .workload
+                    .pod
+                    .as_ref()
+                    .map_or(String::new(), |(uid, _)| uid.clone()),
+            });
+            metrics.observe(event, name, workload.as_ref());
         }
         if let Some(perfetto) = self.perfetto.as_mut() {
-            perfetto.event(event, name, self.first_ts.unwrap_or(event.origin.ts_ns))?;
+            let ts0 = self.first_ts.unwrap_or(event.origin.ts_ns);
+            match attribution.and_then(Attribution::group) {
+                // The process track's name says where it runs.
+                Some(group) => perfetto.event(event, &format!("{name} [{group}]"), ts0)?,
+                None => perfetto.event(event, name, ts0)?,
+            }
         }
         let line = match self.config.format {
-            Format::Text => self.text.format_event(event, &self.config.clock),
-            Format::Json => Some(escape::json_terminal_safe(json::event_json(
-                event,
-                &self.config.clock,
-            ))),
+            Format::Text => self
+                .text
+                .format_event(event, &self.config.clock)
+                .map(|line| match attribution {
+                    Some(a) => line + &a.text_fields(self.config.show_container),
+                    None if self.config.show_container => line + " container=?",
+                    None => line,
+                }),
+            Format::Json => {
+                let line = json::event_json(event, &self.config.clock);
+                let line = match attribution {
+                    Some(a) => json::with_attribution(line, a),
+                    None => line,
+                };
+                Some(escape::json_terminal_safe(line))
+            }
         };
         if let Some(line) = line {
             writeln!(self.out, "{line}")?;

@@ -25,16 +25,19 @@ use crate::{
     model::stats::KernelCounters,
     output::{
         clock::Clock,
+        escape,
         files::{self, Staged},
         perfetto::PerfettoWriter,
         queue::{Overflow, QueueWriter, Units},
     },
     pipeline::{Finished, Pipeline, PipelineConfig},
     probe::{
+        cgroup::{CgroupError, CgroupResolver, Subtree},
         inventory::{self, GpuNode, Inventory, WalkOptions},
         system,
     },
     record::{RecordError, RecordReader, RecordWriter, RecordingHeader, RecordingTrailer},
+    wire::{self, RawRecord},
 };
 
 #[derive(Debug, Error)]
@@ -50,6 +53,9 @@ pub enum RunError {
     Io { what: String, source: io::Error },
     #[error(transparent)]
     Metrics(#[from] crate::metrics::server::ServeError),
+    /// A cgroup or container given on the command line names nothing usable (exit code 2).
+    #[error(transparent)]
+    Cgroup(#[from] CgroupError),
 }
 
 impl RunError {
@@ -58,6 +64,7 @@ impl RunError {
         match self {
             Self::Unsupported(_) => true,
             Self::Load(e) => e.is_unsupported(),
+            Self::Cgroup(e) => e.is_unsupported(),
             _ => false,
         }
     }
@@ -266,6 +273,7 @@ fn pipeline_config(args: &OutputArgs, clock: Clock) -> PipelineConfig {
         timestamps: args.timestamps,
         stats: !args.no_stats,
         clock,
+        show_container: args.show_container,
     }
 }
 
@@ -323,6 +331,13 @@ pub async fn run_live(args: &TraceArgs) -> Result<Summary, RunError> {
         Overflow::Drop,
         &wake,
     )?;
+    // Containers: the cgroup2 tree, for --cgroup/--container and to name each process's
+    // cgroup; a bad argument stops the run before anything is attached.
+    let mut cgroups = CgroupResolver::for_host();
+    let subtrees = CgroupSelection::resolve(args, cgroups.as_mut())?;
+    for line in subtrees.describe() {
+        eprintln!("gpu-trace: {line}");
+    }
     let kfd = amd.then(crate::amd::KfdPresence::probe);
     if let Some(warning) = kfd.as_ref().and_then(|k| k.warning()) {
         eprintln!("gpu-trace: warning: {warning}");
@@ -339,6 +354,8 @@ pub async fn run_live(args: &TraceArgs) -> Result<Summary, RunError> {
         ring_bytes: args.ring_size,
         syscall_hook: args.syscall_hook,
         deny_pids: args.deny_pids.clone(),
+        filter_cgroups: subtrees.filter.iter().map(Subtree::kernel_match).collect(),
+        deny_cgroups: subtrees.deny.iter().map(Subtree::kernel_match).collect(),
         deep_hooks: !args.no_deep_hooks,
         deep_attach: args.deep_attach,
     };
@@ -350,7 +367,15 @@ pub async fn run_live(args: &TraceArgs) -> Result<Summary, RunError> {
     let mut tracer = Tracer::load(&options)?;
     // Late attach: the processes that have a GPU open already (after attaching, so that a
     // process opening the GPU now is seen by the hooks or by the walk), tracked from now on.
-    let inventory = take_inventory(&args.watch_device, amd, nvml);
+    let mut inventory = take_inventory(&args.watch_device, amd, nvml);
+    if !subtrees.filter.is_empty() {
+        // --cgroup/--container: the processes outside are not traced, before or after.
+        inventory.processes.retain(|p| {
+            p.cgroup
+                .as_deref()
+                .is_some_and(|c| subtrees.filter.iter().any(|s| s.contains(c)))
+        });
+    }
     tracer.track(&kernel_tracking(&inventory, &args.output))?;
     let clock = Clock::from_system().map_err(io_err("reading the clocks"))?;
     let what = match &kfd {
@@ -441,7 +466,10 @@ pub async fn run_live(args: &TraceArgs) -> Result<Summary, RunError> {
     let mut ticker = interval(&args.output)
         .map(|period| tokio::time::interval_at(tokio::time::Instant::now() + period, period));
 
-    let mut reader = Reader::default();
+    let mut reader = Reader {
+        cgroups,
+        ..Reader::default()
+    };
     // A stop requested during start-up (before the handlers above existed) is not lost.
     while !stop_requested() && !reader.outputs_failed(&pipeline, &recorder) {
         tokio::select! {
@@ -622,6 +650,74 @@ fn announce_inventory(inv: &Inventory) {
 struct Reader {
     read: u64,
     failure: Option<RunError>,
+    /// Resolves the kernel's cgroup records (`None`: no cgroup2 mount here).
+    cgroups: Option<CgroupResolver>,
+}
+
+/// The cgroup subtrees of `--cgroup`/`--container` and `--deny-cgroup`/`--deny-container`.
+#[derive(Debug, Default)]
+struct CgroupSelection {
+    filter: Vec<Subtree>,
+    deny: Vec<Subtree>,
+    /// What the command line said, per subtree, for the start-up report.
+    named: Vec<String>,
+}
+
+impl CgroupSelection {
+    fn resolve(
+        args: &TraceArgs,
+        resolver: Option<&mut CgroupResolver>,
+    ) -> Result<Self, CgroupError> {
+        let mut sel = Self::default();
+        if args.cgroups.is_empty()
+            && args.containers.is_empty()
+            && args.deny_cgroups.is_empty()
+            && args.deny_containers.is_empty()
+        {
+            return Ok(sel);
+        }
+        let r = resolver.ok_or(CgroupError::NoCgroup2)?;
+        for (paths, ids, deny) in [
+            (&args.cgroups, &args.containers, false),
+            (&args.deny_cgroups, &args.deny_containers, true),
+        ] {
+            for p in paths {
+                let s = r.subtree(p)?;
+                sel.named.push(format!(
+                    "{} cgroup {}",
+                    if deny { "denying" } else { "tracing only" },
+                    s.path
+                ));
+                if deny { &mut sel.deny } else { &mut sel.filter }.push(s);
+            }
+            for id in ids {
+                let s = r.container(id)?;
+                sel.named.push(format!(
+                    "{} container {id}: cgroup {}",
+                    if deny { "denying" } else { "tracing only" },
+                    s.path
+                ));
+                if deny { &mut sel.deny } else { &mut sel.filter }.push(s);
+            }
+        }
+        for (what, n) in [
+            ("--cgroup/--container", sel.filter.len()),
+            ("--deny-cgroup/--deny-container", sel.deny.len()),
+        ] {
+            if n > gpu_trace_common::CGROUP_MATCH_MAX as usize {
+                return Err(CgroupError::TooMany { what, n });
+            }
+        }
+        Ok(sel)
+    }
+
+    /// One start-up line per subtree (paths are the host's cgroup names, escaped).
+    fn describe(&self) -> Vec<String> {
+        self.named
+            .iter()
+            .map(|n| escape::escape_text(n).into_owned())
+            .collect()
+    }
 }
 
 impl Reader {
@@ -638,15 +734,34 @@ impl Reader {
             if self.failure.is_some() {
                 continue;
             }
-            if let Some(rec) = recorder.as_mut() {
-                if let Err(e) = rec.record(&item) {
-                    self.failure = Some(e.into());
-                    continue;
+            // A process's cgroup: followed by what it resolves to, in the recording too.
+            let extra = match wire::parse_record(&item) {
+                Ok(RawRecord::TaskCgroup(tc)) => {
+                    let path = self
+                        .cgroups
+                        .as_mut()
+                        .and_then(|r| r.path(tc.cgroup_id).map(str::to_string));
+                    let ns_pid = system::namespaced_pid(tc.hdr.tgid);
+                    Some(RawRecord::Attribution(wire::Attribution::new(
+                        &tc,
+                        path.as_deref(),
+                        ns_pid,
+                    )))
                 }
-                rec.get_mut().mark_unit();
-            }
-            if let Err(e) = pipeline.feed(&item) {
-                self.failure = Some(perfetto_error(e));
+                _ => None,
+            };
+            for bytes in std::iter::once(&item[..]).chain(extra.as_ref().map(RawRecord::as_bytes)) {
+                if let Some(rec) = recorder.as_mut() {
+                    if let Err(e) = rec.record(bytes) {
+                        self.failure = Some(e.into());
+                        break;
+                    }
+                    rec.get_mut().mark_unit();
+                }
+                if let Err(e) = pipeline.feed(bytes) {
+                    self.failure = Some(perfetto_error(e));
+                    break;
+                }
             }
         }
         if let Some(rec) = recorder.as_mut() {

@@ -12,8 +12,8 @@
 use std::mem::size_of;
 
 use gpu_trace_common::{
-    DeepRecord, KfdIoctlRecord, KfdQueueRecord, NvIoctlRecord, NvSchedRecord, RecordHeader,
-    TaskRecord, record_kind,
+    ATTRIBUTION_PATH_MAX, AttributionHead, DeepRecord, KfdIoctlRecord, KfdQueueRecord,
+    NvIoctlRecord, NvSchedRecord, RecordHeader, TaskCgroupRecord, TaskRecord, record_kind,
 };
 use thiserror::Error;
 
@@ -23,7 +23,7 @@ use crate::model::event::Origin;
 // Records are short-lived (parsed, decoded, dropped); boxing the ioctl record would only add an
 // allocation per record.
 #[allow(clippy::large_enum_variant)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RawRecord {
     /// A completed ioctl on a watched NVIDIA device ([`record_kind::NV_IOCTL`]).
     NvIoctl(NvIoctlRecord),
@@ -39,6 +39,53 @@ pub enum RawRecord {
     Deep(DeepRecord),
     /// A gpu_ext scheduling hook of a patched NVIDIA driver ran ([`record_kind::NV_SCHED`]).
     NvSched(NvSchedRecord),
+    /// The cgroup a process runs in ([`record_kind::TASK_CGROUP`]).
+    TaskCgroup(TaskCgroupRecord),
+    /// What userspace resolved a [`RawRecord::TaskCgroup`] to ([`record_kind::ATTRIBUTION`]).
+    Attribution(Attribution),
+}
+
+/// A [`record_kind::ATTRIBUTION`] record: its head and the cgroup path that follows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attribution {
+    pub head: AttributionHead,
+    /// The whole record, head and path.
+    bytes: Vec<u8>,
+}
+
+impl Attribution {
+    /// Builds the record for `task_cgroup`'s process: `path` (cut to
+    /// [`ATTRIBUTION_PATH_MAX`] bytes; `None`: not resolved) and its namespaced PID.
+    pub fn new(task_cgroup: &TaskCgroupRecord, path: Option<&str>, ns_pid: Option<u32>) -> Self {
+        let path = path.map_or(&[][..], |p| {
+            &p.as_bytes()[..p.len().min(ATTRIBUTION_PATH_MAX)]
+        });
+        let head = AttributionHead {
+            hdr: RecordHeader {
+                kind: record_kind::ATTRIBUTION,
+                ..task_cgroup.hdr
+            },
+            cgroup_id: task_cgroup.cgroup_id,
+            ns_pid: ns_pid.unwrap_or(0),
+            path_len: path.len() as u32,
+        };
+        // SAFETY: `AttributionHead` is `#[repr(C)]` with no padding (checked below).
+        let mut bytes = unsafe { record_bytes(&head) }.to_vec();
+        bytes.extend_from_slice(path);
+        Self { head, bytes }
+    }
+
+    /// The cgroup path (relative to the cgroup2 root), `None` when it was not resolved. Bytes
+    /// that are not UTF-8 are kept as `crate::output::escape` describes.
+    pub fn path(&self) -> Option<String> {
+        let path = &self.bytes[size_of::<AttributionHead>()..];
+        (!path.is_empty()).then(|| crate::output::escape::decode_lossless(path))
+    }
+
+    /// The process's PID in its own PID namespace, when that is not the host's.
+    pub fn ns_pid(&self) -> Option<u32> {
+        (self.head.ns_pid != 0).then_some(self.head.ns_pid)
+    }
 }
 
 /// Why bytes could not be read as a record or a record stream.
@@ -116,6 +163,31 @@ pub fn parse_record(bytes: &[u8]) -> Result<RawRecord, WireError> {
         record_kind::KFD_QUEUE => size_of::<KfdQueueRecord>(),
         record_kind::DEEP => size_of::<DeepRecord>(),
         record_kind::NV_SCHED => size_of::<NvSchedRecord>(),
+        record_kind::TASK_CGROUP => size_of::<TaskCgroupRecord>(),
+        record_kind::ATTRIBUTION => {
+            let head = size_of::<AttributionHead>();
+            if bytes.len() < head {
+                return Err(WireError::BadLength {
+                    kind,
+                    len: bytes.len(),
+                    expected: head,
+                });
+            }
+            // SAFETY: at least `head` bytes (checked above); plain integers.
+            let h: AttributionHead = unsafe { read_pod(bytes) };
+            let expected = head + (h.path_len as usize).min(ATTRIBUTION_PATH_MAX + 1);
+            if bytes.len() != expected || h.path_len as usize > ATTRIBUTION_PATH_MAX {
+                return Err(WireError::BadLength {
+                    kind,
+                    len: bytes.len(),
+                    expected,
+                });
+            }
+            return Ok(RawRecord::Attribution(Attribution {
+                head: h,
+                bytes: bytes.to_vec(),
+            }));
+        }
         _ => {
             return Err(WireError::UnknownKind {
                 kind,
@@ -140,6 +212,7 @@ pub fn parse_record(bytes: &[u8]) -> Result<RawRecord, WireError> {
             record_kind::KFD_QUEUE => RawRecord::KfdQueue(read_pod(bytes)),
             record_kind::DEEP => RawRecord::Deep(read_pod(bytes)),
             record_kind::NV_SCHED => RawRecord::NvSched(read_pod(bytes)),
+            record_kind::TASK_CGROUP => RawRecord::TaskCgroup(read_pod(bytes)),
             _ => RawRecord::FdClose(read_pod(bytes)),
         }
     })
@@ -184,6 +257,15 @@ const _: () = assert!(
     size_of::<NvSchedRecord>()
         == size_of::<RecordHeader>() + 4 * 4 + 8 + gpu_trace_common::nvidia::gpu_ext::CTX_MAX,
     "NvSchedRecord has padding"
+);
+
+const _: () = assert!(
+    size_of::<TaskCgroupRecord>() == size_of::<RecordHeader>() + 8,
+    "TaskCgroupRecord has padding"
+);
+const _: () = assert!(
+    size_of::<AttributionHead>() == size_of::<RecordHeader>() + 8 + 4 + 4,
+    "AttributionHead has padding"
 );
 
 /// The bytes of a wire record, borrowed from it.
@@ -243,6 +325,9 @@ impl RawRecord {
             Self::KfdQueue(r) => kfd_queue_bytes(r),
             Self::Deep(r) => deep_bytes(r),
             Self::NvSched(r) => nv_sched_bytes(r),
+            // SAFETY: `TaskCgroupRecord` is `#[repr(C)]` with no padding (checked above).
+            Self::TaskCgroup(r) => unsafe { record_bytes(r) },
+            Self::Attribution(a) => &a.bytes,
         }
     }
 
@@ -255,6 +340,8 @@ impl RawRecord {
             Self::KfdQueue(r) => &r.hdr,
             Self::Deep(r) => &r.hdr,
             Self::NvSched(r) => &r.hdr,
+            Self::TaskCgroup(r) => &r.hdr,
+            Self::Attribution(a) => &a.head.hdr,
         }
     }
 

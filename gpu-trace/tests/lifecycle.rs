@@ -738,6 +738,7 @@ fn events_carry_the_calling_thread_name_and_comm_filter_keeps_the_process() {
     )));
     let mut out = Vec::new();
     let config = PipelineConfig {
+        show_container: false,
         comms: vec!["python3".into()],
         stats: false,
         ..pipeline_config(Format::Json)

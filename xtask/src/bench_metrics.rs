@@ -44,6 +44,7 @@ fn thread_cpu_ns() -> u64 {
 
 fn config(clock: &Clock) -> PipelineConfig {
     PipelineConfig {
+        show_container: false,
         verbose: true,
         pids: Vec::new(),
         comms: Vec::new(),

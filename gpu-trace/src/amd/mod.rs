@@ -21,6 +21,7 @@ mod tests {
             wire::RawRecord,
         };
         let config = PipelineConfig {
+            show_container: false,
             verbose,
             pids: Vec::new(),
             comms: Vec::new(),

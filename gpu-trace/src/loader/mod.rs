@@ -14,7 +14,9 @@ use aya::{
     maps::{Array, MapData, PerCpuArray, RingBuf},
     programs::{BtfTracePoint, Lsm, RawTracePoint, TracePoint},
 };
-use gpu_trace_common::{KernelConfig, KfdDeepConfig, amd::nr, counter, nvidia::NV_MAJOR};
+use gpu_trace_common::{
+    CGROUP_MATCH_MAX, CgroupMatch, KernelConfig, KfdDeepConfig, amd::nr, counter, nvidia::NV_MAJOR,
+};
 use thiserror::Error;
 
 use crate::{
@@ -55,8 +57,10 @@ pub enum LoadError {
         name: &'static str,
         source: aya::maps::MapError,
     },
-    #[error("--deny-pid cannot work on this kernel: {0}")]
+    #[error("--deny-pid/--deny-cgroup/--deny-container cannot work on this kernel: {0}")]
     DenyUnsupported(String),
+    #[error("{what}: {n} cgroups given, the kernel programs take at most {CGROUP_MATCH_MAX}")]
+    TooManyCgroups { what: &'static str, n: usize },
     #[error("--deny-pid {pid}: no such process (it must be running when gpu-trace starts)")]
     NoSuchProcess { pid: u32 },
 }
@@ -99,6 +103,11 @@ pub struct LoadOptions {
     pub syscall_hook: Option<SyscallHook>,
     /// Refuse scheduling requests from these processes (BPF LSM; empty: no policy).
     pub deny_pids: Vec<u32>,
+    /// Only trace tasks in these cgroup subtrees (kernel-side; empty: all). At most
+    /// [`CGROUP_MATCH_MAX`].
+    pub filter_cgroups: Vec<CgroupMatch>,
+    /// Refuse scheduling requests from every task in these cgroup subtrees (BPF LSM).
+    pub deny_cgroups: Vec<CgroupMatch>,
     /// Trace the NVIDIA devices (char major 195). Default: yes.
     pub nvidia: bool,
     /// Trace `/dev/kfd` (AMD KFD), whose character major this is (dynamic: see
@@ -133,6 +142,8 @@ impl Default for LoadOptions {
             ring_bytes: DEFAULT_RING_BYTES,
             syscall_hook: None,
             deny_pids: Vec::new(),
+            filter_cgroups: Vec::new(),
+            deny_cgroups: Vec::new(),
             nvidia: true,
             kfd_major: None,
             extra_kfd_device: None,
@@ -334,6 +345,8 @@ impl Tracer {
             kfd_major: options.kfd_major.unwrap_or(0),
             extra_kfd_rdev: options.extra_kfd_device.unwrap_or(0),
             filter_tgid: options.filter_tgid.unwrap_or(0),
+            filter_cgroups: options.filter_cgroups.len() as u32,
+            deny_cgroups: options.deny_cgroups.len() as u32,
             ready: 1,
             ..btf::kernel_offsets(&kernel_btf.vmlinux)?
         };
@@ -370,6 +383,9 @@ impl Tracer {
             .map_max_entries("EVENTS", options.ring_bytes)
             .load(PROGRAMS)
             .map_err(LoadError::Load)?;
+        // Before anything attaches: the filter holds from the first event.
+        fill_cgroup_map(&mut ebpf, "CGROUP_FILTER", &options.filter_cgroups)?;
+        fill_cgroup_map(&mut ebpf, "DENY_CGROUP", &options.deny_cgroups)?;
 
         let aya_btf = &kernel_btf.aya;
         // Deep hooks first, then the switch that takes their commands away from the syscall
@@ -378,7 +394,7 @@ impl Tracer {
             Some(plan) => deep::attach(
                 &mut ebpf,
                 plan,
-                options.deny_pids.is_empty(),
+                options.deny_pids.is_empty() && options.deny_cgroups.is_empty(),
                 options.deep_attach,
             ),
             None => deep::DeepHooks::default(),
@@ -473,7 +489,7 @@ impl Tracer {
             &mut refused,
         )?);
 
-        if !options.deny_pids.is_empty() {
+        if !options.deny_pids.is_empty() || !options.deny_cgroups.is_empty() {
             hooks.push(attach_deny(&mut ebpf, &options.deny_pids, aya_btf)?);
         }
 
@@ -630,12 +646,40 @@ fn attach_deny(ebpf: &mut Ebpf, pids: &[u32], kernel_btf: &Option<Btf>) -> Resul
     })
 }
 
-/// What is checked before anything is read or loaded: privileges, then the ring size.
+/// Writes cgroup subtrees into one of the programs' [`CgroupMatch`] arrays.
+fn fill_cgroup_map(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+    subtrees: &[CgroupMatch],
+) -> Result<(), LoadError> {
+    if subtrees.is_empty() {
+        return Ok(());
+    }
+    let mut map: Array<_, CgroupMatch> =
+        Array::try_from(ebpf.map_mut(name).ok_or(LoadError::MissingMap(name))?)
+            .map_err(|source| LoadError::Map { name, source })?;
+    for (i, m) in subtrees.iter().enumerate() {
+        map.set(i as u32, *m, 0)
+            .map_err(|source| LoadError::Map { name, source })?;
+    }
+    Ok(())
+}
+
+/// What is checked before anything is read or loaded: privileges, then the ring size and the
+/// number of cgroup subtrees.
 fn preflight(options: &LoadOptions) -> Result<(), LoadError> {
     system::check_privileges()?;
     let ring = options.ring_bytes;
     if !ring.is_power_of_two() || ring < 4096 {
         return Err(LoadError::RingSize(ring));
+    }
+    for (what, n) in [
+        ("--cgroup/--container", options.filter_cgroups.len()),
+        ("--deny-cgroup/--deny-container", options.deny_cgroups.len()),
+    ] {
+        if n > CGROUP_MATCH_MAX as usize {
+            return Err(LoadError::TooManyCgroups { what, n });
+        }
     }
     Ok(())
 }

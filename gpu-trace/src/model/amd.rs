@@ -81,7 +81,8 @@ pub enum KfdInput {
 }
 
 impl KfdInput {
-    /// The origin and tracker input of one wire record (`None` for another vendor's record).
+    /// The origin and tracker input of one wire record (`None` for another vendor's record,
+    /// or one that is not a tracker input: cgroup attribution).
     pub fn from_raw(raw: &RawRecord) -> Option<(Origin, KfdInput)> {
         let input = match raw {
             RawRecord::KfdIoctl(rec) => KfdInput::Call {
@@ -93,7 +94,10 @@ impl KfdInput {
             RawRecord::FdClose(t) => KfdInput::FdClose { fd: t.value },
             RawRecord::KfdQueue(rec) => KfdInput::QueueBuilt(decode::decode_queue(rec)),
             RawRecord::Deep(rec) => KfdInput::Deep(decode::decode_deep(rec)),
-            RawRecord::NvIoctl(_) | RawRecord::NvSched(_) => return None,
+            RawRecord::NvIoctl(_)
+            | RawRecord::NvSched(_)
+            | RawRecord::TaskCgroup(_)
+            | RawRecord::Attribution(_) => return None,
         };
         Some((raw.origin(), input))
     }

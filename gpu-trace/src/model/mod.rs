@@ -3,3 +3,4 @@ pub mod amd;
 pub mod event;
 pub mod nvidia;
 pub mod stats;
+pub mod workload;

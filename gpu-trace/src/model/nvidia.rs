@@ -74,7 +74,8 @@ pub enum NvInput {
 }
 
 impl NvInput {
-    /// The origin and tracker input of one wire record (`None` for another vendor's record).
+    /// The origin and tracker input of one wire record (`None` for another vendor's record,
+    /// or one that is not a tracker input: cgroup attribution).
     pub fn from_raw(raw: &RawRecord) -> Option<(Origin, NvInput)> {
         let input = match raw {
             RawRecord::NvIoctl(rec) => NvInput::Call {
@@ -85,7 +86,11 @@ impl NvInput {
             RawRecord::ProcessExit(_) => NvInput::ProcessExit,
             RawRecord::FdClose(t) => NvInput::FdClose { fd: t.value },
             RawRecord::NvSched(rec) => NvInput::Sched(gpu_ext::decode(rec)),
-            RawRecord::KfdIoctl(_) | RawRecord::KfdQueue(_) | RawRecord::Deep(_) => return None,
+            RawRecord::KfdIoctl(_)
+            | RawRecord::KfdQueue(_)
+            | RawRecord::Deep(_)
+            | RawRecord::TaskCgroup(_)
+            | RawRecord::Attribution(_) => return None,
         };
         Some((raw.origin(), input))
     }

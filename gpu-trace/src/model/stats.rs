@@ -199,6 +199,9 @@ pub struct Stats {
     first_ts_ns: Option<u64>,
     last_ts_ns: Option<u64>,
     processes: BTreeMap<u32, ProcessStats>,
+    /// The container / pod each process runs in (its statistics row label), for processes in
+    /// one.
+    groups: BTreeMap<u32, String>,
     /// Tasks alive (as far as the events go), by key.
     live_tasks: BTreeMap<TaskKey, TaskStats>,
     /// Tasks that ended, in the order they ended (at most [`MAX_TASKS_KEPT`]).
@@ -493,6 +496,37 @@ impl Stats {
     }
 
     /// The per-process counts, by ascending pid.
+    /// Process `pid` runs in container / pod `group` (a row label: `podman 3f2a9c1b7d0e`).
+    pub fn set_group(&mut self, pid: u32, group: String) {
+        self.groups.insert(pid, group);
+    }
+
+    /// Event counts per container / pod, by label, with how many processes each had; the
+    /// processes outside containers under `None` (last). Empty when no process was in one.
+    pub fn groups(&self) -> Vec<(Option<&str>, u64, ProcessStats)> {
+        if self.groups.is_empty() {
+            return Vec::new();
+        }
+        let mut by: BTreeMap<Option<&str>, (u64, ProcessStats)> = BTreeMap::new();
+        for (pid, p) in &self.processes {
+            let e = by
+                .entry(self.groups.get(pid).map(String::as_str))
+                .or_default();
+            e.0 += 1;
+            e.1.task_init += p.task_init;
+            e.1.schedule += p.schedule;
+            e.1.schedule_refused += p.schedule_refused;
+            e.1.work_submit += p.work_submit;
+            e.1.task_destroy += p.task_destroy;
+            e.1.sched_update += p.sched_update;
+            e.1.preempt += p.preempt;
+        }
+        let mut rows: Vec<_> = by.into_iter().map(|(g, (n, p))| (g, n, p)).collect();
+        // `None` sorts first in a BTreeMap: the host row goes last.
+        rows.sort_by_key(|(g, _, _)| g.is_none());
+        rows
+    }
+
     pub fn processes(&self) -> impl Iterator<Item = (u32, &ProcessStats)> {
         self.processes.iter().map(|(&pid, p)| (pid, p))
     }
@@ -640,6 +674,34 @@ impl Stats {
                     p.schedule,
                     p.sched_update,
                     p.preempt,
+                    p.work_submit,
+                    p.task_destroy
+                );
+            }
+        }
+        let groups = self.groups();
+        if !groups.is_empty() {
+            out.push('\n');
+            let _ = writeln!(
+                out,
+                "{:<60} {:>5} {:>9} {:>8} {:>12} {:>11} {:>12}",
+                "CONTAINER / POD",
+                "PROCS",
+                "TASK_INIT",
+                "SCHEDULE",
+                "SCHED_UPDATE",
+                "WORK_SUBMIT",
+                "TASK_DESTROY"
+            );
+            for (group, n, p) in groups {
+                let _ = writeln!(
+                    out,
+                    "{:<60} {:>5} {:>9} {:>8} {:>12} {:>11} {:>12}",
+                    group.unwrap_or("(not in a container)"),
+                    n,
+                    p.task_init,
+                    p.schedule,
+                    p.sched_update,
                     p.work_submit,
                     p.task_destroy
                 );

@@ -25,6 +25,7 @@
 //! | `client_hex` | string | `client` in hex, 8 digits (`"0xc1d0001c"`) |
 //! | `task`   | object  | `{"kind": K, "value": N}`: K is `"hw_tsg"` (hardware TSG id), `"rm_handle"` (RM object handle of the TSG), `"pre_trace"` (RM handle of a TSG — or, when even the channel was never seen, of the channel — created before tracing started: late attach), `"shared"` (RM handle of a TSG the process never created although its RM client was seen: one shared into it, e.g. the MPS server's) or `"kfd_queue"` (AMD KFD queue id); N an unsigned 32-bit integer. `{"kind": "kfd_no_queue"}` (no `value`): an AMD `CREATE_QUEUE` the driver refused; `{"kind": "unknown"}`: no single task (`PRETRACE_END`) |
 //! | `client` | integer | RM client handle (NVIDIA), 0 otherwise |
+//! | `cgroup` | object  | who the process is, once its cgroup is known (live runs and their recordings; absent for processes seen before their first traced call, e.g. late attach, and in recordings made before it existed), last field of the line: `id` (cgroup v2 id), `path` (below the cgroup2 root; null when it could not be resolved), `container_runtime` (`"docker"`, `"containerd"`, `"cri_o"`, `"podman"`, `"kubernetes"`) and `container_id` (64 hex digits), `pod_uid` and `qos` (`"guaranteed"`, `"burstable"`, `"best_effort"`), `unit` (systemd service or scope outside containers), `ns_pid` (PID inside the process's own PID namespace); each only when known (docs/containers.md) |
 //!
 //! ## `TASK_INIT`: a TSG / queue was created
 //!
@@ -188,6 +189,7 @@
 //! | `output_lost`           | integer         | only when not 0: output lines dropped because the output's reader did not keep up (a stalled pipe, FIFO or disk) |
 //! | `recording_lost`        | integer         | only when not 0: records of `--record` dropped because the recording's reader did not keep up |
 //! | `processes`             | array           | one object per process, by ascending pid: `pid`, `comm` (first seen; `comm_bytes` as in events), `task_init`, `schedule`, `schedule_refused`, `sched_update`, `preempt`, `work_submit`, `task_destroy` |
+//! | `containers`            | array           | only when a traced process ran in a container or pod: per container / pod, `group` (its label: runtime and short id, `pod UID (qos)`; null for the processes outside containers, last), `processes`, and the event counts of `processes` summed |
 //! | `engines`               | array           | per engine, by name: `engine` (NVIDIA `"GRAPHICS"`, `"COPY"`, ...; AMD queue type; `"?"` not known), `task_init`, `schedule`, `sched_update`, `preempt` |
 //! | `gpus`                  | array           | per GPU: `gpu` (index, null when not known), `live` (tasks alive now), `max_live` (most alive at once) |
 //! | `runlists`              | array           | per GPU and runlist: `gpu`, `runlist`, `live`, `max_live`; a task counts on its runlist from the first event that names it (NVIDIA: its first `WORK_SUBMIT`) |
@@ -200,6 +202,7 @@ use serde::Serialize;
 
 use crate::model::event::{Event, EventKind};
 use crate::model::stats::{EngineStats, KernelCounters, Stats, TaskStats};
+use crate::model::workload::Attribution;
 use crate::output::{clock::Clock, text};
 
 /// The JSON line of an event (no newline): `event`, `time`, the origin fields, then the fields
@@ -244,6 +247,37 @@ pub fn event_json(ev: &Event, clock: &Clock) -> String {
             }
             value.to_string()
         }
+    }
+}
+
+/// `line` (a JSON object, no newline) with the `cgroup` object of [`Attribution`] appended
+/// as its last field.
+pub fn with_attribution(line: String, a: &Attribution) -> String {
+    let mut obj = serde_json::Map::new();
+    obj.insert("id".into(), a.cgroup_id.into());
+    obj.insert(
+        "path".into(),
+        a.cgroup
+            .as_ref()
+            .map_or(serde_json::Value::Null, |p| p.clone().into()),
+    );
+    if let Some((rt, id)) = &a.workload.container {
+        obj.insert("container_runtime".into(), rt.name().into());
+        obj.insert("container_id".into(), id.clone().into());
+    }
+    if let Some((uid, qos)) = &a.workload.pod {
+        obj.insert("pod_uid".into(), uid.clone().into());
+        obj.insert("qos".into(), qos.name().into());
+    }
+    if let Some(unit) = &a.workload.unit {
+        obj.insert("unit".into(), unit.clone().into());
+    }
+    if let Some(n) = a.ns_pid {
+        obj.insert("ns_pid".into(), n.into());
+    }
+    match line.strip_suffix('}') {
+        Some(head) => format!("{head},\"cgroup\":{}}}", serde_json::Value::Object(obj)),
+        None => line,
     }
 }
 
@@ -331,6 +365,8 @@ struct StatsLine<'a> {
     #[serde(skip_serializing_if = "is_zero")]
     recording_lost: u64,
     processes: Vec<ProcessLine<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    containers: Vec<GroupLine<'a>>,
     engines: Vec<EngineLine<'a>>,
     gpus: Vec<GpuLine>,
     runlists: Vec<RunlistLine>,
@@ -345,6 +381,20 @@ struct ProcessLine<'a> {
     comm: std::borrow::Cow<'a, str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     comm_bytes: Option<std::borrow::Cow<'a, [u8]>>,
+    task_init: u64,
+    schedule: u64,
+    schedule_refused: u64,
+    sched_update: u64,
+    preempt: u64,
+    work_submit: u64,
+    task_destroy: u64,
+}
+
+#[derive(Serialize)]
+struct GroupLine<'a> {
+    /// null: the processes outside containers.
+    group: Option<&'a str>,
+    processes: u64,
     task_init: u64,
     schedule: u64,
     schedule_refused: u64,
@@ -427,6 +477,21 @@ pub fn stats_json(stats: &Stats, is_final: bool) -> String {
         lost_samples: stats.lost_samples,
         output_lost: stats.output_lost,
         recording_lost: stats.recording_lost,
+        containers: stats
+            .groups()
+            .into_iter()
+            .map(|(group, processes, p)| GroupLine {
+                group,
+                processes,
+                task_init: p.task_init,
+                schedule: p.schedule,
+                schedule_refused: p.schedule_refused,
+                sched_update: p.sched_update,
+                preempt: p.preempt,
+                work_submit: p.work_submit,
+                task_destroy: p.task_destroy,
+            })
+            .collect(),
         processes: stats
             .processes()
             .map(|(pid, p)| ProcessLine {

@@ -1155,6 +1155,8 @@ mod tests {
             kfd_major: 0,
             extra_kfd_rdev: 0,
             ready: 0,
+            filter_cgroups: 0,
+            deny_cgroups: 0,
         };
         assert_eq!(cfg, only_offsets);
         assert_eq!(

@@ -1,20 +1,9 @@
-//! Which cgroup, container and Kubernetes pod a process belongs to.
+//! Which cgroup a process belongs to, read from the system.
 //!
 //! Facts read here, and only here: the cgroup v2 mount(s) in `/proc/mounts`, a process's v2 path
 //! in `/proc/PID/cgroup`, and the cgroup id of a directory under the cgroup2 mount (its inode
-//! number: the id `bpf_get_current_cgroup_id()` returns). The classification of a path into a
-//! container runtime, container id, pod UID and QoS class is pure and knows the naming schemes of
-//! both cgroup drivers (systemd and cgroupfs):
-//!
-//! | runtime | systemd driver | cgroupfs driver |
-//! |---|---|---|
-//! | docker | `system.slice/docker-<id>.scope` | `/docker/<id>` |
-//! | containerd (CRI) | `…/cri-containerd-<id>.scope` | `/kubepods/…/pod<uid>/<id>` |
-//! | CRI-O | `…/crio-<id>.scope` | `/kubepods/…/pod<uid>/crio-<id>` |
-//! | podman | `machine.slice/libpod-<id>.scope` (also under `user@UID.service`) | `/libpod_parent/libpod-<id>` |
-//!
-//! Kubernetes pods: `kubepods[-QOS].slice/kubepods-QOS-pod<uid with _>.slice` (systemd) or
-//! `/kubepods/[QOS/]pod<uid>` (cgroupfs); a pod directly under `kubepods` is Guaranteed.
+//! number: the id `bpf_get_current_cgroup_id()` returns). What a path says about containers and
+//! pods is `model::workload`'s (pure).
 
 use std::{
     collections::HashMap,
@@ -23,48 +12,69 @@ use std::{
     path::{Path, PathBuf},
 };
 
-/// A container runtime recognised from a cgroup path.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Runtime {
-    Docker,
-    Containerd,
-    CriO,
-    Podman,
-    /// A Kubernetes container whose runtime the path does not name (cgroupfs driver with
-    /// containerd, which uses the bare id).
-    Kubernetes,
+use crate::model::workload::classify;
+
+/// Why a `--cgroup` / `--container` argument names no usable cgroup.
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    #[error(
+        "no cgroup v2 mount on this host (/proc/mounts lists none): container filters and \
+         attribution need cgroup v2 (mount it, or boot with systemd.unified_cgroup_hierarchy=1)"
+    )]
+    NoCgroup2,
+    #[error("cgroup {path}: {source} (give a path under {root}, e.g. /system.slice)")]
+    NoSuchCgroup {
+        path: String,
+        root: String,
+        source: std::io::Error,
+    },
+    #[error(
+        "container {prefix}: no running container's cgroup has an id starting with it (the \
+         container must be running when gpu-trace starts; `podman ps`/`docker ps`/`crictl ps` \
+         list ids)"
+    )]
+    NoSuchContainer { prefix: String },
+    #[error("container {prefix}: ambiguous, it starts {} ids: {}; give more digits", .ids.len(), .ids.join(", "))]
+    AmbiguousContainer { prefix: String, ids: Vec<String> },
+    #[error("container {0:?}: a container id is hexadecimal (at least 4 digits)")]
+    BadContainerId(String),
+    #[error("{what}: {n} cgroups given, the kernel programs take at most 8")]
+    TooMany { what: &'static str, n: usize },
 }
 
-/// Kubernetes QoS class of a pod (from the kubelet's cgroup layout).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum QosClass {
-    Guaranteed,
-    Burstable,
-    BestEffort,
+impl CgroupError {
+    /// The host cannot do it (no cgroup v2), as opposed to a wrong argument.
+    pub fn is_unsupported(&self) -> bool {
+        matches!(self, Self::NoCgroup2)
+    }
 }
 
-/// What a cgroup path says about the workload that owns a process.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct Workload {
-    /// The container runtime and the container id (64 hex digits as the runtime spells it).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub container: Option<(Runtime, String)>,
-    /// Kubernetes pod UID (with dashes) and QoS class.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pod: Option<(String, QosClass)>,
-    /// The systemd unit (service or scope) the process runs in, outside containers.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub unit: Option<String>,
+/// One cgroup subtree: its path below the cgroup2 root, id and depth (for the kernel's
+/// ancestor match).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Subtree {
+    pub path: String,
+    pub id: u64,
+    pub level: u32,
 }
 
-impl Workload {
-    /// The short container id printed in text output (12 hex digits, as docker and podman do).
-    pub fn short_container_id(&self) -> Option<&str> {
-        self.container
-            .as_ref()
-            .map(|(_, id)| &id[..id.len().min(12)])
+impl Subtree {
+    /// Whether the cgroup at `path` (below the cgroup2 root) is this subtree or below it.
+    pub fn contains(&self, path: &str) -> bool {
+        let root = self.path.trim_end_matches('/');
+        path == self.path
+            || path
+                .strip_prefix(root)
+                .is_some_and(|rest| rest.starts_with('/'))
+    }
+
+    /// The kernel programs' form of it.
+    pub fn kernel_match(&self) -> gpu_trace_common::CgroupMatch {
+        gpu_trace_common::CgroupMatch {
+            id: self.id,
+            level: self.level,
+            _pad: 0,
+        }
     }
 }
 
@@ -85,98 +95,6 @@ pub fn v2_path(proc_pid_cgroup: &str) -> Option<&str> {
         .lines()
         .find_map(|line| line.strip_prefix("0::"))
         .map(str::trim_end)
-}
-
-fn is_container_id(s: &str) -> bool {
-    s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
-}
-
-/// Pod UID from `pod<uid>` (cgroupfs, dashes) or `kubepods-<qos>-pod<uid>.slice` /
-/// `kubepods-pod<uid>.slice` (systemd, dashes written as underscores).
-fn pod_uid(component: &str) -> Option<String> {
-    let rest = component.strip_suffix(".slice").unwrap_or(component);
-    let uid = rest.rsplit_once("pod").map(|(_, u)| u)?;
-    let uid = uid.replace('_', "-");
-    let ok = uid.len() == 36
-        && uid.bytes().enumerate().all(|(i, b)| {
-            matches!(i, 8 | 13 | 18 | 23) == (b == b'-') && (b == b'-' || b.is_ascii_hexdigit())
-        });
-    ok.then_some(uid)
-}
-
-/// Classifies a cgroup v2 path (as in `/proc/PID/cgroup`, starting with `/`).
-pub fn classify(path: &str) -> Workload {
-    let components: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
-    let mut w = Workload::default();
-
-    // Kubernetes: the pod component and the QoS class from its parent.
-    if let Some(kp) = components
-        .iter()
-        .position(|c| *c == "kubepods" || c.starts_with("kubepods"))
-    {
-        for (i, c) in components.iter().enumerate().skip(kp) {
-            if let Some(uid) = pod_uid(c) {
-                let qos_text = if c.contains("besteffort")
-                    || components[kp..i].iter().any(|p| p.contains("besteffort"))
-                {
-                    QosClass::BestEffort
-                } else if c.contains("burstable")
-                    || components[kp..i].iter().any(|p| p.contains("burstable"))
-                {
-                    QosClass::Burstable
-                } else {
-                    QosClass::Guaranteed
-                };
-                w.pod = Some((uid, qos_text));
-                // The container is the next component, if any.
-                if let Some(next) = components.get(i + 1) {
-                    w.container = container_of(next).or_else(|| {
-                        is_container_id(next).then(|| (Runtime::Kubernetes, next.to_string()))
-                    });
-                }
-                break;
-            }
-        }
-    }
-    if w.container.is_none() {
-        // The innermost component naming a container wins (nested runtimes).
-        w.container = components.iter().rev().find_map(|c| container_of(c));
-        // cgroupfs docker: /docker/<id>
-        if w.container.is_none() {
-            w.container = components.windows(2).find_map(|pair| {
-                (pair[0] == "docker" && is_container_id(pair[1]))
-                    .then(|| (Runtime::Docker, pair[1].to_string()))
-            });
-        }
-    }
-    if w.container.is_none() && w.pod.is_none() {
-        w.unit = components
-            .iter()
-            .rev()
-            .find(|c| c.ends_with(".service") || c.ends_with(".scope"))
-            .map(|c| c.to_string());
-    }
-    w
-}
-
-/// A single path component naming a container: `docker-<id>.scope`, `cri-containerd-<id>.scope`,
-/// `crio-<id>.scope` / `crio-<id>`, `libpod-<id>.scope` / `libpod-<id>`. `libpod-conmon-…`
-/// (podman's monitor process) is not a container.
-fn container_of(component: &str) -> Option<(Runtime, String)> {
-    let c = component.strip_suffix(".scope").unwrap_or(component);
-    for (prefix, runtime) in [
-        ("docker-", Runtime::Docker),
-        ("cri-containerd-", Runtime::Containerd),
-        ("crio-", Runtime::CriO),
-        ("libpod-", Runtime::Podman),
-    ] {
-        if let Some(id) = c.strip_prefix(prefix)
-            && is_container_id(id)
-        {
-            return Some((runtime, id.to_string()));
-        }
-    }
-    None
 }
 
 /// Resolves cgroup ids (as the kernel programs record them) to cgroup v2 paths. The cgroup2
@@ -271,13 +189,73 @@ impl CgroupResolver {
     pub fn root(&self) -> &Path {
         &self.root
     }
+
+    /// The subtree `path` names (relative to the cgroup2 root, `/a/b`, or absolute under it).
+    pub fn subtree(&self, path: &str) -> Result<Subtree, CgroupError> {
+        let p = Path::new(path);
+        let rel = p
+            .strip_prefix(&self.root)
+            .unwrap_or_else(|_| Path::new(path.trim_start_matches('/')));
+        let components: Vec<String> = rel
+            .components()
+            .filter_map(|c| match c {
+                std::path::Component::Normal(s) => Some(s.to_string_lossy().into_owned()),
+                _ => None,
+            })
+            .collect();
+        let normal = format!("/{}", components.join("/"));
+        let id = self
+            .id_of(&normal)
+            .map_err(|source| CgroupError::NoSuchCgroup {
+                path: path.to_string(),
+                root: self.root.display().to_string(),
+                source,
+            })?;
+        Ok(Subtree {
+            path: normal,
+            id,
+            level: components.len() as u32,
+        })
+    }
+
+    /// The cgroup of the one running container whose id starts with `prefix`: the outermost
+    /// cgroup that names it (the processes of its inner cgroups are in the subtree).
+    pub fn container(&mut self, prefix: &str) -> Result<Subtree, CgroupError> {
+        let want = prefix.to_ascii_lowercase();
+        if want.len() < 4 || !want.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(CgroupError::BadContainerId(prefix.to_string()));
+        }
+        self.walk();
+        let mut found: HashMap<String, String> = HashMap::new();
+        for path in self.by_id.values() {
+            if let Some((_, id)) = classify(path).container
+                && id.starts_with(&want)
+            {
+                let keep = found.get(&id).is_none_or(|p| p.len() > path.len());
+                if keep {
+                    found.insert(id, path.clone());
+                }
+            }
+        }
+        let mut ids: Vec<String> = found.keys().cloned().collect();
+        ids.sort();
+        match ids.as_slice() {
+            [] => Err(CgroupError::NoSuchContainer {
+                prefix: prefix.to_string(),
+            }),
+            [one] => self.subtree(&found[one]),
+            _ => Err(CgroupError::AmbiguousContainer {
+                prefix: prefix.to_string(),
+                ids: ids.iter().map(|i| i[..12].to_string()).collect(),
+            }),
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const ID: &str = "4f1a6f0c9b3e2d8a7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a2f1e0d9c8b7a6f5e4d";
     const UID: &str = "1c2d3e4f-5a6b-4c7d-8e9f-0a1b2c3d4e5f";
 
     #[test]
@@ -313,88 +291,6 @@ mod tests {
     }
 
     #[test]
-    fn docker_both_drivers() {
-        let w = classify(&format!("/system.slice/docker-{ID}.scope"));
-        assert_eq!(w.container, Some((Runtime::Docker, ID.to_string())));
-        assert_eq!(w.short_container_id(), Some(&ID[..12]));
-        let w = classify(&format!("/docker/{ID}"));
-        assert_eq!(w.container, Some((Runtime::Docker, ID.to_string())));
-        assert_eq!(w.pod, None);
-    }
-
-    #[test]
-    fn kubernetes_systemd_driver_all_qos_classes() {
-        let u = UID.replace('-', "_");
-        let burstable = format!(
-            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{u}.slice/cri-containerd-{ID}.scope"
-        );
-        let w = classify(&burstable);
-        assert_eq!(w.pod, Some((UID.to_string(), QosClass::Burstable)));
-        assert_eq!(w.container, Some((Runtime::Containerd, ID.to_string())));
-        let besteffort = format!(
-            "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{u}.slice/crio-{ID}.scope"
-        );
-        let w = classify(&besteffort);
-        assert_eq!(w.pod, Some((UID.to_string(), QosClass::BestEffort)));
-        assert_eq!(w.container, Some((Runtime::CriO, ID.to_string())));
-        let guaranteed = format!("/kubepods.slice/kubepods-pod{u}.slice/cri-containerd-{ID}.scope");
-        assert_eq!(
-            classify(&guaranteed).pod,
-            Some((UID.to_string(), QosClass::Guaranteed))
-        );
-        // The pod's own cgroup (pause process or a process placed there): pod, no container.
-        let w = classify(&format!("/kubepods.slice/kubepods-pod{u}.slice"));
-        assert_eq!(w.pod, Some((UID.to_string(), QosClass::Guaranteed)));
-        assert_eq!(w.container, None);
-    }
-
-    #[test]
-    fn kubernetes_cgroupfs_driver() {
-        let w = classify(&format!("/kubepods/burstable/pod{UID}/{ID}"));
-        assert_eq!(w.pod, Some((UID.to_string(), QosClass::Burstable)));
-        assert_eq!(w.container, Some((Runtime::Kubernetes, ID.to_string())));
-        let w = classify(&format!("/kubepods/pod{UID}/crio-{ID}"));
-        assert_eq!(w.pod, Some((UID.to_string(), QosClass::Guaranteed)));
-        assert_eq!(w.container, Some((Runtime::CriO, ID.to_string())));
-        let w = classify(&format!("/kubepods/besteffort/pod{UID}/{ID}"));
-        assert_eq!(w.pod, Some((UID.to_string(), QosClass::BestEffort)));
-    }
-
-    #[test]
-    fn podman_root_rootless_and_conmon() {
-        let w = classify(&format!("/machine.slice/libpod-{ID}.scope"));
-        assert_eq!(w.container, Some((Runtime::Podman, ID.to_string())));
-        let w = classify(&format!(
-            "/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{ID}.scope/container"
-        ));
-        assert_eq!(w.container, Some((Runtime::Podman, ID.to_string())));
-        let w = classify(&format!("/libpod_parent/libpod-{ID}"));
-        assert_eq!(w.container, Some((Runtime::Podman, ID.to_string())));
-        // podman's monitor is not the container.
-        let w = classify(&format!("/machine.slice/libpod-conmon-{ID}.scope"));
-        assert_eq!(w.container, None);
-        assert_eq!(
-            w.unit.as_deref(),
-            Some(&*format!("libpod-conmon-{ID}.scope"))
-        );
-    }
-
-    #[test]
-    fn services_slices_and_lookalikes() {
-        let w = classify("/system.slice/nvidia-persistenced.service");
-        assert_eq!(w.unit.as_deref(), Some("nvidia-persistenced.service"));
-        assert_eq!(w.container, None);
-        let w = classify("/user.slice/user-0.slice/session-3.scope");
-        assert_eq!(w.unit.as_deref(), Some("session-3.scope"));
-        assert_eq!(classify("/"), Workload::default());
-        // Not 64 hex digits: not a container id.
-        assert_eq!(classify("/system.slice/docker-abc.scope").container, None);
-        assert_eq!(classify("/docker/xyz").container, None);
-        // A "pod" that is not a UID.
-        assert_eq!(classify("/kubepods/podcast/x").pod, None);
-    }
-
-    #[test]
     fn resolver_maps_ids_to_paths_on_a_real_tree() {
         // A plain directory tree stands for the cgroup2 mount: ids are inode numbers there
         // too, which is what the resolver reads.
@@ -419,5 +315,63 @@ mod tests {
         r.walk();
         assert_eq!(r.path(late_id), None);
         drop(scratch);
+    }
+
+    #[test]
+    fn subtrees_and_containers_are_found_by_path_and_id_prefix() {
+        let scratch = tempfile::tempdir().unwrap();
+        let root = scratch.path().to_path_buf();
+        let a = "4f1a6f0c9b3e2d8a7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a2f1e0d9c8b7a6f5e4d";
+        let b = "4f1a00000000000000000000000000000000000000000000000000000000beef";
+        let ctr_a = root.join(format!("machine.slice/libpod-{a}.scope"));
+        // podman's inner cgroup for the container's processes: the outer one is the subtree.
+        fs::create_dir_all(ctr_a.join("container")).unwrap();
+        fs::create_dir_all(root.join(format!("system.slice/docker-{b}.scope"))).unwrap();
+        let mut r = CgroupResolver::new(root.clone());
+
+        // Depth counts components below the root; both spellings of a path name one subtree.
+        let by_rel = r.subtree("/machine.slice").unwrap();
+        assert_eq!(by_rel.level, 1);
+        assert_eq!(by_rel.path, "/machine.slice");
+        let abs = root.join("machine.slice");
+        assert_eq!(r.subtree(abs.to_str().unwrap()).unwrap(), by_rel);
+        assert_eq!(
+            by_rel.id,
+            fs::metadata(root.join("machine.slice")).unwrap().ino()
+        );
+        assert!(by_rel.contains("/machine.slice"));
+        assert!(by_rel.contains("/machine.slice/libpod-x.scope/container"));
+        assert!(!by_rel.contains("/machine.slice2/x"));
+        assert!(!by_rel.contains("/"));
+        let root_tree = r.subtree("/").unwrap();
+        assert_eq!(root_tree.level, 0);
+        assert!(root_tree.contains("/anything/below"));
+        assert!(matches!(
+            r.subtree("/nope.slice"),
+            Err(CgroupError::NoSuchCgroup { .. })
+        ));
+
+        let sub = r.container("4F1A6F0C").unwrap();
+        assert_eq!(sub.path, format!("/machine.slice/libpod-{a}.scope"));
+        assert_eq!(sub.level, 2);
+        assert_eq!(sub.id, fs::metadata(&ctr_a).unwrap().ino());
+        match r.container("4f1a") {
+            Err(CgroupError::AmbiguousContainer { ids, .. }) => {
+                assert_eq!(ids, vec![b[..12].to_string(), a[..12].to_string()])
+            }
+            other => panic!("want ambiguous, got {other:?}"),
+        }
+        assert!(matches!(
+            r.container("dead"),
+            Err(CgroupError::NoSuchContainer { .. })
+        ));
+        assert!(matches!(
+            r.container("xyz1"),
+            Err(CgroupError::BadContainerId(_))
+        ));
+        assert!(matches!(
+            r.container("4f1"),
+            Err(CgroupError::BadContainerId(_))
+        ));
     }
 }

@@ -272,6 +272,24 @@ pub fn thread_group_of(pid: u32) -> Option<u32> {
         .and_then(|v| v.trim().parse().ok())
 }
 
+/// A process's PID in its own (innermost) PID namespace, when that namespace is not the host's
+/// (`NSpid` in /proc/PID/status has more than one entry). `None` otherwise or when gone.
+pub fn namespaced_pid(pid: u32) -> Option<u32> {
+    parse_ns_pid(&fs::read_to_string(format!("/proc/{pid}/status")).ok()?)
+}
+
+fn parse_ns_pid(status: &str) -> Option<u32> {
+    let ids: Vec<&str> = status
+        .lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))?
+        .split_whitespace()
+        .collect();
+    match ids.as_slice() {
+        [_host, .., inner] => inner.parse().ok(),
+        _ => None,
+    }
+}
+
 /// `uname -r`.
 pub fn kernel_release() -> String {
     fs::read_to_string("/proc/sys/kernel/osrelease")
@@ -335,6 +353,26 @@ pub fn host_name() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ns_pid_is_the_innermost_namespace_s_only_when_nested() {
+        // /proc/PID/status of a process in a podman container (host pid 41234, pid 1 inside)
+        // and of a host process.
+        let nested = "Name:\tsleep\nTgid:\t41234\nNSpid:\t41234\t1\nNSpgid:\t41234\t1\n";
+        assert_eq!(parse_ns_pid(nested), Some(1));
+        let twice = "NSpid:\t900\t77\t5\n";
+        assert_eq!(parse_ns_pid(twice), Some(5));
+        assert_eq!(parse_ns_pid("Name:\tbash\nNSpid:\t1234\n"), None);
+        assert_eq!(parse_ns_pid("Name:\tbash\n"), None);
+        // This test's own process is in the host's namespace on CI (no container around it).
+        let own = std::process::id();
+        if std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+            s.lines()
+                .any(|l| l.starts_with("NSpid:") && l.split_whitespace().count() == 2)
+        }) {
+            assert_eq!(namespaced_pid(own), None);
+        }
+    }
 
     #[test]
     fn cap_eff_is_parsed_from_status_text() {

@@ -754,6 +754,7 @@ pub fn drain_until(
 /// What the CLI's defaults give, with WORK_SUBMIT shown and relative times.
 pub fn pipeline_config(format: Format) -> PipelineConfig {
     PipelineConfig {
+        show_container: false,
         verbose: true,
         pids: Vec::new(),
         comms: Vec::new(),

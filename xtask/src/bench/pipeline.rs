@@ -97,6 +97,7 @@ pub(super) fn pipeline_part(ctx: &Ctx, want: usize, out: &mut String) -> Result<
                 let mut events = 0;
                 for _ in 0..reps {
                     let config = PipelineConfig {
+                        show_container: false,
                         verbose,
                         pids: Vec::new(),
                         comms: Vec::new(),

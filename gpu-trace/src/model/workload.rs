@@ -1,0 +1,368 @@
+//! Who owns a process, from its cgroup v2 path: container runtime and id, Kubernetes pod UID
+//! and QoS class, or systemd unit. Pure: the path comes from a record (the kernel's cgroup id,
+//! resolved by `probe::cgroup`) or from /proc. The naming schemes of both cgroup drivers
+//! (systemd and cgroupfs):
+//!
+//! | runtime | systemd driver | cgroupfs driver |
+//! |---|---|---|
+//! | docker | `system.slice/docker-<id>.scope` | `/docker/<id>` |
+//! | containerd (CRI) | `…/cri-containerd-<id>.scope` | `/kubepods/…/pod<uid>/<id>` |
+//! | CRI-O | `…/crio-<id>.scope` | `/kubepods/…/pod<uid>/crio-<id>` |
+//! | podman | `machine.slice/libpod-<id>.scope` (also under `user@UID.service`) | `/libpod_parent/libpod-<id>` |
+//!
+//! Kubernetes pods: `kubepods[-QOS].slice/kubepods-QOS-pod<uid with _>.slice` (systemd) or
+//! `/kubepods/[QOS/]pod<uid>` (cgroupfs); a pod directly under `kubepods` is Guaranteed.
+
+/// A container runtime recognised from a cgroup path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Runtime {
+    Docker,
+    Containerd,
+    CriO,
+    Podman,
+    /// A Kubernetes container whose runtime the path does not name (cgroupfs driver with
+    /// containerd, which uses the bare id).
+    Kubernetes,
+}
+
+/// Kubernetes QoS class of a pod (from the kubelet's cgroup layout).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QosClass {
+    Guaranteed,
+    Burstable,
+    BestEffort,
+}
+
+/// What a cgroup path says about the workload that owns a process.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Workload {
+    /// The container runtime and the container id (64 hex digits as the runtime spells it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container: Option<(Runtime, String)>,
+    /// Kubernetes pod UID (with dashes) and QoS class.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod: Option<(String, QosClass)>,
+    /// The systemd unit (service or scope) the process runs in, outside containers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unit: Option<String>,
+}
+
+impl Workload {
+    /// The short container id printed in text output (12 hex digits, as docker and podman do).
+    pub fn short_container_id(&self) -> Option<&str> {
+        self.container
+            .as_ref()
+            .map(|(_, id)| &id[..id.len().min(12)])
+    }
+}
+
+fn is_container_id(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// Pod UID from `pod<uid>` (cgroupfs, dashes) or `kubepods-<qos>-pod<uid>.slice` /
+/// `kubepods-pod<uid>.slice` (systemd, dashes written as underscores).
+fn pod_uid(component: &str) -> Option<String> {
+    let rest = component.strip_suffix(".slice").unwrap_or(component);
+    let uid = rest.rsplit_once("pod").map(|(_, u)| u)?;
+    let uid = uid.replace('_', "-");
+    let ok = uid.len() == 36
+        && uid.bytes().enumerate().all(|(i, b)| {
+            matches!(i, 8 | 13 | 18 | 23) == (b == b'-') && (b == b'-' || b.is_ascii_hexdigit())
+        });
+    ok.then_some(uid)
+}
+
+/// Classifies a cgroup v2 path (as in `/proc/PID/cgroup`, starting with `/`).
+pub fn classify(path: &str) -> Workload {
+    let components: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
+    let mut w = Workload::default();
+
+    // Kubernetes: the pod component and the QoS class from its parent.
+    if let Some(kp) = components
+        .iter()
+        .position(|c| *c == "kubepods" || c.starts_with("kubepods"))
+    {
+        for (i, c) in components.iter().enumerate().skip(kp) {
+            if let Some(uid) = pod_uid(c) {
+                let qos_text = if c.contains("besteffort")
+                    || components[kp..i].iter().any(|p| p.contains("besteffort"))
+                {
+                    QosClass::BestEffort
+                } else if c.contains("burstable")
+                    || components[kp..i].iter().any(|p| p.contains("burstable"))
+                {
+                    QosClass::Burstable
+                } else {
+                    QosClass::Guaranteed
+                };
+                w.pod = Some((uid, qos_text));
+                // The container is the next component, if any.
+                if let Some(next) = components.get(i + 1) {
+                    w.container = container_of(next).or_else(|| {
+                        is_container_id(next).then(|| (Runtime::Kubernetes, next.to_string()))
+                    });
+                }
+                break;
+            }
+        }
+    }
+    if w.container.is_none() {
+        // The innermost component naming a container wins (nested runtimes).
+        w.container = components.iter().rev().find_map(|c| container_of(c));
+        // cgroupfs docker: /docker/<id>
+        if w.container.is_none() {
+            w.container = components.windows(2).find_map(|pair| {
+                (pair[0] == "docker" && is_container_id(pair[1]))
+                    .then(|| (Runtime::Docker, pair[1].to_string()))
+            });
+        }
+    }
+    if w.container.is_none() && w.pod.is_none() {
+        w.unit = components
+            .iter()
+            .rev()
+            .find(|c| c.ends_with(".service") || c.ends_with(".scope"))
+            .map(|c| c.to_string());
+    }
+    w
+}
+
+/// A single path component naming a container: `docker-<id>.scope`, `cri-containerd-<id>.scope`,
+/// `crio-<id>.scope` / `crio-<id>`, `libpod-<id>.scope` / `libpod-<id>`. `libpod-conmon-…`
+/// (podman's monitor process) is not a container.
+fn container_of(component: &str) -> Option<(Runtime, String)> {
+    let c = component.strip_suffix(".scope").unwrap_or(component);
+    for (prefix, runtime) in [
+        ("docker-", Runtime::Docker),
+        ("cri-containerd-", Runtime::Containerd),
+        ("crio-", Runtime::CriO),
+        ("libpod-", Runtime::Podman),
+    ] {
+        if let Some(id) = c.strip_prefix(prefix)
+            && is_container_id(id)
+        {
+            return Some((runtime, id.to_string()));
+        }
+    }
+    None
+}
+
+/// Who a traced process is, from the kernel's cgroup record and what userspace resolved it to
+/// (a `TASK_CGROUP` and an `ATTRIBUTION` record).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Attribution {
+    /// The kernel's cgroup id (cgroup v2).
+    pub cgroup_id: u64,
+    /// Its path below the cgroup2 root; `None` when it was not resolved (the cgroup was gone,
+    /// or only the kernel's record was seen).
+    pub cgroup: Option<String>,
+    pub workload: Workload,
+    /// The process's PID in its own PID namespace, when that is not the host's.
+    pub ns_pid: Option<u32>,
+}
+
+impl Attribution {
+    pub fn new(cgroup_id: u64, cgroup: Option<String>, ns_pid: Option<u32>) -> Self {
+        let workload = cgroup.as_deref().map(classify).unwrap_or_default();
+        Self {
+            cgroup_id,
+            cgroup,
+            workload,
+            ns_pid,
+        }
+    }
+
+    /// In a container or a Kubernetes pod.
+    pub fn contained(&self) -> bool {
+        self.workload.container.is_some() || self.workload.pod.is_some()
+    }
+
+    /// The fields the text output appends to a line: ` container=ID12`, ` pod=UID`,
+    /// ` nspid=N`, each only when known; with `always`, ` container=-` for a process outside
+    /// containers. Empty when there is nothing to say. (Values are hex ids, UUIDs and numbers:
+    /// nothing a traced process chose.)
+    pub fn text_fields(&self, always: bool) -> String {
+        let mut out = String::new();
+        match self.workload.short_container_id() {
+            Some(id) => out.push_str(&format!(" container={id}")),
+            None if always => out.push_str(" container=-"),
+            None => {}
+        }
+        if let Some((uid, _)) = &self.workload.pod {
+            out.push_str(&format!(" pod={uid}"));
+        }
+        if let Some(n) = self.ns_pid {
+            out.push_str(&format!(" nspid={n}"));
+        }
+        out
+    }
+
+    /// The row label of the statistics' per-container table (`None` outside containers and
+    /// pods).
+    pub fn group(&self) -> Option<String> {
+        let w = &self.workload;
+        match (&w.container, &w.pod) {
+            (Some((rt, _)), Some((uid, qos))) => Some(format!(
+                "{} {} pod {uid} ({})",
+                rt.name(),
+                w.short_container_id().unwrap_or("?"),
+                qos.name()
+            )),
+            (Some((rt, _)), None) => Some(format!(
+                "{} {}",
+                rt.name(),
+                w.short_container_id().unwrap_or("?")
+            )),
+            (None, Some((uid, qos))) => Some(format!("pod {uid} ({})", qos.name())),
+            (None, None) => None,
+        }
+    }
+}
+
+impl Runtime {
+    /// As JSON spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Runtime::Docker => "docker",
+            Runtime::Containerd => "containerd",
+            Runtime::CriO => "cri_o",
+            Runtime::Podman => "podman",
+            Runtime::Kubernetes => "kubernetes",
+        }
+    }
+}
+
+impl QosClass {
+    /// As JSON spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            QosClass::Guaranteed => "guaranteed",
+            QosClass::Burstable => "burstable",
+            QosClass::BestEffort => "best_effort",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ID: &str = "4f1a6f0c9b3e2d8a7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a2f1e0d9c8b7a6f5e4d";
+    const UID: &str = "1c2d3e4f-5a6b-4c7d-8e9f-0a1b2c3d4e5f";
+
+    #[test]
+    fn docker_both_drivers() {
+        let w = classify(&format!("/system.slice/docker-{ID}.scope"));
+        assert_eq!(w.container, Some((Runtime::Docker, ID.to_string())));
+        assert_eq!(w.short_container_id(), Some(&ID[..12]));
+        let w = classify(&format!("/docker/{ID}"));
+        assert_eq!(w.container, Some((Runtime::Docker, ID.to_string())));
+        assert_eq!(w.pod, None);
+    }
+
+    #[test]
+    fn kubernetes_systemd_driver_all_qos_classes() {
+        let u = UID.replace('-', "_");
+        let burstable = format!(
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{u}.slice/cri-containerd-{ID}.scope"
+        );
+        let w = classify(&burstable);
+        assert_eq!(w.pod, Some((UID.to_string(), QosClass::Burstable)));
+        assert_eq!(w.container, Some((Runtime::Containerd, ID.to_string())));
+        let besteffort = format!(
+            "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{u}.slice/crio-{ID}.scope"
+        );
+        let w = classify(&besteffort);
+        assert_eq!(w.pod, Some((UID.to_string(), QosClass::BestEffort)));
+        assert_eq!(w.container, Some((Runtime::CriO, ID.to_string())));
+        let guaranteed = format!("/kubepods.slice/kubepods-pod{u}.slice/cri-containerd-{ID}.scope");
+        assert_eq!(
+            classify(&guaranteed).pod,
+            Some((UID.to_string(), QosClass::Guaranteed))
+        );
+        // The pod's own cgroup (pause process or a process placed there): pod, no container.
+        let w = classify(&format!("/kubepods.slice/kubepods-pod{u}.slice"));
+        assert_eq!(w.pod, Some((UID.to_string(), QosClass::Guaranteed)));
+        assert_eq!(w.container, None);
+    }
+
+    #[test]
+    fn kubernetes_cgroupfs_driver() {
+        let w = classify(&format!("/kubepods/burstable/pod{UID}/{ID}"));
+        assert_eq!(w.pod, Some((UID.to_string(), QosClass::Burstable)));
+        assert_eq!(w.container, Some((Runtime::Kubernetes, ID.to_string())));
+        let w = classify(&format!("/kubepods/pod{UID}/crio-{ID}"));
+        assert_eq!(w.pod, Some((UID.to_string(), QosClass::Guaranteed)));
+        assert_eq!(w.container, Some((Runtime::CriO, ID.to_string())));
+        let w = classify(&format!("/kubepods/besteffort/pod{UID}/{ID}"));
+        assert_eq!(w.pod, Some((UID.to_string(), QosClass::BestEffort)));
+    }
+
+    #[test]
+    fn podman_root_rootless_and_conmon() {
+        let w = classify(&format!("/machine.slice/libpod-{ID}.scope"));
+        assert_eq!(w.container, Some((Runtime::Podman, ID.to_string())));
+        let w = classify(&format!(
+            "/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{ID}.scope/container"
+        ));
+        assert_eq!(w.container, Some((Runtime::Podman, ID.to_string())));
+        let w = classify(&format!("/libpod_parent/libpod-{ID}"));
+        assert_eq!(w.container, Some((Runtime::Podman, ID.to_string())));
+        // podman's monitor is not the container.
+        let w = classify(&format!("/machine.slice/libpod-conmon-{ID}.scope"));
+        assert_eq!(w.container, None);
+        assert_eq!(
+            w.unit.as_deref(),
+            Some(&*format!("libpod-conmon-{ID}.scope"))
+        );
+    }
+
+    #[test]
+    fn services_slices_and_lookalikes() {
+        let w = classify("/system.slice/nvidia-persistenced.service");
+        assert_eq!(w.unit.as_deref(), Some("nvidia-persistenced.service"));
+        assert_eq!(w.container, None);
+        let w = classify("/user.slice/user-0.slice/session-3.scope");
+        assert_eq!(w.unit.as_deref(), Some("session-3.scope"));
+        assert_eq!(classify("/"), Workload::default());
+        // Not 64 hex digits: not a container id.
+        assert_eq!(classify("/system.slice/docker-abc.scope").container, None);
+        assert_eq!(classify("/docker/xyz").container, None);
+        // A "pod" that is not a UID.
+        assert_eq!(classify("/kubepods/podcast/x").pod, None);
+    }
+
+    #[test]
+    fn text_fields_and_groups() {
+        let path = format!(
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{ID}.scope",
+            UID.replace('-', "_")
+        );
+        let a = Attribution::new(7, Some(path), Some(12));
+        assert!(a.contained());
+        assert_eq!(
+            a.text_fields(false),
+            format!(" container={} pod={UID} nspid=12", &ID[..12])
+        );
+        assert_eq!(
+            a.group().unwrap(),
+            format!("containerd {} pod {UID} (burstable)", &ID[..12])
+        );
+        let host = Attribution::new(
+            1,
+            Some("/user.slice/user-0.slice/session-1.scope".into()),
+            None,
+        );
+        assert!(!host.contained());
+        assert_eq!(host.text_fields(false), "");
+        assert_eq!(host.text_fields(true), " container=-");
+        assert_eq!(host.group(), None);
+        // Not resolved: nothing is claimed.
+        let unknown = Attribution::new(99, None, None);
+        assert_eq!(unknown.workload, Workload::default());
+        assert_eq!(unknown.text_fields(false), "");
+    }
+}
