@@ -179,13 +179,51 @@ deny_trace() {
   stop_tracer $name $tracer
 }
 
+# deny_runs FUNC NAME: FUNC as NAME_nv on nvlab's device (when loaded) and as NAME_amd on KFD.
+deny_runs() {
+  if [ -c /dev/nvidiactl ]; then
+    $1 "$2_nv" nvdev
+  else
+    out "LAB $2_nv=no_device"
+  fi
+  $1 "$2_amd" kfd-create --vendor amd
+}
+
 step deny
-if [ -c /dev/nvidiactl ]; then
-  deny_trace deny_nv nvdev
-else
-  out "LAB deny_nv=no_device"
-fi
-deny_trace deny_amd kfd-create --vendor amd
+deny_runs deny_trace deny
+
+# --deny-cgroup (issue 14): NAME SUB gpu-trace-args. gpu-trace denies the cgroup gt-denied, which
+# is empty when it starts; then one client joins it and waits on /tmp/go, an identical client
+# stays outside. Only the one that entered the cgroup after the start is refused.
+deny_cgroup_trace() {
+  local name=$1 sub=$2 cg denied other tracer
+  shift 2
+  cg=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/mounts)
+  if [ -z "$cg" ]; then
+    mkdir -p /sys/fs/cgroup && mount -t cgroup2 none /sys/fs/cgroup && cg=/sys/fs/cgroup
+  fi
+  mkdir -p "$cg/gt-denied"
+  rm -f /tmp/go /tmp/$name.*
+  gpu-trace --deny-cgroup /gt-denied "$@" --format json -o /tmp/$name.jsonl 2> /tmp/$name.err &
+  tracer=$!
+  wait_ready $tracer /tmp/$name.err
+  sh -c "echo \$\$ > $cg/gt-denied/cgroup.procs && exec lab-client wait /tmp/go $sub" \
+    > /tmp/$name.denied 2>&1 &
+  denied=$!
+  lab-client wait /tmp/go "$sub" > /tmp/$name.other 2>&1 &
+  other=$!
+  sleep 0.5
+  out "LAB $name tracer_ready=$READY denied_pid=$denied other_pid=$other cgroup2=$cg t=$(uptime_s)"
+  touch /tmp/go
+  wait $denied
+  wait $other
+  dump $name.denied /tmp/$name.denied
+  dump $name.other /tmp/$name.other
+  stop_tracer $name $tracer
+}
+
+step deny_cgroup
+deny_runs deny_cgroup_trace deny_cgroup
 
 step kprobe
 block kprobe lab-client kprobe

@@ -26,8 +26,8 @@ static CGROUP_FILTER: Array<CgroupMatch> = Array::with_max_entries(CGROUP_MATCH_
 #[map]
 static DENY_CGROUP: Array<CgroupMatch> = Array::with_max_entries(CGROUP_MATCH_MAX, 0);
 
-/// The cgroup id last sent for each process (tgid → id). LRU: an evicted process is sent
-/// again, which costs one record and loses nothing.
+/// The cgroup id last sent (or tried) for each process (tgid → id). LRU: an evicted process is
+/// sent again, which costs one record and loses nothing.
 #[map]
 static CGROUP_SENT: LruHashMap<u32, u64> = LruHashMap::with_max_entries(16384, 0);
 
@@ -70,17 +70,19 @@ pub fn note(tgid: u32) {
     if unsafe { CGROUP_SENT.get(&tgid) }.copied() == Some(id) {
         return;
     }
+    // Remembered before sending, so that each (process, cgroup) costs exactly one attempt: a
+    // record lost to a full ring is not retried with every later record (that would double the
+    // drops of a storm). Userspace resolves a process it has no cgroup record for from /proc.
+    let _ = CGROUP_SENT.insert(&tgid, &id, 0);
     let rec = TaskCgroupRecord {
         hdr: header(record_kind::TASK_CGROUP),
         cgroup_id: id,
     };
     if EVENTS.output::<TaskCgroupRecord>(&rec, 0).is_err() {
-        // Not remembered: the next record of the process tries again.
         bump(counter::DROPPED);
-        return;
+    } else {
+        bump(counter::EMITTED);
     }
-    bump(counter::EMITTED);
-    let _ = CGROUP_SENT.insert(&tgid, &id, 0);
 }
 
 /// Process `tgid` ended: a later process with its pid gets its own record.

@@ -224,6 +224,10 @@ impl<W: Write> Pipeline<W> {
             self.process_names
                 .entry(p.pid)
                 .or_insert_with(|| p.comm.clone());
+            // Where it ran when the inventory was taken (its records, if any, say it again).
+            if let Some(path) = p.cgroup.as_deref().filter(|c| c.starts_with('/')) {
+                self.attribute(p.pid, Attribution::new(0, Some(path.to_string()), None));
+            }
             if let Some(perfetto) = self.perfetto.as_mut() {
                 let label = match p.mps {
                     Some(MpsRole::Server) => "GPU open before tracing; MPS server",

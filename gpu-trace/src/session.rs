@@ -652,6 +652,9 @@ struct Reader {
     failure: Option<RunError>,
     /// Resolves the kernel's cgroup records (`None`: no cgroup2 mount here).
     cgroups: Option<CgroupResolver>,
+    /// Processes whose cgroup the pipeline knows (a `TASK_CGROUP` record, or /proc when that
+    /// record was lost to a full ring).
+    attributed: std::collections::HashSet<u32>,
 }
 
 /// The cgroup subtrees of `--cgroup`/`--container` and `--deny-cgroup`/`--deny-container`.
@@ -735,22 +738,41 @@ impl Reader {
                 continue;
             }
             // A process's cgroup: followed by what it resolves to, in the recording too.
-            let extra = match wire::parse_record(&item) {
-                Ok(RawRecord::TaskCgroup(tc)) => {
-                    let path = self
-                        .cgroups
-                        .as_mut()
-                        .and_then(|r| r.path(tc.cgroup_id).map(str::to_string));
-                    let ns_pid = system::namespaced_pid(tc.hdr.tgid);
-                    Some(RawRecord::Attribution(wire::Attribution::new(
-                        &tc,
-                        path.as_deref(),
-                        ns_pid,
-                    )))
+            // A process's cgroup: what it resolves to follows it, in the recording too.
+            let (before, after) = match wire::parse_record(&item) {
+                Ok(RawRecord::TaskCgroup(tc)) => (None, Some(self.attribution(tc))),
+                // A process whose cgroup record was lost (ring full): from /proc, before its
+                // record, once.
+                Ok(RawRecord::ProcessExit(t)) => {
+                    self.attributed.remove(&t.hdr.tgid);
+                    (None, None)
                 }
-                _ => None,
+                Ok(r) if !self.attributed.contains(&r.header().tgid) => {
+                    let hdr = *r.header();
+                    let path = crate::probe::cgroup::process_v2_path(hdr.tgid);
+                    let id = path
+                        .as_deref()
+                        .and_then(|p| self.cgroups.as_ref()?.id_of(p).ok());
+                    self.attributed.insert(hdr.tgid);
+                    match id {
+                        Some(cgroup_id) => (
+                            Some(self.attribution(gpu_trace_common::TaskCgroupRecord {
+                                hdr,
+                                cgroup_id,
+                            })),
+                            None,
+                        ),
+                        None => (None, None),
+                    }
+                }
+                _ => (None, None),
             };
-            for bytes in std::iter::once(&item[..]).chain(extra.as_ref().map(RawRecord::as_bytes)) {
+            let records = before
+                .iter()
+                .map(RawRecord::as_bytes)
+                .chain(std::iter::once(&item[..]))
+                .chain(after.iter().map(RawRecord::as_bytes));
+            for bytes in records {
                 if let Some(rec) = recorder.as_mut() {
                     if let Err(e) = rec.record(bytes) {
                         self.failure = Some(e.into());
@@ -768,6 +790,17 @@ impl Reader {
             let _ = rec.flush();
         }
         let _ = pipeline.flush();
+    }
+
+    /// The `ATTRIBUTION` record of a process's cgroup record: its path and namespaced PID.
+    fn attribution(&mut self, tc: gpu_trace_common::TaskCgroupRecord) -> RawRecord {
+        self.attributed.insert(tc.hdr.tgid);
+        let path = self
+            .cgroups
+            .as_mut()
+            .and_then(|r| r.path(tc.cgroup_id).map(str::to_string));
+        let ns_pid = system::namespaced_pid(tc.hdr.tgid);
+        RawRecord::Attribution(wire::Attribution::new(&tc, path.as_deref(), ns_pid))
     }
 
     /// An output failed: the run stops.

@@ -242,9 +242,13 @@ fn kfd_shaped_ioctls_on_a_watched_device_are_captured_and_decoded() {
     let records = collect(&mut ring, tgid, 5);
     let recs = kfd(&records);
     assert_eq!(recs.len(), 5, "exactly the five traced calls: {recs:#?}");
+    // The process's cgroup record (issue 14) comes first, once, then only the KFD records.
     assert!(
-        records.iter().all(|r| matches!(r, RawRecord::KfdIoctl(_))),
-        "nothing but KFD records from this process: {records:#?}"
+        matches!(records[0], RawRecord::TaskCgroup(_))
+            && records[1..]
+                .iter()
+                .all(|r| matches!(r, RawRecord::KfdIoctl(_))),
+        "its cgroup, then nothing but KFD records from this process: {records:#?}"
     );
     for r in &recs {
         assert_eq!(r.ret, -ENOTTY);
@@ -413,7 +417,8 @@ fn kfd_shaped_ioctls_on_a_watched_device_are_captured_and_decoded() {
     assert_eq!(model.counters().failed_creates, 2);
 
     let after = tracer.counters().unwrap();
-    assert_eq!(after.emitted - before.emitted, 5, "{before:?} → {after:?}");
+    // The five calls and the process's cgroup record, sent before the first.
+    assert_eq!(after.emitted - before.emitted, 6, "{before:?} → {after:?}");
     assert_eq!(
         after.ignored, before.ignored,
         "the filter drops what is not traced unread"
@@ -475,7 +480,8 @@ fn bad_pointers_and_short_sizes_are_flagged_and_counted() {
         2,
         "{before:?} → {after:?}"
     );
-    assert_eq!(after.emitted - before.emitted, 4, "{before:?} → {after:?}");
+    // The four calls and the process's cgroup record.
+    assert_eq!(after.emitted - before.emitted, 5, "{before:?} → {after:?}");
 }
 
 #[test]
@@ -561,7 +567,13 @@ fn a_kfd_process_reports_its_exit_but_not_its_closes() {
             _ => None,
         })
         .expect("the child's DESTROY_QUEUE was captured");
-    let from_child: Vec<&RawRecord> = all.iter().filter(|r| r.header().tgid == child).collect();
+    // The child's cgroup record (issue 14) first, then its records.
+    let mut from_child: Vec<&RawRecord> = all.iter().filter(|r| r.header().tgid == child).collect();
+    assert!(
+        matches!(from_child.first(), Some(RawRecord::TaskCgroup(_))),
+        "the child's cgroup record first: {from_child:#?}"
+    );
+    from_child.remove(0);
     assert_eq!(
         from_child.len(),
         2,

@@ -275,6 +275,7 @@ fn daemonset_privileges(tag: &str) -> Result<()> {
             .args(["--cap-drop=ALL", &format!("--cap-add={caps}")])
             .args(["-v", "/sys/kernel/btf:/sys/kernel/btf:ro"])
             .args(["-v", "/sys/kernel/tracing:/sys/kernel/tracing:ro"])
+            .args(["-v", "/sys/fs/cgroup:/host/sys/fs/cgroup:ro"])
             .args([tag, "--vendor=nvidia", "--watch-device=/dev/full"])
             .arg(format!("--metrics=127.0.0.1:{port}"))
             .args(["--metrics-allow-remote", "--quiet", "--duration=4"])

@@ -1426,12 +1426,13 @@ fn judge_nvidia(r: &Results, c: &mut Vec<Check>) {
     if stats.is_none() {
         problems.push("no STATS line".into());
     }
-    // `emitted` counts every record kind (issue 11): the 4 calls, the client's two close()s
-    // (a process with RM records gets a notice for each close) and its exit.
-    if k("emitted") != Some(7) {
+    // `emitted` counts every record kind (issue 11): the process's cgroup (sent before its first
+    // record, issue 14), the 4 calls, the client's two close()s (a process with RM records gets a
+    // notice for each close) and its exit.
+    if k("emitted") != Some(8) {
         problems.push(format!(
-            "kernel emitted {:?}, want 7 (alloc, schedule, XFER alloc, free; 2 close and 1 exit \
-             notice)",
+            "kernel emitted {:?}, want 8 (the process's cgroup; alloc, schedule, XFER alloc, \
+             free; 2 close and 1 exit notice)",
             k("emitted")
         ));
     }
@@ -1474,7 +1475,7 @@ fn judge_nvidia(r: &Results, c: &mut Vec<Check>) {
         problems.is_empty(),
         if problems.is_empty() {
             format!(
-                "7 records emitted (4 calls, 2 close and 1 exit notice), 1 ignored, 0 dropped; events of pid {}: {}",
+                "8 records emitted (the process's cgroup, 4 calls, 2 close and 1 exit notice), 1 ignored, 0 dropped; events of pid {}: {}",
                 pid.unwrap_or(-1),
                 of_client
                     .iter()
@@ -1570,11 +1571,12 @@ fn judge_nvidia_device(r: &Results, c: &mut Vec<Check>) {
     }
     let stats = events.iter().find(|e| e["event"] == "STATS");
     let k = |name: &str| stats.and_then(|s| s["kernel"][name].as_u64());
-    // 5 calls, then the client's close() and exit notices (counted in `emitted` since issue 11).
-    if (k("emitted"), k("dropped"), k("read_failed")) != (Some(7), Some(0), Some(0)) {
+    // The process's cgroup, 5 calls, then the client's close() and exit notices (all counted in
+    // `emitted` since issue 11).
+    if (k("emitted"), k("dropped"), k("read_failed")) != (Some(8), Some(0), Some(0)) {
         problems.push(format!(
-            "kernel counters emitted {:?} dropped {:?} read_failed {:?}: want 7 (5 calls, a close \
-             and an exit notice), 0, 0",
+            "kernel counters emitted {:?} dropped {:?} read_failed {:?}: want 8 (the cgroup, 5 \
+             calls, a close and an exit notice), 0, 0",
             k("emitted"),
             k("dropped"),
             k("read_failed")
@@ -1703,9 +1705,9 @@ fn judge_amd(r: &Results, c: &mut Vec<Check>) {
     let stats = events.iter().find(|e| e["event"] == "STATS");
     let k = |name: &str| stats.and_then(|s| s["kernel"][name].as_u64());
     // 2 refused creates and the client's exit notice (close notices are for RM processes only).
-    if (k("emitted"), k("dropped")) != (Some(3), Some(0)) {
+    if (k("emitted"), k("dropped")) != (Some(4), Some(0)) {
         problems.push(format!(
-            "kernel emitted {:?} dropped {:?}: want 3 (2 calls, 1 exit notice), 0",
+            "kernel emitted {:?} dropped {:?}: want 4 (the process's cgroup, 2 calls, 1 exit notice), 0",
             k("emitted"),
             k("dropped")
         ));
@@ -1929,12 +1931,12 @@ fn judge_deep_hooks(r: &Results, c: &mut Vec<Check>) {
         st.as_ref().and_then(|s| s["kernel"][name].as_u64())
     };
     let (ss, ds) = (stats(&sys), stats(&deep));
-    // One record per call, none twice, plus the exit notice; the deep run also sends the
-    // driver's teardown (pqm_uninit) record. All counted in `emitted` since issue 11.
-    if (k(&ss, "emitted"), k(&ds, "emitted"), k(&ds, "dropped")) != (Some(5), Some(6), Some(0)) {
+    // The process's cgroup, one record per call, none twice, plus the exit notice; the deep run
+    // also sends the driver's teardown (pqm_uninit) record. All counted in `emitted`.
+    if (k(&ss, "emitted"), k(&ds, "emitted"), k(&ds, "dropped")) != (Some(6), Some(7), Some(0)) {
         problems.push(format!(
-            "kernel emitted {:?} (syscall) / {:?} (deep), dropped {:?}: want 5 (4 calls + exit), \
-             6 (+ pqm_uninit), 0",
+            "kernel emitted {:?} (syscall) / {:?} (deep), dropped {:?}: want 6 (cgroup + 4 calls + exit), \
+             7 (+ pqm_uninit), 0",
             k(&ss, "emitted"),
             k(&ds, "emitted"),
             k(&ds, "dropped")
@@ -1979,7 +1981,7 @@ fn judge_deep_hooks(r: &Results, c: &mut Vec<Check>) {
         problems.is_empty(),
         if problems.is_empty() {
             format!(
-                "client: create {:?}, update {:?}, cu_mask {:?}, destroy {:?}; {} events identical in both runs ({sched} refused SCHEDULE, {upd} refused SCHED_UPDATE); emitted 5 / 6 (4 calls, the exit notice, and the deep run's teardown record)",
+                "client: create {:?}, update {:?}, cu_mask {:?}, destroy {:?}; {} events identical in both runs ({sched} refused SCHEDULE, {upd} refused SCHED_UPDATE); emitted 6 / 7 (the process's cgroup, 4 calls, the exit notice, and the deep run's teardown record)",
                 rc("create"), rc("update"), rc("cu_mask"), rc("destroy"), d_norm.len()
             )
         } else {
@@ -2019,9 +2021,9 @@ fn judge_deep_hooks(r: &Results, c: &mut Vec<Check>) {
     let kreleased = kstats
         .as_ref()
         .and_then(|s| s["unreported"]["kfd_release_no_queues"].as_u64());
-    if (k(&kstats, "emitted"), k(&kstats, "dropped"), kreleased) != (Some(6), Some(0), Some(1)) {
+    if (k(&kstats, "emitted"), k(&kstats, "dropped"), kreleased) != (Some(7), Some(0), Some(1)) {
         kproblems.push(format!(
-            "emitted {:?} dropped {:?} kfd_release_no_queues {kreleased:?}: want 6 (4 calls, exit, \
+            "emitted {:?} dropped {:?} kfd_release_no_queues {kreleased:?}: want 7 (cgroup, 4 calls, exit, \
              pqm_uninit), 0, 1",
             k(&kstats, "emitted"),
             k(&kstats, "dropped")
@@ -2246,12 +2248,14 @@ fn judge_deny(r: &Results, c: &mut Vec<Check>) {
     let amd_title = "--deny-pid refuses CREATE_QUEUE on /dev/kfd for the denied process only, not \
                      for a later process with its PID";
     // Denials the kernel counts (`STATS kernel.denied`): one GPFIFO_SCHEDULE; two CREATE_QUEUE.
+    const PID_ROLES: &[&str] = &["denied", "other", "reuse"];
     c.push(judge_deny_run(
         r,
         "deny_nv",
         "e.deny_nv",
         nv_title,
         1,
+        PID_ROLES,
         &deny_nv_expect,
     ));
     c.push(judge_deny_run(
@@ -2260,7 +2264,41 @@ fn judge_deny(r: &Results, c: &mut Vec<Check>) {
         "e.deny_amd",
         amd_title,
         2,
+        PID_ROLES,
         &deny_amd_expect,
+    ));
+    // --deny-cgroup (issue 14): the cgroup is empty at start; a client enters it afterwards.
+    const CGROUP_ROLES: &[&str] = &["denied", "other"];
+    let in_cgroup = |expect: &'static DenyExpect| {
+        move |c: &DenyClient, events: &[serde_json::Value], problems: &mut Vec<String>| {
+            expect(c, events, problems);
+            // Every event of the client that joined says which cgroup it ran in.
+            if c.denied
+                && let Some(e) = events.iter().find(|e| e["cgroup"]["path"] != "/gt-denied")
+            {
+                problems.push(format!("denied client: an event not in /gt-denied: {e}"));
+            }
+        }
+    };
+    c.push(judge_deny_run(
+        r,
+        "deny_cgroup_nv",
+        "e.deny_cgroup_nv",
+        "--deny-cgroup refuses GPFIFO_SCHEDULE (nvlab) to a process that entered the cgroup \
+         after gpu-trace started, not to one outside",
+        1,
+        CGROUP_ROLES,
+        &in_cgroup(&deny_nv_expect),
+    ));
+    c.push(judge_deny_run(
+        r,
+        "deny_cgroup_amd",
+        "e.deny_cgroup_amd",
+        "--deny-cgroup refuses CREATE_QUEUE on /dev/kfd to a process that entered the cgroup \
+         after gpu-trace started, not to one outside",
+        2,
+        CGROUP_ROLES,
+        &in_cgroup(&deny_amd_expect),
     ));
 }
 
@@ -2279,6 +2317,7 @@ fn judge_deny_run(
     id: &'static str,
     title: &'static str,
     denials: u64,
+    roles: &[&'static str],
     expect: &DenyExpect,
 ) -> Check {
     let Some(run) = r
@@ -2311,8 +2350,9 @@ fn judge_deny_run(
     if !bad.is_empty() {
         problems.push(format!("non-JSON output lines: {bad:?}"));
     }
-    let outputs: Vec<(&'static str, Results)> = ["denied", "other", "reuse"]
-        .into_iter()
+    let outputs: Vec<(&'static str, Results)> = roles
+        .iter()
+        .copied()
         .map(|role| {
             let text = r
                 .block(&format!("{name}.{role}"))
@@ -2373,8 +2413,13 @@ fn judge_deny_run(
             format!(
                 "denied pid {}: refused with EPERM before the driver, shown as SCHEDULE \
                  allowed=false errno=-1, {denials} denial(s) counted by the kernel; the other \
-                 process and the PID's next owner were not refused",
-                denied_pid.unwrap_or(-1)
+                 process{} not refused",
+                denied_pid.unwrap_or(-1),
+                if roles.contains(&"reuse") {
+                    " and the PID's next owner were"
+                } else {
+                    " was"
+                }
             )
         } else {
             problems.join("; ")
@@ -2557,7 +2602,7 @@ mod tests {
     }
 
     /// A results log exactly as a current guest wrote it: `cargo xtask lab --kernel 6.1` of this
-    /// tree (Debian 6.1.0-56, 24 checks passed), copied from
+    /// tree (Debian 6.1.0-56, 26 checks passed), copied from
     /// `target/lab-cache/run/6.1.0-56-amd64/results.log` (the serial console's CRs removed).
     const GOOD: &str = include_str!("../testdata/lab-6.1-results.log");
 
@@ -2579,7 +2624,7 @@ mod tests {
                 judge(&Results::parse(GOOD))
             );
         }
-        assert_eq!(s.len(), 24);
+        assert_eq!(s.len(), 26);
     }
 
     /// A shipped feature that did not run fails its check: the guest's log as it would be had
@@ -2622,6 +2667,32 @@ mod tests {
         );
         assert_ne!(refused, GOOD);
         assert_eq!(statuses(&refused)["e.deny_amd"], Status::Fail);
+        // --deny-cgroup: refused by the build, or the client that joined the cgroup not refused,
+        // or its events not naming the cgroup.
+        let refused = GOOD.replacen(
+            "LAB deny_cgroup_nv tracer_exit=0",
+            "LAB deny_cgroup_nv tracer_exit=2",
+            1,
+        );
+        assert_ne!(refused, GOOD);
+        assert_eq!(statuses(&refused)["e.deny_cgroup_nv"], Status::Fail);
+        let (b, e) = block("deny_cgroup_amd.jsonl");
+        let elsewhere = format!(
+            "{}{}{}",
+            &GOOD[..b],
+            GOOD[b..e].replace("\"path\":\"/gt-denied\"", "\"path\":\"/\""),
+            &GOOD[e..]
+        );
+        assert_ne!(elsewhere, GOOD);
+        assert_eq!(statuses(&elsewhere)["e.deny_cgroup_amd"], Status::Fail);
+        let allowed = format!(
+            "{}{}{}",
+            &GOOD[..b],
+            GOOD[b..e].replace("\"errno\":-1,", "\"errno\":-22,"),
+            &GOOD[e..]
+        );
+        assert_ne!(allowed, GOOD);
+        assert_eq!(statuses(&allowed)["e.deny_cgroup_amd"], Status::Fail);
         // --vendor amd refused by the build.
         let (b, e) = block("amd.probe");
         let no_amd = format!(
@@ -2653,8 +2724,8 @@ mod tests {
             "",
         );
         assert_eq!(st(&both, "f.deep_select"), Status::Fail);
-        // One call reported twice (the kernel emitted 7 where 6 records were sent), or an event that differs.
-        let twice = GOOD.replacen("\"emitted\":6,\"fd_lookup_failed\":0,\"denied\":0},\"malformed\":0,\"decode_errors\":0,\"live_at_exit\":0,\"unreported\":{\"kfd_release", "\"emitted\":7,\"fd_lookup_failed\":0,\"denied\":0},\"malformed\":0,\"decode_errors\":0,\"live_at_exit\":0,\"unreported\":{\"kfd_release", 1);
+        // One call reported twice (the kernel emitted 8 where 7 records were sent), or an event that differs.
+        let twice = GOOD.replacen("\"emitted\":7,\"fd_lookup_failed\":0,\"denied\":0},\"malformed\":0,\"decode_errors\":0,\"live_at_exit\":0,\"unreported\":{\"kfd_release", "\"emitted\":8,\"fd_lookup_failed\":0,\"denied\":0},\"malformed\":0,\"decode_errors\":0,\"live_at_exit\":0,\"unreported\":{\"kfd_release", 1);
         assert_ne!(twice, GOOD);
         assert_eq!(st(&twice, "f.deep_events"), Status::Fail);
         // Only the deep run's cu_mask event says another errno.
@@ -2740,7 +2811,7 @@ mod tests {
             ),
             ("kprobe_pmu=6", "kprobe_pmu=absent", "a.kprobes"),
             ("amdgpu_btf=2095369", "amdgpu_btf=absent", "a.module_btf"),
-            ("\"emitted\":7", "\"emitted\":6", "b.records"),
+            ("\"emitted\":8", "\"emitted\":7", "b.records"),
             ("\"allowed\":false", "\"allowed\":true", "b.records"),
             ("\"value\":1543503888", "\"value\":1543503889", "b.records"),
             ("nv tracer_exit=0", "nv tracer_exit=1", "b.load"),
@@ -2762,8 +2833,8 @@ mod tests {
                 "b.nvdev",
             ),
             (
-                "\"ignored\":0,\"emitted\":7,\"fd_lookup_failed\"",
                 "\"ignored\":0,\"emitted\":8,\"fd_lookup_failed\"",
+                "\"ignored\":0,\"emitted\":9,\"fd_lookup_failed\"",
                 "b.nvdev",
             ),
             (
@@ -2859,8 +2930,8 @@ mod tests {
             GOOD,
             "LAB-BEGIN amd.jsonl",
             &["STATS"],
-            "\"emitted\":3",
             "\"emitted\":4",
+            "\"emitted\":5",
         );
         assert_eq!(statuses(&extra)["c.trace"], Status::Fail);
     }

@@ -67,8 +67,8 @@ impl Default for MetricsConfig {
     }
 }
 
-/// Where a process runs, for the `container` and `pod` labels. Nothing fills them yet: they are
-/// empty until gpu-trace resolves a process's cgroup to its container; [`Metrics::observe`]
+/// Where a process runs, for the `container` and `pod` labels: the pipeline fills them from the
+/// process's cgroup (`model::workload`), empty outside containers and pods; [`Metrics::observe`]
 /// takes one so that the series carry the labels from the start.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Workload {

@@ -154,7 +154,8 @@ fn container_of(component: &str) -> Option<(Runtime, String)> {
 /// (a `TASK_CGROUP` and an `ATTRIBUTION` record).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Attribution {
-    /// The kernel's cgroup id (cgroup v2).
+    /// The kernel's cgroup id (cgroup v2); 0 when not known (a path from the start-up
+    /// inventory).
     pub cgroup_id: u64,
     /// Its path below the cgroup2 root; `None` when it was not resolved (the cgroup was gone,
     /// or only the kernel's record was seen).

@@ -25,7 +25,7 @@
 //! | `client_hex` | string | `client` in hex, 8 digits (`"0xc1d0001c"`) |
 //! | `task`   | object  | `{"kind": K, "value": N}`: K is `"hw_tsg"` (hardware TSG id), `"rm_handle"` (RM object handle of the TSG), `"pre_trace"` (RM handle of a TSG — or, when even the channel was never seen, of the channel — created before tracing started: late attach), `"shared"` (RM handle of a TSG the process never created although its RM client was seen: one shared into it, e.g. the MPS server's) or `"kfd_queue"` (AMD KFD queue id); N an unsigned 32-bit integer. `{"kind": "kfd_no_queue"}` (no `value`): an AMD `CREATE_QUEUE` the driver refused; `{"kind": "unknown"}`: no single task (`PRETRACE_END`) |
 //! | `client` | integer | RM client handle (NVIDIA), 0 otherwise |
-//! | `cgroup` | object  | who the process is, once its cgroup is known (live runs and their recordings; absent for processes seen before their first traced call, e.g. late attach, and in recordings made before it existed), last field of the line: `id` (cgroup v2 id), `path` (below the cgroup2 root; null when it could not be resolved), `container_runtime` (`"docker"`, `"containerd"`, `"cri_o"`, `"podman"`, `"kubernetes"`) and `container_id` (64 hex digits), `pod_uid` and `qos` (`"guaranteed"`, `"burstable"`, `"best_effort"`), `unit` (systemd service or scope outside containers), `ns_pid` (PID inside the process's own PID namespace); each only when known (docs/containers.md) |
+//! | `cgroup` | object  | who the process is, once its cgroup is known (live runs and their recordings, from the kernel's cgroup record or, for processes of the start-up inventory and where that record was lost, from /proc; absent in recordings made before it existed), last field of the line: `id` (cgroup v2 id; null when the path came from the start-up inventory), `path` (below the cgroup2 root; null when it could not be resolved), `container_runtime` (`"docker"`, `"containerd"`, `"cri_o"`, `"podman"`, `"kubernetes"`) and `container_id` (64 hex digits), `pod_uid` and `qos` (`"guaranteed"`, `"burstable"`, `"best_effort"`), `unit` (systemd service or scope outside containers), `ns_pid` (PID inside the process's own PID namespace); each only when known (docs/containers.md) |
 //!
 //! ## `TASK_INIT`: a TSG / queue was created
 //!
@@ -254,7 +254,14 @@ pub fn event_json(ev: &Event, clock: &Clock) -> String {
 /// as its last field.
 pub fn with_attribution(line: String, a: &Attribution) -> String {
     let mut obj = serde_json::Map::new();
-    obj.insert("id".into(), a.cgroup_id.into());
+    obj.insert(
+        "id".into(),
+        if a.cgroup_id == 0 {
+            serde_json::Value::Null
+        } else {
+            a.cgroup_id.into()
+        },
+    );
     obj.insert(
         "path".into(),
         a.cgroup

@@ -88,6 +88,13 @@ pub fn cgroup2_mounts(proc_mounts: &str) -> Vec<PathBuf> {
         .collect()
 }
 
+/// The cgroup v2 path of process `pid` now (`/proc/PID/cgroup`), `None` when it is gone or has
+/// no v2 membership.
+pub fn process_v2_path(pid: u32) -> Option<String> {
+    let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    v2_path(&text).map(str::to_string)
+}
+
 /// The cgroup v2 path of a process from its `/proc/PID/cgroup` text: the `0::PATH` line.
 /// `None` on a host where the process has no v2 membership line.
 pub fn v2_path(proc_pid_cgroup: &str) -> Option<&str> {
@@ -110,6 +117,9 @@ pub struct CgroupResolver {
     misses_since_walk: u32,
 }
 
+/// The id (kernfs inode number) of the cgroup2 root.
+const ROOT_CGROUP_ID: u64 = 1;
+
 impl CgroupResolver {
     /// Misses of already-missing ids between two walks.
     const REFRESH_EVERY: u32 = 1024;
@@ -126,12 +136,16 @@ impl CgroupResolver {
         r
     }
 
-    /// The first cgroup2 mount of this host, if any.
+    /// The cgroup2 mount that shows the whole hierarchy, if any: the one whose directory is
+    /// the root cgroup (id 1). In a container with a private cgroup namespace its own
+    /// /sys/fs/cgroup shows only its subtree; the host's, mounted elsewhere (the DaemonSet's
+    /// /host/sys/fs/cgroup), is preferred. Without a root mount, the first one.
     pub fn for_host() -> Option<Self> {
-        cgroup2_mounts(&super::system::mounts())
-            .into_iter()
-            .next()
-            .map(Self::new)
+        let mounts = cgroup2_mounts(&super::system::mounts());
+        let root = mounts
+            .iter()
+            .find(|m| fs::metadata(m).is_ok_and(|md| md.ino() == ROOT_CGROUP_ID));
+        root.or(mounts.first()).cloned().map(Self::new)
     }
 
     /// Re-reads the tree: ids of removed cgroups disappear, new ones appear.

@@ -92,8 +92,8 @@ pub(super) fn knee_part(ctx: &Ctx, seconds: f64, ncpu: usize, out: &mut String) 
          for {seconds} s, {reps} times per rate (each call is one 264-byte record, and one call \
          in four prints a line); gpu-trace runs as users run it (text output to a file, `--pid` \
          of the generator so that nothing else counts), started afresh for each run. \
-         \"accounted\" checks emitted + dropped = calls issued + the generator's exit notice, \
-         in every run. Load average at \
+         \"accounted\" checks emitted + dropped = calls issued + the generator's exit notice + \
+         its cgroup record, in every run. Load average at \
          the start of this part: {}.\n",
         load_average()
     )?;
@@ -121,11 +121,12 @@ pub(super) fn knee_part(ctx: &Ctx, seconds: f64, ncpu: usize, out: &mut String) 
         let clean = steps.iter().filter(|s| s.end.dropped == 0).count();
         let mismatches: Vec<String> = steps
             .iter()
-            // `emitted` counts every record kind: the generator's process-exit notice too.
-            .filter(|s| s.end.emitted + s.end.dropped != s.issued + 1)
+            // `emitted` counts every record kind: the generator's process-exit notice and its
+            // cgroup record (tried once per process) too.
+            .filter(|s| s.end.emitted + s.end.dropped != s.issued + 2)
             .map(|s| {
                 format!(
-                    "issued {} + 1 exit notice vs emitted {} + dropped {}",
+                    "issued {} + 1 exit notice + 1 cgroup record vs emitted {} + dropped {}",
                     s.issued, s.end.emitted, s.end.dropped
                 )
             })
