@@ -480,6 +480,7 @@ fn a_podman_container_is_traced_by_its_id_and_nothing_else() {
             .parse()
             .expect("the container's host pid");
 
+    let rec = dir.join("container.gtrace");
     let traced = Traced::start(&[
         "--watch-device",
         "/dev/null",
@@ -487,6 +488,8 @@ fn a_podman_container_is_traced_by_its_id_and_nothing_else() {
         "json",
         "--container",
         &id[..8],
+        "--record",
+        rec.to_str().unwrap(),
     ])
     .unwrap_or_else(|e| panic!("{test}: {e}"));
     // The same calls from a host process, outside the container: not traced.
@@ -528,4 +531,121 @@ fn a_podman_container_is_traced_by_its_id_and_nothing_else() {
     assert_eq!(groups.len(), 1, "{groups:?}");
     assert_eq!(groups[0]["group"], format!("podman {}", &id[..12]));
     assert_eq!(groups[0]["schedule"], 1);
+
+    // The recording carries what was resolved: a replay, on a machine without that container,
+    // attributes every event as the live run did.
+    let replay = Command::new(gpu_trace_bin())
+        .args(["replay", rec.to_str().unwrap(), "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(replay.status.success(), "{replay:?}");
+    let replayed = json_events(&String::from_utf8_lossy(&replay.stdout));
+    assert_eq!(replayed, events, "{test}: replay differs from the live run");
+}
+
+/// A real PyTorch recording (two_streams.gtrace, made on the GPU host outside any container)
+/// with the kernel's cgroup record and its resolution put before the process's first record,
+/// as a live run in a Kubernetes pod would have them: every event of the process carries the
+/// pod in JSON and in the text fields, the metrics label its series with the container and the
+/// pod, and the statistics have its row. Expected values are the ones put in.
+#[test]
+fn a_recorded_pytorch_run_in_a_pod_is_labelled_everywhere() {
+    use gpu_trace::{
+        cli::Format,
+        metrics::{Metrics, MetricsConfig},
+        pipeline::Pipeline,
+    };
+    use gpu_trace_common::{TaskCgroupRecord, record_kind};
+
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/two_streams.gtrace");
+    let mut reader =
+        RecordReader::new(std::io::BufReader::new(fs::File::open(&path).unwrap())).unwrap();
+    let mut records = Vec::new();
+    while let Some(b) = reader.next_record().unwrap() {
+        records.push(b);
+    }
+    let first = wire::parse_record(&records[0]).unwrap();
+    let pid = first.header().tgid;
+    let cg_path = format!(
+        "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{C1}.scope",
+        U1.replace('-', "_")
+    );
+    let task_cgroup = TaskCgroupRecord {
+        hdr: gpu_trace_common::RecordHeader {
+            kind: record_kind::TASK_CGROUP,
+            ..*first.header()
+        },
+        cgroup_id: 4242,
+    };
+    let attribution = wire::Attribution::new(&task_cgroup, Some(&cg_path), Some(7));
+    let injected: Vec<Vec<u8>> = [
+        wire::RawRecord::TaskCgroup(task_cgroup).as_bytes().to_vec(),
+        wire::RawRecord::Attribution(attribution)
+            .as_bytes()
+            .to_vec(),
+    ]
+    .into_iter()
+    .chain(records)
+    .collect();
+
+    for format in [Format::Json, Format::Text] {
+        let mut p = Pipeline::new(pipeline_config(format), Vec::new())
+            .with_metrics(Metrics::new(MetricsConfig::default()));
+        for r in &injected {
+            p.feed(r).unwrap();
+        }
+        p.flush().unwrap();
+        let metrics = p.metrics_mut().unwrap().encode();
+        let f = p.finish_all(Default::default(), Duration::from_secs(1));
+        let out = String::from_utf8(f.out).unwrap();
+        match format {
+            Format::Json => {
+                let events = json_events(&out);
+                // The fixture's README: 4 TSGs scheduled by the PyTorch process.
+                let mine: Vec<_> = events.iter().filter(|e| e["pid"] == pid).collect();
+                assert!(
+                    mine.iter().filter(|e| e["event"] == "SCHEDULE").count() == 4,
+                    "{out}"
+                );
+                for e in &mine {
+                    let cg = &e["cgroup"];
+                    assert_eq!(cg["id"], 4242, "{e}");
+                    assert_eq!(cg["path"], *cg_path, "{e}");
+                    assert_eq!(cg["container_id"], C1, "{e}");
+                    assert_eq!(cg["pod_uid"], U1, "{e}");
+                    assert_eq!(cg["qos"], "burstable", "{e}");
+                    assert_eq!(cg["ns_pid"], 7, "{e}");
+                }
+                let stats = json_stats(&out);
+                let row = &stats["containers"][0];
+                assert_eq!(
+                    row["group"],
+                    format!("containerd {} pod {U1} (burstable)", &C1[..12])
+                );
+                assert_eq!(row["schedule"], 4);
+            }
+            Format::Text => {
+                let suffix = format!(" container={} pod={U1} nspid=7", &C1[..12]);
+                let lines: Vec<&str> = out
+                    .lines()
+                    .filter(|l| l.contains(&format!("PID={pid} ")))
+                    .collect();
+                assert!(!lines.is_empty());
+                // The seed line's shape is kept; the fields come after it.
+                for l in &lines {
+                    assert!(l.ends_with(&suffix), "{l}");
+                }
+            }
+        }
+        // Every task series of the process has the container and pod labels.
+        let labelled = format!("container=\"{}\",pod=\"{U1}\"", &C1[..12]);
+        assert!(
+            metrics.contains(&labelled),
+            "no series with {labelled}:\n{metrics}"
+        );
+        assert!(
+            !metrics.contains("container=\"\",pod=\"\"}"),
+            "a series of the process without its labels:\n{metrics}"
+        );
+    }
 }
