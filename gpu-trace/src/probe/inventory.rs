@@ -23,6 +23,8 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
+use crate::output::escape::escape_text;
+
 /// What an fd of a process points at, as far as the inventory cares.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "kind", content = "minor")]
@@ -387,26 +389,6 @@ fn read_process(
     }))
 }
 
-/// Escapes an untrusted string for a terminal: control characters, backslash and
-/// non-printable characters as `\xNN` / `\u{..}`.
-// LEAD: dedupe with output/escape.rs (another branch) when both are merged.
-pub fn escape_untrusted(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 || c == '\x7f' => out.push_str(&format!("\\x{:02x}", c as u32)),
-            c if c.is_control()
-                || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}') =>
-            {
-                out.push_str(&format!("\\u{{{:x}}}", c as u32))
-            }
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 /// The inventory as text lines (without prefix), for the start-up report.
 pub fn render_text(inv: &Inventory) -> Vec<String> {
     let mut out = Vec::new();
@@ -414,7 +396,9 @@ pub fn render_text(inv: &Inventory) -> Vec<String> {
         out.push(format!(
             "GPU minor {}: {} bus {} {}",
             g.minor,
-            g.name.as_deref().map_or("?".into(), escape_untrusted),
+            g.name
+                .as_deref()
+                .map_or("?".into(), |t| escape_text(t).into_owned()),
             g.bus_id.as_deref().unwrap_or("?"),
             g.uuid.as_deref().unwrap_or("?"),
         ));
@@ -431,7 +415,7 @@ pub fn render_text(inv: &Inventory) -> Vec<String> {
         }
     ));
     for p in &inv.processes {
-        let mut line = format!("  PID {} {}", p.pid, escape_untrusted(&p.comm));
+        let mut line = format!("  PID {} {}", p.pid, escape_text(&p.comm));
         if let Some(role) = p.mps {
             line.push_str(match role {
                 MpsRole::Server => " [MPS server: its TSGs are shared by the MPS clients]",
@@ -462,11 +446,27 @@ pub fn render_text(inv: &Inventory) -> Vec<String> {
             })
             .collect();
         line.push_str(&format!(" fds={}", nodes.join(",")));
+        // The container and pod the path names (hex ids and a UUID, validated by the
+        // classification: nothing untrusted).
+        if let Some(w) = p.cgroup.as_deref().map(crate::model::workload::classify) {
+            if let (Some((runtime, _)), Some(id)) = (&w.container, w.short_container_id()) {
+                line.push_str(&format!(" container={}:{id}", runtime.name()));
+            }
+            if let Some((uid, _)) = &w.pod {
+                line.push_str(&format!(" pod={uid}"));
+            }
+        }
         line.push_str(&format!(
             " cgroup={}",
-            p.cgroup.as_deref().map_or("?".into(), escape_untrusted)
+            p.cgroup
+                .as_deref()
+                .map_or("?".into(), |t| escape_text(t).into_owned())
         ));
-        let cmd: Vec<String> = p.cmdline.iter().map(|a| escape_untrusted(a)).collect();
+        let cmd: Vec<String> = p
+            .cmdline
+            .iter()
+            .map(|a| escape_text(a).into_owned())
+            .collect();
         line.push_str(&format!(" cmd=\"{}\"", cmd.join(" ")));
         out.push(line);
     }
@@ -618,15 +618,6 @@ GPU Excluded:\t No\n";
     }
 
     #[test]
-    fn escape_makes_terminal_controls_visible() {
-        assert_eq!(escape_untrusted("python3"), "python3");
-        assert_eq!(escape_untrusted("a\x1b[2Jb"), "a\\x1b[2Jb");
-        assert_eq!(escape_untrusted("a\nb\\"), "a\\x0ab\\\\");
-        assert_eq!(escape_untrusted("x\u{202e}y"), "x\\u{202e}y");
-        assert_eq!(escape_untrusted("é"), "é");
-    }
-
-    #[test]
     fn text_lines_escape_untrusted_strings_and_show_memory_and_mps() {
         let inv = Inventory {
             processes: vec![
@@ -671,7 +662,7 @@ GPU Excluded:\t No\n";
         );
         assert_eq!(
             lines[2],
-            "  PID 9 evil\\x1b]0;x\\x07 fds=3:uvm cgroup=/c\\x1b cmd=\"a\\x0ab\""
+            "  PID 9 evil\\x1b]0;x\\x07 fds=3:uvm cgroup=/c\\x1b cmd=\"a\\nb\""
         );
         assert!(lines.iter().all(|l| !l.chars().any(char::is_control)));
         assert!(
@@ -754,6 +745,26 @@ GPU Excluded:\t No\n";
                 "PID 441 python3 gpu=0(0000:00:06.0 GPU-a62f238f-2a5a-7342-8f19-17c8eaf33997)"
             ),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn a_process_in_a_pod_is_named_with_its_container_and_pod() {
+        let mut p = test_process(77, "python3", vec![(3, GpuNode::NvCtl)]);
+        let id = "4f1a6f0c9b3e2d8a7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a2f1e0d9c8b7a6f5e4d";
+        let uid = "1c2d3e4f-5a6b-4c7d-8e9f-0a1b2c3d4e5f";
+        p.cgroup = Some(format!("/kubepods/besteffort/pod{uid}/crio-{id}"));
+        let inv = Inventory {
+            processes: vec![p],
+            ..Inventory::default()
+        };
+        let line = &render_text(&inv)[1];
+        assert!(
+            line.contains(&format!(
+                " container=cri_o:{} pod={uid} cgroup=/kubepods/",
+                &id[..12]
+            )),
+            "{line}"
         );
     }
 }
