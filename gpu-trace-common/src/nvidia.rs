@@ -104,6 +104,10 @@ pub mod cmd {
     pub const CHANNEL_SET_INTERLEAVE_LEVEL: u32 = 0xA06F_0109;
     /// Channel: `NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN` {NvU32 workSubmitToken}.
     pub const CHANNEL_GET_WORK_SUBMIT_TOKEN: u32 = 0xC36F_0108;
+    /// Root client: `NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2` {gpuId, gpuFlags, deviceInstance,
+    /// subDeviceInstance, sliStatus, boardId, gpuInstance, numaId}: which RM device instance a
+    /// GPU (`gpuId`, its PCI address) is. CUDA asks it for each GPU it uses.
+    pub const GPU_GET_ID_INFO_V2: u32 = 0x0000_0205;
 }
 
 /// How many bytes of a class's alloc parameters the kernel copies (0: none).
@@ -136,6 +140,7 @@ pub const fn control_capture_len(cmd: u32) -> u32 {
         | cmd::TSG_SET_INTERLEAVE_LEVEL
         | cmd::CHANNEL_SET_INTERLEAVE_LEVEL
         | cmd::CHANNEL_GET_WORK_SUBMIT_TOKEN => 4,
+        cmd::GPU_GET_ID_INFO_V2 => 32,
         _ => u32::MAX,
     }
 }

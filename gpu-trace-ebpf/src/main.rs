@@ -255,6 +255,7 @@ unsafe fn read_user_prefix(dst: *mut u8, src: u64, len: u32) -> bool {
             4 => generated::bpf_probe_read_user(dst, 4, src),
             8 => generated::bpf_probe_read_user(dst, 8, src),
             20 => generated::bpf_probe_read_user(dst, 20, src),
+            32 => generated::bpf_probe_read_user(dst, 32, src),
             136 => generated::bpf_probe_read_user(dst, 136, src),
             _ => return false,
         }

@@ -8,14 +8,18 @@ use crate::{
     amd::decode::{self as amd_decode, KfdCall},
     cli::{Format, Timestamps},
     metrics::Metrics,
-    model::workload::Attribution,
     model::{
         amd::{KfdInput, KfdTracker},
         event::Event,
         nvidia::{NvInput, NvTracker},
         stats::{KernelCounters, Stats},
     },
-    nvidia::decode::{self, RmCall},
+    model::{
+        event::{EventKind, TaskKey},
+        gpus::{GpuDirectory, GpuIdentity},
+        workload::Attribution,
+    },
+    nvidia::decode::{self, ControlParams, RmCall},
     output::{
         clock::Clock,
         escape, json,
@@ -71,6 +75,10 @@ pub struct Pipeline<W: Write> {
     /// Who each process is (cgroup, container, pod), from `TASK_CGROUP` and `ATTRIBUTION`
     /// records.
     attributions: HashMap<u32, Attribution>,
+    /// The host's GPUs, and which RM device instance each is (from the processes' own calls).
+    gpus: GpuDirectory,
+    /// RM device instance of each NVIDIA task, from its `TASK_INIT` or `WORK_SUBMIT`.
+    task_devices: HashMap<TaskKey, u32>,
     first_ts: Option<u64>,
     last_ts: Option<u64>,
     out: W,
@@ -112,6 +120,8 @@ impl<W: Write> Pipeline<W> {
             stats: Stats::new(),
             process_names: HashMap::new(),
             attributions: HashMap::new(),
+            gpus: GpuDirectory::default(),
+            task_devices: HashMap::new(),
             first_ts: None,
             last_ts: None,
             out,
@@ -212,6 +222,7 @@ impl<W: Write> Pipeline<W> {
     /// names and labels the processes. The text form goes to standard error (the session
     /// prints it with [`inventory::render_text`]).
     pub fn inventory(&mut self, inv: &Inventory) -> std::io::Result<()> {
+        self.gpus = GpuDirectory::new(&inv.gpus);
         for p in &inv.processes {
             if p.uses_nvidia() {
                 self.tracker.preexisting(
@@ -283,6 +294,21 @@ impl<W: Write> Pipeline<W> {
                 if matches!(call, RmCall::Malformed { .. }) {
                     self.stats.decode_errors += 1;
                 }
+                // Which GPU an RM device instance is: the driver's answer to the process.
+                if let RmCall::Control {
+                    status: 0,
+                    params:
+                        ControlParams::GpuIdInfo {
+                            gpu_id,
+                            device_instance,
+                            ..
+                        },
+                    ..
+                } = call
+                    && decode::errno(&rec) == 0
+                {
+                    self.gpus.learn(device_instance, gpu_id);
+                }
                 NvInput::Call {
                     fd: decode::fd(&rec),
                     errno: decode::errno(&rec),
@@ -337,6 +363,28 @@ impl<W: Write> Pipeline<W> {
         Ok(())
     }
 
+    /// The GPU an NVIDIA event's task is on, as nvidia-smi names it, when known: its RM device
+    /// instance from the event itself (`TASK_INIT`, `WORK_SUBMIT`) or from the task's earlier
+    /// events.
+    fn gpu_of(&mut self, event: &Event) -> Option<GpuIdentity> {
+        let own = match &event.kind {
+            EventKind::TaskInit { gpu, .. } | EventKind::WorkSubmit { gpu, .. } => *gpu,
+            _ => None,
+        };
+        if event.amd.is_some() {
+            return None;
+        }
+        let key = event.key?;
+        let device = match own {
+            Some(d) => {
+                self.task_devices.insert(key, d);
+                d
+            }
+            None => *self.task_devices.get(&key)?,
+        };
+        self.gpus.resolve(device)
+    }
+
     /// Process `pid` runs in the cgroup `a` describes (from now on).
     fn attribute(&mut self, pid: u32, a: Attribution) {
         if let Some(group) = a.group() {
@@ -367,6 +415,7 @@ impl<W: Write> Pipeline<W> {
 
     fn emit(&mut self, event: &Event) -> std::io::Result<()> {
         self.stats.record(event);
+        let gpu = self.gpu_of(event);
         let name = self
             .process_names
             .get(&event.origin.pid)
@@ -402,6 +451,10 @@ impl<W: Write> Pipeline<W> {
                 }),
             Format::Json => {
                 let line = json::event_json(event, &self.config.clock);
+                let line = match &gpu {
+                    Some(g) => json::with_gpu(line, g),
+                    None => line,
+                };
                 let line = match attribution {
                     Some(a) => json::with_attribution(line, a),
                     None => line,

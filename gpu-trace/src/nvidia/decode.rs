@@ -193,6 +193,15 @@ pub enum ControlParams {
         /// `timeoutUs` @4.
         timeout_us: u32,
     },
+    /// `NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2`: which device instance the GPU `gpuId` is.
+    GpuIdInfo {
+        /// `gpuId` @0 (in): the GPU's PCI address, RM-encoded.
+        gpu_id: u32,
+        /// `deviceInstance` @8 (out).
+        device_instance: u32,
+        /// `subDeviceInstance` @12 (out).
+        sub_device_instance: u32,
+    },
     /// A command whose parameters this decoder does not read.
     NotDecoded,
     /// The parameters could not be decoded.
@@ -432,14 +441,10 @@ fn alloc_params(rec: &NvIoctlRecord, class: u32, finn: bool) -> AllocParams {
 }
 
 fn control_params(rec: &NvIoctlRecord, command: u32, finn: bool) -> ControlParams {
-    let need = match command {
-        cmd::TSG_GPFIFO_SCHEDULE | cmd::CHANNEL_GPFIFO_SCHEDULE => 3,
-        cmd::TSG_SET_TIMESLICE | cmd::TSG_GET_TIMESLICE | cmd::TSG_PREEMPT => 8,
-        cmd::TSG_GET_INFO
-        | cmd::TSG_SET_INTERLEAVE_LEVEL
-        | cmd::CHANNEL_SET_INTERLEAVE_LEVEL
-        | cmd::CHANNEL_GET_WORK_SUBMIT_TOKEN => 4,
-        _ => return ControlParams::NotDecoded,
+    // What the kernel copies of each traced control is what is decoded (one table).
+    let need = match gpu_trace_common::nvidia::control_capture_len(command) {
+        u32::MAX => return ControlParams::NotDecoded,
+        n => n as usize,
     };
     let s = match sub_bytes(rec, need, finn) {
         Ok(s) => s,
@@ -464,6 +469,11 @@ fn control_params(rec: &NvIoctlRecord, command: u32, finn: bool) -> ControlParam
         },
         cmd::CHANNEL_GET_WORK_SUBMIT_TOKEN => ControlParams::WorkSubmitToken {
             token: u32_at(s, 0),
+        },
+        cmd::GPU_GET_ID_INFO_V2 => ControlParams::GpuIdInfo {
+            gpu_id: u32_at(s, 0),
+            device_instance: u32_at(s, 8),
+            sub_device_instance: u32_at(s, 12),
         },
         _ => ControlParams::Interleave {
             level: u32_at(s, 0),

@@ -25,6 +25,7 @@
 //! | `client_hex` | string | `client` in hex, 8 digits (`"0xc1d0001c"`) |
 //! | `task`   | object  | `{"kind": K, "value": N}`: K is `"hw_tsg"` (hardware TSG id), `"rm_handle"` (RM object handle of the TSG), `"pre_trace"` (RM handle of a TSG — or, when even the channel was never seen, of the channel — created before tracing started: late attach), `"shared"` (RM handle of a TSG the process never created although its RM client was seen: one shared into it, e.g. the MPS server's) or `"kfd_queue"` (AMD KFD queue id); N an unsigned 32-bit integer. `{"kind": "kfd_no_queue"}` (no `value`): an AMD `CREATE_QUEUE` the driver refused; `{"kind": "unknown"}`: no single task (`PRETRACE_END`) |
 //! | `client` | integer | RM client handle (NVIDIA), 0 otherwise |
+//! | `gpu_device` | object | NVIDIA: the GPU the task is on, as `nvidia-smi` names it, when known: `index` (nvidia-smi's, PCI bus order), `uuid` (string or null), `bus_id` (`"0000:00:06.0"`), `rm_device` (RM's device instance, the `gpu` of `TASK_INIT`/`WORK_SUBMIT`). Known once the task's device instance is (its `TASK_INIT` or `WORK_SUBMIT`) and the driver said which GPU that instance is (a traced process's `NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2`, which CUDA issues for each GPU it uses), or on a host with one GPU; before the `cgroup` object (docs/events.md) |
 //! | `cgroup` | object  | who the process is, once its cgroup is known (live runs and their recordings, from the kernel's cgroup record or, for processes of the start-up inventory and where that record was lost, from /proc; absent in recordings made before it existed), last field of the line: `id` (cgroup v2 id; null when the path came from the start-up inventory), `path` (below the cgroup2 root; null when it could not be resolved), `container_runtime` (`"docker"`, `"containerd"`, `"cri_o"`, `"podman"`, `"kubernetes"`) and `container_id` (64 hex digits), `pod_uid` and `qos` (`"guaranteed"`, `"burstable"`, `"best_effort"`), `unit` (systemd service or scope outside containers), `ns_pid` (PID inside the process's own PID namespace); each only when known (docs/containers.md) |
 //!
 //! ## `TASK_INIT`: a TSG / queue was created
@@ -201,6 +202,7 @@ use chrono::SecondsFormat;
 use serde::Serialize;
 
 use crate::model::event::{Event, EventKind};
+use crate::model::gpus::GpuIdentity;
 use crate::model::stats::{EngineStats, KernelCounters, Stats, TaskStats};
 use crate::model::workload::Attribution;
 use crate::output::{clock::Clock, text};
@@ -247,6 +249,15 @@ pub fn event_json(ev: &Event, clock: &Clock) -> String {
             }
             value.to_string()
         }
+    }
+}
+
+/// `line` (a JSON object, no newline) with the `gpu_device` object appended as its last field.
+pub fn with_gpu(line: String, g: &GpuIdentity) -> String {
+    let obj = serde_json::to_string(g).expect("GpuIdentity serializes");
+    match line.strip_suffix('}') {
+        Some(head) => format!("{head},\"gpu_device\":{obj}}}"),
+        None => line,
     }
 }
 
