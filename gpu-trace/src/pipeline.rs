@@ -382,7 +382,9 @@ impl<W: Write> Pipeline<W> {
             }
             None => *self.task_devices.get(&key)?,
         };
-        self.gpus.resolve(device)
+        let g = self.gpus.resolve(device)?;
+        self.stats.set_gpu_name(device, g.index, g.uuid.clone());
+        Some(g)
     }
 
     /// Process `pid` runs in the cgroup `a` describes (from now on).

@@ -202,6 +202,8 @@ pub struct Stats {
     /// The container / pod each process runs in (its statistics row label), for processes in
     /// one.
     groups: BTreeMap<u32, String>,
+    /// RM device instance → nvidia-smi's index and the UUID, where known (`model::gpus`).
+    gpu_names: BTreeMap<u32, (u32, Option<String>)>,
     /// Tasks alive (as far as the events go), by key.
     live_tasks: BTreeMap<TaskKey, TaskStats>,
     /// Tasks that ended, in the order they ended (at most [`MAX_TASKS_KEPT`]).
@@ -496,6 +498,16 @@ impl Stats {
     }
 
     /// The per-process counts, by ascending pid.
+    /// RM device instance `rm_device` is nvidia-smi's GPU `index` (`uuid`).
+    pub fn set_gpu_name(&mut self, rm_device: u32, index: u32, uuid: Option<String>) {
+        self.gpu_names.insert(rm_device, (index, uuid));
+    }
+
+    /// nvidia-smi's index and the UUID of RM device instance `rm_device`, where known.
+    pub fn gpu_name(&self, rm_device: u32) -> Option<&(u32, Option<String>)> {
+        self.gpu_names.get(&rm_device)
+    }
+
     /// Process `pid` runs in container / pod `group` (a row label: `podman 3f2a9c1b7d0e`).
     pub fn set_group(&mut self, pid: u32, group: String) {
         self.groups.insert(pid, group);
@@ -741,7 +753,14 @@ impl Stats {
             let _ = writeln!(out, "\n{:<4} {:<7} {:>8}", "GPU", "RUNLIST", "MAX_LIVE");
             let opt = |v: Option<u32>| v.map_or_else(|| "?".to_string(), |v| v.to_string());
             for (gpu, c) in self.gpu_concurrency() {
-                let _ = writeln!(out, "{:<4} {:<7} {:>8}", opt(gpu), "*", c.max_live);
+                // The GPU's names, where known: nvidia-smi's index and the UUID.
+                let name = gpu.and_then(|g| self.gpu_names.get(&g)).map_or_else(
+                    String::new,
+                    |(index, uuid)| {
+                        format!("   nvidia-smi {index} {}", uuid.as_deref().unwrap_or("?"))
+                    },
+                );
+                let _ = writeln!(out, "{:<4} {:<7} {:>8}{name}", opt(gpu), "*", c.max_live);
                 for ((_, r), c) in self.runlist_concurrency().filter(|((g, _), _)| *g == gpu) {
                     let _ = writeln!(out, "{:<4} {:<7} {:>8}", opt(gpu), r, c.max_live);
                 }

@@ -192,7 +192,7 @@
 //! | `processes`             | array           | one object per process, by ascending pid: `pid`, `comm` (first seen; `comm_bytes` as in events), `task_init`, `schedule`, `schedule_refused`, `sched_update`, `preempt`, `work_submit`, `task_destroy` |
 //! | `containers`            | array           | only when a traced process ran in a container or pod: per container / pod, `group` (its label: runtime and short id, `pod UID (qos)`; null for the processes outside containers, last), `processes`, and the event counts of `processes` summed |
 //! | `engines`               | array           | per engine, by name: `engine` (NVIDIA `"GRAPHICS"`, `"COPY"`, ...; AMD queue type; `"?"` not known), `task_init`, `schedule`, `sched_update`, `preempt` |
-//! | `gpus`                  | array           | per GPU: `gpu` (index, null when not known), `live` (tasks alive now), `max_live` (most alive at once) |
+//! | `gpus`                  | array           | per GPU: `gpu` (RM device instance, null when not known), `index` and `uuid` (nvidia-smi's, only where known: see `gpu_device`), `live` (tasks alive now), `max_live` (most alive at once) |
 //! | `runlists`              | array           | per GPU and runlist: `gpu`, `runlist`, `live`, `max_live`; a task counts on its runlist from the first event that names it (NVIDIA: its first `WORK_SUBMIT`) |
 //! | `tasks`                 | array           | per task, ended ones first in the order they ended, then the live ones: `key`, `pid`, `task` (as `tsg`), `engine`, `gpu`, `runlist`, `init_ns`, `first_schedule_ns` (first allowed `SCHEDULE`), `first_submit_ns` (first `WORK_SUBMIT`), `end_ns`, `end_cause` (a `cause`; null while alive), `schedule_refused`, `timeslice_us` and `interleave` (the last known values, the final ones once ended), `preemptions`, `param_changes` (accepted changes), `updates_refused`, and the derived `lifetime_ns`, `init_to_schedule_ns`, `init_to_submit_ns`; times are CLOCK_MONOTONIC ns, null where not known |
 //! | `tasks_omitted`         | integer         | left out of `tasks`: ended tasks beyond the 10000 kept, and events of new tasks while 100000 were alive |
@@ -432,6 +432,11 @@ struct EngineLine<'a> {
 #[derive(Serialize)]
 struct GpuLine {
     gpu: Option<u32>,
+    /// nvidia-smi's index and the UUID, where known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    index: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    uuid: Option<String>,
     live: u64,
     max_live: u64,
 }
@@ -534,6 +539,10 @@ pub fn stats_json(stats: &Stats, is_final: bool) -> String {
             .gpu_concurrency()
             .map(|(gpu, c)| GpuLine {
                 gpu,
+                index: gpu.and_then(|g| stats.gpu_name(g)).map(|n| n.0),
+                uuid: gpu
+                    .and_then(|g| stats.gpu_name(g))
+                    .and_then(|n| n.1.clone()),
                 live: c.live,
                 max_live: c.max_live,
             })
