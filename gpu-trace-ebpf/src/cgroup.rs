@@ -26,6 +26,10 @@ static CGROUP_FILTER: Array<CgroupMatch> = Array::with_max_entries(CGROUP_MATCH_
 #[map]
 static DENY_CGROUP: Array<CgroupMatch> = Array::with_max_entries(CGROUP_MATCH_MAX, 0);
 
+/// `bpf_map_update_elem` flags.
+const BPF_NOEXIST: u64 = 1;
+const BPF_EXIST: u64 = 2;
+
 /// The cgroup id last sent (or tried) for each process (tgid → id). LRU: an evicted process is
 /// sent again, which costs one record and loses nothing.
 #[map]
@@ -66,14 +70,24 @@ pub fn denied(cfg: &KernelConfig) -> bool {
 pub fn note(tgid: u32) {
     // SAFETY: a helper without arguments.
     let id = unsafe { generated::bpf_get_current_cgroup_id() };
+    // Remembered before sending, so that each (process, cgroup) costs one attempt: a record
+    // lost to a full ring is not retried with every later record (that would double the drops
+    // of a storm); userspace resolves a process it has no cgroup record for from /proc. A
+    // process's first record: only the thread whose insert creates the entry sends, so two
+    // threads starting at once on two CPUs do not both send.
     // SAFETY: the value is copied out.
-    if unsafe { CGROUP_SENT.get(&tgid) }.copied() == Some(id) {
-        return;
+    match unsafe { CGROUP_SENT.get(&tgid) }.copied() {
+        Some(sent) if sent == id => return,
+        // Moved to another cgroup (two threads racing here may both send: same contents).
+        Some(_) => {
+            let _ = CGROUP_SENT.insert(&tgid, &id, BPF_EXIST);
+        }
+        None => {
+            if CGROUP_SENT.insert(&tgid, &id, BPF_NOEXIST).is_err() {
+                return;
+            }
+        }
     }
-    // Remembered before sending, so that each (process, cgroup) costs exactly one attempt: a
-    // record lost to a full ring is not retried with every later record (that would double the
-    // drops of a storm). Userspace resolves a process it has no cgroup record for from /proc.
-    let _ = CGROUP_SENT.insert(&tgid, &id, 0);
     let rec = TaskCgroupRecord {
         hdr: header(record_kind::TASK_CGROUP),
         cgroup_id: id,
