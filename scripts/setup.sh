@@ -42,8 +42,8 @@ if { ! command -v debootstrap || ! command -v qemu-aarch64-static; } >/dev/null 
 fi
 # --metrics tests and cargo xtask image: a real Prometheus (tests/metrics.rs scrapes gpu-trace with
 # it; promtool checks deploy/*.yml) and podman + runc (the FROM scratch image). Without them those
-# checks print SKIPPED.
-for pkg in prometheus podman runc; do
+# checks print SKIPPED. tmux: tests/top.rs drives `gpu-trace top` in a real terminal.
+for pkg in prometheus podman runc tmux; do
   if ! dpkg -s "$pkg" >/dev/null 2>&1 && [ -x /usr/bin/apt-get ]; then
     log "installing $pkg (metrics and container checks)"
     $SUDO apt-get install -y -qq "$pkg" >/dev/null 2>&1 \

@@ -26,6 +26,8 @@ Examples:
       gpu-trace replay run.gtrace -v --perfetto run.json -o run.txt
   Statistics every second while tracing (text: on stderr; JSON: STATS lines, final false):
       sudo gpu-trace --interval 1
+  A live view, refreshed every second (per GPU, per process; s sorts, q quits):
+      sudo gpu-trace top
   Serve Prometheus metrics on a loopback port while tracing, printing nothing else:
       sudo gpu-trace --metrics 127.0.0.1:9464 --quiet
   Refuse GPU scheduling to one process while tracing (needs an active BPF LSM; see doctor):
@@ -119,6 +121,17 @@ pub enum Command {
         /// Print the report as one JSON object instead of a table.
         #[arg(long)]
         json: bool,
+    },
+    /// A live view, refreshed every second: per GPU and per process (container where known),
+    /// live TSGs / queues by engine, schedules, refusals and scheduling updates per second,
+    /// timeslice, the latest TASK_INIT → SCHEDULE latency, and the tracer's health (drops).
+    ///
+    /// Takes the same options as tracing (--pid, --comm, --container, --vendor, ...); no event
+    /// lines are printed. Keys: s sorts (SCHED/s, LIVE, PID), q / Esc / Ctrl-C quits and gives
+    /// the terminal back. Needs root, like tracing.
+    Top {
+        #[command(flatten)]
+        trace: Box<TraceArgs>,
     },
     /// Print the shell completion script for SHELL on standard output.
     ///

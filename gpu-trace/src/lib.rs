@@ -32,4 +32,5 @@ pub mod probe;
 pub mod record;
 pub mod session;
 pub mod targets;
+pub mod top;
 pub mod wire;

@@ -26,7 +26,7 @@ fn main() -> ExitCode {
     // A live run notes SIGINT and SIGTERM from now on: one that comes during start-up (before
     // the programs are attached) ends the run cleanly instead of being lost. Replay and doctor
     // keep the default (Ctrl-C ends them at once).
-    if cli.command.is_none()
+    if matches!(cli.command, None | Some(Command::Top { .. }))
         && let Err(e) = session::install_stop_signals()
     {
         eprintln!("gpu-trace: installing the signal handlers: {e}");
@@ -36,6 +36,9 @@ fn main() -> ExitCode {
     let paths = match &cli.command {
         Some(Command::Replay { file, output }) => session::check_paths(Some(file), output, None),
         Some(Command::Doctor { .. } | Command::Completions { .. }) => Ok(()),
+        Some(Command::Top { trace }) => {
+            session::check_paths(None, &trace.output, trace.record.as_deref())
+        }
         None => session::check_paths(None, &cli.trace.output, cli.trace.record.as_deref()),
     };
     if let Err(why) = paths {
@@ -59,6 +62,12 @@ fn main() -> ExitCode {
                 eprintln!("gpu-trace: warning: {warning}");
             }
             session::replay(&file, &output).with_context(|| format!("replaying {}", file.display()))
+        }
+        Some(Command::Top { mut trace }) => {
+            for warning in trace.output.normalize_comms() {
+                eprintln!("gpu-trace: warning: {warning}");
+            }
+            top(*trace)
         }
         None => trace(cli.trace),
     };
@@ -117,6 +126,29 @@ fn doctor(json: bool) -> ExitCode {
         print!("{}", report.render_text());
     }
     ExitCode::from(report.exit_code)
+}
+
+/// `gpu-trace top`: the live run with the terminal view; event lines and statistics go only
+/// to an `-o FILE` (the view owns the terminal).
+fn top(mut args: gpu_trace::cli::TraceArgs) -> anyhow::Result<session::Summary> {
+    if args.output.output.is_none() {
+        args.output.quiet = true;
+    }
+    if args.vendor == Vendor::Auto {
+        args.vendor = session::detect_vendor()?;
+    }
+    let what = match args.vendor {
+        Vendor::Amd => "AMD KFD queues",
+        _ => "NVIDIA RM calls",
+    };
+    let mut view = gpu_trace::top::Top::new(what);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let result = runtime.block_on(session::run_live_with(&args, Some(&mut view)));
+    view.stop();
+    Ok(result?)
 }
 
 fn trace(mut args: gpu_trace::cli::TraceArgs) -> anyhow::Result<session::Summary> {

@@ -295,7 +295,25 @@ pub fn pid_warnings(pids: &[u32], tgid_of: impl Fn(u32) -> Option<u32>) -> Vec<S
 }
 
 /// Trace live until Ctrl-C, SIGTERM or `--duration`.
+/// A live view of the statistics (`gpu-trace top`), given them once a second.
+pub trait Viewer {
+    fn frame(
+        &mut self,
+        stats: &crate::model::stats::Stats,
+        elapsed: Duration,
+        counters: Option<KernelCounters>,
+    ) -> io::Result<()>;
+}
+
 pub async fn run_live(args: &TraceArgs) -> Result<Summary, RunError> {
+    run_live_with(args, None).await
+}
+
+/// [`run_live`], with a live view drawn once a second instead of `--interval` statistics.
+pub async fn run_live_with(
+    args: &TraceArgs,
+    mut viewer: Option<&mut dyn Viewer>,
+) -> Result<Summary, RunError> {
     let started = Instant::now();
     let deadline = args.duration.map(|d| started + Duration::from_secs_f64(d));
     // Before anything is reported on stderr: a Ctrl-C right after the start-up report (or
@@ -463,8 +481,12 @@ pub async fn run_live(args: &TraceArgs) -> Result<Summary, RunError> {
         }
     };
     tokio::pin!(sleep);
-    let mut ticker = interval(&args.output)
-        .map(|period| tokio::time::interval_at(tokio::time::Instant::now() + period, period));
+    // The live view draws its first frame at once; --interval statistics after a period.
+    let now = tokio::time::Instant::now();
+    let mut ticker = match viewer {
+        Some(_) => Some(tokio::time::interval_at(now, Duration::from_secs(1))),
+        None => interval(&args.output).map(|period| tokio::time::interval_at(now + period, period)),
+    };
 
     let mut reader = Reader {
         cgroups,
@@ -486,10 +508,15 @@ pub async fn run_live(args: &TraceArgs) -> Result<Summary, RunError> {
             } => {
                 // Everything up to now first, so that the statistics count it.
                 reader.drain(ring.get_mut(), &mut pipeline, &mut recorder);
-                pipeline
-                    .periodic_stats(started.elapsed(), tracer.counters().ok())
-                    .and_then(|()| pipeline.flush())
-                    .map_err(io_err("writing the output"))?;
+                match viewer.as_mut() {
+                    Some(v) => v
+                        .frame(pipeline.stats(), tracing_since.elapsed(), tracer.counters().ok())
+                        .map_err(io_err("drawing the live view"))?,
+                    None => pipeline
+                        .periodic_stats(started.elapsed(), tracer.counters().ok())
+                        .and_then(|()| pipeline.flush())
+                        .map_err(io_err("writing the output"))?,
+                }
             }
             () = wake.notified() => {} // an output failed: the loop condition sees it
             _ = health.tick(), if _metrics_server.is_some() => {

@@ -498,6 +498,11 @@ impl Stats {
     }
 
     /// The per-process counts, by ascending pid.
+    /// The container / pod label of process `pid`, where known.
+    pub fn group_of(&self, pid: u32) -> Option<&str> {
+        self.groups.get(&pid).map(String::as_str)
+    }
+
     /// RM device instance `rm_device` is nvidia-smi's GPU `index` (`uuid`).
     pub fn set_gpu_name(&mut self, rm_device: u32, index: u32, uuid: Option<String>) {
         self.gpu_names.insert(rm_device, (index, uuid));

@@ -6,3 +6,4 @@ pub mod json;
 pub mod perfetto;
 pub mod queue;
 pub mod text;
+pub mod top;
