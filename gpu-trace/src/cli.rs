@@ -177,9 +177,9 @@ pub struct OutputArgs {
     #[arg(short, long)]
     pub verbose: bool,
 
-    /// Only this process (repeatable). With exactly one, the kernel filters too. A PID that
-    /// does not exist yet is warned about once and waited for (a process started later with
-    /// that id is traced).
+    /// Only this process (repeatable). Live runs: with exactly one, the kernel filters too, and
+    /// a PID that does not exist yet is warned about once and waited for (a process started
+    /// later with that id is traced).
     #[arg(short, long = "pid", value_name = "PID", value_parser = parse_pid)]
     pub pids: Vec<u32>,
 

@@ -358,6 +358,11 @@ pub async fn run_live_with(
     }
     let kfd = amd.then(crate::amd::KfdPresence::probe);
     if let Some(warning) = kfd.as_ref().and_then(|k| k.warning()) {
+        // Without KFD's device number no KFD call can be seen: stop (exit 3) rather than run
+        // and report nothing, unless a test device stands in for it (--watch-device).
+        if kfd.as_ref().is_some_and(|k| k.major.is_none()) && args.watch_device.is_none() {
+            return Err(RunError::Unsupported(warning));
+        }
         eprintln!("gpu-trace: warning: {warning}");
     }
     let options = LoadOptions {

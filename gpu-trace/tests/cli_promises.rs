@@ -229,6 +229,50 @@ fn vendor_auto_picks_the_driver_present_or_exits_3() {
     }
 }
 
+/// `--vendor amd` where amdgpu registered no KFD device number: no KFD call could be seen, so
+/// it stops with exit 3 and says how to fix it, instead of tracing nothing; a stand-in device
+/// (`--watch-device`) still runs.
+#[test]
+fn vendor_amd_without_kfd_exits_3_unless_a_device_stands_in() {
+    let _serial = serial();
+    let test = "vendor_amd_without_kfd_exits_3_unless_a_device_stands_in";
+    if skip_unless_root(test) {
+        return;
+    }
+    // Read here, not through gpu-trace: a "kfd" line in /proc/devices.
+    let kfd_registered = std::fs::read_to_string("/proc/devices")
+        .unwrap()
+        .lines()
+        .any(|l| l.split_whitespace().nth(1) == Some("kfd"));
+    if kfd_registered {
+        common::skipped(
+            test,
+            "amdgpu registered KFD here: the refusal cannot be seen",
+        );
+        return;
+    }
+    let (code, stderr) = run(&["--vendor", "amd", "--duration", "0.3"]);
+    assert_eq!(code, Some(3), "{stderr}");
+    assert!(
+        stderr.contains("AMD KFD is not loaded") && stderr.contains("modprobe amdgpu"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("hooks:"), "nothing attached: {stderr}");
+    let (code, stderr) = run(&[
+        "--vendor",
+        "amd",
+        "--watch-device",
+        "/dev/null",
+        "--duration",
+        "0.3",
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("warning: AMD KFD is not loaded"),
+        "{stderr}"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Exit codes
 

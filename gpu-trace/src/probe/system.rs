@@ -15,7 +15,7 @@ const CAP_BPF: u32 = 39;
 #[derive(Debug, Error)]
 pub enum SystemError {
     #[error(
-        "gpu-trace needs root, or the capabilities CAP_BPF and CAP_PERFMON (missing: {missing}). \
+        "tracing needs root, or the capabilities CAP_BPF and CAP_PERFMON (missing: {missing}). \
          Run it with sudo, or grant them: sudo setcap cap_bpf,cap_perfmon+ep $(which gpu-trace)"
     )]
     NotPrivileged { missing: String },
@@ -26,6 +26,8 @@ pub enum SystemError {
          mount it by hand: sudo mount -t tracefs none /sys/kernel/tracing"
     )]
     TracefsMount { source: io::Error },
+    #[error("tracefs is mounted at {path} but this user cannot read it; run as root (sudo)")]
+    TracefsUnreadable { path: String },
     #[error("{path} is not a character device; --watch-device needs one (e.g. /dev/null)")]
     NotACharDevice { path: String },
 }
@@ -75,6 +77,10 @@ pub fn ensure_tracefs() -> Result<&'static str, SystemError> {
         if Path::new(dir).join("events").is_dir() {
             return Ok(dir);
         }
+    }
+    // Mounted, but hidden from this user (tracefs is root-only): say that, not "not mounted".
+    if let Some(path) = tracefs_mounts(&mounts()).into_iter().next() {
+        return Err(SystemError::TracefsUnreadable { path });
     }
     let target = c"/sys/kernel/tracing";
     // SAFETY: plain mount(2) call with NUL-terminated strings.
