@@ -343,7 +343,11 @@ fn system_rows(ctx: &Ctx<'_>) -> Vec<Row> {
             s,
             "tracefs",
             e.clone(),
-            "sudo mount -t tracefs none /sys/kernel/tracing",
+            if e.contains("cannot read it") {
+                "run gpu-trace doctor as root (sudo gpu-trace doctor)"
+            } else {
+                "sudo mount -t tracefs none /sys/kernel/tracing"
+            },
         ),
     });
     rows.push(match &f.lsm {
