@@ -638,6 +638,16 @@ fn start_unread(
     (child, stdout, rx)
 }
 
+/// The stderr lines still to come once the process exited: up to the end of its stderr (the
+/// reading thread forwards the last lines after the exit; `try_iter` could miss them).
+fn rest_of(rx: &std::sync::mpsc::Receiver<String>) -> Vec<String> {
+    let mut lines = Vec::new();
+    while let Ok(line) = rx.recv_timeout(Duration::from_secs(10)) {
+        lines.push(line);
+    }
+    lines
+}
+
 /// Waits (at most `limit`: a hang detector, not a timing check) for the exit.
 fn exit_within(
     child: &mut std::process::Child,
@@ -696,8 +706,7 @@ fn a_stalled_reader_does_not_hold_off_sigint_or_the_duration() {
             unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
         }
         let status = exit_within(&mut child, Duration::from_secs(60));
-        let stderr: Vec<String> = rx.try_iter().collect();
-        let stderr = stderr.join("\n");
+        let stderr = rest_of(&rx).join("\n");
         drop(stdout);
         let status = status.unwrap_or_else(|| panic!("{mode}: still running after 60 s: {stderr}"));
         assert_eq!(status.code(), Some(1), "{mode}: {stderr}");
@@ -728,7 +737,7 @@ fn a_fifo_nobody_reads_is_waited_for_only_until_the_duration_ends() {
         let (mut child, _stdout, rx) =
             start_unread(&[option, fifo.to_str().unwrap(), "--duration", "1"]);
         let status = exit_within(&mut child, Duration::from_secs(30));
-        let stderr = rx.try_iter().collect::<Vec<_>>().join("\n");
+        let stderr = rest_of(&rx).join("\n");
         let status = status.unwrap_or_else(|| panic!("{option} FIFO: hangs: {stderr}"));
         assert_eq!(status.code(), Some(1), "{option}: {stderr}");
         assert!(
@@ -777,7 +786,7 @@ fn a_sigint_during_start_up_is_not_lost() {
     let status = exit_within(&mut child, Duration::from_secs(60));
     let mut out = String::new();
     let _ = std::io::Read::read_to_string(&mut stdout, &mut out);
-    let stderr = rx.try_iter().collect::<Vec<_>>().join("\n");
+    let stderr = rest_of(&rx).join("\n");
     let status = status.unwrap_or_else(|| panic!("a SIGINT during start-up was lost: {stderr}"));
     assert_eq!(status.code(), Some(0), "{stderr}");
     assert!(out.contains("--- gpu-trace statistics"), "{out}\n{stderr}");
@@ -828,7 +837,7 @@ fn a_closed_stdout_ends_a_live_run_quietly() {
     // The reader is gone (as after `| head -1`); more events make the next write fail.
     wait_children(schedule_storm(1, 1, 200));
     let status = exit_within(&mut child, Duration::from_secs(60));
-    let stderr = rx.try_iter().collect::<Vec<_>>().join("\n");
+    let stderr = rest_of(&rx).join("\n");
     let status = status.unwrap_or_else(|| panic!("still running after its reader left: {stderr}"));
     assert_eq!(status.code(), Some(0), "{stderr}");
     assert!(!stderr.contains("Broken pipe"), "{stderr}");

@@ -155,6 +155,19 @@ fn import_like_perfetto(text: &str) -> Result<Imported, String> {
         let ts = e["ts"]
             .as_f64()
             .ok_or(format!("event {i}: no numeric ts"))?;
+        if ph == "C" {
+            // A counter: a name and numeric series values (Chrome's counter events).
+            e["name"]
+                .as_str()
+                .ok_or(format!("event {i}: counter without a name"))?;
+            let args = e["args"]
+                .as_object()
+                .ok_or(format!("event {i}: counter without args"))?;
+            if args.is_empty() || !args.values().all(Value::is_number) {
+                return Err(format!("event {i}: counter values are not numbers"));
+            }
+            continue;
+        }
         if !["B", "E", "i"].contains(&ph) {
             return Err(format!("event {i}: unexpected phase {ph}"));
         }
@@ -210,6 +223,23 @@ fn import_like_perfetto(text: &str) -> Result<Imported, String> {
     Ok((slices, processes, threads))
 }
 
+/// The counter tracks of a timeline: name → (ts, value) in file order.
+fn counters(text: &str) -> BTreeMap<String, Vec<(f64, u64)>> {
+    let doc: Value = serde_json::from_str(text).unwrap();
+    let mut out: BTreeMap<String, Vec<(f64, u64)>> = BTreeMap::new();
+    for e in doc["traceEvents"].as_array().unwrap() {
+        if e["ph"] == "C" {
+            out.entry(e["name"].as_str().unwrap().to_string())
+                .or_default()
+                .push((
+                    e["ts"].as_f64().unwrap(),
+                    e["args"]["live"].as_u64().unwrap(),
+                ));
+        }
+    }
+    out
+}
+
 fn json_lines(gtrace: &Path) -> Vec<Value> {
     gpu_trace(&["replay", gtrace.to_str().unwrap(), "-v", "--format", "json"])
         .lines()
@@ -234,23 +264,34 @@ fn perfetto_of(gtrace: &str, extra: &[&str]) -> String {
 #[test]
 fn perfetto_timeline_of_two_streams_imports_and_matches_the_events() {
     let text = perfetto_of("two_streams.gtrace", &[]);
-    let (slices, processes, threads) = import_like_perfetto(&text).unwrap();
+    let (slices, mut processes, threads) = import_like_perfetto(&text).unwrap();
     let lines = json_lines(&fixture("two_streams.gtrace"));
     let events: Vec<&Value> = lines.iter().filter(|l| l["event"] != "STATS").collect();
 
-    // A track group per process, named after it; a track per TSG, named after it.
+    // A track group per process, named after it, and one for the GPUs' counters.
+    assert_eq!(
+        processes.remove(&u64::from(gpu_trace::output::perfetto::GPU_PID)),
+        Some("GPUs (live tasks)".to_string())
+    );
     let pids: BTreeSet<u64> = events.iter().map(|e| e["pid"].as_u64().unwrap()).collect();
     assert_eq!(processes.keys().copied().collect::<BTreeSet<_>>(), pids);
     assert_eq!(processes.values().collect::<Vec<_>>(), ["python3"]);
     assert_eq!(slices.len(), 4);
+    // Tracks are slots, reused: as many as TSGs were alive at once (the fixture's README: the
+    // 4 TSGs of the PyTorch process live together until it exits).
+    assert_eq!(threads.len(), 4, "{threads:?}");
     for s in &slices {
         assert!(
-            threads[&s.tid].starts_with(&s.name),
-            "track {} / slice {}",
-            threads[&s.tid],
-            s.name
+            threads[&s.tid].starts_with("TSG slot "),
+            "{}",
+            threads[&s.tid]
         );
     }
+    // GPU 0's live-task counter climbs to 4 and returns to 0 with the TSGs' ends.
+    let c = counters(&text);
+    let live = &c["live tasks GPU 0"];
+    assert_eq!(live.iter().map(|&(_, n)| n).max(), Some(4));
+    assert_eq!(live.last().map(|&(_, n)| n), Some(0));
 
     // One slice per TASK_INIT → TASK_DESTROY, with both events' fields, at their timestamps.
     let inits: Vec<&&Value> = events
@@ -319,11 +360,12 @@ fn perfetto_timeline_of_two_streams_imports_and_matches_the_events() {
 fn perfetto_timeline_of_context_churn_has_twelve_freed_lifetimes() {
     let (slices, _, threads) = import_like_perfetto(&perfetto_of("ctx_churn.gtrace", &[])).unwrap();
     assert_eq!(slices.len(), 12);
-    assert_eq!(
-        threads.len(),
-        12,
-        "each lifetime on its own track, even where handles repeat"
-    );
+    // Three rounds of 4 TSGs one after another (the fixture's README): 4 tracks, each holding
+    // one lifetime of every round.
+    assert_eq!(threads.len(), 4, "tracks reused across rounds: {threads:?}");
+    for tid in threads.keys() {
+        assert_eq!(slices.iter().filter(|s| s.tid == *tid).count(), 3);
+    }
     assert!(
         slices
             .iter()

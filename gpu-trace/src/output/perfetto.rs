@@ -4,10 +4,14 @@
 //! Layout:
 //! - one **process** (`pid`, named by a `process_name` metadata event after the first `comm` seen)
 //!   per traced process: Perfetto shows it as a track group;
-//! - one **thread track** per TSG / queue lifetime inside it, named after the task
-//!   (`TSG 0x5c000015 GRAPHICS`, `queue 3`). Its `tid` is synthetic: [`TRACK_TID_BASE`] plus a
-//!   counter, above any real Linux thread id (`PID_MAX_LIMIT` is 2²²), so that tasks whose
-//!   lifetimes overlap never share a track and slices always nest;
+//! - **thread tracks** inside it for its TSGs / queues, reused: a task takes the process's
+//!   lowest track free since before its begin, so a process has as many tracks as it had tasks
+//!   alive at once (`TSG slot 1`, `TSG slot 2`, ...; `queue slot N` for AMD), however many
+//!   contexts it made one after another. Their `tid` is synthetic: [`TRACK_TID_BASE`] plus a
+//!   counter, above any real Linux thread id (`PID_MAX_LIMIT` is 2²²); tasks alive at once never
+//!   share a track, so slices always nest;
+//! - a **`GPUs` process** ([`GPU_PID`]) with one counter track per GPU (`live tasks GPU N`, N
+//!   the RM device instance of `TASK_INIT`): tasks alive on it over time;
 //! - one **slice** per lifetime: `B` at `TASK_INIT`, `E` at `TASK_DESTROY`; late attach: a
 //!   `TSGs created before tracing` slice from the first record to each `PRETRACE_END`;
 //!   processes of the start-up inventory are named and get `process_labels`. A task first seen
@@ -50,6 +54,9 @@ use crate::{
 /// The first synthetic thread id of task tracks.
 pub const TRACK_TID_BASE: u32 = 1 << 24;
 
+/// The synthetic process that holds the per-GPU counter tracks.
+pub const GPU_PID: u32 = 0x7fff_fff0;
+
 /// The category of every event gpu-trace writes.
 const CATEGORY: &str = "gpu";
 
@@ -61,6 +68,8 @@ struct Track {
     slice: String,
     /// When the slice began: nothing on the track is placed before it.
     begin_ns: u64,
+    /// The GPU (RM device instance) whose live-task counter it is in.
+    gpu: Option<u32>,
 }
 
 /// Writes a Chrome JSON trace as events arrive; [`PerfettoWriter::finish`] closes it.
@@ -74,6 +83,11 @@ pub struct PerfettoWriter<W: Write> {
     open: HashMap<TaskKey, Track>,
     named: HashSet<u32>,
     next_track: u32,
+    /// Per process: its tracks (tid) in the order made, and when each last slice ended (`None`
+    /// while one is open on it).
+    tracks: HashMap<u32, Vec<(u32, Option<u64>)>>,
+    /// Live tasks per GPU (the counter tracks).
+    live_per_gpu: HashMap<u32, u64>,
 }
 
 /// Microseconds with three decimals, exactly (no float rounding).
@@ -118,6 +132,8 @@ impl<W: Write> PerfettoWriter<W> {
             open: HashMap::new(),
             named: HashSet::new(),
             next_track: 0,
+            tracks: HashMap::new(),
+            live_per_gpu: HashMap::new(),
         })
     }
 
@@ -214,34 +230,85 @@ impl<W: Write> PerfettoWriter<W> {
         Ok(())
     }
 
-    /// Opens a new track and slice for `task` at `ts_ns`.
+    /// A track of process `pid` for a slice beginning at `ts_ns`: the first one free since
+    /// then, else a new one (named `<kind> slot N`).
+    fn take_track(&mut self, pid: u32, task: TaskId, ts_ns: u64) -> io::Result<u32> {
+        let tracks = self.tracks.entry(pid).or_default();
+        if let Some(slot) = tracks
+            .iter_mut()
+            .find(|(_, free)| free.is_some_and(|end| end <= ts_ns))
+        {
+            slot.1 = None;
+            return Ok(slot.0);
+        }
+        let tid = TRACK_TID_BASE + self.next_track;
+        self.next_track += 1;
+        tracks.push((tid, None));
+        let n = tracks.len();
+        let kind = match task {
+            TaskId::KfdQueue(_) => "queue",
+            _ => "TSG",
+        };
+        self.metadata("thread_name", pid, tid, &format!("{kind} slot {n}"))?;
+        Ok(tid)
+    }
+
+    /// Opens a slice for `task` at `ts_ns` on a free track of its process.
     fn open_track(
         &mut self,
         pid: u32,
         task: TaskId,
         ts_ns: u64,
-        track_name: &str,
+        slice: &str,
+        gpu: Option<u32>,
         args: Value,
     ) -> io::Result<u32> {
-        let tid = TRACK_TID_BASE + self.next_track;
-        self.next_track += 1;
-        self.metadata("thread_name", pid, tid, track_name)?;
-        let slice = task_label(task);
-        self.timed("B", ts_ns, pid, tid, &slice, None, args)?;
+        let tid = self.take_track(pid, task, ts_ns)?;
+        self.timed("B", ts_ns, pid, tid, slice, None, args)?;
         self.open.insert(
             task_key(pid, task),
             Track {
                 tid,
-                slice,
+                slice: slice.to_string(),
                 begin_ns: ts_ns,
+                gpu,
             },
         );
+        if let Some(g) = gpu {
+            self.count_live(g, ts_ns, 1)?;
+        }
         Ok(tid)
     }
 
     fn close_track(&mut self, pid: u32, track: Track, ts_ns: u64, args: Value) -> io::Result<()> {
         let ts = self.not_before(ts_ns, track.begin_ns);
-        self.timed("E", ts, pid, track.tid, &track.slice, None, args)
+        self.timed("E", ts, pid, track.tid, &track.slice, None, args)?;
+        if let Some(slot) = self
+            .tracks
+            .get_mut(&pid)
+            .and_then(|t| t.iter_mut().find(|(tid, _)| *tid == track.tid))
+        {
+            slot.1 = Some(ts);
+        }
+        if let Some(g) = track.gpu {
+            self.count_live(g, ts, -1)?;
+        }
+        Ok(())
+    }
+
+    /// The live-task counter of GPU `gpu` moves by `delta` at `ts_ns`.
+    fn count_live(&mut self, gpu: u32, ts_ns: u64, delta: i64) -> io::Result<()> {
+        if self.named.insert(GPU_PID) {
+            self.metadata("process_name", GPU_PID, 0, "GPUs (live tasks)")?;
+        }
+        let n = self.live_per_gpu.entry(gpu).or_default();
+        *n = n.saturating_add_signed(delta);
+        let value = *n;
+        let line = format!(
+            "{{\"ph\":\"C\",\"ts\":{},\"pid\":{GPU_PID},\"tid\":0,\"name\":\"live tasks GPU {gpu}\",\"cat\":\"{CATEGORY}\",\"args\":{{\"live\":{value}}}}}",
+            ts_us(ts_ns)
+        );
+        self.write_event(&line)
     }
 
     /// `ts_ns`, or `begin_ns` when the event is older than the slice it belongs in (counted).
@@ -266,6 +333,7 @@ impl<W: Write> PerfettoWriter<W> {
             task,
             trace_start_ns,
             &name,
+            None,
             json!({"note": "created before the trace started"}),
         )
     }
@@ -282,7 +350,7 @@ impl<W: Write> PerfettoWriter<W> {
             return self.timed("i", ts, pid, pid, ev.kind.name(), Some("p"), fields);
         }
         match &ev.kind {
-            EventKind::TaskInit { engine, .. } => {
+            EventKind::TaskInit { gpu, .. } => {
                 if let Some(old) = self.open.remove(&task_key(pid, task)) {
                     self.close_track(
                         pid,
@@ -291,19 +359,8 @@ impl<W: Write> PerfettoWriter<W> {
                         json!({"note": "superseded by a new TASK_INIT of the same id"}),
                     )?;
                 }
-                let mut name = task_label(task);
-                let kind = engine
-                    .map(|e| serde_json::to_value(e).unwrap_or(Value::Null))
-                    .or_else(|| {
-                        ev.amd
-                            .as_ref()?
-                            .queue_type
-                            .map(|q| serde_json::to_value(q).unwrap_or(Value::Null))
-                    });
-                if let Some(Value::String(k)) = kind {
-                    name = format!("{name} {k}");
-                }
-                self.open_track(pid, task, ts, &name, json!({ "task_init": fields }))?;
+                let slice = task_label(task);
+                self.open_track(pid, task, ts, &slice, *gpu, json!({ "task_init": fields }))?;
             }
             // PRETRACE_END closes a "TSGs created before tracing" slice opened at the start.
             EventKind::TaskDestroy { .. } | EventKind::PretraceEnd { .. } => {
@@ -437,11 +494,13 @@ mod tests {
         serde_json::from_str(&text).unwrap()
     }
 
+    /// The phases of the traced processes' events (not the GPU counters).
     fn phases(v: &Value) -> Vec<String> {
         v["traceEvents"]
             .as_array()
             .unwrap()
             .iter()
+            .filter(|e| e["pid"] != GPU_PID)
             .map(|e| e["ph"].as_str().unwrap().to_string())
             .collect()
     }
@@ -460,7 +519,10 @@ mod tests {
             3_000,
         );
         let evs = v["traceEvents"].as_array().unwrap();
-        let timed = evs.iter().filter(|e| e["ph"] != "M").count();
+        let timed = evs
+            .iter()
+            .filter(|e| e["ph"] != "M" && e["pid"] != GPU_PID)
+            .count();
         let ts_of = |ph: &str| {
             evs.iter()
                 .find(|e| e["ph"] == ph)
@@ -494,11 +556,29 @@ mod tests {
             4_000,
         );
         assert_eq!(phases(&v), ["M", "M", "B", "i", "E"]);
-        let ev = v["traceEvents"].as_array().unwrap();
+        let all = v["traceEvents"].as_array().unwrap();
+        let ev: Vec<Value> = all
+            .iter()
+            .filter(|e| e["pid"] != GPU_PID)
+            .cloned()
+            .collect();
         assert_eq!(ev[0]["name"], "process_name");
         assert_eq!(ev[0]["args"]["name"], "python3");
         assert_eq!(ev[1]["name"], "thread_name");
-        assert_eq!(ev[1]["args"]["name"], "TSG 0x5c000015 GRAPHICS");
+        assert_eq!(ev[1]["args"]["name"], "TSG slot 1");
+        // GPU 0's live-task counter: 1 from the TASK_INIT, 0 from the TASK_DESTROY.
+        let counter: Vec<(f64, u64)> = all
+            .iter()
+            .filter(|e| e["ph"] == "C")
+            .map(|e| {
+                assert_eq!(e["name"], "live tasks GPU 0");
+                (
+                    e["ts"].as_f64().unwrap(),
+                    e["args"]["live"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(counter, [(1.0, 1), (3.0, 0)]);
         let tid = ev[1]["tid"].as_u64().unwrap();
         assert!(tid >= u64::from(TRACK_TID_BASE));
         assert!(ev[2..].iter().all(|e| e["tid"] == tid && e["pid"] == 42));
@@ -542,6 +622,40 @@ mod tests {
         assert_eq!(b.len(), 2);
         assert_ne!(b[0], b[1]);
         assert_eq!(b, e, "each slice ends on its own track");
+    }
+
+    #[test]
+    fn lifetimes_one_after_another_share_one_track() {
+        // Three contexts made and freed in turn: one track, three slices on it.
+        let v = write(
+            &[
+                init(1, 1, 10),
+                destroy(2, 1, 10),
+                init(3, 1, 10),
+                destroy(4, 1, 10),
+                init(5, 1, 11),
+                destroy(6, 1, 11),
+            ],
+            1,
+            6,
+        );
+        let ev = v["traceEvents"].as_array().unwrap();
+        let names: Vec<&Value> = ev.iter().filter(|e| e["name"] == "thread_name").collect();
+        assert_eq!(names.len(), 1);
+        let tid = &names[0]["tid"];
+        let b = ev
+            .iter()
+            .filter(|e| e["ph"] == "B" && &e["tid"] == tid)
+            .count();
+        assert_eq!(b, 3);
+        // A slice that begins before the last one on a track ended gets another track.
+        let v = write(&[init(1, 1, 10), destroy(5, 1, 10), init(3, 1, 11)], 1, 6);
+        let ev = v["traceEvents"].as_array().unwrap();
+        assert_eq!(
+            ev.iter().filter(|e| e["name"] == "thread_name").count(),
+            2,
+            "disorder never makes slices overlap on a track"
+        );
     }
 
     #[test]
