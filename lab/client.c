@@ -22,6 +22,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <linux/bpf.h>
 #include <linux/btf.h>
@@ -64,6 +65,7 @@ _Static_assert(sizeof(struct kfd_create_queue_args) == 96, "KFD create-queue arg
 #define NV_XFER 0xC01046D3u
 #define NV_CHECK_VERSION 0xC04846D2u
 #define NV_TSG_SCHEDULE 0xA06C0101u
+#define NV_CHANNEL_SCHEDULE 0xA06F0103u
 #define NV_UNRELATED_CONTROL 0x20800101u
 
 struct nvos64 {
@@ -208,6 +210,76 @@ static int cmd_nvdev(void)
 	return 0;
 }
 
+/* Every form of GPFIFO_SCHEDULE an --deny-* policy must refuse (issue 20), on nvlab's device: a
+ * TSG and a channel in it, then the TSG's schedule direct, XFER-wrapped, from a second thread,
+ * and the channel-level schedule. Each control's status starts at 0xffffffff, so a refusal
+ * before the driver leaves it there; the module answers NV_OK to what reaches it. */
+struct nvdeny_thread {
+	int fd;
+	struct nvos54 control;
+	long rc;
+	long tid;
+};
+
+static void *nvdeny_thread(void *p)
+{
+	struct nvdeny_thread *t = p;
+	t->tid = syscall(SYS_gettid);
+	t->rc = xioctl(t->fd, NV_CONTROL, &t->control);
+	return NULL;
+}
+
+static int cmd_nvdeny(void)
+{
+	int fd = open_or_die("/dev/nvidiactl");
+	uint32_t tsg_params[5] = {0xcaf00001, 0, 0xcaf00002, 1, 0}; /* engineType 1 = GR0 */
+	struct nvos64 tsg = {
+		.h_root = 0xc1d00001, .h_parent = 0xc1d00002, .h_new = 0x5c000010, .h_class = 0xA06C,
+		.p_alloc = (uintptr_t)tsg_params, .status = 0xffffffff,
+	};
+	static uint8_t ch_params[136]; /* NV_CHANNEL_ALLOC_PARAMS up to cid: zeros */
+	struct nvos64 ch = {
+		.h_root = 0xc1d00001, .h_parent = 0x5c000010, .h_new = 0x5c000020, .h_class = 0xC86F,
+		.p_alloc = (uintptr_t)ch_params, .status = 0xffffffff,
+	};
+	uint8_t sched[3] = {1, 0, 0}; /* bEnable */
+	struct nvos54 direct = {
+		.h_client = 0xc1d00001, .h_object = 0x5c000010, .cmd = NV_TSG_SCHEDULE,
+		.params = (uintptr_t)sched, .params_size = 3, .status = 0xffffffff,
+	};
+	struct nvos54 wrapped = direct;
+	struct nv_xfer xfer = {.cmd = 0x2A, .size = sizeof wrapped, .ptr = (uintptr_t)&wrapped};
+	struct nvos54 channel = direct;
+	channel.h_object = 0x5c000020;
+	channel.cmd = NV_CHANNEL_SCHEDULE;
+	struct nvdeny_thread t = {.fd = fd, .control = direct};
+	struct nvos00 fr = {.h_root = 0xc1d00001, .h_parent = 0xc1d00002, .h_old = 0x5c000010,
+			    .status = 0xffffffff};
+
+	printf("LAB nvdeny pid=%d tid=%ld fd=%d\n", getpid(), syscall(SYS_gettid), fd);
+	long rc = xioctl(fd, NV_ALLOC64, &tsg);
+	printf("LAB nvdeny call=alloc_tsg rc=%ld status=%u\n", rc, tsg.status);
+	rc = xioctl(fd, NV_ALLOC64, &ch);
+	printf("LAB nvdeny call=alloc_channel rc=%ld status=%u\n", rc, ch.status);
+	rc = xioctl(fd, NV_CONTROL, &direct);
+	printf("LAB nvdeny call=schedule rc=%ld status=%u\n", rc, direct.status);
+	rc = xioctl(fd, NV_XFER, &xfer);
+	printf("LAB nvdeny call=schedule_xfer rc=%ld status=%u\n", rc, wrapped.status);
+	rc = xioctl(fd, NV_CONTROL, &channel);
+	printf("LAB nvdeny call=schedule_channel rc=%ld status=%u\n", rc, channel.status);
+	pthread_t th;
+	if (pthread_create(&th, NULL, nvdeny_thread, &t) != 0 || pthread_join(th, NULL) != 0) {
+		printf("LAB error nvdeny thread\n");
+		return 1;
+	}
+	printf("LAB nvdeny call=schedule_thread rc=%ld status=%u thread=%ld\n", t.rc, t.control.status,
+	       t.tid);
+	rc = xioctl(fd, NV_FREE, &fr);
+	printf("LAB nvdeny call=free rc=%ld status=%u\n", rc, fr.status);
+	close(fd);
+	return 0;
+}
+
 static int cmd_kfd_create(void)
 {
 	int fd = open_or_die("/dev/kfd");
@@ -247,6 +319,26 @@ static int cmd_kfd_ops(void)
 	printf("LAB kfd_ops call=update rc=%ld\n", xioctl(fd, KFD_UPDATE_QUEUE, &update));
 	printf("LAB kfd_ops call=cu_mask rc=%ld\n", xioctl(fd, KFD_SET_CU_MASK, &cu));
 	printf("LAB kfd_ops call=destroy rc=%ld\n", xioctl(fd, KFD_DESTROY_QUEUE, &destroy));
+	close(fd);
+	return 0;
+}
+
+/* --deny-* against KFD (issue 20): both CREATE_QUEUE sizes (printed as kfd-create prints them),
+ * an UPDATE_QUEUE that would make a queue active (ring set, percentage > 0: refused for a denied
+ * process) and one that deactivates it (percentage 0: never refused). Without a GPU what reaches
+ * the driver fails there (no queue LAB_QUEUE_ID). */
+static int cmd_kfd_deny(void)
+{
+	cmd_kfd_create();
+	int fd = open_or_die("/dev/kfd");
+	static uint8_t ring[LAB_RING_SIZE] __attribute__((aligned(4096)));
+	struct kfd_update { uint64_t ring_base; uint32_t queue_id, ring_size, percentage, priority; };
+	struct kfd_update active = {(uintptr_t)ring, LAB_QUEUE_ID, LAB_RING_SIZE,
+				    LAB_UPDATE_PERCENTAGE, LAB_UPDATE_PRIORITY};
+	struct kfd_update inactive = active;
+	inactive.percentage = 0;
+	printf("LAB kfd_deny call=update_active rc=%ld\n", xioctl(fd, KFD_UPDATE_QUEUE, &active));
+	printf("LAB kfd_deny call=update_inactive rc=%ld\n", xioctl(fd, KFD_UPDATE_QUEUE, &inactive));
 	close(fd);
 	return 0;
 }
@@ -812,7 +904,9 @@ static int run(const char *c)
 	if (!strcmp(c, "facts")) return cmd_facts();
 	if (!strcmp(c, "nv")) return cmd_nv();
 	if (!strcmp(c, "nvdev")) return cmd_nvdev();
+	if (!strcmp(c, "nvdeny")) return cmd_nvdeny();
 	if (!strcmp(c, "kfd-create")) return cmd_kfd_create();
+	if (!strcmp(c, "kfd-deny")) return cmd_kfd_deny();
 	if (!strcmp(c, "kfd-ops")) return cmd_kfd_ops();
 	if (!strcmp(c, "kprobe")) return cmd_kprobe();
 	if (!strcmp(c, "fentry")) return cmd_fentry();
@@ -841,7 +935,7 @@ int main(int argc, char **argv)
 	if (argc == 4 && !strcmp(argv[1], "wait"))
 		return cmd_wait(argv[2], argv[3]);
 	if (argc != 2) {
-		fprintf(stderr, "usage: %s [wait FILE] facts|nv|nvdev|kfd-create|kfd-ops|kprobe|fentry|lsm\n",
+		fprintf(stderr, "usage: %s [wait FILE] facts|nv|nvdev|nvdeny|kfd-create|kfd-deny|kfd-ops|kprobe|fentry|lsm\n",
 			argv[0]);
 		return 2;
 	}

@@ -179,14 +179,15 @@ deny_trace() {
   stop_tracer $name $tracer
 }
 
-# deny_runs FUNC NAME: FUNC as NAME_nv on nvlab's device (when loaded) and as NAME_amd on KFD.
+# deny_runs FUNC NAME: FUNC as NAME_nv on nvlab's device (when loaded) and as NAME_amd on KFD,
+# with the clients that try every form of request a policy must refuse (nvdeny, kfd-deny).
 deny_runs() {
   if [ -c /dev/nvidiactl ]; then
-    $1 "$2_nv" nvdev
+    $1 "$2_nv" nvdeny
   else
     out "LAB $2_nv=no_device"
   fi
-  $1 "$2_amd" kfd-create --vendor amd
+  $1 "$2_amd" kfd-deny --vendor amd
 }
 
 step deny

@@ -266,7 +266,7 @@ pub struct TaskRecord {
 }
 
 /// The cgroup (v2) a process runs in, sent before the process's first record of the run and
-/// whenever it changes (48 bytes).
+/// whenever it changes (56 bytes).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TaskCgroupRecord {
@@ -274,6 +274,11 @@ pub struct TaskCgroupRecord {
     /// `bpf_get_current_cgroup_id()`: the kernfs id (inode number) of the cgroup on the
     /// cgroup2 mount.
     pub cgroup_id: u64,
+    /// The process's PID in its own (innermost) PID namespace, read from the kernel
+    /// (`group_leader->thread_pid->numbers[level].nr`); 0 when that namespace is the host's or
+    /// the read failed.
+    pub ns_pid: u32,
+    pub _pad: u32,
 }
 
 /// What userspace learnt about a [`TaskCgroupRecord`]'s process (the head of a
@@ -333,7 +338,7 @@ pub mod counter {
 }
 
 /// Kernel structure offsets (from `/sys/kernel/btf/vmlinux`) and filters, written into the
-/// programs' `CONFIG` global before load (64 bytes).
+/// programs' `CONFIG` global before load (88 bytes).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct KernelConfig {
@@ -370,6 +375,17 @@ pub struct KernelConfig {
     pub filter_cgroups: u32,
     /// Entries in `DENY_CGROUP` (`--deny-cgroup`, `--deny-container`).
     pub deny_cgroups: u32,
+    /// `task_struct.group_leader`
+    pub task_group_leader: u32,
+    /// `task_struct.thread_pid`
+    pub task_thread_pid: u32,
+    /// `pid.level`
+    pub pid_level: u32,
+    /// `pid.numbers`
+    pub pid_numbers: u32,
+    /// `sizeof(struct upid)`
+    pub upid_size: u32,
+    pub _pad: u32,
 }
 
 #[cfg(feature = "user")]
@@ -439,8 +455,8 @@ pub const fn kernel_dev_minor(dev: u32) -> u32 {
 const _: () = assert!(size_of::<RecordHeader>() == 40);
 const _: () = assert!(size_of::<NvIoctlRecord>() == 264);
 const _: () = assert!(size_of::<TaskRecord>() == 48);
-const _: () = assert!(size_of::<KernelConfig>() == 64);
-const _: () = assert!(size_of::<TaskCgroupRecord>() == 48);
+const _: () = assert!(size_of::<KernelConfig>() == 88);
+const _: () = assert!(size_of::<TaskCgroupRecord>() == 56);
 const _: () = assert!(size_of::<AttributionHead>() == 56);
 const _: () = assert!(size_of::<CgroupMatch>() == 16);
 const _: () = assert!(size_of::<KfdIoctlRecord>() == 176);

@@ -16,7 +16,7 @@ use gpu_trace_common::{
     CGROUP_MATCH_MAX, CgroupMatch, KernelConfig, TaskCgroupRecord, counter, record_kind,
 };
 
-use crate::{EVENTS, bump, header};
+use crate::{EVENTS, bump, header, kread};
 
 /// `--cgroup` / `--container` subtrees (the first `filter_cgroups` entries).
 #[map]
@@ -91,11 +91,37 @@ pub fn note(tgid: u32) {
     let rec = TaskCgroupRecord {
         hdr: header(record_kind::TASK_CGROUP),
         cgroup_id: id,
+        ns_pid: namespaced_tgid(&crate::config()),
+        _pad: 0,
     };
     if EVENTS.output::<TaskCgroupRecord>(&rec, 0).is_err() {
         bump(counter::DROPPED);
     } else {
         bump(counter::EMITTED);
+    }
+}
+
+/// The current process's PID in its innermost PID namespace (`group_leader->thread_pid->
+/// numbers[level].nr`), 0 in the host's namespace or when a read fails.
+#[inline(always)]
+fn namespaced_tgid(cfg: &KernelConfig) -> u32 {
+    // SAFETY: a helper without arguments; kernel reads through the helper.
+    unsafe {
+        let task = generated::bpf_get_current_task();
+        let Ok(leader) = kread::<u64>(task, cfg.task_group_leader) else {
+            return 0;
+        };
+        let Ok(pid) = kread::<u64>(leader, cfg.task_thread_pid) else {
+            return 0;
+        };
+        let Ok(level) = kread::<u32>(pid, cfg.pid_level) else {
+            return 0;
+        };
+        if level == 0 || level > 32 {
+            return 0;
+        }
+        let at = cfg.pid_numbers + (level & 63) * cfg.upid_size;
+        kread::<i32>(pid, at).map_or(0, |nr| nr as u32)
     }
 }
 

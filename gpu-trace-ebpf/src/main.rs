@@ -63,6 +63,12 @@ static CONFIG: KernelConfig = KernelConfig {
     ready: 0,
     filter_cgroups: 0,
     deny_cgroups: 0,
+    task_group_leader: 0,
+    task_thread_pid: 0,
+    pid_level: 0,
+    pid_numbers: 0,
+    upid_size: 0,
+    _pad: 0,
 };
 
 /// Records to userspace. Userspace sets the size (`--ring-size`).

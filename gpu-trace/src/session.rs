@@ -791,6 +791,8 @@ impl Reader {
                             Some(self.attribution(gpu_trace_common::TaskCgroupRecord {
                                 hdr,
                                 cgroup_id,
+                                ns_pid: 0,
+                                _pad: 0,
                             })),
                             None,
                         ),
@@ -831,7 +833,12 @@ impl Reader {
             .cgroups
             .as_mut()
             .and_then(|r| r.path(tc.cgroup_id).map(str::to_string));
-        let ns_pid = system::namespaced_pid(tc.hdr.tgid);
+        // The kernel's reading, made at the call; /proc only where it had none (a record made
+        // up from /proc above), while the process is still there.
+        let ns_pid = match tc.ns_pid {
+            0 => system::namespaced_pid(tc.hdr.tgid),
+            n => Some(n),
+        };
         RawRecord::Attribution(wire::Attribution::new(&tc, path.as_deref(), ns_pid))
     }
 

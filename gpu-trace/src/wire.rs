@@ -260,7 +260,7 @@ const _: () = assert!(
 );
 
 const _: () = assert!(
-    size_of::<TaskCgroupRecord>() == size_of::<RecordHeader>() + 8,
+    size_of::<TaskCgroupRecord>() == size_of::<RecordHeader>() + 8 + 4 + 4,
     "TaskCgroupRecord has padding"
 );
 const _: () = assert!(

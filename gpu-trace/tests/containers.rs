@@ -532,6 +532,20 @@ fn a_podman_container_is_traced_by_its_id_and_nothing_else() {
     assert_eq!(groups[0]["group"], format!("podman {}", &id[..12]));
     assert_eq!(groups[0]["schedule"], 1);
 
+    // The namespaced PID comes from the kernel's record itself (read at the call, so a client
+    // that exits at once still has it), not only from /proc afterwards.
+    let file = fs::File::open(&rec).unwrap();
+    let mut reader = RecordReader::new(std::io::BufReader::new(file)).unwrap();
+    let mut kernel_ns_pid = None;
+    while let Some(bytes) = reader.next_record().unwrap() {
+        if let Ok(wire::RawRecord::TaskCgroup(tc)) = wire::parse_record(&bytes)
+            && tc.hdr.tgid == pid
+        {
+            kernel_ns_pid = Some(tc.ns_pid);
+        }
+    }
+    assert_eq!(kernel_ns_pid, Some(1), "{test}: the kernel's cgroup record");
+
     // The recording carries what was resolved: a replay, on a machine without that container,
     // attributes every event as the live run did.
     let replay = Command::new(gpu_trace_bin())
@@ -576,6 +590,8 @@ fn a_recorded_pytorch_run_in_a_pod_is_labelled_everywhere() {
             ..*first.header()
         },
         cgroup_id: 4242,
+        ns_pid: 0,
+        _pad: 0,
     };
     let attribution = wire::Attribution::new(&task_cgroup, Some(&cg_path), Some(7));
     let injected: Vec<Vec<u8>> = [

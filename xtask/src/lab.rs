@@ -2243,18 +2243,20 @@ fn judge_lsm(r: &Results, c: &mut Vec<Check>) {
 /// `gpu-trace --deny-pid` (issue 4) as lab/init.sh `deny_trace` runs it: a denied client, an
 /// identical other client, then a new process given the denied PID.
 fn judge_deny(r: &Results, c: &mut Vec<Check>) {
-    let nv_title = "--deny-pid refuses GPFIFO_SCHEDULE (nvlab) for the denied process only, not \
-                    for a later process with its PID";
-    let amd_title = "--deny-pid refuses CREATE_QUEUE on /dev/kfd for the denied process only, not \
-                     for a later process with its PID";
-    // Denials the kernel counts (`STATS kernel.denied`): one GPFIFO_SCHEDULE; two CREATE_QUEUE.
+    let nv_title = "--deny-pid refuses GPFIFO_SCHEDULE (nvlab; direct, XFER-wrapped, channel-level, \
+                    from another thread) for the denied process only, not for a later process \
+                    with its PID";
+    let amd_title = "--deny-pid refuses CREATE_QUEUE and an activating UPDATE_QUEUE on /dev/kfd for \
+                     the denied process only, not for a later process with its PID";
+    // Denials the kernel counts (`STATS kernel.denied`): four GPFIFO_SCHEDULEs; two
+    // CREATE_QUEUEs and one UPDATE_QUEUE.
     const PID_ROLES: &[&str] = &["denied", "other", "reuse"];
     c.push(judge_deny_run(
         r,
         "deny_nv",
         "e.deny_nv",
         nv_title,
-        1,
+        4,
         PID_ROLES,
         &deny_nv_expect,
     ));
@@ -2263,7 +2265,7 @@ fn judge_deny(r: &Results, c: &mut Vec<Check>) {
         "deny_amd",
         "e.deny_amd",
         amd_title,
-        2,
+        3,
         PID_ROLES,
         &deny_amd_expect,
     ));
@@ -2284,9 +2286,9 @@ fn judge_deny(r: &Results, c: &mut Vec<Check>) {
         r,
         "deny_cgroup_nv",
         "e.deny_cgroup_nv",
-        "--deny-cgroup refuses GPFIFO_SCHEDULE (nvlab) to a process that entered the cgroup \
-         after gpu-trace started, not to one outside",
-        1,
+        "--deny-cgroup refuses GPFIFO_SCHEDULE (nvlab, every form) to a process that entered \
+         the cgroup after gpu-trace started, not to one outside",
+        4,
         CGROUP_ROLES,
         &in_cgroup(&deny_nv_expect),
     ));
@@ -2294,9 +2296,9 @@ fn judge_deny(r: &Results, c: &mut Vec<Check>) {
         r,
         "deny_cgroup_amd",
         "e.deny_cgroup_amd",
-        "--deny-cgroup refuses CREATE_QUEUE on /dev/kfd to a process that entered the cgroup \
-         after gpu-trace started, not to one outside",
-        2,
+        "--deny-cgroup refuses CREATE_QUEUE and an activating UPDATE_QUEUE on /dev/kfd to a \
+         process that entered the cgroup after gpu-trace started, not to one outside",
+        3,
         CGROUP_ROLES,
         &in_cgroup(&deny_amd_expect),
     ));
@@ -2427,8 +2429,12 @@ fn judge_deny_run(
     )
 }
 
+/// The `nvdeny` client (lab/client.c): a TSG and a channel, then GPFIFO_SCHEDULE direct,
+/// XFER-wrapped, at channel level and from a second thread. Denied: all four refused before the
+/// driver (EPERM, the preset status left as it was) and shown as refused SCHEDULEs; the
+/// allocations never. Not denied: all reach the module (NV_OK) and are allowed.
 fn deny_nv_expect(c: &DenyClient, events: &[serde_json::Value], problems: &mut Vec<String>) {
-    let call = |name: &str| c.out.find("nvdev", &[("call", name)]);
+    let call = |name: &str| c.out.find("nvdeny", &[("call", name)]);
     let rc_status = |name: &str| call(name).map(|f| (f.int("rc"), f.int("status")));
     let (want_sched, want_allowed, want_errno) = if c.denied {
         // Refused before the driver: the status the client preset stays.
@@ -2436,32 +2442,67 @@ fn deny_nv_expect(c: &DenyClient, events: &[serde_json::Value], problems: &mut V
     } else {
         ((Some(0), Some(0)), true, 0)
     };
-    if rc_status("schedule") != Some(want_sched) {
-        problems.push(format!(
-            "{} client: schedule (rc, status) {:?}, want {want_sched:?}",
-            c.role,
-            rc_status("schedule")
-        ));
+    for name in [
+        "schedule",
+        "schedule_xfer",
+        "schedule_channel",
+        "schedule_thread",
+    ] {
+        if rc_status(name) != Some(want_sched) {
+            problems.push(format!(
+                "{} client: {name} (rc, status) {:?}, want {want_sched:?}",
+                c.role,
+                rc_status(name)
+            ));
+        }
     }
-    if rc_status("alloc64") != Some((Some(0), Some(0))) {
-        problems.push(format!(
-            "{} client: alloc must not be denied: {:?}",
-            c.role,
-            rc_status("alloc64")
-        ));
+    for name in ["alloc_tsg", "alloc_channel", "free"] {
+        if rc_status(name) != Some((Some(0), Some(0))) {
+            problems.push(format!(
+                "{} client: {name} must not be denied: {:?}",
+                c.role,
+                rc_status(name)
+            ));
+        }
     }
+    // One SCHEDULE per request; the channel-level one says so.
     let sched: Vec<&serde_json::Value> =
         events.iter().filter(|e| e["event"] == "SCHEDULE").collect();
-    if sched.len() != 1 || sched[0]["allowed"] != want_allowed || sched[0]["errno"] != want_errno {
+    let right = |e: &&serde_json::Value| e["allowed"] == want_allowed && e["errno"] == want_errno;
+    let via_channel = sched.iter().filter(|e| e["via_channel"] == true).count();
+    if sched.len() != 4 || !sched.iter().all(right) || via_channel != 1 {
         problems.push(format!(
-            "{} client: want one SCHEDULE allowed={want_allowed} errno={want_errno}, got {sched:?}",
+            "{} client: want 4 SCHEDULE allowed={want_allowed} errno={want_errno} (one via the \
+             channel), got {sched:?}",
             c.role
         ));
     }
 }
 
+/// The `kfd-deny` client: both CREATE_QUEUE sizes and an UPDATE_QUEUE that activates a queue
+/// are refused for the denied process (EPERM); the UPDATE_QUEUE that deactivates one never is;
+/// without a GPU whatever reaches the driver fails there, never with EPERM.
 fn deny_amd_expect(c: &DenyClient, events: &[serde_json::Value], problems: &mut Vec<String>) {
     let want = if c.denied { -EPERM } else { -EINVAL };
+    let update = |name: &str| {
+        c.out
+            .find("kfd_deny", &[("call", name)])
+            .and_then(|f| f.int("rc"))
+    };
+    let active = update("update_active");
+    let inactive = update("update_inactive");
+    let active_ok = if c.denied {
+        active == Some(-EPERM)
+    } else {
+        active.is_some_and(|rc| rc != -EPERM)
+    };
+    if !active_ok || inactive.is_none_or(|rc| rc == -EPERM) {
+        problems.push(format!(
+            "{} client: UPDATE_QUEUE activating {active:?} (denied: want {}), deactivating \
+             {inactive:?} (never EPERM)",
+            c.role, -EPERM
+        ));
+    }
     for size in ["96", "88"] {
         let rc = c
             .out

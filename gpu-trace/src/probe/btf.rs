@@ -997,6 +997,12 @@ pub fn kernel_offsets(btf: &Btf) -> Result<KernelConfig, BtfError> {
         inode_rdev: get("inode", "i_rdev", 4)?,
         task_signal: get("task_struct", "signal", 8)?,
         signal_live: get("signal_struct", "live", 4)?,
+        task_group_leader: get("task_struct", "group_leader", 8)?,
+        task_thread_pid: get("task_struct", "thread_pid", 8)?,
+        pid_level: get("pid", "level", 4)?,
+        // A flexible array: its offset, and the element size from `struct upid`.
+        pid_numbers: btf.member_offset("pid", "numbers")?,
+        upid_size: btf.struct_size("upid")?,
         ..KernelConfig::default()
     })
 }
@@ -1157,6 +1163,12 @@ mod tests {
             ready: 0,
             filter_cgroups: 0,
             deny_cgroups: 0,
+            task_group_leader: cfg.task_group_leader,
+            task_thread_pid: cfg.task_thread_pid,
+            pid_level: cfg.pid_level,
+            pid_numbers: cfg.pid_numbers,
+            upid_size: cfg.upid_size,
+            _pad: 0,
         };
         assert_eq!(cfg, only_offsets);
         assert_eq!(
