@@ -3012,11 +3012,11 @@ mod tests {
         // The PID the reuse run's process got in this log (a real run: it changes with the log).
         let reuse_pid: u32 = GOOD[GOOD.find("LAB-BEGIN deny_nv.reuse").unwrap()..]
             .lines()
-            .find_map(|l| l.strip_prefix("LAB nvdev pid="))
+            .find_map(|l| l.strip_prefix("LAB nvdeny pid="))
             .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
             .expect("the reuse run's pid line");
         let (reuse_from, reuse_to) = (format!("pid={reuse_pid}"), format!("pid={}", reuse_pid + 2));
-        let cases: [(&str, &[&str], &str, &str, &str); 9] = [
+        let cases: [(&str, &[&str], &str, &str, &str); 13] = [
             // The denied schedule reached the driver.
             (
                 "LAB-BEGIN deny_nv.denied",
@@ -3024,6 +3024,36 @@ mod tests {
                 "status=4294967295",
                 "status=0",
                 "e.deny_nv",
+            ),
+            // The XFER-wrapped, channel-level or other thread's schedule reached the driver.
+            (
+                "LAB-BEGIN deny_nv.denied",
+                &["call=schedule_xfer"],
+                "status=4294967295",
+                "status=0",
+                "e.deny_nv",
+            ),
+            (
+                "LAB-BEGIN deny_nv.denied",
+                &["call=schedule_channel"],
+                "rc=-1 ",
+                "rc=0 ",
+                "e.deny_nv",
+            ),
+            (
+                "LAB-BEGIN deny_nv.denied",
+                &["call=schedule_thread"],
+                "status=4294967295",
+                "status=0",
+                "e.deny_nv",
+            ),
+            // The activating UPDATE_QUEUE of the denied process reached the driver.
+            (
+                "LAB-BEGIN deny_amd.denied",
+                &["call=update_active"],
+                "rc=-1",
+                "rc=-22",
+                "e.deny_amd",
             ),
             // The next owner of the PID was denied too.
             (
@@ -3036,7 +3066,7 @@ mod tests {
             // The PID was not reused.
             (
                 "LAB-BEGIN deny_nv.reuse",
-                &["LAB nvdev pid="],
+                &["LAB nvdeny pid="],
                 &reuse_from,
                 &reuse_to,
                 "e.deny_nv",
@@ -3076,15 +3106,15 @@ mod tests {
             (
                 "LAB-BEGIN deny_nv.jsonl",
                 &["STATS"],
-                "\"denied\":1}",
-                "\"denied\":0}",
+                "\"denied\":4}",
+                "\"denied\":3}",
                 "e.deny_nv",
             ),
             (
                 "LAB-BEGIN deny_amd.jsonl",
                 &["STATS"],
-                "\"denied\":2}",
                 "\"denied\":3}",
+                "\"denied\":2}",
                 "e.deny_amd",
             ),
         ];
