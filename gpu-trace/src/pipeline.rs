@@ -27,9 +27,17 @@ use crate::{
         text::{TextFormatter, TimestampMode},
     },
     probe::inventory::{Inventory, MpsRole},
-    session::Summary,
     wire::{self, RawRecord},
 };
+
+/// What a run ended with, for the exit code.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Summary {
+    pub events: u64,
+    pub dropped: u64,
+    /// Output lines dropped because the output's reader did not keep up.
+    pub output_lost: u64,
+}
 
 /// What to show and how.
 #[derive(Clone, Debug)]

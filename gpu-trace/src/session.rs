@@ -75,14 +75,7 @@ fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> RunError {
     move |source| RunError::Io { what, source }
 }
 
-/// What a run ended with, for the exit code.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Summary {
-    pub events: u64,
-    pub dropped: u64,
-    /// Output lines dropped because the output's reader did not keep up.
-    pub output_lost: u64,
-}
+pub use crate::pipeline::Summary;
 
 /// `--vendor auto`: the driver whose device nodes or module are present.
 pub fn detect_vendor() -> Result<Vendor, RunError> {
