@@ -13,10 +13,10 @@ use aya_ebpf::{
     maps::{Array, LruHashMap},
 };
 use gpu_trace_common::{
-    CGROUP_MATCH_MAX, CgroupMatch, KernelConfig, TaskCgroupRecord, counter, record_kind,
+    CGROUP_MATCH_MAX, CgroupMatch, KernelConfig, TaskCgroupRecord, record_kind,
 };
 
-use crate::{EVENTS, bump, header, kread};
+use crate::{header, kread, send};
 
 /// `--cgroup` / `--container` subtrees (the first `filter_cgroups` entries).
 #[map]
@@ -88,17 +88,12 @@ pub fn note(tgid: u32) {
             }
         }
     }
-    let rec = TaskCgroupRecord {
+    send(&TaskCgroupRecord {
         hdr: header(record_kind::TASK_CGROUP),
         cgroup_id: id,
         ns_pid: namespaced_tgid(&crate::config()),
         _pad: 0,
-    };
-    if EVENTS.output::<TaskCgroupRecord>(&rec, 0).is_err() {
-        bump(counter::DROPPED);
-    } else {
-        bump(counter::EMITTED);
-    }
+    });
 }
 
 /// The current process's PID in its innermost PID namespace (`group_leader->thread_pid->

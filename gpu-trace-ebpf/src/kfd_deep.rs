@@ -34,7 +34,7 @@ use gpu_trace_common::{
     counter, deep_hook, hook_source, kfd_queue_flags, record_kind,
 };
 
-use crate::{EVENTS, KfdCallHead, bump, config, emit_kfd, header, kread};
+use crate::{EVENTS, KfdCallHead, bump, config, emit_kfd, header, kread, send};
 
 /// Filled in by userspace before load, from the module's BTF.
 #[unsafe(no_mangle)]
@@ -464,17 +464,12 @@ pub fn pqm_uninit_kprobe(ctx: ProbeContext) -> u32 {
 
 #[inline(always)]
 fn emit_deep(hook: u32, value: u32, addr: u64, source: u32) {
-    let rec = DeepRecord {
+    send(&DeepRecord {
         hdr: header(record_kind::DEEP),
         hook,
         value,
         addr,
         source,
         _pad: 0,
-    };
-    if EVENTS.output::<DeepRecord>(&rec, 0).is_err() {
-        bump(counter::DROPPED);
-    } else {
-        bump(counter::EMITTED);
-    }
+    });
 }

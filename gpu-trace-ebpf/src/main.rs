@@ -557,13 +557,18 @@ fn handle_close(fd: u64, ret: i64) {
 
 #[inline(always)]
 fn emit_task(kind: u32, value: i32) {
-    let rec = TaskRecord {
+    send(&TaskRecord {
         hdr: header(kind),
         value,
         _pad: 0,
-    };
-    // Counted like every other record: `emitted + dropped` is what the programs tried to send.
-    if EVENTS.output::<TaskRecord>(&rec, 0).is_err() {
+    });
+}
+
+/// Sends a record built on the stack, counted like every other record: `emitted + dropped` is
+/// what the programs tried to send.
+#[inline(always)]
+fn send<T>(rec: &T) {
+    if EVENTS.output::<T>(rec, 0).is_err() {
         bump(counter::DROPPED);
     } else {
         bump(counter::EMITTED);

@@ -147,6 +147,19 @@ pub struct ProcessStats {
     pub preempt: u64,
 }
 
+impl ProcessStats {
+    /// Adds `other`'s event counts to these (the name stays).
+    fn add(&mut self, other: &ProcessStats) {
+        self.task_init += other.task_init;
+        self.schedule += other.schedule;
+        self.schedule_refused += other.schedule_refused;
+        self.sched_update += other.sched_update;
+        self.preempt += other.preempt;
+        self.work_submit += other.work_submit;
+        self.task_destroy += other.task_destroy;
+    }
+}
+
 /// Statistics of a whole trace. The event counts come from [`Stats::record`]; the other
 /// counters are set by whoever knows them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -530,13 +543,7 @@ impl Stats {
                 .entry(self.groups.get(pid).map(String::as_str))
                 .or_default();
             e.0 += 1;
-            e.1.task_init += p.task_init;
-            e.1.schedule += p.schedule;
-            e.1.schedule_refused += p.schedule_refused;
-            e.1.work_submit += p.work_submit;
-            e.1.task_destroy += p.task_destroy;
-            e.1.sched_update += p.sched_update;
-            e.1.preempt += p.preempt;
+            e.1.add(p);
         }
         let mut rows: Vec<_> = by.into_iter().map(|(g, (n, p))| (g, n, p)).collect();
         // `None` sorts first in a BTreeMap: the host row goes last.

@@ -203,7 +203,7 @@ use serde::Serialize;
 
 use crate::model::event::{Event, EventKind};
 use crate::model::gpus::GpuIdentity;
-use crate::model::stats::{EngineStats, KernelCounters, Stats, TaskStats};
+use crate::model::stats::{EngineStats, KernelCounters, ProcessStats, Stats, TaskStats};
 use crate::model::workload::Attribution;
 use crate::output::{clock::Clock, text};
 
@@ -237,7 +237,7 @@ pub fn event_json(ev: &Event, clock: &Clock) -> String {
                 Some(amd) => {
                     // AMD events: the `amd` object goes last, before the closing brace.
                     let amd = serde_json::to_string(amd).expect("AmdDetail serializes");
-                    format!("{},\"amd\":{amd}}}", &line[..line.len() - 1])
+                    append_field(line, "amd", &amd)
                 }
             }
         }
@@ -252,13 +252,19 @@ pub fn event_json(ev: &Event, clock: &Clock) -> String {
     }
 }
 
+/// `line` (a JSON object, no newline) with `"key":value` (`value` already JSON) appended as its
+/// last field.
+fn append_field(line: String, key: &str, value: &str) -> String {
+    match line.strip_suffix('}') {
+        Some(head) => format!("{head},\"{key}\":{value}}}"),
+        None => line,
+    }
+}
+
 /// `line` (a JSON object, no newline) with the `gpu_device` object appended as its last field.
 pub fn with_gpu(line: String, g: &GpuIdentity) -> String {
     let obj = serde_json::to_string(g).expect("GpuIdentity serializes");
-    match line.strip_suffix('}') {
-        Some(head) => format!("{head},\"gpu_device\":{obj}}}"),
-        None => line,
-    }
+    append_field(line, "gpu_device", &obj)
 }
 
 /// `line` (a JSON object, no newline) with the `cgroup` object of [`Attribution`] appended
@@ -293,10 +299,7 @@ pub fn with_attribution(line: String, a: &Attribution) -> String {
     if let Some(n) = a.ns_pid {
         obj.insert("ns_pid".into(), n.into());
     }
-    match line.strip_suffix('}') {
-        Some(head) => format!("{head},\"cgroup\":{}}}", serde_json::Value::Object(obj)),
-        None => line,
-    }
+    append_field(line, "cgroup", &serde_json::Value::Object(obj).to_string())
 }
 
 /// The identity fields of an event, in output order: `key` (run-unique, see docs/events.md),
@@ -399,6 +402,13 @@ struct ProcessLine<'a> {
     comm: std::borrow::Cow<'a, str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     comm_bytes: Option<std::borrow::Cow<'a, [u8]>>,
+    #[serde(flatten)]
+    counts: CountsLine,
+}
+
+/// The event counts of a process, or of a container's processes summed.
+#[derive(Serialize)]
+struct CountsLine {
     task_init: u64,
     schedule: u64,
     schedule_refused: u64,
@@ -408,18 +418,27 @@ struct ProcessLine<'a> {
     task_destroy: u64,
 }
 
+impl From<&ProcessStats> for CountsLine {
+    fn from(p: &ProcessStats) -> Self {
+        Self {
+            task_init: p.task_init,
+            schedule: p.schedule,
+            schedule_refused: p.schedule_refused,
+            sched_update: p.sched_update,
+            preempt: p.preempt,
+            work_submit: p.work_submit,
+            task_destroy: p.task_destroy,
+        }
+    }
+}
+
 #[derive(Serialize)]
 struct GroupLine<'a> {
     /// null: the processes outside containers.
     group: Option<&'a str>,
     processes: u64,
-    task_init: u64,
-    schedule: u64,
-    schedule_refused: u64,
-    sched_update: u64,
-    preempt: u64,
-    work_submit: u64,
-    task_destroy: u64,
+    #[serde(flatten)]
+    counts: CountsLine,
 }
 
 #[derive(Serialize)]
@@ -506,13 +525,7 @@ pub fn stats_json(stats: &Stats, is_final: bool) -> String {
             .map(|(group, processes, p)| GroupLine {
                 group,
                 processes,
-                task_init: p.task_init,
-                schedule: p.schedule,
-                schedule_refused: p.schedule_refused,
-                sched_update: p.sched_update,
-                preempt: p.preempt,
-                work_submit: p.work_submit,
-                task_destroy: p.task_destroy,
+                counts: (&p).into(),
             })
             .collect(),
         processes: stats
@@ -522,13 +535,7 @@ pub fn stats_json(stats: &Stats, is_final: bool) -> String {
                 comm: super::escape::lossy(&p.comm),
                 comm_bytes: (!super::escape::is_exact(&p.comm))
                     .then(|| super::escape::raw_bytes(&p.comm)),
-                task_init: p.task_init,
-                schedule: p.schedule,
-                schedule_refused: p.schedule_refused,
-                sched_update: p.sched_update,
-                preempt: p.preempt,
-                work_submit: p.work_submit,
-                task_destroy: p.task_destroy,
+                counts: p.into(),
             })
             .collect(),
         engines: stats
