@@ -383,12 +383,15 @@ impl<W: Write> Pipeline<W> {
             return None;
         }
         let key = event.key?;
-        let device = match own {
-            Some(d) => {
+        // A task's last event takes its entry with it: a long run keeps only live tasks.
+        let ended = matches!(event.kind, EventKind::TaskDestroy { .. });
+        let device = match (own, ended) {
+            (Some(d), _) => {
                 self.task_devices.insert(key, d);
                 d
             }
-            None => *self.task_devices.get(&key)?,
+            (None, false) => *self.task_devices.get(&key)?,
+            (None, true) => self.task_devices.remove(&key)?,
         };
         let g = self.gpus.resolve(device)?;
         self.stats.set_gpu_name(device, g.index, g.uuid.clone());

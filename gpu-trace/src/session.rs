@@ -16,6 +16,7 @@ use std::{
 };
 
 use aya::maps::{MapData, RingBuf};
+use gpu_trace_common::record_kind;
 use thiserror::Error;
 use tokio::{io::unix::AsyncFd, signal::unix::SignalKind};
 
@@ -711,21 +712,11 @@ impl CgroupSelection {
         ] {
             for p in paths {
                 let s = r.subtree(p)?;
-                sel.named.push(format!(
-                    "{} cgroup {}",
-                    if deny { "denying" } else { "tracing only" },
-                    s.path
-                ));
-                if deny { &mut sel.deny } else { &mut sel.filter }.push(s);
+                sel.add(deny, format!("cgroup {}", s.path), s);
             }
             for id in ids {
                 let s = r.container(id)?;
-                sel.named.push(format!(
-                    "{} container {id}: cgroup {}",
-                    if deny { "denying" } else { "tracing only" },
-                    s.path
-                ));
-                if deny { &mut sel.deny } else { &mut sel.filter }.push(s);
+                sel.add(deny, format!("container {id}: cgroup {}", s.path), s);
             }
         }
         for (what, n) in [
@@ -737,6 +728,18 @@ impl CgroupSelection {
             }
         }
         Ok(sel)
+    }
+
+    /// Keeps subtree `s` (`what` names it in the start-up report).
+    fn add(&mut self, deny: bool, what: String, s: Subtree) {
+        let role = if deny { "denying" } else { "tracing only" };
+        self.named.push(format!("{role} {what}"));
+        if deny {
+            &mut self.deny
+        } else {
+            &mut self.filter
+        }
+        .push(s);
     }
 
     /// One start-up line per subtree (paths are the host's cgroup names, escaped).
@@ -762,18 +765,20 @@ impl Reader {
             if self.failure.is_some() {
                 continue;
             }
-            // A process's cgroup: followed by what it resolves to, in the recording too.
-            // A process's cgroup: what it resolves to follows it, in the recording too.
-            let (before, after) = match wire::parse_record(&item) {
-                Ok(RawRecord::TaskCgroup(tc)) => (None, Some(self.attribution(tc))),
-                // A process whose cgroup record was lost (ring full): from /proc, before its
-                // record, once.
-                Ok(RawRecord::ProcessExit(t)) => {
-                    self.attributed.remove(&t.hdr.tgid);
+            // A process's cgroup: what it resolves to follows it, in the recording too. Only
+            // the header is read here (the pipeline parses the record); a cgroup record whole.
+            let (before, after) = match wire::header_of(&item) {
+                Some(h) if h.kind == record_kind::TASK_CGROUP => match wire::parse_record(&item) {
+                    Ok(RawRecord::TaskCgroup(tc)) => (None, Some(self.attribution(tc))),
+                    _ => (None, None),
+                },
+                Some(h) if h.kind == record_kind::PROCESS_EXIT => {
+                    self.attributed.remove(&h.tgid);
                     (None, None)
                 }
-                Ok(r) if !self.attributed.contains(&r.header().tgid) => {
-                    let hdr = *r.header();
+                // A process whose cgroup record was lost (ring full): from /proc, before its
+                // record, once.
+                Some(hdr) if !self.attributed.contains(&hdr.tgid) => {
                     let path = crate::probe::cgroup::process_v2_path(hdr.tgid);
                     let id = path
                         .as_deref()

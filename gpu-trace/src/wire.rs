@@ -147,6 +147,13 @@ unsafe fn read_pod<T: Copy>(bytes: &[u8]) -> T {
     unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) }
 }
 
+/// The header of a record (its kind and process) without parsing the rest; `None` when the
+/// bytes are too short to hold one.
+pub fn header_of(bytes: &[u8]) -> Option<RecordHeader> {
+    // SAFETY: at least a header's bytes (checked); plain integers and a byte array.
+    (bytes.len() >= size_of::<RecordHeader>()).then(|| unsafe { read_pod(bytes) })
+}
+
 /// Parses one ring-buffer item (or one record of a recording file).
 ///
 /// The length must equal the size of the kind's struct exactly: a mismatch means userspace and
