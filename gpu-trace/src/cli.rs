@@ -102,6 +102,11 @@ pub enum Command {
     Replay {
         /// The recording file.
         file: PathBuf,
+        /// Step through the recording in `gpu-trace top`'s view: one frame per second of the
+        /// recording's own time; n, space or → shows the next second, p plays (a second per
+        /// second) or pauses, s sorts, q stops. Events and statistics go only to -o FILE.
+        #[arg(long, conflicts_with_all = ["quiet", "interval"])]
+        top: bool,
         #[command(flatten)]
         output: OutputArgs,
     },

@@ -34,7 +34,9 @@ fn main() -> ExitCode {
     }
     // Outputs that would overwrite the input or each other: refused before anything is opened.
     let paths = match &cli.command {
-        Some(Command::Replay { file, output }) => session::check_paths(Some(file), output, None),
+        Some(Command::Replay { file, output, .. }) => {
+            session::check_paths(Some(file), output, None)
+        }
         Some(Command::Doctor { .. } | Command::Completions { .. }) => Ok(()),
         Some(Command::Top { trace }) => {
             session::check_paths(None, &trace.output, trace.record.as_deref())
@@ -57,11 +59,20 @@ fn main() -> ExitCode {
             );
             return ExitCode::SUCCESS;
         }
-        Some(Command::Replay { file, mut output }) => {
+        Some(Command::Replay {
+            file,
+            top,
+            mut output,
+        }) => {
             for warning in output.normalize_comms() {
                 eprintln!("gpu-trace: warning: {warning}");
             }
-            session::replay(&file, &output).with_context(|| format!("replaying {}", file.display()))
+            let result = if top {
+                replay_top(&file, output)
+            } else {
+                session::replay(&file, &output)
+            };
+            result.with_context(|| format!("replaying {}", file.display()))
         }
         Some(Command::Top { mut trace }) => {
             for warning in trace.output.normalize_comms() {
@@ -149,6 +160,22 @@ fn top(mut args: gpu_trace::cli::TraceArgs) -> anyhow::Result<session::Summary> 
     let result = runtime.block_on(session::run_live_with(&args, Some(&mut view)));
     view.stop();
     Ok(result?)
+}
+
+/// `gpu-trace replay FILE --top`: steps through the recording in the view; event lines and
+/// statistics go only to an `-o FILE`.
+fn replay_top(
+    file: &std::path::Path,
+    mut output: gpu_trace::cli::OutputArgs,
+) -> Result<session::Summary, RunError> {
+    if output.output.is_none() {
+        output.quiet = true;
+    }
+    let name = gpu_trace::output::escape::escape_text(&file.to_string_lossy()).into_owned();
+    let mut view = gpu_trace::top::Top::stepping(format!("replay of {name}"));
+    let result = session::replay_with(file, &output, Some(&mut view));
+    view.stop();
+    result
 }
 
 fn trace(mut args: gpu_trace::cli::TraceArgs) -> anyhow::Result<session::Summary> {

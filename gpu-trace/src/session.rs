@@ -297,6 +297,16 @@ pub trait Viewer {
         elapsed: Duration,
         counters: Option<KernelCounters>,
     ) -> io::Result<()>;
+
+    /// Replay: asked after each frame; `false` ends the replay there (the user quit).
+    fn next(&mut self) -> io::Result<bool> {
+        Ok(true)
+    }
+
+    /// Replay: the recording has no more records (the last frame was drawn).
+    fn at_end(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 pub async fn run_live(args: &TraceArgs) -> Result<Summary, RunError> {
@@ -938,6 +948,16 @@ fn end_outputs(
 
 /// Decode a recording and print it as the live run did.
 pub fn replay(path: &Path, args: &OutputArgs) -> Result<Summary, RunError> {
+    replay_with(path, args, None)
+}
+
+/// [`replay`], with a view given a frame per second of the recording's own time (`replay
+/// --top`); the view decides when the next second is read.
+pub fn replay_with(
+    path: &Path,
+    args: &OutputArgs,
+    mut viewer: Option<&mut dyn Viewer>,
+) -> Result<Summary, RunError> {
     let file =
         files::open_for_reading(path).map_err(io_err(format!("opening {}", path.display())))?;
     let mut reader = RecordReader::new(BufReader::new(file))?;
@@ -957,12 +977,37 @@ pub fn replay(path: &Path, args: &OutputArgs) -> Result<Summary, RunError> {
             .map_err(io_err("writing the output"))?;
     }
     let mut failure = None;
+    let mut next_frame = Duration::from_secs(1);
+    let mut quit = false;
     while !pipeline.output().failed() {
         match reader.next_record() {
             Ok(Some(bytes)) => {
                 if let Err(e) = pipeline.feed(&bytes) {
                     failure = Some(perfetto_error(e));
                     break;
+                }
+                if let Some(v) = viewer.as_deref_mut() {
+                    // A frame for each whole second of the recording passed.
+                    while pipeline.span() >= next_frame {
+                        let shown = v
+                            .frame(pipeline.stats(), next_frame, None)
+                            .and_then(|()| v.next());
+                        match shown {
+                            Ok(true) => next_frame += Duration::from_secs(1),
+                            Ok(false) => {
+                                quit = true;
+                                break;
+                            }
+                            Err(e) => {
+                                failure = Some(io_err("drawing the view")(e));
+                                quit = true;
+                                break;
+                            }
+                        }
+                    }
+                    if quit {
+                        break;
+                    }
                 }
             }
             Ok(None) => break,
@@ -985,7 +1030,7 @@ pub fn replay(path: &Path, args: &OutputArgs) -> Result<Summary, RunError> {
             (t.kernel_counters, Duration::from_nanos(t.duration_ns))
         }
         None => {
-            if failure.is_none() && !pipeline.output().failed() {
+            if failure.is_none() && !pipeline.output().failed() && !quit {
                 eprintln!(
                     "gpu-trace: {} ends without its trailer (the run was cut short): kernel \
                      counters (dropped, read_failed) are unknown and shown as 0",
@@ -995,6 +1040,18 @@ pub fn replay(path: &Path, args: &OutputArgs) -> Result<Summary, RunError> {
             (KernelCounters::default(), pipeline.span())
         }
     };
+    if let Some(v) = viewer.filter(|_| !quit && failure.is_none()) {
+        let last = v
+            .frame(
+                pipeline.stats(),
+                duration.max(pipeline.span()),
+                Some(counters),
+            )
+            .and_then(|()| v.at_end());
+        if let Err(e) = last {
+            failure = Some(io_err("drawing the view")(e));
+        }
+    }
     let finished = pipeline.finish_all(counters, duration);
     end_outputs(finished, perfetto, out_is_stdout, failure)
 }

@@ -2,6 +2,10 @@
 //! ratatui, once a second, and reads the keys (`q`/Esc/Ctrl-C quit, `s` sorts). The terminal is
 //! taken over at the first frame (after the start-up report was printed) and always given back:
 //! on quit, on error and on unwinding.
+//!
+//! `gpu-trace replay FILE --top` steps through a recording with the same view ([`Top::stepping`]):
+//! one frame per second of the recording's own time, `n`/space/→ for the next one, `p` to play
+//! (a frame per second of wall time) or pause, `q` to stop.
 
 use std::{
     io::{self, Stdout},
@@ -28,7 +32,7 @@ use ratatui::{
 
 use crate::{
     model::stats::{KernelCounters, Stats},
-    output::top::{Frame, SortBy, TopModel},
+    output::top::{Frame, TopModel},
     session::Viewer,
 };
 
@@ -41,6 +45,13 @@ pub struct Top {
     seen_presses: u8,
     /// What the tracer traces, for the title.
     what: String,
+    /// Replay: keys are read between frames ([`Viewer::next`]), not by a thread.
+    stepping: bool,
+    playing: bool,
+    /// The recording has no more records.
+    ended: bool,
+    /// The frame on the screen (redrawn when the sort changes while stepping).
+    last: Option<Frame>,
 }
 
 impl Top {
@@ -51,21 +62,86 @@ impl Top {
             sort_presses: Arc::new(AtomicU8::new(0)),
             seen_presses: 0,
             what: what.into(),
+            stepping: false,
+            playing: false,
+            ended: false,
+            last: None,
+        }
+    }
+
+    /// The view for stepping through a recording (`replay --top`).
+    pub fn stepping(what: impl Into<String>) -> Self {
+        let mut top = Self::new(what);
+        top.stepping = true;
+        top
+    }
+
+    fn help(&self) -> &'static str {
+        match (self.stepping, self.ended, self.playing) {
+            (false, ..) => "q: quit",
+            (true, true, _) => "end of the recording   q: quit",
+            (true, false, false) => "n/space: next second   p: play   q: quit",
+            (true, false, true) => "playing   p: pause   q: quit",
+        }
+    }
+
+    fn draw_last(&mut self) -> io::Result<()> {
+        let Some(frame) = self.last.clone() else {
+            return Ok(());
+        };
+        let what = self.what.clone();
+        let help = self.help();
+        let terminal = self.start()?;
+        terminal.draw(|f| draw(f, &frame, &what, help))?;
+        Ok(())
+    }
+
+    /// Replay: the keys until the next step (true) or quit (false). Playing, a step comes by
+    /// itself after a second.
+    fn keys(&mut self) -> io::Result<bool> {
+        loop {
+            if (self.playing && !self.ended) && !event::poll(Duration::from_secs(1))? {
+                return Ok(true);
+            }
+            let Event::Key(k) = event::read()? else {
+                continue;
+            };
+            if k.kind != KeyEventKind::Press {
+                continue;
+            }
+            match k.code {
+                KeyCode::Char('q') | KeyCode::Esc => return Ok(false),
+                KeyCode::Char('c') if k.modifiers.contains(KeyModifiers::CONTROL) => {
+                    return Ok(false);
+                }
+                KeyCode::Char('n' | ' ') | KeyCode::Right | KeyCode::Enter if !self.ended => {
+                    return Ok(true);
+                }
+                KeyCode::Char('p') if !self.ended => {
+                    self.playing = !self.playing;
+                    self.draw_last()?;
+                    if self.playing {
+                        return Ok(true);
+                    }
+                }
+                KeyCode::Char('s') => {
+                    self.model.sort = self.model.sort.next();
+                    if let Some(f) = self.last.as_mut() {
+                        f.resort(self.model.sort);
+                    }
+                    self.draw_last()?;
+                }
+                _ => {}
+            }
         }
     }
 
     fn start(&mut self) -> io::Result<&mut Terminal<CrosstermBackend<Stdout>>> {
+        if self.terminal.is_none() && self.stepping {
+            self.terminal = Some(open_terminal()?);
+        }
         if self.terminal.is_none() {
-            enable_raw_mode()?;
-            let mut out = io::stdout();
-            if let Err(e) = execute!(out, EnterAlternateScreen) {
-                let _ = disable_raw_mode();
-                return Err(e);
-            }
-            let mut terminal = Terminal::new(CrosstermBackend::new(out))?;
-            terminal.hide_cursor()?;
-            terminal.clear()?;
-            self.terminal = Some(terminal);
+            self.terminal = Some(open_terminal()?);
             let presses = self.sort_presses.clone();
             // Keys: quitting goes through SIGINT, which the live loop already stops on.
             std::thread::Builder::new()
@@ -122,19 +198,46 @@ impl Viewer for Top {
             self.model.sort = self.model.sort.next();
             self.seen_presses = self.seen_presses.wrapping_add(1);
         }
-        let frame = self.model.frame(stats, elapsed.as_secs_f64(), counters);
-        let what = self.what.clone();
-        let terminal = self.start()?;
-        terminal.draw(|f| draw(f, &frame, &what))?;
-        Ok(())
+        self.last = Some(self.model.frame(stats, elapsed.as_secs_f64(), counters));
+        self.draw_last()
     }
+
+    fn next(&mut self) -> io::Result<bool> {
+        if !self.stepping {
+            return Ok(true);
+        }
+        self.keys()
+    }
+
+    fn at_end(&mut self) -> io::Result<()> {
+        if !self.stepping {
+            return Ok(());
+        }
+        self.ended = true;
+        self.draw_last()?;
+        self.keys().map(|_| ())
+    }
+}
+
+/// The terminal in raw mode on the alternate screen, cursor hidden.
+fn open_terminal() -> io::Result<Terminal<CrosstermBackend<Stdout>>> {
+    enable_raw_mode()?;
+    let mut out = io::stdout();
+    if let Err(e) = execute!(out, EnterAlternateScreen) {
+        let _ = disable_raw_mode();
+        return Err(e);
+    }
+    let mut terminal = Terminal::new(CrosstermBackend::new(out))?;
+    terminal.hide_cursor()?;
+    terminal.clear()?;
+    Ok(terminal)
 }
 
 fn opt(v: Option<u64>) -> String {
     v.map_or_else(|| "?".into(), |v| v.to_string())
 }
 
-fn draw(f: &mut ratatui::Frame, frame: &Frame, what: &str) {
+fn draw(f: &mut ratatui::Frame, frame: &Frame, what: &str, help: &str) {
     let gpu_rows = frame.gpus.len().max(1) as u16;
     let [head, gpus, procs] = Layout::vertical([
         Constraint::Length(2),
@@ -158,12 +261,8 @@ fn draw(f: &mut ratatui::Frame, frame: &Frame, what: &str) {
                 bold,
             ),
             Line::raw(format!(
-                "sorted by {} (s: next)   q: quit",
-                match frame.sort {
-                    SortBy::ScheduleRate => "SCHED/s",
-                    SortBy::Live => "LIVE",
-                    SortBy::Pid => "PID",
-                }
+                "sorted by {} (s: next)   {help}",
+                frame.sort.name()
             )),
         ]),
         head,

@@ -63,8 +63,11 @@ struct Slice {
     begin: f64,
     end: f64,
     args: Value,
-    /// Instants nested in it: (name, ts, args).
+    /// Instants and zero-length complete events nested in it: (name, ts, args).
     instants: Vec<(String, f64, Value)>,
+    /// Flow fields of those (in the same order): (bind_id, flow_in, flow_out), for `X` events
+    /// that carry them.
+    flows: Vec<Option<(u64, bool, bool)>>,
 }
 
 /// Slices, process names by pid, thread names by tid.
@@ -80,7 +83,11 @@ type Imported = (Vec<Slice>, BTreeMap<u64, String>, BTreeMap<u64, String>);
 /// - `M` events are `process_name` / `thread_name` with a string `args.name`;
 /// - per thread track (pid, tid), sorted by `ts` (stable: the sorter keeps file order on ties),
 ///   `B`/`E` form a stack and an `E` names the slice it ends; thread-scoped instants (`s: "t"`)
-///   land on the track, nested in the open slice; at the end no slice is left open.
+///   land on the track, nested in the open slice; at the end no slice is left open;
+/// - `X` events have a numeric `dur`; gpu-trace writes only zero-length ones, nested like
+///   instants; their flow fields (v2: `bind_id`, `flow_in`, `flow_out`) are bound to them, and
+///   across the trace in `ts` order a flow must begin (`flow_out` alone) before any event takes
+///   it in (`flow_in`), else the importer counts `flow_end_without_start`/`flow_step_without_start`.
 fn import_like_perfetto(text: &str) -> Result<Imported, String> {
     let first_key = text.trim_start().trim_start_matches('{').trim_start();
     if !first_key.starts_with("\"traceEvents\"") {
@@ -168,12 +175,17 @@ fn import_like_perfetto(text: &str) -> Result<Imported, String> {
             }
             continue;
         }
-        if !["B", "E", "i"].contains(&ph) {
+        if ph == "X" && !e["dur"].is_number() {
+            return Err(format!("event {i}: X without a numeric dur"));
+        }
+        if !["B", "E", "i", "X"].contains(&ph) {
             return Err(format!("event {i}: unexpected phase {ph}"));
         }
         tracks.entry((pid, tid)).or_default().push((ts, i, e));
     }
     let mut slices = Vec::new();
+    // (ts, position in the file, bind_id, flow_in)
+    let mut flow_events: Vec<(f64, usize, u64, bool)> = Vec::new();
     for ((pid, tid), mut evs) in tracks {
         evs.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         let mut stack: Vec<Slice> = Vec::new();
@@ -188,6 +200,7 @@ fn import_like_perfetto(text: &str) -> Result<Imported, String> {
                     end: f64::NAN,
                     args: e["args"].clone(),
                     instants: vec![],
+                    flows: vec![],
                 }),
                 "E" => {
                     let mut s = stack
@@ -212,6 +225,23 @@ fn import_like_perfetto(text: &str) -> Result<Imported, String> {
                         .last_mut()
                         .ok_or(format!("event {i}: instant {name} outside any slice"))?;
                     open.instants.push((name, ts, e["args"].clone()));
+                    open.flows.push(None);
+                }
+                "X" => {
+                    if e["dur"].as_f64() != Some(0.0) {
+                        return Err(format!("event {i}: X of non-zero length"));
+                    }
+                    let open = stack
+                        .last_mut()
+                        .ok_or(format!("event {i}: point {name} outside any slice"))?;
+                    open.instants.push((name, ts, e["args"].clone()));
+                    let flow = e["bind_id"]
+                        .as_u64()
+                        .map(|id| (id, e["flow_in"] == true, e["flow_out"] == true));
+                    if let Some((id, _, _)) = flow {
+                        flow_events.push((ts, i, id, e["flow_in"] == true));
+                    }
+                    open.flows.push(flow);
                 }
                 _ => unreachable!(),
             }
@@ -219,6 +249,16 @@ fn import_like_perfetto(text: &str) -> Result<Imported, String> {
         if let Some(s) = stack.pop() {
             return Err(format!("slice {} on {pid}/{tid} never ends", s.name));
         }
+    }
+    flow_events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let mut begun = BTreeSet::new();
+    for (_, i, id, flow_in) in flow_events {
+        if flow_in && !begun.contains(&id) {
+            return Err(format!(
+                "event {i}: flow_in of flow {id} before any flow_out"
+            ));
+        }
+        begun.insert(id);
     }
     Ok((slices, processes, threads))
 }
@@ -233,11 +273,24 @@ fn counters(text: &str) -> BTreeMap<String, Vec<(f64, u64)>> {
                 .or_default()
                 .push((
                     e["ts"].as_f64().unwrap(),
-                    e["args"]["live"].as_u64().unwrap(),
+                    e["args"]
+                        .as_object()
+                        .unwrap()
+                        .values()
+                        .next()
+                        .unwrap()
+                        .as_u64()
+                        .unwrap(),
                 ));
         }
     }
     out
+}
+
+/// The slices in GPU track groups, and those of the traced processes.
+fn process_slices(all: &[Slice]) -> (Vec<&Slice>, Vec<&Slice>) {
+    all.iter()
+        .partition(|s| s.pid >= u64::from(gpu_trace::output::perfetto::GPU_GROUP_PID_BASE))
 }
 
 fn json_lines(gtrace: &Path) -> Vec<Value> {
@@ -264,28 +317,43 @@ fn perfetto_of(gtrace: &str, extra: &[&str]) -> String {
 #[test]
 fn perfetto_timeline_of_two_streams_imports_and_matches_the_events() {
     let text = perfetto_of("two_streams.gtrace", &[]);
-    let (slices, mut processes, threads) = import_like_perfetto(&text).unwrap();
+    let (all_slices, mut processes, threads) = import_like_perfetto(&text).unwrap();
     let lines = json_lines(&fixture("two_streams.gtrace"));
     let events: Vec<&Value> = lines.iter().filter(|l| l["event"] != "STATS").collect();
+    use gpu_trace::output::perfetto::{GPU_GROUP_PID_BASE, GPU_PID};
 
-    // A track group per process, named after it, and one for the GPUs' counters.
+    // A track group per process, named after it, one for the GPUs' counters and one per GPU.
     assert_eq!(
-        processes.remove(&u64::from(gpu_trace::output::perfetto::GPU_PID)),
-        Some("GPUs (live tasks)".to_string())
+        processes.remove(&u64::from(GPU_PID)),
+        Some("GPUs".to_string())
+    );
+    assert_eq!(
+        processes.remove(&u64::from(GPU_GROUP_PID_BASE)),
+        Some("GPU 0".to_string()),
+        "the fixture's TSGs are all on RM device 0 (its README)"
     );
     let pids: BTreeSet<u64> = events.iter().map(|e| e["pid"].as_u64().unwrap()).collect();
     assert_eq!(processes.keys().copied().collect::<BTreeSet<_>>(), pids);
     assert_eq!(processes.values().collect::<Vec<_>>(), ["python3"]);
+    let (on_gpu, slices) = process_slices(&all_slices);
     assert_eq!(slices.len(), 4);
     // Tracks are slots, reused: as many as TSGs were alive at once (the fixture's README: the
-    // 4 TSGs of the PyTorch process live together until it exits).
-    assert_eq!(threads.len(), 4, "{threads:?}");
-    for s in &slices {
+    // 4 TSGs of the PyTorch process live together until it exits), in the process's group and
+    // in the GPU's.
+    assert_eq!(threads.len(), 8, "{threads:?}");
+    for s in all_slices.iter() {
         assert!(
             threads[&s.tid].starts_with("TSG slot "),
             "{}",
             threads[&s.tid]
         );
+    }
+    // The GPU's group shows each lifetime again, named by its owner, at the same times.
+    assert_eq!(on_gpu.len(), 4);
+    for s in &slices {
+        let name = format!("python3 {}: {}", s.pid, s.name);
+        let g = on_gpu.iter().find(|g| g.name == name).unwrap();
+        assert_eq!((g.begin, g.end), (s.begin, s.end), "{name}");
     }
     // GPU 0's live-task counter climbs to 4 and returns to 0 with the TSGs' ends.
     let c = counters(&text);
@@ -293,6 +361,7 @@ fn perfetto_timeline_of_two_streams_imports_and_matches_the_events() {
     assert_eq!(live.iter().map(|&(_, n)| n).max(), Some(4));
     assert_eq!(live.last().map(|&(_, n)| n), Some(0));
 
+    let mut flow_ids = Vec::new();
     // One slice per TASK_INIT → TASK_DESTROY, with both events' fields, at their timestamps.
     let inits: Vec<&&Value> = events
         .iter()
@@ -323,18 +392,29 @@ fn perfetto_timeline_of_two_streams_imports_and_matches_the_events() {
         assert_eq!(s.args["task_init"]["timeslice_us"], 1024);
         assert_eq!(s.args["task_destroy"]["cause"], "process_exit");
         assert_eq!(s.args["task_destroy"]["comm"], "cuda-EvtHandlr");
-        // Its SCHEDULE, SCHED_UPDATE and WORK_SUBMIT events are instants inside it, with their
-        // fields.
+        // Its TASK_INIT, SCHEDULE, SCHED_UPDATE and WORK_SUBMIT events are points inside it,
+        // with their fields, chained in time order by one flow: the first begins it, each
+        // next one takes it in and passes it on.
         let mine: Vec<&&Value> = events
             .iter()
             .filter(|e| {
                 matches!(
                     e["event"].as_str(),
-                    Some("SCHEDULE" | "SCHED_UPDATE" | "WORK_SUBMIT")
+                    Some("TASK_INIT" | "SCHEDULE" | "SCHED_UPDATE" | "WORK_SUBMIT")
                 ) && e["task"] == init["task"]
             })
             .collect();
         assert_eq!(s.instants.len(), mine.len());
+        assert_eq!(s.instants[0].0, "TASK_INIT");
+        let ids: BTreeSet<u64> = s.flows.iter().map(|f| f.unwrap().0).collect();
+        assert_eq!(ids.len(), 1, "one flow per lifetime");
+        flow_ids.push(*ids.first().unwrap());
+        assert_eq!(s.flows[0].map(|f| (f.1, f.2)), Some((false, true)));
+        assert!(
+            s.flows[1..]
+                .iter()
+                .all(|f| f.map(|f| (f.1, f.2)) == Some((true, true)))
+        );
         for (name, ts, args) in &s.instants {
             assert!(*ts >= s.begin && *ts <= s.end);
             let e = mine
@@ -351,20 +431,57 @@ fn perfetto_timeline_of_two_streams_imports_and_matches_the_events() {
     let instants: usize = slices.iter().map(|s| s.instants.len()).sum();
     assert_eq!(
         instants,
-        4 + 1 + 20,
-        "4 SCHEDULE, the SET_TIMESLICE's SCHED_UPDATE and 20 WORK_SUBMIT"
+        4 + 4 + 1 + 20,
+        "4 TASK_INIT, 4 SCHEDULE, the SET_TIMESLICE's SCHED_UPDATE and 20 WORK_SUBMIT"
     );
+    flow_ids.sort();
+    flow_ids.dedup();
+    assert_eq!(flow_ids.len(), 4, "each lifetime its own flow");
+    // schedules/s GPU 0: the 4 SCHEDULEs of the JSON output, counted per second of the trace.
+    // The seconds count from the first record (which may be no event): the counter's first
+    // point, at or before the first event; its points are one second apart.
+    let rate = &c["schedules/s GPU 0"];
+    let origin_ns = (rate[0].0 * 1000.0).round() as u64;
+    let first_ns = events
+        .iter()
+        .map(|e| e["ts_ns"].as_u64().unwrap())
+        .min()
+        .unwrap();
+    assert!(origin_ns <= first_ns);
+    for (k, &(ts, _)) in rate.iter().enumerate() {
+        assert_eq!(
+            (ts * 1000.0).round() as u64,
+            origin_ns + k as u64 * 1_000_000_000
+        );
+    }
+    let mut want: BTreeMap<u64, u64> = BTreeMap::new();
+    for e in events.iter().filter(|e| e["event"] == "SCHEDULE") {
+        *want
+            .entry((e["ts_ns"].as_u64().unwrap() - origin_ns) / 1_000_000_000)
+            .or_default() += 1;
+    }
+    let got: BTreeMap<u64, u64> = rate
+        .iter()
+        .enumerate()
+        .filter(|&(_, &(_, n))| n > 0)
+        .map(|(k, &(_, n))| (k as u64, n))
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(want.values().sum::<u64>(), 4);
+    assert_eq!(c["schedules/s GPU 0"].last().map(|&(_, n)| n), Some(0));
 }
 
 #[test]
 fn perfetto_timeline_of_context_churn_has_twelve_freed_lifetimes() {
-    let (slices, _, threads) = import_like_perfetto(&perfetto_of("ctx_churn.gtrace", &[])).unwrap();
+    let (all, _, threads) = import_like_perfetto(&perfetto_of("ctx_churn.gtrace", &[])).unwrap();
+    let (on_gpu, slices) = process_slices(&all);
     assert_eq!(slices.len(), 12);
+    assert_eq!(on_gpu.len(), 12, "each lifetime again in its GPU's group");
     // Three rounds of 4 TSGs one after another (the fixture's README): 4 tracks, each holding
-    // one lifetime of every round.
-    assert_eq!(threads.len(), 4, "tracks reused across rounds: {threads:?}");
+    // one lifetime of every round, in the process's group and in the GPU's.
+    assert_eq!(threads.len(), 8, "tracks reused across rounds: {threads:?}");
     for tid in threads.keys() {
-        assert_eq!(slices.iter().filter(|s| s.tid == *tid).count(), 3);
+        assert_eq!(all.iter().filter(|s| s.tid == *tid).count(), 3);
     }
     assert!(
         slices
@@ -372,7 +489,7 @@ fn perfetto_timeline_of_context_churn_has_twelve_freed_lifetimes() {
             .all(|s| s.args["task_destroy"]["cause"] == "free")
     );
     // Rounds do not overlap: every lifetime ends before the next round's begin.
-    let mut by_begin: Vec<&Slice> = slices.iter().collect();
+    let mut by_begin: Vec<&Slice> = slices.clone();
     by_begin.sort_by(|a, b| a.begin.total_cmp(&b.begin));
     for round in by_begin.chunks(4).collect::<Vec<_>>().windows(2) {
         let end = round[0].iter().map(|s| s.end).fold(f64::MIN, f64::max);
@@ -389,8 +506,9 @@ fn perfetto_honours_the_filters() {
     ))
     .unwrap();
     assert!(slices.is_empty() && processes.is_empty());
-    let (slices, ..) =
+    let (all, ..) =
         import_like_perfetto(&perfetto_of("two_streams.gtrace", &["--comm", "python3"])).unwrap();
+    let (_, slices) = process_slices(&all);
     assert_eq!(
         slices.len(),
         4,
@@ -426,6 +544,15 @@ fn the_importer_check_rejects_what_perfetto_would() {
         (
             r#"{"traceEvents":[{"ph":"E","ts":2,"pid":1,"tid":2,"name":"a"},{"ph":"B","ts":1,"pid":1,"tid":3,"name":"a"}]}"#,
             "E without",
+        ),
+        (
+            r#"{"traceEvents":[{"ph":"B","ts":1,"pid":1,"tid":2,"name":"a"},{"ph":"X","ts":1,"pid":1,"tid":2,"name":"p"},{"ph":"E","ts":2,"pid":1,"tid":2,"name":"a"}]}"#,
+            "X without a numeric dur",
+        ),
+        (
+            // The step comes first in time: Perfetto would find no flow to continue.
+            r#"{"traceEvents":[{"ph":"B","ts":1,"pid":1,"tid":2,"name":"a"},{"ph":"X","ts":3,"dur":0,"pid":1,"tid":2,"name":"p","bind_id":7,"flow_out":true},{"ph":"X","ts":2,"dur":0,"pid":1,"tid":2,"name":"q","bind_id":7,"flow_in":true,"flow_out":true},{"ph":"E","ts":4,"pid":1,"tid":2,"name":"a"}]}"#,
+            "before any flow_out",
         ),
     ] {
         let err = import_like_perfetto(bad).unwrap_err();

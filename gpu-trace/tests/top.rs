@@ -35,8 +35,7 @@ fn top_shows_a_process_s_refused_schedules_sorts_and_quits_cleanly() {
     if skip_unless_root(test) {
         return;
     }
-    if Command::new("tmux").arg("-V").output().is_err() {
-        common::skipped(test, "tmux is not installed (scripts/setup.sh installs it)");
+    if tmux_missing(test) {
         return;
     }
     let session = format!("gt-top-{}", std::process::id());
@@ -47,26 +46,7 @@ fn top_shows_a_process_s_refused_schedules_sorts_and_quits_cleanly() {
         gpu_trace_bin().display(),
         exit_file.display()
     );
-    tmux(&[
-        "new-session",
-        "-d",
-        "-s",
-        &session,
-        "-x",
-        "200",
-        "-y",
-        "40",
-        &cmd,
-    ]);
-    struct Kill(String);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = Command::new("tmux")
-                .args(["kill-session", "-t", &self.0])
-                .output();
-        }
-    }
-    let _kill = Kill(session.clone());
+    let _kill = Session::start(&session, &cmd);
     let s = screen_until(&session, |s| s.contains("gpu-trace top"));
     assert!(s.contains("gpu-trace top"), "{test}: no view:\n{s}");
 
@@ -96,11 +76,7 @@ fn top_shows_a_process_s_refused_schedules_sorts_and_quits_cleanly() {
     assert!(s.contains("sorted by LIVE"), "{test}: s did not sort:\n{s}");
 
     tmux(&["send-keys", "-t", &session, "q"]);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !exit_file.exists() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let exit = std::fs::read_to_string(&exit_file).unwrap_or_default();
+    let exit = exit_status(&exit_file);
     assert_eq!(exit.trim(), "EXIT=0", "{test}: q did not end it cleanly");
     // The terminal is back: the normal screen shows the start-up report again, not the view.
     let s = tmux(&["capture-pane", "-p", "-t", &session]);
@@ -108,4 +84,195 @@ fn top_shows_a_process_s_refused_schedules_sorts_and_quits_cleanly() {
         s.contains("gpu-trace: tracing") && !s.contains("sorted by"),
         "{test}: the terminal was not given back:\n{s}"
     );
+}
+
+/// What the shell wrote to `exit_file` once the command ended (waits up to 20 s).
+fn exit_status(exit_file: &std::path::Path) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !exit_file.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::fs::read_to_string(exit_file).unwrap_or_default()
+}
+
+/// A tmux session that is killed when the test ends, however it ends.
+struct Session(String);
+
+impl Session {
+    fn start(name: &str, cmd: &str) -> Self {
+        tmux(&[
+            "new-session",
+            "-d",
+            "-s",
+            name,
+            "-x",
+            "200",
+            "-y",
+            "40",
+            cmd,
+        ]);
+        Self(name.to_string())
+    }
+
+    fn keys(&self, keys: &str) {
+        tmux(&["send-keys", "-t", &self.0, keys]);
+    }
+
+    fn screen_until(&self, ready: impl Fn(&str) -> bool) -> String {
+        screen_until(&self.0, ready)
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["kill-session", "-t", &self.0])
+            .output();
+    }
+}
+
+fn tmux_missing(test: &str) -> bool {
+    if Command::new("tmux").arg("-V").output().is_err() {
+        common::skipped(test, "tmux is not installed (scripts/setup.sh installs it)");
+        return true;
+    }
+    false
+}
+
+/// A real recording of the 2×H200 host: a NCCL all-reduce, one process per GPU.
+fn allreduce() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/h200x2_r3/allreduce.gtrace")
+}
+
+/// The `SCHEDULE`s per pid of the recording, from its JSON replay.
+fn schedules_per_pid(file: &std::path::Path) -> std::collections::BTreeMap<String, u64> {
+    let out = Command::new(gpu_trace_bin())
+        .args(["replay", file.to_str().unwrap(), "--format", "json"])
+        .output()
+        .unwrap();
+    let mut per_pid = std::collections::BTreeMap::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        if v["event"] == "SCHEDULE" {
+            *per_pid.entry(v["pid"].to_string()).or_default() += 1;
+        }
+    }
+    per_pid
+}
+
+/// The SCHEDULES column of each process row: (pid, total).
+fn schedule_totals(screen: &str) -> std::collections::BTreeMap<String, u64> {
+    screen
+        .lines()
+        .skip_while(|l| !l.starts_with("PID "))
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            // PID COMM CONTAINER LIVE(one word per engine) SCHED/s REFUSED/s UPD/s SCHEDULES
+            // REFUSED TIMESLICE INIT→SCHED: the totals are the fourth and fifth from the end.
+            (f.len() >= 9).then(|| (f[0].to_string(), f[f.len() - 4].parse().unwrap()))
+        })
+        .collect()
+}
+
+#[test]
+fn replay_top_steps_through_a_recording_second_by_second() {
+    let test = "replay_top_steps_through_a_recording_second_by_second";
+    if tmux_missing(test) {
+        return;
+    }
+    let file = allreduce();
+    let want = schedules_per_pid(&file);
+    assert_eq!(want.len(), 2, "two ranks schedule: {want:?}");
+    let exit_file = common::scratch().join("replay-top.exit");
+    let _ = std::fs::remove_file(&exit_file);
+    let s = Session::start(
+        &format!("gt-rtop-{}", std::process::id()),
+        &format!(
+            "{} replay {} --top 2>&1; echo EXIT=$? > {}; sleep 60",
+            gpu_trace_bin().display(),
+            file.display(),
+            exit_file.display()
+        ),
+    );
+    // One frame per second of the recording: 1 s first, then one more per `n`; the totals
+    // never go down; after the last record the view says so and keeps the final frame.
+    let mut seconds = 1;
+    let mut last = std::collections::BTreeMap::new();
+    let end = loop {
+        let screen = s.screen_until(|x| {
+            x.contains(&format!("— {seconds} s,")) || x.contains("end of the recording")
+        });
+        if screen.contains("end of the recording") {
+            break screen;
+        }
+        assert!(
+            screen.contains(&format!("— {seconds} s,")),
+            "{test}: step {seconds}:\n{screen}"
+        );
+        let now = schedule_totals(&screen);
+        for (pid, n) in &last {
+            assert!(
+                now.get(pid).is_some_and(|m| m >= n),
+                "{test}: {pid} went down:\n{screen}"
+            );
+        }
+        last = now;
+        assert!(seconds < 60, "{test}: no end after 60 steps");
+        seconds += 1;
+        s.keys(if seconds % 2 == 0 { "n" } else { "Space" });
+    };
+    // The final frame: each rank's schedules, as many as the JSON replay's events; both GPUs.
+    assert_eq!(schedule_totals(&end), want, "{test}:\n{end}");
+    assert!(
+        end.contains("GPU-bc3cd54f") && end.contains("GPU-82a9b34a"),
+        "{end}"
+    );
+    s.keys("s");
+    let sorted = s.screen_until(|x| x.contains("sorted by LIVE"));
+    assert!(
+        sorted.contains("sorted by LIVE"),
+        "{test}: s did not sort:\n{sorted}"
+    );
+    assert_eq!(
+        schedule_totals(&sorted),
+        want,
+        "the sort changes the order only"
+    );
+    s.keys("q");
+    let exit = exit_status(&exit_file);
+    assert_eq!(exit.trim(), "EXIT=0", "{test}: q did not end it cleanly");
+    let back = tmux(&["capture-pane", "-p", "-t", &s.0]);
+    assert!(
+        !back.contains("sorted by"),
+        "{test}: the terminal was not given back:\n{back}"
+    );
+}
+
+#[test]
+fn replay_top_quit_midway_is_a_clean_end() {
+    let test = "replay_top_quit_midway_is_a_clean_end";
+    if tmux_missing(test) {
+        return;
+    }
+    let exit_file = common::scratch().join("replay-top-quit.exit");
+    let _ = std::fs::remove_file(&exit_file);
+    let s = Session::start(
+        &format!("gt-rtopq-{}", std::process::id()),
+        &format!(
+            "{} replay {} --top 2>&1; echo EXIT=$? > {}; sleep 60",
+            gpu_trace_bin().display(),
+            allreduce().display(),
+            exit_file.display()
+        ),
+    );
+    let first = s.screen_until(|x| x.contains("— 1 s,"));
+    assert!(first.contains("n/space: next second"), "{test}:\n{first}");
+    s.keys("q");
+    let exit = exit_status(&exit_file);
+    assert_eq!(exit.trim(), "EXIT=0", "{test}");
+    // Stopping early is not a recording cut short.
+    let back = tmux(&["capture-pane", "-p", "-t", &s.0]);
+    assert!(!back.contains("without its trailer"), "{test}:\n{back}");
 }

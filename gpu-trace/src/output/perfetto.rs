@@ -10,8 +10,13 @@
 //!   contexts it made one after another. Their `tid` is synthetic: [`TRACK_TID_BASE`] plus a
 //!   counter, above any real Linux thread id (`PID_MAX_LIMIT` is 2²²); tasks alive at once never
 //!   share a track, so slices always nest;
-//! - a **`GPUs` process** ([`GPU_PID`]) with one counter track per GPU (`live tasks GPU N`, N
-//!   the RM device instance of `TASK_INIT`): tasks alive on it over time;
+//! - a **`GPUs` process** ([`GPU_PID`]) with two counter tracks per GPU (N the RM device
+//!   instance of `TASK_INIT`): `live tasks GPU N`, the tasks alive on it over time, and
+//!   `schedules/s GPU N`, its `SCHEDULE`s per second of the trace (one value per second from
+//!   the first record, zeros included, written at the end);
+//! - a **`GPU N` process** per GPU (`GPU N runlist R` where `TASK_INIT` names the runlist, with
+//!   gpu_ext's hooks) whose slot tracks show every process's tasks alive on it, one slice per
+//!   lifetime named `<comm> <pid>: TSG <id>` (pids from [`GPU_GROUP_PID_BASE`] up);
 //! - one **slice** per lifetime: `B` at `TASK_INIT`, `E` at `TASK_DESTROY`; late attach: a
 //!   `TSGs created before tracing` slice from the first record to each `PRETRACE_END`;
 //!   processes of the start-up inventory are named and get `process_labels`. A task first seen
@@ -19,10 +24,15 @@
 //!   trace; a task still alive at the end ends at the last record. The slice's args carry the
 //!   `TASK_INIT` fields under `task_init`, the `TASK_DESTROY` fields under `task_destroy`, or
 //!   `note` for the cases above;
-//! - one **instant** (`ph: "i"`, thread scope) per `SCHEDULE`, `SCHED_UPDATE` and `WORK_SUBMIT` on the task's
-//!   track, inside its slice, with the event's fields as args. `WORK_SUBMIT` is always written
-//!   (the file is not a terminal; `-v` only concerns the printed output). An event that belongs
-//!   to no task becomes a process-scoped instant.
+//! - one **point** (a zero-length complete event, `ph: "X"`, `dur: 0`) per `TASK_INIT`,
+//!   `SCHEDULE`, `SCHED_UPDATE` and `WORK_SUBMIT` on the task's track, inside its slice, with
+//!   the event's fields as args. `WORK_SUBMIT` is always written (the file is not a terminal;
+//!   `-v` only concerns the printed output). An event that belongs to no task becomes a
+//!   process-scoped instant (`ph: "i"`);
+//! - **flow arrows** through a lifetime's points in order, `TASK_INIT` → `SCHEDULE` → tokens
+//!   (`WORK_SUBMIT`) → ...: Perfetto's flow events v2 (`bind_id` one per lifetime, `flow_out`
+//!   on the first point, `flow_in` and `flow_out` on the next ones), which its importer binds to
+//!   the complete event that carries them (instants cannot carry flows there, hence `X`).
 //!
 //! Events do not have to come in timestamp order (a live ring buffer delivers records from
 //! different CPUs slightly out of order): the writer tolerates disorder. Perfetto sorts events by
@@ -39,7 +49,7 @@
 //! `traceEvents` comes first and no event holds an array (arrays in args are written as strings).
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::{BTreeMap, HashMap, HashSet},
     io::{self, Write},
 };
 
@@ -57,6 +67,9 @@ pub const TRACK_TID_BASE: u32 = 1 << 24;
 /// The synthetic process that holds the per-GPU counter tracks.
 pub const GPU_PID: u32 = 0x7fff_fff0;
 
+/// The first synthetic pid of the per-GPU (per-runlist) track groups, in order of first use.
+pub const GPU_GROUP_PID_BASE: u32 = 0x7ff0_0000;
+
 /// The category of every event gpu-trace writes.
 const CATEGORY: &str = "gpu";
 
@@ -70,6 +83,18 @@ struct Track {
     begin_ns: u64,
     /// The GPU (RM device instance) whose live-task counter it is in.
     gpu: Option<u32>,
+    /// The same lifetime's slice in its GPU's track group: (group pid, track, slice name).
+    on_gpu: Option<(u32, u32, String)>,
+    /// The lifetime's flow (`bind_id`), and whether a point of it was written yet.
+    flow: u64,
+    flowing: bool,
+}
+
+/// Where a lifetime runs: its GPU, runlist and owner (`<comm> <pid>`), for the GPU's track group.
+struct GpuPlace {
+    gpu: u32,
+    runlist: Option<u32>,
+    owner: String,
 }
 
 /// Writes a Chrome JSON trace as events arrive; [`PerfettoWriter::finish`] closes it.
@@ -88,6 +113,13 @@ pub struct PerfettoWriter<W: Write> {
     tracks: HashMap<u32, Vec<(u32, Option<u64>)>>,
     /// Live tasks per GPU (the counter tracks).
     live_per_gpu: HashMap<u32, u64>,
+    /// The track group of each (GPU, runlist) seen, by first use.
+    gpu_groups: HashMap<(u32, Option<u32>), u32>,
+    /// `SCHEDULE`s per GPU (`None`: not known) and second of the trace.
+    schedules: BTreeMap<(Option<u32>, u64), u64>,
+    /// The first record's timestamp (the seconds above count from it).
+    start_ns: Option<u64>,
+    next_flow: u64,
 }
 
 /// Microseconds with three decimals, exactly (no float rounding).
@@ -134,6 +166,10 @@ impl<W: Write> PerfettoWriter<W> {
             next_track: 0,
             tracks: HashMap::new(),
             live_per_gpu: HashMap::new(),
+            gpu_groups: HashMap::new(),
+            schedules: BTreeMap::new(),
+            start_ns: None,
+            next_flow: 0,
         })
     }
 
@@ -253,42 +289,70 @@ impl<W: Write> PerfettoWriter<W> {
         Ok(tid)
     }
 
-    /// Opens a slice for `task` at `ts_ns` on a free track of its process.
+    /// Opens a slice for `task` at `ts_ns` on a free track of its process, and where its GPU
+    /// is known, the same lifetime on a track of the GPU's group.
     fn open_track(
         &mut self,
         pid: u32,
         task: TaskId,
         ts_ns: u64,
         slice: &str,
-        gpu: Option<u32>,
+        place: Option<GpuPlace>,
         args: Value,
     ) -> io::Result<u32> {
         let tid = self.take_track(pid, task, ts_ns)?;
         self.timed("B", ts_ns, pid, tid, slice, None, args)?;
+        let mut on_gpu = None;
+        if let Some(p) = &place {
+            let group = self.gpu_group(p.gpu, p.runlist)?;
+            let track = self.take_track(group, task, ts_ns)?;
+            let name = format!("{}: {slice}", p.owner);
+            self.timed("B", ts_ns, group, track, &name, None, json!({}))?;
+            on_gpu = Some((group, track, name));
+        }
+        let flow = self.next_flow;
+        self.next_flow += 1;
         self.open.insert(
             task_key(pid, task),
             Track {
                 tid,
                 slice: slice.to_string(),
                 begin_ns: ts_ns,
-                gpu,
+                gpu: place.as_ref().map(|p| p.gpu),
+                on_gpu,
+                flow,
+                flowing: false,
             },
         );
-        if let Some(g) = gpu {
-            self.count_live(g, ts_ns, 1)?;
+        if let Some(p) = place {
+            self.count_live(p.gpu, ts_ns, 1)?;
         }
         Ok(tid)
+    }
+
+    /// The track group of GPU `gpu` (and runlist, where known), named at first use.
+    fn gpu_group(&mut self, gpu: u32, runlist: Option<u32>) -> io::Result<u32> {
+        if let Some(&pid) = self.gpu_groups.get(&(gpu, runlist)) {
+            return Ok(pid);
+        }
+        let pid = GPU_GROUP_PID_BASE + self.gpu_groups.len() as u32;
+        self.gpu_groups.insert((gpu, runlist), pid);
+        let name = match runlist {
+            Some(r) => format!("GPU {gpu} runlist {r}"),
+            None => format!("GPU {gpu}"),
+        };
+        self.named.insert(pid);
+        self.metadata("process_name", pid, 0, &name)?;
+        Ok(pid)
     }
 
     fn close_track(&mut self, pid: u32, track: Track, ts_ns: u64, args: Value) -> io::Result<()> {
         let ts = self.not_before(ts_ns, track.begin_ns);
         self.timed("E", ts, pid, track.tid, &track.slice, None, args)?;
-        if let Some(slot) = self
-            .tracks
-            .get_mut(&pid)
-            .and_then(|t| t.iter_mut().find(|(tid, _)| *tid == track.tid))
-        {
-            slot.1 = Some(ts);
+        self.free_track(pid, track.tid, ts);
+        if let Some((group, tid, name)) = &track.on_gpu {
+            self.timed("E", ts, *group, *tid, name, None, json!({}))?;
+            self.free_track(*group, *tid, ts);
         }
         if let Some(g) = track.gpu {
             self.count_live(g, ts, -1)?;
@@ -296,10 +360,41 @@ impl<W: Write> PerfettoWriter<W> {
         Ok(())
     }
 
+    /// Track `tid` of `pid` is free from `ts_ns` on.
+    fn free_track(&mut self, pid: u32, tid: u32, ts_ns: u64) {
+        if let Some(slot) = self
+            .tracks
+            .get_mut(&pid)
+            .and_then(|t| t.iter_mut().find(|(t, _)| *t == tid))
+        {
+            slot.1 = Some(ts_ns);
+        }
+    }
+
+    /// A zero-length complete event on `key`'s open track, the next step of its lifetime's
+    /// flow (see the module's documentation).
+    fn point(&mut self, ts_ns: u64, key: &TaskKey, name: &str, args: Value) -> io::Result<()> {
+        let pid = key.0;
+        let Some(track) = self.open.get_mut(key) else {
+            return Ok(());
+        };
+        let (tid, flow, flow_in, begin) = (track.tid, track.flow, track.flowing, track.begin_ns);
+        track.flowing = true;
+        let ts = self.not_before(ts_ns, begin);
+        let line = format!(
+            "{{\"ph\":\"X\",\"ts\":{},\"dur\":0,\"pid\":{pid},\"tid\":{tid},\"name\":{},\"cat\":\"{CATEGORY}\",\"bind_id\":{flow},{}\"flow_out\":true,\"args\":{}}}",
+            ts_us(ts),
+            Value::from(name),
+            if flow_in { "\"flow_in\":true," } else { "" },
+            without_arrays(args)
+        );
+        self.write_event(&line)
+    }
+
     /// The live-task counter of GPU `gpu` moves by `delta` at `ts_ns`.
     fn count_live(&mut self, gpu: u32, ts_ns: u64, delta: i64) -> io::Result<()> {
         if self.named.insert(GPU_PID) {
-            self.metadata("process_name", GPU_PID, 0, "GPUs (live tasks)")?;
+            self.metadata("process_name", GPU_PID, 0, "GPUs")?;
         }
         let n = self.live_per_gpu.entry(gpu).or_default();
         *n = n.saturating_add_signed(delta);
@@ -343,15 +438,17 @@ impl<W: Write> PerfettoWriter<W> {
     pub fn event(&mut self, ev: &Event, process_name: &str, trace_start_ns: u64) -> io::Result<()> {
         let pid = ev.origin.pid;
         let ts = ev.origin.ts_ns;
+        self.start_ns.get_or_insert(trace_start_ns);
         self.name_process(pid, process_name)?;
         let task = ev.kind.task();
         let fields = self.fields(ev);
         if matches!(task, TaskId::KfdNoQueue) {
             return self.timed("i", ts, pid, pid, ev.kind.name(), Some("p"), fields);
         }
+        let key = task_key(pid, task);
         match &ev.kind {
-            EventKind::TaskInit { gpu, .. } => {
-                if let Some(old) = self.open.remove(&task_key(pid, task)) {
+            EventKind::TaskInit { gpu, runlist, .. } => {
+                if let Some(old) = self.open.remove(&key) {
                     self.close_track(
                         pid,
                         old,
@@ -360,23 +457,66 @@ impl<W: Write> PerfettoWriter<W> {
                     )?;
                 }
                 let slice = task_label(task);
-                self.open_track(pid, task, ts, &slice, *gpu, json!({ "task_init": fields }))?;
+                let place = gpu.map(|gpu| GpuPlace {
+                    gpu,
+                    runlist: *runlist,
+                    owner: format!("{} {pid}", super::escape::lossy(process_name)),
+                });
+                self.open_track(pid, task, ts, &slice, place, json!({ "task_init": fields }))?;
+                self.point(ts, &key, ev.kind.name(), fields)?;
             }
             // PRETRACE_END closes a "TSGs created before tracing" slice opened at the start.
             EventKind::TaskDestroy { .. } | EventKind::PretraceEnd { .. } => {
                 self.track_of(pid, task, trace_start_ns)?;
-                if let Some(track) = self.open.remove(&task_key(pid, task)) {
+                if let Some(track) = self.open.remove(&key) {
                     self.close_track(pid, track, ts, json!({ "task_destroy": fields }))?;
                 }
             }
             _ => {
-                let tid = self.track_of(pid, task, trace_start_ns)?;
-                let begin = self
-                    .open
-                    .get(&task_key(pid, task))
-                    .map_or(ts, |t| t.begin_ns);
-                let ts = self.not_before(ts, begin);
-                self.timed("i", ts, pid, tid, ev.kind.name(), Some("t"), fields)?;
+                self.track_of(pid, task, trace_start_ns)?;
+                if matches!(ev.kind, EventKind::Schedule { .. }) {
+                    let gpu = self.open.get(&key).and_then(|t| t.gpu);
+                    let second = ts.saturating_sub(trace_start_ns) / 1_000_000_000;
+                    *self.schedules.entry((gpu, second)).or_default() += 1;
+                }
+                self.point(ts, &key, ev.kind.name(), fields)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `schedules/s GPU N`: one value per second of the trace, from its first second to the
+    /// GPU's last one with a schedule, zeros included, then 0.
+    fn schedule_counters(&mut self) -> io::Result<()> {
+        let Some(start) = self.start_ns else {
+            return Ok(());
+        };
+        let mut per_gpu: BTreeMap<Option<u32>, Vec<(u64, u64)>> = BTreeMap::new();
+        for (&(gpu, second), &n) in &self.schedules {
+            per_gpu.entry(gpu).or_default().push((second, n));
+        }
+        for (gpu, seconds) in per_gpu {
+            let name = match gpu {
+                Some(g) => format!("schedules/s GPU {g}"),
+                None => "schedules/s GPU ?".to_string(),
+            };
+            let last = seconds.last().map_or(0, |&(s, _)| s);
+            let mut counts = seconds.into_iter().peekable();
+            for second in 0..=last + 1 {
+                let n = match counts.peek() {
+                    Some(&(s, n)) if s == second => {
+                        counts.next();
+                        n
+                    }
+                    _ => 0,
+                };
+                let ts = start.saturating_add(second.saturating_mul(1_000_000_000));
+                let line = format!(
+                    "{{\"ph\":\"C\",\"ts\":{},\"pid\":{GPU_PID},\"tid\":0,\"name\":{},\"cat\":\"{CATEGORY}\",\"args\":{{\"schedules\":{n}}}}}",
+                    ts_us(ts),
+                    Value::from(name.as_str())
+                );
+                self.write_event(&line)?;
             }
         }
         Ok(())
@@ -385,6 +525,10 @@ impl<W: Write> PerfettoWriter<W> {
     /// Ends every slice still open at `end_ns` (the last record of the trace), closes the JSON
     /// and flushes. `other` goes to `otherData` (strings, shown by Perfetto as trace metadata).
     pub fn finish(mut self, end_ns: u64, other: &[(&str, String)]) -> io::Result<W> {
+        if !self.schedules.is_empty() && self.named.insert(GPU_PID) {
+            self.metadata("process_name", GPU_PID, 0, "GPUs")?;
+        }
+        self.schedule_counters()?;
         let mut still_open: Vec<(TaskKey, Track)> = self.open.drain().collect();
         still_open.sort_by_key(|(_, t)| t.tid);
         for ((pid, _), track) in still_open {
@@ -494,13 +638,21 @@ mod tests {
         serde_json::from_str(&text).unwrap()
     }
 
-    /// The phases of the traced processes' events (not the GPU counters).
-    fn phases(v: &Value) -> Vec<String> {
+    /// The traced processes' events (not the GPUs' counters and track groups).
+    fn procs(v: &Value) -> Vec<Value> {
         v["traceEvents"]
             .as_array()
             .unwrap()
             .iter()
-            .filter(|e| e["pid"] != GPU_PID)
+            .filter(|e| e["pid"].as_u64().unwrap() < u64::from(GPU_GROUP_PID_BASE))
+            .cloned()
+            .collect()
+    }
+
+    /// The phases of the traced processes' events.
+    fn phases(v: &Value) -> Vec<String> {
+        procs(v)
+            .iter()
             .map(|e| e["ph"].as_str().unwrap().to_string())
             .collect()
     }
@@ -518,23 +670,27 @@ mod tests {
             2_000,
             3_000,
         );
-        let evs = v["traceEvents"].as_array().unwrap();
-        let timed = evs
-            .iter()
-            .filter(|e| e["ph"] != "M" && e["pid"] != GPU_PID)
-            .count();
-        let ts_of = |ph: &str| {
-            evs.iter()
-                .find(|e| e["ph"] == ph)
-                .map(|e| e["ts"].as_f64().unwrap())
-                .unwrap()
-        };
-        assert_eq!(timed, 3);
-        assert_eq!((ts_of("B"), ts_of("i"), ts_of("E")), (3.0, 3.0, 3.0));
+        let evs = procs(&v);
+        let timed: Vec<&Value> = evs.iter().filter(|e| e["ph"] != "M").collect();
+        // B, the TASK_INIT and SCHEDULE points, E: all at the TASK_INIT's 3.0 µs.
+        assert_eq!(timed.len(), 4);
+        assert!(
+            timed.iter().all(|e| e["ts"].as_f64() == Some(3.0)),
+            "{timed:?}"
+        );
         // The args keep the true times.
-        let i = evs.iter().find(|e| e["ph"] == "i").unwrap();
-        assert_eq!(i["args"]["ts_ns"], 2_000);
+        let sched = evs.iter().find(|e| e["name"] == "SCHEDULE").unwrap();
+        assert_eq!(sched["args"]["ts_ns"], 2_000);
         assert_eq!(v["otherData"]["placed_at_slice_begin"], "2");
+        // In the GPU's group too, the lifetime is whole and in order.
+        let on_gpu: Vec<&Value> = v["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["pid"] == GPU_GROUP_PID_BASE && e["ph"] != "M")
+            .collect();
+        assert_eq!(on_gpu.len(), 2);
+        assert!(on_gpu.iter().all(|e| e["ts"].as_f64() == Some(3.0)));
     }
 
     #[test]
@@ -555,13 +711,9 @@ mod tests {
             500,
             4_000,
         );
-        assert_eq!(phases(&v), ["M", "M", "B", "i", "E"]);
+        assert_eq!(phases(&v), ["M", "M", "B", "X", "X", "E"]);
         let all = v["traceEvents"].as_array().unwrap();
-        let ev: Vec<Value> = all
-            .iter()
-            .filter(|e| e["pid"] != GPU_PID)
-            .cloned()
-            .collect();
+        let ev = procs(&v);
         assert_eq!(ev[0]["name"], "process_name");
         assert_eq!(ev[0]["args"]["name"], "python3");
         assert_eq!(ev[1]["name"], "thread_name");
@@ -569,7 +721,7 @@ mod tests {
         // GPU 0's live-task counter: 1 from the TASK_INIT, 0 from the TASK_DESTROY.
         let counter: Vec<(f64, u64)> = all
             .iter()
-            .filter(|e| e["ph"] == "C")
+            .filter(|e| e["ph"] == "C" && e["args"]["live"].is_u64())
             .map(|e| {
                 assert_eq!(e["name"], "live tasks GPU 0");
                 (
@@ -583,17 +735,51 @@ mod tests {
         assert!(tid >= u64::from(TRACK_TID_BASE));
         assert!(ev[2..].iter().all(|e| e["tid"] == tid && e["pid"] == 42));
         assert_eq!(ev[2]["name"], "TSG 0x5c000015");
-        assert_eq!(ev[4]["name"], "TSG 0x5c000015");
+        assert_eq!(ev[5]["name"], "TSG 0x5c000015");
         assert_eq!(ev[2]["ts"].as_f64(), Some(1.0));
         assert_eq!(ev[2]["args"]["task_init"]["engine"], "GRAPHICS");
         assert_eq!(ev[2]["args"]["task_init"]["task"]["value"], 0x5c00_0015);
-        assert_eq!(ev[3]["name"], "SCHEDULE");
-        assert_eq!(ev[3]["s"], "t");
-        assert_eq!(ev[3]["args"]["channels"], 8);
-        assert_eq!(ev[3]["args"]["allowed"], true);
-        assert_eq!(ev[4]["args"]["task_destroy"]["cause"], "process_exit");
-        assert_eq!(ev[4]["args"]["task_destroy"]["comm"], "cuda-EvtHandlr");
+        // The TASK_INIT point begins the lifetime's flow, the SCHEDULE takes it in.
+        assert_eq!(ev[3]["name"], "TASK_INIT");
+        assert_eq!(
+            (ev[3]["ts"].as_f64(), ev[3]["dur"].as_u64()),
+            (Some(1.0), Some(0))
+        );
+        assert_eq!(ev[3]["flow_out"], true);
+        assert!(ev[3].get("flow_in").is_none());
+        assert_eq!(ev[4]["name"], "SCHEDULE");
+        assert_eq!(ev[4]["bind_id"], ev[3]["bind_id"]);
+        assert_eq!(
+            (ev[4]["flow_in"].clone(), ev[4]["flow_out"].clone()),
+            (json!(true), json!(true))
+        );
+        assert_eq!(ev[4]["args"]["channels"], 8);
+        assert_eq!(ev[4]["args"]["allowed"], true);
+        assert_eq!(ev[5]["args"]["task_destroy"]["cause"], "process_exit");
+        assert_eq!(ev[5]["args"]["task_destroy"]["comm"], "cuda-EvtHandlr");
         assert_eq!(v["otherData"]["tool"], "test");
+        // GPU 0's group: the lifetime named by its owner; its schedules/s: 1 in second 0, then 0.
+        let g: Vec<&Value> = all
+            .iter()
+            .filter(|e| e["pid"] == GPU_GROUP_PID_BASE)
+            .collect();
+        assert_eq!(g[0]["args"]["name"], "GPU 0");
+        let b = g.iter().find(|e| e["ph"] == "B").unwrap();
+        assert_eq!(
+            (b["name"].as_str(), b["ts"].as_f64()),
+            (Some("python3 42: TSG 0x5c000015"), Some(1.0))
+        );
+        let rate: Vec<(f64, u64)> = all
+            .iter()
+            .filter(|e| e["name"] == "schedules/s GPU 0")
+            .map(|e| {
+                (
+                    e["ts"].as_f64().unwrap(),
+                    e["args"]["schedules"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(rate, [(0.5, 1), (1_000_000.5, 0)]);
     }
 
     #[test]
@@ -608,7 +794,7 @@ mod tests {
             1,
             4,
         );
-        let ev = v["traceEvents"].as_array().unwrap();
+        let ev = procs(&v);
         let b: Vec<u64> = ev
             .iter()
             .filter(|e| e["ph"] == "B")
@@ -639,7 +825,7 @@ mod tests {
             1,
             6,
         );
-        let ev = v["traceEvents"].as_array().unwrap();
+        let ev = procs(&v);
         let names: Vec<&Value> = ev.iter().filter(|e| e["name"] == "thread_name").collect();
         assert_eq!(names.len(), 1);
         let tid = &names[0]["tid"];
@@ -650,7 +836,7 @@ mod tests {
         assert_eq!(b, 3);
         // A slice that begins before the last one on a track ended gets another track.
         let v = write(&[init(1, 1, 10), destroy(5, 1, 10), init(3, 1, 11)], 1, 6);
-        let ev = v["traceEvents"].as_array().unwrap();
+        let ev = procs(&v);
         assert_eq!(
             ev.iter().filter(|e| e["name"] == "thread_name").count(),
             2,
@@ -661,7 +847,7 @@ mod tests {
     #[test]
     fn tasks_from_before_the_trace_and_still_alive_at_its_end_are_bounded_by_it() {
         let v = write(&[schedule(2_000, 9, 5), init(2_500, 9, 6)], 1_000, 9_000);
-        let ev = v["traceEvents"].as_array().unwrap();
+        let ev = procs(&v);
         let b: Vec<&Value> = ev.iter().filter(|e| e["ph"] == "B").collect();
         assert_eq!(b[0]["ts"].as_f64(), Some(1.0), "begins at the first record");
         assert_eq!(b[0]["args"]["note"], "created before the trace started");

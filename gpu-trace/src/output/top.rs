@@ -98,6 +98,33 @@ struct Counts {
 /// A process's live tasks by engine, and (creation time, timeslice) of its newest.
 type LiveTasks = (BTreeMap<String, u64>, Option<(u64, Option<u64>)>);
 
+/// Orders the process rows by `by`.
+pub fn sort_rows(processes: &mut [ProcessRow], by: SortBy) {
+    match by {
+        SortBy::ScheduleRate => processes.sort_by(|a, b| {
+            b.schedules_per_s
+                .total_cmp(&a.schedules_per_s)
+                .then(b.live_total.cmp(&a.live_total))
+                .then(a.pid.cmp(&b.pid))
+        }),
+        SortBy::Live => processes.sort_by(|a, b| {
+            b.live_total
+                .cmp(&a.live_total)
+                .then(b.schedules_per_s.total_cmp(&a.schedules_per_s))
+                .then(a.pid.cmp(&b.pid))
+        }),
+        SortBy::Pid => processes.sort_by_key(|p| p.pid),
+    }
+}
+
+impl Frame {
+    /// The same frame sorted by `by` (a key press between two frames).
+    pub fn resort(&mut self, by: SortBy) {
+        self.sort = by;
+        sort_rows(&mut self.processes, by);
+    }
+}
+
 /// Turns successive statistics into frames.
 #[derive(Debug, Default)]
 pub struct TopModel {
@@ -166,21 +193,7 @@ impl TopModel {
                 }
             })
             .collect();
-        match self.sort {
-            SortBy::ScheduleRate => processes.sort_by(|a, b| {
-                b.schedules_per_s
-                    .total_cmp(&a.schedules_per_s)
-                    .then(b.live_total.cmp(&a.live_total))
-                    .then(a.pid.cmp(&b.pid))
-            }),
-            SortBy::Live => processes.sort_by(|a, b| {
-                b.live_total
-                    .cmp(&a.live_total)
-                    .then(b.schedules_per_s.total_cmp(&a.schedules_per_s))
-                    .then(a.pid.cmp(&b.pid))
-            }),
-            SortBy::Pid => processes.sort_by_key(|p| p.pid),
-        }
+        sort_rows(&mut processes, self.sort);
         self.previous = now;
         self.previous_s = elapsed_s;
         let gpus = stats
