@@ -11,7 +11,11 @@
  * Subcommands:
  *   facts           KFD GET_VERSION on /dev/kfd
  *   nv              RM-shaped ioctls on /dev/null (what gpu-trace --watch-device /dev/null sees)
- *   nvdev           the same on /dev/nvidiactl of the lab's test module nvlab (all succeed)
+ *   nvdev           the same on /dev/nvidiactl of the lab's test module nvlab, after an RM client
+ *                   and device (all succeed)
+ *   nvdeny          every form of GPFIFO_SCHEDULE a --deny-* policy must refuse, on nvlab
+ *   nvobj           nvlab as an RM: client, device, TSG, two channels, GET_INFO, schedules,
+ *                   work-submit tokens, frees, and calls RM refuses (their statuses printed)
  *   kfd-create      AMDKFD_IOC_CREATE_QUEUE on /dev/kfd, 96- and 88-byte forms (EINVAL, no GPU)
  *   kfd-ops         CREATE_QUEUE (88-byte form), UPDATE_QUEUE, SET_CU_MASK, DESTROY_QUEUE on
  *                   queue LAB_QUEUE_ID: each handler of the driver entered once, each refused
@@ -67,12 +71,30 @@ _Static_assert(sizeof(struct kfd_create_queue_args) == 96, "KFD create-queue arg
 #define NV_TSG_SCHEDULE 0xA06C0101u
 #define NV_CHANNEL_SCHEDULE 0xA06F0103u
 #define NV_UNRELATED_CONTROL 0x20800101u
+#define NV_TSG_GET_INFO 0xA06C0106u
+#define NV_GET_WORK_SUBMIT_TOKEN 0xC36F0108u
+#define NV_ALLOC21 0xC020462Bu /* RM_ALLOC with the 32-byte NVOS21 */
+#define NV01_ROOT_CLIENT 0x41u
+#define NV01_DEVICE_0 0x80u
+#define KEPLER_CHANNEL_GROUP_A 0xA06Cu
+#define HOPPER_CHANNEL_GPFIFO_A 0xC86Fu
+/* RM status codes (open-gpu-kernel-modules src/common/sdk/nvidia/inc/nvstatuscodes.h). */
+#define NV_ERR_INSERT_DUPLICATE_NAME 0x19u
+#define NV_ERR_INVALID_OBJECT_HANDLE 0x33u
+#define NV_ERR_INVALID_OBJECT_PARENT 0x36u
+#define NV_ERR_OBJECT_NOT_FOUND 0x57u
 
 struct nvos64 {
 	uint32_t h_root, h_parent, h_new, h_class;
 	uint64_t p_alloc, p_rights;
 	uint32_t params_size, flags, status, pad;
 };
+struct nvos21 {
+	uint32_t h_root, h_parent, h_new, h_class;
+	uint64_t p_alloc;
+	uint32_t params_size, status;
+};
+_Static_assert(sizeof(struct nvos21) == 32, "NVOS21 is 32 bytes");
 struct nvos54 {
 	uint32_t h_client, h_object, cmd, flags;
 	uint64_t params;
@@ -169,10 +191,32 @@ static int cmd_nv(void)
 }
 
 /*
+ * nvlab keeps an object table per open file and refuses what RM refuses: an RM client and a
+ * device under it come first. The client through NVOS21 (hObjectNew = the client handle), the
+ * device (NV0080_ALLOC_PARAMETERS, deviceId 0) through NVOS64. Prints each call's rc and status.
+ */
+static void nv_client_and_device(int fd, const char *topic, uint32_t client, uint32_t device)
+{
+	/* NV0080_ALLOC_PARAMETERS: deviceId 0, the rest 0. On the stack, written: gpu-trace reads
+	 * deviceId with bpf_probe_read_user, which fails on a never-touched .bss page (seen: a
+	 * static array here made the read fail and the TSGs' `gpu` unknown). */
+	uint32_t dev_params[14] = {0};
+	struct nvos21 c = {.h_root = 0, .h_parent = 0, .h_new = client, .h_class = NV01_ROOT_CLIENT,
+			   .status = 0xffffffff};
+	struct nvos64 d = {.h_root = client, .h_parent = client, .h_new = device,
+			   .h_class = NV01_DEVICE_0, .p_alloc = (uintptr_t)dev_params,
+			   .params_size = sizeof dev_params, .status = 0xffffffff};
+	long rc = xioctl(fd, NV_ALLOC21, &c);
+	printf("LAB %s call=alloc_client rc=%ld status=%u\n", topic, rc, c.status);
+	rc = xioctl(fd, NV_ALLOC64, &d);
+	printf("LAB %s call=alloc_device rc=%ld status=%u\n", topic, rc, d.status);
+}
+
+/*
  * The same calls on /dev/nvidiactl of the lab's NVIDIA-like test module (lab/modules/nvlab),
- * which answers every RM escape with NV_OK: two TSGs (one direct NVOS64, one XFER-wrapped),
- * GPFIFO_SCHEDULE of the first, both freed. Each `status` starts at 0xffffffff so that the
- * printed value shows the device wrote NV_OK.
+ * after its RM client 0xc1d00001 and device 0xc1d00002: two TSGs (one direct NVOS64, one
+ * XFER-wrapped), GPFIFO_SCHEDULE of the first, both freed; the client stays (close frees it).
+ * Each `status` starts at 0xffffffff so that the printed value shows the device wrote NV_OK.
  */
 static int cmd_nvdev(void)
 {
@@ -196,6 +240,7 @@ static int cmd_nvdev(void)
 	free_b.h_old = 0x5c000011;
 
 	printf("LAB nvdev pid=%d tid=%ld fd=%d\n", getpid(), syscall(SYS_gettid), fd);
+	nv_client_and_device(fd, "nvdev", 0xc1d00001, 0xc1d00002);
 	long rc = xioctl(fd, NV_ALLOC64, &a);
 	printf("LAB nvdev call=alloc64 rc=%ld status=%u\n", rc, a.status);
 	rc = xioctl(fd, NV_CONTROL, &control);
@@ -210,8 +255,8 @@ static int cmd_nvdev(void)
 	return 0;
 }
 
-/* Every form of GPFIFO_SCHEDULE an --deny-* policy must refuse (issue 20), on nvlab's device: a
- * TSG and a channel in it, then the TSG's schedule direct, XFER-wrapped, from a second thread,
+/* Every form of GPFIFO_SCHEDULE an --deny-* policy must refuse (issue 20), on nvlab's device: an
+ * RM client and device, a TSG and a channel in it, then the TSG's schedule direct, XFER-wrapped, from a second thread,
  * and the channel-level schedule. Each control's status starts at 0xffffffff, so a refusal
  * before the driver leaves it there; the module answers NV_OK to what reaches it. */
 struct nvdeny_thread {
@@ -257,6 +302,7 @@ static int cmd_nvdeny(void)
 			    .status = 0xffffffff};
 
 	printf("LAB nvdeny pid=%d tid=%ld fd=%d\n", getpid(), syscall(SYS_gettid), fd);
+	nv_client_and_device(fd, "nvdeny", 0xc1d00001, 0xc1d00002);
 	long rc = xioctl(fd, NV_ALLOC64, &tsg);
 	printf("LAB nvdeny call=alloc_tsg rc=%ld status=%u\n", rc, tsg.status);
 	rc = xioctl(fd, NV_ALLOC64, &ch);
@@ -276,6 +322,119 @@ static int cmd_nvdeny(void)
 	       t.tid);
 	rc = xioctl(fd, NV_FREE, &fr);
 	printf("LAB nvdeny call=free rc=%ld status=%u\n", rc, fr.status);
+	close(fd);
+	return 0;
+}
+
+/*
+ * nvlab as an RM of its own (issue 20): what it answers is printed here, from the parameter
+ * blocks the client got back, and the lab compares gpu-trace's events with it. Client
+ * 0xc1e00001, device 0xc1e00002, TSG 0x5c000030, channels 0x5c000031 and 0x5c000032
+ * (HOPPER_CHANNEL_GPFIFO_A) under it; GET_INFO on the TSG (the module's hardware TSG id);
+ * GPFIFO_SCHEDULE of the TSG (2 channels); GET_WORK_SUBMIT_TOKEN on each channel; the first
+ * channel freed, the TSG scheduled again (1 channel); the TSG freed (the second channel with
+ * it); the client freed. In between, calls RM refuses, each with its status: a second
+ * allocation of handle 0x5c000030, a channel under parent 0x5c0000ee that does not exist, a TSG
+ * directly under the client (a TSG's parent must be a device), a token request on channel
+ * 0x5c0000ef that does not exist, and a free naming RM client 0xbad00001 that does not exist;
+ * and a free of handle 0x5c0000ef in the real client, which RM answers NV_OK (it frees nothing).
+ * Each status starts at 0xffffffff, each token at 0xffffffff.
+ */
+#define OBJ_CLIENT 0xc1e00001u
+#define OBJ_DEVICE 0xc1e00002u
+#define OBJ_TSG 0x5c000030u
+#define OBJ_CH_A 0x5c000031u
+#define OBJ_CH_B 0x5c000032u
+#define OBJ_MISSING 0x5c0000efu
+
+static long obj_alloc(int fd, uint32_t parent, uint32_t handle, uint32_t class, void *params,
+		      uint32_t size, uint32_t *status)
+{
+	struct nvos64 a = {.h_root = OBJ_CLIENT, .h_parent = parent, .h_new = handle,
+			   .h_class = class, .p_alloc = (uintptr_t)params, .params_size = size,
+			   .status = 0xffffffff};
+	long rc = xioctl(fd, NV_ALLOC64, &a);
+	*status = a.status;
+	return rc;
+}
+
+static long obj_control(int fd, uint32_t object, uint32_t cmd, void *params, uint32_t size,
+			uint32_t *status)
+{
+	struct nvos54 c = {.h_client = OBJ_CLIENT, .h_object = object, .cmd = cmd,
+			   .params = (uintptr_t)params, .params_size = size, .status = 0xffffffff};
+	long rc = xioctl(fd, NV_CONTROL, &c);
+	*status = c.status;
+	return rc;
+}
+
+static long obj_free(int fd, uint32_t client, uint32_t parent, uint32_t handle, uint32_t *status)
+{
+	struct nvos00 f = {.h_root = client, .h_parent = parent, .h_old = handle,
+			   .status = 0xffffffff};
+	long rc = xioctl(fd, NV_FREE, &f);
+	*status = f.status;
+	return rc;
+}
+
+static int cmd_nvobj(void)
+{
+	int fd = open_or_die("/dev/nvidiactl");
+	uint32_t tsg_params[5] = {0xcaf00001, 0, 0xcaf00002, 1, 0}; /* engineType 1 = GR0 */
+	uint8_t ch_params[136] = {0}; /* NV_CHANNEL_ALLOC_PARAMS: zeros, written (see above) */
+	uint8_t sched[3] = {1, 0, 0};                              /* bEnable */
+	uint32_t st, info, token;
+	long rc;
+
+	printf("LAB nvobj pid=%d tid=%ld fd=%d\n", getpid(), syscall(SYS_gettid), fd);
+	nv_client_and_device(fd, "nvobj", OBJ_CLIENT, OBJ_DEVICE);
+	rc = obj_alloc(fd, OBJ_DEVICE, OBJ_TSG, KEPLER_CHANNEL_GROUP_A, tsg_params, sizeof tsg_params, &st);
+	printf("LAB nvobj call=alloc_tsg rc=%ld status=%u\n", rc, st);
+	rc = obj_alloc(fd, OBJ_DEVICE, OBJ_TSG, KEPLER_CHANNEL_GROUP_A, tsg_params, sizeof tsg_params, &st);
+	printf("LAB nvobj call=alloc_tsg_again rc=%ld status=%u want=%u\n", rc, st,
+	       NV_ERR_INSERT_DUPLICATE_NAME);
+	rc = obj_alloc(fd, OBJ_CLIENT, 0x5c000033, KEPLER_CHANNEL_GROUP_A, tsg_params, sizeof tsg_params, &st);
+	printf("LAB nvobj call=alloc_tsg_under_client rc=%ld status=%u want=%u\n", rc, st,
+	       NV_ERR_INVALID_OBJECT_PARENT);
+	rc = obj_alloc(fd, OBJ_TSG, OBJ_CH_A, HOPPER_CHANNEL_GPFIFO_A, ch_params, sizeof ch_params, &st);
+	printf("LAB nvobj call=alloc_channel_a rc=%ld status=%u\n", rc, st);
+	rc = obj_alloc(fd, OBJ_TSG, OBJ_CH_B, HOPPER_CHANNEL_GPFIFO_A, ch_params, sizeof ch_params, &st);
+	printf("LAB nvobj call=alloc_channel_b rc=%ld status=%u\n", rc, st);
+	rc = obj_alloc(fd, 0x5c0000ee, 0x5c000034, HOPPER_CHANNEL_GPFIFO_A, ch_params, sizeof ch_params, &st);
+	printf("LAB nvobj call=alloc_channel_unknown_parent rc=%ld status=%u want=%u\n", rc, st,
+	       NV_ERR_OBJECT_NOT_FOUND);
+	info = 0xffffffff;
+	rc = obj_control(fd, OBJ_TSG, NV_TSG_GET_INFO, &info, sizeof info, &st);
+	printf("LAB nvobj call=get_info rc=%ld status=%u tsg_id=%u\n", rc, st, info);
+	rc = obj_control(fd, OBJ_TSG, NV_TSG_SCHEDULE, sched, sizeof sched, &st);
+	printf("LAB nvobj call=schedule rc=%ld status=%u\n", rc, st);
+	token = 0xffffffff;
+	rc = obj_control(fd, OBJ_CH_A, NV_GET_WORK_SUBMIT_TOKEN, &token, sizeof token, &st);
+	printf("LAB nvobj call=token_a rc=%ld status=%u channel=0x%x token=%u\n", rc, st, OBJ_CH_A, token);
+	token = 0xffffffff;
+	rc = obj_control(fd, OBJ_CH_B, NV_GET_WORK_SUBMIT_TOKEN, &token, sizeof token, &st);
+	printf("LAB nvobj call=token_b rc=%ld status=%u channel=0x%x token=%u\n", rc, st, OBJ_CH_B, token);
+	token = 0xffffffff;
+	rc = obj_control(fd, OBJ_MISSING, NV_GET_WORK_SUBMIT_TOKEN, &token, sizeof token, &st);
+	printf("LAB nvobj call=token_unknown rc=%ld status=%u want=%u token=%u\n", rc, st,
+	       NV_ERR_OBJECT_NOT_FOUND, token);
+	rc = obj_free(fd, 0xbad00001, 0xbad00001, OBJ_TSG, &st);
+	printf("LAB nvobj call=free_unknown_client rc=%ld status=%u want=%u\n", rc, st,
+	       NV_ERR_INVALID_OBJECT_HANDLE);
+	rc = obj_free(fd, OBJ_CLIENT, OBJ_DEVICE, OBJ_MISSING, &st);
+	printf("LAB nvobj call=free_unknown_handle rc=%ld status=%u want=0\n", rc, st);
+	rc = obj_free(fd, OBJ_CLIENT, OBJ_TSG, OBJ_CH_A, &st);
+	printf("LAB nvobj call=free_channel_a rc=%ld status=%u\n", rc, st);
+	rc = obj_control(fd, OBJ_TSG, NV_TSG_SCHEDULE, sched, sizeof sched, &st);
+	printf("LAB nvobj call=schedule_again rc=%ld status=%u\n", rc, st);
+	rc = obj_free(fd, OBJ_CLIENT, OBJ_DEVICE, OBJ_TSG, &st);
+	printf("LAB nvobj call=free_tsg rc=%ld status=%u\n", rc, st);
+	token = 0xffffffff;
+	rc = obj_control(fd, OBJ_CH_B, NV_GET_WORK_SUBMIT_TOKEN, &token, sizeof token, &st);
+	printf("LAB nvobj call=token_b_after_free rc=%ld status=%u want=%u token=%u\n", rc, st,
+	       NV_ERR_OBJECT_NOT_FOUND, token);
+	rc = obj_free(fd, OBJ_CLIENT, OBJ_CLIENT, OBJ_CLIENT, &st);
+	printf("LAB nvobj call=free_client rc=%ld status=%u\n", rc, st);
 	close(fd);
 	return 0;
 }
@@ -905,6 +1064,7 @@ static int run(const char *c)
 	if (!strcmp(c, "nv")) return cmd_nv();
 	if (!strcmp(c, "nvdev")) return cmd_nvdev();
 	if (!strcmp(c, "nvdeny")) return cmd_nvdeny();
+	if (!strcmp(c, "nvobj")) return cmd_nvobj();
 	if (!strcmp(c, "kfd-create")) return cmd_kfd_create();
 	if (!strcmp(c, "kfd-deny")) return cmd_kfd_deny();
 	if (!strcmp(c, "kfd-ops")) return cmd_kfd_ops();
@@ -935,7 +1095,7 @@ int main(int argc, char **argv)
 	if (argc == 4 && !strcmp(argv[1], "wait"))
 		return cmd_wait(argv[2], argv[3]);
 	if (argc != 2) {
-		fprintf(stderr, "usage: %s [wait FILE] facts|nv|nvdev|nvdeny|kfd-create|kfd-deny|kfd-ops|kprobe|fentry|lsm\n",
+		fprintf(stderr, "usage: %s [wait FILE] facts|nv|nvdev|nvdeny|nvobj|kfd-create|kfd-deny|kfd-ops|kprobe|fentry|lsm\n",
 			argv[0]);
 		return 2;
 	}

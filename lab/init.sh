@@ -94,7 +94,7 @@ while read -r mod; do
 done < /lib/modules/lab/order
 out "LAB modules_loaded=$(wc -l < /proc/modules) t=$(uptime_s)"
 # Test modules built against this kernel's headers (lab/modules/*), e.g. nvlab: NVIDIA-like
-# char major 195, answering RM escapes with NV_OK.
+# char major 195 with an RM object table of its own and gpu_ext's hook functions.
 for m in /lib/modules/lab-extra/*.ko; do
   [ -e "$m" ] || continue
   if insmod "$m" 2>/tmp/insmod.err; then
@@ -137,6 +137,9 @@ if [ -c /dev/nvidiactl ]; then
   trace_client nvdev nvdev --no-deep-hooks
   trace_client nvdev_gx nvdev
   trace_client nvdev_gxk nvdev --deep-attach kprobe
+  # nvlab as an RM of its own: its objects, refusals and work-submit tokens (the client prints
+  # what the module answered), traced with the gpu_ext hooks (default).
+  trace_client nvobj nvobj
 else
   out "LAB nvdev=absent"
 fi

@@ -359,3 +359,48 @@ fn the_lab_stand_in_declares_the_fork_structs_and_fills_the_fork_encodings() {
         assert_eq!(names, rust, "{name}");
     }
 }
+
+/// The `C` text of function `name`'s body in `src` (from its opening line to the first line that
+/// is a lone `}`).
+fn c_function_body<'a>(src: &'a str, signature: &str) -> &'a str {
+    let start = src
+        .find(signature)
+        .unwrap_or_else(|| panic!("{signature} not in the source"));
+    let body = &src[start..];
+    &body[..body.find("\n}\n").expect("the function's end")]
+}
+
+/// Since nvlab hands out work-submit tokens (issue 20) it calls `token_request` as the fork's
+/// `kchannelNotifyWorkSubmitToken` does: with every field of the fork's context filled (channel
+/// id, TSG hardware id, token) and the token it writes into the control's parameters. And it
+/// reads the control's parameter pointer and size at NVOS54's offsets, the ones gpu-trace-common
+/// pins from the driver's headers (docs/driver-abi.md A2).
+#[test]
+fn the_lab_stand_in_fills_the_whole_token_request_context() {
+    let src = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../lab/modules/nvlab/nvlab.c"
+    ))
+    .unwrap();
+    let control = c_function_body(&src, "static u32 nvlab_control(");
+    let (_, fields) = FORK_STRUCTS[2];
+    for field in fields {
+        let name = field.split(' ').nth(1).unwrap();
+        assert!(
+            control.contains(&format!("tctx.{name} = ")),
+            "nvlab_control does not fill token_request's {name}"
+        );
+    }
+    assert!(control.contains("value = tctx.token;"));
+    assert!(control.contains("nv_gpu_sched_token_request(&tctx);"));
+    let escape = c_function_body(&src, "static long nvlab_escape(");
+    use gpu_trace_common::nvidia::off;
+    assert!(escape.contains(&format!(
+        "memcpy(&ctl_params, block + {}, sizeof(ctl_params));",
+        off::CONTROL_PARAMS_PTR
+    )));
+    assert!(escape.contains(&format!(
+        "memcpy(&ctl_size, block + {}, sizeof(ctl_size));",
+        off::CONTROL_PARAMS_SIZE
+    )));
+}

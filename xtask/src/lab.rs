@@ -1239,6 +1239,7 @@ fn judge(r: &Results) -> Vec<Check> {
     judge_deep_hooks(r, &mut c);
     judge_gpu_ext(r, &mut c, "g.gpu_ext", "nvdev_gx");
     judge_gpu_ext(r, &mut c, "g.gpu_ext_kprobe", "nvdev_gxk");
+    judge_nvobj(r, &mut c);
     judge_lsm(r, &mut c);
     judge_deny(r, &mut c);
     c
@@ -1361,6 +1362,57 @@ fn json_lines(text: &str) -> (Vec<serde_json::Value>, Vec<String>) {
         }
     }
     (ok, bad)
+}
+
+/// The JSON events of run `run` (its `<run>.jsonl` block); lines that are not JSON are noted in
+/// `problems`.
+fn run_events(r: &Results, run: &str, problems: &mut Vec<String>) -> Vec<serde_json::Value> {
+    let (events, bad) = json_lines(
+        &r.block(&format!("{run}.jsonl"))
+            .map(|b| b.text.clone())
+            .unwrap_or_default(),
+    );
+    if !bad.is_empty() {
+        problems.push(format!("non-JSON output lines: {bad:?}"));
+    }
+    events
+}
+
+/// The events of process `pid`, in order (the STATS line and process-less lines left out).
+fn events_of(events: &[serde_json::Value], pid: Option<i64>) -> Vec<&serde_json::Value> {
+    events
+        .iter()
+        .filter(|e| e["event"] != "STATS" && e["pid"].as_i64() == pid)
+        .collect()
+}
+
+/// A traced run's tracer (`LAB <name> tracer_ready=…` is `run`): ready and exited 0, else a
+/// problem that quotes its stderr.
+fn tracer_problems(r: &Results, name: &str, run: &Fields, problems: &mut Vec<String>) {
+    let stderr = r
+        .block(&format!("{name}.stderr"))
+        .map(|b| b.text.clone())
+        .unwrap_or_default();
+    let exit = r
+        .with_key(name, "tracer_exit")
+        .and_then(|f| f.int("tracer_exit"));
+    if run.get("tracer_ready") != Some("yes") || exit != Some(0) {
+        problems.push(format!(
+            "tracer ready {:?}, exit {exit:?}: {}",
+            run.get("tracer_ready"),
+            stderr.trim()
+        ));
+    }
+}
+
+/// An event as `EVENT kind=value` (its task), for a check's detail.
+fn event_brief(e: &serde_json::Value) -> String {
+    format!(
+        "{} {}={}",
+        e["event"].as_str().unwrap_or("?"),
+        e["task"]["kind"].as_str().unwrap_or("?"),
+        e["task"]["value"]
+    )
 }
 
 fn hooks_line(stderr: &str) -> String {
@@ -1489,8 +1541,8 @@ fn judge_nvidia(r: &Results, c: &mut Vec<Check>) {
     ));
 }
 
-/// The success path through a real major-195 device: the lab's test module nvlab answers every
-/// RM escape with NV_OK (lab/modules/nvlab, lab/client.c `cmd_nvdev`).
+/// The success path through a real major-195 device: the lab's test module nvlab, an RM client
+/// and device, then two TSGs (lab/modules/nvlab, lab/client.c `cmd_nvdev`).
 fn judge_nvidia_device(r: &Results, c: &mut Vec<Check>) {
     let title = "NVIDIA success path on a char-195 device (test module nvlab): TASK_INIT, SCHEDULE \
                  allowed, TASK_DESTROY";
@@ -1518,9 +1570,10 @@ fn judge_nvidia_device(r: &Results, c: &mut Vec<Check>) {
         .filter_map(|f| Some((f.get("call")?.to_owned(), f.int("rc")?, f.int("status")?)))
         .collect();
     let mut problems = Vec::new();
-    if calls.len() != 5 || calls.iter().any(|(_, rc, st)| (*rc, *st) != (0, 0)) {
+    // alloc_client, alloc_device, alloc64, schedule, xfer_alloc, free_a, free_b.
+    if calls.len() != 7 || calls.iter().any(|(_, rc, st)| (*rc, *st) != (0, 0)) {
         problems.push(format!(
-            "client calls (name, rc, RM status) {calls:?}: want 5 × (0, 0)"
+            "client calls (name, rc, RM status) {calls:?}: want 7 × (0, 0)"
         ));
     }
     if r.find("nvdev", &[("tracer_ready", "yes")]).is_none() {
@@ -1571,11 +1624,12 @@ fn judge_nvidia_device(r: &Results, c: &mut Vec<Check>) {
     }
     let stats = events.iter().find(|e| e["event"] == "STATS");
     let k = |name: &str| stats.and_then(|s| s["kernel"][name].as_u64());
-    // The process's cgroup, 5 calls, then the client's close() and exit notices (all counted in
-    // `emitted` since issue 11).
-    if (k("emitted"), k("dropped"), k("read_failed")) != (Some(8), Some(0), Some(0)) {
+    // The process's cgroup, 7 calls (the RM client and device allocations are traced: gpu-trace
+    // needs them to know the client and the TSGs' GPU), then the client's close() and exit
+    // notices (all counted in `emitted` since issue 11).
+    if (k("emitted"), k("dropped"), k("read_failed")) != (Some(10), Some(0), Some(0)) {
         problems.push(format!(
-            "kernel counters emitted {:?} dropped {:?} read_failed {:?}: want 8 (the cgroup, 5 \
+            "kernel counters emitted {:?} dropped {:?} read_failed {:?}: want 10 (the cgroup, 7 \
              calls, a close and an exit notice), 0, 0",
             k("emitted"),
             k("dropped"),
@@ -2090,29 +2144,9 @@ fn judge_gpu_ext(r: &Results, c: &mut Vec<Check>, id: &'static str, run: &str) {
         .sub(&format!("{run}.client"))
         .find("nvdev", &[])
         .and_then(|f| f.int("pid"));
-    let (events, bad) = json_lines(
-        &r.block(&format!("{run}.jsonl"))
-            .map(|b| b.text.clone())
-            .unwrap_or_default(),
-    );
-    if !bad.is_empty() {
-        problems.push(format!("non-JSON output lines: {bad:?}"));
-    }
-    let mine: Vec<&serde_json::Value> = events
-        .iter()
-        .filter(|e| e["event"] != "STATS" && e["pid"].as_i64() == pid)
-        .collect();
-    let brief: Vec<String> = mine
-        .iter()
-        .map(|e| {
-            format!(
-                "{} {}={}",
-                e["event"].as_str().unwrap_or("?"),
-                e["task"]["kind"].as_str().unwrap_or("?"),
-                e["task"]["value"]
-            )
-        })
-        .collect();
+    let events = run_events(r, run, &mut problems);
+    let mine = events_of(&events, pid);
+    let brief: Vec<String> = mine.iter().map(|e| event_brief(e)).collect();
     // Two TSGs: the hook's ids (hw_tsg), not the RM handles; the first one scheduled.
     let inits: Vec<&&serde_json::Value> =
         mine.iter().filter(|e| e["event"] == "TASK_INIT").collect();
@@ -2166,18 +2200,18 @@ fn judge_gpu_ext(r: &Results, c: &mut Vec<Check>, id: &'static str, run: &str) {
         .and_then(|s| s["unreported"]["gpu_ext_unmatched"].as_u64())
         .unwrap_or(0);
     let emitted = stats.and_then(|s| s["kernel"]["emitted"].as_u64());
-    // `emitted` counts every record kind (issue 11): the 5 RM records, one record per gpu_ext
-    // hook that ran, and the client's close and exit notices: at least 7.
-    // lab/client.c names a fixed RM client it never allocates (nvlab keeps no objects), so
-    // gpu-trace treats that client as made before tracing: its exit ends it with exactly one
-    // PRETRACE_END (late attach, docs/events.md), beside the 5 events of the TSGs.
+    // `emitted` counts every record kind (issue 11): the 7 RM records, one record per gpu_ext
+    // hook that ran, and the client's close and exit notices: at least 9.
+    // lab/client.c allocates its RM client first (nvlab refuses calls on an unknown client), so
+    // gpu-trace saw every object of the process made: no PRETRACE_END (late attach,
+    // docs/events.md), only the 5 events of the TSGs.
     let pretrace = mine.iter().filter(|e| e["event"] == "PRETRACE_END").count();
     let task_events = mine.len() - pretrace;
-    if unmatched != 0 || emitted.is_none_or(|e| e < 7) || task_events != 5 || pretrace != 1 {
+    if unmatched != 0 || emitted.is_none_or(|e| e < 9) || task_events != 5 || pretrace != 0 {
         problems.push(format!(
-            "want every hook taken up by its call (gpu_ext_unmatched {unmatched}), 5 RM records + \
+            "want every hook taken up by its call (gpu_ext_unmatched {unmatched}), 7 RM records + \
              hook records + 2 notices (emitted {emitted:?}), 5 task events (got {task_events}) and \
-             one PRETRACE_END for the never-allocated client (got {pretrace})"
+             no PRETRACE_END: the client was allocated under tracing (got {pretrace})"
         ));
     }
     c.push(Check::new(
@@ -2188,6 +2222,195 @@ fn judge_gpu_ext(r: &Results, c: &mut Vec<Check>, id: &'static str, run: &str) {
             format!("{hooks}; {}", brief.join(", "))
         } else {
             format!("{}: {}", problems.join("; "), stderr.trim())
+        },
+    ));
+}
+
+/// The calls of lab/client.c `cmd_nvobj`, in order, with the RM status nvlab must answer each
+/// (read off client.c and RM's source, open-gpu-kernel-modules 595.45.04: resserv's
+/// clientValidateNewResourceHandle, rmapi/alloc_free.c's parent checks, serverControl's and
+/// serverFreeResourceTree's lookups; the codes from nvstatuscodes.h). The syscall returns 0 for
+/// each: RM reports in `status`.
+const NVOBJ_CALLS: [(&str, i64); 20] = [
+    ("alloc_client", 0),
+    ("alloc_device", 0),
+    ("alloc_tsg", 0),
+    ("alloc_tsg_again", 0x19),        // NV_ERR_INSERT_DUPLICATE_NAME
+    ("alloc_tsg_under_client", 0x36), // NV_ERR_INVALID_OBJECT_PARENT: a TSG's parent is a device
+    ("alloc_channel_a", 0),
+    ("alloc_channel_b", 0),
+    ("alloc_channel_unknown_parent", 0x57), // NV_ERR_OBJECT_NOT_FOUND
+    ("get_info", 0),
+    ("schedule", 0),
+    ("token_a", 0),
+    ("token_b", 0),
+    ("token_unknown", 0x57),       // NV_ERR_OBJECT_NOT_FOUND
+    ("free_unknown_client", 0x33), // NV_ERR_INVALID_OBJECT_HANDLE
+    ("free_unknown_handle", 0),    // RS_COMPATABILITY_MODE: NV_OK, nothing freed
+    ("free_channel_a", 0),
+    ("schedule_again", 0),
+    ("free_tsg", 0),
+    ("token_b_after_free", 0x57), // channel B went with its TSG
+    ("free_client", 0),
+];
+
+/// nvlab as an RM of its own (issue 20, finding 2): the `nvobj` client's calls, traced with the
+/// gpu_ext hooks. The oracle is what the module answered as the client received it (its printed
+/// statuses, the TSG id of GET_INFO, the two tokens), never gpu-trace's output.
+fn judge_nvobj(r: &Results, c: &mut Vec<Check>) {
+    let id = "g.nvobj";
+    let title = "nvlab as an independent RM (objects, refusals, its own TSG id and work-submit \
+                 tokens): gpu-trace's events name the module's TSG id, its channel count and the \
+                 tokens the client received, and nothing for the refused calls";
+    if r.find("test_module", &[("name", "nvlab")])
+        .and_then(|m| m.get("loaded").map(str::to_owned))
+        != Some("yes".into())
+    {
+        c.push(Check::fail(id, title, "the nvlab module was not loaded"));
+        return;
+    }
+    let Some(run) = r
+        .find("nvobj", &[])
+        .filter(|f| f.get("tracer_ready").is_some())
+    else {
+        c.push(Check::fail(id, title, "the guest did not run nvobj"));
+        return;
+    };
+    let mut problems = Vec::new();
+    tracer_problems(r, "nvobj", &run, &mut problems);
+    // What the module answered, as the client received it.
+    let client = r.sub("nvobj.client");
+    let lines: Vec<Fields> = client
+        .lines
+        .iter()
+        .map(|l| Fields::parse(l))
+        .filter(|f| f.topic == "nvobj")
+        .collect();
+    let pid = lines.iter().find_map(|f| f.int("pid"));
+    let calls: Vec<&Fields> = lines.iter().filter(|f| f.get("call").is_some()).collect();
+    let got: Vec<(&str, Option<i64>, Option<i64>)> = calls
+        .iter()
+        .map(|f| (f.get("call").unwrap_or("?"), f.int("rc"), f.int("status")))
+        .collect();
+    let want: Vec<(&str, Option<i64>, Option<i64>)> = NVOBJ_CALLS
+        .iter()
+        .map(|(name, st)| (*name, Some(0), Some(*st)))
+        .collect();
+    if got != want {
+        problems.push(format!(
+            "the module's answers (call, rc, status) {got:?}, want {want:?}"
+        ));
+    }
+    let call = |name: &str| calls.iter().find(|f| f.get("call") == Some(name));
+    let tsg = call("get_info").and_then(|f| f.int("tsg_id"));
+    let token = |name: &str| call(name).and_then(|f| f.int("token"));
+    let (token_a, token_b) = (token("token_a"), token("token_b"));
+    let unset = Some(0xffff_ffff);
+    if tsg.is_none() || tsg == Some(0) || tsg == unset {
+        problems.push(format!("GET_INFO gave no hardware TSG id: {tsg:?}"));
+    }
+    if token_a.is_none() || token_a == unset || token_b == unset || token_a == token_b {
+        problems.push(format!(
+            "want two distinct tokens written by the module: {token_a:?}, {token_b:?}"
+        ));
+    }
+    for name in ["token_unknown", "token_b_after_free"] {
+        if token(name) != unset {
+            problems.push(format!(
+                "{name}: a refused request wrote a token {:?}",
+                token(name)
+            ));
+        }
+    }
+    // gpu-trace's events of the client, in order: exactly these six.
+    let events = run_events(r, "nvobj", &mut problems);
+    let mine = events_of(&events, pid);
+    let tsg_u = tsg.and_then(|t| u64::try_from(t).ok());
+    let named = |e: &serde_json::Value| {
+        e["task"]["kind"] == "hw_tsg" && e["task"]["value"].as_u64() == tsg_u
+    };
+    let submit = |e: &serde_json::Value, token: Option<i64>, handle: u64| {
+        e["event"] == "WORK_SUBMIT"
+            && named(e)
+            && e["token"].as_i64() == token
+            && e["channel_handle"].as_u64() == Some(handle)
+    };
+    type EventTest<'a> = &'a dyn Fn(&serde_json::Value) -> bool;
+    let expected: [(&str, EventTest); 6] = [
+        ("TASK_INIT of the module's TSG id", &|e| {
+            e["event"] == "TASK_INIT" && named(e)
+        }),
+        ("SCHEDULE with the bind hook's 2 channels", &|e| {
+            e["event"] == "SCHEDULE" && named(e) && e["channels"] == 2 && e["allowed"] == true
+        }),
+        (
+            "WORK_SUBMIT of channel 0x5c000031 with the client's token_a",
+            &|e| submit(e, token_a, 0x5c00_0031),
+        ),
+        (
+            "WORK_SUBMIT of channel 0x5c000032 with the client's token_b",
+            &|e| submit(e, token_b, 0x5c00_0032),
+        ),
+        ("SCHEDULE with 1 channel after the first was freed", &|e| {
+            e["event"] == "SCHEDULE" && named(e) && e["channels"] == 1 && e["allowed"] == true
+        }),
+        ("TASK_DESTROY cause=free of the module's TSG id", &|e| {
+            e["event"] == "TASK_DESTROY" && named(e) && e["cause"] == "free"
+        }),
+    ];
+    let brief: Vec<String> = mine
+        .iter()
+        .map(|e| {
+            format!(
+                "{}{}",
+                event_brief(e),
+                if e["event"] == "WORK_SUBMIT" {
+                    format!(" token={}", e["token"])
+                } else if e["event"] == "SCHEDULE" {
+                    format!(" channels={}", e["channels"])
+                } else {
+                    String::new()
+                }
+            )
+        })
+        .collect();
+    if mine.len() != expected.len() || !mine.iter().zip(&expected).all(|(e, (_, ok))| ok(e)) {
+        let wanted: Vec<&str> = expected.iter().map(|(what, _)| *what).collect();
+        problems.push(format!(
+            "gpu-trace's events of pid {pid:?}: {brief:?}; want exactly, in order: {wanted:?} \
+             (module TSG id {tsg:?}, tokens {token_a:?}, {token_b:?}); nothing for the refused \
+             calls"
+        ));
+    }
+    let stats = events.iter().find(|e| e["event"] == "STATS");
+    let unmatched = stats.and_then(|s| s["unreported"]["gpu_ext_unmatched"].as_u64());
+    let k = |name: &str| stats.and_then(|s| s["kernel"][name].as_u64());
+    if stats.is_none()
+        || unmatched.is_some_and(|n| n != 0)
+        || (k("dropped"), k("read_failed")) != (Some(0), Some(0))
+    {
+        problems.push(format!(
+            "want a STATS line, every gpu_ext hook taken up by its call (gpu_ext_unmatched \
+             {unmatched:?}) and nothing dropped ({:?}) or unread ({:?})",
+            k("dropped"),
+            k("read_failed")
+        ));
+    }
+    c.push(Check::new(
+        id,
+        title,
+        problems.is_empty(),
+        if problems.is_empty() {
+            format!(
+                "the module answered {} calls as RM would (TSG id {}, tokens {}, {}); gpu-trace: {}",
+                calls.len(),
+                tsg.unwrap_or(-1),
+                token_a.unwrap_or(-1),
+                token_b.unwrap_or(-1),
+                brief.join(", ")
+            )
+        } else {
+            problems.join("; ")
         },
     ));
 }
@@ -2328,30 +2551,10 @@ fn judge_deny_run(
     else {
         return Check::fail(id, title, format!("the guest did not run {name}"));
     };
-    let stderr = r
-        .block(&format!("{name}.stderr"))
-        .map(|b| b.text.clone())
-        .unwrap_or_default();
-    let exit = r
-        .with_key(name, "tracer_exit")
-        .and_then(|f| f.int("tracer_exit"));
     let mut problems = Vec::new();
-    if run.get("tracer_ready") != Some("yes") || exit != Some(0) {
-        problems.push(format!(
-            "tracer ready {:?}, exit {exit:?}: {}",
-            run.get("tracer_ready"),
-            stderr.trim()
-        ));
-    }
+    tracer_problems(r, name, &run, &mut problems);
     let denied_pid = run.int("denied_pid");
-    let (events, bad) = json_lines(
-        &r.block(&format!("{name}.jsonl"))
-            .map(|b| b.text.clone())
-            .unwrap_or_default(),
-    );
-    if !bad.is_empty() {
-        problems.push(format!("non-JSON output lines: {bad:?}"));
-    }
+    let events = run_events(r, name, &mut problems);
     let outputs: Vec<(&'static str, Results)> = roles
         .iter()
         .copied()
@@ -2456,7 +2659,13 @@ fn deny_nv_expect(c: &DenyClient, events: &[serde_json::Value], problems: &mut V
             ));
         }
     }
-    for name in ["alloc_tsg", "alloc_channel", "free"] {
+    for name in [
+        "alloc_client",
+        "alloc_device",
+        "alloc_tsg",
+        "alloc_channel",
+        "free",
+    ] {
         if rc_status(name) != Some((Some(0), Some(0))) {
             problems.push(format!(
                 "{} client: {name} must not be denied: {:?}",
@@ -2643,7 +2852,8 @@ mod tests {
     }
 
     /// A results log exactly as a current guest wrote it: `cargo xtask lab --kernel 6.1` of this
-    /// tree (Debian 6.1.0-56, 26 checks passed), copied from
+    /// tree (Debian 6.1.0-56, 27 checks passed; refreshed with issue 20's nvlab, the `nvobj`
+    /// run and gpu-trace of e4c604e), copied from
     /// `target/lab-cache/run/6.1.0-56-amd64/results.log` (the serial console's CRs removed).
     const GOOD: &str = include_str!("../testdata/lab-6.1-results.log");
 
@@ -2665,7 +2875,7 @@ mod tests {
                 judge(&Results::parse(GOOD))
             );
         }
-        assert_eq!(s.len(), 26);
+        assert_eq!(s.len(), 27);
     }
 
     /// A shipped feature that did not run fails its check: the guest's log as it would be had
@@ -2874,8 +3084,8 @@ mod tests {
                 "b.nvdev",
             ),
             (
-                "\"ignored\":0,\"emitted\":8,\"fd_lookup_failed\"",
-                "\"ignored\":0,\"emitted\":9,\"fd_lookup_failed\"",
+                "\"ignored\":0,\"emitted\":10,\"fd_lookup_failed\"",
+                "\"ignored\":0,\"emitted\":11,\"fd_lookup_failed\"",
                 "b.nvdev",
             ),
             (
@@ -3126,6 +3336,126 @@ mod tests {
                 "{from} → {to} after {after} must fail {id}"
             );
         }
+    }
+
+    /// `g.nvobj` compares gpu-trace's events with what nvlab answered as the client received
+    /// it: each planted disagreement in the real guest log fails the check.
+    #[test]
+    fn nvobj_is_judged_against_what_the_client_received() {
+        assert_eq!(statuses(GOOD)["g.nvobj"], Status::Pass);
+        // The module's answers in this log (a real run: they change with the log).
+        let client_value = |call: &str, key: &str| -> u64 {
+            let at = GOOD.find("LAB-BEGIN nvobj.client").unwrap();
+            GOOD[at..]
+                .lines()
+                .find(|l| l.contains(&format!("call={call} ")))
+                .and_then(|l| {
+                    l.split_whitespace()
+                        .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+                })
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("{call} {key} in the log"))
+        };
+        let (tsg, token_a, token_b) = (
+            client_value("get_info", "tsg_id"),
+            client_value("token_a", "token"),
+            client_value("token_b", "token"),
+        );
+        let token = |t: u64| format!("token={t}");
+        let json_token = |t: u64| format!("\"token\":{t}");
+        let hw = |t: u64| format!("\"task\":{{\"kind\":\"hw_tsg\",\"value\":{t}}}");
+        let cases: [(&str, &[&str], String, String); 10] = [
+            // The token the client received differs from the one gpu-trace printed.
+            (
+                "LAB-BEGIN nvobj.client",
+                &["call=token_a "],
+                token(token_a),
+                token(token_a + 1),
+            ),
+            (
+                "LAB-BEGIN nvobj.jsonl",
+                &["WORK_SUBMIT"],
+                json_token(token_b),
+                json_token(token_b + 0x10000),
+            ),
+            // The module's TSG id (GET_INFO) is not the one the events name.
+            (
+                "LAB-BEGIN nvobj.client",
+                &["call=get_info "],
+                format!("tsg_id={tsg}"),
+                format!("tsg_id={}", tsg + 1),
+            ),
+            (
+                "LAB-BEGIN nvobj.jsonl",
+                &["TASK_INIT"],
+                hw(tsg),
+                "\"task\":{\"kind\":\"tsg\",\"value\":1543503920}".into(),
+            ),
+            // The bind hook's channel count not in the SCHEDULE, or not decremented on free.
+            (
+                "LAB-BEGIN nvobj.jsonl",
+                &["SCHEDULE"],
+                "\"channels\":2".into(),
+                "\"channels\":0".into(),
+            ),
+            (
+                "LAB-BEGIN nvobj.jsonl",
+                &["SCHEDULE", "\"channels\":1"],
+                "\"channels\":1".into(),
+                "\"channels\":2".into(),
+            ),
+            // The module accepted what RM refuses.
+            (
+                "LAB-BEGIN nvobj.client",
+                &["call=alloc_tsg_again "],
+                "status=25 ".into(),
+                "status=0 ".into(),
+            ),
+            (
+                "LAB-BEGIN nvobj.client",
+                &["call=free_unknown_client "],
+                "status=51 ".into(),
+                "status=0 ".into(),
+            ),
+            (
+                "LAB-BEGIN nvobj.client",
+                &["call=token_unknown "],
+                "token=4294967295".into(),
+                "token=851971".into(),
+            ),
+            // The tracer did not run.
+            (
+                "LAB nvobj tracer_ready",
+                &["tracer_ready"],
+                "tracer_ready=yes".into(),
+                "tracer_ready=no".into(),
+            ),
+        ];
+        for (after, has, from, to) in &cases {
+            let broken = edit_line(GOOD, after, has, from, to);
+            assert_ne!(broken, GOOD);
+            assert_eq!(
+                statuses(&broken)["g.nvobj"],
+                Status::Fail,
+                "{from} → {to} after {after} must fail g.nvobj"
+            );
+        }
+        // A TASK_DESTROY for the refused free (the TSG's line once more, before its real one).
+        let at = GOOD.find("LAB-BEGIN nvobj.jsonl").unwrap();
+        let line = GOOD[at..]
+            .lines()
+            .find(|l| l.contains("\"event\":\"TASK_DESTROY\""))
+            .unwrap();
+        let twice = GOOD.replacen(line, &format!("{line}\n{line}"), 1);
+        assert_ne!(twice, GOOD);
+        assert_eq!(statuses(&twice)["g.nvobj"], Status::Fail);
+        // The run left out of the guest's scenario.
+        let (b, e) = (
+            GOOD.find("LAB nvobj tracer_ready").unwrap(),
+            GOOD.find("LAB-END nvobj.jsonl").unwrap(),
+        );
+        let without = format!("{}{}", &GOOD[..b], &GOOD[e..]);
+        assert_eq!(statuses(&without)["g.nvobj"], Status::Fail);
     }
 
     #[test]
