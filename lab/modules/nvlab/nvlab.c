@@ -363,9 +363,10 @@ static u32 nvlab_free(struct nvlab_file *f, const u32 *p)
  *    holds under the TSG;
  *  - NVA06C_CTRL_CMD_GET_INFO on a TSG: writes tsgID (the hardware TSG id);
  *  - NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN on a channel: writes workSubmitToken =
- *    (NVLAB_RUNLIST << 16) | channel id, the doorbell layout of Ampere to Blackwell (runlist in
- *    bits 22:16, ChID in 11:0), and calls token_request with {channel id, TSG hardware id (0 for
- *    a channel on a device), token};
+ *    (NVLAB_RUNLIST << 16) | channel id, as kfifoGenerateWorkSubmitTokenHal_GA100 builds it
+ *    (NV_CTRL_VF_DOORBELL_RUNLIST_ID 22:16, _VECTOR 11:0; GB202's bit 30 not modelled), and
+ *    calls token_request with {channel id, TSG hardware id (0 for a channel on a device),
+ *    token}, as the fork's kchannelNotifyWorkSubmitToken does;
  *  - one of these on an object of another class: NV_ERR_INVALID_OBJECT_HANDLE (this module's
  *    choice; RM's dispatch answers NV_ERR_NOT_SUPPORTED or similar there, not checked);
  *  - a parameter size other than the control's: NV_ERR_INVALID_PARAM_STRUCT.
