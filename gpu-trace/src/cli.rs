@@ -159,20 +159,38 @@ pub enum Vendor {
     Auto,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    /// One aligned line per event.
-    Text,
-    /// One JSON object per line (schema: docs/json-schema.md).
-    Json,
+/// `--format` and `--timestamps` take the core's own types (one definition each).
+pub use gpu_trace_core::output::{Format, TimestampMode as Timestamps};
+
+fn format_values() -> impl clap::builder::TypedValueParser<Value = Format> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PossibleValuesParser::new([
+        clap::builder::PossibleValue::new("text").help("One aligned line per event"),
+        clap::builder::PossibleValue::new("json")
+            .help("One JSON object per line (schema: docs/json-schema.md)"),
+    ])
+    .map(|s| {
+        if s == "json" {
+            Format::Json
+        } else {
+            Format::Text
+        }
+    })
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Timestamps {
-    /// Local wall-clock time with microseconds.
-    Wall,
-    /// Seconds since the first event.
-    Relative,
+fn timestamp_values() -> impl clap::builder::TypedValueParser<Value = Timestamps> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PossibleValuesParser::new([
+        clap::builder::PossibleValue::new("wall").help("Local wall-clock time with microseconds"),
+        clap::builder::PossibleValue::new("relative").help("Seconds since the first event"),
+    ])
+    .map(|s| {
+        if s == "relative" {
+            Timestamps::Relative
+        } else {
+            Timestamps::Wall
+        }
+    })
 }
 
 /// Filters and output options shared by live tracing and replay.
@@ -194,7 +212,7 @@ pub struct OutputArgs {
     pub comms: Vec<String>,
 
     /// Output format.
-    #[arg(long, value_enum, default_value_t = Format::Text)]
+    #[arg(long, value_parser = format_values(), default_value = "text")]
     pub format: Format,
 
     /// Write events and statistics to FILE instead of standard output (any --format).
@@ -209,7 +227,7 @@ pub struct OutputArgs {
 
     /// Timestamp style of the text output (JSON lines always carry both `time`, UTC wall clock,
     /// and `ts_ns`, CLOCK_MONOTONIC).
-    #[arg(long, value_enum, default_value_t = Timestamps::Wall)]
+    #[arg(long, value_parser = timestamp_values(), default_value = "wall")]
     pub timestamps: Timestamps,
 
     /// Do not print the statistics block at exit.

@@ -1,19 +1,21 @@
 //! gpu-trace: trace how GPU drivers schedule work for Linux processes.
 //!
-//! Layers, one module each:
-//! - [`probe`]: what the running kernel allows (BTF offsets, attach types, tracefs, privileges);
+//! Two crates. The pure core, `gpu-trace-core` (no aya, tokio or clap; re-exported here under
+//! the same names): [`wire`] (ring-buffer bytes → typed records), [`nvidia`] and [`amd`]
+//! (per-vendor decoding), [`model`] (object tables, events, statistics), [`output`] (text, JSON,
+//! Perfetto, `top` frames), [`metrics`] (the Prometheus registry), [`pipeline`] (records →
+//! events → outputs, shared by live runs and replay), [`record`] (the recording format) and the
+//! inventory's data ([`probe::inventory`] re-exports it).
+//!
+//! This crate, the parts that touch the system:
+//! - [`probe`]: what the running kernel allows (BTF offsets, attach types, tracefs, privileges),
+//!   and every read of /proc and /sys;
 //! - [`targets`]: every kernel function, tracepoint and LSM hook gpu-trace attaches to, and
 //!   its programs (one table for the loader, doctor and the benchmark);
 //! - [`loader`]: loading the kernel programs and attaching the best hook per event;
-//! - [`wire`]: ring-buffer bytes → typed records (shared with `gpu-trace-common`);
-//! - [`nvidia`], [`amd`]: per-vendor decoding of driver calls (pure code);
-//! - [`model`]: object tables and the events they produce, statistics;
-//! - [`output`]: text and JSON rendering;
-//! - [`metrics`]: Prometheus metrics of the same events (`--metrics`), and their HTTP server;
-//! - [`pipeline`]: records → decoded calls → events → output (shared by live runs and replay);
-//! - [`cli`]: the command line;
-//! - [`record`]: the recording file format (`--record`, `replay`);
-//! - [`session`]: the live loop that ties them together;
+//! - [`cli`]: the command line (clap), adapted to the core's types;
+//! - [`session`]: the live loop (tokio) and replay, tying the core to the kernel and the CLI;
+//! - [`metrics`]'s HTTP server and ring-buffer fill reader; [`top`], the terminal view;
 //! - [`doctor`]: `gpu-trace doctor`, what this machine allows and why not;
 //! - `bench_support` (feature `bench`, which only xtask turns on): what `cargo xtask bench` needs
 //!   from the kernel side (the floor programs' own object, BPF program statistics).
@@ -24,13 +26,9 @@ pub mod cli;
 pub mod doctor;
 pub mod loader;
 pub mod metrics;
-pub mod model;
-pub mod nvidia;
-pub mod output;
-pub mod pipeline;
 pub mod probe;
-pub mod record;
 pub mod session;
 pub mod targets;
 pub mod top;
-pub mod wire;
+
+pub use gpu_trace_core::{model, nvidia, output, pipeline, record, wire};

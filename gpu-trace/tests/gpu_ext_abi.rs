@@ -278,7 +278,7 @@ fn contexts_filled_as_the_fork_fills_them_decode_to_the_same_values() {
     );
 }
 
-/// The seed's example lines (`gpu-trace/src/output/text.rs`) show the first TSG of a PyTorch
+/// The seed's example lines (`gpu-trace-core/src/output/text.rs`) show the first TSG of a PyTorch
 /// process as `engine=COPY … interleave=UNKNOWN` at init and `interleave=LOW` at schedule. With
 /// the encodings of the driver code, that TSG's values are engine_type 1 and interleave 1 (0 at
 /// init in versions A and B of the fork, which set the level after the hook): GR0 and MEDIUM.

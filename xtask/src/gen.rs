@@ -19,8 +19,8 @@ pub struct GenArgs {
     /// Directory for the man pages (`man/`) and shell completions (`completions/`).
     #[arg(long, value_name = "DIR", default_value = "target/gen")]
     pub out: PathBuf,
-    /// Also rewrite docs/json-schema.md from gpu-trace/src/output/json.rs, and the metric
-    /// reference in docs/fleet.md from gpu-trace/src/metrics.
+    /// Also rewrite docs/json-schema.md from gpu-trace-core/src/output/json.rs, and the metric
+    /// reference in docs/fleet.md from gpu-trace-core/src/metrics.
     #[arg(long)]
     pub docs: bool,
 }

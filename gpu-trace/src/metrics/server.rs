@@ -109,3 +109,45 @@ impl Drop for MetricsServer {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::{CONTENT_TYPE, Metrics, MetricsConfig};
+
+    #[test]
+    fn only_loopback_unless_allowed() {
+        let a = |s: &str| s.parse().unwrap();
+        assert!(check_addr(a("127.0.0.1:9464"), false).is_ok());
+        assert!(check_addr(a("[::1]:9464"), false).is_ok());
+        assert!(check_addr(a("0.0.0.0:9464"), false).is_err());
+        assert!(check_addr(a("10.1.2.3:9464"), false).is_err());
+        assert!(check_addr(a("0.0.0.0:9464"), true).is_ok());
+    }
+
+    #[test]
+    fn the_server_answers_metrics_and_nothing_else() {
+        use std::io::{Read, Write};
+        let m = Metrics::new(MetricsConfig::default());
+        let server = MetricsServer::start("127.0.0.1:0".parse().unwrap(), m.registry())
+            .expect("listening on a free loopback port");
+        let get = |path: &str| {
+            let mut s = std::net::TcpStream::connect(server.addr).unwrap();
+            write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+            let mut r = String::new();
+            s.read_to_string(&mut r).unwrap();
+            r
+        };
+        let r = get("/metrics");
+        assert!(
+            r.starts_with("HTTP/1.0 200") || r.starts_with("HTTP/1.1 200"),
+            "{r}"
+        );
+        assert!(r.contains(CONTENT_TYPE), "{r}");
+        assert!(r.contains("\ngpu_trace_dropped_records_total 0\n"), "{r}");
+        assert!(r.trim_end().ends_with("# EOF"), "{r}");
+        let r = get("/other");
+        assert!(r.contains(" 404 "), "{r}");
+        drop(server);
+    }
+}

@@ -339,7 +339,7 @@ fn identity_fields(ev: &Event) -> String {
 
 /// The `{"event":"INVENTORY",...}` line (no newline): the processes that had a GPU open when
 /// tracing started, as the start-up inventory found them (`taken_ns`: when, CLOCK_MONOTONIC).
-pub fn inventory_json(inv: &crate::probe::inventory::Inventory, clock: &Clock) -> String {
+pub fn inventory_json(inv: &crate::inventory::Inventory, clock: &Clock) -> String {
     let ts_ns = inv.taken_ns;
     let fields = serde_json::to_string(inv).expect("Inventory serializes");
     let time = clock
@@ -582,14 +582,14 @@ pub fn stats_json(stats: &Stats, is_final: bool) -> String {
 }
 
 /// The marker line after which docs/json-schema.md holds this module's documentation.
-pub const SCHEMA_DOC_MARKER: &str = "<!-- generated from gpu-trace/src/output/json.rs -->";
+pub const SCHEMA_DOC_MARKER: &str = "<!-- generated from gpu-trace-core/src/output/json.rs -->";
 
 /// docs/json-schema.md: this module's documentation (the schema above) as Markdown, under a
 /// short header. `cargo xtask gen --docs` writes it; a test checks that the file is current.
 pub fn schema_document() -> String {
     let mut out = String::from(
         "# JSON lines schema (`--format json`)\n\n\
-         This file is generated from the documentation of `gpu-trace/src/output/json.rs` by\n\
+         This file is generated from the documentation of `gpu-trace-core/src/output/json.rs` by\n\
          `cargo xtask gen --docs`; a test (`gpu-trace/tests/outputs.rs`) fails when the two differ.\n\n",
     );
     out.push_str(SCHEMA_DOC_MARKER);

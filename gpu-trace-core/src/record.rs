@@ -59,7 +59,7 @@ pub struct RecordingHeader {
     /// The start-up inventory (late attach): processes that had a GPU open when tracing
     /// started. Absent in recordings made before it existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub inventory: Option<crate::probe::inventory::Inventory>,
+    pub inventory: Option<crate::inventory::Inventory>,
 }
 
 /// Written when the run ends cleanly.

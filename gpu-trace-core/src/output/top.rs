@@ -1,5 +1,5 @@
 //! `gpu-trace top`: what the live view shows, computed from two snapshots of the statistics
-//! (pure: no terminal here; `crate::top` draws it).
+//! (pure: no terminal here; `gpu-trace`'s `top` module draws it).
 //!
 //! Per process: live tasks (TSGs / queues) by engine, schedules and refusals per second since the
 //! last frame, scheduling updates per second, the timeslice its newest live task runs with, the

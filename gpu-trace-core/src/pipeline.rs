@@ -6,7 +6,7 @@ use std::{collections::HashMap, io::Write, time::Duration};
 
 use crate::{
     amd::decode::{self as amd_decode, KfdCall},
-    cli::{Format, Timestamps},
+    inventory::{Inventory, MpsRole},
     metrics::Metrics,
     model::{
         amd::{KfdInput, KfdTracker},
@@ -21,12 +21,12 @@ use crate::{
     },
     nvidia::decode::{self, ControlParams, RmCall},
     output::{
+        Format,
         clock::Clock,
         escape, json,
         perfetto::PerfettoWriter,
         text::{TextFormatter, TimestampMode},
     },
-    probe::inventory::{Inventory, MpsRole},
     wire::{self, RawRecord},
 };
 
@@ -48,7 +48,7 @@ pub struct PipelineConfig {
     /// Only these thread or process names (empty: all).
     pub comms: Vec<String>,
     pub format: Format,
-    pub timestamps: Timestamps,
+    pub timestamps: TimestampMode,
     /// Print the statistics block at the end.
     pub stats: bool,
     pub clock: Clock,
@@ -114,10 +114,7 @@ struct Periodic {
 impl<W: Write> Pipeline<W> {
     pub fn new(config: PipelineConfig, out: W) -> Self {
         let text = TextFormatter {
-            timestamps: match config.timestamps {
-                Timestamps::Wall => TimestampMode::Wall,
-                Timestamps::Relative => TimestampMode::Relative,
-            },
+            timestamps: config.timestamps,
             verbose: config.verbose,
         };
         Self {

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use crate::probe::inventory::GpuInfo;
+use crate::inventory::GpuInfo;
 
 /// A GPU as `nvidia-smi` names it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

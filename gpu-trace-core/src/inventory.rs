@@ -1,0 +1,217 @@
+//! What the start-up inventory found: every process that had a GPU device open when tracing
+//! started, and the NVIDIA driver's GPUs (`gpu-trace`'s `probe::inventory` walks `/proc` to
+//! make one; recordings carry it in their header). Plain data, and its text for the start-up
+//! report.
+
+use serde::{Deserialize, Serialize};
+
+use crate::output::escape::escape_text;
+
+/// What an fd of a process points at, as far as the inventory cares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind", content = "minor")]
+pub enum GpuNode {
+    /// `/dev/nvidiactl`: the control node RM clients are usually allocated on.
+    NvCtl,
+    /// `/dev/nvidiaN`: GPU `N` (the device minor).
+    NvGpu(u32),
+    /// `/dev/nvidia-uvm`.
+    NvUvm,
+    /// `/dev/kfd` (AMD).
+    Kfd,
+    /// The `--watch-device` node.
+    Watched,
+}
+
+/// The MPS role of a process, from its executable's name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MpsRole {
+    /// `nvidia-cuda-mps-server`: creates the TSGs its clients' work runs in.
+    Server,
+    /// `nvidia-cuda-mps-control`: the daemon that starts servers (no TSGs of its own).
+    Control,
+}
+
+/// One GPU as `/proc/driver/nvidia/gpus/*/information` describes it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuInfo {
+    /// Device minor (`/dev/nvidiaN`).
+    pub minor: u32,
+    /// PCI bus id (`Bus Location`).
+    pub bus_id: Option<String>,
+    pub uuid: Option<String>,
+    /// `Model` (or the name NVML reports).
+    pub name: Option<String>,
+}
+
+/// A GPU a process has open.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessGpu {
+    /// Device minor.
+    pub minor: u32,
+    pub bus_id: Option<String>,
+    pub uuid: Option<String>,
+    pub name: Option<String>,
+    /// GPU memory the process uses on it (NVML), when known.
+    pub memory_bytes: Option<u64>,
+}
+
+/// One process with a GPU device open when tracing started.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InventoryProcess {
+    pub pid: u32,
+    /// `comm` (untrusted: escape before printing to a terminal).
+    pub comm: String,
+    /// Command line, one element per argument (untrusted).
+    pub cmdline: Vec<String>,
+    /// Target of `/proc/PID/exe`, when readable.
+    pub exe: Option<String>,
+    /// cgroup v2 path (or the first hierarchy's path on cgroup v1).
+    pub cgroup: Option<String>,
+    /// GPUs open (NVIDIA `/dev/nvidiaN`).
+    pub gpus: Vec<ProcessGpu>,
+    /// Every fd that points at a GPU node, ascending.
+    pub fds: Vec<(i32, GpuNode)>,
+    pub mps: Option<MpsRole>,
+}
+
+impl InventoryProcess {
+    /// The fds on which RM clients can have been allocated before tracing: `/dev/nvidiactl`
+    /// and the watched node. Their `close()` releases those clients and their TSGs.
+    pub fn control_fds(&self) -> Vec<i32> {
+        self.fds
+            .iter()
+            .filter(|(_, n)| matches!(n, GpuNode::NvCtl | GpuNode::Watched))
+            .map(|&(fd, _)| fd)
+            .collect()
+    }
+
+    /// Whether any NVIDIA node (or the watched node with NVIDIA tracing) is open.
+    pub fn uses_nvidia(&self) -> bool {
+        self.fds.iter().any(|(_, n)| {
+            matches!(
+                n,
+                GpuNode::NvCtl | GpuNode::NvGpu(_) | GpuNode::NvUvm | GpuNode::Watched
+            )
+        })
+    }
+
+    /// Whether `/dev/kfd` is open.
+    pub fn uses_kfd(&self) -> bool {
+        self.fds.iter().any(|(_, n)| matches!(n, GpuNode::Kfd))
+    }
+}
+
+/// The result of the walk.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Inventory {
+    /// When the walk was taken: CLOCK_MONOTONIC ns (the records' clock); 0 when unknown.
+    #[serde(default)]
+    pub taken_ns: u64,
+    /// GPUs of the NVIDIA driver, by minor.
+    pub gpus: Vec<GpuInfo>,
+    /// Processes with a GPU node open, ascending pid.
+    pub processes: Vec<InventoryProcess>,
+    /// Processes that exited while the walk read them.
+    pub vanished: u32,
+    /// Processes whose fds could not be read (`hidepid`, permissions).
+    pub denied: u32,
+    /// Why NVML added nothing (library absent, init failed), when it did not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvml_note: Option<String>,
+}
+
+/// The inventory as text lines (without prefix), for the start-up report.
+pub fn render_text(inv: &Inventory) -> Vec<String> {
+    let mut out = Vec::new();
+    for g in &inv.gpus {
+        out.push(format!(
+            "GPU minor {}: {} bus {} {}",
+            g.minor,
+            g.name
+                .as_deref()
+                .map_or("?".into(), |t| escape_text(t).into_owned()),
+            g.bus_id.as_deref().unwrap_or("?"),
+            g.uuid.as_deref().unwrap_or("?"),
+        ));
+    }
+    let n = inv.processes.len();
+    out.push(format!(
+        "{n} process{} had a GPU open before tracing started{}",
+        if n == 1 { "" } else { "es" },
+        if n == 0 {
+            ""
+        } else {
+            " (driver objects they made earlier were not seen: their end is reported as \
+             PRETRACE_END)"
+        }
+    ));
+    for p in &inv.processes {
+        let mut line = format!("  PID {} {}", p.pid, escape_text(&p.comm));
+        if let Some(role) = p.mps {
+            line.push_str(match role {
+                MpsRole::Server => " [MPS server: its TSGs are shared by the MPS clients]",
+                MpsRole::Control => " [MPS control daemon]",
+            });
+        }
+        for g in &p.gpus {
+            line.push_str(&format!(
+                " gpu={}({} {}",
+                g.minor,
+                g.bus_id.as_deref().unwrap_or("?"),
+                g.uuid.as_deref().unwrap_or("?")
+            ));
+            if let Some(b) = g.memory_bytes {
+                line.push_str(&format!(" {} MiB", b / (1024 * 1024)));
+            }
+            line.push(')');
+        }
+        let nodes: Vec<String> = p
+            .fds
+            .iter()
+            .map(|(fd, n)| match n {
+                GpuNode::NvCtl => format!("{fd}:ctl"),
+                GpuNode::NvGpu(m) => format!("{fd}:nvidia{m}"),
+                GpuNode::NvUvm => format!("{fd}:uvm"),
+                GpuNode::Kfd => format!("{fd}:kfd"),
+                GpuNode::Watched => format!("{fd}:watched"),
+            })
+            .collect();
+        line.push_str(&format!(" fds={}", nodes.join(",")));
+        // The container and pod the path names (hex ids and a UUID, validated by the
+        // classification: nothing untrusted).
+        if let Some(w) = p.cgroup.as_deref().map(crate::model::workload::classify) {
+            if let (Some((runtime, _)), Some(id)) = (&w.container, w.short_container_id()) {
+                line.push_str(&format!(" container={}:{id}", runtime.name()));
+            }
+            if let Some((uid, _)) = &w.pod {
+                line.push_str(&format!(" pod={uid}"));
+            }
+        }
+        line.push_str(&format!(
+            " cgroup={}",
+            p.cgroup
+                .as_deref()
+                .map_or("?".into(), |t| escape_text(t).into_owned())
+        ));
+        let cmd: Vec<String> = p
+            .cmdline
+            .iter()
+            .map(|a| escape_text(a).into_owned())
+            .collect();
+        line.push_str(&format!(" cmd=\"{}\"", cmd.join(" ")));
+        out.push(line);
+    }
+    if inv.vanished != 0 || inv.denied != 0 {
+        out.push(format!(
+            "  (not inventoried: {} exited during the walk, {} refused reading /proc/PID/fd: \
+             run as root, or mount /proc without hidepid)",
+            inv.vanished, inv.denied
+        ));
+    }
+    if let Some(note) = &inv.nvml_note {
+        out.push(format!("  (no GPU memory per process: {note})"));
+    }
+    out
+}

@@ -1,0 +1,950 @@
+//! Prometheus metrics (`--metrics ADDR`): the same [`Event`]s and statistics the other outputs
+//! get, kept as counters, gauges and histograms in a `prometheus-client` [`Registry`].
+//!
+//! This module is the pure core: no HTTP, no kernel. `gpu-trace`'s `metrics::server` serves the registry over HTTP;
+//! the pipeline calls [`Metrics::observe`] for every event it emits and
+//! [`Metrics::sync_stats`] / [`Metrics::set_kernel`] for the health counters.
+//!
+//! Cost per event: one hash lookup of the process name (borrowed, no allocation), one of a small
+//! integer key, and atomic counter updates. A label set is built (allocated) only the first time
+//! it is seen, and a task's state only at its `TASK_INIT`.
+//!
+//! Label cardinality is bounded: PIDs are never a label; at most [`MetricsConfig::max_comms`]
+//! distinct process names, [`MetricsConfig::max_gpus`] distinct GPUs and
+//! [`MetricsConfig::max_workloads`] distinct container/pod pairs get their own series over the
+//! life of the tracer, and every later one is counted under the value [`OVERFLOW`]
+//! (`comm="__overflow__"`), so a fork storm of uniquely named processes cannot grow the scrape;
+//! [`MetricsConfig::max_label_sets`] caps the combinations.
+
+pub mod process;
+
+use std::{collections::HashMap, sync::Arc};
+
+use prometheus_client::{
+    encoding::EncodeLabelSet,
+    metrics::{
+        counter::Counter,
+        family::Family,
+        gauge::Gauge,
+        histogram::{Histogram, exponential_buckets},
+        info::Info,
+    },
+    registry::Registry,
+};
+
+use crate::model::{
+    event::{DestroyCause, Engine, Event, EventKind, SchedChange, TaskId},
+    stats::{KernelCounters, Stats},
+};
+
+/// The label value that stands for every name (or GPU, container, pod) past the cap.
+pub const OVERFLOW: &str = "__overflow__";
+
+/// Caps on distinct label values (see the module documentation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MetricsConfig {
+    /// Distinct process names (`comm` label) with their own series.
+    pub max_comms: usize,
+    /// Distinct GPUs (`gpu` label) with their own series.
+    pub max_gpus: usize,
+    /// Distinct (container, pod) pairs with their own series.
+    pub max_workloads: usize,
+    /// Distinct (gpu, engine, comm, container, pod) label sets: each label is capped, this caps
+    /// their combinations (the series of every per-task metric).
+    pub max_label_sets: usize,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        Self {
+            max_comms: 128,
+            max_gpus: 64,
+            max_workloads: 256,
+            max_label_sets: 1024,
+        }
+    }
+}
+
+/// Where a process runs, for the `container` and `pod` labels: the pipeline fills them from the
+/// process's cgroup (`model::workload`), empty outside containers and pods; [`Metrics::observe`]
+/// takes one so that the series carry the labels from the start.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Workload {
+    pub container: String,
+    pub pod: String,
+}
+
+/// One metric of the reference (docs/fleet.md is generated from [`REFERENCE`]).
+#[derive(Clone, Copy, Debug)]
+pub struct MetricDoc {
+    /// The sample name as Prometheus stores it (counters end in `_total`).
+    pub name: &'static str,
+    pub kind: &'static str,
+    pub labels: &'static str,
+    pub help: &'static str,
+}
+
+const TASK_LABELS: &str = "gpu, engine, comm, container, pod";
+
+macro_rules! doc {
+    ($id:ident, $name:expr, $kind:expr, $labels:expr, $help:expr) => {
+        const $id: MetricDoc = MetricDoc {
+            name: $name,
+            kind: $kind,
+            labels: $labels,
+            help: $help,
+        };
+    };
+}
+
+doc!(
+    EVENTS,
+    "gpu_trace_events_total",
+    "counter",
+    "event, gpu, engine, comm, container, pod",
+    "Events reported (`event` is TASK_INIT, SCHEDULE, WORK_SUBMIT, TASK_DESTROY, SCHED_UPDATE, PRETRACE_END or MPS_SHARED), whether printed or not (WORK_SUBMIT without -v)."
+);
+doc!(
+    REFUSED,
+    "gpu_trace_schedules_refused_total",
+    "counter",
+    TASK_LABELS,
+    "SCHEDULE events the driver refused (allowed=no), including those refused by --deny-pid."
+);
+doc!(
+    LIVE,
+    "gpu_trace_live_tasks",
+    "gauge",
+    TASK_LABELS,
+    "TSGs (NVIDIA) or KFD queues (AMD) alive now: created while tracing and not yet destroyed."
+);
+doc!(
+    TIMESLICE,
+    "gpu_trace_live_tasks_timeslice_seconds",
+    "gauge",
+    TASK_LABELS,
+    "Sum of the timeslices of the live tasks whose timeslice is known (divide by gpu_trace_live_tasks for the mean)."
+);
+doc!(
+    LIFETIME,
+    "gpu_trace_task_lifetime_seconds",
+    "histogram",
+    "gpu, engine",
+    "TASK_INIT to TASK_DESTROY of the tasks created while tracing."
+);
+doc!(
+    LATENCY,
+    "gpu_trace_schedule_latency_seconds",
+    "histogram",
+    "gpu, engine",
+    "TASK_INIT to the task's first allowed SCHEDULE (admission latency)."
+);
+doc!(
+    DROPPED,
+    "gpu_trace_dropped_records_total",
+    "counter",
+    "",
+    "Records the kernel programs lost because the ring buffer was full (raise --ring-size)."
+);
+doc!(
+    READ_FAILED,
+    "gpu_trace_read_failures_total",
+    "counter",
+    "",
+    "Records sent without their driver arguments because reading the caller's memory failed."
+);
+doc!(
+    DECODE,
+    "gpu_trace_decode_errors_total",
+    "counter",
+    "",
+    "Driver calls whose arguments could not be decoded."
+);
+doc!(
+    MALFORMED,
+    "gpu_trace_malformed_records_total",
+    "counter",
+    "",
+    "Ring-buffer records userspace could not parse."
+);
+doc!(
+    RECORDS,
+    "gpu_trace_records_total",
+    "counter",
+    "",
+    "Records the kernel programs wrote to the ring buffer."
+);
+doc!(
+    FD_LOOKUP,
+    "gpu_trace_fd_lookup_failures_total",
+    "counter",
+    "",
+    "Driver calls whose file descriptor could not be resolved to its file."
+);
+doc!(
+    DENIED,
+    "gpu_trace_denied_total",
+    "counter",
+    "",
+    "Scheduling requests refused by --deny-pid (BPF LSM)."
+);
+doc!(
+    OVERFLOWED,
+    "gpu_trace_label_overflow_events_total",
+    "counter",
+    "",
+    "Events counted under an __overflow__ label value because a label cap was reached."
+);
+doc!(
+    RING,
+    "gpu_trace_ring_buffer_bytes",
+    "gauge",
+    "",
+    "Size of the ring buffer (--ring-size); 0 in replay."
+);
+doc!(
+    RING_USED,
+    "gpu_trace_ring_buffer_used_bytes",
+    "gauge",
+    "",
+    "Bytes the kernel programs wrote to the ring buffer and gpu-trace has not read yet, at scrape time (near gpu_trace_ring_buffer_bytes: records are about to be dropped). Absent in replay."
+);
+doc!(
+    BUILD,
+    "gpu_trace_build_info",
+    "info",
+    "version",
+    "The gpu-trace version serving the metrics (always 1)."
+);
+doc!(
+    CPU,
+    "process_cpu_seconds_total",
+    "counter",
+    "",
+    "User and system CPU time gpu-trace's process has used."
+);
+doc!(
+    RSS,
+    "process_resident_memory_bytes",
+    "gauge",
+    "",
+    "Resident memory of gpu-trace's process."
+);
+
+/// Every metric gpu-trace serves, in the order of the reference.
+pub const REFERENCE: &[MetricDoc] = &[
+    EVENTS,
+    REFUSED,
+    LIVE,
+    TIMESLICE,
+    LIFETIME,
+    LATENCY,
+    DROPPED,
+    READ_FAILED,
+    DECODE,
+    MALFORMED,
+    RECORDS,
+    FD_LOOKUP,
+    DENIED,
+    OVERFLOWED,
+    RING,
+    RING_USED,
+    BUILD,
+    CPU,
+    RSS,
+];
+
+/// The name `prometheus-client` registers (it appends `_total` to counters itself).
+fn family_name(doc: &MetricDoc) -> &'static str {
+    (doc.name.strip_suffix("_total"))
+        .or(doc.name.strip_suffix("_info"))
+        .unwrap_or(doc.name)
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EventLabels {
+    event: &'static str,
+    #[prometheus(flatten)]
+    task: TaskLabels,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TaskLabels {
+    gpu: String,
+    engine: &'static str,
+    comm: String,
+    container: String,
+    pod: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HwLabels {
+    gpu: String,
+    engine: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+}
+
+/// Distinct values up to a cap; index 0 is the empty value (unknown), the last index is
+/// [`OVERFLOW`].
+#[derive(Debug)]
+struct Interner<T, L = String> {
+    index: HashMap<T, u32>,
+    labels: Vec<L>,
+    cap: usize,
+}
+
+/// The index [`Interner::slot`] returns past the cap.
+const OVERFLOW_IX: u32 = u32::MAX;
+
+impl<T: std::hash::Hash + Eq, L: Clone + Default> Interner<T, L> {
+    fn new(cap: usize) -> Self {
+        Self {
+            index: HashMap::new(),
+            labels: vec![L::default()],
+            cap,
+        }
+    }
+
+    /// The value's index, interning it (with its label text from `make`) while under the cap.
+    fn slot<Q>(&mut self, key: &Q, make: impl FnOnce() -> (T, L)) -> u32
+    where
+        T: std::borrow::Borrow<Q>,
+        Q: std::hash::Hash + Eq + ?Sized,
+    {
+        if let Some(&ix) = self.index.get(key) {
+            return ix;
+        }
+        if self.index.len() >= self.cap {
+            return OVERFLOW_IX;
+        }
+        let (owned, label) = make();
+        let ix = self.labels.len() as u32;
+        self.labels.push(label);
+        self.index.insert(owned, ix);
+        ix
+    }
+
+    /// The label of index `ix`, or `overflow` past the cap.
+    fn label(&self, ix: u32, overflow: L) -> L {
+        if ix == OVERFLOW_IX {
+            overflow
+        } else {
+            self.labels[ix as usize].clone()
+        }
+    }
+}
+
+/// A process name as a label value: control characters (and anything a terminal could act on)
+/// become `?`; the exposition format's own escaping (`\\`, `\"`, `\n`) is the encoder's.
+pub fn sanitize_label(raw: &str) -> String {
+    raw.chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
+}
+
+/// The `engine` label of a task.
+fn engine_label(ev_engine: Option<Engine>, amd: Option<&crate::model::event::AmdDetail>) -> u8 {
+    use crate::model::event::AmdQueueType as Q;
+    if let Some(e) = ev_engine {
+        return match e {
+            Engine::Graphics => 1,
+            Engine::Copy => 2,
+            Engine::Nvdec => 3,
+            Engine::Nvenc => 4,
+            Engine::Nvjpeg => 5,
+            Engine::Ofa => 6,
+            Engine::Sec2 => 7,
+            Engine::Other => 8,
+        };
+    }
+    match amd.and_then(|a| a.queue_type) {
+        Some(Q::Compute) => 9,
+        Some(Q::ComputeAql) => 10,
+        Some(Q::Sdma) => 11,
+        Some(Q::SdmaXgmi) => 12,
+        Some(Q::SdmaByEngId) => 13,
+        Some(Q::Unknown) => 14,
+        None => 0,
+    }
+}
+
+/// Label text of [`engine_label`]'s values: the JSON output's names of engines and AMD queue
+/// types.
+const ENGINES: [&str; 15] = [
+    "",
+    "GRAPHICS",
+    "COPY",
+    "NVDEC",
+    "NVENC",
+    "NVJPEG",
+    "OFA",
+    "SEC2",
+    "OTHER",
+    "COMPUTE",
+    "COMPUTE_AQL",
+    "SDMA",
+    "SDMA_XGMI",
+    "SDMA_BY_ENG_ID",
+    "UNKNOWN",
+];
+
+/// The series of one (gpu, engine, comm, workload).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+struct SeriesKey {
+    gpu: u32,
+    engine: u8,
+    comm: u32,
+    workload: u32,
+}
+
+/// Handles on one series' metrics (clones share the registered atomics).
+#[derive(Clone, Debug)]
+struct Series {
+    events: [Counter; 7],
+    refused: Counter,
+    live: Gauge,
+    timeslice: Gauge<f64, std::sync::atomic::AtomicU64>,
+    /// Microseconds behind `timeslice` (kept exact, set as seconds).
+    timeslice_us: u64,
+    overflow: bool,
+}
+
+#[derive(Clone, Debug)]
+struct Hist {
+    lifetime: Histogram,
+    latency: Histogram,
+}
+
+/// A task created while tracing.
+#[derive(Clone, Copy, Debug)]
+struct TaskState {
+    key: SeriesKey,
+    init_ns: u64,
+    scheduled: bool,
+    timeslice_us: Option<u64>,
+}
+
+/// A hashable form of a task id (the model's type has no `Hash`).
+fn tid(t: TaskId) -> (u8, u32) {
+    match t {
+        TaskId::HwTsg(v) => (0, v),
+        TaskId::RmHandle(v) => (1, v),
+        TaskId::KfdQueue(v) => (2, v),
+        TaskId::KfdNoQueue => (3, 0),
+        TaskId::PreTrace(v) => (4, v),
+        TaskId::Shared(v) => (5, v),
+        TaskId::Unknown => (6, 0),
+    }
+}
+
+/// The metrics of a trace (see the module documentation).
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Arc<Registry>,
+    events: Family<EventLabels, Counter>,
+    refused: Family<TaskLabels, Counter>,
+    live: Family<TaskLabels, Gauge>,
+    timeslice: Family<TaskLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    lifetime: Family<HwLabels, Histogram>,
+    latency: Family<HwLabels, Histogram>,
+    health: Health,
+    ring_fill: RingCollector,
+    comms: Interner<String>,
+    gpus: Interner<u32>,
+    workloads: Interner<Workload, (String, String)>,
+    series: HashMap<SeriesKey, Series>,
+    /// [`MetricsConfig::max_label_sets`].
+    max_series: usize,
+    hists: HashMap<(u32, u8), Hist>,
+    tasks: HashMap<(u32, u32, (u8, u32)), TaskState>,
+}
+
+#[derive(Debug, Default)]
+struct Health {
+    dropped: Counter,
+    read_failed: Counter,
+    decode: Counter,
+    malformed: Counter,
+    records: Counter,
+    fd_lookup: Counter,
+    denied: Counter,
+    overflowed: Counter,
+    ring: Gauge,
+    /// Last values set, to turn absolute counts into increments.
+    last_kernel: KernelCounters,
+    last_decode: u64,
+    last_malformed: u64,
+}
+
+fn lifetime_histogram() -> Histogram {
+    // 1 ms … ~13.5 h.
+    Histogram::new(exponential_buckets(0.001, 5.0, 12))
+}
+
+fn latency_histogram() -> Histogram {
+    // 10 µs … ~42 s.
+    Histogram::new(exponential_buckets(0.000_01, 4.0, 12))
+}
+
+impl Metrics {
+    pub fn new(config: MetricsConfig) -> Self {
+        let mut registry = Registry::default();
+        let events = Family::<EventLabels, Counter>::default();
+        let refused = Family::<TaskLabels, Counter>::default();
+        let live = Family::<TaskLabels, Gauge>::default();
+        let timeslice = Family::<TaskLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        let lifetime =
+            Family::<HwLabels, Histogram>::new_with_constructor(lifetime_histogram as fn() -> _);
+        let latency =
+            Family::<HwLabels, Histogram>::new_with_constructor(latency_histogram as fn() -> _);
+        let health = Health::default();
+        fn reg(r: &mut Registry, d: &MetricDoc, m: impl prometheus_client::registry::Metric) {
+            // The client adds the final period itself.
+            r.register(family_name(d), d.help.trim_end_matches('.'), m);
+        }
+        reg(&mut registry, &EVENTS, events.clone());
+        reg(&mut registry, &REFUSED, refused.clone());
+        reg(&mut registry, &LIVE, live.clone());
+        reg(&mut registry, &TIMESLICE, timeslice.clone());
+        reg(&mut registry, &LIFETIME, lifetime.clone());
+        reg(&mut registry, &LATENCY, latency.clone());
+        for (d, c) in [
+            (&DROPPED, &health.dropped),
+            (&READ_FAILED, &health.read_failed),
+            (&DECODE, &health.decode),
+            (&MALFORMED, &health.malformed),
+            (&RECORDS, &health.records),
+            (&FD_LOOKUP, &health.fd_lookup),
+            (&DENIED, &health.denied),
+            (&OVERFLOWED, &health.overflowed),
+        ] {
+            reg(&mut registry, d, c.clone());
+        }
+        reg(&mut registry, &RING, health.ring.clone());
+        reg(
+            &mut registry,
+            &BUILD,
+            Info::new(BuildLabels {
+                version: env!("CARGO_PKG_VERSION"),
+            }),
+        );
+        let ring_fill = RingCollector::default();
+        registry.register_collector(Box::new(process::ProcessCollector));
+        registry.register_collector(Box::new(ring_fill.clone()));
+        Self {
+            registry: Arc::new(registry),
+            events,
+            refused,
+            live,
+            timeslice,
+            lifetime,
+            latency,
+            health,
+            ring_fill,
+            comms: Interner::new(config.max_comms),
+            gpus: Interner::new(config.max_gpus),
+            workloads: Interner::new(config.max_workloads),
+            max_series: config.max_label_sets,
+            series: HashMap::new(),
+            hists: HashMap::new(),
+            tasks: HashMap::new(),
+        }
+    }
+
+    /// The registry to serve (shared with the HTTP server).
+    pub fn registry(&self) -> Arc<Registry> {
+        self.registry.clone()
+    }
+
+    /// The scrape body (OpenMetrics text, as the server sends it).
+    pub fn encode(&self) -> String {
+        encode(&self.registry)
+    }
+
+    /// Where the ring buffer's fill is read at each scrape (a live run's `RingFill`, in `gpu-trace`);
+    /// without it, `gpu_trace_ring_buffer_used_bytes` is not served. Set once.
+    pub fn set_ring_fill(&self, used_bytes: impl Fn() -> u64 + Send + Sync + 'static) {
+        let _ = self.ring_fill.0.set(Box::new(used_bytes));
+    }
+
+    /// `--ring-size` of the live run.
+    pub fn set_ring_bytes(&self, bytes: u64) {
+        self.health.ring.set(bytes as i64);
+    }
+
+    /// Counts one event of process `process_name` (its first `comm`), running in `workload`
+    /// (none known yet: pass `None`).
+    pub fn observe(&mut self, ev: &Event, process_name: &str, workload: Option<&Workload>) {
+        let pid = ev.origin.pid;
+        let amd = ev.amd.as_ref();
+        let key = match &ev.kind {
+            EventKind::TaskInit {
+                task,
+                client,
+                engine,
+                timeslice_us,
+                gpu,
+                ..
+            } => {
+                let gpu = gpu.or(amd.and_then(|a| a.gpu_id));
+                let key = self.key(gpu, engine_label(*engine, amd), process_name, workload);
+                let s = self.series_mut(key);
+                s.events[0].inc();
+                s.live.inc();
+                if let Some(us) = timeslice_us {
+                    s.timeslice_us += us;
+                    s.timeslice.set(s.timeslice_us as f64 / 1e6);
+                }
+                let state = TaskState {
+                    key,
+                    init_ns: ev.origin.ts_ns,
+                    scheduled: false,
+                    timeslice_us: *timeslice_us,
+                };
+                if let Some(old) = self.tasks.insert((pid, *client, tid(*task)), state) {
+                    // The tracker replaced a handle it never saw freed: that task is gone.
+                    self.end_task(old, None);
+                }
+                key
+            }
+            EventKind::Schedule {
+                task,
+                client,
+                allowed,
+                timeslice_us,
+                ..
+            } => {
+                let state = self.tasks.get(&(pid, *client, tid(*task))).copied();
+                let key = match state {
+                    Some(t) => t.key,
+                    None => self.key(None, engine_label(None, amd), process_name, workload),
+                };
+                let s = self.series_mut(key);
+                s.events[1].inc();
+                if !allowed {
+                    s.refused.inc();
+                }
+                if let (Some(mut t), true) = (state, *allowed) {
+                    if !t.scheduled {
+                        t.scheduled = true;
+                        let secs = ev.origin.ts_ns.saturating_sub(t.init_ns) as f64 / 1e9;
+                        self.hist(key).latency.observe(secs);
+                    }
+                    if let Some(new) = *timeslice_us {
+                        let s = self.series_mut(key);
+                        s.timeslice_us = s.timeslice_us - t.timeslice_us.unwrap_or(0) + new;
+                        s.timeslice.set(s.timeslice_us as f64 / 1e6);
+                        t.timeslice_us = Some(new);
+                    }
+                    self.tasks.insert((pid, *client, tid(*task)), t);
+                }
+                key
+            }
+            EventKind::WorkSubmit {
+                task, client, gpu, ..
+            } => {
+                let key = match self.tasks.get(&(pid, *client, tid(*task))) {
+                    Some(t) => t.key,
+                    None => {
+                        let gpu = gpu.or(amd.and_then(|a| a.gpu_id));
+                        self.key(gpu, engine_label(None, amd), process_name, workload)
+                    }
+                };
+                self.series_mut(key).events[2].inc();
+                key
+            }
+            EventKind::TaskDestroy {
+                task,
+                client,
+                cause,
+                ..
+            } => {
+                let state = self.tasks.remove(&(pid, *client, tid(*task)));
+                if *cause == DestroyCause::TracerExit {
+                    // Not an event (the statistics count it as alive at exit).
+                    if let Some(t) = state {
+                        self.end_task(t, None);
+                    }
+                    return;
+                }
+                let key = match state {
+                    Some(t) => t.key,
+                    None => self.key(None, engine_label(None, amd), process_name, workload),
+                };
+                self.series_mut(key).events[3].inc();
+                if let Some(t) = state {
+                    self.end_task(t, Some(ev.origin.ts_ns));
+                }
+                key
+            }
+            EventKind::SchedUpdate {
+                task,
+                client,
+                change,
+                allowed,
+                ..
+            } => {
+                let state = self.tasks.get(&(pid, *client, tid(*task))).copied();
+                let key = match state {
+                    Some(t) => t.key,
+                    None => self.key(None, engine_label(None, amd), process_name, workload),
+                };
+                self.series_mut(key).events[4].inc();
+                // An accepted timeslice change moves the live-timeslice gauge (a refused one,
+                // or one on a task not seen created, changes nothing known).
+                if let (Some(mut t), true, SchedChange::Timeslice { new_us, .. }) =
+                    (state, *allowed, change)
+                {
+                    let s = self.series_mut(key);
+                    s.timeslice_us = s.timeslice_us - t.timeslice_us.unwrap_or(0) + new_us;
+                    s.timeslice.set(s.timeslice_us as f64 / 1e6);
+                    t.timeslice_us = Some(*new_us);
+                    self.tasks.insert((pid, *client, tid(*task)), t);
+                }
+                key
+            }
+            EventKind::PretraceEnd { .. } => {
+                let key = self.key(None, engine_label(None, amd), process_name, workload);
+                self.series_mut(key).events[5].inc();
+                key
+            }
+            EventKind::MpsShared { task, client, .. } => {
+                let key = match self.tasks.get(&(pid, *client, tid(*task))) {
+                    Some(t) => t.key,
+                    None => self.key(None, engine_label(None, amd), process_name, workload),
+                };
+                self.series_mut(key).events[6].inc();
+                key
+            }
+        };
+        if self.series[&key].overflow {
+            self.health.overflowed.inc();
+        }
+    }
+
+    /// Removes a live task from the gauges; with `end_ns`, observes its lifetime.
+    fn end_task(&mut self, t: TaskState, end_ns: Option<u64>) {
+        let s = self.series_mut(t.key);
+        s.live.dec();
+        if let Some(us) = t.timeslice_us {
+            s.timeslice_us -= us;
+            s.timeslice.set(s.timeslice_us as f64 / 1e6);
+        }
+        if let Some(end) = end_ns {
+            let secs = end.saturating_sub(t.init_ns) as f64 / 1e9;
+            self.hist(t.key).lifetime.observe(secs);
+        }
+    }
+
+    fn key(
+        &mut self,
+        gpu: Option<u32>,
+        engine: u8,
+        process_name: &str,
+        workload: Option<&Workload>,
+    ) -> SeriesKey {
+        let gpu = match gpu {
+            Some(g) => self.gpus.slot(&g, || (g, g.to_string())),
+            None => 0,
+        };
+        let comm = self.comms.slot(process_name, || {
+            (process_name.to_string(), sanitize_label(process_name))
+        });
+        let workload = match workload {
+            Some(w) if *w != Workload::default() => self.workloads.slot(w, || {
+                (
+                    w.clone(),
+                    (sanitize_label(&w.container), sanitize_label(&w.pod)),
+                )
+            }),
+            _ => 0,
+        };
+        let key = SeriesKey {
+            gpu,
+            engine,
+            comm,
+            workload,
+        };
+        if self.series.len() >= self.max_series && !self.series.contains_key(&key) {
+            // Each label is capped, but not their product: past the cap on label sets, every
+            // new combination shares one series.
+            return SeriesKey {
+                gpu: OVERFLOW_IX,
+                engine: 0,
+                comm: OVERFLOW_IX,
+                workload: OVERFLOW_IX,
+            };
+        }
+        key
+    }
+
+    fn series_mut(&mut self, key: SeriesKey) -> &mut Series {
+        if !self.series.contains_key(&key) {
+            let (container, pod) = self
+                .workloads
+                .label(key.workload, (OVERFLOW.into(), OVERFLOW.into()));
+            let labels = TaskLabels {
+                gpu: self.gpus.label(key.gpu, OVERFLOW.into()),
+                engine: ENGINES[key.engine as usize],
+                comm: self.comms.label(key.comm, OVERFLOW.into()),
+                container,
+                pod,
+            };
+            let ev = |event| {
+                self.events.get_or_create_owned(&EventLabels {
+                    event,
+                    task: labels.clone(),
+                })
+            };
+            let series = Series {
+                events: [
+                    ev("TASK_INIT"),
+                    ev("SCHEDULE"),
+                    ev("WORK_SUBMIT"),
+                    ev("TASK_DESTROY"),
+                    ev("SCHED_UPDATE"),
+                    ev("PRETRACE_END"),
+                    ev("MPS_SHARED"),
+                ],
+                refused: self.refused.get_or_create_owned(&labels),
+                live: self.live.get_or_create_owned(&labels),
+                timeslice: self.timeslice.get_or_create_owned(&labels),
+                timeslice_us: 0,
+                overflow: [key.gpu, key.comm, key.workload].contains(&OVERFLOW_IX),
+            };
+            self.series.insert(key, series);
+        }
+        self.series.get_mut(&key).expect("inserted above")
+    }
+
+    fn hist(&mut self, key: SeriesKey) -> &Hist {
+        let hk = (key.gpu, key.engine);
+        if !self.hists.contains_key(&hk) {
+            let labels = HwLabels {
+                gpu: self.gpus.label(key.gpu, OVERFLOW.into()),
+                engine: ENGINES[key.engine as usize],
+            };
+            let h = Hist {
+                lifetime: self.lifetime.get_or_create_owned(&labels),
+                latency: self.latency.get_or_create_owned(&labels),
+            };
+            self.hists.insert(hk, h);
+        }
+        &self.hists[&hk]
+    }
+
+    /// The userspace health counters of `stats` (decode errors, malformed records).
+    pub fn sync_stats(&mut self, stats: &Stats) {
+        let h = &mut self.health;
+        h.decode
+            .inc_by(stats.decode_errors.saturating_sub(h.last_decode));
+        h.malformed
+            .inc_by(stats.malformed.saturating_sub(h.last_malformed));
+        h.last_decode = h.last_decode.max(stats.decode_errors);
+        h.last_malformed = h.last_malformed.max(stats.malformed);
+    }
+
+    /// The kernel side's counters, as read from its map (absolute values).
+    pub fn set_kernel(&mut self, k: &KernelCounters) {
+        let h = &mut self.health;
+        let last = h.last_kernel;
+        for (c, now, before) in [
+            (&h.dropped, k.dropped, last.dropped),
+            (&h.read_failed, k.read_failed, last.read_failed),
+            (&h.records, k.emitted, last.emitted),
+            (&h.fd_lookup, k.fd_lookup_failed, last.fd_lookup_failed),
+            (&h.denied, k.denied, last.denied),
+        ] {
+            c.inc_by(now.saturating_sub(before));
+        }
+        h.last_kernel = KernelCounters {
+            dropped: k.dropped.max(last.dropped),
+            read_failed: k.read_failed.max(last.read_failed),
+            ignored: k.ignored,
+            emitted: k.emitted.max(last.emitted),
+            fd_lookup_failed: k.fd_lookup_failed.max(last.fd_lookup_failed),
+            denied: k.denied.max(last.denied),
+        };
+    }
+}
+
+/// Serves `gpu_trace_ring_buffer_used_bytes` once a reader is set.
+#[derive(Clone, Default)]
+struct RingCollector(Arc<std::sync::OnceLock<Box<dyn Fn() -> u64 + Send + Sync>>>);
+
+impl std::fmt::Debug for RingCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RingCollector")
+    }
+}
+
+impl prometheus_client::collector::Collector for RingCollector {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        use prometheus_client::{encoding::EncodeMetric, metrics::gauge::ConstGauge};
+        let Some(read) = self.0.get() else {
+            return Ok(());
+        };
+        let g = ConstGauge::new(read() as i64);
+        let m = encoder.encode_descriptor(RING_USED.name, RING_USED.help, None, g.metric_type())?;
+        g.encode(m)
+    }
+}
+
+/// OpenMetrics text of `registry`.
+pub fn encode(registry: &Registry) -> String {
+    let mut body = String::new();
+    prometheus_client::encoding::text::encode(&mut body, registry)
+        .expect("writing to a String cannot fail");
+    body
+}
+
+/// The content type [`encode`]'s text is served with.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The metric reference of docs/fleet.md (Markdown table), from [`REFERENCE`] and the caps.
+pub fn reference_markdown() -> String {
+    let c = MetricsConfig::default();
+    let mut s = String::from("| Metric | Type | Labels | Meaning |\n|---|---|---|---|\n");
+    for d in REFERENCE {
+        let labels = if d.labels.is_empty() { "—" } else { d.labels };
+        s.push_str(&format!(
+            "| `{}` | {} | {} | {} |\n",
+            d.name, d.kind, labels, d.help
+        ));
+    }
+    s.push_str(&format!(
+        "\nLabel caps (distinct values over the tracer's life; later ones are counted under \
+         `{OVERFLOW}`): `comm` {}, `gpu` {}, `container`/`pod` pairs {}; and {} label sets \
+         (gpu, engine, comm, container, pod) in all, past which new combinations share one \
+         series with `gpu`, `comm`, `container` and `pod` = `{OVERFLOW}`.\n",
+        c.max_comms, c.max_gpus, c.max_workloads, c.max_label_sets
+    ));
+    s
+}
+
+/// The markers around the generated reference in docs/fleet.md.
+pub const REFERENCE_BEGIN: &str = "<!-- BEGIN metric reference: generated by `cargo xtask gen --docs` from gpu-trace-core/src/metrics -->\n";
+pub const REFERENCE_END: &str = "<!-- END metric reference -->";
+
+/// `doc` with the text between [`REFERENCE_BEGIN`] and [`REFERENCE_END`] replaced by
+/// [`reference_markdown`]; `None` when the markers are missing.
+pub fn splice_reference(doc: &str) -> Option<String> {
+    let start = doc.find(REFERENCE_BEGIN)? + REFERENCE_BEGIN.len();
+    let end = start + doc[start..].find(REFERENCE_END)?;
+    Some(format!(
+        "{}{}{}",
+        &doc[..start],
+        reference_markdown(),
+        &doc[end..]
+    ))
+}
+
+#[cfg(test)]
+mod tests;
