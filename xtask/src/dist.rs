@@ -11,6 +11,8 @@ use std::{
 
 use anyhow::{Context as _, Result, bail, ensure};
 
+use crate::host::{have, is_root, workspace_root};
+
 /// Architectures `dist` builds. The kernel programs inside each binary are built for that
 /// architecture's syscall register layout (aya-build passes the target's `bpf_target_arch`).
 const TARGETS: [Target; 2] = [
@@ -84,11 +86,6 @@ pub fn run(args: DistArgs) -> Result<()> {
         fs::remove_dir_all(&staging).ok();
     }
     Ok(())
-}
-
-fn workspace_root() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    root.canonicalize().unwrap_or(root)
 }
 
 fn run_cmd(cmd: &mut Command) -> Result<()> {
@@ -273,11 +270,10 @@ fn dir_size(dir: &Path) -> Result<u64> {
 /// Installs the .deb and the tarball into a fresh Debian root (cached debootstrap of `suite`,
 /// never written: each check runs in an overlay on it) and runs the installed binaries there.
 fn check(root: &Path, out: &Path, args: &DistArgs, tarball: &Path, deb: &Path) -> Result<()> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !is_root() {
         bail!("dist --check needs root (debootstrap and chroot)");
     }
-    if which("debootstrap").is_none() {
+    if !have("debootstrap") {
         run_cmd(Command::new("apt-get").args(["install", "-y", "-qq", "debootstrap"]))
             .context("installing debootstrap (apt-get update first if this fails)")?;
     }
@@ -394,7 +390,7 @@ fn check_emulated(
     target: &Target,
     version: &str,
 ) -> Result<()> {
-    if which(qemu).is_none() {
+    if !have(qemu) {
         // The loud skip, as the test suite does it: CI's log shows it.
         println!(
             "SKIPPED: dist --check for {}: {qemu} is not installed (apt-get install qemu-user-static)",
@@ -437,12 +433,4 @@ fn check_emulated(
         target.triple
     );
     Ok(())
-}
-
-fn which(tool: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join(tool))
-            .find(|p| p.is_file())
-    })
 }

@@ -19,6 +19,8 @@ use std::{
 
 use anyhow::{Context as _, Result, bail, ensure};
 
+use crate::host::{is_root, workspace_root};
+
 #[derive(clap::Args)]
 pub struct FleetArgs {
     /// Skip the image (build and runs); check only the manifests and the Prometheus files.
@@ -55,11 +57,6 @@ pub fn run(args: FleetArgs) -> Result<()> {
     }
     println!("fleet: done");
     Ok(())
-}
-
-fn workspace_root() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    root.canonicalize().unwrap_or(root)
 }
 
 fn skipped(what: &str, why: &str) {
@@ -259,8 +256,7 @@ fn image(root: &Path) -> Result<()> {
 /// Starts the image live with exactly deploy/daemonset.yaml's privileges (it must attach and
 /// serve /metrics), and once more without CAP_PERFMON (it must refuse, exit 3).
 fn daemonset_privileges(tag: &str) -> Result<()> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !is_root() {
         skipped("a live start with the DaemonSet's privileges", "needs root");
         return Ok(());
     }

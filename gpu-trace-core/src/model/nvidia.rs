@@ -370,6 +370,27 @@ fn destroy(origin: &Origin, client: u32, handle: u32, t: &Tsg, cause: DestroyCau
     }
 }
 
+/// An `RM_ALLOC` as the object table takes it: the client, the parent, the new handle, its
+/// class and the class parameters.
+struct AllocArgs {
+    client: u32,
+    parent: u32,
+    handle: u32,
+    class: u32,
+    params: AllocParams,
+}
+
+/// An `RM_CONTROL` as the object table takes it: its outcome (errno of the syscall, RM status),
+/// the client, the object it was sent to, the command and its parameters.
+struct ControlArgs {
+    errno: i32,
+    status: u32,
+    client: u32,
+    object: u32,
+    command: u32,
+    params: ControlParams,
+}
+
 impl NvTracker {
     /// An empty tracker.
     pub fn new() -> Self {
@@ -599,8 +620,18 @@ impl NvTracker {
                         let init = take_hook(&mut hooks, |h| matches!(h, GxHook::TaskInit { .. }));
                         let used = init.is_some() && ok && class == class::KEPLER_CHANNEL_GROUP_A;
                         self.count_unused(&hooks, init.is_some() && !used);
-                        let mut events =
-                            self.alloc(&origin, fd, ok, client, parent, handle, class, params);
+                        let mut events = self.alloc(
+                            &origin,
+                            fd,
+                            ok,
+                            AllocArgs {
+                                client,
+                                parent,
+                                handle,
+                                class,
+                                params,
+                            },
+                        );
                         if let (
                             true,
                             Some(GxHook::TaskInit {
@@ -639,8 +670,17 @@ impl NvTracker {
                             &hooks,
                             (bind.is_some() && !used) || (token.is_some() && !token_used),
                         );
-                        let mut events =
-                            self.control(&origin, errno, status, client, object, cmd, params);
+                        let mut events = self.control(
+                            &origin,
+                            ControlArgs {
+                                errno,
+                                status,
+                                client,
+                                object,
+                                command: cmd,
+                                params,
+                            },
+                        );
                         if let (
                             true,
                             Some(GxHook::Bind {
@@ -884,18 +924,14 @@ impl NvTracker {
         self.procs.get(&pid)?.clients.get(&client)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn alloc(
-        &mut self,
-        origin: &Origin,
-        fd: i32,
-        ok: bool,
-        client: u32,
-        parent: u32,
-        handle: u32,
-        class: u32,
-        params: AllocParams,
-    ) -> Vec<Event> {
+    fn alloc(&mut self, origin: &Origin, fd: i32, ok: bool, call: AllocArgs) -> Vec<Event> {
+        let AllocArgs {
+            client,
+            parent,
+            handle,
+            class,
+            params,
+        } = call;
         if !ok {
             if class == class::KEPLER_CHANNEL_GROUP_A {
                 self.counters.failed_tsg_allocs += 1;
@@ -1011,17 +1047,15 @@ impl NvTracker {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn control(
-        &mut self,
-        origin: &Origin,
-        errno: i32,
-        status: u32,
-        client: u32,
-        object: u32,
-        command: u32,
-        params: ControlParams,
-    ) -> Vec<Event> {
+    fn control(&mut self, origin: &Origin, call: ControlArgs) -> Vec<Event> {
+        let ControlArgs {
+            errno,
+            status,
+            client,
+            object,
+            command,
+            params,
+        } = call;
         let ok = decode::succeeded(errno, status);
         if let ControlParams::Unreadable { reason } = params {
             self.count_unreadable(reason);
@@ -1031,7 +1065,17 @@ impl NvTracker {
             cmd::TSG_GPFIFO_SCHEDULE | cmd::CHANNEL_GPFIFO_SCHEDULE
         );
         if is_schedule {
-            return self.schedule(origin, errno, status, client, object, command, params);
+            return self.schedule(
+                origin,
+                ControlArgs {
+                    errno,
+                    status,
+                    client,
+                    object,
+                    command,
+                    params,
+                },
+            );
         }
         let pid = origin.pid;
         // The TSG the control is about: the object itself for NVA06C controls, the channel's TSG
@@ -1249,17 +1293,15 @@ impl NvTracker {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn schedule(
-        &mut self,
-        origin: &Origin,
-        errno: i32,
-        status: u32,
-        client: u32,
-        object: u32,
-        command: u32,
-        params: ControlParams,
-    ) -> Vec<Event> {
+    fn schedule(&mut self, origin: &Origin, call: ControlArgs) -> Vec<Event> {
+        let ControlArgs {
+            errno,
+            status,
+            client,
+            object,
+            command,
+            params,
+        } = call;
         let ControlParams::Schedule {
             enable,
             skip_submit,
