@@ -987,8 +987,12 @@ pub fn replay_with(
                     break;
                 }
                 if let Some(v) = viewer.as_deref_mut() {
-                    // A frame for each whole second of the recording passed.
+                    // A frame for each whole second of the recording passed; a run of
+                    // seconds without records is one frame (they would all look the same, and
+                    // a recording whose clock jumps must not make a frame per second of it).
                     while pipeline.span() >= next_frame {
+                        let whole = Duration::from_secs(pipeline.span().as_secs());
+                        next_frame = next_frame.max(whole);
                         let shown = v
                             .frame(pipeline.stats(), next_frame, None)
                             .and_then(|()| v.next());

@@ -437,37 +437,25 @@ fn perfetto_timeline_of_two_streams_imports_and_matches_the_events() {
     flow_ids.sort();
     flow_ids.dedup();
     assert_eq!(flow_ids.len(), 4, "each lifetime its own flow");
-    // schedules/s GPU 0: the 4 SCHEDULEs of the JSON output, counted per second of the trace.
-    // The seconds count from the first record (which may be no event): the counter's first
-    // point, at or before the first event; its points are one second apart.
+    // schedules/s GPU 0: the 4 SCHEDULEs of the JSON output, counted per second of the trace
+    // (seconds from the first record, which may be no event): the points stand whole seconds
+    // apart, each counts the SCHEDULEs in its second, and a 0 follows the last.
     let rate = &c["schedules/s GPU 0"];
-    let origin_ns = (rate[0].0 * 1000.0).round() as u64;
-    let first_ns = events
+    let ns = |ts: f64| (ts * 1000.0).round() as u64;
+    let origin = ns(rate[0].0);
+    let scheds: Vec<u64> = events
         .iter()
+        .filter(|e| e["event"] == "SCHEDULE")
         .map(|e| e["ts_ns"].as_u64().unwrap())
-        .min()
-        .unwrap();
-    assert!(origin_ns <= first_ns);
-    for (k, &(ts, _)) in rate.iter().enumerate() {
-        assert_eq!(
-            (ts * 1000.0).round() as u64,
-            origin_ns + k as u64 * 1_000_000_000
-        );
-    }
-    let mut want: BTreeMap<u64, u64> = BTreeMap::new();
-    for e in events.iter().filter(|e| e["event"] == "SCHEDULE") {
-        *want
-            .entry((e["ts_ns"].as_u64().unwrap() - origin_ns) / 1_000_000_000)
-            .or_default() += 1;
-    }
-    let got: BTreeMap<u64, u64> = rate
-        .iter()
-        .enumerate()
-        .filter(|&(_, &(_, n))| n > 0)
-        .map(|(k, &(_, n))| (k as u64, n))
         .collect();
-    assert_eq!(got, want);
-    assert_eq!(want.values().sum::<u64>(), 4);
+    assert_eq!(scheds.len(), 4);
+    for &(ts, n) in rate {
+        assert_eq!((ns(ts) - origin) % 1_000_000_000, 0, "{rate:?}");
+        let second = ns(ts)..ns(ts) + 1_000_000_000;
+        let want = scheds.iter().filter(|t| second.contains(t)).count() as u64;
+        assert_eq!(n, want, "second at {ts} µs: {rate:?}");
+    }
+    assert_eq!(rate.iter().map(|&(_, n)| n).sum::<u64>(), 4);
     assert_eq!(c["schedules/s GPU 0"].last().map(|&(_, n)| n), Some(0));
 }
 

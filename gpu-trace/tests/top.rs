@@ -196,21 +196,30 @@ fn replay_top_steps_through_a_recording_second_by_second() {
             exit_file.display()
         ),
     );
-    // One frame per second of the recording: 1 s first, then one more per `n`; the totals
-    // never go down; after the last record the view says so and keeps the final frame.
-    let mut seconds = 1;
+    // One frame per second of the recording: 1 s first, then a later second per `n` (a run of
+    // seconds without records is one step); the totals never go down; after the last record
+    // the view says so and keeps the final frame.
+    let seconds_of = |screen: &str| -> Option<u64> {
+        let line = screen.lines().find(|l| l.starts_with("gpu-trace top"))?;
+        let (_, after) = line.split_once(" s, ")?.0.rsplit_once("— ")?;
+        after.parse().ok()
+    };
+    let mut seen = 0;
+    let mut steps = 0;
     let mut last = std::collections::BTreeMap::new();
     let end = loop {
         let screen = s.screen_until(|x| {
-            x.contains(&format!("— {seconds} s,")) || x.contains("end of the recording")
+            seconds_of(x).is_some_and(|n| n > seen) || x.contains("end of the recording")
         });
         if screen.contains("end of the recording") {
             break screen;
         }
-        assert!(
-            screen.contains(&format!("— {seconds} s,")),
-            "{test}: step {seconds}:\n{screen}"
-        );
+        let now_s = seconds_of(&screen).unwrap_or_else(|| panic!("{test}: no time:\n{screen}"));
+        assert!(now_s > seen, "{test}: {now_s} s after {seen} s:\n{screen}");
+        if seen == 0 {
+            assert_eq!(now_s, 1, "{test}: the first frame is at 1 s:\n{screen}");
+        }
+        seen = now_s;
         let now = schedule_totals(&screen);
         for (pid, n) in &last {
             assert!(
@@ -219,9 +228,9 @@ fn replay_top_steps_through_a_recording_second_by_second() {
             );
         }
         last = now;
-        assert!(seconds < 60, "{test}: no end after 60 steps");
-        seconds += 1;
-        s.keys(if seconds % 2 == 0 { "n" } else { "Space" });
+        steps += 1;
+        assert!(steps < 60, "{test}: no end after 60 steps");
+        s.keys(if steps % 2 == 0 { "n" } else { "Space" });
     };
     // The final frame: each rank's schedules, as many as the JSON replay's events; both GPUs.
     assert_eq!(schedule_totals(&end), want, "{test}:\n{end}");

@@ -485,31 +485,29 @@ impl<W: Write> PerfettoWriter<W> {
         Ok(())
     }
 
-    /// `schedules/s GPU N`: one value per second of the trace, from its first second to the
-    /// GPU's last one with a schedule, zeros included, then 0.
+    /// `schedules/s GPU N`: the count of each second of the trace that had schedules, and a 0
+    /// at the start of each second without any that follows one (a counter holds its value until
+    /// the next point, so the empty seconds read 0 without a point each: a recording whose
+    /// timestamps jump by years costs two points, not one per second).
     fn schedule_counters(&mut self) -> io::Result<()> {
         let Some(start) = self.start_ns else {
             return Ok(());
         };
-        let mut per_gpu: BTreeMap<Option<u32>, Vec<(u64, u64)>> = BTreeMap::new();
-        for (&(gpu, second), &n) in &self.schedules {
-            per_gpu.entry(gpu).or_default().push((second, n));
-        }
-        for (gpu, seconds) in per_gpu {
+        let counts: Vec<((Option<u32>, u64), u64)> =
+            self.schedules.iter().map(|(&k, &n)| (k, n)).collect();
+        for (i, &((gpu, second), n)) in counts.iter().enumerate() {
             let name = match gpu {
                 Some(g) => format!("schedules/s GPU {g}"),
                 None => "schedules/s GPU ?".to_string(),
             };
-            let last = seconds.last().map_or(0, |&(s, _)| s);
-            let mut counts = seconds.into_iter().peekable();
-            for second in 0..=last + 1 {
-                let n = match counts.peek() {
-                    Some(&(s, n)) if s == second => {
-                        counts.next();
-                        n
-                    }
-                    _ => 0,
-                };
+            let mut points = vec![(second, n)];
+            let next_is_adjacent = counts
+                .get(i + 1)
+                .is_some_and(|&((g, s), _)| g == gpu && s == second + 1);
+            if !next_is_adjacent {
+                points.push((second + 1, 0));
+            }
+            for (second, n) in points {
                 let ts = start.saturating_add(second.saturating_mul(1_000_000_000));
                 let line = format!(
                     "{{\"ph\":\"C\",\"ts\":{},\"pid\":{GPU_PID},\"tid\":0,\"name\":{},\"cat\":\"{CATEGORY}\",\"args\":{{\"schedules\":{n}}}}}",
@@ -649,6 +647,23 @@ mod tests {
             .collect()
     }
 
+    /// GPU `gpu`'s `schedules/s` counter: (ts µs, schedules) in file order.
+    fn rate_of(v: &Value, gpu: u32) -> Vec<(f64, u64)> {
+        let name = format!("schedules/s GPU {gpu}");
+        v["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["name"] == name.as_str())
+            .map(|e| {
+                (
+                    e["ts"].as_f64().unwrap(),
+                    e["args"]["schedules"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    }
+
     /// The phases of the traced processes' events.
     fn phases(v: &Value) -> Vec<String> {
         procs(v)
@@ -769,17 +784,7 @@ mod tests {
             (b["name"].as_str(), b["ts"].as_f64()),
             (Some("python3 42: TSG 0x5c000015"), Some(1.0))
         );
-        let rate: Vec<(f64, u64)> = all
-            .iter()
-            .filter(|e| e["name"] == "schedules/s GPU 0")
-            .map(|e| {
-                (
-                    e["ts"].as_f64().unwrap(),
-                    e["args"]["schedules"].as_u64().unwrap(),
-                )
-            })
-            .collect();
-        assert_eq!(rate, [(0.5, 1), (1_000_000.5, 0)]);
+        assert_eq!(rate_of(&v, 0), [(0.5, 1), (1_000_000.5, 0)]);
     }
 
     #[test]
@@ -855,6 +860,31 @@ mod tests {
         assert_eq!(e.len(), 2);
         assert!(e.iter().all(|e| e["ts"].as_f64() == Some(9.0)
             && e["args"]["note"] == "still alive when the trace ended"));
+    }
+
+    #[test]
+    fn schedules_per_second_are_sparse_however_far_apart_the_records_are() {
+        // Seconds 0, 1 and 5 have schedules; a record ~584 years later too: the counter gets a
+        // point per second with schedules and a 0 after each run, nothing for the gaps.
+        let far = u64::MAX - 1_000;
+        let evs = [
+            init(0, 1, 10),
+            schedule(100, 1, 10),
+            schedule(200, 1, 10),
+            schedule(1_000_000_100, 1, 10),
+            schedule(5_000_000_000, 1, 10),
+            schedule(far, 1, 10),
+        ];
+        let v = write(&evs, 0, far);
+        let rate = rate_of(&v, 0);
+        assert_eq!(rate.len(), 7, "{rate:?}");
+        assert_eq!(
+            rate[..5],
+            [(0.0, 2), (1e6, 1), (2e6, 0), (5e6, 1), (6e6, 0)],
+            "{rate:?}"
+        );
+        assert_eq!((rate[5].1, rate[6].1), (1, 0));
+        assert!(rate[5].0 > 1e16 && rate[6].0 > rate[5].0);
     }
 
     #[test]
