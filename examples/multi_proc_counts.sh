@@ -47,7 +47,7 @@ for line in open(trace):
     ev = json.loads(line)
     if ev["event"] == "STATS":
         stats = ev
-    else:
+    elif "pid" in ev:  # the INVENTORY line (processes open before tracing) has none
         lines[(ev["pid"], ev["event"])] += 1
 if stats is None:
     sys.exit("FAIL: no STATS line (gpu-trace did not end cleanly)")

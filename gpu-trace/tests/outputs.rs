@@ -301,7 +301,7 @@ fn json_lines(gtrace: &Path) -> Vec<Value> {
 }
 
 fn perfetto_of(gtrace: &str, extra: &[&str]) -> String {
-    let out = tmp(&format!("{gtrace}.{}.json", extra.join("_")));
+    let out = tmp(&format!("{}.{}.json", gtrace.replace('/', "_"), extra.join("_")));
     let path = fixture(gtrace);
     let mut args = vec![
         "replay",
@@ -457,6 +457,49 @@ fn perfetto_timeline_of_two_streams_imports_and_matches_the_events() {
     }
     assert_eq!(rate.iter().map(|&(_, n)| n).sum::<u64>(), 4);
     assert_eq!(c["schedules/s GPU 0"].last().map(|&(_, n)| n), Some(0));
+}
+
+#[test]
+fn a_live_gpu_host_run_s_timeline_and_lines_are_what_its_recording_replays_to() {
+    // One live run on the H100 (fixtures/README.md): JSON lines, timeline and recording at once.
+    let live_pf: Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture("h100_r3b/two_streams_live.perfetto.json")).unwrap(),
+    )
+    .unwrap();
+    let text = perfetto_of("h100_r3b/two_streams_live.gtrace", &[]);
+    let replayed: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        replayed["traceEvents"], live_pf["traceEvents"],
+        "event for event"
+    );
+    let (all, processes, _) = import_like_perfetto(&text).unwrap();
+    let (on_gpu, slices) = process_slices(&all);
+    // The live JSON lines: 4 TASK_INIT, each a lifetime in its process and in GPU 0's group,
+    // its points chained by one flow that starts at the TASK_INIT.
+    let live_lines: Vec<Value> =
+        std::fs::read_to_string(fixture("h100_r3b/two_streams_live.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+    let inits = live_lines
+        .iter()
+        .filter(|l| l["event"] == "TASK_INIT")
+        .count();
+    assert_eq!((inits, slices.len(), on_gpu.len()), (4, 4, 4));
+    assert!(processes.values().any(|n| n == "GPU 0"), "{processes:?}");
+    for s in &slices {
+        assert_eq!(s.instants[0].0, "TASK_INIT", "{}", s.name);
+        assert_eq!(s.flows[0].map(|f| (f.1, f.2)), Some((false, true)));
+        assert!(s.flows[1..].iter().all(|f| f.is_some_and(|f| f.1 && f.2)));
+    }
+    // And the JSON lines replay to what the live run printed, byte for byte.
+    let path = fixture("h100_r3b/two_streams_live.gtrace");
+    let replayed_lines = gpu_trace(&["replay", path.to_str().unwrap(), "--format", "json", "-v"]);
+    assert_eq!(
+        replayed_lines,
+        std::fs::read_to_string(fixture("h100_r3b/two_streams_live.jsonl")).unwrap()
+    );
 }
 
 #[test]
