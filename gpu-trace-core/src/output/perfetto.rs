@@ -201,26 +201,32 @@ impl<W: Write> PerfettoWriter<W> {
         self.write_event(&line)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn timed(
+    /// A `B` or `E` of a slice on track `tid` of `pid`.
+    fn edge(
         &mut self,
         ph: &str,
         ts_ns: u64,
-        pid: u32,
-        tid: u32,
+        (pid, tid): (u32, u32),
         name: &str,
-        scope: Option<&str>,
         args: Value,
     ) -> io::Result<()> {
-        let mut line = format!(
-            "{{\"ph\":\"{ph}\",\"ts\":{},\"pid\":{pid},\"tid\":{tid},\"name\":{},\"cat\":\"{CATEGORY}\"",
+        let line = format!(
+            "{{\"ph\":\"{ph}\",\"ts\":{},\"pid\":{pid},\"tid\":{tid},\"name\":{},\"cat\":\"{CATEGORY}\",\"args\":{}}}",
             ts_us(ts_ns),
-            Value::from(name)
+            Value::from(name),
+            without_arrays(args)
         );
-        if let Some(s) = scope {
-            line.push_str(&format!(",\"s\":\"{s}\""));
-        }
-        line.push_str(&format!(",\"args\":{}}}", without_arrays(args)));
+        self.write_event(&line)
+    }
+
+    /// An event of process `pid` that belongs to no task: a process-scoped instant.
+    fn process_instant(&mut self, ts_ns: u64, pid: u32, name: &str, args: Value) -> io::Result<()> {
+        let line = format!(
+            "{{\"ph\":\"i\",\"ts\":{},\"pid\":{pid},\"tid\":{pid},\"name\":{},\"cat\":\"{CATEGORY}\",\"s\":\"p\",\"args\":{}}}",
+            ts_us(ts_ns),
+            Value::from(name),
+            without_arrays(args)
+        );
         self.write_event(&line)
     }
 
@@ -301,13 +307,13 @@ impl<W: Write> PerfettoWriter<W> {
         args: Value,
     ) -> io::Result<u32> {
         let tid = self.take_track(pid, task, ts_ns)?;
-        self.timed("B", ts_ns, pid, tid, slice, None, args)?;
+        self.edge("B", ts_ns, (pid, tid), slice, args)?;
         let mut on_gpu = None;
         if let Some(p) = &place {
             let group = self.gpu_group(p.gpu, p.runlist)?;
             let track = self.take_track(group, task, ts_ns)?;
             let name = format!("{}: {slice}", p.owner);
-            self.timed("B", ts_ns, group, track, &name, None, json!({}))?;
+            self.edge("B", ts_ns, (group, track), &name, json!({}))?;
             on_gpu = Some((group, track, name));
         }
         let flow = self.next_flow;
@@ -348,10 +354,10 @@ impl<W: Write> PerfettoWriter<W> {
 
     fn close_track(&mut self, pid: u32, track: Track, ts_ns: u64, args: Value) -> io::Result<()> {
         let ts = self.not_before(ts_ns, track.begin_ns);
-        self.timed("E", ts, pid, track.tid, &track.slice, None, args)?;
+        self.edge("E", ts, (pid, track.tid), &track.slice, args)?;
         self.free_track(pid, track.tid, ts);
         if let Some((group, tid, name)) = &track.on_gpu {
-            self.timed("E", ts, *group, *tid, name, None, json!({}))?;
+            self.edge("E", ts, (*group, *tid), name, json!({}))?;
             self.free_track(*group, *tid, ts);
         }
         if let Some(g) = track.gpu {
@@ -443,7 +449,7 @@ impl<W: Write> PerfettoWriter<W> {
         let task = ev.kind.task();
         let fields = self.fields(ev);
         if matches!(task, TaskId::KfdNoQueue) {
-            return self.timed("i", ts, pid, pid, ev.kind.name(), Some("p"), fields);
+            return self.process_instant(ts, pid, ev.kind.name(), fields);
         }
         let key = task_key(pid, task);
         match &ev.kind {
