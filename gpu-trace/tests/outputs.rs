@@ -301,7 +301,11 @@ fn json_lines(gtrace: &Path) -> Vec<Value> {
 }
 
 fn perfetto_of(gtrace: &str, extra: &[&str]) -> String {
-    let out = tmp(&format!("{}.{}.json", gtrace.replace('/', "_"), extra.join("_")));
+    let out = tmp(&format!(
+        "{}.{}.json",
+        gtrace.replace('/', "_"),
+        extra.join("_")
+    ));
     let path = fixture(gtrace);
     let mut args = vec![
         "replay",
@@ -690,6 +694,48 @@ fn every_field_the_json_output_carries_is_documented() {
             "field {key} (in {context}) is not in docs/json-schema.md"
         );
     }
+}
+
+#[test]
+fn docs_architecture_md_maps_every_source_file() {
+    // Its module map names each file (or a sibling's row names it: "`dir/a.rs`, `b.rs`").
+    let doc = std::fs::read_to_string(repo_file("docs/architecture.md")).unwrap();
+    let root = repo_file("");
+    let out = Command::new("git")
+        .args(["ls-files", "*.rs"])
+        .current_dir(&root)
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        common::skipped(
+            "docs_architecture_md_maps_every_source_file",
+            "not a git checkout (git ls-files failed)",
+        );
+        return;
+    }
+    let missing: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|f| {
+            [
+                "gpu-trace/src/",
+                "gpu-trace-core/src/",
+                "gpu-trace-common/src/",
+                "gpu-trace-ebpf/src/",
+                "xtask/src/",
+            ]
+            .iter()
+            .any(|d| f.starts_with(d))
+        })
+        .filter(|f| {
+            let name = f.rsplit('/').next().unwrap();
+            !doc.contains(&format!("`{f}`")) && !doc.contains(&format!(", `{name}`"))
+        })
+        .map(str::to_string)
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/architecture.md's module map lacks {missing:?}"
+    );
 }
 
 #[test]
