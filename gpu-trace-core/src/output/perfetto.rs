@@ -70,6 +70,9 @@ pub const GPU_PID: u32 = 0x7fff_fff0;
 /// The first synthetic pid of the per-GPU (per-runlist) track groups, in order of first use.
 pub const GPU_GROUP_PID_BASE: u32 = 0x7ff0_0000;
 
+/// Track groups of distinct (GPU, runlist) pairs; later pairs share one more group.
+pub const MAX_GPU_GROUPS: u32 = 1024;
+
 /// The category of every event gpu-trace writes.
 const CATEGORY: &str = "gpu";
 
@@ -341,13 +344,27 @@ impl<W: Write> PerfettoWriter<W> {
         if let Some(&pid) = self.gpu_groups.get(&(gpu, runlist)) {
             return Ok(pid);
         }
-        let pid = GPU_GROUP_PID_BASE + self.gpu_groups.len() as u32;
-        self.gpu_groups.insert((gpu, runlist), pid);
-        let name = match runlist {
-            Some(r) => format!("GPU {gpu} runlist {r}"),
-            None => format!("GPU {gpu}"),
+        // A recording can name any number of (GPU, runlist) pairs: past the cap they share
+        // one group (a real host has a few GPUs and a few dozen runlists each).
+        // (Past the cap, nothing more is kept per pair.)
+        let n = self.gpu_groups.len() as u32;
+        let (pid, name) = if n < MAX_GPU_GROUPS {
+            let name = match runlist {
+                Some(r) => format!("GPU {gpu} runlist {r}"),
+                None => format!("GPU {gpu}"),
+            };
+            self.gpu_groups
+                .insert((gpu, runlist), GPU_GROUP_PID_BASE + n);
+            (GPU_GROUP_PID_BASE + n, name)
+        } else {
+            (
+                GPU_GROUP_PID_BASE + MAX_GPU_GROUPS,
+                format!("other GPUs and runlists (past {MAX_GPU_GROUPS})"),
+            )
         };
-        self.named.insert(pid);
+        if !self.named.insert(pid) {
+            return Ok(pid);
+        }
         self.metadata("process_name", pid, 0, &name)?;
         Ok(pid)
     }
@@ -891,6 +908,41 @@ mod tests {
         );
         assert_eq!((rate[5].1, rate[6].1), (1, 0));
         assert!(rate[5].0 > 1e16 && rate[6].0 > rate[5].0);
+    }
+
+    #[test]
+    fn a_recording_naming_endless_gpus_gets_a_bounded_number_of_groups() {
+        let mut evs = Vec::new();
+        for i in 0..(MAX_GPU_GROUPS + 10) {
+            let mut e = init(u64::from(i) + 1, 7, 0x100 + i);
+            if let EventKind::TaskInit { gpu, .. } = &mut e.kind {
+                *gpu = Some(i);
+            }
+            evs.push(e);
+        }
+        let v = write(&evs, 1, 10_000);
+        let groups: Vec<&Value> = v["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| {
+                e["name"] == "process_name"
+                    && e["pid"].as_u64().unwrap() >= u64::from(GPU_GROUP_PID_BASE)
+                    && e["pid"] != GPU_PID
+            })
+            .collect();
+        assert_eq!(groups.len() as u32, MAX_GPU_GROUPS + 1);
+        assert!(
+            groups.last().unwrap()["args"]["name"]
+                .as_str()
+                .unwrap()
+                .starts_with("other GPUs")
+        );
+        assert!(
+            groups
+                .iter()
+                .all(|g| g["pid"].as_u64().unwrap() < u64::from(GPU_PID))
+        );
     }
 
     #[test]
