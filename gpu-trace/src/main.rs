@@ -47,6 +47,24 @@ fn main() -> ExitCode {
         eprintln!("gpu-trace: {why}");
         return ExitCode::from(EXIT_USAGE);
     }
+    // The views draw in a terminal: without one they would fail at the first frame with an
+    // errno, after tracing had started.
+    let view = match &cli.command {
+        Some(Command::Top { .. }) => Some("gpu-trace top"),
+        Some(Command::Replay { top: true, .. }) => Some("replay --top"),
+        _ => None,
+    };
+    if let Some(view) = view {
+        use std::io::IsTerminal as _;
+        if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
+            eprintln!(
+                "gpu-trace: {view} draws in a terminal and reads its keys, but standard input or \
+                 output is not one; without the view, gpu-trace prints one line per event \
+                 (add -o FILE to keep them)"
+            );
+            return ExitCode::from(EXIT_USAGE);
+        }
+    }
     let result = match cli.command {
         Some(Command::Doctor { json }) => return doctor(json),
         Some(Command::Completions { shell }) => {

@@ -285,3 +285,25 @@ fn replay_top_quit_midway_is_a_clean_end() {
     let back = tmux(&["capture-pane", "-p", "-t", &s.0]);
     assert!(!back.contains("without its trailer"), "{test}:\n{back}");
 }
+
+#[test]
+fn the_views_without_a_terminal_are_a_usage_error_before_anything_starts() {
+    for args in [
+        vec![
+            "replay",
+            allreduce().to_str().unwrap().to_string().leak(),
+            "--top",
+        ],
+        vec!["top", "--duration", "1"],
+    ] {
+        let out = Command::new(gpu_trace_bin())
+            .args(&args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("draws in a terminal"), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+}
