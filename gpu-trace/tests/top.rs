@@ -288,12 +288,10 @@ fn replay_top_quit_midway_is_a_clean_end() {
 
 #[test]
 fn the_views_without_a_terminal_are_a_usage_error_before_anything_starts() {
+    let file = allreduce();
+    let file = file.to_str().unwrap();
     for args in [
-        vec![
-            "replay",
-            allreduce().to_str().unwrap().to_string().leak(),
-            "--top",
-        ],
+        vec!["replay", file, "--top"],
         vec!["top", "--duration", "1"],
     ] {
         let out = Command::new(gpu_trace_bin())
