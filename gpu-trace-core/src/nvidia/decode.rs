@@ -534,9 +534,11 @@ pub fn split_token(token: u32) -> TokenFields {
 }
 
 /// Test helpers: build [`NvIoctlRecord`]s exactly as the kernel programs fill them, NVOS blocks
-/// laid out byte by byte at the reference's offsets. Shared with the state-machine tests.
-#[cfg(test)]
-pub(crate) mod testrec {
+/// laid out byte by byte at the reference's offsets. The one set of record builders: the unit
+/// tests here and in the model use it, and `gpu-trace`'s integration tests through the
+/// `testing` feature (a dev-dependency; never in a build of the tool).
+#[cfg(any(test, feature = "testing"))]
+pub mod testrec {
     use gpu_trace_common::{
         NV_PARAMS_MAX, NV_SUB_MAX, NvIoctlRecord, RecordHeader, kernel_dev, nv_flags,
         nvidia::{self, NV_CTL_MINOR, NV_MAJOR, escape},
@@ -560,18 +562,52 @@ pub(crate) mod testrec {
         pub rec: NvIoctlRecord,
     }
 
+    /// A record header as the kernel writes it (`comm` cut to 15 bytes and NUL-terminated).
+    pub fn header(kind: u32, ts_ns: u64, pid: u32, tid: u32, comm: &str) -> RecordHeader {
+        let mut c = [0u8; 16];
+        let n = comm.len().min(15);
+        c[..n].copy_from_slice(&comm.as_bytes()[..n]);
+        RecordHeader {
+            kind,
+            cpu: 0,
+            ts_ns,
+            tgid: pid,
+            tid,
+            comm: c,
+        }
+    }
+
+    /// The record of an ioctl `ioctl_cmd` on `/dev/nvidiactl` (fd 3) with parameter block
+    /// `block` (its bytes at exit) and captured sub-parameters `sub` (`None`: not captured), the
+    /// syscall returning `ret`: any block, as it came (the builders below lay out the NVOS ones).
+    pub fn raw(
+        hdr: RecordHeader,
+        ioctl_cmd: u32,
+        block: &[u8],
+        sub: Option<&[u8]>,
+        ret: i64,
+    ) -> NvIoctlRecord {
+        let mut r = base(
+            hdr.tgid,
+            3,
+            ioctl_cmd,
+            ioctl_cmd & 0xff,
+            nvidia::ioctl_size(ioctl_cmd),
+        );
+        r.hdr = hdr;
+        r.ret = ret;
+        r.params[..block.len()].copy_from_slice(block);
+        r.params_len = block.len() as u32;
+        if let Some(s) = sub {
+            r.sub[..s.len()].copy_from_slice(s);
+            r.sub_len = s.len() as u32;
+        }
+        r
+    }
+
     fn base(pid: u32, fd: i32, ioctl_cmd: u32, esc: u32, size: u32) -> NvIoctlRecord {
-        let mut comm = [0u8; 16];
-        comm[..4].copy_from_slice(b"cuda");
         NvIoctlRecord {
-            hdr: RecordHeader {
-                kind: record_kind::NV_IOCTL,
-                cpu: 0,
-                ts_ns: 1,
-                tgid: pid,
-                tid: pid,
-                comm,
-            },
+            hdr: header(record_kind::NV_IOCTL, 1, pid, pid, "cuda"),
             ret: 0,
             fd,
             ioctl_cmd,

@@ -26,7 +26,7 @@ use gpu_trace::{
     pipeline::PipelineConfig,
 };
 use gpu_trace_common::{
-    NV_PARAMS_MAX, NV_SUB_MAX, NvIoctlRecord, RecordHeader, TaskRecord, kernel_dev, nv_flags,
+    NvIoctlRecord, RecordHeader, TaskRecord, nv_flags,
     nvidia::{self, escape},
 };
 
@@ -181,56 +181,11 @@ pub fn set_comm(name: &str) {
 // ---------------------------------------------------------------------------------------------
 // Records as the kernel programs fill them (for the model tests and the fuzzers).
 
-fn comm16(comm: &str) -> [u8; 16] {
-    let mut c = [0u8; 16];
-    let n = comm.len().min(15);
-    c[..n].copy_from_slice(&comm.as_bytes()[..n]);
-    c
-}
-
-pub fn header(kind: u32, ts_ns: u64, pid: u32, tid: u32, comm: &str) -> RecordHeader {
-    RecordHeader {
-        kind,
-        cpu: 0,
-        ts_ns,
-        tgid: pid,
-        tid,
-        comm: comm16(comm),
-    }
-}
-
-/// The record the kernel writes for an ioctl with parameter block `block` (its bytes at exit)
-/// and sub-parameters `sub` (`None`: not captured), syscall return `ret`.
-pub fn nv_record(
-    hdr: RecordHeader,
-    ioctl_cmd: u32,
-    block: &[u8],
-    sub: Option<&[u8]>,
-    ret: i64,
-) -> NvIoctlRecord {
-    let mut params = [0u8; NV_PARAMS_MAX];
-    params[..block.len()].copy_from_slice(block);
-    let mut sub_buf = [0u8; NV_SUB_MAX];
-    let mut sub_len = 0u32;
-    if let Some(s) = sub {
-        sub_buf[..s.len()].copy_from_slice(s);
-        sub_len = s.len() as u32;
-    }
-    NvIoctlRecord {
-        hdr,
-        ret,
-        fd: 3,
-        ioctl_cmd,
-        rdev: kernel_dev(nvidia::NV_MAJOR, nvidia::NV_CTL_MINOR),
-        escape: ioctl_cmd & 0xff,
-        param_size: nvidia::ioctl_size(ioctl_cmd),
-        flags: 0,
-        params_len: block.len() as u32,
-        sub_len,
-        params,
-        sub: sub_buf,
-    }
-}
+// The record builders are the core's (one set for unit and integration tests; the `testing`
+// feature of the dev-dependency): `header`, and `nv_record` for any parameter block. The NVOS
+// blocks below are the caller's side of the ABI, also used for real ioctls.
+#[allow(unused_imports)] // each test binary uses its own part of this module
+pub use gpu_trace_core::nvidia::decode::testrec::{header, raw as nv_record};
 
 pub fn bytes_of<T: Copy>(v: &T) -> Vec<u8> {
     // SAFETY: the RM blocks above are #[repr(C)] plain integers without padding.
