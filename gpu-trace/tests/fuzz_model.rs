@@ -673,7 +673,7 @@ fn check_with(ops: &[Op], mut plant: impl FnMut(usize, &mut Vec<Event>)) -> Resu
                         }
                 });
                 let disabled_before =
-                    target.is_some_and(|(_, s)| s.run_state == RunState::Disabled);
+                    target.is_some_and(|(_, s)| s.sched.run_state == RunState::Disabled);
                 let want_updates =
                     usize::from(param_update || (any_schedule && (!sched || disabled_before)));
                 let updates: Vec<&Event> = events
@@ -702,7 +702,7 @@ fn check_with(ops: &[Op], mut plant: impl FnMut(usize, &mut Vec<Event>)) -> Resu
                     // An accepted timeslice is the TSG's from then on.
                     if let (SchedChange::Timeslice { new_us, .. }, true, Some((k, _))) =
                         (change, *allowed, target)
-                        && after.get(k).map(|s| s.timeslice_us) != Some(Some(*new_us))
+                        && after.get(k).map(|s| s.sched.timeslice_us) != Some(Some(*new_us))
                     {
                         return Err(format!("timeslice not applied\n{}", ctx()));
                     }
@@ -1094,7 +1094,7 @@ fn a_channel_left_from_an_earlier_object_is_not_given_to_a_new_tsg() {
     }
     let tsg = t.task(PIDS[0], CLIENTS[0], OBJECTS[0]).unwrap();
     assert_eq!(
-        (tsg.runlist, tsg.channels.len()),
+        (tsg.sched.runlist, tsg.channels.len()),
         (None, 0),
         "the new TSG is untouched"
     );

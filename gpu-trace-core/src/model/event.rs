@@ -218,17 +218,43 @@ impl SchedChange {
     }
 }
 
-/// A TSG's scheduling parameters when it ended (NVIDIA `TASK_DESTROY`, JSON and statistics).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct FinalParams {
+/// A TSG's scheduling parameters, each value with where it came from: the one group the model's
+/// table keeps per TSG, its snapshots show and a `TASK_DESTROY` reports ([`FinalParams`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct SchedParams {
     pub timeslice_us: Option<u64>,
     pub timeslice_source: ValueSource,
     pub interleave: Option<Interleave>,
     pub interleave_source: ValueSource,
+    pub runlist: Option<u32>,
+    /// Enabled / disabled by `GPFIFO_SCHEDULE`.
+    pub run_state: RunState,
+}
+
+/// A TSG's scheduling parameters when it ended (NVIDIA `TASK_DESTROY`, JSON and statistics).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FinalParams {
+    pub sched: SchedParams,
     /// Channels of the TSG at its end.
     pub channels: u32,
-    pub runlist: Option<u32>,
-    pub run_state: RunState,
+}
+
+/// JSON: the fields in the order the schema documents (docs/json-schema.md), `channels`
+/// between the interleave and the runlist as before the group had a type of its own.
+impl Serialize for FinalParams {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct as _;
+        let p = &self.sched;
+        let mut st = s.serialize_struct("FinalParams", 7)?;
+        st.serialize_field("timeslice_us", &p.timeslice_us)?;
+        st.serialize_field("timeslice_source", &p.timeslice_source)?;
+        st.serialize_field("interleave", &p.interleave)?;
+        st.serialize_field("interleave_source", &p.interleave_source)?;
+        st.serialize_field("channels", &self.channels)?;
+        st.serialize_field("runlist", &p.runlist)?;
+        st.serialize_field("run_state", &p.run_state)?;
+        st.end()
+    }
 }
 
 /// Why a task ended.

@@ -40,8 +40,8 @@ use gpu_trace_common::nvidia::{class, cmd};
 use serde::Serialize;
 
 use crate::model::event::{
-    DestroyCause, Event, EventKind, FinalParams, Interleave, Origin, RunState, SchedChange, TaskId,
-    TaskKey, ValueSource,
+    DestroyCause, Event, EventKind, FinalParams, Origin, RunState, SchedChange, SchedParams,
+    TaskId, TaskKey, ValueSource,
 };
 use crate::nvidia::decode::{
     self, AllocParams, ControlParams, DEFAULT_INTERLEAVE, DEFAULT_TIMESLICE_US, MalformedReason,
@@ -190,22 +190,14 @@ pub struct TaskSnapshot {
     pub fd: i32,
     /// NV2080 engine type from the alloc parameters, when they were readable.
     pub engine_type: Option<u32>,
-    /// Current timeslice (µs).
-    pub timeslice_us: Option<u64>,
-    /// Where [`timeslice_us`](Self::timeslice_us) came from.
-    pub timeslice_source: ValueSource,
-    /// Current interleave level.
-    pub interleave: Option<Interleave>,
-    /// Where [`interleave`](Self::interleave) came from.
-    pub interleave_source: ValueSource,
-    /// Runlist, once a work-submit token of one of its channels was seen.
-    pub runlist: Option<u32>,
+    /// Current scheduling parameters (the runlist once a work-submit token of one of its
+    /// channels or a gpu_ext hook named it).
+    #[serde(flatten)]
+    pub sched: SchedParams,
     /// Channel handles.
     pub channels: Vec<u32>,
     /// GPU index (`deviceId` of the parent device), when seen.
     pub gpu: Option<u32>,
-    /// Enabled / disabled by `GPFIFO_SCHEDULE`.
-    pub run_state: RunState,
 }
 
 #[derive(Clone, Debug)]
@@ -215,17 +207,11 @@ struct Tsg {
     /// The fd the alloc came through.
     fd: i32,
     engine_type: Option<u32>,
-    timeslice_us: Option<u64>,
-    timeslice_source: ValueSource,
-    interleave: Option<Interleave>,
-    interleave_source: ValueSource,
-    runlist: Option<u32>,
+    sched: SchedParams,
     hw_id: Option<u32>,
     channels: BTreeSet<u32>,
     /// Run-unique identity ([`TaskKey`]).
     key: TaskKey,
-    /// Enabled / disabled by `GPFIFO_SCHEDULE`.
-    run_state: RunState,
 }
 
 impl Tsg {
@@ -238,13 +224,8 @@ impl Tsg {
 
     fn final_params(&self) -> FinalParams {
         FinalParams {
-            timeslice_us: self.timeslice_us,
-            timeslice_source: self.timeslice_source,
-            interleave: self.interleave,
-            interleave_source: self.interleave_source,
+            sched: self.sched,
             channels: u32::try_from(self.channels.len()).unwrap_or(u32::MAX),
-            runlist: self.runlist,
-            run_state: self.run_state,
         }
     }
 }
@@ -499,7 +480,7 @@ impl NvTracker {
             };
             for c in p.clients.values() {
                 for (&h, t) in &c.tsgs {
-                    if t.runlist == Some(runlist) {
+                    if t.sched.runlist == Some(runlist) {
                         found.push((spid, t.task(h)));
                     }
                 }
@@ -550,14 +531,9 @@ impl NvTracker {
             parent: t.parent,
             fd: t.fd,
             engine_type: t.engine_type,
-            timeslice_us: t.timeslice_us,
-            timeslice_source: t.timeslice_source,
-            interleave: t.interleave,
-            interleave_source: t.interleave_source,
-            runlist: t.runlist,
+            sched: t.sched,
             channels: t.channels.iter().copied().collect(),
             gpu: c.gpu_of(t.parent),
-            run_state: t.run_state,
         })
     }
 
@@ -787,8 +763,8 @@ impl NvTracker {
             return;
         };
         t.hw_id = u32::try_from(tsg_id).ok();
-        t.timeslice_us = Some(default_timeslice_us);
-        t.timeslice_source = ValueSource::DriverHook;
+        t.sched.timeslice_us = Some(default_timeslice_us);
+        t.sched.timeslice_source = ValueSource::DriverHook;
         let task = t.task(handle);
         for e in events.iter_mut() {
             if let EventKind::TaskInit {
@@ -851,12 +827,12 @@ impl NvTracker {
         let task = match self.client_mut(origin, client).tsgs.get_mut(&object) {
             Some(t) => {
                 t.hw_id = t.hw_id.or(hw);
-                t.runlist = Some(runlist);
-                t.timeslice_us = Some(timeslice);
-                t.timeslice_source = ValueSource::DriverHook;
+                t.sched.runlist = Some(runlist);
+                t.sched.timeslice_us = Some(timeslice);
+                t.sched.timeslice_source = ValueSource::DriverHook;
                 if interleave.is_some() {
-                    t.interleave = interleave;
-                    t.interleave_source = ValueSource::DriverHook;
+                    t.sched.interleave = interleave;
+                    t.sched.interleave_source = ValueSource::DriverHook;
                 }
                 t.task(object)
             }
@@ -992,15 +968,17 @@ impl NvTracker {
                     parent,
                     fd,
                     engine_type,
-                    timeslice_us: Some(DEFAULT_TIMESLICE_US),
-                    timeslice_source: ValueSource::DriverDefault,
-                    interleave: Some(DEFAULT_INTERLEAVE),
-                    interleave_source: ValueSource::DriverDefault,
-                    runlist: None,
+                    sched: SchedParams {
+                        timeslice_us: Some(DEFAULT_TIMESLICE_US),
+                        timeslice_source: ValueSource::DriverDefault,
+                        interleave: Some(DEFAULT_INTERLEAVE),
+                        interleave_source: ValueSource::DriverDefault,
+                        runlist: None,
+                        run_state: RunState::Unscheduled,
+                    },
                     hw_id: None,
                     channels: BTreeSet::new(),
                     key,
-                    run_state: RunState::Unscheduled,
                 };
                 let gpu = c.gpu_of(parent);
                 let replaced = c.remove_tsg(handle).is_some();
@@ -1013,11 +991,11 @@ impl NvTracker {
                     client,
                     engine: engine_type.map(decode::engine_of),
                     engine_type,
-                    timeslice_us: tsg.timeslice_us,
-                    timeslice_source: tsg.timeslice_source,
-                    interleave: tsg.interleave,
-                    interleave_source: tsg.interleave_source,
-                    runlist: tsg.runlist,
+                    timeslice_us: tsg.sched.timeslice_us,
+                    timeslice_source: tsg.sched.timeslice_source,
+                    interleave: tsg.sched.interleave,
+                    interleave_source: tsg.sched.interleave_source,
+                    runlist: tsg.sched.runlist,
                     gpu,
                 };
                 c.tsgs.insert(handle, tsg);
@@ -1096,8 +1074,8 @@ impl NvTracker {
             (cmd::TSG_SET_TIMESLICE, ControlParams::Timeslice { us }) => {
                 let t = self.tsg(pid, client, known);
                 Some(SchedChange::Timeslice {
-                    old_us: t.and_then(|t| t.timeslice_us),
-                    old_source: t.map(|t| t.timeslice_source),
+                    old_us: t.and_then(|t| t.sched.timeslice_us),
+                    old_source: t.map(|t| t.sched.timeslice_source),
                     new_us: us,
                 })
             }
@@ -1107,8 +1085,8 @@ impl NvTracker {
             ) => {
                 let t = self.tsg(pid, client, known);
                 Some(SchedChange::Interleave {
-                    old: t.and_then(|t| t.interleave),
-                    old_source: t.map(|t| t.interleave_source),
+                    old: t.and_then(|t| t.sched.interleave),
+                    old_source: t.map(|t| t.sched.interleave_source),
                     new: decode::interleave_of(level),
                     new_raw: level,
                 })
@@ -1131,12 +1109,12 @@ impl NvTracker {
             if ok {
                 self.update_tsg(pid, client, known, |t| match change {
                     SchedChange::Timeslice { new_us, .. } => {
-                        t.timeslice_us = Some(new_us);
-                        t.timeslice_source = ValueSource::Observed;
+                        t.sched.timeslice_us = Some(new_us);
+                        t.sched.timeslice_source = ValueSource::Observed;
                     }
                     SchedChange::Interleave { new, .. } => {
-                        t.interleave = new;
-                        t.interleave_source = ValueSource::Observed;
+                        t.sched.interleave = new;
+                        t.sched.interleave_source = ValueSource::Observed;
                     }
                     _ => {}
                 });
@@ -1164,7 +1142,7 @@ impl NvTracker {
                 let (task, gpu) = match known {
                     Some(h) => {
                         let t = c.tsgs.get_mut(&h).expect("known TSG");
-                        t.runlist = Some(fields.runlist);
+                        t.sched.runlist = Some(fields.runlist);
                         let parent = t.parent;
                         let task = t.task(h);
                         (task, c.gpu_of(parent))
@@ -1202,8 +1180,8 @@ impl NvTracker {
             }
             (cmd::TSG_GET_TIMESLICE, ControlParams::Timeslice { us }) => {
                 self.update_tsg(pid, client, known, |t| {
-                    t.timeslice_us = Some(us);
-                    t.timeslice_source = ValueSource::Observed;
+                    t.sched.timeslice_us = Some(us);
+                    t.sched.timeslice_source = ValueSource::Observed;
                 });
                 Vec::new()
             }
@@ -1320,7 +1298,9 @@ impl NvTracker {
                 c.tsgs.contains_key(&object).then_some(object)
             }
         });
-        let old = self.tsg(origin.pid, client, known).map(|t| t.run_state);
+        let old = self
+            .tsg(origin.pid, client, known)
+            .map(|t| t.sched.run_state);
         let new = if enable {
             RunState::Enabled
         } else {
@@ -1338,7 +1318,7 @@ impl NvTracker {
             self.counters.schedule_disable += 1;
         }
         if ok && let Some(h) = known {
-            self.update_tsg(origin.pid, client, Some(h), |t| t.run_state = new);
+            self.update_tsg(origin.pid, client, Some(h), |t| t.sched.run_state = new);
         }
         let mut events = Vec::new();
         if enable {
@@ -1380,8 +1360,8 @@ impl NvTracker {
             (
                 t.task(known.unwrap_or(object)),
                 u32::try_from(t.channels.len()).unwrap_or(u32::MAX),
-                t.timeslice_us,
-                t.interleave,
+                t.sched.timeslice_us,
+                t.sched.interleave,
             )
         });
         let (task, channels, timeslice_us, interleave) = match found {
@@ -1547,7 +1527,7 @@ impl NvTracker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::event::Engine;
+    use crate::model::event::{Engine, Interleave};
     use crate::nvidia::decode::testrec::{self, *};
     use crate::wire::{self, append_to_stream, records_from_stream};
     use gpu_trace_common::{RecordHeader, TaskRecord, nv_flags, record_kind};
@@ -1955,13 +1935,15 @@ mod tests {
             evs[3].kind,
             EventKind::TaskDestroy {
                 final_params: Some(FinalParams {
-                    timeslice_us: Some(2048),
-                    timeslice_source: ValueSource::Observed,
-                    interleave: Some(Interleave::Medium),
-                    interleave_source: ValueSource::DriverDefault,
+                    sched: SchedParams {
+                        timeslice_us: Some(2048),
+                        timeslice_source: ValueSource::Observed,
+                        interleave: Some(Interleave::Medium),
+                        interleave_source: ValueSource::DriverDefault,
+                        runlist: Some(3),
+                        run_state: RunState::Enabled,
+                    },
                     channels: 2,
-                    runlist: Some(3),
-                    run_state: RunState::Enabled,
                 }),
                 task: TaskId::RmHandle(TSG),
                 client: CLIENT,
@@ -2419,7 +2401,7 @@ mod tests {
         );
         let snap = t.task(100, CLIENT, TSG).unwrap();
         assert_eq!(
-            (snap.timeslice_us, snap.interleave),
+            (snap.sched.timeslice_us, snap.sched.interleave),
             (Some(2000), Some(Interleave::High))
         );
         assert_eq!(t.counters().unknown_handle, 1);
@@ -2984,14 +2966,16 @@ mod tests {
                 parent: DEVICE,
                 fd: CTL_FD,
                 engine_type: Some(1),
-                timeslice_us: Some(2048),
-                timeslice_source: ValueSource::Observed,
-                interleave: Some(Interleave::Medium),
-                interleave_source: ValueSource::DriverDefault,
-                runlist: None,
+                sched: SchedParams {
+                    timeslice_us: Some(2048),
+                    timeslice_source: ValueSource::Observed,
+                    interleave: Some(Interleave::Medium),
+                    interleave_source: ValueSource::DriverDefault,
+                    runlist: None,
+                    run_state: RunState::Unscheduled,
+                },
                 channels: vec![CH1, CH2],
                 gpu: Some(0),
-                run_state: RunState::Unscheduled,
             })
         );
         // A refused SET_INTERLEAVE_LEVEL changes nothing; an accepted one is observed.
@@ -3006,7 +2990,7 @@ mod tests {
         s2.run(&mut t);
         let snap = t.task(100, CLIENT, TSG).unwrap();
         assert_eq!(
-            (snap.interleave, snap.interleave_source),
+            (snap.sched.interleave, snap.sched.interleave_source),
             (Some(Interleave::Medium), ValueSource::DriverDefault)
         );
         let mut s3 = Script::new();
@@ -3020,7 +3004,7 @@ mod tests {
         s3.run(&mut t);
         let snap = t.task(100, CLIENT, TSG).unwrap();
         assert_eq!(
-            (snap.interleave, snap.interleave_source),
+            (snap.sched.interleave, snap.sched.interleave_source),
             (Some(Interleave::Medium), ValueSource::Observed)
         );
         assert_eq!(t.task(100, CLIENT, TSG2), None);
@@ -3063,7 +3047,7 @@ mod tests {
             (chid, runlist, gpu, channel_handle),
             (Some(0x123), Some(0xB), Some(2), CH2)
         );
-        assert_eq!(t.task(100, CLIENT, TSG).unwrap().runlist, Some(0xB));
+        assert_eq!(t.task(100, CLIENT, TSG).unwrap().sched.runlist, Some(0xB));
     }
 
     #[test]

@@ -432,8 +432,8 @@ impl Stats {
                 ..
             } => {
                 if let Some(f) = final_params {
-                    t.timeslice_us = f.timeslice_us;
-                    t.interleave = f.interleave;
+                    t.timeslice_us = f.sched.timeslice_us;
+                    t.interleave = f.sched.interleave;
                 }
                 let cause = *cause;
                 if let Some(t) = self.live_tasks.remove(&key) {

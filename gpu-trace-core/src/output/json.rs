@@ -610,7 +610,7 @@ mod tests {
     use super::*;
     use crate::model::event::{
         DestroyCause, Engine, EventKind, FinalParams, Interleave, Origin, RunState, SchedChange,
-        TaskId, TaskKey, ValueSource,
+        SchedParams, TaskId, TaskKey, ValueSource,
     };
     use crate::model::stats::KernelCounters;
     use serde_json::{Value, json};
@@ -957,13 +957,15 @@ mod tests {
                 cause: DestroyCause::Free,
                 implicit: false,
                 final_params: Some(FinalParams {
-                    timeslice_us: Some(2048),
-                    timeslice_source: ValueSource::Observed,
-                    interleave: Some(Interleave::High),
-                    interleave_source: ValueSource::DriverHook,
+                    sched: SchedParams {
+                        timeslice_us: Some(2048),
+                        timeslice_source: ValueSource::Observed,
+                        interleave: Some(Interleave::High),
+                        interleave_source: ValueSource::DriverHook,
+                        runlist: Some(13),
+                        run_state: RunState::Disabled,
+                    },
                     channels: 8,
-                    runlist: Some(13),
-                    run_state: RunState::Disabled,
                 }),
             },
         };
