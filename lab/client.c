@@ -6,7 +6,7 @@
  * (raw bpf(2), no libbpf) that the guest kernel can do what the CI kernel refuses: kprobes and
  * fentry/fexit on KFD functions, BPF LSM on file_ioctl. It prints what it observed, one
  * `LAB <topic> key=value ...` line per fact; it judges nothing except "the syscall itself
- * failed" (exit 1). The verdict is computed on the host from the serial log (xtask/src/lab.rs).
+ * failed" (exit 1). The verdict is computed on the host from the serial log (xtask/src/lab/judge.rs).
  *
  * Subcommands:
  *   facts           KFD GET_VERSION on /dev/kfd
@@ -56,7 +56,7 @@ struct kfd_create_queue_args {
 };
 _Static_assert(sizeof(struct kfd_create_queue_args) == 96, "KFD create-queue args are 96 bytes");
 
-/* The values the lab's checks look for in gpu-trace's output (see xtask/src/lab.rs). */
+/* The values the lab's checks look for in gpu-trace's output (see xtask/src/lab/judge.rs). */
 #define LAB_GPU_ID 0x4c4142u /* "LAB": no such GPU, so the driver answers EINVAL */
 #define LAB_RING_SIZE 4096u
 #define LAB_QUEUE_TYPE 2u /* KFD_IOC_QUEUE_TYPE_COMPUTE_AQL */

@@ -5,7 +5,7 @@
 # test client /bin/lab-client), and powers off. Human-readable progress goes to the console
 # (ttyS0, with the kernel's messages); the results go to the second serial port (ttyS1), which
 # carries nothing else, as `LAB ...` lines and `LAB-BEGIN name` ... `LAB-END name rc=N` blocks.
-# The host judges them (xtask/src/lab.rs); nothing here decides PASS or FAIL.
+# The host judges them (xtask/src/lab/judge.rs); nothing here decides PASS or FAIL.
 
 /bin/busybox --install -s /bin
 export PATH=/bin

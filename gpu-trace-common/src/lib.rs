@@ -385,7 +385,13 @@ pub struct KernelConfig {
     pub pid_numbers: u32,
     /// `sizeof(struct upid)`
     pub upid_size: u32,
-    pub _pad: u32,
+    /// `task_struct.stack`, for kernels without `bpf_task_pt_regs` (before Linux 5.15); 0
+    /// with [`Self::stack_regs`] 0.
+    pub task_stack: u16,
+    /// Where a task's saved user registers are, from the base of its kernel stack
+    /// (`THREAD_SIZE - sizeof(struct pt_regs)`), where the kernel has no `bpf_task_pt_regs`
+    /// (before Linux 5.15); 0: the programs use that helper.
+    pub stack_regs: u16,
 }
 
 #[cfg(feature = "user")]

@@ -68,7 +68,8 @@ static CONFIG: KernelConfig = KernelConfig {
     pid_level: 0,
     pid_numbers: 0,
     upid_size: 0,
-    _pad: 0,
+    task_stack: 0,
+    stack_regs: 0,
 };
 
 /// Records to userspace. Userspace sets the size (`--ring-size`).

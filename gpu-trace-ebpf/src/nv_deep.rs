@@ -25,11 +25,30 @@ use crate::{EVENTS, bump, config, header, kread};
 fn current_syscall() -> (u32, u64) {
     #[cfg(bpf_target_arch = "x86_64")]
     {
+        let cfg = config();
         // SAFETY: helper calls; the registers are read through bpf_probe_read_kernel.
         unsafe {
-            // bpf_task_pt_regs wants a trusted task pointer: the BTF-typed current task.
-            let task = generated::bpf_get_current_task_btf();
-            let regs = generated::bpf_task_pt_regs(task) as u64;
+            let regs = if cfg.stack_regs == 0 {
+                // bpf_task_pt_regs (5.15) wants a trusted task pointer: the BTF-typed current
+                // task (5.11). `stack_regs` is a constant of the read-only config, so on older
+                // kernels the verifier never sees these calls.
+                let task = generated::bpf_get_current_task_btf();
+                generated::bpf_task_pt_regs(task) as u64
+            } else {
+                // Older kernels: what task_pt_regs() computes, the top of the task's kernel
+                // stack less one pt_regs. A 64-bit caller's saved `cs` confirms the place.
+                let task = generated::bpf_get_current_task();
+                match kread::<u64>(task, u32::from(cfg.task_stack)) {
+                    Ok(stack) if stack != 0 => {
+                        let regs = stack + u64::from(cfg.stack_regs);
+                        match kread::<u64>(regs, crate::regs::CS as u32) {
+                            Ok(cs) if cs == crate::regs::USER64_CS => regs,
+                            _ => 0,
+                        }
+                    }
+                    _ => 0,
+                }
+            };
             if regs != 0
                 && let (Ok(nr), Ok(arg0)) = (
                     kread::<u64>(regs, crate::regs::NR as u32),

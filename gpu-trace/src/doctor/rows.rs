@@ -271,11 +271,57 @@ fn trial_row(ctx: &Ctx<'_>, scope: Scope, check: &str, hook: TrialHook, used_for
     }
 }
 
+/// Row name of the kernel-features summary; each feature the release predates gets a row
+/// `before Linux X.Y` of its own.
+pub const KERNEL_FEATURES: &str = "kernel features";
+
+/// What the kernel's release says about the features gpu-trace uses (`probe::kernel`): one row
+/// per feature it predates (a "no" for a hard requirement, else what gpu-trace does instead),
+/// or one "yes" when it has them all. Nothing for a release that does not parse.
+fn kernel_feature_rows(release: &str) -> Vec<Row> {
+    use crate::probe::kernel::{self, KernelVersion};
+    let s = Scope::System;
+    let Some(v) = KernelVersion::parse(release) else {
+        return Vec::new();
+    };
+    let missing = kernel::missing(v);
+    if missing.is_empty() {
+        return vec![yes(
+            s,
+            KERNEL_FEATURES,
+            format!(
+                "Linux {v} has every kernel feature gpu-trace uses ({} of them; docs/kernels.md)",
+                kernel::FEATURES.len()
+            ),
+        )];
+    }
+    missing
+        .into_iter()
+        .map(|f| {
+            let check = format!("before Linux {}", f.since);
+            let why = format!("{} ({}): not in Linux {v}", f.name, f.used_for);
+            match f.without {
+                Some(instead) => info(s, &check, format!("{why}; instead: {instead}")),
+                None => no(
+                    s,
+                    &check,
+                    format!("{why}; gpu-trace cannot trace without it"),
+                    format!(
+                        "a kernel of Linux {} or later (or one with the feature backported)",
+                        kernel::minimum()
+                    ),
+                ),
+            }
+        })
+        .collect()
+}
+
 fn system_rows(ctx: &Ctx<'_>) -> Vec<Row> {
     let f = ctx.facts;
     let s = Scope::System;
     let mut rows = Vec::new();
     rows.push(info(s, "kernel", format!("{} ({})", f.kernel, f.arch)));
+    rows.extend(kernel_feature_rows(&f.kernel));
     rows.push(if ctx.privileged {
         let who = if f.euid == 0 { "root" } else { "not root, but" };
         yes(s, "privileges", format!("{who} with CAP_BPF+CAP_PERFMON or CAP_SYS_ADMIN"))

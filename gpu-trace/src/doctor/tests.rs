@@ -346,3 +346,73 @@ fn text_and_json_renderings_carry_the_rows_and_the_exit_status() {
     assert_eq!(json["rows"].as_array().unwrap().len(), r.rows.len());
     assert_eq!(json["rows"][0]["scope"], "system");
 }
+
+/// Debian 11's kernel as the lab saw it (run of 2026-11-25, `cargo xtask lab --kernel 5.10`):
+/// vmlinux BTF, kprobes, trampolines on vmlinux and BPF LSM all work; no module BTF.
+fn debian_5_10_facts() -> Facts {
+    let mut f = ci_facts();
+    f.kernel = "5.10.0-46-amd64".into();
+    f.kprobe_pmu = Some(6);
+    f.kprobe_events = true;
+    f.lsm = Ok("lockdown,capability,yama,apparmor,bpf".into());
+    f.lockdown = Ok("[none] integrity confidentiality".into());
+    f.trials.iter_mut().for_each(|(_, r)| *r = Ok(()));
+    f.deny_load = Some(Ok(()));
+    f
+}
+
+#[test]
+fn an_old_kernel_gets_a_row_per_missing_feature() {
+    let r = evaluate(&debian_5_10_facts());
+    // Tracing and --deny-pid work on 5.10 (the lab's verdict); the rows say what is missing.
+    assert_eq!(r.exit_code, exit::READY, "{}", r.render_text());
+    let before = |since: &str| -> Vec<&Row> {
+        r.rows
+            .iter()
+            .filter(|row| {
+                row.scope == Scope::System && row.check == format!("before Linux {since}")
+            })
+            .collect()
+    };
+    // From the kernel's history: module BTF and bpf_get_current_task_btf came with 5.11, the
+    // ancestor cgroup helper for tracing programs with 5.14, bpf_task_pt_regs and kprobes'
+    // bpf_get_func_ip with 5.15.
+    assert_eq!(before("5.11").len(), 2);
+    assert_eq!(before("5.14").len(), 1);
+    assert_eq!(before("5.15").len(), 2);
+    assert!(before("5.8").is_empty() && before("5.5").is_empty());
+    let btf = before("5.11")
+        .into_iter()
+        .find(|row| row.why.contains("module BTF"))
+        .unwrap();
+    assert_eq!(btf.status, Status::Info);
+    assert!(btf.why.contains("kprobe"), "{}", btf.why);
+    assert!(before("5.14")[0].why.contains("--deny-cgroup"));
+    assert!(!r.rows.iter().any(|row| row.check == KERNEL_FEATURES));
+}
+
+#[test]
+fn a_kernel_below_the_minimum_is_a_no_with_a_fix() {
+    let mut f = debian_5_10_facts();
+    f.kernel = "5.4.0-150-generic".into();
+    let r = evaluate(&f);
+    let ring = r
+        .rows
+        .iter()
+        .find(|row| row.check == "before Linux 5.8")
+        .expect("a row for the ring buffer");
+    assert_eq!(ring.status, Status::No);
+    assert!(ring.why.contains("ring buffer"), "{}", ring.why);
+    assert!(ring.fix.as_deref().unwrap().contains("Linux 5.8 or later"));
+}
+
+#[test]
+fn a_current_kernel_has_every_feature() {
+    let r = evaluate(&ci_facts());
+    assert_eq!(row(&r, Scope::System, KERNEL_FEATURES).status, Status::Yes);
+    assert!(
+        !r.rows
+            .iter()
+            .any(|row| row.check.starts_with("before Linux"))
+    );
+}

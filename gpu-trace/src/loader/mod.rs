@@ -63,6 +63,9 @@ pub enum LoadError {
     TooManyCgroups { what: &'static str, n: usize },
     #[error("--deny-pid {pid}: no such process (it must be running when gpu-trace starts)")]
     NoSuchProcess { pid: u32 },
+    /// The kernel lacks a feature nothing can replace (`probe::kernel`).
+    #[error("{0}")]
+    KernelTooOld(String),
 }
 
 /// The attach types gpu-trace can use for the syscall-exit hook, in the order it tries them:
@@ -85,7 +88,11 @@ impl LoadError {
     pub fn is_unsupported(&self) -> bool {
         matches!(
             self,
-            Self::System(_) | Self::Btf(_) | Self::NoHook { .. } | Self::DenyUnsupported(_)
+            Self::System(_)
+                | Self::Btf(_)
+                | Self::NoHook { .. }
+                | Self::DenyUnsupported(_)
+                | Self::KernelTooOld(_)
         )
     }
 }
@@ -318,13 +325,20 @@ fn first_that_attaches(
             Err(why) => tried.push(format!("{name}: {why}")),
         }
     }
+    // Every hook refused for one reason an option caused (a helper this kernel lacks): say so.
+    let explained = tried
+        .iter()
+        .find_map(|t| crate::probe::kernel::explain_refusal(t))
+        .map(|why| format!("\n  ({why})"))
+        .unwrap_or_default();
     Err(LoadError::NoHook {
         event,
         tried: tried
             .iter()
             .map(|t| format!("  - {t}"))
             .collect::<Vec<_>>()
-            .join("\n"),
+            .join("\n")
+            + &explained,
     })
 }
 
@@ -349,6 +363,14 @@ impl Tracer {
             deny_cgroups: options.deny_cgroups.len() as u32,
             ready: 1,
             ..btf::kernel_offsets(&kernel_btf.vmlinux)?
+        };
+        // Before 5.15 the gpu_ext hook programs find the user registers on the kernel stack;
+        // without even that, they report no system call (their records then match no ioctl).
+        let (task_stack, stack_regs) = btf::stack_regs(&kernel_btf.vmlinux).unwrap_or((0, 0));
+        let config = KernelConfig {
+            task_stack,
+            stack_regs,
+            ..config
         };
         raise_memlock_limit();
 
@@ -633,11 +655,16 @@ fn attach_deny(ebpf: &mut Ebpf, pids: &[u32], kernel_btf: &Option<Btf>) -> Resul
             prog.attach().map(|_| ()).map_err(err)
         };
         attach().map_err(|why| {
-            LoadError::DenyUnsupported(format!(
-                "the kernel refused the BPF LSM program on {hook}: {why} BPF LSM programs need \
-                 CONFIG_BPF_LSM=y, `bpf` in the lsm= boot parameter, and a kernel that allows \
-                 BPF trampolines (run `gpu-trace doctor`)"
-            ))
+            LoadError::DenyUnsupported(match crate::probe::kernel::explain_refusal(&why) {
+                Some(missing) => {
+                    format!("the kernel refused the BPF LSM program on {hook}: {missing}")
+                }
+                None => format!(
+                    "the kernel refused the BPF LSM program on {hook}: {why} BPF LSM programs need \
+                     CONFIG_BPF_LSM=y, `bpf` in the lsm= boot parameter, and a kernel that allows \
+                     BPF trampolines (run `gpu-trace doctor`)"
+                ),
+            })
         })?;
     }
     Ok(Hook {
@@ -669,6 +696,17 @@ fn fill_cgroup_map(
 /// number of cgroup subtrees.
 fn preflight(options: &LoadOptions) -> Result<(), LoadError> {
     system::check_privileges()?;
+    // Below the ring buffer's release, ask the kernel (a backport counts) before anything loads.
+    let release = system::kernel_release();
+    let too_old = crate::probe::kernel::KernelVersion::parse(&release)
+        .is_some_and(|v| !v.at_least(crate::probe::kernel::RING_BUFFER.since));
+    let ring_buffer = too_old
+        .then(|| {
+            raise_memlock_limit();
+            aya::sys::is_map_supported(aya::maps::MapType::RingBuf).ok()
+        })
+        .flatten();
+    crate::probe::kernel::check_minimum(&release, ring_buffer).map_err(LoadError::KernelTooOld)?;
     let ring = options.ring_bytes;
     if !ring.is_power_of_two() || ring < 4096 {
         return Err(LoadError::RingSize(ring));

@@ -566,6 +566,12 @@ impl Btf {
 
     /// Size of a kernel pointer in bytes: the size of `long` in this BTF (the host's pointer size
     /// where the BTF has no `long`, which no kernel BTF lacks).
+    /// Whether the string section holds `name` whole (an enum value such as
+    /// `BPF_FUNC_task_pt_regs` is there when the kernel knows that helper).
+    pub fn has_string(&self, name: &str) -> bool {
+        btf_strings_contain(&self.data, name)
+    }
+
     pub fn pointer_size(&self) -> u32 {
         self.ptr_size
     }
@@ -1007,6 +1013,28 @@ pub fn kernel_offsets(btf: &Btf) -> Result<KernelConfig, BtfError> {
     })
 }
 
+/// The helpers a gpu_ext hook program calls to find its thread's user registers: since Linux
+/// 5.15 (`bpf_task_pt_regs`; it wants `bpf_get_current_task_btf`'s pointer, 5.11).
+pub const TASK_PT_REGS_HELPERS: [&str; 2] =
+    ["BPF_FUNC_get_current_task_btf", "BPF_FUNC_task_pt_regs"];
+
+/// x86-64 and arm64 kernel stacks without KASAN: 16 KiB (`THREAD_SIZE`).
+const THREAD_SIZE: u32 = 16 * 1024;
+
+/// For kernels without [`TASK_PT_REGS_HELPERS`] (vmlinux's `enum bpf_func_id` lacks them):
+/// `task_struct.stack` and where the user registers sit from the stack's base
+/// (`THREAD_SIZE - sizeof(struct pt_regs)`, as the kernel's `task_pt_regs()` computes on
+/// x86-64). `(0, 0)` where the helpers exist: the programs use them.
+pub fn stack_regs(btf: &Btf) -> Result<(u16, u16), BtfError> {
+    if TASK_PT_REGS_HELPERS.iter().all(|h| btf.has_string(h)) {
+        return Ok((0, 0));
+    }
+    let stack = btf.member_offset("task_struct", "stack")?;
+    let regs = THREAD_SIZE - btf.struct_size("pt_regs")?;
+    let narrow = |v: u32| u16::try_from(v).unwrap_or(0);
+    Ok((narrow(stack), narrow(regs)))
+}
+
 /// Where the kernel exposes the BTF of loaded module `module` (split on vmlinux's).
 pub fn module_btf_path(module: &str) -> String {
     format!("/sys/kernel/btf/{module}")
@@ -1168,7 +1196,8 @@ mod tests {
             pid_level: cfg.pid_level,
             pid_numbers: cfg.pid_numbers,
             upid_size: cfg.upid_size,
-            _pad: 0,
+            task_stack: 0,
+            stack_regs: 0,
         };
         assert_eq!(cfg, only_offsets);
         assert_eq!(

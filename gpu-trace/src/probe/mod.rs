@@ -6,6 +6,7 @@ pub mod cgroup;
 pub mod devices;
 pub mod inventory;
 pub mod kallsyms;
+pub mod kernel;
 pub mod kfd;
 pub mod nvml;
 pub mod system;

@@ -1,0 +1,432 @@
+//! The lab's kernel: a Debian kernel package (and its headers) downloaded through a private apt
+//! configuration, unpacked, indexed, and the `amdgpu` module chain picked out; the test modules
+//! (`lab/modules/`) built against its headers.
+
+use std::{
+    fmt::Write as _,
+    fs,
+    path::{Path, PathBuf},
+    process::Command,
+    time::Duration,
+};
+
+use super::run_quiet;
+use anyhow::{Context as _, Result, anyhow, ensure};
+
+pub(super) struct Kernel {
+    /// `uname -r` of the guest, e.g. `6.12.117+deb12-amd64`.
+    pub(super) release: String,
+    /// `6.12`, `6.1`: which apt suites carry it.
+    series: String,
+    pub(super) vmlinuz: PathBuf,
+    /// The amdgpu chain, decompressed, in load order.
+    pub(super) modules: Vec<PathBuf>,
+}
+
+/// A private apt configuration: its own sources, lists and archive cache under the lab cache,
+/// so that the host's /etc/apt is neither read for sources nor changed.
+struct Apt {
+    dir: PathBuf,
+}
+
+impl Apt {
+    fn new(cache: &Path, series: &str, mirror: &str) -> Result<Self> {
+        let dir = cache.join("apt").join(series.replace('/', "_"));
+        for sub in ["lists/partial", "archives/partial", "sources.list.d"] {
+            fs::create_dir_all(dir.join(sub))?;
+        }
+        let key = "/usr/share/keyrings/debian-archive-keyring.gpg";
+        ensure!(
+            Path::new(key).exists(),
+            "{key} is missing: install debian-archive-keyring (the lab downloads Debian kernels)"
+        );
+        let mut suites = vec![("debian-security", "bookworm-security")];
+        if series.starts_with("6.1.") || series == "6.1" {
+            suites.push(("debian", "bookworm"));
+        } else {
+            suites.push(("debian", "bookworm-backports"));
+        }
+        let mut list = String::new();
+        for (archive, suite) in suites {
+            writeln!(
+                list,
+                "deb [signed-by={key}] {mirror}/{archive} {suite} main"
+            )?;
+        }
+        fs::write(dir.join("sources.list"), list)?;
+        Ok(Self { dir })
+    }
+
+    fn command(&self, tool: &str) -> Command {
+        let mut cmd = Command::new(tool);
+        let d = |sub: &str| self.dir.join(sub).display().to_string();
+        for opt in [
+            format!("Dir::Etc::SourceList={}", d("sources.list")),
+            format!("Dir::Etc::SourceParts={}", d("sources.list.d")),
+            format!("Dir::State::Lists={}", d("lists")),
+            format!("Dir::Cache={}", self.dir.display()),
+            format!("Dir::Cache::Archives={}", d("archives")),
+            "APT::Sandbox::User=root".to_string(),
+        ] {
+            cmd.args(["-o", &opt]);
+        }
+        cmd
+    }
+
+    /// `apt-get update` of the private lists, at most once a day.
+    fn update(&self) -> Result<()> {
+        let stamp = self.dir.join("updated");
+        let fresh = fs::metadata(&stamp)
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t.elapsed().unwrap_or_default() < Duration::from_secs(86_400));
+        if !fresh {
+            eprintln!(
+                "lab: apt-get update (private lists in {})",
+                self.dir.display()
+            );
+            run_quiet(self.command("apt-get").args(["-q", "update"]))?;
+            fs::write(&stamp, b"")?;
+        }
+        Ok(())
+    }
+
+    fn package_names(&self, prefix: &str) -> Result<Vec<String>> {
+        let out = run_quiet(self.command("apt-cache").args(["pkgnames", prefix]))?;
+        Ok(out.lines().map(str::to_owned).collect())
+    }
+}
+
+/// The version part of `linux-image-<version>-amd64-unsigned` when it belongs to `series`
+/// (`6.12` or `6.1`), excluding the cloud and rt flavours.
+fn image_version<'a>(package: &'a str, series: &str) -> Option<&'a str> {
+    let v = package
+        .strip_prefix("linux-image-")?
+        .strip_suffix("-amd64-unsigned")?;
+    let rest = v.strip_prefix(series)?.strip_prefix('.')?;
+    let ok = rest.chars().next().is_some_and(|c| c.is_ascii_digit())
+        && !v.ends_with("-cloud")
+        && !v.ends_with("-rt");
+    ok.then_some(v)
+}
+
+/// Orders kernel versions by their numbers: 6.12.117+deb12 > 6.12.95+deb12, 6.1.0-47 > 6.1.0-9.
+fn version_key(v: &str) -> Vec<u64> {
+    v.split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty())
+        .filter_map(|s| s.parse().ok())
+        .collect()
+}
+
+fn newest_version(packages: &[String], series: &str) -> Option<String> {
+    packages
+        .iter()
+        .filter_map(|p| image_version(p, series))
+        .max_by_key(|v| version_key(v))
+        .map(str::to_owned)
+}
+
+/// An exact version has at least three numbers (`6.12.117+deb12`, `6.1.0-47`).
+fn is_exact_version(v: &str) -> bool {
+    version_key(v).len() >= 3
+}
+
+impl Kernel {
+    pub(super) fn fetch(cache: &Path, wanted: &str, mirror: &str) -> Result<Self> {
+        let series = if is_exact_version(wanted) {
+            let k = version_key(wanted);
+            format!("{}.{}", k[0], k[1])
+        } else {
+            wanted.to_owned()
+        };
+        let kernels = cache.join("kernels");
+        let apt = Apt::new(cache, &series, mirror)?;
+        let version = if is_exact_version(wanted) {
+            wanted.to_owned()
+        } else {
+            let resolved = apt.update().and_then(|()| {
+                let names = apt.package_names("linux-image-")?;
+                newest_version(&names, &series)
+                    .ok_or_else(|| anyhow!("no linux-image-{series}.*-amd64-unsigned in the lists"))
+            });
+            match resolved {
+                Ok(v) => v,
+                Err(e) => {
+                    // Offline: the newest kernel of the series already unpacked.
+                    let cached: Vec<String> = fs::read_dir(&kernels)
+                        .into_iter()
+                        .flatten()
+                        .flatten()
+                        .filter(|e| e.path().join("ready").exists())
+                        .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+                        .filter_map(|r| r.strip_suffix("-amd64").map(str::to_owned))
+                        .collect();
+                    let names: Vec<String> = cached
+                        .iter()
+                        .map(|v| format!("linux-image-{v}-amd64-unsigned"))
+                        .collect();
+                    let v = newest_version(&names, &series).ok_or_else(|| {
+                        e.context(format!(
+                            "cannot resolve the newest Debian {series} kernel and none is cached; \
+                             check the network (the lab needs {mirror}) or pass --kernel <exact version>"
+                        ))
+                    })?;
+                    eprintln!("lab: apt unavailable, using the cached kernel {v}");
+                    v
+                }
+            }
+        };
+        let release = format!("{version}-amd64");
+        let dir = kernels.join(&release);
+        let ready = dir.join("ready");
+        if !ready.exists() {
+            let _ = fs::remove_dir_all(&dir);
+            fs::create_dir_all(&dir)?;
+            let package = format!("linux-image-{version}-amd64-unsigned");
+            let debs = cache.join("debs");
+            fs::create_dir_all(&debs)?;
+            let deb = find_deb(&debs, &package)?;
+            let deb = match deb {
+                Some(d) => d,
+                None => {
+                    if is_exact_version(wanted) {
+                        apt.update()?;
+                    }
+                    eprintln!("lab: apt-get download {package}");
+                    run_quiet(
+                        apt.command("apt-get")
+                            .current_dir(&debs)
+                            .args(["-q", "download", &package]),
+                    )
+                    .context("downloading the kernel package (never installed on this host)")?;
+                    find_deb(&debs, &package)?
+                        .ok_or_else(|| anyhow!("apt-get download left no .deb"))?
+                }
+            };
+            eprintln!("lab: dpkg -x {}", deb.display());
+            let root = dir.join("root");
+            run_quiet(Command::new("dpkg").arg("-x").arg(&deb).arg(&root))?;
+            eprintln!("lab: depmod -b (a few seconds per thousand modules)");
+            run_quiet(Command::new("depmod").arg("-b").arg(&root).arg(&release))?;
+            let deps = run_quiet(Command::new("modprobe").arg("-d").arg(&root).args([
+                "-S",
+                &release,
+                "--show-depends",
+                "amdgpu",
+            ]))?;
+            let lab_modules = dir.join("lab-modules");
+            fs::create_dir_all(&lab_modules)?;
+            let mut order = String::new();
+            for (i, path) in deps
+                .lines()
+                .filter_map(|l| l.strip_prefix("insmod "))
+                .enumerate()
+            {
+                let path = PathBuf::from(path.split_whitespace().next().unwrap_or_default());
+                let file = path
+                    .file_name()
+                    .and_then(|f| f.to_str())
+                    .unwrap_or_default();
+                let (stem, tool) = match file {
+                    f if f.ends_with(".ko.xz") => (&f[..f.len() - 3], Some("xz")),
+                    f if f.ends_with(".ko.zst") => (&f[..f.len() - 4], Some("zstd")),
+                    f => (f, None),
+                };
+                let name = format!("{:02}-{stem}", i + 1);
+                let out = lab_modules.join(&name);
+                match tool {
+                    Some(tool) => {
+                        let data = Command::new(tool).arg("-dc").arg(&path).output()?;
+                        ensure!(
+                            data.status.success(),
+                            "{tool} -dc {} failed",
+                            path.display()
+                        );
+                        fs::write(&out, data.stdout)?;
+                    }
+                    None => {
+                        fs::copy(&path, &out)?;
+                    }
+                }
+                writeln!(order, "{name}")?;
+            }
+            ensure!(
+                order.contains("amdgpu.ko"),
+                "modprobe --show-depends amdgpu gave no amdgpu.ko:\n{deps}"
+            );
+            fs::write(lab_modules.join("order"), &order)?;
+            // Keep the vmlinuz, the chain and the config; drop the rest of the unpacked tree.
+            fs::copy(
+                root.join(format!("boot/vmlinuz-{release}")),
+                dir.join("vmlinuz"),
+            )?;
+            fs::copy(
+                root.join(format!("boot/config-{release}")),
+                dir.join("config"),
+            )?;
+            fs::remove_dir_all(&root)?;
+            fs::write(&ready, b"")?;
+        }
+        let order = fs::read_to_string(dir.join("lab-modules/order"))?;
+        Ok(Self {
+            modules: order
+                .lines()
+                .map(|m| dir.join("lab-modules").join(m))
+                .collect(),
+            vmlinuz: dir.join("vmlinuz"),
+            release,
+            series,
+        })
+    }
+
+    /// The Debian package version part of the release: `6.12.117+deb12`.
+    fn version(&self) -> &str {
+        self.release.strip_suffix("-amd64").unwrap_or(&self.release)
+    }
+
+    /// Kernel headers for building test modules: `linux-headers-<ver>-amd64`, `-common` and the
+    /// matching `linux-kbuild`, downloaded and unpacked like the image (never installed).
+    /// Returns the directory to pass to `make -C`.
+    pub(super) fn headers(&self, cache: &Path, mirror: &str) -> Result<PathBuf> {
+        let base = cache.join("kernels").join(&self.release).join("headers");
+        let tree = base.join(format!("usr/src/linux-headers-{}", self.release));
+        if base.join("ready").exists() {
+            return Ok(tree);
+        }
+        let _ = fs::remove_dir_all(&base);
+        let apt = Apt::new(cache, &self.series, mirror)?;
+        apt.update()?;
+        let v = self.version();
+        let kbuild = apt.package_names("linux-kbuild-")?;
+        // 6.12 names kbuild by the full version, 6.1 by the series.
+        let kbuild = [
+            format!("linux-kbuild-{v}"),
+            format!("linux-kbuild-{}", self.series),
+        ]
+        .into_iter()
+        .find(|k| kbuild.contains(k))
+        .ok_or_else(|| anyhow!("no linux-kbuild package for {v} in the lists"))?;
+        let common = format!("linux-headers-{v}-common");
+        let debs = cache.join("debs");
+        fs::create_dir_all(&debs)?;
+        let packages = [format!("linux-headers-{}", self.release), common, kbuild];
+        for package in &packages {
+            if find_deb(&debs, package)?.is_none() {
+                eprintln!("lab: apt-get download {package}");
+                run_quiet(
+                    apt.command("apt-get")
+                        .current_dir(&debs)
+                        .args(["-q", "download", package]),
+                )?;
+            }
+            let deb = find_deb(&debs, package)?
+                .ok_or_else(|| anyhow!("apt-get download {package} left no .deb"))?;
+            run_quiet(Command::new("dpkg").arg("-x").arg(&deb).arg(&base))?;
+        }
+        // The -amd64 Makefile includes the -common one by its installed, absolute path.
+        let makefile = tree.join("Makefile");
+        let text = fs::read_to_string(&makefile)?;
+        let src = base.join("usr/src");
+        fs::write(
+            &makefile,
+            text.replace("/usr/src/", &format!("{}/", src.display())),
+        )?;
+        fs::write(base.join("ready"), b"")?;
+        Ok(tree)
+    }
+}
+
+/// Builds every test module under `lab/modules/<name>/` (a Kbuild file and sources) against the
+/// lab kernel's headers, out of tree in the build directory. Returns the `.ko` files.
+pub(super) fn build_test_modules(
+    root: &Path,
+    headers: &Path,
+    build: &Path,
+) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let Ok(dirs) = fs::read_dir(root.join("lab/modules")) else {
+        return Ok(out);
+    };
+    let mut dirs: Vec<PathBuf> = dirs
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    for src in dirs {
+        let name = src
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_owned();
+        let dir = build.join("modules").join(&name);
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir)?;
+        for f in fs::read_dir(&src)?.flatten() {
+            fs::copy(f.path(), dir.join(f.file_name()))?;
+        }
+        eprintln!("lab: building test module {name} against the lab kernel's headers");
+        run_quiet(
+            Command::new("make")
+                .arg("-C")
+                .arg(headers)
+                .arg(format!("M={}", dir.display()))
+                // Module BTF (pahole) where the headers ship vmlinux's BTF: Debian's 6.12 headers
+                // do, 6.1's do not (Kbuild then skips it and says so). So nvlab's gpu_ext hook
+                // stand-ins are reached by fentry on 6.12 and by kprobe on 6.1.
+                .arg("modules"),
+        )
+        .with_context(|| {
+            format!(
+                "building lab/modules/{name} (needs make and the gcc the kernel was built with, \
+                 e.g. gcc-12 for Debian 12's kernels)"
+            )
+        })?;
+        let ko = dir.join(format!("{name}.ko"));
+        ensure!(
+            ko.exists(),
+            "building lab/modules/{name} produced no {name}.ko"
+        );
+        out.push(ko);
+    }
+    Ok(out)
+}
+
+fn find_deb(dir: &Path, package: &str) -> Result<Option<PathBuf>> {
+    let prefix = format!("{package}_");
+    Ok(fs::read_dir(dir)?.flatten().map(|e| e.path()).find(|p| {
+        p.file_name()
+            .and_then(|f| f.to_str())
+            .is_some_and(|f| f.starts_with(&prefix) && f.ends_with(".deb"))
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn picks_the_newest_generic_image_of_the_series() {
+        let names: Vec<String> = [
+            "linux-image-6.12.95+deb12-amd64-unsigned",
+            "linux-image-6.12.117+deb12-amd64-unsigned",
+            "linux-image-6.12.117+deb12-cloud-amd64-unsigned",
+            "linux-image-6.12.117+deb12-rt-amd64-unsigned",
+            "linux-image-6.12.9+deb12-amd64-unsigned",
+            "linux-image-6.1.0-9-amd64-unsigned",
+            "linux-image-6.1.0-47-amd64-unsigned",
+            "linux-image-6.1.0-47-cloud-amd64-unsigned",
+            "linux-image-6.12.200+deb12-amd64", // signed image: not this package
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(
+            newest_version(&names, "6.12").as_deref(),
+            Some("6.12.117+deb12")
+        );
+        assert_eq!(newest_version(&names, "6.1").as_deref(), Some("6.1.0-47"));
+        assert_eq!(newest_version(&names, "6.6"), None);
+        assert!(is_exact_version("6.12.117+deb12") && is_exact_version("6.1.0-47"));
+        assert!(!is_exact_version("6.12") && !is_exact_version("6.1"));
+    }
+}

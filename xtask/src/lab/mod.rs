@@ -1,0 +1,346 @@
+//! `cargo xtask lab`: the real-kernel lab. Boots a stock Debian kernel in QEMU with `amdgpu`
+//! loaded (no GPU), runs gpu-trace and a test client inside it, and judges what they printed.
+//!
+//! Why: the CI machine's kernel has no kprobes and refuses fentry and BPF LSM programs; a stock
+//! Debian kernel has all three (see docs/lab.md and docs/platforms.md).
+//!
+//! Steps, each cached under `target/lab-cache/` (or `$GPU_TRACE_LAB_CACHE`):
+//! 1. host tools: `qemu-system-x86_64`, static `busybox`, `depmod`/`modprobe`, `xz`, `cc`
+//!    (installed with apt-get when missing and running as root);
+//! 2. the kernel: `apt-get download` of `linux-image-<ver>-amd64-unsigned` through a private apt
+//!    configuration (never installed on the host), `dpkg -x`, `depmod -b`, and the `amdgpu`
+//!    module chain from `modprobe --show-depends`, decompressed;
+//! 3. a static gpu-trace (`+crt-static`, glibc) and the static test client (`lab/client.c`);
+//! 4. an initramfs (newc, uncompressed: decompressing under TCG is slow) with `lab/init.sh` as
+//!    `/init`;
+//! 5. QEMU (KVM where it boots, else TCG), `-nographic -no-reboot`, console on the first serial
+//!    port, results on the second, a watchdog that kills QEMU;
+//! 6. the verdict: PASS/FAIL per check (a feature that did not run is a FAIL) from the results log; non-zero exit on any FAIL.
+//!
+//! `GPU_TRACE_LAB=skip` skips the whole lab, loudly (a `SKIPPED:` line, exit 0). Anything else
+//! that prevents the lab from running is a failure.
+
+mod builds;
+mod debian;
+mod initramfs;
+mod judge;
+mod qemu;
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use crate::host::{have, is_root, which, workspace_root};
+use anyhow::{Context as _, Result, bail, ensure};
+pub(crate) use builds::is_static_elf;
+use builds::{build_client, build_static_gpu_trace};
+use clap::{Args, ValueEnum};
+use debian::{Kernel, build_test_modules};
+use initramfs::write_initramfs;
+use judge::{Check, Results, judge, print_report, verdict};
+use qemu::boot;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Accel {
+    /// KVM when the host CPU virtualises (vmx/svm) and the guest boots within 30 s, else TCG.
+    Auto,
+    /// Software emulation: slow, works everywhere.
+    Tcg,
+    /// Hardware virtualisation (fails on hosts whose /dev/kvm cannot run stock kernels).
+    Kvm,
+}
+
+#[derive(Debug, Args)]
+pub struct LabArgs {
+    /// Debian kernel: a series (`6.12`, `6.1`: the newest in bookworm, bookworm-security and
+    /// bookworm-backports) or an exact version (`6.12.117+deb12`, `6.1.0-47`). Repeat it (or
+    /// separate with commas) to run the scenario on several kernels, one boot each.
+    #[arg(
+        long = "kernel",
+        value_name = "VERSION",
+        default_value = "6.12",
+        value_delimiter = ','
+    )]
+    pub kernels: Vec<String>,
+
+    /// Virtualisation.
+    #[arg(long, value_enum, default_value_t = Accel::Auto)]
+    pub accel: Accel,
+
+    /// Watchdog: kill QEMU after this many seconds.
+    #[arg(long, default_value_t = 600)]
+    pub timeout: u64,
+
+    /// Cache directory (downloads, unpacked kernels, builds, logs). Default:
+    /// `$GPU_TRACE_LAB_CACHE`, else `target/lab-cache` in the workspace.
+    #[arg(long)]
+    pub cache: Option<PathBuf>,
+
+    /// Use this static gpu-trace binary instead of building one.
+    #[arg(long, value_name = "PATH")]
+    pub gpu_trace: Option<PathBuf>,
+
+    /// Debian mirror.
+    #[arg(long, default_value = "http://deb.debian.org")]
+    pub mirror: String,
+
+    /// Print every console line (kernel messages included), not only the lab's progress.
+    #[arg(short, long)]
+    pub verbose: bool,
+
+    /// Only judge an existing results log (from an earlier run) and exit.
+    #[arg(long, value_name = "RESULTS_LOG")]
+    pub judge: Option<PathBuf>,
+}
+
+pub fn run(args: LabArgs) -> Result<()> {
+    if std::env::var("GPU_TRACE_LAB").is_ok_and(|v| v == "skip") {
+        println!("SKIPPED: lab: GPU_TRACE_LAB=skip is set; the real-kernel lab did not run");
+        return Ok(());
+    }
+    if let Some(path) = &args.judge {
+        let text =
+            fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let checks = judge(&Results::parse(&text));
+        print_report(&checks, "judged from a saved log");
+        return verdict(&[checks]);
+    }
+    let started = Instant::now();
+    let root = workspace_root();
+    let cache = match (&args.cache, std::env::var_os("GPU_TRACE_LAB_CACHE")) {
+        (Some(c), _) => c.clone(),
+        (None, Some(c)) => PathBuf::from(c),
+        (None, None) => root.join("target/lab-cache"),
+    };
+    fs::create_dir_all(&cache).with_context(|| format!("creating {}", cache.display()))?;
+    let cache = cache.canonicalize()?;
+    let mut phases: Vec<(String, Duration)> = Vec::new();
+
+    let t = Instant::now();
+    ensure_host_tools().context(
+        "the lab cannot run on this machine; fix the above, or set GPU_TRACE_LAB=skip to skip the \
+         lab explicitly",
+    )?;
+    phases.push(("host tools".into(), t.elapsed()));
+
+    let t = Instant::now();
+    let build = cache.join("build");
+    fs::create_dir_all(&build)?;
+    let gpu_trace = match &args.gpu_trace {
+        Some(p) => p.clone(),
+        None => build_static_gpu_trace(&root)?,
+    };
+    let bytes = fs::read(&gpu_trace).with_context(|| format!("reading {}", gpu_trace.display()))?;
+    ensure!(
+        is_static_elf(&bytes)?,
+        "{} is dynamically linked: the guest has no libc. Build it with \
+         CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS='-C target-feature=+crt-static'",
+        gpu_trace.display()
+    );
+    let client = build_client(&root, &build)?;
+    phases.push(("static gpu-trace and client".into(), t.elapsed()));
+
+    let mut reports = Vec::new();
+    for wanted in &args.kernels {
+        let bins = Binaries {
+            root: &root,
+            cache: &cache,
+            gpu_trace: &gpu_trace,
+            client: &client,
+        };
+        let (what, checks, logs) = match run_kernel(&bins, wanted, &args, &mut phases) {
+            Ok(r) => r,
+            Err(e) => (
+                format!("Debian {wanted}"),
+                vec![Check::fail(
+                    "lab.kernel",
+                    "the lab kernel booted",
+                    format!("{e:#}"),
+                )],
+                String::new(),
+            ),
+        };
+        reports.push((what, checks, logs));
+    }
+
+    println!(
+        "\n=== gpu-trace lab: timings (this machine, {} CPUs) ===",
+        num_cpus()
+    );
+    for (name, d) in &phases {
+        println!("{:>8.1} s  {name}", d.as_secs_f64());
+    }
+    println!("{:>8.1} s  total", started.elapsed().as_secs_f64());
+    for (what, checks, logs) in &reports {
+        print_report(checks, what);
+        if !logs.is_empty() {
+            println!("logs: {logs}");
+        }
+    }
+    let all: Vec<Vec<Check>> = reports.into_iter().map(|(_, c, _)| c).collect();
+    verdict(&all)
+}
+
+/// What every kernel's run shares.
+struct Binaries<'a> {
+    root: &'a Path,
+    cache: &'a Path,
+    gpu_trace: &'a Path,
+    client: &'a Path,
+}
+
+/// One kernel: fetch, test modules, initramfs, boot, judge. Returns the report's title, the
+/// checks and where the logs are.
+fn run_kernel(
+    bins: &Binaries,
+    wanted: &str,
+    args: &LabArgs,
+    phases: &mut Vec<(String, Duration)>,
+) -> Result<(String, Vec<Check>, String)> {
+    let cache = bins.cache;
+    let t = Instant::now();
+    let kernel = Kernel::fetch(cache, wanted, &args.mirror)?;
+    let r = &kernel.release;
+    phases.push((
+        format!("{r}: kernel (download, unpack, depmod)"),
+        t.elapsed(),
+    ));
+
+    // Test modules (lab/modules/*): a failure here fails their checks, not the whole lab.
+    let t = Instant::now();
+    let build = cache.join("build").join(r);
+    fs::create_dir_all(&build)?;
+    let mut setup_failures = Vec::new();
+    let test_modules = match kernel
+        .headers(cache, &args.mirror)
+        .and_then(|headers| build_test_modules(bins.root, &headers, &build))
+    {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("lab: the test modules could not be built: {e:#}");
+            setup_failures.push(format!("{e:#}"));
+            Vec::new()
+        }
+    };
+    phases.push((format!("{r}: kernel headers and test modules"), t.elapsed()));
+
+    let t = Instant::now();
+    let initramfs = build.join("initramfs.cpio");
+    write_initramfs(
+        &initramfs,
+        bins.root,
+        &kernel,
+        bins.gpu_trace,
+        bins.client,
+        &test_modules,
+    )?;
+    phases.push((format!("{r}: initramfs"), t.elapsed()));
+
+    let boot = boot(&kernel, &initramfs, &cache.join("run").join(r), args)?;
+    phases.push((format!("{r}: boot, scenario, power-off"), boot.wall));
+
+    let text = fs::read_to_string(&boot.results).unwrap_or_default();
+    let mut checks = judge(&Results::parse(&text));
+    for failure in setup_failures {
+        checks.insert(
+            0,
+            Check::fail(
+                "lab.modules",
+                "test modules built against the lab kernel",
+                failure,
+            ),
+        );
+    }
+    if let Some(reason) = &boot.failure {
+        checks.insert(
+            0,
+            Check::fail(
+                "lab.qemu",
+                "QEMU ran the guest to power-off",
+                reason.clone(),
+            ),
+        );
+    }
+    Ok((
+        format!("Debian {r} in QEMU ({}, 2 vCPU, 2 GiB)", boot.accel),
+        checks,
+        format!("{} and {}", boot.console.display(), boot.results.display()),
+    ))
+}
+
+fn num_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+// ---- host tools ---------------------------------------------------------------------------
+
+/// Installs the Debian packages the lab needs when they are missing (root only).
+fn ensure_host_tools() -> Result<()> {
+    // (tool, package, why)
+    let wanted = [
+        ("qemu-system-x86_64", "qemu-system-x86", "boots the guest"),
+        ("busybox", "busybox-static", "the guest's shell and tools"),
+        ("depmod", "kmod", "resolves the amdgpu module chain"),
+        ("xz", "xz-utils", "decompresses the kernel modules"),
+        ("dpkg-deb", "dpkg", "unpacks the kernel package"),
+        ("apt-get", "apt", "downloads the kernel package"),
+        ("make", "make", "builds the test modules (lab/modules)"),
+        (
+            "pahole",
+            "dwarves",
+            "gives the test modules BTF where the headers ship vmlinux BTF (6.12)",
+        ),
+    ];
+    let missing: Vec<_> = wanted.iter().filter(|(tool, ..)| !have(tool)).collect();
+    if !missing.is_empty() {
+        let pkgs: Vec<&str> = missing.iter().map(|(_, p, _)| *p).collect();
+        eprintln!("lab: installing host tools: {}", pkgs.join(" "));
+        ensure!(
+            is_root() && have("apt-get"),
+            "missing host tools: {}. Install them (Debian: apt-get install {}) or run as root",
+            missing
+                .iter()
+                .map(|(t, _, why)| format!("{t} ({why})"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            pkgs.join(" ")
+        );
+        run_quiet(Command::new("apt-get").args(["update", "-qq"]))?;
+        run_quiet(
+            Command::new("apt-get")
+                .args(["install", "-y", "-qq", "--no-install-recommends"])
+                .args(&pkgs)
+                .env("DEBIAN_FRONTEND", "noninteractive"),
+        )?;
+    }
+    let busybox = which("busybox")?;
+    ensure!(
+        is_static_elf(&fs::read(&busybox)?)?,
+        "{} is dynamically linked; the guest needs a static one (Debian package busybox-static)",
+        busybox.display()
+    );
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    ensure!(
+        have(&cc),
+        "no C compiler ({cc}) for the test client: install gcc and libc6-dev"
+    );
+    Ok(())
+}
+
+/// Runs a command; on failure, the error carries its output.
+fn run_quiet(cmd: &mut Command) -> Result<String> {
+    let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        bail!(
+            "{cmd:?} failed ({}):\n{}{}",
+            out.status,
+            text,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(text)
+}
