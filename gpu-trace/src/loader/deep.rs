@@ -208,7 +208,19 @@ impl KfdDeepPlan {
             .err();
         self.mqd_config_missing = props
             .and_then(|()| {
-                c.init_mqd_q_arg = param(MQD_INIT[0], "q")?;
+                // From init_mqd's own BTF; where BTF has no such function (newer pahole leaves
+                // out a static function several files define: Debian's 7.2 kernel), from the
+                // MQD manager's `init_mqd` operation, which every copy implements.
+                c.init_mqd_q_arg = param(MQD_INIT[0], "q").or_else(|own| {
+                    match btf.member_fn_param("mqd_manager", MQD_INIT[0], "queue_properties") {
+                        Ok((at, _)) if at <= 5 => Ok(at),
+                        Ok((at, _)) => Err(format!(
+                            "mqd_manager.{}'s q is parameter {at}, past the six in registers",
+                            MQD_INIT[0]
+                        )),
+                        Err(e) => Err(format!("{own}; {e}")),
+                    }
+                })?;
                 Ok(())
             })
             .err();

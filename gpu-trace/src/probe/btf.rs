@@ -564,14 +564,58 @@ impl Btf {
             })
     }
 
-    /// Size of a kernel pointer in bytes: the size of `long` in this BTF (the host's pointer size
-    /// where the BTF has no `long`, which no kernel BTF lacks).
+    /// The position of the parameter of type `struct pointee *` in the function-pointer member
+    /// `member` of `struct struct_name` (an operations table such as `mqd_manager.init_mqd`),
+    /// and the parameter count. By type, since the prototypes of function pointers carry no
+    /// parameter names. For functions that BTF leaves out (pahole drops a static function whose
+    /// name several files define, e.g. amdgpu's `init_mqd` on Debian's 7.2 kernel).
+    pub fn member_fn_param(
+        &self,
+        struct_name: &str,
+        member: &str,
+        pointee: &str,
+    ) -> Result<(u32, u32), BtfError> {
+        let found = self.find_member(struct_name, member)?;
+        let wanted = || BtfError::ParamNotFound {
+            func: format!("{struct_name}.{member}"),
+            param: format!("struct {pointee} *"),
+        };
+        let ptr = self.skip_modifiers(found.type_id)?;
+        if self.ty(ptr)?.kind() != kind::PTR {
+            return Err(wanted());
+        }
+        let proto_id = self.skip_modifiers(self.types[ptr as usize].size_or_type)?;
+        let proto = *self.ty(proto_id)?;
+        if proto.kind() != kind::FUNC_PROTO {
+            return Err(wanted());
+        }
+        let count = proto.vlen();
+        for i in 0..count {
+            let param_type = le32(&self.data, proto.extra as usize + i as usize * 8 + 4);
+            let p = self.skip_modifiers(param_type)?;
+            if self.ty(p)?.kind() != kind::PTR {
+                continue;
+            }
+            let target = self.skip_modifiers(self.types[p as usize].size_or_type)?;
+            let t = self.ty(target)?;
+            if t.kind() == kind::STRUCT
+                && t.name_off != 0
+                && self.str_at(t.name_off) == pointee.as_bytes()
+            {
+                return Ok((i, count));
+            }
+        }
+        Err(wanted())
+    }
+
     /// Whether the string section holds `name` whole (an enum value such as
     /// `BPF_FUNC_task_pt_regs` is there when the kernel knows that helper).
     pub fn has_string(&self, name: &str) -> bool {
         btf_strings_contain(&self.data, name)
     }
 
+    /// Size of a kernel pointer in bytes: the size of `long` in this BTF (the host's pointer size
+    /// where the BTF has no `long`, which no kernel BTF lacks).
     pub fn pointer_size(&self) -> u32 {
         self.ptr_size
     }
@@ -1435,7 +1479,7 @@ mod tests {
         let uint = base_id(base, kind::INT, "unsigned int");
         let int = base_id(base, kind::INT, "int");
         let task = base_id(base, kind::STRUCT, "task_struct");
-        let strings = b"\0gt_props\0queue_id\0owner\0pqm\0properties\0gt_func\0";
+        let strings = b"\0gt_props\0queue_id\0owner\0pqm\0properties\0gt_func\0gt_ops\0gt_op\0";
         let s = |name: &[u8]| {
             let at = strings
                 .windows(name.len() + 2)
@@ -1463,6 +1507,15 @@ mod tests {
         put(&[0, info(kind::PTR, 0), n + 1]);
         // n+5: FUNC gt_func (global linkage)
         put(&[s(b"gt_func"), info(kind::FUNC, 1), n + 3]);
+        // n+6: struct gt_ops { int (*gt_op)(int, struct gt_props *); } (8 bytes)
+        put(&[s(b"gt_ops"), info(kind::STRUCT, 1), 8]);
+        put(&[s(b"gt_op"), n + 7, 0]);
+        // n+7: pointer to n+8
+        put(&[0, info(kind::PTR, 0), n + 8]);
+        // n+8: int (*)(int, struct gt_props *), unnamed parameters as in a member's prototype
+        put(&[0, info(kind::FUNC_PROTO, 2), int]);
+        put(&[0, int]);
+        put(&[0, n + 4]);
         let mut b = Vec::new();
         for w in [
             0x0001_eb9fu32,
@@ -1486,7 +1539,18 @@ mod tests {
         };
         let n = base.type_count() as u32;
         let split = Btf::from_split(base, &split_blob(base)).expect("the split blob parses");
-        assert_eq!(split.type_count() as u32, n + 5);
+        assert_eq!(split.type_count() as u32, n + 8);
+        // A function pointer member's parameter, found by its type.
+        assert_eq!(
+            split
+                .member_fn_param("gt_ops", "gt_op", "gt_props")
+                .unwrap(),
+            (1, 2)
+        );
+        assert!(matches!(
+            split.member_fn_param("gt_ops", "gt_op", "task_struct"),
+            Err(BtfError::ParamNotFound { .. })
+        ));
         assert_eq!(split.func_id("gt_func").unwrap(), n + 5);
         assert_eq!(split.func_param("gt_func", "properties").unwrap(), (1, 2));
         assert_eq!(split.func_param("gt_func", "pqm").unwrap(), (0, 2));

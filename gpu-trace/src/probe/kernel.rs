@@ -145,7 +145,10 @@ pub const FEATURES: [Feature; 9] = [
         name: "bpf_get_func_ip in kprobes",
         since: KernelVersion::new(5, 15),
         used_for: "which copy of an MQD builder ran (mqd_init's address)",
-        without: Some("the probed instruction pointer less the breakpoint's byte"),
+        without: Some(
+            "MQD init is not shown (its kprobe program is refused, the reason printed); before \
+             5.11 it is not tried (no module BTF)",
+        ),
     },
 ];
 

@@ -11,7 +11,8 @@ use std::{
 };
 
 use super::run_quiet;
-use anyhow::{Context as _, Result, anyhow, ensure};
+use crate::host::have;
+use anyhow::{Context as _, Result, anyhow, bail, ensure};
 
 pub(super) struct Kernel {
     /// `uname -r` of the guest, e.g. `6.12.117+deb12-amd64`.
@@ -31,7 +32,8 @@ struct Apt {
 
 impl Apt {
     fn new(cache: &Path, series: &str, mirror: &str) -> Result<Self> {
-        let dir = cache.join("apt").join(series.replace('/', "_"));
+        let (key_name, suites) = suites(series);
+        let dir = cache.join("apt").join(key_name);
         for sub in ["lists/partial", "archives/partial", "sources.list.d"] {
             fs::create_dir_all(dir.join(sub))?;
         }
@@ -40,12 +42,6 @@ impl Apt {
             Path::new(key).exists(),
             "{key} is missing: install debian-archive-keyring (the lab downloads Debian kernels)"
         );
-        let mut suites = vec![("debian-security", "bookworm-security")];
-        if series.starts_with("6.1.") || series == "6.1" {
-            suites.push(("debian", "bookworm"));
-        } else {
-            suites.push(("debian", "bookworm-backports"));
-        }
         let mut list = String::new();
         for (archive, suite) in suites {
             writeln!(
@@ -96,16 +92,61 @@ impl Apt {
     }
 }
 
-/// The version part of `linux-image-<version>-amd64-unsigned` when it belongs to `series`
-/// (`6.12` or `6.1`), excluding the cloud and rt flavours.
+/// The series the lab knows by their Debian suites; any other (and `sid`) is looked up in sid.
+const STABLE_SERIES: [&str; 3] = ["5.10", "6.1", "6.12"];
+
+/// The apt sources of a kernel series: the name of its private apt directory and the
+/// (archive, suite) pairs. 5.10: bullseye (Debian 11); 6.1: bookworm (Debian 12); 6.12:
+/// bookworm-backports (and -security, where its updates land); anything else, `sid` included:
+/// unstable, whose kernel is the newest Debian has.
+fn suites(series: &str) -> (&'static str, Vec<(&'static str, &'static str)>) {
+    match series {
+        "5.10" => (
+            "5.10",
+            vec![
+                ("debian", "bullseye"),
+                ("debian-security", "bullseye-security"),
+            ],
+        ),
+        "6.1" => (
+            "6.1",
+            vec![
+                ("debian-security", "bookworm-security"),
+                ("debian", "bookworm"),
+            ],
+        ),
+        "6.12" => (
+            "6.12",
+            vec![
+                ("debian-security", "bookworm-security"),
+                ("debian", "bookworm-backports"),
+            ],
+        ),
+        _ => ("sid", vec![("debian", "sid")]),
+    }
+}
+
+/// The version part of `linux-image-<version>-amd64-unsigned` (for sid also
+/// `linux-image-<version>-amd64`: sid has no `-unsigned` package any more, and QEMU boots the
+/// signed image as well) when it belongs to `series`
+/// (`6.12`, `6.1`, `5.10`; `sid`: any series newer than the stable ones), excluding the cloud
+/// and rt flavours.
 fn image_version<'a>(package: &'a str, series: &str) -> Option<&'a str> {
-    let v = package
-        .strip_prefix("linux-image-")?
-        .strip_suffix("-amd64-unsigned")?;
+    let v = package.strip_prefix("linux-image-")?;
+    let v = match v.strip_suffix("-amd64-unsigned") {
+        Some(v) => v,
+        None if series == "sid" => v.strip_suffix("-amd64")?,
+        None => return None,
+    };
+    let flavour_ok = !v.ends_with("-cloud") && !v.ends_with("-rt");
+    if series == "sid" {
+        let newest_stable = STABLE_SERIES.iter().map(|s| version_key(s)).max()?;
+        let k = version_key(v);
+        let ok = flavour_ok && k.len() >= 3 && k[..2] > newest_stable[..];
+        return ok.then_some(v);
+    }
     let rest = v.strip_prefix(series)?.strip_prefix('.')?;
-    let ok = rest.chars().next().is_some_and(|c| c.is_ascii_digit())
-        && !v.ends_with("-cloud")
-        && !v.ends_with("-rt");
+    let ok = rest.chars().next().is_some_and(|c| c.is_ascii_digit()) && flavour_ok;
     ok.then_some(v)
 }
 
@@ -134,7 +175,12 @@ impl Kernel {
     pub(super) fn fetch(cache: &Path, wanted: &str, mirror: &str) -> Result<Self> {
         let series = if is_exact_version(wanted) {
             let k = version_key(wanted);
-            format!("{}.{}", k[0], k[1])
+            let s = format!("{}.{}", k[0], k[1]);
+            if STABLE_SERIES.contains(&s.as_str()) {
+                s
+            } else {
+                "sid".to_owned()
+            }
         } else {
             wanted.to_owned()
         };
@@ -181,30 +227,63 @@ impl Kernel {
         if !ready.exists() {
             let _ = fs::remove_dir_all(&dir);
             fs::create_dir_all(&dir)?;
-            let package = format!("linux-image-{version}-amd64-unsigned");
+            // The unsigned image (one package). sid has none: its kernel is split into
+            // linux-binary (vmlinuz), linux-modules and linux-base (config), which the signed
+            // linux-image package only depends on.
+            let unsigned = format!("linux-image-{version}-amd64-unsigned");
+            let split: Vec<String> = ["binary", "modules", "base"]
+                .iter()
+                .map(|part| format!("linux-{part}-{version}-amd64"))
+                .collect();
             let debs = cache.join("debs");
             fs::create_dir_all(&debs)?;
-            let deb = find_deb(&debs, &package)?;
-            let deb = match deb {
-                Some(d) => d,
-                None => {
-                    if is_exact_version(wanted) {
-                        apt.update()?;
-                    }
-                    eprintln!("lab: apt-get download {package}");
-                    run_quiet(
-                        apt.command("apt-get")
-                            .current_dir(&debs)
-                            .args(["-q", "download", &package]),
-                    )
-                    .context("downloading the kernel package (never installed on this host)")?;
-                    find_deb(&debs, &package)?
-                        .ok_or_else(|| anyhow!("apt-get download left no .deb"))?
+            let packages = if find_deb(&debs, &unsigned)?.is_some() || series != "sid" {
+                vec![unsigned]
+            } else if split
+                .iter()
+                .all(|p| find_deb(&debs, p).ok().flatten().is_some())
+            {
+                split
+            } else {
+                if is_exact_version(wanted) {
+                    apt.update()?;
+                }
+                let names = apt.package_names("linux-")?;
+                if names.contains(&unsigned) {
+                    vec![unsigned]
+                } else if split.iter().all(|p| names.contains(p)) {
+                    split
+                } else {
+                    bail!("neither {unsigned} nor {split:?} is in the lists");
                 }
             };
-            eprintln!("lab: dpkg -x {}", deb.display());
             let root = dir.join("root");
-            run_quiet(Command::new("dpkg").arg("-x").arg(&deb).arg(&root))?;
+            for package in &packages {
+                let deb = match find_deb(&debs, package)? {
+                    Some(d) => d,
+                    None => {
+                        apt.update()?;
+                        eprintln!("lab: apt-get download {package}");
+                        run_quiet(
+                            apt.command("apt-get")
+                                .current_dir(&debs)
+                                .args(["-q", "download", package]),
+                        )
+                        .context("downloading the kernel package (never installed on this host)")?;
+                        find_deb(&debs, package)?
+                            .ok_or_else(|| anyhow!("apt-get download left no .deb"))?
+                    }
+                };
+                eprintln!("lab: dpkg -x {}", deb.display());
+                run_quiet(Command::new("dpkg").arg("-x").arg(&deb).arg(&root))?;
+            }
+            // Newer packages (sid's) put the modules under /usr/lib/modules only (merged /usr);
+            // depmod and modprobe -d look in <root>/lib/modules.
+            let usr_modules = root.join("usr/lib/modules");
+            if !root.join("lib/modules").exists() && usr_modules.exists() {
+                fs::create_dir_all(root.join("lib"))?;
+                std::os::unix::fs::symlink(&usr_modules, root.join("lib/modules"))?;
+            }
             eprintln!("lab: depmod -b (a few seconds per thousand modules)");
             run_quiet(Command::new("depmod").arg("-b").arg(&root).arg(&release))?;
             let deps = run_quiet(Command::new("modprobe").arg("-d").arg(&root).args([
@@ -255,14 +334,17 @@ impl Kernel {
             );
             fs::write(lab_modules.join("order"), &order)?;
             // Keep the vmlinuz, the chain and the config; drop the rest of the unpacked tree.
-            fs::copy(
-                root.join(format!("boot/vmlinuz-{release}")),
-                dir.join("vmlinuz"),
-            )?;
-            fs::copy(
-                root.join(format!("boot/config-{release}")),
-                dir.join("config"),
-            )?;
+            // /boot/<file>-<release>; the split packages (sid) have /usr/lib/modules/<release>/<file>.
+            for file in ["vmlinuz", "config"] {
+                let from = [
+                    root.join(format!("boot/{file}-{release}")),
+                    root.join(format!("lib/modules/{release}/{file}")),
+                ]
+                .into_iter()
+                .find(|p| p.exists())
+                .ok_or_else(|| anyhow!("the kernel package has no {file} for {release}"))?;
+                fs::copy(from, dir.join(file))?;
+            }
             fs::remove_dir_all(&root)?;
             fs::write(&ready, b"")?;
         }
@@ -330,6 +412,7 @@ impl Kernel {
             &makefile,
             text.replace("/usr/src/", &format!("{}/", src.display())),
         )?;
+        wrap_newer_glibc_tools(&base, &apt)?;
         fs::write(base.join("ready"), b"")?;
         Ok(tree)
     }
@@ -352,6 +435,7 @@ pub(super) fn build_test_modules(
         .filter(|p| p.is_dir())
         .collect();
     dirs.sort();
+    let overrides = make_overrides(headers);
     for src in dirs {
         let name = src
             .file_name()
@@ -365,9 +449,10 @@ pub(super) fn build_test_modules(
             fs::copy(f.path(), dir.join(f.file_name()))?;
         }
         eprintln!("lab: building test module {name} against the lab kernel's headers");
+        let mut make = Command::new("make");
+        make.args(&overrides);
         run_quiet(
-            Command::new("make")
-                .arg("-C")
+            make.arg("-C")
                 .arg(headers)
                 .arg(format!("M={}", dir.display()))
                 // Module BTF (pahole) where the headers ship vmlinux's BTF: Debian's 6.12 headers
@@ -389,6 +474,141 @@ pub(super) fn build_test_modules(
         out.push(ko);
     }
     Ok(out)
+}
+
+/// Kbuild's host tools (modpost, objtool, resolve_btfids, …) come built in the kernel's suite:
+/// sid's need a newer glibc than this host's (`GLIBC_2.38' not found`). Those are run with the
+/// suite's own libc6, unpacked beside them: each becomes `<tool>.suite`, and `<tool>` a script
+/// that starts it with that libc's loader. Tools that run here are left alone.
+fn wrap_newer_glibc_tools(base: &Path, apt: &Apt) -> Result<()> {
+    let mut broken = Vec::new();
+    let mut dirs = vec![base.join("usr/lib")];
+    while let Some(dir) = dirs.pop() {
+        for entry in fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            let Ok(meta) = fs::symlink_metadata(&path) else {
+                continue;
+            };
+            if meta.is_dir() {
+                dirs.push(path);
+            } else if meta.is_file()
+                && std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o111 != 0
+                && fs::read(&path).is_ok_and(|b| b.starts_with(b"\x7fELF"))
+            {
+                let ldd = Command::new("ldd").arg(&path).output()?;
+                if String::from_utf8_lossy(&ldd.stdout).contains("not found")
+                    || String::from_utf8_lossy(&ldd.stderr).contains("not found")
+                {
+                    broken.push(path);
+                }
+            }
+        }
+    }
+    if broken.is_empty() {
+        return Ok(());
+    }
+    let libc = base.join("suite-libc");
+    fs::create_dir_all(&libc)?;
+    eprintln!(
+        "lab: {} kbuild tools need a newer glibc than this host's: running them with the \
+         suite's libc6",
+        broken.len()
+    );
+    run_quiet(
+        apt.command("apt-get")
+            .current_dir(&libc)
+            .args(["-q", "download", "libc6"]),
+    )?;
+    let deb =
+        find_deb(&libc, "libc6")?.ok_or_else(|| anyhow!("apt-get download libc6 left no .deb"))?;
+    run_quiet(
+        Command::new("dpkg")
+            .arg("-x")
+            .arg(&deb)
+            .arg(libc.join("root")),
+    )?;
+    let lib = libc.join("root/usr/lib/x86_64-linux-gnu");
+    let loader = lib.join("ld-linux-x86-64.so.2");
+    ensure!(loader.exists(), "libc6 has no {}", loader.display());
+    for tool in broken {
+        let real = PathBuf::from(format!("{}.suite", tool.display()));
+        fs::rename(&tool, &real)?;
+        fs::write(
+            &tool,
+            format!(
+                "#!/bin/sh\nexec '{}' --library-path '{}' '{}' \"$@\"\n",
+                loader.display(),
+                lib.display(),
+                real.display()
+            ),
+        )?;
+        let mut perms = fs::metadata(&tool)?.permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+        fs::set_permissions(&tool, perms)?;
+    }
+    Ok(())
+}
+
+/// The compiler for the test modules when the kernel's own is not installed here: Debian's
+/// headers name it in `.kernelvariables` (`CC = … $(CROSS_COMPILE)gcc-12`; gcc-10 for bullseye's
+/// 5.10, a newer one for sid). Then the newest `x86_64-linux-gnu-gcc-N` on PATH builds them (the
+/// headers set `DEBIAN_KERNEL_NO_CC_VERSION_CHECK`). None: the headers' own choice.
+fn module_compiler(headers: &Path) -> Option<String> {
+    let vars = fs::read_to_string(headers.join(".kernelvariables")).ok()?;
+    let wanted = vars
+        .lines()
+        .filter(|l| l.trim_start().starts_with("CC ="))
+        .find_map(|l| l.split_whitespace().last())?
+        .replace("$(CROSS_COMPILE)", "x86_64-linux-gnu-");
+    if have(&wanted) {
+        return None;
+    }
+    let newest = (8..=30)
+        .rev()
+        .map(|n| format!("x86_64-linux-gnu-gcc-{n}"))
+        .find(|c| have(c))?;
+    eprintln!("lab: the kernel was built with {wanted}, not installed here: using {newest}");
+    Some(newest)
+}
+
+/// What `make` is told when this host's tools are older than the kernel's: the compiler
+/// ([`module_compiler`]), then the configuration's claims about it undone where they would
+/// pass it options it lacks (`-fmin-function-alignment`, gcc 14; sid's kernel is built with
+/// gcc 16), and module BTF left out where the kernel's pahole was newer than 1.26 and this
+/// one is older (Kbuild would pass `--btf_features`, which older pahole refuses).
+fn make_overrides(headers: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(cc) = module_compiler(headers) {
+        out.push(format!("CC={cc}"));
+        out.push("CONFIG_CC_HAS_MIN_FUNCTION_ALIGNMENT=".into());
+    }
+    let conf = fs::read_to_string(headers.join("include/config/auto.conf")).unwrap_or_default();
+    let kernel_pahole = conf
+        .lines()
+        .find_map(|l| l.strip_prefix("CONFIG_PAHOLE_VERSION="))
+        .and_then(|v| v.trim().parse::<u32>().ok());
+    let host_pahole = Command::new("pahole")
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|o| {
+            let v = String::from_utf8_lossy(&o.stdout)
+                .trim()
+                .trim_start_matches('v')
+                .replace('.', "");
+            v.parse::<u32>().ok()
+        });
+    if let (Some(k), Some(h)) = (kernel_pahole, host_pahole)
+        && k >= 126
+        && h < 126
+    {
+        eprintln!(
+            "lab: the kernel's pahole was {k}, this host's is {h} (no --btf_features): the test \
+             modules get no BTF"
+        );
+        out.push("CONFIG_DEBUG_INFO_BTF_MODULES=".into());
+    }
+    out
 }
 
 fn find_deb(dir: &Path, package: &str) -> Result<Option<PathBuf>> {
@@ -428,5 +648,31 @@ mod tests {
         assert_eq!(newest_version(&names, "6.6"), None);
         assert!(is_exact_version("6.12.117+deb12") && is_exact_version("6.1.0-47"));
         assert!(!is_exact_version("6.12") && !is_exact_version("6.1"));
+    }
+
+    #[test]
+    fn sid_is_the_newest_series_past_the_stable_ones_signed_or_not() {
+        // sid's list (2026-11-25) has only signed images; bullseye's are unsigned.
+        let names: Vec<String> = [
+            "linux-image-7.2.13+deb14-amd64",
+            "linux-image-7.2.13+deb14-cloud-amd64",
+            "linux-image-7.2.13+deb14-rt-amd64",
+            "linux-image-7.2.13+deb14-amd64-dbg",
+            "linux-image-amd64",
+            "linux-image-6.12.117+deb12-amd64-unsigned",
+            "linux-image-5.10.0-46-amd64-unsigned",
+            "linux-image-5.10.0-9-amd64-unsigned",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(
+            newest_version(&names, "sid").as_deref(),
+            Some("7.2.13+deb14")
+        );
+        assert_eq!(newest_version(&names, "5.10").as_deref(), Some("5.10.0-46"));
+        assert_eq!(suites("5.10").0, "5.10");
+        assert_eq!(suites("7.2").0, "sid");
+        assert_eq!(suites("sid").1, [("debian", "sid")]);
     }
 }

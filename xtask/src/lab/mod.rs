@@ -55,9 +55,11 @@ pub enum Accel {
 
 #[derive(Debug, Args)]
 pub struct LabArgs {
-    /// Debian kernel: a series (`6.12`, `6.1`: the newest in bookworm, bookworm-security and
-    /// bookworm-backports) or an exact version (`6.12.117+deb12`, `6.1.0-47`). Repeat it (or
-    /// separate with commas) to run the scenario on several kernels, one boot each.
+    /// Debian kernel: a series (`6.12`: bookworm-backports; `6.1`: bookworm; `5.10`: bullseye;
+    /// `sid`: the newest Debian has, from unstable), the newest of it in those suites and their
+    /// -security, or an exact version (`6.12.117+deb12`, `6.1.0-47`, `5.10.0-46`,
+    /// `7.2.13+deb14`). Repeat it (or separate with commas) to run the scenario on several
+    /// kernels, one boot each.
     #[arg(
         long = "kernel",
         value_name = "VERSION",
