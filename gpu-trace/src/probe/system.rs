@@ -410,8 +410,19 @@ mod tests {
         let tid = std::thread::spawn(|| unsafe { libc::gettid() } as u32)
             .join()
             .unwrap();
-        // The thread has exited: it no longer resolves.
-        assert_eq!(thread_group_of(tid), None);
+        // The thread has exited: it no longer resolves, once the kernel has reaped it (join()
+        // returns when the thread cleared its tid, a moment before that), unless the id went
+        // to another live thread of this test process meanwhile (tests run in parallel), which
+        // then rightly resolves to this process.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while thread_group_of(tid).is_some()
+            && !std::path::Path::new(&format!("/proc/self/task/{tid}")).exists()
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let reused = std::path::Path::new(&format!("/proc/self/task/{tid}")).exists();
+        assert_eq!(thread_group_of(tid), if reused { Some(me) } else { None });
         let (tx, rx) = std::sync::mpsc::channel();
         let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
         let t = std::thread::spawn(move || {
