@@ -12,8 +12,8 @@
 //!   share a track, so slices always nest;
 //! - a **`GPUs` process** ([`GPU_PID`]) with two counter tracks per GPU (N the RM device
 //!   instance of `TASK_INIT`): `live tasks GPU N`, the tasks alive on it over time, and
-//!   `schedules/s GPU N`, its `SCHEDULE`s per second of the trace (one value per second from
-//!   the first record, zeros included, written at the end);
+//!   `schedules/s GPU N`, its `SCHEDULE`s per second of the trace counted from the first record
+//!   (written at the end: a point for each second that had some, a 0 after each run of them);
 //! - a **`GPU N` process** per GPU (`GPU N runlist R` where `TASK_INIT` names the runlist, with
 //!   gpu_ext's hooks) whose slot tracks show every process's tasks alive on it, one slice per
 //!   lifetime named `<comm> <pid>: TSG <id>` (pids from [`GPU_GROUP_PID_BASE`] up);
@@ -36,7 +36,7 @@
 //!
 //! Events do not have to come in timestamp order (a live ring buffer delivers records from
 //! different CPUs slightly out of order): the writer tolerates disorder. Perfetto sorts events by
-//! `ts` itself; the one thing disorder could break is a slice, so an `E` or an instant older than
+//! `ts` itself; the one thing disorder could break is a slice, so an `E` or a point older than
 //! its slice's `B` is placed at the `B` (its args keep the true `ts_ns`), and `otherData` counts
 //! them as `placed_at_slice_begin`.
 //!
@@ -345,8 +345,7 @@ impl<W: Write> PerfettoWriter<W> {
             return Ok(pid);
         }
         // A recording can name any number of (GPU, runlist) pairs: past the cap they share
-        // one group (a real host has a few GPUs and a few dozen runlists each).
-        // (Past the cap, nothing more is kept per pair.)
+        // one group and are not remembered (a real host has a few GPUs, a few dozen runlists).
         let n = self.gpu_groups.len() as u32;
         let (pid, name) = if n < MAX_GPU_GROUPS {
             let name = match runlist {
@@ -416,15 +415,21 @@ impl<W: Write> PerfettoWriter<W> {
 
     /// The live-task counter of GPU `gpu` moves by `delta` at `ts_ns`.
     fn count_live(&mut self, gpu: u32, ts_ns: u64, delta: i64) -> io::Result<()> {
-        if self.named.insert(GPU_PID) {
-            self.metadata("process_name", GPU_PID, 0, "GPUs")?;
-        }
         let n = self.live_per_gpu.entry(gpu).or_default();
         *n = n.saturating_add_signed(delta);
         let value = *n;
+        self.counter(ts_ns, &format!("live tasks GPU {gpu}"), "live", value)
+    }
+
+    /// A point of counter `name` (series `series`) in the `GPUs` process, named at first use.
+    fn counter(&mut self, ts_ns: u64, name: &str, series: &str, value: u64) -> io::Result<()> {
+        if self.named.insert(GPU_PID) {
+            self.metadata("process_name", GPU_PID, 0, "GPUs")?;
+        }
         let line = format!(
-            "{{\"ph\":\"C\",\"ts\":{},\"pid\":{GPU_PID},\"tid\":0,\"name\":\"live tasks GPU {gpu}\",\"cat\":\"{CATEGORY}\",\"args\":{{\"live\":{value}}}}}",
-            ts_us(ts_ns)
+            "{{\"ph\":\"C\",\"ts\":{},\"pid\":{GPU_PID},\"tid\":0,\"name\":{},\"cat\":\"{CATEGORY}\",\"args\":{{\"{series}\":{value}}}}}",
+            ts_us(ts_ns),
+            Value::from(name)
         );
         self.write_event(&line)
     }
@@ -532,12 +537,7 @@ impl<W: Write> PerfettoWriter<W> {
             }
             for (second, n) in points {
                 let ts = start.saturating_add(second.saturating_mul(1_000_000_000));
-                let line = format!(
-                    "{{\"ph\":\"C\",\"ts\":{},\"pid\":{GPU_PID},\"tid\":0,\"name\":{},\"cat\":\"{CATEGORY}\",\"args\":{{\"schedules\":{n}}}}}",
-                    ts_us(ts),
-                    Value::from(name.as_str())
-                );
-                self.write_event(&line)?;
+                self.counter(ts, &name, "schedules", n)?;
             }
         }
         Ok(())
@@ -546,9 +546,6 @@ impl<W: Write> PerfettoWriter<W> {
     /// Ends every slice still open at `end_ns` (the last record of the trace), closes the JSON
     /// and flushes. `other` goes to `otherData` (strings, shown by Perfetto as trace metadata).
     pub fn finish(mut self, end_ns: u64, other: &[(&str, String)]) -> io::Result<W> {
-        if !self.schedules.is_empty() && self.named.insert(GPU_PID) {
-            self.metadata("process_name", GPU_PID, 0, "GPUs")?;
-        }
         self.schedule_counters()?;
         let mut still_open: Vec<(TaskKey, Track)> = self.open.drain().collect();
         still_open.sort_by_key(|(_, t)| t.tid);
