@@ -20,7 +20,7 @@ use ratatui::{
     Terminal,
     backend::CrosstermBackend,
     crossterm::{
-        event::{self, Event, KeyCode, KeyEventKind, KeyModifiers},
+        event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers},
         execute,
         terminal::{EnterAlternateScreen, LeaveAlternateScreen, disable_raw_mode, enable_raw_mode},
     },
@@ -109,11 +109,10 @@ impl Top {
             if k.kind != KeyEventKind::Press {
                 continue;
             }
+            if is_quit(&k) {
+                return Ok(false);
+            }
             match k.code {
-                KeyCode::Char('q') | KeyCode::Esc => return Ok(false),
-                KeyCode::Char('c') if k.modifiers.contains(KeyModifiers::CONTROL) => {
-                    return Ok(false);
-                }
                 KeyCode::Char('n' | ' ') | KeyCode::Right | KeyCode::Enter if !self.ended => {
                     return Ok(true);
                 }
@@ -137,35 +136,32 @@ impl Top {
     }
 
     fn start(&mut self) -> io::Result<&mut Terminal<CrosstermBackend<Stdout>>> {
-        if self.terminal.is_none() && self.stepping {
-            self.terminal = Some(open_terminal()?);
-        }
         if self.terminal.is_none() {
             self.terminal = Some(open_terminal()?);
-            let presses = self.sort_presses.clone();
-            // Keys: quitting goes through SIGINT, which the live loop already stops on.
-            std::thread::Builder::new()
-                .name("top-keys".into())
-                .spawn(move || {
-                    loop {
-                        let Ok(ev) = event::read() else { return };
-                        let Event::Key(k) = ev else { continue };
-                        if k.kind != KeyEventKind::Press {
-                            continue;
+            // Replay reads the keys between frames ([`Self::keys`]); live, a thread does.
+            if !self.stepping {
+                let presses = self.sort_presses.clone();
+                // Quitting goes through SIGINT, which the live loop already stops on.
+                std::thread::Builder::new()
+                    .name("top-keys".into())
+                    .spawn(move || {
+                        loop {
+                            let Ok(ev) = event::read() else { return };
+                            let Event::Key(k) = ev else { continue };
+                            if k.kind != KeyEventKind::Press {
+                                continue;
+                            }
+                            if is_quit(&k) {
+                                // SAFETY: kill(2) on this process.
+                                unsafe { libc::kill(libc::getpid(), libc::SIGINT) };
+                                return;
+                            }
+                            if k.code == KeyCode::Char('s') {
+                                presses.fetch_add(1, Ordering::Relaxed);
+                            }
                         }
-                        let quit = matches!(k.code, KeyCode::Char('q') | KeyCode::Esc)
-                            || (k.code == KeyCode::Char('c')
-                                && k.modifiers.contains(KeyModifiers::CONTROL));
-                        if quit {
-                            // SAFETY: kill(2) on this process.
-                            unsafe { libc::kill(libc::getpid(), libc::SIGINT) };
-                            return;
-                        }
-                        if k.code == KeyCode::Char('s') {
-                            presses.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                })?;
+                    })?;
+            }
         }
         Ok(self.terminal.as_mut().expect("started above"))
     }
@@ -217,6 +213,12 @@ impl Viewer for Top {
         self.draw_last()?;
         self.keys().map(|_| ())
     }
+}
+
+/// `q`, Esc or Ctrl-C.
+fn is_quit(k: &KeyEvent) -> bool {
+    matches!(k.code, KeyCode::Char('q') | KeyCode::Esc)
+        || (k.code == KeyCode::Char('c') && k.modifiers.contains(KeyModifiers::CONTROL))
 }
 
 /// The terminal in raw mode on the alternate screen, cursor hidden.
