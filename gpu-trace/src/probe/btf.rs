@@ -540,6 +540,12 @@ impl Btf {
             .ok_or_else(|| BtfError::FuncNotFound { func: name.into() })
     }
 
+    /// Parameter `i` of FUNC_PROTO `proto`, a `struct btf_param`: (name offset, type id).
+    fn proto_param(&self, proto: &TypeEntry, i: u32) -> (u32, u32) {
+        let at = proto.extra as usize + i as usize * 8;
+        (le32(&self.data, at), le32(&self.data, at + 4))
+    }
+
     /// The 0-based position of parameter `param` of function `func`, and the function's number
     /// of parameters.
     pub fn func_param(&self, func: &str, param: &str) -> Result<(u32, u32), BtfError> {
@@ -554,7 +560,7 @@ impl Btf {
         let count = proto.vlen();
         (0..count)
             .find(|&i| {
-                let name_off = le32(&self.data, proto.extra as usize + i as usize * 8);
+                let (name_off, _) = self.proto_param(&proto, i);
                 name_off != 0 && self.str_at(name_off) == param.as_bytes()
             })
             .map(|i| (i, count))
@@ -591,7 +597,7 @@ impl Btf {
         }
         let count = proto.vlen();
         for i in 0..count {
-            let param_type = le32(&self.data, proto.extra as usize + i as usize * 8 + 4);
+            let (_, param_type) = self.proto_param(&proto, i);
             let p = self.skip_modifiers(param_type)?;
             if self.ty(p)?.kind() != kind::PTR {
                 continue;
