@@ -696,17 +696,13 @@ fn fill_cgroup_map(
 /// number of cgroup subtrees.
 fn preflight(options: &LoadOptions) -> Result<(), LoadError> {
     system::check_privileges()?;
-    // Below the ring buffer's release, ask the kernel (a backport counts) before anything loads.
-    let release = system::kernel_release();
-    let too_old = crate::probe::kernel::KernelVersion::parse(&release)
-        .is_some_and(|v| !v.at_least(crate::probe::kernel::RING_BUFFER.since));
-    let ring_buffer = too_old
-        .then(|| {
-            raise_memlock_limit();
-            aya::sys::is_map_supported(aya::maps::MapType::RingBuf).ok()
-        })
-        .flatten();
-    crate::probe::kernel::check_minimum(&release, ring_buffer).map_err(LoadError::KernelTooOld)?;
+    // Below the ring buffer's release, the kernel is asked (a backport counts) before anything
+    // loads.
+    crate::probe::kernel::check_minimum(&system::kernel_release(), || {
+        raise_memlock_limit();
+        aya::sys::is_map_supported(aya::maps::MapType::RingBuf).ok()
+    })
+    .map_err(LoadError::KernelTooOld)?;
     let ring = options.ring_bytes;
     if !ring.is_power_of_two() || ring < 4096 {
         return Err(LoadError::RingSize(ring));

@@ -191,13 +191,16 @@ pub fn missing(version: KernelVersion) -> Vec<&'static Feature> {
 }
 
 /// Whether gpu-trace can start: `Err` names the missing hard feature and the release that has
-/// it. `ring_buffer` is the probe's answer (`BPF_MAP_CREATE` of a ring buffer), `None` where it
-/// could not be asked. A release older than the ring buffer's is refused unless the probe
-/// found one (a backport); on a later release a failed probe is something else (memory lock,
-/// privileges), which the load that follows reports itself.
-pub fn check_minimum(release: &str, ring_buffer: Option<bool>) -> Result<(), String> {
+/// it. `ring_buffer` asks the kernel (`BPF_MAP_CREATE` of a ring buffer; `None` where it could
+/// not be asked), only for a release older than the ring buffer's: such a kernel is refused
+/// unless it has one (a backport); on a later release a failing map is something else (memory
+/// lock, privileges), which the load that follows reports itself.
+pub fn check_minimum(
+    release: &str,
+    ring_buffer: impl FnOnce() -> Option<bool>,
+) -> Result<(), String> {
     let too_old = KernelVersion::parse(release).is_some_and(|v| !v.at_least(RING_BUFFER.since));
-    if ring_buffer == Some(true) || !too_old {
+    if !too_old || ring_buffer() == Some(true) {
         return Ok(());
     }
     Err(format!(
@@ -278,9 +281,9 @@ mod tests {
     #[test]
     fn gpu_trace_refuses_a_kernel_without_the_ring_buffer() {
         // The probe decides where it answered: a backport counts, a missing map refuses.
-        assert!(check_minimum("5.10.0-46-amd64", Some(true)).is_ok());
-        assert!(check_minimum("4.18.0-553.el8_10.x86_64", Some(true)).is_ok());
-        let e = check_minimum("5.4.0-1-amd64", Some(false)).unwrap_err();
+        assert!(check_minimum("5.10.0-46-amd64", || Some(true)).is_ok());
+        assert!(check_minimum("4.18.0-553.el8_10.x86_64", || Some(true)).is_ok());
+        let e = check_minimum("5.4.0-1-amd64", || Some(false)).unwrap_err();
         assert!(e.contains("Linux 5.8 or later"), "{e}");
         assert!(
             e.contains("5.4.0-1-amd64") && e.contains("BPF ring buffer"),
@@ -288,12 +291,12 @@ mod tests {
         );
         assert!(e.contains("Linux 5.8"), "{e}");
         // Without an answer, the release decides.
-        assert!(check_minimum("5.7.19", None).is_err());
-        assert!(check_minimum("5.8.0", None).is_ok());
-        assert!(check_minimum("unparsable", None).is_ok());
-        assert!(check_minimum("5.7.19", Some(false)).is_err());
+        assert!(check_minimum("5.7.19", || None).is_err());
+        assert!(check_minimum("5.8.0", || None).is_ok());
+        assert!(check_minimum("unparsable", || None).is_ok());
+        assert!(check_minimum("5.7.19", || Some(false)).is_err());
         // A new kernel whose map creation failed (memory lock, privileges): not for this
         // check to explain; the load that follows says why.
-        assert!(check_minimum("6.12.117+deb12-amd64", Some(false)).is_ok());
+        assert!(check_minimum("6.12.117+deb12-amd64", || Some(false)).is_ok());
     }
 }
