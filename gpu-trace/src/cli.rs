@@ -162,34 +162,47 @@ pub enum Vendor {
 /// `--format` and `--timestamps` take the core's own types (one definition each).
 pub use gpu_trace_core::output::{Format, TimestampMode as Timestamps};
 
-fn format_values() -> impl clap::builder::TypedValueParser<Value = Format> {
-    use clap::builder::TypedValueParser as _;
-    clap::builder::PossibleValuesParser::new([
-        clap::builder::PossibleValue::new("text").help("One aligned line per event"),
-        clap::builder::PossibleValue::new("json")
-            .help("One JSON object per line (schema: docs/json-schema.md)"),
-    ])
-    .map(|s| {
-        if s == "json" {
-            Format::Json
-        } else {
-            Format::Text
-        }
-    })
-}
+/// `--format`'s values: name, help, value.
+const FORMATS: &[(&str, &str, Format)] = &[
+    ("text", "One aligned line per event", Format::Text),
+    (
+        "json",
+        "One JSON object per line (schema: docs/json-schema.md)",
+        Format::Json,
+    ),
+];
 
-fn timestamp_values() -> impl clap::builder::TypedValueParser<Value = Timestamps> {
-    use clap::builder::TypedValueParser as _;
-    clap::builder::PossibleValuesParser::new([
-        clap::builder::PossibleValue::new("wall").help("Local wall-clock time with microseconds"),
-        clap::builder::PossibleValue::new("relative").help("Seconds since the first event"),
-    ])
-    .map(|s| {
-        if s == "relative" {
-            Timestamps::Relative
-        } else {
-            Timestamps::Wall
-        }
+/// `--timestamps`' values: name, help, value.
+const TIMESTAMPS: &[(&str, &str, Timestamps)] = &[
+    (
+        "wall",
+        "Local wall-clock time with microseconds",
+        Timestamps::Wall,
+    ),
+    (
+        "relative",
+        "Seconds since the first event",
+        Timestamps::Relative,
+    ),
+];
+
+/// A parser for one of a core type's `values` (name, help, value), listed in `--help` as
+/// `ValueEnum` would list them.
+fn choices<T: Copy + Send + Sync + 'static>(
+    values: &'static [(&'static str, &'static str, T)],
+) -> impl clap::builder::TypedValueParser<Value = T> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser as _};
+    PossibleValuesParser::new(
+        values
+            .iter()
+            .map(|&(name, help, _)| PossibleValue::new(name).help(help)),
+    )
+    .map(move |s| {
+        // Clap has checked the name against the same list.
+        values
+            .iter()
+            .find(|(name, ..)| *name == s)
+            .map_or(values[0].2, |&(.., v)| v)
     })
 }
 
@@ -212,7 +225,7 @@ pub struct OutputArgs {
     pub comms: Vec<String>,
 
     /// Output format.
-    #[arg(long, value_parser = format_values(), default_value = "text")]
+    #[arg(long, value_parser = choices(FORMATS), default_value = "text")]
     pub format: Format,
 
     /// Write events and statistics to FILE instead of standard output (any --format).
@@ -220,14 +233,16 @@ pub struct OutputArgs {
     pub output: Option<PathBuf>,
 
     /// Also write a timeline to FILE for the Perfetto UI (Chrome JSON trace format): a track
-    /// group per process, a slice per TSG/queue lifetime, instants for SCHEDULE, SCHED_UPDATE and
-    /// WORK_SUBMIT (always, -v or not), every field as args. Filters apply.
+    /// group per process, a slice per TSG/queue lifetime with a point for its TASK_INIT,
+    /// SCHEDULE, SCHED_UPDATE and WORK_SUBMIT events (always, -v or not; every field as args)
+    /// joined by flow arrows, a track group per GPU showing every process's lifetimes on it, and
+    /// live-task and schedules-per-second counters per GPU. Filters apply.
     #[arg(long, value_name = "FILE")]
     pub perfetto: Option<PathBuf>,
 
     /// Timestamp style of the text output (JSON lines always carry both `time`, UTC wall clock,
     /// and `ts_ns`, CLOCK_MONOTONIC).
-    #[arg(long, value_parser = timestamp_values(), default_value = "wall")]
+    #[arg(long, value_parser = choices(TIMESTAMPS), default_value = "wall")]
     pub timestamps: Timestamps,
 
     /// Do not print the statistics block at exit.
