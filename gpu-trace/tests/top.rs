@@ -46,8 +46,8 @@ fn top_shows_a_process_s_refused_schedules_sorts_and_quits_cleanly() {
         gpu_trace_bin().display(),
         exit_file.display()
     );
-    let _kill = Session::start(&session, &cmd);
-    let s = screen_until(&session, |s| s.contains("gpu-trace top"));
+    let view = Session::start(&session, &cmd);
+    let s = view.screen_until(|s| s.contains("gpu-trace top"));
     assert!(s.contains("gpu-trace top"), "{test}: no view:\n{s}");
 
     // 25 schedules on the watched device (refused: ENOTTY), from this process.
@@ -64,18 +64,16 @@ fn top_shows_a_process_s_refused_schedules_sorts_and_quits_cleanly() {
             .find(|l| l.split_whitespace().next() == Some(me.as_str()))
             .map(|l| l.split_whitespace().map(str::to_string).collect())
     };
-    let s = screen_until(&session, |s| {
-        row(s).is_some_and(|r| r.len() >= 9 && r[7] == N.to_string())
-    });
+    let s = view.screen_until(|s| row(s).is_some_and(|r| r.len() >= 9 && r[7] == N.to_string()));
     let r = row(&s).unwrap_or_else(|| panic!("{test}: no row for pid {me}:\n{s}"));
     // SCHEDULES and REFUSED: every one of the calls, every one refused.
     assert_eq!((r[7].as_str(), r[8].as_str()), ("25", "25"), "{test}:\n{s}");
     assert!(s.contains("sorted by SCHED/s"), "{s}");
-    tmux(&["send-keys", "-t", &session, "s"]);
-    let s = screen_until(&session, |s| s.contains("sorted by LIVE"));
+    view.keys("s");
+    let s = view.screen_until(|s| s.contains("sorted by LIVE"));
     assert!(s.contains("sorted by LIVE"), "{test}: s did not sort:\n{s}");
 
-    tmux(&["send-keys", "-t", &session, "q"]);
+    view.keys("q");
     let exit = exit_status(&exit_file);
     assert_eq!(exit.trim(), "EXIT=0", "{test}: q did not end it cleanly");
     // The terminal is back: the normal screen shows the start-up report again, not the view.
