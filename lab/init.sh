@@ -21,12 +21,38 @@ mount -t bpf none /sys/fs/bpf 2>/dev/null
 RES=/dev/ttyS1
 uptime_s() { cut -d' ' -f1 /proc/uptime; }
 out() { echo "$*" > "$RES"; echo "$*"; }
-# block NAME CMD...: runs CMD, its stdout+stderr become one block.
+# alive PID: the process exists and is not a zombie waiting to be reaped.
+alive() {
+  [ -e "/proc/$1/stat" ] && [ "$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)" != Z ]
+}
+# limit PID SECS WHAT: waits for the shell's child PID, at most SECS seconds. Past that it says
+# so (`LAB timeout`, a failure for the judge, with where each of its threads sleeps in the
+# kernel), kills it, and the scenario goes on: one hung step must not cost the others' results
+# (the host's watchdog then only catches a guest that hangs as a whole). Returns PID's exit code
+# (137 when killed).
+limit() {
+  local i=0 n=$(($2 * 5)) t
+  while [ $i -lt $n ] && alive "$1"; do sleep 0.2; i=$((i + 1)); done
+  if alive "$1"; then
+    out "LAB timeout what=$3 after=${2}s t=$(uptime_s)"
+    for t in /proc/$1/task/*; do
+      out "LAB timeout_stack what=$3 tid=${t##*/} wchan=$(cat $t/wchan 2>/dev/null) stack=$(tr '\n' ' ' 2>/dev/null < $t/stack)"
+    done
+    kill -KILL "$1" 2>/dev/null
+  fi
+  wait "$1"
+}
+# Limits (seconds) of one client or gpu-trace command, and of a tracer's stop after SIGINT; a
+# step that normally takes a second or two under TCG.
+CMD_LIMIT=240
+STOP_LIMIT=60
+# block NAME CMD...: runs CMD (at most CMD_LIMIT s), its stdout+stderr become one block.
 block() {
   local name=$1 rc
   shift
   echo "LAB-BEGIN $name" > "$RES"
-  "$@" > /tmp/block.out 2>&1
+  "$@" > /tmp/block.out 2>&1 &
+  limit $! $CMD_LIMIT "$name"
   rc=$?
   cat /tmp/block.out > "$RES"
   echo "LAB-END $name rc=$rc" > "$RES"
@@ -75,7 +101,7 @@ trace_client() {
 stop_tracer() {
   sleep 1
   kill -INT $2 2>/dev/null
-  wait $2
+  limit $2 $STOP_LIMIT $1.tracer_stop
   out "LAB $1 tracer_exit=$?"
   dump $1.stderr /tmp/$1.err
   dump $1.jsonl /tmp/$1.jsonl
@@ -170,12 +196,13 @@ deny_trace() {
   wait_ready $tracer /tmp/$name.err
   out "LAB $name tracer_ready=$READY denied_pid=$denied other_pid=$other t=$(uptime_s)"
   touch /tmp/go
-  wait $denied
-  wait $other
+  limit $denied $CMD_LIMIT $name.denied
+  limit $other $CMD_LIMIT $name.other
   sleep 1                              # let the tracer see the exit
   cp /bin/lab-client /tmp/lab-reuse   # its own comm, to tell its events from the denied one's
   echo $((denied - 1)) > /proc/sys/kernel/ns_last_pid
-  /tmp/lab-reuse "$sub" > /tmp/$name.reuse 2>&1
+  /tmp/lab-reuse "$sub" > /tmp/$name.reuse 2>&1 &
+  limit $! $CMD_LIMIT $name.reuse
   dump $name.denied /tmp/$name.denied
   dump $name.other /tmp/$name.other
   dump $name.reuse /tmp/$name.reuse
@@ -219,8 +246,8 @@ deny_cgroup_trace() {
   sleep 0.5
   out "LAB $name tracer_ready=$READY denied_pid=$denied other_pid=$other cgroup2=$cg t=$(uptime_s)"
   touch /tmp/go
-  wait $denied
-  wait $other
+  limit $denied $CMD_LIMIT $name.denied
+  limit $other $CMD_LIMIT $name.other
   dump $name.denied /tmp/$name.denied
   dump $name.other /tmp/$name.other
   stop_tracer $name $tracer

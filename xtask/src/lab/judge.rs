@@ -253,11 +253,36 @@ fn judge_kernel(r: &Results, c: &mut Vec<Check>) {
                 format!("; {failed:?}")
             },
             if r.done {
-                ""
+                String::new()
             } else {
-                "; the scenario did not finish (no LAB-DONE)"
+                format!(
+                    "; the scenario did not finish (no LAB-DONE; the last step begun: {})",
+                    r.lines
+                        .iter()
+                        .rev()
+                        .find_map(|l| l.strip_prefix("LAB step "))
+                        .unwrap_or("none")
+                )
             }
         ),
+    ));
+    // The guest limits each command (lab/init.sh `limit`); one that ran past its limit was
+    // killed there, and is a failure here whatever its own check makes of the rest.
+    let timeouts: Vec<&str> = r
+        .lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("LAB timeout"))
+        .map(str::trim_start)
+        .collect();
+    c.push(Check::new(
+        "lab.limits",
+        "every command of the scenario ended within its limit",
+        r.done && timeouts.is_empty(),
+        match (timeouts.is_empty(), r.done) {
+            (true, true) => "none killed".to_owned(),
+            (true, false) => "unknown: the scenario did not finish".to_owned(),
+            (false, _) => format!("killed: {}", timeouts.join(" | ")),
+        },
     ));
     let kfd = r.fact("kfd").unwrap_or("(no fact)");
     c.push(Check::new(
@@ -1910,7 +1935,7 @@ mod tests {
 
     #[test]
     fn a_current_guest_log_passes_every_check() {
-        assert_eq!(all_pass(GOOD).len(), 27);
+        assert_eq!(all_pass(GOOD).len(), 28);
     }
 
     /// Debian 11's kernel (5.10.0-46, upstream 5.10.262) as its guest wrote it: `cargo xtask
@@ -1921,7 +1946,7 @@ mod tests {
     #[test]
     fn an_old_kernel_passes_on_its_documented_fallbacks() {
         let s = all_pass(OLD);
-        assert_eq!(s.len(), 27);
+        assert_eq!(s.len(), 28);
         // The same checks, not fewer: the ids are those of a current kernel's log.
         let current: Vec<_> = statuses(GOOD).into_keys().collect();
         assert_eq!(s.into_keys().collect::<Vec<_>>(), current);
@@ -2164,6 +2189,11 @@ mod tests {
     fn each_broken_fact_fails_its_check() {
         let cases = [
             ("LAB-DONE\n", "", "a.boot"),
+            (
+                "LAB step done",
+                "LAB timeout what=lsm after=240s t=300.1\nLAB step done",
+                "lab.limits",
+            ),
             (
                 "LAB fact lsm=lockdown,capability,landlock,yama,apparmor,bpf",
                 "LAB fact lsm=lockdown,capability",
@@ -2574,6 +2604,19 @@ mod tests {
         assert!(verdict(&[good(), judge(&Results::parse(""))]).is_err());
         let one_failed = GOOD.replacen("LAB-DONE\n", "", 1);
         assert!(verdict(&[judge(&Results::parse(&one_failed))]).is_err());
+    }
+
+    #[test]
+    fn an_unfinished_scenario_names_its_last_step() {
+        let cut = &GOOD[..GOOD.find("LAB step lsm").unwrap()];
+        let checks = judge(&Results::parse(cut));
+        let boot = checks.iter().find(|c| c.id == "a.boot").unwrap();
+        assert_eq!(boot.status, Status::Fail);
+        assert!(
+            boot.detail.contains("the last step begun: fentry t="),
+            "{}",
+            boot.detail
+        );
     }
 
     #[test]

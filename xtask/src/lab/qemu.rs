@@ -128,10 +128,14 @@ pub(super) fn boot(
             if started.elapsed() > Duration::from_secs(args.timeout) {
                 let _ = child.kill();
                 let _ = child.wait();
+                // The console's last lines in the verdict itself: a CI log may keep only that.
+                let tail: Vec<&str> = text.lines().rev().take(15).collect();
                 failure = Some(format!(
-                    "watchdog: the guest did not power off within {} s (killed); see {}",
+                    "watchdog: the guest did not power off within {} s (killed); see {}; its \
+                     console ended with: {}",
                     args.timeout,
-                    console.display()
+                    console.display(),
+                    tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
                 ));
                 break;
             }
