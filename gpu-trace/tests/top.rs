@@ -86,11 +86,16 @@ fn top_shows_a_process_s_refused_schedules_sorts_and_quits_cleanly() {
 
 /// What the shell wrote to `exit_file` once the command ended (waits up to 20 s).
 fn exit_status(exit_file: &std::path::Path) -> String {
+    // The shell creates the file before it writes the line: wait for the whole line, not for
+    // the file (an empty read here made a clean exit look like a failure under load).
     let deadline = Instant::now() + Duration::from_secs(20);
-    while !exit_file.exists() && Instant::now() < deadline {
+    loop {
+        let text = std::fs::read_to_string(exit_file).unwrap_or_default();
+        if text.ends_with('\n') || Instant::now() >= deadline {
+            return text;
+        }
         std::thread::sleep(Duration::from_millis(100));
     }
-    std::fs::read_to_string(exit_file).unwrap_or_default()
 }
 
 /// A tmux session that is killed when the test ends, however it ends.
