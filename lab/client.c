@@ -23,6 +23,8 @@
  *   fentry          fentry + fexit on kfd_ioctl_create_queue through amdgpu's module BTF
  *   lsm             BPF LSM on file_ioctl denying CREATE_QUEUE for this process only
  *   wait FILE SUB   print the pid, wait until FILE exists, then run SUB (for --deny-pid runs)
+ *   storm SUB       100000 getppid() and 100000 FIONREAD ioctls on a pipe, then SUB, then the
+ *                   driver ioctls and opens SUB made (for the program run counts of --bpf-stats)
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -110,15 +112,20 @@ struct nv_xfer {
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 
+/* What the subcommand did to the driver, for `storm`: ioctls issued, device files opened. */
+static unsigned long driver_ioctls, driver_opens;
+
 static long xioctl(int fd, unsigned long cmd, void *arg)
 {
 	long rc = ioctl(fd, cmd, arg);
+	driver_ioctls++;
 	return rc < 0 ? -errno : rc;
 }
 
 static int open_or_die(const char *path)
 {
 	int fd = open(path, O_RDWR | O_CLOEXEC);
+	driver_opens++;
 	if (fd < 0) {
 		printf("LAB error open=%s errno=%d (%s)\n", path, errno, strerror(errno));
 		exit(1);
@@ -1075,6 +1082,34 @@ static int run(const char *c)
 	return 2;
 }
 
+/* `storm SUB`: STORM_N unrelated system calls (getppid, and FIONREAD ioctls on a pipe), then SUB,
+ * then what SUB did to the driver: so that a tracer's program run counts can be checked against
+ * both (the driver hooks must not run for the storm, and must run once per driver call). */
+#define STORM_N 100000
+static int cmd_storm(const char *sub)
+{
+	int p[2], avail, rc;
+	long bad = 0;
+
+	if (pipe(p) != 0) {
+		printf("LAB error storm=pipe errno=%d\n", errno);
+		return 1;
+	}
+	for (int i = 0; i < STORM_N; i++) {
+		syscall(SYS_getppid);
+		if (ioctl(p[0], FIONREAD, &avail) != 0)
+			bad++;
+	}
+	close(p[0]);
+	close(p[1]);
+	driver_ioctls = driver_opens = 0;
+	rc = run(sub);
+	printf("LAB storm getppid=%d pipe_ioctls=%d pipe_ioctl_failures=%ld sub=%s driver_ioctls=%lu "
+	       "driver_opens=%lu rc=%d\n",
+	       STORM_N, STORM_N, bad, sub, driver_ioctls, driver_opens, rc);
+	return rc;
+}
+
 /* `wait FILE SUB`: print this process's pid, wait (at most 300 s) until FILE exists, run SUB. So
  * that a tracer can be started with this pid (gpu-trace --deny-pid) before the calls are made. */
 static int cmd_wait(const char *file, const char *sub)
@@ -1094,8 +1129,10 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc == 4 && !strcmp(argv[1], "wait"))
 		return cmd_wait(argv[2], argv[3]);
+	if (argc == 3 && !strcmp(argv[1], "storm"))
+		return cmd_storm(argv[2]);
 	if (argc != 2) {
-		fprintf(stderr, "usage: %s [wait FILE] facts|nv|nvdev|nvdeny|nvobj|kfd-create|kfd-deny|kfd-ops|kprobe|fentry|lsm\n",
+		fprintf(stderr, "usage: %s [wait FILE | storm] facts|nv|nvdev|nvdeny|nvobj|kfd-create|kfd-deny|kfd-ops|kprobe|fentry|lsm\n",
 			argv[0]);
 		return 2;
 	}

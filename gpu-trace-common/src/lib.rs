@@ -55,6 +55,17 @@ pub mod hook_source {
 }
 
 /// What a [`DeepRecord`] reports (its `hook` field).
+/// What the NVIDIA driver's own entry points serve (bits of the kernel programs' `SWITCHES`
+/// map, index 1), set by userspace once they are attached and before the syscall layer is:
+/// the syscall layer leaves these to them.
+pub mod nv_entry_bits {
+    /// RM ioctls: `nvidia_unlocked_ioctl` is hooked at its exit.
+    pub const IOCTL: u32 = 1 << 0;
+    /// The end of an fd's RM objects: `nvidia_close` (the file's release, at its last close)
+    /// is hooked, instead of `close()` of each fd.
+    pub const RELEASE: u32 = 1 << 1;
+}
+
 pub mod deep_hook {
     /// A copy of the KFD MQD manager's `init_mqd` ran (the queue's hardware descriptor was
     /// built): `value` is the queue id, `addr` the address of the copy that ran.

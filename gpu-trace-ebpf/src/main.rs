@@ -43,6 +43,7 @@ mod cgroup;
 mod deny;
 mod kfd_deep;
 mod nv_deep;
+mod nv_entry;
 
 /// Filled in by userspace before load (`EbpfLoader::set_global`).
 #[unsafe(no_mangle)]
@@ -80,13 +81,24 @@ static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
 
-/// Run-time switches set by userspace after attaching: index [`SWITCH_KFD_DEEP`] holds
-/// `1 << nr` for every KFD command whose driver handler has a deep hook (`kfd_deep.rs`); the
-/// syscall layer leaves those commands alone, so that no call is reported twice.
+/// Run-time switches set by userspace after attaching the driver hooks and before attaching
+/// the syscall layer: index [`SWITCH_KFD_DEEP`] holds `1 << nr` for every KFD command whose
+/// driver handler has a deep hook (`kfd_deep.rs`), index [`SWITCH_NV_ENTRY`] the
+/// `gpu_trace_common::nv_entry` bits of what the NVIDIA driver's entry points serve
+/// (`nv_entry.rs`); the syscall layer leaves those alone, so that no call is reported twice.
 #[map]
-static SWITCHES: Array<u32> = Array::with_max_entries(1, 0);
+static SWITCHES: Array<u32> = Array::with_max_entries(2, 0);
 
 const SWITCH_KFD_DEEP: u32 = 0;
+const SWITCH_NV_ENTRY: u32 = 1;
+
+/// The [`SWITCH_NV_ENTRY`] bits.
+#[inline(always)]
+fn nv_entry_serves(bit: u32) -> bool {
+    SWITCHES
+        .get(SWITCH_NV_ENTRY)
+        .is_some_and(|bits| *bits & bit != 0)
+}
 
 /// Whether a deep hook on the driver's handler reports KFD command `nr` instead of this layer.
 #[inline(always)]
@@ -182,9 +194,9 @@ unsafe fn kread<T>(base: u64, offset: u32) -> Result<T, ()> {
     unsafe { bpf_probe_read_kernel((base + offset as u64) as *const T).map_err(|_| ()) }
 }
 
-/// `i_rdev` of the inode behind `fd` in the current task's fd table.
+/// The `struct file *` behind `fd` in the current task's fd table, and its inode's `i_rdev`.
 #[inline(always)]
-fn fd_rdev(cfg: &KernelConfig, fd: u64) -> Result<u32, ()> {
+fn fd_file_rdev(cfg: &KernelConfig, fd: u64) -> Result<(u64, u32), ()> {
     // SAFETY: every dereference goes through bpf_probe_read_kernel, which fails cleanly.
     unsafe {
         let task = generated::bpf_get_current_task();
@@ -199,6 +211,15 @@ fn fd_rdev(cfg: &KernelConfig, fd: u64) -> Result<u32, ()> {
         if file == 0 {
             return Err(());
         }
+        Ok((file, file_rdev(cfg, file)?))
+    }
+}
+
+/// `i_rdev` of the inode of `file` (a `struct file *`).
+#[inline(always)]
+fn file_rdev(cfg: &KernelConfig, file: u64) -> Result<u32, ()> {
+    // SAFETY: kernel reads through the helper, which fails cleanly.
+    unsafe {
         let inode: u64 = kread(file, cfg.file_inode)?;
         kread(inode, cfg.inode_rdev)
     }
@@ -286,6 +307,9 @@ fn handle_ioctl(fd: u64, ioctl_cmd: u64, arg: u64, ret: i64) {
     if kfd && kfd_served_by_deep_hook(amd::ioctl_nr(ioctl_cmd)) {
         return;
     }
+    if !kfd && nv_entry_serves(nv_entry::IOCTL) {
+        return;
+    }
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     if cfg.filter_tgid != 0 && cfg.filter_tgid != tgid {
         return;
@@ -293,8 +317,8 @@ fn handle_ioctl(fd: u64, ioctl_cmd: u64, arg: u64, ret: i64) {
     if !cgroup::wanted(&cfg) {
         return;
     }
-    let rdev = match fd_rdev(&cfg, fd) {
-        Ok(rdev) => rdev,
+    let (file, rdev) = match fd_file_rdev(&cfg, fd) {
+        Ok(found) => found,
         Err(()) => {
             bump(counter::FD_LOOKUP_FAILED);
             return;
@@ -309,7 +333,13 @@ fn handle_ioctl(fd: u64, ioctl_cmd: u64, arg: u64, ret: i64) {
     if !is_watched(&cfg, rdev) {
         return;
     }
+    handle_nv_ioctl(fd as i32, ioctl_cmd, arg, ret, rdev, tgid, file);
+}
 
+/// An RM escape on an NVIDIA device (`rdev`, through `file`), seen by the syscall layer or at
+/// the driver's ioctl entry point: reads the parameter block and what it points to, emits.
+#[inline(always)]
+fn handle_nv_ioctl(fd: i32, ioctl_cmd: u32, arg: u64, ret: i64, rdev: u32, tgid: u32, file: u64) {
     let mut flags = 0u32;
     let mut esc = ioctl_cmd & 0xff;
     let mut size = nvidia::ioctl_size(ioctl_cmd);
@@ -407,7 +437,7 @@ fn handle_ioctl(fd: u64, ioctl_cmd: u64, arg: u64, ret: i64) {
     unsafe {
         (*rec).hdr = header(record_kind::NV_IOCTL);
         (*rec).ret = ret;
-        (*rec).fd = fd as i32;
+        (*rec).fd = fd;
         (*rec).ioctl_cmd = ioctl_cmd;
         (*rec).rdev = rdev;
         (*rec).escape = esc;
@@ -438,6 +468,9 @@ fn handle_ioctl(fd: u64, ioctl_cmd: u64, arg: u64, ret: i64) {
     }
     bump(counter::EMITTED);
     mark_tracked(tgid, TRACK_NV);
+    if nv_entry_serves(nv_entry::RELEASE) {
+        nv_entry::note_file(file, tgid, fd);
+    }
 }
 
 /// Copies `len` bytes of KFD arguments (one of the sizes of `amd::capture_len`) from user
@@ -547,6 +580,10 @@ fn handle_kfd_ioctl(fd: u64, ioctl_cmd: u32, arg: u64, ret: i64, rdev: u32, tgid
 #[inline(always)]
 fn handle_close(fd: u64, ret: i64) {
     if ret != 0 {
+        return;
+    }
+    if nv_entry_serves(nv_entry::RELEASE) {
+        // The driver's release handler reports the file's last close instead.
         return;
     }
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;

@@ -20,21 +20,22 @@ use gpu_trace_common::{
 use crate::{EVENTS, bump, config, header, kread};
 
 /// The current thread's system call number and first argument, from its saved user registers;
-/// `u32::MAX` where unknown (kernel threads have none).
+/// `u32::MAX` where unknown (kernel threads have none). Also used by the driver entry hooks
+/// (`nv_entry.rs`) for the fd of an ioctl.
 #[inline(always)]
-fn current_syscall() -> (u32, u64) {
-    #[cfg(bpf_target_arch = "x86_64")]
-    {
-        let cfg = config();
-        // SAFETY: helper calls; the registers are read through bpf_probe_read_kernel.
-        unsafe {
-            let regs = if cfg.stack_regs == 0 {
-                // bpf_task_pt_regs (5.15) wants a trusted task pointer: the BTF-typed current
-                // task (5.11). `stack_regs` is a constant of the read-only config, so on older
-                // kernels the verifier never sees these calls.
-                let task = generated::bpf_get_current_task_btf();
-                generated::bpf_task_pt_regs(task) as u64
-            } else {
+pub(crate) fn current_syscall() -> (u32, u64) {
+    let cfg = config();
+    // SAFETY: helper calls; the registers are read through bpf_probe_read_kernel.
+    unsafe {
+        let regs = if cfg.stack_regs == 0 {
+            // bpf_task_pt_regs (5.15) wants a trusted task pointer: the BTF-typed current
+            // task (5.11). `stack_regs` is a constant of the read-only config, so on older
+            // kernels the verifier never sees these calls.
+            let task = generated::bpf_get_current_task_btf();
+            generated::bpf_task_pt_regs(task) as u64
+        } else {
+            #[cfg(bpf_target_arch = "x86_64")]
+            {
                 // Older kernels: what task_pt_regs() computes, the top of the task's kernel
                 // stack less one pt_regs. A 64-bit caller's saved `cs` confirms the place.
                 let task = generated::bpf_get_current_task();
@@ -48,15 +49,23 @@ fn current_syscall() -> (u32, u64) {
                     }
                     _ => 0,
                 }
-            };
-            if regs != 0
-                && let (Ok(nr), Ok(arg0)) = (
-                    kread::<u64>(regs, crate::regs::NR as u32),
-                    kread::<u64>(regs, crate::regs::ARG0 as u32),
-                )
-                && nr < u64::from(u32::MAX)
+            }
+            // Elsewhere only bpf_task_pt_regs finds them (userspace sets no stack offsets).
+            #[cfg(not(bpf_target_arch = "x86_64"))]
             {
-                return (nr as u32, arg0);
+                0
+            }
+        };
+        if regs != 0
+            && let (Ok(nr), Ok(arg0)) = (
+                kread::<u64>(regs, crate::regs::NR as u32),
+                kread::<u64>(regs, crate::regs::ARG0 as u32),
+            )
+        {
+            // aarch64's syscallno is a 32-bit field.
+            let nr = nr as u32;
+            if nr != u32::MAX {
+                return (nr, arg0);
             }
         }
     }

@@ -392,10 +392,12 @@ pub struct TraceArgs {
     #[arg(long, value_enum, value_name = "TYPE")]
     pub syscall_hook: Option<crate::loader::SyscallHook>,
 
-    /// Do not attach to the drivers' own functions (AMD KFD functions in amdgpu.ko, the
-    /// scheduling hooks of a gpu_ext-patched NVIDIA driver); use the syscall layer only. By
-    /// default gpu-trace attaches to them where the kernel allows it, and the start-up report
-    /// says which it uses and why not the others.
+    /// Do not attach to the drivers' own functions (the NVIDIA driver's ioctl and release
+    /// handlers, AMD KFD functions in amdgpu.ko, the scheduling hooks of a gpu_ext-patched
+    /// NVIDIA driver); use the syscall layer only, which runs a program at the exit of every
+    /// system call on the machine. By default gpu-trace attaches to the drivers' functions
+    /// where the kernel allows it (then unrelated system calls pay nothing), and the start-up
+    /// report says which it uses and why not the others.
     #[arg(long)]
     pub no_deep_hooks: bool,
 
@@ -403,6 +405,14 @@ pub struct TraceArgs {
     /// kprobe), kprobe, or trampoline. For comparisons, and for kernels where one misbehaves.
     #[arg(long, value_enum, value_name = "TYPE", default_value_t = crate::loader::DeepAttach::Auto)]
     pub deep_attach: crate::loader::DeepAttach,
+
+    /// Count every run of gpu-trace's kernel programs and their run time while tracing, and
+    /// print them per program at exit (on stderr): which hooks ran how often, e.g. none for
+    /// unrelated system calls with the drivers' own hooks. Turns on the kernel's BPF
+    /// statistics (BPF_ENABLE_STATS) while gpu-trace runs, which adds two clock reads to every
+    /// run of every BPF program on the machine.
+    #[arg(long)]
+    pub bpf_stats: bool,
 
     #[command(flatten)]
     pub metrics: MetricsArgs,

@@ -309,6 +309,23 @@ pub trait Viewer {
     }
 }
 
+/// `--bpf-stats` at exit: a line per loaded program, `program NAME: N runs, M ns/run`.
+fn describe_program_stats(stats: &[crate::loader::ProgramStats]) -> Vec<String> {
+    std::iter::once(
+        "BPF program runs while tracing (--bpf-stats; programs not listed were not loaded):"
+            .to_string(),
+    )
+    .chain(stats.iter().map(|p| {
+        format!(
+            "program {}: {} runs, {} ns/run",
+            p.name,
+            p.runs,
+            p.run_time_ns.checked_div(p.runs).unwrap_or(0)
+        )
+    }))
+    .collect()
+}
+
 pub async fn run_live(args: &TraceArgs) -> Result<Summary, RunError> {
     run_live_with(args, None).await
 }
@@ -385,6 +402,7 @@ pub async fn run_live_with(
         deny_cgroups: subtrees.deny.iter().map(Subtree::kernel_match).collect(),
         deep_hooks: !args.no_deep_hooks,
         deep_attach: args.deep_attach,
+        bpf_stats: args.bpf_stats,
     };
     // NVML's own driver calls (it opens the GPU) are made before the programs attach, so that
     // gpu-trace does not trace itself; the walk comes after attaching.
@@ -542,6 +560,12 @@ pub async fn run_live_with(
         }
     }
 
+    if args.bpf_stats {
+        // Before detaching, which unloads the programs.
+        for line in describe_program_stats(&tracer.program_stats()) {
+            eprintln!("gpu-trace: {line}");
+        }
+    }
     // Detach first, then read until every record the kernel counted as sent has been read: a
     // program running at the moment of detaching may still submit one.
     tracer.detach();

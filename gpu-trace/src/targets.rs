@@ -108,8 +108,27 @@ pub const DENY: [LsmHook; 2] = [
 
 /// The NVIDIA kernel module.
 pub const NVIDIA_MODULE: &str = "nvidia";
-/// The ioctl entry point of the NVIDIA kernel module (its only traceable function with BTF).
+/// The ioctl entry point of the NVIDIA kernel module (`file_operations.unlocked_ioctl`, also
+/// its `compat_ioctl`; a traceable function with BTF).
 pub const NVIDIA_ENTRY: &str = "nvidia_unlocked_ioctl";
+/// The NVIDIA kernel module's release handler (`file_operations.release`): a file's last
+/// close.
+pub const NVIDIA_RELEASE: &str = "nvidia_close";
+
+/// The NVIDIA driver's entry points (`loader/nv_entry.rs`): its ioctl handler at exit, which
+/// serves RM ioctls instead of the syscall layer...
+pub const NV_IOCTL_ENTRY: DeepTarget = DeepTarget {
+    func: NVIDIA_ENTRY,
+    trampoline: "nv_ioctl_fexit",
+    kprobes: &["nv_ioctl_entry", "nv_ioctl_kret"],
+};
+/// ... and its release handler at entry, which serves the end of an fd's RM objects instead of
+/// `close()`.
+pub const NV_RELEASE_ENTRY: DeepTarget = DeepTarget {
+    func: NVIDIA_RELEASE,
+    trampoline: "nv_close_fentry",
+    kprobes: &["nv_close_kprobe"],
+};
 /// The RM core's ioctl handler: in kallsyms, never in BTF.
 pub const NVIDIA_RM_CORE: &str = "rm_ioctl";
 

@@ -628,8 +628,30 @@ fn nvidia_rows(ctx: &Ctx<'_>) -> Vec<Row> {
         loaded: f.nvidia_module,
         btf: &f.nvidia_btf,
     };
-    rows.push(kprobe_row(ctx, s, &driver));
-    rows.push(fentry_row(ctx, s, &driver));
+    let kprobes = kprobe_row(ctx, s, &driver);
+    let fentry = fentry_row(ctx, s, &driver);
+    // What `gpu-trace` itself does with them (loader/nv_entry.rs).
+    let entry = match (fentry.status == Status::Yes, kprobes.status == Status::Yes) {
+        (false, false) => info(
+            s,
+            "driver entry points",
+            "not hookable here (the two rows above): the syscall layer serves ioctl and close, \
+             with a program at the exit of every system call on the machine",
+        ),
+        (by_fentry, _) => yes(
+            s,
+            "driver entry points",
+            format!(
+                "gpu-trace hooks {NVIDIA_ENTRY} and {} ({}): no program runs for other \
+                 system calls",
+                targets::NVIDIA_RELEASE,
+                if by_fentry { "fexit/fentry" } else { "kprobes" }
+            ),
+        ),
+    };
+    rows.push(kprobes);
+    rows.push(fentry);
+    rows.push(entry);
     rows.push(lsm_row(ctx, s));
     rows
 }

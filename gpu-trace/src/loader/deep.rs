@@ -124,6 +124,11 @@ impl DeepHooks {
         self.trampolines.push(t);
     }
 
+    /// The trampolines attached outside Aya (their programs are not in `Ebpf`'s list).
+    pub(super) fn trampolines(&self) -> &[Attached] {
+        &self.trampolines
+    }
+
     /// Detaches the trampolines attached outside Aya.
     pub(super) fn detach(&mut self) {
         self.trampolines.clear();

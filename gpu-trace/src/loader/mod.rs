@@ -4,6 +4,7 @@
 
 pub mod deep;
 pub mod gpu_ext;
+pub mod nv_entry;
 pub mod trampoline;
 
 use std::fmt;
@@ -15,7 +16,8 @@ use aya::{
     programs::{BtfTracePoint, Lsm, RawTracePoint, TracePoint},
 };
 use gpu_trace_common::{
-    CGROUP_MATCH_MAX, CgroupMatch, KernelConfig, KfdDeepConfig, amd::nr, counter, nvidia::NV_MAJOR,
+    CGROUP_MATCH_MAX, CgroupMatch, KernelConfig, KfdDeepConfig, amd::nr, counter, nv_entry_bits,
+    nvidia::NV_MAJOR,
 };
 use thiserror::Error;
 
@@ -63,6 +65,11 @@ pub enum LoadError {
     TooManyCgroups { what: &'static str, n: usize },
     #[error("--deny-pid {pid}: no such process (it must be running when gpu-trace starts)")]
     NoSuchProcess { pid: u32 },
+    #[error(
+        "--bpf-stats: the kernel refused to count BPF program runs (BPF_ENABLE_STATS, Linux \
+         5.8): {0}"
+    )]
+    RunStats(#[source] std::io::Error),
     /// The kernel lacks a feature nothing can replace (`probe::kernel`).
     #[error("{0}")]
     KernelTooOld(String),
@@ -92,6 +99,7 @@ impl LoadError {
                 | Self::Btf(_)
                 | Self::NoHook { .. }
                 | Self::DenyUnsupported(_)
+                | Self::RunStats(_)
                 | Self::KernelTooOld(_)
         )
     }
@@ -127,6 +135,9 @@ pub struct LoadOptions {
     pub deep_hooks: bool,
     /// Which attach types the deep hooks may use (default: a trampoline, else a kprobe).
     pub deep_attach: DeepAttach,
+    /// `--bpf-stats`: the kernel counts every run of a BPF program (and its run time) while
+    /// the tracer lives ([`Tracer::program_stats`]).
+    pub bpf_stats: bool,
 }
 
 /// The attach types the deep hooks may use.
@@ -156,6 +167,7 @@ impl Default for LoadOptions {
             extra_kfd_device: None,
             deep_hooks: true,
             deep_attach: DeepAttach::Auto,
+            bpf_stats: false,
         }
     }
 }
@@ -187,6 +199,17 @@ pub struct Tracer {
     pub hooks: Vec<Hook>,
     /// Attach points that were tried and refused before the chosen one, with the reason.
     pub refused: Vec<String>,
+    /// Keeps the kernel's BPF run statistics on (`--bpf-stats`) until the tracer is dropped.
+    _run_stats: Option<std::os::fd::OwnedFd>,
+}
+
+/// One of the tracer's programs, as the kernel counted it while `--bpf-stats` was on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProgramStats {
+    /// The program's name in the kernel object (`gpu-trace-ebpf`).
+    pub name: String,
+    pub runs: u64,
+    pub run_time_ns: u64,
 }
 
 /// Code that loads and attaches a program (the error says why not).
@@ -421,6 +444,37 @@ impl Tracer {
             ),
             None => deep::DeepHooks::default(),
         };
+        // NVIDIA: the driver's own entry points, where the kernel lets them be hooked and the
+        // syscall layer is not needed for what the driver never sees.
+        let mut nv_bits = 0;
+        if options.nvidia && options.deep_hooks {
+            let why_not = if !options.deny_pids.is_empty() || !options.deny_cgroups.is_empty() {
+                Some(
+                    "not used: --deny-* refuses calls before they reach the driver, so the \
+                     syscall layer serves them"
+                        .to_string(),
+                )
+            } else if options.extra_device.is_some() {
+                Some("not used: --watch-device traces a device that is not the driver's".into())
+            } else {
+                options.syscall_hook.map(|hook| {
+                    format!(
+                        "not used: --syscall-hook {} asks for the syscall layer",
+                        clap::ValueEnum::to_possible_value(&hook)
+                            .map_or_else(|| format!("{hook:?}"), |v| v.get_name().to_string())
+                    )
+                })
+            };
+            match why_not.map_or_else(|| nv_entry::prepare(&kernel_btf.vmlinux), Err) {
+                Ok(targets) => {
+                    nv_bits =
+                        nv_entry::attach(&mut ebpf, &targets, &mut deep_hooks, options.deep_attach)
+                }
+                Err(why) => deep_hooks
+                    .refused
+                    .push(format!("NVIDIA driver entry points: {why}")),
+            }
+        }
         // NVIDIA: the scheduling hooks of a gpu_ext-patched driver, where one is loaded.
         if options.nvidia && options.deep_hooks {
             match gpu_ext::prepare(&kernel_btf.vmlinux) {
@@ -434,7 +488,12 @@ impl Tracer {
         }
         refused.extend(deep_hooks.refused.iter().cloned());
         hooks.extend(deep_hooks.hooks.iter().cloned());
-        if deep_hooks.handler_mask != 0 {
+        // Index 0: the KFD commands the driver handlers serve; 1: what the NVIDIA entry points
+        // serve (the kernel programs' SWITCHES).
+        for (index, value) in [(0, deep_hooks.handler_mask), (1, nv_bits)] {
+            if value == 0 {
+                continue;
+            }
             let mut switches: Array<_, u32> = Array::try_from(
                 ebpf.map_mut("SWITCHES")
                     .ok_or(LoadError::MissingMap("SWITCHES"))?,
@@ -444,7 +503,7 @@ impl Tracer {
                 source,
             })?;
             switches
-                .set(0, deep_hooks.handler_mask, 0)
+                .set(index, value, 0)
                 .map_err(|source| LoadError::Map {
                     name: "SWITCHES",
                     source,
@@ -458,8 +517,12 @@ impl Tracer {
         ]
         .iter()
         .all(|&n| deep_hooks.handler_mask & (1 << n) != 0);
-        // AMD only, every command served by the driver hooks: no program on every syscall.
-        let syscall_layer_needed = options.nvidia || options.extra_device.is_some() || !all_kfd;
+        // Every call served by the driver's own hooks (all KFD commands for AMD; ioctls and
+        // releases for NVIDIA): no program on every syscall.
+        let nv_all = nv_bits == nv_entry_bits::IOCTL | nv_entry_bits::RELEASE;
+        let syscall_layer_needed = (options.nvidia && !nv_all)
+            || (!options.nvidia && !all_kfd)
+            || options.extra_device.is_some();
 
         use targets::{PROCESS_EXIT, PROCESS_EXIT_TRACEPOINT, SYS_EXIT, SYSCALL_TRACEPOINTS};
         let wanted = |hook: SyscallHook| options.syscall_hook.is_none_or(|h| h == hook);
@@ -487,8 +550,8 @@ impl Tracer {
             )?);
         } else {
             refused.push(
-                "ioctl+close: syscall layer not attached: the driver hooks serve every KFD \
-                 command, so unrelated syscalls pay nothing"
+                "ioctl+close: syscall layer not attached: the driver's own hooks serve every \
+                 call, so unrelated syscalls pay nothing"
                     .into(),
             );
         }
@@ -515,11 +578,21 @@ impl Tracer {
             hooks.push(attach_deny(&mut ebpf, &options.deny_pids, aya_btf)?);
         }
 
+        // Counting starts once everything is attached, before any event is read.
+        let run_stats = if options.bpf_stats {
+            Some(
+                aya::sys::enable_stats(aya::sys::Stats::RunTime)
+                    .map_err(|e| LoadError::RunStats(e.io_error))?,
+            )
+        } else {
+            None
+        };
         Ok(Self {
             _deep: deep_hooks,
             ebpf,
             hooks,
             refused,
+            _run_stats: run_stats,
         })
     }
 
@@ -604,6 +677,36 @@ impl Tracer {
                 _ => Ok(()),
             };
         }
+    }
+
+    /// Runs and run time of each of the tracer's loaded programs, as counted since
+    /// `--bpf-stats` turned counting on (all zero without it). Read before [`detach`](Self::detach),
+    /// which unloads them.
+    pub fn program_stats(&self) -> Vec<ProgramStats> {
+        let mut out: Vec<ProgramStats> = self
+            .ebpf
+            .programs()
+            .filter_map(|(name, program)| {
+                let info = program.info().ok()?;
+                Some(ProgramStats {
+                    name: name.to_string(),
+                    runs: info.run_count(),
+                    run_time_ns: info.run_time().as_nanos() as u64,
+                })
+            })
+            .collect();
+        // Trampolines on module functions: loaded outside Aya (loader/trampoline.rs). A
+        // program attached to several functions (dqm_create_fexit) is one line per copy.
+        out.extend(self._deep.trampolines().iter().filter_map(|t| {
+            let (runs, run_time_ns) = t.run_stats()?;
+            Some(ProgramStats {
+                name: t.name.clone(),
+                runs,
+                run_time_ns,
+            })
+        }));
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
     }
 
     /// One line for the start-up report: which hook serves which event.
@@ -752,7 +855,8 @@ mod tests {
             .map(|h| h.target)
             .chain(DQM_CREATE)
             .chain([PQM_UNINIT])
-            .chain(GPU_EXT);
+            .chain(GPU_EXT)
+            .chain([NV_IOCTL_ENTRY, NV_RELEASE_ENTRY]);
         for t in deep {
             names.push(t.trampoline);
             names.extend(t.kprobes);

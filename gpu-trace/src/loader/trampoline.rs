@@ -24,7 +24,9 @@ use std::{
 use aya::{Ebpf, maps::Map};
 use aya_obj::{
     Object,
-    generated::{bpf_attach_type, bpf_attr, bpf_btf_info, bpf_cmd, bpf_insn, bpf_prog_type},
+    generated::{
+        bpf_attach_type, bpf_attr, bpf_btf_info, bpf_cmd, bpf_insn, bpf_prog_info, bpf_prog_type,
+    },
 };
 
 use crate::probe::trial::{bpf_syscall, errno_name, sys_bpf};
@@ -39,8 +41,26 @@ pub enum Trampoline {
 /// An attached trampoline program: dropping it detaches and unloads it.
 #[derive(Debug)]
 pub struct Attached {
+    /// The program's name in the kernel object.
+    pub name: String,
     _link: OwnedFd,
-    _prog: OwnedFd,
+    prog: OwnedFd,
+}
+
+impl Attached {
+    /// The kernel's run count and total run time (ns) of the program, counted while BPF
+    /// statistics are on (`--bpf-stats`).
+    pub fn run_stats(&self) -> Option<(u64, u64)> {
+        // SAFETY: all-zero is a valid bpf_prog_info.
+        let mut info: bpf_prog_info = unsafe { mem::zeroed() };
+        // SAFETY: all-zero is a valid bpf_attr.
+        let mut attr: bpf_attr = unsafe { mem::zeroed() };
+        attr.info.bpf_fd = self.prog.as_raw_fd() as u32;
+        attr.info.info_len = mem::size_of::<bpf_prog_info>() as u32;
+        attr.info.info = &mut info as *mut bpf_prog_info as u64;
+        sys_bpf_rc(bpf_cmd::BPF_OBJ_GET_INFO_BY_FD, &mut attr).ok()?;
+        Some((info.run_cnt, info.run_time_ns))
+    }
 }
 
 /// The kernel programs' instructions, relocated against the maps of a loaded [`Ebpf`].
@@ -117,8 +137,9 @@ impl ModulePrograms {
         let link = sys_bpf(bpf_cmd::BPF_RAW_TRACEPOINT_OPEN, &mut attr)
             .map_err(|e| format!("attaching: {}", os_error(&e)))?;
         Ok(Attached {
+            name: name.to_string(),
             _link: link,
-            _prog: prog,
+            prog,
         })
     }
 }

@@ -492,7 +492,10 @@ static long nvlab_escape(struct nvlab_file *f, unsigned int escape, unsigned int
 	return 0;
 }
 
-static long nvlab_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
+/* The ioctl and release handlers have the NVIDIA driver's names and signatures
+ * (kernel-open/nvidia/nv.c: nvidia_unlocked_ioctl, nvidia_close), so that gpu-trace's hooks on the
+ * driver's entry points attach here as they do to the real module. */
+static long nvidia_unlocked_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
 {
 	struct nvlab_file *f = file->private_data;
 	void __user *p = (void __user *)arg;
@@ -521,7 +524,7 @@ static int nvlab_open(struct inode *inode, struct file *file)
 
 /* The driver frees what the file's clients still hold when it is closed: task_destroy for each
  * TSG among them, outside any ioctl (as RM's teardown at close). */
-static int nvlab_release(struct inode *inode, struct file *file)
+static int nvidia_close(struct inode *inode, struct file *file)
 {
 	struct nvlab_file *f = file->private_data;
 	struct nvlab_destroyed d = {0};
@@ -545,8 +548,8 @@ static int nvlab_release(struct inode *inode, struct file *file)
 static const struct file_operations nvlab_fops = {
 	.owner = THIS_MODULE,
 	.open = nvlab_open,
-	.release = nvlab_release,
-	.unlocked_ioctl = nvlab_ioctl,
+	.release = nvidia_close,
+	.unlocked_ioctl = nvidia_unlocked_ioctl,
 	.compat_ioctl = compat_ptr_ioctl,
 };
 

@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 
 use anyhow::{Result, bail};
 
+mod entry;
+
 /// Values the test client puts in its CREATE_QUEUE calls (lab/client.c `LAB_*`).
 const LAB_GPU_ID: u64 = 0x4c_4142;
 const EINVAL: i64 = 22;
@@ -178,6 +180,7 @@ pub(super) fn judge(r: &Results) -> Vec<Check> {
     judge_nvobj(r, &mut c);
     judge_lsm(r, &mut c);
     judge_deny(r, &mut c);
+    entry::judge_entry(r, &mut c);
     c
 }
 
@@ -1907,8 +1910,8 @@ mod tests {
     use super::*;
 
     /// A results log exactly as a current guest wrote it: `cargo xtask lab --kernel 6.1` of this
-    /// tree (Debian 6.1.0-56, 27 checks passed; refreshed with issue 20's nvlab, the `nvobj`
-    /// run and gpu-trace of e4c604e), copied from
+    /// tree (Debian 6.1.0-56, 30 checks passed; refreshed on 2026-11-25 with issue 17's
+    /// driver entry points, `lab.limits` and the `storm` runs), copied from
     /// `target/lab-cache/run/6.1.0-56-amd64/results.log` (the serial console's CRs removed).
     const GOOD: &str = include_str!("../../testdata/lab-6.1-results.log");
 
@@ -1935,18 +1938,19 @@ mod tests {
 
     #[test]
     fn a_current_guest_log_passes_every_check() {
-        assert_eq!(all_pass(GOOD).len(), 28);
+        assert_eq!(all_pass(GOOD).len(), 30);
     }
 
     /// Debian 11's kernel (5.10.0-46, upstream 5.10.262) as its guest wrote it: `cargo xtask
-    /// lab --kernel 5.10` of this tree on 2026-11-25, 27 checks passed, copied from
+    /// lab --kernel 5.10` of this tree on 2026-11-25 (with issue 17's entry points), 30 checks
+    /// passed, copied from
     /// `target/lab-cache/run/5.10.0-46-amd64/results.log` (CRs removed).
     const OLD: &str = include_str!("../../testdata/lab-5.10-results.log");
 
     #[test]
     fn an_old_kernel_passes_on_its_documented_fallbacks() {
         let s = all_pass(OLD);
-        assert_eq!(s.len(), 28);
+        assert_eq!(s.len(), 30);
         // The same checks, not fewer: the ids are those of a current kernel's log.
         let current: Vec<_> = statuses(GOOD).into_keys().collect();
         assert_eq!(s.into_keys().collect::<Vec<_>>(), current);
@@ -2105,7 +2109,7 @@ mod tests {
         assert_eq!(st(&missed_copy, "f.deep_select"), Status::Fail);
         // The syscall layer attached as well: not the selection asked for.
         let both = GOOD.replace(
-            "gpu-trace: (not used: ioctl+close: syscall layer not attached: the driver hooks serve every KFD command, so unrelated syscalls pay nothing)\n",
+            "gpu-trace: (not used: ioctl+close: syscall layer not attached: the driver's own hooks serve every call, so unrelated syscalls pay nothing)\n",
             "",
         );
         assert_eq!(st(&both, "f.deep_select"), Status::Fail);
