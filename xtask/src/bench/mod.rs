@@ -6,7 +6,9 @@
 //!   unwatched fd) untraced, under an empty BPF program on each hook gpu-trace can use (the
 //!   kernel's floor), under gpu-trace on each hook, and under bpftrace (context);
 //! - `ioctls`: a storm of RM-shaped ioctls on a watched device (`/dev/null`), untraced, under
-//!   gpu-trace, under bpftrace counting the same calls, and under `strace -f -e trace=ioctl`;
+//!   gpu-trace, under bpftrace counting the same calls, under bpftrace doing what gpu-trace does
+//!   for each reported call (same filter, same reads, one line of the same fields), and under
+//!   `strace -f -e trace=ioctl`;
 //! - `bpf`: the kernel's own statistics of the programs (instructions, JIT size, ns per run);
 //! - `pipeline`: userspace decode + model + output throughput on the GPU-host recordings;
 //! - `knee`: the highest event rate gpu-trace sustains with zero drops at the default ring size,
@@ -142,6 +144,8 @@ enum Setup {
     /// `--baseline`: another gpu-trace binary, default hook (to compare a change).
     Baseline,
     Bpftrace,
+    /// bpftrace doing per reported call what gpu-trace does (like for like).
+    BpftraceFull,
     Strace,
 }
 
@@ -206,6 +210,7 @@ impl Setup {
             Self::GpuTrace(Some(h)) => format!("gpu-trace --syscall-hook {}", h.cli()),
             Self::Baseline => "baseline gpu-trace (--baseline)".into(),
             Self::Bpftrace => "bpftrace, counting".into(),
+            Self::BpftraceFull => "bpftrace, same reads and fields".into(),
             Self::Strace => "strace -f -e trace=ioctl".into(),
         }
     }

@@ -209,51 +209,132 @@ pub(super) fn stop_gpu_trace(mut run: GpuTraceRun) -> Result<GpuTraceEnd> {
     })
 }
 
-/// bpftrace counting the RM-shaped ioctls on the watched device, as gpu-trace filters them.
+/// bpftrace on the RM-shaped ioctls of the watched device, filtered as gpu-trace filters them:
+/// counting them, or (`full`) doing per call what gpu-trace does.
 pub(super) struct BpftraceRun {
     pub(super) child: Child,
-    pub(super) stdout: LineReader,
+    /// Where bpftrace writes (`-o`): its "Attaching" line, then its output.
+    out: PathBuf,
+    full: bool,
 }
 
+/// The RM escapes gpu-trace reads (RM_FREE, RM_CONTROL, RM_ALLOC, IOCTL_XFER), as a bpftrace
+/// predicate on `args->cmd`.
+fn rm_escape_filter() -> String {
+    use gpu_trace_common::nvidia::escape;
+    [
+        escape::RM_FREE,
+        escape::RM_CONTROL,
+        escape::RM_ALLOC,
+        escape::IOCTL_XFER_CMD,
+    ]
+    .iter()
+    .map(|e| format!("(args->cmd & 0xff) == {e:#x}"))
+    .collect::<Vec<_>>()
+    .join(" || ")
+}
+
+/// Counting only: the filter (escape numbers, then the fd's device through the fd table).
 pub(super) fn bpftrace_program(rdev: u32) -> String {
     format!(
-        "tracepoint:syscalls:sys_enter_ioctl /(args->cmd & 0xff) == 0x29 || (args->cmd & 0xff) == 0x2a \
-         || (args->cmd & 0xff) == 0x2b || (args->cmd & 0xff) == 0xd3/ {{ \
+        "tracepoint:syscalls:sys_enter_ioctl /{}/ {{ \
          $f = *(curtask->files->fdt->fd + args->fd); \
-         if ($f->f_inode->i_rdev == {rdev:#x}) {{ @calls[args->cmd] = count(); }} }}"
+         if ($f->f_inode->i_rdev == {rdev:#x}) {{ @calls[args->cmd] = count(); }} }}",
+        rm_escape_filter()
     )
 }
 
-pub(super) fn start_bpftrace(ctx: &Ctx) -> Result<BpftraceRun> {
-    let bin = ctx.bpftrace.as_ref().context("bpftrace is not installed")?;
-    let mut child = Command::new(bin)
-        .args(["-e", &bpftrace_program(ctx.dev_null_rdev)])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("starting bpftrace")?;
-    let mut stdout = LineReader::spawn(child.stdout.take().unwrap());
-    if let Err(e) = stdout.wait_for("Attaching", Duration::from_secs(60)) {
-        let _ = child.kill();
-        let _ = child.wait();
-        return Err(e.context("bpftrace did not start"));
-    }
-    // bpftrace prints "Attaching" just before it attaches.
-    thread::sleep(Duration::from_millis(500));
-    Ok(BpftraceRun { child, stdout })
+/// Like for like: the same filter; at syscall exit (results copied back) the 48 bytes of the
+/// RM parameter block and 32 bytes of the parameters it points to (controls and allocations,
+/// where gpu-trace reads a prefix of at most 32 bytes for these calls), both from user memory;
+/// one line per call with what gpu-trace's record carries (pid, tid, comm, command, return
+/// value, the two blocks). gpu-trace writes its record to a ring buffer and decodes it in
+/// userspace; bpftrace formats the line through its perf buffer.
+pub(super) fn bpftrace_full_program(rdev: u32) -> String {
+    use gpu_trace_common::nvidia::{escape, off};
+    format!(
+        "tracepoint:syscalls:sys_enter_ioctl /{filter}/ {{ \
+         $f = *(curtask->files->fdt->fd + args->fd); \
+         if ($f->f_inode->i_rdev == {rdev:#x}) {{ @arg[tid] = args->arg; @cmd[tid] = args->cmd; }} }} \
+         tracepoint:syscalls:sys_exit_ioctl /@arg[tid]/ {{ \
+         $p = @arg[tid]; $c = @cmd[tid]; delete(@arg[tid]); delete(@cmd[tid]); \
+         $e = $c & 0xff; $sub = (uint64)0; \
+         if ($e == {control:#x}) {{ $sub = *(uint64 *)uptr($p + {control_ptr}); }} \
+         if ($e == {alloc:#x}) {{ $sub = *(uint64 *)uptr($p + {alloc_ptr}); }} \
+         printf(\"rm pid=%d tid=%d comm=%s cmd=%x ret=%d block=%r sub=%r\\n\", pid, tid, comm, \
+         $c, args->ret, buf(uptr($p), 48), buf(uptr($sub), 32)); }}",
+        filter = rm_escape_filter(),
+        control = escape::RM_CONTROL,
+        alloc = escape::RM_ALLOC,
+        control_ptr = off::CONTROL_PARAMS_PTR,
+        alloc_ptr = off::ALLOC_PARAMS_PTR,
+    )
 }
 
-/// Stops bpftrace; returns the calls it counted.
-pub(super) fn stop_bpftrace(mut run: BpftraceRun) -> Result<u64> {
+pub(super) fn start_bpftrace(ctx: &Ctx, full: bool) -> Result<BpftraceRun> {
+    let bin = ctx.bpftrace.as_ref().context("bpftrace is not installed")?;
+    let out = std::env::temp_dir().join(format!(
+        "gpu-trace-bench-bpftrace-{}-{}.out",
+        std::process::id(),
+        if full { "full" } else { "count" }
+    ));
+    let _ = fs::remove_file(&out);
+    let program = if full {
+        bpftrace_full_program(ctx.dev_null_rdev)
+    } else {
+        bpftrace_program(ctx.dev_null_rdev)
+    };
+    let mut child = Command::new(bin)
+        .arg("-o")
+        .arg(&out)
+        .args(["-e", &program])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        // Where it says what it lost.
+        .stderr(fs::File::create(out.with_extension("err")).context("creating bpftrace's log")?)
+        .spawn()
+        .context("starting bpftrace")?;
+    // bpftrace prints "Attaching" just before it attaches.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !fs::read_to_string(&out).is_ok_and(|t| t.contains("Attaching")) {
+        if Instant::now() > deadline || child.try_wait()?.is_some() {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("bpftrace did not start (program: {program})");
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    thread::sleep(Duration::from_millis(500));
+    Ok(BpftraceRun { child, out, full })
+}
+
+/// Stops bpftrace; returns the calls it counted (or, like for like, the lines it printed), and
+/// the lines it said it lost (`Lost N events`).
+pub(super) fn stop_bpftrace(mut run: BpftraceRun) -> Result<(u64, u64)> {
     interrupt_and_wait(&mut run.child, "bpftrace")?;
-    Ok(run
-        .stdout
-        .rest()
-        .iter()
-        .filter(|l| l.starts_with("@calls["))
-        .filter_map(|l| l.rsplit(": ").next()?.trim().parse::<u64>().ok())
-        .sum())
+    let text = fs::read_to_string(&run.out).context("reading bpftrace's output")?
+        + &fs::read_to_string(run.out.with_extension("err")).unwrap_or_default();
+    let _ = fs::remove_file(&run.out);
+    let _ = fs::remove_file(run.out.with_extension("err"));
+    let lost = text
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("Lost ")?
+                .split_whitespace()
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum();
+    let counted = if run.full {
+        text.lines().filter(|l| l.starts_with("rm pid=")).count() as u64
+    } else {
+        text.lines()
+            .filter(|l| l.starts_with("@calls["))
+            .filter_map(|l| l.rsplit(": ").next()?.trim().parse::<u64>().ok())
+            .sum()
+    };
+    Ok((counted, lost))
 }
 
 pub(super) enum Running {
@@ -307,7 +388,8 @@ pub(super) fn start(ctx: &Ctx, setup: Setup) -> Result<Running> {
             let bin = ctx.baseline.as_ref().context("no --baseline binary")?;
             Running::GpuTrace(start_gpu_trace(ctx, bin, None, None, "baseline")?)
         }
-        Setup::Bpftrace => Running::Bpftrace(start_bpftrace(ctx)?),
+        Setup::Bpftrace => Running::Bpftrace(start_bpftrace(ctx, false)?),
+        Setup::BpftraceFull => Running::Bpftrace(start_bpftrace(ctx, true)?),
     })
 }
 

@@ -25,10 +25,14 @@ impl Wanted {
     /// The workloads `setup` runs.
     fn workloads_for(self, setup: Setup) -> Vec<Workload> {
         let mut w = Vec::new();
-        if self.unrelated && setup != Setup::Strace {
+        // strace is too slow for part 1; like-for-like bpftrace is about reported calls.
+        if self.unrelated && !matches!(setup, Setup::Strace | Setup::BpftraceFull) {
             w.extend(Workload::UNRELATED);
         }
-        if self.rm && !matches!(setup, Setup::Floor(_) | Setup::GpuTrace(Some(_))) {
+        if self.rm && setup == Setup::BpftraceFull {
+            // Like for like means the calls gpu-trace reports.
+            w.push(Workload::RmEmit);
+        } else if self.rm && !matches!(setup, Setup::Floor(_) | Setup::GpuTrace(Some(_))) {
             w.extend(Workload::RM);
         }
         w
@@ -41,9 +45,13 @@ pub(super) struct GpuTraceSample {
     end: GpuTraceEnd,
 }
 
-/// One bpftrace run: the RM-shaped ioctls it counted, and those the loops issued.
+/// One bpftrace run: the RM-shaped ioctls it counted (or printed a line for, like for like),
+/// and those the loops issued.
 pub(super) struct BpftraceCount {
+    full: bool,
     counted: u64,
+    /// Lines bpftrace said it lost (its perf buffer full), like for like only.
+    lost: u64,
     issued: u64,
 }
 
@@ -104,7 +112,12 @@ fn plan_setups(ctx: &Ctx, want: Wanted) -> (Vec<Setup>, Vec<String>) {
         }
     }
     match &ctx.bpftrace {
-        Some(_) => setups.push(Setup::Bpftrace),
+        Some(_) => {
+            setups.push(Setup::Bpftrace);
+            if want_rm {
+                setups.push(Setup::BpftraceFull);
+            }
+        }
         None => notes.push("bpftrace: not installed (apt-get install bpftrace); left out".into()),
     }
     if want_rm {
@@ -165,10 +178,15 @@ fn collect(ctx: &mut Ctx, setups: &[Setup], want: Wanted) -> Result<Samples> {
                         .or_default()
                         .push(GpuTraceSample { hooks, end });
                 }
-                Running::Bpftrace(run) => samples.bpftrace.push(BpftraceCount {
-                    counted: stop_bpftrace(run)?,
-                    issued: rm_calls,
-                }),
+                Running::Bpftrace(run) => {
+                    let (counted, lost) = stop_bpftrace(run)?;
+                    samples.bpftrace.push(BpftraceCount {
+                        full: setup == Setup::BpftraceFull,
+                        counted,
+                        lost,
+                        issued: rm_calls,
+                    })
+                }
                 Running::Floor(_) | Running::Nothing => {}
             }
             if setup == Setup::Untraced {
@@ -400,6 +418,18 @@ fn write_rm(samples: &Samples, setups: &[Setup], out: &mut String) -> Result<()>
             verdict(x >= 5.0)
         )?;
     }
+    let bf = metric(Setup::BpftraceFull, Workload::RmEmit, Metric::Total);
+    if let (Some(g), Some(b)) = (paired(&gt, &base, diff), paired(&bf, &base, diff)) {
+        writeln!(
+            out,
+            "- added CPU time per reported call, like for like: bpftrace (same filter, same \
+             reads, a line of the same fields) {:.0} ns, gpu-trace {:.0} ns: bpftrace / gpu-trace \
+             = {:.1}×",
+            b.median,
+            g.median,
+            b.median / g.median.max(0.001)
+        )?;
+    }
     let (gw, sw, bw) = (
         metric(Setup::GpuTrace(None), Workload::RmEmit, Metric::Wall),
         metric(Setup::Strace, Workload::RmEmit, Metric::Wall),
@@ -439,23 +469,46 @@ fn write_rm_totals(ctx: &Ctx, samples: &Samples, out: &mut String) -> Result<()>
             codes.join(",")
         )?;
     }
-    if !samples.bpftrace.is_empty() {
-        let counted: u64 = samples.bpftrace.iter().map(|b| b.counted).sum();
-        let issued: u64 = samples.bpftrace.iter().map(|b| b.issued).sum();
+    for full in [false, true] {
+        let runs: Vec<&BpftraceCount> =
+            samples.bpftrace.iter().filter(|b| b.full == full).collect();
+        if runs.is_empty() {
+            continue;
+        }
+        let counted: u64 = runs.iter().map(|b| b.counted).sum();
+        let lost: u64 = runs.iter().map(|b| b.lost).sum();
+        let issued: u64 = runs.iter().map(|b| b.issued).sum();
+        let (what, program) = if full {
+            (
+                "printed a line for",
+                bpftrace_full_program(ctx.dev_null_rdev),
+            )
+        } else {
+            ("counted", bpftrace_program(ctx.dev_null_rdev))
+        };
         writeln!(
             out,
-            "- bpftrace counted {counted} RM-shaped ioctls on /dev/null; the loops issued {issued}{}",
-            if counted == issued {
-                " (equal)"
+            "- bpftrace ({}) {what} {counted} RM-shaped ioctls on /dev/null; the loops issued \
+             {issued}{}",
+            if full {
+                "same reads and fields"
             } else {
-                " (differ: other processes on this machine issued some too, or bpftrace missed calls)"
+                "counting"
+            },
+            if counted == issued {
+                " (equal)".to_string()
+            } else if lost > 0 {
+                format!(
+                    " (bpftrace reported {lost} lines lost: its perf buffer filled faster than \
+                     it printed; its CPU figures are for the lines it did print)"
+                )
+            } else {
+                " (differ: other processes on this machine issued some too, or bpftrace missed \
+                 calls)"
+                    .to_string()
             }
         )?;
-        writeln!(
-            out,
-            "- bpftrace program: `{}`",
-            bpftrace_program(ctx.dev_null_rdev)
-        )?;
+        writeln!(out, "- its program: `{program}`")?;
     }
     Ok(())
 }
