@@ -191,6 +191,75 @@ fn pid_filters_of_the_binary_exclude_the_other_process() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// --bpf-stats
+
+/// `gpu-trace: program NAME: N runs, M ns/run` lines of a run's stderr: name → runs.
+fn program_runs(stderr: &str) -> std::collections::BTreeMap<String, u64> {
+    stderr
+        .lines()
+        .filter_map(|l| {
+            let (name, tail) = l.strip_prefix("gpu-trace: program ")?.split_once(": ")?;
+            let (runs, per_run) = tail.split_once(" runs, ")?;
+            per_run.strip_suffix(" ns/run")?.parse::<u64>().ok()?;
+            Some((name.to_string(), runs.parse().ok()?))
+        })
+        .collect()
+}
+
+/// `--bpf-stats` prints the kernel's run count of each loaded program. Here (`--watch-device`:
+/// the syscall layer serves) the syscall-exit program must have run at least once for each of
+/// this test's unrelated system calls and refused schedules; the drivers' entry-point programs,
+/// not loaded, are not listed. (The lab checks the other side: with the entry points hooked, no
+/// program runs for unrelated calls: docs/lab.md, `z.nv_entry`.)
+#[test]
+fn bpf_stats_counts_every_run_of_the_syscall_layer() {
+    let _serial = serial();
+    let test = "bpf_stats_counts_every_run_of_the_syscall_layer";
+    if skip_unless_root(test) {
+        return;
+    }
+    let traced = Traced::start(&["--watch-device", WATCHED, "--format", "json", "--bpf-stats"])
+        .unwrap_or_else(|e| panic!("{test}: {e}"));
+    const UNRELATED: u64 = 20_000;
+    for _ in 0..UNRELATED {
+        // SAFETY: a system call without arguments.
+        unsafe { libc::syscall(libc::SYS_getppid) };
+    }
+    let dev = watched();
+    let s = Schedule::new(CLIENT, 0xF17E_00D0);
+    for _ in 0..5 {
+        assert_eq!(s.issue(&dev), -ENOTTY);
+    }
+    let f = traced.interrupt();
+    assert_eq!(f.status.code(), Some(0), "{}", f.stderr);
+    let runs = program_runs(&f.stderr);
+    let (name, n) = runs
+        .iter()
+        .find(|(name, _)| name.starts_with("sys_exit_") || name.starts_with("tp_ioctl_exit"))
+        .unwrap_or_else(|| panic!("no syscall-layer program among {runs:?}:\n{}", f.stderr));
+    if name.starts_with("sys_exit_") {
+        assert!(*n >= UNRELATED + 5, "{name} ran {n} times: {runs:?}");
+    }
+    assert!(
+        !runs
+            .keys()
+            .any(|k| k.starts_with("nv_ioctl") || k.starts_with("nv_close")),
+        "entry points listed though --watch-device leaves them out: {runs:?}"
+    );
+    assert!(
+        f.stderr
+            .contains("(not used: NVIDIA driver entry points: --watch-device"),
+        "{}",
+        f.stderr
+    );
+    assert_eq!(
+        schedules_of(&json_events(&f.stdout), std::process::id()),
+        5,
+        "the trace itself is unchanged"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
 // --vendor auto
 
 #[test]

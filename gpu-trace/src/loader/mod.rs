@@ -450,16 +450,16 @@ impl Tracer {
         if options.nvidia && options.deep_hooks {
             let why_not = if !options.deny_pids.is_empty() || !options.deny_cgroups.is_empty() {
                 Some(
-                    "not used: --deny-* refuses calls before they reach the driver, so the \
-                     syscall layer serves them"
+                    "--deny-* refuses calls before they reach the driver, so the syscall layer \
+                     serves them"
                         .to_string(),
                 )
             } else if options.extra_device.is_some() {
-                Some("not used: --watch-device traces a device that is not the driver's".into())
+                Some("--watch-device traces a device that is not the driver's".into())
             } else {
                 options.syscall_hook.map(|hook| {
                     format!(
-                        "not used: --syscall-hook {} asks for the syscall layer",
+                        "--syscall-hook {} asks for the syscall layer",
                         clap::ValueEnum::to_possible_value(&hook)
                             .map_or_else(|| format!("{hook:?}"), |v| v.get_name().to_string())
                     )
