@@ -125,7 +125,8 @@ pub const FEATURES: [Feature; 9] = [
     Feature {
         name: "module BTF (/sys/kernel/btf/<module>)",
         since: KernelVersion::new(5, 11),
-        used_for: "fentry/fexit on amdgpu's functions and on gpu_ext's hooks",
+        used_for: "fentry/fexit on the drivers' functions: NVIDIA's ioctl and release \
+                   handlers, amdgpu's, gpu_ext's hooks",
         without: Some("kprobe and kretprobe on the same functions"),
     },
     Feature {
