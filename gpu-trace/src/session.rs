@@ -309,6 +309,14 @@ pub trait Viewer {
     }
 }
 
+/// Report lines of a run under a live view, printed once the view gave the terminal back.
+static DEFERRED_REPORT: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// The report lines a run under a live view kept for after it (`--bpf-stats`), emptied.
+pub fn take_deferred_report() -> Vec<String> {
+    std::mem::take(&mut *DEFERRED_REPORT.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
 /// `--bpf-stats` at exit: a line per loaded program, `program NAME: N runs, M ns/run`.
 fn describe_program_stats(stats: &[crate::loader::ProgramStats]) -> Vec<String> {
     std::iter::once(
@@ -561,9 +569,18 @@ pub async fn run_live_with(
     }
 
     if args.bpf_stats {
-        // Before detaching, which unloads the programs.
-        for line in describe_program_stats(&tracer.program_stats()) {
-            eprintln!("gpu-trace: {line}");
+        // Before detaching, which unloads the programs. Under a live view the terminal is not
+        // ours yet: the lines wait for it (`take_deferred_report`).
+        let lines = describe_program_stats(&tracer.program_stats());
+        if viewer.is_some() {
+            DEFERRED_REPORT
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .extend(lines);
+        } else {
+            for line in lines {
+                eprintln!("gpu-trace: {line}");
+            }
         }
     }
     // Detach first, then read until every record the kernel counted as sent has been read: a
