@@ -165,6 +165,19 @@ impl Check {
     pub(super) fn fail(id: &'static str, title: &'static str, detail: impl Into<String>) -> Self {
         Self::new(id, title, false, detail)
     }
+    /// Passes with `detail` when nothing went wrong, else fails naming the problems.
+    fn judged(
+        id: &'static str,
+        title: &'static str,
+        problems: &[String],
+        detail: impl FnOnce() -> String,
+    ) -> Self {
+        if problems.is_empty() {
+            Self::new(id, title, true, detail())
+        } else {
+            Self::fail(id, title, problems.join("; "))
+        }
+    }
 }
 
 pub(super) fn judge(r: &Results) -> Vec<Check> {
@@ -405,8 +418,6 @@ fn events_of(events: &[serde_json::Value], pid: Option<i64>) -> Vec<&serde_json:
         .collect()
 }
 
-/// A traced run's tracer (`LAB <name> tracer_ready=…` is `run`): ready and exited 0, else a
-/// problem that quotes its stderr.
 /// A traced run's stderr (its block) and exit code (`LAB <name> tracer_exit=`).
 fn tracer_outcome(r: &Results, name: &str) -> (String, Option<i64>) {
     let stderr = r
@@ -419,6 +430,8 @@ fn tracer_outcome(r: &Results, name: &str) -> (String, Option<i64>) {
     (stderr, exit)
 }
 
+/// A traced run's tracer (`LAB <name> tracer_ready=…` is `run`): ready and exited 0, else a
+/// problem that quotes its stderr.
 fn tracer_problems(r: &Results, name: &str, run: &Fields, problems: &mut Vec<String>) {
     let (stderr, exit) = tracer_outcome(r, name);
     if run.get("tracer_ready") != Some("yes") || exit != Some(0) {
@@ -546,11 +559,11 @@ fn judge_nvidia(r: &Results, c: &mut Vec<Check>) {
              {pid:?}; events: {of_client:?}"
         ));
     }
-    c.push(Check::new(
+    c.push(Check::judged(
         "b.records",
         "RM-shaped ioctls on /dev/null: captured, decoded, refused with ENOTTY, counted",
-        problems.is_empty(),
-        if problems.is_empty() {
+        &problems,
+        || {
             format!(
                 "8 records emitted (the process's cgroup, 4 calls, 2 close and 1 exit notice), 1 ignored, 0 dropped; events of pid {}: {}",
                 pid.unwrap_or(-1),
@@ -560,8 +573,6 @@ fn judge_nvidia(r: &Results, c: &mut Vec<Check>) {
                     .collect::<Vec<_>>()
                     .join(", ")
             )
-        } else {
-            problems.join("; ")
         },
     ));
 }
@@ -661,29 +672,22 @@ fn judge_nvidia_device(r: &Results, c: &mut Vec<Check>) {
             k("read_failed")
         ));
     }
-    c.push(Check::new(
-        "b.nvdev",
-        title,
-        problems.is_empty(),
-        if problems.is_empty() {
-            format!(
-                "pid {}: {}",
-                pid.unwrap_or(-1),
-                events
-                    .iter()
-                    .filter(|e| e["event"] != "STATS")
-                    .map(|e| format!(
-                        "{} {:#x}",
-                        e["event"].as_str().unwrap_or("?"),
-                        e["task"]["value"].as_u64().unwrap_or(0)
-                    ))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
-        } else {
-            problems.join("; ")
-        },
-    ));
+    c.push(Check::judged("b.nvdev", title, &problems, || {
+        format!(
+            "pid {}: {}",
+            pid.unwrap_or(-1),
+            events
+                .iter()
+                .filter(|e| e["event"] != "STATS")
+                .map(|e| format!(
+                    "{} {:#x}",
+                    e["event"].as_str().unwrap_or("?"),
+                    e["task"]["value"].as_u64().unwrap_or(0)
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    }));
 }
 
 fn judge_amd(r: &Results, c: &mut Vec<Check>) {
@@ -791,19 +795,17 @@ fn judge_amd(r: &Results, c: &mut Vec<Check>) {
             k("dropped")
         ));
     }
-    c.push(Check::new(
+    c.push(Check::judged(
         "c.trace",
         "gpu-trace --vendor amd shows both CREATE_QUEUE calls refused with EINVAL, no TASK_INIT",
-        problems.is_empty(),
-        if problems.is_empty() {
+        &problems,
+        || {
             format!(
                 "{}; 2 × SCHEDULE via=create allowed=false errno=-22 task=kfd_no_queue, gpu_id, \
                  type, priority, percentage, ring decoded; sdma_engine_id 0 (96-byte) and null \
                  (88-byte)",
                 hooks_line(&stderr)
             )
-        } else {
-            problems.join("; ")
         },
     ));
 }
@@ -1077,17 +1079,15 @@ fn judge_deep_hooks(r: &Results, c: &mut Vec<Check>) {
             d_norm.len()
         ));
     }
-    c.push(Check::new(
+    c.push(Check::judged(
         "f.deep_events",
         "the four KFD handlers hooked: the same events as the syscall layer, each call once",
-        problems.is_empty(),
-        if problems.is_empty() {
+        &problems,
+        || {
             format!(
                 "client: create {:?}, update {:?}, cu_mask {:?}, destroy {:?}; {} events identical in both runs ({sched} refused SCHEDULE, {upd} refused SCHED_UPDATE); emitted 6 / {deep_emitted} (the process's cgroup, 4 calls, the exit notice, and the deep run's teardown record where hooked)",
                 rc("create"), rc("update"), rc("cu_mask"), rc("destroy"), d_norm.len()
             )
-        } else {
-            problems.join("; ")
         },
     ));
 
@@ -1469,23 +1469,16 @@ fn judge_nvobj(r: &Results, c: &mut Vec<Check>) {
             k("read_failed")
         ));
     }
-    c.push(Check::new(
-        id,
-        title,
-        problems.is_empty(),
-        if problems.is_empty() {
-            format!(
-                "the module answered {} calls as RM would (TSG id {}, tokens {}, {}); gpu-trace: {}",
-                calls.len(),
-                tsg.unwrap_or(-1),
-                token_a.unwrap_or(-1),
-                token_b.unwrap_or(-1),
-                brief.join(", ")
-            )
-        } else {
-            problems.join("; ")
-        },
-    ));
+    c.push(Check::judged(id, title, &problems, || {
+        format!(
+            "the module answered {} calls as RM would (TSG id {}, tokens {}, {}); gpu-trace: {}",
+            calls.len(),
+            tsg.unwrap_or(-1),
+            token_a.unwrap_or(-1),
+            token_b.unwrap_or(-1),
+            brief.join(", ")
+        )
+    }));
 }
 
 fn judge_lsm(r: &Results, c: &mut Vec<Check>) {
@@ -1521,17 +1514,15 @@ fn judge_lsm(r: &Results, c: &mut Vec<Check>) {
     if denials != Some(2) {
         problems.push(format!("program counted {denials:?} denials (want 2)"));
     }
-    c.push(Check::new(
+    c.push(Check::judged(
         "e.lsm",
         "BPF LSM on file_ioctl: loads, runs, denies CREATE_QUEUE for one process only, detaches",
-        problems.is_empty(),
-        if problems.is_empty() {
+        &problems,
+        || {
             format!(
                 "denied process got EPERM (both sizes), another process and GET_VERSION unaffected, EINVAL again after detach; program ran {} times",
                 counts.as_ref().and_then(|c| c.get("program_calls")).unwrap_or("?")
             )
-        } else {
-            problems.join("; ")
         },
     ));
 }
@@ -1653,17 +1644,15 @@ fn judge_deny_cgroup_refused(r: &Results, name: &str, id: &'static str) -> Check
     if calls == 0 {
         problems.push("the clients reported no call".into());
     }
-    Check::new(
+    Check::judged(
         id,
         "before 5.14: --deny-cgroup refused at start-up (exit 3) naming the missing helper; nothing denied",
-        problems.is_empty(),
-        if problems.is_empty() {
+        &problems,
+        || {
             format!(
                 "exit 3: {}; {calls} client calls reached the driver",
                 stderr.trim()
             )
-        } else {
-            problems.join("; ")
         },
     )
 }
@@ -1751,26 +1740,19 @@ fn judge_deny_run(
     if counted != Some(denials) {
         problems.push(format!("STATS kernel.denied {counted:?}, want {denials}"));
     }
-    Check::new(
-        id,
-        title,
-        problems.is_empty(),
-        if problems.is_empty() {
-            format!(
-                "denied pid {}: refused with EPERM before the driver, shown as SCHEDULE \
+    Check::judged(id, title, &problems, || {
+        format!(
+            "denied pid {}: refused with EPERM before the driver, shown as SCHEDULE \
                  allowed=false errno=-1, {denials} denial(s) counted by the kernel; the other \
                  process{} not refused",
-                denied_pid.unwrap_or(-1),
-                if roles.contains(&"reuse") {
-                    " and the PID's next owner were"
-                } else {
-                    " was"
-                }
-            )
-        } else {
-            problems.join("; ")
-        },
-    )
+            denied_pid.unwrap_or(-1),
+            if roles.contains(&"reuse") {
+                " and the PID's next owner were"
+            } else {
+                " was"
+            }
+        )
+    })
 }
 
 /// The `nvdeny` client (lab/client.c): a TSG and a channel, then GPFIFO_SCHEDULE direct,

@@ -7,7 +7,10 @@
 
 use std::collections::BTreeMap;
 
-use super::{Check, Results, events_of, has_module_btf, hooks_line, run_events, tracer_problems};
+use super::{
+    Check, Results, events_of, has_module_btf, hooks_line, run_events, tracer_outcome,
+    tracer_problems,
+};
 
 /// Any other program may run a little (process exits in the guest, the gpu_ext hooks), never
 /// once per unrelated system call: below this share of the storm.
@@ -77,10 +80,7 @@ fn counted_run(
         return None;
     };
     tracer_problems(r, run, &fields, problems);
-    let stderr = r
-        .block(&format!("{run}.stderr"))
-        .map(|b| b.text.clone())
-        .unwrap_or_default();
+    let (stderr, _) = tracer_outcome(r, run);
     let runs = program_runs(&stderr);
     if runs.is_empty() {
         problems.push(format!("{run}: gpu-trace printed no program run counts"));
@@ -138,15 +138,6 @@ fn client_events(r: &Results, run: &str, problems: &mut Vec<String>) -> Vec<Stri
         .and_then(|f| f.int("pid"));
     let events = run_events(r, run, problems);
     event_names(&events_of(&events, pid))
-}
-
-/// Passed with `detail`, or failed with the problems found.
-fn verdict(id: &'static str, title: &'static str, problems: Vec<String>, detail: String) -> Check {
-    if problems.is_empty() {
-        Check::new(id, title, true, detail)
-    } else {
-        Check::fail(id, title, problems.join("; "))
-    }
 }
 
 pub(super) fn judge_entry(r: &Results, c: &mut Vec<Check>) {
@@ -248,7 +239,7 @@ fn judge_nv_entry(r: &Results, c: &mut Vec<Check>) {
         ));
     }
     detail.push_str(&format!("; events {entry:?}"));
-    c.push(verdict(id, title, problems, detail));
+    c.push(Check::judged(id, title, &problems, || detail));
 }
 
 /// The four KFD handler hooks (fexit, or their kretprobes).
@@ -310,7 +301,7 @@ fn judge_kfd_entry(r: &Results, c: &mut Vec<Check>) {
             storm.syscalls, storm.driver_ioctls
         );
     }
-    c.push(verdict(id, title, problems, detail));
+    c.push(Check::judged(id, title, &problems, || detail));
 }
 
 #[cfg(test)]
