@@ -54,10 +54,19 @@ pub mod hook_source {
     pub const KPROBE: u32 = 2;
 }
 
-/// What a [`DeepRecord`] reports (its `hook` field).
-/// What the NVIDIA driver's own entry points serve (bits of the kernel programs' `SWITCHES`
-/// map, index 1), set by userspace once they are attached and before the syscall layer is:
-/// the syscall layer leaves these to them.
+/// Indices of the kernel programs' `SWITCHES` array, which userspace sets after attaching the
+/// driver hooks and before attaching the syscall layer: what the driver hooks serve, which the
+/// syscall layer then leaves to them.
+pub mod switch {
+    /// `1 << nr` for every KFD command whose driver handler has a deep hook.
+    pub const KFD_DEEP: u32 = 0;
+    /// [`super::nv_entry_bits`] of what the NVIDIA driver's entry points serve.
+    pub const NV_ENTRY: u32 = 1;
+    /// Entries of the array.
+    pub const COUNT: u32 = 2;
+}
+
+/// What the NVIDIA driver's own entry points serve (the value at [`switch::NV_ENTRY`]).
 pub mod nv_entry_bits {
     /// RM ioctls: `nvidia_unlocked_ioctl` is hooked at its exit.
     pub const IOCTL: u32 = 1 << 0;
@@ -66,6 +75,7 @@ pub mod nv_entry_bits {
     pub const RELEASE: u32 = 1 << 1;
 }
 
+/// What a [`DeepRecord`] reports (its `hook` field).
 pub mod deep_hook {
     /// A copy of the KFD MQD manager's `init_mqd` ran (the queue's hardware descriptor was
     /// built): `value` is the queue id, `addr` the address of the copy that ran.

@@ -36,7 +36,7 @@ use gpu_trace_common::{
     amd::{self, kfd_flags},
     counter, hook_source, kernel_dev_major, nv_flags,
     nvidia::{self, escape, off},
-    record_kind,
+    record_kind, switch,
 };
 
 mod cgroup;
@@ -81,32 +81,27 @@ static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 #[map]
 static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
 
-/// Run-time switches set by userspace after attaching the driver hooks and before attaching
-/// the syscall layer: index [`SWITCH_KFD_DEEP`] holds `1 << nr` for every KFD command whose
-/// driver handler has a deep hook (`kfd_deep.rs`), index [`SWITCH_NV_ENTRY`] the
-/// `gpu_trace_common::nv_entry` bits of what the NVIDIA driver's entry points serve
-/// (`nv_entry.rs`); the syscall layer leaves those alone, so that no call is reported twice.
+/// Run-time switches (`gpu_trace_common::switch`): what the driver hooks serve (`kfd_deep.rs`,
+/// `nv_entry.rs`), which the syscall layer leaves alone, so that no call is reported twice.
 #[map]
-static SWITCHES: Array<u32> = Array::with_max_entries(2, 0);
+static SWITCHES: Array<u32> = Array::with_max_entries(switch::COUNT, 0);
 
-const SWITCH_KFD_DEEP: u32 = 0;
-const SWITCH_NV_ENTRY: u32 = 1;
+/// The value of switch `index` (0 when unset).
+#[inline(always)]
+fn switch_value(index: u32) -> u32 {
+    SWITCHES.get(index).copied().unwrap_or(0)
+}
 
-/// The [`SWITCH_NV_ENTRY`] bits.
+/// Whether the NVIDIA driver's entry points serve `bit` (`nv_entry_bits`).
 #[inline(always)]
 fn nv_entry_serves(bit: u32) -> bool {
-    SWITCHES
-        .get(SWITCH_NV_ENTRY)
-        .is_some_and(|bits| *bits & bit != 0)
+    switch_value(switch::NV_ENTRY) & bit != 0
 }
 
 /// Whether a deep hook on the driver's handler reports KFD command `nr` instead of this layer.
 #[inline(always)]
 fn kfd_served_by_deep_hook(nr: u32) -> bool {
-    match SWITCHES.get(SWITCH_KFD_DEEP) {
-        Some(mask) => nr < 32 && (*mask >> nr) & 1 != 0,
-        None => false,
-    }
+    nr < 32 && (switch_value(switch::KFD_DEEP) >> nr) & 1 != 0
 }
 
 /// Processes that issued at least one traced ioctl (tgid → [`TRACK_NV`] | [`TRACK_KFD`]): their

@@ -17,7 +17,7 @@ use aya::{
 };
 use gpu_trace_common::{
     CGROUP_MATCH_MAX, CgroupMatch, KernelConfig, KfdDeepConfig, amd::nr, counter, nv_entry_bits,
-    nvidia::NV_MAJOR,
+    nvidia::NV_MAJOR, switch,
 };
 use thiserror::Error;
 
@@ -150,6 +150,13 @@ pub enum DeepAttach {
     Kprobe,
     /// Trampolines only (no kprobe fallback; the by-address MQD hooks are then left out).
     Trampoline,
+}
+
+impl LoadOptions {
+    /// Whether anything is to be refused (`--deny-pid`, `--deny-cgroup`, `--deny-container`).
+    pub fn denies(&self) -> bool {
+        !self.deny_pids.is_empty() || !self.deny_cgroups.is_empty()
+    }
 }
 
 impl Default for LoadOptions {
@@ -436,19 +443,14 @@ impl Tracer {
         // Deep hooks first, then the switch that takes their commands away from the syscall
         // layer, then the syscall layer: no call is seen twice, none is missed in between.
         let mut deep_hooks = match &deep_plan {
-            Some(plan) => deep::attach(
-                &mut ebpf,
-                plan,
-                options.deny_pids.is_empty() && options.deny_cgroups.is_empty(),
-                options.deep_attach,
-            ),
+            Some(plan) => deep::attach(&mut ebpf, plan, !options.denies(), options.deep_attach),
             None => deep::DeepHooks::default(),
         };
         // NVIDIA: the driver's own entry points, where the kernel lets them be hooked and the
         // syscall layer is not needed for what the driver never sees.
         let mut nv_bits = 0;
         if options.nvidia && options.deep_hooks {
-            let why_not = if !options.deny_pids.is_empty() || !options.deny_cgroups.is_empty() {
+            let why_not = if options.denies() {
                 Some(
                     "--deny-* refuses calls before they reach the driver, so the syscall layer \
                      serves them"
@@ -488,20 +490,19 @@ impl Tracer {
         }
         refused.extend(deep_hooks.refused.iter().cloned());
         hooks.extend(deep_hooks.hooks.iter().cloned());
-        // Index 0: the KFD commands the driver handlers serve; 1: what the NVIDIA entry points
-        // serve (the kernel programs' SWITCHES).
-        for (index, value) in [(0, deep_hooks.handler_mask), (1, nv_bits)] {
-            if value == 0 {
-                continue;
-            }
-            let mut switches: Array<_, u32> = Array::try_from(
-                ebpf.map_mut("SWITCHES")
-                    .ok_or(LoadError::MissingMap("SWITCHES"))?,
-            )
-            .map_err(|source| LoadError::Map {
-                name: "SWITCHES",
-                source,
-            })?;
+        // What the driver hooks serve, before the syscall layer attaches.
+        let mut switches: Array<_, u32> = Array::try_from(
+            ebpf.map_mut("SWITCHES")
+                .ok_or(LoadError::MissingMap("SWITCHES"))?,
+        )
+        .map_err(|source| LoadError::Map {
+            name: "SWITCHES",
+            source,
+        })?;
+        for (index, value) in [
+            (switch::KFD_DEEP, deep_hooks.handler_mask),
+            (switch::NV_ENTRY, nv_bits),
+        ] {
             switches
                 .set(index, value, 0)
                 .map_err(|source| LoadError::Map {
@@ -574,7 +575,7 @@ impl Tracer {
             &mut refused,
         )?);
 
-        if !options.deny_pids.is_empty() || !options.deny_cgroups.is_empty() {
+        if options.denies() {
             hooks.push(attach_deny(&mut ebpf, &options.deny_pids, aya_btf)?);
         }
 
