@@ -177,9 +177,6 @@ fn top(mut args: gpu_trace::cli::TraceArgs) -> anyhow::Result<session::Summary> 
         .context("starting the async runtime")?;
     let result = runtime.block_on(session::run_live_with(&args, Some(&mut view)));
     view.stop();
-    for line in session::take_deferred_report() {
-        eprintln!("gpu-trace: {line}");
-    }
     Ok(result?)
 }
 

@@ -288,7 +288,6 @@ pub fn pid_warnings(pids: &[u32], tgid_of: impl Fn(u32) -> Option<u32>) -> Vec<S
         .collect()
 }
 
-/// Trace live until Ctrl-C, SIGTERM or `--duration`.
 /// A live view of the statistics (`gpu-trace top`), given them once a second.
 pub trait Viewer {
     fn frame(
@@ -307,14 +306,19 @@ pub trait Viewer {
     fn at_end(&mut self) -> io::Result<()> {
         Ok(())
     }
+
+    /// Report lines of the run's end (`--bpf-stats`): printed now, or kept by a view that holds
+    /// the terminal until it gives it back.
+    fn report(&mut self, lines: Vec<String>) {
+        print_report(lines);
+    }
 }
 
-/// Report lines of a run under a live view, printed once the view gave the terminal back.
-static DEFERRED_REPORT: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
-
-/// The report lines a run under a live view kept for after it (`--bpf-stats`), emptied.
-pub fn take_deferred_report() -> Vec<String> {
-    std::mem::take(&mut *DEFERRED_REPORT.lock().unwrap_or_else(|e| e.into_inner()))
+/// Report lines on stderr, each after `gpu-trace: `.
+pub fn print_report(lines: Vec<String>) {
+    for line in lines {
+        eprintln!("gpu-trace: {line}");
+    }
 }
 
 /// `--bpf-stats` at exit: a line per loaded program, `program NAME: N runs, M ns/run`.
@@ -334,6 +338,7 @@ fn describe_program_stats(stats: &[crate::loader::ProgramStats]) -> Vec<String> 
     .collect()
 }
 
+/// Trace live until Ctrl-C, SIGTERM or `--duration`.
 pub async fn run_live(args: &TraceArgs) -> Result<Summary, RunError> {
     run_live_with(args, None).await
 }
@@ -569,18 +574,11 @@ pub async fn run_live_with(
     }
 
     if args.bpf_stats {
-        // Before detaching, which unloads the programs. Under a live view the terminal is not
-        // ours yet: the lines wait for it (`take_deferred_report`).
+        // Before detaching, which unloads the programs.
         let lines = describe_program_stats(&tracer.program_stats());
-        if viewer.is_some() {
-            DEFERRED_REPORT
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .extend(lines);
-        } else {
-            for line in lines {
-                eprintln!("gpu-trace: {line}");
-            }
+        match viewer.as_mut() {
+            Some(v) => v.report(lines),
+            None => print_report(lines),
         }
     }
     // Detach first, then read until every record the kernel counted as sent has been read: a

@@ -52,6 +52,8 @@ pub struct Top {
     ended: bool,
     /// The frame on the screen (redrawn when the sort changes while stepping).
     last: Option<Frame>,
+    /// Report lines of the run (`--bpf-stats`), printed once the terminal is given back.
+    report: Vec<String>,
 }
 
 impl Top {
@@ -66,6 +68,7 @@ impl Top {
             playing: false,
             ended: false,
             last: None,
+            report: Vec::new(),
         }
     }
 
@@ -173,6 +176,7 @@ impl Top {
             let _ = execute!(t.backend_mut(), LeaveAlternateScreen);
             let _ = disable_raw_mode();
         }
+        crate::session::print_report(std::mem::take(&mut self.report));
     }
 }
 
@@ -183,6 +187,11 @@ impl Drop for Top {
 }
 
 impl Viewer for Top {
+    fn report(&mut self, lines: Vec<String>) {
+        // The alternate screen would swallow them.
+        self.report.extend(lines);
+    }
+
     fn frame(
         &mut self,
         stats: &Stats,
