@@ -234,8 +234,17 @@ fn rm_escape_filter() -> String {
     .join(" || ")
 }
 
+/// The program of a bpftrace run: like for like (`full`), else counting.
+pub(super) fn bpftrace_program(rdev: u32, full: bool) -> String {
+    if full {
+        bpftrace_full_program(rdev)
+    } else {
+        bpftrace_count_program(rdev)
+    }
+}
+
 /// Counting only: the filter (escape numbers, then the fd's device through the fd table).
-pub(super) fn bpftrace_program(rdev: u32) -> String {
+fn bpftrace_count_program(rdev: u32) -> String {
     format!(
         "tracepoint:syscalls:sys_enter_ioctl /{}/ {{ \
          $f = *(curtask->files->fdt->fd + args->fd); \
@@ -250,7 +259,7 @@ pub(super) fn bpftrace_program(rdev: u32) -> String {
 /// one line per call with what gpu-trace's record carries (pid, tid, comm, command, return
 /// value, the two blocks). gpu-trace writes its record to a ring buffer and decodes it in
 /// userspace; bpftrace formats the line through its perf buffer.
-pub(super) fn bpftrace_full_program(rdev: u32) -> String {
+fn bpftrace_full_program(rdev: u32) -> String {
     use gpu_trace_common::nvidia::{escape, off};
     format!(
         "tracepoint:syscalls:sys_enter_ioctl /{filter}/ {{ \
@@ -279,11 +288,7 @@ pub(super) fn start_bpftrace(ctx: &Ctx, full: bool) -> Result<BpftraceRun> {
         if full { "full" } else { "count" }
     ));
     let _ = fs::remove_file(&out);
-    let program = if full {
-        bpftrace_full_program(ctx.dev_null_rdev)
-    } else {
-        bpftrace_program(ctx.dev_null_rdev)
-    };
+    let program = bpftrace_program(ctx.dev_null_rdev, full);
     let mut child = Command::new(bin)
         .arg("-o")
         .arg(&out)

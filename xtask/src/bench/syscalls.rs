@@ -469,7 +469,8 @@ fn write_rm_totals(ctx: &Ctx, samples: &Samples, out: &mut String) -> Result<()>
             codes.join(",")
         )?;
     }
-    for full in [false, true] {
+    for setup in [Setup::Bpftrace, Setup::BpftraceFull] {
+        let full = setup == Setup::BpftraceFull;
         let runs: Vec<&BpftraceCount> =
             samples.bpftrace.iter().filter(|b| b.full == full).collect();
         if runs.is_empty() {
@@ -478,23 +479,15 @@ fn write_rm_totals(ctx: &Ctx, samples: &Samples, out: &mut String) -> Result<()>
         let counted: u64 = runs.iter().map(|b| b.counted).sum();
         let lost: u64 = runs.iter().map(|b| b.lost).sum();
         let issued: u64 = runs.iter().map(|b| b.issued).sum();
-        let (what, program) = if full {
-            (
-                "printed a line for",
-                bpftrace_full_program(ctx.dev_null_rdev),
-            )
+        let what = if full {
+            "printed a line for"
         } else {
-            ("counted", bpftrace_program(ctx.dev_null_rdev))
+            "counted"
         };
         writeln!(
             out,
-            "- bpftrace ({}) {what} {counted} RM-shaped ioctls on /dev/null; the loops issued \
-             {issued}{}",
-            if full {
-                "same reads and fields"
-            } else {
-                "counting"
-            },
+            "- {}: {what} {counted} RM-shaped ioctls on /dev/null; the loops issued {issued}{}",
+            setup.label(),
             if counted == issued {
                 " (equal)".to_string()
             } else if lost > 0 {
@@ -508,7 +501,11 @@ fn write_rm_totals(ctx: &Ctx, samples: &Samples, out: &mut String) -> Result<()>
                     .to_string()
             }
         )?;
-        writeln!(out, "- its program: `{program}`")?;
+        writeln!(
+            out,
+            "- its program: `{}`",
+            bpftrace_program(ctx.dev_null_rdev, full)
+        )?;
     }
     Ok(())
 }
