@@ -54,6 +54,19 @@ pub mod hook_source {
     pub const KPROBE: u32 = 2;
 }
 
+/// System call numbers as records carry them: x86-64's, on every architecture. A kernel
+/// program elsewhere translates the calls the model needs (arm64's `ioctl` is 29 and `close`
+/// 57) and marks any other as [`OTHER`](wire_syscall::OTHER), so that one decoder reads a
+/// record, or a recording, from any machine.
+pub mod wire_syscall {
+    pub const IOCTL: u32 = 16;
+    pub const CLOSE: u32 = 3;
+    /// A system call the model does not use, on an architecture whose numbers differ.
+    pub const OTHER: u32 = u32::MAX - 1;
+    /// Not known: the registers were not read, or a kernel thread.
+    pub const UNKNOWN: u32 = u32::MAX;
+}
+
 /// Indices of the kernel programs' `SWITCHES` array, which userspace sets after attaching the
 /// driver hooks and before attaching the syscall layer: what the driver hooks serve, which the
 /// syscall layer then leaves to them.
@@ -266,8 +279,9 @@ pub struct NvSchedRecord {
     pub source: u32,
     /// Valid bytes in `ctx` (0 when reading it failed).
     pub ctx_len: u32,
-    /// The thread's system call number (`orig_ax`) when the hook ran; `u32::MAX` when it is not
-    /// known (not read, or a kernel thread).
+    /// The thread's system call when the hook ran, in [`wire_syscall`]'s numbering (x86-64's,
+    /// whatever the machine); [`wire_syscall::UNKNOWN`] when it is not known (not read, or a
+    /// kernel thread).
     pub syscall_nr: u32,
     /// The system call's first argument (the fd, for `ioctl`).
     pub syscall_arg0: u64,

@@ -147,10 +147,12 @@ mod regs {
 
 #[cfg(bpf_target_arch = "aarch64")]
 mod regs {
-    pub const NR: usize = 280; // syscallno
+    pub const NR: usize = 280; // syscallno (s32; the next 4 bytes are another field)
     pub const ARG0: usize = 272; // orig_x0 (x0 holds the return value at exit)
     pub const ARG1: usize = 8; // x1
     pub const ARG2: usize = 16; // x2
+    pub const PSTATE: usize = 264; // pstate: PSR_MODE32_BIT for 32-bit (AArch32) callers
+    pub const PSR_MODE32_BIT: u64 = 0x10;
     pub const SYS_IOCTL: u64 = 29;
     pub const SYS_CLOSE: u64 = 57;
 }
@@ -625,13 +627,19 @@ fn on_sys_exit(regs: u64, ret: i64) {
     #[cfg(not(bpf_target_arch = "x86_64"))]
     {
         // SAFETY: kernel reads through the helper.
-        let Ok(nr) = (unsafe { kread::<u64>(regs, regs::NR as u32) }) else {
+        let Ok(nr) = (unsafe { kread::<u32>(regs, regs::NR as u32) }) else {
             return;
         };
+        let nr = u64::from(nr);
         if nr != regs::SYS_IOCTL && nr != regs::SYS_CLOSE {
             return;
         }
         let read = |off: usize| unsafe { kread::<u64>(regs, off as u32) };
+        // 32-bit (AArch32) callers use another syscall table: their numbers mean other calls.
+        #[cfg(bpf_target_arch = "aarch64")]
+        if !read(regs::PSTATE).is_ok_and(|p| p & regs::PSR_MODE32_BIT == 0) {
+            return;
+        }
         let (Ok(fd), Ok(cmd), Ok(arg)) = (read(regs::ARG0), read(regs::ARG1), read(regs::ARG2))
         else {
             return;

@@ -19,8 +19,9 @@ use gpu_trace_common::{
 
 use crate::{EVENTS, bump, config, header, kread};
 
-/// The current thread's system call number and first argument, from its saved user registers;
-/// `u32::MAX` where unknown (kernel threads have none). Also used by the driver entry hooks
+/// The current thread's system call number (in the records' numbering, see
+/// [`wire_syscall_nr`]) and first argument, from its saved user registers;
+/// `wire_syscall::UNKNOWN` where unknown (kernel threads have none). Also used by the driver entry hooks
 /// (`nv_entry.rs`) for the fd of an ioctl.
 #[inline(always)]
 pub(crate) fn current_syscall() -> (u32, u64) {
@@ -62,14 +63,33 @@ pub(crate) fn current_syscall() -> (u32, u64) {
                 kread::<u64>(regs, crate::regs::ARG0 as u32),
             )
         {
-            // aarch64's syscallno is a 32-bit field.
+            // aarch64's syscallno is a 32-bit field (-1: not in a system call).
             let nr = nr as u32;
             if nr != u32::MAX {
-                return (nr, arg0);
+                return (wire_syscall_nr(nr), arg0);
             }
         }
     }
-    (u32::MAX, 0)
+    (gpu_trace_common::wire_syscall::UNKNOWN, 0)
+}
+
+/// This architecture's system call number in the records' numbering (x86-64's:
+/// [`gpu_trace_common::wire_syscall`]).
+#[inline(always)]
+fn wire_syscall_nr(nr: u32) -> u32 {
+    #[cfg(bpf_target_arch = "x86_64")]
+    {
+        nr
+    }
+    #[cfg(not(bpf_target_arch = "x86_64"))]
+    {
+        use gpu_trace_common::wire_syscall;
+        match u64::from(nr) {
+            crate::regs::SYS_IOCTL => wire_syscall::IOCTL,
+            crate::regs::SYS_CLOSE => wire_syscall::CLOSE,
+            _ => wire_syscall::OTHER,
+        }
+    }
 }
 
 /// A hook ran with its context struct at `ctx_ptr`.

@@ -24,11 +24,10 @@ use aya_ebpf::{
     programs::{FEntryContext, FExitContext, ProbeContext, RetProbeContext},
 };
 pub use gpu_trace_common::nv_entry_bits::{IOCTL, RELEASE};
-use gpu_trace_common::{TaskRecord, nvidia, record_kind};
+use gpu_trace_common::{TaskRecord, nvidia, record_kind, wire_syscall};
 
 use crate::{
-    bump, config, file_rdev, handle_nv_ioctl, header, is_watched, nv_deep::current_syscall, regs,
-    send,
+    bump, config, file_rdev, handle_nv_ioctl, header, is_watched, nv_deep::current_syscall, send,
 };
 
 /// The process and fd through which a traced call first used an NVIDIA file, by `struct file *`
@@ -90,8 +89,8 @@ fn ioctl_exit(file: u64, cmd: u64, arg: u64, ret: i64) {
     // ioctl is left out, as the syscall layer leaves it; where the registers cannot be found
     // the call is still reported, with fd -1.
     let fd = match current_syscall() {
-        (nr, fd) if u64::from(nr) == regs::SYS_IOCTL => fd as i32,
-        (u32::MAX, _) => -1,
+        (wire_syscall::IOCTL, fd) => fd as i32,
+        (wire_syscall::UNKNOWN, _) => -1,
         _ => return,
     };
     handle_nv_ioctl(fd, cmd, arg, ret, rdev, tgid, file);

@@ -327,8 +327,9 @@ pub struct NvTracker {
 /// `comm` of both `nvidia-cuda-mps-server` and `nvidia-cuda-mps-control`.
 pub const MPS_COMM: &str = "nvidia-cuda-mps";
 
-/// The x86-64 system call numbers a gpu_ext hook can be tied to.
-const SYS_IOCTL: u32 = 16;
+/// The system call a gpu_ext hook can be tied to (records number them as x86-64 does, on
+/// every architecture).
+const SYS_IOCTL: u32 = gpu_trace_common::wire_syscall::IOCTL;
 
 /// The first hook that `want` accepts.
 fn take_hook(hooks: &mut Vec<GxHook>, want: impl Fn(&GxHook) -> bool) -> Option<GxHook> {

@@ -102,7 +102,8 @@ pub fn decode(rec: &NvSchedRecord) -> GxCall {
     };
     GxCall {
         hook,
-        syscall: (rec.syscall_nr != u32::MAX).then_some((rec.syscall_nr, rec.syscall_arg0)),
+        syscall: (rec.syscall_nr != gpu_trace_common::wire_syscall::UNKNOWN)
+            .then_some((rec.syscall_nr, rec.syscall_arg0)),
     }
 }
 
@@ -114,8 +115,8 @@ pub(crate) mod testing {
         record_kind,
     };
 
-    /// The x86-64 `ioctl` system call number.
-    pub const SYS_IOCTL: u32 = 16;
+    /// The records' `ioctl` system call number.
+    pub const SYS_IOCTL: u32 = gpu_trace_common::wire_syscall::IOCTL;
 
     /// A record as the kernel programs write it for `hook`, from `pid` inside `ioctl(fd, …)`,
     /// with the context bytes `ctx` (laid out by the callers field by field at the offsets of
