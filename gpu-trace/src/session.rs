@@ -329,13 +329,39 @@ fn describe_program_stats(stats: &[crate::loader::ProgramStats]) -> Vec<String> 
     )
     .chain(stats.iter().map(|p| {
         format!(
-            "program {}: {} runs, {} ns/run",
+            "program {}: {} runs, {} ns/run{}",
             p.name,
             p.runs,
-            p.run_time_ns.checked_div(p.runs).unwrap_or(0)
+            p.run_time_ns.checked_div(p.runs).unwrap_or(0),
+            if p.missed > 0 {
+                format!(", {} skipped by the kernel", p.missed)
+            } else {
+                String::new()
+            }
         )
     }))
     .collect()
+}
+
+/// At exit, always: runs of gpu-trace's programs that the kernel skipped (`recursion_misses`:
+/// the program was already running on that CPU, e.g. preempted inside it on a kernel whose
+/// syscall tracepoints are preemptible), whose calls were then not seen. Nothing when none.
+fn describe_missed_runs(stats: &[crate::loader::ProgramStats]) -> Option<String> {
+    let missed: Vec<String> = stats
+        .iter()
+        .filter(|p| p.missed > 0)
+        .map(|p| format!("{} {}", p.name, p.missed))
+        .collect();
+    let total: u64 = stats.iter().map(|p| p.missed).sum();
+    (total > 0).then(|| {
+        format!(
+            "WARNING: the kernel skipped {total} run(s) of gpu-trace's programs ({}): each was \
+             already running on that CPU, so the call of each skipped run (of any process; a \
+             GPU call among them lost its event) was not seen (docs/troubleshooting.md, \
+             \"Skipped by the kernel\")",
+            missed.join(", ")
+        )
+    })
 }
 
 /// Trace live until Ctrl-C, SIGTERM or `--duration`.
@@ -573,9 +599,15 @@ pub async fn run_live_with(
         }
     }
 
-    if args.bpf_stats {
-        // Before detaching, which unloads the programs.
-        let lines = describe_program_stats(&tracer.program_stats());
+    // Before detaching, which unloads the programs.
+    let program_stats = tracer.program_stats();
+    let mut lines = if args.bpf_stats {
+        describe_program_stats(&program_stats)
+    } else {
+        Vec::new()
+    };
+    lines.extend(describe_missed_runs(&program_stats));
+    if !lines.is_empty() {
         match viewer.as_mut() {
             Some(v) => v.report(lines),
             None => print_report(lines),
@@ -1103,6 +1135,39 @@ pub fn replay_with(
 mod tests {
     use super::*;
     use clap::Parser as _;
+
+    #[test]
+    fn skipped_runs_are_reported_only_when_the_kernel_skipped_some() {
+        let stats = |name: &str, missed| crate::loader::ProgramStats {
+            name: name.into(),
+            runs: 0,
+            run_time_ns: 0,
+            missed,
+        };
+        assert_eq!(
+            describe_missed_runs(&[stats("sys_exit_btf", 0), stats("nv_ioctl_fexit", 0)]),
+            None
+        );
+        let w = describe_missed_runs(&[
+            stats("nv_ioctl_fexit", 2),
+            stats("process_exit_raw", 0),
+            stats("sys_exit_btf", 35),
+        ])
+        .unwrap();
+        assert!(
+            w.starts_with(
+                "WARNING: the kernel skipped 37 run(s) of gpu-trace's programs \
+                 (nv_ioctl_fexit 2, sys_exit_btf 35)"
+            ),
+            "{w}"
+        );
+        // --bpf-stats names them on the program's own line.
+        let lines = describe_program_stats(&[stats("sys_exit_btf", 35)]);
+        assert!(
+            lines[1].ends_with(", 35 skipped by the kernel"),
+            "{lines:?}"
+        );
+    }
 
     #[test]
     fn pid_warnings_name_absent_pids_and_threads() {

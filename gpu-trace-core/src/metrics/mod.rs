@@ -182,6 +182,13 @@ doc!(
     "Driver calls whose file descriptor could not be resolved to its file."
 );
 doc!(
+    SKIPPED,
+    "gpu_trace_skipped_runs_total",
+    "counter",
+    "",
+    "Runs of gpu-trace's kernel programs the kernel skipped because the program was already running on that CPU; each a system call not looked at (a GPU call among them lost its event)."
+);
+doc!(
     DENIED,
     "gpu_trace_denied_total",
     "counter",
@@ -245,6 +252,7 @@ pub const REFERENCE: &[MetricDoc] = &[
     MALFORMED,
     RECORDS,
     FD_LOOKUP,
+    SKIPPED,
     DENIED,
     OVERFLOWED,
     RING,
@@ -471,6 +479,7 @@ struct Health {
     malformed: Counter,
     records: Counter,
     fd_lookup: Counter,
+    skipped: Counter,
     denied: Counter,
     overflowed: Counter,
     ring: Gauge,
@@ -519,6 +528,7 @@ impl Metrics {
             (&MALFORMED, &health.malformed),
             (&RECORDS, &health.records),
             (&FD_LOOKUP, &health.fd_lookup),
+            (&SKIPPED, &health.skipped),
             (&DENIED, &health.denied),
             (&OVERFLOWED, &health.overflowed),
         ] {
@@ -857,6 +867,7 @@ impl Metrics {
             (&h.read_failed, k.read_failed, last.read_failed),
             (&h.records, k.emitted, last.emitted),
             (&h.fd_lookup, k.fd_lookup_failed, last.fd_lookup_failed),
+            (&h.skipped, k.skipped, last.skipped),
             (&h.denied, k.denied, last.denied),
         ] {
             c.inc_by(now.saturating_sub(before));
@@ -868,6 +879,7 @@ impl Metrics {
             emitted: k.emitted.max(last.emitted),
             fd_lookup_failed: k.fd_lookup_failed.max(last.fd_lookup_failed),
             denied: k.denied.max(last.denied),
+            skipped: k.skipped.max(last.skipped),
         };
     }
 }

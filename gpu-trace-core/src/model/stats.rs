@@ -124,6 +124,10 @@ pub struct KernelCounters {
     /// Scheduling requests refused by `--deny-pid` (BPF LSM).
     #[serde(default)]
     pub denied: u64,
+    /// Runs of the kernel programs the kernel skipped because the program was already running
+    /// on that CPU (`recursion_misses`): each a call not looked at, a GPU call among them lost.
+    #[serde(default)]
+    pub skipped: u64,
 }
 
 /// Event counts of one process.
@@ -636,6 +640,7 @@ impl Stats {
         let optional = [
             ("fd_lookup_failed", self.kernel.fd_lookup_failed),
             ("denied", self.kernel.denied),
+            ("skipped", self.kernel.skipped),
             ("malformed", self.malformed),
             ("decode_errors", self.decode_errors),
             ("live_at_exit", self.live_at_exit),
@@ -1226,6 +1231,7 @@ PID      COMM             TASK_INIT SCHEDULE SCHED_UPDATE PREEMPT WORK_SUBMIT TA
             emitted: 1_000_000,
             fd_lookup_failed: 5,
             denied: 0,
+            skipped: 0,
         };
         let text = s.render_text(false);
         let expected = "\

@@ -7,7 +7,10 @@ pub mod gpu_ext;
 pub mod nv_entry;
 pub mod trampoline;
 
-use std::fmt;
+use std::{
+    fmt,
+    os::fd::{AsFd, AsRawFd},
+};
 
 use aya::{
     Btf, Ebpf, EbpfLoader,
@@ -208,6 +211,9 @@ pub struct Tracer {
     pub refused: Vec<String>,
     /// Keeps the kernel's BPF run statistics on (`--bpf-stats`) until the tracer is dropped.
     _run_stats: Option<std::os::fd::OwnedFd>,
+    /// The programs' skipped runs as last read while they were loaded: [`counters`]
+    /// (Self::counters) still has them after [`detach`](Self::detach) unloads the programs.
+    skipped: std::cell::Cell<u64>,
 }
 
 /// One of the tracer's programs, as the kernel counted it while `--bpf-stats` was on.
@@ -217,6 +223,8 @@ pub struct ProgramStats {
     pub name: String,
     pub runs: u64,
     pub run_time_ns: u64,
+    /// Runs the kernel skipped (the program was already running on that CPU).
+    pub missed: u64,
 }
 
 /// Code that loads and attaches a program (the error says why not).
@@ -594,6 +602,7 @@ impl Tracer {
             hooks,
             refused,
             _run_stats: run_stats,
+            skipped: std::cell::Cell::new(0),
         })
     }
 
@@ -656,7 +665,18 @@ impl Tracer {
             emitted: sum(counter::EMITTED)?,
             fd_lookup_failed: sum(counter::FD_LOOKUP_FAILED)?,
             denied: sum(counter::DENIED)?,
+            skipped: self.skipped_runs(),
         })
+    }
+
+    /// The runs of the tracer's programs the kernel skipped so far (each program's
+    /// `recursion_misses`); after [`detach`](Self::detach), the last count read before it.
+    fn skipped_runs(&self) -> u64 {
+        let now: u64 = self.program_stats().iter().map(|p| p.missed).sum();
+        // Unloaded programs answer nothing: keep the larger, earlier count.
+        let kept = self.skipped.get().max(now);
+        self.skipped.set(kept);
+        kept
     }
 
     /// Detaches and unloads every program, keeping the maps: no record is written after this
@@ -664,6 +684,8 @@ impl Tracer {
     /// the counters stop changing), and [`counters`](Self::counters) stays readable.
     pub fn detach(&mut self) {
         use aya::programs::Program;
+        // The skipped runs are read from the programs, which this unloads: keep the count.
+        self.skipped_runs();
         self._deep.detach();
         for (_, program) in self.ebpf.programs_mut() {
             // Programs never loaded (the hooks not chosen) answer NotLoaded: nothing to do.
@@ -681,29 +703,32 @@ impl Tracer {
     }
 
     /// Runs and run time of each of the tracer's loaded programs, as counted since
-    /// `--bpf-stats` turned counting on (all zero without it). Read before [`detach`](Self::detach),
-    /// which unloads them.
+    /// `--bpf-stats` turned counting on (all zero without it), and the runs the kernel skipped
+    /// (always counted). Read before [`detach`](Self::detach), which unloads them.
     pub fn program_stats(&self) -> Vec<ProgramStats> {
         let mut out: Vec<ProgramStats> = self
             .ebpf
             .programs()
             .filter_map(|(name, program)| {
-                let info = program.info().ok()?;
+                let fd = program.fd().ok()?.as_fd().as_raw_fd();
+                let s = trampoline::run_stats(fd)?;
                 Some(ProgramStats {
                     name: name.to_string(),
-                    runs: info.run_count(),
-                    run_time_ns: info.run_time().as_nanos() as u64,
+                    runs: s.runs,
+                    run_time_ns: s.run_time_ns,
+                    missed: s.missed,
                 })
             })
             .collect();
         // Trampolines on module functions: loaded outside Aya (loader/trampoline.rs). A
         // program attached to several functions (dqm_create_fexit) is one line per copy.
         out.extend(self._deep.trampolines().iter().filter_map(|t| {
-            let (runs, run_time_ns) = t.run_stats()?;
+            let s = t.run_stats()?;
             Some(ProgramStats {
                 name: t.name.clone(),
-                runs,
-                run_time_ns,
+                runs: s.runs,
+                run_time_ns: s.run_time_ns,
+                missed: s.missed,
             })
         }));
         out.sort_by(|a, b| a.name.cmp(&b.name));

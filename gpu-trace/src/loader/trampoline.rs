@@ -48,19 +48,42 @@ pub struct Attached {
 }
 
 impl Attached {
-    /// The kernel's run count and total run time (ns) of the program, counted while BPF
-    /// statistics are on (`--bpf-stats`).
-    pub fn run_stats(&self) -> Option<(u64, u64)> {
-        // SAFETY: all-zero is a valid bpf_prog_info.
-        let mut info: bpf_prog_info = unsafe { mem::zeroed() };
-        // SAFETY: all-zero is a valid bpf_attr.
-        let mut attr: bpf_attr = unsafe { mem::zeroed() };
-        attr.info.bpf_fd = self.prog.as_raw_fd() as u32;
-        attr.info.info_len = mem::size_of::<bpf_prog_info>() as u32;
-        attr.info.info = &mut info as *mut bpf_prog_info as u64;
-        sys_bpf_rc(bpf_cmd::BPF_OBJ_GET_INFO_BY_FD, &mut attr).ok()?;
-        Some((info.run_cnt, info.run_time_ns))
+    /// The kernel's counts for the program ([`run_stats`]).
+    pub fn run_stats(&self) -> Option<RunStats> {
+        run_stats(self.prog.as_raw_fd())
     }
+}
+
+/// What the kernel counts for a loaded program.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunStats {
+    /// Runs and their total time (ns): counted only while BPF statistics are on
+    /// (`--bpf-stats`).
+    pub runs: u64,
+    pub run_time_ns: u64,
+    /// Runs the kernel skipped because the program was already running on that CPU
+    /// (`recursion_misses`, Linux 5.12; always counted): on a kernel whose tracepoint programs
+    /// can be preempted, another thread's call on the same CPU goes unseen.
+    pub missed: u64,
+}
+
+/// [`RunStats`] of the program behind `fd`. aya's `ProgramInfo` has no `recursion_misses`, and
+/// the trampolines are loaded outside aya: one `BPF_OBJ_GET_INFO_BY_FD` for both.
+pub fn run_stats(fd: RawFd) -> Option<RunStats> {
+    // SAFETY: all-zero is a valid bpf_prog_info.
+    let mut info: bpf_prog_info = unsafe { mem::zeroed() };
+    // SAFETY: all-zero is a valid bpf_attr.
+    let mut attr: bpf_attr = unsafe { mem::zeroed() };
+    attr.info.bpf_fd = fd as u32;
+    attr.info.info_len = mem::size_of::<bpf_prog_info>() as u32;
+    attr.info.info = &mut info as *mut bpf_prog_info as u64;
+    sys_bpf_rc(bpf_cmd::BPF_OBJ_GET_INFO_BY_FD, &mut attr).ok()?;
+    // A kernel older than the field leaves it zero (info_len is the smaller of the two sizes).
+    Some(RunStats {
+        runs: info.run_cnt,
+        run_time_ns: info.run_time_ns,
+        missed: info.recursion_misses,
+    })
 }
 
 /// The kernel programs' instructions, relocated against the maps of a loaded [`Ebpf`].
