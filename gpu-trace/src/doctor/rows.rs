@@ -671,6 +671,15 @@ fn amd_rows(ctx: &Ctx<'_>) -> Vec<Row> {
                     .unwrap_or_default()
             ),
         ),
+        // Linux 7.0 on, KFD refuses every process while no GPU is initialised ("drm/amdkfd:
+        // kfd driver supports hot unplug/replug amdgpu devices"; dmesg: "no gpu node!").
+        (_, Some(Err(e))) if e.contains("os error 22") && f.kfd_gpus.unwrap_or(0) == 0 => no(
+            s,
+            "driver",
+            format!("/dev/kfd exists but {e}, and the KFD topology has no GPU node"),
+            "Linux 7.0 and later refuse /dev/kfd while amdgpu has initialised no GPU (dmesg: \
+             \"no gpu node! Cannot create KFD process\"); check dmesg for why amdgpu found none",
+        ),
         (_, Some(Err(e))) => no(
             s,
             "driver",

@@ -331,6 +331,39 @@ fn amd_driver_with_duplicate_init_mqd_is_reported() {
     );
 }
 
+/// Debian sid's 7.2.13 in the lab (no GPU): /dev/kfd exists, its open() is refused with EINVAL
+/// (`no gpu node! Cannot create KFD process` in dmesg), and the topology lists no GPU.
+#[test]
+fn kfd_refusing_open_without_a_gpu_names_the_kernel_change() {
+    let mut f = ci_facts();
+    f.amdgpu_module = true;
+    f.kfd_node = Some(DevNode {
+        path: "/dev/kfd".into(),
+        major: 241,
+        minor: 0,
+    });
+    f.kfd_version = Some(Err(
+        "opening /dev/kfd: Invalid argument (os error 22)".into()
+    ));
+    f.kfd_gpus = Some(0);
+    let r = evaluate(&f);
+    let driver = row(&r, Scope::Amd, "driver");
+    assert_eq!(driver.status, Status::No);
+    let fix = driver.fix.as_deref().unwrap_or_default();
+    assert!(
+        fix.contains("Linux 7.0") && fix.contains("no gpu node"),
+        "{fix}"
+    );
+    // Another refusal, or one with a GPU in the topology, keeps the general advice.
+    f.kfd_gpus = Some(1);
+    let r = evaluate(&f);
+    let fix = row(&r, Scope::Amd, "driver")
+        .fix
+        .clone()
+        .unwrap_or_default();
+    assert!(fix.starts_with("run as root"), "{fix}");
+}
+
 #[test]
 fn text_and_json_renderings_carry_the_rows_and_the_exit_status() {
     let r = evaluate(&ci_facts());
