@@ -817,9 +817,17 @@ static int attach_perf(int perf_fd, int prog_fd)
 	return 0;
 }
 
-/* pt_regs (x86_64) offsets: rdx (3rd argument) and rax (return value). */
-#define PT_REGS_RDX 96
-#define PT_REGS_RAX 80
+/* pt_regs offsets of the 3rd argument and of the return value: rdx and rax on x86-64,
+ * regs[2] and regs[0] on arm64. */
+#if defined(__x86_64__)
+#define PT_REGS_ARG3 96
+#define PT_REGS_RET 80
+#elif defined(__aarch64__)
+#define PT_REGS_ARG3 16
+#define PT_REGS_RET 0
+#else
+#error "lab-client: pt_regs offsets for this architecture are not known"
+#endif
 
 /* Entry program: map[0] += 1; map[1] = args->gpu_id read through the 3rd argument. */
 static void prog_entry(struct prog *p, int map_fd, int arg3_off_in_ctx)
@@ -890,8 +898,8 @@ static int cmd_kprobe(void)
 		return 1;
 	int map = array_map(4);
 	struct prog entry = {0}, ret = {0};
-	prog_entry(&entry, map, PT_REGS_RDX);
-	prog_return(&ret, map, PT_REGS_RAX);
+	prog_entry(&entry, map, PT_REGS_ARG3);
+	prog_return(&ret, map, PT_REGS_RET);
 	int pe = load_prog("kprobe", &entry, BPF_PROG_TYPE_KPROBE, 0, 0, 0);
 	int pr = load_prog("kretprobe", &ret, BPF_PROG_TYPE_KPROBE, 0, 0, 0);
 	if (pe < 0 || pr < 0)

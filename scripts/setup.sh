@@ -40,6 +40,17 @@ if { ! command -v debootstrap || ! command -v qemu-aarch64-static; } >/dev/null 
   $SUDO apt-get install -y -qq debootstrap qemu-user-static >/dev/null 2>&1 \
     || { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq debootstrap qemu-user-static >/dev/null; }
 fi
+# The lab's arm64 guest (cargo xtask lab --arch arm64): QEMU for aarch64 and the cross compiler
+# for its test client and test modules. The lab installs what is missing itself when run as
+# root; here so that the README's test command finds them without root, too.
+for pkg in qemu-system-arm gcc-aarch64-linux-gnu libc6-dev-arm64-cross; do
+  if ! dpkg -s "$pkg" >/dev/null 2>&1 && [ -x /usr/bin/apt-get ]; then
+    log "installing $pkg (the lab's arm64 guest)"
+    $SUDO apt-get install -y -qq --no-install-recommends "$pkg" >/dev/null 2>&1 \
+      || { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq --no-install-recommends "$pkg" >/dev/null; } \
+      || log "$pkg not installable: cargo xtask lab --arch arm64 will say what is missing"
+  fi
+done
 # --metrics tests and cargo xtask image: a real Prometheus (tests/metrics.rs scrapes gpu-trace with
 # it; promtool checks deploy/*.yml) and podman + runc (the FROM scratch image). Without them those
 # checks print SKIPPED. tmux: tests/top.rs drives `gpu-trace top` in a real terminal.

@@ -101,6 +101,16 @@ pub(crate) fn static_binary(root: &Path) -> Result<PathBuf> {
     build(root, &TARGETS[0])
 }
 
+/// The static (musl) release binary for the architecture `machine` (`uname -m`: `aarch64`),
+/// built if needed: the lab's arm64 guest runs it.
+pub(crate) fn static_binary_for(root: &Path, machine: &str) -> Result<PathBuf> {
+    let target = TARGETS
+        .iter()
+        .find(|t| t.triple.split('-').next() == Some(machine))
+        .with_context(|| format!("dist builds no binary for {machine}"))?;
+    build(root, target)
+}
+
 /// The static release binary for `target`; adds the Rust target with rustup when it is missing.
 fn build(root: &Path, target: &Target) -> Result<PathBuf> {
     let installed = Command::new("rustup")

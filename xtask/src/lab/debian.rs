@@ -10,16 +10,20 @@ use std::{
     time::Duration,
 };
 
-use super::run_quiet;
-use crate::host::have;
+use super::{arch::Arch, run_quiet};
+use crate::host::{have, which};
 use anyhow::{Context as _, Result, anyhow, bail, ensure};
 
 pub(super) struct Kernel {
-    /// `uname -r` of the guest, e.g. `6.12.117+deb12-amd64`.
+    /// `uname -r` of the guest, e.g. `6.12.117+deb12-amd64`, `6.12.117+deb12-arm64`.
     pub(super) release: String,
+    pub(super) arch: Arch,
     /// `6.12`, `6.1`: which apt suites carry it.
     series: String,
     pub(super) vmlinuz: PathBuf,
+    /// The kernel's configuration (`/boot/config-<release>`): the guest reads from it whether
+    /// KFD was built (`CONFIG_HSA_AMD`).
+    pub(super) config: PathBuf,
     /// The amdgpu chain, decompressed, in load order.
     pub(super) modules: Vec<PathBuf>,
 }
@@ -28,12 +32,19 @@ pub(super) struct Kernel {
 /// so that the host's /etc/apt is neither read for sources nor changed.
 struct Apt {
     dir: PathBuf,
+    /// The guest's architecture; apt's lists then have its packages too (kbuild's host tools
+    /// stay this machine's).
+    arch: Arch,
 }
 
 impl Apt {
-    fn new(cache: &Path, series: &str, mirror: &str) -> Result<Self> {
+    fn new(cache: &Path, series: &str, arch: Arch, mirror: &str) -> Result<Self> {
         let (key_name, suites) = suites(series);
-        let dir = cache.join("apt").join(key_name);
+        let dir = if arch.is_host() {
+            cache.join("apt").join(key_name)
+        } else {
+            cache.join("apt").join(format!("{key_name}-{}", arch.deb()))
+        };
         for sub in ["lists/partial", "archives/partial", "sources.list.d"] {
             fs::create_dir_all(dir.join(sub))?;
         }
@@ -50,7 +61,7 @@ impl Apt {
             )?;
         }
         fs::write(dir.join("sources.list"), list)?;
-        Ok(Self { dir })
+        Ok(Self { dir, arch })
     }
 
     fn command(&self, tool: &str) -> Command {
@@ -66,7 +77,36 @@ impl Apt {
         ] {
             cmd.args(["-o", &opt]);
         }
+        if !self.arch.is_host() {
+            cmd.args(["-o", &format!("APT::Architectures::={}", self.arch.deb())]);
+        }
         cmd
+    }
+
+    /// `apt-get download` of the guest architecture's `package` into `dir`, unless a .deb of
+    /// it is there already; returns the .deb.
+    fn download(&self, dir: &Path, package: &str, guest: bool) -> Result<PathBuf> {
+        if let Some(deb) = find_deb(dir, package)? {
+            return Ok(deb);
+        }
+        self.update()?;
+        let wanted = if guest && !self.arch.is_host() {
+            format!("{package}:{}", self.arch.deb())
+        } else {
+            package.to_owned()
+        };
+        eprintln!("lab: apt-get download {wanted}");
+        run_quiet(
+            self.command("apt-get")
+                .current_dir(dir)
+                .args(["-q", "download", &wanted]),
+        )?;
+        find_deb(dir, package)?.ok_or_else(|| {
+            anyhow!(
+                "apt-get download {wanted} left no .deb in {}",
+                dir.display()
+            )
+        })
     }
 
     /// `apt-get update` of the private lists, at most once a day.
@@ -126,16 +166,16 @@ fn suites(series: &str) -> (&'static str, Vec<(&'static str, &'static str)>) {
     }
 }
 
-/// The version part of `linux-image-<version>-amd64-unsigned` (for sid also
-/// `linux-image-<version>-amd64`: sid has no `-unsigned` package any more, and QEMU boots the
+/// The version part of `linux-image-<version>-<arch>-unsigned` (for sid also
+/// `linux-image-<version>-<arch>`: sid has no `-unsigned` package any more, and QEMU boots the
 /// signed image as well) when it belongs to `series`
 /// (`6.12`, `6.1`, `5.10`; `sid`: any series newer than the stable ones), excluding the cloud
 /// and rt flavours.
-fn image_version<'a>(package: &'a str, series: &str) -> Option<&'a str> {
+fn image_version<'a>(package: &'a str, series: &str, arch: Arch) -> Option<&'a str> {
     let v = package.strip_prefix("linux-image-")?;
-    let v = match v.strip_suffix("-amd64-unsigned") {
+    let v = match v.strip_suffix(&format!("-{}-unsigned", arch.deb())) {
         Some(v) => v,
-        None if series == "sid" => v.strip_suffix("-amd64")?,
+        None if series == "sid" => v.strip_suffix(&format!("-{}", arch.deb()))?,
         None => return None,
     };
     let flavour_ok = !v.ends_with("-cloud") && !v.ends_with("-rt");
@@ -158,10 +198,10 @@ fn version_key(v: &str) -> Vec<u64> {
         .collect()
 }
 
-fn newest_version(packages: &[String], series: &str) -> Option<String> {
+fn newest_version(packages: &[String], series: &str, arch: Arch) -> Option<String> {
     packages
         .iter()
-        .filter_map(|p| image_version(p, series))
+        .filter_map(|p| image_version(p, series, arch))
         .max_by_key(|v| version_key(v))
         .map(str::to_owned)
 }
@@ -172,7 +212,7 @@ fn is_exact_version(v: &str) -> bool {
 }
 
 impl Kernel {
-    pub(super) fn fetch(cache: &Path, wanted: &str, mirror: &str) -> Result<Self> {
+    pub(super) fn fetch(cache: &Path, wanted: &str, arch: Arch, mirror: &str) -> Result<Self> {
         let series = if is_exact_version(wanted) {
             let k = version_key(wanted);
             let s = format!("{}.{}", k[0], k[1]);
@@ -185,14 +225,15 @@ impl Kernel {
             wanted.to_owned()
         };
         let kernels = cache.join("kernels");
-        let apt = Apt::new(cache, &series, mirror)?;
+        let apt = Apt::new(cache, &series, arch, mirror)?;
+        let deb = arch.deb();
         let version = if is_exact_version(wanted) {
             wanted.to_owned()
         } else {
             let resolved = apt.update().and_then(|()| {
                 let names = apt.package_names("linux-image-")?;
-                newest_version(&names, &series)
-                    .ok_or_else(|| anyhow!("no linux-image-{series}.*-amd64-unsigned in the lists"))
+                newest_version(&names, &series, arch)
+                    .ok_or_else(|| anyhow!("no linux-image-{series}.*-{deb}-unsigned in the lists"))
             });
             match resolved {
                 Ok(v) => v,
@@ -204,13 +245,13 @@ impl Kernel {
                         .flatten()
                         .filter(|e| e.path().join("ready").exists())
                         .filter_map(|e| e.file_name().to_str().map(str::to_owned))
-                        .filter_map(|r| r.strip_suffix("-amd64").map(str::to_owned))
+                        .filter_map(|r| r.strip_suffix(&format!("-{deb}")).map(str::to_owned))
                         .collect();
                     let names: Vec<String> = cached
                         .iter()
-                        .map(|v| format!("linux-image-{v}-amd64-unsigned"))
+                        .map(|v| format!("linux-image-{v}-{deb}-unsigned"))
                         .collect();
-                    let v = newest_version(&names, &series).ok_or_else(|| {
+                    let v = newest_version(&names, &series, arch).ok_or_else(|| {
                         e.context(format!(
                             "cannot resolve the newest Debian {series} kernel and none is cached; \
                              check the network (the lab needs {mirror}) or pass --kernel <exact version>"
@@ -221,7 +262,7 @@ impl Kernel {
                 }
             }
         };
-        let release = format!("{version}-amd64");
+        let release = format!("{version}-{deb}");
         let dir = kernels.join(&release);
         let ready = dir.join("ready");
         if !ready.exists() {
@@ -230,10 +271,10 @@ impl Kernel {
             // The unsigned image (one package). sid has none: its kernel is split into
             // linux-binary (vmlinuz), linux-modules and linux-base (config), which the signed
             // linux-image package only depends on.
-            let unsigned = format!("linux-image-{version}-amd64-unsigned");
+            let unsigned = format!("linux-image-{version}-{deb}-unsigned");
             let split: Vec<String> = ["binary", "modules", "base"]
                 .iter()
-                .map(|part| format!("linux-{part}-{version}-amd64"))
+                .map(|part| format!("linux-{part}-{version}-{deb}"))
                 .collect();
             let debs = cache.join("debs");
             fs::create_dir_all(&debs)?;
@@ -259,21 +300,9 @@ impl Kernel {
             };
             let root = dir.join("root");
             for package in &packages {
-                let deb = match find_deb(&debs, package)? {
-                    Some(d) => d,
-                    None => {
-                        apt.update()?;
-                        eprintln!("lab: apt-get download {package}");
-                        run_quiet(
-                            apt.command("apt-get")
-                                .current_dir(&debs)
-                                .args(["-q", "download", package]),
-                        )
-                        .context("downloading the kernel package (never installed on this host)")?;
-                        find_deb(&debs, package)?
-                            .ok_or_else(|| anyhow!("apt-get download left no .deb"))?
-                    }
-                };
+                let deb = apt
+                    .download(&debs, package, true)
+                    .context("downloading the kernel package (never installed on this host)")?;
                 eprintln!("lab: dpkg -x {}", deb.display());
                 run_quiet(Command::new("dpkg").arg("-x").arg(&deb).arg(&root))?;
             }
@@ -355,14 +384,41 @@ impl Kernel {
                 .map(|m| dir.join("lab-modules").join(m))
                 .collect(),
             vmlinuz: dir.join("vmlinuz"),
+            config: dir.join("config"),
             release,
+            arch,
             series,
         })
     }
 
     /// The Debian package version part of the release: `6.12.117+deb12`.
     fn version(&self) -> &str {
-        self.release.strip_suffix("-amd64").unwrap_or(&self.release)
+        self.release
+            .strip_suffix(&format!("-{}", self.arch.deb()))
+            .unwrap_or(&self.release)
+    }
+
+    /// A static busybox for the guest: this machine's (checked static by the host tools) when
+    /// the guest has its architecture, else Debian 12's `busybox-static` of the guest's
+    /// architecture (bookworm: the 6.12 kernel's backports suite has no busybox), unpacked
+    /// into the cache.
+    pub(super) fn busybox(&self, cache: &Path, mirror: &str) -> Result<PathBuf> {
+        if self.arch.is_host() {
+            return which("busybox");
+        }
+        let dir = cache.join("busybox").join(self.arch.deb());
+        let bin = dir.join("busybox");
+        if bin.exists() {
+            return Ok(bin);
+        }
+        fs::create_dir_all(&dir)?;
+        let apt = Apt::new(cache, "6.1", self.arch, mirror)?;
+        let deb = apt.download(&dir, "busybox-static", true)?;
+        let root = dir.join("root");
+        run_quiet(Command::new("dpkg").arg("-x").arg(&deb).arg(&root))?;
+        fs::copy(root.join("bin/busybox"), &bin).context("busybox-static has no bin/busybox")?;
+        fs::remove_dir_all(&root)?;
+        Ok(bin)
     }
 
     /// Kernel headers for building test modules: `linux-headers-<ver>-amd64`, `-common` and the
@@ -375,7 +431,7 @@ impl Kernel {
             return Ok(tree);
         }
         let _ = fs::remove_dir_all(&base);
-        let apt = Apt::new(cache, &self.series, mirror)?;
+        let apt = Apt::new(cache, &self.series, self.arch, mirror)?;
         apt.update()?;
         let v = self.version();
         let kbuild = apt.package_names("linux-kbuild-")?;
@@ -390,18 +446,15 @@ impl Kernel {
         let common = format!("linux-headers-{v}-common");
         let debs = cache.join("debs");
         fs::create_dir_all(&debs)?;
-        let packages = [format!("linux-headers-{}", self.release), common, kbuild];
-        for package in &packages {
-            if find_deb(&debs, package)?.is_none() {
-                eprintln!("lab: apt-get download {package}");
-                run_quiet(
-                    apt.command("apt-get")
-                        .current_dir(&debs)
-                        .args(["-q", "download", package]),
-                )?;
-            }
-            let deb = find_deb(&debs, package)?
-                .ok_or_else(|| anyhow!("apt-get download {package} left no .deb"))?;
+        // The headers are the guest's architecture; -common is `all`; kbuild's tools run here,
+        // so it is this machine's (a cross build: `make ARCH= CROSS_COMPILE=`).
+        let packages = [
+            (format!("linux-headers-{}", self.release), true),
+            (common, false),
+            (kbuild, false),
+        ];
+        for (package, guest) in &packages {
+            let deb = apt.download(&debs, package, *guest)?;
             run_quiet(Command::new("dpkg").arg("-x").arg(&deb).arg(&base))?;
         }
         // The -amd64 Makefile includes the -common one by its installed, absolute path.
@@ -424,6 +477,7 @@ pub(super) fn build_test_modules(
     root: &Path,
     headers: &Path,
     build: &Path,
+    arch: Arch,
 ) -> Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     let Ok(dirs) = fs::read_dir(root.join("lab/modules")) else {
@@ -435,7 +489,11 @@ pub(super) fn build_test_modules(
         .filter(|p| p.is_dir())
         .collect();
     dirs.sort();
-    let overrides = make_overrides(headers);
+    let mut overrides = make_overrides(headers, arch);
+    if !arch.is_host() {
+        overrides.push(format!("ARCH={}", arch.kbuild()));
+        overrides.push(format!("CROSS_COMPILE={}", arch.gnu_prefix()));
+    }
     for src in dirs {
         let name = src
             .file_name()
@@ -561,21 +619,22 @@ fn wrap_newer_glibc_tools(base: &Path, apt: &Apt) -> Result<()> {
 
 /// The compiler for the test modules when the kernel's own is not installed here: Debian's
 /// headers name it in `.kernelvariables` (`CC = … $(CROSS_COMPILE)gcc-12`; gcc-10 for bullseye's
-/// 5.10, a newer one for sid). Then the newest `x86_64-linux-gnu-gcc-N` on PATH builds them (the
+/// 5.10, a newer one for sid). Then the newest `<arch>-linux-gnu-gcc-N` on PATH builds them (the
 /// headers set `DEBIAN_KERNEL_NO_CC_VERSION_CHECK`). None: the headers' own choice.
-fn module_compiler(headers: &Path) -> Option<String> {
+fn module_compiler(headers: &Path, arch: Arch) -> Option<String> {
     let vars = fs::read_to_string(headers.join(".kernelvariables")).ok()?;
+    let prefix = arch.gnu_prefix();
     let wanted = vars
         .lines()
         .filter(|l| l.trim_start().starts_with("CC ="))
         .find_map(|l| l.split_whitespace().last())?
-        .replace("$(CROSS_COMPILE)", "x86_64-linux-gnu-");
+        .replace("$(CROSS_COMPILE)", prefix);
     if have(&wanted) {
         return None;
     }
     let newest = (8..=30)
         .rev()
-        .map(|n| format!("x86_64-linux-gnu-gcc-{n}"))
+        .map(|n| format!("{prefix}gcc-{n}"))
         .find(|c| have(c))?;
     eprintln!("lab: the kernel was built with {wanted}, not installed here: using {newest}");
     Some(newest)
@@ -586,9 +645,9 @@ fn module_compiler(headers: &Path) -> Option<String> {
 /// pass it options it lacks (`-fmin-function-alignment`, gcc 14; sid's kernel is built with
 /// gcc 16), and module BTF left out where the kernel's pahole was newer than 1.26 and this
 /// one is older (Kbuild would pass `--btf_features`, which older pahole refuses).
-fn make_overrides(headers: &Path) -> Vec<String> {
+fn make_overrides(headers: &Path, arch: Arch) -> Vec<String> {
     let mut out = Vec::new();
-    if let Some(cc) = module_compiler(headers) {
+    if let Some(cc) = module_compiler(headers, arch) {
         out.push(format!("CC={cc}"));
         out.push("CONFIG_CC_HAS_MIN_FUNCTION_ALIGNMENT=".into());
     }
@@ -646,16 +705,28 @@ mod tests {
             "linux-image-6.1.0-47-amd64-unsigned",
             "linux-image-6.1.0-47-cloud-amd64-unsigned",
             "linux-image-6.12.200+deb12-amd64", // signed image: not this package
+            "linux-image-6.12.119+deb12-arm64-unsigned",
+            "linux-image-6.12.119+deb12-arm64-16k-unsigned",
+            "linux-image-6.12.119+deb12-cloud-arm64-unsigned",
         ]
         .iter()
         .map(|s| s.to_string())
         .collect();
         assert_eq!(
-            newest_version(&names, "6.12").as_deref(),
+            newest_version(&names, "6.12", Arch::X86_64).as_deref(),
             Some("6.12.117+deb12")
         );
-        assert_eq!(newest_version(&names, "6.1").as_deref(), Some("6.1.0-47"));
-        assert_eq!(newest_version(&names, "6.6"), None);
+        assert_eq!(
+            newest_version(&names, "6.1", Arch::X86_64).as_deref(),
+            Some("6.1.0-47")
+        );
+        assert_eq!(newest_version(&names, "6.6", Arch::X86_64), None);
+        // arm64's images by their own suffix (a newer arm64 build does not leak into amd64).
+        assert_eq!(
+            newest_version(&names, "6.12", Arch::Arm64).as_deref(),
+            Some("6.12.119+deb12")
+        );
+        assert_eq!(newest_version(&names, "6.1", Arch::Arm64), None);
         assert!(is_exact_version("6.12.117+deb12") && is_exact_version("6.1.0-47"));
         assert!(!is_exact_version("6.12") && !is_exact_version("6.1"));
     }
@@ -677,10 +748,13 @@ mod tests {
         .map(|s| s.to_string())
         .collect();
         assert_eq!(
-            newest_version(&names, "sid").as_deref(),
+            newest_version(&names, "sid", Arch::X86_64).as_deref(),
             Some("7.2.13+deb14")
         );
-        assert_eq!(newest_version(&names, "5.10").as_deref(), Some("5.10.0-46"));
+        assert_eq!(
+            newest_version(&names, "5.10", Arch::X86_64).as_deref(),
+            Some("5.10.0-46")
+        );
         assert_eq!(suites("5.10").0, "5.10");
         assert_eq!(suites("7.2").0, "sid");
         assert_eq!(suites("sid").1, [("debian", "sid")]);

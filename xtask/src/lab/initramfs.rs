@@ -8,7 +8,6 @@ use std::{
 };
 
 use super::debian::Kernel;
-use crate::host::which;
 use anyhow::{Context as _, Result, anyhow};
 
 /// A `newc` cpio archive, written directly (no cpio tool, no root needed for device nodes).
@@ -85,6 +84,7 @@ pub(super) fn write_initramfs(
     path: &Path,
     root: &Path,
     kernel: &Kernel,
+    busybox: &Path,
     gpu_trace: &Path,
     client: &Path,
     test_modules: &[PathBuf],
@@ -106,7 +106,7 @@ pub(super) fn write_initramfs(
     }
     cpio.char_dev("dev/console", 5, 1)?;
     cpio.file("init", 0o755, &fs::read(root.join("lab/init.sh"))?)?;
-    cpio.file("bin/busybox", 0o755, &fs::read(which("busybox")?)?)?;
+    cpio.file("bin/busybox", 0o755, &fs::read(busybox)?)?;
     cpio.file("bin/gpu-trace", 0o755, &fs::read(gpu_trace)?)?;
     cpio.file("bin/lab-client", 0o755, &fs::read(client)?)?;
     let mut order = String::new();
@@ -119,6 +119,7 @@ pub(super) fn write_initramfs(
         writeln!(order, "{name}")?;
     }
     cpio.file("lib/modules/lab/order", 0o644, order.as_bytes())?;
+    cpio.file("lib/modules/lab/config", 0o644, &fs::read(&kernel.config)?)?;
     for m in test_modules {
         let name = m
             .file_name()

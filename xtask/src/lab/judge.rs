@@ -142,6 +142,9 @@ impl Fields {
 enum Status {
     Pass,
     Fail,
+    /// The kernel cannot run what the check needs, and another check asserts exactly why
+    /// (`a.kfd`, see [`Kfd`]): printed as `N/A` with the reason, counted apart, never a pass.
+    NotApplicable,
 }
 
 #[derive(Debug)]
@@ -194,7 +197,151 @@ pub(super) fn judge(r: &Results) -> Vec<Check> {
     judge_lsm(r, &mut c);
     judge_deny(r, &mut c);
     entry::judge_entry(r, &mut c);
+    match Kfd::of(r) {
+        Kfd::Usable => {}
+        kfd => not_applicable(&mut c, &kfd),
+    }
+    note_skipped_runs(r, &mut c);
     c
+}
+
+/// gpu-trace's exit warning that the kernel skipped runs of its programs (a program already
+/// running on that CPU: preempted inside it, as under TCG on a lazily preemptible kernel).
+const SKIPPED_RUNS: &str = "WARNING: the kernel skipped";
+
+/// A failed check in a guest where some traced run lost calls to the kernel's skipping says so:
+/// the failure stays a failure, with its likely cause named.
+fn note_skipped_runs(r: &Results, c: &mut [Check]) {
+    let runs: Vec<String> = r
+        .blocks
+        .iter()
+        .filter(|(name, b)| name.ends_with(".stderr") && b.text.contains(SKIPPED_RUNS))
+        .map(|(name, b)| {
+            let line = b
+                .text
+                .lines()
+                .find(|l| l.contains(SKIPPED_RUNS))
+                .unwrap_or("");
+            let count = line
+                .split(SKIPPED_RUNS)
+                .nth(1)
+                .and_then(|rest| rest.split_whitespace().next())
+                .unwrap_or("?");
+            format!("{} ({count})", name.trim_end_matches(".stderr"))
+        })
+        .collect();
+    if runs.is_empty() {
+        return;
+    }
+    for ch in c.iter_mut().filter(|ch| ch.status == Status::Fail) {
+        ch.detail.push_str(&format!(
+            "\n      note: in this guest the kernel skipped runs of gpu-trace's programs, each losing \
+             its calls, in: {} (gpu-trace's WARNING at exit)",
+            runs.join(", ")
+        ));
+    }
+}
+
+/// What the guest's KFD allows. On a kernel where it cannot serve a process at all, the checks
+/// that need KFD calls cannot pass or fail on gpu-trace's merits; `a.kfd` then asserts the
+/// kernel's own reason instead, and the rest of those checks are not applicable.
+#[derive(Debug, PartialEq, Eq)]
+enum Kfd {
+    /// /dev/kfd answers (5.10–6.19 without a GPU): every AMD check is judged.
+    Usable,
+    /// The kernel was built without KFD (`CONFIG_HSA_AMD` not set: Debian's arm64 kernels).
+    /// amdgpu loads, but there is no /dev/kfd and none of KFD's functions.
+    NotBuilt { config: String },
+    /// Linux 7.0 on: KFD refuses every `open()` while no AMD GPU is initialised ("no gpu
+    /// node!", from "drm/amdkfd: kfd driver supports hot unplug/replug amdgpu devices").
+    /// The functions exist, so the checks of what attaches to them are still judged.
+    NoGpuNode { refusal: String },
+}
+
+/// Checks that need KFD's functions in the kernel (attach only).
+const NEEDS_KFD_FUNCTIONS: [&str; 1] = ["f.deep_select"];
+/// Checks that need KFD calls to succeed (the client's `kprobe` and `lsm` steps open /dev/kfd
+/// before anything else).
+const NEEDS_KFD_CALLS: [&str; 13] = [
+    "a.kfd_version",
+    "c.driver",
+    "c.trace",
+    "d.kprobe",
+    "d.ambiguous",
+    "d.fentry",
+    "e.lsm",
+    "e.deny_amd",
+    "e.deny_cgroup_amd",
+    "f.deep_events",
+    "f.deep_kprobe",
+    "f.deep_release",
+    "z.kfd_entry",
+];
+
+impl Kfd {
+    fn of(r: &Results) -> Self {
+        if let Some(config) = r.fact("hsa_amd").and_then(|v| v.strip_prefix("n")) {
+            return Kfd::NotBuilt {
+                config: config.trim().to_owned(),
+            };
+        }
+        let refused = r
+            .find("error", &[("open", "/dev/kfd")])
+            .is_some_and(|f| f.int("errno") == Some(EINVAL));
+        match r.fact("kfd_refusal") {
+            Some(refusal) if refused && refusal.contains("no gpu node") => Kfd::NoGpuNode {
+                refusal: refusal.trim().to_owned(),
+            },
+            _ => Kfd::Usable,
+        }
+    }
+
+    /// `a.kfd` on a kernel whose KFD cannot serve: its reason, as the guest showed it, and
+    /// gpu-trace's doctor saying that the AMD driver cannot be used.
+    fn check(&self, r: &Results) -> Check {
+        let doctor = r.block("doctor").map_or("", |b| b.text.as_str());
+        let amd_row = doctor
+            .lines()
+            .find(|l| l.starts_with("AMD") && l.contains(" driver "))
+            .unwrap_or("")
+            .trim();
+        let said_no = amd_row.split_whitespace().nth(2) == Some("no");
+        let kfd = r.fact("kfd").unwrap_or("(no fact)");
+        match self {
+            Kfd::Usable => unreachable!("a.kfd is judged as usual"),
+            Kfd::NotBuilt { config } => Check::new(
+                "a.kfd",
+                "kernel without KFD: no /dev/kfd, and gpu-trace doctor says the AMD driver is absent",
+                kfd == "absent" && said_no,
+                format!("{config}; /dev/kfd {kfd}; doctor: `{amd_row}`"),
+            ),
+            Kfd::NoGpuNode { refusal } => Check::new(
+                "a.kfd",
+                "KFD refuses processes without a GPU (Linux 7.0 on): open() EINVAL with the kernel's reason, doctor says why",
+                kfd.starts_with("present") && said_no,
+                format!("/dev/kfd {kfd}; open: EINVAL; dmesg: `{refusal}`; doctor: `{amd_row}`"),
+            ),
+        }
+    }
+}
+
+/// Marks the checks a kernel's KFD cannot serve as not applicable (see [`Kfd`]) and puts its
+/// own `a.kfd` in place of the usual one.
+fn not_applicable(c: &mut [Check], kfd: &Kfd) {
+    let why = match kfd {
+        Kfd::Usable => return,
+        Kfd::NotBuilt { .. } => "this kernel has no KFD (a.kfd)",
+        Kfd::NoGpuNode { .. } => "this kernel's KFD serves no process without a GPU (a.kfd)",
+    };
+    let functions_too = matches!(kfd, Kfd::NotBuilt { .. });
+    for ch in c.iter_mut() {
+        if NEEDS_KFD_CALLS.contains(&ch.id)
+            || (functions_too && NEEDS_KFD_FUNCTIONS.contains(&ch.id))
+        {
+            ch.status = Status::NotApplicable;
+            ch.detail = format!("{why}; as judged: {}", ch.detail);
+        }
+    }
 }
 
 /// Module BTF (`/sys/kernel/btf/<module>`, and fentry/fexit on a module's functions through it)
@@ -301,12 +448,10 @@ fn judge_kernel(r: &Results, c: &mut Vec<Check>) {
         },
     ));
     let kfd = r.fact("kfd").unwrap_or("(no fact)");
-    c.push(Check::new(
-        "a.kfd",
-        "/dev/kfd present",
-        kfd.starts_with("present"),
-        kfd,
-    ));
+    c.push(match Kfd::of(r) {
+        Kfd::Usable => Check::new("a.kfd", "/dev/kfd present", kfd.starts_with("present"), kfd),
+        other => other.check(r),
+    });
     let v = r.find("kfd", &[("rc", "0")]);
     c.push(Check::new(
         "a.kfd_version",
@@ -1865,6 +2010,7 @@ pub(super) fn print_report(checks: &[Check], what: &str) {
         let tag = match ch.status {
             Status::Pass => "PASS",
             Status::Fail => "FAIL",
+            Status::NotApplicable => "N/A ",
         };
         println!("{tag}  {:<14} {}\n      {}", ch.id, ch.title, ch.detail);
     }
@@ -1872,18 +2018,30 @@ pub(super) fn print_report(checks: &[Check], what: &str) {
     for ch in checks.iter().filter(|c| c.status == Status::Fail) {
         println!("FAILED: lab: {}: {}", ch.id, ch.title);
     }
+    for ch in checks.iter().filter(|c| c.status == Status::NotApplicable) {
+        println!("NOT APPLICABLE: lab: {what}: {}: {}", ch.id, ch.title);
+    }
 }
 
 /// The overall verdict over every kernel's checks: an error (non-zero exit) on any FAIL.
 pub(super) fn verdict(runs: &[Vec<Check>]) -> Result<()> {
     let count = |s| runs.iter().flatten().filter(|c| c.status == s).count();
-    let (pass, fail) = (count(Status::Pass), count(Status::Fail));
+    let (pass, fail, na) = (
+        count(Status::Pass),
+        count(Status::Fail),
+        count(Status::NotApplicable),
+    );
     let kernels = runs.len();
+    let na = if na > 0 {
+        format!(", {na} not applicable (the NOT APPLICABLE lines say which)")
+    } else {
+        String::new()
+    };
     if fail > 0 {
-        println!("lab: FAIL ({pass} passed, {fail} failed; {kernels} kernel(s))");
+        println!("lab: FAIL ({pass} passed, {fail} failed{na}; {kernels} kernel(s))");
         bail!("the lab failed {fail} check(s); the logs above say which and why");
     }
-    println!("lab: PASS ({pass} passed; {kernels} kernel(s))");
+    println!("lab: PASS ({pass} passed{na}; {kernels} kernel(s))");
     Ok(())
 }
 
@@ -2610,5 +2768,156 @@ mod tests {
         for (id, st) in statuses("") {
             assert_eq!(st, Status::Fail, "{id}");
         }
+    }
+
+    /// The doctor's AMD driver row of GOOD, and what it says on a kernel whose KFD cannot serve.
+    const AMD_YES: &str = "AMD     driver                yes  KFD 1.11 (AMDKFD_IOC_GET_VERSION); 0 GPU node(s) in the KFD topology";
+
+    #[test]
+    fn a_kernel_without_kfd_asserts_why_and_the_amd_checks_are_not_applicable() {
+        // Debian's arm64 kernels: amdgpu without KFD (CONFIG_HSA_AMD not set).
+        let no_kfd = GOOD
+            .replace(
+                "LAB fact kfd=present dev=f3:0 proc_devices_major=243",
+                "LAB fact hsa_amd=n # CONFIG_HSA_AMD is not set\nLAB fact kfd=absent",
+            )
+            .replace(
+                AMD_YES,
+                "AMD     driver                no   amdgpu is loaded but /dev/kfd is missing",
+            );
+        let s = statuses(&no_kfd);
+        assert_eq!(s["a.kfd"], Status::Pass);
+        for (id, st) in &s {
+            let amd = NEEDS_KFD_CALLS.contains(id) || NEEDS_KFD_FUNCTIONS.contains(id);
+            let want = if amd {
+                Status::NotApplicable
+            } else {
+                Status::Pass
+            };
+            assert_eq!(*st, want, "{id}");
+        }
+        // The same kernel with a doctor that claims the driver works, or a /dev/kfd: a.kfd fails.
+        assert_eq!(
+            statuses(&no_kfd.replace(
+                "AMD     driver                no ",
+                "AMD     driver                yes"
+            ))["a.kfd"],
+            Status::Fail
+        );
+        assert_eq!(
+            statuses(&no_kfd.replace("LAB fact kfd=absent", "LAB fact kfd=present dev=f3:0"))["a.kfd"],
+            Status::Fail
+        );
+        // And the verdict counts them apart: no failure, not passes either.
+        let checks = judge(&Results::parse(&no_kfd));
+        let na = checks
+            .iter()
+            .filter(|c| c.status == Status::NotApplicable)
+            .count();
+        assert_eq!(na, NEEDS_KFD_CALLS.len() + NEEDS_KFD_FUNCTIONS.len());
+        assert!(verdict(&[checks]).is_ok());
+    }
+
+    #[test]
+    fn kfd_refusing_processes_without_a_gpu_keeps_the_attach_checks() {
+        // Linux 7.0 on (Debian sid): open("/dev/kfd") is EINVAL, the kernel says why.
+        let refused = GOOD
+            .replace(
+                "LAB kfd get_version rc=0 major=1 minor=11",
+                "LAB error open=/dev/kfd errno=22 (Invalid argument)",
+            )
+            .replace(
+                "LAB fact kfd=present",
+                "LAB fact hsa_amd=y\nLAB fact kfd_refusal=amdgpu: no gpu node! Cannot create KFD process\nLAB fact kfd=present",
+            )
+            .replace(
+                AMD_YES,
+                "AMD     driver                no   /dev/kfd exists but opening /dev/kfd: Invalid argument (os error 22)",
+            );
+        let s = statuses(&refused);
+        assert_eq!(s["a.kfd"], Status::Pass);
+        for id in NEEDS_KFD_CALLS {
+            assert_eq!(s[id], Status::NotApplicable, "{id}");
+        }
+        for id in NEEDS_KFD_FUNCTIONS {
+            assert_eq!(s[id], Status::Pass, "{id}");
+        }
+        // Without the kernel's reason the refusal is a failure, as before.
+        let unexplained = refused.replace("no gpu node! ", "");
+        let s = statuses(&unexplained);
+        assert_eq!(s["a.kfd_version"], Status::Fail);
+        assert!(s.values().all(|st| *st != Status::NotApplicable));
+    }
+
+    #[test]
+    fn a_failure_in_a_guest_whose_kernel_skipped_runs_names_them() {
+        let warning = "gpu-trace: WARNING: the kernel skipped 35 run(s) of gpu-trace's programs (sys_exit_btf 35): each was already running on that CPU, so the calls of those runs were not seen";
+        // The 6.1 log with one client event missing and the warning in that run's stderr.
+        let broken = GOOD.replacen(
+            "LAB-END deny_nv.stderr",
+            &format!("{warning}\nLAB-END deny_nv.stderr"),
+            1,
+        );
+        assert_ne!(broken, GOOD, "the log has a deny_nv stderr block");
+        let checks = judge(&Results::parse(&broken));
+        // Nothing failed: no note anywhere.
+        assert!(checks.iter().all(|c| !c.detail.contains("skipped runs")));
+        let failing = broken.replacen("LAB kfd get_version rc=0 major=1 minor=11", "", 1);
+        let checks = judge(&Results::parse(&failing));
+        let kv = checks.iter().find(|c| c.id == "a.kfd_version").unwrap();
+        assert_eq!(kv.status, Status::Fail);
+        assert!(
+            kv.detail.contains(
+                "skipped runs of gpu-trace's programs, each losing its calls, in: deny_nv (35)"
+            ),
+            "{}",
+            kv.detail
+        );
+    }
+
+    /// Debian sid's 7.2.13+deb14 as its guest wrote it (`cargo xtask lab --kernel sid` of this
+    /// tree, 2026-11-25 20:09, single-threaded TCG), copied from
+    /// `target/lab-cache/run/7.2.13+deb14-amd64/results.log` (CRs removed): KFD refuses open().
+    const SID: &str = include_str!("../../testdata/lab-sid-results.log");
+    /// Debian's arm64 6.12.117+deb12 (`cargo xtask lab --arch arm64`, same tree and day), from
+    /// `target/lab-cache/run/6.12.117+deb12-arm64/results.log`: a kernel without KFD.
+    const ARM64: &str = include_str!("../../testdata/lab-arm64-6.12-results.log");
+
+    /// Every check of `text` passed except `na`, which are not applicable; the same ids as a
+    /// current x86-64 kernel's log.
+    fn passes_but(text: &str, na: &[&str]) {
+        let s = statuses(text);
+        for (id, st) in &s {
+            let want = if na.contains(id) {
+                Status::NotApplicable
+            } else {
+                Status::Pass
+            };
+            assert_eq!(*st, want, "{id}: {:#?}", judge(&Results::parse(text)));
+        }
+        let current: Vec<_> = statuses(GOOD).into_keys().collect();
+        assert_eq!(s.into_keys().collect::<Vec<_>>(), current);
+    }
+
+    #[test]
+    fn sid_passes_with_the_checks_that_make_kfd_calls_not_applicable() {
+        passes_but(SID, &NEEDS_KFD_CALLS);
+        // Its a.kfd is the refusal's own check, with the kernel's words.
+        let kfd = judge(&Results::parse(SID))
+            .into_iter()
+            .find(|c| c.id == "a.kfd")
+            .unwrap();
+        assert!(kfd.detail.contains("no gpu node!"), "{}", kfd.detail);
+    }
+
+    #[test]
+    fn arm64_passes_with_every_kfd_check_not_applicable() {
+        let na: Vec<&str> = NEEDS_KFD_CALLS
+            .iter()
+            .chain(&NEEDS_KFD_FUNCTIONS)
+            .copied()
+            .collect();
+        passes_but(ARM64, &na);
+        assert_eq!(Results::parse(ARM64).fact("arch"), Some("aarch64"));
     }
 }
