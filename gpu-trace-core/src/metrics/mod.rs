@@ -867,7 +867,11 @@ impl Metrics {
             (&h.read_failed, k.read_failed, last.read_failed),
             (&h.records, k.emitted, last.emitted),
             (&h.fd_lookup, k.fd_lookup_failed, last.fd_lookup_failed),
-            (&h.skipped, k.skipped, last.skipped),
+            (
+                &h.skipped,
+                k.skipped.unwrap_or(0),
+                last.skipped.unwrap_or(0),
+            ),
             (&h.denied, k.denied, last.denied),
         ] {
             c.inc_by(now.saturating_sub(before));

@@ -126,8 +126,9 @@ pub struct KernelCounters {
     pub denied: u64,
     /// Runs of the kernel programs the kernel skipped because the program was already running
     /// on that CPU (`recursion_misses`): each a call not looked at, a GPU call among them lost.
-    #[serde(default)]
-    pub skipped: u64,
+    /// `None`: not known (a recording made before gpu-trace counted them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<u64>,
 }
 
 /// Event counts of one process.
@@ -640,7 +641,7 @@ impl Stats {
         let optional = [
             ("fd_lookup_failed", self.kernel.fd_lookup_failed),
             ("denied", self.kernel.denied),
-            ("skipped", self.kernel.skipped),
+            ("skipped", self.kernel.skipped.unwrap_or(0)),
             ("malformed", self.malformed),
             ("decode_errors", self.decode_errors),
             ("live_at_exit", self.live_at_exit),
@@ -1231,7 +1232,7 @@ PID      COMM             TASK_INIT SCHEDULE SCHED_UPDATE PREEMPT WORK_SUBMIT TA
             emitted: 1_000_000,
             fd_lookup_failed: 5,
             denied: 0,
-            skipped: 0,
+            skipped: None,
         };
         let text = s.render_text(false);
         let expected = "\

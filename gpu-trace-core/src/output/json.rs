@@ -179,7 +179,7 @@
 //! | `work_submit`           | integer         | `WORK_SUBMIT` events |
 //! | `task_destroy`          | integer         | `TASK_DESTROY` events |
 //! | `task_destroy_implicit` | integer         | of those, implicit |
-//! | `kernel`                | object          | counters of the kernel programs: `dropped` (ring buffer full), `read_failed` (driver arguments unreadable), `ignored` (calls not of interest), `emitted` (records sent), `fd_lookup_failed` (fd not resolved), `denied` (schedules refused by `--deny-pid`), `skipped` (program runs the kernel skipped: the program was already running on that CPU); all integers |
+//! | `kernel`                | object          | counters of the kernel programs: `dropped` (ring buffer full), `read_failed` (driver arguments unreadable), `ignored` (calls not of interest), `emitted` (records sent), `fd_lookup_failed` (fd not resolved), `denied` (schedules refused by `--deny-pid`), `skipped` (program runs the kernel skipped: the program was already running on that CPU; absent in the replay of a recording made before it was counted); all integers |
 //! | `malformed`             | integer         | records userspace could not parse |
 //! | `decode_errors`         | integer         | driver calls whose arguments could not be decoded |
 //! | `live_at_exit`          | integer         | tasks still alive when tracing stopped |
@@ -840,7 +840,7 @@ mod tests {
             emitted: 4,
             fd_lookup_failed: 5,
             denied: 0,
-            skipped: 11,
+            skipped: Some(11),
         };
         stats.malformed = 6;
         stats.decode_errors = 7;

@@ -665,7 +665,7 @@ impl Tracer {
             emitted: sum(counter::EMITTED)?,
             fd_lookup_failed: sum(counter::FD_LOOKUP_FAILED)?,
             denied: sum(counter::DENIED)?,
-            skipped: self.skipped_runs(),
+            skipped: Some(self.skipped_runs()),
         })
     }
 
