@@ -2,6 +2,8 @@
 //! `arm64` kernel in `qemu-system-aarch64`, binaries cross-built on this x86-64 machine) than
 //! for an x86-64 one, in one place.
 
+use std::path::Path;
+
 use clap::ValueEnum;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -68,6 +70,42 @@ impl Arch {
         match self {
             Arch::X86_64 => ("ttyS0", "ttyS1"),
             Arch::Arm64 => ("ttyAMA0", "ttyS0"),
+        }
+    }
+
+    /// QEMU's machine, accelerator (`accel`: `kvm` or the TCG setting), CPU and results port
+    /// (the file `results`, beside the console that `-serial` names first).
+    pub(super) fn machine_args(self, accel: &str, results: &Path) -> Vec<String> {
+        let results = results.display();
+        match self {
+            Arch::X86_64 => {
+                let cpu = if accel == "kvm" { "host" } else { "max" };
+                vec![
+                    "-machine".into(),
+                    "q35".into(),
+                    "-accel".into(),
+                    accel.into(),
+                    "-cpu".into(),
+                    cpu.into(),
+                    "-serial".into(),
+                    format!("file:{results}"),
+                ]
+            }
+            // `virt` has one UART (the console); the results go to a PCI 16550. `max` with
+            // QEMU's own pointer-authentication algorithm: the architected one (QARMA) is
+            // several times slower under TCG.
+            Arch::Arm64 => vec![
+                "-machine".into(),
+                "virt".into(),
+                "-accel".into(),
+                accel.into(),
+                "-cpu".into(),
+                "max,pauth-impdef=on".into(),
+                "-device".into(),
+                "pci-serial,chardev=results".into(),
+                "-chardev".into(),
+                format!("file,id=results,path={results}"),
+            ],
         }
     }
 

@@ -74,6 +74,15 @@ pub(super) fn build_client(root: &Path, out_dir: &Path, arch: Arch) -> Result<Pa
     Ok(out)
 }
 
+/// `uname -m`'s name of an ELF file's machine (`e_machine`), where the lab knows it.
+pub(super) fn elf_machine(bytes: &[u8]) -> Option<&'static str> {
+    match u16::from_le_bytes([*bytes.get(18)?, *bytes.get(19)?]) {
+        62 => Some("x86_64"),
+        183 => Some("aarch64"),
+        _ => None,
+    }
+}
+
 /// True when the ELF file has no program interpreter (PT_INTERP), i.e. is statically linked.
 pub(crate) fn is_static_elf(bytes: &[u8]) -> Result<bool> {
     ensure!(

@@ -185,7 +185,8 @@ impl Check {
 
 pub(super) fn judge(r: &Results) -> Vec<Check> {
     let mut c = Vec::new();
-    judge_kernel(r, &mut c);
+    let kfd = Kfd::of(r);
+    judge_kernel(r, &kfd, &mut c);
     judge_nvidia(r, &mut c);
     judge_nvidia_device(r, &mut c);
     judge_amd(r, &mut c);
@@ -197,10 +198,7 @@ pub(super) fn judge(r: &Results) -> Vec<Check> {
     judge_lsm(r, &mut c);
     judge_deny(r, &mut c);
     entry::judge_entry(r, &mut c);
-    match Kfd::of(r) {
-        Kfd::Usable => {}
-        kfd => not_applicable(&mut c, &kfd),
-    }
+    not_applicable(&mut c, &kfd);
     note_skipped_runs(r, &mut c);
     c
 }
@@ -296,8 +294,8 @@ impl Kfd {
         }
     }
 
-    /// `a.kfd` on a kernel whose KFD cannot serve: its reason, as the guest showed it, and
-    /// gpu-trace's doctor saying that the AMD driver cannot be used.
+    /// `a.kfd`: /dev/kfd present; on a kernel whose KFD cannot serve, its reason as the guest
+    /// showed it, and gpu-trace's doctor saying that the AMD driver cannot be used.
     fn check(&self, r: &Results) -> Check {
         let doctor = r.block("doctor").map_or("", |b| b.text.as_str());
         let amd_row = doctor
@@ -308,7 +306,7 @@ impl Kfd {
         let said_no = amd_row.split_whitespace().nth(2) == Some("no");
         let kfd = r.fact("kfd").unwrap_or("(no fact)");
         match self {
-            Kfd::Usable => unreachable!("a.kfd is judged as usual"),
+            Kfd::Usable => Check::new("a.kfd", "/dev/kfd present", kfd.starts_with("present"), kfd),
             Kfd::NotBuilt { config } => Check::new(
                 "a.kfd",
                 "kernel without KFD: no /dev/kfd, and gpu-trace doctor says the AMD driver is absent",
@@ -325,8 +323,8 @@ impl Kfd {
     }
 }
 
-/// Marks the checks a kernel's KFD cannot serve as not applicable (see [`Kfd`]) and puts its
-/// own `a.kfd` in place of the usual one.
+/// Marks the checks a kernel's KFD cannot serve as not applicable (see [`Kfd`]; its `a.kfd`,
+/// judged with the kernel's checks, asserts why).
 fn not_applicable(c: &mut [Check], kfd: &Kfd) {
     let why = match kfd {
         Kfd::Usable => return,
@@ -390,7 +388,7 @@ fn no_module_btf_fallback(hooks: &str, stderr: &str) -> Vec<String> {
     problems
 }
 
-fn judge_kernel(r: &Results, c: &mut Vec<Check>) {
+fn judge_kernel(r: &Results, kfd: &Kfd, c: &mut Vec<Check>) {
     let failed: Vec<&String> = r
         .lines
         .iter()
@@ -447,11 +445,7 @@ fn judge_kernel(r: &Results, c: &mut Vec<Check>) {
             (false, _) => format!("killed: {}", timeouts.join(" | ")),
         },
     ));
-    let kfd = r.fact("kfd").unwrap_or("(no fact)");
-    c.push(match Kfd::of(r) {
-        Kfd::Usable => Check::new("a.kfd", "/dev/kfd present", kfd.starts_with("present"), kfd),
-        other => other.check(r),
-    });
+    c.push(kfd.check(r));
     let v = r.find("kfd", &[("rc", "0")]);
     c.push(Check::new(
         "a.kfd_version",
@@ -2785,17 +2779,7 @@ mod tests {
                 AMD_YES,
                 "AMD     driver                no   amdgpu is loaded but /dev/kfd is missing",
             );
-        let s = statuses(&no_kfd);
-        assert_eq!(s["a.kfd"], Status::Pass);
-        for (id, st) in &s {
-            let amd = NEEDS_KFD_CALLS.contains(id) || NEEDS_KFD_FUNCTIONS.contains(id);
-            let want = if amd {
-                Status::NotApplicable
-            } else {
-                Status::Pass
-            };
-            assert_eq!(*st, want, "{id}");
-        }
+        passes_but(&no_kfd, &every_kfd_check());
         // The same kernel with a doctor that claims the driver works, or a /dev/kfd: a.kfd fails.
         assert_eq!(
             statuses(&no_kfd.replace(
@@ -2883,8 +2867,17 @@ mod tests {
     /// `target/lab-cache/run/6.12.117+deb12-arm64/results.log`: a kernel without KFD.
     const ARM64: &str = include_str!("../../testdata/lab-arm64-6.12-results.log");
 
-    /// Every check of `text` passed except `na`, which are not applicable; the same ids as a
-    /// current x86-64 kernel's log.
+    /// The checks a kernel without KFD cannot run.
+    fn every_kfd_check() -> Vec<&'static str> {
+        NEEDS_KFD_CALLS
+            .iter()
+            .chain(&NEEDS_KFD_FUNCTIONS)
+            .copied()
+            .collect()
+    }
+
+    /// Every check of `text` passed except `na`, which are not applicable (a.kfd among the
+    /// passes); the same ids as a current x86-64 kernel's log.
     fn passes_but(text: &str, na: &[&str]) {
         let s = statuses(text);
         for (id, st) in &s {
@@ -2912,12 +2905,7 @@ mod tests {
 
     #[test]
     fn arm64_passes_with_every_kfd_check_not_applicable() {
-        let na: Vec<&str> = NEEDS_KFD_CALLS
-            .iter()
-            .chain(&NEEDS_KFD_FUNCTIONS)
-            .copied()
-            .collect();
-        passes_but(ARM64, &na);
+        passes_but(ARM64, &every_kfd_check());
         assert_eq!(Results::parse(ARM64).fact("arch"), Some("aarch64"));
     }
 }

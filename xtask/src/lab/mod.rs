@@ -41,7 +41,7 @@ use crate::host::{have, is_root, which, workspace_root};
 use anyhow::{Context as _, Result, bail, ensure};
 pub use arch::Arch;
 pub(crate) use builds::is_static_elf;
-use builds::{build_client, guest_gpu_trace};
+use builds::{build_client, elf_machine, guest_gpu_trace};
 use clap::{Args, ValueEnum};
 use debian::{Kernel, build_test_modules};
 use initramfs::write_initramfs;
@@ -398,15 +398,6 @@ fn ensure_host_tools(arch: Arch) -> Result<()> {
         "no C compiler ({cc}) for the test client: install gcc and libc6-dev"
     );
     Ok(())
-}
-
-/// `uname -m`'s name of an ELF file's machine (`e_machine`), where the lab knows it.
-fn elf_machine(bytes: &[u8]) -> Option<&'static str> {
-    match u16::from_le_bytes([*bytes.get(18)?, *bytes.get(19)?]) {
-        62 => Some("x86_64"),
-        183 => Some("aarch64"),
-        _ => None,
-    }
 }
 
 /// Runs a command; on failure, the error carries its output.

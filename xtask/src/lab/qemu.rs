@@ -98,27 +98,7 @@ pub(super) fn boot(
         .arg("-serial")
         .arg(format!("file:{}", console.display()))
         .stdin(Stdio::null());
-        match arch {
-            Arch::X86_64 => {
-                cmd.args(["-machine", "q35"])
-                    .args(match accel {
-                        "kvm" => ["-accel", "kvm", "-cpu", "host"],
-                        _ => ["-accel", TCG, "-cpu", "max"],
-                    })
-                    .arg("-serial")
-                    .arg(format!("file:{}", results.display()));
-            }
-            Arch::Arm64 => {
-                // `virt` has one UART (the console); the results go to a PCI 16550. `max` with
-                // QEMU's own pointer-authentication algorithm: the architected one (QARMA) is
-                // several times slower under TCG.
-                cmd.args(["-machine", "virt", "-accel", TCG])
-                    .args(["-cpu", "max,pauth-impdef=on"])
-                    .args(["-device", "pci-serial,chardev=results"])
-                    .arg("-chardev")
-                    .arg(format!("file,id=results,path={}", results.display()));
-            }
-        }
+        cmd.args(arch.machine_args(if accel == "kvm" { "kvm" } else { TCG }, &results));
         eprintln!(
             "lab: booting {} under {accel} (watchdog {} s)",
             kernel.release, args.timeout
