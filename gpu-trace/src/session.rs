@@ -558,8 +558,13 @@ pub async fn run_live_with(
         cgroups,
         ..Reader::default()
     };
-    // A stop requested during start-up (before the handlers above existed) is not lost.
-    while !stop_requested() && !reader.outputs_failed(&pipeline, &recorder) {
+    // A stop requested during start-up (before the handlers above existed) is not lost. The
+    // deadline is also looked at here, not only by its timer: under a storm the timer is served
+    // only between two slices of reading.
+    let past_deadline = || deadline.is_some_and(|d| Instant::now() >= d);
+    while !stop_requested() && !past_deadline() && !reader.outputs_failed(&pipeline, &recorder) {
+        // Whether the ring still held records when the last slice of reading ended.
+        let mut more = Drained::Empty;
         tokio::select! {
             _ = sigint.recv() => break,
             _ = sigterm.recv() => break,
@@ -572,8 +577,9 @@ pub async fn run_live_with(
                     None => std::future::pending::<()>().await,
                 }
             } => {
-                // Everything up to now first, so that the statistics count it.
-                reader.drain(ring.get_mut(), &mut pipeline, &mut recorder);
+                // What the ring holds first (one slice of it under a storm), so that the
+                // statistics count it.
+                more = reader.drain(ring.get_mut(), &mut pipeline, &mut recorder, Some(DRAIN_SLICE));
                 match viewer.as_mut() {
                     Some(v) => v
                         .frame(pipeline.stats(), tracing_since.elapsed(), tracer.counters().ok())
@@ -593,9 +599,21 @@ pub async fn run_live_with(
             }
             guard = ring.readable_mut() => {
                 let mut guard = guard.map_err(io_err("waiting for the ring buffer"))?;
-                reader.drain(guard.get_inner_mut(), &mut pipeline, &mut recorder);
-                guard.clear_ready();
+                more = reader.drain(
+                    guard.get_inner_mut(),
+                    &mut pipeline,
+                    &mut recorder,
+                    Some(DRAIN_SLICE),
+                );
+                // Still ready while records are left: the next turn reads on.
+                if more == Drained::Empty {
+                    guard.clear_ready();
+                }
             }
+        }
+        if more == Drained::More {
+            // Let the runtime serve its timers and signals before the next slice.
+            tokio::task::yield_now().await;
         }
     }
 
@@ -619,7 +637,8 @@ pub async fn run_live_with(
     let mut counters = tracer.counters()?;
     let settle = Instant::now();
     loop {
-        reader.drain(ring.get_mut(), &mut pipeline, &mut recorder);
+        // Detached: what is left is at most a ring's worth, read whole.
+        reader.drain(ring.get_mut(), &mut pipeline, &mut recorder, None);
         let now = tracer.counters()?;
         let done = reader.read >= now.emitted && now == counters;
         counters = now;
@@ -832,16 +851,46 @@ impl CgroupSelection {
     }
 }
 
+/// How long one slice of reading may last before the live loop looks at signals, the deadline,
+/// the ticker and the outputs again. Under a storm (any process can keep the ring non-empty) a
+/// read that went on until the ring was empty would never return, and a stop would wait for
+/// the storm to end.
+const DRAIN_SLICE: Duration = Duration::from_millis(50);
+/// Records read between two looks at the clock and at a stop request.
+const DRAIN_CHECK_EVERY: u64 = 256;
+
+/// Whether a slice of reading left records in the ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Drained {
+    Empty,
+    More,
+}
+
 impl Reader {
-    /// Reads every record the ring holds. Records are counted even after an output failed, so
-    /// that the counts stay exact; they are no longer written then.
+    /// Reads the records the ring holds: all of them (`slice` `None`), or until `slice` has
+    /// passed or a stop is requested, whichever comes first ([`Drained::More`] then). Records
+    /// are counted even after an output failed, so that the counts stay exact; they are no
+    /// longer written then.
     fn drain(
         &mut self,
         ring: &mut RingBuf<MapData>,
         pipeline: &mut Pipeline<QueueWriter>,
         recorder: &mut Option<RecordWriter<QueueWriter>>,
-    ) {
-        while let Some(item) = ring.next() {
+        slice: Option<Duration>,
+    ) -> Drained {
+        let until = slice.map(|s| Instant::now() + s);
+        let mut drained = Drained::Empty;
+        let mut in_slice = 0u64;
+        loop {
+            in_slice += 1;
+            if in_slice % DRAIN_CHECK_EVERY == 0
+                && let Some(until) = until
+                && (stop_requested() || Instant::now() >= until)
+            {
+                drained = Drained::More;
+                break;
+            }
+            let Some(item) = ring.next() else { break };
             self.read += 1;
             if self.failure.is_some() {
                 continue;
@@ -903,6 +952,7 @@ impl Reader {
             let _ = rec.flush();
         }
         let _ = pipeline.flush();
+        drained
     }
 
     /// The `ATTRIBUTION` record of a process's cgroup record: its path and namespaced PID.
