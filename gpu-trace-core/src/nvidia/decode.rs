@@ -1289,4 +1289,74 @@ mod tests {
         assert_eq!(interleave_of(2), Some(Interleave::High));
         assert_eq!(interleave_of(3), None);
     }
+
+    /// `GET_ID_INFO_V2` decoded from the driver's real answers (the two-H200 host's recording
+    /// `h200x2_r3/each.gtrace`), against what an LD_PRELOAD shim in the same workload logged of
+    /// the same answers (`each.ids`, written by `examples/rm_ids_shim.c`, not by gpu-trace): a
+    /// wrong field offset (gpuFlags at 4, gpuInstance at 24, …) or a swapped field gives other
+    /// values for at least one of the answers.
+    #[test]
+    fn gpu_id_info_v2_decodes_as_the_shim_saw_the_real_answers() {
+        use crate::{record::RecordReader, wire};
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../gpu-trace/tests/fixtures/h200x2_r3");
+        let field = |line: &str, key: &str| -> u32 {
+            let v = line
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix(key))
+                .unwrap_or_else(|| panic!("{key} in {line}"));
+            match v.strip_prefix("0x") {
+                Some(hex) => u32::from_str_radix(hex, 16).unwrap(),
+                None => v.parse().unwrap(),
+            }
+        };
+        let mut expected: Vec<(u32, u32, u32, u32)> = std::fs::read_to_string(dir.join("each.ids"))
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains(" GET_ID_INFO_V2 "))
+            .map(|l| {
+                (
+                    field(l, "pid="),
+                    field(l, "gpuId="),
+                    field(l, "deviceInstance="),
+                    field(l, "subDeviceInstance="),
+                )
+            })
+            .collect();
+        let file = std::fs::File::open(dir.join("each.gtrace")).unwrap();
+        let mut reader = RecordReader::new(std::io::BufReader::new(file)).unwrap();
+        let mut decoded = Vec::new();
+        while let Some(bytes) = reader.next_record().unwrap() {
+            let Ok(wire::RawRecord::NvIoctl(r)) = wire::parse_record(&bytes) else {
+                continue;
+            };
+            if let RmCall::Control {
+                params:
+                    ControlParams::GpuIdInfo {
+                        gpu_id,
+                        device_instance,
+                        sub_device_instance,
+                    },
+                ..
+            } = decode(&r)
+            {
+                decoded.push((r.hdr.tgid, gpu_id, device_instance, sub_device_instance));
+            }
+        }
+        // Both GPUs answered, under distinct device instances.
+        let gpus: std::collections::BTreeSet<_> =
+            expected.iter().map(|e| (e.1, e.2, e.3)).collect();
+        assert_eq!(gpus.len(), 2, "{expected:?}");
+        // The shim ran in one process: its answers exactly; the other processes' (not
+        // shimmed) answers name the same GPUs the same way.
+        let shimmed: std::collections::BTreeSet<u32> = expected.iter().map(|e| e.0).collect();
+        let (mut mine, others): (Vec<_>, Vec<_>) =
+            decoded.into_iter().partition(|d| shimmed.contains(&d.0));
+        expected.sort_unstable();
+        mine.sort_unstable();
+        assert_eq!(mine, expected);
+        for d in others {
+            assert!(gpus.contains(&(d.1, d.2, d.3)), "{d:?} against {gpus:?}");
+        }
+    }
 }
