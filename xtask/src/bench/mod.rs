@@ -314,8 +314,12 @@ struct Ctx {
     dev_null_rdev: u32,
     /// BPF program ids loaded before the bench started (other users of the machine).
     baseline_progs: HashSet<u32>,
-    /// Programs seen during untraced runs that were not there at the start.
+    /// Programs seen during untraced runs that were not there at the start and that no setup
+    /// of this bench loaded.
     interference: Vec<String>,
+    /// The programs the bench's own setups loaded (gpu-trace, bpftrace, the floor), by id: the
+    /// kernel frees them a moment after their process ends, and they are not interference.
+    own_progs: std::cell::RefCell<HashSet<u32>>,
     /// Part 1's median CPU ns per call under each empty program, per workload (for the
     /// program-cost view of the 1.05× target in part 3).
     floor_cpu: BTreeMap<(Hook, Workload), f64>,
@@ -394,6 +398,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             .map(|p| p.id)
             .collect(),
         interference: Vec::new(),
+        own_progs: Default::default(),
         floor_cpu: BTreeMap::new(),
     };
 

@@ -149,6 +149,7 @@ pub(super) fn start_gpu_trace(
 ) -> Result<GpuTraceRun> {
     let output = ctx.work.join(format!("gpu-trace-{tag}.out"));
     let mut cmd = Command::new(bin);
+    stops_with_us(&mut cmd);
     // -v: the statistics then include the kernel side's `emitted` (diagnostics section).
     cmd.args(["-v", "--watch-device", "/dev/null", "-o"])
         .arg(&output);
@@ -289,7 +290,9 @@ pub(super) fn start_bpftrace(ctx: &Ctx, full: bool) -> Result<BpftraceRun> {
     ));
     let _ = fs::remove_file(&out);
     let program = bpftrace_program(ctx.dev_null_rdev, full);
-    let mut child = Command::new(bin)
+    let mut cmd = Command::new(bin);
+    stops_with_us(&mut cmd);
+    let mut child = cmd
         .arg("-o")
         .arg(&out)
         .args(["-e", &program])
@@ -382,7 +385,50 @@ pub(super) fn thread_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// A tracer the bench starts gets SIGINT (its clean stop) when the bench's thread that started
+/// it ends, however the bench ends (Ctrl-C, `kill`, a panic): no program stays attached
+/// behind a killed bench.
+pub(super) fn stops_with_us(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt as _;
+    // SAFETY: prctl(2) and getppid(2) are async-signal-safe; nothing else runs between fork
+    // and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGINT as libc::c_ulong) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent may have ended before the prctl: then no signal would come.
+            if libc::getppid() == 1 {
+                libc::raise(libc::SIGINT);
+            }
+            Ok(())
+        });
+    }
+}
+
+/// The BPF programs a process holds open (`prog_id` in its file descriptors' fdinfo).
+pub(super) fn programs_of(pid: u32) -> HashSet<u32> {
+    let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return HashSet::new();
+    };
+    fds.filter_map(Result::ok)
+        .filter_map(|f| fs::read_to_string(f.path()).ok())
+        .flat_map(|info| {
+            info.lines()
+                .filter_map(|l| l.strip_prefix("prog_id:")?.trim().parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
+}
+
 pub(super) fn start(ctx: &Ctx, setup: Setup) -> Result<Running> {
+    let running = start_setup(ctx, setup)?;
+    let holder = running.pid().unwrap_or_else(std::process::id);
+    ctx.own_progs.borrow_mut().extend(programs_of(holder));
+    Ok(running)
+}
+
+fn start_setup(ctx: &Ctx, setup: Setup) -> Result<Running> {
     Ok(match setup {
         Setup::Untraced | Setup::Strace => Running::Nothing,
         Setup::Floor(h) => Running::Floor(Floor::attach(h.syscall_hook())?),
@@ -398,15 +444,78 @@ pub(super) fn start(ctx: &Ctx, setup: Setup) -> Result<Running> {
     })
 }
 
-/// New BPF programs (not ours: called while nothing of ours is loaded).
+/// How long an untraced run waits for the kernel to free the programs of the setup before it.
+const OWN_PROGRAMS_GONE: Duration = Duration::from_secs(5);
+
+/// Called before and after an untraced run (nothing of ours running): waits until the programs
+/// the bench's earlier setups loaded are freed, then lists the programs that are loaded now and
+/// were neither there at the start nor ours; ours still loaded after the wait are listed too,
+/// marked as such (they would make the untraced run a traced one).
 pub(super) fn foreign_programs(ctx: &Ctx) -> Vec<String> {
-    bench_support::loaded_program_stats()
-        .map(|progs| {
-            progs
+    let deadline = Instant::now() + OWN_PROGRAMS_GONE;
+    loop {
+        let Ok(progs) = bench_support::loaded_program_stats() else {
+            return Vec::new();
+        };
+        let own = ctx.own_progs.borrow();
+        let lingering = progs.iter().any(|p| own.contains(&p.id));
+        if !lingering || Instant::now() > deadline {
+            return progs
                 .into_iter()
                 .filter(|p| !ctx.baseline_progs.contains(&p.id))
-                .map(|p| format!("{} (id {})", p.name, p.id))
-                .collect()
+                .map(|p| match own.contains(&p.id) {
+                    true => format!(
+                        "{} (id {}, the bench's own, still loaded {}s after its setup ended)",
+                        p.name,
+                        p.id,
+                        OWN_PROGRAMS_GONE.as_secs()
+                    ),
+                    false => format!("{} (id {})", p.name, p.id),
+                })
+                .collect();
+        }
+        drop(own);
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A child started with [`stops_with_us`] gets SIGINT when the thread that started it ends
+    /// (as when the bench is killed); one started without it would live on.
+    #[test]
+    fn a_tracer_the_bench_started_stops_when_the_bench_ends() {
+        let pid = thread::spawn(|| {
+            let mut cmd = Command::new("sleep");
+            cmd.arg("30");
+            stops_with_us(&mut cmd);
+            let child = cmd.spawn().expect("spawn sleep");
+            let pid = child.id();
+            // Not waited for: the thread ends with its child running.
+            std::mem::forget(child);
+            pid
         })
-        .unwrap_or_default()
+        .join()
+        .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let alive = |pid: u32| {
+            fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                !s.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
+        };
+        while alive(pid) && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(20));
+        }
+        let gone = !alive(pid);
+        // Reap it (a zombie of this test process).
+        // SAFETY: waitpid on our own child.
+        unsafe { libc::waitpid(pid as i32, std::ptr::null_mut(), 0) };
+        assert!(gone, "the child outlived the thread that started it");
+    }
 }
