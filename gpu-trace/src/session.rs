@@ -883,7 +883,7 @@ impl Reader {
         let mut in_slice = 0u64;
         loop {
             in_slice += 1;
-            if in_slice % DRAIN_CHECK_EVERY == 0
+            if in_slice.is_multiple_of(DRAIN_CHECK_EVERY)
                 && let Some(until) = until
                 && (stop_requested() || Instant::now() >= until)
             {
