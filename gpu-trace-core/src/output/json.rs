@@ -288,6 +288,9 @@ pub fn with_attribution(line: String, a: &Attribution) -> String {
     if let Some((rt, id)) = &a.workload.container {
         obj.insert("container_runtime".into(), rt.name().into());
         obj.insert("container_id".into(), id.clone().into());
+        if let Some(uid) = a.workload.user {
+            obj.insert("container_user".into(), uid.into());
+        }
     }
     if let Some((uid, qos)) = &a.workload.pod {
         obj.insert("pod_uid".into(), uid.clone().into());
