@@ -204,3 +204,177 @@ fn a_killed_run_leaves_no_partial_timeline() {
     assert_eq!(partials(&d), Vec::<String>::new(), "a SIGKILLed run");
     assert_eq!(std::fs::read(&timeline).unwrap(), b"old");
 }
+
+// ---------------------------------------------------------------------------------------------
+// The start-up inventory with exactly the DaemonSet's capabilities (CAP_BPF + CAP_PERFMON).
+
+/// A shell holding `dev` open on fd 7 until its stdin closes, run through `pre` (e.g. setpriv
+/// to another user); returns once it holds the device.
+fn holder(pre: &[&str], dev: &str) -> std::process::Child {
+    use std::io::BufRead as _;
+    let script = format!("exec 7<{dev}; echo ready; read a");
+    let mut cmd = match pre.split_first() {
+        Some((first, rest)) => {
+            let mut c = Command::new(first);
+            c.args(rest).arg("--");
+            c
+        }
+        None => Command::new("env"),
+    };
+    let mut child = cmd
+        .args(["bash", "-c", &script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn the holder");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready", "the holder opened {dev}");
+    child
+}
+
+fn setpriv() -> Option<&'static str> {
+    ["/usr/bin/setpriv", "/bin/setpriv"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+}
+
+/// The DaemonSet's capabilities for a root process: every other one out of the bounding set.
+const DAEMONSET_CAPS: [&str; 2] = ["--bounding-set=-all,+bpf,+perfmon", "--inh-caps=-all"];
+
+/// Child body of `the_inventory_with_the_daemonsets_capabilities_says_what_it_missed`: walks
+/// the proc tree named by `GPU_TRACE_TEST_PROC` and prints `WALK processes denied`, then the
+/// inventory's text lines.
+#[test]
+#[ignore = "child process body for the inventory test"]
+fn inventory_walk_child() {
+    use std::os::unix::fs::MetadataExt as _;
+    let Ok(root) = std::env::var("GPU_TRACE_TEST_PROC") else {
+        return;
+    };
+    let opts = gpu_trace::probe::inventory::WalkOptions {
+        nvidia: true,
+        watched_rdev: Some(std::fs::metadata(WATCHED).unwrap().rdev()),
+        ..Default::default()
+    };
+    let inv = gpu_trace::probe::inventory::walk(Path::new(&root), &opts);
+    println!("WALK {} {}", inv.processes.len(), inv.denied);
+    for line in gpu_trace::probe::inventory::render_text(&inv) {
+        println!("LINE {line}");
+    }
+}
+
+#[test]
+fn the_inventory_with_the_daemonsets_capabilities_says_what_it_missed() {
+    let _serial = serial();
+    let test = "the_inventory_with_the_daemonsets_capabilities_says_what_it_missed";
+    if skip_unless_root(test) {
+        return;
+    }
+    let Some(setpriv) = setpriv() else {
+        common::skipped(test, "setpriv (util-linux) is not installed");
+        return;
+    };
+    // Two processes hold the watched device: one of user nobody, one of root with every
+    // capability (this test's child). With CAP_BPF + CAP_PERFMON only, root may list the
+    // second one's /proc/PID/fd but not read its links; the first one's not even list.
+    let mut nobody = holder(
+        &[
+            setpriv,
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ],
+        WATCHED,
+    );
+    let mut rooted = holder(&[], WATCHED);
+    // A proc tree of exactly these two processes: links to their real /proc entries, so the
+    // kernel's own checks answer.
+    let d = case_dir("inventory_proc");
+    for c in [&nobody, &rooted] {
+        std::os::unix::fs::symlink(format!("/proc/{}", c.id()), d.join(c.id().to_string()))
+            .unwrap();
+    }
+    let walk = |pre: &[&str]| {
+        let mut cmd = if pre.is_empty() {
+            Command::new(std::env::current_exe().unwrap())
+        } else {
+            let mut c = Command::new(setpriv);
+            c.args(pre).arg("--").arg(std::env::current_exe().unwrap());
+            c
+        };
+        let out = cmd
+            .args([
+                "--ignored",
+                "--exact",
+                "inventory_walk_child",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env("GPU_TRACE_TEST_PROC", &d)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let field = |out: &str| -> Vec<u32> {
+        out.lines()
+            .find_map(|l| l.split_once("WALK ").map(|x| x.1.to_string()))
+            .unwrap_or_else(|| panic!("no WALK line: {out}"))
+            .split(' ')
+            .map(|n| n.parse().unwrap())
+            .collect()
+    };
+    // With every capability both are found: the setup is what it claims.
+    let full = walk(&[]);
+    assert_eq!(field(&full), vec![2, 0], "{full}");
+    // With the DaemonSet's: both are missed, both are counted, and it says what was lacking.
+    let limited = walk(&DAEMONSET_CAPS);
+    assert_eq!(
+        field(&limited),
+        vec![0, 2],
+        "two processes missed, two refusals counted: {limited}"
+    );
+    assert!(
+        limited.contains("of 2 processes' could not be read")
+            && limited.contains("runs as root without CAP_SYS_PTRACE")
+            && !limited.contains("run as root"),
+        "says exactly what was missed and why: {limited}"
+    );
+    // The binary says the same at start-up.
+    let out = Command::new(setpriv)
+        .args(DAEMONSET_CAPS)
+        .arg("--")
+        .arg(gpu_trace_bin())
+        .args([
+            "--watch-device",
+            WATCHED,
+            "--duration",
+            "1",
+            "-o",
+            "/dev/null",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for c in [&mut nobody, &mut rooted] {
+        drop(c.stdin.take());
+        let _ = c.wait();
+    }
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("could not be read")
+            && stderr.contains("without CAP_SYS_PTRACE")
+            && !stderr.contains("run as root"),
+        "{stderr}"
+    );
+    for c in [&nobody, &rooted] {
+        assert!(
+            !stderr.contains(&format!("PID {} ", c.id())),
+            "not listed: {stderr}"
+        );
+    }
+}
