@@ -203,6 +203,10 @@ pub fn render_text(inv: &Inventory) -> Vec<String> {
         if let Some(w) = p.cgroup.as_deref().map(crate::model::workload::classify) {
             if let (Some((runtime, _)), Some(id)) = (&w.container, w.short_container_id()) {
                 line.push_str(&format!(" container={}:{id}", runtime.name()));
+                // A rootless container: the name is its user's claim (docs/containers.md).
+                if let Some(uid) = w.user {
+                    line.push_str(&format!(" container_user={uid}"));
+                }
             }
             if let Some((uid, _)) = &w.pod {
                 line.push_str(&format!(" pod={uid}"));

@@ -122,9 +122,12 @@ pub fn open_untouched(path: &Path) -> io::Result<Untouched> {
     let created = OpenOptions::new().write(true).create_new(true).open(path);
     let (file, created) = match created {
         Ok(f) => (f, true),
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            (OpenOptions::new().write(true).open(path)?, false)
-        }
+        // An existing file, or a symbolic link (O_EXCL never follows one; a dangling link's
+        // target is created here, as File::create would, and left in place).
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => (
+            OpenOptions::new().write(true).create(true).open(path)?,
+            false,
+        ),
         Err(e) => return Err(e),
     };
     Ok(Untouched {
@@ -620,6 +623,11 @@ mod tests {
         }
         assert_eq!(fs::read(&old).unwrap(), b"yesterday", "a failed start");
         assert!(!new.exists(), "a file it created is removed again");
+        // A dangling symbolic link: its target is created, as File::create does.
+        let link = d.join("link");
+        std::os::unix::fs::symlink(d.join("target.txt"), &link).unwrap();
+        drop(open_untouched(&link).unwrap());
+        assert!(d.join("target.txt").exists());
         let mut a = open_untouched(&old).unwrap();
         let mut b = open_untouched(&new).unwrap();
         a.commit().unwrap();

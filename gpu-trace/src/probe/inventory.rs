@@ -645,5 +645,22 @@ GPU Excluded:\t No\n";
             )),
             "{line}"
         );
+        // A user's copy of that layout in its own subtree: the user's container, no pod.
+        let mut p = test_process(78, "python3", vec![(3, GpuNode::NvCtl)]);
+        p.cgroup = Some(format!(
+            "/user.slice/user-1000.slice/user@1000.service/kubepods/besteffort/pod{uid}/crio-{id}"
+        ));
+        let inv = Inventory {
+            processes: vec![p],
+            ..Inventory::default()
+        };
+        let line = &render_text(&inv)[1];
+        assert!(
+            line.contains(&format!(
+                " container=cri_o:{} container_user=1000 cgroup=/user.slice/",
+                &id[..12]
+            )),
+            "{line}"
+        );
     }
 }
