@@ -125,7 +125,11 @@ pub fn open_untouched(path: &Path) -> io::Result<Untouched> {
         // An existing file, or a symbolic link (O_EXCL never follows one; a dangling link's
         // target is created here, as File::create would, and left in place).
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => (
-            OpenOptions::new().write(true).create(true).open(path)?,
+            OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(path)?,
             false,
         ),
         Err(e) => return Err(e),
