@@ -103,6 +103,21 @@ impl InventoryProcess {
     }
 }
 
+/// Why the walker could not read some processes' fd tables. Reading `/proc/PID/fd` needs
+/// ptrace read access to the process (`PTRACE_MODE_READ_FSCREDS`): the same user and no
+/// capability the walker lacks, or CAP_SYS_PTRACE.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Lacking {
+    /// Not root, without CAP_SYS_PTRACE.
+    Root,
+    /// Root (uid 0) without CAP_SYS_PTRACE: other users' processes and processes with
+    /// capabilities it lacks are refused (the DaemonSet's CAP_BPF + CAP_PERFMON).
+    SysPtrace,
+    /// It had CAP_SYS_PTRACE: `/proc` is mounted with `hidepid`, or a security module refused.
+    Nothing,
+}
+
 /// The result of the walk.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Inventory {
@@ -115,8 +130,12 @@ pub struct Inventory {
     pub processes: Vec<InventoryProcess>,
     /// Processes that exited while the walk read them.
     pub vanished: u32,
-    /// Processes whose fds could not be read (`hidepid`, permissions).
+    /// Processes whose fd table could not be read (the directory `/proc/PID/fd` or a link in
+    /// it was refused: ptrace read access, `hidepid`), each counted once.
     pub denied: u32,
+    /// What the walker lacked for the `denied` ones, when it knew (set with `denied`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub denied_because: Option<Lacking>,
     /// Why NVML added nothing (library absent, init failed), when it did not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nvml_note: Option<String>,
@@ -184,6 +203,10 @@ pub fn render_text(inv: &Inventory) -> Vec<String> {
         if let Some(w) = p.cgroup.as_deref().map(crate::model::workload::classify) {
             if let (Some((runtime, _)), Some(id)) = (&w.container, w.short_container_id()) {
                 line.push_str(&format!(" container={}:{id}", runtime.name()));
+                // A rootless container: the name is its user's claim (docs/containers.md).
+                if let Some(uid) = w.user {
+                    line.push_str(&format!(" container_user={uid}"));
+                }
             }
             if let Some((uid, _)) = &w.pod {
                 line.push_str(&format!(" pod={uid}"));
@@ -203,11 +226,34 @@ pub fn render_text(inv: &Inventory) -> Vec<String> {
         line.push_str(&format!(" cmd=\"{}\"", cmd.join(" ")));
         out.push(line);
     }
-    if inv.vanished != 0 || inv.denied != 0 {
+    if inv.denied != 0 {
+        let n = inv.denied;
+        let whose = if n == 1 { "process's" } else { "processes'" };
+        let why = match inv.denied_because {
+            Some(Lacking::Root) => {
+                "reading another user's needs root (run gpu-trace as root, with CAP_BPF and \
+                 CAP_PERFMON) or CAP_SYS_PTRACE"
+            }
+            Some(Lacking::SysPtrace) => {
+                "gpu-trace runs as root without CAP_SYS_PTRACE, which the kernel requires to read \
+                 the open files of another user's process or of a process with capabilities \
+                 gpu-trace lacks; add CAP_SYS_PTRACE to inventory them (docs/fleet.md)"
+            }
+            Some(Lacking::Nothing) => {
+                "refused although gpu-trace has CAP_SYS_PTRACE: /proc is mounted with hidepid \
+                 or a security module refuses; mount /proc without hidepid"
+            }
+            None => "run as root with CAP_SYS_PTRACE, or mount /proc without hidepid",
+        };
         out.push(format!(
-            "  (not inventoried: {} exited during the walk, {} refused reading /proc/PID/fd: \
-             run as root, or mount /proc without hidepid)",
-            inv.vanished, inv.denied
+            "  (not inventoried: the open files (/proc/PID/fd) of {n} {whose} could not be \
+             read, so a GPU they hold is not listed: {why})"
+        ));
+    }
+    if inv.vanished != 0 {
+        out.push(format!(
+            "  (not inventoried: {} exited during the walk)",
+            inv.vanished
         ));
     }
     if let Some(note) = &inv.nvml_note {

@@ -27,7 +27,7 @@ use crate::{
     output::{
         clock::Clock,
         escape,
-        files::{self, Staged},
+        files::{self, Staged, Untouched},
         perfetto::PerfettoWriter,
         queue::{Overflow, QueueWriter, Units},
     },
@@ -142,12 +142,13 @@ pub fn check_paths(
     files::check_distinct(&inputs, &outputs)
 }
 
-/// Opens an output file; a FIFO that nobody reads yet is waited for, with a message, until a
-/// reader comes, a stop signal arrives or `deadline` passes.
-fn open_waiting(what: &str, path: &Path, deadline: Option<Instant>) -> Result<File, RunError> {
+/// Opens an output file without truncating it (see [`Untouched`]); a FIFO that nobody reads yet
+/// is waited for, with a message, until a reader comes, a stop signal arrives or `deadline`
+/// passes.
+fn open_waiting(what: &str, path: &Path, deadline: Option<Instant>) -> Result<Untouched, RunError> {
     let mut told = false;
     loop {
-        match files::open_for_writing(path) {
+        match files::open_untouched(path) {
             Ok(f) => return Ok(f),
             Err(e) if files::is_no_reader(&e) => {
                 if !told {
@@ -183,6 +184,22 @@ struct Targets {
     record: Option<QueueWriter>,
 }
 
+/// `-o` and `--record` files opened but not yet emptied: [`Untouched::commit`] once every
+/// start-up check passed; dropped instead (a failed start), existing files keep their bytes and
+/// files the open created are removed.
+struct Pending(Vec<(&'static str, Untouched)>);
+
+impl Pending {
+    fn commit(self) -> Result<(), RunError> {
+        for (what, mut file) in self.0 {
+            file.commit()
+                .map_err(io_err(format!("emptying the {what} file")))?;
+        }
+        Ok(())
+    }
+}
+
+/// [`prepare_targets`], emptied at once.
 fn open_targets(
     args: &OutputArgs,
     record: Option<&Path>,
@@ -190,6 +207,30 @@ fn open_targets(
     overflow: Overflow,
     wake: &Arc<tokio::sync::Notify>,
 ) -> Result<Targets, RunError> {
+    let (targets, pending) = prepare_targets(args, record, deadline, overflow, wake)?;
+    pending.commit()?;
+    Ok(targets)
+}
+
+/// Opens the outputs without changing an existing file's contents yet: the `-o` and `--record`
+/// files are emptied by [`Pending::commit`], the Perfetto timeline replaces its file only at the
+/// end ([`Staged`]).
+fn prepare_targets(
+    args: &OutputArgs,
+    record: Option<&Path>,
+    deadline: Option<Instant>,
+    overflow: Overflow,
+    wake: &Arc<tokio::sync::Notify>,
+) -> Result<(Targets, Pending), RunError> {
+    let mut pending = Vec::new();
+    let mut open = |what: &'static str, path: &Path| -> Result<File, RunError> {
+        let file = open_waiting(what, path, deadline)?;
+        let writer = file
+            .writer()
+            .map_err(io_err(format!("opening {what} {}", path.display())))?;
+        pending.push((what, file));
+        Ok(writer)
+    };
     let on_failure = {
         let wake = wake.clone();
         Arc::new(move || wake.notify_one()) as Arc<dyn Fn() + Send + Sync>
@@ -197,13 +238,13 @@ fn open_targets(
     let out: Box<dyn Write + Send> = match &args.output {
         // --quiet: no events and no statistics (e.g. with --metrics only).
         _ if args.quiet => Box::new(io::sink()),
-        Some(path) => Box::new(open_waiting("-o", path, deadline)?),
+        Some(path) => Box::new(open("-o", path)?),
         None => Box::new(io::stdout()),
     };
     let perfetto = match &args.perfetto {
         Some(path) => {
             let staged = if Staged::is_special(path) {
-                Staged::in_place(open_waiting("--perfetto", path, deadline)?, path)
+                Staged::in_place(open("--perfetto", path)?, path)
             } else {
                 Staged::create(path).map_err(io_err(format!("creating {}", path.display())))?
             };
@@ -213,19 +254,20 @@ fn open_targets(
     };
     let record = match record {
         Some(path) => Some(QueueWriter::new(
-            Box::new(open_waiting("--record", path, deadline)?),
+            Box::new(open("--record", path)?),
             Units::Marked,
             overflow,
             on_failure.clone(),
         )),
         None => None,
     };
-    Ok(Targets {
+    let targets = Targets {
         out: QueueWriter::new(out, Units::Lines, overflow, on_failure),
         out_is_stdout: args.output.is_none(),
         perfetto,
         record,
-    })
+    };
+    Ok((targets, Pending(pending)))
 }
 
 /// The pipeline for `args` over the opened outputs. `by_record_time`: `--interval` counts in
@@ -400,9 +442,11 @@ pub async fn run_live_with(
     } else {
         (watched, None)
     };
-    // Every output is opened before anything is attached.
+    // Every output is opened before anything is attached (a FIFO waits for its reader here),
+    // but an existing file is emptied only once every start-up check below passed: a busy
+    // metrics port, a bad --cgroup or a refused program leaves yesterday's files as they were.
     let wake = Arc::new(tokio::sync::Notify::new());
-    let targets = open_targets(
+    let (targets, pending) = prepare_targets(
         &args.output,
         args.record.as_deref(),
         deadline,
@@ -479,6 +523,8 @@ pub async fn run_live_with(
     }
     announce_inventory(&inventory);
 
+    // Started: the -o and --record files may now lose their old contents.
+    pending.commit()?;
     let Targets {
         out,
         out_is_stdout,

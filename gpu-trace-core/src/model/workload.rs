@@ -44,9 +44,14 @@ pub struct Workload {
     /// Kubernetes pod UID (with dashes) and QoS class.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pod: Option<(String, QosClass)>,
-    /// The systemd unit (service or scope) the process runs in, outside containers.
+    /// The systemd unit (service or scope) the process runs in, outside containers: the
+    /// outermost one (the one the host's systemd made).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unit: Option<String>,
+    /// The path is in the subtree systemd delegates to this user (`user@UID.service`): what it
+    /// names there (a rootless container) is that user's claim, never a pod.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user: Option<u32>,
 }
 
 impl Workload {
@@ -75,59 +80,161 @@ fn pod_uid(component: &str) -> Option<String> {
     ok.then_some(uid)
 }
 
-/// Classifies a cgroup v2 path (as in `/proc/PID/cgroup`, starting with `/`).
+/// `user@UID.service`: the unit of a user's own systemd, whose subtree systemd delegates to
+/// that (unprivileged) user.
+fn user_service_uid(component: &str) -> Option<u32> {
+    component
+        .strip_prefix("user@")?
+        .strip_suffix(".service")?
+        .parse()
+        .ok()
+}
+
+/// A systemd unit's cgroup (a service or a scope): what is below it may be delegated (container
+/// scopes, `user@UID.service`, services with `Delegate=yes`), so its contents are named by
+/// whoever runs in it. Slices cannot be delegated.
+fn is_unit(component: &str) -> bool {
+    component.ends_with(".service") || component.ends_with(".scope")
+}
+
+/// A container found by [`classify`]: what it says and where its own cgroup is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContainerCgroup {
+    pub runtime: Runtime,
+    /// 64 hex digits.
+    pub id: String,
+    /// The container is in the subtree systemd delegates to this user (rootless).
+    pub user: Option<u32>,
+    /// The container's own cgroup (a prefix of the classified path).
+    pub path: String,
+}
+
+/// Classifies a cgroup v2 path (as in `/proc/PID/cgroup`, starting with `/`). Only what the
+/// host's root wrote is believed (docs/containers.md, "Where runtimes put containers"): the
+/// path is read from the top down to its first systemd unit, and
+///
+/// - a Kubernetes pod is a `kubepods*` component with the pod one or two levels below it (the
+///   QoS level between), all above any unit: kubelet's layout at the top of the hierarchy or
+///   under a node-level parent that is not a unit (`--cgroup-root`);
+/// - a container is the first unit when it names one (`docker-`, `cri-containerd-`, `crio-`,
+///   `libpod-<64 hex>.scope`) and its parent is a slice (`system.slice`, `machine.slice`); the
+///   component after a pod's; or, above any unit, `docker/<id>` or `libpod_parent/libpod-<id>`
+///   (cgroupfs drivers);
+/// - below `user@UID.service` (a user's delegated subtree) a container name is a rootless
+///   container of that user ([`Workload::user`]), and never a pod;
+/// - below any other unit, nothing is believed: a container's inner cgroups (nested runtimes)
+///   are the container's, a delegated service's are the service's.
+///
+/// Paths with no container and no pod give the outermost unit.
 pub fn classify(path: &str) -> Workload {
+    analyse(path).0
+}
+
+/// The container of the process in `path` and its own cgroup, if [`classify`] finds one.
+pub fn container_cgroup(path: &str) -> Option<ContainerCgroup> {
+    let (w, at) = analyse(path);
+    let (runtime, id) = w.container?;
+    let components: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
+    Some(ContainerCgroup {
+        runtime,
+        id,
+        user: w.user,
+        path: format!("/{}", components[..=at?].join("/")),
+    })
+}
+
+/// [`classify`], with the index of the container's component.
+fn analyse(path: &str) -> (Workload, Option<usize>) {
     let components: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
     let mut w = Workload::default();
-
-    // Kubernetes: the pod component and the QoS class from its parent.
-    if let Some(kp) = components
-        .iter()
-        .position(|c| *c == "kubepods" || c.starts_with("kubepods"))
-    {
-        for (i, c) in components.iter().enumerate().skip(kp) {
-            if let Some(uid) = pod_uid(c) {
-                let qos_text = if c.contains("besteffort")
-                    || components[kp..i].iter().any(|p| p.contains("besteffort"))
-                {
-                    QosClass::BestEffort
-                } else if c.contains("burstable")
-                    || components[kp..i].iter().any(|p| p.contains("burstable"))
-                {
-                    QosClass::Burstable
-                } else {
-                    QosClass::Guaranteed
-                };
-                w.pod = Some((uid, qos_text));
+    let mut at = None;
+    for (i, &c) in components.iter().enumerate() {
+        let parent = i.checked_sub(1).map(|p| components[p]);
+        if c.starts_with("kubepods") && !is_unit(c) {
+            if let Some((j, pod)) = pod_below(&components, i) {
+                w.pod = Some(pod);
                 // The container is the next component, if any.
-                if let Some(next) = components.get(i + 1) {
+                if let Some(next) = components.get(j + 1) {
                     w.container = container_of(next).or_else(|| {
                         is_container_id(next).then(|| (Runtime::Kubernetes, next.to_string()))
                     });
+                    at = w.container.is_some().then_some(j + 1);
                 }
-                break;
             }
+            break;
         }
-    }
-    if w.container.is_none() {
-        // The innermost component naming a container wins (nested runtimes).
-        w.container = components.iter().rev().find_map(|c| container_of(c));
-        // cgroupfs docker: /docker/<id>
-        if w.container.is_none() {
-            w.container = components.windows(2).find_map(|pair| {
-                (pair[0] == "docker" && is_container_id(pair[1]))
-                    .then(|| (Runtime::Docker, pair[1].to_string()))
-            });
+        if parent == Some("docker") && is_container_id(c) {
+            w.container = Some((Runtime::Docker, c.to_string()));
+            at = Some(i);
+            break;
+        }
+        if parent == Some("libpod_parent")
+            && let Some(found @ (Runtime::Podman, _)) = container_of(c)
+        {
+            w.container = Some(found);
+            at = Some(i);
+            break;
+        }
+        if is_unit(c) {
+            if let Some(uid) = user_service_uid(c) {
+                // A user's own subtree: a rootless container (the outermost name), never a pod.
+                w.user = Some(uid);
+                if let Some((k, found)) = components
+                    .iter()
+                    .enumerate()
+                    .skip(i + 1)
+                    .find_map(|(k, c)| Some((k, container_of(c)?)))
+                {
+                    w.container = Some(found);
+                    at = Some(k);
+                }
+            } else if parent.is_some_and(|p| p.ends_with(".slice"))
+                && let Some(found) = container_of(c)
+            {
+                w.container = Some(found);
+                at = Some(i);
+            }
+            break;
         }
     }
     if w.container.is_none() && w.pod.is_none() {
         w.unit = components
             .iter()
-            .rev()
-            .find(|c| c.ends_with(".service") || c.ends_with(".scope"))
+            .find(|c| is_unit(c))
             .map(|c| c.to_string());
     }
-    w
+    (w, at)
+}
+
+/// The pod below the `kubepods*` component at `kp`: at `kp + 1` (Guaranteed) or at `kp + 2`
+/// below a `besteffort`/`burstable` level, none of them a unit. Its index, UID and QoS class.
+fn pod_below(components: &[&str], kp: usize) -> Option<(usize, (String, QosClass))> {
+    for j in [kp + 1, kp + 2] {
+        let c = components.get(j)?;
+        if is_unit(c) {
+            return None;
+        }
+        let between = &components[kp + 1..j];
+        let qos_level = |word: &str| c.contains(word) || between.iter().any(|p| p.contains(word));
+        if let Some(uid) = pod_uid(c) {
+            if j == kp + 2
+                && !between
+                    .iter()
+                    .any(|p| p.contains("besteffort") || p.contains("burstable"))
+            {
+                return None;
+            }
+            let qos = if qos_level("besteffort") {
+                QosClass::BestEffort
+            } else if qos_level("burstable") {
+                QosClass::Burstable
+            } else {
+                QosClass::Guaranteed
+            };
+            return Some((j, (uid, qos)));
+        }
+    }
+    None
 }
 
 /// A single path component naming a container: `docker-<id>.scope`, `cri-containerd-<id>.scope`,
@@ -192,6 +299,9 @@ impl Attribution {
             None if always => out.push_str(" container=-"),
             None => {}
         }
+        if let (Some(_), Some(uid)) = (&self.workload.container, self.workload.user) {
+            out.push_str(&format!(" container_user={uid}"));
+        }
         if let Some((uid, _)) = &self.workload.pod {
             out.push_str(&format!(" pod={uid}"));
         }
@@ -213,9 +323,11 @@ impl Attribution {
                 qos.name()
             )),
             (Some((rt, _)), None) => Some(format!(
-                "{} {}",
+                "{} {}{}",
                 rt.name(),
-                w.short_container_id().unwrap_or("?")
+                w.short_container_id().unwrap_or("?"),
+                w.user
+                    .map_or_else(String::new, |uid| format!(" (user {uid})"))
             )),
             (None, Some((uid, qos))) => Some(format!("pod {uid} ({})", qos.name())),
             (None, None) => None,
@@ -306,10 +418,31 @@ mod tests {
     fn podman_root_rootless_and_conmon() {
         let w = classify(&format!("/machine.slice/libpod-{ID}.scope"));
         assert_eq!(w.container, Some((Runtime::Podman, ID.to_string())));
-        let w = classify(&format!(
-            "/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{ID}.scope/container"
-        ));
+        let rootless =
+            format!("/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{ID}.scope");
+        let w = classify(&format!("{rootless}/container"));
         assert_eq!(w.container, Some((Runtime::Podman, ID.to_string())));
+        assert_eq!(w.user, Some(1000), "a user's container, marked as such");
+        assert_eq!(
+            container_cgroup(&format!("{rootless}/container"))
+                .unwrap()
+                .path,
+            rootless
+        );
+        let a = Attribution::new(1, Some(rootless), None);
+        assert_eq!(
+            a.text_fields(false),
+            format!(" container={} container_user=1000", &ID[..12])
+        );
+        assert_eq!(
+            a.group().unwrap(),
+            format!("podman {} (user 1000)", &ID[..12])
+        );
+        // Root's podman: no user.
+        assert_eq!(
+            classify(&format!("/machine.slice/libpod-{ID}.scope")).user,
+            None
+        );
         let w = classify(&format!("/libpod_parent/libpod-{ID}"));
         assert_eq!(w.container, Some((Runtime::Podman, ID.to_string())));
         // podman's monitor is not the container.
@@ -334,6 +467,81 @@ mod tests {
         assert_eq!(classify("/docker/xyz").container, None);
         // A "pod" that is not a UID.
         assert_eq!(classify("/kubepods/podcast/x").pod, None);
+    }
+
+    const OTHER: &str = "00000000000000000000000000000000000000000000000000000000deadbeef";
+
+    /// What an unprivileged user (or a process in a container or a delegated service) can name
+    /// below its own cgroup is never believed as a pod, nor as a container of the host.
+    #[test]
+    fn forged_pods_and_containers_below_delegated_subtrees() {
+        let u = UID.replace('-', "_");
+        let user = "/user.slice/user-1000.slice/user@1000.service";
+        // A user's copy of kubelet's layout: at most a user's container, never a pod.
+        for forged in [
+            format!("{user}/kubepods.slice/kubepods-pod{u}.slice/cri-containerd-{ID}.scope"),
+            format!("{user}/app.slice/kubepods/besteffort/pod{UID}/{ID}"),
+            format!("{user}/kubepods/pod{UID}/crio-{ID}"),
+        ] {
+            let w = classify(&forged);
+            assert_eq!(w.pod, None, "{forged}");
+            assert_eq!(w.user, Some(1000), "{forged}");
+            assert!(
+                w.container.is_none() || w.user.is_some(),
+                "{forged}: a container only as the user's"
+            );
+        }
+        let w = classify(&format!(
+            "{user}/kubepods.slice/kubepods-pod{u}.slice/cri-containerd-{ID}.scope"
+        ));
+        assert_eq!(w.container, Some((Runtime::Containerd, ID.to_string())));
+        // A docker name in a user's subtree: the user's container.
+        let w = classify(&format!("{user}/app.slice/docker-{ID}.scope"));
+        assert_eq!(
+            (w.container.unwrap().0, w.user),
+            (Runtime::Docker, Some(1000))
+        );
+        // Below a service that delegates its subtree (Delegate=yes), or inside a container:
+        // nothing is believed; the outermost unit or container is what the host made.
+        let w = classify(&format!("/system.slice/batch.service/docker-{ID}.scope"));
+        assert_eq!((w.container, w.pod.clone()), (None, None));
+        assert_eq!(w.unit.as_deref(), Some("batch.service"));
+        let w = classify(&format!(
+            "/system.slice/batch.service/kubepods/pod{UID}/{ID}"
+        ));
+        assert_eq!((w.container, w.pod), (None, None));
+        let w = classify(&format!(
+            "/system.slice/docker-{OTHER}.scope/docker-{ID}.scope"
+        ));
+        assert_eq!(w.container, Some((Runtime::Docker, OTHER.to_string())));
+        let w = classify(&format!(
+            "/system.slice/docker-{OTHER}.scope/kubepods.slice/kubepods-pod{u}.slice/cri-containerd-{ID}.scope"
+        ));
+        assert_eq!(w.container, Some((Runtime::Docker, OTHER.to_string())));
+        assert_eq!(
+            w.pod, None,
+            "a pod inside a container is the container's claim"
+        );
+        let w = classify(&format!("/docker/{OTHER}/kubepods/pod{UID}/{ID}"));
+        assert_eq!(
+            (w.container, w.pod),
+            (Some((Runtime::Docker, OTHER.to_string())), None)
+        );
+        // A container scope not under a slice is not where a runtime puts one.
+        assert_eq!(classify(&format!("/docker-{ID}.scope")).container, None);
+        // A pod two levels below kubepods needs a QoS level between.
+        assert_eq!(classify(&format!("/kubepods/x/pod{UID}/{ID}")).pod, None);
+    }
+
+    /// kubelet under a node-level parent that is no unit (`--cgroup-root=/node`, or a test's
+    /// own root cgroup) is believed: only root creates cgroups there.
+    #[test]
+    fn kubelet_under_a_node_level_parent() {
+        let w = classify(&format!("/node/kubepods/burstable/pod{UID}/{ID}"));
+        assert_eq!(w.pod, Some((UID.to_string(), QosClass::Burstable)));
+        assert_eq!(w.container, Some((Runtime::Kubernetes, ID.to_string())));
+        let w = classify(&format!("/node/system.slice/docker-{ID}.scope"));
+        assert_eq!(w.container, Some((Runtime::Docker, ID.to_string())));
     }
 
     #[test]

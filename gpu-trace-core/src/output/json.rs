@@ -26,7 +26,7 @@
 //! | `task`   | object  | `{"kind": K, "value": N}`: K is `"hw_tsg"` (hardware TSG id), `"rm_handle"` (RM object handle of the TSG), `"pre_trace"` (RM handle of a TSG — or, when even the channel was never seen, of the channel — created before tracing started: late attach), `"shared"` (RM handle of a TSG the process never created although its RM client was seen: one shared into it, e.g. the MPS server's) or `"kfd_queue"` (AMD KFD queue id); N an unsigned 32-bit integer. `{"kind": "kfd_no_queue"}` (no `value`): an AMD `CREATE_QUEUE` the driver refused; `{"kind": "unknown"}`: no single task (`PRETRACE_END`) |
 //! | `client` | integer | RM client handle (NVIDIA), 0 otherwise |
 //! | `gpu_device` | object | NVIDIA: the GPU the task is on, as `nvidia-smi` names it, when known: `index` (nvidia-smi's, PCI bus order), `uuid` (string or null), `bus_id` (`"0000:00:06.0"`), `rm_device` (RM's device instance, the `gpu` of `TASK_INIT`/`WORK_SUBMIT`). Known once the task's device instance is (its `TASK_INIT` or `WORK_SUBMIT`) and the driver said which GPU that instance is (a traced process's `NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2`, which CUDA issues for each GPU it uses), or on a host with one GPU; before the `cgroup` object (docs/events.md) |
-//! | `cgroup` | object  | who the process is, once its cgroup is known (live runs and their recordings, from the kernel's cgroup record or, for processes of the start-up inventory and where that record was lost, from /proc; absent in recordings made before it existed), last field of the line: `id` (cgroup v2 id; null when the path came from the start-up inventory), `path` (below the cgroup2 root; null when it could not be resolved), `container_runtime` (`"docker"`, `"containerd"`, `"cri_o"`, `"podman"`, `"kubernetes"`) and `container_id` (64 hex digits), `pod_uid` and `qos` (`"guaranteed"`, `"burstable"`, `"best_effort"`), `unit` (systemd service or scope outside containers), `ns_pid` (PID inside the process's own PID namespace); each only when known (docs/containers.md) |
+//! | `cgroup` | object  | who the process is, once its cgroup is known (live runs and their recordings, from the kernel's cgroup record or, for processes of the start-up inventory and where that record was lost, from /proc; absent in recordings made before it existed), last field of the line: `id` (cgroup v2 id; null when the path came from the start-up inventory), `path` (below the cgroup2 root; null when it could not be resolved), `container_runtime` (`"docker"`, `"containerd"`, `"cri_o"`, `"podman"`, `"kubernetes"`) and `container_id` (64 hex digits), `container_user` (the UID whose delegated subtree, `user@UID.service`, holds the container: a rootless container, that user's own claim), `pod_uid` and `qos` (`"guaranteed"`, `"burstable"`, `"best_effort"`), `unit` (the outermost systemd service or scope, outside containers), `ns_pid` (PID inside the process's own PID namespace); each only when known (docs/containers.md) |
 //!
 //! ## `TASK_INIT`: a TSG / queue was created
 //!
@@ -136,6 +136,7 @@
 //! | `processes` | array           | one object per process, by ascending pid: `pid`, `comm`, `cmdline` (array of strings), `exe` (string or null), `cgroup` (string or null), `gpus` (array: `minor`, `bus_id`, `uuid`, `name`, `memory_bytes` — NVML's figure, or null), `fds` (array of `[fd, {"kind": K}]`: K `"nv_ctl"`, `"nv_gpu"` with `"minor": N`, `"nv_uvm"`, `"kfd"`, `"watched"`), `mps` (`"server"`, `"control"` or null) |
 //! | `vanished`  | integer         | processes that exited while the walk read them |
 //! | `denied`    | integer         | processes whose fds could not be read (`hidepid`, no privileges) |
+//! | `denied_because` | string      | only with `denied` > 0: what gpu-trace lacked, `"root"` (not root), `"sys_ptrace"` (root without `CAP_SYS_PTRACE`, e.g. the DaemonSet's capabilities), `"nothing"` (`hidepid` or a security module) |
 //! | `nvml_note` | string          | only when NVML added nothing: why (library absent, driver not loaded) |
 //!
 //! ## `amd`: AMD KFD events only
@@ -288,6 +289,9 @@ pub fn with_attribution(line: String, a: &Attribution) -> String {
     if let Some((rt, id)) = &a.workload.container {
         obj.insert("container_runtime".into(), rt.name().into());
         obj.insert("container_id".into(), id.clone().into());
+        if let Some(uid) = a.workload.user {
+            obj.insert("container_user".into(), uid.into());
+        }
     }
     if let Some((uid, qos)) = &a.workload.pod {
         obj.insert("pod_uid".into(), uid.clone().into());

@@ -12,7 +12,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use crate::model::workload::classify;
+use crate::model::workload::container_cgroup;
 
 /// Why a `--cgroup` / `--container` argument names no usable cgroup.
 #[derive(Debug, thiserror::Error)]
@@ -34,8 +34,17 @@ pub enum CgroupError {
          list ids)"
     )]
     NoSuchContainer { prefix: String },
-    #[error("container {prefix}: ambiguous, it starts {} ids: {}; give more digits", .ids.len(), .ids.join(", "))]
-    AmbiguousContainer { prefix: String, ids: Vec<String> },
+    #[error(
+        "container {prefix}: ambiguous, it matches {} containers: {}; give more digits, or \
+         select one by its cgroup with --cgroup PATH",
+        .candidates.len(),
+        .candidates.join("; ")
+    )]
+    AmbiguousContainer {
+        prefix: String,
+        /// `ID12 (runtime) at PATH`, `… user UID's container` for a rootless one; sorted.
+        candidates: Vec<String>,
+    },
     #[error("container {0:?}: a container id is hexadecimal (at least 4 digits)")]
     BadContainerId(String),
     #[error("{what}: {n} cgroups given, the kernel programs take at most 8")]
@@ -232,35 +241,45 @@ impl CgroupResolver {
         })
     }
 
-    /// The cgroup of the one running container whose id starts with `prefix`: the outermost
-    /// cgroup that names it (the processes of its inner cgroups are in the subtree).
+    /// The cgroup of the one running container whose id starts with `prefix`: the container's
+    /// own cgroup (its inner cgroups are in the subtree), where
+    /// [`crate::model::workload::classify`] believes a container is. Two cgroups that match
+    /// (two containers, or one id named at two places: a user may name a container like
+    /// another in its own subtree) are refused with the candidates.
     pub fn container(&mut self, prefix: &str) -> Result<Subtree, CgroupError> {
         let want = prefix.to_ascii_lowercase();
         if want.len() < 4 || !want.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(CgroupError::BadContainerId(prefix.to_string()));
         }
         self.walk();
-        let mut found: HashMap<String, String> = HashMap::new();
+        let mut found: std::collections::BTreeMap<String, String> = Default::default();
         for path in self.by_id.values() {
-            if let Some((_, id)) = classify(path).container
-                && id.starts_with(&want)
+            if let Some(c) = container_cgroup(path)
+                && c.id.starts_with(&want)
             {
-                let keep = found.get(&id).is_none_or(|p| p.len() > path.len());
-                if keep {
-                    found.insert(id, path.clone());
-                }
+                let owner = c
+                    .user
+                    .map_or_else(String::new, |uid| format!(", user {uid}'s container"));
+                let what = format!(
+                    "{} ({}{owner}) at {}",
+                    &c.id[..12],
+                    c.runtime.name(),
+                    crate::output::escape::escape_text(&c.path)
+                );
+                found.insert(c.path, what);
             }
         }
-        let mut ids: Vec<String> = found.keys().cloned().collect();
-        ids.sort();
-        match ids.as_slice() {
-            [] => Err(CgroupError::NoSuchContainer {
+        match found.len() {
+            0 => Err(CgroupError::NoSuchContainer {
                 prefix: prefix.to_string(),
             }),
-            [one] => self.subtree(&found[one]),
+            1 => {
+                let path = found.into_keys().next().expect("one");
+                self.subtree(&path)
+            }
             _ => Err(CgroupError::AmbiguousContainer {
                 prefix: prefix.to_string(),
-                ids: ids.iter().map(|i| i[..12].to_string()).collect(),
+                candidates: found.into_values().collect(),
             }),
         }
     }
@@ -370,9 +389,13 @@ mod tests {
         assert_eq!(sub.level, 2);
         assert_eq!(sub.id, fs::metadata(&ctr_a).unwrap().ino());
         match r.container("4f1a") {
-            Err(CgroupError::AmbiguousContainer { ids, .. }) => {
-                assert_eq!(ids, vec![b[..12].to_string(), a[..12].to_string()])
-            }
+            Err(CgroupError::AmbiguousContainer { candidates, .. }) => assert_eq!(
+                candidates,
+                vec![
+                    format!("{} (podman) at /machine.slice/libpod-{a}.scope", &a[..12]),
+                    format!("{} (docker) at /system.slice/docker-{b}.scope", &b[..12]),
+                ]
+            ),
             other => panic!("want ambiguous, got {other:?}"),
         }
         assert!(matches!(
@@ -387,5 +410,67 @@ mod tests {
             r.container("4f1"),
             Err(CgroupError::BadContainerId(_))
         ));
+    }
+
+    /// Each runtime's real layout is found by `--container`; names a user (or a container, or a
+    /// delegated service) made below its own cgroup are either marked as the user's or not
+    /// believed, and a prefix that matches two cgroups is refused with both listed.
+    #[test]
+    fn forged_containers_are_not_picked_by_prefix() {
+        let scratch = tempfile::tempdir().unwrap();
+        let root = scratch.path().to_path_buf();
+        let real = "a1b2c3d4e5f60000000000000000000000000000000000000000000000000001";
+        let nested = "c0ffee0000000000000000000000000000000000000000000000000000000002";
+        let delegated = "d0d0d0d000000000000000000000000000000000000000000000000000000003";
+        let rootless = "e0e0e0e000000000000000000000000000000000000000000000000000000004";
+        let pod = format!(
+            "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice",
+            UID.replace('-', "_")
+        );
+        let user = "user.slice/user-1000.slice/user@1000.service";
+        for dir in [
+            // A real pod's container (kubelet, systemd driver, containerd).
+            format!("{pod}/cri-containerd-{real}.scope"),
+            // The same id, forged by user 1000 in its own subtree (a shorter path).
+            format!("{user}/docker-{real}.scope"),
+            // A container named inside another container's cgroup.
+            format!("system.slice/docker-{real}.scope/docker-{nested}.scope"),
+            // A container named below a service that delegates its subtree.
+            format!("system.slice/batch.service/docker-{delegated}.scope"),
+            // A real rootless podman container.
+            format!("{user}/user.slice/libpod-{rootless}.scope/container"),
+        ] {
+            fs::create_dir_all(root.join(dir)).unwrap();
+        }
+        let mut r = CgroupResolver::new(root);
+        match r.container(&real[..8]) {
+            Err(e @ CgroupError::AmbiguousContainer { .. }) => {
+                let msg = e.to_string();
+                for want in [
+                    format!("a1b2c3d4e5f6 (containerd) at /{pod}/cri-containerd-{real}.scope"),
+                    format!(
+                        "a1b2c3d4e5f6 (docker, user 1000's container) at /{user}/docker-{real}.scope"
+                    ),
+                    format!("a1b2c3d4e5f6 (docker) at /system.slice/docker-{real}.scope"),
+                ] {
+                    assert!(msg.contains(&want), "{want} in {msg}");
+                }
+            }
+            other => panic!("want ambiguous, got {other:?}"),
+        }
+        for not_believed in [nested, delegated] {
+            assert!(
+                matches!(
+                    r.container(&not_believed[..8]),
+                    Err(CgroupError::NoSuchContainer { .. })
+                ),
+                "{not_believed}"
+            );
+        }
+        let sub = r.container(&rootless[..8]).unwrap();
+        assert_eq!(
+            sub.path,
+            format!("/{user}/user.slice/libpod-{rootless}.scope")
+        );
     }
 }

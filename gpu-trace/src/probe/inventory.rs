@@ -143,11 +143,38 @@ enum Skip {
 }
 
 fn skip_of(e: &io::Error) -> Skip {
-    match e.kind() {
-        io::ErrorKind::PermissionDenied => Skip::Denied,
+    if is_refusal(e) {
+        Skip::Denied
+    } else {
         // ENOENT / ESRCH: the process (or the fd) went away.
-        _ => Skip::Vanished,
+        Skip::Vanished
     }
+}
+
+/// EACCES or EPERM: the kernel's ptrace read check (or `hidepid`) said no.
+fn is_refusal(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::PermissionDenied || e.raw_os_error() == Some(libc::EPERM)
+}
+
+/// What this process lacks to read every process's fd table, from `/proc/self/status` (`Uid`'s
+/// effective id, `CapEff`).
+pub fn lacking_from_status(status: &str) -> Option<Lacking> {
+    const CAP_SYS_PTRACE: u32 = 19;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+    };
+    let euid: u32 = field("Uid")?.split_whitespace().nth(1)?.parse().ok()?;
+    let caps = u64::from_str_radix(field("CapEff")?, 16).ok()?;
+    Some(if caps & (1 << CAP_SYS_PTRACE) != 0 {
+        Lacking::Nothing
+    } else if euid == 0 {
+        Lacking::SysPtrace
+    } else {
+        Lacking::Root
+    })
 }
 
 /// Walks `proc_root` (normally `/proc`).
@@ -178,6 +205,11 @@ pub fn walk(proc_root: &Path, opts: &WalkOptions) -> Inventory {
             Err(Skip::Denied) => inv.denied += 1,
         }
     }
+    if inv.denied != 0 {
+        inv.denied_because = fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| lacking_from_status(&s));
+    }
     inv
 }
 
@@ -185,14 +217,21 @@ pub fn walk(proc_root: &Path, opts: &WalkOptions) -> Inventory {
 fn gpu_fds(dir: &Path, opts: &WalkOptions) -> Result<Vec<(i32, GpuNode)>, Skip> {
     let entries = fs::read_dir(dir).map_err(|e| skip_of(&e))?;
     let mut out = Vec::new();
+    // The directory may list while its links are refused (a process of the same user with
+    // capabilities the walker lacks): such a process is refused, not "no GPU".
+    let mut refused = false;
     for entry in entries {
         // An fd closed between readdir and readlink is simply gone.
         let Ok(entry) = entry else { continue };
         let Some(fd) = entry.file_name().to_str().and_then(|s| s.parse().ok()) else {
             continue;
         };
-        let Ok(target) = fs::read_link(entry.path()) else {
-            continue;
+        let target = match fs::read_link(entry.path()) {
+            Ok(t) => t,
+            Err(e) => {
+                refused |= is_refusal(&e);
+                continue;
+            }
         };
         let node = classify_fd_target(&target.to_string_lossy(), opts).or_else(|| {
             let want = opts.watched_rdev?;
@@ -203,6 +242,9 @@ fn gpu_fds(dir: &Path, opts: &WalkOptions) -> Result<Vec<(i32, GpuNode)>, Skip> 
         if let Some(node) = node {
             out.push((fd, node));
         }
+    }
+    if refused && out.is_empty() {
+        return Err(Skip::Denied);
     }
     out.sort_unstable();
     Ok(out)
@@ -406,6 +448,54 @@ GPU Excluded:\t No\n";
         assert_eq!(mps_role("/usr/bin/python3"), None);
     }
 
+    /// What the walker lacked, from `/proc/self/status` as the kernel writes it: root with the
+    /// DaemonSet's capabilities (CAP_BPF 39, CAP_PERFMON 38) lacks CAP_SYS_PTRACE (19), and the
+    /// message says so instead of "run as root".
+    #[test]
+    fn what_the_walker_lacked_is_said_exactly() {
+        let status = |uid: u32, caps: &str| {
+            format!("Name:\tgpu-trace\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nCapEff:\t{caps}\n")
+        };
+        // setpriv --bounding-set=-all,+bpf,+perfmon as root.
+        let daemonset = status(0, "000000c000000000");
+        assert_eq!(lacking_from_status(&daemonset), Some(Lacking::SysPtrace));
+        assert_eq!(
+            lacking_from_status(&status(0, "000001ffffffffff")),
+            Some(Lacking::Nothing)
+        );
+        assert_eq!(
+            lacking_from_status(&status(1000, "0000000000000000")),
+            Some(Lacking::Root)
+        );
+        assert_eq!(
+            lacking_from_status(&status(1000, "0000000000080000")),
+            Some(Lacking::Nothing)
+        );
+        assert_eq!(lacking_from_status("Name: x\n"), None);
+        let inv = Inventory {
+            denied: 2,
+            denied_because: Some(Lacking::SysPtrace),
+            ..Inventory::default()
+        };
+        let text = render_text(&inv).join("\n");
+        assert!(
+            text.contains("of 2 processes' could not be read")
+                && text.contains("runs as root without CAP_SYS_PTRACE")
+                && !text.contains("run as root"),
+            "{text}"
+        );
+        let inv = Inventory {
+            denied: 1,
+            denied_because: Some(Lacking::Root),
+            ..inv
+        };
+        assert!(
+            render_text(&inv)
+                .join("\n")
+                .contains("of 1 process's could not be read")
+        );
+    }
+
     #[test]
     fn text_lines_escape_untrusted_strings_and_show_memory_and_mps() {
         let inv = Inventory {
@@ -455,7 +545,7 @@ GPU Excluded:\t No\n";
         );
         assert!(lines.iter().all(|l| !l.chars().any(char::is_control)));
         assert!(
-            lines[3].contains("0 exited during the walk, 2 refused"),
+            lines[3].contains("of 2 processes' could not be read"),
             "{}",
             lines[3]
         );
@@ -551,6 +641,23 @@ GPU Excluded:\t No\n";
         assert!(
             line.contains(&format!(
                 " container=cri_o:{} pod={uid} cgroup=/kubepods/",
+                &id[..12]
+            )),
+            "{line}"
+        );
+        // A user's copy of that layout in its own subtree: the user's container, no pod.
+        let mut p = test_process(78, "python3", vec![(3, GpuNode::NvCtl)]);
+        p.cgroup = Some(format!(
+            "/user.slice/user-1000.slice/user@1000.service/kubepods/besteffort/pod{uid}/crio-{id}"
+        ));
+        let inv = Inventory {
+            processes: vec![p],
+            ..Inventory::default()
+        };
+        let line = &render_text(&inv)[1];
+        assert!(
+            line.contains(&format!(
+                " container=cri_o:{} container_user=1000 cgroup=/user.slice/",
                 &id[..12]
             )),
             "{line}"
