@@ -926,7 +926,10 @@ mod tests {
         };
         let text = String::from_utf8_lossy(&log);
         let text = text.split('\0').next().unwrap_or_default().to_string();
-        assert!(!text.trim().is_empty(), "the verifier said nothing ({io_error})");
+        assert!(
+            !text.trim().is_empty(),
+            "the verifier said nothing ({io_error})"
+        );
         let e = aya::programs::ProgramError::LoadError {
             io_error,
             verifier_log: aya_obj::VerifierLog::new(text),
@@ -937,7 +940,10 @@ mod tests {
     #[test]
     fn a_verifier_refusal_of_our_program_is_an_error_never_a_missing_hook() {
         let Some(verifier) = real_verifier_refusal() else {
-            println!(
+            // Straight to stderr, past the test harness's capture, so that CI's log shows it.
+            use std::io::Write as _;
+            let _ = writeln!(
+                std::io::stderr(),
                 "SKIPPED: a_verifier_refusal_of_our_program_is_an_error_never_a_missing_hook: \
                  this process may not load BPF programs (run the tests as root)"
             );
@@ -990,7 +996,10 @@ mod tests {
             matches!(rejected, super::LoadError::Rejected { .. }) && !rejected.is_unsupported(),
             "{rejected}"
         );
-        assert!(rejected.to_string().contains("bug in gpu-trace"), "{rejected}");
+        assert!(
+            rejected.to_string().contains("bug in gpu-trace"),
+            "{rejected}"
+        );
     }
 
     #[test]
