@@ -189,7 +189,12 @@ fn replay_top(
     if output.output.is_none() {
         output.quiet = true;
     }
-    let name = gpu_trace::output::escape::escape_text(&file.to_string_lossy()).into_owned();
+    // The path's bytes as they are (`\xNN` for a byte that is not UTF-8, never U+FFFD).
+    let name = {
+        use gpu_trace::output::escape::{decode_lossless, escape_text};
+        use std::os::unix::ffi::OsStrExt;
+        escape_text(&decode_lossless(file.as_os_str().as_bytes())).into_owned()
+    };
     let mut view = gpu_trace::top::Top::stepping(format!("replay of {name}"));
     let result = session::replay_with(file, &output, Some(&mut view));
     view.stop();

@@ -206,11 +206,16 @@ fn program_runs(stderr: &str) -> std::collections::BTreeMap<String, u64> {
         .collect()
 }
 
-/// `--bpf-stats` prints the kernel's run count of each loaded program. Here (`--watch-device`:
-/// the syscall layer serves) the syscall-exit program must have run at least once for each of
-/// this test's unrelated system calls and refused schedules; the drivers' entry-point programs,
-/// not loaded, are not listed. (The lab checks the other side: with the entry points hooked, no
-/// program runs for unrelated calls: docs/lab.md, `z.nv_entry`.)
+/// `--bpf-stats` prints the kernel's run count of each loaded program, on each syscall-layer
+/// path this kernel attaches. Here (`--watch-device`: the syscall layer serves) the default path
+/// (`sys_exit_*`: tp_btf or raw_tp, one program for every syscall exit) must have run at least
+/// once for each of this test's unrelated system calls and refused schedules; the classic
+/// tracepoint path (`--syscall-hook tracepoint`) must have run its entry program
+/// (`tp_ioctl_enter`, `syscalls:sys_enter_ioctl`) and its exit program (`tp_ioctl_exit`) for each
+/// refused schedule and, being per-syscall, far fewer times than the unrelated calls. The
+/// drivers' entry-point programs, not loaded here (no NVIDIA module on this machine: the lab's
+/// stand-in serves them, docs/lab.md `z.nv_entry`, which checks that no program runs for
+/// unrelated calls), are not listed.
 #[test]
 fn bpf_stats_counts_every_run_of_the_syscall_layer() {
     let _serial = serial();
@@ -218,45 +223,84 @@ fn bpf_stats_counts_every_run_of_the_syscall_layer() {
     if skip_unless_root(test) {
         return;
     }
-    let traced = Traced::start(&["--watch-device", WATCHED, "--format", "json", "--bpf-stats"])
-        .unwrap_or_else(|e| panic!("{test}: {e}"));
     const UNRELATED: u64 = 20_000;
-    for _ in 0..UNRELATED {
-        // SAFETY: a system call without arguments.
-        unsafe { libc::syscall(libc::SYS_getppid) };
-    }
-    let dev = watched();
-    let s = Schedule::new(CLIENT, 0xF17E_00D0);
-    for _ in 0..5 {
-        assert_eq!(s.issue(&dev), -ENOTTY);
-    }
-    let f = traced.interrupt();
-    assert_eq!(f.status.code(), Some(0), "{}", f.stderr);
+    const SCHEDULES: u64 = 5;
+    let run = |extra: &[&str]| {
+        let mut args = vec!["--watch-device", WATCHED, "--format", "json", "--bpf-stats"];
+        args.extend_from_slice(extra);
+        let traced = Traced::start(&args).unwrap_or_else(|e| panic!("{test} {extra:?}: {e}"));
+        for _ in 0..UNRELATED {
+            // SAFETY: a system call without arguments.
+            unsafe { libc::syscall(libc::SYS_getppid) };
+        }
+        let dev = watched();
+        let s = Schedule::new(CLIENT, 0xF17E_00D0);
+        for _ in 0..SCHEDULES {
+            assert_eq!(s.issue(&dev), -ENOTTY);
+        }
+        let f = traced.interrupt();
+        assert_eq!(f.status.code(), Some(0), "{extra:?}: {}", f.stderr);
+        assert!(
+            !program_runs(&f.stderr)
+                .keys()
+                .any(|k| k.starts_with("nv_ioctl") || k.starts_with("nv_close")),
+            "entry points listed though --watch-device leaves them out: {}",
+            f.stderr
+        );
+        assert!(
+            f.stderr
+                .contains("(not used: NVIDIA driver entry points: --watch-device"),
+            "{}",
+            f.stderr
+        );
+        assert_eq!(
+            schedules_of(&json_events(&f.stdout), std::process::id()) as u64,
+            SCHEDULES,
+            "the trace itself is unchanged ({extra:?})"
+        );
+        f
+    };
+
+    // The default path: one program for every syscall exit.
+    let f = run(&[]);
     let runs = program_runs(&f.stderr);
     let (name, n) = runs
         .iter()
-        .find(|(name, _)| name.starts_with("sys_exit_") || name.starts_with("tp_ioctl_exit"))
-        .unwrap_or_else(|| panic!("no syscall-layer program among {runs:?}:\n{}", f.stderr));
-    if name.starts_with("sys_exit_") {
-        assert!(*n >= UNRELATED + 5, "{name} ran {n} times: {runs:?}");
+        .find(|(name, _)| name.starts_with("sys_exit_"))
+        .unwrap_or_else(|| panic!("no sys_exit_* program among {runs:?}:\n{}", f.stderr));
+    assert!(
+        *n >= UNRELATED + SCHEDULES,
+        "{name} ran {n} times: {runs:?}"
+    );
+
+    // The classic tracepoints: entry and exit of ioctl only.
+    let tracefs = gpu_trace::probe::system::ensure_tracefs();
+    if !tracefs.as_ref().is_ok_and(|dir| {
+        std::path::Path::new(dir)
+            .join("events/syscalls/sys_enter_ioctl")
+            .is_dir()
+    }) {
+        skipped(
+            &format!("{test} (tracepoint path)"),
+            format!(
+                "no syscalls:sys_enter_ioctl tracepoint here (tracefs: {tracefs:?}; a kernel \
+                 without CONFIG_FTRACE_SYSCALLS)"
+            ),
+        );
+        return;
     }
-    assert!(
-        !runs
-            .keys()
-            .any(|k| k.starts_with("nv_ioctl") || k.starts_with("nv_close")),
-        "entry points listed though --watch-device leaves them out: {runs:?}"
-    );
-    assert!(
-        f.stderr
-            .contains("(not used: NVIDIA driver entry points: --watch-device"),
-        "{}",
-        f.stderr
-    );
-    assert_eq!(
-        schedules_of(&json_events(&f.stdout), std::process::id()),
-        5,
-        "the trace itself is unchanged"
-    );
+    let f = run(&["--syscall-hook", "tracepoint"]);
+    let runs = program_runs(&f.stderr);
+    for program in ["tp_ioctl_enter", "tp_ioctl_exit"] {
+        let n = *runs
+            .get(program)
+            .unwrap_or_else(|| panic!("{program} not listed: {runs:?}:\n{}", f.stderr));
+        assert!(
+            (SCHEDULES..UNRELATED).contains(&n),
+            "{program} ran {n} times: want one run per ioctl of the machine, at least the \
+             {SCHEDULES} refused schedules, and none for the {UNRELATED} getppid calls: {runs:?}"
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -631,6 +631,14 @@ fn the_cli_traces_kfd_calls_with_vendor_amd() {
         }
         panic!("gpu-trace did not start ({status}): {report}");
     }
+    // Drain the rest of stderr meanwhile: the start-up inventory of a busy machine (every
+    // process with /dev/null open, with its command line) can pass a pipe's 64 KiB, and a
+    // gpu-trace blocked writing it never reaches its --duration.
+    let rest = std::thread::spawn(move || {
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
+        rest
+    });
     let null = File::open("/dev/null").unwrap();
     let create = create_args();
     let update = UpdateQueueArgs {
@@ -651,9 +659,7 @@ fn the_cli_traces_kfd_calls_with_vendor_amd() {
         (&raw const update).cast(),
     );
     let out = child.wait_with_output().unwrap();
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
-    report.push_str(&rest);
+    report.push_str(&rest.join().unwrap());
     let stdout = String::from_utf8(out.stdout).unwrap();
     assert!(out.status.success(), "{}: {report}\n{stdout}", out.status);
     assert!(

@@ -352,7 +352,9 @@ fn a_real_prometheus_scrapes_counts_equal_to_the_calls_issued() {
 
     // Three processes with known names, one of them hostile (quote, backslash, escape).
     let evil = "ev\"il\\\x1b[2J";
-    let evil_label = "ev\"il\\?[2J"; // as exposed: ESC replaced by `?`, then JSON-decoded
+    // As exposed: escaped as the text output escapes it (output/escape.rs: `\\`, `\xNN`),
+    // then JSON-decoded by the query.
+    let evil_label = "ev\"il\\\\\\x1b[2J";
     let plan = [("promA", 300u64), ("promB", 1200), (evil, 50)];
     let children: Vec<Child> = plan
         .iter()

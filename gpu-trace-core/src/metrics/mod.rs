@@ -346,12 +346,12 @@ impl<T: std::hash::Hash + Eq, L: Clone + Default> Interner<T, L> {
     }
 }
 
-/// A process name as a label value: control characters (and anything a terminal could act on)
-/// become `?`; the exposition format's own escaping (`\\`, `\"`, `\n`) is the encoder's.
+/// A process name as a label value, written as the text output writes it (the one rule of
+/// output/escape.rs: `\\`, `\n`, `\xNN` for controls, bidi and invisible characters and
+/// for bytes that are not UTF-8); the exposition format's own escaping (`\\`, `\"`, `\n`) is
+/// the encoder's, on top.
 pub fn sanitize_label(raw: &str) -> String {
-    raw.chars()
-        .map(|c| if c.is_control() { '?' } else { c })
-        .collect()
+    crate::output::escape::escape_text(raw).into_owned()
 }
 
 /// The `engine` label of a task.

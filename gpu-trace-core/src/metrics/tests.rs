@@ -372,13 +372,14 @@ fn untrusted_names_are_escaped_and_stripped_of_control_characters() {
     let evil = "a\"b\\c\nd\x1b[2J\x07";
     see(&mut m, S, 5, evil, schedule(1, false, None));
     let t = m.encode();
-    // `"` and `\` escaped by the exposition format; newline, ESC and BEL replaced by `?`.
-    let want = event_series("SCHEDULE", "", "", r#"a\"b\\c?d?[2J?"#);
+    // The text output's escaping (escape.rs: `\\`, `\n`, `\xNN`), then the exposition
+    // format's own (`"` and `\`).
+    let want = event_series("SCHEDULE", "", "", r#"a\"b\\\\c\\nd\\x1b[2J\\x07"#);
     assert_eq!(sample(&t, &want), Some(1.0), "{t}");
     assert!(!t.contains('\x1b') && !t.contains('\x07'));
     assert_eq!(
         t.lines().filter(|l| l.contains("comm=")).count(),
-        t.lines().filter(|l| l.contains("d?[2J")).count()
+        t.lines().filter(|l| l.contains(r"d\\x1b[2J")).count()
     );
 }
 

@@ -12,6 +12,26 @@
 //! character's four bytes carried the same way, so the mapping is one-to-one and
 //! [`raw_bytes`] gives back the original bytes.
 //!
+//! # The rule: which characters are never written as they are
+//!
+//! One predicate, [`is_hidden`], decides for every output (text, JSON events and the
+//! `INVENTORY` line, metrics label values, Perfetto names, `top`, start-up and doctor lines).
+//! A character is escaped when it is:
+//!
+//! | class | characters |
+//! |-------|------------|
+//! | C0 control, DEL, C1 control (general category Cc) | U+0000..U+001F, U+007F, U+0080..U+009F |
+//! | line and paragraph separator (Zl, Zp) | U+2028, U+2029 |
+//! | bidi control (all Cf) | U+061C, U+200E, U+200F, U+202A..U+202E, U+2066..U+2069 |
+//! | invisible format character (general category Cf) | U+00AD, U+0600..U+0605, U+06DD, U+070F, U+0890..U+0891, U+08E2, U+180E, U+200B..U+200D, U+2060..U+2064, U+206A..U+206F, U+FEFF, U+FFF9..U+FFFB, U+110BD, U+110CD, U+13430..U+1343F, U+1BCA0..U+1BCA3, U+1D173..U+1D17A, U+E0001, the tag block U+E0020..U+E007F |
+//! | other default-ignorable code point (renders as nothing) | U+034F, U+115F, U+1160, U+17B4, U+17B5, U+180B..U+180F, U+2065, U+3164, U+FE00..U+FE0F, U+FFA0, U+FFF0..U+FFF8, U+E0000..U+E0FFF |
+//!
+//! The Cf, Zl and Zp sets are Unicode 16.0's general categories (a unit test checks them
+//! against the Unicode data of the machine's Python, where there is one); the last row is
+//! Unicode's `Default_Ignorable_Code_Point` property (DerivedCoreProperties.txt) beyond Cf.
+//! A byte that is not valid UTF-8 is escaped too, always as `\xNN` or its exact value, never
+//! as the internal carrier character nor (outside JSON) as U+FFFD.
+//!
 //! # Text output: reversible escaping
 //!
 //! [`escape_text`] writes ordinary names unchanged; otherwise:
@@ -21,18 +41,22 @@
 //! | backslash                                                      | `\\`                |
 //! | line feed, carriage return, tab                                | `\n`, `\r`, `\t`    |
 //! | a byte that is not valid UTF-8                                 | `\xNN` (lower-case hex) |
-//! | any other control character (C0, DEL, C1), a bidi or invisible format character (U+200B..U+200F, U+2028..U+202E, U+2060..U+2069, U+FEFF) | each of its UTF-8 bytes as `\xNN` |
+//! | any other character of the rule above                          | each of its UTF-8 bytes as `\xNN` |
 //!
-//! The result holds no control character at all, so it cannot move the cursor, change colours,
-//! set a window title (OSC) or forge a line, and [`unescape_text`] turns it back into the exact
-//! bytes.
+//! The result holds no character of the rule, so it cannot move the cursor, change colours,
+//! set a window title (OSC), forge a line or reorder what a reader sees, and
+//! [`unescape_text`] turns it back into the exact bytes. The same text is what metrics label
+//! values and Perfetto process and track names carry.
 //!
 //! # JSON output
 //!
-//! `comm` is the name as UTF-8 text, each byte that is not valid UTF-8 shown as U+FFFD; where
-//! that is not the exact name, `comm_bytes` (an array of the byte values) follows it.
-//! [`json_terminal_safe`] also writes DEL and the C1 controls as `\u00NN` (JSON itself only
-//! requires it for C0), so a JSON line shown on a terminal is inert too.
+//! `comm` is the name as UTF-8 text, each byte that is not valid UTF-8 shown as U+FFFD (a JSON
+//! string cannot hold a byte); where that is not the exact name, `comm_bytes` (an array of the
+//! byte values) follows it. The `INVENTORY` line does the same for `comm`, `cmdline`, `exe`
+//! and `cgroup` (`comm_bytes`, `cmdline_bytes`, `exe_bytes`, `cgroup_bytes`).
+//! [`json_terminal_safe`] writes every character of the rule as a `\uXXXX` escape (a
+//! surrogate pair above U+FFFF): the same JSON value, so a JSON line shown on a terminal is
+//! inert too.
 
 use std::borrow::Cow;
 
@@ -106,11 +130,58 @@ pub fn lossy(s: &str) -> Cow<'_, str> {
     }
 }
 
-/// Characters printed as their bytes: controls, and invisible or bidi format characters that
-/// can make a line read differently from what it holds.
-fn needs_bytes(c: char) -> bool {
-    c.is_control()
-        || matches!(c, '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}')
+/// Invisible or bidi format characters and other default-ignorable code points, inclusive
+/// ranges in ascending order (the module docs' table without Cc, Zl and Zp).
+const HIDDEN: &[(u32, u32)] = &[
+    (0x00AD, 0x00AD),
+    (0x034F, 0x034F),
+    (0x0600, 0x0605),
+    (0x061C, 0x061C),
+    (0x06DD, 0x06DD),
+    (0x070F, 0x070F),
+    (0x0890, 0x0891),
+    (0x08E2, 0x08E2),
+    (0x115F, 0x1160),
+    (0x17B4, 0x17B5),
+    (0x180B, 0x180F),
+    (0x200B, 0x200F),
+    (0x202A, 0x202E),
+    (0x2060, 0x206F),
+    (0x3164, 0x3164),
+    (0xFE00, 0xFE0F),
+    (0xFEFF, 0xFEFF),
+    (0xFFA0, 0xFFA0),
+    (0xFFF0, 0xFFFB),
+    (0x110BD, 0x110BD),
+    (0x110CD, 0x110CD),
+    (0x13430, 0x1343F),
+    (0x1BCA0, 0x1BCA3),
+    (0x1D173, 0x1D17A),
+    (0xE0000, 0xE0FFF),
+];
+
+/// The one rule (module docs): a character no output writes as it is. Controls (C0, DEL,
+/// C1), the line and paragraph separators, bidi controls, invisible format characters and
+/// the other default-ignorable code points.
+pub fn is_hidden(c: char) -> bool {
+    if c.is_control() || matches!(c, '\u{2028}' | '\u{2029}') {
+        return true;
+    }
+    let u = u32::from(c);
+    if u < 0xAD {
+        return false;
+    }
+    HIDDEN
+        .binary_search_by(|&(lo, hi)| {
+            if hi < u {
+                std::cmp::Ordering::Less
+            } else if lo > u {
+                std::cmp::Ordering::Greater
+            } else {
+                std::cmp::Ordering::Equal
+            }
+        })
+        .is_ok()
 }
 
 fn push_hex(out: &mut String, b: u8) {
@@ -125,7 +196,7 @@ fn push_hex(out: &mut String, b: u8) {
 pub fn escape_text(s: &str) -> Cow<'_, str> {
     if !s
         .chars()
-        .any(|c| c == '\\' || needs_bytes(c) || raw_byte(c).is_some())
+        .any(|c| c == '\\' || is_hidden(c) || raw_byte(c).is_some())
     {
         return Cow::Borrowed(s);
     }
@@ -139,7 +210,7 @@ pub fn escape_text(s: &str) -> Cow<'_, str> {
             c => {
                 if let Some(b) = raw_byte(c) {
                     push_hex(&mut out, b);
-                } else if needs_bytes(c) {
+                } else if is_hidden(c) {
                     for b in c.encode_utf8(&mut [0u8; 4]).bytes() {
                         push_hex(&mut out, b);
                     }
@@ -177,22 +248,32 @@ pub fn unescape_text(s: &str) -> Option<Vec<u8>> {
     Some(out)
 }
 
-/// A serialized JSON line with DEL and the C1 controls written as `\u00NN` escapes (the same
-/// JSON value; such characters can only occur inside strings).
+/// A serialized JSON line with every character of the rule (module docs) written as a
+/// `\uXXXX` escape: the same JSON value (such characters can only occur inside strings:
+/// JSON's own syntax is ASCII). A carried non-UTF-8 byte, which no JSON field should hold,
+/// becomes `\ufffd` rather than show the internal carrier.
 pub fn json_terminal_safe(line: String) -> String {
-    if !line.chars().any(char::is_control) {
+    if !line.chars().any(|c| is_hidden(c) || raw_byte(c).is_some()) {
         return line;
     }
     let mut out = String::with_capacity(line.len() + 12);
     for c in line.chars() {
-        if c.is_control() {
-            out.push_str(&format!("\\u{:04x}", u32::from(c)));
+        if raw_byte(c).is_some() {
+            out.push_str("\\ufffd");
+        } else if is_hidden(c) {
+            for unit in c.encode_utf16(&mut [0u16; 2]) {
+                out.push_str(&format!("\\u{unit:04x}"));
+            }
         } else {
             out.push(c);
         }
     }
     out
 }
+
+#[cfg(test)]
+#[path = "escape_tests.rs"]
+mod every_class;
 
 #[cfg(test)]
 mod tests {

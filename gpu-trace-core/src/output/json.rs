@@ -17,7 +17,7 @@
 //! | `cpu`    | integer | CPU the call ran on |
 //! | `pid`    | integer | process id (tgid) |
 //! | `tid`    | integer | thread id |
-//! | `comm`   | string  | thread name of the caller (bytes that are not UTF-8 shown as U+FFFD) |
+//! | `comm`   | string  | thread name of the caller (bytes that are not UTF-8 shown as U+FFFD; controls, bidi and invisible format characters written as `\uXXXX` escapes, docs/events.md "Untrusted strings") |
 //! | `comm_bytes` | array of integers | only when `comm` is not the exact name (it was not UTF-8): the name's bytes |
 //! | `key`    | string or null | the task's identity, unique within the run: `"PID:0xCLIENT:0xHANDLE"` (NVIDIA: process, RM client and RM handle of the TSG, 8 hex digits each), `"PID:kfd:QUEUE"` (AMD), with `"#N"` appended for the N-th task with the same three in one run (N ≥ 2); every event of one task has the same key (docs/events.md). null only for a refused AMD `CREATE_QUEUE` |
 //! | `tsg`    | string  | the TSG column of the text output, same spelling: `"0x5c000015"` (RM handle), `"12"` (hardware TSG id), `"3"` (KFD queue id), `"?"` |
@@ -133,7 +133,7 @@
 //! |-------------|-----------------|---------|
 //! | `taken_ns`  | integer         | CLOCK_MONOTONIC ns of the walk |
 //! | `gpus`      | array           | NVIDIA GPUs from `/proc/driver/nvidia/gpus/*/information`: `minor`, `bus_id`, `uuid`, `name` (strings or null) |
-//! | `processes` | array           | one object per process, by ascending pid: `pid`, `comm`, `cmdline` (array of strings), `exe` (string or null), `cgroup` (string or null), `gpus` (array: `minor`, `bus_id`, `uuid`, `name`, `memory_bytes` — NVML's figure, or null), `fds` (array of `[fd, {"kind": K}]`: K `"nv_ctl"`, `"nv_gpu"` with `"minor": N`, `"nv_uvm"`, `"kfd"`, `"watched"`), `mps` (`"server"`, `"control"` or null) |
+//! | `processes` | array           | one object per process, by ascending pid: `pid`, `comm`, `cmdline` (array of strings), `exe` (string or null), `cgroup` (string or null) — strings from /proc as `comm` in events (U+FFFD for bytes that are not UTF-8, the rule's characters as `\uXXXX`), each followed, only where it is not exact, by its bytes: `comm_bytes`, `cmdline_bytes` (one array per argument), `exe_bytes`, `cgroup_bytes` — `gpus` (array: `minor`, `bus_id`, `uuid`, `name`, `memory_bytes` — NVML's figure, or null), `fds` (array of `[fd, {"kind": K}]`: K `"nv_ctl"`, `"nv_gpu"` with `"minor": N`, `"nv_uvm"`, `"kfd"`, `"watched"`), `mps` (`"server"`, `"control"` or null) |
 //! | `vanished`  | integer         | processes that exited while the walk read them |
 //! | `denied`    | integer         | processes whose fds could not be read (`hidepid`, no privileges) |
 //! | `denied_because` | string      | only with `denied` > 0: what gpu-trace lacked, `"root"` (not root), `"sys_ptrace"` (root without `CAP_SYS_PTRACE`, e.g. the DaemonSet's capabilities), `"nothing"` (`hidepid` or a security module) |
@@ -201,6 +201,7 @@
 
 use chrono::SecondsFormat;
 use serde::Serialize;
+use std::borrow::Cow;
 
 use crate::model::event::{Event, EventKind};
 use crate::model::gpus::GpuIdentity;
@@ -345,15 +346,80 @@ fn identity_fields(ev: &Event) -> String {
 /// tracing started, as the start-up inventory found them (`taken_ns`: when, CLOCK_MONOTONIC).
 pub fn inventory_json(inv: &crate::inventory::Inventory, clock: &Clock) -> String {
     let ts_ns = inv.taken_ns;
-    let fields = serde_json::to_string(inv).expect("Inventory serializes");
+    let line = InventoryLine {
+        taken_ns: inv.taken_ns,
+        gpus: &inv.gpus,
+        processes: inv.processes.iter().map(InventoryProcessLine::of).collect(),
+        vanished: inv.vanished,
+        denied: inv.denied,
+        nvml_note: inv.nvml_note.as_deref(),
+    };
+    let fields = serde_json::to_string(&line).expect("Inventory serializes");
     let time = clock
         .utc(ts_ns)
         .to_rfc3339_opts(SecondsFormat::Micros, true);
     // `event` first, like every other line; then the inventory's fields in their order.
-    format!(
+    super::escape::json_terminal_safe(format!(
         "{{\"event\":\"INVENTORY\",\"time\":\"{time}\",{}",
         &fields[1..]
-    )
+    ))
+}
+
+/// The inventory as the `INVENTORY` line shows it: [`crate::inventory::Inventory`]'s fields in
+/// its order, the strings from /proc as UTF-8 text (U+FFFD for a byte that is not UTF-8) and,
+/// where that is not exact, their bytes (`comm_bytes`, ... as events' `comm_bytes`).
+#[derive(Serialize)]
+struct InventoryLine<'a> {
+    taken_ns: u64,
+    gpus: &'a [crate::inventory::GpuInfo],
+    processes: Vec<InventoryProcessLine<'a>>,
+    vanished: u32,
+    denied: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    nvml_note: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct InventoryProcessLine<'a> {
+    pid: u32,
+    comm: Cow<'a, str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    comm_bytes: Option<Cow<'a, [u8]>>,
+    cmdline: Vec<Cow<'a, str>>,
+    /// Every argument's bytes, when one of them is not UTF-8.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cmdline_bytes: Option<Vec<Cow<'a, [u8]>>>,
+    exe: Option<Cow<'a, str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    exe_bytes: Option<Cow<'a, [u8]>>,
+    cgroup: Option<Cow<'a, str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cgroup_bytes: Option<Cow<'a, [u8]>>,
+    gpus: &'a [crate::inventory::ProcessGpu],
+    fds: &'a [(i32, crate::inventory::GpuNode)],
+    mps: Option<crate::inventory::MpsRole>,
+}
+
+impl<'a> InventoryProcessLine<'a> {
+    fn of(p: &'a crate::inventory::InventoryProcess) -> Self {
+        use super::escape::{is_exact, lossy, raw_bytes};
+        let bytes = |s: &'a str| (!is_exact(s)).then(|| raw_bytes(s));
+        Self {
+            pid: p.pid,
+            comm: lossy(&p.comm),
+            comm_bytes: bytes(&p.comm),
+            cmdline: p.cmdline.iter().map(|a| lossy(a)).collect(),
+            cmdline_bytes: (!p.cmdline.iter().all(|a| is_exact(a)))
+                .then(|| p.cmdline.iter().map(|a| raw_bytes(a)).collect()),
+            exe: p.exe.as_deref().map(lossy),
+            exe_bytes: p.exe.as_deref().and_then(bytes),
+            cgroup: p.cgroup.as_deref().map(lossy),
+            cgroup_bytes: p.cgroup.as_deref().and_then(bytes),
+            gpus: &p.gpus,
+            fds: &p.fds,
+            mps: p.mps,
+        }
+    }
 }
 
 fn is_zero(v: &u64) -> bool {

@@ -180,14 +180,17 @@ impl<W: Write> PerfettoWriter<W> {
         self.out
             .write_all(if self.wrote_any { b",\n" } else { b"\n" })?;
         self.wrote_any = true;
-        self.out.write_all(fields.as_bytes())
+        // The one escaping rule (output/escape.rs): no bidi, invisible or control character
+        // reaches the file raw, whatever field holds it.
+        let line = super::escape::json_terminal_safe(fields.to_string());
+        self.out.write_all(line.as_bytes())
     }
 
     /// Late attach: names a process of the start-up inventory and labels it (Perfetto shows
     /// `process_labels` next to the process name).
     pub fn process_label(&mut self, pid: u32, comm: &str, label: &str) -> io::Result<()> {
         if self.named.insert(pid) {
-            self.metadata("process_name", pid, 0, comm)?;
+            self.metadata("process_name", pid, 0, &super::escape::escape_text(comm))?;
         }
         let line = format!(
             "{{\"ph\":\"M\",\"name\":\"process_labels\",\"pid\":{pid},\"tid\":0,\"args\":{{\"labels\":{}}}}}",
@@ -269,7 +272,9 @@ impl<W: Write> PerfettoWriter<W> {
 
     fn name_process(&mut self, pid: u32, process_name: &str) -> io::Result<()> {
         if self.named.insert(pid) {
-            let name = super::escape::lossy(process_name);
+            // Names are shown as the text output shows them (escape.rs): `\xNN` for a byte
+            // that is not UTF-8 and for each byte of a hidden character.
+            let name = super::escape::escape_text(process_name);
             self.metadata("process_name", pid, pid, &name)?;
         }
         Ok(())
@@ -488,7 +493,7 @@ impl<W: Write> PerfettoWriter<W> {
                 let place = gpu.map(|gpu| GpuPlace {
                     gpu,
                     runlist: *runlist,
-                    owner: format!("{} {pid}", super::escape::lossy(process_name)),
+                    owner: format!("{} {pid}", super::escape::escape_text(process_name)),
                 });
                 self.open_track(pid, task, ts, &slice, place, json!({ "task_init": fields }))?;
                 self.point(ts, &key, ev.kind.name(), fields)?;
@@ -958,6 +963,7 @@ mod tests {
         w.event(&e, "we\"ird\\name", 1).unwrap();
         let text = String::from_utf8(w.finish(2, &[]).unwrap()).unwrap();
         let v: Value = serde_json::from_str(&text).unwrap();
-        assert_eq!(v["traceEvents"][0]["args"]["name"], "we\"ird\\name");
+        // JSON-escaped, and spelled as the text output spells it (escape.rs: `\\` for `\`).
+        assert_eq!(v["traceEvents"][0]["args"]["name"], "we\"ird\\\\name");
     }
 }

@@ -53,8 +53,19 @@ pub enum LoadError {
              report this with `uname -r`"
     )]
     Load(#[source] aya::EbpfError),
+    /// The kernel lacks every hook tried for `event` (no such tracepoint or attach type, a
+    /// helper it does not have, no privileges): tests report this as a skip.
     #[error("the kernel refused every hook for {event}:\n{tried}\nSee docs/troubleshooting.md.")]
     NoHook { event: &'static str, tried: String },
+    /// No hook for `event` attached and the kernel's verifier refused one of gpu-trace's own
+    /// programs on the way ([`refused_by_verifier`]): a bug in the programs (or in their build),
+    /// never a property of the machine, so never a skip.
+    #[error(
+        "the kernel's verifier refused gpu-trace's own program for {event}:\n{tried}\nThis is \
+         a bug in gpu-trace's kernel programs, not a limit of this machine: report it with \
+         `uname -r` and the lines above (docs/troubleshooting.md)."
+    )]
+    Rejected { event: &'static str, tried: String },
     #[error("map {0} is missing from the kernel programs (build mismatch)")]
     MissingMap(&'static str),
     #[error("map {name}: {source}")]
@@ -363,21 +374,49 @@ fn first_that_attaches(
             Err(why) => tried.push(format!("{name}: {why}")),
         }
     }
+    Err(no_hook_error(event, &tried))
+}
+
+/// Whether one attempt's failure (as [`err`] words it) is the verifier refusing the program
+/// itself, as opposed to the kernel lacking what the attempt needs. A load that failed with a
+/// verifier log is the verifier's refusal, unless the log says a helper is unknown to this
+/// kernel (`unknown func`, or `invalid func` for an id past the kernel's last helper): that is
+/// a kernel without the helper, as `probe::kernel::explain_refusal` reports. A load refused
+/// with no log (EPERM, a program type the kernel does not have) and every attach failure are
+/// the kernel's.
+pub fn refused_by_verifier(why: &str) -> bool {
+    why.contains("BPF_PROG_LOAD syscall returned")
+        && why.contains("Verifier output:")
+        && !why.contains("unknown func ")
+        && !why.contains("invalid func unknown#")
+}
+
+/// The error for `event` when every attempt in `tried` (`"<attempt>: <why>"`) failed:
+/// [`LoadError::Rejected`] when the verifier refused one of them, else [`LoadError::NoHook`].
+fn no_hook_error(event: &'static str, tried: &[String]) -> LoadError {
     // Every hook refused for one reason an option caused (a helper this kernel lacks): say so.
     let explained = tried
         .iter()
         .find_map(|t| crate::probe::kernel::explain_refusal(t))
         .map(|why| format!("\n  ({why})"))
         .unwrap_or_default();
-    Err(LoadError::NoHook {
-        event,
-        tried: tried
-            .iter()
-            .map(|t| format!("  - {t}"))
-            .collect::<Vec<_>>()
-            .join("\n")
-            + &explained,
-    })
+    let tried_text = tried
+        .iter()
+        .map(|t| format!("  - {t}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+        + &explained;
+    if tried.iter().any(|t| refused_by_verifier(t)) {
+        LoadError::Rejected {
+            event,
+            tried: tried_text,
+        }
+    } else {
+        LoadError::NoHook {
+            event,
+            tried: tried_text,
+        }
+    }
 }
 
 impl Tracer {
@@ -861,6 +900,107 @@ fn raise_memlock_limit() {
 #[cfg(test)]
 mod tests {
     use crate::targets::*;
+
+    /// This kernel's verifier refusing a program, as aya reports it: a raw_tp program that
+    /// exits without setting r0 (`exit` alone), loaded for real. `None` where this process
+    /// may not load BPF programs at all.
+    fn real_verifier_refusal() -> Option<String> {
+        use aya_obj::generated::{bpf_attr, bpf_cmd, bpf_prog_type};
+        const EXIT_ONLY: [u64; 1] = [0x0000_0000_0000_0095];
+        let mut log = vec![0u8; 4096];
+        // SAFETY: all-zero is a valid bpf_attr.
+        let mut attr: bpf_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: writing the PROG_LOAD member, which BPF_PROG_LOAD reads.
+        let u = unsafe { &mut attr.__bindgen_anon_3 };
+        u.prog_type = bpf_prog_type::BPF_PROG_TYPE_RAW_TRACEPOINT as u32;
+        u.insn_cnt = EXIT_ONLY.len() as u32;
+        u.insns = EXIT_ONLY.as_ptr() as u64;
+        u.license = c"GPL".as_ptr() as u64;
+        u.log_level = 1;
+        u.log_size = log.len() as u32;
+        u.log_buf = log.as_mut_ptr() as u64;
+        let io_error = match crate::probe::trial::sys_bpf(bpf_cmd::BPF_PROG_LOAD, &mut attr) {
+            Ok(_) => panic!("the kernel loaded a program that never sets r0"),
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) => return None,
+            Err(e) => e,
+        };
+        let text = String::from_utf8_lossy(&log);
+        let text = text.split('\0').next().unwrap_or_default().to_string();
+        assert!(
+            !text.trim().is_empty(),
+            "the verifier said nothing ({io_error})"
+        );
+        let e = aya::programs::ProgramError::LoadError {
+            io_error,
+            verifier_log: aya_obj::VerifierLog::new(text),
+        };
+        Some(super::err(e))
+    }
+
+    #[test]
+    fn a_verifier_refusal_of_our_program_is_an_error_never_a_missing_hook() {
+        let Some(verifier) = real_verifier_refusal() else {
+            // Straight to stderr, past the test harness's capture, so that CI's log shows it.
+            use std::io::Write as _;
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED: a_verifier_refusal_of_our_program_is_an_error_never_a_missing_hook: \
+                 this process may not load BPF programs (run the tests as root)"
+            );
+            return;
+        };
+        assert!(super::refused_by_verifier(&verifier), "{verifier}");
+        // The kernel lacking the hook: aya's own wording of each (an attach that found no
+        // tracepoint, a load refused with no log, a helper this kernel does not know).
+        let no_tracepoint = super::err(aya::programs::ProgramError::SyscallError(
+            aya::sys::SyscallError {
+                call: "bpf_raw_tracepoint_open",
+                io_error: std::io::Error::from_raw_os_error(libc::ENOENT),
+            },
+        ));
+        let no_log = super::err(aya::programs::ProgramError::LoadError {
+            io_error: std::io::Error::from_raw_os_error(libc::EINVAL),
+            verifier_log: aya_obj::VerifierLog::new(String::new()),
+        });
+        let no_helper = super::err(aya::programs::ProgramError::LoadError {
+            io_error: std::io::Error::from_raw_os_error(libc::EINVAL),
+            verifier_log: aya_obj::VerifierLog::new(
+                "0: R1=ctx() R10=fp0\n0: (85) call bpf_get_func_ip#173\nunknown func \
+                 bpf_get_func_ip#173\nprocessed 1 insns"
+                    .into(),
+            ),
+        });
+        for missing in [&no_tracepoint, &no_log, &no_helper] {
+            assert!(!super::refused_by_verifier(missing), "{missing}");
+        }
+        let missing = super::no_hook_error(
+            "ioctl+close",
+            &[
+                format!("tp_btf/sys_exit: {no_log}"),
+                format!("raw_tp/sys_exit: {no_tracepoint}"),
+            ],
+        );
+        assert!(
+            matches!(missing, super::LoadError::NoHook { .. }) && missing.is_unsupported(),
+            "{missing}"
+        );
+        let rejected = super::no_hook_error(
+            "ioctl+close",
+            &[
+                format!("tp_btf/sys_exit: {no_helper}"),
+                format!("raw_tp/sys_exit: {verifier}"),
+                format!("tracepoint/syscalls:sys_exit_ioctl: {no_tracepoint}"),
+            ],
+        );
+        assert!(
+            matches!(rejected, super::LoadError::Rejected { .. }) && !rejected.is_unsupported(),
+            "{rejected}"
+        );
+        assert!(
+            rejected.to_string().contains("bug in gpu-trace"),
+            "{rejected}"
+        );
+    }
 
     #[test]
     fn every_program_named_here_is_in_the_kernel_object() {

@@ -22,6 +22,7 @@ use std::{
 };
 
 pub use gpu_trace_core::inventory::*;
+use gpu_trace_core::output::escape::decode_lossless;
 
 /// Which device nodes the walk looks for.
 #[derive(Clone, Debug, Default)]
@@ -77,16 +78,14 @@ pub fn classify_fd_target(target: &str, opts: &WalkOptions) -> Option<GpuNode> {
     (opts.kfd && target == "/dev/kfd").then_some(GpuNode::Kfd)
 }
 
-/// `/proc/PID/cmdline`: NUL-separated arguments.
+/// `/proc/PID/cmdline`: NUL-separated arguments, each byte kept (bytes that are not UTF-8
+/// carried as `gpu_trace_core::output::escape::decode_lossless` does: every output escapes them).
 pub fn parse_cmdline(bytes: &[u8]) -> Vec<String> {
     let bytes = bytes.strip_suffix(b"\0").unwrap_or(bytes);
     if bytes.is_empty() {
         return Vec::new();
     }
-    bytes
-        .split(|&b| b == 0)
-        .map(|a| String::from_utf8_lossy(a).into_owned())
-        .collect()
+    bytes.split(|&b| b == 0).map(decode_lossless).collect()
 }
 
 /// `/proc/PID/cgroup`: the cgroup v2 path (`0::PATH`), else the first hierarchy's path.
@@ -262,18 +261,20 @@ fn read_process(
         return Ok(None);
     }
     // The rest is best effort: the process may exit now; what was read still counts.
-    let comm = fs::read_to_string(base.join("comm"))
-        .map(|s| s.trim_end_matches('\n').to_string())
+    // Untrusted bytes, kept exactly (not UTF-8 is no reason to lose the name).
+    let comm = fs::read(base.join("comm"))
+        .map(|b| decode_lossless(b.strip_suffix(b"\n").unwrap_or(&b)))
         .unwrap_or_default();
     let cmdline = fs::read(base.join("cmdline"))
         .map(|b| parse_cmdline(&b))
         .unwrap_or_default();
-    let exe = fs::read_link(base.join("exe"))
+    let exe = fs::read_link(base.join("exe")).ok().map(|p| {
+        use std::os::unix::ffi::OsStrExt;
+        decode_lossless(p.as_os_str().as_bytes())
+    });
+    let cgroup = fs::read(base.join("cgroup"))
         .ok()
-        .map(|p| p.to_string_lossy().into_owned());
-    let cgroup = fs::read_to_string(base.join("cgroup"))
-        .ok()
-        .and_then(|t| parse_cgroup(&t));
+        .and_then(|t| parse_cgroup(&decode_lossless(&t)));
     let mps = exe
         .as_deref()
         .and_then(mps_role)
@@ -416,6 +417,18 @@ GPU Excluded:\t No\n";
         assert_eq!(parse_cmdline(b""), Vec::<String>::new());
         // An empty argument in the middle is kept.
         assert_eq!(parse_cmdline(b"a\0\0b\0"), vec!["a", "", "b"]);
+        // A byte that is not UTF-8 is kept (issue 26: it became U+FFFD), and shown as `\xNN`.
+        let odd = parse_cmdline(b"run\xff\0x\0");
+        assert_eq!(
+            odd.iter()
+                .map(|a| gpu_trace_core::output::escape::raw_bytes(a).into_owned())
+                .collect::<Vec<_>>(),
+            vec![b"run\xff".to_vec(), b"x".to_vec()]
+        );
+        assert_eq!(
+            gpu_trace_core::output::escape::escape_text(&odd[0]),
+            "run\\xff"
+        );
         assert_eq!(
             parse_cgroup("0::/process_api/55c29c47b665f676013de2dd9d4732a7\n").as_deref(),
             Some("/process_api/55c29c47b665f676013de2dd9d4732a7")
