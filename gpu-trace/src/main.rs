@@ -100,6 +100,14 @@ fn main() -> ExitCode {
         }
         None => trace(cli.trace),
     };
+    // A metrics endpoint that died during the run (said on stderr when it happened; tracing went
+    // on and the statistics are complete): the run did not do all it was asked, exit 1.
+    if result.is_ok() && gpu_trace::metrics::server::endpoint_failed() {
+        eprintln!(
+            "gpu-trace: the metrics endpoint stopped serving during the run (see above); exit 1"
+        );
+        return ExitCode::from(EXIT_RUNTIME);
+    }
     match result {
         Ok(summary) if summary.dropped > 0 || summary.output_lost > 0 => {
             if summary.dropped > 0 {
