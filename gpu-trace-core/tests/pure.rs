@@ -13,7 +13,8 @@ const SYSTEM_SIDE: &[&str] = &[
     "clap_builder",
     "ratatui",
     "crossterm",
-    "tiny_http",
+    "hyper",
+    "tokio-rustls",
     "nvml-wrapper",
 ];
 

@@ -324,10 +324,21 @@ pub struct MetricsArgs {
     #[arg(long = "metrics", value_name = "ADDR")]
     pub addr: Option<std::net::SocketAddr>,
 
-    /// Allow --metrics on a non-loopback address (e.g. 0.0.0.0:9464 in a Kubernetes pod). The
-    /// endpoint has no authentication: anyone who can reach it reads process names.
+    /// Allow --metrics on a non-loopback address (e.g. 0.0.0.0:9464 in a Kubernetes pod)
+    /// without authentication: anyone who can reach it reads process names. Not needed when
+    /// --metrics-web-config sets basic_auth_users or --metrics-bearer-token-file is given.
     #[arg(long, requires = "addr")]
     pub metrics_allow_remote: bool,
+
+    /// TLS and basic authentication of --metrics, in the Prometheus exporter-toolkit's web
+    /// configuration format (YAML): `tls_server_config: {cert_file, key_file}` and
+    /// `basic_auth_users: {NAME: BCRYPT_HASH}`.
+    #[arg(long, value_name = "FILE", requires = "addr")]
+    pub metrics_web_config: Option<std::path::PathBuf>,
+
+    /// Require `Authorization: Bearer TOKEN` on --metrics, the token read from FILE (one line).
+    #[arg(long, value_name = "FILE", requires = "addr")]
+    pub metrics_bearer_token_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Clone, Debug, Args)]

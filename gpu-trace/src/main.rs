@@ -205,10 +205,7 @@ fn replay_top(
 }
 
 fn trace(mut args: gpu_trace::cli::TraceArgs) -> anyhow::Result<session::Summary> {
-    if let Some(addr) = args.metrics.addr
-        && let Err(e) =
-            gpu_trace::metrics::server::check_addr(addr, args.metrics.metrics_allow_remote)
-    {
+    if let Err(e) = gpu_trace::metrics::server::check_args(&args.metrics) {
         // A usage error (exit 2), before anything loads.
         <Cli as clap::CommandFactory>::command()
             .error(clap::error::ErrorKind::ArgumentConflict, e)

@@ -40,15 +40,21 @@ use prometheus_client::{metrics::counter::Counter, registry::Registry};
 use thiserror::Error;
 use tokio::sync::{Notify, Semaphore};
 
+use super::access::{Access, AccessError};
+
 #[derive(Debug, Error)]
 pub enum ServeError {
     #[error(
-        "--metrics {0}: not a loopback address. The endpoint has no authentication; to serve it \
-         on other interfaces (e.g. in a Kubernetes pod), add --metrics-allow-remote"
+        "--metrics {0}: not a loopback address, and no authentication is configured. To serve it \
+         on other interfaces (e.g. a Kubernetes pod's IP), require credentials \
+         (--metrics-web-config with basic_auth_users, or --metrics-bearer-token-file), or add \
+         --metrics-allow-remote to serve it to anyone who can reach it"
     )]
     NotLoopback(SocketAddr),
     #[error("--metrics {addr}: cannot listen: {why} (is the port in use? pick another one)")]
     Bind { addr: SocketAddr, why: String },
+    #[error(transparent)]
+    Access(#[from] AccessError),
 }
 
 /// Refuses a non-loopback address unless `allow_remote` (a usage error).
@@ -58,6 +64,21 @@ pub fn check_addr(addr: SocketAddr, allow_remote: bool) -> Result<(), ServeError
     } else {
         Err(ServeError::NotLoopback(addr))
     }
+}
+
+/// The `--metrics*` options before anything loads (usage errors): the access files are read
+/// and the address is loopback, or allowed remote, or credentials are required. Returns what
+/// the server will enforce; `None` without `--metrics`.
+pub fn check_args(args: &crate::cli::MetricsArgs) -> Result<Option<Access>, ServeError> {
+    let Some(addr) = args.addr else {
+        return Ok(None);
+    };
+    let access = Access::load(
+        args.metrics_web_config.as_deref(),
+        args.metrics_bearer_token_file.as_deref(),
+    )?;
+    check_addr(addr, args.metrics_allow_remote || access.required())?;
+    Ok(Some(access))
 }
 
 /// What one client may cost the server.
@@ -177,27 +198,30 @@ struct Serving {
     registry: Arc<Registry>,
     own: Arc<Registry>,
     limits: Limits,
+    access: Arc<Access>,
 }
 
 impl MetricsServer {
     /// Listens on `addr` and serves `registry` at `/metrics` until dropped.
     pub fn start(addr: SocketAddr, registry: Arc<Registry>) -> Result<Self, ServeError> {
-        Self::start_with(addr, registry, Limits::default())
+        Self::start_with(addr, registry, Limits::default(), Access::default())
     }
 
-    /// [`start`](Self::start) with other limits (tests).
+    /// [`start`](Self::start) with other limits, and requiring `access`.
     pub fn start_with(
         addr: SocketAddr,
         registry: Arc<Registry>,
         limits: Limits,
+        access: Access,
     ) -> Result<Self, ServeError> {
-        Self::start_inner(addr, registry, limits, None)
+        Self::start_inner(addr, registry, limits, access, None)
     }
 
     fn start_inner(
         addr: SocketAddr,
         registry: Arc<Registry>,
         limits: Limits,
+        access: Access,
         fault: Option<Fault>,
     ) -> Result<Self, ServeError> {
         let bind_err = |why: String| ServeError::Bind { addr, why };
@@ -220,6 +244,7 @@ impl MetricsServer {
                 head_bytes: limits.head_bytes.max(8192),
                 ..limits
             },
+            access: Arc::new(access),
         };
         let thread_shared = shared.clone();
         let thread = std::thread::Builder::new()
@@ -346,27 +371,61 @@ fn serve_until_stopped(
                 continue;
             };
             let _ = stream.set_nodelay(true);
-            let (http, serving_c, counters) =
+            let (http, serving, counters) =
                 (http.clone(), serving.clone(), shared.counters.clone());
             tokio::spawn(async move {
                 let _permit = permit;
-                let deadline = serving_c.limits.connection_deadline;
-                let service = hyper::service::service_fn(move |req| {
-                    let response = respond(&req, &serving_c);
-                    async move { Ok::<_, Infallible>(response) }
-                });
-                let conn = http.serve_connection(TokioIo::new(stream), service);
-                match tokio::time::timeout(deadline, conn).await {
-                    Err(_) => counters.timed_out.inc(),
-                    Ok(Err(e)) if e.is_timeout() => counters.timed_out.inc(),
-                    Ok(Err(e)) if e.is_parse() || e.is_parse_too_large() => {
-                        counters.bad_requests.inc()
-                    }
-                    Ok(_) => 0,
+                let deadline = serving.limits.connection_deadline;
+                match tokio::time::timeout(deadline, connection(stream, &http, serving)).await {
+                    Err(_) | Ok(Ended::TimedOut) => counters.timed_out.inc(),
+                    Ok(Ended::Bad) => counters.bad_requests.inc(),
+                    Ok(Ended::Done) => 0,
                 };
             });
         }
     })
+}
+
+/// How a connection ended.
+enum Ended {
+    Done,
+    TimedOut,
+    /// A malformed or oversized request, or a failed TLS handshake.
+    Bad,
+}
+
+/// One connection: the TLS handshake (within the header timeout) if configured, then HTTP/1.
+async fn connection(
+    stream: tokio::net::TcpStream,
+    http: &hyper::server::conn::http1::Builder,
+    serving: Serving,
+) -> Ended {
+    match serving.access.tls.clone() {
+        None => http_on(TokioIo::new(stream), http, serving).await,
+        Some(tls) => {
+            let handshake = tokio_rustls::TlsAcceptor::from(tls).accept(stream);
+            match tokio::time::timeout(serving.limits.header_timeout, handshake).await {
+                Err(_) => Ended::TimedOut,
+                Ok(Err(_)) => Ended::Bad,
+                Ok(Ok(stream)) => http_on(TokioIo::new(stream), http, serving).await,
+            }
+        }
+    }
+}
+
+async fn http_on<I>(io: I, http: &hyper::server::conn::http1::Builder, serving: Serving) -> Ended
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |req| {
+        let response = respond(&req, &serving);
+        async move { Ok::<_, Infallible>(response) }
+    });
+    match http.serve_connection(io, service).await {
+        Err(e) if e.is_timeout() => Ended::TimedOut,
+        Err(e) if e.is_parse() || e.is_parse_too_large() => Ended::Bad,
+        _ => Ended::Done,
+    }
 }
 
 fn text(
@@ -387,6 +446,18 @@ const PLAIN: &str = "text/plain; charset=utf-8";
 
 /// The answer to one request (its body is never read).
 fn respond(request: &Request<Incoming>, serving: &Serving) -> Response<Full<Bytes>> {
+    let authorization = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .map(|v| v.as_bytes());
+    if !serving.access.allows(authorization) {
+        let mut r = text(StatusCode::UNAUTHORIZED, PLAIN, "authentication required\n");
+        r.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            header::HeaderValue::from_static(serving.access.challenge()),
+        );
+        return r;
+    }
     let get = matches!(*request.method(), Method::GET | Method::HEAD);
     match (get, request.uri().path()) {
         (true, "/metrics") => {
@@ -411,14 +482,18 @@ pub fn serve(
     args: &crate::cli::MetricsArgs,
     ring_bytes: u32,
 ) -> Result<Option<(super::Metrics, MetricsServer)>, ServeError> {
-    let Some(addr) = args.addr else {
+    let (Some(addr), Some(access)) = (args.addr, check_args(args)?) else {
         return Ok(None);
     };
-    check_addr(addr, args.metrics_allow_remote)?;
+    let scheme = if access.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     let metrics = super::Metrics::new(super::MetricsConfig::default());
     metrics.set_ring_bytes(u64::from(ring_bytes));
-    let server = MetricsServer::start(addr, metrics.registry())?;
-    eprintln!("gpu-trace: metrics at http://{}/metrics", server.addr);
+    let server = MetricsServer::start_with(addr, metrics.registry(), Limits::default(), access)?;
+    eprintln!("gpu-trace: metrics at {scheme}://{}/metrics", server.addr);
     Ok(Some((metrics, server)))
 }
 

@@ -11,8 +11,13 @@ use crate::metrics::{CONTENT_TYPE, Metrics, MetricsConfig};
 
 fn server(limits: Limits) -> (MetricsServer, Metrics) {
     let m = Metrics::new(MetricsConfig::default());
-    let s = MetricsServer::start_with("127.0.0.1:0".parse().unwrap(), m.registry(), limits)
-        .expect("listening on a free loopback port");
+    let s = MetricsServer::start_with(
+        "127.0.0.1:0".parse().unwrap(),
+        m.registry(),
+        limits,
+        Access::default(),
+    )
+    .expect("listening on a free loopback port");
     (s, m)
 }
 
@@ -203,8 +208,13 @@ fn a_connection_is_closed_at_its_deadline() {
             .get_or_create(&vec![("series".into(), format!("{i:0>80}"))])
             .inc();
     }
-    let s = MetricsServer::start_with("127.0.0.1:0".parse().unwrap(), Arc::new(registry), limits)
-        .unwrap();
+    let s = MetricsServer::start_with(
+        "127.0.0.1:0".parse().unwrap(),
+        Arc::new(registry),
+        limits,
+        Access::default(),
+    )
+    .unwrap();
     // Each series is a line of over 100 bytes: the answer is over 20 MB.
     let body = 20_000_000;
     let mut c = connect(&s);
@@ -248,6 +258,7 @@ fn a_failed_serving_loop_is_restarted() {
         "127.0.0.1:0".parse().unwrap(),
         m.registry(),
         Limits::default(),
+        Access::default(),
         Some(Fault::PanicOnce),
     )
     .unwrap();
@@ -264,6 +275,7 @@ fn a_server_that_keeps_failing_is_reported_dead() {
         "127.0.0.1:0".parse().unwrap(),
         m.registry(),
         Limits::default(),
+        Access::default(),
         Some(Fault::PanicAlways),
     )
     .unwrap();
@@ -273,4 +285,127 @@ fn a_server_that_keeps_failing_is_reported_dead() {
     }
     assert!(s.is_dead());
     assert!(endpoint_failed());
+}
+
+/// With basic users and a bearer token configured: 401 (with a challenge) without credentials
+/// or with wrong ones, 200 with either right one.
+#[test]
+fn credentials_are_required_when_configured() {
+    let dir = tempfile::tempdir().unwrap();
+    let web = dir.path().join("web.yml");
+    let hash = bcrypt::hash("s3cret", 4).unwrap();
+    std::fs::write(&web, format!("basic_auth_users:\n  prom: '{hash}'\n")).unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "tok-123\n").unwrap();
+    let access = Access::load(Some(&web), Some(&token)).unwrap();
+    let m = Metrics::new(MetricsConfig::default());
+    let s = MetricsServer::start_with(
+        "127.0.0.1:0".parse().unwrap(),
+        m.registry(),
+        Limits::default(),
+        access,
+    )
+    .unwrap();
+    let with = |auth: &str| {
+        exchange(
+            &s,
+            format!("GET /metrics HTTP/1.0\r\nHost: x\r\n{auth}\r\n").as_bytes(),
+        )
+    };
+    let r = with("");
+    assert!(r.starts_with("HTTP/1.0 401"), "{r}");
+    assert!(
+        r.to_ascii_lowercase().contains("www-authenticate: basic"),
+        "{r}"
+    );
+    assert!(!r.contains("gpu_trace_"), "{r}");
+    assert!(with("Authorization: Basic cHJvbTp3cm9uZw==\r\n").starts_with("HTTP/1.0 401"));
+    assert!(with("Authorization: Bearer tok-124\r\n").starts_with("HTTP/1.0 401"));
+    // prom:s3cret
+    let r = with("Authorization: Basic cHJvbTpzM2NyZXQ=\r\n");
+    assert!(r.starts_with("HTTP/1.0 200") && r.contains("# EOF"), "{r}");
+    let r = with("Authorization: Bearer tok-123\r\n");
+    assert!(r.starts_with("HTTP/1.0 200") && r.contains("# EOF"), "{r}");
+    // Every path, not only /metrics.
+    assert!(get(&s, "/").starts_with("HTTP/1.0 401"));
+}
+
+/// TLS from the web configuration: a real client (curl) that trusts the certificate gets the
+/// metrics over HTTPS; plain HTTP on the same port gets nothing.
+#[test]
+fn tls_serves_https_with_the_configured_certificate() {
+    let test = "tls_serves_https_with_the_configured_certificate";
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("m.crt"), dir.path().join("m.key"));
+    let made = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+        ])
+        .args(["-nodes", "-days", "2", "-subj", "/CN=localhost"])
+        .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output();
+    if !made.as_ref().is_ok_and(|o| o.status.success()) {
+        println!("SKIPPED: {test}: openssl cannot make a test certificate: {made:?}");
+        return;
+    }
+    let web = dir.path().join("web.yml");
+    // Relative paths: from the configuration file's directory.
+    std::fs::write(
+        &web,
+        "tls_server_config:\n  cert_file: m.crt\n  key_file: m.key\n",
+    )
+    .unwrap();
+    let access = Access::load(Some(&web), None).unwrap();
+    let m = Metrics::new(MetricsConfig::default());
+    let s = MetricsServer::start_with(
+        "127.0.0.1:0".parse().unwrap(),
+        m.registry(),
+        Limits::default(),
+        access,
+    )
+    .unwrap();
+    let curl = std::process::Command::new("curl")
+        .args(["-sS", "--max-time", "10", "--cacert"])
+        .arg(&cert)
+        .arg(format!("https://127.0.0.1:{}/metrics", s.addr.port()))
+        .output();
+    let Ok(curl) = curl else {
+        println!("SKIPPED: {test}: curl is not installed");
+        return;
+    };
+    let body = String::from_utf8_lossy(&curl.stdout);
+    assert!(
+        curl.status.success() && body.trim_end().ends_with("# EOF"),
+        "{body} {}",
+        String::from_utf8_lossy(&curl.stderr)
+    );
+    assert!(body.contains("gpu_trace_dropped_records_total"), "{body}");
+    // Plain HTTP to the TLS port: no metrics, and the server goes on.
+    let r = get(&s, "/metrics");
+    assert!(!r.contains("# EOF"), "{r}");
+    assert!(counter_tls(&cert, &s) >= 1);
+}
+
+/// `gpu_trace_metrics_bad_requests_total` read over HTTPS with curl.
+fn counter_tls(cert: &std::path::Path, s: &MetricsServer) -> u64 {
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "--max-time", "10", "--cacert"])
+        .arg(cert)
+        .arg(format!("https://127.0.0.1:{}/metrics", s.addr.port()))
+        .output()
+        .unwrap();
+    let body = String::from_utf8_lossy(&out.stdout).into_owned();
+    body.lines()
+        .find_map(|l| l.strip_prefix("gpu_trace_metrics_bad_requests_total "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no bad-request count in {body}"))
 }
