@@ -226,3 +226,69 @@ fn hostile_clients_cannot_take_the_metrics_endpoint_down() {
         tail(&f.stderr)
     );
 }
+
+/// `--metrics-bearer-token-file`: the real tracer answers 401 without the token, 200 with it; a
+/// non-loopback address is accepted with credentials required (no --metrics-allow-remote), and
+/// a missing or empty token file is a usage error (exit 2) before anything loads.
+#[test]
+fn the_bearer_token_is_required_by_the_real_tracer() {
+    let test = "the_bearer_token_is_required_by_the_real_tracer";
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "t0k3n-of-the-test\n").unwrap();
+    let token_arg = token.to_str().unwrap();
+    let usage = |args: &[&str]| {
+        std::process::Command::new(gpu_trace_bin())
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let missing = dir.path().join("absent");
+    let out = usage(&[
+        "--metrics",
+        "127.0.0.1:0",
+        "--metrics-bearer-token-file",
+        missing.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--metrics-bearer-token-file"));
+    // Remote without credentials: still refused.
+    let out = usage(&["--metrics", "0.0.0.0:9464"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+
+    if skip_unless_root(test) {
+        return;
+    }
+    let me = std::process::id().to_string();
+    // Any address of the machine, as a pod binds its own IP: allowed with the token required.
+    let port = free_port();
+    let traced = Traced::start(&[
+        "--watch-device",
+        WATCHED,
+        "--pid",
+        &me,
+        "--quiet",
+        "--metrics",
+        &format!("0.0.0.0:{port}"),
+        "--metrics-bearer-token-file",
+        token_arg,
+    ])
+    .unwrap_or_else(|e| panic!("{test}: {e}"));
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let (status, body) = get(addr, "/metrics", "").unwrap();
+    assert!(status.contains(" 401"), "{status}");
+    assert!(!body.contains("gpu_trace_"), "{body}");
+    let (status, _) = get(addr, "/metrics", "Authorization: Bearer wrong\r\n").unwrap();
+    assert!(status.contains(" 401"), "{status}");
+    let (status, body) = get(
+        addr,
+        "/metrics",
+        "Authorization: Bearer t0k3n-of-the-test\r\n",
+    )
+    .unwrap();
+    assert!(status.contains(" 200"), "{status}");
+    assert!(body.contains("gpu_trace_records_total"), "{body}");
+    let f = traced.interrupt();
+    assert_eq!(f.status.code(), Some(0), "{}", tail(&f.stderr));
+}
