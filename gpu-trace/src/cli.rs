@@ -47,9 +47,10 @@ one MPS_SHARED names the server's TSG. On exit (Ctrl-C, SIGTERM, --duration) a s
 counts per event, dropped, read_failed, per-process, per-engine and per-task tables (latencies,
 final timeslice), live TSGs per GPU and runlist; -v adds the kernel side's internal counters.
 
-Exit status: 0 on success; 1 on a runtime error; 2 on bad usage; 3 when the kernel or system
-cannot support tracing (missing privileges, BTF, hooks); 4 when events were dropped (or output
-lines, when the output's reader did not keep up). `doctor`:
+Exit status: 0 on success; 1 on a runtime error (also a --metrics endpoint that died during the
+run); 2 on bad usage; 3 when the kernel or system cannot support tracing (missing privileges,
+BTF, hooks); 4 when events were dropped (or output lines, when the output's reader did not keep
+up). `doctor`:
 0 when tracing and --deny-pid can both work, 5 when tracing can but --deny-pid cannot, 3 when
 tracing cannot.
 See docs/cli.md for every option, docs/json-schema.md for the JSON fields, docs/events.md for
