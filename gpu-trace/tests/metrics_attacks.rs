@@ -120,6 +120,26 @@ fn raise_nofile(n: u64) {
     assert_eq!(rc, 0, "setrlimit(RLIMIT_NOFILE, {n})");
 }
 
+/// Sets process `pid`'s soft descriptor limit to `n` (the hard one kept); returns the soft
+/// limit it had.
+fn set_nofile(pid: u32, n: u64) -> u64 {
+    let mut old = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: prlimit with a valid pointer; reading only.
+    let rc = unsafe { libc::prlimit(pid as i32, libc::RLIMIT_NOFILE, std::ptr::null(), &mut old) };
+    assert_eq!(rc, 0, "prlimit(pid {pid}) read");
+    let new = libc::rlimit {
+        rlim_cur: n,
+        rlim_max: old.rlim_max,
+    };
+    // SAFETY: as above, setting the soft limit only.
+    let rc = unsafe { libc::prlimit(pid as i32, libc::RLIMIT_NOFILE, &new, std::ptr::null_mut()) };
+    assert_eq!(rc, 0, "prlimit(pid {pid}, NOFILE, {n})");
+    old.rlim_cur
+}
+
 #[test]
 fn hostile_clients_cannot_take_the_metrics_endpoint_down() {
     let test = "hostile_clients_cannot_take_the_metrics_endpoint_down";
@@ -215,6 +235,29 @@ fn hostile_clients_cannot_take_the_metrics_endpoint_down() {
         rss0,
     );
     drop(held);
+
+    // 4. No descriptor free: the tracer's limit set to what it has open plus 4, then 40
+    // connections. Accepts fail (EMFILE), are counted and retried; once descriptors are free
+    // again it serves.
+    let open_fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count() as u64;
+    let old = set_nofile(pid, open_fds + 4);
+    let held: Vec<TcpStream> = (0..40)
+        .filter_map(|_| TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok())
+        .collect();
+    std::thread::sleep(Duration::from_secs(1));
+    set_nofile(pid, old);
+    drop(held);
+    check(&mut traced, addr, "no descriptor free", threads0, rss0);
+    let (_, body) = get(addr, "/metrics", "").unwrap();
+    let accept_errors: u64 = body
+        .lines()
+        .find_map(|l| l.strip_prefix("gpu_trace_metrics_accept_errors_total "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no accept error count in {body}"));
+    eprintln!("{test}: {accept_errors} failed accepts");
+    assert!(accept_errors >= 1, "no accept failed");
 
     // Statistics and exit 0 at the end, as without the attacks.
     let f = traced.interrupt();
