@@ -366,13 +366,12 @@ fn tls_serves_https_with_the_configured_certificate() {
     .unwrap();
     let access = Access::load(Some(&web), None).unwrap();
     let m = Metrics::new(MetricsConfig::default());
-    let s = MetricsServer::start_with(
-        "127.0.0.1:0".parse().unwrap(),
-        m.registry(),
-        Limits::default(),
-        access,
-    )
-    .unwrap();
+    let limits = Limits {
+        header_timeout: Duration::from_secs(1),
+        ..Limits::default()
+    };
+    let s = MetricsServer::start_with("127.0.0.1:0".parse().unwrap(), m.registry(), limits, access)
+        .unwrap();
     let curl = std::process::Command::new("curl")
         .args(["-sS", "--max-time", "10", "--cacert"])
         .arg(&cert)
@@ -392,11 +391,21 @@ fn tls_serves_https_with_the_configured_certificate() {
     // Plain HTTP to the TLS port: no metrics, and the server goes on.
     let r = get(&s, "/metrics");
     assert!(!r.contains("# EOF"), "{r}");
-    assert!(counter_tls(&cert, &s) >= 1);
+    assert!(counter_tls(&cert, &s, "gpu_trace_metrics_bad_requests") >= 1);
+    // A client that never starts the handshake is closed after the header timeout.
+    let t = Instant::now();
+    let mut silent = connect(&s);
+    let _ = silent.read_to_end(&mut Vec::new());
+    assert!(
+        t.elapsed() < Duration::from_secs(8),
+        "open after {:?}",
+        t.elapsed()
+    );
+    assert!(counter_tls(&cert, &s, "gpu_trace_metrics_connections_timed_out") >= 1);
 }
 
-/// `gpu_trace_metrics_bad_requests_total` read over HTTPS with curl.
-fn counter_tls(cert: &std::path::Path, s: &MetricsServer) -> u64 {
+/// The server's counter `name` (without `_total`) read over HTTPS with curl.
+fn counter_tls(cert: &std::path::Path, s: &MetricsServer, name: &str) -> u64 {
     let out = std::process::Command::new("curl")
         .args(["-sS", "--max-time", "10", "--cacert"])
         .arg(cert)
@@ -405,7 +414,7 @@ fn counter_tls(cert: &std::path::Path, s: &MetricsServer) -> u64 {
         .unwrap();
     let body = String::from_utf8_lossy(&out.stdout).into_owned();
     body.lines()
-        .find_map(|l| l.strip_prefix("gpu_trace_metrics_bad_requests_total "))
+        .find_map(|l| l.strip_prefix(&format!("{name}_total ")))
         .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no bad-request count in {body}"))
+        .unwrap_or_else(|| panic!("no {name}_total in {body}"))
 }
