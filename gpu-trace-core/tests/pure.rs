@@ -14,7 +14,6 @@ const SYSTEM_SIDE: &[&str] = &[
     "ratatui",
     "crossterm",
     "hyper",
-    "tokio-rustls",
     "nvml-wrapper",
 ];
 

@@ -390,27 +390,17 @@ fn serve_until_stopped(
 enum Ended {
     Done,
     TimedOut,
-    /// A malformed or oversized request, or a failed TLS handshake.
+    /// A malformed or oversized request.
     Bad,
 }
 
-/// One connection: the TLS handshake (within the header timeout) if configured, then HTTP/1.
+/// One connection: HTTP/1 on the socket, the service answering each request.
 async fn connection(
     stream: tokio::net::TcpStream,
     http: &hyper::server::conn::http1::Builder,
     serving: Serving,
 ) -> Ended {
-    match serving.access.tls.clone() {
-        None => http_on(TokioIo::new(stream), http, serving).await,
-        Some(tls) => {
-            let handshake = tokio_rustls::TlsAcceptor::from(tls).accept(stream);
-            match tokio::time::timeout(serving.limits.header_timeout, handshake).await {
-                Err(_) => Ended::TimedOut,
-                Ok(Err(_)) => Ended::Bad,
-                Ok(Ok(stream)) => http_on(TokioIo::new(stream), http, serving).await,
-            }
-        }
-    }
+    http_on(TokioIo::new(stream), http, serving).await
 }
 
 async fn http_on<I>(io: I, http: &hyper::server::conn::http1::Builder, serving: Serving) -> Ended
@@ -485,15 +475,10 @@ pub fn serve(
     let (Some(addr), Some(access)) = (args.addr, check_args(args)?) else {
         return Ok(None);
     };
-    let scheme = if access.tls.is_some() {
-        "https"
-    } else {
-        "http"
-    };
     let metrics = super::Metrics::new(super::MetricsConfig::default());
     metrics.set_ring_bytes(u64::from(ring_bytes));
     let server = MetricsServer::start_with(addr, metrics.registry(), Limits::default(), access)?;
-    eprintln!("gpu-trace: metrics at {scheme}://{}/metrics", server.addr);
+    eprintln!("gpu-trace: metrics at http://{}/metrics", server.addr);
     Ok(Some((metrics, server)))
 }
 
