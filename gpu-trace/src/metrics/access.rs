@@ -58,6 +58,8 @@ pub struct Access {
     users: BTreeMap<String, String>,
     bearer: Option<Vec<u8>>,
     verified: Mutex<Vec<(String, String)>>,
+    /// No uncached password check before this instant (after a failed one).
+    pause_until: Mutex<Option<std::time::Instant>>,
 }
 
 impl std::fmt::Debug for Access {
@@ -215,13 +217,6 @@ impl Access {
         let Some((user, password)) = decoded.split_once(':') else {
             return false;
         };
-        let Some(hash) = self.users.get(user) else {
-            // The same work as for a known user, so that timing does not tell users apart.
-            if let Ok(dummy) = DUMMY_HASH.get_or_init(|| bcrypt::hash("no such user", 10)) {
-                let _ = bcrypt::verify(password, dummy);
-            }
-            return false;
-        };
         let mut verified = self.verified.lock().unwrap_or_else(|p| p.into_inner());
         if verified.iter().any(|(u, p)| {
             bool::from(
@@ -230,16 +225,37 @@ impl Access {
         }) {
             return true;
         }
-        if bcrypt::verify(password, hash).unwrap_or(false) {
+        // A bcrypt check costs the server's thread up to a second of CPU: after one that failed,
+        // no other for 9 times as long (at most 10% of a CPU spent on wrong passwords).
+        let mut pause = self.pause_until.lock().unwrap_or_else(|p| p.into_inner());
+        let start = std::time::Instant::now();
+        if pause.is_some_and(|until| start < until) {
+            return false;
+        }
+        let right = match self.users.get(user) {
+            Some(hash) => bcrypt::verify(password, hash).unwrap_or(false),
+            None => {
+                // The same work as for a known user, so that timing does not tell users apart.
+                if let Ok(dummy) = DUMMY_HASH.get_or_init(|| bcrypt::hash("no such user", 10)) {
+                    let _ = bcrypt::verify(password, dummy);
+                }
+                false
+            }
+        };
+        if right {
             if verified.len() >= CACHE {
                 verified.remove(0);
             }
             verified.push((user.to_owned(), password.to_owned()));
-            return true;
+        } else {
+            *pause = Some(std::time::Instant::now() + start.elapsed() * FAILED_CHECK_PAUSE);
         }
-        false
+        right
     }
 }
+
+/// After a failed password check, no other (uncached) check for this many times its duration.
+const FAILED_CHECK_PAUSE: u32 = 9;
 
 /// A bcrypt hash (cost 10), checked for unknown users.
 static DUMMY_HASH: std::sync::OnceLock<bcrypt::BcryptResult<String>> = std::sync::OnceLock::new();
@@ -304,8 +320,8 @@ mod tests {
         assert!(a.required());
         assert!(!a.allows(None));
         assert!(a.allows(Some(&basic("prom", "s3cret"))));
-        assert!(a.allows(Some(&basic("prom", "s3cret")))); // from the cache
         assert!(!a.allows(Some(&basic("prom", "wrong"))));
+        assert!(a.allows(Some(&basic("prom", "s3cret")))); // from the cache: no pause
         assert!(!a.allows(Some(&basic("other", "s3cret"))));
         assert!(!a.allows(Some(b"Basic !!!notbase64")));
         assert!(a.allows(Some(b"Bearer tok-123")));
@@ -316,5 +332,26 @@ mod tests {
 
         std::fs::write(&token, "\n").unwrap();
         assert!(Access::load(None, Some(&token)).is_err());
+    }
+
+    /// Wrong passwords cannot keep the server's thread busy with bcrypt: after a failed check,
+    /// even the right password (not yet verified) is refused for 9 times the check's duration,
+    /// then accepted.
+    #[test]
+    fn failed_password_checks_are_paced() {
+        let dir = tempfile::tempdir().unwrap();
+        let web = dir.path().join("web.yml");
+        let hash = bcrypt::hash("s3cret", 8).unwrap();
+        std::fs::write(&web, format!("basic_auth_users:\n  prom: '{hash}'\n")).unwrap();
+        let a = Access::load(Some(&web), None).unwrap();
+        let t = std::time::Instant::now();
+        assert!(!a.allows(Some(&basic("prom", "wrong"))));
+        let check = t.elapsed();
+        assert!(
+            !a.allows(Some(&basic("prom", "s3cret"))),
+            "checked during the pause"
+        );
+        std::thread::sleep(check * (FAILED_CHECK_PAUSE + 1));
+        assert!(a.allows(Some(&basic("prom", "s3cret"))));
     }
 }
