@@ -14,7 +14,8 @@
 //! - at most [`Limits::max_connections`] connections at once: more are closed at once (counted);
 //! - an `accept` that fails (EMFILE, ENFILE, ENOMEM...) is counted and retried after a short pause;
 //! - the serving loop runs under `catch_unwind`: a panic is reported on stderr, counted, and the
-//!   server restarted on the same socket; after [`MAX_RESTARTS`] failures the endpoint is dead:
+//!   server restarted on the same socket; after [`MAX_RESTARTS`] failures in a row (each within a
+//!   minute of its restart) the endpoint is dead:
 //!   one line on stderr at once, and the run's exit status is 1 at the end ([`endpoint_failed`]),
 //!   while tracing goes on.
 //!
@@ -110,8 +111,12 @@ impl Default for Limits {
     }
 }
 
-/// Serving-loop failures (panics) after which the endpoint is given up.
+/// Serving-loop failures (panics) in a row after which the endpoint is given up; a failure
+/// after [`FAILURE_WINDOW`] of serving starts the count again.
 pub const MAX_RESTARTS: u64 = 5;
+
+/// See [`MAX_RESTARTS`].
+const FAILURE_WINDOW: Duration = Duration::from_secs(60);
 
 /// The pause after an `accept` that failed (e.g. EMFILE: no descriptor free until one closes).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
@@ -285,6 +290,7 @@ fn supervise(
 ) {
     let mut failures = 0u64;
     while !shared.stop.load(Ordering::SeqCst) {
+        let started = std::time::Instant::now();
         let attempt = std::panic::catch_unwind(AssertUnwindSafe(|| {
             match fault {
                 Some(Fault::PanicAlways) => panic!("injected fault"),
@@ -302,8 +308,13 @@ fn supervise(
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "a panic".into()),
         };
+        let why = crate::output::escape::escape_text(&why).into_owned();
         if shared.stop.load(Ordering::SeqCst) {
             return;
+        }
+        // Failures in a row: one after a minute of serving starts the count again.
+        if started.elapsed() >= FAILURE_WINDOW {
+            failures = 0;
         }
         failures += 1;
         shared.counters.server_errors.inc();
