@@ -226,6 +226,31 @@ fn a_connection_is_closed_at_its_deadline() {
     assert_eq!(counter(&s, "gpu_trace_metrics_connections_timed_out"), 1);
 }
 
+/// The bounds are on what clients send: an answer of megabytes is sent whole.
+#[test]
+fn a_large_answer_is_sent_whole() {
+    let mut registry = Registry::default();
+    let family =
+        prometheus_client::metrics::family::Family::<Vec<(String, String)>, Counter>::default();
+    registry.register("big", "many series", family.clone());
+    for i in 0..30_000u32 {
+        family
+            .get_or_create(&vec![("series".into(), format!("{i:0>80}"))])
+            .inc();
+    }
+    let s = MetricsServer::start_with(
+        "127.0.0.1:0".parse().unwrap(),
+        Arc::new(registry),
+        Limits::default(),
+        Access::default(),
+    )
+    .unwrap();
+    let r = get(&s, "/metrics");
+    assert!(r.len() > 3_000_000, "{} bytes", r.len());
+    assert!(r.contains(&format!("big_total{{series=\"{:0>80}\"}} 1\n", 29_999)));
+    assert!(r.trim_end().ends_with("# EOF"));
+}
+
 /// Past the connection limit, connections are closed at once, counted, and the server serves
 /// again once the others go.
 #[test]
