@@ -47,9 +47,10 @@ one MPS_SHARED names the server's TSG. On exit (Ctrl-C, SIGTERM, --duration) a s
 counts per event, dropped, read_failed, per-process, per-engine and per-task tables (latencies,
 final timeslice), live TSGs per GPU and runlist; -v adds the kernel side's internal counters.
 
-Exit status: 0 on success; 1 on a runtime error; 2 on bad usage; 3 when the kernel or system
-cannot support tracing (missing privileges, BTF, hooks); 4 when events were dropped (or output
-lines, when the output's reader did not keep up). `doctor`:
+Exit status: 0 on success; 1 on a runtime error (also a --metrics endpoint that died during the
+run); 2 on bad usage; 3 when the kernel or system cannot support tracing (missing privileges,
+BTF, hooks); 4 when events were dropped (or output lines, when the output's reader did not keep
+up). `doctor`:
 0 when tracing and --deny-pid can both work, 5 when tracing can but --deny-pid cannot, 3 when
 tracing cannot.
 See docs/cli.md for every option, docs/json-schema.md for the JSON fields, docs/events.md for
@@ -324,10 +325,21 @@ pub struct MetricsArgs {
     #[arg(long = "metrics", value_name = "ADDR")]
     pub addr: Option<std::net::SocketAddr>,
 
-    /// Allow --metrics on a non-loopback address (e.g. 0.0.0.0:9464 in a Kubernetes pod). The
-    /// endpoint has no authentication: anyone who can reach it reads process names.
+    /// Allow --metrics on a non-loopback address (e.g. 0.0.0.0:9464 in a Kubernetes pod)
+    /// without authentication: anyone who can reach it reads process names. Not needed when
+    /// --metrics-web-config sets basic_auth_users or --metrics-bearer-token-file is given.
     #[arg(long, requires = "addr")]
     pub metrics_allow_remote: bool,
+
+    /// Basic authentication of --metrics, in the Prometheus exporter-toolkit's web
+    /// configuration format (YAML): `basic_auth_users: {NAME: BCRYPT_HASH}`. TLS
+    /// (`tls_server_config`) is not implemented and refused.
+    #[arg(long, value_name = "FILE", requires = "addr")]
+    pub metrics_web_config: Option<std::path::PathBuf>,
+
+    /// Require `Authorization: Bearer TOKEN` on --metrics, the token read from FILE (one line).
+    #[arg(long, value_name = "FILE", requires = "addr")]
+    pub metrics_bearer_token_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Clone, Debug, Args)]
