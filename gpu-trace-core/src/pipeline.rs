@@ -185,23 +185,27 @@ impl<W: Write> Pipeline<W> {
         }
     }
 
-    /// Replay: the periodic statistics that fall due before a record at `ts_ns`.
+    /// Replay: the periodic statistics that fall due before a record at `ts_ns`. Intervals
+    /// without records are not printed one by one: a record that crosses several boundaries
+    /// at once gets one block, at the last boundary it crossed (the statistics of the empty
+    /// intervals before it would be the same). So there are at most as many blocks as records
+    /// (plus the final one), however far the recording's clock jumps and however short the
+    /// interval.
     fn due_by_record_time(&mut self, ts_ns: u64) -> std::io::Result<()> {
         let Some(first) = self.first_ts else {
             return Ok(());
         };
-        loop {
-            let due = match &self.interval {
-                Some(p) if p.by_record_time && ts_ns.saturating_sub(first) >= p.next_ns => {
-                    p.next_ns
-                }
-                _ => return Ok(()),
-            };
-            if let Some(p) = self.interval.as_mut() {
-                p.next_ns = p.next_ns.saturating_add(p.period_ns);
+        let elapsed = ts_ns.saturating_sub(first);
+        let due = match self.interval.as_mut() {
+            Some(p) if p.by_record_time && elapsed >= p.next_ns => {
+                // The last boundary at or before `elapsed`; the next one after it.
+                let due = elapsed - elapsed % p.period_ns;
+                p.next_ns = due.saturating_add(p.period_ns);
+                due
             }
-            self.periodic_stats(Duration::from_nanos(due), None)?;
-        }
+            _ => return Ok(()),
+        };
+        self.periodic_stats(Duration::from_nanos(due), None)
     }
 
     /// Also counts every selected event in `metrics` (`--metrics`).
@@ -479,8 +483,10 @@ impl<W: Write> Pipeline<W> {
     }
 
     pub fn flush(&mut self) -> std::io::Result<()> {
+        let untracked = self.untracked_handles();
         if let Some(metrics) = self.metrics.as_mut() {
             metrics.sync_stats(&self.stats);
+            metrics.set_untracked(untracked);
         }
         self.out.flush()
     }
@@ -509,9 +515,11 @@ impl<W: Write> Pipeline<W> {
     pub fn finish_all(mut self, counters: KernelCounters, duration: Duration) -> Finished<W> {
         self.stats.kernel = counters;
         self.stats.elapsed = Some(duration);
+        let untracked = self.untracked_handles();
         if let Some(metrics) = self.metrics.as_mut() {
             metrics.set_kernel(&counters);
             metrics.sync_stats(&self.stats);
+            metrics.set_untracked(untracked);
         }
         self.stats.live_at_exit = (self.tracker.live_tasks() + self.amd.live_tasks()) as u64;
         self.stats.unreported = self.unreported();
@@ -567,6 +575,11 @@ impl<W: Write> Pipeline<W> {
         &mut self.stats
     }
 
+    /// Calls and events on handles the trackers did not remember (their caps were reached).
+    fn untracked_handles(&self) -> u64 {
+        self.tracker.counters().untracked_handles + self.amd.counters().untracked_handles
+    }
+
     /// The trackers' counters of calls that produced no event, by reason (non-zero only).
     fn unreported(&self) -> std::collections::BTreeMap<&'static str, u64> {
         let nv = self.tracker.counters();
@@ -585,6 +598,7 @@ impl<W: Write> Pipeline<W> {
             ("gpu_ext_outside_ioctl", nv.gpu_ext_outside_ioctl),
             ("deep_unknown", kfd.deep_unknown),
             ("kfd_release_no_queues", kfd.kfd_releases_without_queues),
+            ("untracked_handles", self.untracked_handles()),
         ]
         .into_iter()
         .filter(|&(_, v)| v != 0)

@@ -203,6 +203,13 @@ doc!(
     "Events counted under an __overflow__ label value because a label cap was reached."
 );
 doc!(
+    UNTRACKED,
+    "gpu_trace_untracked_handles_total",
+    "counter",
+    "",
+    "Calls on handles never seen created that the tracer did not remember because its per-process or total cap was reached (docs/events.md, Bounded state); their events are still counted."
+);
+doc!(
     RING,
     "gpu_trace_ring_buffer_bytes",
     "gauge",
@@ -255,6 +262,7 @@ pub const REFERENCE: &[MetricDoc] = &[
     SKIPPED,
     DENIED,
     OVERFLOWED,
+    UNTRACKED,
     RING,
     RING_USED,
     BUILD,
@@ -482,11 +490,13 @@ struct Health {
     skipped: Counter,
     denied: Counter,
     overflowed: Counter,
+    untracked: Counter,
     ring: Gauge,
     /// Last values set, to turn absolute counts into increments.
     last_kernel: KernelCounters,
     last_decode: u64,
     last_malformed: u64,
+    last_untracked: u64,
 }
 
 fn lifetime_histogram() -> Histogram {
@@ -531,6 +541,7 @@ impl Metrics {
             (&SKIPPED, &health.skipped),
             (&DENIED, &health.denied),
             (&OVERFLOWED, &health.overflowed),
+            (&UNTRACKED, &health.untracked),
         ] {
             reg(&mut registry, d, c.clone());
         }
@@ -856,6 +867,14 @@ impl Metrics {
             .inc_by(stats.malformed.saturating_sub(h.last_malformed));
         h.last_decode = h.last_decode.max(stats.decode_errors);
         h.last_malformed = h.last_malformed.max(stats.malformed);
+    }
+
+    /// The trackers' count of handles they did not remember (absolute).
+    pub fn set_untracked(&mut self, untracked: u64) {
+        let h = &mut self.health;
+        h.untracked
+            .inc_by(untracked.saturating_sub(h.last_untracked));
+        h.last_untracked = h.last_untracked.max(untracked);
     }
 
     /// The kernel side's counters, as read from its map (absolute values).
