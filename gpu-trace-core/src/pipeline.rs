@@ -368,6 +368,9 @@ impl<W: Write> Pipeline<W> {
         if matches!(record, RawRecord::ProcessExit(_)) {
             self.process_names.remove(&pid);
             self.attributions.remove(&pid);
+            if let Some(metrics) = self.metrics.as_mut() {
+                metrics.process_exited(pid);
+            }
         }
         Ok(())
     }
