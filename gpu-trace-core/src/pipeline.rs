@@ -612,3 +612,83 @@ impl<W: Write> Pipeline<W> {
         &self.stats
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::nvidia::decode::testrec;
+    use gpu_trace_common::nvidia::cmd;
+
+    /// A writer whose bytes the test reads afterwards.
+    #[derive(Clone, Default)]
+    struct Shared(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Shared {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Replay's `--interval 0.01` over records whose clock jumps by 1000 s (100 000 empty
+    /// intervals) and by almost 2⁶⁴ ns: one block per record that crosses boundaries, never one
+    /// per empty interval.
+    #[test]
+    fn replay_interval_blocks_are_bounded_by_the_records_whatever_the_clock_does() {
+        let config = PipelineConfig {
+            verbose: false,
+            pids: Vec::new(),
+            comms: Vec::new(),
+            format: Format::Text,
+            timestamps: TimestampMode::default(),
+            stats: true,
+            clock: Clock::new(0),
+            show_container: false,
+        };
+        let side = Shared::default();
+        let mut p = Pipeline::new(config, Vec::new()).with_interval(
+            Duration::from_millis(10),
+            true,
+            Box::new(side.clone()),
+        );
+        let times = [
+            1_000_000,
+            5_000_000,
+            25_000_000,
+            1_000_025_000_000,
+            1_000_025_000_001,
+            u64::MAX - 1,
+            u64::MAX,
+        ];
+        for (i, ts) in times.into_iter().enumerate() {
+            let mut r = testrec::control(
+                7,
+                3,
+                0xC1D0_0001,
+                0x5C00_0000 + i as u32,
+                cmd::TSG_GPFIFO_SCHEDULE,
+                0,
+                &[1, 0, 0],
+            )
+            .rec;
+            r.hdr.ts_ns = ts;
+            p.feed(crate::wire::nv_ioctl_bytes(&r)).unwrap();
+        }
+        let text = String::from_utf8(side.0.lock().unwrap().clone()).unwrap();
+        let titles: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("--- gpu-trace statistics so far ("))
+            .collect();
+        // The 3rd record crosses 10 and 20 ms (one block, at 20 ms); the 4th 100 000 boundaries
+        // (one block, at 1000.02 s); the 6th the rest of the clock (one block). The text shows
+        // tenths of seconds.
+        assert_eq!(titles.len(), 3, "{titles:#?}");
+        assert!(titles[0].contains("(0.0 s)"), "{titles:#?}");
+        assert!(titles[1].contains("(1000.0 s)"), "{titles:#?}");
+    }
+}

@@ -644,6 +644,14 @@ impl<W: Write> PerfettoWriter<W> {
                 Value::from(self.clamped.to_string()),
             );
         }
+        if self.events_not_drawn > 0 || self.gpu_slices_not_drawn > 0 {
+            eprintln!(
+                "gpu-trace: the Perfetto timeline leaves out {} events ({} tasks begun) and {} \
+                 GPU-group slices: their process or GPU group had {MAX_TRACKS_PER_PROCESS} \
+                 tracks busy, or the timeline {MAX_TRACKS} (its otherData counts them)",
+                self.events_not_drawn, self.tasks_not_drawn, self.gpu_slices_not_drawn
+            );
+        }
         for (k, v) in [
             ("tasks_not_drawn", self.tasks_not_drawn),
             ("events_not_drawn", self.events_not_drawn),
