@@ -322,6 +322,10 @@ impl<W: Write> PerfettoWriter<W> {
         task: TaskId,
         ts_ns: u64,
     ) -> io::Result<Option<(u32, usize)>> {
+        if self.next_track >= MAX_TRACKS && !self.tracks.contains_key(&pid) {
+            // A full timeline remembers nothing more per process.
+            return Ok(None);
+        }
         let tracks = self.tracks.entry(pid).or_default();
         let found = tracks
             .free
@@ -518,7 +522,9 @@ impl<W: Write> PerfettoWriter<W> {
             return Ok(Some(t.tid));
         }
         let name = task_label(task);
-        let (begin, note) = if self.tracks.get(&pid).is_some_and(|t| t.overflowed) {
+        let full =
+            self.tracks.get(&pid).is_some_and(|t| t.overflowed) || self.next_track >= MAX_TRACKS;
+        let (begin, note) = if full {
             (
                 ts_ns,
                 "drawn from here: began earlier, while its process had every track busy or \
@@ -1065,6 +1071,31 @@ mod tests {
             .map(|_| &v)
             .collect();
         assert_eq!(late.len(), 1, "the new task got the freed track");
+    }
+
+    #[test]
+    fn the_whole_timeline_is_capped_and_remembers_nothing_more_per_process_past_it() {
+        let mut w = PerfettoWriter::new(std::io::sink(), Clock::new(0)).unwrap();
+        let procs = (MAX_TRACKS as usize).div_ceil(MAX_TRACKS_PER_PROCESS) as u32 + 3;
+        let mut ts = 1;
+        for pid in 0..procs {
+            for h in 0..MAX_TRACKS_PER_PROCESS as u32 {
+                ts += 1;
+                w.event(&schedule(ts, 100 + pid, h), "storm", 1).unwrap();
+            }
+        }
+        assert_eq!(w.next_track, MAX_TRACKS);
+        assert_eq!(w.open.len(), MAX_TRACKS as usize);
+        let with_tracks = w.tracks.len();
+        // New processes past the cap: not drawn, and no state kept for them.
+        for pid in 0..1000 {
+            w.event(&schedule(ts + 1, 10_000 + pid, 1), "late", 1)
+                .unwrap();
+        }
+        assert_eq!(w.tracks.len(), with_tracks);
+        let expected =
+            u64::from(procs) * MAX_TRACKS_PER_PROCESS as u64 - u64::from(MAX_TRACKS) + 1000;
+        assert_eq!(w.events_not_drawn, expected);
     }
 
     /// 300 000 distinct handles in one process (the issue's case: 77 s before, quadratic in the
