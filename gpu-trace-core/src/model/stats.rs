@@ -861,7 +861,7 @@ impl Stats {
             let _ = writeln!(
                 out,
                 "({} events of tasks beyond the {MAX_TASKS_KEPT} ended / {MAX_LIVE_TASKS} live \
-                 ones followed are not in this table)",
+                 ({MAX_LIVE_TASKS_PER_PROCESS} per process) ones followed are not in this table)",
                 self.tasks_omitted
             );
         }
