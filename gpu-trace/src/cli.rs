@@ -269,16 +269,25 @@ pub struct OutputArgs {
     pub show_container: bool,
 }
 
-/// `--interval`: a finite number of seconds above zero.
+/// The shortest `--interval` accepted, in seconds: statistics more often than 100 times a
+/// second are no use to a reader, and a period of 0 (what `1e-10` rounds to) cannot be timed.
+pub const MIN_INTERVAL_SECS: f64 = 0.01;
+
+/// The longest `--interval` accepted, in seconds.
+pub const MAX_INTERVAL_SECS: f64 = 1e9;
+
+/// `--interval`: a finite number of seconds from [`MIN_INTERVAL_SECS`] to
+/// [`MAX_INTERVAL_SECS`].
 fn positive_seconds(s: &str) -> Result<f64, String> {
     let v: f64 = s
         .parse()
         .map_err(|_| format!("`{s}` is not a number of seconds (e.g. 1 or 0.5)"))?;
-    if v.is_finite() && v > 0.0 && v <= 1e9 {
+    if v.is_finite() && (MIN_INTERVAL_SECS..=MAX_INTERVAL_SECS).contains(&v) {
         Ok(v)
     } else {
         Err(format!(
-            "`{s}` is not a usable interval: give a number of seconds above 0 (e.g. 1)"
+            "`{s}` is not a usable interval: give a number of seconds from {MIN_INTERVAL_SECS} \
+             to {MAX_INTERVAL_SECS:e} (e.g. 1 or 0.5)"
         ))
     }
 }

@@ -295,9 +295,19 @@ fn new_pipeline(
     })
 }
 
-/// `--interval`.
+/// `--interval`, kept from [`cli::MIN_INTERVAL_SECS`] to [`cli::MAX_INTERVAL_SECS`] (a zero
+/// period makes tokio's interval panic, a huge one the `Instant` addition that starts it; the
+/// parser refuses such values, this keeps any other caller safe).
 fn interval(args: &OutputArgs) -> Option<Duration> {
-    args.interval.map(Duration::from_secs_f64)
+    use crate::cli::{MAX_INTERVAL_SECS, MIN_INTERVAL_SECS};
+    args.interval.map(|secs| {
+        let secs = if secs.is_nan() {
+            MIN_INTERVAL_SECS
+        } else {
+            secs.clamp(MIN_INTERVAL_SECS, MAX_INTERVAL_SECS)
+        };
+        Duration::from_secs_f64(secs)
+    })
 }
 
 fn pipeline_config(args: &OutputArgs, clock: Clock) -> PipelineConfig {

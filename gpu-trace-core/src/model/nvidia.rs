@@ -36,6 +36,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use super::bounded::Generations;
+
 use gpu_trace_common::nvidia::{class, cmd};
 use serde::Serialize;
 
@@ -136,6 +138,9 @@ pub struct NvTrackerCounters {
     /// gpu_ext hooks that ran outside an `ioctl` (kernel-internal users such as UVM, teardown
     /// at `close()` or exit): not tied to a call, not reported.
     pub gpu_ext_outside_ioctl: u64,
+    /// Calls on handles never seen created that were not remembered because the caps of
+    /// [`bounded`](super::bounded) were reached (still reported; their key's generation is 1).
+    pub untracked_handles: u64,
 }
 
 /// TSGs a process still held when tracing stopped.
@@ -316,8 +321,9 @@ pub struct NvTracker {
     /// gpu_ext hooks that ran inside an `ioctl` on fd `.1` in process `.0`, by thread, waiting
     /// for that call's record.
     pending: HashMap<u32, (u32, u64, Vec<GxHook>)>,
-    /// Generation of the last task seen per `(pid, client, handle)`, for [`TaskKey`].
-    generations: HashMap<(u32, u32, u32), u32>,
+    /// Generation of the last task seen per `(pid, client, handle)`, for [`TaskKey`] (capped:
+    /// see [`bounded`](super::bounded)).
+    generations: Generations<(u32, u32)>,
     /// MPS server processes (`nvidia-cuda-mps-server`): named by the inventory, or a process
     /// whose `comm` is `nvidia-cuda-mps` (the kernel's 15-character cut of both MPS programs)
     /// that creates a TSG (the control daemon creates none).
@@ -952,14 +958,15 @@ impl NvTracker {
                 };
                 let generation = self
                     .generations
-                    .entry((origin.pid, client, handle))
-                    .and_modify(|g| *g += 1)
-                    .or_insert(1);
+                    .get(origin.pid, (client, handle))
+                    .map_or(1, |g| g + 1);
+                self.generations
+                    .set(origin.pid, (client, handle), generation, true);
                 let key = TaskKey {
                     pid: origin.pid,
                     client: Some(client),
                     object: handle,
-                    generation: *generation,
+                    generation,
                 };
                 if origin.comm == MPS_COMM {
                     self.mps_servers.insert(origin.pid);
@@ -1205,7 +1212,15 @@ impl NvTracker {
         if let Some(t) = self.tsg(pid, client, Some(handle)) {
             return t.key;
         }
-        let generation = *self.generations.entry((pid, client, handle)).or_insert(1);
+        let generation = match self.generations.get(pid, (client, handle)) {
+            Some(g) => g,
+            None => {
+                if !self.generations.set(pid, (client, handle), 1, false) {
+                    self.counters.untracked_handles += 1;
+                }
+                1
+            }
+        };
         TaskKey {
             pid,
             client: Some(client),
@@ -1503,6 +1518,7 @@ impl NvTracker {
     }
 
     fn process_exit(&mut self, origin: &Origin) -> Vec<Event> {
+        self.generations.forget_process(origin.pid);
         let Some(proc) = self.procs.remove(&origin.pid) else {
             return Vec::new();
         };

@@ -186,7 +186,7 @@
 //! | `live_at_exit`          | integer         | tasks still alive when tracing stopped |
 //! | `pretrace_end`          | integer         | `PRETRACE_END` events; only when not 0 |
 //! | `mps_shared`            | integer         | `MPS_SHARED` events; only when not 0 |
-//! | `unreported`            | object          | driver calls of interest that produced no event, by reason (`schedule_unreadable`, `unreadable_params`, `unknown_handle`, `pretrace_calls`, `replaced_handles`, `failed_tsg_allocs`, `unknown_queue`, `replaced_queues`, `deep_unmatched`, `deep_unknown`, `kfd_release_no_queues`); only non-zero reasons; integers. `pretrace_calls`: calls of an RM client made before tracing that gave no event (some are also in `unknown_handle`) |
+//! | `unreported`            | object          | driver calls of interest that produced no event, by reason (`schedule_unreadable`, `unreadable_params`, `unknown_handle`, `pretrace_calls`, `replaced_handles`, `failed_tsg_allocs`, `unknown_queue`, `replaced_queues`, `deep_unmatched`, `deep_unknown`, `kfd_release_no_queues`, `untracked_handles`: handles never seen created that were not remembered past the caps of [events.md](events.md#bounded-state)); only non-zero reasons; integers. `pretrace_calls`: calls of an RM client made before tracing that gave no event (some are also in `unknown_handle`) |
 //! | `lost_samples`          | integer or null | live runs: records the kernel sent (`emitted`) that were never read; null when none were lost |
 //! | `output_lost`           | integer         | only when not 0: output lines dropped because the output's reader did not keep up (a stalled pipe, FIFO or disk) |
 //! | `recording_lost`        | integer         | only when not 0: records of `--record` dropped because the recording's reader did not keep up |
@@ -196,7 +196,7 @@
 //! | `gpus`                  | array           | per GPU: `gpu` (RM device instance, null when not known), `index` and `uuid` (nvidia-smi's, only where known: see `gpu_device`), `live` (tasks alive now), `max_live` (most alive at once) |
 //! | `runlists`              | array           | per GPU and runlist: `gpu`, `runlist`, `live`, `max_live`; a task counts on its runlist from the first event that names it (NVIDIA: its first `WORK_SUBMIT`) |
 //! | `tasks`                 | array           | per task, ended ones first in the order they ended, then the live ones: `key`, `pid`, `task` (as `tsg`), `engine`, `gpu`, `runlist`, `init_ns`, `first_schedule_ns` (first allowed `SCHEDULE`), `first_submit_ns` (first `WORK_SUBMIT`), `end_ns`, `end_cause` (a `cause`; null while alive), `schedule_refused`, `timeslice_us` and `interleave` (the last known values, the final ones once ended), `preemptions`, `param_changes` (accepted changes), `updates_refused`, and the derived `lifetime_ns`, `init_to_schedule_ns`, `init_to_submit_ns`; times are CLOCK_MONOTONIC ns, null where not known |
-//! | `tasks_omitted`         | integer         | left out of `tasks`: ended tasks beyond the 10000 kept, and events of new tasks while 100000 were alive |
+//! | `tasks_omitted`         | integer         | left out of `tasks`: ended tasks beyond the 10000 kept, and events of new tasks while 100000 were alive (or 4096 of the same process) |
 //! | `diagnostics`           | object          | kernel-internal counters (also in `kernel`; the text output shows them with `-v`): `emitted`, `ignored` |
 
 use chrono::SecondsFormat;
