@@ -2243,8 +2243,8 @@ mod tests {
     }
 
     /// Debian 11's kernel (5.10.0-46, upstream 5.10.262) as its guest wrote it: `cargo xtask
-    /// lab --kernel 5.10` of this tree on 2026-11-25 (with issue 17's entry points), 30 checks
-    /// passed, copied from
+    /// lab --kernel 5.10` of this tree on 2026-11-26 (with issue 26's `deny_fork` step), 32
+    /// checks passed, copied from
     /// `target/lab-cache/run/5.10.0-46-amd64/results.log` (CRs removed).
     const OLD: &str = include_str!("../../testdata/lab-5.10-results.log");
 
