@@ -377,8 +377,10 @@ pub struct TraceArgs {
     #[arg(long, value_name = "PATH")]
     pub watch_device: Option<PathBuf>,
 
-    /// Refuse scheduling requests (GPFIFO_SCHEDULE with bEnable) from this process, all its
-    /// threads, while gpu-trace runs (repeatable). Needs a kernel with an active BPF LSM
+    /// Refuse scheduling requests (GPFIFO_SCHEDULE with bEnable, or whose bEnable cannot be
+    /// read, e.g. FINN-serialized) from this process, all its threads and every process it
+    /// creates (also after it exits) and its descendants alive at start, while gpu-trace runs
+    /// (repeatable). Needs a kernel with an active BPF LSM
     /// (`bpf` in /sys/kernel/security/lsm); otherwise gpu-trace stops at start-up and says why.
     /// Refused requests show as `SCHEDULE … allowed=no errno=EPERM`, counted as `denied`.
     #[arg(long = "deny-pid", value_name = "PID", value_parser = parse_pid)]

@@ -1296,17 +1296,7 @@ impl NvTracker {
             command,
             params,
         } = call;
-        let ControlParams::Schedule {
-            enable,
-            skip_submit,
-            skip_enable,
-        } = params
-        else {
-            self.counters.schedule_unreadable += 1;
-            return Vec::new();
-        };
         let via_channel = command == cmd::CHANNEL_GPFIFO_SCHEDULE;
-        let ok = decode::succeeded(errno, status);
         let known = self.client(origin.pid, client).and_then(|c| {
             if via_channel {
                 c.tsg_of_channel(object)
@@ -1314,6 +1304,30 @@ impl NvTracker {
                 c.tsgs.contains_key(&object).then_some(object)
             }
         });
+        let ControlParams::Schedule {
+            enable,
+            skip_submit,
+            skip_enable,
+        } = params
+        else {
+            self.counters.schedule_unreadable += 1;
+            // Refused before the driver saw it (`--deny-*` refuses a denied process's
+            // GPFIFO_SCHEDULE whose bEnable it cannot read, e.g. FINN-serialized, with EPERM):
+            // whatever bEnable was, nothing was scheduled; report the refusal.
+            const EPERM: i32 = 1;
+            if errno == -EPERM {
+                return vec![self.schedule_event(
+                    origin,
+                    client,
+                    object,
+                    known,
+                    (errno, status),
+                    via_channel,
+                )];
+            }
+            return Vec::new();
+        };
+        let ok = decode::succeeded(errno, status);
         let old = self
             .tsg(origin.pid, client, known)
             .map(|t| t.sched.run_state);
@@ -2549,6 +2563,57 @@ mod tests {
                 .get(&Unreadable::FinnSerialized),
             Some(&1)
         );
+    }
+
+    /// A FINN-serialized GPFIFO_SCHEDULE refused with EPERM (`--deny-*` fails closed on it):
+    /// a refused SCHEDULE, still counted unreadable; one that reached the driver stays silent.
+    #[test]
+    fn refused_unreadable_schedule_is_reported_refused() {
+        for via_channel in [false, true] {
+            let mut s = Script::new();
+            setup(&mut s, 100, 0, 0x1);
+            let mut r = if via_channel {
+                ctl(
+                    100,
+                    CH1,
+                    cmd::CHANNEL_GPFIFO_SCHEDULE,
+                    0,
+                    &schedule_params(true, false, false),
+                )
+            } else {
+                sched(100, TSG, true)
+            };
+            r.rec.params[12] = 0x4; // FINN-serialized
+            r.rec.ret = -1; // EPERM
+            s.push(r);
+            let mut r = sched(100, TSG, true);
+            r.rec.params[12] = 0x4;
+            s.push(r);
+            let mut t = NvTracker::new();
+            let evs = s.run(&mut t);
+            assert_eq!(kinds(&evs), ["TASK_INIT", "SCHEDULE"]);
+            let EventKind::Schedule {
+                allowed,
+                errno,
+                rm_status,
+                via_channel: v,
+                channels,
+                ..
+            } = evs[1].kind
+            else {
+                unreachable!()
+            };
+            assert!(!allowed);
+            assert_eq!((errno, rm_status, v), (-1, None, via_channel));
+            assert_eq!(channels, Some(2));
+            assert_eq!(t.counters().schedule_unreadable, 2);
+            assert_eq!(
+                t.counters()
+                    .unreadable_by_reason
+                    .get(&Unreadable::FinnSerialized),
+                Some(&2)
+            );
+        }
     }
 
     /// An inventory process: `close()` of one of its control fds, then its exit; each ends
