@@ -417,7 +417,9 @@ pub async fn run_live_with(
     mut viewer: Option<&mut dyn Viewer>,
 ) -> Result<Summary, RunError> {
     let started = Instant::now();
-    let deadline = args.duration.map(|d| started + Duration::from_secs_f64(d));
+    // --duration is counted from attach (below); before that, it bounds only the start-up
+    // waits (a FIFO's reader).
+    let startup_deadline = args.duration.map(|d| started + Duration::from_secs_f64(d));
     // Before anything is reported on stderr: a Ctrl-C right after the start-up report (or
     // during the inventory) stops tracing cleanly through the loop below.
     let mut sigint = tokio::signal::unix::signal(SignalKind::interrupt())
@@ -449,7 +451,7 @@ pub async fn run_live_with(
     let (targets, pending) = prepare_targets(
         &args.output,
         args.record.as_deref(),
-        deadline,
+        startup_deadline,
         Overflow::Drop,
         &wake,
     )?;
@@ -493,6 +495,11 @@ pub async fn run_live_with(
     // Bound before loading: a busy port or a refused address stops the run before any hook.
     let metrics = crate::metrics::server::serve(&args.metrics, args.ring_size)?;
     let mut tracer = Tracer::load(&options)?;
+    // Attached: tracing time (the deadline and the statistics' duration) starts here.
+    let tracing_since = Instant::now();
+    let deadline = args
+        .duration
+        .map(|d| tracing_since + Duration::from_secs_f64(d));
     // Late attach: the processes that have a GPU open already (after attaching, so that a
     // process opening the GPU now is seen by the hooks or by the walk), tracked from now on.
     let mut inventory = take_inventory(&args.watch_device, amd, nvml);
@@ -585,7 +592,6 @@ pub async fn run_live_with(
             source: e.into(),
         })?;
 
-    let tracing_since = Instant::now();
     let sleep = async {
         match deadline {
             Some(d) => tokio::time::sleep_until(d.into()).await,
@@ -631,7 +637,7 @@ pub async fn run_live_with(
                         .frame(pipeline.stats(), tracing_since.elapsed(), tracer.counters().ok())
                         .map_err(io_err("drawing the live view"))?,
                     None => pipeline
-                        .periodic_stats(started.elapsed(), tracer.counters().ok())
+                        .periodic_stats(tracing_since.elapsed(), tracer.counters().ok())
                         .and_then(|()| pipeline.flush())
                         .map_err(io_err("writing the output"))?,
                 }
