@@ -224,8 +224,9 @@ impl<W: Write> Pipeline<W> {
     /// The start-up inventory (late attach): its processes are known to hold driver objects
     /// made before tracing started (their end becomes `PRETRACE_END`); with `--format json`
     /// one `{"event":"INVENTORY",...}` line is written before any event; the Perfetto timeline
-    /// names and labels the processes. The text form goes to standard error (the session
-    /// prints it with [`inventory::render_text`]).
+    /// names and labels the processes. The JSON line lists only the processes `--pid`/`--comm`
+    /// select. The text form goes to standard error (the session prints it with
+    /// [`inventory::render_text_with`]).
     pub fn inventory(&mut self, inv: &Inventory) -> std::io::Result<()> {
         self.gpus = GpuDirectory::new(&inv.gpus);
         for p in &inv.processes {
@@ -254,10 +255,12 @@ impl<W: Write> Pipeline<W> {
             }
         }
         if self.config.format == Format::Json {
+            // The processes the filters select, as the text form on stderr shows them.
+            let shown = inv.selected(&self.config.pids, &self.config.comms);
             writeln!(
                 self.out,
                 "{}",
-                json::inventory_json(inv, &self.config.clock)
+                json::inventory_json(&shown, &self.config.clock)
             )?;
         }
         Ok(())

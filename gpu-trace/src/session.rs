@@ -528,7 +528,7 @@ pub async fn run_live_with(
     for refused in &tracer.refused {
         eprintln!("gpu-trace: (not used: {refused})");
     }
-    announce_inventory(&inventory);
+    announce_inventory(&inventory, &args.output);
 
     // Started: the -o and --record files may now lose their old contents.
     pending.commit()?;
@@ -817,8 +817,11 @@ fn take_inventory(
 
 /// The inventory on standard error, before the first event (standard output, or `-o`, holds
 /// only events and statistics in text mode).
-fn announce_inventory(inv: &Inventory) {
-    for line in inventory::render_text(inv) {
+/// The start-up inventory on stderr: the processes the `--pid`/`--comm` filters select (the
+/// `--cgroup` filter was applied to the walk), without command lines under `--quiet`.
+fn announce_inventory(inv: &Inventory, filters: &OutputArgs) {
+    let shown = inv.selected(&filters.pids, &filters.comms);
+    for line in inventory::render_text_with(&shown, !filters.quiet) {
         eprintln!("gpu-trace: {line}");
     }
 }
@@ -1144,7 +1147,7 @@ pub fn replay_with(
     } = open_targets(args, None, None, Overflow::Block, &wake)?;
     let mut pipeline = new_pipeline(args, clock, out, perfetto.as_ref().map(|(s, _)| s), true)?;
     if let Some(inv) = &reader.header.inventory {
-        announce_inventory(inv);
+        announce_inventory(inv, args);
         pipeline
             .inventory(inv)
             .map_err(io_err("writing the output"))?;

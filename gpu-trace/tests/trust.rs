@@ -2,6 +2,8 @@
 //!
 //! - `--duration` is counted from attach: `-d 1` traces one second, not one second minus the
 //!   start-up.
+//! - The start-up inventory honours `--pid` and `--comm` in text (stderr) and in the JSON
+//!   `INVENTORY` line, and `--quiet` leaves the processes' command lines out of it.
 //!
 //! Kernel tests need root; without it they print `SKIPPED: <why>`.
 
@@ -9,6 +11,8 @@ mod common;
 mod rel_support;
 
 use std::{
+    io::{BufRead as _, BufReader},
+    process::{Child, Command, Stdio},
     sync::{Mutex, MutexGuard},
     time::Duration,
 };
@@ -39,4 +43,101 @@ fn duration_is_counted_from_attach() {
         "-d 1 traced {traced_s} s: {}",
         f.stderr
     );
+}
+
+/// A bash holding the watched device open on fd 7 until its stdin closes; its command line
+/// carries `secret` (as `$0`). Returns once it holds the device.
+fn holder(secret: &str) -> Child {
+    let script = format!("exec 7<{WATCHED}; echo ready; read a");
+    let mut child = Command::new("bash")
+        .args(["-c", &script, secret])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn the holder");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready", "the holder opened {WATCHED}");
+    child
+}
+
+/// Runs gpu-trace with `extra` for a moment and returns what it printed.
+fn short_run(test: &str, extra: &[&str]) -> Finished {
+    let mut args = vec!["--watch-device", WATCHED, "-d", "0.2"];
+    args.extend_from_slice(extra);
+    let traced = Traced::start(&args).unwrap_or_else(|e| panic!("{test}: {e}"));
+    let f = traced.wait(Duration::from_secs(30));
+    assert_eq!(f.status.code(), Some(0), "{test} {extra:?}: {}", f.stderr);
+    f
+}
+
+/// The pids of the JSON `INVENTORY` line.
+fn inventory_pids(stdout: &str) -> Vec<u64> {
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("{\"event\":\"INVENTORY\""))
+        .unwrap_or_else(|| panic!("no INVENTORY line:\n{}", tail(stdout)));
+    let inv: serde_json::Value = serde_json::from_str(line).unwrap();
+    inv["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["pid"].as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+fn the_inventory_honours_the_filters_and_quiet_hides_command_lines() {
+    let _serial = serial();
+    let test = "the_inventory_honours_the_filters_and_quiet_hides_command_lines";
+    if skip_unless_root(test) {
+        return;
+    }
+    let secret = "holder-secret-token-4711";
+    let mut held = holder(secret);
+    let pid = held.id();
+    let listed = |f: &Finished| {
+        f.stderr
+            .lines()
+            .any(|l| l.contains(&format!("PID {pid} bash")))
+    };
+
+    // Unfiltered: listed in both forms, with its command line.
+    let f = short_run(test, &["--format", "json"]);
+    assert!(listed(&f), "{}", f.stderr);
+    assert!(f.stderr.contains(secret), "{}", f.stderr);
+    assert!(inventory_pids(&f.stdout).contains(&(pid as u64)));
+
+    // --comm naming another process: in neither form.
+    let f = short_run(test, &["--format", "json", "--comm", "not-the-holder"]);
+    assert!(!listed(&f), "--comm: {}", f.stderr);
+    assert!(
+        !inventory_pids(&f.stdout).contains(&(pid as u64)),
+        "--comm: {}",
+        f.stdout
+    );
+    // --comm naming it: listed.
+    let f = short_run(test, &["--format", "json", "--comm", "bash"]);
+    assert!(listed(&f), "--comm bash: {}", f.stderr);
+    assert!(inventory_pids(&f.stdout).contains(&(pid as u64)));
+
+    // --pid of another process (this test): in neither form.
+    let me = std::process::id().to_string();
+    let f = short_run(test, &["--format", "json", "--pid", &me]);
+    assert!(!listed(&f), "--pid: {}", f.stderr);
+    assert!(
+        !inventory_pids(&f.stdout).contains(&(pid as u64)),
+        "--pid: {}",
+        f.stdout
+    );
+
+    // --quiet: still listed, without its command line.
+    let f = short_run(test, &["--quiet"]);
+    assert!(listed(&f), "--quiet: {}", f.stderr);
+    assert!(!f.stderr.contains(secret), "--quiet: {}", f.stderr);
+
+    drop(held.stdin.take());
+    let _ = held.wait();
 }

@@ -125,8 +125,10 @@
 //!
 //! ## `INVENTORY`: processes that had a GPU open when tracing started (first line, live runs)
 //!
-//! One line before any event, live or replayed from a recording that holds it. It lists every
-//! process with a device node of the traced vendor open, whatever `--pid`/`--comm` say. It has
+//! One line before any event, live or replayed from a recording that holds it. It lists the
+//! processes with a device node of the traced vendor open that the filters select: `--pid`,
+//! `--comm` and (live) `--cgroup`/`--container`, as the events are (a recording keeps them
+//! whatever `--pid`/`--comm` say). It has
 //! `event` and `time` (when the walk was taken) but not the other common fields.
 //!
 //! | field       | type            | meaning |
