@@ -37,6 +37,9 @@ pub struct Summary {
     pub dropped: u64,
     /// Output lines dropped because the output's reader did not keep up.
     pub output_lost: u64,
+    /// The replayed recording ends without its trailer (cut short): its counts are
+    /// incomplete and the kernel counters unknown ([`Stats::kernel_unknown`]).
+    pub truncated: bool,
 }
 
 /// What to show and how.
@@ -526,7 +529,14 @@ impl<W: Write> Pipeline<W> {
                     "realtime_offset_ns",
                     self.config.clock.offset_ns().to_string(),
                 ),
-                ("dropped", counters.dropped.to_string()),
+                (
+                    "dropped",
+                    if self.stats.kernel_unknown {
+                        "unknown".to_string()
+                    } else {
+                        counters.dropped.to_string()
+                    },
+                ),
             ];
             perfetto.finish(self.last_ts.unwrap_or(0), &other).map(drop)
         });
@@ -551,6 +561,7 @@ impl<W: Write> Pipeline<W> {
             summary: Summary {
                 events: self.stats.events(),
                 dropped: counters.dropped,
+                truncated: self.stats.kernel_unknown,
                 ..Summary::default()
             },
             out: self.out,

@@ -101,7 +101,8 @@ fn main() -> ExitCode {
         None => trace(cli.trace),
     };
     match result {
-        Ok(summary) if summary.dropped > 0 || summary.output_lost > 0 => {
+        // A recording cut short has said so (session::replay_with): its counts are incomplete.
+        Ok(summary) if summary.dropped > 0 || summary.output_lost > 0 || summary.truncated => {
             if summary.dropped > 0 {
                 eprintln!(
                     "gpu-trace: {} records were dropped (ring buffer full); the counts above \

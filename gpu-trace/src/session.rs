@@ -1212,21 +1212,22 @@ pub fn replay_with(
         None => {
             if failure.is_none() && !pipeline.output().failed() && !quit {
                 eprintln!(
-                    "gpu-trace: {} ends without its trailer (the run was cut short): kernel \
-                     counters (dropped, read_failed) are unknown and shown as 0",
+                    "gpu-trace: WARNING: {} ends without its trailer (the run was cut short, \
+                     e.g. killed): what it holds was replayed, but its counts may be \
+                     incomplete and the kernel counters (dropped, read_failed) are unknown \
+                     (shown as ?); exit status 4",
                     path.display()
                 );
+                // Unknown, not 0: the statistics and the exit status say so.
+                pipeline.stats_mut().kernel_unknown = true;
             }
             (KernelCounters::default(), pipeline.span())
         }
     };
+    let known = reader.trailer.is_some().then_some(counters);
     if let Some(v) = viewer.filter(|_| !quit && failure.is_none()) {
         let last = v
-            .frame(
-                pipeline.stats(),
-                duration.max(pipeline.span()),
-                Some(counters),
-            )
+            .frame(pipeline.stats(), duration.max(pipeline.span()), known)
             .and_then(|()| v.at_end());
         if let Err(e) = last {
             failure = Some(io_err("drawing the view")(e));

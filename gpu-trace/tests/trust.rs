@@ -4,6 +4,9 @@
 //!   start-up.
 //! - The start-up inventory honours `--pid` and `--comm` in text (stderr) and in the JSON
 //!   `INVENTORY` line, and `--quiet` leaves the processes' command lines out of it.
+//! - A recording without its trailer (a SIGKILLed run) replays what it holds, says so on
+//!   stderr, exits 4 (counts incomplete), and shows the kernel counters as unknown (`?` in
+//!   text, `null` in JSON), never as `dropped 0`.
 //!
 //! Kernel tests need root; without it they print `SKIPPED: <why>`.
 
@@ -140,4 +143,57 @@ fn the_inventory_honours_the_filters_and_quiet_hides_command_lines() {
 
     drop(held.stdin.take());
     let _ = held.wait();
+}
+
+/// The fixture recording without its trailer, as a SIGKILLed run leaves it: the trailer is the
+/// last frame, a u32 0 marker, its u32 length and that many bytes of JSON.
+fn cut_recording() -> std::path::PathBuf {
+    let fixture = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/two_streams.gtrace"
+    );
+    let bytes = std::fs::read(fixture).unwrap();
+    let cut = (0..bytes.len().saturating_sub(8))
+        .rev()
+        .find(|&i| {
+            let word = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
+            word(i) == 0 && i + 8 + word(i + 4) as usize == bytes.len()
+        })
+        .expect("the fixture ends with its trailer");
+    let path = common::scratch().join("cut.gtrace");
+    std::fs::write(&path, &bytes[..cut]).unwrap();
+    path
+}
+
+#[test]
+fn a_recording_without_its_trailer_says_so_and_exits_4() {
+    let rec = cut_recording();
+    let replay = |format: &str| {
+        let out = Command::new(gpu_trace_bin())
+            .args(["replay", "--format", format])
+            .arg(&rec)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(out.status.code(), Some(4), "{format}: {stderr}");
+        assert!(
+            stderr.contains("ends without its trailer") && stderr.contains("unknown"),
+            "{format}: {stderr}"
+        );
+        stdout
+    };
+
+    let text = replay("text");
+    // What it holds is replayed.
+    assert!(text.lines().any(|l| l.contains("TASK_INIT")), "{text}");
+    let dropped: Vec<&str> = text.lines().filter(|l| l.starts_with("dropped ")).collect();
+    assert_eq!(dropped.len(), 1, "{text}");
+    let value = dropped[0].split_whitespace().nth(1);
+    assert_eq!(value, Some("?"), "unknown, not 0: {}", dropped[0]);
+
+    let json = replay("json");
+    let stats = json_stats(&json);
+    assert!(stats["kernel"].is_null(), "{stats}");
+    assert!(stats["task_init"].as_u64().unwrap() > 0, "{stats}");
 }

@@ -182,7 +182,7 @@
 //! | `work_submit`           | integer         | `WORK_SUBMIT` events |
 //! | `task_destroy`          | integer         | `TASK_DESTROY` events |
 //! | `task_destroy_implicit` | integer         | of those, implicit |
-//! | `kernel`                | object          | counters of the kernel programs: `dropped` (ring buffer full), `read_failed` (driver arguments unreadable), `ignored` (calls not of interest), `emitted` (records sent), `fd_lookup_failed` (fd not resolved), `denied` (schedules refused by `--deny-pid`), `skipped` (program runs the kernel skipped: the program was already running on that CPU; absent in the replay of a recording made before it was counted); all integers |
+//! | `kernel`                | object or null  | null when not known (the replay of a recording cut short, without its trailer: exit status 4); otherwise counters of the kernel programs: `dropped` (ring buffer full), `read_failed` (driver arguments unreadable), `ignored` (calls not of interest), `emitted` (records sent), `fd_lookup_failed` (fd not resolved), `denied` (schedules refused by `--deny-pid`), `skipped` (program runs the kernel skipped: the program was already running on that CPU; absent in the replay of a recording made before it was counted); all integers |
 //! | `malformed`             | integer         | records userspace could not parse |
 //! | `decode_errors`         | integer         | driver calls whose arguments could not be decoded |
 //! | `live_at_exit`          | integer         | tasks still alive when tracing stopped |
@@ -199,7 +199,7 @@
 //! | `runlists`              | array           | per GPU and runlist: `gpu`, `runlist`, `live`, `max_live`; a task counts on its runlist from the first event that names it (NVIDIA: its first `WORK_SUBMIT`) |
 //! | `tasks`                 | array           | per task, ended ones first in the order they ended, then the live ones: `key`, `pid`, `task` (as `tsg`), `engine`, `gpu`, `runlist`, `init_ns`, `first_schedule_ns` (first allowed `SCHEDULE`), `first_submit_ns` (first `WORK_SUBMIT`), `end_ns`, `end_cause` (a `cause`; null while alive), `schedule_refused`, `timeslice_us` and `interleave` (the last known values, the final ones once ended), `preemptions`, `param_changes` (accepted changes), `updates_refused`, and the derived `lifetime_ns`, `init_to_schedule_ns`, `init_to_submit_ns`; times are CLOCK_MONOTONIC ns, null where not known |
 //! | `tasks_omitted`         | integer         | left out of `tasks`: ended tasks beyond the 10000 kept, and events of new tasks while 100000 were alive |
-//! | `diagnostics`           | object          | kernel-internal counters (also in `kernel`; the text output shows them with `-v`): `emitted`, `ignored` |
+//! | `diagnostics`           | object or null  | null with a null `kernel`; kernel-internal counters (also in `kernel`; the text output shows them with `-v`): `emitted`, `ignored` |
 
 use chrono::SecondsFormat;
 use serde::Serialize;
@@ -377,7 +377,8 @@ struct StatsLine<'a> {
     work_submit: u64,
     task_destroy: u64,
     task_destroy_implicit: u64,
-    kernel: KernelCounters,
+    /// Null when not known (a recording without its trailer).
+    kernel: Option<KernelCounters>,
     malformed: u64,
     decode_errors: u64,
     live_at_exit: u64,
@@ -399,7 +400,7 @@ struct StatsLine<'a> {
     runlists: Vec<RunlistLine>,
     tasks: Vec<TaskLine<'a>>,
     tasks_omitted: u64,
-    diagnostics: Diagnostics,
+    diagnostics: Option<Diagnostics>,
 }
 
 #[derive(Serialize)]
@@ -510,7 +511,7 @@ pub fn stats_json(stats: &Stats, is_final: bool) -> String {
         work_submit: stats.work_submit,
         task_destroy: stats.task_destroy,
         task_destroy_implicit: stats.task_destroy_implicit,
-        kernel: *k,
+        kernel: (!stats.kernel_unknown).then_some(*k),
         malformed: stats.malformed,
         decode_errors: stats.decode_errors,
         live_at_exit: stats.live_at_exit,
@@ -579,10 +580,10 @@ pub fn stats_json(stats: &Stats, is_final: bool) -> String {
             })
             .collect(),
         tasks_omitted: stats.tasks_omitted,
-        diagnostics: Diagnostics {
+        diagnostics: (!stats.kernel_unknown).then_some(Diagnostics {
             emitted: k.emitted,
             ignored: k.ignored,
-        },
+        }),
     };
     serde_json::to_string(&line).expect("STATS serializes")
 }
