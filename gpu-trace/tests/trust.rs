@@ -7,6 +7,7 @@
 //! - A recording without its trailer (a SIGKILLed run) replays what it holds, says so on
 //!   stderr, exits 4 (counts incomplete), and shows the kernel counters as unknown (`?` in
 //!   text, `null` in JSON), never as `dropped 0`.
+//! - JSON names a failed call's errno beside its number (`"errno":-25,"errno_name":"ENOTTY"`).
 //!
 //! Kernel tests need root; without it they print `SKIPPED: <why>`.
 
@@ -196,4 +197,33 @@ fn a_recording_without_its_trailer_says_so_and_exits_4() {
     let stats = json_stats(&json);
     assert!(stats["kernel"].is_null(), "{stats}");
     assert!(stats["task_init"].as_u64().unwrap() > 0, "{stats}");
+}
+
+#[test]
+fn json_names_the_errno_beside_its_number() {
+    let _serial = serial();
+    let test = "json_names_the_errno_beside_its_number";
+    if skip_unless_root(test) {
+        return;
+    }
+    let traced = Traced::start(&["--watch-device", WATCHED, "--format", "json"])
+        .unwrap_or_else(|e| panic!("{test}: {e}"));
+    // The watched device has no ioctls: the schedule fails with ENOTTY.
+    let dev = watched();
+    let s = Schedule::new(0x5EED_0030, 0x5EED_0E00);
+    assert_eq!(s.issue(&dev), -ENOTTY);
+    std::thread::sleep(Duration::from_millis(300));
+    let f = traced.interrupt();
+    assert_eq!(f.status.code(), Some(0), "{}", f.stderr);
+    let me = std::process::id();
+    let line = f
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("{\"event\":\"SCHEDULE\"") && l.contains(&format!("\"pid\":{me},")))
+        .unwrap_or_else(|| panic!("no SCHEDULE of {me}:\n{}", tail(&f.stdout)));
+    // The name right after the number, which stays as it was.
+    assert!(
+        line.contains(r#""errno":-25,"errno_name":"ENOTTY","#),
+        "{line}"
+    );
 }

@@ -51,6 +51,7 @@
 //! | `allowed`      | boolean         | the driver accepted the request |
 //! | `rm_status`    | integer or null | RM status returned (0 = `NV_OK`); null when the syscall itself failed |
 //! | `errno`        | integer         | negative errno of the ioctl syscall, 0 on success (e.g. -1 for `EPERM`) |
+//! | `errno_name`   | string          | only when `errno` is not 0 and has a name: its symbolic name, e.g. `"ENOTTY"` beside `"errno":-25` |
 //! | `via_channel`  | boolean         | the request was a channel-level schedule (`NVA06F`) |
 //!
 //! ## `SCHED_UPDATE`: a request that changes how the task is scheduled
@@ -65,6 +66,7 @@
 //! | `allowed`      | boolean         | the driver accepted the request (only then is `new` the task's value) |
 //! | `rm_status`    | integer or null | RM status returned (0 = `NV_OK`); null when the syscall itself failed, and for AMD |
 //! | `errno`        | integer         | negative errno of the ioctl syscall, 0 on success |
+//! | `errno_name`   | string          | only when `errno` is not 0 and has a name: its symbolic name, e.g. `"EPERM"` beside `"errno":-1` |
 //! | `via_channel`  | boolean         | NVIDIA: sent to a channel of the TSG (`NVA06F_CTRL_CMD_SET_INTERLEAVE_LEVEL`, `NVA06F_CTRL_CMD_GPFIFO_SCHEDULE`) |
 //!
 //! `change` by `what` (an `old_*` value is what the tracer held just before the request, null
@@ -233,6 +235,7 @@ pub fn event_json(ev: &Event, clock: &Clock) -> String {
         .filter(|s| !s.is_empty());
     match (kind.strip_prefix(tag.as_str()), origin_fields) {
         (Some(rest), Some(origin_fields)) => {
+            let rest = with_errno_name(rest, &ev.kind);
             let ids = identity_fields(ev);
             let line = format!("{tag},\"time\":\"{time}\",{origin_fields},{ids}{rest}");
             match &ev.amd {
@@ -251,6 +254,22 @@ pub fn event_json(ev: &Event, clock: &Clock) -> String {
                 map.insert("time".into(), time.into());
             }
             value.to_string()
+        }
+    }
+}
+
+/// The kind's fields (`rest`) with `errno_name` right after a non-zero `errno` that has a name
+/// (`"errno":-25,"errno_name":"ENOTTY"`); the number stays as it was.
+fn with_errno_name(rest: &str, kind: &EventKind) -> String {
+    let errno = match kind {
+        EventKind::Schedule { errno, .. } | EventKind::SchedUpdate { errno, .. } => *errno,
+        _ => 0,
+    };
+    match (errno, text::errno_name(errno)) {
+        (0, _) | (_, None) => rest.to_string(),
+        (_, Some(name)) => {
+            let field = format!("\"errno\":{errno},");
+            rest.replacen(&field, &format!("{field}\"errno_name\":\"{name}\","), 1)
         }
     }
 }
@@ -759,8 +778,40 @@ mod tests {
         assert_eq!(v["allowed"], false);
         assert_eq!(v["rm_status"], Value::Null);
         assert_eq!(v["errno"], -1);
+        assert_eq!(v["errno_name"], "EPERM");
         assert_eq!(v["via_channel"], true);
-        assert_eq!(keys(&v).len(), 20);
+        assert_eq!(keys(&v).len(), 21);
+    }
+
+    #[test]
+    fn errno_name_sits_beside_a_non_zero_errno_only() {
+        let schedule = |errno| Event {
+            key: None,
+            amd: None,
+            origin: origin(T0),
+            kind: EventKind::Schedule {
+                task: TaskId::RmHandle(0x5c00_0002),
+                client: 7,
+                channels: None,
+                timeslice_us: None,
+                interleave: None,
+                allowed: errno == 0,
+                rm_status: None,
+                errno,
+                via_channel: false,
+            },
+        };
+        let line = event_json(&schedule(-25), &clock());
+        assert!(
+            line.contains(r#""errno":-25,"errno_name":"ENOTTY","via_channel""#),
+            "{line}"
+        );
+        let line = event_json(&schedule(0), &clock());
+        assert!(!line.contains("errno_name"), "{line}");
+        // A number without a name: the number alone.
+        let line = event_json(&schedule(-4095), &clock());
+        assert!(!line.contains("errno_name"), "{line}");
+        assert!(line.contains(r#""errno":-4095,"#), "{line}");
     }
 
     #[test]
