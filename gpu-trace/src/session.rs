@@ -434,6 +434,10 @@ pub async fn run_live_with(
         eprintln!("gpu-trace: warning: {warning}");
     }
     let amd = vendor == Vendor::Amd;
+    // AMD without /dev/kfd is reported below (KfdPresence).
+    if let Some(warning) = (!amd).then(system::nvidia_not_loaded_warning).flatten() {
+        eprintln!("gpu-trace: warning: {warning}");
+    }
     let watched = match &args.watch_device {
         Some(path) => Some(system::char_device_kernel_dev(path).map_err(LoadError::from)?),
         None => None,

@@ -8,6 +8,8 @@
 //!   stderr, exits 4 (counts incomplete), and shows the kernel counters as unknown (`?` in
 //!   text, `null` in JSON), never as `dropped 0`.
 //! - JSON names a failed call's errno beside its number (`"errno":-25,"errno_name":"ENOTTY"`).
+//! - `doctor` prints its verdict before the table, and both `doctor` and a trace start warn in
+//!   one line when the driver is not loaded (checked against the file system here).
 //!
 //! Kernel tests need root; without it they print `SKIPPED: <why>`.
 
@@ -226,4 +228,46 @@ fn json_names_the_errno_beside_its_number() {
         line.contains(r#""errno":-25,"errno_name":"ENOTTY","#),
         "{line}"
     );
+}
+
+#[test]
+fn doctor_verdict_first_and_a_missing_driver_is_warned_about() {
+    let _serial = serial();
+    let test = "doctor_verdict_first_and_a_missing_driver_is_warned_about";
+    if skip_unless_root(test) {
+        return;
+    }
+    // Ground truth from the file system, as docs/cli.md defines it.
+    let exists = |p: &str| std::path::Path::new(p).exists();
+    let nvidia = exists("/proc/driver/nvidia/version") || exists("/sys/module/nvidia");
+    let kfd = exists("/dev/kfd");
+
+    let out = Command::new(gpu_trace_bin())
+        .arg("doctor")
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let at = |prefix: &str| text.lines().position(|l| l.starts_with(prefix));
+    let table = at("VENDOR").unwrap_or_else(|| panic!("no table:\n{text}"));
+    let verdict = at("tracing ").unwrap_or_else(|| panic!("no verdict:\n{text}"));
+    assert!(verdict < table, "the verdict comes first:\n{text}");
+    let warnings: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("WARNING: no GPU driver is loaded"))
+        .collect();
+    if nvidia || kfd {
+        assert!(warnings.is_empty(), "a driver is loaded:\n{text}");
+    } else {
+        assert_eq!(warnings.len(), 1, "no driver here:\n{text}");
+        assert!(at("WARNING").unwrap() < table, "{text}");
+    }
+
+    // A trace of NVIDIA warns in one line when its driver is not loaded.
+    let f = short_run(test, &[]);
+    let lines = f
+        .stderr
+        .lines()
+        .filter(|l| l.contains("warning: the NVIDIA driver is not loaded"))
+        .count();
+    assert_eq!(lines, usize::from(!nvidia), "{}", f.stderr);
 }
