@@ -37,6 +37,9 @@ pub struct Summary {
     pub dropped: u64,
     /// Output lines dropped because the output's reader did not keep up.
     pub output_lost: u64,
+    /// The replayed recording ends without its trailer (cut short): its counts are
+    /// incomplete and the kernel counters unknown ([`Stats::kernel_unknown`]).
+    pub truncated: bool,
 }
 
 /// What to show and how.
@@ -228,8 +231,9 @@ impl<W: Write> Pipeline<W> {
     /// The start-up inventory (late attach): its processes are known to hold driver objects
     /// made before tracing started (their end becomes `PRETRACE_END`); with `--format json`
     /// one `{"event":"INVENTORY",...}` line is written before any event; the Perfetto timeline
-    /// names and labels the processes. The text form goes to standard error (the session
-    /// prints it with [`inventory::render_text`]).
+    /// names and labels the processes. The JSON line lists only the processes `--pid`/`--comm`
+    /// select. The text form goes to standard error (the session prints it with
+    /// [`inventory::render_text_with`]).
     pub fn inventory(&mut self, inv: &Inventory) -> std::io::Result<()> {
         self.gpus = GpuDirectory::new(&inv.gpus);
         for p in &inv.processes {
@@ -258,10 +262,12 @@ impl<W: Write> Pipeline<W> {
             }
         }
         if self.config.format == Format::Json {
+            // The processes the filters select, as the text form on stderr shows them.
+            let shown = inv.selected(&self.config.pids, &self.config.comms);
             writeln!(
                 self.out,
                 "{}",
-                json::inventory_json(inv, &self.config.clock)
+                json::inventory_json(&shown, &self.config.clock)
             )?;
         }
         Ok(())
@@ -534,7 +540,14 @@ impl<W: Write> Pipeline<W> {
                     "realtime_offset_ns",
                     self.config.clock.offset_ns().to_string(),
                 ),
-                ("dropped", counters.dropped.to_string()),
+                (
+                    "dropped",
+                    if self.stats.kernel_unknown {
+                        "unknown".to_string()
+                    } else {
+                        counters.dropped.to_string()
+                    },
+                ),
             ];
             perfetto.finish(self.last_ts.unwrap_or(0), &other).map(drop)
         });
@@ -559,6 +572,7 @@ impl<W: Write> Pipeline<W> {
             summary: Summary {
                 events: self.stats.events(),
                 dropped: counters.dropped,
+                truncated: self.stats.kernel_unknown,
                 ..Summary::default()
             },
             out: self.out,

@@ -357,9 +357,9 @@ pub struct TraceArgs {
     #[arg(long, value_enum, default_value_t = Vendor::Nvidia)]
     pub vendor: Vendor,
 
-    /// Stop after this many seconds (default: until Ctrl-C or SIGTERM); a number > 0, at
-    /// most a year.
-    #[arg(short, long, value_name = "SECONDS", value_parser = parse_duration)]
+    /// Stop after tracing this long, counted from attach (default: until Ctrl-C or SIGTERM):
+    /// seconds (30, 1.5) or with a unit (250ms, 90s, 5m, 1h); > 0, at most a year.
+    #[arg(short, long, value_name = "DURATION", value_parser = parse_duration)]
     pub duration: Option<f64>,
 
     /// Also write the raw driver calls to FILE, for `gpu-trace replay FILE`.
@@ -447,16 +447,34 @@ pub struct TraceArgs {
 /// The longest `--duration`: a year (anything longer is a typo, and must fit a `Duration`).
 pub const MAX_DURATION_S: f64 = 366.0 * 24.0 * 3600.0;
 
-/// `--duration`: a finite number of seconds, > 0, at most [`MAX_DURATION_S`].
+/// `--duration`: a finite time > 0, at most [`MAX_DURATION_S`], in seconds: a bare number is
+/// seconds (`30`, `1.5`); a unit may follow it: `ms`, `s`, `m`, `h` (`250ms`, `90s`, `5m`, `1h`).
 fn parse_duration(s: &str) -> Result<f64, String> {
-    let d: f64 = s
-        .trim()
-        .parse()
-        .map_err(|_| format!("`{s}` is not a number of seconds (e.g. 30 or 0.5)"))?;
+    let t = s.trim();
+    let (number, scale) = [("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0)]
+        .into_iter()
+        .find_map(|(unit, scale)| t.strip_suffix(unit).map(|n| (n.trim_end(), scale)))
+        .unwrap_or((t, 1.0));
+    // Digits, a dot, an exponent only: not `inf`, `nan` or a sign-less unit like `5min`.
+    let plain = !number.is_empty()
+        && number
+            .chars()
+            .all(|c| c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E' | '-' | '+'));
+    let d = number
+        .parse::<f64>()
+        .ok()
+        .filter(|_| plain)
+        .map(|n| n * scale)
+        .ok_or_else(|| {
+            format!(
+                "`{s}` is not a duration: give seconds (30, 0.5) or a number with a unit \
+                 (250ms, 90s, 5m, 1h)"
+            )
+        })?;
     if !d.is_finite() || d <= 0.0 || d > MAX_DURATION_S {
         return Err(format!(
-            "`{s}`: the duration must be a number of seconds > 0 and at most {MAX_DURATION_S} \
-             (a year); leave --duration out to trace until Ctrl-C"
+            "`{s}`: the duration must be > 0 and at most {MAX_DURATION_S} seconds (a year); \
+             leave --duration out to trace until Ctrl-C"
         ));
     }
     Ok(d)
@@ -530,6 +548,27 @@ mod tests {
         assert_eq!(parse_duration("0.5"), Ok(0.5));
         assert_eq!(parse_duration("31622400"), Ok(MAX_DURATION_S));
         assert!(parse_duration("31622401").is_err());
+        for bad in [
+            "0s", "-5m", "infs", "nanh", "5min", "5 d", "m", "ms", "1.5.2s", "8785h",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn durations_take_a_unit_and_a_bare_number_is_seconds() {
+        for (text, secs) in [
+            ("90", 90.0),
+            ("1.5", 1.5),
+            ("90s", 90.0),
+            ("5m", 300.0),
+            ("1h", 3600.0),
+            ("250ms", 0.25),
+            (" 2m ", 120.0),
+            ("8784h", MAX_DURATION_S),
+        ] {
+            assert_eq!(parse_duration(text), Ok(secs), "{text}");
+        }
     }
 
     #[test]

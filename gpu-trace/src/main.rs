@@ -109,7 +109,8 @@ fn main() -> ExitCode {
         return ExitCode::from(EXIT_RUNTIME);
     }
     match result {
-        Ok(summary) if summary.dropped > 0 || summary.output_lost > 0 => {
+        // A recording cut short has said so (session::replay_with): its counts are incomplete.
+        Ok(summary) if summary.dropped > 0 || summary.output_lost > 0 || summary.truncated => {
             if summary.dropped > 0 {
                 eprintln!(
                     "gpu-trace: {} records were dropped (ring buffer full); the counts above \

@@ -197,6 +197,9 @@ pub struct Stats {
     pub mps_shared: u64,
     /// The kernel side's counters.
     pub kernel: KernelCounters,
+    /// The kernel counters are not known (the replay of a recording cut short, without its
+    /// trailer): `kernel` is all zeros, shown as unknown (`?`, JSON null), never as 0.
+    pub kernel_unknown: bool,
     /// Records that userspace could not parse (short, unknown kind).
     pub malformed: u64,
     /// Driver calls whose arguments could not be decoded.
@@ -681,6 +684,18 @@ impl Stats {
                 .filter(|&(_, &v)| v != 0)
                 .map(|(&k, &v)| (k, v, String::new())),
         );
+        // Not known (a recording without its trailer): `?`, not a 0 that reads as "none".
+        let rows: Vec<(&str, String, String)> = rows
+            .into_iter()
+            .map(|(label, value, note)| {
+                if self.kernel_unknown && matches!(label, "dropped" | "read_failed") {
+                    let why = "(unknown: the recording ends without its trailer)";
+                    (label, "?".to_string(), why.to_string())
+                } else {
+                    (label, value.to_string(), note)
+                }
+            })
+            .collect();
         let mut out = String::new();
         let _ = writeln!(
             out,
@@ -869,7 +884,7 @@ impl Stats {
 }
 
 /// `label value note` rows, values right-aligned to a common width (at least 4).
-fn write_rows(out: &mut String, rows: &[(&str, u64, String)]) {
+fn write_rows<V: std::fmt::Display>(out: &mut String, rows: &[(&str, V, String)]) {
     let width = rows
         .iter()
         .map(|(_, v, _)| v.to_string().len())
