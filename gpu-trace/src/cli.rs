@@ -470,6 +470,30 @@ fn parse_ring_size(s: &str) -> Result<u32, String> {
     Ok(n)
 }
 
+/// The name the binary is installed under (and the completions complete).
+pub const BIN_NAME: &str = "gpu-trace";
+
+/// The completion script for `shell`, as `gpu-trace completions SHELL` prints it and the
+/// packages install it (`cargo xtask gen`).
+///
+/// clap_complete's bash script names its per-subcommand `case` arms after the binary name with
+/// `-` spelled `__subcmd__` (`gpu__subcmd__trace__subcmd__replay`) but sets `cmd` with `-`
+/// spelled `__` (`gpu__trace__subcmd__replay`), so for a hyphenated binary name nothing after a
+/// subcommand completed (`gpu-trace replay --perf<TAB>`). The arms are renamed to what the
+/// script looks up. zsh and fish scripts need no change.
+pub fn completion_script(shell: clap_complete::Shell) -> Vec<u8> {
+    use clap::CommandFactory as _;
+    let mut out = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), BIN_NAME, &mut out);
+    if shell != clap_complete::Shell::Bash {
+        return out;
+    }
+    let script = String::from_utf8(out).expect("clap_complete writes UTF-8");
+    let wrong = format!("{}__subcmd__", BIN_NAME.replace('-', "__subcmd__"));
+    let right = format!("{}__subcmd__", BIN_NAME.replace('-', "__"));
+    script.replace(&wrong, &right).into_bytes()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -68,13 +68,12 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Some(Command::Doctor { json }) => return doctor(json),
         Some(Command::Completions { shell }) => {
-            use clap::CommandFactory as _;
-            clap_complete::generate(
-                shell,
-                &mut Cli::command(),
-                "gpu-trace",
-                &mut std::io::stdout(),
-            );
+            use std::io::Write as _;
+            let script = gpu_trace::cli::completion_script(shell);
+            if let Err(e) = std::io::stdout().write_all(&script) {
+                eprintln!("gpu-trace: writing the {shell} completions: {e}");
+                return ExitCode::from(EXIT_RUNTIME);
+            }
             return ExitCode::SUCCESS;
         }
         Some(Command::Replay {

@@ -77,11 +77,12 @@ pub fn generate(out: &Path) -> anyhow::Result<Vec<PathBuf>> {
     }
 
     for shell in SHELLS {
-        let mut cmd = gpu_trace::cli::Cli::command();
-        let path = clap_complete::generate_to(shell, &mut cmd, "gpu-trace", &comp_dir)
-            .with_context(|| {
-                format!("writing the {shell} completions to {}", comp_dir.display())
-            })?;
+        // The binary's own script (with its fix for bash after a subcommand), under the file
+        // name each shell looks for.
+        use clap_complete::Generator as _;
+        let path = comp_dir.join(shell.file_name(gpu_trace::cli::BIN_NAME));
+        fs::write(&path, gpu_trace::cli::completion_script(shell))
+            .with_context(|| format!("writing the {shell} completions to {}", path.display()))?;
         written.push(path);
     }
     Ok(written)
