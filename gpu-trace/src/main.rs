@@ -17,6 +17,13 @@ const EXIT_UNSUPPORTED: u8 = 3;
 const EXIT_DROPPED: u8 = 4;
 // `doctor`'s "tracing cannot work" is the same code as a run that cannot start.
 const _: () = assert!(gpu_trace::doctor::exit::UNSUPPORTED == EXIT_UNSUPPORTED);
+// --help and the man pages list these codes (cli::exit).
+const _: () = assert!(
+    gpu_trace::cli::exit::RUNTIME == EXIT_RUNTIME
+        && gpu_trace::cli::exit::USAGE == EXIT_USAGE
+        && gpu_trace::cli::exit::UNSUPPORTED == EXIT_UNSUPPORTED
+        && gpu_trace::cli::exit::DROPPED == EXIT_DROPPED
+);
 
 fn main() -> ExitCode {
     let mut cli = Cli::parse();
