@@ -14,6 +14,11 @@
  *   nvdev           the same on /dev/nvidiactl of the lab's test module nvlab, after an RM client
  *                   and device (all succeed)
  *   nvdeny          every form of GPFIFO_SCHEDULE a --deny-* policy must refuse, on nvlab
+ *   nvdeny-finn     FINN-serialized GPFIFO_SCHEDULEs (NVOS54 flags 0x4), whose first byte is not
+ *                   bEnable, a plain disabling one, and an enabling one sent with _IOC_TYPE 0
+ *                   (the driver ignores the type), on nvlab
+ *   fork-SUB        fork; the parent exits at once, the child waits until it has been
+ *                   reparented, then runs SUB and prints `LAB fork_child done`
  *   nvobj           nvlab as an RM: client, device, TSG, two channels, GET_INFO, schedules,
  *                   work-submit tokens, frees, and calls RM refuses (their statuses printed)
  *   kfd-create      AMDKFD_IOC_CREATE_QUEUE on /dev/kfd, 96- and 88-byte forms (EINVAL, no GPU)
@@ -329,6 +334,69 @@ static int cmd_nvdeny(void)
 	       t.tid);
 	rc = xioctl(fd, NV_FREE, &fr);
 	printf("LAB nvdeny call=free rc=%ld status=%u\n", rc, fr.status);
+	close(fd);
+	return 0;
+}
+
+/* FINN-serialized GPFIFO_SCHEDULEs (issue 26): the flag NVOS54_FLAGS_FINN_SERIALIZED (0x4) says
+ * that `params` is a serialized buffer, not {bEnable, ...}: its first byte is a header byte, 0
+ * here, which a check reading bEnable there would take for "disable". On the TSG direct, and on
+ * the channel XFER-wrapped; then a plain enabling schedule sent with _IOC_TYPE 0, and a plain
+ * disabling schedule (bEnable 0), which a policy lets through. nvlab reads no FINN (it answers NV_OK to a 3-byte schedule): what matters is whether
+ * the call reached it (status changed from the preset 0xffffffff). */
+static int cmd_nvdeny_finn(void)
+{
+	int fd = open_or_die("/dev/nvidiactl");
+	uint32_t tsg_params[5] = {0xcaf00001, 0, 0xcaf00002, 1, 0}; /* engineType 1 = GR0 */
+	struct nvos64 tsg = {
+		.h_root = 0xc1d00001, .h_parent = 0xc1d00002, .h_new = 0x5c000010, .h_class = 0xA06C,
+		.p_alloc = (uintptr_t)tsg_params, .status = 0xffffffff,
+	};
+	uint8_t ch_params[136] = {0}; /* NV_CHANNEL_ALLOC_PARAMS up to cid: zeros, on the stack */
+	struct nvos64 ch = {
+		.h_root = 0xc1d00001, .h_parent = 0x5c000010, .h_new = 0x5c000020, .h_class = 0xC86F,
+		.p_alloc = (uintptr_t)ch_params, .status = 0xffffffff,
+	};
+	uint8_t finn[3] = {0, 1, 0}; /* not bEnable: a serialized buffer's first bytes */
+	uint8_t disable[3] = {0, 0, 0};
+	struct nvos54 finn_tsg = {
+		.h_client = 0xc1d00001, .h_object = 0x5c000010, .cmd = NV_TSG_SCHEDULE,
+		.flags = 0x4, .params = (uintptr_t)finn, .params_size = 3, .status = 0xffffffff,
+	};
+	struct nvos54 finn_channel = finn_tsg;
+	finn_channel.h_object = 0x5c000020;
+	finn_channel.cmd = NV_CHANNEL_SCHEDULE;
+	struct nv_xfer xfer = {.cmd = 0x2A, .size = sizeof finn_channel,
+			       .ptr = (uintptr_t)&finn_channel};
+	struct nvos54 plain_disable = finn_tsg;
+	plain_disable.flags = 0;
+	plain_disable.params = (uintptr_t)disable;
+	uint8_t enable[3] = {1, 0, 0};
+	struct nvos54 enable_type0 = plain_disable;
+	enable_type0.params = (uintptr_t)enable;
+	struct nvos00 fr = {.h_root = 0xc1d00001, .h_parent = 0xc1d00002, .h_old = 0x5c000010,
+			    .status = 0xffffffff};
+
+	printf("LAB nvdeny_finn pid=%d tid=%ld fd=%d\n", getpid(), syscall(SYS_gettid), fd);
+	nv_client_and_device(fd, "nvdeny_finn", 0xc1d00001, 0xc1d00002);
+	long rc = xioctl(fd, NV_ALLOC64, &tsg);
+	printf("LAB nvdeny_finn call=alloc_tsg rc=%ld status=%u\n", rc, tsg.status);
+	rc = xioctl(fd, NV_ALLOC64, &ch);
+	printf("LAB nvdeny_finn call=alloc_channel rc=%ld status=%u\n", rc, ch.status);
+	rc = xioctl(fd, NV_CONTROL, &finn_tsg);
+	printf("LAB nvdeny_finn call=schedule_finn rc=%ld status=%u\n", rc, finn_tsg.status);
+	rc = xioctl(fd, NV_XFER, &xfer);
+	printf("LAB nvdeny_finn call=schedule_finn_channel_xfer rc=%ld status=%u\n", rc,
+	       finn_channel.status);
+	/* An enabling schedule whose command has _IOC_TYPE 0 instead of 'F': the real driver
+	 * ignores the type (nvidia_ioctl takes _IOC_NR and _IOC_SIZE), so must nvlab, gpu-trace's
+	 * tracing and its deny check. */
+	rc = xioctl(fd, NV_CONTROL & ~0xff00u, &enable_type0);
+	printf("LAB nvdeny_finn call=schedule_type0 rc=%ld status=%u\n", rc, enable_type0.status);
+	rc = xioctl(fd, NV_CONTROL, &plain_disable);
+	printf("LAB nvdeny_finn call=disable rc=%ld status=%u\n", rc, plain_disable.status);
+	rc = xioctl(fd, NV_FREE, &fr);
+	printf("LAB nvdeny_finn call=free rc=%ld status=%u\n", rc, fr.status);
 	close(fd);
 	return 0;
 }
@@ -1073,12 +1141,16 @@ static int cmd_lsm(void)
 	return 0;
 }
 
+static int cmd_fork(const char *sub);
+
 static int run(const char *c)
 {
 	if (!strcmp(c, "facts")) return cmd_facts();
 	if (!strcmp(c, "nv")) return cmd_nv();
 	if (!strcmp(c, "nvdev")) return cmd_nvdev();
 	if (!strcmp(c, "nvdeny")) return cmd_nvdeny();
+	if (!strcmp(c, "nvdeny-finn")) return cmd_nvdeny_finn();
+	if (!strncmp(c, "fork-", 5)) return cmd_fork(c + 5);
 	if (!strcmp(c, "nvobj")) return cmd_nvobj();
 	if (!strcmp(c, "kfd-create")) return cmd_kfd_create();
 	if (!strcmp(c, "kfd-deny")) return cmd_kfd_deny();
@@ -1088,6 +1160,32 @@ static int run(const char *c)
 	if (!strcmp(c, "lsm")) return cmd_lsm();
 	fprintf(stderr, "unknown subcommand %s\n", c);
 	return 2;
+}
+
+/* `fork-SUB` (issue 26: --deny-pid must cover what a denied process creates): the parent prints
+ * its child's pid and exits at once; the child waits (at most 30 s) until it has been
+ * reparented, so that it runs SUB after its parent is gone, then prints `LAB fork_child done`
+ * (lab/init.sh waits for that line: the child is no longer the shell's job). */
+static int cmd_fork(const char *sub)
+{
+	pid_t parent = getpid();
+	fflush(stdout);
+	pid_t child = fork();
+	if (child < 0) {
+		printf("LAB error fork errno=%d\n", errno);
+		return 1;
+	}
+	if (child > 0) {
+		printf("LAB fork_parent pid=%d child=%d\n", parent, child);
+		return 0;
+	}
+	for (int i = 0; i < 30000 && getppid() == parent; i++)
+		usleep(1000);
+	printf("LAB fork_child pid=%d parent=%d ppid=%d reparented=%d\n", getpid(), parent,
+	       getppid(), getppid() != parent);
+	int rc = run(sub);
+	printf("LAB fork_child done rc=%d\n", rc);
+	return rc;
 }
 
 /* `storm SUB`: STORM_N unrelated system calls (getppid, and FIONREAD ioctls on a pipe), then SUB,

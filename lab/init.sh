@@ -230,17 +230,29 @@ deny_trace() {
   # One after the other (see deny_cgroup_trace).
   touch /tmp/go
   limit $denied $CMD_LIMIT $name.denied
+  wait_forked /tmp/$name.denied $name.denied
   touch /tmp/go2
   limit $other $CMD_LIMIT $name.other
+  wait_forked /tmp/$name.other $name.other
   sleep 1                              # let the tracer see the exit
   cp /bin/lab-client /tmp/lab-reuse   # its own comm, to tell its events from the denied one's
   echo $((denied - 1)) > /proc/sys/kernel/ns_last_pid
   /tmp/lab-reuse "$sub" > /tmp/$name.reuse 2>&1 &
   limit $! $CMD_LIMIT $name.reuse
+  wait_forked /tmp/$name.reuse $name.reuse
   dump $name.denied /tmp/$name.denied
   dump $name.other /tmp/$name.other
   dump $name.reuse /tmp/$name.reuse
   stop_tracer $name $tracer
+}
+
+# wait_forked FILE NAME: a `fork-SUB` client's parent has exited; wait (at most CMD_LIMIT s) for
+# its child's last line (the child is reparented to this shell, not its job).
+wait_forked() {
+  local i=0 n=$((CMD_LIMIT * 5))
+  grep -q "^LAB fork_parent" "$1" 2>>/tmp/lab-quiet || return 0
+  while [ $i -lt $n ] && ! grep -q "^LAB fork_child done" "$1"; do sleep 0.2; i=$((i + 1)); done
+  grep -q "^LAB fork_child done" "$1" || out "LAB timeout what=$2.fork_child after=${CMD_LIMIT}s t=$(uptime_s)"
 }
 
 # deny_runs FUNC NAME: FUNC as NAME_nv on nvlab's device (when loaded) and as NAME_amd on KFD,
@@ -256,6 +268,18 @@ deny_runs() {
 
 step deny
 deny_runs deny_trace deny
+
+# --deny-pid covers what the denied process creates, and fails closed on a schedule it cannot
+# read (issue 26): the same three clients, each forking a child that runs nvdeny after its
+# parent has exited (reparented); then FINN-serialized schedules (nvdeny-finn).
+step deny_fork
+if [ -c /dev/nvidiactl ]; then
+  deny_trace deny_fork_nv fork-nvdeny
+  deny_trace deny_finn_nv nvdeny-finn
+else
+  out "LAB deny_fork_nv=no_device"
+  out "LAB deny_finn_nv=no_device"
+fi
 
 # --deny-cgroup (issue 14): NAME SUB gpu-trace-args. gpu-trace denies the cgroup gt-denied, which
 # is empty when it starts; then one client joins it and waits on /tmp/go, an identical client

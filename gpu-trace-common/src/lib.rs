@@ -369,7 +369,13 @@ pub mod counter {
     pub const FD_LOOKUP_FAILED: u32 = 4;
     /// Scheduling requests refused by the `--deny-pid` LSM programs.
     pub const DENIED: u32 = 5;
-    pub const COUNT: u32 = 6;
+    /// Of [`DENIED`], those refused without reading `bEnable` (failing closed): FINN-serialized
+    /// parameters, or a block / parameters the BPF helper could not read.
+    pub const DENIED_UNREAD: u32 = 6;
+    /// Processes created by a denied process that could not be added to the deny map (full):
+    /// not denied.
+    pub const DENY_UNFOLLOWED: u32 = 7;
+    pub const COUNT: u32 = 8;
 }
 
 /// Kernel structure offsets (from `/sys/kernel/btf/vmlinux`) and filters, written into the

@@ -36,6 +36,8 @@ pub mod off {
     pub const NVOS64_PARAMS_SIZE: usize = 32;
     /// NVOS54: `cmd`.
     pub const CONTROL_CMD: usize = 8;
+    /// NVOS54: `flags`.
+    pub const CONTROL_FLAGS: usize = 12;
     /// NVOS54: `params`.
     pub const CONTROL_PARAMS_PTR: usize = 16;
     /// NVOS54: `paramsSize`.
@@ -157,6 +159,139 @@ pub const fn ioctl_nr_is_candidate(ioctl_cmd: u32) -> bool {
 /// `_IOC_SIZE` of an ioctl command.
 pub const fn ioctl_size(ioctl_cmd: u32) -> u32 {
     (ioctl_cmd >> 16) & 0x3fff
+}
+
+/// `NVOS54_PARAMETERS.flags` bit `NVOS54_FLAGS_FINN_SERIALIZED` (`src/common/sdk/nvidia/inc/
+/// nvos.h`): `params` points at a FINN-serialized buffer, not at the control's plain struct.
+pub const NVOS54_FLAGS_FINN_SERIALIZED: u32 = 0x4;
+
+/// The `--deny-*` decision on an NVIDIA `RM_CONTROL` from a denied process (the LSM programs
+/// in `gpu-trace-ebpf/src/deny.rs` call these; pure, so that the rule is unit-tested here).
+///
+/// Rule: a `GPFIFO_SCHEDULE` (TSG or channel) is refused when its `bEnable` is set, and also,
+/// failing closed, whenever the tracer cannot read `bEnable` reliably: the `NVOS54` block or
+/// the parameters cannot be read from user memory (a page not present: the driver's
+/// `copy_from_user` would fault it in, the BPF helper cannot), or the parameters are
+/// FINN-serialized (their first byte is not `bEnable`). A block that cannot be read at all
+/// might be any control: it is refused too. Everything else passes.
+pub mod deny {
+    use super::{NVOS54_FLAGS_FINN_SERIALIZED, cmd, off};
+
+    /// Why a call was refused.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Refusal {
+        /// A `GPFIFO_SCHEDULE` with `bEnable` set.
+        Enable,
+        /// A `GPFIFO_SCHEDULE` whose parameters are FINN-serialized.
+        FinnSerialized,
+        /// The block or the parameters could not be read.
+        Unreadable,
+    }
+
+    /// What to do with an `RM_CONTROL` block (`NVOS54_PARAMETERS`, read as 8 words).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Control {
+        /// Not a scheduling request: let it through.
+        Pass,
+        /// Refuse without reading more.
+        Refuse(Refusal),
+        /// A plain `GPFIFO_SCHEDULE`: read the first byte at `params` (`bEnable`) and decide
+        /// with [`schedule`].
+        ReadEnable { params: u64 },
+    }
+
+    /// The decision on the block, `None` when it could not be read.
+    pub const fn control(block: Option<[u32; 8]>) -> Control {
+        let Some(b) = block else {
+            return Control::Refuse(Refusal::Unreadable);
+        };
+        let command = b[off::CONTROL_CMD / 4];
+        if command != cmd::TSG_GPFIFO_SCHEDULE && command != cmd::CHANNEL_GPFIFO_SCHEDULE {
+            return Control::Pass;
+        }
+        if b[off::CONTROL_FLAGS / 4] & NVOS54_FLAGS_FINN_SERIALIZED != 0 {
+            return Control::Refuse(Refusal::FinnSerialized);
+        }
+        // RM refuses a size other than the control's own (`NV_ERR_INVALID_PARAM_STRUCT`).
+        if b[off::CONTROL_PARAMS_SIZE / 4] < 1 {
+            return Control::Pass;
+        }
+        let params = (b[off::CONTROL_PARAMS_PTR / 4] as u64)
+            | ((b[off::CONTROL_PARAMS_PTR / 4 + 1] as u64) << 32);
+        Control::ReadEnable { params }
+    }
+
+    /// The decision on a plain `GPFIFO_SCHEDULE` once `bEnable` was read (`None`: unreadable).
+    pub const fn schedule(enable: Option<u8>) -> Option<Refusal> {
+        match enable {
+            Some(0) => None,
+            Some(_) => Some(Refusal::Enable),
+            None => Some(Refusal::Unreadable),
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        fn block(command: u32, flags: u32, params: u64, size: u32) -> [u32; 8] {
+            [
+                1,
+                2,
+                command,
+                flags,
+                params as u32,
+                (params >> 32) as u32,
+                size,
+                0,
+            ]
+        }
+
+        #[test]
+        fn plain_schedules_are_read_other_controls_pass() {
+            for command in [cmd::TSG_GPFIFO_SCHEDULE, cmd::CHANNEL_GPFIFO_SCHEDULE] {
+                assert_eq!(
+                    control(Some(block(command, 0, 0x7fff_1234_5678, 3))),
+                    Control::ReadEnable {
+                        params: 0x7fff_1234_5678
+                    }
+                );
+            }
+            for command in [cmd::TSG_SET_TIMESLICE, cmd::TSG_GET_INFO, 0] {
+                assert_eq!(
+                    control(Some(block(command, NVOS54_FLAGS_FINN_SERIALIZED, 8, 3))),
+                    Control::Pass
+                );
+            }
+        }
+
+        #[test]
+        fn finn_serialized_schedules_are_refused_unread() {
+            for command in [cmd::TSG_GPFIFO_SCHEDULE, cmd::CHANNEL_GPFIFO_SCHEDULE] {
+                // The flag alone decides: whatever the buffer's first byte, size or address.
+                for flags in [NVOS54_FLAGS_FINN_SERIALIZED, 0xffff_ffff] {
+                    assert_eq!(
+                        control(Some(block(command, flags, 0x1000, 3))),
+                        Control::Refuse(Refusal::FinnSerialized)
+                    );
+                }
+            }
+            // Other flag bits do not change a plain schedule.
+            assert_eq!(
+                control(Some(block(cmd::TSG_GPFIFO_SCHEDULE, !0x4, 0x1000, 3))),
+                Control::ReadEnable { params: 0x1000 }
+            );
+        }
+
+        #[test]
+        fn unreadable_blocks_and_parameters_are_refused() {
+            assert_eq!(control(None), Control::Refuse(Refusal::Unreadable));
+            assert_eq!(schedule(None), Some(Refusal::Unreadable));
+            assert_eq!(schedule(Some(1)), Some(Refusal::Enable));
+            assert_eq!(schedule(Some(0xff)), Some(Refusal::Enable));
+            assert_eq!(schedule(Some(0)), None);
+        }
+    }
 }
 
 /// The scheduling hooks of gpu_ext's patched NVIDIA driver (`eunomia-bpf/gpu_ext-kernel-modules`,

@@ -141,8 +141,28 @@ pub struct Inventory {
     pub nvml_note: Option<String>,
 }
 
+impl Inventory {
+    /// The inventory as the output filters show it: only the processes that `--pid` (`pids`)
+    /// and `--comm` (`comms`) select, as the events are (an empty list selects all). The
+    /// GPUs and the counts of what could not be read stay.
+    pub fn selected(&self, pids: &[u32], comms: &[String]) -> Inventory {
+        let mut inv = self.clone();
+        inv.processes.retain(|p| {
+            (pids.is_empty() || pids.contains(&p.pid))
+                && (comms.is_empty() || comms.contains(&p.comm))
+        });
+        inv
+    }
+}
+
 /// The inventory as text lines (without prefix), for the start-up report.
 pub fn render_text(inv: &Inventory) -> Vec<String> {
+    render_text_with(inv, true)
+}
+
+/// [`render_text`]; with `cmdlines` false (`--quiet`) without the processes' command lines
+/// (`cmd="..."`), which can carry what a log should not (pod logs of the DaemonSet).
+pub fn render_text_with(inv: &Inventory, cmdlines: bool) -> Vec<String> {
     let mut out = Vec::new();
     for g in &inv.gpus {
         out.push(format!(
@@ -218,12 +238,14 @@ pub fn render_text(inv: &Inventory) -> Vec<String> {
                 .as_deref()
                 .map_or("?".into(), |t| escape_text(t).into_owned())
         ));
-        let cmd: Vec<String> = p
-            .cmdline
-            .iter()
-            .map(|a| escape_text(a).into_owned())
-            .collect();
-        line.push_str(&format!(" cmd=\"{}\"", cmd.join(" ")));
+        if cmdlines {
+            let cmd: Vec<String> = p
+                .cmdline
+                .iter()
+                .map(|a| escape_text(a).into_owned())
+                .collect();
+            line.push_str(&format!(" cmd=\"{}\"", cmd.join(" ")));
+        }
         out.push(line);
     }
     if inv.denied != 0 {

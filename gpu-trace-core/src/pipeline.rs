@@ -37,6 +37,9 @@ pub struct Summary {
     pub dropped: u64,
     /// Output lines dropped because the output's reader did not keep up.
     pub output_lost: u64,
+    /// The replayed recording ends without its trailer (cut short): its counts are
+    /// incomplete and the kernel counters unknown ([`Stats::kernel_unknown`]).
+    pub truncated: bool,
 }
 
 /// What to show and how.
@@ -185,23 +188,27 @@ impl<W: Write> Pipeline<W> {
         }
     }
 
-    /// Replay: the periodic statistics that fall due before a record at `ts_ns`.
+    /// Replay: the periodic statistics that fall due before a record at `ts_ns`. Intervals
+    /// without records are not printed one by one: a record that crosses several boundaries
+    /// at once gets one block, at the last boundary it crossed (the statistics of the empty
+    /// intervals before it would be the same). So there are at most as many blocks as records
+    /// (plus the final one), however far the recording's clock jumps and however short the
+    /// interval.
     fn due_by_record_time(&mut self, ts_ns: u64) -> std::io::Result<()> {
         let Some(first) = self.first_ts else {
             return Ok(());
         };
-        loop {
-            let due = match &self.interval {
-                Some(p) if p.by_record_time && ts_ns.saturating_sub(first) >= p.next_ns => {
-                    p.next_ns
-                }
-                _ => return Ok(()),
-            };
-            if let Some(p) = self.interval.as_mut() {
-                p.next_ns = p.next_ns.saturating_add(p.period_ns);
+        let elapsed = ts_ns.saturating_sub(first);
+        let due = match self.interval.as_mut() {
+            Some(p) if p.by_record_time && elapsed >= p.next_ns => {
+                // The last boundary at or before `elapsed`; the next one after it.
+                let due = elapsed - elapsed % p.period_ns;
+                p.next_ns = due.saturating_add(p.period_ns);
+                due
             }
-            self.periodic_stats(Duration::from_nanos(due), None)?;
-        }
+            _ => return Ok(()),
+        };
+        self.periodic_stats(Duration::from_nanos(due), None)
     }
 
     /// Also counts every selected event in `metrics` (`--metrics`).
@@ -224,8 +231,9 @@ impl<W: Write> Pipeline<W> {
     /// The start-up inventory (late attach): its processes are known to hold driver objects
     /// made before tracing started (their end becomes `PRETRACE_END`); with `--format json`
     /// one `{"event":"INVENTORY",...}` line is written before any event; the Perfetto timeline
-    /// names and labels the processes. The text form goes to standard error (the session
-    /// prints it with [`inventory::render_text`]).
+    /// names and labels the processes. The JSON line lists only the processes `--pid`/`--comm`
+    /// select. The text form goes to standard error (the session prints it with
+    /// [`inventory::render_text_with`]).
     pub fn inventory(&mut self, inv: &Inventory) -> std::io::Result<()> {
         self.gpus = GpuDirectory::new(&inv.gpus);
         for p in &inv.processes {
@@ -254,10 +262,12 @@ impl<W: Write> Pipeline<W> {
             }
         }
         if self.config.format == Format::Json {
+            // The processes the filters select, as the text form on stderr shows them.
+            let shown = inv.selected(&self.config.pids, &self.config.comms);
             writeln!(
                 self.out,
                 "{}",
-                json::inventory_json(inv, &self.config.clock)
+                json::inventory_json(&shown, &self.config.clock)
             )?;
         }
         Ok(())
@@ -364,6 +374,9 @@ impl<W: Write> Pipeline<W> {
         if matches!(record, RawRecord::ProcessExit(_)) {
             self.process_names.remove(&pid);
             self.attributions.remove(&pid);
+            if let Some(metrics) = self.metrics.as_mut() {
+                metrics.process_exited(pid);
+            }
         }
         Ok(())
     }
@@ -479,8 +492,10 @@ impl<W: Write> Pipeline<W> {
     }
 
     pub fn flush(&mut self) -> std::io::Result<()> {
+        let untracked = self.untracked_handles();
         if let Some(metrics) = self.metrics.as_mut() {
             metrics.sync_stats(&self.stats);
+            metrics.set_untracked(untracked);
         }
         self.out.flush()
     }
@@ -509,9 +524,11 @@ impl<W: Write> Pipeline<W> {
     pub fn finish_all(mut self, counters: KernelCounters, duration: Duration) -> Finished<W> {
         self.stats.kernel = counters;
         self.stats.elapsed = Some(duration);
+        let untracked = self.untracked_handles();
         if let Some(metrics) = self.metrics.as_mut() {
             metrics.set_kernel(&counters);
             metrics.sync_stats(&self.stats);
+            metrics.set_untracked(untracked);
         }
         self.stats.live_at_exit = (self.tracker.live_tasks() + self.amd.live_tasks()) as u64;
         self.stats.unreported = self.unreported();
@@ -523,7 +540,14 @@ impl<W: Write> Pipeline<W> {
                     "realtime_offset_ns",
                     self.config.clock.offset_ns().to_string(),
                 ),
-                ("dropped", counters.dropped.to_string()),
+                (
+                    "dropped",
+                    if self.stats.kernel_unknown {
+                        "unknown".to_string()
+                    } else {
+                        counters.dropped.to_string()
+                    },
+                ),
             ];
             perfetto.finish(self.last_ts.unwrap_or(0), &other).map(drop)
         });
@@ -548,6 +572,7 @@ impl<W: Write> Pipeline<W> {
             summary: Summary {
                 events: self.stats.events(),
                 dropped: counters.dropped,
+                truncated: self.stats.kernel_unknown,
                 ..Summary::default()
             },
             out: self.out,
@@ -565,6 +590,11 @@ impl<W: Write> Pipeline<W> {
     /// The statistics, for counters the caller knows (records lost on the way, output lost).
     pub fn stats_mut(&mut self) -> &mut Stats {
         &mut self.stats
+    }
+
+    /// Calls and events on handles the trackers did not remember (their caps were reached).
+    fn untracked_handles(&self) -> u64 {
+        self.tracker.counters().untracked_handles + self.amd.counters().untracked_handles
     }
 
     /// The trackers' counters of calls that produced no event, by reason (non-zero only).
@@ -585,6 +615,7 @@ impl<W: Write> Pipeline<W> {
             ("gpu_ext_outside_ioctl", nv.gpu_ext_outside_ioctl),
             ("deep_unknown", kfd.deep_unknown),
             ("kfd_release_no_queues", kfd.kfd_releases_without_queues),
+            ("untracked_handles", self.untracked_handles()),
         ]
         .into_iter()
         .filter(|&(_, v)| v != 0)
@@ -593,5 +624,85 @@ impl<W: Write> Pipeline<W> {
 
     pub fn stats(&self) -> &Stats {
         &self.stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::nvidia::decode::testrec;
+    use gpu_trace_common::nvidia::cmd;
+
+    /// A writer whose bytes the test reads afterwards.
+    #[derive(Clone, Default)]
+    struct Shared(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Shared {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Replay's `--interval 0.01` over records whose clock jumps by 1000 s (100 000 empty
+    /// intervals) and by almost 2⁶⁴ ns: one block per record that crosses boundaries, never one
+    /// per empty interval.
+    #[test]
+    fn replay_interval_blocks_are_bounded_by_the_records_whatever_the_clock_does() {
+        let config = PipelineConfig {
+            verbose: false,
+            pids: Vec::new(),
+            comms: Vec::new(),
+            format: Format::Text,
+            timestamps: TimestampMode::default(),
+            stats: true,
+            clock: Clock::new(0),
+            show_container: false,
+        };
+        let side = Shared::default();
+        let mut p = Pipeline::new(config, Vec::new()).with_interval(
+            Duration::from_millis(10),
+            true,
+            Box::new(side.clone()),
+        );
+        let times = [
+            1_000_000,
+            5_000_000,
+            25_000_000,
+            1_000_025_000_000,
+            1_000_025_000_001,
+            u64::MAX - 1,
+            u64::MAX,
+        ];
+        for (i, ts) in times.into_iter().enumerate() {
+            let mut r = testrec::control(
+                7,
+                3,
+                0xC1D0_0001,
+                0x5C00_0000 + i as u32,
+                cmd::TSG_GPFIFO_SCHEDULE,
+                0,
+                &[1, 0, 0],
+            )
+            .rec;
+            r.hdr.ts_ns = ts;
+            p.feed(crate::wire::nv_ioctl_bytes(&r)).unwrap();
+        }
+        let text = String::from_utf8(side.0.lock().unwrap().clone()).unwrap();
+        let titles: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("--- gpu-trace statistics so far ("))
+            .collect();
+        // The 3rd record crosses 10 and 20 ms (one block, at 20 ms); the 4th 100 000 boundaries
+        // (one block, at 1000.02 s); the 6th the rest of the clock (one block). The text shows
+        // tenths of seconds.
+        assert_eq!(titles.len(), 3, "{titles:#?}");
+        assert!(titles[0].contains("(0.0 s)"), "{titles:#?}");
+        assert!(titles[1].contains("(1000.0 s)"), "{titles:#?}");
     }
 }

@@ -13,7 +13,7 @@ const SYSTEM_SIDE: &[&str] = &[
     "clap_builder",
     "ratatui",
     "crossterm",
-    "tiny_http",
+    "hyper",
     "nvml-wrapper",
 ];
 

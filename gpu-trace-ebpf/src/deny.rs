@@ -2,36 +2,86 @@
 //! that refuse scheduling requests from denied processes with -EPERM.
 //!
 //! Refused: on a watched NVIDIA device, `RM_CONTROL` `GPFIFO_SCHEDULE` on a TSG (`0xA06C0101`)
-//! or a channel (`0xA06F0103`) with `bEnable` set, direct or XFER-wrapped; on `/dev/kfd`,
+//! or a channel (`0xA06F0103`) with `bEnable` set, direct or XFER-wrapped, and, failing closed,
+//! one whose `bEnable` cannot be read reliably (FINN-serialized parameters, a block or
+//! parameters the helper cannot read: `gpu_trace_common::nvidia::deny`); on `/dev/kfd`,
 //! `CREATE_QUEUE` (either size) and an `UPDATE_QUEUE` that leaves the queue active (ring
-//! address and size set, percentage > 0). Everything else passes untouched, and a verdict an
-//! earlier LSM already gave is returned as it is.
+//! address and size set, percentage > 0) or whose arguments cannot be read. Everything else
+//! passes untouched, and a verdict an earlier LSM already gave is returned as it is.
 //!
 //! Identity: by process (thread-group id), so every thread of a denied process is refused, or by
 //! cgroup subtree (`--deny-cgroup`, `--deny-container`: every task in it, including tasks that
-//! enter it later; `cgroup.rs`). An
-//! entry is removed when the process exits (`process_exit` in main.rs), so a later process that
-//! reuses the pid is not denied. Policy ends with the tracer: nothing is pinned.
+//! enter it later; `cgroup.rs`). A process created by a denied process (`fork`, `vfork`,
+//! `clone` without `CLONE_THREAD`) is denied from its creation on, before it first runs
+//! (`deny_fork` on `sched_process_fork`), and stays denied when its creator exits (it is keyed by
+//! its own tgid, not by its parent). An entry is removed when the process exits
+//! (`process_exit` in main.rs), so a later process that reuses the pid is not denied. Policy
+//! ends with the tracer: nothing is pinned.
 //!
 //! This is an experiment tool, not a security boundary: the parameters are read from user memory
 //! before the driver copies them, so a process racing its own memory could slip through.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user},
-    macros::{lsm, map},
+    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user, generated},
+    macros::{lsm, map, raw_tracepoint},
     maps::HashMap,
-    programs::LsmContext,
+    programs::{LsmContext, RawTracePointContext},
 };
 use gpu_trace_common::{
     amd, counter,
-    nvidia::{self, cmd, escape, off},
+    nvidia::{
+        self,
+        deny::{self as rule, Control, Refusal},
+        escape,
+    },
 };
 
 use crate::{bump, config, is_kfd, is_watched, kread};
 
-/// Denied processes: tgid → 1. Filled by userspace before attach.
+/// Denied processes alive at once, the `--deny-pid` processes and everything they created
+/// since (or before: userspace adds the descendants it finds at start).
+pub const DENY_MAX: u32 = 16384;
+
+/// Denied processes: tgid → 1. Filled by userspace before attach, then by [`deny_fork`].
 #[map]
-pub static DENY: HashMap<u32, u32> = HashMap::with_max_entries(1024, 0);
+pub static DENY: HashMap<u32, u32> = HashMap::with_max_entries(DENY_MAX, 0);
+
+/// A process created by a denied process is denied too. `sched_process_fork` fires in the
+/// creator (`current`) after `copy_process`, before the child is first woken, with (parent,
+/// child) as arguments. A new thread shares its creator's `signal_struct` and tgid: nothing to
+/// add. A new process's tgid is its pid (`thread_pid->numbers[0].nr`, the initial namespace).
+#[raw_tracepoint(tracepoint = "sched_process_fork")]
+pub fn deny_fork(ctx: RawTracePointContext) -> i32 {
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    // SAFETY: the value is copied out.
+    if unsafe { DENY.get(tgid) }.copied().unwrap_or(0) == 0 {
+        return 0;
+    }
+    let child: u64 = ctx.arg(1);
+    let cfg = config();
+    // SAFETY: kernel reads through the helper.
+    let child_tgid = unsafe {
+        let current = generated::bpf_get_current_task();
+        let (Ok(own), Ok(its)) = (
+            kread::<u64>(current, cfg.task_signal),
+            kread::<u64>(child, cfg.task_signal),
+        ) else {
+            bump(counter::DENY_UNFOLLOWED);
+            return 0;
+        };
+        if own == its {
+            return 0;
+        }
+        match kread::<u64>(child, cfg.task_thread_pid) {
+            Ok(pid) => kread::<i32>(pid, cfg.pid_numbers).map_or(0, |nr| nr as u32),
+            Err(()) => 0,
+        }
+    };
+    if child_tgid == 0 || DENY.insert(child_tgid, 1, 0).is_err() {
+        bump(counter::DENY_UNFOLLOWED);
+    }
+    0
+}
 
 const EPERM: i32 = 1;
 
@@ -94,16 +144,21 @@ fn is_kfd_activation(ioctl_cmd: u32, arg: u64) -> bool {
             // kfd_ioctl_update_queue_args: ring_base_address u64 @0, queue_id @8,
             // ring_size @12, queue_percentage @16, queue_priority @20.
             // SAFETY: user-memory read through the helper.
+            // Unreadable: refused (fail closed), the driver might read something active.
             match unsafe { bpf_probe_read_user(arg as *const [u32; 6]) } {
                 Ok(a) => (a[0] != 0 || a[1] != 0) && a[3] != 0 && (a[4] & 0xff) != 0,
-                Err(_) => false,
+                Err(_) => {
+                    bump(counter::DENIED_UNREAD);
+                    true
+                }
             }
         }
         _ => false,
     }
 }
 
-/// Whether this ioctl on an NVIDIA device is a GPFIFO_SCHEDULE with `bEnable` set.
+/// Whether this ioctl on an NVIDIA device is refused (`gpu_trace_common::nvidia::deny`): a
+/// GPFIFO_SCHEDULE with `bEnable` set, or one whose `bEnable` cannot be read reliably.
 #[inline(always)]
 fn is_nvidia_schedule(ioctl_cmd: u32, arg: u64) -> bool {
     if !nvidia::ioctl_nr_is_candidate(ioctl_cmd) {
@@ -113,7 +168,8 @@ fn is_nvidia_schedule(ioctl_cmd: u32, arg: u64) -> bool {
         // SAFETY: user-memory read through the helper.
         match unsafe { bpf_probe_read_user(arg as *const [u32; 4]) } {
             Ok(x) => (x[0] & 0xff, x[1], (x[2] as u64) | ((x[3] as u64) << 32)),
-            Err(_) => return false,
+            // What it wraps is unknown: it might be a schedule.
+            Err(_) => return refused(Refusal::Unreadable),
         }
     } else {
         (ioctl_cmd & 0xff, nvidia::ioctl_size(ioctl_cmd), arg)
@@ -121,20 +177,28 @@ fn is_nvidia_schedule(ioctl_cmd: u32, arg: u64) -> bool {
     if esc != escape::RM_CONTROL || size != nvidia::NVOS54_SIZE {
         return false;
     }
-    // NVOS54: cmd @8, params @16, paramsSize @24.
     // SAFETY: user-memory reads through the helper.
-    let Ok(control) = (unsafe { bpf_probe_read_user(block as *const [u32; 8]) }) else {
-        return false;
-    };
-    let command = control[off::CONTROL_CMD / 4];
-    if command != cmd::TSG_GPFIFO_SCHEDULE && command != cmd::CHANNEL_GPFIFO_SCHEDULE {
-        return false;
+    let control = unsafe { bpf_probe_read_user(block as *const [u32; 8]) }.ok();
+    match rule::control(control) {
+        Control::Pass => false,
+        Control::Refuse(why) => refused(why),
+        // bEnable @0.
+        Control::ReadEnable { params } => {
+            // SAFETY: user-memory read through the helper.
+            let enable = unsafe { bpf_probe_read_user(params as *const u8) }.ok();
+            match rule::schedule(enable) {
+                Some(why) => refused(why),
+                None => false,
+            }
+        }
     }
-    let params = (control[off::CONTROL_PARAMS_PTR / 4] as u64)
-        | ((control[off::CONTROL_PARAMS_PTR / 4 + 1] as u64) << 32);
-    if control[off::CONTROL_PARAMS_SIZE / 4] < 1 {
-        return false;
+}
+
+/// Counts a refusal made without reading `bEnable`; true (refuse).
+#[inline(always)]
+fn refused(why: Refusal) -> bool {
+    if why != Refusal::Enable {
+        bump(counter::DENIED_UNREAD);
     }
-    // bEnable @0.
-    matches!(unsafe { bpf_probe_read_user(params as *const u8) }, Ok(b) if b != 0)
+    true
 }

@@ -33,7 +33,10 @@ const SEE_ALSO: &str = "See docs/cli.md for every option, docs/json-schema.md fo
 
 const TRACE_EXIT_STATUS: &[(u8, &str)] = &[
     (exit::SUCCESS, "success"),
-    (exit::RUNTIME, "a runtime error"),
+    (
+        exit::RUNTIME,
+        "a runtime error (also a --metrics endpoint that died during the run)",
+    ),
     (exit::USAGE, "bad usage"),
     (
         exit::UNSUPPORTED,
@@ -415,16 +418,25 @@ pub struct OutputArgs {
     pub show_container: bool,
 }
 
-/// `--interval`: a finite number of seconds above zero.
+/// The shortest `--interval` accepted, in seconds: statistics more often than 100 times a
+/// second are no use to a reader, and a period of 0 (what `1e-10` rounds to) cannot be timed.
+pub const MIN_INTERVAL_SECS: f64 = 0.01;
+
+/// The longest `--interval` accepted, in seconds.
+pub const MAX_INTERVAL_SECS: f64 = 1e9;
+
+/// `--interval`: a finite number of seconds from [`MIN_INTERVAL_SECS`] to
+/// [`MAX_INTERVAL_SECS`].
 fn positive_seconds(s: &str) -> Result<f64, String> {
     let v: f64 = s
         .parse()
         .map_err(|_| format!("`{s}` is not a number of seconds (e.g. 1 or 0.5)"))?;
-    if v.is_finite() && v > 0.0 && v <= 1e9 {
+    if v.is_finite() && (MIN_INTERVAL_SECS..=MAX_INTERVAL_SECS).contains(&v) {
         Ok(v)
     } else {
         Err(format!(
-            "`{s}` is not a usable interval: give a number of seconds above 0 (e.g. 1)"
+            "`{s}` is not a usable interval: give a number of seconds from {MIN_INTERVAL_SECS} \
+             to {MAX_INTERVAL_SECS:e} (e.g. 1 or 0.5)"
         ))
     }
 }
@@ -472,11 +484,22 @@ pub struct MetricsArgs {
     #[arg(help_heading = heading::METRICS)]
     pub addr: Option<std::net::SocketAddr>,
 
-    /// Allow --metrics on a non-loopback address (e.g. 0.0.0.0:9464 in a Kubernetes pod). The
-    /// endpoint has no authentication: anyone who can reach it reads process names.
+    /// Allow --metrics on a non-loopback address (e.g. 0.0.0.0:9464 in a Kubernetes pod)
+    /// without authentication: anyone who can reach it reads process names. Not needed when
+    /// --metrics-web-config sets basic_auth_users or --metrics-bearer-token-file is given.
     #[arg(long, requires = "addr")]
     #[arg(help_heading = heading::METRICS)]
     pub metrics_allow_remote: bool,
+
+    /// Basic authentication of --metrics, in the Prometheus exporter-toolkit's web
+    /// configuration format (YAML): `basic_auth_users: {NAME: BCRYPT_HASH}`. TLS
+    /// (`tls_server_config`) is not implemented and refused.
+    #[arg(long, value_name = "FILE", requires = "addr")]
+    pub metrics_web_config: Option<std::path::PathBuf>,
+
+    /// Require `Authorization: Bearer TOKEN` on --metrics, the token read from FILE (one line).
+    #[arg(long, value_name = "FILE", requires = "addr")]
+    pub metrics_bearer_token_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Clone, Debug, Args)]
@@ -486,9 +509,9 @@ pub struct TraceArgs {
     #[arg(display_order = 8)]
     pub vendor: Vendor,
 
-    /// Stop after this many seconds (default: until Ctrl-C or SIGTERM); a number > 0, at
-    /// most a year.
-    #[arg(short, long, value_name = "SECONDS", value_parser = parse_duration)]
+    /// Stop after tracing this long, counted from attach (default: until Ctrl-C or SIGTERM):
+    /// seconds (30, 1.5) or with a unit (250ms, 90s, 5m, 1h); > 0, at most a year.
+    #[arg(short, long, value_name = "DURATION", value_parser = parse_duration)]
     #[arg(display_order = 6)]
     pub duration: Option<f64>,
 
@@ -512,8 +535,10 @@ pub struct TraceArgs {
     #[arg(help_heading = heading::CONTAINERS)]
     pub containers: Vec<String>,
 
-    /// Refuse scheduling requests (GPFIFO_SCHEDULE with bEnable) from this process, all its
-    /// threads, while gpu-trace runs (repeatable). Needs a kernel with an active BPF LSM
+    /// Refuse scheduling requests (GPFIFO_SCHEDULE with bEnable, or whose bEnable cannot be
+    /// read, e.g. FINN-serialized) from this process, all its threads and every process it
+    /// creates (also after it exits) and its descendants alive at start, while gpu-trace runs
+    /// (repeatable). Needs a kernel with an active BPF LSM
     /// (`bpf` in /sys/kernel/security/lsm); otherwise gpu-trace stops at start-up and says why.
     /// Refused requests show as `SCHEDULE … allowed=no errno=EPERM`, counted as `denied`.
     #[arg(long = "deny-pid", value_name = "PID", value_parser = parse_pid)]
@@ -587,16 +612,34 @@ pub struct TraceArgs {
 /// The longest `--duration`: a year (anything longer is a typo, and must fit a `Duration`).
 pub const MAX_DURATION_S: f64 = 366.0 * 24.0 * 3600.0;
 
-/// `--duration`: a finite number of seconds, > 0, at most [`MAX_DURATION_S`].
+/// `--duration`: a finite time > 0, at most [`MAX_DURATION_S`], in seconds: a bare number is
+/// seconds (`30`, `1.5`); a unit may follow it: `ms`, `s`, `m`, `h` (`250ms`, `90s`, `5m`, `1h`).
 fn parse_duration(s: &str) -> Result<f64, String> {
-    let d: f64 = s
-        .trim()
-        .parse()
-        .map_err(|_| format!("`{s}` is not a number of seconds (e.g. 30 or 0.5)"))?;
+    let t = s.trim();
+    let (number, scale) = [("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0)]
+        .into_iter()
+        .find_map(|(unit, scale)| t.strip_suffix(unit).map(|n| (n.trim_end(), scale)))
+        .unwrap_or((t, 1.0));
+    // Digits, a dot, an exponent only: not `inf`, `nan` or a sign-less unit like `5min`.
+    let plain = !number.is_empty()
+        && number
+            .chars()
+            .all(|c| c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E' | '-' | '+'));
+    let d = number
+        .parse::<f64>()
+        .ok()
+        .filter(|_| plain)
+        .map(|n| n * scale)
+        .ok_or_else(|| {
+            format!(
+                "`{s}` is not a duration: give seconds (30, 0.5) or a number with a unit \
+                 (250ms, 90s, 5m, 1h)"
+            )
+        })?;
     if !d.is_finite() || d <= 0.0 || d > MAX_DURATION_S {
         return Err(format!(
-            "`{s}`: the duration must be a number of seconds > 0 and at most {MAX_DURATION_S} \
-             (a year); leave --duration out to trace until Ctrl-C"
+            "`{s}`: the duration must be > 0 and at most {MAX_DURATION_S} seconds (a year); \
+             leave --duration out to trace until Ctrl-C"
         ));
     }
     Ok(d)
@@ -694,6 +737,27 @@ mod tests {
         assert_eq!(parse_duration("0.5"), Ok(0.5));
         assert_eq!(parse_duration("31622400"), Ok(MAX_DURATION_S));
         assert!(parse_duration("31622401").is_err());
+        for bad in [
+            "0s", "-5m", "infs", "nanh", "5min", "5 d", "m", "ms", "1.5.2s", "8785h",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn durations_take_a_unit_and_a_bare_number_is_seconds() {
+        for (text, secs) in [
+            ("90", 90.0),
+            ("1.5", 1.5),
+            ("90s", 90.0),
+            ("5m", 300.0),
+            ("1h", 3600.0),
+            ("250ms", 0.25),
+            (" 2m ", 120.0),
+            ("8784h", MAX_DURATION_S),
+        ] {
+            assert_eq!(parse_duration(text), Ok(secs), "{text}");
+        }
     }
 
     #[test]

@@ -106,8 +106,17 @@ fn main() -> ExitCode {
         }
         None => trace(cli.trace),
     };
+    // A metrics endpoint that died during the run (said on stderr when it happened; tracing went
+    // on and the statistics are complete): the run did not do all it was asked, exit 1.
+    if result.is_ok() && gpu_trace::metrics::server::endpoint_failed() {
+        eprintln!(
+            "gpu-trace: the metrics endpoint stopped serving during the run (see above); exit 1"
+        );
+        return ExitCode::from(EXIT_RUNTIME);
+    }
     match result {
-        Ok(summary) if summary.dropped > 0 || summary.output_lost > 0 => {
+        // A recording cut short has said so (session::replay_with): its counts are incomplete.
+        Ok(summary) if summary.dropped > 0 || summary.output_lost > 0 || summary.truncated => {
             if summary.dropped > 0 {
                 eprintln!(
                     "gpu-trace: {} records were dropped (ring buffer full); the counts above \
@@ -208,10 +217,7 @@ fn replay_top(
 }
 
 fn trace(mut args: gpu_trace::cli::TraceArgs) -> anyhow::Result<session::Summary> {
-    if let Some(addr) = args.metrics.addr
-        && let Err(e) =
-            gpu_trace::metrics::server::check_addr(addr, args.metrics.metrics_allow_remote)
-    {
+    if let Err(e) = gpu_trace::metrics::server::check_args(&args.metrics) {
         // A usage error (exit 2), before anything loads.
         <Cli as clap::CommandFactory>::command()
             .error(clap::error::ErrorKind::ArgumentConflict, e)

@@ -295,9 +295,19 @@ fn new_pipeline(
     })
 }
 
-/// `--interval`.
+/// `--interval`, kept from [`cli::MIN_INTERVAL_SECS`] to [`cli::MAX_INTERVAL_SECS`] (a zero
+/// period makes tokio's interval panic, a huge one the `Instant` addition that starts it; the
+/// parser refuses such values, this keeps any other caller safe).
 fn interval(args: &OutputArgs) -> Option<Duration> {
-    args.interval.map(Duration::from_secs_f64)
+    use crate::cli::{MAX_INTERVAL_SECS, MIN_INTERVAL_SECS};
+    args.interval.map(|secs| {
+        let secs = if secs.is_nan() {
+            MIN_INTERVAL_SECS
+        } else {
+            secs.clamp(MIN_INTERVAL_SECS, MAX_INTERVAL_SECS)
+        };
+        Duration::from_secs_f64(secs)
+    })
 }
 
 fn pipeline_config(args: &OutputArgs, clock: Clock) -> PipelineConfig {
@@ -417,7 +427,9 @@ pub async fn run_live_with(
     mut viewer: Option<&mut dyn Viewer>,
 ) -> Result<Summary, RunError> {
     let started = Instant::now();
-    let deadline = args.duration.map(|d| started + Duration::from_secs_f64(d));
+    // --duration is counted from attach (below); before that, it bounds only the start-up
+    // waits (a FIFO's reader).
+    let startup_deadline = args.duration.map(|d| started + Duration::from_secs_f64(d));
     // Before anything is reported on stderr: a Ctrl-C right after the start-up report (or
     // during the inventory) stops tracing cleanly through the loop below.
     let mut sigint = tokio::signal::unix::signal(SignalKind::interrupt())
@@ -432,6 +444,10 @@ pub async fn run_live_with(
         eprintln!("gpu-trace: warning: {warning}");
     }
     let amd = vendor == Vendor::Amd;
+    // AMD without /dev/kfd is reported below (KfdPresence).
+    if let Some(warning) = (!amd).then(system::nvidia_not_loaded_warning).flatten() {
+        eprintln!("gpu-trace: warning: {warning}");
+    }
     let watched = match &args.watch_device {
         Some(path) => Some(system::char_device_kernel_dev(path).map_err(LoadError::from)?),
         None => None,
@@ -449,7 +465,7 @@ pub async fn run_live_with(
     let (targets, pending) = prepare_targets(
         &args.output,
         args.record.as_deref(),
-        deadline,
+        startup_deadline,
         Overflow::Drop,
         &wake,
     )?;
@@ -493,6 +509,11 @@ pub async fn run_live_with(
     // Bound before loading: a busy port or a refused address stops the run before any hook.
     let metrics = crate::metrics::server::serve(&args.metrics, args.ring_size)?;
     let mut tracer = Tracer::load(&options)?;
+    // Attached: tracing time (the deadline and the statistics' duration) starts here.
+    let tracing_since = Instant::now();
+    let deadline = args
+        .duration
+        .map(|d| tracing_since + Duration::from_secs_f64(d));
     // Late attach: the processes that have a GPU open already (after attaching, so that a
     // process opening the GPU now is seen by the hooks or by the walk), tracked from now on.
     let mut inventory = take_inventory(&args.watch_device, amd, nvml);
@@ -521,7 +542,7 @@ pub async fn run_live_with(
     for refused in &tracer.refused {
         eprintln!("gpu-trace: (not used: {refused})");
     }
-    announce_inventory(&inventory);
+    announce_inventory(&inventory, &args.output);
 
     // Started: the -o and --record files may now lose their old contents.
     pending.commit()?;
@@ -585,7 +606,6 @@ pub async fn run_live_with(
             source: e.into(),
         })?;
 
-    let tracing_since = Instant::now();
     let sleep = async {
         match deadline {
             Some(d) => tokio::time::sleep_until(d.into()).await,
@@ -631,7 +651,7 @@ pub async fn run_live_with(
                         .frame(pipeline.stats(), tracing_since.elapsed(), tracer.counters().ok())
                         .map_err(io_err("drawing the live view"))?,
                     None => pipeline
-                        .periodic_stats(started.elapsed(), tracer.counters().ok())
+                        .periodic_stats(tracing_since.elapsed(), tracer.counters().ok())
                         .and_then(|()| pipeline.flush())
                         .map_err(io_err("writing the output"))?,
                 }
@@ -811,8 +831,11 @@ fn take_inventory(
 
 /// The inventory on standard error, before the first event (standard output, or `-o`, holds
 /// only events and statistics in text mode).
-fn announce_inventory(inv: &Inventory) {
-    for line in inventory::render_text(inv) {
+/// The start-up inventory on stderr: the processes the `--pid`/`--comm` filters select (the
+/// `--cgroup` filter was applied to the walk), without command lines under `--quiet`.
+fn announce_inventory(inv: &Inventory, filters: &OutputArgs) {
+    let shown = inv.selected(&filters.pids, &filters.comms);
+    for line in inventory::render_text_with(&shown, !filters.quiet) {
         eprintln!("gpu-trace: {line}");
     }
 }
@@ -1138,7 +1161,7 @@ pub fn replay_with(
     } = open_targets(args, None, None, Overflow::Block, &wake)?;
     let mut pipeline = new_pipeline(args, clock, out, perfetto.as_ref().map(|(s, _)| s), true)?;
     if let Some(inv) = &reader.header.inventory {
-        announce_inventory(inv);
+        announce_inventory(inv, args);
         pipeline
             .inventory(inv)
             .map_err(io_err("writing the output"))?;
@@ -1203,21 +1226,22 @@ pub fn replay_with(
         None => {
             if failure.is_none() && !pipeline.output().failed() && !quit {
                 eprintln!(
-                    "gpu-trace: {} ends without its trailer (the run was cut short): kernel \
-                     counters (dropped, read_failed) are unknown and shown as 0",
+                    "gpu-trace: WARNING: {} ends without its trailer (the run was cut short, \
+                     e.g. killed): what it holds was replayed, but its counts may be \
+                     incomplete and the kernel counters (dropped, read_failed) are unknown \
+                     (shown as ?); exit status 4",
                     path.display()
                 );
+                // Unknown, not 0: the statistics and the exit status say so.
+                pipeline.stats_mut().kernel_unknown = true;
             }
             (KernelCounters::default(), pipeline.span())
         }
     };
+    let known = reader.trailer.is_some().then_some(counters);
     if let Some(v) = viewer.filter(|_| !quit && failure.is_none()) {
         let last = v
-            .frame(
-                pipeline.stats(),
-                duration.max(pipeline.span()),
-                Some(counters),
-            )
+            .frame(pipeline.stats(), duration.max(pipeline.span()), known)
             .and_then(|()| v.at_end());
         if let Err(e) = last {
             failure = Some(io_err("drawing the view")(e));

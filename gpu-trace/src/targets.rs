@@ -106,6 +106,14 @@ pub const DENY: [LsmHook; 2] = [
     },
 ];
 
+/// `--deny-*`: a process created by a denied process is denied too (`deny_fork`, a raw
+/// tracepoint: every kernel gpu-trace supports has it; required, no fallback).
+pub const DENY_FORK: Tracepoint = Tracepoint {
+    program: "deny_fork",
+    category: "sched",
+    name: "sched_process_fork",
+};
+
 /// The NVIDIA kernel module.
 pub const NVIDIA_MODULE: &str = "nvidia";
 /// The ioctl entry point of the NVIDIA kernel module (`file_operations.unlocked_ioctl`, also

@@ -203,6 +203,13 @@ doc!(
     "Events counted under an __overflow__ label value because a label cap was reached."
 );
 doc!(
+    UNTRACKED,
+    "gpu_trace_untracked_handles_total",
+    "counter",
+    "",
+    "Calls on handles never seen created that the tracer did not remember because its per-process or total cap was reached (docs/events.md, Bounded state); their events are still counted."
+);
+doc!(
     RING,
     "gpu_trace_ring_buffer_bytes",
     "gauge",
@@ -255,6 +262,7 @@ pub const REFERENCE: &[MetricDoc] = &[
     SKIPPED,
     DENIED,
     OVERFLOWED,
+    UNTRACKED,
     RING,
     RING_USED,
     BUILD,
@@ -303,6 +311,8 @@ struct Interner<T, L = String> {
     index: HashMap<T, u32>,
     labels: Vec<L>,
     cap: usize,
+    /// Indices given back by [`Interner::release`], reused first.
+    free: Vec<u32>,
 }
 
 /// The index [`Interner::slot`] returns past the cap.
@@ -314,6 +324,29 @@ impl<T: std::hash::Hash + Eq, L: Clone + Default> Interner<T, L> {
             index: HashMap::new(),
             labels: vec![L::default()],
             cap,
+            free: Vec::new(),
+        }
+    }
+
+    /// Whether `key` has an index now.
+    fn contains<Q>(&self, key: &Q) -> bool
+    where
+        T: std::borrow::Borrow<Q>,
+        Q: std::hash::Hash + Eq + ?Sized,
+    {
+        self.index.contains_key(key)
+    }
+
+    fn is_full(&self) -> bool {
+        self.index.len() >= self.cap
+    }
+
+    /// Gives index `ix` back: its value no longer has one, and a new value may take it.
+    fn release(&mut self, ix: u32) {
+        let before = self.index.len();
+        self.index.retain(|_, v| *v != ix);
+        if self.index.len() < before {
+            self.free.push(ix);
         }
     }
 
@@ -330,8 +363,16 @@ impl<T: std::hash::Hash + Eq, L: Clone + Default> Interner<T, L> {
             return OVERFLOW_IX;
         }
         let (owned, label) = make();
-        let ix = self.labels.len() as u32;
-        self.labels.push(label);
+        let ix = match self.free.pop() {
+            Some(ix) => {
+                self.labels[ix as usize] = label;
+                ix
+            }
+            None => {
+                self.labels.push(label);
+                self.labels.len() as u32 - 1
+            }
+        };
         self.index.insert(owned, ix);
         ix
     }
@@ -398,6 +439,17 @@ const ENGINES: [&str; 15] = [
     "SDMA_XGMI",
     "SDMA_BY_ENG_ID",
     "UNKNOWN",
+];
+
+/// The `event` label values, in the order of [`Series::events`].
+const EVENT_NAMES: [&str; 7] = [
+    "TASK_INIT",
+    "SCHEDULE",
+    "WORK_SUBMIT",
+    "TASK_DESTROY",
+    "SCHED_UPDATE",
+    "PRETRACE_END",
+    "MPS_SHARED",
 ];
 
 /// The series of one (gpu, engine, comm, workload).
@@ -469,6 +521,13 @@ pub struct Metrics {
     max_series: usize,
     hists: HashMap<(u32, u8), Hist>,
     tasks: HashMap<(u32, u32, (u8, u32)), TaskState>,
+    /// The `comm` label index of each live process seen (until its exit).
+    comm_of_pid: HashMap<u32, u32>,
+    /// Live processes per `comm` label index.
+    comm_pids: HashMap<u32, u32>,
+    /// `comm` label indices no live process holds any more, oldest first: evicted (their
+    /// series removed, the index reused) when a new name meets the full cap.
+    ended_comms: std::collections::VecDeque<u32>,
 }
 
 #[derive(Debug, Default)]
@@ -482,11 +541,13 @@ struct Health {
     skipped: Counter,
     denied: Counter,
     overflowed: Counter,
+    untracked: Counter,
     ring: Gauge,
     /// Last values set, to turn absolute counts into increments.
     last_kernel: KernelCounters,
     last_decode: u64,
     last_malformed: u64,
+    last_untracked: u64,
 }
 
 fn lifetime_histogram() -> Histogram {
@@ -531,6 +592,7 @@ impl Metrics {
             (&SKIPPED, &health.skipped),
             (&DENIED, &health.denied),
             (&OVERFLOWED, &health.overflowed),
+            (&UNTRACKED, &health.untracked),
         ] {
             reg(&mut registry, d, c.clone());
         }
@@ -562,6 +624,71 @@ impl Metrics {
             series: HashMap::new(),
             hists: HashMap::new(),
             tasks: HashMap::new(),
+            comm_of_pid: HashMap::new(),
+            comm_pids: HashMap::new(),
+            ended_comms: std::collections::VecDeque::new(),
+        }
+    }
+
+    /// Process `pid` exited: when no live process holds its name any more, the name's label
+    /// value may be evicted for a new one (see [`Metrics::key`]).
+    pub fn process_exited(&mut self, pid: u32) {
+        if let Some(ix) = self.comm_of_pid.remove(&pid) {
+            self.comm_released(ix);
+        }
+    }
+
+    fn comm_released(&mut self, ix: u32) {
+        if let Some(n) = self.comm_pids.get_mut(&ix) {
+            *n -= 1;
+            if *n == 0 {
+                self.comm_pids.remove(&ix);
+                self.ended_comms.push_back(ix);
+            }
+        }
+    }
+
+    /// Process `pid`'s events count under `comm` label index `ix`.
+    fn note_comm(&mut self, pid: u32, ix: u32) {
+        if ix == OVERFLOW_IX || ix == 0 {
+            return;
+        }
+        match self.comm_of_pid.insert(pid, ix) {
+            Some(old) if old == ix => return,
+            Some(old) => self.comm_released(old),
+            None => {}
+        }
+        *self.comm_pids.entry(ix).or_default() += 1;
+    }
+
+    /// Makes room for a new `comm` value: evicts the oldest name no live process holds (and no
+    /// live task counts under): its series leave the registry and its index is reused.
+    fn evict_ended_comm(&mut self) {
+        while let Some(ix) = self.ended_comms.pop_front() {
+            if self.comm_pids.contains_key(&ix) || self.tasks.values().any(|t| t.key.comm == ix) {
+                continue; // held again, or a task of it still counts
+            }
+            let doomed: Vec<SeriesKey> = self
+                .series
+                .keys()
+                .filter(|k| k.comm == ix)
+                .copied()
+                .collect();
+            for key in doomed {
+                let labels = self.labels_of(key);
+                for event in EVENT_NAMES {
+                    self.events.remove(&EventLabels {
+                        event,
+                        task: labels.clone(),
+                    });
+                }
+                self.refused.remove(&labels);
+                self.live.remove(&labels);
+                self.timeslice.remove(&labels);
+                self.series.remove(&key);
+            }
+            self.comms.release(ix);
+            return;
         }
     }
 
@@ -734,6 +861,7 @@ impl Metrics {
         if self.series[&key].overflow {
             self.health.overflowed.inc();
         }
+        self.note_comm(pid, key.comm);
     }
 
     /// Removes a live task from the gauges; with `end_ns`, observes its lifetime.
@@ -761,6 +889,9 @@ impl Metrics {
             Some(g) => self.gpus.slot(&g, || (g, g.to_string())),
             None => 0,
         };
+        if self.comms.is_full() && !self.comms.contains(process_name) {
+            self.evict_ended_comm();
+        }
         let comm = self.comms.slot(process_name, || {
             (process_name.to_string(), sanitize_label(process_name))
         });
@@ -792,18 +923,23 @@ impl Metrics {
         key
     }
 
+    /// The label values of series `key`.
+    fn labels_of(&self, key: SeriesKey) -> TaskLabels {
+        let (container, pod) = self
+            .workloads
+            .label(key.workload, (OVERFLOW.into(), OVERFLOW.into()));
+        TaskLabels {
+            gpu: self.gpus.label(key.gpu, OVERFLOW.into()),
+            engine: ENGINES[key.engine as usize],
+            comm: self.comms.label(key.comm, OVERFLOW.into()),
+            container,
+            pod,
+        }
+    }
+
     fn series_mut(&mut self, key: SeriesKey) -> &mut Series {
         if !self.series.contains_key(&key) {
-            let (container, pod) = self
-                .workloads
-                .label(key.workload, (OVERFLOW.into(), OVERFLOW.into()));
-            let labels = TaskLabels {
-                gpu: self.gpus.label(key.gpu, OVERFLOW.into()),
-                engine: ENGINES[key.engine as usize],
-                comm: self.comms.label(key.comm, OVERFLOW.into()),
-                container,
-                pod,
-            };
+            let labels = self.labels_of(key);
             let ev = |event| {
                 self.events.get_or_create_owned(&EventLabels {
                     event,
@@ -811,15 +947,7 @@ impl Metrics {
                 })
             };
             let series = Series {
-                events: [
-                    ev("TASK_INIT"),
-                    ev("SCHEDULE"),
-                    ev("WORK_SUBMIT"),
-                    ev("TASK_DESTROY"),
-                    ev("SCHED_UPDATE"),
-                    ev("PRETRACE_END"),
-                    ev("MPS_SHARED"),
-                ],
+                events: EVENT_NAMES.map(ev),
                 refused: self.refused.get_or_create_owned(&labels),
                 live: self.live.get_or_create_owned(&labels),
                 timeslice: self.timeslice.get_or_create_owned(&labels),
@@ -856,6 +984,14 @@ impl Metrics {
             .inc_by(stats.malformed.saturating_sub(h.last_malformed));
         h.last_decode = h.last_decode.max(stats.decode_errors);
         h.last_malformed = h.last_malformed.max(stats.malformed);
+    }
+
+    /// The trackers' count of handles they did not remember (absolute).
+    pub fn set_untracked(&mut self, untracked: u64) {
+        let h = &mut self.health;
+        h.untracked
+            .inc_by(untracked.saturating_sub(h.last_untracked));
+        h.last_untracked = h.last_untracked.max(untracked);
     }
 
     /// The kernel side's counters, as read from its map (absolute values).
@@ -936,7 +1072,8 @@ pub fn reference_markdown() -> String {
         ));
     }
     s.push_str(&format!(
-        "\nLabel caps (distinct values over the tracer's life; later ones are counted under \
+        "\nLabel caps (distinct values over the tracer's life, except `comm` values no live \
+         process holds, which are evicted for new ones; later ones are counted under \
          `{OVERFLOW}`): `comm` {}, `gpu` {}, `container`/`pod` pairs {}; and {} label sets \
          (gpu, engine, comm, container, pod) in all, past which new combinations share one \
          series with `gpu`, `comm`, `container` and `pod` = `{OVERFLOW}`.\n",

@@ -537,3 +537,60 @@ fn sched_updates_are_counted_and_an_accepted_timeslice_moves_the_gauge() {
     );
     assert_eq!(sample(&m.encode(), &ts), Some(0.0));
 }
+
+/// 3000 named children, one after another (each exits before the next starts), against the
+/// default cap of 128 names: each gets its own `comm` label while it lives (names of ended
+/// processes are evicted to make room), nothing goes to `__overflow__`, a live process's name
+/// is never evicted, and the scrape stays bounded by the cap.
+#[test]
+fn names_of_ended_processes_make_room_for_new_ones() {
+    let mut m = Metrics::new(MetricsConfig::default());
+    let cap = MetricsConfig::default().max_comms;
+    // A process that lives through the storm.
+    see(&mut m, S, 10, "keeper", init(1, Engine::Graphics, 0, None));
+    let procs = 3_000u32;
+    for p in 0..procs {
+        let name = format!("child{p}");
+        let pid = 1000 + p;
+        see(
+            &mut m,
+            S,
+            pid,
+            &name,
+            init(p + 2, Engine::Graphics, 0, None),
+        );
+        see(
+            &mut m,
+            2 * S,
+            pid,
+            &name,
+            destroy(p + 2, DestroyCause::ProcessExit),
+        );
+        if p % 250 == 249 {
+            let t = m.encode();
+            let s = event_series("TASK_INIT", "0", "GRAPHICS", &name);
+            assert_eq!(sample(&t, &s), Some(1.0), "child {p} has its own label");
+        }
+        m.process_exited(pid);
+    }
+    let t = m.encode();
+    let over = event_series("TASK_INIT", "0", "GRAPHICS", OVERFLOW);
+    assert_eq!(sample(&t, &over), None, "nothing overflowed");
+    assert_eq!(
+        sample(&t, "gpu_trace_label_overflow_events_total"),
+        Some(0.0)
+    );
+    let keeper = task_series("gpu_trace_live_tasks", "0", "GRAPHICS", "keeper");
+    assert_eq!(sample(&t, &keeper), Some(1.0));
+    let init_lines = t
+        .lines()
+        .filter(|l| l.starts_with("gpu_trace_events_total{event=\"TASK_INIT\""))
+        .count();
+    assert!(
+        init_lines <= cap,
+        "{init_lines} TASK_INIT series for a cap of {cap}"
+    );
+    // The most recent children are still there (evicted oldest first).
+    let last = event_series("TASK_INIT", "0", "GRAPHICS", &format!("child{}", procs - 1));
+    assert_eq!(sample(&t, &last), Some(1.0));
+}

@@ -52,6 +52,7 @@ use serde::Serialize;
 use crate::amd::decode::{
     self, CreateQueue, DeepStep, KfdCall, KfdMalformed, QueueBuilt, QueueParams, UpdateQueue,
 };
+use crate::model::bounded::Generations;
 use crate::model::event::{
     AmdDetail, AmdVia, DestroyCause, Event, EventKind, Origin, SchedChange, TaskId, TaskKey,
     ValueSource,
@@ -129,6 +130,9 @@ pub struct KfdTrackerCounters {
     pub kfd_releases_without_queues: u64,
     /// Deep-hook records of a kind this version does not know.
     pub deep_unknown: u64,
+    /// Events on queue ids never seen created that were not remembered because the caps of
+    /// [`bounded`](super::bounded) were reached (still reported; their key's generation is 1).
+    pub untracked_handles: u64,
 }
 
 /// A live queue, as far as the ioctl layer knows it.
@@ -150,8 +154,9 @@ pub struct KfdTracker {
     counters: KfdTrackerCounters,
     /// Deep-hook findings waiting for their thread's `CREATE_QUEUE` result, by thread id.
     pending: HashMap<u32, Pending>,
-    /// Generation of the last queue seen per `(pid, queue id)`, for [`TaskKey`].
-    generations: HashMap<(u32, u32), u32>,
+    /// Generation of the last queue seen per `(pid, queue id)`, for [`TaskKey`] (capped: see
+    /// [`bounded`](super::bounded)).
+    generations: Generations<u32>,
 }
 
 /// What the deep hooks saw inside a thread's `CREATE_QUEUE` before it returned.
@@ -213,22 +218,32 @@ impl KfdTracker {
 
     /// Observes one input; returns the events it produces, in order.
     pub fn observe(&mut self, origin: Origin, input: KfdInput) -> Vec<Event> {
+        let exited = matches!(input, KfdInput::ProcessExit).then_some(origin.pid);
         let mut events = self.observe_input(origin, input);
         for e in &mut events {
             let TaskId::KfdQueue(queue) = e.kind.task() else {
                 continue;
             };
             let pid = e.origin.pid;
-            let g = self.generations.entry((pid, queue)).or_insert(0);
-            if matches!(e.kind, EventKind::TaskInit { .. }) || *g == 0 {
-                *g += 1;
+            let created = matches!(e.kind, EventKind::TaskInit { .. });
+            let g = match self.generations.get(pid, queue) {
+                Some(g) if created => g + 1,
+                Some(g) => g,
+                None => 1,
+            };
+            if !self.generations.set(pid, queue, g, created) {
+                self.counters.untracked_handles += 1;
             }
             e.key = Some(TaskKey {
                 pid,
                 client: None,
                 object: queue,
-                generation: *g,
+                generation: g,
             });
+        }
+        if let Some(pid) = exited {
+            // After the keys of its last events: its queue ids are forgotten.
+            self.generations.forget_process(pid);
         }
         events
     }

@@ -1,5 +1,6 @@
 //! Event model: what the driver objects are and which events their life produces.
 pub mod amd;
+pub mod bounded;
 pub mod event;
 pub mod gpus;
 pub mod nvidia;

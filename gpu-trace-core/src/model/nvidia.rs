@@ -36,6 +36,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use super::bounded::Generations;
+
 use gpu_trace_common::nvidia::{class, cmd};
 use serde::Serialize;
 
@@ -136,6 +138,9 @@ pub struct NvTrackerCounters {
     /// gpu_ext hooks that ran outside an `ioctl` (kernel-internal users such as UVM, teardown
     /// at `close()` or exit): not tied to a call, not reported.
     pub gpu_ext_outside_ioctl: u64,
+    /// Calls on handles never seen created that were not remembered because the caps of
+    /// [`bounded`](super::bounded) were reached (still reported; their key's generation is 1).
+    pub untracked_handles: u64,
 }
 
 /// TSGs a process still held when tracing stopped.
@@ -316,8 +321,9 @@ pub struct NvTracker {
     /// gpu_ext hooks that ran inside an `ioctl` on fd `.1` in process `.0`, by thread, waiting
     /// for that call's record.
     pending: HashMap<u32, (u32, u64, Vec<GxHook>)>,
-    /// Generation of the last task seen per `(pid, client, handle)`, for [`TaskKey`].
-    generations: HashMap<(u32, u32, u32), u32>,
+    /// Generation of the last task seen per `(pid, client, handle)`, for [`TaskKey`] (capped:
+    /// see [`bounded`](super::bounded)).
+    generations: Generations<(u32, u32)>,
     /// MPS server processes (`nvidia-cuda-mps-server`): named by the inventory, or a process
     /// whose `comm` is `nvidia-cuda-mps` (the kernel's 15-character cut of both MPS programs)
     /// that creates a TSG (the control daemon creates none).
@@ -952,14 +958,15 @@ impl NvTracker {
                 };
                 let generation = self
                     .generations
-                    .entry((origin.pid, client, handle))
-                    .and_modify(|g| *g += 1)
-                    .or_insert(1);
+                    .get(origin.pid, (client, handle))
+                    .map_or(1, |g| g + 1);
+                self.generations
+                    .set(origin.pid, (client, handle), generation, true);
                 let key = TaskKey {
                     pid: origin.pid,
                     client: Some(client),
                     object: handle,
-                    generation: *generation,
+                    generation,
                 };
                 if origin.comm == MPS_COMM {
                     self.mps_servers.insert(origin.pid);
@@ -1205,7 +1212,15 @@ impl NvTracker {
         if let Some(t) = self.tsg(pid, client, Some(handle)) {
             return t.key;
         }
-        let generation = *self.generations.entry((pid, client, handle)).or_insert(1);
+        let generation = match self.generations.get(pid, (client, handle)) {
+            Some(g) => g,
+            None => {
+                if !self.generations.set(pid, (client, handle), 1, false) {
+                    self.counters.untracked_handles += 1;
+                }
+                1
+            }
+        };
         TaskKey {
             pid,
             client: Some(client),
@@ -1281,17 +1296,7 @@ impl NvTracker {
             command,
             params,
         } = call;
-        let ControlParams::Schedule {
-            enable,
-            skip_submit,
-            skip_enable,
-        } = params
-        else {
-            self.counters.schedule_unreadable += 1;
-            return Vec::new();
-        };
         let via_channel = command == cmd::CHANNEL_GPFIFO_SCHEDULE;
-        let ok = decode::succeeded(errno, status);
         let known = self.client(origin.pid, client).and_then(|c| {
             if via_channel {
                 c.tsg_of_channel(object)
@@ -1299,6 +1304,30 @@ impl NvTracker {
                 c.tsgs.contains_key(&object).then_some(object)
             }
         });
+        let ControlParams::Schedule {
+            enable,
+            skip_submit,
+            skip_enable,
+        } = params
+        else {
+            self.counters.schedule_unreadable += 1;
+            // Refused before the driver saw it (`--deny-*` refuses a denied process's
+            // GPFIFO_SCHEDULE whose bEnable it cannot read, e.g. FINN-serialized, with EPERM):
+            // whatever bEnable was, nothing was scheduled; report the refusal.
+            const EPERM: i32 = 1;
+            if errno == -EPERM {
+                return vec![self.schedule_event(
+                    origin,
+                    client,
+                    object,
+                    known,
+                    (errno, status),
+                    via_channel,
+                )];
+            }
+            return Vec::new();
+        };
+        let ok = decode::succeeded(errno, status);
         let old = self
             .tsg(origin.pid, client, known)
             .map(|t| t.sched.run_state);
@@ -1503,6 +1532,7 @@ impl NvTracker {
     }
 
     fn process_exit(&mut self, origin: &Origin) -> Vec<Event> {
+        self.generations.forget_process(origin.pid);
         let Some(proc) = self.procs.remove(&origin.pid) else {
             return Vec::new();
         };
@@ -2533,6 +2563,57 @@ mod tests {
                 .get(&Unreadable::FinnSerialized),
             Some(&1)
         );
+    }
+
+    /// A FINN-serialized GPFIFO_SCHEDULE refused with EPERM (`--deny-*` fails closed on it):
+    /// a refused SCHEDULE, still counted unreadable; one that reached the driver stays silent.
+    #[test]
+    fn refused_unreadable_schedule_is_reported_refused() {
+        for via_channel in [false, true] {
+            let mut s = Script::new();
+            setup(&mut s, 100, 0, 0x1);
+            let mut r = if via_channel {
+                ctl(
+                    100,
+                    CH1,
+                    cmd::CHANNEL_GPFIFO_SCHEDULE,
+                    0,
+                    &schedule_params(true, false, false),
+                )
+            } else {
+                sched(100, TSG, true)
+            };
+            r.rec.params[12] = 0x4; // FINN-serialized
+            r.rec.ret = -1; // EPERM
+            s.push(r);
+            let mut r = sched(100, TSG, true);
+            r.rec.params[12] = 0x4;
+            s.push(r);
+            let mut t = NvTracker::new();
+            let evs = s.run(&mut t);
+            assert_eq!(kinds(&evs), ["TASK_INIT", "SCHEDULE"]);
+            let EventKind::Schedule {
+                allowed,
+                errno,
+                rm_status,
+                via_channel: v,
+                channels,
+                ..
+            } = evs[1].kind
+            else {
+                unreachable!()
+            };
+            assert!(!allowed);
+            assert_eq!((errno, rm_status, v), (-1, None, via_channel));
+            assert_eq!(channels, Some(2));
+            assert_eq!(t.counters().schedule_unreadable, 2);
+            assert_eq!(
+                t.counters()
+                    .unreadable_by_reason
+                    .get(&Unreadable::FinnSerialized),
+                Some(&2)
+            );
+        }
     }
 
     /// An inventory process: `close()` of one of its control fds, then its exit; each ends

@@ -19,6 +19,10 @@ pub const MAX_TASKS_KEPT: usize = 10_000;
 /// ([`Stats::tasks_omitted`]).
 pub const MAX_LIVE_TASKS: usize = 100_000;
 
+/// At most this many live tasks of one process are followed (a process can name any number of
+/// handles it never created); the ones after are only counted ([`Stats::tasks_omitted`]).
+pub const MAX_LIVE_TASKS_PER_PROCESS: usize = 4096;
+
 /// At most this many tasks are listed in the text statistics (JSON lists all that are kept).
 pub const MAX_TASKS_PRINTED: usize = 50;
 
@@ -193,6 +197,9 @@ pub struct Stats {
     pub mps_shared: u64,
     /// The kernel side's counters.
     pub kernel: KernelCounters,
+    /// The kernel counters are not known (the replay of a recording cut short, without its
+    /// trailer): `kernel` is all zeros, shown as unknown (`?`, JSON null), never as 0.
+    pub kernel_unknown: bool,
     /// Records that userspace could not parse (short, unknown kind).
     pub malformed: u64,
     /// Driver calls whose arguments could not be decoded.
@@ -224,6 +231,8 @@ pub struct Stats {
     gpu_names: BTreeMap<u32, (u32, Option<String>)>,
     /// Tasks alive (as far as the events go), by key.
     live_tasks: BTreeMap<TaskKey, TaskStats>,
+    /// Live tasks followed per process (for [`MAX_LIVE_TASKS_PER_PROCESS`]).
+    live_per_process: std::collections::HashMap<u32, usize>,
     /// Tasks that ended, in the order they ended (at most [`MAX_TASKS_KEPT`]).
     ended_tasks: Vec<TaskStats>,
     /// Tasks and events not followed: ended tasks beyond [`MAX_TASKS_KEPT`], and events of new
@@ -325,9 +334,13 @@ impl Stats {
             // safe): close it where the new one starts.
             self.end_task(old, ts, DestroyCause::TracerExit);
         }
-        if !self.live_tasks.contains_key(&key) && self.live_tasks.len() >= MAX_LIVE_TASKS {
-            self.tasks_omitted += 1;
-            return;
+        if !self.live_tasks.contains_key(&key) {
+            let of_process = self.live_per_process.get(&key.pid).copied().unwrap_or(0);
+            if self.live_tasks.len() >= MAX_LIVE_TASKS || of_process >= MAX_LIVE_TASKS_PER_PROCESS {
+                self.tasks_omitted += 1;
+                return;
+            }
+            *self.live_per_process.entry(key.pid).or_default() += 1;
         }
         let task_label = crate::output::text::task_id(ev.kind.task());
         let t = self.live_tasks.entry(key).or_insert_with(|| TaskStats {
@@ -466,6 +479,12 @@ impl Stats {
     }
 
     fn end_task(&mut self, mut t: TaskStats, ts: u64, cause: DestroyCause) {
+        if let Some(n) = self.live_per_process.get_mut(&t.key.pid) {
+            *n -= 1;
+            if *n == 0 {
+                self.live_per_process.remove(&t.key.pid);
+            }
+        }
         if t.init_ns.is_some() {
             self.gpus.entry(t.gpu).or_default().down();
         }
@@ -665,6 +684,18 @@ impl Stats {
                 .filter(|&(_, &v)| v != 0)
                 .map(|(&k, &v)| (k, v, String::new())),
         );
+        // Not known (a recording without its trailer): `?`, not a 0 that reads as "none".
+        let rows: Vec<(&str, String, String)> = rows
+            .into_iter()
+            .map(|(label, value, note)| {
+                if self.kernel_unknown && matches!(label, "dropped" | "read_failed") {
+                    let why = "(unknown: the recording ends without its trailer)";
+                    (label, "?".to_string(), why.to_string())
+                } else {
+                    (label, value.to_string(), note)
+                }
+            })
+            .collect();
         let mut out = String::new();
         let _ = writeln!(
             out,
@@ -845,7 +876,7 @@ impl Stats {
             let _ = writeln!(
                 out,
                 "({} events of tasks beyond the {MAX_TASKS_KEPT} ended / {MAX_LIVE_TASKS} live \
-                 ones followed are not in this table)",
+                 ({MAX_LIVE_TASKS_PER_PROCESS} per process) ones followed are not in this table)",
                 self.tasks_omitted
             );
         }
@@ -853,7 +884,7 @@ impl Stats {
 }
 
 /// `label value note` rows, values right-aligned to a common width (at least 4).
-fn write_rows(out: &mut String, rows: &[(&str, u64, String)]) {
+fn write_rows<V: std::fmt::Display>(out: &mut String, rows: &[(&str, V, String)]) {
     let width = rows
         .iter()
         .map(|(_, v, _)| v.to_string().len())
@@ -1147,6 +1178,29 @@ mod tests {
             "{text}"
         );
         assert!(text.contains(" alive\n"), "{text}");
+    }
+
+    #[test]
+    fn live_tasks_of_one_process_are_capped_and_an_end_makes_room() {
+        use crate::model::event::Engine;
+        let mut s = Stats::new();
+        let n = MAX_LIVE_TASKS_PER_PROCESS as u32 + 5;
+        for h in 0..n {
+            s.record(&keyed(1, h, keyed_init(h, Engine::Copy)));
+        }
+        assert_eq!(s.live_tasks.len(), MAX_LIVE_TASKS_PER_PROCESS);
+        assert_eq!(s.tasks_omitted, 5);
+        // One ends: the next new task of the process is followed.
+        s.record(&keyed(2, 0, destroy_of(0)));
+        s.record(&keyed(3, n + 1, keyed_init(n + 1, Engine::Copy)));
+        assert_eq!(s.live_tasks.len(), MAX_LIVE_TASKS_PER_PROCESS);
+        assert_eq!(s.tasks_omitted, 5);
+        // Another process is not held back by this one.
+        let mut other = keyed(3, 1, keyed_init(1, Engine::Copy));
+        other.origin.pid = 8;
+        other.key = other.key.map(|k| TaskKey { pid: 8, ..k });
+        s.record(&other);
+        assert_eq!(s.live_tasks.len(), MAX_LIVE_TASKS_PER_PROCESS + 1);
     }
 
     #[test]

@@ -51,6 +51,7 @@
 //! | `allowed`      | boolean         | the driver accepted the request |
 //! | `rm_status`    | integer or null | RM status returned (0 = `NV_OK`); null when the syscall itself failed |
 //! | `errno`        | integer         | negative errno of the ioctl syscall, 0 on success (e.g. -1 for `EPERM`) |
+//! | `errno_name`   | string          | only when `errno` is not 0 and has a name: its symbolic name, e.g. `"ENOTTY"` beside `"errno":-25` |
 //! | `via_channel`  | boolean         | the request was a channel-level schedule (`NVA06F`) |
 //!
 //! ## `SCHED_UPDATE`: a request that changes how the task is scheduled
@@ -65,6 +66,7 @@
 //! | `allowed`      | boolean         | the driver accepted the request (only then is `new` the task's value) |
 //! | `rm_status`    | integer or null | RM status returned (0 = `NV_OK`); null when the syscall itself failed, and for AMD |
 //! | `errno`        | integer         | negative errno of the ioctl syscall, 0 on success |
+//! | `errno_name`   | string          | only when `errno` is not 0 and has a name: its symbolic name, e.g. `"EPERM"` beside `"errno":-1` |
 //! | `via_channel`  | boolean         | NVIDIA: sent to a channel of the TSG (`NVA06F_CTRL_CMD_SET_INTERLEAVE_LEVEL`, `NVA06F_CTRL_CMD_GPFIFO_SCHEDULE`) |
 //!
 //! `change` by `what` (an `old_*` value is what the tracer held just before the request, null
@@ -125,8 +127,10 @@
 //!
 //! ## `INVENTORY`: processes that had a GPU open when tracing started (first line, live runs)
 //!
-//! One line before any event, live or replayed from a recording that holds it. It lists every
-//! process with a device node of the traced vendor open, whatever `--pid`/`--comm` say. It has
+//! One line before any event, live or replayed from a recording that holds it. It lists the
+//! processes with a device node of the traced vendor open that the filters select: `--pid`,
+//! `--comm` and (live) `--cgroup`/`--container`, as the events are (a recording keeps them
+//! whatever `--pid`/`--comm` say). It has
 //! `event` and `time` (when the walk was taken) but not the other common fields.
 //!
 //! | field       | type            | meaning |
@@ -180,13 +184,13 @@
 //! | `work_submit`           | integer         | `WORK_SUBMIT` events |
 //! | `task_destroy`          | integer         | `TASK_DESTROY` events |
 //! | `task_destroy_implicit` | integer         | of those, implicit |
-//! | `kernel`                | object          | counters of the kernel programs: `dropped` (ring buffer full), `read_failed` (driver arguments unreadable), `ignored` (calls not of interest), `emitted` (records sent), `fd_lookup_failed` (fd not resolved), `denied` (schedules refused by `--deny-pid`), `skipped` (program runs the kernel skipped: the program was already running on that CPU; absent in the replay of a recording made before it was counted); all integers |
+//! | `kernel`                | object or null  | null when not known (the replay of a recording cut short, without its trailer: exit status 4); otherwise counters of the kernel programs: `dropped` (ring buffer full), `read_failed` (driver arguments unreadable), `ignored` (calls not of interest), `emitted` (records sent), `fd_lookup_failed` (fd not resolved), `denied` (schedules refused by `--deny-pid`), `skipped` (program runs the kernel skipped: the program was already running on that CPU; absent in the replay of a recording made before it was counted); all integers |
 //! | `malformed`             | integer         | records userspace could not parse |
 //! | `decode_errors`         | integer         | driver calls whose arguments could not be decoded |
 //! | `live_at_exit`          | integer         | tasks still alive when tracing stopped |
 //! | `pretrace_end`          | integer         | `PRETRACE_END` events; only when not 0 |
 //! | `mps_shared`            | integer         | `MPS_SHARED` events; only when not 0 |
-//! | `unreported`            | object          | driver calls of interest that produced no event, by reason (`schedule_unreadable`, `unreadable_params`, `unknown_handle`, `pretrace_calls`, `replaced_handles`, `failed_tsg_allocs`, `unknown_queue`, `replaced_queues`, `deep_unmatched`, `deep_unknown`, `kfd_release_no_queues`); only non-zero reasons; integers. `pretrace_calls`: calls of an RM client made before tracing that gave no event (some are also in `unknown_handle`) |
+//! | `unreported`            | object          | driver calls of interest that produced no event, by reason (`schedule_unreadable`, `unreadable_params`, `unknown_handle`, `pretrace_calls`, `replaced_handles`, `failed_tsg_allocs`, `unknown_queue`, `replaced_queues`, `deep_unmatched`, `deep_unknown`, `kfd_release_no_queues`, `untracked_handles`: handles never seen created that were not remembered past the caps of [events.md](events.md#bounded-state)); only non-zero reasons; integers. `pretrace_calls`: calls of an RM client made before tracing that gave no event (some are also in `unknown_handle`) |
 //! | `lost_samples`          | integer or null | live runs: records the kernel sent (`emitted`) that were never read; null when none were lost |
 //! | `output_lost`           | integer         | only when not 0: output lines dropped because the output's reader did not keep up (a stalled pipe, FIFO or disk) |
 //! | `recording_lost`        | integer         | only when not 0: records of `--record` dropped because the recording's reader did not keep up |
@@ -196,8 +200,8 @@
 //! | `gpus`                  | array           | per GPU: `gpu` (RM device instance, null when not known), `index` and `uuid` (nvidia-smi's, only where known: see `gpu_device`), `live` (tasks alive now), `max_live` (most alive at once) |
 //! | `runlists`              | array           | per GPU and runlist: `gpu`, `runlist`, `live`, `max_live`; a task counts on its runlist from the first event that names it (NVIDIA: its first `WORK_SUBMIT`) |
 //! | `tasks`                 | array           | per task, ended ones first in the order they ended, then the live ones: `key`, `pid`, `task` (as `tsg`), `engine`, `gpu`, `runlist`, `init_ns`, `first_schedule_ns` (first allowed `SCHEDULE`), `first_submit_ns` (first `WORK_SUBMIT`), `end_ns`, `end_cause` (a `cause`; null while alive), `schedule_refused`, `timeslice_us` and `interleave` (the last known values, the final ones once ended), `preemptions`, `param_changes` (accepted changes), `updates_refused`, and the derived `lifetime_ns`, `init_to_schedule_ns`, `init_to_submit_ns`; times are CLOCK_MONOTONIC ns, null where not known |
-//! | `tasks_omitted`         | integer         | left out of `tasks`: ended tasks beyond the 10000 kept, and events of new tasks while 100000 were alive |
-//! | `diagnostics`           | object          | kernel-internal counters (also in `kernel`; the text output shows them with `-v`): `emitted`, `ignored` |
+//! | `tasks_omitted`         | integer         | left out of `tasks`: ended tasks beyond the 10000 kept, and events of new tasks while 100000 were alive (or 4096 of the same process) |
+//! | `diagnostics`           | object or null  | null with a null `kernel`; kernel-internal counters (also in `kernel`; the text output shows them with `-v`): `emitted`, `ignored` |
 
 use chrono::SecondsFormat;
 use serde::Serialize;
@@ -232,6 +236,7 @@ pub fn event_json(ev: &Event, clock: &Clock) -> String {
         .filter(|s| !s.is_empty());
     match (kind.strip_prefix(tag.as_str()), origin_fields) {
         (Some(rest), Some(origin_fields)) => {
+            let rest = with_errno_name(rest, &ev.kind);
             let ids = identity_fields(ev);
             let line = format!("{tag},\"time\":\"{time}\",{origin_fields},{ids}{rest}");
             match &ev.amd {
@@ -250,6 +255,22 @@ pub fn event_json(ev: &Event, clock: &Clock) -> String {
                 map.insert("time".into(), time.into());
             }
             value.to_string()
+        }
+    }
+}
+
+/// The kind's fields (`rest`) with `errno_name` right after a non-zero `errno` that has a name
+/// (`"errno":-25,"errno_name":"ENOTTY"`); the number stays as it was.
+fn with_errno_name(rest: &str, kind: &EventKind) -> String {
+    let errno = match kind {
+        EventKind::Schedule { errno, .. } | EventKind::SchedUpdate { errno, .. } => *errno,
+        _ => 0,
+    };
+    match (errno, text::errno_name(errno)) {
+        (0, _) | (_, None) => rest.to_string(),
+        (_, Some(name)) => {
+            let field = format!("\"errno\":{errno},");
+            rest.replacen(&field, &format!("{field}\"errno_name\":\"{name}\","), 1)
         }
     }
 }
@@ -441,7 +462,8 @@ struct StatsLine<'a> {
     work_submit: u64,
     task_destroy: u64,
     task_destroy_implicit: u64,
-    kernel: KernelCounters,
+    /// Null when not known (a recording without its trailer).
+    kernel: Option<KernelCounters>,
     malformed: u64,
     decode_errors: u64,
     live_at_exit: u64,
@@ -463,7 +485,7 @@ struct StatsLine<'a> {
     runlists: Vec<RunlistLine>,
     tasks: Vec<TaskLine<'a>>,
     tasks_omitted: u64,
-    diagnostics: Diagnostics,
+    diagnostics: Option<Diagnostics>,
 }
 
 #[derive(Serialize)]
@@ -574,7 +596,7 @@ pub fn stats_json(stats: &Stats, is_final: bool) -> String {
         work_submit: stats.work_submit,
         task_destroy: stats.task_destroy,
         task_destroy_implicit: stats.task_destroy_implicit,
-        kernel: *k,
+        kernel: (!stats.kernel_unknown).then_some(*k),
         malformed: stats.malformed,
         decode_errors: stats.decode_errors,
         live_at_exit: stats.live_at_exit,
@@ -643,10 +665,10 @@ pub fn stats_json(stats: &Stats, is_final: bool) -> String {
             })
             .collect(),
         tasks_omitted: stats.tasks_omitted,
-        diagnostics: Diagnostics {
+        diagnostics: (!stats.kernel_unknown).then_some(Diagnostics {
             emitted: k.emitted,
             ignored: k.ignored,
-        },
+        }),
     };
     serde_json::to_string(&line).expect("STATS serializes")
 }
@@ -822,8 +844,40 @@ mod tests {
         assert_eq!(v["allowed"], false);
         assert_eq!(v["rm_status"], Value::Null);
         assert_eq!(v["errno"], -1);
+        assert_eq!(v["errno_name"], "EPERM");
         assert_eq!(v["via_channel"], true);
-        assert_eq!(keys(&v).len(), 20);
+        assert_eq!(keys(&v).len(), 21);
+    }
+
+    #[test]
+    fn errno_name_sits_beside_a_non_zero_errno_only() {
+        let schedule = |errno| Event {
+            key: None,
+            amd: None,
+            origin: origin(T0),
+            kind: EventKind::Schedule {
+                task: TaskId::RmHandle(0x5c00_0002),
+                client: 7,
+                channels: None,
+                timeslice_us: None,
+                interleave: None,
+                allowed: errno == 0,
+                rm_status: None,
+                errno,
+                via_channel: false,
+            },
+        };
+        let line = event_json(&schedule(-25), &clock());
+        assert!(
+            line.contains(r#""errno":-25,"errno_name":"ENOTTY","via_channel""#),
+            "{line}"
+        );
+        let line = event_json(&schedule(0), &clock());
+        assert!(!line.contains("errno_name"), "{line}");
+        // A number without a name: the number alone.
+        let line = event_json(&schedule(-4095), &clock());
+        assert!(!line.contains("errno_name"), "{line}");
+        assert!(line.contains(r#""errno":-4095,"#), "{line}");
     }
 
     #[test]

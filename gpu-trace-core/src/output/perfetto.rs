@@ -73,6 +73,20 @@ pub const GPU_GROUP_PID_BASE: u32 = 0x7ff0_0000;
 /// Track groups of distinct (GPU, runlist) pairs; later pairs share one more group.
 pub const MAX_GPU_GROUPS: u32 = 1024;
 
+/// Tracks of one process (or one GPU's track group): a task alive beyond this many at once in
+/// it is not drawn (`otherData` counts its `TASK_INIT` in `tasks_not_drawn` and each of its
+/// events in `events_not_drawn`; a lifetime drawn in its process whose GPU group is full in
+/// `gpu_slices_not_drawn`). A real process has a few dozen TSGs or queues alive at once.
+pub const MAX_TRACKS_PER_PROCESS: usize = 1024;
+
+/// Tracks of the whole timeline (all processes and GPU groups): the same rule past it. Bounds the
+/// writer's memory whatever the input: each open slice costs about 200 bytes.
+pub const MAX_TRACKS: u32 = 65_536;
+
+/// Free tracks of a process looked at for a slice: a track freed after the slice begins (events
+/// out of order) is passed over, and past this many such a new track is made.
+const FREE_TRACKS_LOOKED_AT: usize = 8;
+
 /// The category of every event gpu-trace writes.
 const CATEGORY: &str = "gpu";
 
@@ -81,13 +95,16 @@ type TaskKey = (u32, String);
 
 struct Track {
     tid: u32,
+    /// Its slot among its process's tracks.
+    slot: usize,
     slice: String,
     /// When the slice began: nothing on the track is placed before it.
     begin_ns: u64,
     /// The GPU (RM device instance) whose live-task counter it is in.
     gpu: Option<u32>,
-    /// The same lifetime's slice in its GPU's track group: (group pid, track, slice name).
-    on_gpu: Option<(u32, u32, String)>,
+    /// The same lifetime's slice in its GPU's track group: (group pid, track, slot, slice
+    /// name).
+    on_gpu: Option<(u32, u32, usize, String)>,
     /// The lifetime's flow (`bind_id`), and whether a point of it was written yet.
     flow: u64,
     flowing: bool,
@@ -98,6 +115,18 @@ struct GpuPlace {
     gpu: u32,
     runlist: Option<u32>,
     owner: String,
+}
+
+/// The tracks of one process (or GPU group).
+#[derive(Default)]
+struct Tracks {
+    /// Track id of each slot, in the order made.
+    tids: Vec<u32>,
+    /// Free slots, and when the last slice on each ended.
+    free: BTreeMap<usize, u64>,
+    /// A task of it was not drawn because its tracks were all busy: tasks not open are drawn
+    /// from their next event on (not from the trace's start).
+    overflowed: bool,
 }
 
 /// Writes a Chrome JSON trace as events arrive; [`PerfettoWriter::finish`] closes it.
@@ -111,9 +140,14 @@ pub struct PerfettoWriter<W: Write> {
     open: HashMap<TaskKey, Track>,
     named: HashSet<u32>,
     next_track: u32,
-    /// Per process: its tracks (tid) in the order made, and when each last slice ended (`None`
-    /// while one is open on it).
-    tracks: HashMap<u32, Vec<(u32, Option<u64>)>>,
+    /// Per process: its tracks (at most [`MAX_TRACKS_PER_PROCESS`]).
+    tracks: HashMap<u32, Tracks>,
+    /// Tasks not drawn because their process (or GPU group) had [`MAX_TRACKS_PER_PROCESS`]
+    /// tracks busy or the timeline [`MAX_TRACKS`], and their events.
+    tasks_not_drawn: u64,
+    events_not_drawn: u64,
+    /// Lifetimes drawn in their process but not in their GPU's group (its tracks all busy).
+    gpu_slices_not_drawn: u64,
     /// Live tasks per GPU (the counter tracks).
     live_per_gpu: HashMap<u32, u64>,
     /// The track group of each (GPU, runlist) seen, by first use.
@@ -168,6 +202,9 @@ impl<W: Write> PerfettoWriter<W> {
             named: HashSet::new(),
             next_track: 0,
             tracks: HashMap::new(),
+            tasks_not_drawn: 0,
+            events_not_drawn: 0,
+            gpu_slices_not_drawn: 0,
             live_per_gpu: HashMap::new(),
             gpu_groups: HashMap::new(),
             schedules: BTreeMap::new(),
@@ -280,27 +317,50 @@ impl<W: Write> PerfettoWriter<W> {
         Ok(())
     }
 
-    /// A track of process `pid` for a slice beginning at `ts_ns`: the first one free since
-    /// then, else a new one (named `<kind> slot N`).
-    fn take_track(&mut self, pid: u32, task: TaskId, ts_ns: u64) -> io::Result<u32> {
+    /// A track of process `pid` for a slice beginning at `ts_ns`: the lowest one free since
+    /// then (of the first few free ones), else a new one (named `<kind> slot N`); `None` when
+    /// the process has [`MAX_TRACKS_PER_PROCESS`] busy or the timeline [`MAX_TRACKS`].
+    /// Amortized O(log tracks): a process's free tracks are kept in order.
+    fn take_track(
+        &mut self,
+        pid: u32,
+        task: TaskId,
+        ts_ns: u64,
+    ) -> io::Result<Option<(u32, usize)>> {
+        if self.next_track >= MAX_TRACKS && !self.tracks.contains_key(&pid) {
+            // A full timeline remembers nothing more per process.
+            return Ok(None);
+        }
         let tracks = self.tracks.entry(pid).or_default();
-        if let Some(slot) = tracks
-            .iter_mut()
-            .find(|(_, free)| free.is_some_and(|end| end <= ts_ns))
-        {
-            slot.1 = None;
-            return Ok(slot.0);
+        let found = tracks
+            .free
+            .iter()
+            .take(FREE_TRACKS_LOOKED_AT)
+            .find(|&(_, &end)| end <= ts_ns)
+            .map(|(&slot, _)| slot);
+        if let Some(slot) = found {
+            tracks.free.remove(&slot);
+            return Ok(Some((tracks.tids[slot], slot)));
+        }
+        if tracks.tids.len() >= MAX_TRACKS_PER_PROCESS || self.next_track >= MAX_TRACKS {
+            tracks.overflowed = true;
+            return Ok(None);
         }
         let tid = TRACK_TID_BASE + self.next_track;
         self.next_track += 1;
-        tracks.push((tid, None));
-        let n = tracks.len();
+        let slot = tracks.tids.len();
+        tracks.tids.push(tid);
         let kind = match task {
             TaskId::KfdQueue(_) => "queue",
             _ => "TSG",
         };
-        self.metadata("thread_name", pid, tid, &format!("{kind} slot {n}"))?;
-        Ok(tid)
+        self.metadata(
+            "thread_name",
+            pid,
+            tid,
+            &format!("{kind} slot {}", slot + 1),
+        )?;
+        Ok(Some((tid, slot)))
     }
 
     /// Opens a slice for `task` at `ts_ns` on a free track of its process, and where its GPU
@@ -313,16 +373,22 @@ impl<W: Write> PerfettoWriter<W> {
         slice: &str,
         place: Option<GpuPlace>,
         args: Value,
-    ) -> io::Result<u32> {
-        let tid = self.take_track(pid, task, ts_ns)?;
+    ) -> io::Result<Option<u32>> {
+        let Some((tid, slot)) = self.take_track(pid, task, ts_ns)? else {
+            return Ok(None);
+        };
         self.edge("B", ts_ns, (pid, tid), slice, args)?;
         let mut on_gpu = None;
         if let Some(p) = &place {
             let group = self.gpu_group(p.gpu, p.runlist)?;
-            let track = self.take_track(group, task, ts_ns)?;
-            let name = format!("{}: {slice}", p.owner);
-            self.edge("B", ts_ns, (group, track), &name, json!({}))?;
-            on_gpu = Some((group, track, name));
+            // A GPU group with every track busy shows the lifetime in its process only.
+            if let Some((track, gslot)) = self.take_track(group, task, ts_ns)? {
+                let name = format!("{}: {slice}", p.owner);
+                self.edge("B", ts_ns, (group, track), &name, json!({}))?;
+                on_gpu = Some((group, track, gslot, name));
+            } else {
+                self.gpu_slices_not_drawn += 1;
+            }
         }
         let flow = self.next_flow;
         self.next_flow += 1;
@@ -330,6 +396,7 @@ impl<W: Write> PerfettoWriter<W> {
             task_key(pid, task),
             Track {
                 tid,
+                slot,
                 slice: slice.to_string(),
                 begin_ns: ts_ns,
                 gpu: place.as_ref().map(|p| p.gpu),
@@ -341,7 +408,7 @@ impl<W: Write> PerfettoWriter<W> {
         if let Some(p) = place {
             self.count_live(p.gpu, ts_ns, 1)?;
         }
-        Ok(tid)
+        Ok(Some(tid))
     }
 
     /// The track group of GPU `gpu` (and runlist, where known), named at first use.
@@ -376,10 +443,10 @@ impl<W: Write> PerfettoWriter<W> {
     fn close_track(&mut self, pid: u32, track: Track, ts_ns: u64, args: Value) -> io::Result<()> {
         let ts = self.not_before(ts_ns, track.begin_ns);
         self.edge("E", ts, (pid, track.tid), &track.slice, args)?;
-        self.free_track(pid, track.tid, ts);
-        if let Some((group, tid, name)) = &track.on_gpu {
+        self.free_track(pid, track.slot, ts);
+        if let Some((group, tid, slot, name)) = &track.on_gpu {
             self.edge("E", ts, (*group, *tid), name, json!({}))?;
-            self.free_track(*group, *tid, ts);
+            self.free_track(*group, *slot, ts);
         }
         if let Some(g) = track.gpu {
             self.count_live(g, ts, -1)?;
@@ -387,14 +454,10 @@ impl<W: Write> PerfettoWriter<W> {
         Ok(())
     }
 
-    /// Track `tid` of `pid` is free from `ts_ns` on.
-    fn free_track(&mut self, pid: u32, tid: u32, ts_ns: u64) {
-        if let Some(slot) = self
-            .tracks
-            .get_mut(&pid)
-            .and_then(|t| t.iter_mut().find(|(t, _)| *t == tid))
-        {
-            slot.1 = Some(ts_ns);
+    /// Track `slot` of `pid` is free from `ts_ns` on.
+    fn free_track(&mut self, pid: u32, slot: usize, ts_ns: u64) {
+        if let Some(t) = self.tracks.get_mut(&pid) {
+            t.free.insert(slot, ts_ns);
         }
     }
 
@@ -403,6 +466,7 @@ impl<W: Write> PerfettoWriter<W> {
     fn point(&mut self, ts_ns: u64, key: &TaskKey, name: &str, args: Value) -> io::Result<()> {
         let pid = key.0;
         let Some(track) = self.open.get_mut(key) else {
+            self.events_not_drawn += 1;
             return Ok(());
         };
         let (tid, flow, flow_in, begin) = (track.tid, track.flow, track.flowing, track.begin_ns);
@@ -450,20 +514,31 @@ impl<W: Write> PerfettoWriter<W> {
     }
 
     /// The open track of `task`, opened at `trace_start_ns` if the task was created before the
-    /// trace started.
-    fn track_of(&mut self, pid: u32, task: TaskId, trace_start_ns: u64) -> io::Result<u32> {
+    /// trace started (at `ts_ns` if its process ran out of tracks before: it may be a task that
+    /// was not drawn then); `None` when it cannot be drawn.
+    fn track_of(
+        &mut self,
+        pid: u32,
+        task: TaskId,
+        ts_ns: u64,
+        trace_start_ns: u64,
+    ) -> io::Result<Option<u32>> {
         if let Some(t) = self.open.get(&task_key(pid, task)) {
-            return Ok(t.tid);
+            return Ok(Some(t.tid));
         }
         let name = task_label(task);
-        self.open_track(
-            pid,
-            task,
-            trace_start_ns,
-            &name,
-            None,
-            json!({"note": "created before the trace started"}),
-        )
+        let full =
+            self.tracks.get(&pid).is_some_and(|t| t.overflowed) || self.next_track >= MAX_TRACKS;
+        let (begin, note) = if full {
+            (
+                ts_ns,
+                "drawn from here: began earlier, while its process had every track busy or \
+                 was created before the trace started",
+            )
+        } else {
+            (trace_start_ns, "created before the trace started")
+        };
+        self.open_track(pid, task, begin, &name, None, json!({ "note": note }))
     }
 
     /// Writes one event. `process_name` names the process's track group; `trace_start_ns` is
@@ -495,18 +570,26 @@ impl<W: Write> PerfettoWriter<W> {
                     runlist: *runlist,
                     owner: format!("{} {pid}", super::escape::escape_text(process_name)),
                 });
-                self.open_track(pid, task, ts, &slice, place, json!({ "task_init": fields }))?;
+                if self
+                    .open_track(pid, task, ts, &slice, place, json!({ "task_init": fields }))?
+                    .is_none()
+                {
+                    self.tasks_not_drawn += 1;
+                }
                 self.point(ts, &key, ev.kind.name(), fields)?;
             }
             // PRETRACE_END closes a "TSGs created before tracing" slice opened at the start.
             EventKind::TaskDestroy { .. } | EventKind::PretraceEnd { .. } => {
-                self.track_of(pid, task, trace_start_ns)?;
-                if let Some(track) = self.open.remove(&key) {
-                    self.close_track(pid, track, ts, json!({ "task_destroy": fields }))?;
+                self.track_of(pid, task, ts, trace_start_ns)?;
+                match self.open.remove(&key) {
+                    Some(track) => {
+                        self.close_track(pid, track, ts, json!({ "task_destroy": fields }))?
+                    }
+                    None => self.events_not_drawn += 1,
                 }
             }
             _ => {
-                self.track_of(pid, task, trace_start_ns)?;
+                self.track_of(pid, task, ts, trace_start_ns)?;
                 if matches!(ev.kind, EventKind::Schedule { .. }) {
                     let gpu = self.open.get(&key).and_then(|t| t.gpu);
                     let second = ts.saturating_sub(trace_start_ns) / 1_000_000_000;
@@ -571,6 +654,23 @@ impl<W: Write> PerfettoWriter<W> {
                 "placed_at_slice_begin".into(),
                 Value::from(self.clamped.to_string()),
             );
+        }
+        if self.events_not_drawn > 0 || self.gpu_slices_not_drawn > 0 {
+            eprintln!(
+                "gpu-trace: the Perfetto timeline leaves out {} events ({} tasks begun) and {} \
+                 GPU-group slices: their process or GPU group had {MAX_TRACKS_PER_PROCESS} \
+                 tracks busy, or the timeline {MAX_TRACKS} (its otherData counts them)",
+                self.events_not_drawn, self.tasks_not_drawn, self.gpu_slices_not_drawn
+            );
+        }
+        for (k, v) in [
+            ("tasks_not_drawn", self.tasks_not_drawn),
+            ("events_not_drawn", self.events_not_drawn),
+            ("gpu_slices_not_drawn", self.gpu_slices_not_drawn),
+        ] {
+            if v > 0 {
+                other.insert(k.into(), Value::from(v.to_string()));
+            }
         }
         write!(self.out, "\n],\n\"otherData\":{}}}\n", Value::Object(other))?;
         self.out.flush()?;
@@ -912,11 +1012,122 @@ mod tests {
         assert!(rate[5].0 > 1e16 && rate[6].0 > rate[5].0);
     }
 
+    /// Distinct thread tracks (`thread_name` metadata) of process `pid`.
+    fn tracks_of(v: &Value, pid: u64) -> usize {
+        v["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["name"] == "thread_name" && e["pid"] == pid)
+            .count()
+    }
+
+    #[test]
+    fn a_process_naming_endless_handles_gets_a_bounded_number_of_tracks_and_a_count() {
+        // Schedules on distinct handles never seen created: each is a task alive until the end
+        // (what any process can make with refused calls). Past the cap they are not drawn, and
+        // counted.
+        let n = MAX_TRACKS_PER_PROCESS as u32 * 3;
+        let evs: Vec<Event> = (0..n)
+            .map(|i| schedule(u64::from(i) + 1, 7, 0x1000 + i))
+            .collect();
+        let v = write(&evs, 1, 1_000_000);
+        assert_eq!(tracks_of(&v, 7), MAX_TRACKS_PER_PROCESS);
+        let other = &v["otherData"];
+        let extra = u64::from(n) - MAX_TRACKS_PER_PROCESS as u64;
+        assert_eq!(other["events_not_drawn"], extra.to_string(), "{other}");
+        // Drawn: one point each, every slice closed at the end.
+        let points = procs(&v).iter().filter(|e| e["ph"] == "X").count();
+        assert_eq!(points, MAX_TRACKS_PER_PROCESS);
+        let (b, e) = procs(&v).iter().fold((0, 0), |(b, e), ev| {
+            (
+                b + usize::from(ev["ph"] == "B"),
+                e + usize::from(ev["ph"] == "E"),
+            )
+        });
+        assert_eq!((b, e), (MAX_TRACKS_PER_PROCESS, MAX_TRACKS_PER_PROCESS));
+        // Another process still gets its tracks.
+        let mut more = evs.clone();
+        more.push(schedule(u64::from(n) + 5, 8, 0x1));
+        let v = write(&more, 1, 1_000_000);
+        assert_eq!(tracks_of(&v, 8), 1);
+    }
+
+    #[test]
+    fn tasks_of_a_full_process_are_drawn_again_once_tracks_free_up() {
+        let cap = MAX_TRACKS_PER_PROCESS as u32;
+        let mut evs: Vec<Event> = (0..=cap)
+            .map(|i| init(u64::from(i) + 1, 7, 0x1000 + i))
+            .collect();
+        // The one past the cap is not drawn; its later schedule is not either (still full).
+        evs.push(schedule(u64::from(cap) + 10, 7, 0x1000 + cap));
+        // One ends; a new task takes its track.
+        evs.push(destroy(u64::from(cap) + 20, 7, 0x1000));
+        evs.push(init(u64::from(cap) + 30, 7, 0x9999));
+        let v = write(&evs, 1, 1_000_000);
+        let other = &v["otherData"];
+        assert_eq!(other["tasks_not_drawn"], "1", "{other}");
+        // Its TASK_INIT point and its SCHEDULE.
+        assert_eq!(other["events_not_drawn"], "2", "{other}");
+        assert_eq!(tracks_of(&v, 7), MAX_TRACKS_PER_PROCESS);
+        let since = f64::from(cap + 30) / 1000.0;
+        let late = procs(&v)
+            .iter()
+            .filter(|e| e["ph"] == "B" && e["ts"].as_f64().unwrap() >= since)
+            .count();
+        assert_eq!(late, 1, "the new task got the freed track");
+    }
+
+    #[test]
+    fn the_whole_timeline_is_capped_and_remembers_nothing_more_per_process_past_it() {
+        let mut w = PerfettoWriter::new(std::io::sink(), Clock::new(0)).unwrap();
+        let procs = (MAX_TRACKS as usize).div_ceil(MAX_TRACKS_PER_PROCESS) as u32 + 3;
+        let mut ts = 1;
+        for pid in 0..procs {
+            for h in 0..MAX_TRACKS_PER_PROCESS as u32 {
+                ts += 1;
+                w.event(&schedule(ts, 100 + pid, h), "storm", 1).unwrap();
+            }
+        }
+        assert_eq!(w.next_track, MAX_TRACKS);
+        assert_eq!(w.open.len(), MAX_TRACKS as usize);
+        let with_tracks = w.tracks.len();
+        // New processes past the cap: not drawn, and no state kept for them.
+        for pid in 0..1000 {
+            w.event(&schedule(ts + 1, 10_000 + pid, 1), "late", 1)
+                .unwrap();
+        }
+        assert_eq!(w.tracks.len(), with_tracks);
+        let expected =
+            u64::from(procs) * MAX_TRACKS_PER_PROCESS as u64 - u64::from(MAX_TRACKS) + 1000;
+        assert_eq!(w.events_not_drawn, expected);
+    }
+
+    /// 300 000 distinct handles in one process (the issue's case: 77 s before, quadratic in the
+    /// live tasks): the writer finishes, its output is valid, and what it drew is bounded.
+    #[test]
+    fn three_hundred_thousand_distinct_handles_finish_with_a_bounded_timeline() {
+        let mut w = PerfettoWriter::new(Vec::new(), Clock::new(0)).unwrap();
+        for i in 0..300_000u32 {
+            w.event(&schedule(u64::from(i) + 1, 7, i), "storm", 1)
+                .unwrap();
+        }
+        assert!(w.open.len() <= MAX_TRACKS_PER_PROCESS);
+        let bytes = w.finish(400_000, &[]).unwrap();
+        let v: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(tracks_of(&v, 7), MAX_TRACKS_PER_PROCESS);
+        assert_eq!(
+            v["otherData"]["events_not_drawn"],
+            (300_000 - MAX_TRACKS_PER_PROCESS).to_string()
+        );
+    }
+
     #[test]
     fn a_recording_naming_endless_gpus_gets_a_bounded_number_of_groups() {
         let mut evs = Vec::new();
         for i in 0..(MAX_GPU_GROUPS + 10) {
-            let mut e = init(u64::from(i) + 1, 7, 0x100 + i);
+            // One process per task: a process's own tracks are capped too.
+            let mut e = init(u64::from(i) + 1, 7 + i, 0x100 + i);
             if let EventKind::TaskInit { gpu, .. } = &mut e.kind {
                 *gpu = Some(i);
             }

@@ -521,7 +521,48 @@ impl Display for Timeslice {
     }
 }
 
-/// An errno (either sign) by name when it is a common one, else its positive number.
+/// The symbolic name of an errno (either sign) on Linux, e.g. `ENOTTY` for 25 or -25; `None`
+/// for 0 and numbers not listed here.
+pub fn errno_name(errno: i32) -> Option<&'static str> {
+    let names = [
+        (libc::EPERM, "EPERM"),
+        (libc::ENOENT, "ENOENT"),
+        (libc::ESRCH, "ESRCH"),
+        (libc::EINTR, "EINTR"),
+        (libc::EIO, "EIO"),
+        (libc::ENXIO, "ENXIO"),
+        (libc::E2BIG, "E2BIG"),
+        (libc::EBADF, "EBADF"),
+        (libc::ECHILD, "ECHILD"),
+        (libc::EAGAIN, "EAGAIN"),
+        (libc::ENOMEM, "ENOMEM"),
+        (libc::EACCES, "EACCES"),
+        (libc::EFAULT, "EFAULT"),
+        (libc::EBUSY, "EBUSY"),
+        (libc::EEXIST, "EEXIST"),
+        (libc::ENODEV, "ENODEV"),
+        (libc::EINVAL, "EINVAL"),
+        (libc::ENFILE, "ENFILE"),
+        (libc::EMFILE, "EMFILE"),
+        (libc::ENOTTY, "ENOTTY"),
+        (libc::ENOSPC, "ENOSPC"),
+        (libc::EPIPE, "EPIPE"),
+        (libc::ERANGE, "ERANGE"),
+        (libc::EDEADLK, "EDEADLK"),
+        (libc::ENOSYS, "ENOSYS"),
+        (libc::ENODATA, "ENODATA"),
+        (libc::ETIME, "ETIME"),
+        (libc::EOVERFLOW, "EOVERFLOW"),
+        (libc::EOPNOTSUPP, "EOPNOTSUPP"),
+        (libc::ETIMEDOUT, "ETIMEDOUT"),
+        (libc::ECANCELED, "ECANCELED"),
+    ];
+    let e = i32::try_from(errno.unsigned_abs()).ok()?;
+    names.iter().find(|&&(n, _)| n == e).map(|&(_, name)| name)
+}
+
+/// An errno (either sign) by name when it is a common one, else its positive number (the text
+/// line's format: a fixed list, narrower than [`errno_name`]'s).
 struct Errno(i32);
 
 impl Display for Errno {

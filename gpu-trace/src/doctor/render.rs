@@ -1,11 +1,13 @@
-//! The report as text (a table, the verdicts, what the exit status means) and as JSON.
+//! The report as text (the verdicts and what the exit status means first, then the table) and
+//! as JSON.
 
 use std::fmt::Write as _;
 
 use super::rows::{Report, exit};
 
 impl Report {
-    /// The table, the verdicts and what the exit status means, as text.
+    /// The verdicts first (with any warning and what the exit status means), then the table,
+    /// as text.
     pub fn render_text(&self) -> String {
         let check_w = self
             .rows
@@ -20,6 +22,27 @@ impl Report {
             "gpu-trace doctor: what this machine allows (kernel {}, {})",
             self.kernel, self.arch
         );
+        let _ = writeln!(out);
+        for (name, v) in [("tracing", &self.tracing), ("--deny-pid", &self.deny)] {
+            let _ = writeln!(
+                out,
+                "{name:<10}  {}  {}",
+                if v.ok { "yes" } else { "no " },
+                v.why
+            );
+            if let Some(fix) = &v.fix {
+                let _ = writeln!(out, "{:13}fix: {fix}", "");
+            }
+        }
+        for warning in &self.warnings {
+            let _ = writeln!(out, "WARNING: {warning}");
+        }
+        let meaning = match self.exit_code {
+            exit::READY => "tracing and --deny-pid can both work",
+            exit::NO_DENY => "tracing can work, --deny-pid cannot",
+            _ => "tracing cannot work",
+        };
+        let _ = writeln!(out, "exit status {}: {meaning}", self.exit_code);
         let _ = writeln!(out);
         let _ = writeln!(
             out,
@@ -45,24 +68,6 @@ impl Report {
                 let _ = writeln!(out, "{:indent$}fix: {fix}", "");
             }
         }
-        let _ = writeln!(out);
-        for (name, v) in [("tracing", &self.tracing), ("--deny-pid", &self.deny)] {
-            let _ = writeln!(
-                out,
-                "{name:<10}  {}  {}",
-                if v.ok { "yes" } else { "no " },
-                v.why
-            );
-            if let Some(fix) = &v.fix {
-                let _ = writeln!(out, "{:13}fix: {fix}", "");
-            }
-        }
-        let meaning = match self.exit_code {
-            exit::READY => "tracing and --deny-pid can both work",
-            exit::NO_DENY => "tracing can work, --deny-pid cannot",
-            _ => "tracing cannot work",
-        };
-        let _ = writeln!(out, "\nexit status {}: {meaning}", self.exit_code);
         out
     }
 

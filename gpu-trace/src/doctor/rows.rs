@@ -97,6 +97,9 @@ pub struct Report {
     pub rows: Vec<Row>,
     pub tracing: Verdict,
     pub deny: Verdict,
+    /// One line each, shown with the verdicts: what the verdicts do not say (no GPU driver
+    /// loaded: tracing can start but sees nothing).
+    pub warnings: Vec<String>,
     pub exit_code: u8,
 }
 
@@ -995,6 +998,17 @@ fn deny_verdict(ctx: &Ctx<'_>, tracing: &Verdict, lsm: &Row) -> Verdict {
     }
 }
 
+/// The warning when neither vendor's driver is loaded (NVIDIA: no /proc/driver/nvidia/version
+/// and no nvidia module; AMD: no /dev/kfd): "tracing yes" would otherwise read as "ready".
+fn no_driver_warning(nvidia_loaded: bool, kfd_present: bool) -> Option<String> {
+    (!nvidia_loaded && !kfd_present).then(|| {
+        "no GPU driver is loaded (NVIDIA: no /proc/driver/nvidia/version and no nvidia module; \
+         AMD: no /dev/kfd): a trace starts but sees nothing until one is (sudo modprobe nvidia, \
+         or amdgpu)"
+            .to_string()
+    })
+}
+
 /// The table and verdicts for `facts`.
 pub fn evaluate(facts: &Facts) -> Report {
     let chosen = match &facts.tracer {
@@ -1017,12 +1031,17 @@ pub fn evaluate(facts: &Facts) -> Report {
         (true, false) => exit::NO_DENY,
         (true, true) => exit::READY,
     };
+    let nvidia_loaded = facts.nvidia_version.is_some() || facts.nvidia_module;
+    let warnings = no_driver_warning(nvidia_loaded, facts.kfd_node.is_some())
+        .into_iter()
+        .collect();
     Report {
         kernel: facts.kernel.clone(),
         arch: facts.arch.clone(),
         rows,
         tracing,
         deny,
+        warnings,
         exit_code,
     }
 }

@@ -449,3 +449,30 @@ fn a_current_kernel_has_every_feature() {
             .any(|row| row.check.starts_with("before Linux"))
     );
 }
+
+#[test]
+fn a_warning_says_when_no_gpu_driver_is_loaded_and_the_verdict_comes_first() {
+    // The CI machine: no driver of either vendor; tracing itself works.
+    let r = evaluate(&ci_facts());
+    assert!(r.tracing.ok);
+    assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
+    assert!(r.warnings[0].contains("no GPU driver is loaded"));
+    let text = r.render_text();
+    let at = |prefix: &str| {
+        text.lines()
+            .position(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix} line:\n{text}"))
+    };
+    assert!(at("tracing") < at("VENDOR"), "{text}");
+    assert!(at("WARNING: no GPU driver") < at("VENDOR"), "{text}");
+    assert!(at("exit status") < at("VENDOR"), "{text}");
+    // Either driver loaded: no warning.
+    assert!(evaluate(&gpu_host_facts()).warnings.is_empty());
+    let mut amd = ci_facts();
+    amd.kfd_node = Some(DevNode {
+        path: "/dev/kfd".into(),
+        major: 236,
+        minor: 0,
+    });
+    assert!(evaluate(&amd).warnings.is_empty());
+}

@@ -3,6 +3,7 @@
 //! tried and why it failed.
 
 pub mod deep;
+pub mod deny;
 pub mod gpu_ext;
 pub mod nv_entry;
 pub mod trampoline;
@@ -623,7 +624,7 @@ impl Tracer {
         )?);
 
         if options.denies() {
-            hooks.push(attach_deny(&mut ebpf, &options.deny_pids, aya_btf)?);
+            hooks.extend(attach_deny(&mut ebpf, &options.deny_pids, aya_btf)?);
         }
 
         // Counting starts once everything is attached, before any event is read.
@@ -785,9 +786,14 @@ impl Tracer {
 }
 
 /// `--deny-pid`: checks that BPF LSM programs can run here, fills the deny map with the
-/// processes' tgids, then attaches the LSM programs. Fails, rather than tracing on while
-/// pretending to enforce, when any step is refused.
-fn attach_deny(ebpf: &mut Ebpf, pids: &[u32], kernel_btf: &Option<Btf>) -> Result<Hook, LoadError> {
+/// processes' tgids, attaches the fork hook that denies what they create from then on, adds
+/// their descendants that exist already, then attaches the LSM programs. Fails, rather than
+/// tracing on while pretending to enforce, when any step is refused.
+fn attach_deny(
+    ebpf: &mut Ebpf,
+    pids: &[u32],
+    kernel_btf: &Option<Btf>,
+) -> Result<Vec<Hook>, LoadError> {
     let active = system::active_lsms().map_err(|e| LoadError::DenyUnsupported(e.to_string()))?;
     if !system::lsm_list(&active).iter().any(|m| m == "bpf") {
         return Err(LoadError::DenyUnsupported(format!(
@@ -798,19 +804,19 @@ fn attach_deny(ebpf: &mut Ebpf, pids: &[u32], kernel_btf: &Option<Btf>) -> Resul
     let btf = kernel_btf.as_ref().ok_or_else(|| {
         LoadError::DenyUnsupported(format!("kernel BTF is missing ({})", btf::VMLINUX_BTF_PATH))
     })?;
-    let mut deny: BpfHashMap<_, u32, u32> = BpfHashMap::try_from(
-        ebpf.map_mut("DENY").ok_or(LoadError::MissingMap("DENY"))?,
-    )
-    .map_err(|source| LoadError::Map {
-        name: "DENY",
-        source,
-    })?;
+    let mut roots = std::collections::BTreeSet::new();
     for &pid in pids {
-        let tgid = system::thread_group_of(pid).ok_or(LoadError::NoSuchProcess { pid })?;
-        deny.insert(tgid, 1, 0).map_err(|source| LoadError::Map {
-            name: "DENY",
-            source,
-        })?;
+        roots.insert(system::thread_group_of(pid).ok_or(LoadError::NoSuchProcess { pid })?);
+    }
+    // With --deny-cgroup alone there is nothing to follow: a new process starts in its
+    // parent's cgroup, so a subtree covers descendants by itself.
+    let mut hooks = Vec::new();
+    if !roots.is_empty() {
+        follow_forks(ebpf, &roots)?;
+        hooks.push(Hook {
+            event: "deny-fork",
+            attach: format!("raw_tp/{}", targets::DENY_FORK.name),
+        });
     }
     for targets::LsmHook { program, hook } in targets::DENY {
         let mut attach = || -> Result<(), String> {
@@ -835,11 +841,62 @@ fn attach_deny(ebpf: &mut Ebpf, pids: &[u32], kernel_btf: &Option<Btf>) -> Resul
             })
         })?;
     }
-    Ok(Hook {
+    hooks.push(Hook {
         event: "deny",
         attach: targets::DENY.map(|d| format!("lsm/{}", d.hook)).join(" + "),
-    })
+    });
+    Ok(hooks)
 }
+
+/// Fills the deny map with `roots`, attaches `deny_fork` (from then on the kernel denies every
+/// process a denied one creates), then adds the roots' descendants that exist already
+/// (`deny::add_existing_descendants`).
+pub(crate) fn follow_forks(
+    ebpf: &mut Ebpf,
+    roots: &std::collections::BTreeSet<u32>,
+) -> Result<(), LoadError> {
+    let map_error = |source| LoadError::Map {
+        name: "DENY",
+        source,
+    };
+    {
+        let mut deny: BpfHashMap<_, u32, u32> =
+            BpfHashMap::try_from(ebpf.map_mut("DENY").ok_or(LoadError::MissingMap("DENY"))?)
+                .map_err(map_error)?;
+        for &tgid in roots {
+            deny.insert(tgid, 1, 0).map_err(map_error)?;
+        }
+    }
+    attach_raw_tp(targets::DENY_FORK.program, targets::DENY_FORK.name)(ebpf).map_err(|why| {
+        LoadError::DenyUnsupported(format!(
+            "the kernel refused the program that denies the processes a denied process creates \
+             (raw_tp/{}): {why}",
+            targets::DENY_FORK.name
+        ))
+    })?;
+    let mut deny: BpfHashMap<_, u32, u32> =
+        BpfHashMap::try_from(ebpf.map_mut("DENY").ok_or(LoadError::MissingMap("DENY"))?)
+            .map_err(map_error)?;
+    deny::add_existing_descendants(roots, |pid| {
+        if deny.get(&pid, 0).is_ok() {
+            return Ok(false);
+        }
+        deny.insert(pid, 1, 0)
+            .map(|()| true)
+            .map_err(|e| e.to_string())
+    })
+    .map_err(|why| {
+        LoadError::DenyUnsupported(format!(
+            "adding the denied processes' descendants to the deny map failed: {why} (at most {} \
+             denied processes at once)",
+            DENY_MAX
+        ))
+    })?;
+    Ok(())
+}
+
+/// Entries of the kernel's deny map (`DENY_MAX` in `gpu-trace-ebpf/src/deny.rs`).
+pub const DENY_MAX: u32 = 16384;
 
 /// Writes cgroup subtrees into one of the programs' [`CgroupMatch`] arrays.
 fn fill_cgroup_map(

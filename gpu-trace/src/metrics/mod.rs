@@ -1,7 +1,8 @@
 //! `--metrics`: the metrics core is `gpu_trace_core::metrics` (pure: events and statistics into
 //! a `prometheus-client` registry); here are the parts that touch the system: the HTTP server
-//! ([`server`]) and the ring buffer's fill read from the kernel's pages ([`ring`]).
+//! ([`server`]), who may read it ([`access`]), and the ring buffer's fill read from the kernel's pages ([`ring`]).
 pub use gpu_trace_core::metrics::*;
 
+pub mod access;
 pub mod ring;
 pub mod server;

@@ -1,21 +1,61 @@
-//! The HTTP side of `--metrics`: a `tiny_http` server on its own thread that answers
-//! `GET /metrics` with the registry's OpenMetrics text. Kept apart from the core so that the
-//! core (and replay) never depend on a server.
+//! The HTTP side of `--metrics`: `GET /metrics` answers the registry's OpenMetrics text. Kept
+//! apart from the core so that the core (and replay) never depend on a server.
+//!
+//! The endpoint must not be a way to take the tracer down (issue 26), so:
+//! - it runs on one thread of its own with its own small tokio runtime (current-thread): the
+//!   tracer's runtime drains the ring buffer and never waits on a client, and a failure here never
+//!   stops tracing; no thread per connection (one thread whatever the number of clients);
+//! - hyper's HTTP/1 server with a bounded request head ([`Limits::head_bytes`],
+//!   [`Limits::max_headers`]: over them, 431 and close), a head that must arrive within
+//!   [`Limits::header_timeout`], no keep-alive, and a total deadline per connection
+//!   ([`Limits::connection_deadline`]). The request body is never read: hyper reads a body only
+//!   when asked, in pieces of what has arrived, so an announced `Content-Length` is never
+//!   allocated (one over hyper's maximum, `u64::MAX - 2`, is refused with 431);
+//! - at most [`Limits::max_connections`] connections at once: more are closed at once (counted);
+//! - an `accept` that fails (EMFILE, ENFILE, ENOMEM...) is counted and retried after a short pause;
+//! - the serving loop runs under `catch_unwind`: a panic is reported on stderr, counted, and the
+//!   server restarted on the same socket; after [`MAX_RESTARTS`] failures in a row (each within a
+//!   minute of its restart) the endpoint is dead:
+//!   one line on stderr at once, and the run's exit status is 1 at the end ([`endpoint_failed`]),
+//!   while tracing goes on.
+//!
+//! Its own counters (`gpu_trace_metrics_*`, [`SERVER_METRICS`]) are served before the core's.
 
-use std::{net::SocketAddr, sync::Arc, thread::JoinHandle};
+use std::{
+    convert::Infallible,
+    net::SocketAddr,
+    panic::AssertUnwindSafe,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    thread::JoinHandle,
+    time::Duration,
+};
 
-use prometheus_client::registry::Registry;
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Method, Request, Response, StatusCode, body::Incoming, header};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use prometheus_client::{metrics::counter::Counter, registry::Registry};
 use thiserror::Error;
+use tokio::sync::{Notify, Semaphore};
+
+use super::access::{Access, AccessError};
 
 #[derive(Debug, Error)]
 pub enum ServeError {
     #[error(
-        "--metrics {0}: not a loopback address. The endpoint has no authentication; to serve it \
-         on other interfaces (e.g. in a Kubernetes pod), add --metrics-allow-remote"
+        "--metrics {0}: not a loopback address, and no authentication is configured. To serve it \
+         on other interfaces (e.g. a Kubernetes pod's IP), require credentials \
+         (--metrics-web-config with basic_auth_users, or --metrics-bearer-token-file), or add \
+         --metrics-allow-remote to serve it to anyone who can reach it"
     )]
     NotLoopback(SocketAddr),
     #[error("--metrics {addr}: cannot listen: {why} (is the port in use? pick another one)")]
     Bind { addr: SocketAddr, why: String },
+    #[error(transparent)]
+    Access(#[from] AccessError),
 }
 
 /// Refuses a non-loopback address unless `allow_remote` (a usage error).
@@ -27,41 +67,413 @@ pub fn check_addr(addr: SocketAddr, allow_remote: bool) -> Result<(), ServeError
     }
 }
 
+/// The `--metrics*` options before anything loads (usage errors): the access files are read
+/// and the address is loopback, or allowed remote, or credentials are required. Returns what
+/// the server will enforce; `None` without `--metrics`.
+pub fn check_args(args: &crate::cli::MetricsArgs) -> Result<Option<Access>, ServeError> {
+    let Some(addr) = args.addr else {
+        return Ok(None);
+    };
+    let access = Access::load(
+        args.metrics_web_config.as_deref(),
+        args.metrics_bearer_token_file.as_deref(),
+    )?;
+    check_addr(addr, args.metrics_allow_remote || access.required())?;
+    Ok(Some(access))
+}
+
+/// What one client may cost the server.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Connections open at once; more are closed as soon as they are accepted.
+    pub max_connections: usize,
+    /// The request line and headers together, in bytes (hyper answers 431 past it). At least
+    /// 8192 (hyper's smallest read buffer).
+    pub head_bytes: usize,
+    /// Header lines in a request (431 past it).
+    pub max_headers: usize,
+    /// The whole request head must have arrived within this time of the connection's start.
+    pub header_timeout: Duration,
+    /// A connection is closed this long after it was accepted, whatever it is doing (a client
+    /// that reads the answer slowly, or not at all).
+    pub connection_deadline: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_connections: 32,
+            head_bytes: 8192,
+            max_headers: 32,
+            header_timeout: Duration::from_secs(5),
+            connection_deadline: Duration::from_secs(15),
+        }
+    }
+}
+
+/// Serving-loop failures (panics) in a row after which the endpoint is given up; a failure
+/// after [`FAILURE_WINDOW`] of serving starts the count again.
+pub const MAX_RESTARTS: u64 = 5;
+
+/// See [`MAX_RESTARTS`].
+const FAILURE_WINDOW: Duration = Duration::from_secs(60);
+
+/// The pause after an `accept` that failed (e.g. EMFILE: no descriptor free until one closes).
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+
+/// The server's own metrics: (name without `_total`, help).
+pub const SERVER_METRICS: [(&str, &str); 5] = [
+    (
+        "gpu_trace_metrics_connections_refused",
+        "Connections to the metrics endpoint closed at once because the connection limit was reached",
+    ),
+    (
+        "gpu_trace_metrics_connections_timed_out",
+        "Connections to the metrics endpoint closed because the request head did not arrive in time or the connection outlived its deadline",
+    ),
+    (
+        "gpu_trace_metrics_bad_requests",
+        "Connections to the metrics endpoint closed on a malformed or oversized request (hyper answered 400 or 431)",
+    ),
+    (
+        "gpu_trace_metrics_accept_errors",
+        "Failed accepts on the metrics endpoint (e.g. no file descriptor free); each is followed by a 100 ms pause",
+    ),
+    (
+        "gpu_trace_metrics_server_errors",
+        "Failures (panics) of the metrics server's serving loop; each restarts it, and the endpoint is given up after 5",
+    ),
+];
+
+/// The server's counters, shared by its tasks and the registry it serves.
+#[derive(Clone, Debug, Default)]
+struct ServerCounters {
+    refused: Counter,
+    timed_out: Counter,
+    bad_requests: Counter,
+    accept_errors: Counter,
+    server_errors: Counter,
+}
+
+impl ServerCounters {
+    fn registry(&self) -> Registry {
+        let mut r = Registry::default();
+        let all = [
+            &self.refused,
+            &self.timed_out,
+            &self.bad_requests,
+            &self.accept_errors,
+            &self.server_errors,
+        ];
+        for ((name, help), c) in SERVER_METRICS.iter().zip(all) {
+            r.register(*name, *help, c.clone());
+        }
+        r
+    }
+}
+
+/// Set once a metrics endpoint of this process was given up (see [`endpoint_failed`]).
+static ENDPOINT_FAILED: AtomicBool = AtomicBool::new(false);
+
+/// Whether a metrics endpoint of this process stopped serving for good: the run exits 1.
+pub fn endpoint_failed() -> bool {
+    ENDPOINT_FAILED.load(Ordering::SeqCst)
+}
+
+/// State shared by the handle and the server thread.
+struct Shared {
+    stop: AtomicBool,
+    wake: Notify,
+    /// This server was given up.
+    dead: AtomicBool,
+    counters: ServerCounters,
+}
+
 /// The running server; dropping it stops it.
 pub struct MetricsServer {
-    server: Arc<tiny_http::Server>,
+    shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
     /// The address it listens on (the real port when 0 was asked for).
     pub addr: SocketAddr,
 }
 
+/// What the serving loop needs, cloned into each attempt.
+#[derive(Clone)]
+struct Serving {
+    registry: Arc<Registry>,
+    own: Arc<Registry>,
+    limits: Limits,
+    access: Arc<Access>,
+}
+
 impl MetricsServer {
     /// Listens on `addr` and serves `registry` at `/metrics` until dropped.
     pub fn start(addr: SocketAddr, registry: Arc<Registry>) -> Result<Self, ServeError> {
-        let server = tiny_http::Server::http(addr).map_err(|e| ServeError::Bind {
-            addr,
-            why: e.to_string(),
-        })?;
-        let addr = server.server_addr().to_ip().unwrap_or(addr);
-        let server = Arc::new(server);
-        let serving = server.clone();
+        Self::start_with(addr, registry, Limits::default(), Access::default())
+    }
+
+    /// [`start`](Self::start) with other limits, and requiring `access`.
+    pub fn start_with(
+        addr: SocketAddr,
+        registry: Arc<Registry>,
+        limits: Limits,
+        access: Access,
+    ) -> Result<Self, ServeError> {
+        Self::start_inner(addr, registry, limits, access, None)
+    }
+
+    fn start_inner(
+        addr: SocketAddr,
+        registry: Arc<Registry>,
+        limits: Limits,
+        access: Access,
+        fault: Option<Fault>,
+    ) -> Result<Self, ServeError> {
+        let bind_err = |why: String| ServeError::Bind { addr, why };
+        let listener = std::net::TcpListener::bind(addr).map_err(|e| bind_err(e.to_string()))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| bind_err(e.to_string()))?;
+        let addr = listener.local_addr().unwrap_or(addr);
+        let counters = ServerCounters::default();
+        let shared = Arc::new(Shared {
+            stop: AtomicBool::new(false),
+            wake: Notify::new(),
+            dead: AtomicBool::new(false),
+            counters: counters.clone(),
+        });
+        let serving = Serving {
+            registry,
+            own: Arc::new(counters.registry()),
+            limits: Limits {
+                head_bytes: limits.head_bytes.max(8192),
+                ..limits
+            },
+            access: Arc::new(access),
+        };
+        let thread_shared = shared.clone();
         let thread = std::thread::Builder::new()
             .name("gpu-trace-metrics".into())
-            .spawn(move || {
-                for request in serving.incoming_requests() {
-                    // A client that goes away mid-answer is not our error.
-                    let _ = respond(request, &registry);
-                }
-            })
-            .map_err(|e| ServeError::Bind {
-                addr,
-                why: format!("starting its thread: {e}"),
-            })?;
+            .spawn(move || supervise(listener, addr, serving, &thread_shared, fault))
+            .map_err(|e| bind_err(format!("starting its thread: {e}")))?;
         Ok(Self {
-            server,
+            shared,
             thread: Some(thread),
             addr,
         })
+    }
+
+    /// Whether this server was given up (its failures are on stderr).
+    pub fn is_dead(&self) -> bool {
+        self.shared.dead.load(Ordering::SeqCst)
+    }
+}
+
+/// A fault injected into the serving loop (unit tests of the supervisor only).
+#[cfg_attr(not(test), allow(dead_code))]
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    /// Every attempt panics.
+    PanicAlways,
+    /// The first attempt panics, the next ones serve.
+    PanicOnce,
+}
+
+/// The server thread: runs the serving loop, restarting it after a failure, until stopped or
+/// given up.
+fn supervise(
+    listener: std::net::TcpListener,
+    addr: SocketAddr,
+    serving: Serving,
+    shared: &Shared,
+    fault: Option<Fault>,
+) {
+    let mut failures = 0u64;
+    while !shared.stop.load(Ordering::SeqCst) {
+        let started = std::time::Instant::now();
+        let attempt = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            match fault {
+                Some(Fault::PanicAlways) => panic!("injected fault"),
+                Some(Fault::PanicOnce) if failures == 0 => panic!("injected fault"),
+                _ => {}
+            }
+            serve_until_stopped(&listener, &serving, shared)
+        }));
+        let why = match attempt {
+            Ok(Ok(())) => return, // stopped
+            Ok(Err(e)) => e.to_string(),
+            Err(panic) => panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".into()),
+        };
+        let why = crate::output::escape::escape_text(&why).into_owned();
+        if shared.stop.load(Ordering::SeqCst) {
+            return;
+        }
+        // Failures in a row: one after a minute of serving starts the count again.
+        if started.elapsed() >= FAILURE_WINDOW {
+            failures = 0;
+        }
+        failures += 1;
+        shared.counters.server_errors.inc();
+        if failures >= MAX_RESTARTS {
+            shared.dead.store(true, Ordering::SeqCst);
+            ENDPOINT_FAILED.store(true, Ordering::SeqCst);
+            eprintln!(
+                "gpu-trace: the metrics endpoint http://{addr}/metrics is dead after {failures} \
+                 failures (last: {why}); tracing goes on, and the run will exit 1. Scrapes of it \
+                 fail until gpu-trace is restarted"
+            );
+            return;
+        }
+        eprintln!(
+            "gpu-trace: the metrics endpoint http://{addr}/metrics failed ({why}); restarting it \
+             ({failures} of {MAX_RESTARTS} failures before it is given up)"
+        );
+        std::thread::sleep(Duration::from_millis(200 * failures));
+    }
+}
+
+/// One attempt: a fresh runtime accepting on `listener` until [`Shared::stop`].
+fn serve_until_stopped(
+    listener: &std::net::TcpListener,
+    serving: &Serving,
+    shared: &Shared,
+) -> std::io::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()?;
+    let listener = listener.try_clone()?;
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        let slots = Arc::new(Semaphore::new(serving.limits.max_connections));
+        let mut http = hyper::server::conn::http1::Builder::new();
+        http.timer(TokioTimer::new())
+            .header_read_timeout(serving.limits.header_timeout)
+            .max_buf_size(serving.limits.head_bytes)
+            .max_header_size(serving.limits.head_bytes)
+            .max_headers(serving.limits.max_headers)
+            .keep_alive(false);
+        let http = Arc::new(http);
+        loop {
+            if shared.stop.load(Ordering::SeqCst) {
+                return Ok(());
+            }
+            let accepted = tokio::select! {
+                () = shared.wake.notified() => continue,
+                a = listener.accept() => a,
+            };
+            let stream = match accepted {
+                Ok((stream, _)) => stream,
+                Err(_) => {
+                    // EMFILE/ENFILE/ENOMEM or a connection reset before it was accepted: the
+                    // listener itself is fine; wait a little for resources to come back.
+                    shared.counters.accept_errors.inc();
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                    continue;
+                }
+            };
+            let Ok(permit) = slots.clone().try_acquire_owned() else {
+                shared.counters.refused.inc();
+                drop(stream);
+                continue;
+            };
+            let _ = stream.set_nodelay(true);
+            let (http, serving, counters) =
+                (http.clone(), serving.clone(), shared.counters.clone());
+            tokio::spawn(async move {
+                let _permit = permit;
+                let deadline = serving.limits.connection_deadline;
+                match tokio::time::timeout(deadline, connection(stream, &http, serving)).await {
+                    Err(_) | Ok(Ended::TimedOut) => counters.timed_out.inc(),
+                    Ok(Ended::Bad) => counters.bad_requests.inc(),
+                    Ok(Ended::Done) => 0,
+                };
+            });
+        }
+    })
+}
+
+/// How a connection ended.
+enum Ended {
+    Done,
+    TimedOut,
+    /// A malformed or oversized request.
+    Bad,
+}
+
+/// One connection: HTTP/1 on the socket, the service answering each request.
+async fn connection(
+    stream: tokio::net::TcpStream,
+    http: &hyper::server::conn::http1::Builder,
+    serving: Serving,
+) -> Ended {
+    http_on(TokioIo::new(stream), http, serving).await
+}
+
+async fn http_on<I>(io: I, http: &hyper::server::conn::http1::Builder, serving: Serving) -> Ended
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |req| {
+        let response = respond(&req, &serving);
+        async move { Ok::<_, Infallible>(response) }
+    });
+    match http.serve_connection(io, service).await {
+        Err(e) if e.is_timeout() => Ended::TimedOut,
+        Err(e) if e.is_parse() || e.is_parse_too_large() => Ended::Bad,
+        _ => Ended::Done,
+    }
+}
+
+fn text(
+    status: StatusCode,
+    content_type: &'static str,
+    body: impl Into<Bytes>,
+) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(body.into()));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(content_type),
+    );
+    r
+}
+
+const PLAIN: &str = "text/plain; charset=utf-8";
+
+/// The answer to one request (its body is never read).
+fn respond(request: &Request<Incoming>, serving: &Serving) -> Response<Full<Bytes>> {
+    let authorization = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .map(|v| v.as_bytes());
+    if !serving.access.allows(authorization) {
+        let mut r = text(StatusCode::UNAUTHORIZED, PLAIN, "authentication required\n");
+        r.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            header::HeaderValue::from_static(serving.access.challenge()),
+        );
+        return r;
+    }
+    let get = matches!(*request.method(), Method::GET | Method::HEAD);
+    match (get, request.uri().path()) {
+        (true, "/metrics") => {
+            let mut body = String::new();
+            // Writing into a String cannot fail.
+            // The server's own counters first: a scrape cut short by the deadline still has them.
+            let _ = prometheus_client::encoding::text::encode_registry(&mut body, &serving.own);
+            let _ =
+                prometheus_client::encoding::text::encode_registry(&mut body, &serving.registry);
+            let _ = prometheus_client::encoding::text::encode_eof(&mut body);
+            text(StatusCode::OK, super::CONTENT_TYPE, body)
+        }
+        (true, "/") => text(StatusCode::OK, PLAIN, "gpu-trace: metrics at /metrics\n"),
+        (true, _) => text(StatusCode::NOT_FOUND, PLAIN, "not found\n"),
+        (false, _) => text(StatusCode::METHOD_NOT_ALLOWED, PLAIN, "GET only\n"),
     }
 }
 
@@ -71,39 +483,20 @@ pub fn serve(
     args: &crate::cli::MetricsArgs,
     ring_bytes: u32,
 ) -> Result<Option<(super::Metrics, MetricsServer)>, ServeError> {
-    let Some(addr) = args.addr else {
+    let (Some(addr), Some(access)) = (args.addr, check_args(args)?) else {
         return Ok(None);
     };
-    check_addr(addr, args.metrics_allow_remote)?;
     let metrics = super::Metrics::new(super::MetricsConfig::default());
     metrics.set_ring_bytes(u64::from(ring_bytes));
-    let server = MetricsServer::start(addr, metrics.registry())?;
+    let server = MetricsServer::start_with(addr, metrics.registry(), Limits::default(), access)?;
     eprintln!("gpu-trace: metrics at http://{}/metrics", server.addr);
     Ok(Some((metrics, server)))
 }
 
-fn respond(request: tiny_http::Request, registry: &Registry) -> std::io::Result<()> {
-    use tiny_http::{Header, Method, Response};
-    let path = request.url().split('?').next().unwrap_or("");
-    let get = matches!(request.method(), Method::Get | Method::Head);
-    let header = |v: &str| Header::from_bytes("Content-Type", v).expect("valid header");
-    match (get, path) {
-        (true, "/metrics") => {
-            let body = super::encode(registry);
-            request.respond(Response::from_string(body).with_header(header(super::CONTENT_TYPE)))
-        }
-        (true, "/") => request.respond(
-            Response::from_string("gpu-trace: metrics at /metrics\n")
-                .with_header(header("text/plain; charset=utf-8")),
-        ),
-        (true, _) => request.respond(Response::from_string("not found\n").with_status_code(404)),
-        (false, _) => request.respond(Response::from_string("GET only\n").with_status_code(405)),
-    }
-}
-
 impl Drop for MetricsServer {
     fn drop(&mut self) {
-        self.server.unblock();
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.shared.wake.notify_one();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -111,43 +504,4 @@ impl Drop for MetricsServer {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::metrics::{CONTENT_TYPE, Metrics, MetricsConfig};
-
-    #[test]
-    fn only_loopback_unless_allowed() {
-        let a = |s: &str| s.parse().unwrap();
-        assert!(check_addr(a("127.0.0.1:9464"), false).is_ok());
-        assert!(check_addr(a("[::1]:9464"), false).is_ok());
-        assert!(check_addr(a("0.0.0.0:9464"), false).is_err());
-        assert!(check_addr(a("10.1.2.3:9464"), false).is_err());
-        assert!(check_addr(a("0.0.0.0:9464"), true).is_ok());
-    }
-
-    #[test]
-    fn the_server_answers_metrics_and_nothing_else() {
-        use std::io::{Read, Write};
-        let m = Metrics::new(MetricsConfig::default());
-        let server = MetricsServer::start("127.0.0.1:0".parse().unwrap(), m.registry())
-            .expect("listening on a free loopback port");
-        let get = |path: &str| {
-            let mut s = std::net::TcpStream::connect(server.addr).unwrap();
-            write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
-            let mut r = String::new();
-            s.read_to_string(&mut r).unwrap();
-            r
-        };
-        let r = get("/metrics");
-        assert!(
-            r.starts_with("HTTP/1.0 200") || r.starts_with("HTTP/1.1 200"),
-            "{r}"
-        );
-        assert!(r.contains(CONTENT_TYPE), "{r}");
-        assert!(r.contains("\ngpu_trace_dropped_records_total 0\n"), "{r}");
-        assert!(r.trim_end().ends_with("# EOF"), "{r}");
-        let r = get("/other");
-        assert!(r.contains(" 404 "), "{r}");
-        drop(server);
-    }
-}
+mod tests;

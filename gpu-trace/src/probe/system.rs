@@ -315,6 +315,18 @@ pub fn module_version(module: &str) -> Option<String> {
         .map(|v| v.trim().to_string())
 }
 
+/// The warning for a trace of NVIDIA when its driver is not loaded (no
+/// `/proc/driver/nvidia/version` and no nvidia module): the trace starts, but sees nothing
+/// until the driver is loaded.
+pub fn nvidia_not_loaded_warning() -> Option<String> {
+    (nvidia_version_text().is_none() && !module_loaded(crate::targets::NVIDIA_MODULE)).then(|| {
+        "the NVIDIA driver is not loaded (no /proc/driver/nvidia/version, no nvidia module): \
+         nothing is traced until it is (sudo modprobe nvidia); processes that open a GPU after \
+         that are traced"
+            .to_string()
+    })
+}
+
 /// `/proc/driver/nvidia/version`, when the NVIDIA driver is loaded.
 pub fn nvidia_version_text() -> Option<String> {
     fs::read_to_string("/proc/driver/nvidia/version").ok()

@@ -21,8 +21,8 @@
  *
  * It also stands in for a gpu_ext-patched driver (eunomia-bpf/gpu_ext-kernel-modules): it has
  * that fork's scheduling hook functions, global and noinline, each taking a pointer to a context
- * struct filled on the caller's stack, with the fork's newest layouts (gpu-trace-common's
- * nvidia::gpu_ext gives the offsets), called where the fork calls them, with this module's own
+ * struct filled on the caller's stack, with the fork's newest layouts (the fork's own structs,
+ * checked field by field by gpu-trace/tests/gpu_ext_abi.rs), called where the fork calls them, with this module's own
  * values: task_init when a TSG (class 0xA06C) is allocated, bind on GPFIFO_SCHEDULE of a TSG
  * (channel_count: the channel objects this module holds under it), token_request when it hands
  * out a work-submit token, task_destroy when a TSG is freed (itself, with an ancestor, or at
@@ -36,14 +36,27 @@
 #include <linux/slab.h>
 #include <linux/uaccess.h>
 
+/*
+ * ABI constants, each written from NVIDIA's open-gpu-kernel-modules headers (tag 580.142 unless
+ * said otherwise), not from gpu-trace: this module must not agree with the tracer by
+ * construction (issue 26).
+ */
+/* kernel-open/common/inc/nv-chardev-numbers.h: NV_MAJOR_DEVICE_NUMBER. */
 #define NV_MAJOR 195
-#define NV_IOCTL_MAGIC 'F'
+/* src/nvidia/arch/nvalloc/unix/include/nv_escape.h: NV_ESC_RM_FREE, _RM_CONTROL, _RM_ALLOC. */
 #define NV_ESC_RM_FREE 0x29
 #define NV_ESC_RM_CONTROL 0x2A
 #define NV_ESC_RM_ALLOC 0x2B
+/* kernel-open/common/inc/nv-ioctl-numbers.h: NV_IOCTL_BASE 200 + 11. (NV_IOCTL_MAGIC 'F', in
+ * the same header, is not used: nvidia_ioctl() in kernel-open/nvidia/nv.c takes _IOC_NR and
+ * _IOC_SIZE of the command and never looks at _IOC_TYPE or _IOC_DIR; neither does this.) */
 #define NV_ESC_IOCTL_XFER_CMD 0xD3
+/* kernel-open/common/inc/nv.h: NV_ABSOLUTE_MAX_IOCTL_SIZE (an XFER's size above it: -EINVAL). */
+#define NV_ABSOLUTE_MAX_IOCTL_SIZE 16384
 
-/* Classes (gpu-trace-common's nvidia::class; NV20_SUBDEVICE_0 from the SDK's class headers). */
+/* Classes: src/common/sdk/nvidia/inc/class/cl0000.h (NV01_ROOT), cl0001.h (NV01_ROOT_NON_PRIV),
+ * cl0041.h (NV01_ROOT_CLIENT), cl0080.h (NV01_DEVICE_0), cl2080.h (NV20_SUBDEVICE_0),
+ * cla06c.h (KEPLER_CHANNEL_GROUP_A). */
 #define NV01_ROOT 0x0000u
 #define NV01_ROOT_NON_PRIV 0x0001u
 #define NV01_ROOT_CLIENT 0x0041u
@@ -51,12 +64,13 @@
 #define NV20_SUBDEVICE_0 0x2080u
 #define KEPLER_CHANNEL_GROUP_A 0xA06Cu
 
-/* Controls. */
+/* Controls: src/common/sdk/nvidia/inc/ctrl/ctrla06c.h (NVA06C_CTRL_CMD_GPFIFO_SCHEDULE,
+ * NVA06C_CTRL_CMD_GET_INFO), ctrl/ctrlc36f.h (NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN). */
 #define NVA06C_CTRL_CMD_GPFIFO_SCHEDULE 0xA06C0101u      /* {bEnable, bSkipSubmit, bSkipEnable} */
 #define NVA06C_CTRL_CMD_GET_INFO 0xA06C0106u             /* {NvU32 tsgID} */
 #define NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN 0xC36F0108u /* {NvU32 workSubmitToken} */
 
-/* RM status codes (src/common/sdk/nvidia/inc/nvstatuscodes.h). */
+/* RM status codes (src/common/sdk/nvidia/inc/nvstatuscodes.h, 595.45.04). */
 #define NV_OK 0x00000000u
 #define NV_ERR_INSERT_DUPLICATE_NAME 0x00000019u
 #define NV_ERR_INVALID_ADDRESS 0x0000001Eu
@@ -67,6 +81,7 @@
 #define NV_ERR_NO_MEMORY 0x00000051u
 #define NV_ERR_OBJECT_NOT_FOUND 0x00000057u
 
+/* kernel-open/common/inc/nv-ioctl.h: nv_ioctl_xfer_t {NvU32 cmd; NvU32 size; NvP64 ptr}. */
 struct nv_ioctl_xfer {
 	u32 cmd;
 	u32 size;
@@ -158,8 +173,11 @@ static bool is_client_class(u32 class)
 	return class == NV01_ROOT || class == NV01_ROOT_NON_PRIV || class == NV01_ROOT_CLIENT;
 }
 
-/* The GPFIFO channel classes of the 580 driver (those gpu-trace-common's class::is_channel
- * lists; RM's resource_list.h gives each the parents Device and KernelChannelGroupApi). */
+/* The GPFIFO channel classes of the 580 driver: src/common/sdk/nvidia/inc/class/cla06f.h,
+ * cla16f.h, cla26f.h (KEPLER_CHANNEL_GPFIFO_A/B/C), clb06f.h (MAXWELL_), clc06f.h (PASCAL_),
+ * clc36f.h (VOLTA_), clc46f.h (TURING_), clc56f.h (AMPERE_), clc86f.h (HOPPER_), clc96f.h and
+ * clca6f.h (BLACKWELL_CHANNEL_GPFIFO_A/B); RM's resource_list.h gives each the parents Device
+ * and KernelChannelGroupApi. */
 static bool is_channel_class(u32 class)
 {
 	switch (class) {
@@ -501,11 +519,16 @@ static long nvidia_unlocked_ioctl(struct file *file, unsigned int cmd, unsigned 
 	void __user *p = (void __user *)arg;
 	struct nv_ioctl_xfer x;
 
-	if (_IOC_TYPE(cmd) != NV_IOCTL_MAGIC)
-		return -ENOTTY;
+	/* As nvidia_ioctl() (kernel-open/nvidia/nv.c): the escape is _IOC_NR, the size _IOC_SIZE;
+	 * the type and direction are not checked. XFER: its own size must be 16 (-EINVAL), a copy
+	 * that faults is -EFAULT, a wrapped size above the maximum -EINVAL. */
 	if (_IOC_NR(cmd) != NV_ESC_IOCTL_XFER_CMD)
 		return nvlab_escape(f, _IOC_NR(cmd), _IOC_SIZE(cmd), p);
-	if (_IOC_SIZE(cmd) != sizeof(x) || copy_from_user(&x, p, sizeof(x)))
+	if (_IOC_SIZE(cmd) != sizeof(x))
+		return -EINVAL;
+	if (copy_from_user(&x, p, sizeof(x)))
+		return -EFAULT;
+	if (x.size > NV_ABSOLUTE_MAX_IOCTL_SIZE)
 		return -EINVAL;
 	return nvlab_escape(f, x.cmd, x.size, u64_to_user_ptr(x.ptr));
 }

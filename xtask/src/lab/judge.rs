@@ -1684,6 +1684,7 @@ fn judge_deny(r: &Results, c: &mut Vec<Check>) {
         nv_title,
         4,
         PID_ROLES,
+        Calls::Own,
         &deny_nv_expect,
     ));
     c.push(judge_deny_run(
@@ -1693,7 +1694,34 @@ fn judge_deny(r: &Results, c: &mut Vec<Check>) {
         amd_title,
         3,
         PID_ROLES,
+        Calls::Own,
         &deny_amd_expect,
+    ));
+    // Issue 26: what a denied process creates is denied, also after the creator exited; a
+    // FINN-serialized schedule (bEnable unreadable) of a denied process is refused.
+    c.push(judge_deny_run(
+        r,
+        "deny_fork_nv",
+        "e.deny_fork_nv",
+        "--deny-pid refuses GPFIFO_SCHEDULE (nvlab, every form) to a child the denied process \
+         forked after gpu-trace started and that runs after its parent exited; not to the other \
+         process's child nor to the PID's next owner's",
+        4,
+        PID_ROLES,
+        Calls::ForkedChild,
+        &deny_nv_expect,
+    ));
+    c.push(judge_deny_run(
+        r,
+        "deny_finn_nv",
+        "e.deny_finn_nv",
+        "--deny-pid refuses a FINN-serialized GPFIFO_SCHEDULE (bEnable unreadable: fail closed), \
+         TSG direct and channel XFER-wrapped, shown as refused SCHEDULEs, and one sent with \
+         _IOC_TYPE 0 (which the driver and nvlab accept); a plain disable passes",
+        3,
+        PID_ROLES,
+        Calls::Own,
+        &deny_finn_expect,
     ));
     // --deny-cgroup (issue 14): the cgroup is empty at start; a client enters it afterwards.
     const CGROUP_ROLES: &[&str] = &["denied", "other"];
@@ -1725,6 +1753,7 @@ fn judge_deny(r: &Results, c: &mut Vec<Check>) {
          the cgroup after gpu-trace started, not to one outside",
         4,
         CGROUP_ROLES,
+        Calls::Own,
         &in_cgroup(&deny_nv_expect),
     ));
     c.push(judge_deny_run(
@@ -1735,6 +1764,7 @@ fn judge_deny(r: &Results, c: &mut Vec<Check>) {
          process that entered the cgroup after gpu-trace started, not to one outside",
         3,
         CGROUP_ROLES,
+        Calls::Own,
         &in_cgroup(&deny_amd_expect),
     ));
 }
@@ -1805,6 +1835,17 @@ struct DenyClient<'a> {
 
 type DenyExpect = dyn Fn(&DenyClient, &[serde_json::Value], &mut Vec<String>);
 
+/// How a deny run's clients make their calls.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Calls {
+    /// The client process itself.
+    Own,
+    /// A child the client forked, which made its calls after the client had exited
+    /// (`fork-SUB`): its events are the child's, its denial inherited.
+    ForkedChild,
+}
+
+#[allow(clippy::too_many_arguments)]
 fn judge_deny_run(
     r: &Results,
     name: &str,
@@ -1812,6 +1853,7 @@ fn judge_deny_run(
     title: &'static str,
     denials: u64,
     roles: &[&'static str],
+    calls: Calls,
     expect: &DenyExpect,
 ) -> Check {
     let Some(run) = r
@@ -1855,6 +1897,33 @@ fn judge_deny_run(
             "other" if is_denied_pid => problems.push("the other client has the denied pid".into()),
             _ => {}
         }
+        // The process whose calls these are: the client, or the child it forked.
+        let caller = match calls {
+            Calls::Own => pid,
+            Calls::ForkedChild => {
+                let child = out.with_key("fork_child", "reparented");
+                let parent = out.find("fork_parent", &[]);
+                match (child, parent) {
+                    (Some(ch), Some(pa))
+                        if ch.int("parent") == pid
+                            && pa.int("child") == ch.int("pid")
+                            && ch.get("reparented") == Some("1") =>
+                    {
+                        ch.int("pid")
+                    }
+                    (ch, pa) => {
+                        problems.push(format!(
+                            "the {role} client's child: want it forked by pid {pid:?} and run \
+                             after its parent exited (reparented=1), got parent line {:?}, child \
+                             line {:?}",
+                            pa.map(|f| f.kv.clone()),
+                            ch.map(|f| f.kv.clone())
+                        ));
+                        None
+                    }
+                }
+            }
+        };
         let client = DenyClient {
             role,
             denied: *role == "denied",
@@ -1869,7 +1938,7 @@ fn judge_deny_run(
         };
         let mine: Vec<serde_json::Value> = events
             .iter()
-            .filter(|e| e["event"] != "STATS" && e["pid"].as_i64() == pid && e["comm"] == comm)
+            .filter(|e| e["event"] != "STATS" && e["pid"].as_i64() == caller && e["comm"] == comm)
             .cloned()
             .collect();
         expect(&client, &mine, &mut problems);
@@ -1945,6 +2014,82 @@ fn deny_nv_expect(c: &DenyClient, events: &[serde_json::Value], problems: &mut V
         problems.push(format!(
             "{} client: want 4 SCHEDULE allowed={want_allowed} errno={want_errno} (one via the \
              channel), got {sched:?}",
+            c.role
+        ));
+    }
+}
+
+/// The `nvdeny-finn` client: FINN-serialized GPFIFO_SCHEDULEs on the TSG (direct) and on the
+/// channel (XFER-wrapped), whose first byte is 0; an enabling schedule sent with `_IOC_TYPE` 0
+/// (the driver ignores the type: so must nvlab and gpu-trace); then a plain disable. Denied: the
+/// three schedules refused before the driver (EPERM, preset status kept) and shown as refused
+/// SCHEDULEs (one via the channel); the disable reaches the module. Not denied: every call
+/// reaches the module (NV_OK); the type-0 schedule is one allowed SCHEDULE, and a FINN schedule
+/// that reached the driver gives no event (its bEnable is not known).
+fn deny_finn_expect(c: &DenyClient, events: &[serde_json::Value], problems: &mut Vec<String>) {
+    let rc_status = |name: &str| {
+        c.out
+            .find("nvdeny_finn", &[("call", name)])
+            .map(|f| (f.int("rc"), f.int("status")))
+    };
+    let reached = (Some(0), Some(0));
+    let sched_want = if c.denied {
+        (Some(-EPERM), Some(0xffff_ffff))
+    } else {
+        reached
+    };
+    for name in [
+        "schedule_finn",
+        "schedule_finn_channel_xfer",
+        "schedule_type0",
+    ] {
+        if rc_status(name) != Some(sched_want) {
+            problems.push(format!(
+                "{} client: {name} (rc, status) {:?}, want {sched_want:?}",
+                c.role,
+                rc_status(name)
+            ));
+        }
+    }
+    for name in [
+        "alloc_client",
+        "alloc_device",
+        "alloc_tsg",
+        "alloc_channel",
+        "disable",
+        "free",
+    ] {
+        if rc_status(name) != Some(reached) {
+            problems.push(format!(
+                "{} client: {name} must reach the driver: {:?}",
+                c.role,
+                rc_status(name)
+            ));
+        }
+    }
+    let sched: Vec<&serde_json::Value> =
+        events.iter().filter(|e| e["event"] == "SCHEDULE").collect();
+    let via_channel = sched.iter().filter(|e| e["via_channel"] == true).count();
+    let (want, want_allowed, want_errno, want_channel) = if c.denied {
+        (3, false, -EPERM, 1)
+    } else {
+        (1, true, 0, 0)
+    };
+    let right = |e: &&serde_json::Value| e["allowed"] == want_allowed && e["errno"] == want_errno;
+    if sched.len() != want || !sched.iter().all(right) || via_channel != want_channel {
+        problems.push(format!(
+            "{} client: want {want} SCHEDULE allowed={want_allowed} errno={want_errno} \
+             ({want_channel} via the channel), got {sched:?}",
+            c.role
+        ));
+    }
+    let disables = events
+        .iter()
+        .filter(|e| e["event"] == "SCHED_UPDATE" && e["allowed"] == true)
+        .count();
+    if disables != 1 {
+        problems.push(format!(
+            "{} client: want the disable as one allowed SCHED_UPDATE, got {disables}",
             c.role
         ));
     }
@@ -2056,10 +2201,32 @@ mod tests {
             .collect()
     }
 
-    /// Every check of `text` passed; its statuses.
+    /// The checks of issue 26's `deny_fork` step, which the logs recorded before it lack.
+    const DENY_FORK_CHECKS: [&str; 2] = ["e.deny_fork_nv", "e.deny_finn_nv"];
+
+    /// Whether `id` is a check that `text` was recorded before (so it fails: the run is
+    /// missing, and a missing run never passes).
+    fn predates(text: &str, id: &str) -> bool {
+        DENY_FORK_CHECKS.contains(&id) && !text.contains("LAB step deny_fork")
+    }
+
+    /// `judge` of `text` without the checks `text` was recorded before (for the tests of other
+    /// checks that edit an older log).
+    fn judge_recorded(text: &str) -> Vec<Check> {
+        judge(&Results::parse(text))
+            .into_iter()
+            .filter(|c| !predates(text, c.id))
+            .collect()
+    }
+
+    /// Every check of `text` passed (those it predates failed); its statuses.
     fn all_pass(text: &str) -> BTreeMap<&'static str, Status> {
         let s = statuses(text);
         for (id, st) in &s {
+            if predates(text, id) {
+                assert_eq!(*st, Status::Fail, "{id}");
+                continue;
+            }
             assert_eq!(
                 *st,
                 Status::Pass,
@@ -2072,19 +2239,19 @@ mod tests {
 
     #[test]
     fn a_current_guest_log_passes_every_check() {
-        assert_eq!(all_pass(GOOD).len(), 30);
+        assert_eq!(all_pass(GOOD).len(), 32);
     }
 
     /// Debian 11's kernel (5.10.0-46, upstream 5.10.262) as its guest wrote it: `cargo xtask
-    /// lab --kernel 5.10` of this tree on 2026-11-25 (with issue 17's entry points), 30 checks
-    /// passed, copied from
+    /// lab --kernel 5.10` of this tree on 2026-11-26 (with issue 26's `deny_fork` step), 32
+    /// checks passed, copied from
     /// `target/lab-cache/run/5.10.0-46-amd64/results.log` (CRs removed).
     const OLD: &str = include_str!("../../testdata/lab-5.10-results.log");
 
     #[test]
     fn an_old_kernel_passes_on_its_documented_fallbacks() {
         let s = all_pass(OLD);
-        assert_eq!(s.len(), 30);
+        assert_eq!(s.len(), 32);
         // The same checks, not fewer: the ids are those of a current kernel's log.
         let current: Vec<_> = statuses(GOOD).into_keys().collect();
         assert_eq!(s.into_keys().collect::<Vec<_>>(), current);
@@ -2737,7 +2904,7 @@ mod tests {
 
     #[test]
     fn the_verdict_fails_when_any_kernel_fails() {
-        let good = || judge(&Results::parse(GOOD));
+        let good = || judge_recorded(GOOD);
         assert!(verdict(&[good(), good()]).is_ok());
         assert!(verdict(&[good(), judge(&Results::parse(""))]).is_err());
         let one_failed = GOOD.replacen("LAB-DONE\n", "", 1);
@@ -2793,7 +2960,7 @@ mod tests {
             Status::Fail
         );
         // And the verdict counts them apart: no failure, not passes either.
-        let checks = judge(&Results::parse(&no_kfd));
+        let checks = judge_recorded(&no_kfd);
         let na = checks
             .iter()
             .filter(|c| c.status == Status::NotApplicable)
@@ -2843,7 +3010,7 @@ mod tests {
             1,
         );
         assert_ne!(broken, GOOD, "the log has a deny_nv stderr block");
-        let checks = judge(&Results::parse(&broken));
+        let checks = judge_recorded(&broken);
         // Nothing failed: no note anywhere.
         assert!(checks.iter().all(|c| !c.detail.contains("skipped runs")));
         let failing = broken.replacen("LAB kfd get_version rc=0 major=1 minor=11", "", 1);
@@ -2857,6 +3024,88 @@ mod tests {
             "{}",
             kv.detail
         );
+    }
+
+    /// Debian 6.12.117+deb12 as its guest wrote it with issue 26's `deny_fork` step (`cargo
+    /// xtask lab --kernel 6.12` of this tree, 2026-11-26, 32 checks passed), copied from
+    /// `target/lab-cache/run/6.12.117+deb12-amd64/results.log` (CRs removed).
+    const DENY_FORK: &str = include_str!("../../testdata/lab-6.12-results.log");
+
+    /// `text` with the first `from` after the line `LAB-BEGIN block` replaced by `to`.
+    fn in_block(text: &str, block: &str, from: &str, to: &str) -> String {
+        let start = text
+            .find(&format!("LAB-BEGIN {block}\n"))
+            .unwrap_or_else(|| panic!("no block {block}"));
+        let at = start + text[start..].find(from).expect("the line is in the block");
+        format!("{}{to}{}", &text[..at], &text[at + from.len()..])
+    }
+
+    #[test]
+    fn deny_fork_and_finn_runs_pass_and_each_escape_fails() {
+        let s = all_pass(DENY_FORK);
+        assert_eq!(s.len(), 32);
+        let current: Vec<_> = statuses(GOOD).into_keys().collect();
+        assert_eq!(s.into_keys().collect::<Vec<_>>(), current);
+        let refused = "rc=-1 status=4294967295";
+        let cases = [
+            // The denied client's child was not denied (the fork not followed).
+            (
+                "deny_fork_nv.denied",
+                format!("call=schedule {refused}"),
+                "call=schedule rc=0 status=0".to_string(),
+                "e.deny_fork_nv",
+            ),
+            // The child ran while its parent was alive (not the reparented case).
+            (
+                "deny_fork_nv.denied",
+                "reparented=1".into(),
+                "reparented=0".into(),
+                "e.deny_fork_nv",
+            ),
+            // The other client's child was denied.
+            (
+                "deny_fork_nv.other",
+                "call=schedule_xfer rc=0 status=0".into(),
+                format!("call=schedule_xfer {refused}"),
+                "e.deny_fork_nv",
+            ),
+            // A FINN-serialized schedule of the denied process reached the driver (bEnable read
+            // from the serialized buffer's first byte, 0: the bypass).
+            (
+                "deny_finn_nv.denied",
+                format!("call=schedule_finn {refused}"),
+                "call=schedule_finn rc=0 status=0".into(),
+                "e.deny_finn_nv",
+            ),
+            // The channel's XFER-wrapped FINN schedule likewise.
+            (
+                "deny_finn_nv.denied",
+                format!("call=schedule_finn_channel_xfer {refused}"),
+                "call=schedule_finn_channel_xfer rc=0 status=0".into(),
+                "e.deny_finn_nv",
+            ),
+            // A stand-in that checks _IOC_TYPE, as the real driver does not.
+            (
+                "deny_finn_nv.other",
+                "call=schedule_type0 rc=0 status=0".into(),
+                "call=schedule_type0 rc=-25 status=4294967295".into(),
+                "e.deny_finn_nv",
+            ),
+            // The policy refused the plain disable.
+            (
+                "deny_finn_nv.denied",
+                "call=disable rc=0 status=0".into(),
+                format!("call=disable {refused}"),
+                "e.deny_finn_nv",
+            ),
+        ];
+        for (block, from, to, id) in cases {
+            let broken = in_block(DENY_FORK, block, &from, &to);
+            let st = statuses(&broken);
+            assert_eq!(st[id], Status::Fail, "{block}: {from} -> {to}");
+            let failed: Vec<_> = st.iter().filter(|(_, s)| **s == Status::Fail).collect();
+            assert_eq!(failed.len(), 1, "{block}: {from} -> {to}: {failed:?}");
+        }
     }
 
     /// Debian sid's 7.2.13+deb14 as its guest wrote it (`cargo xtask lab --kernel sid` of this
@@ -2881,6 +3130,10 @@ mod tests {
     fn passes_but(text: &str, na: &[&str]) {
         let s = statuses(text);
         for (id, st) in &s {
+            if predates(text, id) {
+                assert_eq!(*st, Status::Fail, "{id}");
+                continue;
+            }
             let want = if na.contains(id) {
                 Status::NotApplicable
             } else {

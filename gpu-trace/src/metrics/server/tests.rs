@@ -1,0 +1,356 @@
+//! Each limit of the server, against the real server over loopback.
+
+use std::{
+    io::{Read, Write},
+    net::TcpStream,
+    time::{Duration, Instant},
+};
+
+use super::*;
+use crate::metrics::{CONTENT_TYPE, Metrics, MetricsConfig};
+
+fn server(limits: Limits) -> (MetricsServer, Metrics) {
+    let m = Metrics::new(MetricsConfig::default());
+    let s = MetricsServer::start_with(
+        "127.0.0.1:0".parse().unwrap(),
+        m.registry(),
+        limits,
+        Access::default(),
+    )
+    .expect("listening on a free loopback port");
+    (s, m)
+}
+
+fn connect(s: &MetricsServer) -> TcpStream {
+    let c = TcpStream::connect(s.addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    c
+}
+
+/// Sends `request` and reads the whole answer (the server closes: no keep-alive).
+fn exchange(s: &MetricsServer, request: &[u8]) -> String {
+    let mut c = connect(s);
+    c.write_all(request).unwrap();
+    let mut r = Vec::new();
+    let _ = c.read_to_end(&mut r); // a reset after the answer is fine
+    String::from_utf8_lossy(&r).into_owned()
+}
+
+fn get(s: &MetricsServer, path: &str) -> String {
+    exchange(
+        s,
+        format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes(),
+    )
+}
+
+/// The value of the server's own counter `name` (without `_total`) in a scrape.
+fn counter(s: &MetricsServer, name: &str) -> u64 {
+    let r = get(s, "/metrics");
+    let line = format!("\n{name}_total ");
+    let at = r
+        .find(&line)
+        .unwrap_or_else(|| panic!("no {name}_total in {r}"));
+    r[at + line.len()..]
+        .lines()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// The server is still up and answers a scrape.
+fn assert_serves(s: &MetricsServer) {
+    let r = get(s, "/metrics");
+    assert!(
+        r.starts_with("HTTP/1.0 200") || r.starts_with("HTTP/1.1 200"),
+        "{r}"
+    );
+    assert!(r.trim_end().ends_with("# EOF"), "{r}");
+}
+
+#[test]
+fn only_loopback_unless_allowed() {
+    let a = |s: &str| s.parse().unwrap();
+    assert!(check_addr(a("127.0.0.1:9464"), false).is_ok());
+    assert!(check_addr(a("[::1]:9464"), false).is_ok());
+    assert!(check_addr(a("0.0.0.0:9464"), false).is_err());
+    assert!(check_addr(a("10.1.2.3:9464"), false).is_err());
+    assert!(check_addr(a("0.0.0.0:9464"), true).is_ok());
+}
+
+#[test]
+fn the_server_answers_metrics_and_nothing_else() {
+    let (s, _m) = server(Limits::default());
+    let r = get(&s, "/metrics");
+    assert!(
+        r.starts_with("HTTP/1.0 200") || r.starts_with("HTTP/1.1 200"),
+        "{r}"
+    );
+    assert!(r.contains(CONTENT_TYPE), "{r}");
+    assert!(r.contains("\ngpu_trace_dropped_records_total 0\n"), "{r}");
+    assert!(
+        r.contains("\ngpu_trace_metrics_connections_refused_total 0\n"),
+        "{r}"
+    );
+    // One EOF marker, at the end.
+    assert_eq!(r.matches("# EOF").count(), 1, "{r}");
+    assert!(r.trim_end().ends_with("# EOF"), "{r}");
+    assert!(get(&s, "/other").contains(" 404 "));
+    let r = exchange(&s, b"POST /metrics HTTP/1.0\r\nContent-Length: 0\r\n\r\n");
+    assert!(r.contains(" 405 "), "{r}");
+}
+
+/// A Content-Length the client never sends is never allocated nor waited for: the answer comes
+/// at once and the server goes on.
+#[test]
+fn an_announced_body_is_never_allocated() {
+    let (s, _m) = server(Limits::default());
+    for len in [
+        "100000000000",
+        "18446744073709551615",
+        "18446744073709551613",
+    ] {
+        let t = Instant::now();
+        let r = exchange(
+            &s,
+            format!("GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: {len}\r\n\r\nabc")
+                .as_bytes(),
+        );
+        // hyper refuses a length over u64::MAX - 2 as too large (431).
+        assert!(
+            ["200", "400", "431"]
+                .iter()
+                .any(|c| r.starts_with(&format!("HTTP/1.1 {c} "))),
+            "{len}: {r}"
+        );
+        assert!(
+            t.elapsed() < Duration::from_secs(4),
+            "{len}: waited for the body"
+        );
+        assert_serves(&s);
+    }
+}
+
+/// A request head over the bound: 431 and the connection closed, the rest never read.
+#[test]
+fn the_request_head_is_bounded() {
+    let (s, _m) = server(Limits::default());
+    let mut c = connect(&s);
+    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Long: ")
+        .unwrap();
+    let chunk = vec![b'a'; 64 * 1024];
+    let mut sent = 0usize;
+    // Up to 64 MiB; the server must close long before.
+    while sent < 64 << 20 {
+        if c.write_all(&chunk).is_err() {
+            break;
+        }
+        sent += chunk.len();
+    }
+    assert!(
+        sent < 8 << 20,
+        "the server took {sent} bytes of one header line"
+    );
+    let mut r = Vec::new();
+    let _ = c.read_to_end(&mut r);
+    let r = String::from_utf8_lossy(&r);
+    assert!(r.is_empty() || r.starts_with("HTTP/1.1 431"), "{r}");
+    // Many small headers: the count is bounded too.
+    let mut req = String::from("GET /metrics HTTP/1.1\r\nHost: x\r\n");
+    for i in 0..100 {
+        req.push_str(&format!("X-{i}: y\r\n"));
+    }
+    req.push_str("\r\n");
+    assert!(exchange(&s, req.as_bytes()).starts_with("HTTP/1.1 431"));
+    assert!(counter(&s, "gpu_trace_metrics_bad_requests") >= 1);
+    assert_serves(&s);
+}
+
+/// A client that connects and sends nothing (or half a head) is closed after the header
+/// timeout.
+#[test]
+fn a_silent_client_is_closed_after_the_header_timeout() {
+    let limits = Limits {
+        header_timeout: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let (s, _m) = server(limits);
+    for start in [&b""[..], b"GET /metrics HTTP/1.1\r\nHos"] {
+        let mut c = connect(&s);
+        c.write_all(start).unwrap();
+        let t = Instant::now();
+        let mut r = Vec::new();
+        let _ = c.read_to_end(&mut r);
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "open after {:?}",
+            t.elapsed()
+        );
+        assert!(!String::from_utf8_lossy(&r).contains(" 200 "));
+    }
+    assert!(counter(&s, "gpu_trace_metrics_connections_timed_out") >= 2);
+}
+
+/// A client that asks and never reads the answer is closed at the connection's deadline.
+#[test]
+fn a_connection_is_closed_at_its_deadline() {
+    let limits = Limits {
+        connection_deadline: Duration::from_millis(1500),
+        ..Limits::default()
+    };
+    // A large answer (many series), more than the sockets' buffers hold.
+    let mut registry = Registry::default();
+    let family =
+        prometheus_client::metrics::family::Family::<Vec<(String, String)>, Counter>::default();
+    registry.register("big", "many series", family.clone());
+    for i in 0..200_000u32 {
+        family
+            .get_or_create(&vec![("series".into(), format!("{i:0>80}"))])
+            .inc();
+    }
+    let s = MetricsServer::start_with(
+        "127.0.0.1:0".parse().unwrap(),
+        Arc::new(registry),
+        limits,
+        Access::default(),
+    )
+    .unwrap();
+    // Each series is a line of over 100 bytes: the answer is over 20 MB.
+    let body = 20_000_000;
+    let mut c = connect(&s);
+    c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    let mut r = Vec::new();
+    let _ = c.read_to_end(&mut r);
+    assert!(r.len() < body, "the whole answer came ({} bytes)", r.len());
+    assert_eq!(counter(&s, "gpu_trace_metrics_connections_timed_out"), 1);
+}
+
+/// The bounds are on what clients send: an answer of megabytes is sent whole.
+#[test]
+fn a_large_answer_is_sent_whole() {
+    let mut registry = Registry::default();
+    let family =
+        prometheus_client::metrics::family::Family::<Vec<(String, String)>, Counter>::default();
+    registry.register("big", "many series", family.clone());
+    for i in 0..30_000u32 {
+        family
+            .get_or_create(&vec![("series".into(), format!("{i:0>80}"))])
+            .inc();
+    }
+    let s = MetricsServer::start_with(
+        "127.0.0.1:0".parse().unwrap(),
+        Arc::new(registry),
+        Limits::default(),
+        Access::default(),
+    )
+    .unwrap();
+    let r = get(&s, "/metrics");
+    assert!(r.len() > 3_000_000, "{} bytes", r.len());
+    assert!(r.contains(&format!("big_total{{series=\"{:0>80}\"}} 1\n", 29_999)));
+    assert!(r.trim_end().ends_with("# EOF"));
+}
+
+/// Past the connection limit, connections are closed at once, counted, and the server serves
+/// again once the others go.
+#[test]
+fn connections_over_the_limit_are_closed_at_once() {
+    let limits = Limits {
+        max_connections: 4,
+        header_timeout: Duration::from_secs(30),
+        ..Limits::default()
+    };
+    let (s, _m) = server(limits);
+    let idle: Vec<TcpStream> = (0..4).map(|_| connect(&s)).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let t = Instant::now();
+    let mut extra = connect(&s);
+    let mut r = Vec::new();
+    let _ = extra.read_to_end(&mut r);
+    assert!(r.is_empty());
+    assert!(t.elapsed() < Duration::from_secs(5), "not closed at once");
+    drop(idle);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(counter(&s, "gpu_trace_metrics_connections_refused"), 1);
+    assert_serves(&s);
+}
+
+/// A failure of the serving loop is counted and the server restarted on the same socket.
+#[test]
+fn a_failed_serving_loop_is_restarted() {
+    let m = Metrics::new(MetricsConfig::default());
+    let s = MetricsServer::start_inner(
+        "127.0.0.1:0".parse().unwrap(),
+        m.registry(),
+        Limits::default(),
+        Access::default(),
+        Some(Fault::PanicOnce),
+    )
+    .unwrap();
+    assert_serves(&s);
+    assert_eq!(counter(&s, "gpu_trace_metrics_server_errors"), 1);
+    assert!(!s.is_dead());
+}
+
+/// After [`MAX_RESTARTS`] failures the endpoint is given up and says so ([`endpoint_failed`]).
+#[test]
+fn a_server_that_keeps_failing_is_reported_dead() {
+    let m = Metrics::new(MetricsConfig::default());
+    let s = MetricsServer::start_inner(
+        "127.0.0.1:0".parse().unwrap(),
+        m.registry(),
+        Limits::default(),
+        Access::default(),
+        Some(Fault::PanicAlways),
+    )
+    .unwrap();
+    let t = Instant::now();
+    while !s.is_dead() && t.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(s.is_dead());
+    assert!(endpoint_failed());
+}
+
+/// With basic users and a bearer token configured: 401 (with a challenge) without credentials
+/// or with wrong ones, 200 with either right one.
+#[test]
+fn credentials_are_required_when_configured() {
+    let dir = tempfile::tempdir().unwrap();
+    let web = dir.path().join("web.yml");
+    let hash = bcrypt::hash("s3cret", 4).unwrap();
+    std::fs::write(&web, format!("basic_auth_users:\n  prom: '{hash}'\n")).unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "tok-123\n").unwrap();
+    let access = Access::load(Some(&web), Some(&token)).unwrap();
+    let m = Metrics::new(MetricsConfig::default());
+    let s = MetricsServer::start_with(
+        "127.0.0.1:0".parse().unwrap(),
+        m.registry(),
+        Limits::default(),
+        access,
+    )
+    .unwrap();
+    let with = |auth: &str| {
+        exchange(
+            &s,
+            format!("GET /metrics HTTP/1.0\r\nHost: x\r\n{auth}\r\n").as_bytes(),
+        )
+    };
+    let r = with("");
+    assert!(r.starts_with("HTTP/1.0 401"), "{r}");
+    assert!(
+        r.to_ascii_lowercase().contains("www-authenticate: basic"),
+        "{r}"
+    );
+    assert!(!r.contains("gpu_trace_"), "{r}");
+    // prom:s3cret (before a wrong password: after one, unverified passwords wait a little).
+    let r = with("Authorization: Basic cHJvbTpzM2NyZXQ=\r\n");
+    assert!(r.starts_with("HTTP/1.0 200") && r.contains("# EOF"), "{r}");
+    assert!(with("Authorization: Basic cHJvbTp3cm9uZw==\r\n").starts_with("HTTP/1.0 401"));
+    assert!(with("Authorization: Bearer tok-124\r\n").starts_with("HTTP/1.0 401"));
+    let r = with("Authorization: Bearer tok-123\r\n");
+    assert!(r.starts_with("HTTP/1.0 200") && r.contains("# EOF"), "{r}");
+    // Every path, not only /metrics.
+    assert!(get(&s, "/").starts_with("HTTP/1.0 401"));
+}
