@@ -19,6 +19,13 @@ if ! command -v bpftool >/dev/null 2>&1 && [ -x /usr/bin/apt-get ]; then
     || { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq bpftool >/dev/null; } \
     || log "bpftool not installable: the lifecycle tests check with bpf(2) only"
 fi
+# zsh and fish: tests/completions.rs completes a command line in each (bash is there already).
+if ! { command -v zsh && command -v fish; } >/dev/null 2>&1 && [ -x /usr/bin/apt-get ]; then
+  log "installing zsh and fish (completion tests)"
+  $SUDO apt-get install -y -qq zsh fish >/dev/null 2>&1 \
+    || { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq zsh fish >/dev/null; } \
+    || log "zsh/fish not installable: their completion tests print SKIPPED"
+fi
 # rustfmt and clippy: .ci/run fails on unformatted code and on clippy warnings.
 for c in rustfmt clippy; do
   if ! rustup component list --installed | grep -q "^$c"; then

@@ -4,77 +4,204 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-const EXAMPLES: &str = "\
-Examples:
-  Check what this machine allows (hooks, BTF, LSMs, driver) before tracing:
+/// What a command's `--help` says after its options, and the EXAMPLES, EXIT STATUS and further
+/// sections of its man page (`cargo xtask gen` renders the same text as roff).
+pub struct Epilogue {
+    /// One line per task, two spaces in and ending in `:`, each followed by its command lines,
+    /// six spaces in. Every line fits 80 columns.
+    pub examples: &'static str,
+    /// Further notes: `(label in --help, man page section, text)`; the text is one paragraph
+    /// (clap and man wrap it).
+    pub notes: Option<(&'static str, &'static str, &'static str)>,
+    /// The exit status codes and what each means.
+    pub exit_status: &'static [(u8, &'static str)],
+    /// Where to read more (the last line of `--help`, the man page's SEE ALSO).
+    pub see_also: &'static str,
+}
+
+/// The exit status codes of `gpu-trace`, `top` and `replay` (docs/cli.md#exit-codes).
+pub mod exit {
+    pub const SUCCESS: u8 = 0;
+    pub const RUNTIME: u8 = 1;
+    pub const USAGE: u8 = 2;
+    pub const UNSUPPORTED: u8 = 3;
+    pub const DROPPED: u8 = 4;
+}
+
+const SEE_ALSO: &str = "See docs/cli.md for every option, docs/json-schema.md for the JSON \
+    fields, docs/events.md for the events and docs/troubleshooting.md for errors.";
+
+const TRACE_EXIT_STATUS: &[(u8, &str)] = &[
+    (exit::SUCCESS, "success"),
+    (
+        exit::RUNTIME,
+        "a runtime error (also a --metrics endpoint that died during the run)",
+    ),
+    (exit::USAGE, "bad usage"),
+    (
+        exit::UNSUPPORTED,
+        "the kernel or system cannot support tracing (privileges, BTF, hooks)",
+    ),
+    (
+        exit::DROPPED,
+        "events were dropped (or output lines: the output's reader lagged)",
+    ),
+];
+
+/// `gpu-trace`'s (tracing's) epilogue.
+pub const MAIN_EPILOGUE: Epilogue = Epilogue {
+    examples: "  Check what this machine allows (hooks, BTF, LSMs, driver) before tracing:
       sudo gpu-trace doctor
   Trace every process on the default (NVIDIA) driver until Ctrl-C:
       sudo gpu-trace
   Also show work-submit tokens, for one process, for 30 seconds:
       sudo gpu-trace -v --pid 4242 --duration 30
-  AMD GPUs: KFD compute and SDMA queues (/dev/kfd); `-v` adds each queue's doorbell:
+  AMD GPUs: KFD compute and SDMA queues (/dev/kfd); -v adds each doorbell:
       sudo gpu-trace --vendor amd -v
   Only processes whose name is python3, as JSON lines, into a file:
       sudo gpu-trace --comm python3 --format json -o trace.jsonl
   Timestamps in seconds since the first event instead of wall-clock time:
       sudo gpu-trace --timestamps relative
-  A timeline for the Perfetto UI (ui.perfetto.dev: Open trace file), next to the usual output:
+  A timeline for the Perfetto UI (ui.perfetto.dev), next to the usual output:
       sudo gpu-trace --perfetto trace.json
-  Record the raw driver calls and replay them later, on any machine, without root, with the
-  same output options (-v, --pid, --comm, --format, -o, --timestamps, --perfetto):
+  Record the raw driver calls; replay them later, anywhere, without root, with
+  the same output options (-v, --pid, --comm, --format, -o, --perfetto ...):
       sudo gpu-trace --record run.gtrace
       gpu-trace replay run.gtrace -v --perfetto run.json -o run.txt
-  Statistics every second while tracing (text: on stderr; JSON: STATS lines, final false):
+  Statistics every second while tracing (text: on stderr; JSON: STATS lines):
       sudo gpu-trace --interval 1
   A live view, refreshed every second (per GPU, per process; s sorts, q quits):
       sudo gpu-trace top
-  Serve Prometheus metrics on a loopback port while tracing, printing nothing else:
+  Serve Prometheus metrics on a loopback port while tracing, printing nothing:
       sudo gpu-trace --metrics 127.0.0.1:9464 --quiet
-  Refuse GPU scheduling to one process while tracing (needs an active BPF LSM; see doctor):
+  Refuse GPU scheduling to one process (needs an active BPF LSM; see doctor):
       sudo gpu-trace --deny-pid 4242
-  Only one container's GPU work (id prefix from podman/docker/crictl ps), or a pod's cgroup:
+  Only one container's GPU work (id prefix from podman/docker/crictl ps), or
+  a pod's cgroup:
       sudo gpu-trace --container 3f2a9c1b
       sudo gpu-trace --cgroup /kubepods.slice/kubepods-besteffort.slice
-  Refuse GPU scheduling to a whole container, processes it starts later included:
-      sudo gpu-trace --deny-container 3f2a9c1b
+  Refuse GPU scheduling to a whole container, processes it starts later too:
+      sudo gpu-trace --deny-container 3f2a9c1b",
+    notes: Some((
+        "Output",
+        "OUTPUT FORMAT",
+        "one line per event (TASK_INIT, SCHEDULE, SCHED_UPDATE, WORK_SUBMIT with -v, \
+         TASK_DESTROY); SCHED_UPDATE shows every timeslice, interleave, preemption and \
+         disable/enable request (old -> new, allowed or not). A field the driver layer cannot \
+         know is printed as `?`. A live run first lists, on stderr, the processes that already \
+         had a GPU open (late attach): their end prints PRETRACE_END, calls on their old \
+         objects carry [pre-trace]; MPS clients' lines carry [shared] and one MPS_SHARED names \
+         the server's TSG. On exit (Ctrl-C, SIGTERM, --duration) a statistics block: counts per \
+         event, dropped, read_failed, per-process, per-engine and per-task tables (latencies, \
+         final timeslice), live TSGs per GPU and runlist; -v adds the kernel side's internal \
+         counters.",
+    )),
+    exit_status: TRACE_EXIT_STATUS,
+    see_also: SEE_ALSO,
+};
 
-Output: one line per event (TASK_INIT, SCHEDULE, SCHED_UPDATE, WORK_SUBMIT with -v, TASK_DESTROY);
-SCHED_UPDATE shows every timeslice, interleave, preemption and disable/enable request (old -> new,
-allowed or not). A field the driver layer cannot know is printed as `?`. A live run first lists,
-on stderr, the processes that already had a GPU open (late attach): their end prints
-PRETRACE_END, calls on their old objects carry [pre-trace]; MPS clients' lines carry [shared] and
-one MPS_SHARED names the server's TSG. On exit (Ctrl-C, SIGTERM, --duration) a statistics block:
-counts per event, dropped, read_failed, per-process, per-engine and per-task tables (latencies,
-final timeslice), live TSGs per GPU and runlist; -v adds the kernel side's internal counters.
-
-Exit status: 0 on success; 1 on a runtime error (also a --metrics endpoint that died during the
-run); 2 on bad usage; 3 when the kernel or system cannot support tracing (missing privileges,
-BTF, hooks); 4 when events were dropped (or output lines, when the output's reader did not keep
-up). `doctor`:
-0 when tracing and --deny-pid can both work, 5 when tracing can but --deny-pid cannot, 3 when
-tracing cannot.
-See docs/cli.md for every option, docs/json-schema.md for the JSON fields, docs/events.md for
-the events and docs/troubleshooting.md for errors.";
-
-const REPLAY_EXAMPLES: &str = "\
-Examples:
-  Print a recording exactly as the live run printed it (-v if the live run had it):
+/// `gpu-trace replay`'s epilogue.
+pub const REPLAY_EPILOGUE: Epilogue = Epilogue {
+    examples: "  Print a recording exactly as the live run printed it (-v if the live run had it):
       gpu-trace replay run.gtrace -v
   The same events as JSON lines, into a file; or only one process:
       gpu-trace replay run.gtrace --format json -o run.jsonl
       gpu-trace replay run.gtrace --pid 4242
   A Perfetto timeline of the recording, without the text output:
       gpu-trace replay run.gtrace --perfetto run.json -o /dev/null
+  Step through the recording second by second in top's view:
+      gpu-trace replay run.gtrace --top",
+    notes: None,
+    exit_status: &[
+        (exit::SUCCESS, "success"),
+        (exit::RUNTIME, "the file cannot be read or decoded"),
+        (exit::USAGE, "bad usage"),
+        (
+            exit::DROPPED,
+            "the live run had dropped records (its trailer says so)",
+        ),
+    ],
+    see_also: SEE_ALSO,
+};
 
-Exit status: 0 on success; 1 when the file cannot be read or decoded; 2 on bad usage; 4 when
-the live run had dropped records (its trailer says so).";
+/// `gpu-trace top`'s epilogue.
+pub const TOP_EPILOGUE: Epilogue = Epilogue {
+    examples: "  Every process on the NVIDIA driver:
+      sudo gpu-trace top
+  Only python3 processes, keeping the events in a file as well:
+      sudo gpu-trace top --comm python3 --format json -o trace.jsonl",
+    notes: None,
+    exit_status: TRACE_EXIT_STATUS,
+    see_also: SEE_ALSO,
+};
 
-const DOCTOR_EXAMPLES: &str = "\
-Examples:
-  The table (root: the trials load test programs):
+/// `gpu-trace doctor`'s epilogue.
+pub const DOCTOR_EPILOGUE: Epilogue = Epilogue {
+    examples: "  The table (root: the trials load test programs):
       sudo gpu-trace doctor
-  In a script: go on only where tracing works, and know whether --deny-pid will:
-      sudo gpu-trace doctor --json > doctor.json; case $? in 0) echo all;; 5) echo no deny;; *) echo none;; esac";
+  In a script: go on only where tracing works, know whether --deny-pid will:
+      sudo gpu-trace doctor --json > doctor.json
+      case $? in 0) echo all;; 5) echo no deny;; *) echo none;; esac",
+    notes: None,
+    exit_status: &[
+        (
+            crate::doctor::exit::READY,
+            "tracing and --deny-pid can both work",
+        ),
+        (exit::USAGE, "bad usage"),
+        (crate::doctor::exit::UNSUPPORTED, "tracing cannot work"),
+        (
+            crate::doctor::exit::NO_DENY,
+            "tracing can work, --deny-pid cannot",
+        ),
+    ],
+    see_also: "See docs/cli.md#doctor for each row and docs/troubleshooting.md for the fixes.",
+};
+
+/// `gpu-trace completions`' epilogue.
+pub const COMPLETIONS_EPILOGUE: Epilogue = Epilogue {
+    examples: "  bash, for every user:
+      gpu-trace completions bash > /etc/bash_completion.d/gpu-trace
+  zsh, with ~/.zfunc in $fpath:
+      gpu-trace completions zsh > ~/.zfunc/_gpu-trace",
+    notes: None,
+    exit_status: &[
+        (exit::SUCCESS, "success"),
+        (exit::RUNTIME, "standard output could not be written"),
+        (exit::USAGE, "bad usage (a shell not listed)"),
+    ],
+    see_also: "See docs/cli.md#man-pages-and-completions.",
+};
+
+/// The epilogue of the subcommand `name` (`None`: of `gpu-trace` itself).
+pub fn epilogue(name: Option<&str>) -> Option<&'static Epilogue> {
+    Some(match name {
+        None => &MAIN_EPILOGUE,
+        Some("replay") => &REPLAY_EPILOGUE,
+        Some("top") => &TOP_EPILOGUE,
+        Some("doctor") => &DOCTOR_EPILOGUE,
+        Some("completions") => &COMPLETIONS_EPILOGUE,
+        Some(_) => return None,
+    })
+}
+
+impl Epilogue {
+    /// The text `--help` prints after the options.
+    pub fn long_help(&self) -> String {
+        let mut s = format!("Examples:\n{}\n\n", self.examples);
+        if let Some((label, _, text)) = self.notes {
+            s += &format!("{label}: {text}\n\n");
+        }
+        s += "Exit status:\n";
+        for (code, meaning) in self.exit_status {
+            s += &format!("  {code}  {meaning}\n");
+        }
+        if std::ptr::eq(self, &MAIN_EPILOGUE) {
+            s += "  (doctor's: see gpu-trace doctor --help)\n";
+        }
+        s + "\n" + self.see_also
+    }
+}
 
 #[derive(Debug, Parser)]
 #[command(
@@ -85,7 +212,7 @@ Examples:
         gpu-trace attaches eBPF programs to the ioctl layer of the GPU driver and prints, for \
         every process, when the driver creates a channel group (TSG), puts it on the runlist, \
         hands out work-submit tokens, and tears it down.",
-    after_long_help = EXAMPLES,
+    after_long_help = MAIN_EPILOGUE.long_help(),
     after_help = "Run `gpu-trace --help` for examples, exit codes and output fields."
 )]
 pub struct Cli {
@@ -99,7 +226,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Decode a recording made with --record and print it as the live run did (no root needed).
-    #[command(after_long_help = REPLAY_EXAMPLES)]
+    #[command(after_long_help = REPLAY_EPILOGUE.long_help())]
     Replay {
         /// The recording file.
         file: PathBuf,
@@ -107,6 +234,7 @@ pub enum Command {
         /// recording's own time; n, space or → shows the next second, p plays (a second per
         /// second) or pauses, s sorts, q stops. Events and statistics go only to -o FILE.
         #[arg(long, conflicts_with_all = ["quiet", "interval"])]
+        #[arg(display_order = 9)]
         top: bool,
         #[command(flatten)]
         output: OutputArgs,
@@ -119,10 +247,7 @@ pub enum Command {
     /// and AMD KFD drivers (flavour, version, device nodes and majors), tries every hook with a
     /// trivial program and loads gpu-trace's own programs, then detaches everything. Run it as
     /// root.
-    ///
-    /// Exit status: 0 when tracing and --deny-pid can both work, 5 when tracing can but
-    /// --deny-pid cannot, 3 when tracing cannot.
-    #[command(after_long_help = DOCTOR_EXAMPLES)]
+    #[command(after_long_help = DOCTOR_EPILOGUE.long_help())]
     Doctor {
         /// Print the report as one JSON object instead of a table.
         #[arg(long)]
@@ -135,6 +260,7 @@ pub enum Command {
     /// Takes the same options as tracing (--pid, --comm, --container, --vendor, ...); no event
     /// lines are printed. Keys: s sorts (SCHED/s, LIVE, PID), q / Esc / Ctrl-C quits and gives
     /// the terminal back. Needs root, like tracing.
+    #[command(after_long_help = TOP_EPILOGUE.long_help())]
     Top {
         #[command(flatten)]
         trace: Box<TraceArgs>,
@@ -144,6 +270,7 @@ pub enum Command {
     /// bash: `gpu-trace completions bash > /etc/bash_completion.d/gpu-trace`; zsh: save it as
     /// `_gpu-trace` in a directory of `$fpath`; fish: as
     /// `~/.config/fish/completions/gpu-trace.fish`. The .deb installs all three.
+    #[command(after_long_help = COMPLETIONS_EPILOGUE.long_help())]
     Completions {
         /// The shell: bash, zsh, fish, elvish or powershell.
         shell: clap_complete::Shell,
@@ -207,30 +334,46 @@ fn choices<T: Copy + Send + Sync + 'static>(
     })
 }
 
+/// The groups `--help` lists options in, after the everyday ones (no heading: `-p`, `-c`, `-v`,
+/// `--format`, `-o`, `-d`, `--interval`, `--vendor`, in that `display_order`). Clap lists the
+/// groups in the order their first option is declared, hence the order of `TraceArgs`' fields.
+pub mod heading {
+    pub const OUTPUT: &str = "Output";
+    pub const CONTAINERS: &str = "Containers";
+    pub const REFUSING: &str = "Refusing GPU work";
+    pub const METRICS: &str = "Metrics";
+    pub const KERNEL: &str = "Kernel internals";
+}
+
 /// Filters and output options shared by live tracing and replay.
 #[derive(Clone, Debug, Args)]
 pub struct OutputArgs {
     /// Also print WORK_SUBMIT events (work-submit tokens handed out).
     #[arg(short, long)]
+    #[arg(display_order = 3)]
     pub verbose: bool,
 
     /// Only this process (repeatable). Live runs: with exactly one, the kernel filters too, and
     /// a PID that does not exist yet is warned about once and waited for (a process started
     /// later with that id is traced).
     #[arg(short, long = "pid", value_name = "PID", value_parser = parse_pid)]
+    #[arg(display_order = 1)]
     pub pids: Vec<u32>,
 
     /// Only threads or processes with this name (exact `comm`; repeatable). The kernel keeps 15
     /// characters of a name: a longer NAME is cut to its first 15, with a warning.
     #[arg(short, long = "comm", value_name = "NAME")]
+    #[arg(display_order = 2)]
     pub comms: Vec<String>,
 
     /// Output format.
     #[arg(long, value_parser = choices(FORMATS), default_value = "text")]
+    #[arg(display_order = 4)]
     pub format: Format,
 
     /// Write events and statistics to FILE instead of standard output (any --format).
     #[arg(short, long, value_name = "FILE")]
+    #[arg(display_order = 5)]
     pub output: Option<PathBuf>,
 
     /// Also write a timeline to FILE for the Perfetto UI (Chrome JSON trace format): a track
@@ -239,15 +382,18 @@ pub struct OutputArgs {
     /// joined by flow arrows, a track group per GPU showing every process's lifetimes on it, and
     /// live-task and schedules-per-second counters per GPU. Filters apply.
     #[arg(long, value_name = "FILE")]
+    #[arg(help_heading = heading::OUTPUT)]
     pub perfetto: Option<PathBuf>,
 
     /// Timestamp style of the text output (JSON lines always carry both `time`, UTC wall clock,
     /// and `ts_ns`, CLOCK_MONOTONIC).
     #[arg(long, value_parser = choices(TIMESTAMPS), default_value = "wall")]
+    #[arg(help_heading = heading::OUTPUT)]
     pub timestamps: Timestamps,
 
     /// Do not print the statistics block at exit.
     #[arg(long)]
+    #[arg(help_heading = heading::OUTPUT)]
     pub no_stats: bool,
 
     /// Also print the statistics so far every SECONDS (> 0): with --format json as a STATS
@@ -255,17 +401,20 @@ pub struct OutputArgs {
     /// that the event stream stays one line per event. Replay counts SECONDS in the recording's
     /// own time.
     #[arg(long, value_name = "SECONDS", value_parser = positive_seconds)]
+    #[arg(display_order = 7)]
     pub interval: Option<f64>,
 
     /// Print no events and no statistics (e.g. with --metrics, or with only --perfetto or
     /// --record).
     #[arg(short, long, conflicts_with = "output")]
+    #[arg(help_heading = heading::OUTPUT)]
     pub quiet: bool,
 
     /// Text output: a `container=` field on every line (`-` outside containers, `?` not known
     /// yet). Without it, only lines of processes in a container or Kubernetes pod carry
     /// `container=ID pod=UID nspid=N` (each when known). JSON always carries a `cgroup` object.
     #[arg(long)]
+    #[arg(help_heading = heading::OUTPUT)]
     pub show_container: bool,
 }
 
@@ -332,12 +481,14 @@ pub struct MetricsArgs {
     /// Serve Prometheus metrics at http://ADDR/metrics while tracing, e.g. 127.0.0.1:9464
     /// (port 0: any free port). A loopback address unless --metrics-allow-remote.
     #[arg(long = "metrics", value_name = "ADDR")]
+    #[arg(help_heading = heading::METRICS)]
     pub addr: Option<std::net::SocketAddr>,
 
     /// Allow --metrics on a non-loopback address (e.g. 0.0.0.0:9464 in a Kubernetes pod)
     /// without authentication: anyone who can reach it reads process names. Not needed when
     /// --metrics-web-config sets basic_auth_users or --metrics-bearer-token-file is given.
     #[arg(long, requires = "addr")]
+    #[arg(help_heading = heading::METRICS)]
     pub metrics_allow_remote: bool,
 
     /// Basic authentication of --metrics, in the Prometheus exporter-toolkit's web
@@ -355,27 +506,34 @@ pub struct MetricsArgs {
 pub struct TraceArgs {
     /// GPU driver to trace.
     #[arg(long, value_enum, default_value_t = Vendor::Nvidia)]
+    #[arg(display_order = 8)]
     pub vendor: Vendor,
 
     /// Stop after tracing this long, counted from attach (default: until Ctrl-C or SIGTERM):
     /// seconds (30, 1.5) or with a unit (250ms, 90s, 5m, 1h); > 0, at most a year.
     #[arg(short, long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(display_order = 6)]
     pub duration: Option<f64>,
 
     /// Also write the raw driver calls to FILE, for `gpu-trace replay FILE`.
     #[arg(long, value_name = "FILE")]
+    #[arg(help_heading = heading::OUTPUT)]
     pub record: Option<PathBuf>,
 
-    /// Ring-buffer size in bytes (power of two, ≥ 4096). Raise it if `dropped` is not 0.
-    #[arg(long, value_name = "BYTES", default_value_t = crate::loader::DEFAULT_RING_BYTES,
-          value_parser = parse_ring_size)]
-    pub ring_size: u32,
+    /// Trace only tasks in this cgroup v2 subtree (repeatable, with --container at most 8 in
+    /// all): a path below the cgroup2 mount (`/kubepods.slice/…/kubepods-pod<uid>.slice`) or
+    /// under it (`/sys/fs/cgroup/machine.slice`). Filtered in the kernel: other processes cost
+    /// no records. Cgroups created below it later are included.
+    #[arg(long = "cgroup", value_name = "PATH")]
+    #[arg(help_heading = heading::CONTAINERS)]
+    pub cgroups: Vec<String>,
 
-    /// Treat this character device as a device of the traced vendor too: an NVIDIA device, or
-    /// /dev/kfd with --vendor amd (experiments and tests; e.g. /dev/null to watch RM- or
-    /// KFD-shaped ioctls a test program issues).
-    #[arg(long, value_name = "PATH")]
-    pub watch_device: Option<PathBuf>,
+    /// Trace only this running container (repeatable): a prefix (≥ 4 hex digits) of its id as
+    /// `podman ps`, `docker ps` or `crictl ps` show it (docker, containerd, CRI-O, podman; both
+    /// cgroup drivers). Filtered in the kernel, like --cgroup.
+    #[arg(long = "container", value_name = "ID")]
+    #[arg(help_heading = heading::CONTAINERS)]
+    pub containers: Vec<String>,
 
     /// Refuse scheduling requests (GPFIFO_SCHEDULE with bEnable, or whose bEnable cannot be
     /// read, e.g. FINN-serialized) from this process, all its threads and every process it
@@ -384,35 +542,42 @@ pub struct TraceArgs {
     /// (`bpf` in /sys/kernel/security/lsm); otherwise gpu-trace stops at start-up and says why.
     /// Refused requests show as `SCHEDULE … allowed=no errno=EPERM`, counted as `denied`.
     #[arg(long = "deny-pid", value_name = "PID", value_parser = parse_pid)]
+    #[arg(help_heading = heading::REFUSING)]
     pub deny_pids: Vec<u32>,
-
-    /// Trace only tasks in this cgroup v2 subtree (repeatable, with --container at most 8 in
-    /// all): a path below the cgroup2 mount (`/kubepods.slice/…/kubepods-pod<uid>.slice`) or
-    /// under it (`/sys/fs/cgroup/machine.slice`). Filtered in the kernel: other processes cost
-    /// no records. Cgroups created below it later are included.
-    #[arg(long = "cgroup", value_name = "PATH")]
-    pub cgroups: Vec<String>,
-
-    /// Trace only this running container (repeatable): a prefix (≥ 4 hex digits) of its id as
-    /// `podman ps`, `docker ps` or `crictl ps` show it (docker, containerd, CRI-O, podman; both
-    /// cgroup drivers). Filtered in the kernel, like --cgroup.
-    #[arg(long = "container", value_name = "ID")]
-    pub containers: Vec<String>,
 
     /// Refuse scheduling requests, like --deny-pid, from every task in this cgroup v2 subtree,
     /// including processes that enter it after gpu-trace started (repeatable, at most 8 with
     /// --deny-container). Needs an active BPF LSM.
     #[arg(long = "deny-cgroup", value_name = "PATH")]
+    #[arg(help_heading = heading::REFUSING)]
     pub deny_cgroups: Vec<String>,
 
     /// Refuse scheduling requests from every task of this running container (id prefix, as
     /// for --container), including processes it starts later. Needs an active BPF LSM.
     #[arg(long = "deny-container", value_name = "ID")]
+    #[arg(help_heading = heading::REFUSING)]
     pub deny_containers: Vec<String>,
+
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
+
+    /// Ring-buffer size in bytes (power of two, ≥ 4096). Raise it if `dropped` is not 0.
+    #[arg(long, value_name = "BYTES", default_value_t = crate::loader::DEFAULT_RING_BYTES,
+          value_parser = parse_ring_size)]
+    #[arg(help_heading = heading::KERNEL)]
+    pub ring_size: u32,
+
+    /// Treat this character device as a device of the traced vendor too: an NVIDIA device, or
+    /// /dev/kfd with --vendor amd (experiments and tests; e.g. /dev/null to watch RM- or
+    /// KFD-shaped ioctls a test program issues).
+    #[arg(long, value_name = "PATH")]
+    #[arg(help_heading = heading::KERNEL)]
+    pub watch_device: Option<PathBuf>,
 
     /// Attach type for the syscall hook (default: the cheapest the kernel allows). For
     /// comparisons and for kernels where the automatic choice misbehaves.
     #[arg(long, value_enum, value_name = "TYPE")]
+    #[arg(help_heading = heading::KERNEL)]
     pub syscall_hook: Option<crate::loader::SyscallHook>,
 
     /// Do not attach to the drivers' own functions (the NVIDIA driver's ioctl and release
@@ -422,11 +587,13 @@ pub struct TraceArgs {
     /// where the kernel allows it (then unrelated system calls pay nothing), and the start-up
     /// report says which it uses and why not the others.
     #[arg(long)]
+    #[arg(help_heading = heading::KERNEL)]
     pub no_deep_hooks: bool,
 
     /// Attach types the deep hooks may use: auto (a trampoline through the module's BTF, else a
     /// kprobe), kprobe, or trampoline. For comparisons, and for kernels where one misbehaves.
     #[arg(long, value_enum, value_name = "TYPE", default_value_t = crate::loader::DeepAttach::Auto)]
+    #[arg(help_heading = heading::KERNEL)]
     pub deep_attach: crate::loader::DeepAttach,
 
     /// Count every run of gpu-trace's kernel programs and their run time while tracing, and
@@ -435,10 +602,8 @@ pub struct TraceArgs {
     /// statistics (BPF_ENABLE_STATS) while gpu-trace runs, which adds two clock reads to every
     /// run of every BPF program on the machine.
     #[arg(long)]
+    #[arg(help_heading = heading::KERNEL)]
     pub bpf_stats: bool,
-
-    #[command(flatten)]
-    pub metrics: MetricsArgs,
 
     #[command(flatten)]
     pub output: OutputArgs,
@@ -509,6 +674,30 @@ fn parse_ring_size(s: &str) -> Result<u32, String> {
         ));
     }
     Ok(n)
+}
+
+/// The name the binary is installed under (and the completions complete).
+pub const BIN_NAME: &str = "gpu-trace";
+
+/// The completion script for `shell`, as `gpu-trace completions SHELL` prints it and the
+/// packages install it (`cargo xtask gen`).
+///
+/// clap_complete's bash script names its per-subcommand `case` arms after the binary name with
+/// `-` spelled `__subcmd__` (`gpu__subcmd__trace__subcmd__replay`) but sets `cmd` with `-`
+/// spelled `__` (`gpu__trace__subcmd__replay`), so for a hyphenated binary name nothing after a
+/// subcommand completed (`gpu-trace replay --perf<TAB>`). The arms are renamed to what the
+/// script looks up. zsh and fish scripts need no change.
+pub fn completion_script(shell: clap_complete::Shell) -> Vec<u8> {
+    use clap::CommandFactory as _;
+    let mut out = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), BIN_NAME, &mut out);
+    if shell != clap_complete::Shell::Bash {
+        return out;
+    }
+    let script = String::from_utf8(out).expect("clap_complete writes UTF-8");
+    let wrong = format!("{}__subcmd__", BIN_NAME.replace('-', "__subcmd__"));
+    let right = format!("{}__subcmd__", BIN_NAME.replace('-', "__"));
+    script.replace(&wrong, &right).into_bytes()
 }
 
 #[cfg(test)]

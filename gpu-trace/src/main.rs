@@ -17,6 +17,13 @@ const EXIT_UNSUPPORTED: u8 = 3;
 const EXIT_DROPPED: u8 = 4;
 // `doctor`'s "tracing cannot work" is the same code as a run that cannot start.
 const _: () = assert!(gpu_trace::doctor::exit::UNSUPPORTED == EXIT_UNSUPPORTED);
+// --help and the man pages list these codes (cli::exit).
+const _: () = assert!(
+    gpu_trace::cli::exit::RUNTIME == EXIT_RUNTIME
+        && gpu_trace::cli::exit::USAGE == EXIT_USAGE
+        && gpu_trace::cli::exit::UNSUPPORTED == EXIT_UNSUPPORTED
+        && gpu_trace::cli::exit::DROPPED == EXIT_DROPPED
+);
 
 fn main() -> ExitCode {
     let mut cli = Cli::parse();
@@ -68,13 +75,12 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Some(Command::Doctor { json }) => return doctor(json),
         Some(Command::Completions { shell }) => {
-            use clap::CommandFactory as _;
-            clap_complete::generate(
-                shell,
-                &mut Cli::command(),
-                "gpu-trace",
-                &mut std::io::stdout(),
-            );
+            use std::io::Write as _;
+            let script = gpu_trace::cli::completion_script(shell);
+            if let Err(e) = std::io::stdout().write_all(&script) {
+                eprintln!("gpu-trace: writing the {shell} completions: {e}");
+                return ExitCode::from(EXIT_RUNTIME);
+            }
             return ExitCode::SUCCESS;
         }
         Some(Command::Replay {
