@@ -250,7 +250,7 @@ pub fn render_text_with(inv: &Inventory, cmdlines: bool) -> Vec<String> {
     }
     if inv.denied != 0 {
         let n = inv.denied;
-        let whose = if n == 1 { "process's" } else { "processes'" };
+        let whose = if n == 1 { "process" } else { "processes" };
         let why = match inv.denied_because {
             Some(Lacking::Root) => {
                 "reading another user's needs root (run gpu-trace as root, with CAP_BPF and \

@@ -339,7 +339,7 @@ fn the_inventory_with_the_daemonsets_capabilities_says_what_it_missed() {
         "two processes missed, two refusals counted: {limited}"
     );
     assert!(
-        limited.contains("of 2 processes' could not be read")
+        limited.contains("of 2 processes could not be read")
             && limited.contains("runs as root without CAP_SYS_PTRACE")
             && !limited.contains("run as root"),
         "says exactly what was missed and why: {limited}"

@@ -492,7 +492,7 @@ GPU Excluded:\t No\n";
         };
         let text = render_text(&inv).join("\n");
         assert!(
-            text.contains("of 2 processes' could not be read")
+            text.contains("of 2 processes could not be read")
                 && text.contains("runs as root without CAP_SYS_PTRACE")
                 && !text.contains("run as root"),
             "{text}"
@@ -505,7 +505,7 @@ GPU Excluded:\t No\n";
         assert!(
             render_text(&inv)
                 .join("\n")
-                .contains("of 1 process's could not be read")
+                .contains("of 1 process could not be read")
         );
     }
 
@@ -558,7 +558,7 @@ GPU Excluded:\t No\n";
         );
         assert!(lines.iter().all(|l| !l.chars().any(char::is_control)));
         assert!(
-            lines[3].contains("of 2 processes' could not be read"),
+            lines[3].contains("of 2 processes could not be read"),
             "{}",
             lines[3]
         );

@@ -3112,7 +3112,8 @@ mod tests {
     /// tree, 2026-11-25 20:09, single-threaded TCG), copied from
     /// `target/lab-cache/run/7.2.13+deb14-amd64/results.log` (CRs removed): KFD refuses open().
     const SID: &str = include_str!("../../testdata/lab-sid-results.log");
-    /// Debian's arm64 6.12.117+deb12 (`cargo xtask lab --arch arm64`, same tree and day), from
+    /// Debian's arm64 6.12.117+deb12 (`cargo xtask lab --arch arm64` of issue 26's tree,
+    /// 2026-11-26, with the `deny_fork` step: 18 passed, 14 not applicable), from
     /// `target/lab-cache/run/6.12.117+deb12-arm64/results.log`: a kernel without KFD.
     const ARM64: &str = include_str!("../../testdata/lab-arm64-6.12-results.log");
 
