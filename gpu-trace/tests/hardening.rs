@@ -559,20 +559,10 @@ fn a_storm_stopped_at_random_moments_reads_exactly_what_the_kernel_sent() {
             f.status,
             f.stderr
         );
-        let file = std::fs::File::open(&rec).unwrap();
-        let mut r = gpu_trace::record::RecordReader::new(std::io::BufReader::new(file)).unwrap();
         // Kernel records only: not the ATTRIBUTION records userspace adds after each cgroup
         // record.
-        let mut records = 0u64;
-        while let Some(bytes) = r.next_record().unwrap() {
-            if !matches!(
-                gpu_trace::wire::parse_record(&bytes),
-                Ok(RawRecord::Attribution(_))
-            ) {
-                records += 1;
-            }
-        }
-        let trailer = r.trailer.expect("the run ended cleanly: a trailer");
+        let (records, trailer) = kernel_records_of(&rec);
+        let trailer = trailer.expect("the run ended cleanly: a trailer");
         let k = trailer.kernel_counters;
         eprintln!(
             "{test}: run {run_ix} (ring {ring}, stop after {stop_ms} ms, whole storm: {whole}): \

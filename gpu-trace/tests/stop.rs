@@ -21,7 +21,6 @@ use std::{
     time::{Duration, Instant},
 };
 
-use gpu_trace::wire::RawRecord;
 use rel_support::*;
 
 /// How long one storm child issues calls at most.
@@ -133,19 +132,9 @@ fn traced_storm(test: &str, extra: &[&str]) -> (Traced, Storm, PathBuf) {
 }
 
 /// The recording holds every record the kernel counted as sent (the stop kept exact counts).
-fn assert_exact(test: &str, rec: &PathBuf) {
-    let file = std::fs::File::open(rec).unwrap();
-    let mut r = gpu_trace::record::RecordReader::new(std::io::BufReader::new(file)).unwrap();
-    let mut records = 0u64;
-    while let Some(bytes) = r.next_record().unwrap() {
-        if !matches!(
-            gpu_trace::wire::parse_record(&bytes),
-            Ok(RawRecord::Attribution(_))
-        ) {
-            records += 1;
-        }
-    }
-    let trailer = r.trailer.expect("the run ended cleanly: a trailer");
+fn assert_exact(test: &str, rec: &std::path::Path) {
+    let (records, trailer) = kernel_records_of(rec);
+    let trailer = trailer.expect("the run ended cleanly: a trailer");
     let k = trailer.kernel_counters;
     eprintln!(
         "{test}: recorded {records}, kernel emitted {} dropped {}",

@@ -472,6 +472,25 @@ pub fn json_process(stats: &serde_json::Value, pid: u32) -> Option<serde_json::V
         .cloned()
 }
 
+/// The kernel's records in a recording (not the `ATTRIBUTION` records userspace adds after each
+/// cgroup record), and its trailer (`None`: the run did not end cleanly).
+pub fn kernel_records_of(
+    path: &std::path::Path,
+) -> (u64, Option<gpu_trace::record::RecordingTrailer>) {
+    let file = std::fs::File::open(path).unwrap();
+    let mut r = gpu_trace::record::RecordReader::new(std::io::BufReader::new(file)).unwrap();
+    let mut records = 0u64;
+    while let Some(bytes) = r.next_record().unwrap() {
+        if !matches!(
+            gpu_trace::wire::parse_record(&bytes),
+            Ok(gpu_trace::wire::RawRecord::Attribution(_))
+        ) {
+            records += 1;
+        }
+    }
+    (records, r.trailer)
+}
+
 pub fn tail(s: &str) -> String {
     let lines: Vec<&str> = s.lines().collect();
     lines[lines.len().saturating_sub(20)..].join("\n")
