@@ -254,6 +254,34 @@ mod tests {
     }
 
     #[test]
+    fn deny_counters_round_trip_and_are_unknown_in_older_trailers() {
+        // A trailer written before the deny counters existed: not known, not 0.
+        let old = r#"{"kernel_counters":{"dropped":1,"read_failed":0,"ignored":0,"emitted":5,"fd_lookup_failed":0,"denied":2,"skipped":0},"duration_ns":9}"#;
+        let t: RecordingTrailer = serde_json::from_str(old).unwrap();
+        assert_eq!(t.kernel_counters.denied, 2);
+        assert_eq!(t.kernel_counters.denied_unread, None);
+        assert_eq!(t.kernel_counters.deny_unfollowed, None);
+        // Written by this version: kept through the recording, 0 included.
+        let trailer = RecordingTrailer {
+            kernel_counters: KernelCounters {
+                denied: 4,
+                denied_unread: Some(3),
+                deny_unfollowed: Some(0),
+                ..Default::default()
+            },
+            duration_ns: 5,
+            recording_lost: 0,
+        };
+        let bytes = RecordWriter::new(Vec::new(), &header())
+            .unwrap()
+            .finish(&trailer)
+            .unwrap();
+        let mut r = RecordReader::new(&bytes[..]).unwrap();
+        assert_eq!(r.next_record().unwrap(), None);
+        assert_eq!(r.trailer, Some(trailer));
+    }
+
+    #[test]
     fn cut_short_recording_reads_without_trailer() {
         let mut w = RecordWriter::new(Vec::new(), &header()).unwrap();
         w.record(&[7; 40]).unwrap();

@@ -196,6 +196,20 @@ doc!(
     "Scheduling requests refused by --deny-pid (BPF LSM)."
 );
 doc!(
+    DENIED_UNREAD,
+    "gpu_trace_denied_unread_total",
+    "counter",
+    "",
+    "Of gpu_trace_denied_total, the scheduling requests refused without reading bEnable (failing closed: FINN-serialized parameters, or parameters the BPF helper could not read)."
+);
+doc!(
+    DENY_UNFOLLOWED,
+    "gpu_trace_deny_unfollowed_total",
+    "counter",
+    "",
+    "Processes created by a denied process that could not be added to the deny map because it was full: these processes were NOT denied."
+);
+doc!(
     OVERFLOWED,
     "gpu_trace_label_overflow_events_total",
     "counter",
@@ -261,6 +275,8 @@ pub const REFERENCE: &[MetricDoc] = &[
     FD_LOOKUP,
     SKIPPED,
     DENIED,
+    DENIED_UNREAD,
+    DENY_UNFOLLOWED,
     OVERFLOWED,
     UNTRACKED,
     RING,
@@ -540,6 +556,8 @@ struct Health {
     fd_lookup: Counter,
     skipped: Counter,
     denied: Counter,
+    denied_unread: Counter,
+    deny_unfollowed: Counter,
     overflowed: Counter,
     untracked: Counter,
     ring: Gauge,
@@ -591,6 +609,8 @@ impl Metrics {
             (&FD_LOOKUP, &health.fd_lookup),
             (&SKIPPED, &health.skipped),
             (&DENIED, &health.denied),
+            (&DENIED_UNREAD, &health.denied_unread),
+            (&DENY_UNFOLLOWED, &health.deny_unfollowed),
             (&OVERFLOWED, &health.overflowed),
             (&UNTRACKED, &health.untracked),
         ] {
@@ -1009,6 +1029,16 @@ impl Metrics {
                 last.skipped.unwrap_or(0),
             ),
             (&h.denied, k.denied, last.denied),
+            (
+                &h.denied_unread,
+                k.denied_unread.unwrap_or(0),
+                last.denied_unread.unwrap_or(0),
+            ),
+            (
+                &h.deny_unfollowed,
+                k.deny_unfollowed.unwrap_or(0),
+                last.deny_unfollowed.unwrap_or(0),
+            ),
         ] {
             c.inc_by(now.saturating_sub(before));
         }
@@ -1020,6 +1050,8 @@ impl Metrics {
             fd_lookup_failed: k.fd_lookup_failed.max(last.fd_lookup_failed),
             denied: k.denied.max(last.denied),
             skipped: k.skipped.max(last.skipped),
+            denied_unread: k.denied_unread.max(last.denied_unread),
+            deny_unfollowed: k.deny_unfollowed.max(last.deny_unfollowed),
         };
     }
 }

@@ -464,6 +464,30 @@ fn the_reference_lists_exactly_the_metrics_served() {
     }
 }
 
+#[test]
+fn deny_counters_are_exported_as_increments_of_absolute_readings() {
+    let mut m = Metrics::new(MetricsConfig::default());
+    let k = |unread, unfollowed| KernelCounters {
+        denied: 10,
+        denied_unread: unread,
+        deny_unfollowed: unfollowed,
+        ..KernelCounters::default()
+    };
+    // Not known (a replayed recording made before they were counted): 0, nothing invented.
+    m.set_kernel(&k(None, None));
+    let t = m.encode();
+    assert_eq!(sample(&t, "gpu_trace_denied_unread_total"), Some(0.0));
+    assert_eq!(sample(&t, "gpu_trace_deny_unfollowed_total"), Some(0.0));
+    m.set_kernel(&k(Some(2), Some(1)));
+    m.set_kernel(&k(Some(7), Some(3)));
+    // A smaller reading (never from the kernel) does not take the counter back.
+    m.set_kernel(&k(Some(5), Some(3)));
+    let t = m.encode();
+    assert_eq!(sample(&t, "gpu_trace_denied_total"), Some(10.0));
+    assert_eq!(sample(&t, "gpu_trace_denied_unread_total"), Some(7.0));
+    assert_eq!(sample(&t, "gpu_trace_deny_unfollowed_total"), Some(3.0));
+}
+
 /// docs/fleet.md carries the reference as `cargo xtask gen --docs` writes it.
 #[test]
 fn docs_fleet_md_holds_the_generated_reference() {

@@ -133,6 +133,15 @@ pub struct KernelCounters {
     /// `None`: not known (a recording made before gpu-trace counted them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skipped: Option<u64>,
+    /// Of `denied`, the scheduling requests refused without reading `bEnable` (failing closed:
+    /// FINN-serialized parameters, or a block the BPF helper could not read).
+    /// `None`: not known (a recording made before gpu-trace counted them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub denied_unread: Option<u64>,
+    /// Processes created by a denied process that could not be added to the deny map (full):
+    /// these were NOT denied. `None`: not known (a recording made before gpu-trace counted them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deny_unfollowed: Option<u64>,
 }
 
 /// Event counts of one process.
@@ -661,6 +670,8 @@ impl Stats {
             ("fd_lookup_failed", self.kernel.fd_lookup_failed),
             ("denied", self.kernel.denied),
             ("skipped", self.kernel.skipped.unwrap_or(0)),
+            ("denied_unread", self.kernel.denied_unread.unwrap_or(0)),
+            ("deny_unfollowed", self.kernel.deny_unfollowed.unwrap_or(0)),
             ("malformed", self.malformed),
             ("decode_errors", self.decode_errors),
             ("live_at_exit", self.live_at_exit),
@@ -709,6 +720,13 @@ impl Stats {
                 "warning: {} events were dropped because the ring buffer was full; \
                  raise --ring-size",
                 self.kernel.dropped
+            );
+        }
+        if let Some(n @ 1..) = self.kernel.deny_unfollowed {
+            let _ = writeln!(
+                out,
+                "WARNING: {n} process(es) created by denied processes were NOT denied: the \
+                 deny map was full (docs/troubleshooting.md, \"Denied processes not followed\")"
             );
         }
         if !self.processes.is_empty() {
@@ -771,13 +789,21 @@ impl Stats {
         self.render_tasks(&mut out);
         if verbose {
             out.push_str("\ndiagnostics (kernel side)\n");
-            write_rows(
-                &mut out,
-                &[
-                    ("emitted", self.kernel.emitted, String::new()),
-                    ("ignored", self.kernel.ignored, String::new()),
-                ],
-            );
+            let mut rows = vec![
+                ("emitted", self.kernel.emitted, String::new()),
+                ("ignored", self.kernel.ignored, String::new()),
+            ];
+            // The deny counters when known and 0 (not zero: printed above), so that -v tells a
+            // 0 from "not known" (a recording made before they were counted).
+            for (label, value) in [
+                ("denied_unread", self.kernel.denied_unread),
+                ("deny_unfollowed", self.kernel.deny_unfollowed),
+            ] {
+                if value == Some(0) {
+                    rows.push((label, 0, String::new()));
+                }
+            }
+            write_rows(&mut out, &rows);
         }
         out
     }
@@ -1287,6 +1313,8 @@ PID      COMM             TASK_INIT SCHEDULE SCHED_UPDATE PREEMPT WORK_SUBMIT TA
             fd_lookup_failed: 5,
             denied: 0,
             skipped: None,
+            denied_unread: None,
+            deny_unfollowed: None,
         };
         let text = s.render_text(false);
         let expected = "\
@@ -1314,6 +1342,65 @@ warning: 123456 events were dropped because the ring buffer was full; raise --ri
                 "\ndiagnostics (kernel side)\nemitted          1000000\nignored                9\n"
             )
         );
+    }
+
+    #[test]
+    fn deny_counters_show_when_known_and_warn_when_a_denial_did_not_hold() {
+        let mut s = Stats {
+            elapsed: Some(Duration::from_millis(1_000)),
+            ..Stats::default()
+        };
+        // Not known (a recording made before they were counted): nothing, also with -v.
+        let unknown = s.render_text(true);
+        assert!(!unknown.contains("denied_unread"), "{unknown}");
+        assert!(!unknown.contains("deny_unfollowed"), "{unknown}");
+        // Known and 0: nothing without -v; with -v, a 0 in the diagnostics section.
+        s.kernel.denied_unread = Some(0);
+        s.kernel.deny_unfollowed = Some(0);
+        assert_eq!(
+            s.render_text(false),
+            Stats {
+                elapsed: s.elapsed,
+                ..Stats::default()
+            }
+            .render_text(false)
+        );
+        assert!(
+            s.render_text(true).ends_with(
+                "\ndiagnostics (kernel side)\nemitted             0\nignored             0\n\
+                 denied_unread       0\ndeny_unfollowed     0\n"
+            ),
+            "{}",
+            s.render_text(true)
+        );
+        // Not zero: rows after `denied`, and a WARNING for the processes that were not denied.
+        s.kernel.denied = 9;
+        s.kernel.denied_unread = Some(4);
+        s.kernel.deny_unfollowed = Some(3);
+        let text = s.render_text(false);
+        assert!(
+            text.contains(
+                "\ndenied              9\ndenied_unread       4\ndeny_unfollowed     3\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "\nWARNING: 3 process(es) created by denied processes were NOT denied: the \
+                 deny map was full"
+            ),
+            "{text}"
+        );
+        let verbose = s.render_text(true);
+        assert!(
+            verbose.ends_with(
+                "\ndiagnostics (kernel side)\nemitted             0\nignored             0\n"
+            ),
+            "{verbose}"
+        );
+        // Only `deny_unfollowed` says a denial did not hold.
+        s.kernel.deny_unfollowed = Some(0);
+        assert!(!s.render_text(false).contains("WARNING"));
     }
 
     #[test]

@@ -184,7 +184,7 @@
 //! | `work_submit`           | integer         | `WORK_SUBMIT` events |
 //! | `task_destroy`          | integer         | `TASK_DESTROY` events |
 //! | `task_destroy_implicit` | integer         | of those, implicit |
-//! | `kernel`                | object or null  | null when not known (the replay of a recording cut short, without its trailer: exit status 4); otherwise counters of the kernel programs: `dropped` (ring buffer full), `read_failed` (driver arguments unreadable), `ignored` (calls not of interest), `emitted` (records sent), `fd_lookup_failed` (fd not resolved), `denied` (schedules refused by `--deny-pid`), `skipped` (program runs the kernel skipped: the program was already running on that CPU; absent in the replay of a recording made before it was counted); all integers |
+//! | `kernel`                | object or null  | null when not known (the replay of a recording cut short, without its trailer: exit status 4); otherwise counters of the kernel programs: `dropped` (ring buffer full), `read_failed` (driver arguments unreadable), `ignored` (calls not of interest), `emitted` (records sent), `fd_lookup_failed` (fd not resolved), `denied` (schedules refused by `--deny-pid`), `skipped` (program runs the kernel skipped: the program was already running on that CPU; absent in the replay of a recording made before it was counted), `denied_unread` (of `denied`, those refused without reading `bEnable`: FINN-serialized or unreadable parameters), `deny_unfollowed` (processes created by a denied process that the full deny map could not take: NOT denied); `denied_unread` and `deny_unfollowed` absent in the replay of a recording made before they were counted; all integers |
 //! | `malformed`             | integer         | records userspace could not parse |
 //! | `decode_errors`         | integer         | driver calls whose arguments could not be decoded |
 //! | `live_at_exit`          | integer         | tasks still alive when tracing stopped |
@@ -965,6 +965,8 @@ mod tests {
             fd_lookup_failed: 5,
             denied: 0,
             skipped: Some(11),
+            denied_unread: Some(12),
+            deny_unfollowed: Some(13),
         };
         stats.malformed = 6;
         stats.decode_errors = 7;
@@ -995,7 +997,9 @@ mod tests {
                     "emitted": 4,
                     "fd_lookup_failed": 5,
                     "denied": 0,
-                    "skipped": 11
+                    "skipped": 11,
+                    "denied_unread": 12,
+                    "deny_unfollowed": 13
                 },
                 "malformed": 6,
                 "decode_errors": 7,
@@ -1025,6 +1029,28 @@ mod tests {
         stats.lost_samples = Some(9);
         assert_eq!(parse(&stats_json(&stats, true))["lost_samples"], 9);
         assert_eq!(parse(&stats_json(&stats, false))["final"], false);
+    }
+
+    #[test]
+    fn deny_counters_not_known_are_absent_not_zero() {
+        // A recording made before the deny counters were counted: no key, not an invented 0.
+        let mut stats = Stats::new();
+        stats.kernel = KernelCounters {
+            denied: 2,
+            ..KernelCounters::default()
+        };
+        let v = parse(&stats_json(&stats, true));
+        let kernel = v["kernel"].as_object().unwrap();
+        assert_eq!(kernel["denied"], 2);
+        for key in ["denied_unread", "deny_unfollowed", "skipped"] {
+            assert!(!kernel.contains_key(key), "{key} in {kernel:?}");
+        }
+        // Known: there, also when 0.
+        stats.kernel.denied_unread = Some(0);
+        stats.kernel.deny_unfollowed = Some(0);
+        let v = parse(&stats_json(&stats, true));
+        assert_eq!(v["kernel"]["denied_unread"], 0);
+        assert_eq!(v["kernel"]["deny_unfollowed"], 0);
     }
 
     #[test]
