@@ -716,6 +716,13 @@ pub async fn run_live_with(
     if reader.read < counters.emitted {
         pipeline.stats_mut().lost_samples = Some(counters.emitted - reader.read);
     }
+    // A denial that did not hold is said on stderr too, whatever the output and its format.
+    if let Some(warning) = counters.deny_unfollowed_warning() {
+        match viewer.as_mut() {
+            Some(v) => v.report(vec![warning]),
+            None => print_report(vec![warning]),
+        }
+    }
     let duration = tracing_since.elapsed();
 
     let mut failure = reader.failure.take();

@@ -144,6 +144,18 @@ pub struct KernelCounters {
     pub deny_unfollowed: Option<u64>,
 }
 
+impl KernelCounters {
+    /// The warning when a denial did not hold: processes created by denied processes that the
+    /// full deny map could not take ran undenied. `None` when there were none (or not known).
+    pub fn deny_unfollowed_warning(&self) -> Option<String> {
+        let n = self.deny_unfollowed.filter(|&n| n > 0)?;
+        Some(format!(
+            "WARNING: {n} process(es) created by denied processes were NOT denied: the deny map \
+             was full (docs/troubleshooting.md, \"Denied processes not followed\")"
+        ))
+    }
+}
+
 /// Event counts of one process.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ProcessStats {
@@ -722,12 +734,8 @@ impl Stats {
                 self.kernel.dropped
             );
         }
-        if let Some(n @ 1..) = self.kernel.deny_unfollowed {
-            let _ = writeln!(
-                out,
-                "WARNING: {n} process(es) created by denied processes were NOT denied: the \
-                 deny map was full (docs/troubleshooting.md, \"Denied processes not followed\")"
-            );
+        if let Some(warning) = self.kernel.deny_unfollowed_warning() {
+            let _ = writeln!(out, "{warning}");
         }
         if !self.processes.is_empty() {
             out.push('\n');

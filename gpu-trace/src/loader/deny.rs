@@ -317,4 +317,130 @@ mod kernel_tests {
         outsider.kill().unwrap();
         outsider.wait().unwrap();
     }
+
+    /// `DENY_UNFOLLOWED` is counted by `deny_fork` when the deny map is full, and reaches
+    /// [`KernelCounters`](crate::model::stats::KernelCounters) through the loader's own
+    /// `read_counters` (as `counters()` reads it); `DENIED_UNREAD`, which only a BPF LSM can
+    /// raise, is read from its own slot of the map (written here per CPU).
+    #[test]
+    fn deny_unfollowed_counts_the_children_a_full_deny_map_could_not_take() {
+        use aya::maps::{PerCpuArray, PerCpuValues};
+        use gpu_trace_common::counter;
+
+        let skipped = |why: String| {
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED: deny_unfollowed_counts_the_children_a_full_deny_map_could_not_take: {why}"
+            );
+            println!(
+                "SKIPPED: deny_unfollowed_counts_the_children_a_full_deny_map_could_not_take: {why}"
+            );
+        };
+        // SAFETY: no arguments.
+        if unsafe { libc::geteuid() } != 0 {
+            skipped("needs root".into());
+            return;
+        }
+        let kbtf = match KernelBtf::load() {
+            Ok(k) => k,
+            Err(e) => {
+                skipped(format!("no kernel BTF: {e}"));
+                return;
+            }
+        };
+        let config = KernelConfig {
+            ready: 1,
+            ..btf::kernel_offsets(&kbtf.vmlinux).unwrap()
+        };
+        super::super::raise_memlock_limit();
+        let mut ebpf = EbpfLoader::new()
+            .btf(kbtf.aya.as_ref())
+            .override_global("CONFIG", &config, true)
+            .load(super::super::PROGRAMS)
+            .expect("gpu-trace's kernel object loads");
+        let read = |ebpf: &aya::Ebpf| super::super::read_counters(ebpf, 0).unwrap();
+
+        // A denied shell that creates one process each time it is told to, and says when it did.
+        let mut root = Command::new("sh")
+            .args([
+                "-c",
+                "read go; /bin/true; echo 1; read go; /bin/true; echo 2; read stop",
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(root.stdout.take().unwrap());
+        let roots: BTreeSet<u32> = [root.id()].into_iter().collect();
+        super::super::follow_forks(&mut ebpf, &roots).expect("deny_fork attaches");
+        assert_eq!(read(&ebpf).deny_unfollowed, Some(0));
+
+        // Fill the deny map with ids no process has (above any pid_max).
+        const FAKE: u32 = 0x8000_0000;
+        let mut filled = 0u32;
+        {
+            let mut map: BpfHashMap<_, u32, u32> =
+                BpfHashMap::try_from(ebpf.map_mut("DENY").unwrap()).unwrap();
+            while map.insert(FAKE + filled, 1, 0).is_ok() {
+                filled += 1;
+                assert!(filled <= super::super::DENY_MAX, "the deny map never fills");
+            }
+        }
+        assert_eq!(
+            filled,
+            super::super::DENY_MAX - 1,
+            "the root and the fakes fill it"
+        );
+
+        // Full: the shell's new process is not denied, and counted.
+        let step = |root: &mut std::process::Child, out: &mut BufReader<_>| {
+            root.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+            read_ids(out)
+        };
+        assert_eq!(step(&mut root, &mut out), [1]);
+        assert_eq!(read(&ebpf).deny_unfollowed, Some(1));
+        let root_pid = root.id();
+        let others = |ebpf: &aya::Ebpf| {
+            let map: BpfHashMap<_, u32, u32> =
+                BpfHashMap::try_from(ebpf.map("DENY").unwrap()).unwrap();
+            map.keys()
+                .map(Result::unwrap)
+                .filter(|&k| k < FAKE && k != root_pid)
+                .count()
+        };
+        assert_eq!(others(&ebpf), 0, "a process was added to a full map");
+
+        // Room again: the next one is denied, and the count stays.
+        {
+            let mut map: BpfHashMap<_, u32, u32> =
+                BpfHashMap::try_from(ebpf.map_mut("DENY").unwrap()).unwrap();
+            map.remove(&FAKE).unwrap();
+        }
+        assert_eq!(step(&mut root, &mut out), [2]);
+        assert_eq!(
+            others(&ebpf),
+            1,
+            "the process created with room was not denied"
+        );
+        let after = read(&ebpf);
+        assert_eq!(after.deny_unfollowed, Some(1));
+        assert_eq!(after.denied_unread, Some(0));
+
+        // DENIED_UNREAD: its own slot, summed over CPUs.
+        let cpus = aya::util::nr_cpus().unwrap();
+        {
+            let mut array: PerCpuArray<_, u64> =
+                PerCpuArray::try_from(ebpf.map_mut("COUNTERS").unwrap()).unwrap();
+            let values = PerCpuValues::try_from((1..=cpus as u64).collect::<Vec<_>>()).unwrap();
+            array.set(counter::DENIED_UNREAD, values, 0).unwrap();
+        }
+        let n = cpus as u64;
+        let after = read(&ebpf);
+        assert_eq!(after.denied_unread, Some(n * (n + 1) / 2));
+        assert_eq!(after.deny_unfollowed, Some(1));
+        assert_eq!(after.denied, 0);
+
+        root.stdin.as_mut().unwrap().write_all(b"stop\n").unwrap();
+        root.wait().unwrap();
+    }
 }

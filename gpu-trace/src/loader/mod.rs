@@ -682,31 +682,7 @@ impl Tracer {
 
     /// The kernel-side counters, summed over CPUs.
     pub fn counters(&self) -> Result<KernelCounters, LoadError> {
-        let map = self
-            .ebpf
-            .map("COUNTERS")
-            .ok_or(LoadError::MissingMap("COUNTERS"))?;
-        let array: PerCpuArray<&MapData, u64> =
-            PerCpuArray::try_from(map).map_err(|source| LoadError::Map {
-                name: "COUNTERS",
-                source,
-            })?;
-        let sum = |index: u32| -> Result<u64, LoadError> {
-            let values = array.get(&index, 0).map_err(|source| LoadError::Map {
-                name: "COUNTERS",
-                source,
-            })?;
-            Ok(values.iter().sum())
-        };
-        Ok(KernelCounters {
-            dropped: sum(counter::DROPPED)?,
-            read_failed: sum(counter::READ_FAILED)?,
-            ignored: sum(counter::IGNORED)?,
-            emitted: sum(counter::EMITTED)?,
-            fd_lookup_failed: sum(counter::FD_LOOKUP_FAILED)?,
-            denied: sum(counter::DENIED)?,
-            skipped: Some(self.skipped_runs()),
-        })
+        read_counters(&self.ebpf, self.skipped_runs())
     }
 
     /// The runs of the tracer's programs the kernel skipped so far (each program's
@@ -893,6 +869,37 @@ pub(crate) fn follow_forks(
         ))
     })?;
     Ok(())
+}
+
+/// The counters of the `COUNTERS` map of `ebpf`, summed over CPUs, with `skipped` (the
+/// programs' runs the kernel skipped, read from the programs, not this map).
+fn read_counters(ebpf: &aya::Ebpf, skipped: u64) -> Result<KernelCounters, LoadError> {
+    let map = ebpf
+        .map("COUNTERS")
+        .ok_or(LoadError::MissingMap("COUNTERS"))?;
+    let array: PerCpuArray<&MapData, u64> =
+        PerCpuArray::try_from(map).map_err(|source| LoadError::Map {
+            name: "COUNTERS",
+            source,
+        })?;
+    let sum = |index: u32| -> Result<u64, LoadError> {
+        let values = array.get(&index, 0).map_err(|source| LoadError::Map {
+            name: "COUNTERS",
+            source,
+        })?;
+        Ok(values.iter().sum())
+    };
+    Ok(KernelCounters {
+        dropped: sum(counter::DROPPED)?,
+        read_failed: sum(counter::READ_FAILED)?,
+        ignored: sum(counter::IGNORED)?,
+        emitted: sum(counter::EMITTED)?,
+        fd_lookup_failed: sum(counter::FD_LOOKUP_FAILED)?,
+        denied: sum(counter::DENIED)?,
+        skipped: Some(skipped),
+        denied_unread: Some(sum(counter::DENIED_UNREAD)?),
+        deny_unfollowed: Some(sum(counter::DENY_UNFOLLOWED)?),
+    })
 }
 
 /// Entries of the kernel's deny map (`DENY_MAX` in `gpu-trace-ebpf/src/deny.rs`).
