@@ -48,7 +48,8 @@ if { ! command -v debootstrap || ! command -v qemu-aarch64-static; } >/dev/null 
     || { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq debootstrap qemu-user-static >/dev/null; }
 fi
 # The lab's arm64 guest (cargo xtask lab --arch arm64): QEMU for aarch64 and the cross compiler
-# for its test client and test modules. The lab installs what is missing itself when run as
+# for its test client and test modules (and for ring's C code in dist's aarch64 musl build:
+# xtask/src/dist.rs sets CC_/AR_aarch64_unknown_linux_musl to it). The lab installs what is missing itself when run as
 # root; here so that the README's test command finds them without root, too.
 for pkg in qemu-system-arm gcc-aarch64-linux-gnu libc6-dev-arm64-cross; do
   if ! dpkg -s "$pkg" >/dev/null 2>&1 && [ -x /usr/bin/apt-get ]; then

@@ -14,6 +14,7 @@ const SYSTEM_SIDE: &[&str] = &[
     "ratatui",
     "crossterm",
     "hyper",
+    "tokio-rustls",
     "nvml-wrapper",
 ];
 

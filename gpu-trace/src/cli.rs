@@ -491,9 +491,9 @@ pub struct MetricsArgs {
     #[arg(help_heading = heading::METRICS)]
     pub metrics_allow_remote: bool,
 
-    /// Basic authentication of --metrics, in the Prometheus exporter-toolkit's web
-    /// configuration format (YAML): `basic_auth_users: {NAME: BCRYPT_HASH}`. TLS
-    /// (`tls_server_config`) is not implemented and refused.
+    /// TLS and basic authentication of --metrics, in the Prometheus exporter-toolkit's web
+    /// configuration format (YAML): `tls_server_config: {cert_file, key_file}` and
+    /// `basic_auth_users: {NAME: BCRYPT_HASH}`.
     #[arg(long, value_name = "FILE", requires = "addr")]
     pub metrics_web_config: Option<std::path::PathBuf>,
 

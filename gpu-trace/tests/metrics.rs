@@ -492,3 +492,61 @@ fn metrics_address_errors_stop_the_run_early() {
         "attached despite the busy port: {stderr}"
     );
 }
+
+/// `--metrics-web-config` with `tls_server_config`: a certificate or key that cannot be read or
+/// used is a usage error (exit 2, naming the file) before anything loads; a good pair is
+/// accepted (the run goes on to listen: on a busy port it stops there, exit 1). No root needed.
+#[test]
+fn metrics_tls_files_are_checked_before_the_run() {
+    let test = "metrics_tls_files_are_checked_before_the_run";
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("m.crt"), dir.path().join("m.key"));
+    let made = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
+        .args(["ec_paramgen_curve:P-256", "-nodes", "-days", "2"])
+        .args(["-subj", "/CN=localhost", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output();
+    if !made.as_ref().is_ok_and(|o| o.status.success()) {
+        println!("SKIPPED: {test}: openssl cannot make a test certificate: {made:?}");
+        return;
+    }
+    let busy = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = busy.local_addr().unwrap().to_string();
+    let run = |name: &str, yaml: &str| {
+        let web = dir.path().join(name);
+        std::fs::write(&web, yaml).unwrap();
+        let out = Command::new(gpu_trace_bin())
+            .args(["--vendor", "nvidia", "--metrics", &addr, "--duration", "1"])
+            .arg("--metrics-web-config")
+            .arg(&web)
+            .stdin(Stdio::null())
+            .output()
+            .expect("running gpu-trace");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stderr) = run(
+        "missing.yml",
+        "tls_server_config:\n  cert_file: nothere.crt\n  key_file: m.key\n",
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("nothere.crt"), "{stderr}");
+    // The certificate given as the key: no private key in it.
+    let (code, stderr) = run(
+        "swapped.yml",
+        "tls_server_config:\n  cert_file: m.crt\n  key_file: m.crt\n",
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("key_file"), "{stderr}");
+    let (code, stderr) = run(
+        "good.yml",
+        "tls_server_config:\n  cert_file: m.crt\n  key_file: m.key\n",
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("cannot listen"), "{stderr}");
+}

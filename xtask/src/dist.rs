@@ -22,6 +22,10 @@ const TARGETS: [Target; 2] = [
         suffix: "x86_64-linux-musl",
         // The build machine's own architecture: Rust's self-contained musl linking with cc.
         linker: None,
+        // ring's C and assembly (rustls's crypto, for the endpoint's TLS) need no musl headers:
+        // the build machine's own compiler and archiver serve (the cc crate would otherwise look
+        // for x86_64-linux-musl-gcc, which no distribution package installs by that name).
+        c_compiler: ("cc", "ar"),
         qemu: None,
     },
     Target {
@@ -30,6 +34,9 @@ const TARGETS: [Target; 2] = [
         suffix: "aarch64-linux-musl",
         // Cross-linked with the LLVM linker that ships with Rust: no cross gcc needed.
         linker: Some("rust-lld"),
+        // ring's C and assembly: the arm64 cross gcc that scripts/setup.sh installs for the lab
+        // (gcc-aarch64-linux-gnu); the cc crate's default, aarch64-linux-musl-gcc, does not exist.
+        c_compiler: ("aarch64-linux-gnu-gcc", "aarch64-linux-gnu-ar"),
         qemu: Some("qemu-aarch64-static"),
     },
 ];
@@ -40,6 +47,9 @@ struct Target {
     suffix: &'static str,
     /// Linker for a cross build (`None`: the default).
     linker: Option<&'static str>,
+    /// C compiler and archiver for the target's C code (ring), given to the cc crate as
+    /// `CC_<triple>` and `AR_<triple>`.
+    c_compiler: (&'static str, &'static str),
     /// User-mode emulator that runs the binary on an x86-64 build machine (`--check`).
     qemu: Option<&'static str>,
 }
@@ -147,6 +157,11 @@ fn build(root: &Path, target: &Target) -> Result<PathBuf> {
         .current_dir(root)
         .args(["build", "--release", "-p", "gpu-trace", "--target"])
         .arg(target.triple);
+    let cc_var = target.triple.replace('-', "_");
+    let (cc, ar) = target.c_compiler;
+    cargo
+        .env(format!("CC_{cc_var}"), cc)
+        .env(format!("AR_{cc_var}"), ar);
     if let Some(linker) = target.linker {
         // musl keeps dlopen in libc.a and ships an empty libdl.a, which Rust's self-contained
         // musl for aarch64 lacks; libloading (NVML, loaded at run time) asks for -ldl. An empty

@@ -1,27 +1,26 @@
 //! Who may read `--metrics`: the Prometheus exporter-toolkit's web configuration file
-//! (`--metrics-web-config FILE`: `basic_auth_users` with bcrypt hashes), and a bearer token
-//! (`--metrics-bearer-token-file`).
+//! (`--metrics-web-config FILE`: `tls_server_config` with `cert_file` and `key_file`,
+//! `basic_auth_users` with bcrypt hashes), and a bearer token (`--metrics-bearer-token-file`).
 //!
 //! The same field names as the exporter-toolkit's (github.com/prometheus/exporter-toolkit,
 //! docs/web-configuration.md), so that one file serves both; a field gpu-trace does not implement
-//! is refused rather than ignored: ignoring `tls_server_config` would serve in clear text what
-//! the file meant to encrypt. TLS is not implemented: rustls's crypto providers (ring,
-//! aws-lc-rs) compile C for the target, which the static musl builds do not have a compiler for;
-//! terminate TLS in a sidecar (docs/fleet.md).
+//! (client certificates, cipher suites, HTTP headers...) is refused rather than ignored: ignoring
+//! `client_ca_file` would serve to anyone a file that meant to restrict it.
 
 use std::{
     collections::BTreeMap,
     io::Read as _,
     path::{Path, PathBuf},
-    sync::Mutex,
+    sync::{Arc, Mutex},
 };
 
 use base64::Engine as _;
 use serde::Deserialize;
 use subtle::ConstantTimeEq as _;
 use thiserror::Error;
+use tokio_rustls::rustls;
 
-/// The largest configuration or token file read (they are a few bytes).
+/// The largest configuration, token, certificate or key file read (they are a few KiB).
 const MAX_FILE_BYTES: u64 = 1 << 20;
 
 /// The highest bcrypt cost accepted: each check of a password costs 2^cost rounds on the
@@ -47,9 +46,20 @@ pub enum AccessError {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WebConfig {
+    #[serde(default)]
+    pub tls_server_config: Option<TlsServerConfig>,
     /// User name → bcrypt hash of the password (`htpasswd -nBC 10 USER`).
     #[serde(default)]
     pub basic_auth_users: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsServerConfig {
+    /// PEM certificate chain (relative paths: from the configuration file's directory).
+    pub cert_file: PathBuf,
+    /// PEM private key.
+    pub key_file: PathBuf,
 }
 
 /// What the server enforces.
@@ -60,6 +70,8 @@ pub struct Access {
     verified: Mutex<Vec<(String, String)>>,
     /// No uncached password check before this instant (after a failed one).
     pause_until: Mutex<Option<std::time::Instant>>,
+    /// TLS, when configured.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 impl std::fmt::Debug for Access {
@@ -67,6 +79,7 @@ impl std::fmt::Debug for Access {
         f.debug_struct("Access")
             .field("users", &self.users.keys().collect::<Vec<_>>())
             .field("bearer", &self.bearer.is_some())
+            .field("tls", &self.tls.is_some())
             .finish()
     }
 }
@@ -106,15 +119,10 @@ impl WebConfig {
             WebConfig::default()
         } else {
             serde_yaml_ng::from_str(text).map_err(|e| {
-                let tls = if text.contains("tls_server_config") {
-                    "; TLS (tls_server_config) is not implemented: terminate TLS in a sidecar \
-                     such as kube-rbac-proxy, docs/fleet.md"
-                } else {
-                    ""
-                };
                 err(format!(
-                    "{e} (gpu-trace implements basic_auth_users of the exporter-toolkit's \
-                     format{tls})"
+                    "{e} (gpu-trace implements tls_server_config.cert_file, \
+                     tls_server_config.key_file and basic_auth_users of the exporter-toolkit's \
+                     format)"
                 ))
             })?
         };
@@ -142,6 +150,55 @@ impl WebConfig {
     }
 }
 
+fn tls_config(
+    tls: &TlsServerConfig,
+    dir: &Path,
+    path: &Path,
+) -> Result<rustls::ServerConfig, AccessError> {
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject as _};
+    let err = |why: String| AccessError::WebConfig {
+        path: path.to_owned(),
+        why,
+    };
+    let (cert_path, key_path) = (dir.join(&tls.cert_file), dir.join(&tls.key_file));
+    let unread = |field: &str, file: &Path, e: std::io::Error| {
+        err(format!(
+            "{field} {}: {e} (a relative path is taken from the configuration file's directory)",
+            file.display()
+        ))
+    };
+    let cert_pem = read_bounded(&cert_path).map_err(|e| unread("cert_file", &cert_path, e))?;
+    let key_pem = read_bounded(&key_path).map_err(|e| unread("key_file", &key_path, e))?;
+    let certs = CertificateDer::pem_slice_iter(&cert_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| err(format!("cert_file {}: {e}", cert_path.display())))?;
+    if certs.is_empty() {
+        return Err(err(format!(
+            "cert_file {}: no PEM certificate in it",
+            cert_path.display()
+        )));
+    }
+    let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| {
+        err(format!(
+            "key_file {}: {e} (it must hold the unencrypted PEM private key of cert_file: \
+             `openssl req -x509 -nodes ...` writes one)",
+            key_path.display()
+        ))
+    })?;
+    rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| err(e.to_string()))?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| {
+            err(format!(
+                "cert_file {} and key_file {}: {e} (is the key the certificate's?)",
+                cert_path.display(),
+                key_path.display()
+            ))
+        })
+}
+
 impl Access {
     /// Reads `--metrics-web-config` and `--metrics-bearer-token-file`.
     pub fn load(web_config: Option<&Path>, token_file: Option<&Path>) -> Result<Self, AccessError> {
@@ -151,7 +208,12 @@ impl Access {
                 path: path.to_owned(),
                 why: e.to_string(),
             })?;
-            access.users = WebConfig::parse(&text, path)?.basic_auth_users;
+            let c = WebConfig::parse(&text, path)?;
+            if let Some(tls) = &c.tls_server_config {
+                let dir = path.parent().unwrap_or(Path::new("."));
+                access.tls = Some(Arc::new(tls_config(tls, dir, path)?));
+            }
+            access.users = c.basic_auth_users;
         }
         if let Some(path) = token_file {
             let err = |why: String| AccessError::Token {
@@ -278,17 +340,12 @@ mod tests {
         let yaml = format!("basic_auth_users:\n  prom: {hash}\n");
         let c = WebConfig::parse(yaml.as_bytes(), Path::new("w.yml")).unwrap();
         assert_eq!(c.basic_auth_users["prom"], hash);
-        // TLS is refused (not implemented), and says so.
-        let e = WebConfig::parse(
+        let c = WebConfig::parse(
             b"tls_server_config:\n  cert_file: a.crt\n  key_file: a.key\n",
             Path::new("w.yml"),
         )
-        .unwrap_err()
-        .to_string();
-        assert!(
-            e.contains("TLS (tls_server_config) is not implemented"),
-            "{e}"
-        );
+        .unwrap();
+        assert_eq!(c.tls_server_config.unwrap().cert_file, Path::new("a.crt"));
         for bad in [
             "tls_server_config:\n  cert_file: a\n  key_file: b\n  client_ca_file: ca\n",
             "http_server_config:\n  http2: false\n",

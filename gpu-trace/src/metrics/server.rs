@@ -401,17 +401,27 @@ fn serve_until_stopped(
 enum Ended {
     Done,
     TimedOut,
-    /// A malformed or oversized request.
+    /// A malformed or oversized request, or a failed TLS handshake.
     Bad,
 }
 
-/// One connection: HTTP/1 on the socket, the service answering each request.
+/// One connection: the TLS handshake (within the header timeout) if configured, then HTTP/1.
 async fn connection(
     stream: tokio::net::TcpStream,
     http: &hyper::server::conn::http1::Builder,
     serving: Serving,
 ) -> Ended {
-    http_on(TokioIo::new(stream), http, serving).await
+    match serving.access.tls.clone() {
+        None => http_on(TokioIo::new(stream), http, serving).await,
+        Some(tls) => {
+            let handshake = tokio_rustls::TlsAcceptor::from(tls).accept(stream);
+            match tokio::time::timeout(serving.limits.header_timeout, handshake).await {
+                Err(_) => Ended::TimedOut,
+                Ok(Err(_)) => Ended::Bad,
+                Ok(Ok(stream)) => http_on(TokioIo::new(stream), http, serving).await,
+            }
+        }
+    }
 }
 
 async fn http_on<I>(io: I, http: &hyper::server::conn::http1::Builder, serving: Serving) -> Ended
@@ -486,10 +496,15 @@ pub fn serve(
     let (Some(addr), Some(access)) = (args.addr, check_args(args)?) else {
         return Ok(None);
     };
+    let scheme = if access.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     let metrics = super::Metrics::new(super::MetricsConfig::default());
     metrics.set_ring_bytes(u64::from(ring_bytes));
     let server = MetricsServer::start_with(addr, metrics.registry(), Limits::default(), access)?;
-    eprintln!("gpu-trace: metrics at http://{}/metrics", server.addr);
+    eprintln!("gpu-trace: metrics at {scheme}://{}/metrics", server.addr);
     Ok(Some((metrics, server)))
 }
 

@@ -354,3 +354,92 @@ fn credentials_are_required_when_configured() {
     // Every path, not only /metrics.
     assert!(get(&s, "/").starts_with("HTTP/1.0 401"));
 }
+
+/// TLS from the web configuration: a real client (curl) that trusts the certificate gets the
+/// metrics over HTTPS; plain HTTP on the same port gets nothing.
+#[test]
+fn tls_serves_https_with_the_configured_certificate() {
+    let test = "tls_serves_https_with_the_configured_certificate";
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("m.crt"), dir.path().join("m.key"));
+    let made = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+        ])
+        .args(["-nodes", "-days", "2", "-subj", "/CN=localhost"])
+        .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output();
+    if !made.as_ref().is_ok_and(|o| o.status.success()) {
+        println!("SKIPPED: {test}: openssl cannot make a test certificate: {made:?}");
+        return;
+    }
+    let web = dir.path().join("web.yml");
+    // Relative paths: from the configuration file's directory.
+    std::fs::write(
+        &web,
+        "tls_server_config:\n  cert_file: m.crt\n  key_file: m.key\n",
+    )
+    .unwrap();
+    let access = Access::load(Some(&web), None).unwrap();
+    let m = Metrics::new(MetricsConfig::default());
+    let limits = Limits {
+        header_timeout: Duration::from_secs(1),
+        ..Limits::default()
+    };
+    let s = MetricsServer::start_with("127.0.0.1:0".parse().unwrap(), m.registry(), limits, access)
+        .unwrap();
+    let curl = std::process::Command::new("curl")
+        .args(["-sS", "--max-time", "10", "--cacert"])
+        .arg(&cert)
+        .arg(format!("https://127.0.0.1:{}/metrics", s.addr.port()))
+        .output();
+    let Ok(curl) = curl else {
+        println!("SKIPPED: {test}: curl is not installed");
+        return;
+    };
+    let body = String::from_utf8_lossy(&curl.stdout);
+    assert!(
+        curl.status.success() && body.trim_end().ends_with("# EOF"),
+        "{body} {}",
+        String::from_utf8_lossy(&curl.stderr)
+    );
+    assert!(body.contains("gpu_trace_dropped_records_total"), "{body}");
+    // Plain HTTP to the TLS port: no metrics, and the server goes on.
+    let r = get(&s, "/metrics");
+    assert!(!r.contains("# EOF"), "{r}");
+    assert!(counter_tls(&cert, &s, "gpu_trace_metrics_bad_requests") >= 1);
+    // A client that never starts the handshake is closed after the header timeout.
+    let t = Instant::now();
+    let mut silent = connect(&s);
+    let _ = silent.read_to_end(&mut Vec::new());
+    assert!(
+        t.elapsed() < Duration::from_secs(8),
+        "open after {:?}",
+        t.elapsed()
+    );
+    assert!(counter_tls(&cert, &s, "gpu_trace_metrics_connections_timed_out") >= 1);
+}
+
+/// The server's counter `name` (without `_total`) read over HTTPS with curl.
+fn counter_tls(cert: &std::path::Path, s: &MetricsServer, name: &str) -> u64 {
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "--max-time", "10", "--cacert"])
+        .arg(cert)
+        .arg(format!("https://127.0.0.1:{}/metrics", s.addr.port()))
+        .output()
+        .unwrap();
+    let body = String::from_utf8_lossy(&out.stdout).into_owned();
+    body.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}_total ")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {name}_total in {body}"))
+}
