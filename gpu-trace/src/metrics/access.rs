@@ -323,7 +323,7 @@ const FAILED_CHECK_PAUSE: u32 = 9;
 static DUMMY_HASH: std::sync::OnceLock<bcrypt::BcryptResult<String>> = std::sync::OnceLock::new();
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn basic(user: &str, password: &str) -> Vec<u8> {
@@ -361,14 +361,21 @@ mod tests {
         }
     }
 
+    /// A web configuration with the basic user `prom`/`s3cret` (bcrypt, cost 4) and a token
+    /// file holding `tok-123`, written into `dir`: their paths.
+    pub(crate) fn credentials(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+        let web = dir.join("web.yml");
+        let hash = bcrypt::hash("s3cret", 4).unwrap();
+        std::fs::write(&web, format!("basic_auth_users:\n  prom: '{hash}'\n")).unwrap();
+        let token = dir.join("token");
+        std::fs::write(&token, "tok-123\n").unwrap();
+        (web, token)
+    }
+
     #[test]
     fn basic_and_bearer_credentials_are_checked() {
         let dir = tempfile::tempdir().unwrap();
-        let web = dir.path().join("web.yml");
-        let hash = bcrypt::hash("s3cret", 4).unwrap();
-        std::fs::write(&web, format!("basic_auth_users:\n  prom: '{hash}'\n")).unwrap();
-        let token = dir.path().join("token");
-        std::fs::write(&token, "tok-123\n").unwrap();
+        let (web, token) = credentials(dir.path());
 
         let open = Access::load(None, None).unwrap();
         assert!(!open.required() && open.allows(None));

@@ -192,6 +192,20 @@ fn a_silent_client_is_closed_after_the_header_timeout() {
 }
 
 /// A client that asks and never reads the answer is closed at the connection's deadline.
+/// A registry of `series` counters whose lines are each over 100 bytes long.
+fn big_registry(series: u32) -> Arc<Registry> {
+    let mut registry = Registry::default();
+    let family =
+        prometheus_client::metrics::family::Family::<Vec<(String, String)>, Counter>::default();
+    registry.register("big", "many series", family.clone());
+    for i in 0..series {
+        family
+            .get_or_create(&vec![("series".into(), format!("{i:0>80}"))])
+            .inc();
+    }
+    Arc::new(registry)
+}
+
 #[test]
 fn a_connection_is_closed_at_its_deadline() {
     let limits = Limits {
@@ -199,18 +213,10 @@ fn a_connection_is_closed_at_its_deadline() {
         ..Limits::default()
     };
     // A large answer (many series), more than the sockets' buffers hold.
-    let mut registry = Registry::default();
-    let family =
-        prometheus_client::metrics::family::Family::<Vec<(String, String)>, Counter>::default();
-    registry.register("big", "many series", family.clone());
-    for i in 0..200_000u32 {
-        family
-            .get_or_create(&vec![("series".into(), format!("{i:0>80}"))])
-            .inc();
-    }
+    let registry = big_registry(200_000);
     let s = MetricsServer::start_with(
         "127.0.0.1:0".parse().unwrap(),
-        Arc::new(registry),
+        registry,
         limits,
         Access::default(),
     )
@@ -229,18 +235,10 @@ fn a_connection_is_closed_at_its_deadline() {
 /// The bounds are on what clients send: an answer of megabytes is sent whole.
 #[test]
 fn a_large_answer_is_sent_whole() {
-    let mut registry = Registry::default();
-    let family =
-        prometheus_client::metrics::family::Family::<Vec<(String, String)>, Counter>::default();
-    registry.register("big", "many series", family.clone());
-    for i in 0..30_000u32 {
-        family
-            .get_or_create(&vec![("series".into(), format!("{i:0>80}"))])
-            .inc();
-    }
+    let registry = big_registry(30_000);
     let s = MetricsServer::start_with(
         "127.0.0.1:0".parse().unwrap(),
-        Arc::new(registry),
+        registry,
         Limits::default(),
         Access::default(),
     )
@@ -317,11 +315,7 @@ fn a_server_that_keeps_failing_is_reported_dead() {
 #[test]
 fn credentials_are_required_when_configured() {
     let dir = tempfile::tempdir().unwrap();
-    let web = dir.path().join("web.yml");
-    let hash = bcrypt::hash("s3cret", 4).unwrap();
-    std::fs::write(&web, format!("basic_auth_users:\n  prom: '{hash}'\n")).unwrap();
-    let token = dir.path().join("token");
-    std::fs::write(&token, "tok-123\n").unwrap();
+    let (web, token) = crate::metrics::access::tests::credentials(dir.path());
     let access = Access::load(Some(&web), Some(&token)).unwrap();
     let m = Metrics::new(MetricsConfig::default());
     let s = MetricsServer::start_with(
