@@ -4,8 +4,8 @@
 #![no_main]
 
 use gpu_trace::{
-    amd::decode as amd,
-    nvidia::{decode as nv, gpu_ext},
+    vendor::amd::decode as amd,
+    vendor::nvidia::{decode as nv, gpu_ext},
     output::escape,
     wire::{self, RawRecord},
 };

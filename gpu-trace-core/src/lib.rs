@@ -14,12 +14,12 @@
 //! - [`record`]: the recording file format (`--record`, `replay`);
 //! - [`inventory`]: what the start-up inventory found (processes with a GPU open before
 //!   tracing), as data.
-pub mod amd;
+pub mod event;
 pub mod inventory;
 pub mod metrics;
 pub mod model;
-pub mod nvidia;
 pub mod output;
 pub mod pipeline;
 pub mod record;
+pub mod vendor;
 pub mod wire;

@@ -5,27 +5,28 @@
 use std::{collections::HashMap, io::Write, time::Duration};
 
 use crate::{
-    amd::decode::{self as amd_decode, KfdCall},
+    event::{Event, EventKind, TaskKey},
     inventory::{Inventory, MpsRole},
     metrics::Metrics,
     model::{
-        amd::{KfdInput, KfdTracker},
-        event::Event,
-        nvidia::{NvInput, NvTracker},
-        stats::{KernelCounters, Stats},
-    },
-    model::{
-        event::{EventKind, TaskKey},
         gpus::{GpuDirectory, GpuIdentity},
+        stats::{KernelCounters, Stats},
         workload::Attribution,
     },
-    nvidia::decode::{self, ControlParams, RmCall},
     output::{
         Format,
         clock::Clock,
         escape, json,
         perfetto::PerfettoWriter,
         text::{TextFormatter, TimestampMode},
+    },
+    vendor::amd::{
+        decode::{self as amd_decode, KfdCall},
+        model::{KfdInput, KfdTracker},
+    },
+    vendor::nvidia::{
+        decode::{self, ControlParams, RmCall},
+        model::{NvInput, NvTracker},
     },
     wire::{self, RawRecord},
 };
@@ -332,7 +333,7 @@ impl<W: Write> Pipeline<W> {
             }
             RawRecord::ProcessExit(_) => NvInput::ProcessExit,
             RawRecord::FdClose(t) => NvInput::FdClose { fd: t.value },
-            RawRecord::NvSched(rec) => NvInput::Sched(crate::nvidia::gpu_ext::decode(&rec)),
+            RawRecord::NvSched(rec) => NvInput::Sched(crate::vendor::nvidia::gpu_ext::decode(&rec)),
             RawRecord::KfdIoctl(rec) => {
                 let call = amd_decode::decode(&rec);
                 if matches!(call, KfdCall::Malformed { .. }) {
@@ -632,7 +633,7 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use super::*;
-    use crate::nvidia::decode::testrec;
+    use crate::vendor::nvidia::decode::testrec;
     use gpu_trace_common::nvidia::cmd;
 
     /// A writer whose bytes the test reads afterwards.

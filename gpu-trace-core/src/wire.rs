@@ -17,7 +17,7 @@ use gpu_trace_common::{
 };
 use thiserror::Error;
 
-use crate::model::event::Origin;
+use crate::event::Origin;
 
 /// One decoded ring-buffer item.
 // Records are short-lived (parsed, decoded, dropped); boxing the ioctl record would only add an
@@ -649,8 +649,8 @@ mod tests {
 
     #[test]
     fn deep_hook_records_round_trip_and_check_their_length() {
-        use crate::amd::decode::testing as amd;
-        use crate::nvidia::gpu_ext::testing as gx;
+        use crate::vendor::amd::decode::testing as amd;
+        use crate::vendor::nvidia::gpu_ext::testing as gx;
         for rec in [
             RawRecord::KfdQueue(amd::queue_built(7, 2, 0x1002)),
             RawRecord::Deep(amd::deep(7, gpu_trace_common::deep_hook::KFD_RELEASE, 7, 0)),

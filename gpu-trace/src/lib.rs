@@ -1,8 +1,8 @@
 //! gpu-trace: trace how GPU drivers schedule work for Linux processes.
 //!
 //! Two crates. The pure core, `gpu-trace-core` (no aya, tokio or clap; re-exported here under
-//! the same names): [`wire`] (ring-buffer bytes → typed records), [`nvidia`] and [`amd`]
-//! (per-vendor decoding), [`model`] (object tables, events, statistics), [`output`] (text, JSON,
+//! the same names): [`wire`] (ring-buffer bytes → typed records), [`event`] (the events
+//! reported), [`vendor`] (per-vendor decoding and trackers), [`model`] (statistics, attribution), [`output`] (text, JSON,
 //! Perfetto, `top` frames), [`metrics`] (the Prometheus registry), [`pipeline`] (records →
 //! events → outputs, shared by live runs and replay), [`record`] (the recording format) and the
 //! inventory's data ([`probe::inventory`] re-exports it).
@@ -19,7 +19,6 @@
 //! - [`doctor`]: `gpu-trace doctor`, what this machine allows and why not;
 //! - `bench_support` (feature `bench`, which only xtask turns on): what `cargo xtask bench` needs
 //!   from the kernel side (the floor programs' own object, BPF program statistics).
-pub mod amd;
 #[cfg(feature = "bench")]
 pub mod bench_support;
 pub mod cli;
@@ -31,4 +30,4 @@ pub mod session;
 pub mod targets;
 pub mod top;
 
-pub use gpu_trace_core::{model, nvidia, output, pipeline, record, wire};
+pub use gpu_trace_core::{event, model, output, pipeline, record, vendor, wire};

@@ -476,7 +476,7 @@ pub async fn run_live_with(
     for line in subtrees.describe() {
         eprintln!("gpu-trace: {line}");
     }
-    let kfd = amd.then(crate::amd::KfdPresence::probe);
+    let kfd = amd.then(crate::probe::kfd::KfdPresence::probe);
     if let Some(warning) = kfd.as_ref().and_then(|k| k.warning()) {
         // Without KFD's device number no KFD call can be seen: stop (exit 3) rather than run
         // and report nothing, unless a test device stands in for it (--watch-device).
@@ -559,7 +559,7 @@ pub async fn run_live_with(
                 host: system::host_name(),
                 kernel: system::kernel_release(),
                 driver: if amd {
-                    crate::amd::driver_description()
+                    crate::probe::kfd::driver_description()
                 } else {
                     system::nvidia_driver()
                 },

@@ -8,12 +8,12 @@
 use std::{collections::BTreeMap, fs::File, io::BufReader, path::PathBuf, process::Command};
 
 use gpu_trace::{
-    model::{
-        event::{DestroyCause, Engine, Event, EventKind, Interleave, TaskId, ValueSource},
-        nvidia::NvTracker,
-    },
-    nvidia::decode::{self, ControlParams, RmCall, split_token},
+    event::{DestroyCause, Engine, Event, EventKind, Interleave, TaskId, ValueSource},
     record::RecordReader,
+    vendor::nvidia::{
+        decode::{self, ControlParams, RmCall, split_token},
+        model::NvTracker,
+    },
     wire::{self, RawRecord},
 };
 use gpu_trace_common::nvidia::cmd;

@@ -27,9 +27,11 @@ use std::{
 
 use gpu_trace::{
     cli::Format,
-    nvidia::decode::{self, AllocParams, ControlParams, MalformedReason, RmCall, Unreadable},
     pipeline::Pipeline,
     record::{RecordReader, RecordWriter, RecordingHeader, RecordingTrailer},
+    vendor::nvidia::decode::{
+        self, AllocParams, ControlParams, MalformedReason, RmCall, Unreadable,
+    },
     wire::{self, RawRecord},
 };
 use gpu_trace_common::{

@@ -16,11 +16,11 @@ mod rel_support;
 use std::collections::{BTreeMap, BTreeSet};
 
 use gpu_trace::{
-    model::{
-        event::{DestroyCause, Event, EventKind, Origin, RunState, SchedChange, TaskId},
-        nvidia::{NvInput, NvTracker, TaskSnapshot},
+    event::{DestroyCause, Event, EventKind, Origin, RunState, SchedChange, TaskId},
+    vendor::nvidia::{
+        decode::{AllocParams, ControlParams, MalformedReason, RmCall, Unreadable, status},
+        model::{NvInput, NvTracker, TaskSnapshot},
     },
-    nvidia::decode::{AllocParams, ControlParams, MalformedReason, RmCall, Unreadable, status},
 };
 use gpu_trace_common::nvidia::{class, cmd};
 use proptest::prelude::*;

@@ -27,8 +27,8 @@
 use std::mem::{offset_of, size_of};
 
 use gpu_trace::{
-    model::event::Interleave,
-    nvidia::gpu_ext::{self, GxHook},
+    event::Interleave,
+    vendor::nvidia::gpu_ext::{self, GxHook},
 };
 use gpu_trace_common::{
     NvSchedRecord, RecordHeader, hook_source,

@@ -22,8 +22,10 @@ use std::{
 use aya::maps::{MapData, RingBuf};
 use gpu_trace::{
     loader::{LoadError, LoadOptions, SyscallHook, Tracer},
-    nvidia::decode::{self, AllocParams, ControlParams, MalformedReason, RmCall, Unreadable},
     probe::system,
+    vendor::nvidia::decode::{
+        self, AllocParams, ControlParams, MalformedReason, RmCall, Unreadable,
+    },
     wire::RawRecord,
 };
 use gpu_trace_common::{NvIoctlRecord, nv_flags, nvidia::cmd};
@@ -609,9 +611,9 @@ fn process_exit_is_reported_once_after_the_last_thread() {
 /// the bytes this test wrote, per the control parameter layouts (ctrla06c.h, ctrla06f.h).
 #[test]
 fn scheduling_update_controls_are_captured_with_their_parameters() {
-    use gpu_trace::model::{
+    use gpu_trace::{
         event::{EventKind, Interleave, RunState, SchedChange},
-        nvidia::NvTracker,
+        vendor::nvidia::model::NvTracker,
     };
     let _serial = serial();
     let Some((_tracer, mut ring)) = tracer("sched_update", None) else {

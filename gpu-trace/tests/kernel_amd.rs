@@ -7,7 +7,7 @@
 //! caller's argument struct at syscall exit. So these tests exercise the filter, the capture of
 //! both `CREATE_QUEUE` sizes, the failure path (no `TASK_INIT`; refused `SCHEDULE`s with the
 //! errno) and the process-exit notice. The success path's decoding is tested on bytes built from
-//! the documented ABI (`amd::decode` and `model::amd` unit tests); the QEMU lab runs the same
+//! the documented ABI (`amd::decode` and `vendor::amd::model` unit tests); the QEMU lab runs the same
 //! programs against a real amdgpu/KFD driver (without a GPU).
 //!
 //! Needs root (CI runs as root). Without it, or on a kernel that refuses every hook, each test
@@ -27,13 +27,13 @@ use std::{
 
 use aya::maps::{MapData, RingBuf};
 use gpu_trace::{
-    amd::decode::{self, KfdCall, KfdMalformed},
+    event::{AmdVia, EventKind, TaskId},
     loader::{LoadError, LoadOptions, SyscallHook, Tracer},
-    model::{
-        amd::KfdTracker,
-        event::{AmdVia, EventKind, TaskId},
-    },
     probe::system,
+    vendor::amd::{
+        decode::{self, KfdCall, KfdMalformed},
+        model::KfdTracker,
+    },
     wire::RawRecord,
 };
 use gpu_trace_common::{

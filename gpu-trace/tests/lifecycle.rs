@@ -24,12 +24,12 @@ use std::{
 
 use gpu_trace::{
     cli::Format,
-    model::{
-        event::{DestroyCause, EventKind, TaskId},
-        nvidia::NvTracker,
-    },
-    nvidia::decode::{self, RmCall},
+    event::{DestroyCause, EventKind, TaskId},
     pipeline::{Pipeline, PipelineConfig},
+    vendor::nvidia::{
+        decode::{self, RmCall},
+        model::NvTracker,
+    },
     wire::{self, RawRecord},
 };
 use gpu_trace_common::{
@@ -628,7 +628,7 @@ fn setup(pid: u32, comm: &str, ts: u64) -> Vec<RawRecord> {
     ]
 }
 
-fn observe(t: &mut NvTracker, recs: &[RawRecord]) -> Vec<gpu_trace::model::event::Event> {
+fn observe(t: &mut NvTracker, recs: &[RawRecord]) -> Vec<gpu_trace::event::Event> {
     recs.iter().flat_map(|r| t.observe_raw(r)).collect()
 }
 

@@ -10,8 +10,8 @@ mod rel_support;
 use std::{collections::BTreeMap, fs, path::PathBuf, process::Command};
 
 use gpu_trace::{
-    nvidia::decode::{self, ControlParams, RmCall},
     record::{RecordReader, RecordWriter},
+    vendor::nvidia::decode::{self, ControlParams, RmCall},
     wire::{self, RawRecord},
 };
 use rel_support::*;

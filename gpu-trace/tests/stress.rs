@@ -23,12 +23,14 @@ use std::{
 
 use gpu_trace::{
     cli::Format,
-    model::{event::EventKind, nvidia::NvTracker, stats::KernelCounters},
-    nvidia::decode::{
+    event::EventKind,
+    model::stats::KernelCounters,
+    pipeline::Pipeline,
+    vendor::nvidia::decode::{
         self, AllocParams, ControlParams, NVOS54_FLAGS_FINN_SERIALIZED,
         NVOS64_FLAGS_FINN_SERIALIZED, RmCall, Unreadable,
     },
-    pipeline::Pipeline,
+    vendor::nvidia::model::NvTracker,
     wire::{self, RawRecord},
 };
 use gpu_trace_common::{

@@ -32,9 +32,9 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use crate::model::{
+use crate::{
     event::{DestroyCause, Engine, Event, EventKind, SchedChange, TaskId},
-    stats::{KernelCounters, Stats},
+    model::stats::{KernelCounters, Stats},
 };
 
 /// The label value that stands for every name (or GPU, container, pod) past the cap.
@@ -412,8 +412,8 @@ pub fn sanitize_label(raw: &str) -> String {
 }
 
 /// The `engine` label of a task.
-fn engine_label(ev_engine: Option<Engine>, amd: Option<&crate::model::event::AmdDetail>) -> u8 {
-    use crate::model::event::AmdQueueType as Q;
+fn engine_label(ev_engine: Option<Engine>, amd: Option<&crate::event::AmdDetail>) -> u8 {
+    use crate::event::AmdQueueType as Q;
     if let Some(e) = ev_engine {
         return match e {
             Engine::Graphics => 1,

@@ -2,7 +2,7 @@
 //! scraper reads them.
 
 use super::*;
-use crate::model::event::{Interleave, Origin, ValueSource};
+use crate::event::{Interleave, Origin, ValueSource};
 
 /// Observes `kind` from thread `thread` of process `process` (pid `pid`) at `ts_ns`.
 fn see_as(m: &mut Metrics, ts_ns: u64, pid: u32, thread: &str, process: &str, kind: EventKind) {

@@ -17,7 +17,7 @@ pub const MAX_HANDLES: usize = 65_536;
 /// exist). Objects only named (calls on handles never seen created) are capped per process and
 /// in total, and forgotten when their process exits.
 ///
-/// [`TaskKey`]: crate::model::event::TaskKey
+/// [`TaskKey`]: crate::event::TaskKey
 #[derive(Clone, Debug, Default)]
 pub struct Generations<K: Ord + Copy> {
     /// Generation, and whether an object of that handle was seen created.

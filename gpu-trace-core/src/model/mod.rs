@@ -1,8 +1,6 @@
-//! Event model: what the driver objects are and which events their life produces.
-pub mod amd;
+//! What the core keeps across events: statistics, GPU identity and container attribution, and
+//! the bounded tables the vendors' trackers use.
 pub mod bounded;
-pub mod event;
 pub mod gpus;
-pub mod nvidia;
 pub mod stats;
 pub mod workload;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::model::event::{DestroyCause, Event, EventKind, Interleave, SchedChange, TaskKey};
+use crate::event::{DestroyCause, Event, EventKind, Interleave, SchedChange, TaskKey};
 
 /// At most this many ended tasks are kept for the per-task statistics; the ones after are only
 /// counted ([`Stats::tasks_omitted`]).
@@ -934,7 +934,7 @@ fn write_rows<V: std::fmt::Display>(out: &mut String, rows: &[(&str, V, String)]
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::event::{Origin, TaskId, ValueSource};
+    use crate::event::{Origin, TaskId, ValueSource};
 
     fn ev(ts_ns: u64, pid: u32, comm: &str, kind: EventKind) -> Event {
         Event {
@@ -1077,7 +1077,7 @@ mod tests {
         e
     }
 
-    fn keyed_init(handle: u32, engine: crate::model::event::Engine) -> EventKind {
+    fn keyed_init(handle: u32, engine: crate::event::Engine) -> EventKind {
         EventKind::TaskInit {
             task: TaskId::RmHandle(handle),
             client: 9,
@@ -1118,7 +1118,7 @@ mod tests {
 
     #[test]
     fn per_task_latencies_parameters_and_concurrency() {
-        use crate::model::event::Engine;
+        use crate::event::Engine;
         let mut s = Stats::new();
         let (a, b) = (0x10, 0x20);
         let mut sched = schedule(true);
@@ -1216,7 +1216,7 @@ mod tests {
 
     #[test]
     fn live_tasks_of_one_process_are_capped_and_an_end_makes_room() {
-        use crate::model::event::Engine;
+        use crate::event::Engine;
         let mut s = Stats::new();
         let n = MAX_LIVE_TASKS_PER_PROCESS as u32 + 5;
         for h in 0..n {
@@ -1239,7 +1239,7 @@ mod tests {
 
     #[test]
     fn task_lists_are_bounded() {
-        use crate::model::event::Engine;
+        use crate::event::Engine;
         let mut s = Stats::new();
         let n = MAX_TASKS_KEPT as u32 + 3;
         for h in 0..n {

@@ -8,11 +8,11 @@ use std::{cell::RefCell, io::Write, rc::Rc};
 
 use super::*;
 use crate::{
-    amd::decode::testing::{CreateArgs, soc15_doorbell},
     inventory::{GpuNode, Inventory, InventoryProcess},
     metrics::{Metrics, MetricsConfig},
     output::{Format, TimestampMode, clock::Clock, perfetto::PerfettoWriter},
     pipeline::{Pipeline, PipelineConfig},
+    vendor::amd::decode::testing::{CreateArgs, soc15_doorbell},
     wire::RawRecord,
 };
 

@@ -207,7 +207,7 @@ use chrono::SecondsFormat;
 use serde::Serialize;
 use std::borrow::Cow;
 
-use crate::model::event::{Event, EventKind};
+use crate::event::{Event, EventKind};
 use crate::model::gpus::GpuIdentity;
 use crate::model::stats::{EngineStats, KernelCounters, ProcessStats, Stats, TaskStats};
 use crate::model::workload::Attribution;
@@ -700,7 +700,7 @@ pub fn schema_document() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::event::{
+    use crate::event::{
         DestroyCause, Engine, EventKind, FinalParams, Interleave, Origin, RunState, SchedChange,
         SchedParams, TaskId, TaskKey, ValueSource,
     };

@@ -57,7 +57,7 @@ use chrono::SecondsFormat;
 use serde_json::{Map, Value, json};
 
 use crate::{
-    model::event::{Event, EventKind, TaskId},
+    event::{Event, EventKind, TaskId},
     output::{clock::Clock, text},
 };
 
@@ -681,7 +681,7 @@ impl<W: Write> PerfettoWriter<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::event::{DestroyCause, Engine, Interleave, Origin, ValueSource};
+    use crate::event::{DestroyCause, Engine, Interleave, Origin, ValueSource};
 
     fn origin(ts_ns: u64, pid: u32, comm: &str) -> Origin {
         Origin {

@@ -17,7 +17,7 @@ use std::fmt::{self, Display, Write as _};
 
 use chrono::{Local, TimeZone, Timelike};
 
-use crate::model::event::{
+use crate::event::{
     AmdDetail, AmdQueueType, AmdVia, DestroyCause, Engine, Event, EventKind, Interleave, RunState,
     SchedChange, TaskId,
 };
@@ -588,7 +588,7 @@ impl Display for Errno {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::event::{Origin, RunState, SchedChange, ValueSource};
+    use crate::event::{Origin, RunState, SchedChange, ValueSource};
     use chrono::{FixedOffset, NaiveDate, Utc};
 
     /// Monotonic time of the first sample line.

@@ -221,7 +221,7 @@ impl TopModel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::event::{
+    use crate::event::{
         DestroyCause, Engine, Event, EventKind, Origin, TaskId, TaskKey, ValueSource,
     };
 

@@ -36,20 +36,20 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use super::bounded::Generations;
+use crate::model::bounded::Generations;
 
 use gpu_trace_common::nvidia::{class, cmd};
 use serde::Serialize;
 
-use crate::model::event::{
+use crate::event::{
     DestroyCause, Event, EventKind, FinalParams, Origin, RunState, SchedChange, SchedParams,
     TaskId, TaskKey, ValueSource,
 };
-use crate::nvidia::decode::{
+use crate::vendor::nvidia::decode::{
     self, AllocParams, ControlParams, DEFAULT_INTERLEAVE, DEFAULT_TIMESLICE_US, MalformedReason,
     RmCall, Unreadable,
 };
-use crate::nvidia::gpu_ext::{self, GxCall, GxHook};
+use crate::vendor::nvidia::gpu_ext::{self, GxCall, GxHook};
 use crate::wire::RawRecord;
 
 /// One input of the tracker.
@@ -139,7 +139,7 @@ pub struct NvTrackerCounters {
     /// at `close()` or exit): not tied to a call, not reported.
     pub gpu_ext_outside_ioctl: u64,
     /// Calls on handles never seen created that were not remembered because the caps of
-    /// [`bounded`](super::bounded) were reached (still reported; their key's generation is 1).
+    /// [`bounded`](crate::model::bounded) were reached (still reported; their key's generation is 1).
     pub untracked_handles: u64,
 }
 
@@ -322,7 +322,7 @@ pub struct NvTracker {
     /// for that call's record.
     pending: HashMap<u32, (u32, u64, Vec<GxHook>)>,
     /// Generation of the last task seen per `(pid, client, handle)`, for [`TaskKey`] (capped:
-    /// see [`bounded`](super::bounded)).
+    /// see [`bounded`](crate::model::bounded)).
     generations: Generations<(u32, u32)>,
     /// MPS server processes (`nvidia-cuda-mps-server`): named by the inventory, or a process
     /// whose `comm` is `nvidia-cuda-mps` (the kernel's 15-character cut of both MPS programs)
@@ -826,7 +826,7 @@ impl NvTracker {
             u32,
             u32,
             u64,
-            Option<crate::model::event::Interleave>,
+            Option<crate::event::Interleave>,
         ),
         events: &mut [Event],
     ) {
@@ -1558,8 +1558,8 @@ impl NvTracker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::event::{Engine, Interleave};
-    use crate::nvidia::decode::testrec::{self, *};
+    use crate::event::{Engine, Interleave};
+    use crate::vendor::nvidia::decode::testrec::{self, *};
     use crate::wire::{self, append_to_stream, records_from_stream};
     use gpu_trace_common::{RecordHeader, TaskRecord, nv_flags, record_kind};
 
@@ -1630,7 +1630,7 @@ mod tests {
             self.task(record_kind::PROCESS_EXIT, pid, tid, -1)
         }
 
-        /// A gpu_ext hook record (`crate::nvidia::gpu_ext::testing`).
+        /// A gpu_ext hook record (`crate::vendor::nvidia::gpu_ext::testing`).
         fn hook(&mut self, mut r: gpu_trace_common::NvSchedRecord) -> &mut Self {
             self.ts += 10;
             r.hdr.ts_ns = self.ts;
@@ -1748,7 +1748,7 @@ mod tests {
 
     #[test]
     fn gpu_ext_hooks_name_the_tsg_and_fill_the_schedule_from_rm() {
-        use crate::nvidia::gpu_ext::testing as gx;
+        use crate::vendor::nvidia::gpu_ext::testing as gx;
         let fd = CTL_FD as u64;
         let mut s = Script::new();
         // task_init runs inside the TSG alloc (before its sys_exit record).
@@ -1857,7 +1857,7 @@ mod tests {
 
     #[test]
     fn gpu_ext_hooks_of_other_calls_are_counted_never_merged() {
-        use crate::nvidia::gpu_ext::testing as gx;
+        use crate::vendor::nvidia::gpu_ext::testing as gx;
         let mut s = Script::new();
         setup(&mut s, 100, 0, 0x1);
         // A task_init from an ioctl on another fd (UVM's), then a TSG alloc on the ctl fd: not

@@ -9,7 +9,7 @@ use gpu_trace_common::{
     nvidia::gpu_ext::{bind, hook, task_destroy, task_init, token_request},
 };
 
-use crate::model::event::Interleave;
+use crate::event::Interleave;
 
 /// One hook call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -17,7 +17,7 @@ use gpu_trace_common::{
 };
 use serde::Serialize;
 
-use crate::model::event::AmdQueueType;
+use crate::event::AmdQueueType;
 
 /// A queue as the driver's device queue manager created it (deep hook at the exit of
 /// `create_queue_cpsch` / `create_queue_nocpsch`).

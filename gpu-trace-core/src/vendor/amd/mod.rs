@@ -1,7 +1,9 @@
-//! AMD KFD (`/dev/kfd`): decoding of the ioctl records ([`decode`]). (The facts about the
+//! AMD KFD (`/dev/kfd`): decoding of the ioctl records ([`decode`]) and the queue tracker
+//! ([`model`]). (The facts about the
 //! running system, such as the device's dynamic character major, are `gpu-trace`'s
 //! `probe::kfd`.)
 pub mod decode;
+pub mod model;
 
 #[cfg(test)]
 mod tests {
@@ -10,10 +12,10 @@ mod tests {
     /// see `decode::testing`).
     fn render(format: crate::output::Format, verbose: bool) -> String {
         use crate::{
-            amd::decode::testing::{self, CreateArgs, soc15_doorbell},
             output::TimestampMode as Timestamps,
             output::clock::Clock,
             pipeline::{Pipeline, PipelineConfig},
+            vendor::amd::decode::testing::{self, CreateArgs, soc15_doorbell},
             wire::RawRecord,
         };
         let config = PipelineConfig {

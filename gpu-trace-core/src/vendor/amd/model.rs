@@ -49,15 +49,15 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
-use crate::amd::decode::{
-    self, CreateQueue, DeepStep, KfdCall, KfdMalformed, QueueBuilt, QueueParams, UpdateQueue,
-};
-use crate::model::bounded::Generations;
-use crate::model::event::{
+use crate::event::{
     AmdDetail, AmdVia, DestroyCause, Event, EventKind, Origin, SchedChange, TaskId, TaskKey,
     ValueSource,
 };
-use crate::model::nvidia::LiveAtEnd;
+use crate::model::bounded::Generations;
+use crate::vendor::amd::decode::{
+    self, CreateQueue, DeepStep, KfdCall, KfdMalformed, QueueBuilt, QueueParams, UpdateQueue,
+};
+use crate::vendor::nvidia::model::LiveAtEnd;
 use crate::wire::RawRecord;
 
 /// One input of the tracker.
@@ -131,7 +131,7 @@ pub struct KfdTrackerCounters {
     /// Deep-hook records of a kind this version does not know.
     pub deep_unknown: u64,
     /// Events on queue ids never seen created that were not remembered because the caps of
-    /// [`bounded`](super::bounded) were reached (still reported; their key's generation is 1).
+    /// [`bounded`](crate::model::bounded) were reached (still reported; their key's generation is 1).
     pub untracked_handles: u64,
 }
 
@@ -155,7 +155,7 @@ pub struct KfdTracker {
     /// Deep-hook findings waiting for their thread's `CREATE_QUEUE` result, by thread id.
     pending: HashMap<u32, Pending>,
     /// Generation of the last queue seen per `(pid, queue id)`, for [`TaskKey`] (capped: see
-    /// [`bounded`](super::bounded)).
+    /// [`bounded`](crate::model::bounded)).
     generations: Generations<u32>,
 }
 
@@ -622,8 +622,8 @@ fn schedule(task: TaskId, allowed: bool, errno: i32) -> EventKind {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::amd::decode::testing::{self, CreateArgs, soc15_doorbell};
-    use crate::model::event::AmdQueueType;
+    use crate::event::AmdQueueType;
+    use crate::vendor::amd::decode::testing::{self, CreateArgs, soc15_doorbell};
     use gpu_trace_common::{KfdIoctlRecord, amd::cmd};
 
     const EINVAL: i32 = -22;

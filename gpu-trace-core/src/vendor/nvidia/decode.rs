@@ -11,7 +11,7 @@ use gpu_trace_common::{
 };
 use serde::Serialize;
 
-use crate::model::event::{Engine, Interleave};
+use crate::event::{Engine, Interleave};
 
 /// RM status codes (`nvstatuscodes.h`) this tracer names.
 pub mod status {
