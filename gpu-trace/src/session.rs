@@ -17,6 +17,7 @@ use std::{
 
 use aya::maps::{MapData, RingBuf};
 use gpu_trace_common::record_kind;
+use gpu_trace_core::inventory::{GpuNode, Inventory, render_text_with};
 use thiserror::Error;
 use tokio::{io::unix::AsyncFd, signal::unix::SignalKind};
 
@@ -34,7 +35,7 @@ use crate::{
     pipeline::{Finished, Pipeline, PipelineConfig},
     probe::{
         cgroup::{CgroupError, CgroupResolver, Subtree},
-        inventory::{self, GpuNode, Inventory, WalkOptions},
+        inventory::{self, WalkOptions},
         system,
     },
     record::{RecordError, RecordReader, RecordWriter, RecordingHeader, RecordingTrailer},
@@ -177,7 +178,7 @@ fn open_waiting(what: &str, path: &Path, deadline: Option<Instant>) -> Result<Un
 }
 
 /// The outputs of a run, opened before anything is attached.
-struct Targets {
+struct OutputFiles {
     out: QueueWriter,
     out_is_stdout: bool,
     perfetto: Option<(Staged, PathBuf)>,
@@ -199,29 +200,29 @@ impl Pending {
     }
 }
 
-/// [`prepare_targets`], emptied at once.
-fn open_targets(
+/// [`prepare_output_files`], emptied at once.
+fn open_output_files(
     args: &OutputArgs,
     record: Option<&Path>,
     deadline: Option<Instant>,
     overflow: Overflow,
     wake: &Arc<tokio::sync::Notify>,
-) -> Result<Targets, RunError> {
-    let (targets, pending) = prepare_targets(args, record, deadline, overflow, wake)?;
+) -> Result<OutputFiles, RunError> {
+    let (files, pending) = prepare_output_files(args, record, deadline, overflow, wake)?;
     pending.commit()?;
-    Ok(targets)
+    Ok(files)
 }
 
 /// Opens the outputs without changing an existing file's contents yet: the `-o` and `--record`
 /// files are emptied by [`Pending::commit`], the Perfetto timeline replaces its file only at the
 /// end ([`Staged`]).
-fn prepare_targets(
+fn prepare_output_files(
     args: &OutputArgs,
     record: Option<&Path>,
     deadline: Option<Instant>,
     overflow: Overflow,
     wake: &Arc<tokio::sync::Notify>,
-) -> Result<(Targets, Pending), RunError> {
+) -> Result<(OutputFiles, Pending), RunError> {
     let mut pending = Vec::new();
     let mut open = |what: &'static str, path: &Path| -> Result<File, RunError> {
         let file = open_waiting(what, path, deadline)?;
@@ -261,13 +262,13 @@ fn prepare_targets(
         )),
         None => None,
     };
-    let targets = Targets {
+    let files = OutputFiles {
         out: QueueWriter::new(out, Units::Lines, overflow, on_failure),
         out_is_stdout: args.output.is_none(),
         perfetto,
         record,
     };
-    Ok((targets, Pending(pending)))
+    Ok((files, Pending(pending)))
 }
 
 /// The pipeline for `args` over the opened outputs. `by_record_time`: `--interval` counts in
@@ -424,7 +425,7 @@ pub async fn run_live(args: &TraceArgs) -> Result<Summary, RunError> {
 /// [`run_live`], with a live view drawn once a second instead of `--interval` statistics.
 pub async fn run_live_with(
     args: &TraceArgs,
-    mut viewer: Option<&mut dyn Viewer>,
+    viewer: Option<&mut dyn Viewer>,
 ) -> Result<Summary, RunError> {
     let started = Instant::now();
     // --duration is counted from attach (below); before that, it bounds only the start-up
@@ -432,37 +433,22 @@ pub async fn run_live_with(
     let startup_deadline = args.duration.map(|d| started + Duration::from_secs_f64(d));
     // Before anything is reported on stderr: a Ctrl-C right after the start-up report (or
     // during the inventory) stops tracing cleanly through the loop below.
-    let mut sigint = tokio::signal::unix::signal(SignalKind::interrupt())
-        .map_err(io_err("installing the SIGINT handler"))?;
-    let mut sigterm = tokio::signal::unix::signal(SignalKind::terminate())
-        .map_err(io_err("installing the SIGTERM handler"))?;
+    let mut signals = StopSignals::install()?;
     let vendor = match args.vendor {
         Vendor::Auto => detect_vendor()?,
         v => v,
     };
-    for warning in pid_warnings(&args.output.pids, system::thread_group_of) {
-        eprintln!("gpu-trace: warning: {warning}");
-    }
     let amd = vendor == Vendor::Amd;
-    // AMD without /dev/kfd is reported below (KfdPresence).
-    if let Some(warning) = (!amd).then(system::nvidia_not_loaded_warning).flatten() {
-        eprintln!("gpu-trace: warning: {warning}");
-    }
+    warn_before_start(args, amd);
     let watched = match &args.watch_device {
         Some(path) => Some(system::char_device_kernel_dev(path).map_err(LoadError::from)?),
         None => None,
-    };
-    // --watch-device adds a device of the vendor being traced.
-    let (extra_device, extra_kfd_device) = if amd {
-        (None, watched)
-    } else {
-        (watched, None)
     };
     // Every output is opened before anything is attached (a FIFO waits for its reader here),
     // but an existing file is emptied only once every start-up check below passed: a busy
     // metrics port, a bad --cgroup or a refused program leaves yesterday's files as they were.
     let wake = Arc::new(tokio::sync::Notify::new());
-    let (targets, pending) = prepare_targets(
+    let (files, pending) = prepare_output_files(
         &args.output,
         args.record.as_deref(),
         startup_deadline,
@@ -477,17 +463,157 @@ pub async fn run_live_with(
         eprintln!("gpu-trace: {line}");
     }
     let kfd = amd.then(crate::probe::kfd::KfdPresence::probe);
-    if let Some(warning) = kfd.as_ref().and_then(|k| k.warning()) {
-        // Without KFD's device number no KFD call can be seen: stop (exit 3) rather than run
-        // and report nothing, unless a test device stands in for it (--watch-device).
-        if kfd.as_ref().is_some_and(|k| k.major.is_none()) && args.watch_device.is_none() {
+    check_kfd(args, kfd.as_ref())?;
+    let options = load_options(args, amd, kfd.as_ref(), watched, &subtrees);
+    // NVML's own driver calls (it opens the GPU) are made before the programs attach, so that
+    // gpu-trace does not trace itself; the walk comes after attaching.
+    let nvml = (!amd).then(crate::probe::nvml::query);
+    // Bound before loading: a busy port or a refused address stops the run before any hook.
+    let metrics = crate::metrics::server::serve(&args.metrics, args.ring_size)?;
+    let mut tracer = Tracer::load(&options)?;
+    // Attached: tracing time (the deadline and the statistics' duration) starts here.
+    let tracing_since = Instant::now();
+    let deadline = args
+        .duration
+        .map(|d| tracing_since + Duration::from_secs_f64(d));
+    // Late attach: the processes that have a GPU open already (after attaching, so that a
+    // process opening the GPU now is seen by the hooks or by the walk), tracked from now on.
+    let inventory = traced_inventory(args, amd, nvml, &subtrees);
+    tracer.track(&kernel_tracking(&inventory, &args.output))?;
+    let clock = Clock::from_system().map_err(io_err("reading the clocks"))?;
+    announce_hooks(&tracer, kfd.as_ref());
+    announce_inventory(&inventory, &args.output);
+
+    // Started: the -o and --record files may now lose their old contents.
+    pending.commit()?;
+    let OutputFiles {
+        out,
+        out_is_stdout,
+        perfetto,
+        record,
+    } = files;
+    let recorder = match record {
+        Some(queue) => Some(start_recording(queue, &clock, &tracer, &inventory, amd)?),
+        None => None,
+    };
+    let pipeline = new_pipeline(
+        &args.output,
+        clock,
+        out,
+        perfetto.as_ref().map(|(s, _)| s),
+        false,
+    )?;
+    let (mut pipeline, metrics_server) = match metrics {
+        Some((m, server)) => (pipeline.with_metrics(m), Some(server)),
+        None => (pipeline, None),
+    };
+    pipeline
+        .inventory(&inventory)
+        .map_err(io_err("writing the output"))?;
+    let ring = watch_ring_buffer(&mut tracer, &mut pipeline)?;
+    let mut live = LiveRun {
+        ring,
+        tracer,
+        reader: Reader {
+            cgroups,
+            ..Reader::default()
+        },
+        pipeline,
+        recorder,
+        viewer,
+        tracing_since,
+    };
+    let period = interval(&args.output);
+    live.trace_until_stopped(
+        &mut signals,
+        deadline,
+        period,
+        &wake,
+        metrics_server.is_some(),
+    )
+    .await?;
+    // Before detaching, which unloads the programs.
+    live.report_program_runs(args.bpf_stats);
+    let counters = live.drain_after_detach().await?;
+    // A denial that did not hold is said on stderr too, whatever the output and its format.
+    if let Some(warning) = counters.deny_unfollowed_warning() {
+        live.report(vec![warning]);
+    }
+    live.end(counters, args.record.as_deref(), perfetto, out_is_stdout)
+}
+
+/// SIGINT and SIGTERM as the live loop waits for them (tokio's handlers).
+struct StopSignals {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn install() -> Result<Self, RunError> {
+        Ok(Self {
+            interrupt: tokio::signal::unix::signal(SignalKind::interrupt())
+                .map_err(io_err("installing the SIGINT handler"))?,
+            terminate: tokio::signal::unix::signal(SignalKind::terminate())
+                .map_err(io_err("installing the SIGTERM handler"))?,
+        })
+    }
+
+    /// Returns when a SIGINT or a SIGTERM came.
+    async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.interrupt.recv() => {}
+            _ = self.terminate.recv() => {}
+        }
+    }
+}
+
+/// The start-up warnings on stderr: `--pid` values that name no process now (or a thread), an
+/// NVIDIA driver that is not loaded.
+fn warn_before_start(args: &TraceArgs, amd: bool) {
+    for warning in pid_warnings(&args.output.pids, system::thread_group_of) {
+        eprintln!("gpu-trace: warning: {warning}");
+    }
+    // AMD without /dev/kfd is reported below (KfdPresence).
+    if let Some(warning) = (!amd).then(system::nvidia_not_loaded_warning).flatten() {
+        eprintln!("gpu-trace: warning: {warning}");
+    }
+}
+
+/// AMD: what is missing of KFD, as a warning; without KFD's device number no KFD call can be
+/// seen, so the run stops (exit 3) rather than run and report nothing, unless a test device
+/// stands in for it (--watch-device).
+fn check_kfd(
+    args: &TraceArgs,
+    kfd: Option<&crate::probe::kfd::KfdPresence>,
+) -> Result<(), RunError> {
+    if let Some(kfd) = kfd
+        && let Some(warning) = kfd.warning()
+    {
+        if kfd.major.is_none() && args.watch_device.is_none() {
             return Err(RunError::Unsupported(warning));
         }
         eprintln!("gpu-trace: warning: {warning}");
     }
-    let options = LoadOptions {
+    Ok(())
+}
+
+/// What the loader is asked for: the vendor, its device numbers (`watched`: `--watch-device`
+/// adds a device of the vendor being traced), the kernel-side filters and hook choices.
+fn load_options(
+    args: &TraceArgs,
+    amd: bool,
+    kfd: Option<&crate::probe::kfd::KfdPresence>,
+    watched: Option<u32>,
+    subtrees: &CgroupSelection,
+) -> LoadOptions {
+    let (extra_device, extra_kfd_device) = if amd {
+        (None, watched)
+    } else {
+        (watched, None)
+    };
+    LoadOptions {
         nvidia: !amd,
-        kfd_major: kfd.as_ref().and_then(|k| k.major),
+        kfd_major: kfd.and_then(|k| k.major),
         extra_kfd_device,
         extra_device,
         filter_tgid: match args.output.pids.as_slice() {
@@ -502,32 +628,31 @@ pub async fn run_live_with(
         deep_hooks: !args.no_deep_hooks,
         deep_attach: args.deep_attach,
         bpf_stats: args.bpf_stats,
-    };
-    // NVML's own driver calls (it opens the GPU) are made before the programs attach, so that
-    // gpu-trace does not trace itself; the walk comes after attaching.
-    let nvml = (!amd).then(crate::probe::nvml::query);
-    // Bound before loading: a busy port or a refused address stops the run before any hook.
-    let metrics = crate::metrics::server::serve(&args.metrics, args.ring_size)?;
-    let mut tracer = Tracer::load(&options)?;
-    // Attached: tracing time (the deadline and the statistics' duration) starts here.
-    let tracing_since = Instant::now();
-    let deadline = args
-        .duration
-        .map(|d| tracing_since + Duration::from_secs_f64(d));
-    // Late attach: the processes that have a GPU open already (after attaching, so that a
-    // process opening the GPU now is seen by the hooks or by the walk), tracked from now on.
+    }
+}
+
+/// The processes that have a GPU open already ([`take_inventory`]); under
+/// `--cgroup`/`--container`, only those inside (the others are not traced, before or after).
+fn traced_inventory(
+    args: &TraceArgs,
+    amd: bool,
+    nvml: Option<Result<Vec<crate::probe::nvml::NvmlGpu>, String>>,
+    subtrees: &CgroupSelection,
+) -> Inventory {
     let mut inventory = take_inventory(&args.watch_device, amd, nvml);
     if !subtrees.filter.is_empty() {
-        // --cgroup/--container: the processes outside are not traced, before or after.
         inventory.processes.retain(|p| {
             p.cgroup
                 .as_deref()
                 .is_some_and(|c| subtrees.filter.iter().any(|s| s.contains(c)))
         });
     }
-    tracer.track(&kernel_tracking(&inventory, &args.output))?;
-    let clock = Clock::from_system().map_err(io_err("reading the clocks"))?;
-    let what = match &kfd {
+    inventory
+}
+
+/// The start-up report on stderr: what is traced, the hooks attached and those not used.
+fn announce_hooks(tracer: &Tracer, kfd: Option<&crate::probe::kfd::KfdPresence>) {
+    let what = match kfd {
         Some(k) => format!(
             "AMD KFD queue calls on /dev/kfd (char major {})",
             k.major
@@ -542,54 +667,42 @@ pub async fn run_live_with(
     for refused in &tracer.refused {
         eprintln!("gpu-trace: (not used: {refused})");
     }
-    announce_inventory(&inventory, &args.output);
+}
 
-    // Started: the -o and --record files may now lose their old contents.
-    pending.commit()?;
-    let Targets {
-        out,
-        out_is_stdout,
-        perfetto,
-        record,
-    } = targets;
-    let mut recorder = match record {
-        Some(queue) => {
-            let header = RecordingHeader {
-                tool_version: env!("CARGO_PKG_VERSION").into(),
-                host: system::host_name(),
-                kernel: system::kernel_release(),
-                driver: if amd {
-                    crate::probe::kfd::driver_description()
-                } else {
-                    system::nvidia_driver()
-                },
-                realtime_offset_ns: clock.offset_ns(),
-                hooks: tracer.hooks.iter().map(ToString::to_string).collect(),
-                argv: std::env::args().collect(),
-                inventory: Some(inventory.clone()),
-            };
-            let mut w = RecordWriter::new(queue, &header)?;
-            w.get_mut().mark_unit();
-            Some(w)
-        }
-        None => None,
+/// `--record`: the recording's header (this machine, the hooks, the command line, the
+/// inventory) written to its queue, ready for the records.
+fn start_recording(
+    queue: QueueWriter,
+    clock: &Clock,
+    tracer: &Tracer,
+    inventory: &Inventory,
+    amd: bool,
+) -> Result<RecordWriter<QueueWriter>, RunError> {
+    let header = RecordingHeader {
+        tool_version: env!("CARGO_PKG_VERSION").into(),
+        host: system::host_name(),
+        kernel: system::kernel_release(),
+        driver: if amd {
+            crate::probe::kfd::driver_description()
+        } else {
+            system::nvidia_driver()
+        },
+        realtime_offset_ns: clock.offset_ns(),
+        hooks: tracer.hooks.iter().map(ToString::to_string).collect(),
+        argv: std::env::args().collect(),
+        inventory: Some(inventory.clone()),
     };
+    let mut w = RecordWriter::new(queue, &header)?;
+    w.get_mut().mark_unit();
+    Ok(w)
+}
 
-    let pipeline = new_pipeline(
-        &args.output,
-        clock,
-        out,
-        perfetto.as_ref().map(|(s, _)| s),
-        false,
-    )?;
-    let (mut pipeline, _metrics_server) = match metrics {
-        Some((m, server)) => (pipeline.with_metrics(m), Some(server)),
-        None => (pipeline, None),
-    };
-    let mut health = tokio::time::interval(Duration::from_secs(1));
-    pipeline
-        .inventory(&inventory)
-        .map_err(io_err("writing the output"))?;
+/// The ring buffer, taken from the tracer and registered with tokio to be read when it holds
+/// records; `--metrics` reads its fill from the kernel's pages.
+fn watch_ring_buffer(
+    tracer: &mut Tracer,
+    pipeline: &mut Pipeline<QueueWriter>,
+) -> Result<AsyncFd<RingBuf<MapData>>, RunError> {
     let ring = tracer.take_ring_buffer()?;
     if let Some(m) = pipeline.metrics_mut() {
         use std::os::fd::AsFd as _;
@@ -600,168 +713,254 @@ pub async fn run_live_with(
     }
     // SAFETY: the ring buffer owns its map fd and keeps it open for as long as the AsyncFd
     // that owns the ring buffer lives; nothing else closes it.
-    let mut ring = unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }
-        .map_err(|e| RunError::Io {
+    unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }.map_err(|e| {
+        RunError::Io {
             what: "polling the ring buffer".into(),
             source: e.into(),
-        })?;
-
-    let sleep = async {
-        match deadline {
-            Some(d) => tokio::time::sleep_until(d.into()).await,
-            None => std::future::pending().await,
         }
-    };
-    tokio::pin!(sleep);
-    // The live view draws its first frame at once; --interval statistics after a period.
-    let now = tokio::time::Instant::now();
-    let mut ticker = match viewer {
-        Some(_) => Some(tokio::time::interval_at(now, Duration::from_secs(1))),
-        None => interval(&args.output).map(|period| tokio::time::interval_at(now + period, period)),
-    };
+    })
+}
 
-    let mut reader = Reader {
-        cgroups,
-        ..Reader::default()
-    };
-    // A stop requested during start-up (before the handlers above existed) is not lost. The
-    // deadline is also looked at here, not only by its timer: under a storm the timer is served
-    // only between two slices of reading.
-    let past_deadline = || deadline.is_some_and(|d| Instant::now() >= d);
-    while !stop_requested() && !past_deadline() && !reader.outputs_failed(&pipeline, &recorder) {
-        // Whether the ring still held records when the last slice of reading ended.
-        let mut more = Drained::Empty;
-        tokio::select! {
-            _ = sigint.recv() => break,
-            _ = sigterm.recv() => break,
-            _ = &mut sleep => break,
-            _ = async {
-                match ticker.as_mut() {
-                    Some(t) => {
-                        t.tick().await;
+/// A live run once attached: the ring buffer and its reader, the pipeline, the recording and
+/// the live view.
+struct LiveRun<'v> {
+    // Declared (so dropped) before the tracer whose map it was.
+    ring: AsyncFd<RingBuf<MapData>>,
+    tracer: Tracer,
+    reader: Reader,
+    pipeline: Pipeline<QueueWriter>,
+    recorder: Option<RecordWriter<QueueWriter>>,
+    viewer: Option<&'v mut dyn Viewer>,
+    tracing_since: Instant,
+}
+
+impl LiveRun<'_> {
+    /// Reads the ring buffer as it fills until a stop signal, the deadline or an output's
+    /// failure; `period`: `--interval`'s statistics (the live view instead draws a frame once a
+    /// second); `metrics_served`: the kernel's counters go to the metrics once a second.
+    async fn trace_until_stopped(
+        &mut self,
+        signals: &mut StopSignals,
+        deadline: Option<Instant>,
+        period: Option<Duration>,
+        wake: &tokio::sync::Notify,
+        metrics_served: bool,
+    ) -> Result<(), RunError> {
+        let mut health = tokio::time::interval(Duration::from_secs(1));
+        let sleep = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(sleep);
+        // The live view draws its first frame at once; --interval statistics after a period.
+        let now = tokio::time::Instant::now();
+        let mut ticker = match self.viewer {
+            Some(_) => Some(tokio::time::interval_at(now, Duration::from_secs(1))),
+            None => period.map(|period| tokio::time::interval_at(now + period, period)),
+        };
+        // A stop requested during start-up (before the handlers above existed) is not lost.
+        // The deadline is also looked at here, not only by its timer: under a storm the timer
+        // is served only between two slices of reading.
+        let past_deadline = || deadline.is_some_and(|d| Instant::now() >= d);
+        while !stop_requested()
+            && !past_deadline()
+            && !self.reader.outputs_failed(&self.pipeline, &self.recorder)
+        {
+            // Whether the ring still held records when the last slice of reading ended.
+            let mut more = Drained::Empty;
+            tokio::select! {
+                () = signals.recv() => break,
+                _ = &mut sleep => break,
+                _ = async {
+                    match ticker.as_mut() {
+                        Some(t) => {
+                            t.tick().await;
+                        }
+                        None => std::future::pending::<()>().await,
                     }
-                    None => std::future::pending::<()>().await,
+                } => {
+                    // What the ring holds first (one slice of it under a storm), so that the
+                    // statistics count it.
+                    more = self.reader.drain(
+                        self.ring.get_mut(),
+                        &mut self.pipeline,
+                        &mut self.recorder,
+                        Some(DRAIN_SLICE),
+                    );
+                    self.show_stats()?;
                 }
-            } => {
-                // What the ring holds first (one slice of it under a storm), so that the
-                // statistics count it.
-                more = reader.drain(ring.get_mut(), &mut pipeline, &mut recorder, Some(DRAIN_SLICE));
-                match viewer.as_mut() {
-                    Some(v) => v
-                        .frame(pipeline.stats(), tracing_since.elapsed(), tracer.counters().ok())
-                        .map_err(io_err("drawing the live view"))?,
-                    None => pipeline
-                        .periodic_stats(tracing_since.elapsed(), tracer.counters().ok())
-                        .and_then(|()| pipeline.flush())
-                        .map_err(io_err("writing the output"))?,
+                () = wake.notified() => {} // an output failed: the loop condition sees it
+                _ = health.tick(), if metrics_served => {
+                    let counters = self.tracer.counters()?;
+                    if let Some(m) = self.pipeline.metrics_mut() {
+                        m.set_kernel(&counters);
+                    }
+                }
+                guard = self.ring.readable_mut() => {
+                    let mut guard = guard.map_err(io_err("waiting for the ring buffer"))?;
+                    more = self.reader.drain(
+                        guard.get_inner_mut(),
+                        &mut self.pipeline,
+                        &mut self.recorder,
+                        Some(DRAIN_SLICE),
+                    );
+                    // Still ready while records are left: the next turn reads on.
+                    if more == Drained::Empty {
+                        guard.clear_ready();
+                    }
                 }
             }
-            () = wake.notified() => {} // an output failed: the loop condition sees it
-            _ = health.tick(), if _metrics_server.is_some() => {
-                let counters = tracer.counters()?;
-                if let Some(m) = pipeline.metrics_mut() {
-                    m.set_kernel(&counters);
-                }
-            }
-            guard = ring.readable_mut() => {
-                let mut guard = guard.map_err(io_err("waiting for the ring buffer"))?;
-                more = reader.drain(
-                    guard.get_inner_mut(),
-                    &mut pipeline,
-                    &mut recorder,
-                    Some(DRAIN_SLICE),
-                );
-                // Still ready while records are left: the next turn reads on.
-                if more == Drained::Empty {
-                    guard.clear_ready();
-                }
+            if more == Drained::More {
+                // Let the runtime serve its timers and signals before the next slice.
+                tokio::task::yield_now().await;
             }
         }
-        if more == Drained::More {
-            // Let the runtime serve its timers and signals before the next slice.
-            tokio::task::yield_now().await;
+        Ok(())
+    }
+
+    /// A frame of the live view, or `--interval`'s statistics on the output.
+    fn show_stats(&mut self) -> Result<(), RunError> {
+        match self.viewer.as_mut() {
+            Some(v) => v
+                .frame(
+                    self.pipeline.stats(),
+                    self.tracing_since.elapsed(),
+                    self.tracer.counters().ok(),
+                )
+                .map_err(io_err("drawing the live view")),
+            None => self
+                .pipeline
+                .periodic_stats(self.tracing_since.elapsed(), self.tracer.counters().ok())
+                .and_then(|()| self.pipeline.flush())
+                .map_err(io_err("writing the output")),
         }
     }
 
-    // Before detaching, which unloads the programs.
-    let program_stats = tracer.program_stats();
-    let mut lines = if args.bpf_stats {
-        describe_program_stats(&program_stats)
-    } else {
-        Vec::new()
-    };
-    lines.extend(describe_missed_runs(&program_stats));
-    if !lines.is_empty() {
-        match viewer.as_mut() {
+    /// Report lines of the run's end: to the live view, which may hold the terminal, else on
+    /// stderr.
+    fn report(&mut self, lines: Vec<String>) {
+        match self.viewer.as_mut() {
             Some(v) => v.report(lines),
             None => print_report(lines),
         }
     }
-    // Detach first, then read until every record the kernel counted as sent has been read: a
-    // program running at the moment of detaching may still submit one.
-    tracer.detach();
-    let mut counters = tracer.counters()?;
-    let settle = Instant::now();
-    loop {
-        // Detached: what is left is at most a ring's worth, read whole.
-        reader.drain(ring.get_mut(), &mut pipeline, &mut recorder, None);
-        let now = tracer.counters()?;
-        let done = reader.read >= now.emitted && now == counters;
-        counters = now;
-        if done || settle.elapsed() > Duration::from_secs(1) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-    if reader.read < counters.emitted {
-        pipeline.stats_mut().lost_samples = Some(counters.emitted - reader.read);
-    }
-    // A denial that did not hold is said on stderr too, whatever the output and its format.
-    if let Some(warning) = counters.deny_unfollowed_warning() {
-        match viewer.as_mut() {
-            Some(v) => v.report(vec![warning]),
-            None => print_report(vec![warning]),
-        }
-    }
-    let duration = tracing_since.elapsed();
 
-    let mut failure = reader.failure.take();
-    let mut recording_lost = 0;
-    if let Some(recorder) = recorder {
-        let lost_so_far = recorder_lost(&recorder);
-        let trailer = RecordingTrailer {
-            kernel_counters: counters,
-            duration_ns: duration.as_nanos() as u64,
-            recording_lost: lost_so_far,
+    /// The programs' runs (`--bpf-stats`) and those the kernel skipped; before detaching,
+    /// which unloads the programs.
+    fn report_program_runs(&mut self, bpf_stats: bool) {
+        let program_stats = self.tracer.program_stats();
+        let mut lines = if bpf_stats {
+            describe_program_stats(&program_stats)
+        } else {
+            Vec::new()
         };
-        match recorder.finish(&trailer) {
-            Ok(queue) => {
-                let closed = queue.close(OUTPUT_STALL);
-                recording_lost = closed.lost;
-                if !closed.complete && failure.is_none() {
-                    failure = Some(RunError::Io {
-                        what: format!(
-                            "writing the recording {}",
-                            args.record.as_deref().unwrap_or(Path::new("")).display()
-                        ),
-                        source: closed.error.unwrap_or_else(|| {
-                            io::Error::new(
-                                io::ErrorKind::TimedOut,
-                                "its reader stopped taking data; the recording is cut short",
-                            )
-                        }),
-                    });
-                }
-            }
-            Err(e) => {
-                failure.get_or_insert(e.into());
-            }
+        lines.extend(describe_missed_runs(&program_stats));
+        if !lines.is_empty() {
+            self.report(lines);
         }
     }
-    pipeline.stats_mut().recording_lost = recording_lost;
-    pipeline.stats_mut().output_lost = pipeline.output().lost();
-    let finished = pipeline.finish_all(counters, duration);
-    end_outputs(finished, perfetto, out_is_stdout, failure)
+
+    /// Detaches first, then reads until every record the kernel counted as sent has been read
+    /// (a program running at the moment of detaching may still submit one), for at most a
+    /// second; records sent but never read are counted as lost. Returns the kernel's counters.
+    async fn drain_after_detach(&mut self) -> Result<KernelCounters, RunError> {
+        self.tracer.detach();
+        let mut counters = self.tracer.counters()?;
+        let settle = Instant::now();
+        loop {
+            // Detached: what is left is at most a ring's worth, read whole.
+            self.reader.drain(
+                self.ring.get_mut(),
+                &mut self.pipeline,
+                &mut self.recorder,
+                None,
+            );
+            let now = self.tracer.counters()?;
+            let done = self.reader.read >= now.emitted && now == counters;
+            counters = now;
+            if done || settle.elapsed() > Duration::from_secs(1) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        if self.reader.read < counters.emitted {
+            self.pipeline.stats_mut().lost_samples = Some(counters.emitted - self.reader.read);
+        }
+        Ok(counters)
+    }
+
+    /// Ends the recording (`record_path`: where it goes) and the outputs; returns the
+    /// summary, or the first failure of the run.
+    fn end(
+        self,
+        counters: KernelCounters,
+        record_path: Option<&Path>,
+        perfetto: Option<(Staged, PathBuf)>,
+        out_is_stdout: bool,
+    ) -> Result<Summary, RunError> {
+        let LiveRun {
+            mut reader,
+            mut pipeline,
+            recorder,
+            tracing_since,
+            ..
+        } = self;
+        let duration = tracing_since.elapsed();
+        let mut failure = reader.failure.take();
+        let recording_lost = match recorder {
+            Some(recorder) => {
+                end_recording(recorder, counters, duration, record_path, &mut failure)
+            }
+            None => 0,
+        };
+        pipeline.stats_mut().recording_lost = recording_lost;
+        pipeline.stats_mut().output_lost = pipeline.output().lost();
+        let finished = pipeline.finish_all(counters, duration);
+        end_outputs(finished, perfetto, out_is_stdout, failure)
+    }
+}
+
+/// Writes the recording's trailer and waits (at most [`OUTPUT_STALL`] without progress) for
+/// its reader to take the rest; a recording cut short is the run's failure unless one came
+/// first. Returns the records the recording lost.
+fn end_recording(
+    recorder: RecordWriter<QueueWriter>,
+    counters: KernelCounters,
+    duration: Duration,
+    path: Option<&Path>,
+    failure: &mut Option<RunError>,
+) -> u64 {
+    let trailer = RecordingTrailer {
+        kernel_counters: counters,
+        duration_ns: duration.as_nanos() as u64,
+        recording_lost: recorder_lost(&recorder),
+    };
+    match recorder.finish(&trailer) {
+        Ok(queue) => {
+            let closed = queue.close(OUTPUT_STALL);
+            if !closed.complete && failure.is_none() {
+                *failure = Some(RunError::Io {
+                    what: format!(
+                        "writing the recording {}",
+                        path.unwrap_or(Path::new("")).display()
+                    ),
+                    source: closed.error.unwrap_or_else(|| {
+                        io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            "its reader stopped taking data; the recording is cut short",
+                        )
+                    }),
+                });
+            }
+            closed.lost
+        }
+        Err(e) => {
+            failure.get_or_insert(e.into());
+            0
+        }
+    }
 }
 
 /// The inventory processes to put in the kernel's `TRACKED` map, with their bits: those the
@@ -842,7 +1041,7 @@ fn take_inventory(
 /// `--cgroup` filter was applied to the walk), without command lines under `--quiet`.
 fn announce_inventory(inv: &Inventory, filters: &OutputArgs) {
     let shown = inv.selected(&filters.pids, &filters.comms);
-    for line in inventory::render_text_with(&shown, !filters.quiet) {
+    for line in render_text_with(&shown, !filters.quiet) {
         eprintln!("gpu-trace: {line}");
     }
 }
@@ -1160,12 +1359,12 @@ pub fn replay_with(
     let mut reader = RecordReader::new(BufReader::new(file))?;
     let clock = Clock::new(reader.header.realtime_offset_ns);
     let wake = Arc::new(tokio::sync::Notify::new());
-    let Targets {
+    let OutputFiles {
         out,
         out_is_stdout,
         perfetto,
         record: _,
-    } = open_targets(args, None, None, Overflow::Block, &wake)?;
+    } = open_output_files(args, None, None, Overflow::Block, &wake)?;
     let mut pipeline = new_pipeline(args, clock, out, perfetto.as_ref().map(|(s, _)| s), true)?;
     if let Some(inv) = &reader.header.inventory {
         announce_inventory(inv, args);
