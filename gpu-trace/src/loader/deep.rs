@@ -372,40 +372,7 @@ pub fn attach(ebpf: &mut Ebpf, plan: &KfdDeepPlan, handlers: bool, via: DeepAtta
     let mut out = DeepHooks::default();
     let a = plan.targets.attacher(ebpf, via);
 
-    // The ioctl handlers: each one hooked takes its command away from the syscall layer.
-    if !handlers {
-        out.refused.push(
-            "AMD ioctl events: driver handlers not used: --deny-pid refuses calls before they \
-             reach the driver, so the syscall layer serves them"
-                .into(),
-        );
-    }
-    // CREATE_QUEUE's record needs the kernel's size of its arguments, from the module's BTF.
-    let create_unknown = plan.config.create_args_size == 0;
-    if handlers && create_unknown {
-        out.refused.push(
-            "AMD ioctl events: kfd_ioctl_create_queue: the size of struct \
-             kfd_ioctl_create_queue_args is unknown without the module's BTF; the syscall layer \
-             serves CREATE_QUEUE"
-                .into(),
-        );
-    }
-    let targets: Vec<DeepTarget> = KFD_HANDLERS
-        .iter()
-        .filter(|h| handlers && !(create_unknown && h.cmd == nr::CREATE_QUEUE))
-        .map(|h| h.target)
-        .collect();
-    for func in a.attach_each(
-        ebpf,
-        &mut out,
-        "AMD ioctl events",
-        Trampoline::Exit,
-        &targets,
-    ) {
-        if let Some(h) = KFD_HANDLERS.iter().find(|h| h.target.func == func) {
-            out.handler_mask |= 1 << h.cmd;
-        }
-    }
+    attach_ioctl_handlers(ebpf, &a, plan, handlers, &mut out);
 
     // Queue details at creation: both DQM implementations (only one runs).
     if let Some(why) = &plan.queue_config_missing {
@@ -429,52 +396,7 @@ pub fn attach(ebpf: &mut Ebpf, plan: &KfdDeepPlan, handlers: bool, via: DeepAtta
     } else if let Err(why) = a.kprobes.clone() {
         out.refused.push(format!("AMD MQD init: kprobes: {why}"));
     } else {
-        let mut parts = Vec::new();
-        for func in MQD_INIT {
-            let addrs = plan.targets.symbols.addresses(func).to_vec();
-            if addrs.is_empty() {
-                out.refused.push(format!(
-                    "AMD MQD init: {func} is not in /proc/kallsyms (not in this build, or inlined)"
-                ));
-                continue;
-            }
-            let mut attached = 0;
-            for &addr in &addrs {
-                match kprobe(ebpf, MQD_INIT_PROGRAM, "", addr) {
-                    Ok(()) => attached += 1,
-                    Err(why) => out
-                        .refused
-                        .push(format!("AMD MQD init: kprobe/{func}@{addr:#x}: {why}")),
-                }
-            }
-            if attached > 0 {
-                parts.push(format!("{func} ×{attached}/{}", addrs.len()));
-            }
-        }
-        if !parts.is_empty() {
-            // Which copy is which generation's: the nearest unique symbol below each init_mqd.
-            let near: Vec<String> = plan
-                .targets
-                .symbols
-                .addresses(MQD_INIT[0])
-                .iter()
-                .map(
-                    |&addr| match plan.targets.symbols.neighbour_below(addr, MQD_INIT[0]) {
-                        Some(n) => format!("{addr:#x} near {n}"),
-                        None => format!("{addr:#x}"),
-                    },
-                )
-                .collect();
-            out.hooks.push(Hook {
-                event: "AMD MQD init",
-                attach: format!(
-                    "kprobe by address: {} ({} copies: {})",
-                    parts.join(", "),
-                    MQD_INIT[0],
-                    near.join(", ")
-                ),
-            });
-        }
+        attach_mqd_init(ebpf, plan, &mut out);
     }
 
     // Queue teardown.
@@ -491,4 +413,93 @@ pub fn attach(ebpf: &mut Ebpf, plan: &KfdDeepPlan, handlers: bool, via: DeepAtta
         );
     }
     out
+}
+
+/// The KFD ioctl handlers: each one hooked takes its command away from the syscall layer
+/// (its bit in `handler_mask`).
+fn attach_ioctl_handlers(
+    ebpf: &mut Ebpf,
+    a: &Attacher<'_>,
+    plan: &KfdDeepPlan,
+    handlers: bool,
+    out: &mut DeepHooks,
+) {
+    if !handlers {
+        out.refused.push(
+            "AMD ioctl events: driver handlers not used: --deny-pid refuses calls before they \
+             reach the driver, so the syscall layer serves them"
+                .into(),
+        );
+    }
+    // CREATE_QUEUE's record needs the kernel's size of its arguments, from the module's BTF.
+    let create_unknown = plan.config.create_args_size == 0;
+    if handlers && create_unknown {
+        out.refused.push(
+            "AMD ioctl events: kfd_ioctl_create_queue: the size of struct \
+             kfd_ioctl_create_queue_args is unknown without the module's BTF; the syscall layer \
+             serves CREATE_QUEUE"
+                .into(),
+        );
+    }
+    let targets: Vec<DeepTarget> = KFD_HANDLERS
+        .iter()
+        .filter(|h| handlers && !(create_unknown && h.cmd == nr::CREATE_QUEUE))
+        .map(|h| h.target)
+        .collect();
+    for func in a.attach_each(ebpf, out, "AMD ioctl events", Trampoline::Exit, &targets) {
+        if let Some(h) = KFD_HANDLERS.iter().find(|h| h.target.func == func) {
+            out.handler_mask |= 1 << h.cmd;
+        }
+    }
+}
+
+/// The MQD builders, by kprobe on every copy's address; one hook line naming, per copy, the
+/// nearest unique symbol below it (which generation's it is).
+fn attach_mqd_init(ebpf: &mut Ebpf, plan: &KfdDeepPlan, out: &mut DeepHooks) {
+    let mut parts = Vec::new();
+    for func in MQD_INIT {
+        let addrs = plan.targets.symbols.addresses(func).to_vec();
+        if addrs.is_empty() {
+            out.refused.push(format!(
+                "AMD MQD init: {func} is not in /proc/kallsyms (not in this build, or inlined)"
+            ));
+            continue;
+        }
+        let mut attached = 0;
+        for &addr in &addrs {
+            match kprobe(ebpf, MQD_INIT_PROGRAM, "", addr) {
+                Ok(()) => attached += 1,
+                Err(why) => out
+                    .refused
+                    .push(format!("AMD MQD init: kprobe/{func}@{addr:#x}: {why}")),
+            }
+        }
+        if attached > 0 {
+            parts.push(format!("{func} ×{attached}/{}", addrs.len()));
+        }
+    }
+    if parts.is_empty() {
+        return;
+    }
+    let near: Vec<String> = plan
+        .targets
+        .symbols
+        .addresses(MQD_INIT[0])
+        .iter()
+        .map(
+            |&addr| match plan.targets.symbols.neighbour_below(addr, MQD_INIT[0]) {
+                Some(n) => format!("{addr:#x} near {n}"),
+                None => format!("{addr:#x}"),
+            },
+        )
+        .collect();
+    out.hooks.push(Hook {
+        event: "AMD MQD init",
+        attach: format!(
+            "kprobe by address: {} ({} copies: {})",
+            parts.join(", "),
+            MQD_INIT[0],
+            near.join(", ")
+        ),
+    });
 }

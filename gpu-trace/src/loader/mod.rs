@@ -431,170 +431,28 @@ impl Tracer {
     /// [`Tracer::load`] with vmlinux's BTF already parsed (doctor loads twice on one parse).
     pub fn load_with(options: &LoadOptions, kernel_btf: &KernelBtf) -> Result<Self, LoadError> {
         preflight(options)?;
-        let config = KernelConfig {
-            nv_major: if options.nvidia { NV_MAJOR } else { 0 },
-            extra_rdev: options.extra_device.unwrap_or(0),
-            kfd_major: options.kfd_major.unwrap_or(0),
-            extra_kfd_rdev: options.extra_kfd_device.unwrap_or(0),
-            filter_tgid: options.filter_tgid.unwrap_or(0),
-            filter_cgroups: options.filter_cgroups.len() as u32,
-            deny_cgroups: options.deny_cgroups.len() as u32,
-            ready: 1,
-            ..btf::kernel_offsets(&kernel_btf.vmlinux)?
-        };
-        // Before 5.15 the gpu_ext hook programs find the user registers on the kernel stack;
-        // without even that, they report no system call (their records then match no ioctl).
-        let (task_stack, stack_regs) = btf::stack_regs(&kernel_btf.vmlinux).unwrap_or((0, 0));
-        let config = KernelConfig {
-            task_stack,
-            stack_regs,
-            ..config
-        };
+        let config = kernel_config(options, kernel_btf)?;
         raise_memlock_limit();
 
         let mut refused = Vec::new();
         let mut hooks = Vec::new();
-        // AMD deep hooks: what the driver's BTF says, before load (it goes into KFD_DEEP). The
-        // test device (`extra_kfd_device`) is not the driver: the syscall layer serves it.
-        let deep_plan = if options.kfd_major.is_some()
-            && options.deep_hooks
-            && options.extra_kfd_device.is_none()
-        {
-            match deep::KfdDeepPlan::prepare(&kernel_btf.vmlinux) {
-                Ok(plan) => Some(plan),
-                Err(why) => {
-                    refused.push(format!("AMD deep hooks: {why}"));
-                    None
-                }
-            }
-        } else {
-            None
-        };
-        let deep_config = deep_plan
-            .as_ref()
-            .map_or_else(KfdDeepConfig::default, |p| p.config);
-
-        // aya's EbpfLoader::new() parses vmlinux's BTF itself (aya 0.14 has no constructor
-        // without it); relocations use the value parsed here, as every other step does.
-        let mut ebpf = EbpfLoader::new()
-            .btf(kernel_btf.aya.as_ref())
-            .override_global("CONFIG", &config, true)
-            .override_global("KFD_DEEP", &deep_config, true)
-            .map_max_entries("EVENTS", options.ring_bytes)
-            .load(PROGRAMS)
-            .map_err(LoadError::Load)?;
-        // Before anything attaches: the filter holds from the first event.
-        fill_cgroup_map(&mut ebpf, "CGROUP_FILTER", &options.filter_cgroups)?;
-        fill_cgroup_map(&mut ebpf, "DENY_CGROUP", &options.deny_cgroups)?;
+        let deep_plan = kfd_deep_plan(options, kernel_btf, &mut refused);
+        let mut ebpf = load_programs(options, kernel_btf, &config, deep_plan.as_ref())?;
 
         let aya_btf = &kernel_btf.aya;
         // Deep hooks first, then the switch that takes their commands away from the syscall
         // layer, then the syscall layer: no call is seen twice, none is missed in between.
-        let mut deep_hooks = match &deep_plan {
-            Some(plan) => deep::attach(&mut ebpf, plan, !options.denies(), options.deep_attach),
-            None => deep::DeepHooks::default(),
-        };
-        // NVIDIA: the driver's own entry points, where the kernel lets them be hooked and the
-        // syscall layer is not needed for what the driver never sees.
-        let mut nv_bits = 0;
-        if options.nvidia && options.deep_hooks {
-            let why_not = if options.denies() {
-                Some(
-                    "--deny-* refuses calls before they reach the driver, so the syscall layer \
-                     serves them"
-                        .to_string(),
-                )
-            } else if options.extra_device.is_some() {
-                Some("--watch-device traces a device that is not the driver's".into())
-            } else {
-                options.syscall_hook.map(|hook| {
-                    format!(
-                        "--syscall-hook {} asks for the syscall layer",
-                        clap::ValueEnum::to_possible_value(&hook)
-                            .map_or_else(|| format!("{hook:?}"), |v| v.get_name().to_string())
-                    )
-                })
-            };
-            match why_not.map_or_else(|| nv_entry::prepare(&kernel_btf.vmlinux), Err) {
-                Ok(targets) => {
-                    nv_bits =
-                        nv_entry::attach(&mut ebpf, &targets, &mut deep_hooks, options.deep_attach)
-                }
-                Err(why) => deep_hooks
-                    .refused
-                    .push(format!("NVIDIA driver entry points: {why}")),
-            }
-        }
-        // NVIDIA: the scheduling hooks of a gpu_ext-patched driver, where one is loaded.
-        if options.nvidia && options.deep_hooks {
-            match gpu_ext::prepare(&kernel_btf.vmlinux) {
-                Ok(targets) => {
-                    gpu_ext::attach(&mut ebpf, &targets, &mut deep_hooks, options.deep_attach)
-                }
-                Err(why) => deep_hooks
-                    .refused
-                    .push(format!("NVIDIA gpu_ext hooks: {why}")),
-            }
-        }
+        let (deep_hooks, nv_bits) =
+            attach_driver_hooks(&mut ebpf, options, kernel_btf, deep_plan.as_ref());
         refused.extend(deep_hooks.refused.iter().cloned());
         hooks.extend(deep_hooks.hooks.iter().cloned());
         // What the driver hooks serve, before the syscall layer attaches.
-        let mut switches: Array<_, u32> = Array::try_from(
-            ebpf.map_mut("SWITCHES")
-                .ok_or(LoadError::MissingMap("SWITCHES"))?,
-        )
-        .map_err(|source| LoadError::Map {
-            name: "SWITCHES",
-            source,
-        })?;
-        for (index, value) in [
-            (switch::KFD_DEEP, deep_hooks.handler_mask),
-            (switch::NV_ENTRY, nv_bits),
-        ] {
-            switches
-                .set(index, value, 0)
-                .map_err(|source| LoadError::Map {
-                    name: "SWITCHES",
-                    source,
-                })?;
-        }
-        let all_kfd = [
-            nr::CREATE_QUEUE,
-            nr::DESTROY_QUEUE,
-            nr::UPDATE_QUEUE,
-            nr::SET_CU_MASK,
-        ]
-        .iter()
-        .all(|&n| deep_hooks.handler_mask & (1 << n) != 0);
-        // Every call served by the driver's own hooks (all KFD commands for AMD; ioctls and
-        // releases for NVIDIA): no program on every syscall.
-        let nv_all = nv_bits == nv_entry_bits::IOCTL | nv_entry_bits::RELEASE;
-        let syscall_layer_needed = (options.nvidia && !nv_all)
-            || (!options.nvidia && !all_kfd)
-            || options.extra_device.is_some();
-
-        use targets::{PROCESS_EXIT, PROCESS_EXIT_TRACEPOINT, SYS_EXIT, SYSCALL_TRACEPOINTS};
-        let wanted = |hook: SyscallHook| options.syscall_hook.is_none_or(|h| h == hook);
-        let mut syscall_attempts: Vec<Attempt<'_>> = Vec::new();
-        // tp_btf first: the same per-syscall floor as raw_tp, and its program reads the
-        // registers with plain loads instead of helper calls (docs/performance.md, part 3).
-        if wanted(SyscallHook::TpBtf) {
-            syscall_attempts.push(Attempt::tp_btf(SYS_EXIT, aya_btf));
-        }
-        if wanted(SyscallHook::RawTp) {
-            syscall_attempts.push(Attempt::raw_tp(SYS_EXIT));
-        }
-        if wanted(SyscallHook::Tracepoint) {
-            syscall_attempts.push(Attempt::new(
-                "tracepoint/syscalls:sys_{enter,exit}_{ioctl,close}".into(),
-                attach_tracepoints(&SYSCALL_TRACEPOINTS),
-            ));
-        }
-        if syscall_layer_needed {
+        set_switches(&mut ebpf, &deep_hooks, nv_bits)?;
+        if syscall_layer_needed(options, &deep_hooks, nv_bits) {
             hooks.push(first_that_attaches(
                 &mut ebpf,
                 "ioctl+close",
-                syscall_attempts,
+                syscall_attempts(options, aya_btf),
                 &mut refused,
             )?);
         } else {
@@ -604,22 +462,10 @@ impl Tracer {
                     .into(),
             );
         }
-
-        let exit_attempts = vec![
-            Attempt::raw_tp(PROCESS_EXIT),
-            Attempt::tp_btf(PROCESS_EXIT, aya_btf),
-            Attempt::new(
-                format!(
-                    "tracepoint/{}:{}",
-                    PROCESS_EXIT_TRACEPOINT[0].category, PROCESS_EXIT_TRACEPOINT[0].name
-                ),
-                attach_tracepoints(&PROCESS_EXIT_TRACEPOINT),
-            ),
-        ];
         hooks.push(first_that_attaches(
             &mut ebpf,
             "process exit",
-            exit_attempts,
+            process_exit_attempts(aya_btf),
             &mut refused,
         )?);
 
@@ -759,6 +605,215 @@ impl Tracer {
             .collect::<Vec<_>>()
             .join("; ")
     }
+}
+
+/// The kernel programs' `CONFIG` global: the devices and filters of `options`, and the kernel
+/// offsets read from vmlinux's BTF.
+fn kernel_config(options: &LoadOptions, kernel_btf: &KernelBtf) -> Result<KernelConfig, LoadError> {
+    let config = KernelConfig {
+        nv_major: if options.nvidia { NV_MAJOR } else { 0 },
+        extra_rdev: options.extra_device.unwrap_or(0),
+        kfd_major: options.kfd_major.unwrap_or(0),
+        extra_kfd_rdev: options.extra_kfd_device.unwrap_or(0),
+        filter_tgid: options.filter_tgid.unwrap_or(0),
+        filter_cgroups: options.filter_cgroups.len() as u32,
+        deny_cgroups: options.deny_cgroups.len() as u32,
+        ready: 1,
+        ..btf::kernel_offsets(&kernel_btf.vmlinux)?
+    };
+    // Before 5.15 the gpu_ext hook programs find the user registers on the kernel stack;
+    // without even that, they report no system call (their records then match no ioctl).
+    let (task_stack, stack_regs) = btf::stack_regs(&kernel_btf.vmlinux).unwrap_or((0, 0));
+    Ok(KernelConfig {
+        task_stack,
+        stack_regs,
+        ..config
+    })
+}
+
+/// AMD deep hooks: what the driver's BTF says, before load (it goes into `KFD_DEEP`); why not,
+/// into `refused`. The test device (`extra_kfd_device`) is not the driver: the syscall layer
+/// serves it.
+fn kfd_deep_plan(
+    options: &LoadOptions,
+    kernel_btf: &KernelBtf,
+    refused: &mut Vec<String>,
+) -> Option<deep::KfdDeepPlan> {
+    if options.kfd_major.is_none() || !options.deep_hooks || options.extra_kfd_device.is_some() {
+        return None;
+    }
+    match deep::KfdDeepPlan::prepare(&kernel_btf.vmlinux) {
+        Ok(plan) => Some(plan),
+        Err(why) => {
+            refused.push(format!("AMD deep hooks: {why}"));
+            None
+        }
+    }
+}
+
+/// Loads the kernel programs with their globals set and the ring buffer sized, and fills the
+/// cgroup filters before anything attaches (the filter holds from the first event).
+fn load_programs(
+    options: &LoadOptions,
+    kernel_btf: &KernelBtf,
+    config: &KernelConfig,
+    deep_plan: Option<&deep::KfdDeepPlan>,
+) -> Result<Ebpf, LoadError> {
+    let deep_config = deep_plan.map_or_else(KfdDeepConfig::default, |p| p.config);
+    // aya's EbpfLoader::new() parses vmlinux's BTF itself (aya 0.14 has no constructor
+    // without it); relocations use the value parsed here, as every other step does.
+    let mut ebpf = EbpfLoader::new()
+        .btf(kernel_btf.aya.as_ref())
+        .override_global("CONFIG", config, true)
+        .override_global("KFD_DEEP", &deep_config, true)
+        .map_max_entries("EVENTS", options.ring_bytes)
+        .load(PROGRAMS)
+        .map_err(LoadError::Load)?;
+    fill_cgroup_map(&mut ebpf, "CGROUP_FILTER", &options.filter_cgroups)?;
+    fill_cgroup_map(&mut ebpf, "DENY_CGROUP", &options.deny_cgroups)?;
+    Ok(ebpf)
+}
+
+/// The driver's own hooks this kernel allows: AMD's deep hooks (`deep_plan`), NVIDIA's entry
+/// points and gpu_ext scheduling hooks. Returns them with the NVIDIA entry points hooked
+/// (`nv_entry_bits`).
+fn attach_driver_hooks(
+    ebpf: &mut Ebpf,
+    options: &LoadOptions,
+    kernel_btf: &KernelBtf,
+    deep_plan: Option<&deep::KfdDeepPlan>,
+) -> (deep::DeepHooks, u32) {
+    let mut deep_hooks = match deep_plan {
+        Some(plan) => deep::attach(ebpf, plan, !options.denies(), options.deep_attach),
+        None => deep::DeepHooks::default(),
+    };
+    let mut nv_bits = 0;
+    if !(options.nvidia && options.deep_hooks) {
+        return (deep_hooks, nv_bits);
+    }
+    // NVIDIA: the driver's own entry points, where the kernel lets them be hooked and the
+    // syscall layer is not needed for what the driver never sees.
+    match nv_entry_refusal(options).map_or_else(|| nv_entry::prepare(&kernel_btf.vmlinux), Err) {
+        Ok(targets) => {
+            nv_bits = nv_entry::attach(ebpf, &targets, &mut deep_hooks, options.deep_attach)
+        }
+        Err(why) => deep_hooks
+            .refused
+            .push(format!("NVIDIA driver entry points: {why}")),
+    }
+    // NVIDIA: the scheduling hooks of a gpu_ext-patched driver, where one is loaded.
+    match gpu_ext::prepare(&kernel_btf.vmlinux) {
+        Ok(targets) => gpu_ext::attach(ebpf, &targets, &mut deep_hooks, options.deep_attach),
+        Err(why) => deep_hooks
+            .refused
+            .push(format!("NVIDIA gpu_ext hooks: {why}")),
+    }
+    (deep_hooks, nv_bits)
+}
+
+/// Why the options leave NVIDIA's calls to the syscall layer rather than the driver's entry
+/// points, if they do.
+fn nv_entry_refusal(options: &LoadOptions) -> Option<String> {
+    if options.denies() {
+        Some(
+            "--deny-* refuses calls before they reach the driver, so the syscall layer serves \
+             them"
+                .to_string(),
+        )
+    } else if options.extra_device.is_some() {
+        Some("--watch-device traces a device that is not the driver's".into())
+    } else {
+        options.syscall_hook.map(|hook| {
+            format!(
+                "--syscall-hook {} asks for the syscall layer",
+                clap::ValueEnum::to_possible_value(&hook)
+                    .map_or_else(|| format!("{hook:?}"), |v| v.get_name().to_string())
+            )
+        })
+    }
+}
+
+/// Tells the syscall layer's programs which calls the driver hooks serve (`SWITCHES`).
+fn set_switches(
+    ebpf: &mut Ebpf,
+    deep_hooks: &deep::DeepHooks,
+    nv_bits: u32,
+) -> Result<(), LoadError> {
+    let mut switches: Array<_, u32> = Array::try_from(
+        ebpf.map_mut("SWITCHES")
+            .ok_or(LoadError::MissingMap("SWITCHES"))?,
+    )
+    .map_err(|source| LoadError::Map {
+        name: "SWITCHES",
+        source,
+    })?;
+    for (index, value) in [
+        (switch::KFD_DEEP, deep_hooks.handler_mask),
+        (switch::NV_ENTRY, nv_bits),
+    ] {
+        switches
+            .set(index, value, 0)
+            .map_err(|source| LoadError::Map {
+                name: "SWITCHES",
+                source,
+            })?;
+    }
+    Ok(())
+}
+
+/// Whether some call is left to the syscall layer: every call served by the driver's own
+/// hooks (all KFD commands for AMD; ioctls and releases for NVIDIA) needs no program on every
+/// syscall.
+fn syscall_layer_needed(options: &LoadOptions, deep_hooks: &deep::DeepHooks, nv_bits: u32) -> bool {
+    let all_kfd = [
+        nr::CREATE_QUEUE,
+        nr::DESTROY_QUEUE,
+        nr::UPDATE_QUEUE,
+        nr::SET_CU_MASK,
+    ]
+    .iter()
+    .all(|&n| deep_hooks.handler_mask & (1 << n) != 0);
+    let nv_all = nv_bits == nv_entry_bits::IOCTL | nv_entry_bits::RELEASE;
+    (options.nvidia && !nv_all) || (!options.nvidia && !all_kfd) || options.extra_device.is_some()
+}
+
+/// The syscall layer's hooks for ioctl and close, in the order tried (`--syscall-hook` keeps
+/// one).
+fn syscall_attempts<'a>(options: &LoadOptions, aya_btf: &'a Option<Btf>) -> Vec<Attempt<'a>> {
+    use targets::{SYS_EXIT, SYSCALL_TRACEPOINTS};
+    let wanted = |hook: SyscallHook| options.syscall_hook.is_none_or(|h| h == hook);
+    let mut attempts = Vec::new();
+    // tp_btf first: the same per-syscall floor as raw_tp, and its program reads the
+    // registers with plain loads instead of helper calls (docs/performance.md, part 3).
+    if wanted(SyscallHook::TpBtf) {
+        attempts.push(Attempt::tp_btf(SYS_EXIT, aya_btf));
+    }
+    if wanted(SyscallHook::RawTp) {
+        attempts.push(Attempt::raw_tp(SYS_EXIT));
+    }
+    if wanted(SyscallHook::Tracepoint) {
+        attempts.push(Attempt::new(
+            "tracepoint/syscalls:sys_{enter,exit}_{ioctl,close}".into(),
+            attach_tracepoints(&SYSCALL_TRACEPOINTS),
+        ));
+    }
+    attempts
+}
+
+/// The hooks for a process's exit, in the order tried.
+fn process_exit_attempts(aya_btf: &Option<Btf>) -> Vec<Attempt<'_>> {
+    use targets::{PROCESS_EXIT, PROCESS_EXIT_TRACEPOINT};
+    vec![
+        Attempt::raw_tp(PROCESS_EXIT),
+        Attempt::tp_btf(PROCESS_EXIT, aya_btf),
+        Attempt::new(
+            format!(
+                "tracepoint/{}:{}",
+                PROCESS_EXIT_TRACEPOINT[0].category, PROCESS_EXIT_TRACEPOINT[0].name
+            ),
+            attach_tracepoints(&PROCESS_EXIT_TRACEPOINT),
+        ),
+    ]
 }
 
 /// `--deny-pid`: checks that BPF LSM programs can run here, fills the deny map with the
