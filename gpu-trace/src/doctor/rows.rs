@@ -321,22 +321,53 @@ fn kernel_feature_rows(release: &str) -> Vec<Row> {
 
 fn system_rows(ctx: &Ctx<'_>) -> Vec<Row> {
     let f = ctx.facts;
-    let s = Scope::System;
-    let mut rows = Vec::new();
-    rows.push(info(s, "kernel", format!("{} ({})", f.kernel, f.arch)));
+    let mut rows = vec![info(
+        Scope::System,
+        "kernel",
+        format!("{} ({})", f.kernel, f.arch),
+    )];
     rows.extend(kernel_feature_rows(&f.kernel));
-    rows.push(if ctx.privileged {
+    rows.push(privileges_row(ctx));
+    rows.push(vmlinux_btf_row(f));
+    rows.extend(module_btf_rows(f));
+    rows.push(tracefs_row(f));
+    rows.push(active_lsms_row(f));
+    rows.push(lockdown_row(f));
+    rows.push(kprobe_support_row(f));
+    rows.push(trampoline_row(ctx));
+    rows.push(kallsyms_row(f));
+    rows.push(filter_functions_row(f));
+    rows
+}
+
+/// Whether this process may load and attach BPF programs.
+fn privileges_row(ctx: &Ctx<'_>) -> Row {
+    let f = ctx.facts;
+    let s = Scope::System;
+    if ctx.privileged {
         let who = if f.euid == 0 { "root" } else { "not root, but" };
-        yes(s, "privileges", format!("{who} with CAP_BPF+CAP_PERFMON or CAP_SYS_ADMIN"))
+        yes(
+            s,
+            "privileges",
+            format!("{who} with CAP_BPF+CAP_PERFMON or CAP_SYS_ADMIN"),
+        )
     } else {
         no(
             s,
             "privileges",
-            format!("uid {} without CAP_BPF+CAP_PERFMON or CAP_SYS_ADMIN: most answers below are refusals for that reason", f.euid),
+            format!(
+                "uid {} without CAP_BPF+CAP_PERFMON or CAP_SYS_ADMIN: most answers below are refusals for that reason",
+                f.euid
+            ),
             "run as root: sudo gpu-trace doctor (or grant: sudo setcap cap_bpf,cap_perfmon+ep $(which gpu-trace))",
         )
-    });
-    rows.push(match (&f.vmlinux_btf, &f.offsets) {
+    }
+}
+
+/// vmlinux's BTF, and whether the offsets gpu-trace needs resolve in it.
+fn vmlinux_btf_row(f: &Facts) -> Row {
+    let s = Scope::System;
+    match (&f.vmlinux_btf, &f.offsets) {
         (Ok(bytes), Ok(())) => yes(
             s,
             "vmlinux BTF",
@@ -358,7 +389,13 @@ fn system_rows(ctx: &Ctx<'_>) -> Vec<Row> {
             e.clone(),
             "a kernel built with CONFIG_DEBUG_INFO_BTF=y (most distribution kernels since 5.x)",
         ),
-    });
+    }
+}
+
+/// The BTF of the NVIDIA and AMD modules (only fentry on the driver needs it).
+fn module_btf_rows(f: &Facts) -> Vec<Row> {
+    let s = Scope::System;
+    let mut rows = Vec::new();
     for (module, mb, loaded) in [
         (targets::NVIDIA_MODULE, &f.nvidia_btf, f.nvidia_module),
         (targets::AMD_MODULE, &f.amdgpu_btf, f.amdgpu_module),
@@ -366,7 +403,7 @@ fn system_rows(ctx: &Ctx<'_>) -> Vec<Row> {
         let check = format!("module BTF {module}");
         rows.push(if mb.present {
             let named: Vec<&str> = mb.names.iter().filter(|(_, v)| **v).map(|(k, _)| k.as_str()).collect();
-            yes(s, &check, format!("{}; names {}", btf::module_btf_path(module), if named.is_empty() { "none of the hook targets".to_string() } else { named.join(", ") }))
+            yes(s, &check, format!("{}; names {}", btf::module_btf_path(module), names_or(&named, "none of the hook targets")))
         } else if !loaded {
             info(s, &check, format!("module {module} not loaded"))
         } else {
@@ -378,8 +415,14 @@ fn system_rows(ctx: &Ctx<'_>) -> Vec<Row> {
             )
         });
     }
+    rows
+}
+
+/// tracefs, mounted (by doctor if it was not).
+fn tracefs_row(f: &Facts) -> Row {
+    let s = Scope::System;
     let before = tracefs_mounts(&f.mounts);
-    rows.push(match (&f.tracefs, before.is_empty()) {
+    match (&f.tracefs, before.is_empty()) {
         (Ok(dir), false) => yes(s, "tracefs", format!("mounted at {dir}")),
         (Ok(dir), true) => yes(
             s,
@@ -398,8 +441,13 @@ fn system_rows(ctx: &Ctx<'_>) -> Vec<Row> {
                 "sudo mount -t tracefs none /sys/kernel/tracing"
             },
         ),
-    });
-    rows.push(match &f.lsm {
+    }
+}
+
+/// The active LSMs: BPF LSM programs run only where bpf is among them.
+fn active_lsms_row(f: &Facts) -> Row {
+    let s = Scope::System;
+    match &f.lsm {
         Ok(list) => {
             if lsm_list(list).iter().any(|m| m == "bpf") {
                 yes(s, "active LSMs", format!("{list} (bpf is active)"))
@@ -421,8 +469,13 @@ fn system_rows(ctx: &Ctx<'_>) -> Vec<Row> {
             e.clone(),
             "sudo mount -t securityfs none /sys/kernel/security; a kernel with CONFIG_SECURITY=y",
         ),
-    });
-    rows.push(match f.lockdown.as_ref().map(|l| lockdown_level(l)) {
+    }
+}
+
+/// The lockdown LSM's level.
+fn lockdown_row(f: &Facts) -> Row {
+    let s = Scope::System;
+    match f.lockdown.as_ref().map(|l| lockdown_level(l)) {
         Ok(Some(level)) if level == "confidentiality" => no(
             s,
             "lockdown",
@@ -431,20 +484,33 @@ fn system_rows(ctx: &Ctx<'_>) -> Vec<Row> {
         ),
         Ok(Some(level)) => yes(s, "lockdown", format!("{level}: BPF tracing allowed")),
         Ok(None) | Err(_) => info(s, "lockdown", "no lockdown LSM (nothing to block)"),
-    });
+    }
+}
+
+/// Whether kprobes can be made (the kprobe PMU, tracefs' kprobe_events).
+fn kprobe_support_row(f: &Facts) -> Row {
+    let s = Scope::System;
     let pmu = f.kprobe_pmu.map(|t| format!("kprobe PMU (perf type {t})"));
     let events = f.kprobe_events.then(|| "tracefs kprobe_events".to_string());
-    rows.push(match (pmu, events) {
+    match (pmu, events) {
         (None, None) => no(
             s,
             "kprobes",
             "no kprobe PMU (/sys/bus/event_source/devices/kprobe) and no tracefs kprobe_events",
             "a kernel built with CONFIG_KPROBES=y and CONFIG_KPROBE_EVENTS=y (only the deep driver hooks need it)",
         ),
-        (p, e) => yes(s, "kprobes", [p, e].into_iter().flatten().collect::<Vec<_>>().join(", ")),
-    });
-    rows.push(trampoline_row(ctx));
-    rows.push(match &f.kallsyms {
+        (p, e) => yes(
+            s,
+            "kprobes",
+            [p, e].into_iter().flatten().collect::<Vec<_>>().join(", "),
+        ),
+    }
+}
+
+/// kallsyms, and which of the hook targets it names.
+fn kallsyms_row(f: &Facts) -> Row {
+    let s = Scope::System;
+    match &f.kallsyms {
         Ok(m) => {
             let found: Vec<String> = m
                 .iter()
@@ -460,14 +526,7 @@ fn system_rows(ctx: &Ctx<'_>) -> Vec<Row> {
             yes(
                 s,
                 "kallsyms",
-                format!(
-                    "readable; {}",
-                    if found.is_empty() {
-                        "none of the targets".into()
-                    } else {
-                        found.join(", ")
-                    }
-                ),
+                format!("readable; {}", names_or(&found, "none of the targets")),
             )
         }
         Err(e) => no(
@@ -476,16 +535,34 @@ fn system_rows(ctx: &Ctx<'_>) -> Vec<Row> {
             e.clone(),
             "run as root; a kernel built with CONFIG_KALLSYMS=y",
         ),
-    });
-    rows.push(match &f.filter_functions {
+    }
+}
+
+/// ftrace's list of the functions fentry and kprobes can attach to.
+fn filter_functions_row(f: &Facts) -> Row {
+    let s = Scope::System;
+    match &f.filter_functions {
         Ok(m) => {
-            let listed: Vec<&str> = m.iter().filter(|(_, v)| **v).map(|(k, _)| k.as_str()).collect();
-            yes(s, "ftrace function list", format!("available_filter_functions readable; lists {}", if listed.is_empty() { "none of the targets".into() } else { listed.join(", ") }))
+            let listed: Vec<&str> = m
+                .iter()
+                .filter(|(_, v)| **v)
+                .map(|(k, _)| k.as_str())
+                .collect();
+            yes(
+                s,
+                "ftrace function list",
+                format!(
+                    "available_filter_functions readable; lists {}",
+                    names_or(&listed, "none of the targets")
+                ),
+            )
         }
         Err(e) => no(
             s,
             "ftrace function list",
-            format!("{e}: which functions fentry/kprobes can attach to cannot be listed (trials still tell)"),
+            format!(
+                "{e}: which functions fentry/kprobes can attach to cannot be listed (trials still tell)"
+            ),
             if e.contains("EPERM") {
                 "none needed for tracing (the trials below answer instead); reading it needs a kernel \
                  that does not restrict tracefs, as this one does even for root"
@@ -493,8 +570,16 @@ fn system_rows(ctx: &Ctx<'_>) -> Vec<Row> {
                 "a kernel built with CONFIG_DYNAMIC_FTRACE=y, with tracefs mounted"
             },
         ),
-    });
-    rows
+    }
+}
+
+/// `names` joined by commas, or `none` when there are none.
+fn names_or<S: std::borrow::Borrow<str>>(names: &[S], none: &str) -> String {
+    if names.is_empty() {
+        none.to_string()
+    } else {
+        names.join(", ")
+    }
 }
 
 fn trampoline_row(ctx: &Ctx<'_>) -> Row {
@@ -531,8 +616,29 @@ fn trampoline_row(ctx: &Ctx<'_>) -> Row {
 fn nvidia_rows(ctx: &Ctx<'_>) -> Vec<Row> {
     let f = ctx.facts;
     let s = Scope::Nvidia;
-    let mut rows = Vec::new();
-    rows.push(match (&f.nvidia_version, f.nvidia_module) {
+    let mut rows = vec![nvidia_driver_row(f), nvidia_nodes_row(f)];
+    ioctl_layer_rows(ctx, s, &mut rows);
+    rows.push(gpu_ext_row(ctx));
+    let driver = Driver {
+        module: targets::NVIDIA_MODULE,
+        entry: NVIDIA_ENTRY,
+        loaded: f.nvidia_module,
+        btf: &f.nvidia_btf,
+    };
+    let kprobes = kprobe_row(ctx, s, &driver);
+    let fentry = fentry_row(ctx, s, &driver);
+    let entry = nvidia_entry_row(&fentry, &kprobes);
+    rows.push(kprobes);
+    rows.push(fentry);
+    rows.push(entry);
+    rows.push(lsm_row(ctx, s));
+    rows
+}
+
+/// The NVIDIA driver: its version and the flavour of its kernel module.
+fn nvidia_driver_row(f: &Facts) -> Row {
+    let s = Scope::Nvidia;
+    match (&f.nvidia_version, f.nvidia_module) {
         (Some(text), _) => {
             let (flavour, version) = nvidia_flavour(text);
             yes(
@@ -545,14 +651,23 @@ fn nvidia_rows(ctx: &Ctx<'_>) -> Vec<Row> {
                 ),
             )
         }
-        (None, true) => yes(s, "driver", "module nvidia loaded (no /proc/driver/nvidia/version)"),
+        (None, true) => yes(
+            s,
+            "driver",
+            "module nvidia loaded (no /proc/driver/nvidia/version)",
+        ),
         (None, false) => no(
             s,
             "driver",
             "the nvidia module is not loaded",
             "install and load the NVIDIA driver (sudo modprobe nvidia); tracing can start before and sees processes that start after",
         ),
-    });
+    }
+}
+
+/// NVIDIA's character major in /proc/devices and the /dev/nvidia* nodes.
+fn nvidia_nodes_row(f: &Facts) -> Row {
+    let s = Scope::Nvidia;
     let majors = devices::char_devices(&f.proc_devices);
     let nv_major: Vec<String> = majors
         .iter()
@@ -565,7 +680,7 @@ fn nvidia_rows(ctx: &Ctx<'_>) -> Vec<Row> {
         .iter()
         .filter(|n| n.path != "/dev/nvidiactl")
         .count();
-    rows.push(match (nv_major.is_empty(), ctl) {
+    match (nv_major.is_empty(), ctl) {
         (false, Some(c)) if c.major == NV_MAJOR => yes(
             s,
             "device nodes",
@@ -600,9 +715,13 @@ fn nvidia_rows(ctx: &Ctx<'_>) -> Vec<Row> {
             format!("no character major {NV_MAJOR} in /proc/devices"),
             "load the NVIDIA driver (sudo modprobe nvidia)",
         ),
-    });
-    ioctl_layer_rows(ctx, s, &mut rows);
-    rows.push(match ctx.symbol_copies(GPU_EXT_HOOK) {
+    }
+}
+
+/// The scheduling hooks of a gpu_ext-patched driver, where one is loaded.
+fn gpu_ext_row(ctx: &Ctx<'_>) -> Row {
+    let s = Scope::Nvidia;
+    match ctx.symbol_copies(GPU_EXT_HOOK) {
         Some(copies) if !copies.is_empty() => yes(
             s,
             "gpu_ext hooks",
@@ -624,17 +743,14 @@ fn nvidia_rows(ctx: &Ctx<'_>) -> Vec<Row> {
                  scheduling hooks); the ioctl layer serves every event"
             ),
         ),
-    });
-    let driver = Driver {
-        module: targets::NVIDIA_MODULE,
-        entry: NVIDIA_ENTRY,
-        loaded: f.nvidia_module,
-        btf: &f.nvidia_btf,
-    };
-    let kprobes = kprobe_row(ctx, s, &driver);
-    let fentry = fentry_row(ctx, s, &driver);
-    // What `gpu-trace` itself does with them (loader/nv_entry.rs).
-    let entry = match (fentry.status == Status::Yes, kprobes.status == Status::Yes) {
+    }
+}
+
+/// What `gpu-trace` itself does with the driver's entry points (loader/nv_entry.rs), from the
+/// kprobe and fentry rows.
+fn nvidia_entry_row(fentry: &Row, kprobes: &Row) -> Row {
+    let s = Scope::Nvidia;
+    match (fentry.status == Status::Yes, kprobes.status == Status::Yes) {
         (false, false) => info(
             s,
             "driver entry points",
@@ -651,12 +767,7 @@ fn nvidia_rows(ctx: &Ctx<'_>) -> Vec<Row> {
                 if by_fentry { "fexit/fentry" } else { "kprobes" }
             ),
         ),
-    };
-    rows.push(kprobes);
-    rows.push(fentry);
-    rows.push(entry);
-    rows.push(lsm_row(ctx, s));
-    rows
+    }
 }
 
 fn amd_rows(ctx: &Ctx<'_>) -> Vec<Row> {
