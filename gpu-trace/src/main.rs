@@ -30,59 +30,15 @@ fn main() -> ExitCode {
     for warning in cli.trace.output.normalize_comms() {
         eprintln!("gpu-trace: warning: {warning}");
     }
-    // A live run notes SIGINT and SIGTERM from now on: one that comes during start-up (before
-    // the programs are attached) ends the run cleanly instead of being lost. Replay and doctor
-    // keep the default (Ctrl-C ends them at once).
-    if matches!(cli.command, None | Some(Command::Top { .. }))
-        && let Err(e) = session::install_stop_signals()
+    if let Err(code) = install_stop_signals(&cli)
+        .and_then(|()| check_output_paths(&cli))
+        .and_then(|()| check_terminal(&cli))
     {
-        eprintln!("gpu-trace: installing the signal handlers: {e}");
-        return ExitCode::from(EXIT_RUNTIME);
-    }
-    // Outputs that would overwrite the input or each other: refused before anything is opened.
-    let paths = match &cli.command {
-        Some(Command::Replay { file, output, .. }) => {
-            session::check_paths(Some(file), output, None)
-        }
-        Some(Command::Doctor { .. } | Command::Completions { .. }) => Ok(()),
-        Some(Command::Top { trace }) => {
-            session::check_paths(None, &trace.output, trace.record.as_deref())
-        }
-        None => session::check_paths(None, &cli.trace.output, cli.trace.record.as_deref()),
-    };
-    if let Err(why) = paths {
-        eprintln!("gpu-trace: {why}");
-        return ExitCode::from(EXIT_USAGE);
-    }
-    // The views draw in a terminal: without one they would fail at the first frame with an
-    // errno, after tracing had started.
-    let view = match &cli.command {
-        Some(Command::Top { .. }) => Some("gpu-trace top"),
-        Some(Command::Replay { top: true, .. }) => Some("replay --top"),
-        _ => None,
-    };
-    if let Some(view) = view {
-        use std::io::IsTerminal as _;
-        if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
-            eprintln!(
-                "gpu-trace: {view} draws in a terminal and reads its keys, but standard input or \
-                 output is not one; without the view, gpu-trace prints one line per event \
-                 (add -o FILE to keep them)"
-            );
-            return ExitCode::from(EXIT_USAGE);
-        }
+        return code;
     }
     let result = match cli.command {
         Some(Command::Doctor { json }) => return doctor(json),
-        Some(Command::Completions { shell }) => {
-            use std::io::Write as _;
-            let script = gpu_trace::cli::completion_script(shell);
-            if let Err(e) = std::io::stdout().write_all(&script) {
-                eprintln!("gpu-trace: writing the {shell} completions: {e}");
-                return ExitCode::from(EXIT_RUNTIME);
-            }
-            return ExitCode::SUCCESS;
-        }
+        Some(Command::Completions { shell }) => return completions(shell),
         Some(Command::Replay {
             file,
             top,
@@ -106,6 +62,76 @@ fn main() -> ExitCode {
         }
         None => trace(cli.trace),
     };
+    exit_code(result)
+}
+
+/// A live run notes SIGINT and SIGTERM from now on: one that comes during start-up (before
+/// the programs are attached) ends the run cleanly instead of being lost. Replay and doctor
+/// keep the default (Ctrl-C ends them at once).
+fn install_stop_signals(cli: &Cli) -> Result<(), ExitCode> {
+    if matches!(cli.command, None | Some(Command::Top { .. }))
+        && let Err(e) = session::install_stop_signals()
+    {
+        eprintln!("gpu-trace: installing the signal handlers: {e}");
+        return Err(ExitCode::from(EXIT_RUNTIME));
+    }
+    Ok(())
+}
+
+/// Outputs that would overwrite the input or each other: refused before anything is opened.
+fn check_output_paths(cli: &Cli) -> Result<(), ExitCode> {
+    let paths = match &cli.command {
+        Some(Command::Replay { file, output, .. }) => {
+            session::check_paths(Some(file), output, None)
+        }
+        Some(Command::Doctor { .. } | Command::Completions { .. }) => Ok(()),
+        Some(Command::Top { trace }) => {
+            session::check_paths(None, &trace.output, trace.record.as_deref())
+        }
+        None => session::check_paths(None, &cli.trace.output, cli.trace.record.as_deref()),
+    };
+    paths.map_err(|why| {
+        eprintln!("gpu-trace: {why}");
+        ExitCode::from(EXIT_USAGE)
+    })
+}
+
+/// The views draw in a terminal: without one they would fail at the first frame with an
+/// errno, after tracing had started.
+fn check_terminal(cli: &Cli) -> Result<(), ExitCode> {
+    let view = match &cli.command {
+        Some(Command::Top { .. }) => Some("gpu-trace top"),
+        Some(Command::Replay { top: true, .. }) => Some("replay --top"),
+        _ => None,
+    };
+    if let Some(view) = view {
+        use std::io::IsTerminal as _;
+        if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
+            eprintln!(
+                "gpu-trace: {view} draws in a terminal and reads its keys, but standard input or \
+                 output is not one; without the view, gpu-trace prints one line per event \
+                 (add -o FILE to keep them)"
+            );
+            return Err(ExitCode::from(EXIT_USAGE));
+        }
+    }
+    Ok(())
+}
+
+/// `gpu-trace completions SHELL`: the script on stdout.
+fn completions(shell: clap_complete::Shell) -> ExitCode {
+    use std::io::Write as _;
+    let script = gpu_trace::cli::completion_script(shell);
+    if let Err(e) = std::io::stdout().write_all(&script) {
+        eprintln!("gpu-trace: writing the {shell} completions: {e}");
+        return ExitCode::from(EXIT_RUNTIME);
+    }
+    ExitCode::SUCCESS
+}
+
+/// The exit status of a run or replay (and its last words on stderr): records or output lines
+/// lost, a metrics endpoint that died, or the error and what kind it is.
+fn exit_code(result: anyhow::Result<session::Summary>) -> ExitCode {
     // A metrics endpoint that died during the run (said on stderr when it happened; tracing went
     // on and the statistics are complete): the run did not do all it was asked, exit 1.
     if result.is_ok() && gpu_trace::metrics::server::endpoint_failed() {
@@ -136,28 +162,33 @@ fn main() -> ExitCode {
         Ok(_) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("gpu-trace: {}", chain_without_repeats(&err));
-            // A cgroup or container on the command line that names nothing: bad usage.
-            if err
-                .chain()
-                .any(|c| matches!(c.downcast_ref::<RunError>(), Some(RunError::Cgroup(e)) if !e.is_unsupported()))
-            {
-                return ExitCode::from(EXIT_USAGE);
-            }
-            let unsupported = err.chain().any(|cause| {
-                cause
-                    .downcast_ref::<RunError>()
-                    .is_some_and(RunError::is_unsupported)
-                    || cause
-                        .downcast_ref::<LoadError>()
-                        .is_some_and(LoadError::is_unsupported)
-            });
-            ExitCode::from(if unsupported {
-                EXIT_UNSUPPORTED
-            } else {
-                EXIT_RUNTIME
-            })
+            error_exit_code(&err)
         }
     }
+}
+
+/// A cgroup or container on the command line that names nothing is bad usage; a system that
+/// cannot support the run, unsupported; anything else, a runtime failure.
+fn error_exit_code(err: &anyhow::Error) -> ExitCode {
+    if err
+        .chain()
+        .any(|c| matches!(c.downcast_ref::<RunError>(), Some(RunError::Cgroup(e)) if !e.is_unsupported()))
+    {
+        return ExitCode::from(EXIT_USAGE);
+    }
+    let unsupported = err.chain().any(|cause| {
+        cause
+            .downcast_ref::<RunError>()
+            .is_some_and(RunError::is_unsupported)
+            || cause
+                .downcast_ref::<LoadError>()
+                .is_some_and(LoadError::is_unsupported)
+    });
+    ExitCode::from(if unsupported {
+        EXIT_UNSUPPORTED
+    } else {
+        EXIT_RUNTIME
+    })
 }
 
 /// `gpu-trace doctor`: the report on stdout; the exit status is the verdict (see
