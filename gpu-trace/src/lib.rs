@@ -5,7 +5,7 @@
 //! reported), [`vendor`] (per-vendor decoding and trackers), [`model`] (statistics, attribution), [`output`] (text, JSON,
 //! Perfetto, `top` frames), [`metrics`] (the Prometheus registry), [`pipeline`] (records →
 //! events → outputs, shared by live runs and replay), [`record`] (the recording format) and the
-//! inventory's data ([`probe::inventory`] re-exports it).
+//! inventory's data (`gpu_trace_core::inventory`, which [`probe::inventory`] fills).
 //!
 //! This crate, the parts that touch the system:
 //! - [`probe`]: what the running kernel allows (BTF offsets, attach types, tracefs, privileges),

@@ -261,7 +261,7 @@ fn inventory_walk_child() {
     };
     let inv = gpu_trace::probe::inventory::walk(Path::new(&root), &opts);
     println!("WALK {} {}", inv.processes.len(), inv.denied);
-    for line in gpu_trace::probe::inventory::render_text(&inv) {
+    for line in gpu_trace_core::inventory::render_text(&inv) {
         println!("LINE {line}");
     }
 }

@@ -34,6 +34,7 @@ use std::{
 };
 
 use bytes::Bytes;
+use gpu_trace_core::metrics::{CONTENT_TYPE, Metrics, MetricsConfig};
 use http_body_util::Full;
 use hyper::{Method, Request, Response, StatusCode, body::Incoming, header};
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -479,7 +480,7 @@ fn respond(request: &Request<Incoming>, serving: &Serving) -> Response<Full<Byte
             let _ =
                 prometheus_client::encoding::text::encode_registry(&mut body, &serving.registry);
             let _ = prometheus_client::encoding::text::encode_eof(&mut body);
-            text(StatusCode::OK, super::CONTENT_TYPE, body)
+            text(StatusCode::OK, CONTENT_TYPE, body)
         }
         (true, "/") => text(StatusCode::OK, PLAIN, "gpu-trace: metrics at /metrics\n"),
         (true, _) => text(StatusCode::NOT_FOUND, PLAIN, "not found\n"),
@@ -492,7 +493,7 @@ fn respond(request: &Request<Incoming>, serving: &Serving) -> Response<Full<Byte
 pub fn serve(
     args: &crate::cli::MetricsArgs,
     ring_bytes: u32,
-) -> Result<Option<(super::Metrics, MetricsServer)>, ServeError> {
+) -> Result<Option<(Metrics, MetricsServer)>, ServeError> {
     let (Some(addr), Some(access)) = (args.addr, check_args(args)?) else {
         return Ok(None);
     };
@@ -501,7 +502,7 @@ pub fn serve(
     } else {
         "http"
     };
-    let metrics = super::Metrics::new(super::MetricsConfig::default());
+    let metrics = Metrics::new(MetricsConfig::default());
     metrics.set_ring_bytes(u64::from(ring_bytes));
     let server = MetricsServer::start_with(addr, metrics.registry(), Limits::default(), access)?;
     eprintln!("gpu-trace: metrics at {scheme}://{}/metrics", server.addr);

@@ -21,7 +21,9 @@ use std::{
     path::{Path, PathBuf},
 };
 
-pub use gpu_trace_core::inventory::*;
+use gpu_trace_core::inventory::{
+    GpuInfo, GpuNode, Inventory, InventoryProcess, Lacking, MpsRole, ProcessGpu,
+};
 use gpu_trace_core::output::escape::decode_lossless;
 
 /// Which device nodes the walk looks for.
@@ -339,6 +341,7 @@ pub(crate) fn test_process(pid: u32, comm: &str, fds: Vec<(i32, GpuNode)>) -> In
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpu_trace_core::inventory::render_text;
 
     /// `/proc/driver/nvidia/gpus/0000:00:06.0/information` of the H100 host
     /// (tests/fixtures/h100_r3/facts.txt).

@@ -5,7 +5,7 @@
 
 use nvml_wrapper::{Nvml, enums::device::UsedGpuMemory};
 
-use crate::probe::inventory::Inventory;
+use gpu_trace_core::inventory::Inventory;
 
 /// What NVML reported for one GPU.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -113,7 +113,8 @@ pub fn enrich(inv: &mut Inventory, nvml: Result<Vec<NvmlGpu>, String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probe::inventory::{GpuInfo, GpuNode, test_process};
+    use crate::probe::inventory::test_process;
+    use gpu_trace_core::inventory::{GpuInfo, GpuNode};
 
     #[test]
     fn memory_is_matched_by_bus_id_across_domain_widths() {

@@ -7,7 +7,7 @@ use std::{
 };
 
 use super::*;
-use crate::metrics::{CONTENT_TYPE, Metrics, MetricsConfig};
+use gpu_trace_core::metrics::{CONTENT_TYPE, Metrics, MetricsConfig};
 
 fn server(limits: Limits) -> (MetricsServer, Metrics) {
     let m = Metrics::new(MetricsConfig::default());
