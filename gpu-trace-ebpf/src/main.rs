@@ -26,8 +26,8 @@
 //! drivers' own functions where the kernel allows hooking them (NVIDIA's ioctl and release
 //! handlers, gpu_ext's scheduling hooks, AMD KFD's handlers and queue functions); the LSM hooks
 //! and `sched_process_fork` for `--deny-pid`. Userspace picks what the kernel allows. No
-//! `bpf_printk`, no writes to user memory. The benchmark's empty programs are a binary of their
-//! own (`bench_floor.rs`), not in this object.
+//! `bpf_printk`, no writes to user memory. The benchmark's empty programs are a crate of their
+//! own (`test/bench-ebpf`), not in this object.
 #![no_std]
 #![no_main]
 
