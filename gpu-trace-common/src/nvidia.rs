@@ -166,7 +166,8 @@ pub const fn ioctl_size(ioctl_cmd: u32) -> u32 {
 pub const NVOS54_FLAGS_FINN_SERIALIZED: u32 = 0x4;
 
 /// The `--deny-*` decision on an NVIDIA `RM_CONTROL` from a denied process (the LSM programs
-/// in `gpu-trace-ebpf/src/deny.rs` call these; pure, so that the rule is unit-tested here).
+/// in `gpu-trace-ebpf/src/probes/file_ioctl.rs` call these; pure, so that the rule is
+/// unit-tested here).
 ///
 /// Rule: a `GPFIFO_SCHEDULE` (TSG or channel) is refused when its `bEnable` is set, and also,
 /// failing closed, whenever the tracer cannot read `bEnable` reliably: the `NVOS54` block or

@@ -1,73 +1,26 @@
-//! Containers (cgroup v2): which cgroup each traced process runs in, the kernel-side cgroup
-//! filter (`--cgroup`, `--container`) and the cgroup part of admission control
-//! (`--deny-cgroup`, `--deny-container`).
-//!
-//! A process's cgroup id is sent once, before its first record of the run (a
-//! `TASK_CGROUP` record), and again when it changes; userspace resolves the id to a path
-//! and a container. Subtrees match by ancestry: a task is in subtree (id, level) when its
-//! cgroup's ancestor at `level` is `id`, so cgroups created below it later match too.
+//! Containers (cgroup v2): which cgroup each traced process runs in. A process's cgroup id is
+//! sent once, before its first record of the run (a `TASK_CGROUP` record), and again when it
+//! changes; userspace resolves the id to a path and a container. The cgroup filters
+//! (`--cgroup`, `--deny-cgroup`) are in `config.rs`.
 
-use aya_ebpf::{
-    helpers::generated,
-    macros::map,
-    maps::{Array, LruHashMap},
+use aya_ebpf::helpers::generated;
+use gpu_trace_common::{KernelConfig, TaskCgroupRecord, record_kind};
+
+use crate::{
+    config::config,
+    kernel::kread,
+    maps::CGROUP_SENT,
+    pipe::{header, send},
 };
-use gpu_trace_common::{
-    CGROUP_MATCH_MAX, CgroupMatch, KernelConfig, TaskCgroupRecord, record_kind,
-};
-
-use crate::{header, kread, send};
-
-/// `--cgroup` / `--container` subtrees (the first `filter_cgroups` entries).
-#[map]
-static CGROUP_FILTER: Array<CgroupMatch> = Array::with_max_entries(CGROUP_MATCH_MAX, 0);
-
-/// `--deny-cgroup` / `--deny-container` subtrees (the first `deny_cgroups` entries).
-#[map]
-static DENY_CGROUP: Array<CgroupMatch> = Array::with_max_entries(CGROUP_MATCH_MAX, 0);
 
 /// `bpf_map_update_elem` flags.
 const BPF_NOEXIST: u64 = 1;
 const BPF_EXIST: u64 = 2;
 
-/// The cgroup id last sent (or tried) for each process (tgid → id). LRU: an evicted process is
-/// sent again, which costs one record and loses nothing.
-#[map]
-static CGROUP_SENT: LruHashMap<u32, u64> = LruHashMap::with_max_entries(16384, 0);
-
-/// Whether the current task is in one of the first `n` subtrees of `map`.
-#[inline(always)]
-fn in_subtrees(map: &Array<CgroupMatch>, n: u32) -> bool {
-    let mut i = 0;
-    while i < CGROUP_MATCH_MAX && i < n {
-        if let Some(m) = map.get(i) {
-            // SAFETY: a helper without memory arguments.
-            let ancestor = unsafe { generated::bpf_get_current_ancestor_cgroup_id(m.level as i32) };
-            if ancestor == m.id {
-                return true;
-            }
-        }
-        i += 1;
-    }
-    false
-}
-
-/// The cgroup filter lets the current task through (always, without `--cgroup`).
-#[inline(always)]
-pub fn wanted(cfg: &KernelConfig) -> bool {
-    cfg.filter_cgroups == 0 || in_subtrees(&CGROUP_FILTER, cfg.filter_cgroups)
-}
-
-/// The current task is in a denied subtree.
-#[inline(always)]
-pub fn denied(cfg: &KernelConfig) -> bool {
-    cfg.deny_cgroups != 0 && in_subtrees(&DENY_CGROUP, cfg.deny_cgroups)
-}
-
 /// Sends a `TASK_CGROUP` record for process `tgid` when its cgroup is not the one last sent.
 /// Called before a process's record is reserved, so that the cgroup record comes first.
 #[inline(always)]
-pub fn note(tgid: u32) {
+pub(crate) fn note(tgid: u32) {
     // SAFETY: a helper without arguments.
     let id = unsafe { generated::bpf_get_current_cgroup_id() };
     // Remembered before sending, so that each (process, cgroup) costs one attempt: a record
@@ -91,7 +44,7 @@ pub fn note(tgid: u32) {
     send(&TaskCgroupRecord {
         hdr: header(record_kind::TASK_CGROUP),
         cgroup_id: id,
-        ns_pid: namespaced_tgid(&crate::config()),
+        ns_pid: namespaced_tgid(&config()),
         _pad: 0,
     });
 }
@@ -122,6 +75,6 @@ fn namespaced_tgid(cfg: &KernelConfig) -> u32 {
 
 /// Process `tgid` ended: a later process with its pid gets its own record.
 #[inline(always)]
-pub fn forget(tgid: u32) {
+pub(crate) fn forget(tgid: u32) {
     let _ = CGROUP_SENT.remove(&tgid);
 }

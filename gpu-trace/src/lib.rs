@@ -16,11 +16,7 @@
 //! - [`cli`]: the command line (clap), adapted to the core's types;
 //! - [`session`]: the live loop (tokio) and replay, tying the core to the kernel and the CLI;
 //! - [`metrics`]'s HTTP server and ring-buffer fill reader; [`top`], the terminal view;
-//! - [`doctor`]: `gpu-trace doctor`, what this machine allows and why not;
-//! - `bench_support` (feature `bench`, which only xtask turns on): what `cargo xtask bench` needs
-//!   from the kernel side (the floor programs' own object, BPF program statistics).
-#[cfg(feature = "bench")]
-pub mod bench_support;
+//! - [`doctor`]: `gpu-trace doctor`, what this machine allows and why not.
 pub mod cli;
 pub mod doctor;
 pub mod loader;

@@ -1,7 +1,7 @@
 //! `--deny-pid` covers what the denied processes create: the kernel side (`deny_fork` in
-//! `gpu-trace-ebpf/src/deny.rs`) adds every process a denied process creates from the moment
-//! it is attached; this adds the descendants that already existed when gpu-trace started,
-//! found by their parent in /proc.
+//! `gpu-trace-ebpf/src/probes/sched_process_fork.rs`) adds every process a denied process
+//! creates from the moment it is attached; this adds the descendants that already existed
+//! when gpu-trace started, found by their parent in /proc.
 
 use std::collections::{BTreeMap, BTreeSet};
 

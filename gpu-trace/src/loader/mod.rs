@@ -957,7 +957,7 @@ fn read_counters(ebpf: &aya::Ebpf, skipped: u64) -> Result<KernelCounters, LoadE
     })
 }
 
-/// Entries of the kernel's deny map (`DENY_MAX` in `gpu-trace-ebpf/src/deny.rs`).
+/// Entries of the kernel's deny map (`DENY_MAX` in `gpu-trace-ebpf/src/maps.rs`).
 pub const DENY_MAX: u32 = 16384;
 
 /// Writes cgroup subtrees into one of the programs' [`CgroupMatch`] arrays.

@@ -35,8 +35,8 @@ pub(super) fn bpf_part(ctx: &Ctx, out: &mut String) -> Result<()> {
     let hot_names = [
         "sys_exit_raw",
         "sys_exit_btf",
-        bench_support::FLOOR_RAW_TP,
-        bench_support::FLOOR_TP_BTF,
+        floor::FLOOR_RAW_TP,
+        floor::FLOOR_TP_BTF,
     ];
     // (setup, workload) → (ns per run, runs per call), one per repetition.
     let mut runs: BTreeMap<(Setup, Workload), Vec<(f64, f64)>> = BTreeMap::new();
@@ -47,12 +47,12 @@ pub(super) fn bpf_part(ctx: &Ctx, out: &mut String) -> Result<()> {
         progress(format!("bpf: repetition {}/{}", rep + 1, ctx.reps));
         for i in 0..setups.len() {
             let setup = setups[(i + rep) % setups.len()];
-            let before_ids: HashSet<u32> = bench_support::loaded_program_stats()?
+            let before_ids: HashSet<u32> = floor::loaded_program_stats()?
                 .iter()
                 .map(|p| p.id)
                 .collect();
             let running = start(ctx, setup)?;
-            let ours: Vec<ProgramStats> = bench_support::loaded_program_stats()?
+            let ours: Vec<ProgramStats> = floor::loaded_program_stats()?
                 .into_iter()
                 .filter(|p| !before_ids.contains(&p.id))
                 .collect();
@@ -73,7 +73,7 @@ pub(super) fn bpf_part(ctx: &Ctx, out: &mut String) -> Result<()> {
                 hook_by_setup.insert(setup, hook);
             }
             let snap = || -> Result<Option<ProgramStats>> {
-                Ok(bench_support::loaded_program_stats()?
+                Ok(floor::loaded_program_stats()?
                     .into_iter()
                     .find(|p| ids.contains(&p.id)))
             };

@@ -31,7 +31,6 @@ use std::{
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use gpu_trace::{
-    bench_support::{self, Floor, ProgramStats, RunTimeStats},
     cli::{Format, Timestamps},
     loader::SyscallHook,
     model::stats::KernelCounters,
@@ -44,12 +43,14 @@ use gpu_trace::{
 use crate::host::{find_in_path, is_root, workspace_root};
 
 mod bpf;
+mod floor;
 mod knee;
 mod pipeline;
 mod process;
 mod syscalls;
 
 use bpf::*;
+use floor::{Floor, ProgramStats, RunTimeStats};
 use knee::*;
 use pipeline::*;
 use process::*;
@@ -393,7 +394,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         quick: args.quick,
         cpu: ncpu - 1,
         dev_null_rdev: system::char_device_kernel_dev(Path::new("/dev/null"))?,
-        baseline_progs: bench_support::loaded_program_stats()?
+        baseline_progs: floor::loaded_program_stats()?
             .iter()
             .map(|p| p.id)
             .collect(),

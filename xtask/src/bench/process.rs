@@ -454,7 +454,7 @@ const OWN_PROGRAMS_GONE: Duration = Duration::from_secs(5);
 pub(super) fn foreign_programs(ctx: &Ctx) -> Vec<String> {
     let deadline = Instant::now() + OWN_PROGRAMS_GONE;
     loop {
-        let Ok(progs) = bench_support::loaded_program_stats() else {
+        let Ok(progs) = floor::loaded_program_stats() else {
             return Vec::new();
         };
         let own = ctx.own_progs.borrow();

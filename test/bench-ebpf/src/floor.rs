@@ -1,7 +1,7 @@
-//! The benchmark floor: a kernel object of its own (`bench-floor`), owned by `cargo xtask bench`
-//! (xtask/src/bench/) and loaded only through gpu-trace's `bench` feature
-//! (gpu-trace/src/bench_support.rs), never by gpu-trace itself: the object gpu-trace loads does
-//! not contain these programs. Empty programs on the hooks gpu-trace uses: what any program on
+//! The benchmark floor: a kernel object of its own (`bench-floor`), built by xtask's build.rs
+//! and loaded only by `cargo xtask bench` (xtask/src/bench/floor.rs), never by gpu-trace: this
+//! crate is not part of the product, and the object gpu-trace loads does not contain these
+//! programs. Empty programs on the hooks gpu-trace uses: what any program on
 //! that hook costs every syscall of every process, so that the benchmark can tell gpu-trace's
 //! own cost from the kernel's.
 #![no_std]

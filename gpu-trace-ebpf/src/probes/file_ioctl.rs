@@ -9,23 +9,20 @@
 //! address and size set, percentage > 0) or whose arguments cannot be read. Everything else
 //! passes untouched, and a verdict an earlier LSM already gave is returned as it is.
 //!
-//! Identity: by process (thread-group id), so every thread of a denied process is refused, or by
-//! cgroup subtree (`--deny-cgroup`, `--deny-container`: every task in it, including tasks that
-//! enter it later; `cgroup.rs`). A process created by a denied process (`fork`, `vfork`,
-//! `clone` without `CLONE_THREAD`) is denied from its creation on, before it first runs
-//! (`deny_fork` on `sched_process_fork`), and stays denied when its creator exits (it is keyed by
-//! its own tgid, not by its parent). An entry is removed when the process exits
-//! (`process_exit` in main.rs), so a later process that reuses the pid is not denied. Policy
-//! ends with the tracer: nothing is pinned.
+//! Identity: by process (thread-group id, the `DENY` map), so every thread of a denied process
+//! is refused, or by cgroup subtree (`--deny-cgroup`, `--deny-container`: every task in it,
+//! including tasks that enter it later; `config.rs`). A process created by a denied process is
+//! denied from its creation on (`sched_process_fork.rs`); an entry is removed when the process
+//! exits (`sched_process_exit.rs`), so a later process that reuses the pid is not denied.
+//! Policy ends with the tracer: nothing is pinned.
 //!
 //! This is an experiment tool, not a security boundary: the parameters are read from user memory
 //! before the driver copies them, so a process racing its own memory could slip through.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user, generated},
-    macros::{lsm, map, raw_tracepoint},
-    maps::HashMap,
-    programs::{LsmContext, RawTracePointContext},
+    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user},
+    macros::lsm,
+    programs::LsmContext,
 };
 use gpu_trace_common::{
     amd, counter,
@@ -36,67 +33,28 @@ use gpu_trace_common::{
     },
 };
 
-use crate::{bump, config, is_kfd, is_watched, kread};
-
-/// Denied processes alive at once, the `--deny-pid` processes and everything they created
-/// since (or before: userspace adds the descendants it finds at start).
-pub const DENY_MAX: u32 = 16384;
-
-/// Denied processes: tgid → 1. Filled by userspace before attach, then by [`deny_fork`].
-#[map]
-pub static DENY: HashMap<u32, u32> = HashMap::with_max_entries(DENY_MAX, 0);
-
-/// A process created by a denied process is denied too. `sched_process_fork` fires in the
-/// creator (`current`) after `copy_process`, before the child is first woken, with (parent,
-/// child) as arguments. A new thread shares its creator's `signal_struct` and tgid: nothing to
-/// add. A new process's tgid is its pid (`thread_pid->numbers[0].nr`, the initial namespace).
-#[raw_tracepoint(tracepoint = "sched_process_fork")]
-pub fn deny_fork(ctx: RawTracePointContext) -> i32 {
-    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    // SAFETY: the value is copied out.
-    if unsafe { DENY.get(tgid) }.copied().unwrap_or(0) == 0 {
-        return 0;
-    }
-    let child: u64 = ctx.arg(1);
-    let cfg = config();
-    // SAFETY: kernel reads through the helper.
-    let child_tgid = unsafe {
-        let current = generated::bpf_get_current_task();
-        let (Ok(own), Ok(its)) = (
-            kread::<u64>(current, cfg.task_signal),
-            kread::<u64>(child, cfg.task_signal),
-        ) else {
-            bump(counter::DENY_UNFOLLOWED);
-            return 0;
-        };
-        if own == its {
-            return 0;
-        }
-        match kread::<u64>(child, cfg.task_thread_pid) {
-            Ok(pid) => kread::<i32>(pid, cfg.pid_numbers).map_or(0, |nr| nr as u32),
-            Err(()) => 0,
-        }
-    };
-    if child_tgid == 0 || DENY.insert(child_tgid, 1, 0).is_err() {
-        bump(counter::DENY_UNFOLLOWED);
-    }
-    0
-}
+use crate::{
+    config::{cgroup_denied, config, is_kfd, is_watched},
+    kernel::kread,
+    maps::DENY,
+    pipe::bump,
+};
 
 const EPERM: i32 = 1;
 
 #[lsm(hook = "file_ioctl")]
 pub fn deny_file_ioctl(ctx: LsmContext) -> i32 {
-    decide(&ctx)
+    try_decide(&ctx)
 }
 
 #[lsm(hook = "file_ioctl_compat")]
 pub fn deny_file_ioctl_compat(ctx: LsmContext) -> i32 {
-    decide(&ctx)
+    try_decide(&ctx)
 }
 
+/// The verdict: the previous one, 0 (allowed) or -EPERM.
 #[inline(always)]
-fn decide(ctx: &LsmContext) -> i32 {
+fn try_decide(ctx: &LsmContext) -> i32 {
     // LSM programs get the previous verdict as the argument after the hook's own three.
     let previous: i32 = ctx.arg(3);
     if previous != 0 {
@@ -104,7 +62,7 @@ fn decide(ctx: &LsmContext) -> i32 {
     }
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     let cfg = config();
-    if DENY.get_ptr(tgid).is_none() && !crate::cgroup::denied(&cfg) {
+    if DENY.get_ptr(tgid).is_none() && !cgroup_denied(&cfg) {
         return 0;
     }
     let file: u64 = ctx.arg(0);

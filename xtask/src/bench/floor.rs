@@ -1,8 +1,8 @@
-//! What `cargo xtask bench` (xtask/src/bench/) needs from the kernel side: the empty "floor"
-//! programs on the hooks gpu-trace uses, and the kernel's statistics of loaded BPF programs
-//! (instruction counts, run counts and run time). Behind the `bench` feature (xtask turns it
-//! on): the floor programs are an object of their own (`gpu-trace-ebpf/src/bench_floor.rs`),
-//! which gpu-trace itself never loads.
+//! What `cargo xtask bench` needs from the kernel side besides gpu-trace itself: the empty
+//! "floor" programs on the hooks gpu-trace uses, and the kernel's statistics of loaded BPF
+//! programs (instruction counts, run counts and run time). The floor programs are a crate of
+//! their own (`test/bench-ebpf`, built by xtask's build.rs), not part of gpu-trace: its object
+//! does not contain them.
 
 use std::os::fd::OwnedFd;
 
@@ -13,13 +13,13 @@ use aya::{
 };
 use thiserror::Error;
 
-use crate::{
+use gpu_trace::{
     loader::SyscallHook,
     probe::system,
     targets::{SYS_EXIT, SYSCALL_TRACEPOINTS},
 };
 
-/// The floor programs' kernel object (built by build.rs beside gpu-trace's own).
+/// The floor programs' kernel object (`test/bench-ebpf`, built by xtask's build.rs).
 static FLOOR_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/bench-floor"));
 
 #[derive(Debug, Error)]
@@ -42,7 +42,7 @@ pub enum BenchError {
     Stats(#[source] std::io::Error),
 }
 
-/// The floor programs' names in their kernel object (gpu-trace-ebpf/src/bench_floor.rs).
+/// The floor programs' names in their kernel object (test/bench-ebpf/src/floor.rs).
 pub const FLOOR_RAW_TP: &str = "bench_floor_raw";
 pub const FLOOR_TP_BTF: &str = "bench_floor_btf";
 pub const FLOOR_TRACEPOINT: &str = "bench_floor_tp";
@@ -50,8 +50,6 @@ pub const FLOOR_TRACEPOINT: &str = "bench_floor_tp";
 /// An empty program attached where gpu-trace's syscall hook goes; detached on drop.
 pub struct Floor {
     _ebpf: Ebpf,
-    /// The attach point, in the words gpu-trace's start-up report uses.
-    pub attach: &'static str,
 }
 
 fn first_line(e: impl std::fmt::Display) -> String {
@@ -97,10 +95,7 @@ impl Floor {
                 }
             }
         }
-        Ok(Self {
-            _ebpf: ebpf,
-            attach,
-        })
+        Ok(Self { _ebpf: ebpf })
     }
 }
 
