@@ -209,3 +209,133 @@ impl LiveAtEnd {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vendor::amd::decode::testing::{self as kfd, CreateArgs};
+    use crate::vendor::nvidia::decode::testrec::{self, alloc, control, device_params, tsg_params};
+    use gpu_trace_common::{RecordHeader, TaskRecord, nv_flags, nvidia::cmd, record_kind};
+
+    const PID: u32 = 7;
+    const FD: i32 = 5;
+    const CLIENT: u32 = 0xC1D0_0001;
+    const DEVICE: u32 = 0xCAF0_0001;
+    const TSG: u32 = 0xCAF0_0010;
+
+    fn nv(r: testrec::Rec) -> RawRecord {
+        RawRecord::NvIoctl(r.rec)
+    }
+
+    /// A process with a TSG and a KFD queue exits: both end, its TSG first, then its queue.
+    #[test]
+    fn a_process_exit_ends_the_tasks_of_every_source_nvidia_first() {
+        let mut s = Sources::new();
+        for r in [
+            alloc(PID, FD, true, 0, 0, CLIENT, 0x41, 0, &[]),
+            alloc(
+                PID,
+                FD,
+                true,
+                CLIENT,
+                CLIENT,
+                DEVICE,
+                0x80,
+                0,
+                &device_params(0),
+            ),
+            alloc(
+                PID,
+                FD,
+                true,
+                CLIENT,
+                DEVICE,
+                TSG,
+                0xA06C,
+                0,
+                &tsg_params(1, 0),
+            ),
+        ] {
+            s.events_of(&nv(r));
+        }
+        let queue = CreateArgs {
+            queue_id: 2,
+            ..CreateArgs::default()
+        }
+        .created(PID, 4);
+        s.events_of(&RawRecord::KfdIoctl(queue));
+        assert_eq!(s.live_tasks(), 2);
+        let exit = RawRecord::ProcessExit(TaskRecord {
+            hdr: RecordHeader {
+                kind: record_kind::PROCESS_EXIT,
+                ..queue.hdr
+            },
+            value: -1,
+            _pad: 0,
+        });
+        let ended: Vec<(&str, bool)> = s
+            .events_of(&exit)
+            .iter()
+            .map(|e| (e.kind.name(), e.amd.is_some()))
+            .collect();
+        assert_eq!(ended, [("TASK_DESTROY", false), ("TASK_DESTROY", true)]);
+        assert_eq!(s.live_tasks(), 0);
+        assert!(s.finish().is_empty());
+    }
+
+    /// `GPU_GET_ID_INFO_V2`'s answer names the GPU of a device instance only when the call
+    /// succeeded (errno 0, RM status 0); undecodable records of either vendor are facts too.
+    #[test]
+    fn facts_are_handed_out_for_successful_gpu_id_answers_and_malformed_records() {
+        let mut params = [0u8; 32];
+        params[..4].copy_from_slice(&0x4100u32.to_le_bytes()); // gpuId
+        params[8..12].copy_from_slice(&3u32.to_le_bytes()); // deviceInstance
+        let answer = |status: u32, ret: i64| {
+            let mut r = control(
+                PID,
+                FD,
+                CLIENT,
+                CLIENT,
+                cmd::GPU_GET_ID_INFO_V2,
+                status,
+                &params,
+            );
+            r.rec.ret = ret;
+            nv(r)
+        };
+        let fact = |r: &RawRecord| Sources::new().observe(r.origin(), r, &mut Vec::new());
+        assert_eq!(
+            fact(&answer(0, 0)),
+            Some(Fact::DeviceIsGpu {
+                device_instance: 3,
+                gpu_id: 0x4100
+            })
+        );
+        assert_eq!(fact(&answer(0x1f, 0)), None, "RM refused it");
+        assert_eq!(fact(&answer(0, -22)), None, "the syscall failed");
+        let mut bad = answer(0, 0);
+        if let RawRecord::NvIoctl(r) = &mut bad {
+            r.flags |= nv_flags::BAD_SIZE;
+        }
+        assert_eq!(fact(&bad), Some(Fact::Malformed));
+        let mut kfd_bad = CreateArgs::default().created(PID, 4);
+        kfd_bad.args_len -= 1;
+        assert_eq!(fact(&RawRecord::KfdIoctl(kfd_bad)), Some(Fact::Malformed));
+    }
+
+    /// What went unreported comes from every source, non-zero reasons only.
+    #[test]
+    fn unreported_lists_the_non_zero_reasons_of_every_source() {
+        let mut s = Sources::new();
+        // A schedule request on a TSG never seen created, refused; an update of a queue never
+        // seen created, refused.
+        let mut sched = control(PID, FD, CLIENT, TSG, cmd::TSG_SET_TIMESLICE, 0x1f, &[0; 8]);
+        sched.rec.ret = 0;
+        s.events_of(&nv(sched));
+        s.events_of(&RawRecord::KfdIoctl(kfd::update(
+            PID, 4, 9, 4096, 30, 2, -22,
+        )));
+        let reasons: Vec<&str> = s.unreported().into_keys().collect();
+        assert_eq!(reasons, ["unknown_handle", "unknown_queue"]);
+    }
+}
