@@ -9,6 +9,7 @@ use crate::{
     inventory::{Inventory, MpsRole},
     metrics::Metrics,
     model::{
+        bounded::PidMap,
         gpus::{GpuDirectory, GpuIdentity},
         stats::{KernelCounters, Stats},
         workload::Attribution,
@@ -77,10 +78,10 @@ pub struct Pipeline<W: Write> {
     stats: Stats,
     /// First `comm` seen per process: `--comm` matches it as the process name, so that a
     /// process's events from other threads (e.g. `cuda-EvtHandlr`) are kept.
-    process_names: HashMap<u32, String>,
+    process_names: PidMap<String>,
     /// Who each process is (cgroup, container, pod), from `TASK_CGROUP` and `ATTRIBUTION`
     /// records.
-    attributions: HashMap<u32, Attribution>,
+    attributions: PidMap<Attribution>,
     /// The host's GPUs, and which RM device instance each is (from the processes' own calls).
     gpus: GpuDirectory,
     /// RM device instance of each NVIDIA task, from its `TASK_INIT` or `WORK_SUBMIT`.
@@ -121,8 +122,8 @@ impl<W: Write> Pipeline<W> {
             sources: Sources::new(),
             events: Vec::new(),
             stats: Stats::new(),
-            process_names: HashMap::new(),
-            attributions: HashMap::new(),
+            process_names: PidMap::default(),
+            attributions: PidMap::default(),
             gpus: GpuDirectory::default(),
             task_devices: HashMap::new(),
             first_ts: None,

@@ -297,7 +297,12 @@ pub fn origin(hdr: &RecordHeader) -> Origin {
 /// A `comm` field as text: up to the first NUL, every byte kept (bytes that are not UTF-8 are
 /// carried as described in [`crate::output::escape`]; print it through that module).
 pub fn comm_to_string(comm: &[u8]) -> String {
-    crate::output::escape::decode_lossless(comm)
+    let end = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
+    match std::str::from_utf8(&comm[..end]) {
+        // Every record names its thread: ASCII, the usual case, is the text itself.
+        Ok(ascii) if ascii.is_ascii() => ascii.to_owned(),
+        _ => crate::output::escape::decode_lossless(comm),
+    }
 }
 
 /// Appends one record to a record stream: its length as a little-endian `u32`, then its bytes.
@@ -552,6 +557,11 @@ mod tests {
         assert_eq!(&*crate::output::escape::raw_bytes(&odd), b"a\xffb");
         assert_ne!(odd, comm_to_string(b"a\xfeb"));
         assert_eq!(comm_to_string(&[0u8; 16]), "");
+        // Valid UTF-8 that is not ASCII takes the lossless path too: a character of the range
+        // that carries raw bytes stays itself (its four bytes), not the byte it would stand for.
+        let carried = "\u{10FF85}".as_bytes();
+        let back = comm_to_string(carried);
+        assert_eq!(&*crate::output::escape::raw_bytes(&back), carried);
     }
 
     #[test]

@@ -45,7 +45,7 @@
 //! `CREATE_QUEUE` reusing a live id is counted as `replaced_queues`); queues restored by CRIU
 //! (`AMDKFD_IOC_CRIU_OP`) and evictions/restores by the driver are not seen.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use serde::Serialize;
 
@@ -53,7 +53,7 @@ use crate::event::{
     AmdDetail, AmdVia, DestroyCause, Event, EventKind, Origin, SchedChange, TaskId, TaskKey,
     ValueSource,
 };
-use crate::model::bounded::Generations;
+use crate::model::bounded::{Generations, PidMap};
 use crate::vendor::LiveAtEnd;
 use crate::vendor::amd::decode::{
     self, CreateQueue, DeepStep, KfdCall, KfdMalformed, QueueBuilt, QueueParams, UpdateQueue,
@@ -124,10 +124,10 @@ struct Process {
 /// The AMD KFD state machine: the queues of every traced process.
 #[derive(Clone, Debug, Default)]
 pub struct KfdTracker {
-    procs: HashMap<u32, Process>,
+    procs: PidMap<Process>,
     counters: KfdTrackerCounters,
     /// Deep-hook findings waiting for their thread's `CREATE_QUEUE` result, by thread id.
-    pending: HashMap<u32, Pending>,
+    pending: PidMap<Pending>,
     /// Generation of the last queue seen per `(pid, queue id)`, for [`TaskKey`] (capped: see
     /// [`bounded`](crate::model::bounded)).
     generations: Generations<u32>,

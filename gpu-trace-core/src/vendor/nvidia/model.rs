@@ -34,9 +34,9 @@
 //! objects, but looks the same as the last `close()` here; objects a child inherits through
 //! `fork` are not followed.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
-use crate::model::bounded::Generations;
+use crate::model::bounded::{Generations, PidMap};
 
 use gpu_trace_common::nvidia::{class, cmd};
 use serde::Serialize;
@@ -253,11 +253,11 @@ fn pretrace_end(
 /// The NVIDIA state machine: object tables of every traced process.
 #[derive(Clone, Debug, Default)]
 pub struct NvTracker {
-    procs: HashMap<u32, Process>,
+    procs: PidMap<Process>,
     counters: NvTrackerCounters,
     /// gpu_ext hooks that ran inside an `ioctl` on fd `.1` in process `.0`, by thread, waiting
     /// for that call's record.
-    pending: HashMap<u32, (u32, u64, Vec<GxHook>)>,
+    pending: PidMap<(u32, u64, Vec<GxHook>)>,
     /// Generation of the last task seen per `(pid, client, handle)`, for [`TaskKey`] (capped:
     /// see [`bounded`](crate::model::bounded)).
     generations: Generations<(u32, u32)>,
@@ -686,6 +686,10 @@ impl NvTracker {
 
     /// The hooks that ran inside this call (same thread, same fd).
     fn take_hooks(&mut self, origin: &Origin, fd: i32) -> Vec<GxHook> {
+        if self.pending.is_empty() {
+            // No gpu_ext hook waits (the common case: an unpatched driver).
+            return Vec::new();
+        }
         match self.pending.remove(&origin.tid) {
             Some((_, at, hooks)) if i64::try_from(at).ok() == Some(i64::from(fd)) => hooks,
             Some((_, _, hooks)) => {
