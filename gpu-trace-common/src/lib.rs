@@ -13,7 +13,14 @@
 pub mod amd;
 pub mod nvidia;
 
+/// The byte-level traits the records derive (feature `wire`), for their readers.
+#[cfg(feature = "wire")]
+pub use zerocopy;
+
 use core::mem::size_of;
+
+#[cfg(feature = "wire")]
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 /// Type tags (first `u32` of every record).
 pub mod record_kind {
@@ -102,6 +109,7 @@ pub mod deep_hook {
 /// Common header of every ring-buffer record (40 bytes).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "wire", derive(FromBytes, IntoBytes, KnownLayout, Immutable))]
 pub struct RecordHeader {
     /// One of [`record_kind`].
     pub kind: u32,
@@ -145,6 +153,7 @@ pub const NV_SUB_MAX: usize = 136;
 /// captured at syscall exit (264 bytes).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "wire", derive(FromBytes, IntoBytes, KnownLayout, Immutable))]
 pub struct NvIoctlRecord {
     pub hdr: RecordHeader,
     /// Syscall return value (0, or a negative errno). RM failures return 0: see the block's `status`.
@@ -176,6 +185,7 @@ pub struct NvIoctlRecord {
 /// it at syscall exit (results included) (176 bytes).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "wire", derive(FromBytes, IntoBytes, KnownLayout, Immutable))]
 pub struct KfdIoctlRecord {
     pub hdr: RecordHeader,
     /// Syscall return value: 0, or a negative errno (KFD reports failures this way).
@@ -216,6 +226,7 @@ pub mod kfd_queue_flags {
 /// doorbell index, whether the driver made it active, the VMID) (104 bytes).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "wire", derive(FromBytes, IntoBytes, KnownLayout, Immutable))]
 pub struct KfdQueueRecord {
     pub hdr: RecordHeader,
     /// [`hook_source`] (trampoline or kprobe).
@@ -252,6 +263,7 @@ pub struct KfdQueueRecord {
 /// [`deep_hook`] gives (64 bytes).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "wire", derive(FromBytes, IntoBytes, KnownLayout, Immutable))]
 pub struct DeepRecord {
     pub hdr: RecordHeader,
     /// One of [`deep_hook`].
@@ -271,6 +283,7 @@ pub struct DeepRecord {
 /// call (UVM's) or a kernel thread (96 bytes).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "wire", derive(FromBytes, IntoBytes, KnownLayout, Immutable))]
 pub struct NvSchedRecord {
     pub hdr: RecordHeader,
     /// One of [`nvidia::gpu_ext::hook`].
@@ -292,6 +305,7 @@ pub struct NvSchedRecord {
 /// Process exit or fd close by a process that used a watched device (48 bytes).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "wire", derive(FromBytes, IntoBytes, KnownLayout, Immutable))]
 pub struct TaskRecord {
     pub hdr: RecordHeader,
     /// [`record_kind::FD_CLOSE`]: the closed fd. [`record_kind::PROCESS_EXIT`]: the exit code
@@ -304,6 +318,7 @@ pub struct TaskRecord {
 /// whenever it changes (56 bytes).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "wire", derive(FromBytes, IntoBytes, KnownLayout, Immutable))]
 pub struct TaskCgroupRecord {
     pub hdr: RecordHeader,
     /// `bpf_get_current_cgroup_id()`: the kernfs id (inode number) of the cgroup on the
@@ -320,6 +335,7 @@ pub struct TaskCgroupRecord {
 /// [`record_kind::ATTRIBUTION`] record; `path_len` bytes of cgroup path follow, 56 bytes).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "wire", derive(FromBytes, IntoBytes, KnownLayout, Immutable))]
 pub struct AttributionHead {
     /// A copy of the [`TaskCgroupRecord`]'s header with `kind` set to ATTRIBUTION.
     pub hdr: RecordHeader,

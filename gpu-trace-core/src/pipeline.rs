@@ -9,6 +9,7 @@ use crate::{
     inventory::{Inventory, MpsRole},
     metrics::Metrics,
     model::{
+        bounded::PidMap,
         gpus::{GpuDirectory, GpuIdentity},
         stats::{KernelCounters, Stats},
         workload::Attribution,
@@ -20,14 +21,7 @@ use crate::{
         perfetto::PerfettoWriter,
         text::{TextFormatter, TimestampMode},
     },
-    vendor::amd::{
-        decode::{self as amd_decode, KfdCall},
-        model::{KfdInput, KfdTracker},
-    },
-    vendor::nvidia::{
-        decode::{self, ControlParams, RmCall},
-        model::{NvInput, NvTracker},
-    },
+    vendor::{Fact, Sources},
     wire::{self, RawRecord},
 };
 
@@ -77,16 +71,17 @@ pub struct Finished<W> {
 pub struct Pipeline<W: Write> {
     config: PipelineConfig,
     text: TextFormatter,
-    tracker: NvTracker,
-    /// AMD KFD queues (records of kind `KFD_IOCTL`; process exits go to both trackers).
-    amd: KfdTracker,
+    /// The vendors' trackers, each record routed to its own.
+    sources: Sources,
+    /// The events of the record being fed (kept for its allocation).
+    events: Vec<Event>,
     stats: Stats,
     /// First `comm` seen per process: `--comm` matches it as the process name, so that a
     /// process's events from other threads (e.g. `cuda-EvtHandlr`) are kept.
-    process_names: HashMap<u32, String>,
+    process_names: PidMap<String>,
     /// Who each process is (cgroup, container, pod), from `TASK_CGROUP` and `ATTRIBUTION`
     /// records.
-    attributions: HashMap<u32, Attribution>,
+    attributions: PidMap<Attribution>,
     /// The host's GPUs, and which RM device instance each is (from the processes' own calls).
     gpus: GpuDirectory,
     /// RM device instance of each NVIDIA task, from its `TASK_INIT` or `WORK_SUBMIT`.
@@ -124,11 +119,11 @@ impl<W: Write> Pipeline<W> {
         Self {
             config,
             text,
-            tracker: NvTracker::default(),
-            amd: KfdTracker::default(),
+            sources: Sources::new(),
+            events: Vec::new(),
             stats: Stats::new(),
-            process_names: HashMap::new(),
-            attributions: HashMap::new(),
+            process_names: PidMap::default(),
+            attributions: PidMap::default(),
             gpus: GpuDirectory::default(),
             task_devices: HashMap::new(),
             first_ts: None,
@@ -238,14 +233,7 @@ impl<W: Write> Pipeline<W> {
     pub fn inventory(&mut self, inv: &Inventory) -> std::io::Result<()> {
         self.gpus = GpuDirectory::new(&inv.gpus);
         for p in &inv.processes {
-            if p.uses_nvidia() {
-                self.tracker.preexisting(
-                    p.pid,
-                    &p.comm,
-                    &p.control_fds(),
-                    p.mps == Some(MpsRole::Server),
-                );
-            }
+            self.sources.preexisting(p);
             self.process_names
                 .entry(p.pid)
                 .or_insert_with(|| p.comm.clone());
@@ -274,15 +262,25 @@ impl<W: Write> Pipeline<W> {
         Ok(())
     }
 
-    /// Feeds one ring-buffer record; prints the events it produces.
+    /// Feeds one ring-buffer record (or one record of a recording file); prints the events it
+    /// produces. Bytes that are not a record are counted ([`Stats::malformed`]).
     pub fn feed(&mut self, bytes: &[u8]) -> std::io::Result<()> {
-        let record = match wire::parse_record(bytes) {
-            Ok(r) => r,
+        match wire::parse_record(bytes) {
+            Ok(record) => self.feed_record(&record),
             Err(_) => {
-                self.stats.malformed += 1;
-                return Ok(());
+                self.malformed();
+                Ok(())
             }
-        };
+        }
+    }
+
+    /// Counts one ring-buffer item that was not a record (see [`feed`](Self::feed)).
+    pub fn malformed(&mut self) {
+        self.stats.malformed += 1;
+    }
+
+    /// Feeds one parsed record; prints the events it produces.
+    pub fn feed_record(&mut self, record: &RawRecord) -> std::io::Result<()> {
         let origin = record.origin();
         self.due_by_record_time(origin.ts_ns)?;
         self.first_ts.get_or_insert(origin.ts_ns);
@@ -290,88 +288,37 @@ impl<W: Write> Pipeline<W> {
         self.process_names
             .entry(origin.pid)
             .or_insert_with(|| origin.comm.clone());
-        let input = match record {
+        let pid = origin.pid;
+        match record {
             RawRecord::TaskCgroup(rec) => {
                 // Live runs follow it with what it resolves to (`ATTRIBUTION`); alone (a
                 // recording cut between the two), the id is all that is known.
-                let known = self.attributions.get(&origin.pid);
+                let known = self.attributions.get(&pid);
                 if known.is_none_or(|a| a.cgroup_id != rec.cgroup_id) {
-                    self.attribute(origin.pid, Attribution::new(rec.cgroup_id, None, None));
+                    self.attribute(pid, Attribution::new(rec.cgroup_id, None, None));
                 }
                 return Ok(());
             }
             RawRecord::Attribution(a) => {
                 let attribution = Attribution::new(a.head.cgroup_id, a.path(), a.ns_pid());
-                self.attribute(origin.pid, attribution);
+                self.attribute(pid, attribution);
                 return Ok(());
             }
-            RawRecord::NvIoctl(rec) => {
-                let call = decode::decode(&rec);
-                if matches!(call, RmCall::Malformed { .. }) {
-                    self.stats.decode_errors += 1;
-                }
-                // Which GPU an RM device instance is: the driver's answer to the process.
-                if let RmCall::Control {
-                    status: 0,
-                    params:
-                        ControlParams::GpuIdInfo {
-                            gpu_id,
-                            device_instance,
-                            ..
-                        },
-                    ..
-                } = call
-                    && decode::errno(&rec) == 0
-                {
-                    self.gpus.learn(device_instance, gpu_id);
-                }
-                NvInput::Call {
-                    fd: decode::fd(&rec),
-                    errno: decode::errno(&rec),
-                    call,
-                }
-            }
-            RawRecord::ProcessExit(_) => NvInput::ProcessExit,
-            RawRecord::FdClose(t) => NvInput::FdClose { fd: t.value },
-            RawRecord::NvSched(rec) => NvInput::Sched(crate::vendor::nvidia::gpu_ext::decode(&rec)),
-            RawRecord::KfdIoctl(rec) => {
-                let call = amd_decode::decode(&rec);
-                if matches!(call, KfdCall::Malformed { .. }) {
-                    self.stats.decode_errors += 1;
-                }
-                let input = KfdInput::Call {
-                    fd: amd_decode::fd(&rec),
-                    errno: amd_decode::errno(&rec),
-                    call,
-                };
-                let events = self.amd.observe(origin, input);
-                return self.emit_selected(&events);
-            }
-            RawRecord::KfdQueue(rec) => {
-                let events = self
-                    .amd
-                    .observe(origin, KfdInput::QueueBuilt(amd_decode::decode_queue(&rec)));
-                return self.emit_selected(&events);
-            }
-            RawRecord::Deep(rec) => {
-                let events = self
-                    .amd
-                    .observe(origin, KfdInput::Deep(amd_decode::decode_deep(&rec)));
-                return self.emit_selected(&events);
-            }
-        };
-        let pid = origin.pid;
-        let exit_origin = matches!(record, RawRecord::ProcessExit(_)).then(|| origin.clone());
-        let mut events = self.tracker.observe(origin, input);
-        if let Some(o) = exit_origin {
-            // The process's KFD queues end with it too (after its NVIDIA TSGs).
-            events.extend(self.amd.observe(o, KfdInput::ProcessExit));
+            _ => {}
         }
-        for event in &events {
-            if self.selected(event) {
-                self.emit(event)?;
-            }
+        let mut events = std::mem::take(&mut self.events);
+        match self.sources.observe(origin, record, &mut events) {
+            Some(Fact::Malformed) => self.stats.decode_errors += 1,
+            Some(Fact::DeviceIsGpu {
+                device_instance,
+                gpu_id,
+            }) => self.gpus.learn(device_instance, gpu_id),
+            None => {}
         }
+        let emitted = self.emit_selected(&events);
+        events.clear();
+        self.events = events;
+        emitted?;
         if matches!(record, RawRecord::ProcessExit(_)) {
             self.process_names.remove(&pid);
             self.attributions.remove(&pid);
@@ -531,7 +478,7 @@ impl<W: Write> Pipeline<W> {
             metrics.sync_stats(&self.stats);
             metrics.set_untracked(untracked);
         }
-        self.stats.live_at_exit = (self.tracker.live_tasks() + self.amd.live_tasks()) as u64;
+        self.stats.live_at_exit = self.sources.live_tasks() as u64;
         self.stats.unreported = self.unreported();
         let perfetto = self.perfetto.take().map(|perfetto| {
             let other = [
@@ -595,32 +542,12 @@ impl<W: Write> Pipeline<W> {
 
     /// Calls and events on handles the trackers did not remember (their caps were reached).
     fn untracked_handles(&self) -> u64 {
-        self.tracker.counters().untracked_handles + self.amd.counters().untracked_handles
+        self.sources.untracked_handles()
     }
 
     /// The trackers' counters of calls that produced no event, by reason (non-zero only).
     fn unreported(&self) -> std::collections::BTreeMap<&'static str, u64> {
-        let nv = self.tracker.counters();
-        let kfd = self.amd.counters();
-        [
-            ("schedule_unreadable", nv.schedule_unreadable),
-            ("unreadable_params", nv.unreadable_params),
-            ("unknown_handle", nv.unknown_handle),
-            ("pretrace_calls", nv.pretrace_calls),
-            ("replaced_handles", nv.replaced_handles),
-            ("failed_tsg_allocs", nv.failed_tsg_allocs),
-            ("unknown_queue", kfd.unknown_queue),
-            ("replaced_queues", kfd.replaced_queues),
-            ("deep_unmatched", kfd.deep_unmatched),
-            ("gpu_ext_unmatched", nv.gpu_ext_unmatched),
-            ("gpu_ext_outside_ioctl", nv.gpu_ext_outside_ioctl),
-            ("deep_unknown", kfd.deep_unknown),
-            ("kfd_release_no_queues", kfd.kfd_releases_without_queues),
-            ("untracked_handles", self.untracked_handles()),
-        ]
-        .into_iter()
-        .filter(|&(_, v)| v != 0)
-        .collect()
+        self.sources.unreported()
     }
 
     pub fn stats(&self) -> &Stats {

@@ -2,18 +2,21 @@
 //!
 //! The kernel programs write `#[repr(C)]` records from `gpu-trace-common`; every record starts
 //! with a [`RecordHeader`] whose first `u32` is a [`record_kind`] tag. This module checks the tag
-//! and the length, and copies the bytes out with unaligned reads (ring-buffer items and slices of
-//! recording files carry no alignment guarantee).
+//! and the length, and copies the bytes out (ring-buffer items and slices of recording files
+//! carry no alignment guarantee). The records derive zerocopy's `FromBytes` and `IntoBytes`
+//! (`gpu-trace-common`'s `wire` feature): that they have no padding and that every bit pattern is
+//! a valid record is checked when they compile, not asserted here by hand.
 //!
 //! It also serializes records back to bytes (recording files, test fixtures) and reads a
 //! *record stream*: records concatenated, each preceded by its length as a little-endian `u32`
 //! (see [`records_from_stream`] and [`append_to_stream`]). Captured fixtures use that format.
 
-use std::mem::size_of;
+use std::mem::{offset_of, size_of};
 
 use gpu_trace_common::{
     ATTRIBUTION_PATH_MAX, AttributionHead, DeepRecord, KfdIoctlRecord, KfdQueueRecord,
     NvIoctlRecord, NvSchedRecord, RecordHeader, TaskCgroupRecord, TaskRecord, record_kind,
+    zerocopy::{FromBytes, IntoBytes},
 };
 use thiserror::Error;
 
@@ -69,8 +72,7 @@ impl Attribution {
             ns_pid: ns_pid.unwrap_or(0),
             path_len: path.len() as u32,
         };
-        // SAFETY: `AttributionHead` is `#[repr(C)]` with no padding (checked below).
-        let mut bytes = unsafe { record_bytes(&head) }.to_vec();
+        let mut bytes = head.as_bytes().to_vec();
         bytes.extend_from_slice(path);
         Self { head, bytes }
     }
@@ -136,22 +138,19 @@ pub enum WireError {
     },
 }
 
-/// Reads a `T` from the start of `bytes` without alignment assumptions.
-///
-/// # Safety
-/// `bytes.len() >= size_of::<T>()` and every bit pattern of that size is a valid `T` (true for
-/// the plain-integer wire structs of `gpu-trace-common`).
-unsafe fn read_pod<T: Copy>(bytes: &[u8]) -> T {
-    debug_assert!(bytes.len() >= size_of::<T>());
-    // SAFETY: guaranteed by the caller; `read_unaligned` has no alignment requirement.
-    unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) }
-}
-
 /// The header of a record (its kind and process) without parsing the rest; `None` when the
 /// bytes are too short to hold one.
 pub fn header_of(bytes: &[u8]) -> Option<RecordHeader> {
-    // SAFETY: at least a header's bytes (checked); plain integers and a byte array.
-    (bytes.len() >= size_of::<RecordHeader>()).then(|| unsafe { read_pod(bytes) })
+    RecordHeader::read_from_prefix(bytes).ok().map(|(h, _)| h)
+}
+
+/// A record of kind `kind` whose layout is `T`: exactly `size_of::<T>()` bytes, copied out.
+fn read<T: FromBytes>(kind: u32, bytes: &[u8]) -> Result<T, WireError> {
+    T::read_from_bytes(bytes).map_err(|_| WireError::BadLength {
+        kind,
+        len: bytes.len(),
+        expected: size_of::<T>(),
+    })
 }
 
 /// Parses one ring-buffer item (or one record of a recording file).
@@ -163,163 +162,90 @@ pub fn parse_record(bytes: &[u8]) -> Result<RawRecord, WireError> {
         return Err(WireError::NoTag { len: bytes.len() });
     };
     let kind = u32::from_le_bytes([tag[0], tag[1], tag[2], tag[3]]);
-    let expected = match kind {
-        record_kind::NV_IOCTL => size_of::<NvIoctlRecord>(),
-        record_kind::PROCESS_EXIT | record_kind::FD_CLOSE => size_of::<TaskRecord>(),
-        record_kind::KFD_IOCTL => size_of::<KfdIoctlRecord>(),
-        record_kind::KFD_QUEUE => size_of::<KfdQueueRecord>(),
-        record_kind::DEEP => size_of::<DeepRecord>(),
-        record_kind::NV_SCHED => size_of::<NvSchedRecord>(),
-        record_kind::TASK_CGROUP => size_of::<TaskCgroupRecord>(),
-        record_kind::ATTRIBUTION => {
-            let head = size_of::<AttributionHead>();
-            if bytes.len() < head {
-                return Err(WireError::BadLength {
-                    kind,
-                    len: bytes.len(),
-                    expected: head,
-                });
-            }
-            // SAFETY: at least `head` bytes (checked above); plain integers.
-            let h: AttributionHead = unsafe { read_pod(bytes) };
-            let expected = head + (h.path_len as usize).min(ATTRIBUTION_PATH_MAX + 1);
-            if bytes.len() != expected || h.path_len as usize > ATTRIBUTION_PATH_MAX {
-                return Err(WireError::BadLength {
-                    kind,
-                    len: bytes.len(),
-                    expected,
-                });
-            }
-            return Ok(RawRecord::Attribution(Attribution {
-                head: h,
-                bytes: bytes.to_vec(),
-            }));
-        }
+    Ok(match kind {
+        record_kind::NV_IOCTL => RawRecord::NvIoctl(read(kind, bytes)?),
+        record_kind::PROCESS_EXIT => RawRecord::ProcessExit(read(kind, bytes)?),
+        record_kind::FD_CLOSE => RawRecord::FdClose(read(kind, bytes)?),
+        record_kind::KFD_IOCTL => RawRecord::KfdIoctl(read(kind, bytes)?),
+        record_kind::KFD_QUEUE => RawRecord::KfdQueue(read(kind, bytes)?),
+        record_kind::DEEP => RawRecord::Deep(read(kind, bytes)?),
+        record_kind::NV_SCHED => RawRecord::NvSched(read(kind, bytes)?),
+        record_kind::TASK_CGROUP => RawRecord::TaskCgroup(read(kind, bytes)?),
+        record_kind::ATTRIBUTION => RawRecord::Attribution(attribution(bytes)?),
         _ => {
             return Err(WireError::UnknownKind {
                 kind,
                 len: bytes.len(),
             });
         }
+    })
+}
+
+/// An `ATTRIBUTION` record: its head, then `path_len` (at most [`ATTRIBUTION_PATH_MAX`]) bytes.
+fn attribution(bytes: &[u8]) -> Result<Attribution, WireError> {
+    let kind = record_kind::ATTRIBUTION;
+    let head = size_of::<AttributionHead>();
+    let Ok((h, _)) = AttributionHead::read_from_prefix(bytes) else {
+        return Err(WireError::BadLength {
+            kind,
+            len: bytes.len(),
+            expected: head,
+        });
     };
-    if bytes.len() != expected {
+    let expected = head + (h.path_len as usize).min(ATTRIBUTION_PATH_MAX + 1);
+    if bytes.len() != expected || h.path_len as usize > ATTRIBUTION_PATH_MAX {
         return Err(WireError::BadLength {
             kind,
             len: bytes.len(),
             expected,
         });
     }
-    // SAFETY: the length was checked above; the wire structs are plain integers and byte
-    // arrays, valid for every bit pattern.
-    Ok(unsafe {
-        match kind {
-            record_kind::NV_IOCTL => RawRecord::NvIoctl(read_pod(bytes)),
-            record_kind::PROCESS_EXIT => RawRecord::ProcessExit(read_pod(bytes)),
-            record_kind::KFD_IOCTL => RawRecord::KfdIoctl(read_pod(bytes)),
-            record_kind::KFD_QUEUE => RawRecord::KfdQueue(read_pod(bytes)),
-            record_kind::DEEP => RawRecord::Deep(read_pod(bytes)),
-            record_kind::NV_SCHED => RawRecord::NvSched(read_pod(bytes)),
-            record_kind::TASK_CGROUP => RawRecord::TaskCgroup(read_pod(bytes)),
-            _ => RawRecord::FdClose(read_pod(bytes)),
-        }
+    Ok(Attribution {
+        head: h,
+        bytes: bytes.to_vec(),
     })
 }
 
-// The byte views below are sound only if the structs have no padding (padding bytes are
-// uninitialized). Check that the fields add up to the struct size.
-const _: () = assert!(
-    size_of::<RecordHeader>() == 4 + 4 + 8 + 4 + 4 + 16,
-    "RecordHeader has padding"
-);
-const _: () = assert!(
-    size_of::<NvIoctlRecord>()
-        == size_of::<RecordHeader>()
-            + 8
-            + 4 * 8
-            + gpu_trace_common::NV_PARAMS_MAX
-            + gpu_trace_common::NV_SUB_MAX,
-    "NvIoctlRecord has padding"
-);
-const _: () = assert!(
-    size_of::<TaskRecord>() == size_of::<RecordHeader>() + 4 + 4,
-    "TaskRecord has padding"
-);
-
-const _: () = assert!(
-    size_of::<KfdIoctlRecord>()
-        == size_of::<RecordHeader>() + 8 + 4 * 8 + gpu_trace_common::amd::KFD_ARGS_MAX,
-    "KfdIoctlRecord has padding"
-);
-
-const _: () = assert!(
-    size_of::<KfdQueueRecord>() == size_of::<RecordHeader>() + 4 * 12 + 8 * 2,
-    "KfdQueueRecord has padding"
-);
-const _: () = assert!(
-    size_of::<DeepRecord>() == size_of::<RecordHeader>() + 4 * 2 + 8 + 4 * 2,
-    "DeepRecord has padding"
-);
-
-const _: () = assert!(
-    size_of::<NvSchedRecord>()
-        == size_of::<RecordHeader>() + 4 * 4 + 8 + gpu_trace_common::nvidia::gpu_ext::CTX_MAX,
-    "NvSchedRecord has padding"
-);
-
-const _: () = assert!(
-    size_of::<TaskCgroupRecord>() == size_of::<RecordHeader>() + 8 + 4 + 4,
-    "TaskCgroupRecord has padding"
-);
-const _: () = assert!(
-    size_of::<AttributionHead>() == size_of::<RecordHeader>() + 8 + 4 + 4,
-    "AttributionHead has padding"
-);
-
-/// The bytes of a wire record, borrowed from it.
-///
-/// # Safety
-/// `T` must have no padding, so that every byte is initialized: the `*_bytes` functions below
-/// call it only for the record types whose field sizes are checked above to add up to their size.
-unsafe fn record_bytes<T>(rec: &T) -> &[u8] {
-    // SAFETY: `rec` is a valid reference to `size_of::<T>()` initialized bytes (the caller's
-    // contract); the slice borrows it.
-    unsafe { std::slice::from_raw_parts((rec as *const T).cast::<u8>(), size_of::<T>()) }
-}
+// Every record starts with its header, whose first field is the type tag: `parse_record` reads
+// the tag before it knows the layout. (The sizes are asserted in `gpu-trace-common`.)
+const _: () = assert!(offset_of!(RecordHeader, kind) == 0);
+const _: () = assert!(offset_of!(NvIoctlRecord, hdr) == 0);
+const _: () = assert!(offset_of!(TaskRecord, hdr) == 0);
+const _: () = assert!(offset_of!(KfdIoctlRecord, hdr) == 0);
+const _: () = assert!(offset_of!(KfdQueueRecord, hdr) == 0);
+const _: () = assert!(offset_of!(DeepRecord, hdr) == 0);
+const _: () = assert!(offset_of!(NvSchedRecord, hdr) == 0);
+const _: () = assert!(offset_of!(TaskCgroupRecord, hdr) == 0);
+const _: () = assert!(offset_of!(AttributionHead, hdr) == 0);
 
 /// The bytes of a [`KfdQueueRecord`], as the kernel programs write them.
 pub fn kfd_queue_bytes(rec: &KfdQueueRecord) -> &[u8] {
-    // SAFETY: `KfdQueueRecord` is `#[repr(C)]` with no padding (checked above).
-    unsafe { record_bytes(rec) }
+    rec.as_bytes()
 }
 
 /// The bytes of an [`NvSchedRecord`], as the kernel programs write them.
 pub fn nv_sched_bytes(rec: &NvSchedRecord) -> &[u8] {
-    // SAFETY: `NvSchedRecord` is `#[repr(C)]` with no padding (checked above).
-    unsafe { record_bytes(rec) }
+    rec.as_bytes()
 }
 
 /// The bytes of a [`DeepRecord`], as the kernel programs write them.
 pub fn deep_bytes(rec: &DeepRecord) -> &[u8] {
-    // SAFETY: `DeepRecord` is `#[repr(C)]` with no padding (checked above).
-    unsafe { record_bytes(rec) }
+    rec.as_bytes()
 }
 
 /// The bytes of a [`KfdIoctlRecord`], as the kernel programs write them.
 pub fn kfd_ioctl_bytes(rec: &KfdIoctlRecord) -> &[u8] {
-    // SAFETY: `KfdIoctlRecord` is `#[repr(C)]` with no padding (checked above).
-    unsafe { record_bytes(rec) }
+    rec.as_bytes()
 }
 
 /// The bytes of an [`NvIoctlRecord`], as the kernel programs write them.
 pub fn nv_ioctl_bytes(rec: &NvIoctlRecord) -> &[u8] {
-    // SAFETY: `NvIoctlRecord` is `#[repr(C)]` with no padding (checked above).
-    unsafe { record_bytes(rec) }
+    rec.as_bytes()
 }
 
 /// The bytes of a [`TaskRecord`], as the kernel programs write them.
 pub fn task_bytes(rec: &TaskRecord) -> &[u8] {
-    // SAFETY: `TaskRecord` is `#[repr(C)]` with no padding (checked above).
-    unsafe { record_bytes(rec) }
+    rec.as_bytes()
 }
 
 impl RawRecord {
@@ -332,8 +258,7 @@ impl RawRecord {
             Self::KfdQueue(r) => kfd_queue_bytes(r),
             Self::Deep(r) => deep_bytes(r),
             Self::NvSched(r) => nv_sched_bytes(r),
-            // SAFETY: `TaskCgroupRecord` is `#[repr(C)]` with no padding (checked above).
-            Self::TaskCgroup(r) => unsafe { record_bytes(r) },
+            Self::TaskCgroup(r) => r.as_bytes(),
             Self::Attribution(a) => &a.bytes,
         }
     }
@@ -372,7 +297,12 @@ pub fn origin(hdr: &RecordHeader) -> Origin {
 /// A `comm` field as text: up to the first NUL, every byte kept (bytes that are not UTF-8 are
 /// carried as described in [`crate::output::escape`]; print it through that module).
 pub fn comm_to_string(comm: &[u8]) -> String {
-    crate::output::escape::decode_lossless(comm)
+    let end = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
+    match std::str::from_utf8(&comm[..end]) {
+        // Every record names its thread: ASCII, the usual case, is the text itself.
+        Ok(ascii) if ascii.is_ascii() => ascii.to_owned(),
+        _ => crate::output::escape::decode_lossless(comm),
+    }
 }
 
 /// Appends one record to a record stream: its length as a little-endian `u32`, then its bytes.
@@ -537,6 +467,28 @@ mod tests {
         );
     }
 
+    /// zerocopy reads a header from any prefix of at least its size, at any address; a shorter
+    /// one is no header, and an attribution shorter than its head is a bad length, not a panic.
+    #[test]
+    fn headers_read_from_unaligned_prefixes_and_short_items_are_refused() {
+        let bytes = nv_record_bytes_by_hand();
+        let mut shifted = vec![0u8; 3];
+        shifted.extend_from_slice(&bytes);
+        let h = header_of(&shifted[3..]).expect("a whole header");
+        assert_eq!((h.kind, h.tgid, h.tid), (record_kind::NV_IOCTL, 4242, 4243));
+        assert_eq!(header_of(&shifted[3..42]), None);
+        let mut short = record_kind::ATTRIBUTION.to_le_bytes().to_vec();
+        short.resize(55, 0);
+        assert_eq!(
+            parse_record(&short),
+            Err(WireError::BadLength {
+                kind: record_kind::ATTRIBUTION,
+                len: 55,
+                expected: 56
+            })
+        );
+    }
+
     #[test]
     fn task_records_by_kind() {
         let exit = TaskRecord {
@@ -605,6 +557,11 @@ mod tests {
         assert_eq!(&*crate::output::escape::raw_bytes(&odd), b"a\xffb");
         assert_ne!(odd, comm_to_string(b"a\xfeb"));
         assert_eq!(comm_to_string(&[0u8; 16]), "");
+        // Valid UTF-8 that is not ASCII takes the lossless path too: a character of the range
+        // that carries raw bytes stays itself (its four bytes), not the byte it would stand for.
+        let carried = "\u{10FF85}".as_bytes();
+        let back = comm_to_string(carried);
+        assert_eq!(&*crate::output::escape::raw_bytes(&back), carried);
     }
 
     #[test]

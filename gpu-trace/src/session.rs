@@ -1170,46 +1170,17 @@ impl Reader {
             if self.failure.is_some() {
                 continue;
             }
-            // A process's cgroup: what it resolves to follows it, in the recording too. Only
-            // the header is read here (the pipeline parses the record); a cgroup record whole.
-            let (before, after) = match wire::header_of(&item) {
-                Some(h) if h.kind == record_kind::TASK_CGROUP => match wire::parse_record(&item) {
-                    Ok(RawRecord::TaskCgroup(tc)) => (None, Some(self.attribution(tc))),
-                    _ => (None, None),
-                },
-                Some(h) if h.kind == record_kind::PROCESS_EXIT => {
-                    self.attributed.remove(&h.tgid);
-                    (None, None)
-                }
-                // A process whose cgroup record was lost (ring full): from /proc, before its
-                // record, once.
-                Some(hdr) if !self.attributed.contains(&hdr.tgid) => {
-                    let path = crate::probe::cgroup::process_v2_path(hdr.tgid);
-                    let id = path
-                        .as_deref()
-                        .and_then(|p| self.cgroups.as_ref()?.id_of(p).ok());
-                    self.attributed.insert(hdr.tgid);
-                    match id {
-                        Some(cgroup_id) => (
-                            Some(self.attribution(gpu_trace_common::TaskCgroupRecord {
-                                hdr,
-                                cgroup_id,
-                                ns_pid: 0,
-                                _pad: 0,
-                            })),
-                            None,
-                        ),
-                        None => (None, None),
-                    }
-                }
-                _ => (None, None),
-            };
+            // Parsed once: the value serves the decisions below and the pipeline; the recording
+            // gets the bytes as the kernel wrote them.
+            let parsed = wire::parse_record(&item);
+            let (before, after) = self.attributions_around(parsed.as_ref().ok(), &item);
             let records = before
-                .iter()
-                .map(RawRecord::as_bytes)
-                .chain(std::iter::once(&item[..]))
-                .chain(after.iter().map(RawRecord::as_bytes));
-            for bytes in records {
+                .as_ref()
+                .map(|a| (a.as_bytes(), Ok(a)))
+                .into_iter()
+                .chain(std::iter::once((&item[..], parsed.as_ref())))
+                .chain(after.as_ref().map(|a| (a.as_bytes(), Ok(a))));
+            for (bytes, record) in records {
                 if let Some(rec) = recorder.as_mut() {
                     if let Err(e) = rec.record(bytes) {
                         self.failure = Some(e.into());
@@ -1217,7 +1188,14 @@ impl Reader {
                     }
                     rec.get_mut().mark_unit();
                 }
-                if let Err(e) = pipeline.feed(bytes) {
+                let fed = match record {
+                    Ok(r) => pipeline.feed_record(r),
+                    Err(_) => {
+                        pipeline.malformed();
+                        Ok(())
+                    }
+                };
+                if let Err(e) = fed {
                     self.failure = Some(perfetto_error(e));
                     break;
                 }
@@ -1228,6 +1206,47 @@ impl Reader {
         }
         let _ = pipeline.flush();
         drained
+    }
+
+    /// The `ATTRIBUTION` records that go with ring item `item` (`parsed`, when it is a
+    /// record): one after a process's cgroup record (what it resolves to follows it, in the
+    /// recording too), or one before the first record of a process whose cgroup record was lost
+    /// to a full ring (from /proc, once).
+    fn attributions_around(
+        &mut self,
+        parsed: Option<&RawRecord>,
+        item: &[u8],
+    ) -> (Option<RawRecord>, Option<RawRecord>) {
+        // An item too malformed to parse still names its process when its header is whole.
+        let hdr = match parsed {
+            Some(RawRecord::TaskCgroup(tc)) => return (None, Some(self.attribution(*tc))),
+            Some(r) => *r.header(),
+            None => match wire::header_of(item) {
+                Some(h) if h.kind != record_kind::TASK_CGROUP => h,
+                _ => return (None, None),
+            },
+        };
+        if hdr.kind == record_kind::PROCESS_EXIT {
+            self.attributed.remove(&hdr.tgid);
+            return (None, None);
+        }
+        if self.attributed.contains(&hdr.tgid) {
+            return (None, None);
+        }
+        let path = crate::probe::cgroup::process_v2_path(hdr.tgid);
+        let id = path
+            .as_deref()
+            .and_then(|p| self.cgroups.as_ref()?.id_of(p).ok());
+        self.attributed.insert(hdr.tgid);
+        let before = id.map(|cgroup_id| {
+            self.attribution(gpu_trace_common::TaskCgroupRecord {
+                hdr,
+                cgroup_id,
+                ns_pid: 0,
+                _pad: 0,
+            })
+        });
+        (before, None)
     }
 
     /// The `ATTRIBUTION` record of a process's cgroup record: its path and namespaced PID.

@@ -10,9 +10,9 @@ use std::{collections::BTreeMap, fs::File, io::BufReader, path::PathBuf, process
 use gpu_trace::{
     event::{DestroyCause, Engine, Event, EventKind, Interleave, TaskId, ValueSource},
     record::RecordReader,
-    vendor::nvidia::{
-        decode::{self, ControlParams, RmCall, split_token},
-        model::NvTracker,
+    vendor::{
+        Sources,
+        nvidia::decode::{self, ControlParams, RmCall, split_token},
     },
     wire::{self, RawRecord},
 };
@@ -38,8 +38,8 @@ fn records(name: &str) -> Vec<RawRecord> {
 }
 
 fn events(recs: &[RawRecord]) -> Vec<Event> {
-    let mut tracker = NvTracker::new();
-    recs.iter().flat_map(|r| tracker.observe_raw(r)).collect()
+    let mut sources = Sources::new();
+    recs.iter().flat_map(|r| sources.events_of(r)).collect()
 }
 
 fn count(evs: &[Event], pid: u32, name: &str) -> usize {
@@ -752,14 +752,14 @@ fn interval_adds_periodic_statistics_without_touching_the_event_stream() {
 // before this feature. Expected events derived by hand from the raw records (the `RmCall`s
 // named in the comments), not from what the code prints.
 
-/// The events of an h100_r3 recording, and the tracker after it.
-fn late_events(name: &str) -> (Vec<Event>, NvTracker) {
-    let mut tracker = NvTracker::new();
+/// The events of an h100_r3 recording, and the trackers after it.
+fn late_events(name: &str) -> (Vec<Event>, Sources) {
+    let mut sources = Sources::new();
     let evs = records(&format!("h100_r3/{name}"))
         .iter()
-        .flat_map(|r| tracker.observe_raw(r))
+        .flat_map(|r| sources.events_of(r))
         .collect();
-    (evs, tracker)
+    (evs, sources)
 }
 
 /// late_attach: PID 441 (python3, started 5 s before the tracer) issued one traced call, on fd
@@ -769,7 +769,7 @@ fn late_events(name: &str) -> (Vec<Event>, NvTracker) {
 /// script's nvidia-smi) allocate and free a client and a device: no TSG, no event.
 #[test]
 fn late_attach_exit_ends_the_pretrace_tsgs_with_an_unknown_count() {
-    let (evs, tracker) = late_events("late_attach.gtrace");
+    let (evs, sources) = late_events("late_attach.gtrace");
     assert_eq!(evs.len(), 1, "{evs:#?}");
     let e = &evs[0];
     assert_eq!(e.origin.pid, 441);
@@ -786,9 +786,9 @@ fn late_attach_exit_ends_the_pretrace_tsgs_with_an_unknown_count() {
     );
     // The free of an object never seen created is counted, not dropped silently (441's, and
     // each nvidia-smi's free of its 0xa5590010).
-    assert_eq!(tracker.counters().untracked_frees, 3);
+    assert_eq!(sources.nvidia().counters().untracked_frees, 3);
     // Of those, 441's is a call of a pre-trace client that gave no event: named.
-    assert_eq!(tracker.counters().pretrace_calls, 1);
+    assert_eq!(sources.nvidia().counters().pretrace_calls, 1);
 }
 
 /// mps_late: the same job (PID 558) under a running MPS server: one traced call (`RM_FREE

@@ -613,7 +613,7 @@ fn process_exit_is_reported_once_after_the_last_thread() {
 fn scheduling_update_controls_are_captured_with_their_parameters() {
     use gpu_trace::{
         event::{EventKind, Interleave, RunState, SchedChange},
-        vendor::nvidia::model::NvTracker,
+        vendor::Sources,
     };
     let _serial = serial();
     let Some((_tracer, mut ring)) = tracer("sched_update", None) else {
@@ -678,10 +678,10 @@ fn scheduling_update_controls_are_captured_with_their_parameters() {
             },
         ]
     );
-    let mut tracker = NvTracker::new();
+    let mut sources = Sources::new();
     let updates: Vec<(SchedChange, bool, i32)> = recs
         .iter()
-        .flat_map(|r| tracker.observe_raw(r))
+        .flat_map(|r| sources.events_of(r))
         .map(|e| match e.kind {
             EventKind::SchedUpdate {
                 change,

@@ -30,9 +30,9 @@ use gpu_trace::{
     event::{AmdVia, EventKind, TaskId},
     loader::{LoadError, LoadOptions, SyscallHook, Tracer},
     probe::system,
-    vendor::amd::{
-        decode::{self, KfdCall, KfdMalformed},
-        model::KfdTracker,
+    vendor::{
+        Sources,
+        amd::decode::{self, KfdCall, KfdMalformed},
     },
     wire::RawRecord,
 };
@@ -352,8 +352,8 @@ fn kfd_shaped_ioctls_on_a_watched_device_are_captured_and_decoded() {
     // The queue model: every call failed, so no queue exists — no TASK_INIT, no TASK_DESTROY —
     // and each scheduling request (creates: SCHEDULE; updates: SCHED_UPDATE) is reported
     // refused with the driver's errno.
-    let mut model = KfdTracker::new();
-    let events: Vec<_> = records.iter().flat_map(|r| model.observe_raw(r)).collect();
+    let mut sources = Sources::new();
+    let events: Vec<_> = records.iter().flat_map(|r| sources.events_of(r)).collect();
     let summary: Vec<(&str, TaskId, Option<AmdVia>, bool, i32)> = events
         .iter()
         .map(|e| match e.kind {
@@ -413,8 +413,8 @@ fn kfd_shaped_ioctls_on_a_watched_device_are_captured_and_decoded() {
             ),
         ]
     );
-    assert_eq!(model.live_tasks(), 0);
-    assert_eq!(model.counters().failed_creates, 2);
+    assert_eq!(sources.amd().live_tasks(), 0);
+    assert_eq!(sources.amd().counters().failed_creates, 2);
 
     let after = tracer.counters().unwrap();
     // The five calls and the process's cgroup record, sent before the first.

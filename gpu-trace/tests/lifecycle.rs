@@ -26,9 +26,9 @@ use gpu_trace::{
     cli::Format,
     event::{DestroyCause, EventKind, TaskId},
     pipeline::{Pipeline, PipelineConfig},
-    vendor::nvidia::{
-        decode::{self, RmCall},
-        model::NvTracker,
+    vendor::{
+        Sources,
+        nvidia::decode::{self, RmCall},
     },
     wire::{self, RawRecord},
 };
@@ -628,14 +628,14 @@ fn setup(pid: u32, comm: &str, ts: u64) -> Vec<RawRecord> {
     ]
 }
 
-fn observe(t: &mut NvTracker, recs: &[RawRecord]) -> Vec<gpu_trace::event::Event> {
-    recs.iter().flat_map(|r| t.observe_raw(r)).collect()
+fn observe(t: &mut Sources, recs: &[RawRecord]) -> Vec<gpu_trace::event::Event> {
+    recs.iter().flat_map(|r| t.events_of(r)).collect()
 }
 
 #[test]
 fn a_reused_pid_does_not_inherit_the_old_process_objects() {
     let pid = 4242;
-    let mut t = NvTracker::new();
+    let mut t = Sources::new();
     let evs = observe(&mut t, &setup(pid, "old", 100));
     assert_eq!(
         evs.iter().map(|e| e.kind.name()).collect::<Vec<_>>(),
@@ -651,7 +651,7 @@ fn a_reused_pid_does_not_inherit_the_old_process_objects() {
         matches!(evs[..], [ref e] if matches!(e.kind, EventKind::TaskDestroy { cause: DestroyCause::ProcessExit, .. }))
     );
     assert_eq!(t.live_tasks(), 0);
-    assert!(t.task(pid, CLIENT, TSG).is_none());
+    assert!(t.nvidia().task(pid, CLIENT, TSG).is_none());
 
     // A new process with the same pid uses the old handles: nothing of the old one is found.
     let h = |ts| hdr(ts, pid, pid, "new");
@@ -703,15 +703,18 @@ fn a_reused_pid_does_not_inherit_the_old_process_objects() {
     }
     assert_eq!(evs[0].origin.comm, "new");
     assert_eq!(
-        t.counters().untracked_frees,
+        t.nvidia().counters().untracked_frees,
         1,
         "the free of the old handle destroys nothing"
     );
     // The new process builds the same objects: a fresh TSG, nothing replaced.
     let evs = observe(&mut t, &setup(pid, "new", 400));
     assert_eq!(evs.len(), 1);
-    assert_eq!(t.counters().replaced_handles, 0);
-    assert_eq!(t.task(pid, CLIENT, TSG).unwrap().channels, vec![CHANNEL]);
+    assert_eq!(t.nvidia().counters().replaced_handles, 0);
+    assert_eq!(
+        t.nvidia().task(pid, CLIENT, TSG).unwrap().channels,
+        vec![CHANNEL]
+    );
 }
 
 #[test]

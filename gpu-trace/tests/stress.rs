@@ -26,11 +26,11 @@ use gpu_trace::{
     event::EventKind,
     model::stats::KernelCounters,
     pipeline::Pipeline,
+    vendor::Sources,
     vendor::nvidia::decode::{
         self, AllocParams, ControlParams, NVOS54_FLAGS_FINN_SERIALIZED,
         NVOS64_FLAGS_FINN_SERIALIZED, RmCall, Unreadable,
     },
-    vendor::nvidia::model::NvTracker,
     wire::{self, RawRecord},
 };
 use gpu_trace_common::{
@@ -316,25 +316,28 @@ fn finn_unknown_classes_and_garbage_are_counted_never_events() {
     // Through the pipeline: no event at all from any of it; the malformed ones are counted.
     let mut out = Vec::new();
     let mut p = Pipeline::new(pipeline_config(Format::Json), &mut out);
-    let mut tracker = NvTracker::new();
+    let mut sources = Sources::new();
     let mut malformed = 0u64;
     for r in &recs {
         p.feed(wire::nv_ioctl_bytes(r)).unwrap();
-        let evs = tracker.observe_raw(&RawRecord::NvIoctl(*r));
+        let evs = sources.events_of(&RawRecord::NvIoctl(*r));
         assert!(evs.is_empty(), "garbage became events: {evs:?} from {r:?}");
         malformed += u64::from(matches!(decode::decode(r), RmCall::Malformed { .. }));
     }
     assert_eq!(p.stats().events(), 0);
     assert_eq!(p.stats().decode_errors, malformed);
-    assert_eq!(tracker.counters().malformed, malformed);
-    assert_eq!(tracker.counters().calls + malformed, recs.len() as u64);
+    assert_eq!(sources.nvidia().counters().malformed, malformed);
+    assert_eq!(
+        sources.nvidia().counters().calls + malformed,
+        recs.len() as u64
+    );
     assert!(
-        tracker.counters().schedule_unreadable >= 1,
+        sources.nvidia().counters().schedule_unreadable >= 1,
         "the FINN schedule is counted as unreadable"
     );
     eprintln!(
         "{test}: malformed {malformed}, tracker counters {:?}",
-        tracker.counters()
+        sources.nvidia().counters()
     );
 
     // Had the driver accepted the FINN-serialized TSG alloc (ret 0, status NV_OK), the TSG is
@@ -342,7 +345,7 @@ fn finn_unknown_classes_and_garbage_are_counted_never_events() {
     // buffer as if it were the plain struct.
     let mut ok_finn = recs[1];
     ok_finn.ret = 0;
-    let evs = NvTracker::new().observe_raw(&RawRecord::NvIoctl(ok_finn));
+    let evs = Sources::new().events_of(&RawRecord::NvIoctl(ok_finn));
     match &evs[..] {
         [e] => match &e.kind {
             EventKind::TaskInit {

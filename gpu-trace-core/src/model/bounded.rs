@@ -3,7 +3,43 @@
 //! capped per process and in total, forgotten when its process exits, and what is not
 //! remembered is counted (`untracked_handles`, docs/events.md "Bounded state").
 
-use std::collections::{BTreeMap, HashMap};
+use std::{
+    collections::{BTreeMap, HashMap},
+    hash::{BuildHasherDefault, Hasher},
+};
+
+/// A map keyed by an id the kernel assigns (process or thread id), looked up for every record:
+/// hashed by a multiply-and-fold instead of the standard library's keyed SipHash, which is
+/// there against keys an adversary picks. Traced processes do not pick their ids; handles,
+/// which they can pick, stay in ordered maps.
+pub type PidMap<V> = HashMap<u32, V, BuildHasherDefault<IdHasher>>;
+
+/// The hasher of [`PidMap`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(u64::from(n));
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        // Fibonacci hashing; the fold brings the well-mixed high bits down to the low bits
+        // that pick the bucket.
+        let h = (self.0 ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 = h ^ (h >> 32);
+    }
+}
 
 /// Handles never seen created remembered per process.
 pub const MAX_HANDLES_PER_PROCESS: usize = 4096;
@@ -23,7 +59,7 @@ pub struct Generations<K: Ord + Copy> {
     /// Generation, and whether an object of that handle was seen created.
     map: BTreeMap<(u32, K), (u32, bool)>,
     /// Entries never seen created, per process, and in all.
-    unseen_per_pid: HashMap<u32, usize>,
+    unseen_per_pid: PidMap<usize>,
     unseen: usize,
 }
 
@@ -112,6 +148,23 @@ impl Bounded for (u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Process ids that differ only above the bits a table's size uses still land in
+    /// different buckets: the hash folds its high bits down.
+    #[test]
+    fn pid_hashes_spread_ids_that_share_their_low_bits() {
+        use std::hash::BuildHasher;
+        let build = std::hash::BuildHasherDefault::<IdHasher>::default();
+        let buckets: std::collections::BTreeSet<u64> = (1..=1024u32)
+            .map(|k| build.hash_one(k << 12) & 0xfff)
+            .collect();
+        assert!(buckets.len() > 600, "{} of 1024 buckets", buckets.len());
+        let mut m = PidMap::default();
+        for pid in (0..4096u32).map(|k| k << 12) {
+            m.insert(pid, pid);
+        }
+        assert!((0..4096u32).all(|k| m.get(&(k << 12)) == Some(&(k << 12))));
+    }
 
     #[test]
     fn unseen_handles_are_capped_per_process_and_in_total_and_forgotten_at_exit() {

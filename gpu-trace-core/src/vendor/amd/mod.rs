@@ -5,6 +5,72 @@
 pub mod decode;
 pub mod model;
 
+use crate::{
+    event::{Event, Origin},
+    vendor::{Fact, LiveAtEnd, Source},
+    wire::RawRecord,
+};
+use decode::KfdCall;
+use model::{KfdInput, KfdTracker};
+
+/// AMD's records: KFD ioctls and the deep hooks' queue records and driver steps. (A process's
+/// fd closes end no queue: the module documentation of [`model`] says why.)
+impl Source for KfdTracker {
+    fn observe_record(
+        &mut self,
+        origin: Origin,
+        record: &RawRecord,
+        events: &mut Vec<Event>,
+    ) -> Option<Fact> {
+        let mut fact = None;
+        let input = match record {
+            RawRecord::KfdIoctl(rec) => {
+                let call = decode::decode(rec);
+                if matches!(call, KfdCall::Malformed { .. }) {
+                    fact = Some(Fact::Malformed);
+                }
+                KfdInput::Call {
+                    fd: decode::fd(rec),
+                    errno: decode::errno(rec),
+                    call,
+                }
+            }
+            RawRecord::KfdQueue(rec) => KfdInput::QueueBuilt(decode::decode_queue(rec)),
+            RawRecord::Deep(rec) => KfdInput::Deep(decode::decode_deep(rec)),
+            _ => return None,
+        };
+        events.extend(self.observe(origin, input));
+        fact
+    }
+
+    fn process_exited(&mut self, origin: Origin, events: &mut Vec<Event>) {
+        events.extend(self.observe(origin, KfdInput::ProcessExit));
+    }
+
+    fn live_tasks(&self) -> usize {
+        KfdTracker::live_tasks(self)
+    }
+
+    fn finish(&mut self) -> Vec<LiveAtEnd> {
+        KfdTracker::finish(self)
+    }
+
+    fn unreported(&self) -> Vec<(&'static str, u64)> {
+        let kfd = self.counters();
+        vec![
+            ("unknown_queue", kfd.unknown_queue),
+            ("replaced_queues", kfd.replaced_queues),
+            ("deep_unmatched", kfd.deep_unmatched),
+            ("deep_unknown", kfd.deep_unknown),
+            ("kfd_release_no_queues", kfd.kfd_releases_without_queues),
+        ]
+    }
+
+    fn untracked_handles(&self) -> u64 {
+        self.counters().untracked_handles
+    }
+}
+
 #[cfg(test)]
 mod tests {
     /// The whole userspace path (parse → decode → track → render) on KFD records, text and

@@ -45,7 +45,7 @@
 //! `CREATE_QUEUE` reusing a live id is counted as `replaced_queues`); queues restored by CRIU
 //! (`AMDKFD_IOC_CRIU_OP`) and evictions/restores by the driver are not seen.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use serde::Serialize;
 
@@ -53,12 +53,11 @@ use crate::event::{
     AmdDetail, AmdVia, DestroyCause, Event, EventKind, Origin, SchedChange, TaskId, TaskKey,
     ValueSource,
 };
-use crate::model::bounded::Generations;
+use crate::model::bounded::{Generations, PidMap};
+use crate::vendor::LiveAtEnd;
 use crate::vendor::amd::decode::{
     self, CreateQueue, DeepStep, KfdCall, KfdMalformed, QueueBuilt, QueueParams, UpdateQueue,
 };
-use crate::vendor::nvidia::model::LiveAtEnd;
-use crate::wire::RawRecord;
 
 /// One input of the tracker.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,31 +76,6 @@ pub enum KfdInput {
     QueueBuilt(QueueBuilt),
     /// Deep hook: a driver-internal step.
     Deep(DeepStep),
-    /// The process closed a file descriptor (ends no queue; see the module documentation).
-    FdClose { fd: i32 },
-}
-
-impl KfdInput {
-    /// The origin and tracker input of one wire record (`None` for another vendor's record,
-    /// or one that is not a tracker input: cgroup attribution).
-    pub fn from_raw(raw: &RawRecord) -> Option<(Origin, KfdInput)> {
-        let input = match raw {
-            RawRecord::KfdIoctl(rec) => KfdInput::Call {
-                fd: decode::fd(rec),
-                errno: decode::errno(rec),
-                call: decode::decode(rec),
-            },
-            RawRecord::ProcessExit(_) => KfdInput::ProcessExit,
-            RawRecord::FdClose(t) => KfdInput::FdClose { fd: t.value },
-            RawRecord::KfdQueue(rec) => KfdInput::QueueBuilt(decode::decode_queue(rec)),
-            RawRecord::Deep(rec) => KfdInput::Deep(decode::decode_deep(rec)),
-            RawRecord::NvIoctl(_)
-            | RawRecord::NvSched(_)
-            | RawRecord::TaskCgroup(_)
-            | RawRecord::Attribution(_) => return None,
-        };
-        Some((raw.origin(), input))
-    }
 }
 
 /// What the tracker saw that produced no event, for the statistics.
@@ -150,10 +124,10 @@ struct Process {
 /// The AMD KFD state machine: the queues of every traced process.
 #[derive(Clone, Debug, Default)]
 pub struct KfdTracker {
-    procs: HashMap<u32, Process>,
+    procs: PidMap<Process>,
     counters: KfdTrackerCounters,
     /// Deep-hook findings waiting for their thread's `CREATE_QUEUE` result, by thread id.
-    pending: HashMap<u32, Pending>,
+    pending: PidMap<Pending>,
     /// Generation of the last queue seen per `(pid, queue id)`, for [`TaskKey`] (capped: see
     /// [`bounded`](crate::model::bounded)).
     generations: Generations<u32>,
@@ -208,14 +182,6 @@ impl KfdTracker {
         })
     }
 
-    /// Decodes one wire record and observes it (other vendors' records produce nothing).
-    pub fn observe_raw(&mut self, raw: &RawRecord) -> Vec<Event> {
-        match KfdInput::from_raw(raw) {
-            Some((origin, input)) => self.observe(origin, input),
-            None => Vec::new(),
-        }
-    }
-
     /// Observes one input; returns the events it produces, in order.
     pub fn observe(&mut self, origin: Origin, input: KfdInput) -> Vec<Event> {
         let exited = matches!(input, KfdInput::ProcessExit).then_some(origin.pid);
@@ -253,7 +219,6 @@ impl KfdTracker {
             KfdInput::ProcessExit => {
                 self.process_exit(&origin, origin.pid, DestroyCause::ProcessExit)
             }
-            KfdInput::FdClose { .. } => Vec::new(),
             KfdInput::QueueBuilt(b) => {
                 self.pending_of(&origin).built = Some(b);
                 Vec::new()
@@ -624,6 +589,8 @@ mod tests {
     use super::*;
     use crate::event::AmdQueueType;
     use crate::vendor::amd::decode::testing::{self, CreateArgs, soc15_doorbell};
+    use crate::vendor::observe_one;
+    use crate::wire::RawRecord;
     use gpu_trace_common::{KfdIoctlRecord, amd::cmd};
 
     const EINVAL: i32 = -22;
@@ -631,7 +598,7 @@ mod tests {
 
     fn run(tracker: &mut KfdTracker, recs: &[KfdIoctlRecord]) -> Vec<Event> {
         recs.iter()
-            .flat_map(|r| tracker.observe_raw(&RawRecord::KfdIoctl(*r)))
+            .flat_map(|r| observe_one(tracker, &RawRecord::KfdIoctl(*r)))
             .collect()
     }
 
@@ -727,13 +694,19 @@ mod tests {
         let mut t = KfdTracker::new();
         // Inside the CREATE_QUEUE of pid 100: the MQD copy runs, the DQM's create_queue returns, then
         // the handler (or the syscall) reports the create.
-        let mut ev = t.observe_raw(&RawRecord::Deep(testing::deep(
-            100,
-            deep_hook::INIT_MQD,
-            2,
-            0xffff_ffff_c0a1_0000,
-        )));
-        ev.extend(t.observe_raw(&RawRecord::KfdQueue(testing::queue_built(100, 2, 0x1002))));
+        let mut ev = observe_one(
+            &mut t,
+            &RawRecord::Deep(testing::deep(
+                100,
+                deep_hook::INIT_MQD,
+                2,
+                0xffff_ffff_c0a1_0000,
+            )),
+        );
+        ev.extend(observe_one(
+            &mut t,
+            &RawRecord::KfdQueue(testing::queue_built(100, 2, 0x1002)),
+        ));
         assert!(
             ev.is_empty(),
             "deep findings are not events on their own: {ev:?}"
@@ -760,10 +733,16 @@ mod tests {
     fn deep_findings_not_taken_up_are_counted_not_attached_elsewhere() {
         let mut t = KfdTracker::new();
         // Another queue's record (ids differ), then a refused create, then a destroy.
-        t.observe_raw(&RawRecord::KfdQueue(testing::queue_built(100, 9, 0x1009)));
+        observe_one(
+            &mut t,
+            &RawRecord::KfdQueue(testing::queue_built(100, 9, 0x1009)),
+        );
         let ev = run(&mut t, &[created(100, 2)]);
         assert_eq!(ev[0].amd.as_ref().unwrap().hw_doorbell, None);
-        t.observe_raw(&RawRecord::KfdQueue(testing::queue_built(100, 3, 0x1003)));
+        observe_one(
+            &mut t,
+            &RawRecord::KfdQueue(testing::queue_built(100, 3, 0x1003)),
+        );
         let refused = testing::record(
             100,
             4,
@@ -772,7 +751,10 @@ mod tests {
             &CreateArgs::default().bytes(),
         );
         run(&mut t, &[refused]);
-        t.observe_raw(&RawRecord::KfdQueue(testing::queue_built(100, 4, 0x1004)));
+        observe_one(
+            &mut t,
+            &RawRecord::KfdQueue(testing::queue_built(100, 4, 0x1004)),
+        );
         run(&mut t, &[testing::destroy(100, 4, 2, 0)]);
         assert_eq!(t.counters().deep_unmatched, 3);
     }
@@ -783,12 +765,10 @@ mod tests {
         let mut t = KfdTracker::new();
         run(&mut t, &[created(100, 2), created(100, 3)]);
         // pqm_uninit on a worker thread (pid 7): the owner is the record's value.
-        let ev = t.observe_raw(&RawRecord::Deep(testing::deep(
-            7,
-            deep_hook::KFD_RELEASE,
-            100,
-            0,
-        )));
+        let ev = observe_one(
+            &mut t,
+            &RawRecord::Deep(testing::deep(7, deep_hook::KFD_RELEASE, 100, 0)),
+        );
         assert_eq!(names(&ev), ["TASK_DESTROY", "TASK_DESTROY"]);
         for e in &ev {
             assert_eq!(e.origin.pid, 100, "reported for the owner, not the worker");
@@ -800,12 +780,10 @@ mod tests {
         // queues is counted.
         assert!(exit(&mut t, 100).is_empty());
         assert!(
-            t.observe_raw(&RawRecord::Deep(testing::deep(
-                7,
-                deep_hook::KFD_RELEASE,
-                555,
-                0
-            )))
+            observe_one(
+                &mut t,
+                &RawRecord::Deep(testing::deep(7, deep_hook::KFD_RELEASE, 555, 0))
+            )
             .is_empty()
         );
         assert_eq!(t.counters().kfd_releases_without_queues, 1);
@@ -813,12 +791,10 @@ mod tests {
         run(&mut t, &[created(200, 1)]);
         assert_eq!(ended(&exit(&mut t, 200)[0]).1, DestroyCause::ProcessExit);
         assert!(
-            t.observe_raw(&RawRecord::Deep(testing::deep(
-                7,
-                deep_hook::KFD_RELEASE,
-                200,
-                0
-            )))
+            observe_one(
+                &mut t,
+                &RawRecord::Deep(testing::deep(7, deep_hook::KFD_RELEASE, 200, 0))
+            )
             .is_empty()
         );
     }
@@ -956,17 +932,21 @@ mod tests {
 
     #[test]
     fn closing_the_fd_ends_nothing() {
-        let mut t = KfdTracker::new();
-        run(&mut t, &[created(3, 0)]);
-        let origin = Origin {
-            ts_ns: 5,
-            cpu: 0,
-            pid: 3,
-            tid: 3,
-            comm: "x".into(),
+        // Through the dispatcher, as the pipeline hands records over: the close of the
+        // process's `/dev/kfd` fd reaches no KFD queue.
+        let mut s = crate::vendor::Sources::new();
+        let create = created(3, 0);
+        assert_eq!(s.events_of(&RawRecord::KfdIoctl(create)).len(), 3);
+        let close = gpu_trace_common::TaskRecord {
+            hdr: gpu_trace_common::RecordHeader {
+                kind: gpu_trace_common::record_kind::FD_CLOSE,
+                ..create.hdr
+            },
+            value: create.fd,
+            _pad: 0,
         };
-        assert!(t.observe(origin, KfdInput::FdClose { fd: 4 }).is_empty());
-        assert_eq!(t.live_tasks(), 1);
+        assert!(s.events_of(&RawRecord::FdClose(close)).is_empty());
+        assert_eq!(s.amd().live_tasks(), 1);
     }
 
     #[test]
@@ -1107,7 +1087,6 @@ mod tests {
             params: [0; gpu_trace_common::NV_PARAMS_MAX],
             sub: [0; gpu_trace_common::NV_SUB_MAX],
         };
-        assert!(KfdInput::from_raw(&RawRecord::NvIoctl(nv)).is_none());
-        assert!(t.observe_raw(&RawRecord::NvIoctl(nv)).is_empty());
+        assert!(observe_one(&mut t, &RawRecord::NvIoctl(nv)).is_empty());
     }
 }

@@ -34,9 +34,9 @@
 //! objects, but looks the same as the last `close()` here; objects a child inherits through
 //! `fork` are not followed.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
-use crate::model::bounded::Generations;
+use crate::model::bounded::{Generations, PidMap};
 
 use gpu_trace_common::nvidia::{class, cmd};
 use serde::Serialize;
@@ -49,8 +49,7 @@ use crate::vendor::nvidia::decode::{
     self, AllocParams, ControlParams, DEFAULT_INTERLEAVE, DEFAULT_TIMESLICE_US, MalformedReason,
     RmCall, Unreadable,
 };
-use crate::vendor::nvidia::gpu_ext::{self, GxCall, GxHook};
-use crate::wire::RawRecord;
+use crate::vendor::nvidia::gpu_ext::{GxCall, GxHook};
 
 /// One input of the tracker.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -73,29 +72,6 @@ pub enum NvInput {
     },
     /// A gpu_ext scheduling hook ran (deep hook on a patched driver).
     Sched(GxCall),
-}
-
-impl NvInput {
-    /// The origin and tracker input of one wire record (`None` for another vendor's record,
-    /// or one that is not a tracker input: cgroup attribution).
-    pub fn from_raw(raw: &RawRecord) -> Option<(Origin, NvInput)> {
-        let input = match raw {
-            RawRecord::NvIoctl(rec) => NvInput::Call {
-                fd: decode::fd(rec),
-                errno: decode::errno(rec),
-                call: decode::decode(rec),
-            },
-            RawRecord::ProcessExit(_) => NvInput::ProcessExit,
-            RawRecord::FdClose(t) => NvInput::FdClose { fd: t.value },
-            RawRecord::NvSched(rec) => NvInput::Sched(gpu_ext::decode(rec)),
-            RawRecord::KfdIoctl(_)
-            | RawRecord::KfdQueue(_)
-            | RawRecord::Deep(_)
-            | RawRecord::TaskCgroup(_)
-            | RawRecord::Attribution(_) => return None,
-        };
-        Some((raw.origin(), input))
-    }
 }
 
 /// What the tracker saw that produced no event, for the statistics.
@@ -143,46 +119,7 @@ pub struct NvTrackerCounters {
     pub untracked_handles: u64,
 }
 
-/// TSGs a process still held when tracing stopped.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct LiveAtEnd {
-    /// Process id.
-    pub pid: u32,
-    /// Last thread name seen from the process.
-    pub comm: String,
-    /// `(client, task)` of each live TSG.
-    pub tasks: Vec<(u32, TaskId)>,
-}
-
-impl LiveAtEnd {
-    /// `TASK_DESTROY` events with [`DestroyCause::TracerExit`], one per live TSG, for the
-    /// statistics (never printed). `ts_ns` is the time tracing stopped; the thread is the
-    /// process's main thread.
-    pub fn tracer_exit_events(&self, ts_ns: u64) -> Vec<Event> {
-        let origin = Origin {
-            ts_ns,
-            cpu: 0,
-            pid: self.pid,
-            tid: self.pid,
-            comm: self.comm.clone(),
-        };
-        self.tasks
-            .iter()
-            .map(|&(client, task)| Event {
-                amd: None,
-                key: None,
-                origin: origin.clone(),
-                kind: EventKind::TaskDestroy {
-                    task,
-                    client,
-                    cause: DestroyCause::TracerExit,
-                    implicit: true,
-                    final_params: None,
-                },
-            })
-            .collect()
-    }
-}
+pub use crate::vendor::LiveAtEnd;
 
 /// What the tracker knows about one live TSG ([`NvTracker::task`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -316,11 +253,11 @@ fn pretrace_end(
 /// The NVIDIA state machine: object tables of every traced process.
 #[derive(Clone, Debug, Default)]
 pub struct NvTracker {
-    procs: HashMap<u32, Process>,
+    procs: PidMap<Process>,
     counters: NvTrackerCounters,
     /// gpu_ext hooks that ran inside an `ioctl` on fd `.1` in process `.0`, by thread, waiting
     /// for that call's record.
-    pending: HashMap<u32, (u32, u64, Vec<GxHook>)>,
+    pending: PidMap<(u32, u64, Vec<GxHook>)>,
     /// Generation of the last task seen per `(pid, client, handle)`, for [`TaskKey`] (capped:
     /// see [`bounded`](crate::model::bounded)).
     generations: Generations<(u32, u32)>,
@@ -544,14 +481,6 @@ impl NvTracker {
         })
     }
 
-    /// Decodes one wire record and observes it.
-    pub fn observe_raw(&mut self, raw: &RawRecord) -> Vec<Event> {
-        let Some((origin, input)) = NvInput::from_raw(raw) else {
-            return Vec::new();
-        };
-        self.observe(origin, input)
-    }
-
     /// Observes one input; returns the events it produces, in order.
     pub fn observe(&mut self, origin: Origin, input: NvInput) -> Vec<Event> {
         match input {
@@ -580,141 +509,159 @@ impl NvTracker {
                 *self.counters.malformed_by_reason.entry(reason).or_default() += 1;
                 Vec::new()
             }
-            NvInput::Call { fd, errno, call } => {
-                let mut hooks = self.take_hooks(&origin, fd);
-                self.counters.calls += 1;
-                let unseen = self.note_unseen_client(&origin, fd, errno, &call);
-                if let Some(status) = call.status()
-                    && !decode::succeeded(errno, status)
-                {
-                    self.counters.failed_calls += 1;
-                }
-                let events = match call {
-                    RmCall::Alloc {
-                        client,
-                        parent,
-                        handle,
-                        class,
-                        status,
-                        params,
-                        ..
-                    } => {
-                        let ok = decode::succeeded(errno, status);
-                        let init = take_hook(&mut hooks, |h| matches!(h, GxHook::TaskInit { .. }));
-                        let used = init.is_some() && ok && class == class::KEPLER_CHANNEL_GROUP_A;
-                        self.count_unused(&hooks, init.is_some() && !used);
-                        let mut events = self.alloc(
-                            &origin,
-                            fd,
-                            ok,
-                            AllocArgs {
-                                client,
-                                parent,
-                                handle,
-                                class,
-                                params,
-                            },
-                        );
-                        if let (
-                            true,
-                            Some(GxHook::TaskInit {
-                                tsg_id,
-                                default_timeslice_us,
-                                ..
-                            }),
-                        ) = (used, init)
-                        {
-                            self.apply_task_init(
-                                &origin,
-                                client,
-                                handle,
-                                tsg_id,
-                                default_timeslice_us,
-                                &mut events,
-                            );
-                        }
-                        events
-                    }
-                    RmCall::Control {
-                        client,
-                        object,
-                        cmd,
-                        status,
-                        params,
-                        ..
-                    } => {
-                        let bind = take_hook(&mut hooks, |h| matches!(h, GxHook::Bind { .. }));
-                        let used = bind.is_some() && cmd == cmd::TSG_GPFIFO_SCHEDULE;
-                        let token =
-                            take_hook(&mut hooks, |h| matches!(h, GxHook::TokenRequest { .. }));
-                        let token_used =
-                            token.is_some() && cmd == cmd::CHANNEL_GET_WORK_SUBMIT_TOKEN;
-                        self.count_unused(
-                            &hooks,
-                            (bind.is_some() && !used) || (token.is_some() && !token_used),
-                        );
-                        let mut events = self.control(
-                            &origin,
-                            ControlArgs {
-                                errno,
-                                status,
-                                client,
-                                object,
-                                command: cmd,
-                                params,
-                            },
-                        );
-                        if let (
-                            true,
-                            Some(GxHook::Bind {
-                                tsg_id,
-                                runlist_id,
-                                channel_count,
-                                timeslice_us,
-                                interleave,
-                                ..
-                            }),
-                        ) = (used, bind)
-                        {
-                            self.apply_bind(
-                                &origin,
-                                client,
-                                object,
-                                (tsg_id, runlist_id, channel_count, timeslice_us, interleave),
-                                &mut events,
-                            );
-                        }
-                        if let (true, Some(GxHook::TokenRequest { tsg_id, .. })) =
-                            (token_used, token)
-                        {
-                            self.apply_token(&origin, client, object, tsg_id, &mut events);
-                        }
-                        events
-                    }
-                    RmCall::Free {
-                        client,
-                        object,
-                        status,
-                        ..
-                    } => {
-                        // Destroy hooks confirm the free; they change nothing that is printed.
-                        hooks.retain(|h| !matches!(h, GxHook::TaskDestroy { .. }));
-                        self.count_unused(&hooks, false);
-                        if decode::succeeded(errno, status) {
-                            self.free(&origin, client, object)
-                        } else {
-                            Vec::new()
-                        }
-                    }
-                    RmCall::Malformed { .. } => unreachable!("handled above"),
-                };
-                if unseen && events.is_empty() {
-                    // Named in the statistics, not dropped silently.
-                    self.counters.pretrace_calls += 1;
-                }
-                events
-            }
+            NvInput::Call { fd, errno, call } => self.call(&origin, fd, errno, call),
         }
+    }
+
+    /// A well-formed RM call, with the gpu_ext hooks that ran inside it.
+    fn call(&mut self, origin: &Origin, fd: i32, errno: i32, call: RmCall) -> Vec<Event> {
+        let mut hooks = self.take_hooks(origin, fd);
+        self.counters.calls += 1;
+        let unseen = self.note_unseen_client(origin, fd, errno, &call);
+        if let Some(status) = call.status()
+            && !decode::succeeded(errno, status)
+        {
+            self.counters.failed_calls += 1;
+        }
+        let events = match call {
+            RmCall::Alloc {
+                client,
+                parent,
+                handle,
+                class,
+                status,
+                params,
+                ..
+            } => {
+                let ok = decode::succeeded(errno, status);
+                let args = AllocArgs {
+                    client,
+                    parent,
+                    handle,
+                    class,
+                    params,
+                };
+                self.alloc_with_hooks(origin, fd, ok, args, &mut hooks)
+            }
+            RmCall::Control {
+                client,
+                object,
+                cmd,
+                status,
+                params,
+                ..
+            } => {
+                let args = ControlArgs {
+                    errno,
+                    status,
+                    client,
+                    object,
+                    command: cmd,
+                    params,
+                };
+                self.control_with_hooks(origin, args, &mut hooks)
+            }
+            RmCall::Free {
+                client,
+                object,
+                status,
+                ..
+            } => {
+                // Destroy hooks confirm the free; they change nothing that is printed.
+                hooks.retain(|h| !matches!(h, GxHook::TaskDestroy { .. }));
+                self.count_unused(&hooks, false);
+                if decode::succeeded(errno, status) {
+                    self.free(origin, client, object)
+                } else {
+                    Vec::new()
+                }
+            }
+            RmCall::Malformed { .. } => unreachable!("handled by observe"),
+        };
+        if unseen && events.is_empty() {
+            // Named in the statistics, not dropped silently.
+            self.counters.pretrace_calls += 1;
+        }
+        events
+    }
+
+    /// An `RM_ALLOC`; a gpu_ext `task_init` hook of it gives the new TSG its hardware id.
+    fn alloc_with_hooks(
+        &mut self,
+        origin: &Origin,
+        fd: i32,
+        ok: bool,
+        args: AllocArgs,
+        hooks: &mut Vec<GxHook>,
+    ) -> Vec<Event> {
+        let (client, handle, class) = (args.client, args.handle, args.class);
+        let init = take_hook(hooks, |h| matches!(h, GxHook::TaskInit { .. }));
+        let used = init.is_some() && ok && class == class::KEPLER_CHANNEL_GROUP_A;
+        self.count_unused(hooks, init.is_some() && !used);
+        let mut events = self.alloc(origin, fd, ok, args);
+        if let (
+            true,
+            Some(GxHook::TaskInit {
+                tsg_id,
+                default_timeslice_us,
+                ..
+            }),
+        ) = (used, init)
+        {
+            self.apply_task_init(
+                origin,
+                client,
+                handle,
+                tsg_id,
+                default_timeslice_us,
+                &mut events,
+            );
+        }
+        events
+    }
+
+    /// An `RM_CONTROL`; gpu_ext `bind` and `token_request` hooks of it add the driver's own
+    /// values to its event.
+    fn control_with_hooks(
+        &mut self,
+        origin: &Origin,
+        args: ControlArgs,
+        hooks: &mut Vec<GxHook>,
+    ) -> Vec<Event> {
+        let (client, object, cmd) = (args.client, args.object, args.command);
+        let bind = take_hook(hooks, |h| matches!(h, GxHook::Bind { .. }));
+        let used = bind.is_some() && cmd == cmd::TSG_GPFIFO_SCHEDULE;
+        let token = take_hook(hooks, |h| matches!(h, GxHook::TokenRequest { .. }));
+        let token_used = token.is_some() && cmd == cmd::CHANNEL_GET_WORK_SUBMIT_TOKEN;
+        self.count_unused(
+            hooks,
+            (bind.is_some() && !used) || (token.is_some() && !token_used),
+        );
+        let mut events = self.control(origin, args);
+        if let (
+            true,
+            Some(GxHook::Bind {
+                tsg_id,
+                runlist_id,
+                channel_count,
+                timeslice_us,
+                interleave,
+                ..
+            }),
+        ) = (used, bind)
+        {
+            self.apply_bind(
+                origin,
+                client,
+                object,
+                (tsg_id, runlist_id, channel_count, timeslice_us, interleave),
+                &mut events,
+            );
+        }
+        if let (true, Some(GxHook::TokenRequest { tsg_id, .. })) = (token_used, token) {
+            self.apply_token(origin, client, object, tsg_id, &mut events);
+        }
+        events
     }
 
     /// A gpu_ext hook ran: kept for the thread's ioctl, or counted.
@@ -739,6 +686,10 @@ impl NvTracker {
 
     /// The hooks that ran inside this call (same thread, same fd).
     fn take_hooks(&mut self, origin: &Origin, fd: i32) -> Vec<GxHook> {
+        if self.pending.is_empty() {
+            // No gpu_ext hook waits (the common case: an unpatched driver).
+            return Vec::new();
+        }
         match self.pending.remove(&origin.tid) {
             Some((_, at, hooks)) if i64::try_from(at).ok() == Some(i64::from(fd)) => hooks,
             Some((_, _, hooks)) => {
@@ -952,70 +903,7 @@ impl NvTracker {
                 Vec::new()
             }
             class::KEPLER_CHANNEL_GROUP_A => {
-                let engine_type = match params {
-                    AllocParams::Tsg { engine_type, .. } => Some(engine_type),
-                    _ => None,
-                };
-                let generation = self
-                    .generations
-                    .get(origin.pid, (client, handle))
-                    .map_or(1, |g| g + 1);
-                self.generations
-                    .set(origin.pid, (client, handle), generation, true);
-                let key = TaskKey {
-                    pid: origin.pid,
-                    client: Some(client),
-                    object: handle,
-                    generation,
-                };
-                if origin.comm == MPS_COMM {
-                    self.mps_servers.insert(origin.pid);
-                }
-                let c = self.client_mut(origin, client);
-                let tsg = Tsg {
-                    parent,
-                    fd,
-                    engine_type,
-                    sched: SchedParams {
-                        timeslice_us: Some(DEFAULT_TIMESLICE_US),
-                        timeslice_source: ValueSource::DriverDefault,
-                        interleave: Some(DEFAULT_INTERLEAVE),
-                        interleave_source: ValueSource::DriverDefault,
-                        runlist: None,
-                        run_state: RunState::Unscheduled,
-                    },
-                    hw_id: None,
-                    channels: BTreeSet::new(),
-                    key,
-                };
-                let gpu = c.gpu_of(parent);
-                let replaced = c.remove_tsg(handle).is_some();
-                // Channels still recorded under this handle belonged to an earlier object with
-                // the same handle (one created before tracing, whose free was not seen as a
-                // TSG's): the new TSG starts without them.
-                c.channels.retain(|_, ch| ch.parent != handle);
-                let kind = EventKind::TaskInit {
-                    task: tsg.task(handle),
-                    client,
-                    engine: engine_type.map(decode::engine_of),
-                    engine_type,
-                    timeslice_us: tsg.sched.timeslice_us,
-                    timeslice_source: tsg.sched.timeslice_source,
-                    interleave: tsg.sched.interleave,
-                    interleave_source: tsg.sched.interleave_source,
-                    runlist: tsg.sched.runlist,
-                    gpu,
-                };
-                c.tsgs.insert(handle, tsg);
-                if replaced {
-                    self.counters.replaced_handles += 1;
-                }
-                vec![Event {
-                    amd: None,
-                    key: Some(key),
-                    origin: origin.clone(),
-                    kind,
-                }]
+                self.alloc_tsg(origin, fd, client, parent, handle, params)
             }
             c if class::is_channel(c) => {
                 let cl = self.client_mut(origin, client);
@@ -1031,6 +919,82 @@ impl NvTracker {
             }
             _ => Vec::new(),
         }
+    }
+
+    /// A successful alloc of a TSG (`KEPLER_CHANNEL_GROUP_A`): `TASK_INIT`.
+    fn alloc_tsg(
+        &mut self,
+        origin: &Origin,
+        fd: i32,
+        client: u32,
+        parent: u32,
+        handle: u32,
+        params: AllocParams,
+    ) -> Vec<Event> {
+        let engine_type = match params {
+            AllocParams::Tsg { engine_type, .. } => Some(engine_type),
+            _ => None,
+        };
+        let generation = self
+            .generations
+            .get(origin.pid, (client, handle))
+            .map_or(1, |g| g + 1);
+        self.generations
+            .set(origin.pid, (client, handle), generation, true);
+        let key = TaskKey {
+            pid: origin.pid,
+            client: Some(client),
+            object: handle,
+            generation,
+        };
+        if origin.comm == MPS_COMM {
+            self.mps_servers.insert(origin.pid);
+        }
+        let c = self.client_mut(origin, client);
+        let tsg = Tsg {
+            parent,
+            fd,
+            engine_type,
+            sched: SchedParams {
+                timeslice_us: Some(DEFAULT_TIMESLICE_US),
+                timeslice_source: ValueSource::DriverDefault,
+                interleave: Some(DEFAULT_INTERLEAVE),
+                interleave_source: ValueSource::DriverDefault,
+                runlist: None,
+                run_state: RunState::Unscheduled,
+            },
+            hw_id: None,
+            channels: BTreeSet::new(),
+            key,
+        };
+        let gpu = c.gpu_of(parent);
+        let replaced = c.remove_tsg(handle).is_some();
+        // Channels still recorded under this handle belonged to an earlier object with
+        // the same handle (one created before tracing, whose free was not seen as a
+        // TSG's): the new TSG starts without them.
+        c.channels.retain(|_, ch| ch.parent != handle);
+        let kind = EventKind::TaskInit {
+            task: tsg.task(handle),
+            client,
+            engine: engine_type.map(decode::engine_of),
+            engine_type,
+            timeslice_us: tsg.sched.timeslice_us,
+            timeslice_source: tsg.sched.timeslice_source,
+            interleave: tsg.sched.interleave,
+            interleave_source: tsg.sched.interleave_source,
+            runlist: tsg.sched.runlist,
+            gpu,
+        };
+        c.tsgs.insert(handle, tsg);
+        if replaced {
+            self.counters.replaced_handles += 1;
+        }
+        vec![Event {
+            amd: None,
+            key: Some(key),
+            origin: origin.clone(),
+            kind,
+        }]
     }
 
     fn control(&mut self, origin: &Origin, call: ControlArgs) -> Vec<Event> {
@@ -1078,7 +1042,65 @@ impl NvTracker {
             }
         });
         // Requests that change how the TSG is scheduled: reported allowed or not.
-        let change = match (command, params) {
+        let change = self.sched_change(pid, client, known, command, params);
+        if let Some(change) = change {
+            if ok {
+                self.update_tsg(pid, client, known, |t| match change {
+                    SchedChange::Timeslice { new_us, .. } => {
+                        t.sched.timeslice_us = Some(new_us);
+                        t.sched.timeslice_source = ValueSource::Observed;
+                    }
+                    SchedChange::Interleave { new, .. } => {
+                        t.sched.interleave = new;
+                        t.sched.interleave_source = ValueSource::Observed;
+                    }
+                    _ => {}
+                });
+            } else if known.is_none() {
+                self.counters.unknown_handle += 1;
+            }
+            return vec![self.update_event(
+                origin,
+                client,
+                (object, known),
+                change,
+                (errno, status),
+                channel_level,
+            )];
+        }
+        if !ok {
+            return Vec::new();
+        }
+        match (command, params) {
+            (cmd::CHANNEL_GET_WORK_SUBMIT_TOKEN, ControlParams::WorkSubmitToken { token }) => {
+                self.work_submit(origin, client, (object, known), token)
+            }
+            (cmd::TSG_GET_TIMESLICE, ControlParams::Timeslice { us }) => {
+                self.update_tsg(pid, client, known, |t| {
+                    t.sched.timeslice_us = Some(us);
+                    t.sched.timeslice_source = ValueSource::Observed;
+                });
+                Vec::new()
+            }
+            (cmd::TSG_GET_INFO, ControlParams::TsgInfo { tsg_id }) => {
+                self.update_tsg(pid, client, known, |t| t.hw_id = Some(tsg_id));
+                Vec::new()
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// The scheduling change a control requests (timeslice, interleave level, preemption), with
+    /// the values of TSG `known` before it; `None` for other controls.
+    fn sched_change(
+        &self,
+        pid: u32,
+        client: u32,
+        known: Option<u32>,
+        command: u32,
+        params: ControlParams,
+    ) -> Option<SchedChange> {
+        match (command, params) {
             (cmd::TSG_SET_TIMESLICE, ControlParams::Timeslice { us }) => {
                 let t = self.tsg(pid, client, known);
                 Some(SchedChange::Timeslice {
@@ -1112,93 +1134,61 @@ impl NvTracker {
                 timeout_us,
             }),
             _ => None,
+        }
+    }
+
+    /// A successful `GET_WORK_SUBMIT_TOKEN` on channel `object` (of TSG `known`, when tracked):
+    /// `WORK_SUBMIT`, and the MPS relation its runlist reveals.
+    fn work_submit(
+        &mut self,
+        origin: &Origin,
+        client: u32,
+        (object, known): (u32, Option<u32>),
+        token: u32,
+    ) -> Vec<Event> {
+        let pid = origin.pid;
+        let fields = decode::split_token(token);
+        let key = self.key_of(pid, client, known.unwrap_or(object));
+        let c = self.client_mut(origin, client);
+        let channel_known = c.channels.contains_key(&object);
+        let (task, gpu) = match known {
+            Some(h) => {
+                let t = c.tsgs.get_mut(&h).expect("known TSG");
+                t.sched.runlist = Some(fields.runlist);
+                let parent = t.parent;
+                let task = t.task(h);
+                (task, c.gpu_of(parent))
+            }
+            None => {
+                // A channel with no TSG of ours: a channel created before tracing, one
+                // in a TSG shared from another process (MPS), or one parented directly
+                // to a device.
+                let gpu = c.channels.get(&object).and_then(|ch| c.gpu_of(ch.parent));
+                let task = self
+                    .unseen_task(pid, client, object, true)
+                    .unwrap_or(TaskId::RmHandle(object));
+                (task, gpu)
+            }
         };
-        if let Some(change) = change {
-            if ok {
-                self.update_tsg(pid, client, known, |t| match change {
-                    SchedChange::Timeslice { new_us, .. } => {
-                        t.sched.timeslice_us = Some(new_us);
-                        t.sched.timeslice_source = ValueSource::Observed;
-                    }
-                    SchedChange::Interleave { new, .. } => {
-                        t.sched.interleave = new;
-                        t.sched.interleave_source = ValueSource::Observed;
-                    }
-                    _ => {}
-                });
-            } else if known.is_none() {
-                self.counters.unknown_handle += 1;
-            }
-            return vec![self.update_event(
-                origin,
+        if !channel_known {
+            self.counters.unknown_handle += 1;
+        }
+        let mut out = vec![Event {
+            amd: None,
+            key: Some(key),
+            origin: origin.clone(),
+            kind: EventKind::WorkSubmit {
+                task,
                 client,
-                (object, known),
-                change,
-                (errno, status),
-                channel_level,
-            )];
-        }
-        if !ok {
-            return Vec::new();
-        }
-        match (command, params) {
-            (cmd::CHANNEL_GET_WORK_SUBMIT_TOKEN, ControlParams::WorkSubmitToken { token }) => {
-                let fields = decode::split_token(token);
-                let key = self.key_of(pid, client, known.unwrap_or(object));
-                let c = self.client_mut(origin, client);
-                let channel_known = c.channels.contains_key(&object);
-                let (task, gpu) = match known {
-                    Some(h) => {
-                        let t = c.tsgs.get_mut(&h).expect("known TSG");
-                        t.sched.runlist = Some(fields.runlist);
-                        let parent = t.parent;
-                        let task = t.task(h);
-                        (task, c.gpu_of(parent))
-                    }
-                    None => {
-                        // A channel with no TSG of ours: a channel created before tracing, one
-                        // in a TSG shared from another process (MPS), or one parented directly
-                        // to a device.
-                        let gpu = c.channels.get(&object).and_then(|ch| c.gpu_of(ch.parent));
-                        let task = self
-                            .unseen_task(pid, client, object, true)
-                            .unwrap_or(TaskId::RmHandle(object));
-                        (task, gpu)
-                    }
-                };
-                if !channel_known {
-                    self.counters.unknown_handle += 1;
-                }
-                let mut out = vec![Event {
-                    amd: None,
-                    key: Some(key),
-                    origin: origin.clone(),
-                    kind: EventKind::WorkSubmit {
-                        task,
-                        client,
-                        channel_handle: object,
-                        chid: Some(fields.chid),
-                        runlist: Some(fields.runlist),
-                        token,
-                        gpu,
-                    },
-                }];
-                out.extend(self.mps_link(origin, client, task, fields.runlist));
-                out
-            }
-            (cmd::TSG_GET_TIMESLICE, ControlParams::Timeslice { us }) => {
-                self.update_tsg(pid, client, known, |t| {
-                    t.sched.timeslice_us = Some(us);
-                    t.sched.timeslice_source = ValueSource::Observed;
-                });
-                Vec::new()
-            }
-            (cmd::TSG_GET_INFO, ControlParams::TsgInfo { tsg_id }) => {
-                self.update_tsg(pid, client, known, |t| t.hw_id = Some(tsg_id));
-                Vec::new()
-            }
-            _ => Vec::new(),
-        }
+                channel_handle: object,
+                chid: Some(fields.chid),
+                runlist: Some(fields.runlist),
+                token,
+                gpu,
+            },
+        }];
+        out.extend(self.mps_link(origin, client, task, fields.runlist));
+        out
     }
 
     /// The tracked TSG `tsg` of `client` in process `pid`.
@@ -1560,7 +1550,7 @@ mod tests {
     use super::*;
     use crate::event::{Engine, Interleave};
     use crate::vendor::nvidia::decode::testrec::{self, *};
-    use crate::wire::{self, append_to_stream, records_from_stream};
+    use crate::wire::{self, RawRecord, append_to_stream, records_from_stream};
     use gpu_trace_common::{RecordHeader, TaskRecord, nv_flags, record_kind};
 
     const CLIENT: u32 = 0xC1D0_0001;
@@ -1654,7 +1644,9 @@ mod tests {
         fn run(&self, t: &mut NvTracker) -> Vec<Event> {
             let recs = records_from_stream(&self.stream()).expect("stream parses");
             assert_eq!(recs.len(), self.recs.len());
-            recs.iter().flat_map(|r| t.observe_raw(r)).collect()
+            recs.iter()
+                .flat_map(|r| crate::vendor::observe_one(t, r))
+                .collect()
         }
     }
 
