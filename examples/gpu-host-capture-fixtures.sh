@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Round-3 captures on the GPU host (recordings for the late-attach, MPS and scheduling tests):
-#   bash examples/gpu-host-r3-capture.sh BIN OUTDIR
+# Test fixtures captured on the GPU host (gpu-trace/tests/fixtures/h100_r3: recordings for the
+# late-attach, MPS and stream-priority tests):
+#   bash examples/gpu-host-capture-fixtures.sh BIN OUTDIR
 # BIN is a release build of gpu-trace. Every recording is made with --record so that the tests
 # can replay the raw driver calls; the host facts the inventory reads are saved beside them.
 set -u
