@@ -166,20 +166,3 @@ impl Before {
         Ok(figures)
     }
 }
-
-fn cargo_build_xtask(dir: &Path, target: &Path) -> Result<()> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let status = Command::new(cargo)
-        .current_dir(dir)
-        .args(["build", "--release", "-p", "xtask"])
-        .env("CARGO_TARGET_DIR", target)
-        .status()
-        .context("running cargo")?;
-    if !status.success() {
-        bail!(
-            "cargo build --release -p xtask in {} failed ({status}); fix the build",
-            dir.display()
-        );
-    }
-    Ok(())
-}

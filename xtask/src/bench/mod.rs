@@ -470,21 +470,30 @@ const NO_REEXEC: &str = "XTASK_BENCH_RELEASE";
 fn reexec_release(root: &Path, target: &Path) -> Result<()> {
     use std::os::unix::process::CommandExt as _;
     progress("building xtask in release (cargo build --release -p xtask) and running that");
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let status = Command::new(cargo)
-        .current_dir(root)
-        .args(["build", "--release", "-p", "xtask"])
-        .env("CARGO_TARGET_DIR", target)
-        .status()
-        .context("running cargo")?;
-    if !status.success() {
-        bail!("building xtask in release failed ({status}); fix the build");
-    }
+    cargo_build_xtask(root, target)?;
     let err = Command::new(target.join("release/xtask"))
         .args(std::env::args_os().skip(1))
         .env(NO_REEXEC, "1")
         .exec();
     Err(anyhow!(err).context("running the release build of xtask"))
+}
+
+/// `cargo build --release -p xtask` of the checkout in `dir`, into `target`.
+pub(super) fn cargo_build_xtask(dir: &Path, target: &Path) -> Result<()> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = Command::new(cargo)
+        .current_dir(dir)
+        .args(["build", "--release", "-p", "xtask"])
+        .env("CARGO_TARGET_DIR", target)
+        .status()
+        .context("running cargo")?;
+    if !status.success() {
+        bail!(
+            "cargo build --release -p xtask in {} failed ({status}); fix the build",
+            dir.display()
+        );
+    }
+    Ok(())
 }
 
 /// Prints what has been collected so far (the tables appear part by part).
