@@ -171,6 +171,9 @@ fn rate_range(s: Spread) -> String {
 }
 
 pub(super) fn pipeline_part(ctx: &Ctx, opts: &PipelineOpts, out: &mut String) -> Result<()> {
+    if opts.save && cfg!(debug_assertions) {
+        bail!("--save keeps measurements: run without --quick (a release build)");
+    }
     let before = match &opts.against {
         Some(rev) => Some(Before::prepare(ctx, rev)?),
         None => None,
@@ -255,9 +258,6 @@ pub(super) fn pipeline_part(ctx: &Ctx, opts: &PipelineOpts, out: &mut String) ->
 /// This run against the kept figures, and with `--save` this run kept in their place.
 fn kept_figures(ctx: &Ctx, opts: &PipelineOpts, now: &Figures, out: &mut String) -> Result<()> {
     if cfg!(debug_assertions) {
-        if opts.save {
-            bail!("--save keeps measurements: run without --quick (a release build)");
-        }
         return Ok(());
     }
     let path = ctx.root.join(figures::KEPT_FILE);
