@@ -121,7 +121,7 @@ impl Before {
         let _ = fs::remove_file(&emit);
         // REV's bench insists on a gpu-trace binary and a loop binary even for this part
         // (before `--only pipeline` needed neither): any existing file will do.
-        let any = std::env::current_exe()?;
+        let any = &self.xtask;
         let mut cmd = Command::new(&self.xtask);
         cmd.args(["bench", "--only", "pipeline", "--reps", "1"])
             .arg("--pipeline-records")
@@ -129,9 +129,9 @@ impl Before {
             .arg("--root")
             .arg(root)
             .arg("--gpu-trace")
-            .arg(&any)
+            .arg(any)
             .arg("--loop-bin")
-            .arg(&any)
+            .arg(any)
             .env(NO_REEXEC, "1")
             .stdin(Stdio::null());
         if self.emits {

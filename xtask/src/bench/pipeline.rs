@@ -178,6 +178,8 @@ pub(super) fn pipeline_part(ctx: &Ctx, opts: &PipelineOpts, out: &mut String) ->
         Some(rev) => Some(Before::prepare(ctx, rev)?),
         None => None,
     };
+    // What is measured, taken before measuring.
+    let (commit, load) = (head_commit(&ctx.root), load_average());
     progress(format!("pipeline: {} records per run", opts.records));
     let (records, clock, distinct) = replicated_records(&ctx.root, opts.records)?;
     let n = records.len();
@@ -203,9 +205,10 @@ pub(super) fn pipeline_part(ctx: &Ctx, opts: &PipelineOpts, out: &mut String) ->
     let measured = measure(ctx, &records, &clock, before.as_ref())?;
     drop(records);
     let mut now = Figures {
-        commit: head_commit(&ctx.root),
+        commit,
         cpu: cpu_model(),
         date: command_line("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
+        load,
         records: n,
         reps: ctx.reps,
         figures: Vec::new(),
