@@ -294,6 +294,14 @@ fn before_after(b: &Before, m: &Measured, now: &Figures) -> Result<String> {
         "\n### Before/after: {} ({}) against this tree ({}), same records, interleaved\n",
         b.rev, b.commit, now.commit
     )?;
+    if cfg!(debug_assertions) {
+        writeln!(
+            s,
+            "This tree's side is a debug build here (--quick) and {}'s a release build: the \
+             ratios below say nothing about the change.\n",
+            b.rev
+        )?;
+    }
     if !b.emits {
         writeln!(
             s,
