@@ -707,7 +707,7 @@ mod tests {
     #[test]
     fn long_comm_is_cut_to_what_the_kernel_keeps() {
         // TASK_COMM_LEN is 16: 15 bytes and a NUL. /proc/PID/comm of the MPS server
-        // (tests/fixtures/h100_r3/mps_ps.txt) is "nvidia-cuda-mps".
+        // (tests/fixtures/h100_late_mps/mps_ps.txt) is "nvidia-cuda-mps".
         assert_eq!(kernel_comm("nvidia-cuda-mps-server"), "nvidia-cuda-mps");
         assert_eq!(kernel_comm("python3"), "python3");
         assert_eq!(kernel_comm("exactly15chars_"), "exactly15chars_");

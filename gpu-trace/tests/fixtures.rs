@@ -647,10 +647,10 @@ fn ctx_churn_prints_every_preemption_and_timeslice_change() {
 
 #[test]
 fn prio_stream_makes_no_interleave_or_preempt_call() {
-    // PyTorch with a priority -1 stream (h100_r3/prio): CUDA maps stream priorities inside its
+    // PyTorch with a priority -1 stream (h100_late_mps/prio): CUDA maps stream priorities inside its
     // own channel use; the RM calls are the same as two_streams' — four schedules and one
     // SET_TIMESLICE 2048 on the GRAPHICS TSG, no SET_INTERLEAVE_LEVEL, no PREEMPT, no disable.
-    let raw = raw_updates("h100_r3/prio.gtrace");
+    let raw = raw_updates("h100_late_mps/prio.gtrace");
     assert_eq!(raw.len(), 1, "{raw:?}");
     assert_eq!(
         (raw[0].3, raw[0].4, raw[0].6),
@@ -748,14 +748,14 @@ fn interval_adds_periodic_statistics_without_touching_the_event_stream() {
     );
 }
 // ---------------------------------------------------------------------------------------------
-// Late attach and MPS (tests/fixtures/h100_r3, README.md there): recordings made by the build
+// Late attach and MPS (tests/fixtures/h100_late_mps, README.md there): recordings made by the build
 // before this feature. Expected events derived by hand from the raw records (the `RmCall`s
 // named in the comments), not from what the code prints.
 
-/// The events of an h100_r3 recording, and the trackers after it.
+/// The events of an h100_late_mps recording, and the trackers after it.
 fn late_events(name: &str) -> (Vec<Event>, Sources) {
     let mut sources = Sources::new();
-    let evs = records(&format!("h100_r3/{name}"))
+    let evs = records(&format!("h100_late_mps/{name}"))
         .iter()
         .flat_map(|r| sources.events_of(r))
         .collect();
@@ -886,7 +886,7 @@ fn mps_client_channels_are_in_a_shared_tsg_related_to_the_servers() {
 fn replay_prints_the_pretrace_end_line() {
     let out = Command::new(env!("CARGO_BIN_EXE_gpu-trace"))
         .args(["replay", "--no-stats"])
-        .arg(fixture("h100_r3/late_attach.gtrace"))
+        .arg(fixture("h100_late_mps/late_attach.gtrace"))
         .output()
         .unwrap();
     assert!(out.status.success());
@@ -908,7 +908,7 @@ fn replay_prints_the_pretrace_end_line() {
 fn long_comm_filter_matches_the_kernels_truncation() {
     let out = Command::new(env!("CARGO_BIN_EXE_gpu-trace"))
         .args(["replay", "--no-stats", "--comm", "nvidia-cuda-mps-server"])
-        .arg(fixture("h100_r3/mps.gtrace"))
+        .arg(fixture("h100_late_mps/mps.gtrace"))
         .output()
         .unwrap();
     assert!(out.status.success());

@@ -1,4 +1,4 @@
-//! Which GPU each event is on (issue 18), on real two-GPU recordings (fixtures/h200x2_r3):
+//! Which GPU each event is on (issue 18), on real two-GPU recordings (fixtures/h200x2_gpu_ids):
 //! replayed, every event that names a GPU must name the one the oracles say, and none may be
 //! guessed. The oracles are not gpu-trace's output: nvidia-smi's table (`smi.csv`), the driver's
 //! own answers logged by an LD_PRELOAD witness in the workload (`*.ids`, examples/rm_ids_shim.c)
@@ -18,7 +18,7 @@ use rel_support::*;
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/h200x2_r3")
+        .join("tests/fixtures/h200x2_gpu_ids")
         .join(name)
 }
 

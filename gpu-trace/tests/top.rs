@@ -145,7 +145,7 @@ fn tmux_missing(test: &str) -> bool {
 /// A real recording of the 2×H200 host: a NCCL all-reduce, one process per GPU.
 fn allreduce() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/h200x2_r3/allreduce.gtrace")
+        .join("tests/fixtures/h200x2_gpu_ids/allreduce.gtrace")
 }
 
 /// The `SCHEDULE`s per pid of the recording, from its JSON replay.

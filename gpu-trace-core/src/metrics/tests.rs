@@ -488,18 +488,6 @@ fn deny_counters_are_exported_as_increments_of_absolute_readings() {
     assert_eq!(sample(&t, "gpu_trace_deny_unfollowed_total"), Some(3.0));
 }
 
-/// docs/fleet.md carries the reference as `cargo xtask gen --docs` writes it.
-#[test]
-fn docs_fleet_md_holds_the_generated_reference() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/fleet.md");
-    let doc = std::fs::read_to_string(path).expect("docs/fleet.md");
-    assert_eq!(
-        splice_reference(&doc).as_deref(),
-        Some(doc.as_str()),
-        "docs/fleet.md's metric reference is stale: run `cargo xtask gen --docs`"
-    );
-}
-
 #[test]
 fn sched_updates_are_counted_and_an_accepted_timeslice_moves_the_gauge() {
     // PyTorch's pattern (tests/fixtures/two_streams.gtrace): a GR TSG at the driver's 1024 µs,

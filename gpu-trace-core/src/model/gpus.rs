@@ -141,7 +141,7 @@ mod tests {
         assert_eq!(parse_bus_id("nonsense"), None);
         assert_eq!(parse_bus_id("0000:00:06.0:9"), None);
         // The H100 host: GET_ID_INFO_V2 answered gpuId 0x6 for its GPU at 0000:00:06.0
-        // (examples/rm_ids_shim.c, examples/outputs/round3/gpus/).
+        // (examples/rm_ids_shim.c, examples/outputs/gpu-host-checks/gpus/).
         assert_eq!(pci_of_gpu_id(0x6), (0, 0, 6));
         // 0000:2d:00.0 → 0x2d00; domain 1, bus 0xc1, device 0x1f → 0x0001c11f.
         assert_eq!(pci_of_gpu_id(0x2d00), (0, 0x2d, 0));

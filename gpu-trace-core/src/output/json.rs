@@ -673,30 +673,6 @@ pub fn stats_json(stats: &Stats, is_final: bool) -> String {
     serde_json::to_string(&line).expect("STATS serializes")
 }
 
-/// The marker line after which docs/json-schema.md holds this module's documentation.
-pub const SCHEMA_DOC_MARKER: &str = "<!-- generated from gpu-trace-core/src/output/json.rs -->";
-
-/// docs/json-schema.md: this module's documentation (the schema above) as Markdown, under a
-/// short header. `cargo xtask gen --docs` writes it; a test checks that the file is current.
-pub fn schema_document() -> String {
-    let mut out = String::from(
-        "# JSON lines schema (`--format json`)\n\n\
-         This file is generated from the documentation of `gpu-trace-core/src/output/json.rs` by\n\
-         `cargo xtask gen --docs`; a test (`gpu-trace/tests/outputs.rs`) fails when the two differ.\n\n",
-    );
-    out.push_str(SCHEMA_DOC_MARKER);
-    out.push('\n');
-    for line in include_str!("json.rs")
-        .lines()
-        .take_while(|l| l.starts_with("//!"))
-    {
-        let text = line.strip_prefix("//!").unwrap_or_default();
-        out.push_str(text.strip_prefix(' ').unwrap_or(text));
-        out.push('\n');
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

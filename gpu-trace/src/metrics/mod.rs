@@ -3,7 +3,7 @@
 //! ([`server`]), who may read it ([`access`]), and the ring buffer's fill read from the kernel's pages ([`ring`]).
 // The core's metrics that xtask (which depends on this crate alone) and the tests name through
 // `gpu_trace::metrics`; this crate's own code imports them from `gpu_trace_core::metrics`.
-pub use gpu_trace_core::metrics::{Metrics, MetricsConfig, encode, splice_reference};
+pub use gpu_trace_core::metrics::{Metrics, MetricsConfig, encode};
 
 pub mod access;
 pub mod ring;

@@ -12,7 +12,7 @@
 //! which fds. The walk tolerates processes that exit while it runs and `/proc` mounted with
 //! `hidepid` or other permission refusals: those are counted, never fatal.
 //!
-//! The parsing functions are pure and unit-tested on real text (tests/fixtures/h100_r3); the
+//! The parsing functions are pure and unit-tested on real text (tests/fixtures/h100_late_mps); the
 //! walker around them is thin.
 
 use std::{
@@ -344,7 +344,7 @@ mod tests {
     use gpu_trace_core::inventory::render_text;
 
     /// `/proc/driver/nvidia/gpus/0000:00:06.0/information` of the H100 host
-    /// (tests/fixtures/h100_r3/facts.txt).
+    /// (tests/fixtures/h100_late_mps/facts.txt).
     const H100_INFO: &str = "Model: \t\t NVIDIA H100 80GB HBM3\n\
 IRQ:   \t\t 41\n\
 GPU UUID: \t GPU-a62f238f-2a5a-7342-8f19-17c8eaf33997\n\
@@ -380,7 +380,7 @@ GPU Excluded:\t No\n";
 
     #[test]
     fn fd_targets_of_the_late_job() {
-        // Link targets from tests/fixtures/h100_r3/late_facts.txt and mps_ps.txt.
+        // Link targets from tests/fixtures/h100_late_mps/late_facts.txt and mps_ps.txt.
         let o = nv();
         assert_eq!(
             classify_fd_target("/dev/nvidiactl", &o),

@@ -42,7 +42,9 @@ use gpu_trace::{
 
 use crate::host::{find_in_path, is_root, workspace_root};
 
+mod against;
 mod bpf;
+mod figures;
 mod floor;
 mod knee;
 mod pipeline;
@@ -90,6 +92,20 @@ pub struct BenchArgs {
     /// Records fed through the pipeline per run (default 2000000; 100000 with --quick).
     #[arg(long)]
     pipeline_records: Option<usize>,
+    /// Pipeline part: also run this revision's pipeline bench (built from a git worktree of it
+    /// under target/), interleaved with this tree's on the same records, and print after/before.
+    #[arg(long, value_name = "REV")]
+    against: Option<String>,
+    /// Pipeline part: keep this run's figures in bench/figures/pipeline.json (this CPU's entry),
+    /// for later runs to be compared with.
+    #[arg(long)]
+    save: bool,
+    /// Pipeline part: also write this run's figures as JSON to PATH (what `--against` reads).
+    #[arg(long, value_name = "PATH")]
+    emit: Option<PathBuf>,
+    /// Pipeline part: a figure more than PCT % below the kept one is reported as a DROP.
+    #[arg(long, value_name = "PCT", default_value_t = figures::NOISE_MARGIN * 100.0)]
+    noise_margin: f64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -350,20 +366,6 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let work = target.join("xtask-bench");
     fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
 
-    let gpu_trace = match &args.gpu_trace {
-        Some(p) => p.clone(),
-        None => build_gpu_trace(&root, target)?,
-    };
-    if !gpu_trace.exists() {
-        bail!(
-            "{} does not exist: build gpu-trace or pass --gpu-trace PATH",
-            gpu_trace.display()
-        );
-    }
-    let loop_bin = match &args.loop_bin {
-        Some(p) => p.clone(),
-        None => compile_loop(&root, &work)?,
-    };
     let parts: Vec<Part> = if args.only.is_empty() {
         vec![
             Part::Syscalls,
@@ -374,6 +376,24 @@ pub fn run(args: BenchArgs) -> Result<()> {
         ]
     } else {
         args.only.clone()
+    };
+    // The pipeline part measures the library compiled into xtask: it needs neither binary.
+    let binaries = parts.iter().any(|p| *p != Part::Pipeline);
+    let gpu_trace = match &args.gpu_trace {
+        Some(p) => p.clone(),
+        None if !binaries => PathBuf::new(),
+        None => build_gpu_trace(&root, target)?,
+    };
+    if binaries && !gpu_trace.exists() {
+        bail!(
+            "{} does not exist: build gpu-trace or pass --gpu-trace PATH",
+            gpu_trace.display()
+        );
+    }
+    let loop_bin = match &args.loop_bin {
+        Some(p) => p.clone(),
+        None if !binaries => PathBuf::new(),
+        None => compile_loop(&root, &work)?,
     };
     let ncpu = thread::available_parallelism()
         .map(|n| n.get())
@@ -413,10 +433,16 @@ pub fn run(args: BenchArgs) -> Result<()> {
         bpf_part(&ctx, &mut out)?;
     }
     if parts.contains(&Part::Pipeline) {
-        let records = args
-            .pipeline_records
-            .unwrap_or(if ctx.quick { 100_000 } else { 2_000_000 });
-        pipeline_part(&ctx, records, &mut out)?;
+        let opts = PipelineOpts {
+            records: args
+                .pipeline_records
+                .unwrap_or(if ctx.quick { 100_000 } else { 2_000_000 }),
+            against: args.against.clone(),
+            save: args.save,
+            emit: args.emit.clone(),
+            margin: args.noise_margin / 100.0,
+        };
+        pipeline_part(&ctx, &opts, &mut out)?;
     }
     if parts.contains(&Part::Knee) {
         let seconds = args
@@ -445,21 +471,30 @@ const NO_REEXEC: &str = "XTASK_BENCH_RELEASE";
 fn reexec_release(root: &Path, target: &Path) -> Result<()> {
     use std::os::unix::process::CommandExt as _;
     progress("building xtask in release (cargo build --release -p xtask) and running that");
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let status = Command::new(cargo)
-        .current_dir(root)
-        .args(["build", "--release", "-p", "xtask"])
-        .env("CARGO_TARGET_DIR", target)
-        .status()
-        .context("running cargo")?;
-    if !status.success() {
-        bail!("building xtask in release failed ({status}); fix the build");
-    }
+    cargo_build_xtask(root, target)?;
     let err = Command::new(target.join("release/xtask"))
         .args(std::env::args_os().skip(1))
         .env(NO_REEXEC, "1")
         .exec();
     Err(anyhow!(err).context("running the release build of xtask"))
+}
+
+/// `cargo build --release -p xtask` of the checkout in `dir`, into `target`.
+pub(super) fn cargo_build_xtask(dir: &Path, target: &Path) -> Result<()> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = Command::new(cargo)
+        .current_dir(dir)
+        .args(["build", "--release", "-p", "xtask"])
+        .env("CARGO_TARGET_DIR", target)
+        .status()
+        .context("running cargo")?;
+    if !status.success() {
+        bail!(
+            "cargo build --release -p xtask in {} failed ({status}); fix the build",
+            dir.display()
+        );
+    }
+    Ok(())
 }
 
 /// Prints what has been collected so far (the tables appear part by part).
@@ -527,8 +562,9 @@ fn command_line(cmd: &str, args: &[&str]) -> String {
         .unwrap_or_else(|| "?".into())
 }
 
-fn machine_header(ctx: &Ctx, args: &BenchArgs, ncpu: usize) -> String {
-    let cpu = fs::read_to_string("/proc/cpuinfo")
+/// The processor's model name (`/proc/cpuinfo`).
+fn cpu_model() -> String {
+    fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {
             s.lines()
@@ -536,7 +572,11 @@ fn machine_header(ctx: &Ctx, args: &BenchArgs, ncpu: usize) -> String {
                 .and_then(|l| l.split_once(':'))
                 .map(|(_, v)| v.trim().to_string())
         })
-        .unwrap_or_else(|| "?".into());
+        .unwrap_or_else(|| "?".into())
+}
+
+fn machine_header(ctx: &Ctx, args: &BenchArgs, ncpu: usize) -> String {
+    let cpu = cpu_model();
     let mut argv: Vec<String> = std::env::args().skip(1).collect();
     if argv.is_empty() {
         argv.push("bench".into());
@@ -570,7 +610,14 @@ fn machine_header(ctx: &Ctx, args: &BenchArgs, ncpu: usize) -> String {
         ctx.cpu
     );
     let _ = writeln!(s, "- load average at the start: {}", load_average());
-    let _ = writeln!(s, "- gpu-trace: {}", ctx.gpu_trace.display());
+    if ctx.gpu_trace.as_os_str().is_empty() {
+        let _ = writeln!(
+            s,
+            "- gpu-trace: the library compiled into this xtask (pipeline part)"
+        );
+    } else {
+        let _ = writeln!(s, "- gpu-trace: {}", ctx.gpu_trace.display());
+    }
     if let Some(b) = &ctx.baseline {
         let _ = writeln!(s, "- baseline gpu-trace: {}", b.display());
     }

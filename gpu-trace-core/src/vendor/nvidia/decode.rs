@@ -1291,7 +1291,7 @@ mod tests {
     }
 
     /// `GET_ID_INFO_V2` decoded from the driver's real answers (the two-H200 host's recording
-    /// `h200x2_r3/each.gtrace`), against what an LD_PRELOAD shim in the same workload logged of
+    /// `h200x2_gpu_ids/each.gtrace`), against what an LD_PRELOAD shim in the same workload logged of
     /// the same answers (`each.ids`, written by `examples/rm_ids_shim.c`, not by gpu-trace): a
     /// wrong field offset (gpuFlags at 4, gpuInstance at 24, …) or a swapped field gives other
     /// values for at least one of the answers.
@@ -1299,7 +1299,7 @@ mod tests {
     fn gpu_id_info_v2_decodes_as_the_shim_saw_the_real_answers() {
         use crate::{record::RecordReader, wire};
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../gpu-trace/tests/fixtures/h200x2_r3");
+            .join("../gpu-trace/tests/fixtures/h200x2_gpu_ids");
         let field = |line: &str, key: &str| -> u32 {
             let v = line
                 .split_whitespace()

@@ -1,7 +1,7 @@
 #!/bin/bash
-# Round 3, fourth part (issue 17), on the GPU host: where the kernel lets gpu-trace hook the NVIDIA
+# Driver entry points (issue 17), on the GPU host: where the kernel lets gpu-trace hook the NVIDIA
 # driver's own entry points, and what it uses where it does not.
-#   sudo bash examples/gpu-host-r3d.sh BIN OUTDIR
+#   sudo bash examples/gpu-host-entry-points.sh BIN OUTDIR
 # 1. `gpu-trace doctor` (its "driver entry points" row) and the kernel's answer to the hooks;
 # 2. examples/gpu-host-sched.sh: the regression run (scheduling truth against the raw calls);
 # 3. a PyTorch run traced with --bpf-stats: which programs ran how often (the kernel's own

@@ -1,7 +1,7 @@
 #!/bin/bash
-# Round 3, second part, on the GPU host: the build's regression runs plus the new timeline and
-# replay view on real CUDA work.
-#   sudo bash examples/gpu-host-r3b.sh BIN OUTDIR
+# The Perfetto timeline and `replay --top` on real CUDA work on the GPU host, beside the build's
+# regression runs (scheduling, containers).
+#   sudo bash examples/gpu-host-timeline.sh BIN OUTDIR
 # 1. examples/gpu-host-sched.sh (scheduling truth against the raw calls) and
 #    examples/gpu-host-containers.sh (pods in kubelet-shaped cgroups);
 # 2. a PyTorch run traced with --format json -v and --perfetto: examples/perfetto_check.py checks
