@@ -63,36 +63,71 @@ struct DenyRun {
     in_cgroup: bool,
 }
 
+impl DenyRun {
+    /// A `--deny-pid` run: the denied client, the other, the PID's next owner.
+    fn pid(
+        name: &'static str,
+        title: &'static str,
+        denials: u64,
+        calls: Calls,
+        expect: fn(&DenyClient, &[&Event], &mut Vec<String>),
+    ) -> Self {
+        Self {
+            name,
+            title,
+            denials,
+            roles: PID_ROLES,
+            calls,
+            expect,
+            in_cgroup: false,
+        }
+    }
+
+    /// A `--deny-cgroup` run: the client that entered the cgroup, and one outside.
+    fn cgroup(
+        name: &'static str,
+        title: &'static str,
+        denials: u64,
+        expect: fn(&DenyClient, &[&Event], &mut Vec<String>),
+    ) -> Self {
+        Self {
+            name,
+            title,
+            denials,
+            roles: CGROUP_ROLES,
+            calls: Calls::Own,
+            expect,
+            in_cgroup: true,
+        }
+    }
+}
+
 pub(super) fn nv(g: &Guest) -> Judged {
     judge_deny_run(
         g,
-        &DenyRun {
-            name: "deny_nv",
-            title: "--deny-pid refuses GPFIFO_SCHEDULE (nvlab; direct, XFER-wrapped, channel-level, \
+        &DenyRun::pid(
+            "deny_nv",
+            "--deny-pid refuses GPFIFO_SCHEDULE (nvlab; direct, XFER-wrapped, channel-level, \
                 from another thread) for the denied process only, not for a later process \
                 with its PID",
-            denials: 4,
-            roles: PID_ROLES,
-            calls: Calls::Own,
-            expect: deny_nv_expect,
-            in_cgroup: false,
-        },
+            4,
+            Calls::Own,
+            deny_nv_expect,
+        ),
     )
 }
 
 pub(super) fn amd(g: &Guest) -> Judged {
     judge_deny_run(
         g,
-        &DenyRun {
-            name: "deny_amd",
-            title: "--deny-pid refuses CREATE_QUEUE and an activating UPDATE_QUEUE on /dev/kfd for \
+        &DenyRun::pid(
+            "deny_amd",
+            "--deny-pid refuses CREATE_QUEUE and an activating UPDATE_QUEUE on /dev/kfd for \
                 the denied process only, not for a later process with its PID",
-            denials: 3,
-            roles: PID_ROLES,
-            calls: Calls::Own,
-            expect: deny_amd_expect,
-            in_cgroup: false,
-        },
+            3,
+            Calls::Own,
+            deny_amd_expect,
+        ),
     )
 }
 
@@ -100,17 +135,15 @@ pub(super) fn amd(g: &Guest) -> Judged {
 pub(super) fn fork_nv(g: &Guest) -> Judged {
     judge_deny_run(
         g,
-        &DenyRun {
-            name: "deny_fork_nv",
-            title: "--deny-pid refuses GPFIFO_SCHEDULE (nvlab, every form) to a child the denied process \
+        &DenyRun::pid(
+            "deny_fork_nv",
+            "--deny-pid refuses GPFIFO_SCHEDULE (nvlab, every form) to a child the denied process \
                 forked after gpu-trace started and that runs after its parent exited; not to the other \
                 process's child nor to the PID's next owner's",
-            denials: 4,
-            roles: PID_ROLES,
-            calls: Calls::ForkedChild,
-            expect: deny_nv_expect,
-            in_cgroup: false,
-        },
+            4,
+            Calls::ForkedChild,
+            deny_nv_expect,
+        ),
     )
 }
 
@@ -118,17 +151,15 @@ pub(super) fn fork_nv(g: &Guest) -> Judged {
 pub(super) fn finn_nv(g: &Guest) -> Judged {
     judge_deny_run(
         g,
-        &DenyRun {
-            name: "deny_finn_nv",
-            title: "--deny-pid refuses a FINN-serialized GPFIFO_SCHEDULE (bEnable unreadable: fail closed), \
+        &DenyRun::pid(
+            "deny_finn_nv",
+            "--deny-pid refuses a FINN-serialized GPFIFO_SCHEDULE (bEnable unreadable: fail closed), \
                 TSG direct and channel XFER-wrapped, shown as refused SCHEDULEs, and one sent with \
                 _IOC_TYPE 0 (which the driver and nvlab accept); a plain disable passes",
-            denials: 3,
-            roles: PID_ROLES,
-            calls: Calls::Own,
-            expect: deny_finn_expect,
-            in_cgroup: false,
-        },
+            3,
+            Calls::Own,
+            deny_finn_expect,
+        ),
     )
 }
 
@@ -138,16 +169,13 @@ pub(super) fn cgroup_nv(g: &Guest) -> Judged {
     }
     judge_deny_run(
         g,
-        &DenyRun {
-            name: "deny_cgroup_nv",
-            title: "--deny-cgroup refuses GPFIFO_SCHEDULE (nvlab, every form) to a process that entered \
+        &DenyRun::cgroup(
+            "deny_cgroup_nv",
+            "--deny-cgroup refuses GPFIFO_SCHEDULE (nvlab, every form) to a process that entered \
                 the cgroup after gpu-trace started, not to one outside",
-            denials: 4,
-            roles: CGROUP_ROLES,
-            calls: Calls::Own,
-            expect: deny_nv_expect,
-            in_cgroup: true,
-        },
+            4,
+            deny_nv_expect,
+        ),
     )
 }
 
@@ -157,16 +185,13 @@ pub(super) fn cgroup_amd(g: &Guest) -> Judged {
     }
     judge_deny_run(
         g,
-        &DenyRun {
-            name: "deny_cgroup_amd",
-            title: "--deny-cgroup refuses CREATE_QUEUE and an activating UPDATE_QUEUE on /dev/kfd to a \
+        &DenyRun::cgroup(
+            "deny_cgroup_amd",
+            "--deny-cgroup refuses CREATE_QUEUE and an activating UPDATE_QUEUE on /dev/kfd to a \
                 process that entered the cgroup after gpu-trace started, not to one outside",
-            denials: 3,
-            roles: CGROUP_ROLES,
-            calls: Calls::Own,
-            expect: deny_amd_expect,
-            in_cgroup: true,
-        },
+            3,
+            deny_amd_expect,
+        ),
     )
 }
 
