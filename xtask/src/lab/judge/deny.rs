@@ -91,13 +91,9 @@ impl DenyRun {
         expect: fn(&DenyClient, &[&Event], &mut Vec<String>),
     ) -> Self {
         Self {
-            name,
-            title,
-            denials,
             roles: CGROUP_ROLES,
-            calls: Calls::Own,
-            expect,
             in_cgroup: true,
+            ..Self::pid(name, title, denials, Calls::Own, expect)
         }
     }
 }

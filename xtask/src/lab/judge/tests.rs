@@ -1014,17 +1014,19 @@ fn every_run_of_the_real_logs_reads_into_typed_values() {
             events += out.events.len();
             if out.events.iter().any(|e| e.is("STATS")) {
                 let emitted = out.kernel(|k| k.emitted);
-                assert!(emitted.is_some(), "{name} {run}: STATS without kernel.emitted");
+                assert!(
+                    emitted.is_some(),
+                    "{name} {run}: STATS without kernel.emitted"
+                );
             }
             assert!(g.run(run).exit.is_some(), "{name} {run}: no tracer_exit");
         }
         assert!(events > 50, "{name}: {events} events");
         // The typed fields are the line's own.
-        let nv = g.run("nv").output.of(
-            g.client("nv.client")
-                .with_key("nv", "pid")
-                .and_then(|f| f.int("pid")),
-        );
+        let nv = g.run("nv").output.of(g
+            .client("nv.client")
+            .with_key("nv", "pid")
+            .and_then(|f| f.int("pid")));
         let sched = nv.iter().find(|e| e.is("SCHEDULE")).unwrap();
         assert_eq!(sched.task.value, sched.raw["task"]["value"].as_u64());
         assert_eq!(sched.errno, Some(-ENOTTY), "{name}");
