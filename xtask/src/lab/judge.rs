@@ -1,6 +1,7 @@
 //! The verdict: what the guest handed back, read once into typed values ([`guest`],
 //! [`events`]), and the checks, one plain function per check id, grouped by theme and
-//! registered in [`CHECKS`] in the order the report prints them.
+//! registered in [`CHECKS`] (the `checks!` table, which also makes each check a `#[test]` over
+//! the lab's saved results: [`each`]) in the order the report prints them.
 //!
 //! A check returns its title and its outcome: pass, fail (why) or not applicable (why). The
 //! table says what each check needs of the kernel's KFD ([`Needs`]): where the kernel cannot
@@ -111,47 +112,68 @@ struct Entry {
     check: fn(&Guest) -> Judged,
 }
 
-const fn check(id: &'static str, needs: Needs, check: fn(&Guest) -> Judged) -> Entry {
-    Entry { id, needs, check }
+/// The table of checks and, for each, a `#[test]` of its own that judges the lab's saved
+/// results (see [`each`]).
+macro_rules! checks {
+    ($($test:ident = $id:literal, $needs:ident, $check:path;)*) => {
+        /// Every check, in the report's order.
+        const CHECKS: &[Entry] = &[$(Entry { id: $id, needs: $needs, check: $check },)*];
+
+        /// Each check as an ordinary test over a directory of the lab's results (aya's way
+        /// of running its VM tests as `#[test]`s): `GPU_TRACE_LAB_RESULTS=target/lab-cache/run
+        /// cargo test -p xtask -- --ignored lab::judge::each` judges every `results.log` under
+        /// it, one test per check id; a check that failed on any of them fails its test. Ignored
+        /// by default: without a lab run there are no results to judge (the recorded logs of
+        /// `xtask/testdata` are judged by [`tests`]).
+        #[cfg(test)]
+        mod each {
+            $(
+                #[test]
+                #[ignore = "judges the lab's saved results: set GPU_TRACE_LAB_RESULTS and pass --ignored"]
+                fn $test() {
+                    super::tests::judge_results_dir($id);
+                }
+            )*
+        }
+    };
 }
 
 use Needs::{KfdCalls, KfdFunctions, Nothing};
 
-/// Every check, in the report's order.
-const CHECKS: [Entry; 32] = [
-    check("a.boot", Nothing, kernel::boot),
-    check("lab.limits", Nothing, kernel::limits),
-    check("a.kfd", Nothing, kernel::kfd),
-    check("a.kfd_version", KfdCalls, kernel::kfd_version),
-    check("a.lsm", Nothing, kernel::lsm),
-    check("a.kprobes", Nothing, kernel::kprobes),
-    check("a.module_btf", Nothing, kernel::module_btf),
-    check("a.doctor", Nothing, kernel::doctor),
-    check("b.load", Nothing, nvidia::load),
-    check("b.records", Nothing, nvidia::records),
-    check("b.nvdev", Nothing, nvidia::nvdev),
-    check("c.driver", KfdCalls, amd::driver),
-    check("c.trace", KfdCalls, amd::trace),
-    check("d.kprobe", KfdCalls, amd::kprobe),
-    check("d.ambiguous", KfdCalls, amd::ambiguous),
-    check("d.fentry", KfdCalls, amd::fentry),
-    check("f.deep_select", KfdFunctions, deep::select),
-    check("f.deep_events", KfdCalls, deep::events),
-    check("f.deep_kprobe", KfdCalls, deep::kprobe),
-    check("f.deep_release", KfdCalls, deep::release),
-    check("g.gpu_ext", Nothing, nvidia::gpu_ext),
-    check("g.gpu_ext_kprobe", Nothing, nvidia::gpu_ext_kprobe),
-    check("g.nvobj", Nothing, nvidia::nvobj),
-    check("e.lsm", KfdCalls, deny::lsm),
-    check("e.deny_nv", Nothing, deny::nv),
-    check("e.deny_amd", KfdCalls, deny::amd),
-    check("e.deny_fork_nv", Nothing, deny::fork_nv),
-    check("e.deny_finn_nv", Nothing, deny::finn_nv),
-    check("e.deny_cgroup_nv", Nothing, deny::cgroup_nv),
-    check("e.deny_cgroup_amd", KfdCalls, deny::cgroup_amd),
-    check("z.nv_entry", Nothing, entry::nv_entry),
-    check("z.kfd_entry", KfdCalls, entry::kfd_entry),
-];
+checks! {
+    a_boot = "a.boot", Nothing, kernel::boot;
+    lab_limits = "lab.limits", Nothing, kernel::limits;
+    a_kfd = "a.kfd", Nothing, kernel::kfd;
+    a_kfd_version = "a.kfd_version", KfdCalls, kernel::kfd_version;
+    a_lsm = "a.lsm", Nothing, kernel::lsm;
+    a_kprobes = "a.kprobes", Nothing, kernel::kprobes;
+    a_module_btf = "a.module_btf", Nothing, kernel::module_btf;
+    a_doctor = "a.doctor", Nothing, kernel::doctor;
+    b_load = "b.load", Nothing, nvidia::load;
+    b_records = "b.records", Nothing, nvidia::records;
+    b_nvdev = "b.nvdev", Nothing, nvidia::nvdev;
+    c_driver = "c.driver", KfdCalls, amd::driver;
+    c_trace = "c.trace", KfdCalls, amd::trace;
+    d_kprobe = "d.kprobe", KfdCalls, amd::kprobe;
+    d_ambiguous = "d.ambiguous", KfdCalls, amd::ambiguous;
+    d_fentry = "d.fentry", KfdCalls, amd::fentry;
+    f_deep_select = "f.deep_select", KfdFunctions, deep::select;
+    f_deep_events = "f.deep_events", KfdCalls, deep::events;
+    f_deep_kprobe = "f.deep_kprobe", KfdCalls, deep::kprobe;
+    f_deep_release = "f.deep_release", KfdCalls, deep::release;
+    g_gpu_ext = "g.gpu_ext", Nothing, nvidia::gpu_ext;
+    g_gpu_ext_kprobe = "g.gpu_ext_kprobe", Nothing, nvidia::gpu_ext_kprobe;
+    g_nvobj = "g.nvobj", Nothing, nvidia::nvobj;
+    e_lsm = "e.lsm", KfdCalls, deny::lsm;
+    e_deny_nv = "e.deny_nv", Nothing, deny::nv;
+    e_deny_amd = "e.deny_amd", KfdCalls, deny::amd;
+    e_deny_fork_nv = "e.deny_fork_nv", Nothing, deny::fork_nv;
+    e_deny_finn_nv = "e.deny_finn_nv", Nothing, deny::finn_nv;
+    e_deny_cgroup_nv = "e.deny_cgroup_nv", Nothing, deny::cgroup_nv;
+    e_deny_cgroup_amd = "e.deny_cgroup_amd", KfdCalls, deny::cgroup_amd;
+    z_nv_entry = "z.nv_entry", Nothing, entry::nv_entry;
+    z_kfd_entry = "z.kfd_entry", KfdCalls, entry::kfd_entry;
+}
 
 /// Every check of the guest's results, in the report's order.
 pub(super) fn judge(r: &Results) -> Vec<Check> {

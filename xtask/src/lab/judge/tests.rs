@@ -2,8 +2,57 @@
 //! its check.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use super::*;
+
+/// Every `results.log` below `dir` (the lab keeps one per kernel: `run/<release>/results.log`).
+fn results_logs(dir: &Path) -> Vec<PathBuf> {
+    let mut logs = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        let entries = std::fs::read_dir(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display()));
+        for path in entries.map(|e| e.unwrap().path()) {
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.file_name().is_some_and(|n| n == "results.log") {
+                logs.push(path);
+            }
+        }
+    }
+    logs.sort();
+    logs
+}
+
+/// Check `id` over every results log under `$GPU_TRACE_LAB_RESULTS` (the `each` tests): it
+/// passed on each, or was not applicable where `a.kfd` asserts why; a failure names the log
+/// and says why.
+pub(super) fn judge_results_dir(id: &str) {
+    let dir = std::env::var_os("GPU_TRACE_LAB_RESULTS").unwrap_or_else(|| {
+        panic!(
+            "set GPU_TRACE_LAB_RESULTS to a directory of the lab's results (target/lab-cache/run \
+             after `cargo xtask lab`)"
+        )
+    });
+    // Relative to the workspace (cargo runs the tests in xtask/).
+    let dir = crate::host::workspace_root().join(dir);
+    let logs = results_logs(&dir);
+    assert!(!logs.is_empty(), "no results.log under {dir:?}");
+    let failed: Vec<String> = logs
+        .iter()
+        .filter_map(|log| {
+            let text = std::fs::read_to_string(log).unwrap();
+            let checks = judge(&Results::parse(&text));
+            let c = checks.into_iter().find(|c| c.id == id).unwrap();
+            (c.status == Status::Fail).then(|| format!("{}: {}", log.display(), c.detail))
+        })
+        .collect();
+    assert!(failed.is_empty(), "{id} failed:\n{}", failed.join("\n"));
+    println!(
+        "{id}: passed (or not applicable) on {} log(s) under {dir:?}",
+        logs.len()
+    );
+}
 
 /// The ids of the checks that need `needs` of the kernel's KFD.
 fn needing(needs: Needs) -> Vec<&'static str> {
