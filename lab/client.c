@@ -224,6 +224,27 @@ static void nv_client_and_device(int fd, const char *topic, uint32_t client, uin
 	printf("LAB %s call=alloc_device rc=%ld status=%u\n", topic, rc, d.status);
 }
 
+/* After nv_client_and_device: TSG 0x5c000010 (engine GR0) under the device and channel
+ * 0x5c000020 (class 0xC86F, `ch_params` its NV_CHANNEL_ALLOC_PARAMS up to cid) in it, each
+ * call's rc and status printed. The --deny-* clients' objects. */
+static void nv_tsg_and_channel(int fd, const char *topic, uint8_t *ch_params)
+{
+	uint32_t tsg_params[5] = {0xcaf00001, 0, 0xcaf00002, 1, 0}; /* engineType 1 = GR0 */
+	struct nvos64 tsg = {
+		.h_root = 0xc1d00001, .h_parent = 0xc1d00002, .h_new = 0x5c000010, .h_class = 0xA06C,
+		.p_alloc = (uintptr_t)tsg_params, .status = 0xffffffff,
+	};
+	struct nvos64 ch = {
+		.h_root = 0xc1d00001, .h_parent = 0x5c000010, .h_new = 0x5c000020, .h_class = 0xC86F,
+		.p_alloc = (uintptr_t)ch_params, .status = 0xffffffff,
+	};
+	nv_client_and_device(fd, topic, 0xc1d00001, 0xc1d00002);
+	long rc = xioctl(fd, NV_ALLOC64, &tsg);
+	printf("LAB %s call=alloc_tsg rc=%ld status=%u\n", topic, rc, tsg.status);
+	rc = xioctl(fd, NV_ALLOC64, &ch);
+	printf("LAB %s call=alloc_channel rc=%ld status=%u\n", topic, rc, ch.status);
+}
+
 /*
  * The same calls on /dev/nvidiactl of the lab's NVIDIA-like test module (lab/modules/nvlab),
  * after its RM client 0xc1d00001 and device 0xc1d00002: two TSGs (one direct NVOS64, one
@@ -289,16 +310,7 @@ static void *nvdeny_thread(void *p)
 static int cmd_nvdeny(void)
 {
 	int fd = open_or_die("/dev/nvidiactl");
-	uint32_t tsg_params[5] = {0xcaf00001, 0, 0xcaf00002, 1, 0}; /* engineType 1 = GR0 */
-	struct nvos64 tsg = {
-		.h_root = 0xc1d00001, .h_parent = 0xc1d00002, .h_new = 0x5c000010, .h_class = 0xA06C,
-		.p_alloc = (uintptr_t)tsg_params, .status = 0xffffffff,
-	};
 	static uint8_t ch_params[136]; /* NV_CHANNEL_ALLOC_PARAMS up to cid: zeros */
-	struct nvos64 ch = {
-		.h_root = 0xc1d00001, .h_parent = 0x5c000010, .h_new = 0x5c000020, .h_class = 0xC86F,
-		.p_alloc = (uintptr_t)ch_params, .status = 0xffffffff,
-	};
 	uint8_t sched[3] = {1, 0, 0}; /* bEnable */
 	struct nvos54 direct = {
 		.h_client = 0xc1d00001, .h_object = 0x5c000010, .cmd = NV_TSG_SCHEDULE,
@@ -314,12 +326,8 @@ static int cmd_nvdeny(void)
 			    .status = 0xffffffff};
 
 	printf("LAB nvdeny pid=%d tid=%ld fd=%d\n", getpid(), syscall(SYS_gettid), fd);
-	nv_client_and_device(fd, "nvdeny", 0xc1d00001, 0xc1d00002);
-	long rc = xioctl(fd, NV_ALLOC64, &tsg);
-	printf("LAB nvdeny call=alloc_tsg rc=%ld status=%u\n", rc, tsg.status);
-	rc = xioctl(fd, NV_ALLOC64, &ch);
-	printf("LAB nvdeny call=alloc_channel rc=%ld status=%u\n", rc, ch.status);
-	rc = xioctl(fd, NV_CONTROL, &direct);
+	nv_tsg_and_channel(fd, "nvdeny", ch_params);
+	long rc = xioctl(fd, NV_CONTROL, &direct);
 	printf("LAB nvdeny call=schedule rc=%ld status=%u\n", rc, direct.status);
 	rc = xioctl(fd, NV_XFER, &xfer);
 	printf("LAB nvdeny call=schedule_xfer rc=%ld status=%u\n", rc, wrapped.status);
@@ -347,16 +355,7 @@ static int cmd_nvdeny(void)
 static int cmd_nvdeny_finn(void)
 {
 	int fd = open_or_die("/dev/nvidiactl");
-	uint32_t tsg_params[5] = {0xcaf00001, 0, 0xcaf00002, 1, 0}; /* engineType 1 = GR0 */
-	struct nvos64 tsg = {
-		.h_root = 0xc1d00001, .h_parent = 0xc1d00002, .h_new = 0x5c000010, .h_class = 0xA06C,
-		.p_alloc = (uintptr_t)tsg_params, .status = 0xffffffff,
-	};
 	uint8_t ch_params[136] = {0}; /* NV_CHANNEL_ALLOC_PARAMS up to cid: zeros, on the stack */
-	struct nvos64 ch = {
-		.h_root = 0xc1d00001, .h_parent = 0x5c000010, .h_new = 0x5c000020, .h_class = 0xC86F,
-		.p_alloc = (uintptr_t)ch_params, .status = 0xffffffff,
-	};
 	uint8_t finn[3] = {0, 1, 0}; /* not bEnable: a serialized buffer's first bytes */
 	uint8_t disable[3] = {0, 0, 0};
 	struct nvos54 finn_tsg = {
@@ -378,12 +377,8 @@ static int cmd_nvdeny_finn(void)
 			    .status = 0xffffffff};
 
 	printf("LAB nvdeny_finn pid=%d tid=%ld fd=%d\n", getpid(), syscall(SYS_gettid), fd);
-	nv_client_and_device(fd, "nvdeny_finn", 0xc1d00001, 0xc1d00002);
-	long rc = xioctl(fd, NV_ALLOC64, &tsg);
-	printf("LAB nvdeny_finn call=alloc_tsg rc=%ld status=%u\n", rc, tsg.status);
-	rc = xioctl(fd, NV_ALLOC64, &ch);
-	printf("LAB nvdeny_finn call=alloc_channel rc=%ld status=%u\n", rc, ch.status);
-	rc = xioctl(fd, NV_CONTROL, &finn_tsg);
+	nv_tsg_and_channel(fd, "nvdeny_finn", ch_params);
+	long rc = xioctl(fd, NV_CONTROL, &finn_tsg);
 	printf("LAB nvdeny_finn call=schedule_finn rc=%ld status=%u\n", rc, finn_tsg.status);
 	rc = xioctl(fd, NV_XFER, &xfer);
 	printf("LAB nvdeny_finn call=schedule_finn_channel_xfer rc=%ld status=%u\n", rc,

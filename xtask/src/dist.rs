@@ -182,7 +182,7 @@ fn build(root: &Path, target: &Target) -> Result<PathBuf> {
         .join("release/gpu-trace");
     let bytes = fs::read(&bin).with_context(|| format!("reading {}", bin.display()))?;
     ensure!(
-        crate::lab::is_static_elf(&bytes)?,
+        crate::elf::is_static(&bytes)?,
         "{} has a program interpreter: not a static build",
         bin.display()
     );

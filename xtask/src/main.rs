@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod bench_metrics;
 mod dist;
+mod elf;
 mod fleet;
 mod r#gen;
 mod host;

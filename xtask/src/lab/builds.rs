@@ -1,4 +1,5 @@
-//! The binaries the guest runs: a static gpu-trace and the static test client.
+//! The binaries the guest runs: a static gpu-trace and the static test client (their ELF
+//! headers are checked with `crate::elf`).
 
 use std::{
     path::{Path, PathBuf},
@@ -72,64 +73,4 @@ pub(super) fn build_client(root: &Path, out_dir: &Path, arch: Arch) -> Result<Pa
         )
     })?;
     Ok(out)
-}
-
-/// `uname -m`'s name of an ELF file's machine (`e_machine`), where the lab knows it.
-pub(super) fn elf_machine(bytes: &[u8]) -> Option<&'static str> {
-    match u16::from_le_bytes([*bytes.get(18)?, *bytes.get(19)?]) {
-        62 => Some("x86_64"),
-        183 => Some("aarch64"),
-        _ => None,
-    }
-}
-
-/// True when the ELF file has no program interpreter (PT_INTERP), i.e. is statically linked.
-pub(crate) fn is_static_elf(bytes: &[u8]) -> Result<bool> {
-    ensure!(
-        bytes.len() >= 64 && &bytes[..4] == b"\x7fELF",
-        "not an ELF file"
-    );
-    ensure!(
-        bytes[4] == 2 && bytes[5] == 1,
-        "not a little-endian 64-bit ELF file"
-    );
-    let u16_at = |o: usize| u16::from_le_bytes([bytes[o], bytes[o + 1]]);
-    let u32_at = |o: usize| u32::from_le_bytes(bytes[o..o + 4].try_into().unwrap());
-    let u64_at = |o: usize| u64::from_le_bytes(bytes[o..o + 8].try_into().unwrap());
-    let phoff = u64_at(32) as usize;
-    let phentsize = u16_at(54) as usize;
-    let phnum = u16_at(56) as usize;
-    ensure!(
-        phoff + phnum * phentsize <= bytes.len() && phentsize >= 4,
-        "truncated ELF program headers"
-    );
-    const PT_INTERP: u32 = 3;
-    Ok(!(0..phnum).any(|i| u32_at(phoff + i * phentsize) == PT_INTERP))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A minimal ELF64 header with `phnum` program headers of the given types.
-    fn elf(types: &[u32]) -> Vec<u8> {
-        let mut b = vec![0u8; 64 + 56 * types.len()];
-        b[..4].copy_from_slice(b"\x7fELF");
-        b[4] = 2;
-        b[5] = 1;
-        b[32..40].copy_from_slice(&64u64.to_le_bytes());
-        b[54..56].copy_from_slice(&56u16.to_le_bytes());
-        b[56..58].copy_from_slice(&(types.len() as u16).to_le_bytes());
-        for (i, t) in types.iter().enumerate() {
-            b[64 + 56 * i..68 + 56 * i].copy_from_slice(&t.to_le_bytes());
-        }
-        b
-    }
-
-    #[test]
-    fn static_elf_has_no_interpreter() {
-        assert!(is_static_elf(&elf(&[1, 1, 4])).unwrap());
-        assert!(!is_static_elf(&elf(&[6, 3, 1])).unwrap());
-        assert!(is_static_elf(b"#!/bin/sh\n").is_err());
-    }
 }

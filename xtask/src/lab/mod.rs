@@ -37,11 +37,11 @@ use std::{
     time::{Duration, Instant},
 };
 
+use crate::elf;
 use crate::host::{have, is_root, which, workspace_root};
 use anyhow::{Context as _, Result, bail, ensure};
 pub use arch::Arch;
-pub(crate) use builds::is_static_elf;
-use builds::{build_client, elf_machine, guest_gpu_trace};
+use builds::{build_client, guest_gpu_trace};
 use clap::{Args, ValueEnum};
 use debian::{Kernel, build_test_modules};
 use initramfs::write_initramfs;
@@ -151,13 +151,13 @@ pub fn run(args: LabArgs) -> Result<()> {
     };
     let bytes = fs::read(&gpu_trace).with_context(|| format!("reading {}", gpu_trace.display()))?;
     ensure!(
-        is_static_elf(&bytes)?,
+        elf::is_static(&bytes)?,
         "{} is dynamically linked: the guest has no libc. Build it with \
          CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS='-C target-feature=+crt-static'",
         gpu_trace.display()
     );
     ensure!(
-        elf_machine(&bytes) == Some(args.arch.machine()),
+        elf::machine(&bytes) == Some(args.arch.machine()),
         "{} is not an {} binary (--arch {})",
         gpu_trace.display(),
         args.arch.machine(),
@@ -388,7 +388,7 @@ fn ensure_host_tools(arch: Arch) -> Result<()> {
     }
     let busybox = which("busybox")?;
     ensure!(
-        is_static_elf(&fs::read(&busybox)?)?,
+        elf::is_static(&fs::read(&busybox)?)?,
         "{} is dynamically linked; the guest needs a static one (Debian package busybox-static)",
         busybox.display()
     );

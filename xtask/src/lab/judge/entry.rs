@@ -7,10 +7,8 @@
 
 use std::collections::BTreeMap;
 
-use super::{
-    Check, Results, events_of, has_module_btf, hooks_line, run_events, tracer_outcome,
-    tracer_problems,
-};
+use super::kernel::has_module_btf;
+use super::{Guest, Judged, Run, no_bad_lines, tracer_problems};
 
 /// Any other program may run a little (process exits in the guest, the gpu_ext hooks), never
 /// once per unrelated system call: below this share of the storm.
@@ -47,8 +45,8 @@ struct Storm {
     driver_opens: u64,
 }
 
-fn storm(r: &Results, run: &str, problems: &mut Vec<String>) -> Option<Storm> {
-    let client = r.sub(&format!("{run}.client"));
+fn storm(g: &Guest, run: &str, problems: &mut Vec<String>) -> Option<Storm> {
+    let client = g.client(&format!("{run}.client"));
     let Some(f) = client.find("storm", &[]) else {
         problems.push("the client printed no storm line".into());
         return None;
@@ -70,22 +68,22 @@ fn storm(r: &Results, run: &str, problems: &mut Vec<String>) -> Option<Storm> {
 
 /// The run's tracer, its program run counts and its stderr, or `None` (with the reason) when
 /// it did not run.
-fn counted_run(
-    r: &Results,
+fn counted_run<'g>(
+    g: &'g Guest,
     run: &str,
     problems: &mut Vec<String>,
-) -> Option<(BTreeMap<String, u64>, String)> {
-    let Some(fields) = r.find(run, &[]).filter(|f| f.get("tracer_ready").is_some()) else {
+) -> Option<(BTreeMap<String, u64>, &'g Run)> {
+    let Some(started) = g.started(run) else {
         problems.push(format!("the guest did not run {run}"));
         return None;
     };
-    tracer_problems(r, run, &fields, problems);
-    let (stderr, _) = tracer_outcome(r, run);
-    let runs = program_runs(&stderr);
+    let traced = g.run(run);
+    tracer_problems(traced, started, problems);
+    let runs = program_runs(&traced.stderr);
     if runs.is_empty() {
         problems.push(format!("{run}: gpu-trace printed no program run counts"));
     }
-    Some((runs, stderr))
+    Some((runs, traced))
 }
 
 /// Runs of the first of `names` that was loaded, with its name.
@@ -123,48 +121,37 @@ fn syscall_layer_counted(runs: &BTreeMap<String, u64>, storm: &Storm, problems: 
     }
 }
 
-fn event_names(events: &[&serde_json::Value]) -> Vec<String> {
-    events
+/// The storm client's events in run `run` (its nvobj pid), by name.
+fn client_events(g: &Guest, run: &str, problems: &mut Vec<String>) -> Vec<String> {
+    let pid = g
+        .client(&format!("{run}.client"))
+        .find("nvobj", &[])
+        .and_then(|f| f.int("pid"));
+    let traced = g.run(run);
+    no_bad_lines(traced, problems);
+    traced
+        .output
+        .of(pid)
         .iter()
-        .map(|e| e["event"].as_str().unwrap_or("?").to_owned())
+        .map(|e| e.raw["event"].as_str().unwrap_or("?").to_owned())
         .collect()
 }
 
-/// The storm client's events in run `run` (its nvobj pid).
-fn client_events(r: &Results, run: &str, problems: &mut Vec<String>) -> Vec<String> {
-    let pid = r
-        .sub(&format!("{run}.client"))
-        .find("nvobj", &[])
-        .and_then(|f| f.int("pid"));
-    let events = run_events(r, run, problems);
-    event_names(&events_of(&events, pid))
-}
-
-pub(super) fn judge_entry(r: &Results, c: &mut Vec<Check>) {
-    judge_nv_entry(r, c);
-    judge_kfd_entry(r, c);
-}
-
-fn judge_nv_entry(r: &Results, c: &mut Vec<Check>) {
-    let id = "z.nv_entry";
+pub(super) fn nv_entry(g: &Guest) -> Judged {
     let title = "NVIDIA driver entry points hooked (nvlab has the driver's nvidia_unlocked_ioctl \
                  and nvidia_close): the syscall layer not attached, no program run for 200000 \
                  unrelated syscalls (kernel run counts), the ioctl hook once per RM call, the \
                  release hook once per file, the same events as the syscall layer";
-    if r.find("test_module", &[("name", "nvlab")])
-        .and_then(|m| m.get("loaded").map(str::to_owned))
-        != Some("yes".into())
-    {
-        c.push(Check::fail(id, title, "the nvlab module was not loaded"));
-        return;
+    if !g.module_loaded("nvlab") {
+        return Judged::fail(title, "the nvlab module was not loaded");
     }
     let mut problems = Vec::new();
     let mut detail = String::new();
-    if let (Some((runs, stderr)), Some(storm)) = (
-        counted_run(r, "nventry", &mut problems),
-        storm(r, "nventry", &mut problems),
+    if let (Some((runs, traced)), Some(storm)) = (
+        counted_run(g, "nventry", &mut problems),
+        storm(g, "nventry", &mut problems),
     ) {
-        let hooks = hooks_line(&stderr);
+        let (hooks, stderr) = (traced.hooks(), &traced.stderr);
         for want in ["NVIDIA ioctls → ", "NVIDIA file release → "] {
             if !hooks.contains(want) {
                 problems.push(format!("want `{want}…` among the hooks: {hooks}"));
@@ -219,8 +206,8 @@ fn judge_nv_entry(r: &Results, c: &mut Vec<Check>) {
     }
     // The comparison: the syscall layer alone, counted the same way.
     if let (Some((runs, _)), Some(storm)) = (
-        counted_run(r, "nventry_sys", &mut problems),
-        storm(r, "nventry_sys", &mut problems),
+        counted_run(g, "nventry_sys", &mut problems),
+        storm(g, "nventry_sys", &mut problems),
     ) {
         syscall_layer_counted(&runs, &storm, &mut problems);
         detail.push_str(&format!(
@@ -229,8 +216,8 @@ fn judge_nv_entry(r: &Results, c: &mut Vec<Check>) {
         ));
     }
     let (entry, sys) = (
-        client_events(r, "nventry", &mut problems),
-        client_events(r, "nventry_sys", &mut problems),
+        client_events(g, "nventry", &mut problems),
+        client_events(g, "nventry_sys", &mut problems),
     );
     if entry.is_empty() || entry != sys {
         problems.push(format!(
@@ -239,7 +226,7 @@ fn judge_nv_entry(r: &Results, c: &mut Vec<Check>) {
         ));
     }
     detail.push_str(&format!("; events {entry:?}"));
-    c.push(Check::judged(id, title, &problems, || detail));
+    Judged::of(title, &problems, || detail)
 }
 
 /// The four KFD handler hooks (fexit, or their kretprobes).
@@ -250,9 +237,8 @@ const KFD_HANDLER_RUNS: [[&str; 2]; 4] = [
     ["kfd_set_cu_mask_fexit", "kfd_set_cu_mask_kret"],
 ];
 
-fn judge_kfd_entry(r: &Results, c: &mut Vec<Check>) {
-    let id = "z.kfd_entry";
-    let new = has_module_btf(r);
+pub(super) fn kfd_entry(g: &Guest) -> Judged {
+    let new = has_module_btf(g);
     let title = if new {
         "AMD KFD handlers hooked in the real amdgpu: the syscall layer not attached, no program \
          run for 200000 unrelated syscalls (kernel run counts), each handler hook once per call"
@@ -262,12 +248,12 @@ fn judge_kfd_entry(r: &Results, c: &mut Vec<Check>) {
     };
     let mut problems = Vec::new();
     let mut detail = String::new();
-    if let (Some((runs, stderr)), Some(storm)) = (
-        counted_run(r, "kfdentry", &mut problems),
-        storm(r, "kfdentry", &mut problems),
+    if let (Some((runs, traced)), Some(storm)) = (
+        counted_run(g, "kfdentry", &mut problems),
+        storm(g, "kfdentry", &mut problems),
     ) {
         if new {
-            if !stderr.contains("syscall layer not attached") {
+            if !traced.stderr.contains("syscall layer not attached") {
                 problems.push("want the syscall layer not attached".into());
             }
             let mut exact = Vec::new();
@@ -301,12 +287,12 @@ fn judge_kfd_entry(r: &Results, c: &mut Vec<Check>) {
             storm.syscalls, storm.driver_ioctls
         );
     }
-    c.push(Check::judged(id, title, &problems, || detail));
+    Judged::of(title, &problems, || detail)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Status, judge};
+    use super::super::{Results, Status, judge};
     use super::*;
 
     /// The guest logs the judge's own tests use (xtask/testdata; see judge.rs).
