@@ -16,7 +16,7 @@ use crate::{
     output::{
         Format,
         clock::Clock,
-        escape, json,
+        json,
         perfetto::PerfettoWriter,
         text::{TextFormatter, TimestampMode},
     },
@@ -100,6 +100,8 @@ pub struct Pipeline<W: Write> {
     interval: Option<Periodic>,
     /// `--metrics`: the same events as Prometheus metrics.
     metrics: Option<Metrics>,
+    /// The JSON line being written (kept to reuse its allocation).
+    json_buf: Vec<u8>,
 }
 
 /// `--interval`: when and where the periodic statistics go.
@@ -137,6 +139,7 @@ impl<W: Write> Pipeline<W> {
             perfetto: None,
             interval: None,
             metrics: None,
+            json_buf: Vec::with_capacity(1024),
         }
     }
 
@@ -474,16 +477,16 @@ impl<W: Write> Pipeline<W> {
                     None => line,
                 }),
             Format::Json => {
-                let line = json::event_json(event, &self.config.clock);
-                let line = match &gpu {
-                    Some(g) => json::with_gpu(line, g),
-                    None => line,
-                };
-                let line = match attribution {
-                    Some(a) => json::with_attribution(line, a),
-                    None => line,
-                };
-                Some(escape::json_terminal_safe(line))
+                self.json_buf.clear();
+                json::write_event(
+                    &mut self.json_buf,
+                    event,
+                    &self.config.clock,
+                    gpu.as_ref(),
+                    attribution,
+                );
+                self.json_buf.push(b'\n');
+                return self.out.write_all(&self.json_buf);
             }
         };
         if let Some(line) = line {
@@ -560,11 +563,7 @@ impl<W: Write> Pipeline<W> {
             if let Some(text) = &stats_text {
                 match self.config.format {
                     Format::Text => write!(self.out, "{text}")?,
-                    Format::Json => writeln!(
-                        self.out,
-                        "{}",
-                        escape::json_terminal_safe(json::stats_json(&self.stats, true))
-                    )?,
+                    Format::Json => writeln!(self.out, "{}", json::stats_json(&self.stats, true))?,
                 }
             }
             self.out.flush()

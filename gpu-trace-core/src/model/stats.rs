@@ -363,11 +363,11 @@ impl Stats {
             }
             *self.live_per_process.entry(key.pid).or_default() += 1;
         }
-        let task_label = crate::output::text::task_id(ev.kind.task());
+        let task_label = ev.kind.task().label();
         let t = self.live_tasks.entry(key).or_insert_with(|| TaskStats {
             key,
             pid: ev.origin.pid,
-            task: task_label.clone(),
+            task: task_label.as_str().to_string(),
             engine: None,
             gpu: None,
             runlist: None,
@@ -383,7 +383,9 @@ impl Stats {
             param_changes: 0,
             updates_refused: 0,
         });
-        t.task = task_label;
+        if t.task != task_label.as_str() {
+            t.task = task_label.as_str().to_string();
+        }
         let mut joined_runlist = None;
         let engine_of_event = engine_label(ev);
         match &ev.kind {

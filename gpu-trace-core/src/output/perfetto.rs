@@ -58,7 +58,7 @@ use serde_json::{Map, Value, json};
 
 use crate::{
     event::{Event, EventKind, TaskId},
-    output::{clock::Clock, text},
+    output::clock::Clock,
 };
 
 /// The first synthetic thread id of task tracks.
@@ -183,9 +183,9 @@ fn task_key(pid: u32, task: TaskId) -> TaskKey {
 /// The slice and track name of a task: `TSG 0x5c000015`, `TSG 12` (hardware id), `queue 3`.
 pub fn task_label(task: TaskId) -> String {
     match task {
-        TaskId::KfdQueue(_) => format!("queue {}", text::task_id(task)),
+        TaskId::KfdQueue(_) => format!("queue {}", task.label()),
         TaskId::Unknown => "TSGs created before tracing".to_string(),
-        _ => format!("TSG {}", text::task_id(task)),
+        _ => format!("TSG {}", task.label()),
     }
 }
 
@@ -279,7 +279,8 @@ impl<W: Write> PerfettoWriter<W> {
             Ok(Value::Object(m)) => m,
             _ => Map::new(),
         };
-        m.remove("event");
+        // The timeline's args carry the errno as a number only.
+        m.remove("errno_name");
         let o = &ev.origin;
         m.insert(
             "time".into(),
@@ -289,8 +290,8 @@ impl<W: Write> PerfettoWriter<W> {
                 .into(),
         );
         m.insert("ts_ns".into(), o.ts_ns.into());
-        for (k, v) in crate::output::json::identity(ev) {
-            m.insert(k.into(), v);
+        if let Ok(Value::Object(ids)) = serde_json::to_value(ev.identity()) {
+            m.extend(ids);
         }
         m.insert("cpu".into(), o.cpu.into());
         m.insert("tid".into(), o.tid.into());

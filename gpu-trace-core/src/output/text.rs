@@ -94,7 +94,7 @@ impl TextFormatter {
             ev.kind.name(),
             o.pid,
             super::escape::escape_text(&o.comm),
-            task_id(ev.kind.task()),
+            ev.kind.task().label(),
         );
         match &ev.amd {
             Some(amd) => write_amd_fields(&mut line, &ev.kind, amd),
@@ -201,7 +201,7 @@ fn write_fields(line: &mut String, kind: &EventKind) {
         } => write!(
             line,
             "server_pid={server_pid} server_tsg={} runlist={runlist}",
-            task_id(*server_task)
+            server_task.label()
         ),
     };
     // Late attach and MPS: the TSG column names an object this tracer never saw created.
@@ -457,14 +457,6 @@ fn format_relative(ns: i128) -> String {
 
 /// The TSG column: the hardware id in decimal, an RM handle in hex, a KFD queue id in decimal
 /// (`?` for a refused `CREATE_QUEUE`, which has none).
-pub(crate) fn task_id(task: TaskId) -> String {
-    match task {
-        TaskId::HwTsg(n) | TaskId::KfdQueue(n) => n.to_string(),
-        TaskId::RmHandle(h) | TaskId::PreTrace(h) | TaskId::Shared(h) => format!("0x{h:08x}"),
-        TaskId::KfdNoQueue | TaskId::Unknown => "?".to_string(),
-    }
-}
-
 fn engine_name(engine: Engine) -> &'static str {
     match engine {
         Engine::Graphics => "GRAPHICS",
@@ -521,48 +513,8 @@ impl Display for Timeslice {
     }
 }
 
-/// The symbolic name of an errno (either sign) on Linux, e.g. `ENOTTY` for 25 or -25; `None`
-/// for 0 and numbers not listed here.
-pub fn errno_name(errno: i32) -> Option<&'static str> {
-    let names = [
-        (libc::EPERM, "EPERM"),
-        (libc::ENOENT, "ENOENT"),
-        (libc::ESRCH, "ESRCH"),
-        (libc::EINTR, "EINTR"),
-        (libc::EIO, "EIO"),
-        (libc::ENXIO, "ENXIO"),
-        (libc::E2BIG, "E2BIG"),
-        (libc::EBADF, "EBADF"),
-        (libc::ECHILD, "ECHILD"),
-        (libc::EAGAIN, "EAGAIN"),
-        (libc::ENOMEM, "ENOMEM"),
-        (libc::EACCES, "EACCES"),
-        (libc::EFAULT, "EFAULT"),
-        (libc::EBUSY, "EBUSY"),
-        (libc::EEXIST, "EEXIST"),
-        (libc::ENODEV, "ENODEV"),
-        (libc::EINVAL, "EINVAL"),
-        (libc::ENFILE, "ENFILE"),
-        (libc::EMFILE, "EMFILE"),
-        (libc::ENOTTY, "ENOTTY"),
-        (libc::ENOSPC, "ENOSPC"),
-        (libc::EPIPE, "EPIPE"),
-        (libc::ERANGE, "ERANGE"),
-        (libc::EDEADLK, "EDEADLK"),
-        (libc::ENOSYS, "ENOSYS"),
-        (libc::ENODATA, "ENODATA"),
-        (libc::ETIME, "ETIME"),
-        (libc::EOVERFLOW, "EOVERFLOW"),
-        (libc::EOPNOTSUPP, "EOPNOTSUPP"),
-        (libc::ETIMEDOUT, "ETIMEDOUT"),
-        (libc::ECANCELED, "ECANCELED"),
-    ];
-    let e = i32::try_from(errno.unsigned_abs()).ok()?;
-    names.iter().find(|&&(n, _)| n == e).map(|&(_, name)| name)
-}
-
 /// An errno (either sign) by name when it is a common one, else its positive number (the text
-/// line's format: a fixed list, narrower than [`errno_name`]'s).
+/// line's format: a fixed list, narrower than [`crate::event::errno_name`]'s).
 struct Errno(i32);
 
 impl Display for Errno {
