@@ -21,5 +21,6 @@ pub mod model;
 pub mod output;
 pub mod pipeline;
 pub mod record;
+pub mod sink;
 pub mod vendor;
 pub mod wire;

@@ -14,12 +14,13 @@ use crate::{
         workload::Attribution,
     },
     output::{
-        Format,
+        Format, Lines,
         clock::Clock,
-        json,
-        perfetto::PerfettoWriter,
-        text::{TextFormatter, TimestampMode},
+        json::JsonSink,
+        perfetto::{PerfettoSink, PerfettoWriter},
+        text::{TextFormatter, TextSink, TimestampMode},
     },
+    sink::{Enriched, RunEnd, Sink, SinkError},
     vendor::amd::{
         decode::{self as amd_decode, KfdCall},
         model::{KfdInput, KfdTracker},
@@ -67,16 +68,15 @@ pub struct Finished<W> {
     /// The output writer, flushed (or not: see `output`).
     pub out: W,
     /// Closing the Perfetto timeline, when there was one.
-    pub perfetto: Option<std::io::Result<()>>,
+    pub perfetto: Option<Result<(), SinkError>>,
     /// Writing the statistics to the output and flushing it.
-    pub output: std::io::Result<()>,
+    pub output: Result<(), SinkError>,
     /// The statistics block as text (`None` with `--no-stats`).
     pub stats_text: Option<String>,
 }
 
 pub struct Pipeline<W: Write> {
     config: PipelineConfig,
-    text: TextFormatter,
     tracker: NvTracker,
     /// AMD KFD queues (records of kind `KFD_IOCTL`; process exits go to both trackers).
     amd: KfdTracker,
@@ -93,15 +93,14 @@ pub struct Pipeline<W: Write> {
     task_devices: HashMap<TaskKey, u32>,
     first_ts: Option<u64>,
     last_ts: Option<u64>,
-    out: W,
+    /// The event lines (text or JSON).
+    lines: Lines<W>,
     /// `--perfetto`: the timeline, written alongside the output.
-    perfetto: Option<PerfettoWriter<Box<dyn Write>>>,
+    perfetto: Option<PerfettoSink>,
     /// `--interval`: periodic statistics.
     interval: Option<Periodic>,
     /// `--metrics`: the same events as Prometheus metrics.
     metrics: Option<Metrics>,
-    /// The JSON line being written (kept to reuse its allocation).
-    json_buf: Vec<u8>,
 }
 
 /// `--interval`: when and where the periodic statistics go.
@@ -112,20 +111,27 @@ struct Periodic {
     by_record_time: bool,
     /// The next one is due when a record at or after `first + next_ns` arrives.
     next_ns: u64,
-    /// Where text blocks go (standard error), so that the event stream stays one line per
-    /// event. JSON `STATS` objects go to the output with the events.
-    side: Box<dyn Write>,
 }
 
 impl<W: Write> Pipeline<W> {
     pub fn new(config: PipelineConfig, out: W) -> Self {
-        let text = TextFormatter {
-            timestamps: config.timestamps,
-            verbose: config.verbose,
+        let lines = match config.format {
+            Format::Text => {
+                let text = TextFormatter {
+                    timestamps: config.timestamps,
+                    verbose: config.verbose,
+                };
+                Lines::Text(TextSink::new(
+                    text,
+                    config.clock.clone(),
+                    config.show_container,
+                    out,
+                ))
+            }
+            Format::Json => Lines::Json(JsonSink::new(config.clock.clone(), out)),
         };
         Self {
             config,
-            text,
             tracker: NvTracker::default(),
             amd: KfdTracker::default(),
             stats: Stats::new(),
@@ -135,11 +141,10 @@ impl<W: Write> Pipeline<W> {
             task_devices: HashMap::new(),
             first_ts: None,
             last_ts: None,
-            out,
+            lines,
             perfetto: None,
             interval: None,
             metrics: None,
-            json_buf: Vec::with_capacity(1024),
         }
     }
 
@@ -158,8 +163,12 @@ impl<W: Write> Pipeline<W> {
             period_ns,
             by_record_time,
             next_ns: period_ns,
-            side,
         });
+        // Text blocks go to `side` (standard error), so that the event stream stays one line
+        // per event; JSON `STATS` objects go to the output with the events.
+        if let Lines::Text(text) = &mut self.lines {
+            text.set_side(side);
+        }
         self
     }
 
@@ -170,26 +179,21 @@ impl<W: Write> Pipeline<W> {
         elapsed: Duration,
         counters: Option<KernelCounters>,
     ) -> std::io::Result<()> {
+        self.periodic(elapsed, counters).map_err(SinkError::into_io)
+    }
+
+    fn periodic(
+        &mut self,
+        elapsed: Duration,
+        counters: Option<KernelCounters>,
+    ) -> Result<(), SinkError> {
         let mut stats = self.stats.clone();
         stats.elapsed = Some(elapsed);
         if let Some(c) = counters {
             stats.kernel = c;
         }
         stats.unreported = self.unreported();
-        match self.config.format {
-            Format::Json => writeln!(self.out, "{}", json::stats_json(&stats, false)),
-            Format::Text => {
-                let block =
-                    stats.render_text_titled(self.config.verbose, "gpu-trace statistics so far");
-                match self.interval.as_mut() {
-                    Some(p) => {
-                        p.side.write_all(block.as_bytes())?;
-                        p.side.flush()
-                    }
-                    None => Ok(()),
-                }
-            }
-        }
+        self.lines.periodic(&stats)
     }
 
     /// Replay: the periodic statistics that fall due before a record at `ts_ns`. Intervals
@@ -198,7 +202,7 @@ impl<W: Write> Pipeline<W> {
     /// intervals before it would be the same). So there are at most as many blocks as records
     /// (plus the final one), however far the recording's clock jumps and however short the
     /// interval.
-    fn due_by_record_time(&mut self, ts_ns: u64) -> std::io::Result<()> {
+    fn due_by_record_time(&mut self, ts_ns: u64) -> Result<(), SinkError> {
         let Some(first) = self.first_ts else {
             return Ok(());
         };
@@ -212,7 +216,7 @@ impl<W: Write> Pipeline<W> {
             }
             _ => return Ok(()),
         };
-        self.periodic_stats(Duration::from_nanos(due), None)
+        self.periodic(Duration::from_nanos(due), None)
     }
 
     /// Also counts every selected event in `metrics` (`--metrics`).
@@ -228,7 +232,7 @@ impl<W: Write> Pipeline<W> {
 
     /// Also writes every selected event to a Perfetto timeline (`--perfetto`).
     pub fn with_perfetto(mut self, writer: PerfettoWriter<Box<dyn Write>>) -> Self {
-        self.perfetto = Some(writer);
+        self.perfetto = Some(PerfettoSink::new(writer, self.config.clock.clone()));
         self
     }
 
@@ -256,29 +260,31 @@ impl<W: Write> Pipeline<W> {
             if let Some(path) = p.cgroup.as_deref().filter(|c| c.starts_with('/')) {
                 self.attribute(p.pid, Attribution::new(0, Some(path.to_string()), None));
             }
-            if let Some(perfetto) = self.perfetto.as_mut() {
-                let label = match p.mps {
-                    Some(MpsRole::Server) => "GPU open before tracing; MPS server",
-                    Some(MpsRole::Control) => "GPU open before tracing; MPS control",
-                    None => "GPU open before tracing",
-                };
-                perfetto.process_label(p.pid, &p.comm, label)?;
-            }
         }
-        if self.config.format == Format::Json {
-            // The processes the filters select, as the text form on stderr shows them.
-            let shown = inv.selected(&self.config.pids, &self.config.comms);
-            writeln!(
-                self.out,
-                "{}",
-                json::inventory_json(&shown, &self.config.clock)
-            )?;
+        // The processes the filters select, as the text form on stderr shows them.
+        let shown = inv.selected(&self.config.pids, &self.config.comms);
+        let sinks = self.sinks();
+        sinks
+            .into_iter()
+            .try_for_each(|s| s.inventory(inv, &shown))
+            .map_err(SinkError::into_io)
+    }
+
+    /// The sinks, in the order each event reaches them: metrics, Perfetto, the lines.
+    fn sinks(&mut self) -> Vec<&mut dyn Sink> {
+        let mut sinks: Vec<&mut dyn Sink> = Vec::with_capacity(3);
+        if let Some(m) = self.metrics.as_mut() {
+            sinks.push(m);
         }
-        Ok(())
+        if let Some(p) = self.perfetto.as_mut() {
+            sinks.push(p);
+        }
+        sinks.push(&mut self.lines);
+        sinks
     }
 
     /// Feeds one ring-buffer record; prints the events it produces.
-    pub fn feed(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+    pub fn feed(&mut self, bytes: &[u8]) -> Result<(), SinkError> {
         let record = match wire::parse_record(bytes) {
             Ok(r) => r,
             Err(_) => {
@@ -378,8 +384,8 @@ impl<W: Write> Pipeline<W> {
         if matches!(record, RawRecord::ProcessExit(_)) {
             self.process_names.remove(&pid);
             self.attributions.remove(&pid);
-            if let Some(metrics) = self.metrics.as_mut() {
-                metrics.process_exited(pid);
+            for sink in self.sinks() {
+                sink.process_exited(pid);
             }
         }
         Ok(())
@@ -421,7 +427,7 @@ impl<W: Write> Pipeline<W> {
     }
 
     /// Emits the events that pass the filters.
-    fn emit_selected(&mut self, events: &[Event]) -> std::io::Result<()> {
+    fn emit_selected(&mut self, events: &[Event]) -> Result<(), SinkError> {
         for event in events {
             if self.selected(event) {
                 self.emit(event)?;
@@ -440,68 +446,40 @@ impl<W: Write> Pipeline<W> {
         pid_ok && comm_ok
     }
 
-    fn emit(&mut self, event: &Event) -> std::io::Result<()> {
+    /// Counts the event, adds what is known of its process and task, and hands it to each
+    /// sink.
+    fn emit(&mut self, event: &Event) -> Result<(), SinkError> {
         self.stats.record(event);
         let gpu = self.gpu_of(event);
-        let name = self
-            .process_names
-            .get(&event.origin.pid)
-            .map_or(event.origin.comm.as_str(), String::as_str);
-        let attribution = self.attributions.get(&event.origin.pid);
+        let ev = Enriched {
+            event,
+            process: self
+                .process_names
+                .get(&event.origin.pid)
+                .map_or(event.origin.comm.as_str(), String::as_str),
+            gpu: gpu.as_ref(),
+            cgroup: self.attributions.get(&event.origin.pid),
+            trace_start_ns: self.first_ts.unwrap_or(event.origin.ts_ns),
+        };
         if let Some(metrics) = self.metrics.as_mut() {
-            let workload = attribution.map(|a| crate::metrics::Workload {
-                container: a.workload.short_container_id().unwrap_or("").to_string(),
-                pod: a
-                    .workload
-                    .pod
-                    .as_ref()
-                    .map_or(String::new(), |(uid, _)| uid.clone()),
-            });
-            metrics.observe(event, name, workload.as_ref());
+            metrics.event(&ev)?;
         }
         if let Some(perfetto) = self.perfetto.as_mut() {
-            let ts0 = self.first_ts.unwrap_or(event.origin.ts_ns);
-            match attribution.and_then(Attribution::group) {
-                // The process track's name says where it runs.
-                Some(group) => perfetto.event(event, &format!("{name} [{group}]"), ts0)?,
-                None => perfetto.event(event, name, ts0)?,
-            }
+            perfetto.event(&ev)?;
         }
-        let line = match self.config.format {
-            Format::Text => self
-                .text
-                .format_event(event, &self.config.clock)
-                .map(|line| match attribution {
-                    Some(a) => line + &a.text_fields(self.config.show_container),
-                    None if self.config.show_container => line + " container=?",
-                    None => line,
-                }),
-            Format::Json => {
-                self.json_buf.clear();
-                json::write_event(
-                    &mut self.json_buf,
-                    event,
-                    &self.config.clock,
-                    gpu.as_ref(),
-                    attribution,
-                );
-                self.json_buf.push(b'\n');
-                return self.out.write_all(&self.json_buf);
-            }
-        };
-        if let Some(line) = line {
-            writeln!(self.out, "{line}")?;
-        }
-        Ok(())
+        self.lines.event(&ev)
     }
 
     pub fn flush(&mut self) -> std::io::Result<()> {
         let untracked = self.untracked_handles();
         if let Some(metrics) = self.metrics.as_mut() {
-            metrics.sync_stats(&self.stats);
-            metrics.set_untracked(untracked);
+            metrics
+                .flush(&self.stats, untracked)
+                .map_err(SinkError::into_io)?;
         }
-        self.out.flush()
+        self.lines
+            .flush(&self.stats, untracked)
+            .map_err(SinkError::into_io)
     }
 
     /// Time between the first and the last record seen.
@@ -516,9 +494,9 @@ impl<W: Write> Pipeline<W> {
     pub fn finish(self, counters: KernelCounters, duration: Duration) -> std::io::Result<Summary> {
         let f = self.finish_all(counters, duration);
         if let Some(Err(e)) = f.perfetto {
-            return Err(e);
+            return Err(e.into_io());
         }
-        f.output.map(|()| f.summary)
+        f.output.map(|()| f.summary).map_err(SinkError::into_io)
     }
 
     /// Ends the run like [`finish`](Self::finish), but goes on past a failing output: the
@@ -529,45 +507,32 @@ impl<W: Write> Pipeline<W> {
         self.stats.kernel = counters;
         self.stats.elapsed = Some(duration);
         let untracked = self.untracked_handles();
+        let last_ts = self.last_ts.unwrap_or(0);
         if let Some(metrics) = self.metrics.as_mut() {
-            metrics.set_kernel(&counters);
-            metrics.sync_stats(&self.stats);
-            metrics.set_untracked(untracked);
+            // Before the tasks alive at exit are counted, as it always was.
+            let _ = metrics.finish(&RunEnd {
+                stats: &self.stats,
+                counters,
+                last_ts,
+                untracked,
+                stats_text: None,
+            });
         }
         self.stats.live_at_exit = (self.tracker.live_tasks() + self.amd.live_tasks()) as u64;
         self.stats.unreported = self.unreported();
-        let perfetto = self.perfetto.take().map(|perfetto| {
-            let other = [
-                ("tool", format!("gpu-trace {}", env!("CARGO_PKG_VERSION"))),
-                ("clock", "CLOCK_MONOTONIC (ts in microseconds)".to_string()),
-                (
-                    "realtime_offset_ns",
-                    self.config.clock.offset_ns().to_string(),
-                ),
-                (
-                    "dropped",
-                    if self.stats.kernel_unknown {
-                        "unknown".to_string()
-                    } else {
-                        counters.dropped.to_string()
-                    },
-                ),
-            ];
-            perfetto.finish(self.last_ts.unwrap_or(0), &other).map(drop)
-        });
         let stats_text = self
             .config
             .stats
             .then(|| self.stats.render_text(self.config.verbose));
-        let output = (|| {
-            if let Some(text) = &stats_text {
-                match self.config.format {
-                    Format::Text => write!(self.out, "{text}")?,
-                    Format::Json => writeln!(self.out, "{}", json::stats_json(&self.stats, true))?,
-                }
-            }
-            self.out.flush()
-        })();
+        let end = RunEnd {
+            stats: &self.stats,
+            counters,
+            last_ts,
+            untracked,
+            stats_text: stats_text.as_deref(),
+        };
+        let perfetto = self.perfetto.as_mut().map(|p| p.finish(&end));
+        let output = self.lines.finish(&end);
         Finished {
             summary: Summary {
                 events: self.stats.events(),
@@ -575,7 +540,7 @@ impl<W: Write> Pipeline<W> {
                 truncated: self.stats.kernel_unknown,
                 ..Summary::default()
             },
-            out: self.out,
+            out: self.lines.into_out(),
             perfetto,
             output,
             stats_text,
@@ -584,7 +549,7 @@ impl<W: Write> Pipeline<W> {
 
     /// The output writer (live runs check their output queue through it).
     pub fn output(&self) -> &W {
-        &self.out
+        self.lines.out()
     }
 
     /// The statistics, for counters the caller knows (records lost on the way, output lost).

@@ -30,4 +30,4 @@ pub mod session;
 pub mod targets;
 pub mod top;
 
-pub use gpu_trace_core::{event, model, output, pipeline, record, vendor, wire};
+pub use gpu_trace_core::{event, model, output, pipeline, record, sink, vendor, wire};

@@ -32,6 +32,7 @@ use prometheus_client::{
     registry::Registry,
 };
 
+use crate::sink::{Enriched, RunEnd, Sink, SinkError};
 use crate::{
     event::{DestroyCause, Engine, Event, EventKind, SchedChange, TaskId},
     model::stats::{KernelCounters, Stats},
@@ -1133,3 +1134,37 @@ pub fn splice_reference(doc: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests;
+
+/// The metrics sink (`--metrics`): every selected event counted, labelled by the process's name,
+/// GPU, engine, container and pod.
+impl Sink for Metrics {
+    fn event(&mut self, ev: &Enriched<'_>) -> Result<(), SinkError> {
+        let workload = ev.cgroup.map(|a| Workload {
+            container: a.workload.short_container_id().unwrap_or("").to_string(),
+            pod: a
+                .workload
+                .pod
+                .as_ref()
+                .map_or(String::new(), |(uid, _)| uid.clone()),
+        });
+        self.observe(ev.event, ev.process, workload.as_ref());
+        Ok(())
+    }
+
+    fn process_exited(&mut self, pid: u32) {
+        Metrics::process_exited(self, pid);
+    }
+
+    fn flush(&mut self, stats: &Stats, untracked: u64) -> Result<(), SinkError> {
+        self.sync_stats(stats);
+        self.set_untracked(untracked);
+        Ok(())
+    }
+
+    fn finish(&mut self, end: &RunEnd<'_>) -> Result<(), SinkError> {
+        self.set_kernel(&end.counters);
+        self.sync_stats(end.stats);
+        self.set_untracked(end.untracked);
+        Ok(())
+    }
+}

@@ -208,10 +208,12 @@ use serde::Serialize;
 use std::borrow::Cow;
 
 use crate::event::{AmdDetail, Event, EventKind, Identity, Origin};
+use crate::inventory::Inventory;
 use crate::model::gpus::GpuIdentity;
 use crate::model::stats::{EngineStats, KernelCounters, ProcessStats, Stats, TaskStats};
 use crate::model::workload::{Attribution, CgroupFields};
 use crate::output::{clock::Clock, escape};
+use crate::sink::{Enriched, RunEnd, Sink, SinkError};
 
 /// One event's JSON line, in the documented order: `event`, `time`, the origin's fields, the
 /// identity fields, the kind's fields, then (each when there is one) `amd`, `gpu_device` and
@@ -255,6 +257,66 @@ pub fn write_event(
         cgroup: attribution.map(Attribution::json_fields),
     };
     escape::write_json(out, &line);
+}
+
+/// The JSON sink: an `INVENTORY` line first (late attach), one line per event, periodic
+/// `STATS` lines with `--interval`, the final `STATS` line.
+pub struct JsonSink<W> {
+    clock: Clock,
+    out: W,
+    /// The line being written (kept to reuse its allocation).
+    buf: Vec<u8>,
+}
+
+impl<W: std::io::Write> JsonSink<W> {
+    pub fn new(clock: Clock, out: W) -> Self {
+        Self {
+            clock,
+            out,
+            buf: Vec::with_capacity(1024),
+        }
+    }
+
+    pub fn out(&self) -> &W {
+        &self.out
+    }
+
+    pub fn into_out(self) -> W {
+        self.out
+    }
+
+    fn line(&mut self, line: &str) -> Result<(), SinkError> {
+        writeln!(self.out, "{line}").map_err(SinkError::Output)
+    }
+}
+
+impl<W: std::io::Write> Sink for JsonSink<W> {
+    fn inventory(&mut self, _inv: &Inventory, selected: &Inventory) -> Result<(), SinkError> {
+        let line = inventory_json(selected, &self.clock);
+        self.line(&line)
+    }
+
+    fn event(&mut self, ev: &Enriched<'_>) -> Result<(), SinkError> {
+        self.buf.clear();
+        write_event(&mut self.buf, ev.event, &self.clock, ev.gpu, ev.cgroup);
+        self.buf.push(b'\n');
+        self.out.write_all(&self.buf).map_err(SinkError::Output)
+    }
+
+    fn periodic(&mut self, stats: &Stats) -> Result<(), SinkError> {
+        self.line(&stats_json(stats, false))
+    }
+
+    fn flush(&mut self, _stats: &Stats, _untracked: u64) -> Result<(), SinkError> {
+        self.out.flush().map_err(SinkError::Output)
+    }
+
+    fn finish(&mut self, end: &RunEnd<'_>) -> Result<(), SinkError> {
+        if end.stats_text.is_some() {
+            self.line(&stats_json(end.stats, true))?;
+        }
+        self.out.flush().map_err(SinkError::Output)
+    }
 }
 
 /// The JSON line of an event (no newline), without GPU and cgroup: see [`write_event`].

@@ -56,6 +56,9 @@ use std::{
 use chrono::SecondsFormat;
 use serde_json::{Map, Value, json};
 
+use crate::inventory::{Inventory, MpsRole};
+use crate::model::workload::Attribution;
+use crate::sink::{Enriched, RunEnd, Sink, SinkError};
 use crate::{
     event::{Event, EventKind, TaskId},
     output::clock::Clock,
@@ -178,6 +181,80 @@ fn without_arrays(v: Value) -> Value {
 
 fn task_key(pid: u32, task: TaskId) -> TaskKey {
     (pid, format!("{task:?}"))
+}
+
+/// The Perfetto sink (`--perfetto FILE`): the timeline written alongside the output; process
+/// tracks named by the process and, where known, its container or pod.
+pub struct PerfettoSink {
+    /// `None` once finished.
+    writer: Option<PerfettoWriter<Box<dyn Write>>>,
+    clock: Clock,
+}
+
+impl PerfettoSink {
+    pub fn new(writer: PerfettoWriter<Box<dyn Write>>, clock: Clock) -> Self {
+        Self {
+            writer: Some(writer),
+            clock,
+        }
+    }
+}
+
+impl Sink for PerfettoSink {
+    /// Names and labels the processes that had a GPU open before tracing.
+    fn inventory(&mut self, inv: &Inventory, _selected: &Inventory) -> Result<(), SinkError> {
+        let Some(w) = self.writer.as_mut() else {
+            return Ok(());
+        };
+        for p in &inv.processes {
+            let label = match p.mps {
+                Some(MpsRole::Server) => "GPU open before tracing; MPS server",
+                Some(MpsRole::Control) => "GPU open before tracing; MPS control",
+                None => "GPU open before tracing",
+            };
+            w.process_label(p.pid, &p.comm, label)
+                .map_err(SinkError::Perfetto)?;
+        }
+        Ok(())
+    }
+
+    fn event(&mut self, ev: &Enriched<'_>) -> Result<(), SinkError> {
+        let Some(w) = self.writer.as_mut() else {
+            return Ok(());
+        };
+        let written = match ev.cgroup.and_then(Attribution::group) {
+            // The process track's name says where it runs.
+            Some(group) => w.event(
+                ev.event,
+                &format!("{} [{group}]", ev.process),
+                ev.trace_start_ns,
+            ),
+            None => w.event(ev.event, ev.process, ev.trace_start_ns),
+        };
+        written.map_err(SinkError::Perfetto)
+    }
+
+    fn finish(&mut self, end: &RunEnd<'_>) -> Result<(), SinkError> {
+        let Some(w) = self.writer.take() else {
+            return Ok(());
+        };
+        let other = [
+            ("tool", format!("gpu-trace {}", env!("CARGO_PKG_VERSION"))),
+            ("clock", "CLOCK_MONOTONIC (ts in microseconds)".to_string()),
+            ("realtime_offset_ns", self.clock.offset_ns().to_string()),
+            (
+                "dropped",
+                if end.stats.kernel_unknown {
+                    "unknown".to_string()
+                } else {
+                    end.counters.dropped.to_string()
+                },
+            ),
+        ];
+        w.finish(end.last_ts, &other)
+            .map(drop)
+            .map_err(SinkError::Perfetto)
+    }
 }
 
 /// The slice and track name of a task: `TSG 0x5c000015`, `TSG 12` (hardware id), `queue 3`.

@@ -21,7 +21,9 @@ use crate::event::{
     AmdDetail, AmdQueueType, AmdVia, DestroyCause, Engine, Event, EventKind, Interleave, RunState,
     SchedChange, TaskId,
 };
+use crate::model::stats::Stats;
 pub use crate::output::clock::Clock;
+use crate::sink::{Enriched, RunEnd, Sink, SinkError};
 
 /// How the time at the start of each line is shown.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -102,6 +104,83 @@ impl TextFormatter {
         }
         line.truncate(line.trim_end().len());
         Some(line)
+    }
+}
+
+/// The text sink: one line per event (with the container field where it applies), the
+/// statistics block at the end, and with `--interval` the blocks so far on a side writer
+/// (standard error) so that the event stream stays one line per event.
+pub struct TextSink<W> {
+    formatter: TextFormatter,
+    clock: Clock,
+    /// `--show-container`: a `container=` field on every line.
+    show_container: bool,
+    out: W,
+    side: Option<Box<dyn std::io::Write>>,
+}
+
+impl<W: std::io::Write> TextSink<W> {
+    pub fn new(formatter: TextFormatter, clock: Clock, show_container: bool, out: W) -> Self {
+        Self {
+            formatter,
+            clock,
+            show_container,
+            out,
+            side: None,
+        }
+    }
+
+    /// Where the `--interval` blocks go.
+    pub fn set_side(&mut self, side: Box<dyn std::io::Write>) {
+        self.side = Some(side);
+    }
+
+    pub fn out(&self) -> &W {
+        &self.out
+    }
+
+    pub fn into_out(self) -> W {
+        self.out
+    }
+}
+
+impl<W: std::io::Write> Sink for TextSink<W> {
+    fn event(&mut self, ev: &Enriched<'_>) -> Result<(), SinkError> {
+        let Some(mut line) = self.formatter.format_event(ev.event, &self.clock) else {
+            return Ok(());
+        };
+        match ev.cgroup {
+            Some(a) => line.push_str(&a.text_fields(self.show_container)),
+            None if self.show_container => line.push_str(" container=?"),
+            None => {}
+        }
+        line.push('\n');
+        self.out
+            .write_all(line.as_bytes())
+            .map_err(SinkError::Output)
+    }
+
+    fn periodic(&mut self, stats: &Stats) -> Result<(), SinkError> {
+        let Some(side) = self.side.as_mut() else {
+            return Ok(());
+        };
+        let block = stats.render_text_titled(self.formatter.verbose, "gpu-trace statistics so far");
+        side.write_all(block.as_bytes())
+            .and_then(|()| side.flush())
+            .map_err(SinkError::Output)
+    }
+
+    fn flush(&mut self, _stats: &Stats, _untracked: u64) -> Result<(), SinkError> {
+        self.out.flush().map_err(SinkError::Output)
+    }
+
+    fn finish(&mut self, end: &RunEnd<'_>) -> Result<(), SinkError> {
+        if let Some(text) = end.stats_text {
+            self.out
+                .write_all(text.as_bytes())
+                .map_err(SinkError::Output)?;
+        }
+        self.out.flush().map_err(SinkError::Output)
     }
 }
 
