@@ -61,10 +61,21 @@ impl TextFormatter {
         Tz: TimeZone,
         Tz::Offset: Display,
     {
-        if matches!(ev.kind, EventKind::WorkSubmit { .. }) && !self.verbose {
-            return None;
-        }
         let mut line = String::with_capacity(160);
+        self.write_event(ev, clock, tz, &mut line).then_some(line)
+    }
+
+    /// Appends the line for `ev` (no newline) to `line`; false (nothing appended) when this
+    /// formatter does not print it. Wall-clock times in the time zone `tz`.
+    pub fn write_event<Tz>(&self, ev: &Event, clock: &Clock, tz: &Tz, line: &mut String) -> bool
+    where
+        Tz: TimeZone,
+        Tz::Offset: Display,
+    {
+        if matches!(ev.kind, EventKind::WorkSubmit { .. }) && !self.verbose {
+            return false;
+        }
+        let start = line.len();
         match self.timestamps {
             TimestampMode::Wall => {
                 let t = clock.in_tz(ev.origin.ts_ns, tz);
@@ -99,11 +110,12 @@ impl TextFormatter {
             ev.kind.task().label(),
         );
         match &ev.amd {
-            Some(amd) => write_amd_fields(&mut line, &ev.kind, amd),
-            None => write_fields(&mut line, &ev.kind),
+            Some(amd) => write_amd_fields(line, &ev.kind, amd),
+            None => write_fields(line, &ev.kind),
         }
-        line.truncate(line.trim_end().len());
-        Some(line)
+        let end = start + line[start..].trim_end().len();
+        line.truncate(end);
+        true
     }
 }
 
@@ -117,6 +129,8 @@ pub struct TextSink<W> {
     show_container: bool,
     out: W,
     side: Option<Box<dyn std::io::Write>>,
+    /// The line being written (kept to reuse its allocation).
+    line: String,
 }
 
 impl<W: std::io::Write> TextSink<W> {
@@ -127,6 +141,7 @@ impl<W: std::io::Write> TextSink<W> {
             show_container,
             out,
             side: None,
+            line: String::with_capacity(256),
         }
     }
 
@@ -146,9 +161,14 @@ impl<W: std::io::Write> TextSink<W> {
 
 impl<W: std::io::Write> Sink for TextSink<W> {
     fn event(&mut self, ev: &Enriched<'_>) -> Result<(), SinkError> {
-        let Some(mut line) = self.formatter.format_event(ev.event, &self.clock) else {
+        let line = &mut self.line;
+        line.clear();
+        if !self
+            .formatter
+            .write_event(ev.event, &self.clock, &Local, line)
+        {
             return Ok(());
-        };
+        }
         match ev.cgroup {
             Some(a) => line.push_str(&a.text_fields(self.show_container)),
             None if self.show_container => line.push_str(" container=?"),
