@@ -26,6 +26,7 @@ pub mod doctor;
 pub mod loader;
 pub mod metrics;
 pub mod probe;
+pub mod queue;
 pub mod session;
 pub mod targets;
 pub mod top;

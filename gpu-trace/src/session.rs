@@ -29,7 +29,6 @@ use crate::{
         escape,
         files::{self, Staged, Untouched},
         perfetto::PerfettoWriter,
-        queue::{Overflow, QueueWriter, Units},
     },
     pipeline::{Finished, Pipeline, PipelineConfig},
     probe::{
@@ -37,6 +36,7 @@ use crate::{
         inventory::{self, GpuNode, Inventory, WalkOptions},
         system,
     },
+    queue::{Overflow, QueueWriter, Units},
     record::{RecordError, RecordReader, RecordWriter, RecordingHeader, RecordingTrailer},
     sink::SinkError,
     wire::{self, RawRecord},

@@ -16,11 +16,10 @@
 //! (`comm="__overflow__"`), so a fork storm of uniquely named processes cannot grow the scrape;
 //! [`MetricsConfig::max_label_sets`] caps the combinations.
 
-pub mod process;
-
 use std::{collections::HashMap, sync::Arc};
 
 use prometheus_client::{
+    collector::Collector,
     encoding::EncodeLabelSet,
     metrics::{
         counter::Counter,
@@ -245,20 +244,21 @@ doc!(
     "version",
     "The gpu-trace version serving the metrics (always 1)."
 );
-doc!(
-    CPU,
-    "process_cpu_seconds_total",
-    "counter",
-    "",
-    "User and system CPU time gpu-trace's process has used."
-);
-doc!(
-    RSS,
-    "process_resident_memory_bytes",
-    "gauge",
-    "",
-    "Resident memory of gpu-trace's process."
-);
+/// Read at each scrape by the collector the binary adds (`gpu-trace`'s `metrics::process`):
+/// this pure core reads nothing of the system.
+pub const CPU: MetricDoc = MetricDoc {
+    name: "process_cpu_seconds_total",
+    kind: "counter",
+    labels: "",
+    help: "User and system CPU time gpu-trace's process has used.",
+};
+/// See [`CPU`].
+pub const RSS: MetricDoc = MetricDoc {
+    name: "process_resident_memory_bytes",
+    kind: "gauge",
+    labels: "",
+    help: "Resident memory of gpu-trace's process.",
+};
 
 /// Every metric gpu-trace serves, in the order of the reference.
 pub const REFERENCE: &[MetricDoc] = &[
@@ -581,6 +581,12 @@ fn latency_histogram() -> Histogram {
 
 impl Metrics {
     pub fn new(config: MetricsConfig) -> Self {
+        Self::with_collectors(config, Vec::new())
+    }
+
+    /// Like [`new`](Self::new), with `extra` collectors read at each scrape (the binary adds its
+    /// own process's CPU time and memory, [`CPU`] and [`RSS`]).
+    pub fn with_collectors(config: MetricsConfig, extra: Vec<Box<dyn Collector>>) -> Self {
         let mut registry = Registry::default();
         let events = Family::<EventLabels, Counter>::default();
         let refused = Family::<TaskLabels, Counter>::default();
@@ -626,7 +632,9 @@ impl Metrics {
             }),
         );
         let ring_fill = RingCollector::default();
-        registry.register_collector(Box::new(process::ProcessCollector));
+        for c in extra {
+            registry.register_collector(c);
+        }
         registry.register_collector(Box::new(ring_fill.clone()));
         Self {
             registry: Arc::new(registry),

@@ -4,7 +4,6 @@ pub mod escape;
 pub mod files;
 pub mod json;
 pub mod perfetto;
-pub mod queue;
 pub mod text;
 pub mod top;
 

@@ -501,7 +501,7 @@ pub fn serve(
     } else {
         "http"
     };
-    let metrics = super::Metrics::new(super::MetricsConfig::default());
+    let metrics = super::process::metrics(super::MetricsConfig::default());
     metrics.set_ring_bytes(u64::from(ring_bytes));
     let server = MetricsServer::start_with(addr, metrics.registry(), Limits::default(), access)?;
     eprintln!("gpu-trace: metrics at {scheme}://{}/metrics", server.addr);
