@@ -758,23 +758,13 @@ impl Metrics {
             } => {
                 let gpu = gpu.or(amd.and_then(|a| a.gpu_id));
                 let key = self.key(gpu, engine_label(*engine, amd), process_name, workload);
-                let s = self.series_mut(key);
-                s.events[0].inc();
-                s.live.inc();
-                if let Some(us) = timeslice_us {
-                    s.timeslice_us += us;
-                    s.timeslice.set(s.timeslice_us as f64 / 1e6);
-                }
                 let state = TaskState {
                     key,
                     init_ns: ev.origin.ts_ns,
                     scheduled: false,
                     timeslice_us: *timeslice_us,
                 };
-                if let Some(old) = self.tasks.insert((pid, *client, tid(*task)), state) {
-                    // The tracker replaced a handle it never saw freed: that task is gone.
-                    self.end_task(old, None);
-                }
+                self.task_created((pid, *client, tid(*task)), state);
                 key
             }
             EventKind::Schedule {
@@ -784,30 +774,13 @@ impl Metrics {
                 timeslice_us,
                 ..
             } => {
-                let state = self.tasks.get(&(pid, *client, tid(*task))).copied();
+                let id = (pid, *client, tid(*task));
+                let state = self.tasks.get(&id).copied();
                 let key = match state {
                     Some(t) => t.key,
                     None => self.key(None, engine_label(None, amd), process_name, workload),
                 };
-                let s = self.series_mut(key);
-                s.events[1].inc();
-                if !allowed {
-                    s.refused.inc();
-                }
-                if let (Some(mut t), true) = (state, *allowed) {
-                    if !t.scheduled {
-                        t.scheduled = true;
-                        let secs = ev.origin.ts_ns.saturating_sub(t.init_ns) as f64 / 1e9;
-                        self.hist(key).latency.observe(secs);
-                    }
-                    if let Some(new) = *timeslice_us {
-                        let s = self.series_mut(key);
-                        s.timeslice_us = s.timeslice_us - t.timeslice_us.unwrap_or(0) + new;
-                        s.timeslice.set(s.timeslice_us as f64 / 1e6);
-                        t.timeslice_us = Some(new);
-                    }
-                    self.tasks.insert((pid, *client, tid(*task)), t);
-                }
+                self.scheduled(id, key, state, *allowed, *timeslice_us, ev.origin.ts_ns);
                 key
             }
             EventKind::WorkSubmit {
@@ -854,7 +827,8 @@ impl Metrics {
                 allowed,
                 ..
             } => {
-                let state = self.tasks.get(&(pid, *client, tid(*task))).copied();
+                let id = (pid, *client, tid(*task));
+                let state = self.tasks.get(&id).copied();
                 let key = match state {
                     Some(t) => t.key,
                     None => self.key(None, engine_label(None, amd), process_name, workload),
@@ -862,14 +836,10 @@ impl Metrics {
                 self.series_mut(key).events[4].inc();
                 // An accepted timeslice change moves the live-timeslice gauge (a refused one,
                 // or one on a task not seen created, changes nothing known).
-                if let (Some(mut t), true, SchedChange::Timeslice { new_us, .. }) =
+                if let (Some(t), true, SchedChange::Timeslice { new_us, .. }) =
                     (state, *allowed, change)
                 {
-                    let s = self.series_mut(key);
-                    s.timeslice_us = s.timeslice_us - t.timeslice_us.unwrap_or(0) + new_us;
-                    s.timeslice.set(s.timeslice_us as f64 / 1e6);
-                    t.timeslice_us = Some(*new_us);
-                    self.tasks.insert((pid, *client, tid(*task)), t);
+                    self.timeslice_set(id, t, *new_us);
                 }
                 key
             }
@@ -891,6 +861,63 @@ impl Metrics {
             self.health.overflowed.inc();
         }
         self.note_comm(pid, key.comm);
+    }
+
+    /// A `TASK_INIT`: the task `id` counts as live in its series (and its timeslice in the
+    /// live-timeslice gauge).
+    fn task_created(&mut self, id: (u32, u32, (u8, u32)), state: TaskState) {
+        let s = self.series_mut(state.key);
+        s.events[0].inc();
+        s.live.inc();
+        if let Some(us) = state.timeslice_us {
+            s.timeslice_us += us;
+            s.timeslice.set(s.timeslice_us as f64 / 1e6);
+        }
+        if let Some(old) = self.tasks.insert(id, state) {
+            // The tracker replaced a handle it never saw freed: that task is gone.
+            self.end_task(old, None);
+        }
+    }
+
+    /// A `SCHEDULE` of the task `id` (`state`: as known, if it was seen created): counted, a
+    /// refusal counted; the first allowed one observes the creation-to-schedule latency, and
+    /// an allowed timeslice moves the live-timeslice gauge.
+    fn scheduled(
+        &mut self,
+        id: (u32, u32, (u8, u32)),
+        key: SeriesKey,
+        state: Option<TaskState>,
+        allowed: bool,
+        timeslice_us: Option<u64>,
+        ts_ns: u64,
+    ) {
+        let s = self.series_mut(key);
+        s.events[1].inc();
+        if !allowed {
+            s.refused.inc();
+        }
+        if let (Some(mut t), true) = (state, allowed) {
+            if !t.scheduled {
+                t.scheduled = true;
+                let secs = ts_ns.saturating_sub(t.init_ns) as f64 / 1e9;
+                self.hist(key).latency.observe(secs);
+            }
+            match timeslice_us {
+                Some(new) => self.timeslice_set(id, t, new),
+                None => {
+                    self.tasks.insert(id, t);
+                }
+            }
+        }
+    }
+
+    /// The live task `id` (`t`) now has timeslice `new_us`: the live-timeslice gauge moves.
+    fn timeslice_set(&mut self, id: (u32, u32, (u8, u32)), mut t: TaskState, new_us: u64) {
+        let s = self.series_mut(t.key);
+        s.timeslice_us = s.timeslice_us - t.timeslice_us.unwrap_or(0) + new_us;
+        s.timeslice.set(s.timeslice_us as f64 / 1e6);
+        t.timeslice_us = Some(new_us);
+        self.tasks.insert(id, t);
     }
 
     /// Removes a live task from the gauges; with `end_ns`, observes its lifetime.
