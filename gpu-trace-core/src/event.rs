@@ -17,13 +17,13 @@ pub struct Origin {
     /// Thread id.
     pub tid: u32,
     /// Thread name (`comm`) of the caller, every byte kept: print it through
-    /// [`crate::output::escape`], never raw.
+    /// [`crate::escape`], never raw.
     pub comm: String,
 }
 
 impl Serialize for Origin {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use crate::output::escape;
+        use crate::escape;
         use serde::ser::SerializeStruct as _;
         let exact = escape::is_exact(&self.comm);
         let mut st = s.serialize_struct("Origin", if exact { 5 } else { 6 })?;

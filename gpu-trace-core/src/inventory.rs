@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::output::escape::escape_text;
+use crate::escape::escape_text;
 
 /// What an fd of a process points at, as far as the inventory cares.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]

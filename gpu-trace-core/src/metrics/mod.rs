@@ -409,7 +409,7 @@ impl<T: std::hash::Hash + Eq, L: Clone + Default> Interner<T, L> {
 /// for bytes that are not UTF-8); the exposition format's own escaping (`\\`, `\"`, `\n`) is
 /// the encoder's, on top.
 pub fn sanitize_label(raw: &str) -> String {
-    crate::output::escape::escape_text(raw).into_owned()
+    crate::escape::escape_text(raw).into_owned()
 }
 
 /// The `engine` label of a task.

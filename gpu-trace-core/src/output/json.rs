@@ -207,12 +207,13 @@ use chrono::{Datelike as _, SecondsFormat, Timelike as _};
 use serde::Serialize;
 use std::borrow::Cow;
 
+use crate::escape;
 use crate::event::{AmdDetail, Event, EventKind, Identity, Origin};
 use crate::inventory::Inventory;
 use crate::model::gpus::GpuIdentity;
 use crate::model::stats::{EngineStats, KernelCounters, ProcessStats, Stats, TaskStats};
 use crate::model::workload::{Attribution, CgroupFields};
-use crate::output::{clock::Clock, escape};
+use crate::output::clock::Clock;
 use crate::sink::{Enriched, RunEnd, Sink, SinkError};
 
 /// One event's JSON line, in the documented order: `event`, `time`, the origin's fields, the
@@ -954,6 +955,32 @@ mod tests {
             assert_eq!(v["cause"], name);
             assert_eq!(v["implicit"], cause.is_implicit());
             assert_eq!(keys(&v).len(), 15);
+        }
+    }
+
+    /// A traced process's name in the `STATS` line, final or periodic (`--interval`), is
+    /// written by the terminal-safe rule: a bidi override as `\u202e`, never raw. (The periodic
+    /// line used to be written without the rule.)
+    #[test]
+    fn stats_lines_final_or_periodic_write_names_terminal_safe() {
+        let mut stats = Stats::new();
+        let mut o = origin(T0);
+        o.comm = "evil\u{202e}gpj.exe".to_string();
+        stats.record(&Event {
+            key: None,
+            amd: None,
+            origin: o,
+            kind: EventKind::PretraceEnd {
+                client: None,
+                fd: None,
+                cause: DestroyCause::ProcessExit,
+                tsgs: None,
+            },
+        });
+        for is_final in [true, false] {
+            let line = stats_json(&stats, is_final);
+            assert!(!line.contains('\u{202e}'), "{line}");
+            assert!(line.contains(r#""comm":"evil\u202egpj.exe""#), "{line}");
         }
     }
 

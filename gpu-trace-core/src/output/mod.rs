@@ -1,6 +1,8 @@
 //! Rendering events and statistics: text lines, JSON lines, Perfetto timelines, `top` frames.
 pub mod clock;
-pub mod escape;
+/// The escaping of untrusted strings lives on the ground floor ([`crate::escape`]); here for the
+/// paths that name it under `output`.
+pub use crate::escape;
 pub mod files;
 pub mod json;
 pub mod perfetto;

@@ -296,7 +296,7 @@ impl<W: Write> PerfettoWriter<W> {
         self.wrote_any = true;
         // The one escaping rule (output/escape.rs): no bidi, invisible or control character
         // reaches the file raw, whatever field holds it.
-        let line = super::escape::json_terminal_safe(fields.to_string());
+        let line = crate::escape::json_terminal_safe(fields.to_string());
         self.out.write_all(line.as_bytes())
     }
 
@@ -304,7 +304,7 @@ impl<W: Write> PerfettoWriter<W> {
     /// `process_labels` next to the process name).
     pub fn process_label(&mut self, pid: u32, comm: &str, label: &str) -> io::Result<()> {
         if self.named.insert(pid) {
-            self.metadata("process_name", pid, 0, &super::escape::escape_text(comm))?;
+            self.metadata("process_name", pid, 0, &crate::escape::escape_text(comm))?;
         }
         let line = format!(
             "{{\"ph\":\"M\",\"name\":\"process_labels\",\"pid\":{pid},\"tid\":0,\"args\":{{\"labels\":{}}}}}",
@@ -372,11 +372,11 @@ impl<W: Write> PerfettoWriter<W> {
         }
         m.insert("cpu".into(), o.cpu.into());
         m.insert("tid".into(), o.tid.into());
-        m.insert("comm".into(), super::escape::lossy(&o.comm).into());
-        if !super::escape::is_exact(&o.comm) {
+        m.insert("comm".into(), crate::escape::lossy(&o.comm).into());
+        if !crate::escape::is_exact(&o.comm) {
             m.insert(
                 "comm_bytes".into(),
-                super::escape::raw_bytes(&o.comm).into_owned().into(),
+                crate::escape::raw_bytes(&o.comm).into_owned().into(),
             );
         }
         if let Some(amd) = ev.amd.as_ref().and_then(|a| serde_json::to_value(a).ok()) {
@@ -389,7 +389,7 @@ impl<W: Write> PerfettoWriter<W> {
         if self.named.insert(pid) {
             // Names are shown as the text output shows them (escape.rs): `\xNN` for a byte
             // that is not UTF-8 and for each byte of a hidden character.
-            let name = super::escape::escape_text(process_name);
+            let name = crate::escape::escape_text(process_name);
             self.metadata("process_name", pid, pid, &name)?;
         }
         Ok(())
@@ -646,7 +646,7 @@ impl<W: Write> PerfettoWriter<W> {
                 let place = gpu.map(|gpu| GpuPlace {
                     gpu,
                     runlist: *runlist,
-                    owner: format!("{} {pid}", super::escape::escape_text(process_name)),
+                    owner: format!("{} {pid}", crate::escape::escape_text(process_name)),
                 });
                 if self
                     .open_track(pid, task, ts, &slice, place, json!({ "task_init": fields }))?
