@@ -16,27 +16,67 @@ pub struct Origin {
     pub pid: u32,
     /// Thread id.
     pub tid: u32,
-    /// Thread name (`comm`) of the caller, every byte kept: print it through
-    /// [`crate::escape`], never raw.
+    /// Thread name (`comm`) of the caller, every byte kept: print it as [`Origin::comm`]
+    /// (a [`Comm`], which escapes itself), never raw.
     pub comm: String,
+}
+
+impl Origin {
+    /// The caller's thread name, as an untrusted [`Comm`].
+    pub fn comm(&self) -> Comm<'_> {
+        Comm(&self.comm)
+    }
 }
 
 impl Serialize for Origin {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use crate::escape;
         use serde::ser::SerializeStruct as _;
-        let exact = escape::is_exact(&self.comm);
-        let mut st = s.serialize_struct("Origin", if exact { 5 } else { 6 })?;
+        let comm = self.comm().json();
+        let mut st = s.serialize_struct("Origin", 5 + usize::from(comm.comm_bytes.is_some()))?;
         st.serialize_field("ts_ns", &self.ts_ns)?;
         st.serialize_field("cpu", &self.cpu)?;
         st.serialize_field("pid", &self.pid)?;
         st.serialize_field("tid", &self.tid)?;
-        st.serialize_field("comm", &escape::lossy(&self.comm))?;
-        if !exact {
-            st.serialize_field("comm_bytes", &escape::raw_bytes(&self.comm))?;
+        st.serialize_field("comm", &comm.comm)?;
+        if let Some(bytes) = &comm.comm_bytes {
+            st.serialize_field("comm_bytes", bytes)?;
         }
         st.end()
     }
+}
+
+/// A name a traced process chose (its thread or process name, `comm`), every byte kept
+/// ([`crate::escape::decode_lossless`]): untrusted, so it is never written raw. It shows itself
+/// text-safe (`Display`: [`crate::escape::escape_text`], honouring width and alignment) and as
+/// JSON fields ([`Comm::json`]: `comm` lossy, and `comm_bytes` where that is not exact).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Comm<'a>(pub &'a str);
+
+impl<'a> Comm<'a> {
+    /// The JSON fields of the name: `comm` (UTF-8, U+FFFD for a byte that was not) and, only
+    /// where that is not the exact name, `comm_bytes` (the bytes).
+    pub fn json(self) -> CommFields<'a> {
+        let exact = crate::escape::is_exact(self.0);
+        CommFields {
+            comm: crate::escape::lossy(self.0),
+            comm_bytes: (!exact).then(|| crate::escape::raw_bytes(self.0)),
+        }
+    }
+}
+
+impl std::fmt::Display for Comm<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(&crate::escape::escape_text(self.0))
+    }
+}
+
+/// [`Comm::json`]: serializes as `comm` and, where not exact, `comm_bytes` (flatten it into a
+/// line).
+#[derive(Clone, Debug, Serialize)]
+pub struct CommFields<'a> {
+    pub comm: std::borrow::Cow<'a, str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub comm_bytes: Option<std::borrow::Cow<'a, [u8]>>,
 }
 
 /// How a task (TSG / KFD queue) is identified in the output.

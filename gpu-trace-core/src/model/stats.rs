@@ -790,7 +790,7 @@ impl Stats {
                 out,
                 "{:<8} {:<16} {:>9} {:>8} {:>12} {:>7} {:>11} {:>12}",
                 pid,
-                crate::escape::escape_text(&p.comm),
+                crate::event::Comm(&p.comm),
                 p.task_init,
                 p.schedule,
                 p.sched_update,

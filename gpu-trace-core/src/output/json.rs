@@ -510,9 +510,8 @@ struct StatsLine<'a> {
 #[derive(Serialize)]
 struct ProcessLine<'a> {
     pid: u32,
-    comm: std::borrow::Cow<'a, str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    comm_bytes: Option<std::borrow::Cow<'a, [u8]>>,
+    #[serde(flatten)]
+    comm: crate::event::CommFields<'a>,
     #[serde(flatten)]
     counts: CountsLine,
 }
@@ -643,8 +642,7 @@ pub fn stats_json(stats: &Stats, is_final: bool) -> String {
             .processes()
             .map(|(pid, p)| ProcessLine {
                 pid,
-                comm: escape::lossy(&p.comm),
-                comm_bytes: (!escape::is_exact(&p.comm)).then(|| escape::raw_bytes(&p.comm)),
+                comm: crate::event::Comm(&p.comm).json(),
                 counts: p.into(),
             })
             .collect(),

@@ -372,12 +372,10 @@ impl<W: Write> PerfettoWriter<W> {
         }
         m.insert("cpu".into(), o.cpu.into());
         m.insert("tid".into(), o.tid.into());
-        m.insert("comm".into(), crate::escape::lossy(&o.comm).into());
-        if !crate::escape::is_exact(&o.comm) {
-            m.insert(
-                "comm_bytes".into(),
-                crate::escape::raw_bytes(&o.comm).into_owned().into(),
-            );
+        let comm = o.comm().json();
+        m.insert("comm".into(), comm.comm.into());
+        if let Some(bytes) = comm.comm_bytes {
+            m.insert("comm_bytes".into(), bytes.into_owned().into());
         }
         if let Some(amd) = ev.amd.as_ref().and_then(|a| serde_json::to_value(a).ok()) {
             m.insert("amd".into(), amd);

@@ -106,7 +106,7 @@ impl TextFormatter {
             o.cpu,
             ev.kind.name(),
             o.pid,
-            crate::escape::escape_text(&o.comm),
+            o.comm(),
             ev.kind.task().label(),
         );
         match &ev.amd {
