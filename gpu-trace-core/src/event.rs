@@ -172,8 +172,23 @@ impl std::fmt::Display for TaskKey {
 
 impl Serialize for TaskKey {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
+        // One string, formatted on the stack (at most `PID:0xCLIENT:0xHANDLE#N`, 43 bytes).
+        let mut buf = [0u8; 48];
+        let len = stack_format(&mut buf, format_args!("{self}"));
+        match std::str::from_utf8(&buf[..len]) {
+            Ok(text) if len < buf.len() => s.serialize_str(text),
+            _ => s.collect_str(self),
+        }
     }
+}
+
+/// Writes `args` into `buf`; the bytes written (all of `buf` when it was too short).
+fn stack_format(buf: &mut [u8], args: std::fmt::Arguments<'_>) -> usize {
+    use std::io::Write as _;
+    let total = buf.len();
+    let mut w = &mut buf[..];
+    let _ = w.write_fmt(args);
+    total - w.len()
 }
 
 /// Whether a TSG is on the runlist as far as its `GPFIFO_SCHEDULE` requests go.
@@ -388,7 +403,12 @@ impl std::fmt::Display for Hex8 {
 
 impl Serialize for Hex8 {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut buf = *b"0x00000000";
+        for (i, b) in buf[2..].iter_mut().enumerate() {
+            *b = HEX[((self.0 >> (28 - 4 * i)) & 0xf) as usize];
+        }
+        s.serialize_str(std::str::from_utf8(&buf).map_err(serde::ser::Error::custom)?)
     }
 }
 

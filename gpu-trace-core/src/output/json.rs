@@ -370,7 +370,16 @@ impl std::fmt::Display for UtcMicros {
 
 impl Serialize for UtcMicros {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
+        // One string from the stack (27 bytes for the years 0–9999).
+        let mut buf = [0u8; 40];
+        let total = buf.len();
+        let mut w = &mut buf[..];
+        let _ = std::io::Write::write_fmt(&mut w, format_args!("{self}"));
+        let len = total - w.len();
+        match std::str::from_utf8(&buf[..len]) {
+            Ok(text) if len < total => s.serialize_str(text),
+            _ => s.collect_str(self),
+        }
     }
 }
 
