@@ -33,17 +33,8 @@ pub enum MpsRole {
     Control,
 }
 
-/// One GPU as `/proc/driver/nvidia/gpus/*/information` describes it.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GpuInfo {
-    /// Device minor (`/dev/nvidiaN`).
-    pub minor: u32,
-    /// PCI bus id (`Bus Location`).
-    pub bus_id: Option<String>,
-    pub uuid: Option<String>,
-    /// `Model` (or the name NVML reports).
-    pub name: Option<String>,
-}
+/// One GPU as the driver describes it (defined with the GPU directory that names GPUs from it).
+pub use crate::model::gpus::GpuInfo;
 
 /// A GPU a process has open.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
