@@ -413,9 +413,7 @@ impl<W: Write> Pipeline<W> {
             (None, false) => *self.task_devices.get(&key)?,
             (None, true) => self.task_devices.remove(&key)?,
         };
-        let g = self.gpus.resolve(device)?;
-        self.stats.set_gpu_name(device, g.index, g.uuid.clone());
-        Some(g)
+        self.gpus.resolve(device)
     }
 
     /// Process `pid` runs in the cgroup `a` describes (from now on).
@@ -446,10 +444,9 @@ impl<W: Write> Pipeline<W> {
         pid_ok && comm_ok
     }
 
-    /// Counts the event, adds what is known of its process and task, and hands it to each
-    /// sink.
+    /// Adds what is known of the event's process and task, and hands it to each sink: the
+    /// statistics, metrics, Perfetto, the lines.
     fn emit(&mut self, event: &Event) -> Result<(), SinkError> {
-        self.stats.record(event);
         let gpu = self.gpu_of(event);
         let ev = Enriched {
             event,
@@ -461,6 +458,7 @@ impl<W: Write> Pipeline<W> {
             cgroup: self.attributions.get(&event.origin.pid),
             trace_start_ns: self.first_ts.unwrap_or(event.origin.ts_ns),
         };
+        self.stats.event(&ev)?;
         if let Some(metrics) = self.metrics.as_mut() {
             metrics.event(&ev)?;
         }

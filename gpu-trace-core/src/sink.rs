@@ -100,3 +100,20 @@ pub trait Sink {
     /// The end of the run.
     fn finish(&mut self, end: &RunEnd<'_>) -> Result<(), SinkError>;
 }
+
+/// The statistics are a sink too: every event counted, the GPU names learned from the events'
+/// GPU identity. (The pipeline keeps them: the periodic and final blocks, `top`'s frames and the
+/// other sinks' ends read them.)
+impl Sink for Stats {
+    fn event(&mut self, ev: &Enriched<'_>) -> Result<(), SinkError> {
+        self.record(ev.event);
+        if let Some(g) = ev.gpu {
+            self.set_gpu_name(g.rm_device, g.index, g.uuid.as_deref());
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, _end: &RunEnd<'_>) -> Result<(), SinkError> {
+        Ok(())
+    }
+}

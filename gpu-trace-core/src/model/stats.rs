@@ -580,8 +580,12 @@ impl Stats {
     }
 
     /// RM device instance `rm_device` is nvidia-smi's GPU `index` (`uuid`).
-    pub fn set_gpu_name(&mut self, rm_device: u32, index: u32, uuid: Option<String>) {
-        self.gpu_names.insert(rm_device, (index, uuid));
+    pub fn set_gpu_name(&mut self, rm_device: u32, index: u32, uuid: Option<&str>) {
+        let known = self.gpu_names.get(&rm_device);
+        if known.is_none_or(|(i, u)| *i != index || u.as_deref() != uuid) {
+            self.gpu_names
+                .insert(rm_device, (index, uuid.map(str::to_string)));
+        }
     }
 
     /// nvidia-smi's index and the UUID of RM device instance `rm_device`, where known.
