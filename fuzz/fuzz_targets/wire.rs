@@ -4,9 +4,9 @@
 #![no_main]
 
 use gpu_trace::{
+    escape,
     vendor::amd::decode as amd,
     vendor::nvidia::{decode as nv, gpu_ext},
-    output::escape,
     wire::{self, RawRecord},
 };
 use libfuzzer_sys::fuzz_target;

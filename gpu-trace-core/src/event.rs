@@ -16,27 +16,67 @@ pub struct Origin {
     pub pid: u32,
     /// Thread id.
     pub tid: u32,
-    /// Thread name (`comm`) of the caller, every byte kept: print it through
-    /// [`crate::output::escape`], never raw.
+    /// Thread name (`comm`) of the caller, every byte kept: print it as [`Origin::comm`]
+    /// (a [`Comm`], which escapes itself), never raw.
     pub comm: String,
+}
+
+impl Origin {
+    /// The caller's thread name, as an untrusted [`Comm`].
+    pub fn comm(&self) -> Comm<'_> {
+        Comm(&self.comm)
+    }
 }
 
 impl Serialize for Origin {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use crate::output::escape;
         use serde::ser::SerializeStruct as _;
-        let exact = escape::is_exact(&self.comm);
-        let mut st = s.serialize_struct("Origin", if exact { 5 } else { 6 })?;
+        let comm = self.comm().json();
+        let mut st = s.serialize_struct("Origin", 5 + usize::from(comm.comm_bytes.is_some()))?;
         st.serialize_field("ts_ns", &self.ts_ns)?;
         st.serialize_field("cpu", &self.cpu)?;
         st.serialize_field("pid", &self.pid)?;
         st.serialize_field("tid", &self.tid)?;
-        st.serialize_field("comm", &escape::lossy(&self.comm))?;
-        if !exact {
-            st.serialize_field("comm_bytes", &escape::raw_bytes(&self.comm))?;
+        st.serialize_field("comm", &comm.comm)?;
+        if let Some(bytes) = &comm.comm_bytes {
+            st.serialize_field("comm_bytes", bytes)?;
         }
         st.end()
     }
+}
+
+/// A name a traced process chose (its thread or process name, `comm`), every byte kept
+/// ([`crate::escape::decode_lossless`]): untrusted, so it is never written raw. It shows itself
+/// text-safe (`Display`: [`crate::escape::escape_text`], honouring width and alignment) and as
+/// JSON fields ([`Comm::json`]: `comm` lossy, and `comm_bytes` where that is not exact).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Comm<'a>(pub &'a str);
+
+impl<'a> Comm<'a> {
+    /// The JSON fields of the name: `comm` (UTF-8, U+FFFD for a byte that was not) and, only
+    /// where that is not the exact name, `comm_bytes` (the bytes).
+    pub fn json(self) -> CommFields<'a> {
+        let exact = crate::escape::is_exact(self.0);
+        CommFields {
+            comm: crate::escape::lossy(self.0),
+            comm_bytes: (!exact).then(|| crate::escape::raw_bytes(self.0)),
+        }
+    }
+}
+
+impl std::fmt::Display for Comm<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(&crate::escape::escape_text(self.0))
+    }
+}
+
+/// [`Comm::json`]: serializes as `comm` and, where not exact, `comm_bytes` (flatten it into a
+/// line).
+#[derive(Clone, Debug, Serialize)]
+pub struct CommFields<'a> {
+    pub comm: std::borrow::Cow<'a, str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub comm_bytes: Option<std::borrow::Cow<'a, [u8]>>,
 }
 
 /// How a task (TSG / KFD queue) is identified in the output.
@@ -132,8 +172,23 @@ impl std::fmt::Display for TaskKey {
 
 impl Serialize for TaskKey {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
+        // One string, formatted on the stack (at most `PID:0xCLIENT:0xHANDLE#N`, 43 bytes).
+        let mut buf = [0u8; 48];
+        let len = stack_format(&mut buf, format_args!("{self}"));
+        match std::str::from_utf8(&buf[..len]) {
+            Ok(text) if len < buf.len() => s.serialize_str(text),
+            _ => s.collect_str(self),
+        }
     }
+}
+
+/// Writes `args` into `buf`; the bytes written (all of `buf` when it was too short).
+fn stack_format(buf: &mut [u8], args: std::fmt::Arguments<'_>) -> usize {
+    use std::io::Write as _;
+    let total = buf.len();
+    let mut w = &mut buf[..];
+    let _ = w.write_fmt(args);
+    total - w.len()
 }
 
 /// Whether a TSG is on the runlist as far as its `GPFIFO_SCHEDULE` requests go.
@@ -284,21 +339,137 @@ impl DestroyCause {
 }
 
 /// One reported event.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Event {
-    #[serde(flatten)]
     pub origin: Origin,
-    #[serde(flatten)]
     pub kind: EventKind,
     /// AMD KFD events only: the queue's properties. `None` for NVIDIA events, whose text and
     /// JSON lines do not change. Rendered after the common fields (text) and as an `amd`
     /// object (JSON).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub amd: Option<AmdDetail>,
     /// The run-unique identity of the task ([`TaskKey`]); `None` where there is none (a refused
     /// AMD `CREATE_QUEUE`). JSON only.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub key: Option<TaskKey>,
+}
+
+impl Event {
+    /// The RM client the event names (NVIDIA), 0 where none.
+    pub fn client(&self) -> u32 {
+        match self.kind {
+            EventKind::TaskInit { client, .. }
+            | EventKind::Schedule { client, .. }
+            | EventKind::WorkSubmit { client, .. }
+            | EventKind::TaskDestroy { client, .. }
+            | EventKind::SchedUpdate { client, .. }
+            | EventKind::MpsShared { client, .. } => client,
+            EventKind::PretraceEnd { client, .. } => client.unwrap_or(0),
+        }
+    }
+
+    /// The identity fields of the event, in output order: `key` (run-unique, see
+    /// docs/events.md), `tsg` (the text output's TSG column), `handle` (NVIDIA: the TSG's RM
+    /// handle in hex) and `client_hex` (the RM client in hex).
+    pub fn identity(&self) -> Identity {
+        Identity {
+            key: self.key,
+            tsg: self.kind.task().label(),
+            handle: self
+                .key
+                .filter(|k| k.client.is_some())
+                .map(|k| Hex8(k.object)),
+            client_hex: Hex8(self.client()),
+        }
+    }
+}
+
+/// [`Event::identity`]: serializes as `key`, `tsg`, `handle`, `client_hex`.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Identity {
+    pub key: Option<TaskKey>,
+    pub tsg: TaskLabel,
+    pub handle: Option<Hex8>,
+    pub client_hex: Hex8,
+}
+
+/// A 32-bit value as `0x` and 8 hex digits (text and JSON spelling of RM handles).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hex8(pub u32);
+
+impl std::fmt::Display for Hex8 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "0x{:08x}", self.0)
+    }
+}
+
+impl Serialize for Hex8 {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut buf = *b"0x00000000";
+        for (i, b) in buf[2..].iter_mut().enumerate() {
+            *b = HEX[((self.0 >> (28 - 4 * i)) & 0xf) as usize];
+        }
+        s.serialize_str(std::str::from_utf8(&buf).map_err(serde::ser::Error::custom)?)
+    }
+}
+
+/// How a [`TaskId`] is shown (the text output's TSG column, JSON's `tsg`): `0x5c000015` (RM
+/// handle), `12` (hardware TSG id or KFD queue id), `?`. Honours width and alignment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TaskLabel {
+    buf: [u8; 10],
+    len: u8,
+}
+
+impl TaskLabel {
+    pub fn as_str(&self) -> &str {
+        // Only ASCII digits, `x`, hex letters and `?` are ever written.
+        std::str::from_utf8(&self.buf[..usize::from(self.len)]).unwrap_or("?")
+    }
+}
+
+impl std::fmt::Display for TaskLabel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+impl Serialize for TaskLabel {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl TaskId {
+    /// How the task is shown ([`TaskLabel`]).
+    pub fn label(self) -> TaskLabel {
+        use std::io::Write as _;
+        let mut label = TaskLabel {
+            buf: [0; 10],
+            len: 0,
+        };
+        let mut w = &mut label.buf[..];
+        // At most 10 bytes: `0x` and 8 hex digits, or a u32's 10 decimal digits.
+        let _ = match self {
+            TaskId::HwTsg(n) | TaskId::KfdQueue(n) => write!(w, "{n}"),
+            TaskId::RmHandle(h) | TaskId::PreTrace(h) | TaskId::Shared(h) => write!(w, "0x{h:08x}"),
+            TaskId::KfdNoQueue | TaskId::Unknown => write!(w, "?"),
+        };
+        let left = w.len();
+        label.len = (10 - left) as u8;
+        label
+    }
+}
+
+/// `errno` and, after a non-zero one that has a name, `errno_name` (an event's errno fields).
+fn errno_fields<S: serde::Serializer>(errno: &i32, s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap as _;
+    let name = errno_name(*errno);
+    let mut m = s.serialize_map(Some(1 + usize::from(name.is_some())))?;
+    m.serialize_entry("errno", errno)?;
+    if let Some(name) = name {
+        m.serialize_entry("errno_name", name)?;
+    }
+    m.end()
 }
 
 /// AMD KFD queue type (`KFD_IOC_QUEUE_TYPE_*` of `CREATE_QUEUE`).
@@ -373,8 +544,11 @@ pub struct AmdDetail {
     pub mqd_init_addr: Option<u64>,
 }
 
+/// What happened. Serializes as the kind's own fields (without its name: the JSON line puts
+/// `event` first and the common fields between the two), in the documented order; a non-zero
+/// `errno` with a name is followed by `errno_name`.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(tag = "event", rename_all = "SCREAMING_SNAKE_CASE")]
+#[serde(untagged)]
 pub enum EventKind {
     /// A TSG / queue was created (the driver accepted the allocation).
     TaskInit {
@@ -405,6 +579,7 @@ pub enum EventKind {
         /// RM status code returned (0 = NV_OK); `None` when the syscall itself failed.
         rm_status: Option<u32>,
         /// Negative errno of the ioctl syscall (0 on success), e.g. -EPERM when denied.
+        #[serde(flatten, serialize_with = "errno_fields")]
         errno: i32,
         /// The request came as a channel-level schedule (`NVA06F`) rather than a TSG one.
         via_channel: bool,
@@ -443,6 +618,7 @@ pub enum EventKind {
         /// RM status code returned (0 = NV_OK); `None` when the syscall itself failed, and for AMD.
         rm_status: Option<u32>,
         /// Negative errno of the ioctl syscall (0 on success).
+        #[serde(flatten, serialize_with = "errno_fields")]
         errno: i32,
         /// NVIDIA: the request was sent to a channel (`NVA06F`) of the TSG.
         via_channel: bool,
@@ -500,4 +676,47 @@ impl EventKind {
             Self::PretraceEnd { .. } => TaskId::Unknown,
         }
     }
+}
+
+/// The symbolic name of an errno (either sign) on Linux, e.g. `ENOTTY` for 25 or -25; `None`
+/// for 0 and numbers not listed here.
+pub fn errno_name(errno: i32) -> Option<&'static str> {
+    if errno == 0 {
+        return None;
+    }
+    let names = [
+        (libc::EPERM, "EPERM"),
+        (libc::ENOENT, "ENOENT"),
+        (libc::ESRCH, "ESRCH"),
+        (libc::EINTR, "EINTR"),
+        (libc::EIO, "EIO"),
+        (libc::ENXIO, "ENXIO"),
+        (libc::E2BIG, "E2BIG"),
+        (libc::EBADF, "EBADF"),
+        (libc::ECHILD, "ECHILD"),
+        (libc::EAGAIN, "EAGAIN"),
+        (libc::ENOMEM, "ENOMEM"),
+        (libc::EACCES, "EACCES"),
+        (libc::EFAULT, "EFAULT"),
+        (libc::EBUSY, "EBUSY"),
+        (libc::EEXIST, "EEXIST"),
+        (libc::ENODEV, "ENODEV"),
+        (libc::EINVAL, "EINVAL"),
+        (libc::ENFILE, "ENFILE"),
+        (libc::EMFILE, "EMFILE"),
+        (libc::ENOTTY, "ENOTTY"),
+        (libc::ENOSPC, "ENOSPC"),
+        (libc::EPIPE, "EPIPE"),
+        (libc::ERANGE, "ERANGE"),
+        (libc::EDEADLK, "EDEADLK"),
+        (libc::ENOSYS, "ENOSYS"),
+        (libc::ENODATA, "ENODATA"),
+        (libc::ETIME, "ETIME"),
+        (libc::EOVERFLOW, "EOVERFLOW"),
+        (libc::EOPNOTSUPP, "EOPNOTSUPP"),
+        (libc::ETIMEDOUT, "ETIMEDOUT"),
+        (libc::ECANCELED, "ECANCELED"),
+    ];
+    let e = i32::try_from(errno.unsigned_abs()).ok()?;
+    names.iter().find(|&&(n, _)| n == e).map(|&(_, name)| name)
 }

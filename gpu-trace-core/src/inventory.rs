@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::output::escape::escape_text;
+use crate::escape::escape_text;
 
 /// What an fd of a process points at, as far as the inventory cares.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -33,17 +33,8 @@ pub enum MpsRole {
     Control,
 }
 
-/// One GPU as `/proc/driver/nvidia/gpus/*/information` describes it.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GpuInfo {
-    /// Device minor (`/dev/nvidiaN`).
-    pub minor: u32,
-    /// PCI bus id (`Bus Location`).
-    pub bus_id: Option<String>,
-    pub uuid: Option<String>,
-    /// `Model` (or the name NVML reports).
-    pub name: Option<String>,
-}
+/// One GPU as the driver describes it (defined with the GPU directory that names GPUs from it).
+pub use crate::model::gpus::GpuInfo;
 
 /// A GPU a process has open.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -155,6 +146,70 @@ impl Inventory {
     }
 }
 
+/// The start-up report's line of one inventoried process (without prefix).
+fn process_line(p: &InventoryProcess, cmdlines: bool) -> String {
+    let mut line = format!("  PID {} {}", p.pid, escape_text(&p.comm));
+    if let Some(role) = p.mps {
+        line.push_str(match role {
+            MpsRole::Server => " [MPS server: its TSGs are shared by the MPS clients]",
+            MpsRole::Control => " [MPS control daemon]",
+        });
+    }
+    for g in &p.gpus {
+        line.push_str(&format!(
+            " gpu={}({} {}",
+            g.minor,
+            g.bus_id.as_deref().unwrap_or("?"),
+            g.uuid.as_deref().unwrap_or("?")
+        ));
+        if let Some(b) = g.memory_bytes {
+            line.push_str(&format!(" {} MiB", b / (1024 * 1024)));
+        }
+        line.push(')');
+    }
+    let nodes: Vec<String> = p
+        .fds
+        .iter()
+        .map(|(fd, n)| match n {
+            GpuNode::NvCtl => format!("{fd}:ctl"),
+            GpuNode::NvGpu(m) => format!("{fd}:nvidia{m}"),
+            GpuNode::NvUvm => format!("{fd}:uvm"),
+            GpuNode::Kfd => format!("{fd}:kfd"),
+            GpuNode::Watched => format!("{fd}:watched"),
+        })
+        .collect();
+    line.push_str(&format!(" fds={}", nodes.join(",")));
+    // The container and pod the path names (hex ids and a UUID, validated by the
+    // classification: nothing untrusted).
+    if let Some(w) = p.cgroup.as_deref().map(crate::model::workload::classify) {
+        if let (Some((runtime, _)), Some(id)) = (&w.container, w.short_container_id()) {
+            line.push_str(&format!(" container={}:{id}", runtime.name()));
+            // A rootless container: the name is its user's claim (docs/containers.md).
+            if let Some(uid) = w.user {
+                line.push_str(&format!(" container_user={uid}"));
+            }
+        }
+        if let Some((uid, _)) = &w.pod {
+            line.push_str(&format!(" pod={uid}"));
+        }
+    }
+    line.push_str(&format!(
+        " cgroup={}",
+        p.cgroup
+            .as_deref()
+            .map_or("?".into(), |t| escape_text(t).into_owned())
+    ));
+    if cmdlines {
+        let cmd: Vec<String> = p
+            .cmdline
+            .iter()
+            .map(|a| escape_text(a).into_owned())
+            .collect();
+        line.push_str(&format!(" cmd=\"{}\"", cmd.join(" ")));
+    }
+    line
+}
+
 /// The inventory as text lines (without prefix), for the start-up report.
 pub fn render_text(inv: &Inventory) -> Vec<String> {
     render_text_with(inv, true)
@@ -187,66 +242,7 @@ pub fn render_text_with(inv: &Inventory, cmdlines: bool) -> Vec<String> {
         }
     ));
     for p in &inv.processes {
-        let mut line = format!("  PID {} {}", p.pid, escape_text(&p.comm));
-        if let Some(role) = p.mps {
-            line.push_str(match role {
-                MpsRole::Server => " [MPS server: its TSGs are shared by the MPS clients]",
-                MpsRole::Control => " [MPS control daemon]",
-            });
-        }
-        for g in &p.gpus {
-            line.push_str(&format!(
-                " gpu={}({} {}",
-                g.minor,
-                g.bus_id.as_deref().unwrap_or("?"),
-                g.uuid.as_deref().unwrap_or("?")
-            ));
-            if let Some(b) = g.memory_bytes {
-                line.push_str(&format!(" {} MiB", b / (1024 * 1024)));
-            }
-            line.push(')');
-        }
-        let nodes: Vec<String> = p
-            .fds
-            .iter()
-            .map(|(fd, n)| match n {
-                GpuNode::NvCtl => format!("{fd}:ctl"),
-                GpuNode::NvGpu(m) => format!("{fd}:nvidia{m}"),
-                GpuNode::NvUvm => format!("{fd}:uvm"),
-                GpuNode::Kfd => format!("{fd}:kfd"),
-                GpuNode::Watched => format!("{fd}:watched"),
-            })
-            .collect();
-        line.push_str(&format!(" fds={}", nodes.join(",")));
-        // The container and pod the path names (hex ids and a UUID, validated by the
-        // classification: nothing untrusted).
-        if let Some(w) = p.cgroup.as_deref().map(crate::model::workload::classify) {
-            if let (Some((runtime, _)), Some(id)) = (&w.container, w.short_container_id()) {
-                line.push_str(&format!(" container={}:{id}", runtime.name()));
-                // A rootless container: the name is its user's claim (docs/containers.md).
-                if let Some(uid) = w.user {
-                    line.push_str(&format!(" container_user={uid}"));
-                }
-            }
-            if let Some((uid, _)) = &w.pod {
-                line.push_str(&format!(" pod={uid}"));
-            }
-        }
-        line.push_str(&format!(
-            " cgroup={}",
-            p.cgroup
-                .as_deref()
-                .map_or("?".into(), |t| escape_text(t).into_owned())
-        ));
-        if cmdlines {
-            let cmd: Vec<String> = p
-                .cmdline
-                .iter()
-                .map(|a| escape_text(a).into_owned())
-                .collect();
-            line.push_str(&format!(" cmd=\"{}\"", cmd.join(" ")));
-        }
-        out.push(line);
+        out.push(process_line(p, cmdlines));
     }
     if inv.denied != 0 {
         let n = inv.denied;

@@ -14,6 +14,7 @@
 //! - [`record`]: the recording file format (`--record`, `replay`);
 //! - [`inventory`]: what the start-up inventory found (processes with a GPU open before
 //!   tracing), as data.
+pub mod escape;
 pub mod event;
 pub mod inventory;
 pub mod metrics;
@@ -21,5 +22,6 @@ pub mod model;
 pub mod output;
 pub mod pipeline;
 pub mod record;
+pub mod sink;
 pub mod vendor;
 pub mod wire;

@@ -6,7 +6,7 @@ use std::{collections::HashMap, io::Write, time::Duration};
 
 use crate::{
     event::{Event, EventKind, TaskKey},
-    inventory::{Inventory, MpsRole},
+    inventory::Inventory,
     metrics::Metrics,
     model::{
         bounded::PidMap,
@@ -15,12 +15,13 @@ use crate::{
         workload::Attribution,
     },
     output::{
-        Format,
+        Format, Lines,
         clock::Clock,
-        escape, json,
-        perfetto::PerfettoWriter,
-        text::{TextFormatter, TimestampMode},
+        json::JsonSink,
+        perfetto::{PerfettoSink, PerfettoWriter},
+        text::{TextFormatter, TextSink, TimestampMode},
     },
+    sink::{Enriched, RunEnd, Sink, SinkError},
     vendor::{Fact, Sources},
     wire::{self, RawRecord},
 };
@@ -61,16 +62,15 @@ pub struct Finished<W> {
     /// The output writer, flushed (or not: see `output`).
     pub out: W,
     /// Closing the Perfetto timeline, when there was one.
-    pub perfetto: Option<std::io::Result<()>>,
+    pub perfetto: Option<Result<(), SinkError>>,
     /// Writing the statistics to the output and flushing it.
-    pub output: std::io::Result<()>,
+    pub output: Result<(), SinkError>,
     /// The statistics block as text (`None` with `--no-stats`).
     pub stats_text: Option<String>,
 }
 
 pub struct Pipeline<W: Write> {
     config: PipelineConfig,
-    text: TextFormatter,
     /// The vendors' trackers, each record routed to its own.
     sources: Sources,
     /// The events of the record being fed (kept for its allocation).
@@ -88,9 +88,10 @@ pub struct Pipeline<W: Write> {
     task_devices: HashMap<TaskKey, u32>,
     first_ts: Option<u64>,
     last_ts: Option<u64>,
-    out: W,
+    /// The event lines (text or JSON).
+    lines: Lines<W>,
     /// `--perfetto`: the timeline, written alongside the output.
-    perfetto: Option<PerfettoWriter<Box<dyn Write>>>,
+    perfetto: Option<PerfettoSink>,
     /// `--interval`: periodic statistics.
     interval: Option<Periodic>,
     /// `--metrics`: the same events as Prometheus metrics.
@@ -105,20 +106,27 @@ struct Periodic {
     by_record_time: bool,
     /// The next one is due when a record at or after `first + next_ns` arrives.
     next_ns: u64,
-    /// Where text blocks go (standard error), so that the event stream stays one line per
-    /// event. JSON `STATS` objects go to the output with the events.
-    side: Box<dyn Write>,
 }
 
 impl<W: Write> Pipeline<W> {
     pub fn new(config: PipelineConfig, out: W) -> Self {
-        let text = TextFormatter {
-            timestamps: config.timestamps,
-            verbose: config.verbose,
+        let lines = match config.format {
+            Format::Text => {
+                let text = TextFormatter {
+                    timestamps: config.timestamps,
+                    verbose: config.verbose,
+                };
+                Lines::Text(TextSink::new(
+                    text,
+                    config.clock.clone(),
+                    config.show_container,
+                    out,
+                ))
+            }
+            Format::Json => Lines::Json(JsonSink::new(config.clock.clone(), out)),
         };
         Self {
             config,
-            text,
             sources: Sources::new(),
             events: Vec::new(),
             stats: Stats::new(),
@@ -128,7 +136,7 @@ impl<W: Write> Pipeline<W> {
             task_devices: HashMap::new(),
             first_ts: None,
             last_ts: None,
-            out,
+            lines,
             perfetto: None,
             interval: None,
             metrics: None,
@@ -150,8 +158,12 @@ impl<W: Write> Pipeline<W> {
             period_ns,
             by_record_time,
             next_ns: period_ns,
-            side,
         });
+        // Text blocks go to `side` (standard error), so that the event stream stays one line
+        // per event; JSON `STATS` objects go to the output with the events.
+        if let Lines::Text(text) = &mut self.lines {
+            text.set_side(side);
+        }
         self
     }
 
@@ -162,26 +174,21 @@ impl<W: Write> Pipeline<W> {
         elapsed: Duration,
         counters: Option<KernelCounters>,
     ) -> std::io::Result<()> {
+        self.periodic(elapsed, counters).map_err(SinkError::into_io)
+    }
+
+    fn periodic(
+        &mut self,
+        elapsed: Duration,
+        counters: Option<KernelCounters>,
+    ) -> Result<(), SinkError> {
         let mut stats = self.stats.clone();
         stats.elapsed = Some(elapsed);
         if let Some(c) = counters {
             stats.kernel = c;
         }
         stats.unreported = self.unreported();
-        match self.config.format {
-            Format::Json => writeln!(self.out, "{}", json::stats_json(&stats, false)),
-            Format::Text => {
-                let block =
-                    stats.render_text_titled(self.config.verbose, "gpu-trace statistics so far");
-                match self.interval.as_mut() {
-                    Some(p) => {
-                        p.side.write_all(block.as_bytes())?;
-                        p.side.flush()
-                    }
-                    None => Ok(()),
-                }
-            }
-        }
+        self.lines.periodic(&stats)
     }
 
     /// Replay: the periodic statistics that fall due before a record at `ts_ns`. Intervals
@@ -190,7 +197,7 @@ impl<W: Write> Pipeline<W> {
     /// intervals before it would be the same). So there are at most as many blocks as records
     /// (plus the final one), however far the recording's clock jumps and however short the
     /// interval.
-    fn due_by_record_time(&mut self, ts_ns: u64) -> std::io::Result<()> {
+    fn due_by_record_time(&mut self, ts_ns: u64) -> Result<(), SinkError> {
         let Some(first) = self.first_ts else {
             return Ok(());
         };
@@ -204,7 +211,7 @@ impl<W: Write> Pipeline<W> {
             }
             _ => return Ok(()),
         };
-        self.periodic_stats(Duration::from_nanos(due), None)
+        self.periodic(Duration::from_nanos(due), None)
     }
 
     /// Also counts every selected event in `metrics` (`--metrics`).
@@ -220,7 +227,7 @@ impl<W: Write> Pipeline<W> {
 
     /// Also writes every selected event to a Perfetto timeline (`--perfetto`).
     pub fn with_perfetto(mut self, writer: PerfettoWriter<Box<dyn Write>>) -> Self {
-        self.perfetto = Some(writer);
+        self.perfetto = Some(PerfettoSink::new(writer, self.config.clock.clone()));
         self
     }
 
@@ -241,30 +248,32 @@ impl<W: Write> Pipeline<W> {
             if let Some(path) = p.cgroup.as_deref().filter(|c| c.starts_with('/')) {
                 self.attribute(p.pid, Attribution::new(0, Some(path.to_string()), None));
             }
-            if let Some(perfetto) = self.perfetto.as_mut() {
-                let label = match p.mps {
-                    Some(MpsRole::Server) => "GPU open before tracing; MPS server",
-                    Some(MpsRole::Control) => "GPU open before tracing; MPS control",
-                    None => "GPU open before tracing",
-                };
-                perfetto.process_label(p.pid, &p.comm, label)?;
-            }
         }
-        if self.config.format == Format::Json {
-            // The processes the filters select, as the text form on stderr shows them.
-            let shown = inv.selected(&self.config.pids, &self.config.comms);
-            writeln!(
-                self.out,
-                "{}",
-                json::inventory_json(&shown, &self.config.clock)
-            )?;
+        // The processes the filters select, as the text form on stderr shows them.
+        let shown = inv.selected(&self.config.pids, &self.config.comms);
+        let sinks = self.sinks();
+        sinks
+            .into_iter()
+            .try_for_each(|s| s.inventory(inv, &shown))
+            .map_err(SinkError::into_io)
+    }
+
+    /// The sinks, in the order each event reaches them: metrics, Perfetto, the lines.
+    fn sinks(&mut self) -> Vec<&mut dyn Sink> {
+        let mut sinks: Vec<&mut dyn Sink> = Vec::with_capacity(3);
+        if let Some(m) = self.metrics.as_mut() {
+            sinks.push(m);
         }
-        Ok(())
+        if let Some(p) = self.perfetto.as_mut() {
+            sinks.push(p);
+        }
+        sinks.push(&mut self.lines);
+        sinks
     }
 
     /// Feeds one ring-buffer record (or one record of a recording file); prints the events it
     /// produces. Bytes that are not a record are counted ([`Stats::malformed`]).
-    pub fn feed(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+    pub fn feed(&mut self, bytes: &[u8]) -> Result<(), SinkError> {
         match wire::parse_record(bytes) {
             Ok(record) => self.feed_record(&record),
             Err(_) => {
@@ -280,7 +289,7 @@ impl<W: Write> Pipeline<W> {
     }
 
     /// Feeds one parsed record; prints the events it produces.
-    pub fn feed_record(&mut self, record: &RawRecord) -> std::io::Result<()> {
+    pub fn feed_record(&mut self, record: &RawRecord) -> Result<(), SinkError> {
         let origin = record.origin();
         self.due_by_record_time(origin.ts_ns)?;
         self.first_ts.get_or_insert(origin.ts_ns);
@@ -322,8 +331,8 @@ impl<W: Write> Pipeline<W> {
         if matches!(record, RawRecord::ProcessExit(_)) {
             self.process_names.remove(&pid);
             self.attributions.remove(&pid);
-            if let Some(metrics) = self.metrics.as_mut() {
-                metrics.process_exited(pid);
+            for sink in self.sinks() {
+                sink.process_exited(pid);
             }
         }
         Ok(())
@@ -351,9 +360,7 @@ impl<W: Write> Pipeline<W> {
             (None, false) => *self.task_devices.get(&key)?,
             (None, true) => self.task_devices.remove(&key)?,
         };
-        let g = self.gpus.resolve(device)?;
-        self.stats.set_gpu_name(device, g.index, g.uuid.clone());
-        Some(g)
+        self.gpus.resolve(device)
     }
 
     /// Process `pid` runs in the cgroup `a` describes (from now on).
@@ -365,7 +372,7 @@ impl<W: Write> Pipeline<W> {
     }
 
     /// Emits the events that pass the filters.
-    fn emit_selected(&mut self, events: &[Event]) -> std::io::Result<()> {
+    fn emit_selected(&mut self, events: &[Event]) -> Result<(), SinkError> {
         for event in events {
             if self.selected(event) {
                 self.emit(event)?;
@@ -384,68 +391,40 @@ impl<W: Write> Pipeline<W> {
         pid_ok && comm_ok
     }
 
-    fn emit(&mut self, event: &Event) -> std::io::Result<()> {
-        self.stats.record(event);
+    /// Adds what is known of the event's process and task, and hands it to each sink: the
+    /// statistics, metrics, Perfetto, the lines.
+    fn emit(&mut self, event: &Event) -> Result<(), SinkError> {
         let gpu = self.gpu_of(event);
-        let name = self
-            .process_names
-            .get(&event.origin.pid)
-            .map_or(event.origin.comm.as_str(), String::as_str);
-        let attribution = self.attributions.get(&event.origin.pid);
+        let ev = Enriched {
+            event,
+            process: self
+                .process_names
+                .get(&event.origin.pid)
+                .map_or(event.origin.comm.as_str(), String::as_str),
+            gpu: gpu.as_ref(),
+            cgroup: self.attributions.get(&event.origin.pid),
+            trace_start_ns: self.first_ts.unwrap_or(event.origin.ts_ns),
+        };
+        self.stats.event(&ev)?;
         if let Some(metrics) = self.metrics.as_mut() {
-            let workload = attribution.map(|a| crate::metrics::Workload {
-                container: a.workload.short_container_id().unwrap_or("").to_string(),
-                pod: a
-                    .workload
-                    .pod
-                    .as_ref()
-                    .map_or(String::new(), |(uid, _)| uid.clone()),
-            });
-            metrics.observe(event, name, workload.as_ref());
+            metrics.event(&ev)?;
         }
         if let Some(perfetto) = self.perfetto.as_mut() {
-            let ts0 = self.first_ts.unwrap_or(event.origin.ts_ns);
-            match attribution.and_then(Attribution::group) {
-                // The process track's name says where it runs.
-                Some(group) => perfetto.event(event, &format!("{name} [{group}]"), ts0)?,
-                None => perfetto.event(event, name, ts0)?,
-            }
+            perfetto.event(&ev)?;
         }
-        let line = match self.config.format {
-            Format::Text => self
-                .text
-                .format_event(event, &self.config.clock)
-                .map(|line| match attribution {
-                    Some(a) => line + &a.text_fields(self.config.show_container),
-                    None if self.config.show_container => line + " container=?",
-                    None => line,
-                }),
-            Format::Json => {
-                let line = json::event_json(event, &self.config.clock);
-                let line = match &gpu {
-                    Some(g) => json::with_gpu(line, g),
-                    None => line,
-                };
-                let line = match attribution {
-                    Some(a) => json::with_attribution(line, a),
-                    None => line,
-                };
-                Some(escape::json_terminal_safe(line))
-            }
-        };
-        if let Some(line) = line {
-            writeln!(self.out, "{line}")?;
-        }
-        Ok(())
+        self.lines.event(&ev)
     }
 
     pub fn flush(&mut self) -> std::io::Result<()> {
         let untracked = self.untracked_handles();
         if let Some(metrics) = self.metrics.as_mut() {
-            metrics.sync_stats(&self.stats);
-            metrics.set_untracked(untracked);
+            metrics
+                .flush(&self.stats, untracked)
+                .map_err(SinkError::into_io)?;
         }
-        self.out.flush()
+        self.lines
+            .flush(&self.stats, untracked)
+            .map_err(SinkError::into_io)
     }
 
     /// Time between the first and the last record seen.
@@ -460,9 +439,9 @@ impl<W: Write> Pipeline<W> {
     pub fn finish(self, counters: KernelCounters, duration: Duration) -> std::io::Result<Summary> {
         let f = self.finish_all(counters, duration);
         if let Some(Err(e)) = f.perfetto {
-            return Err(e);
+            return Err(e.into_io());
         }
-        f.output.map(|()| f.summary)
+        f.output.map(|()| f.summary).map_err(SinkError::into_io)
     }
 
     /// Ends the run like [`finish`](Self::finish), but goes on past a failing output: the
@@ -473,49 +452,32 @@ impl<W: Write> Pipeline<W> {
         self.stats.kernel = counters;
         self.stats.elapsed = Some(duration);
         let untracked = self.untracked_handles();
+        let last_ts = self.last_ts.unwrap_or(0);
         if let Some(metrics) = self.metrics.as_mut() {
-            metrics.set_kernel(&counters);
-            metrics.sync_stats(&self.stats);
-            metrics.set_untracked(untracked);
+            // Before the tasks alive at exit are counted, as it always was.
+            let _ = metrics.finish(&RunEnd {
+                stats: &self.stats,
+                counters,
+                last_ts,
+                untracked,
+                stats_text: None,
+            });
         }
         self.stats.live_at_exit = self.sources.live_tasks() as u64;
         self.stats.unreported = self.unreported();
-        let perfetto = self.perfetto.take().map(|perfetto| {
-            let other = [
-                ("tool", format!("gpu-trace {}", env!("CARGO_PKG_VERSION"))),
-                ("clock", "CLOCK_MONOTONIC (ts in microseconds)".to_string()),
-                (
-                    "realtime_offset_ns",
-                    self.config.clock.offset_ns().to_string(),
-                ),
-                (
-                    "dropped",
-                    if self.stats.kernel_unknown {
-                        "unknown".to_string()
-                    } else {
-                        counters.dropped.to_string()
-                    },
-                ),
-            ];
-            perfetto.finish(self.last_ts.unwrap_or(0), &other).map(drop)
-        });
         let stats_text = self
             .config
             .stats
             .then(|| self.stats.render_text(self.config.verbose));
-        let output = (|| {
-            if let Some(text) = &stats_text {
-                match self.config.format {
-                    Format::Text => write!(self.out, "{text}")?,
-                    Format::Json => writeln!(
-                        self.out,
-                        "{}",
-                        escape::json_terminal_safe(json::stats_json(&self.stats, true))
-                    )?,
-                }
-            }
-            self.out.flush()
-        })();
+        let end = RunEnd {
+            stats: &self.stats,
+            counters,
+            last_ts,
+            untracked,
+            stats_text: stats_text.as_deref(),
+        };
+        let perfetto = self.perfetto.as_mut().map(|p| p.finish(&end));
+        let output = self.lines.finish(&end);
         Finished {
             summary: Summary {
                 events: self.stats.events(),
@@ -523,7 +485,7 @@ impl<W: Write> Pipeline<W> {
                 truncated: self.stats.kernel_unknown,
                 ..Summary::default()
             },
-            out: self.out,
+            out: self.lines.into_out(),
             perfetto,
             output,
             stats_text,
@@ -532,7 +494,7 @@ impl<W: Write> Pipeline<W> {
 
     /// The output writer (live runs check their output queue through it).
     pub fn output(&self) -> &W {
-        &self.out
+        self.lines.out()
     }
 
     /// The statistics, for counters the caller knows (records lost on the way, output lost).

@@ -78,10 +78,10 @@ impl Attribution {
     }
 
     /// The cgroup path (relative to the cgroup2 root), `None` when it was not resolved. Bytes
-    /// that are not UTF-8 are kept as `crate::output::escape` describes.
+    /// that are not UTF-8 are kept as `crate::escape` describes.
     pub fn path(&self) -> Option<String> {
         let path = &self.bytes[size_of::<AttributionHead>()..];
-        (!path.is_empty()).then(|| crate::output::escape::decode_lossless(path))
+        (!path.is_empty()).then(|| crate::escape::decode_lossless(path))
     }
 
     /// The process's PID in its own PID namespace, when that is not the host's.
@@ -295,13 +295,13 @@ pub fn origin(hdr: &RecordHeader) -> Origin {
 }
 
 /// A `comm` field as text: up to the first NUL, every byte kept (bytes that are not UTF-8 are
-/// carried as described in [`crate::output::escape`]; print it through that module).
+/// carried as described in [`crate::escape`]; print it through that module).
 pub fn comm_to_string(comm: &[u8]) -> String {
     let end = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
     match std::str::from_utf8(&comm[..end]) {
         // Every record names its thread: ASCII, the usual case, is the text itself.
         Ok(ascii) if ascii.is_ascii() => ascii.to_owned(),
-        _ => crate::output::escape::decode_lossless(comm),
+        _ => crate::escape::decode_lossless(comm),
     }
 }
 
@@ -554,14 +554,14 @@ mod tests {
         assert_eq!(comm_to_string(b"python\0\0\0\0\0\0\0\0\0\0"), "python");
         assert_eq!(comm_to_string(b"0123456789abcdef"), "0123456789abcdef");
         let odd = comm_to_string(b"a\xffb\0junk");
-        assert_eq!(&*crate::output::escape::raw_bytes(&odd), b"a\xffb");
+        assert_eq!(&*crate::escape::raw_bytes(&odd), b"a\xffb");
         assert_ne!(odd, comm_to_string(b"a\xfeb"));
         assert_eq!(comm_to_string(&[0u8; 16]), "");
         // Valid UTF-8 that is not ASCII takes the lossless path too: a character of the range
         // that carries raw bytes stays itself (its four bytes), not the byte it would stand for.
         let carried = "\u{10FF85}".as_bytes();
         let back = comm_to_string(carried);
-        assert_eq!(&*crate::output::escape::raw_bytes(&back), carried);
+        assert_eq!(&*crate::escape::raw_bytes(&back), carried);
     }
 
     #[test]

@@ -22,8 +22,9 @@ pub mod doctor;
 pub mod loader;
 pub mod metrics;
 pub mod probe;
+pub mod queue;
 pub mod session;
 pub mod targets;
 pub mod top;
 
-pub use gpu_trace_core::{event, model, output, pipeline, record, vendor, wire};
+pub use gpu_trace_core::{escape, event, model, output, pipeline, record, sink, vendor, wire};

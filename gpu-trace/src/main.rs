@@ -237,7 +237,7 @@ fn replay_top(
     }
     // The path's bytes as they are (`\xNN` for a byte that is not UTF-8, never U+FFFD).
     let name = {
-        use gpu_trace::output::escape::{decode_lossless, escape_text};
+        use gpu_trace_core::escape::{decode_lossless, escape_text};
         use std::os::unix::ffi::OsStrExt;
         escape_text(&decode_lossless(file.as_os_str().as_bytes())).into_owned()
     };

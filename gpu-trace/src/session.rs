@@ -23,14 +23,13 @@ use tokio::{io::unix::AsyncFd, signal::unix::SignalKind};
 
 use crate::{
     cli::{OutputArgs, TraceArgs, Vendor},
+    escape,
     loader::{LoadError, LoadOptions, Tracer},
     model::stats::KernelCounters,
     output::{
         clock::Clock,
-        escape,
         files::{self, Staged, Untouched},
         perfetto::PerfettoWriter,
-        queue::{Overflow, QueueWriter, Units},
     },
     pipeline::{Finished, Pipeline, PipelineConfig},
     probe::{
@@ -38,7 +37,9 @@ use crate::{
         inventory::{self, WalkOptions},
         system,
     },
+    queue::{Overflow, QueueWriter, Units},
     record::{RecordError, RecordReader, RecordWriter, RecordingHeader, RecordingTrailer},
+    sink::SinkError,
     wire::{self, RawRecord},
 };
 
@@ -53,6 +54,9 @@ pub enum RunError {
     Record(#[from] RecordError),
     #[error("{what}: {source}")]
     Io { what: String, source: io::Error },
+    /// The Perfetto timeline could not be written or put in place.
+    #[error("{what}: {source}")]
+    Perfetto { what: String, source: io::Error },
     #[error(transparent)]
     Metrics(#[from] crate::metrics::server::ServeError),
     /// A cgroup or container given on the command line names nothing usable (exit code 2).
@@ -1196,7 +1200,7 @@ impl Reader {
                     }
                 };
                 if let Err(e) = fed {
-                    self.failure = Some(perfetto_error(e));
+                    self.failure = Some(sink_error(e));
                     break;
                 }
             }
@@ -1281,11 +1285,18 @@ fn recorder_lost(recorder: &RecordWriter<QueueWriter>) -> u64 {
     recorder.get_ref().lost()
 }
 
-/// `feed` fails only on the Perfetto timeline (the output goes to a queue that never fails).
-fn perfetto_error(e: io::Error) -> RunError {
-    RunError::Io {
-        what: "writing the Perfetto timeline".into(),
-        source: e,
+/// A sink's failure as the run's: `feed` fails in practice only on the Perfetto timeline (the
+/// output goes to a queue that never fails).
+fn sink_error(e: SinkError) -> RunError {
+    match e {
+        SinkError::Perfetto(source) => RunError::Perfetto {
+            what: "writing the Perfetto timeline".into(),
+            source,
+        },
+        SinkError::Output(source) => RunError::Io {
+            what: "writing the output".into(),
+            source,
+        },
     }
 }
 
@@ -1305,27 +1316,24 @@ fn end_outputs(
         output: _,
         stats_text,
     } = finished;
-    let perfetto_broken = failure
-        .as_ref()
-        .is_some_and(|f| matches!(f, RunError::Io { what, .. } if what.contains("Perfetto")));
+    let perfetto_broken = matches!(failure, Some(RunError::Perfetto { .. }));
     if let Some((staged, path)) = perfetto {
         let staged_name = staged.is_staged();
         match perfetto_result {
             Some(Ok(())) if !perfetto_broken => {
                 if let Err(e) = staged.commit() {
-                    failure.get_or_insert(RunError::Io {
+                    failure.get_or_insert(RunError::Perfetto {
                         what: format!("renaming the Perfetto timeline into {}", path.display()),
                         source: e,
                     });
                 }
             }
             Some(Err(e)) => {
-                failure.get_or_insert(perfetto_error(e));
+                failure.get_or_insert(sink_error(e));
             }
             _ => {}
         }
-        if let Some(RunError::Io { what, .. }) = failure.as_mut()
-            && what.contains("Perfetto")
+        if let Some(RunError::Perfetto { what, .. }) = failure.as_mut()
             && !what.contains(&*path.to_string_lossy())
         {
             what.push_str(&format!(" {}", path.display()));
@@ -1398,7 +1406,7 @@ pub fn replay_with(
         match reader.next_record() {
             Ok(Some(bytes)) => {
                 if let Err(e) = pipeline.feed(&bytes) {
-                    failure = Some(perfetto_error(e));
+                    failure = Some(sink_error(e));
                     break;
                 }
                 if let Some(v) = viewer.as_deref_mut() {

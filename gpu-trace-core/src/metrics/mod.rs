@@ -16,11 +16,10 @@
 //! (`comm="__overflow__"`), so a fork storm of uniquely named processes cannot grow the scrape;
 //! [`MetricsConfig::max_label_sets`] caps the combinations.
 
-pub mod process;
-
 use std::{collections::HashMap, sync::Arc};
 
 use prometheus_client::{
+    collector::Collector,
     encoding::EncodeLabelSet,
     metrics::{
         counter::Counter,
@@ -32,6 +31,7 @@ use prometheus_client::{
     registry::Registry,
 };
 
+use crate::sink::{Enriched, RunEnd, Sink, SinkError};
 use crate::{
     event::{DestroyCause, Engine, Event, EventKind, SchedChange, TaskId},
     model::stats::{KernelCounters, Stats},
@@ -245,20 +245,21 @@ doc!(
     "version",
     "The gpu-trace version serving the metrics (always 1)."
 );
-doc!(
-    CPU,
-    "process_cpu_seconds_total",
-    "counter",
-    "",
-    "User and system CPU time gpu-trace's process has used."
-);
-doc!(
-    RSS,
-    "process_resident_memory_bytes",
-    "gauge",
-    "",
-    "Resident memory of gpu-trace's process."
-);
+/// Read at each scrape by the collector the binary adds (`gpu-trace`'s `metrics::process`):
+/// this pure core reads nothing of the system.
+pub const CPU: MetricDoc = MetricDoc {
+    name: "process_cpu_seconds_total",
+    kind: "counter",
+    labels: "",
+    help: "User and system CPU time gpu-trace's process has used.",
+};
+/// See [`CPU`].
+pub const RSS: MetricDoc = MetricDoc {
+    name: "process_resident_memory_bytes",
+    kind: "gauge",
+    labels: "",
+    help: "Resident memory of gpu-trace's process.",
+};
 
 /// Every metric gpu-trace serves, in the order of the reference.
 pub const REFERENCE: &[MetricDoc] = &[
@@ -409,7 +410,7 @@ impl<T: std::hash::Hash + Eq, L: Clone + Default> Interner<T, L> {
 /// for bytes that are not UTF-8); the exposition format's own escaping (`\\`, `\"`, `\n`) is
 /// the encoder's, on top.
 pub fn sanitize_label(raw: &str) -> String {
-    crate::output::escape::escape_text(raw).into_owned()
+    crate::escape::escape_text(raw).into_owned()
 }
 
 /// The `engine` label of a task.
@@ -581,6 +582,12 @@ fn latency_histogram() -> Histogram {
 
 impl Metrics {
     pub fn new(config: MetricsConfig) -> Self {
+        Self::with_collectors(config, Vec::new())
+    }
+
+    /// Like [`new`](Self::new), with `extra` collectors read at each scrape (the binary adds its
+    /// own process's CPU time and memory, [`CPU`] and [`RSS`]).
+    pub fn with_collectors(config: MetricsConfig, extra: Vec<Box<dyn Collector>>) -> Self {
         let mut registry = Registry::default();
         let events = Family::<EventLabels, Counter>::default();
         let refused = Family::<TaskLabels, Counter>::default();
@@ -626,7 +633,9 @@ impl Metrics {
             }),
         );
         let ring_fill = RingCollector::default();
-        registry.register_collector(Box::new(process::ProcessCollector));
+        for c in extra {
+            registry.register_collector(c);
+        }
         registry.register_collector(Box::new(ring_fill.clone()));
         Self {
             registry: Arc::new(registry),
@@ -750,23 +759,13 @@ impl Metrics {
             } => {
                 let gpu = gpu.or(amd.and_then(|a| a.gpu_id));
                 let key = self.key(gpu, engine_label(*engine, amd), process_name, workload);
-                let s = self.series_mut(key);
-                s.events[0].inc();
-                s.live.inc();
-                if let Some(us) = timeslice_us {
-                    s.timeslice_us += us;
-                    s.timeslice.set(s.timeslice_us as f64 / 1e6);
-                }
                 let state = TaskState {
                     key,
                     init_ns: ev.origin.ts_ns,
                     scheduled: false,
                     timeslice_us: *timeslice_us,
                 };
-                if let Some(old) = self.tasks.insert((pid, *client, tid(*task)), state) {
-                    // The tracker replaced a handle it never saw freed: that task is gone.
-                    self.end_task(old, None);
-                }
+                self.task_created((pid, *client, tid(*task)), state);
                 key
             }
             EventKind::Schedule {
@@ -776,30 +775,13 @@ impl Metrics {
                 timeslice_us,
                 ..
             } => {
-                let state = self.tasks.get(&(pid, *client, tid(*task))).copied();
+                let id = (pid, *client, tid(*task));
+                let state = self.tasks.get(&id).copied();
                 let key = match state {
                     Some(t) => t.key,
                     None => self.key(None, engine_label(None, amd), process_name, workload),
                 };
-                let s = self.series_mut(key);
-                s.events[1].inc();
-                if !allowed {
-                    s.refused.inc();
-                }
-                if let (Some(mut t), true) = (state, *allowed) {
-                    if !t.scheduled {
-                        t.scheduled = true;
-                        let secs = ev.origin.ts_ns.saturating_sub(t.init_ns) as f64 / 1e9;
-                        self.hist(key).latency.observe(secs);
-                    }
-                    if let Some(new) = *timeslice_us {
-                        let s = self.series_mut(key);
-                        s.timeslice_us = s.timeslice_us - t.timeslice_us.unwrap_or(0) + new;
-                        s.timeslice.set(s.timeslice_us as f64 / 1e6);
-                        t.timeslice_us = Some(new);
-                    }
-                    self.tasks.insert((pid, *client, tid(*task)), t);
-                }
+                self.scheduled(id, key, state, *allowed, *timeslice_us, ev.origin.ts_ns);
                 key
             }
             EventKind::WorkSubmit {
@@ -846,7 +828,8 @@ impl Metrics {
                 allowed,
                 ..
             } => {
-                let state = self.tasks.get(&(pid, *client, tid(*task))).copied();
+                let id = (pid, *client, tid(*task));
+                let state = self.tasks.get(&id).copied();
                 let key = match state {
                     Some(t) => t.key,
                     None => self.key(None, engine_label(None, amd), process_name, workload),
@@ -854,14 +837,10 @@ impl Metrics {
                 self.series_mut(key).events[4].inc();
                 // An accepted timeslice change moves the live-timeslice gauge (a refused one,
                 // or one on a task not seen created, changes nothing known).
-                if let (Some(mut t), true, SchedChange::Timeslice { new_us, .. }) =
+                if let (Some(t), true, SchedChange::Timeslice { new_us, .. }) =
                     (state, *allowed, change)
                 {
-                    let s = self.series_mut(key);
-                    s.timeslice_us = s.timeslice_us - t.timeslice_us.unwrap_or(0) + new_us;
-                    s.timeslice.set(s.timeslice_us as f64 / 1e6);
-                    t.timeslice_us = Some(*new_us);
-                    self.tasks.insert((pid, *client, tid(*task)), t);
+                    self.timeslice_set(id, t, *new_us);
                 }
                 key
             }
@@ -883,6 +862,63 @@ impl Metrics {
             self.health.overflowed.inc();
         }
         self.note_comm(pid, key.comm);
+    }
+
+    /// A `TASK_INIT`: the task `id` counts as live in its series (and its timeslice in the
+    /// live-timeslice gauge).
+    fn task_created(&mut self, id: (u32, u32, (u8, u32)), state: TaskState) {
+        let s = self.series_mut(state.key);
+        s.events[0].inc();
+        s.live.inc();
+        if let Some(us) = state.timeslice_us {
+            s.timeslice_us += us;
+            s.timeslice.set(s.timeslice_us as f64 / 1e6);
+        }
+        if let Some(old) = self.tasks.insert(id, state) {
+            // The tracker replaced a handle it never saw freed: that task is gone.
+            self.end_task(old, None);
+        }
+    }
+
+    /// A `SCHEDULE` of the task `id` (`state`: as known, if it was seen created): counted, a
+    /// refusal counted; the first allowed one observes the creation-to-schedule latency, and
+    /// an allowed timeslice moves the live-timeslice gauge.
+    fn scheduled(
+        &mut self,
+        id: (u32, u32, (u8, u32)),
+        key: SeriesKey,
+        state: Option<TaskState>,
+        allowed: bool,
+        timeslice_us: Option<u64>,
+        ts_ns: u64,
+    ) {
+        let s = self.series_mut(key);
+        s.events[1].inc();
+        if !allowed {
+            s.refused.inc();
+        }
+        if let (Some(mut t), true) = (state, allowed) {
+            if !t.scheduled {
+                t.scheduled = true;
+                let secs = ts_ns.saturating_sub(t.init_ns) as f64 / 1e9;
+                self.hist(key).latency.observe(secs);
+            }
+            match timeslice_us {
+                Some(new) => self.timeslice_set(id, t, new),
+                None => {
+                    self.tasks.insert(id, t);
+                }
+            }
+        }
+    }
+
+    /// The live task `id` (`t`) now has timeslice `new_us`: the live-timeslice gauge moves.
+    fn timeslice_set(&mut self, id: (u32, u32, (u8, u32)), mut t: TaskState, new_us: u64) {
+        let s = self.series_mut(t.key);
+        s.timeslice_us = s.timeslice_us - t.timeslice_us.unwrap_or(0) + new_us;
+        s.timeslice.set(s.timeslice_us as f64 / 1e6);
+        t.timeslice_us = Some(new_us);
+        self.tasks.insert(id, t);
     }
 
     /// Removes a live task from the gauges; with `end_ns`, observes its lifetime.
@@ -1095,3 +1131,37 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 
 #[cfg(test)]
 mod tests;
+
+/// The metrics sink (`--metrics`): every selected event counted, labelled by the process's name,
+/// GPU, engine, container and pod.
+impl Sink for Metrics {
+    fn event(&mut self, ev: &Enriched<'_>) -> Result<(), SinkError> {
+        let workload = ev.cgroup.map(|a| Workload {
+            container: a.workload.short_container_id().unwrap_or("").to_string(),
+            pod: a
+                .workload
+                .pod
+                .as_ref()
+                .map_or(String::new(), |(uid, _)| uid.clone()),
+        });
+        self.observe(ev.event, ev.process, workload.as_ref());
+        Ok(())
+    }
+
+    fn process_exited(&mut self, pid: u32) {
+        Metrics::process_exited(self, pid);
+    }
+
+    fn flush(&mut self, stats: &Stats, untracked: u64) -> Result<(), SinkError> {
+        self.sync_stats(stats);
+        self.set_untracked(untracked);
+        Ok(())
+    }
+
+    fn finish(&mut self, end: &RunEnd<'_>) -> Result<(), SinkError> {
+        self.set_kernel(&end.counters);
+        self.sync_stats(end.stats);
+        self.set_untracked(end.untracked);
+        Ok(())
+    }
+}

@@ -15,9 +15,20 @@
 
 use std::collections::HashMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use crate::inventory::GpuInfo;
+/// One GPU as `/proc/driver/nvidia/gpus/*/information` describes it (the start-up inventory's
+/// `gpus`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuInfo {
+    /// Device minor (`/dev/nvidiaN`).
+    pub minor: u32,
+    /// PCI bus id (`Bus Location`).
+    pub bus_id: Option<String>,
+    pub uuid: Option<String>,
+    /// `Model` (or the name NVML reports).
+    pub name: Option<String>,
+}
 
 /// A GPU as `nvidia-smi` names it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

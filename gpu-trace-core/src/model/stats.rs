@@ -65,6 +65,29 @@ pub struct TaskStats {
 }
 
 impl TaskStats {
+    /// A task first seen now: nothing known of it yet.
+    fn new(key: TaskKey, pid: u32, task: &str) -> Self {
+        Self {
+            key,
+            pid,
+            task: task.to_string(),
+            engine: None,
+            gpu: None,
+            runlist: None,
+            init_ns: None,
+            first_schedule_ns: None,
+            first_submit_ns: None,
+            end_ns: None,
+            end_cause: None,
+            schedule_refused: 0,
+            timeslice_us: None,
+            interleave: None,
+            preemptions: 0,
+            param_changes: 0,
+            updates_refused: 0,
+        }
+    }
+
     fn between(a: Option<u64>, b: Option<u64>) -> Option<u64> {
         Some(b?.saturating_sub(a?))
     }
@@ -348,42 +371,17 @@ impl Stats {
     fn record_task(&mut self, ev: &Event) {
         let Some(key) = ev.key else { return };
         let ts = ev.origin.ts_ns;
-        if let EventKind::TaskInit { .. } = ev.kind
-            && let Some(old) = self.live_tasks.remove(&key)
-        {
-            // A task with the same key that did not end (cannot happen with generations; kept
-            // safe): close it where the new one starts.
-            self.end_task(old, ts, DestroyCause::TracerExit);
+        if !self.admit(key, &ev.kind, ts) {
+            return;
         }
-        if !self.live_tasks.contains_key(&key) {
-            let of_process = self.live_per_process.get(&key.pid).copied().unwrap_or(0);
-            if self.live_tasks.len() >= MAX_LIVE_TASKS || of_process >= MAX_LIVE_TASKS_PER_PROCESS {
-                self.tasks_omitted += 1;
-                return;
-            }
-            *self.live_per_process.entry(key.pid).or_default() += 1;
+        let task_label = ev.kind.task().label();
+        let t = self
+            .live_tasks
+            .entry(key)
+            .or_insert_with(|| TaskStats::new(key, ev.origin.pid, task_label.as_str()));
+        if t.task != task_label.as_str() {
+            t.task = task_label.as_str().to_string();
         }
-        let task_label = crate::output::text::task_id(ev.kind.task());
-        let t = self.live_tasks.entry(key).or_insert_with(|| TaskStats {
-            key,
-            pid: ev.origin.pid,
-            task: task_label.clone(),
-            engine: None,
-            gpu: None,
-            runlist: None,
-            init_ns: None,
-            first_schedule_ns: None,
-            first_submit_ns: None,
-            end_ns: None,
-            end_cause: None,
-            schedule_refused: 0,
-            timeslice_us: None,
-            interleave: None,
-            preemptions: 0,
-            param_changes: 0,
-            updates_refused: 0,
-        });
-        t.task = task_label;
         let mut joined_runlist = None;
         let engine_of_event = engine_label(ev);
         match &ev.kind {
@@ -489,6 +487,26 @@ impl Stats {
         }
     }
 
+    /// Whether the task `key` has (or may now have) an entry among the live tasks: a new one
+    /// only within the caps (else it is counted in `tasks_omitted`). A `TASK_INIT` of a key
+    /// still alive (cannot happen with generations; kept safe) ends the old one first.
+    fn admit(&mut self, key: TaskKey, kind: &EventKind, ts: u64) -> bool {
+        if let EventKind::TaskInit { .. } = kind
+            && let Some(old) = self.live_tasks.remove(&key)
+        {
+            self.end_task(old, ts, DestroyCause::TracerExit);
+        }
+        if !self.live_tasks.contains_key(&key) {
+            let of_process = self.live_per_process.get(&key.pid).copied().unwrap_or(0);
+            if self.live_tasks.len() >= MAX_LIVE_TASKS || of_process >= MAX_LIVE_TASKS_PER_PROCESS {
+                self.tasks_omitted += 1;
+                return false;
+            }
+            *self.live_per_process.entry(key.pid).or_default() += 1;
+        }
+        true
+    }
+
     /// The engine counts of the live task `key`.
     fn engine_of(&mut self, key: &TaskKey) -> &mut EngineStats {
         let name = self
@@ -562,8 +580,12 @@ impl Stats {
     }
 
     /// RM device instance `rm_device` is nvidia-smi's GPU `index` (`uuid`).
-    pub fn set_gpu_name(&mut self, rm_device: u32, index: u32, uuid: Option<String>) {
-        self.gpu_names.insert(rm_device, (index, uuid));
+    pub fn set_gpu_name(&mut self, rm_device: u32, index: u32, uuid: Option<&str>) {
+        let known = self.gpu_names.get(&rm_device);
+        if known.is_none_or(|(i, u)| *i != index || u.as_deref() != uuid) {
+            self.gpu_names
+                .insert(rm_device, (index, uuid.map(str::to_string)));
+        }
     }
 
     /// nvidia-smi's index and the UUID of RM device instance `rm_device`, where known.
@@ -654,6 +676,35 @@ impl Stats {
     /// [`render_text`](Self::render_text) under another title (the periodic blocks of
     /// `--interval`).
     pub fn render_text_titled(&self, verbose: bool, title: &str) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "--- {title} ({:.1} s) ---",
+            self.duration().as_secs_f64()
+        );
+        write_rows(&mut out, &self.summary_rows());
+        if self.kernel.dropped > 0 {
+            let _ = writeln!(
+                out,
+                "warning: {} events were dropped because the ring buffer was full; \
+                 raise --ring-size",
+                self.kernel.dropped
+            );
+        }
+        if let Some(warning) = self.kernel.deny_unfollowed_warning() {
+            let _ = writeln!(out, "{warning}");
+        }
+        self.render_processes(&mut out);
+        self.render_groups(&mut out);
+        self.render_tasks(&mut out);
+        if verbose {
+            self.render_diagnostics(&mut out);
+        }
+        out
+    }
+
+    /// The counts at the top of the block: label, value (`?` where not known), note.
+    fn summary_rows(&self) -> Vec<(&'static str, String, String)> {
         let mut rows: Vec<(&str, u64, String)> = vec![
             ("task_init", self.task_init, String::new()),
             (
@@ -708,8 +759,7 @@ impl Stats {
                 .map(|(&k, &v)| (k, v, String::new())),
         );
         // Not known (a recording without its trailer): `?`, not a 0 that reads as "none".
-        let rows: Vec<(&str, String, String)> = rows
-            .into_iter()
+        rows.into_iter()
             .map(|(label, value, note)| {
                 if self.kernel_unknown && matches!(label, "dropped" | "read_failed") {
                     let why = "(unknown: the recording ends without its trailer)";
@@ -718,102 +768,94 @@ impl Stats {
                     (label, value.to_string(), note)
                 }
             })
-            .collect();
-        let mut out = String::new();
+            .collect()
+    }
+
+    /// The per-process table of [`render_text`](Self::render_text).
+    fn render_processes(&self, out: &mut String) {
+        if self.processes.is_empty() {
+            return;
+        }
+        out.push('\n');
         let _ = writeln!(
             out,
-            "--- {title} ({:.1} s) ---",
-            self.duration().as_secs_f64()
+            "{:<8} {:<16} {:>9} {:>8} {:>12} {:>7} {:>11} {:>12}",
+            "PID",
+            "COMM",
+            "TASK_INIT",
+            "SCHEDULE",
+            "SCHED_UPDATE",
+            "PREEMPT",
+            "WORK_SUBMIT",
+            "TASK_DESTROY"
         );
-        write_rows(&mut out, &rows);
-        if self.kernel.dropped > 0 {
-            let _ = writeln!(
-                out,
-                "warning: {} events were dropped because the ring buffer was full; \
-                 raise --ring-size",
-                self.kernel.dropped
-            );
-        }
-        if let Some(warning) = self.kernel.deny_unfollowed_warning() {
-            let _ = writeln!(out, "{warning}");
-        }
-        if !self.processes.is_empty() {
-            out.push('\n');
+        for (pid, p) in self.processes() {
             let _ = writeln!(
                 out,
                 "{:<8} {:<16} {:>9} {:>8} {:>12} {:>7} {:>11} {:>12}",
-                "PID",
-                "COMM",
-                "TASK_INIT",
-                "SCHEDULE",
-                "SCHED_UPDATE",
-                "PREEMPT",
-                "WORK_SUBMIT",
-                "TASK_DESTROY"
+                pid,
+                crate::event::Comm(&p.comm),
+                p.task_init,
+                p.schedule,
+                p.sched_update,
+                p.preempt,
+                p.work_submit,
+                p.task_destroy
             );
-            for (pid, p) in self.processes() {
-                let _ = writeln!(
-                    out,
-                    "{:<8} {:<16} {:>9} {:>8} {:>12} {:>7} {:>11} {:>12}",
-                    pid,
-                    crate::output::escape::escape_text(&p.comm),
-                    p.task_init,
-                    p.schedule,
-                    p.sched_update,
-                    p.preempt,
-                    p.work_submit,
-                    p.task_destroy
-                );
-            }
         }
+    }
+
+    /// The per-container / pod table of [`render_text`](Self::render_text).
+    fn render_groups(&self, out: &mut String) {
         let groups = self.groups();
-        if !groups.is_empty() {
-            out.push('\n');
+        if groups.is_empty() {
+            return;
+        }
+        out.push('\n');
+        let _ = writeln!(
+            out,
+            "{:<60} {:>5} {:>9} {:>8} {:>12} {:>11} {:>12}",
+            "CONTAINER / POD",
+            "PROCS",
+            "TASK_INIT",
+            "SCHEDULE",
+            "SCHED_UPDATE",
+            "WORK_SUBMIT",
+            "TASK_DESTROY"
+        );
+        for (group, n, p) in groups {
             let _ = writeln!(
                 out,
                 "{:<60} {:>5} {:>9} {:>8} {:>12} {:>11} {:>12}",
-                "CONTAINER / POD",
-                "PROCS",
-                "TASK_INIT",
-                "SCHEDULE",
-                "SCHED_UPDATE",
-                "WORK_SUBMIT",
-                "TASK_DESTROY"
+                group.unwrap_or("(not in a container)"),
+                n,
+                p.task_init,
+                p.schedule,
+                p.sched_update,
+                p.work_submit,
+                p.task_destroy
             );
-            for (group, n, p) in groups {
-                let _ = writeln!(
-                    out,
-                    "{:<60} {:>5} {:>9} {:>8} {:>12} {:>11} {:>12}",
-                    group.unwrap_or("(not in a container)"),
-                    n,
-                    p.task_init,
-                    p.schedule,
-                    p.sched_update,
-                    p.work_submit,
-                    p.task_destroy
-                );
+        }
+    }
+
+    /// `-v`: the kernel side's diagnostics.
+    fn render_diagnostics(&self, out: &mut String) {
+        out.push_str("\ndiagnostics (kernel side)\n");
+        let mut rows = vec![
+            ("emitted", self.kernel.emitted, String::new()),
+            ("ignored", self.kernel.ignored, String::new()),
+        ];
+        // The deny counters when known and 0 (not zero: printed above), so that -v tells a
+        // 0 from "not known" (a recording made before they were counted).
+        for (label, value) in [
+            ("denied_unread", self.kernel.denied_unread),
+            ("deny_unfollowed", self.kernel.deny_unfollowed),
+        ] {
+            if value == Some(0) {
+                rows.push((label, 0, String::new()));
             }
         }
-        self.render_tasks(&mut out);
-        if verbose {
-            out.push_str("\ndiagnostics (kernel side)\n");
-            let mut rows = vec![
-                ("emitted", self.kernel.emitted, String::new()),
-                ("ignored", self.kernel.ignored, String::new()),
-            ];
-            // The deny counters when known and 0 (not zero: printed above), so that -v tells a
-            // 0 from "not known" (a recording made before they were counted).
-            for (label, value) in [
-                ("denied_unread", self.kernel.denied_unread),
-                ("deny_unfollowed", self.kernel.deny_unfollowed),
-            ] {
-                if value == Some(0) {
-                    rows.push((label, 0, String::new()));
-                }
-            }
-            write_rows(&mut out, &rows);
-        }
-        out
+        write_rows(out, &rows);
     }
 
     /// The engine, concurrency and task tables of [`render_text`](Self::render_text).

@@ -272,7 +272,47 @@ pub struct Attribution {
     pub ns_pid: Option<u32>,
 }
 
+/// The `cgroup` object of a JSON line ([`Attribution::json_fields`]): `id` (null when 0),
+/// `path`, then each only when known: `container_runtime`, `container_id`, `container_user`,
+/// `pod_uid`, `qos`, `unit`, `ns_pid`.
+#[derive(serde::Serialize)]
+pub struct CgroupFields<'a> {
+    id: Option<u64>,
+    path: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    container_runtime: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    container_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    container_user: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pod_uid: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    qos: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    unit: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ns_pid: Option<u32>,
+}
+
 impl Attribution {
+    /// This attribution as the `cgroup` object of a JSON line.
+    pub fn json_fields(&self) -> CgroupFields<'_> {
+        let w = &self.workload;
+        let container = w.container.as_ref();
+        CgroupFields {
+            id: (self.cgroup_id != 0).then_some(self.cgroup_id),
+            path: self.cgroup.as_deref(),
+            container_runtime: container.map(|(rt, _)| rt.name()),
+            container_id: container.map(|(_, id)| id.as_str()),
+            container_user: container.and(w.user),
+            pod_uid: w.pod.as_ref().map(|(uid, _)| uid.as_str()),
+            qos: w.pod.as_ref().map(|(_, qos)| qos.name()),
+            unit: w.unit.as_deref(),
+            ns_pid: self.ns_pid,
+        }
+    }
+
     pub fn new(cgroup_id: u64, cgroup: Option<String>, ns_pid: Option<u32>) -> Self {
         let workload = cgroup.as_deref().map(classify).unwrap_or_default();
         Self {

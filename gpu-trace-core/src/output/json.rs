@@ -203,164 +203,184 @@
 //! | `tasks_omitted`         | integer         | left out of `tasks`: ended tasks beyond the 10000 kept, and events of new tasks while 100000 were alive (or 4096 of the same process) |
 //! | `diagnostics`           | object or null  | null with a null `kernel`; kernel-internal counters (also in `kernel`; the text output shows them with `-v`): `emitted`, `ignored` |
 
-use chrono::SecondsFormat;
+use chrono::{Datelike as _, SecondsFormat, Timelike as _};
 use serde::Serialize;
 use std::borrow::Cow;
 
-use crate::event::{Event, EventKind};
+use crate::escape;
+use crate::event::{AmdDetail, Event, EventKind, Identity, Origin};
+use crate::inventory::Inventory;
 use crate::model::gpus::GpuIdentity;
 use crate::model::stats::{EngineStats, KernelCounters, ProcessStats, Stats, TaskStats};
-use crate::model::workload::Attribution;
-use crate::output::{clock::Clock, text};
+use crate::model::workload::{Attribution, CgroupFields};
+use crate::output::clock::Clock;
+use crate::sink::{Enriched, RunEnd, Sink, SinkError};
 
-/// The JSON line of an event (no newline): `event`, `time`, the origin fields, then the fields
-/// of the event's kind, as described in the [module documentation](self).
-///
-/// # Panics
-///
-/// Never: the event types always serialize.
+/// One event's JSON line, in the documented order: `event`, `time`, the origin's fields, the
+/// identity fields, the kind's fields, then (each when there is one) `amd`, `gpu_device` and
+/// `cgroup`. Each part serializes itself; this only orders them.
+#[derive(Serialize)]
+struct EventLine<'a> {
+    event: &'static str,
+    time: UtcMicros,
+    #[serde(flatten)]
+    origin: &'a Origin,
+    #[serde(flatten)]
+    identity: Identity,
+    #[serde(flatten)]
+    kind: &'a EventKind,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    amd: Option<&'a AmdDetail>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gpu_device: Option<&'a GpuIdentity>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cgroup: Option<CgroupFields<'a>>,
+}
+
+/// Appends the JSON line of `ev` to `out` (no newline), as described in the
+/// [module documentation](self): with the GPU the task is on and the process's cgroup, each when
+/// known. Strings are written terminal-safe ([`escape::TerminalSafeJson`]).
+pub fn write_event(
+    out: &mut Vec<u8>,
+    ev: &Event,
+    clock: &Clock,
+    gpu: Option<&GpuIdentity>,
+    attribution: Option<&Attribution>,
+) {
+    let line = EventLine {
+        event: ev.kind.name(),
+        time: UtcMicros::at(clock, ev.origin.ts_ns),
+        origin: &ev.origin,
+        identity: ev.identity(),
+        kind: &ev.kind,
+        amd: ev.amd.as_ref(),
+        gpu_device: gpu,
+        cgroup: attribution.map(Attribution::json_fields),
+    };
+    escape::write_json(out, &line);
+}
+
+/// The JSON sink: an `INVENTORY` line first (late attach), one line per event, periodic
+/// `STATS` lines with `--interval`, the final `STATS` line.
+pub struct JsonSink<W> {
+    clock: Clock,
+    out: W,
+    /// The line being written (kept to reuse its allocation).
+    buf: Vec<u8>,
+}
+
+impl<W: std::io::Write> JsonSink<W> {
+    pub fn new(clock: Clock, out: W) -> Self {
+        Self {
+            clock,
+            out,
+            buf: Vec::with_capacity(1024),
+        }
+    }
+
+    pub fn out(&self) -> &W {
+        &self.out
+    }
+
+    pub fn into_out(self) -> W {
+        self.out
+    }
+
+    fn line(&mut self, line: &str) -> Result<(), SinkError> {
+        writeln!(self.out, "{line}").map_err(SinkError::Output)
+    }
+}
+
+impl<W: std::io::Write> Sink for JsonSink<W> {
+    fn inventory(&mut self, _inv: &Inventory, selected: &Inventory) -> Result<(), SinkError> {
+        let line = inventory_json(selected, &self.clock);
+        self.line(&line)
+    }
+
+    fn event(&mut self, ev: &Enriched<'_>) -> Result<(), SinkError> {
+        self.buf.clear();
+        write_event(&mut self.buf, ev.event, &self.clock, ev.gpu, ev.cgroup);
+        self.buf.push(b'\n');
+        self.out.write_all(&self.buf).map_err(SinkError::Output)
+    }
+
+    fn periodic(&mut self, stats: &Stats) -> Result<(), SinkError> {
+        self.line(&stats_json(stats, false))
+    }
+
+    fn flush(&mut self, _stats: &Stats, _untracked: u64) -> Result<(), SinkError> {
+        self.out.flush().map_err(SinkError::Output)
+    }
+
+    fn finish(&mut self, end: &RunEnd<'_>) -> Result<(), SinkError> {
+        if end.stats_text.is_some() {
+            self.line(&stats_json(end.stats, true))?;
+        }
+        self.out.flush().map_err(SinkError::Output)
+    }
+}
+
+/// The JSON line of an event (no newline), without GPU and cgroup: see [`write_event`].
 pub fn event_json(ev: &Event, clock: &Clock) -> String {
-    // Serializing these types cannot fail: no maps with non-string keys, no fallible impls.
-    let origin = serde_json::to_string(&ev.origin).expect("Origin serializes");
-    let kind = serde_json::to_string(&ev.kind).expect("EventKind serializes");
-    let time = clock
-        .utc(ev.origin.ts_ns)
-        .to_rfc3339_opts(SecondsFormat::Micros, true);
+    let mut out = Vec::with_capacity(384);
+    write_event(&mut out, ev, clock, None, None);
+    String::from_utf8(out).expect("serde_json writes UTF-8")
+}
 
-    // `kind` is `{"event":"NAME"` followed by `}` or `,<fields>}` (the tag comes first);
-    // `origin` is `{<fields>}`. Splice them so that `event` leads and `time` follows it.
-    let tag = format!("{{\"event\":\"{}\"", ev.kind.name());
-    let origin_fields = origin
-        .strip_prefix('{')
-        .and_then(|s| s.strip_suffix('}'))
-        .filter(|s| !s.is_empty());
-    match (kind.strip_prefix(tag.as_str()), origin_fields) {
-        (Some(rest), Some(origin_fields)) => {
-            let rest = with_errno_name(rest, &ev.kind);
-            let ids = identity_fields(ev);
-            let line = format!("{tag},\"time\":\"{time}\",{origin_fields},{ids}{rest}");
-            match &ev.amd {
-                None => line,
-                Some(amd) => {
-                    // AMD events: the `amd` object goes last, before the closing brace.
-                    let amd = serde_json::to_string(amd).expect("AmdDetail serializes");
-                    append_field(line, "amd", &amd)
-                }
+/// A wall-clock time as RFC 3339 in UTC with microseconds (`2024-05-01T21:00:24.561798Z`),
+/// serialized without an intermediate string (chrono's own formatting for years it would
+/// spell otherwise).
+#[derive(Clone, Copy)]
+struct UtcMicros(chrono::DateTime<chrono::Utc>);
+
+impl UtcMicros {
+    fn at(clock: &Clock, ts_ns: u64) -> Self {
+        Self(clock.utc(ts_ns))
+    }
+}
+
+impl std::fmt::Display for UtcMicros {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let t = self.0;
+        if !(0..=9999).contains(&t.year()) {
+            return f.write_str(&t.to_rfc3339_opts(SecondsFormat::Micros, true));
+        }
+        // A leap second shows as :60, as chrono does.
+        let (sec, nanos) = match t.nanosecond() {
+            n if n >= 1_000_000_000 => (t.second() + 1, n - 1_000_000_000),
+            n => (t.second(), n),
+        };
+        let mut buf = *b"0000-00-00T00:00:00.000000Z";
+        let mut put = |at: usize, width: usize, mut v: u32| {
+            for i in (at..at + width).rev() {
+                buf[i] = b'0' + (v % 10) as u8;
+                v /= 10;
             }
-        }
-        _ => {
-            // Not the expected shape: fall back to a map (keys then come sorted).
-            let mut value = serde_json::to_value(ev).expect("Event serializes");
-            if let Some(map) = value.as_object_mut() {
-                map.insert("time".into(), time.into());
-            }
-            value.to_string()
-        }
+        };
+        put(0, 4, t.year() as u32);
+        put(5, 2, t.month());
+        put(8, 2, t.day());
+        put(11, 2, t.hour());
+        put(14, 2, t.minute());
+        put(17, 2, sec);
+        put(20, 6, nanos / 1000);
+        f.write_str(std::str::from_utf8(&buf).map_err(|_| std::fmt::Error)?)
     }
 }
 
-/// The kind's fields (`rest`) with `errno_name` right after a non-zero `errno` that has a name
-/// (`"errno":-25,"errno_name":"ENOTTY"`); the number stays as it was.
-fn with_errno_name(rest: &str, kind: &EventKind) -> String {
-    let errno = match kind {
-        EventKind::Schedule { errno, .. } | EventKind::SchedUpdate { errno, .. } => *errno,
-        _ => 0,
-    };
-    match (errno, text::errno_name(errno)) {
-        (0, _) | (_, None) => rest.to_string(),
-        (_, Some(name)) => {
-            let field = format!("\"errno\":{errno},");
-            rest.replacen(&field, &format!("{field}\"errno_name\":\"{name}\","), 1)
-        }
-    }
-}
-
-/// `line` (a JSON object, no newline) with `"key":value` (`value` already JSON) appended as its
-/// last field.
-fn append_field(line: String, key: &str, value: &str) -> String {
-    match line.strip_suffix('}') {
-        Some(head) => format!("{head},\"{key}\":{value}}}"),
-        None => line,
-    }
-}
-
-/// `line` (a JSON object, no newline) with the `gpu_device` object appended as its last field.
-pub fn with_gpu(line: String, g: &GpuIdentity) -> String {
-    let obj = serde_json::to_string(g).expect("GpuIdentity serializes");
-    append_field(line, "gpu_device", &obj)
-}
-
-/// `line` (a JSON object, no newline) with the `cgroup` object of [`Attribution`] appended
-/// as its last field.
-pub fn with_attribution(line: String, a: &Attribution) -> String {
-    let mut obj = serde_json::Map::new();
-    obj.insert(
-        "id".into(),
-        if a.cgroup_id == 0 {
-            serde_json::Value::Null
-        } else {
-            a.cgroup_id.into()
-        },
-    );
-    obj.insert(
-        "path".into(),
-        a.cgroup
-            .as_ref()
-            .map_or(serde_json::Value::Null, |p| p.clone().into()),
-    );
-    if let Some((rt, id)) = &a.workload.container {
-        obj.insert("container_runtime".into(), rt.name().into());
-        obj.insert("container_id".into(), id.clone().into());
-        if let Some(uid) = a.workload.user {
-            obj.insert("container_user".into(), uid.into());
+impl Serialize for UtcMicros {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        // One string from the stack (27 bytes for the years 0–9999).
+        let mut buf = [0u8; 40];
+        let total = buf.len();
+        let mut w = &mut buf[..];
+        let _ = std::io::Write::write_fmt(&mut w, format_args!("{self}"));
+        let len = total - w.len();
+        match std::str::from_utf8(&buf[..len]) {
+            Ok(text) if len < total => s.serialize_str(text),
+            _ => s.collect_str(self),
         }
     }
-    if let Some((uid, qos)) = &a.workload.pod {
-        obj.insert("pod_uid".into(), uid.clone().into());
-        obj.insert("qos".into(), qos.name().into());
-    }
-    if let Some(unit) = &a.workload.unit {
-        obj.insert("unit".into(), unit.clone().into());
-    }
-    if let Some(n) = a.ns_pid {
-        obj.insert("ns_pid".into(), n.into());
-    }
-    append_field(line, "cgroup", &serde_json::Value::Object(obj).to_string())
-}
-
-/// The identity fields of an event, in output order: `key` (run-unique, see docs/events.md),
-/// `tsg` (the text output's TSG column), `handle` (NVIDIA: the TSG's RM handle in hex) and
-/// `client_hex` (the RM client in hex).
-pub(crate) fn identity(ev: &Event) -> [(&'static str, serde_json::Value); 4] {
-    let key = ev.key.map(|k| k.to_string());
-    let handle = ev
-        .key
-        .filter(|k| k.client.is_some())
-        .map(|k| format!("0x{:08x}", k.object));
-    let client = match ev.kind {
-        EventKind::TaskInit { client, .. }
-        | EventKind::Schedule { client, .. }
-        | EventKind::WorkSubmit { client, .. }
-        | EventKind::TaskDestroy { client, .. }
-        | EventKind::SchedUpdate { client, .. }
-        | EventKind::MpsShared { client, .. } => client,
-        EventKind::PretraceEnd { client, .. } => client.unwrap_or(0),
-    };
-    [
-        ("key", key.into()),
-        ("tsg", text::task_id(ev.kind.task()).into()),
-        ("handle", handle.into()),
-        ("client_hex", format!("0x{client:08x}").into()),
-    ]
-}
-
-/// [`identity`] as JSON object fields (no braces).
-fn identity_fields(ev: &Event) -> String {
-    identity(ev)
-        .iter()
-        .map(|(k, v)| format!("\"{k}\":{v}"))
-        .collect::<Vec<_>>()
-        .join(",")
 }
 
 /// The `{"event":"INVENTORY",...}` line (no newline): the processes that had a GPU open when
@@ -375,15 +395,23 @@ pub fn inventory_json(inv: &crate::inventory::Inventory, clock: &Clock) -> Strin
         denied: inv.denied,
         nvml_note: inv.nvml_note.as_deref(),
     };
-    let fields = serde_json::to_string(&line).expect("Inventory serializes");
-    let time = clock
-        .utc(ts_ns)
-        .to_rfc3339_opts(SecondsFormat::Micros, true);
     // `event` first, like every other line; then the inventory's fields in their order.
-    super::escape::json_terminal_safe(format!(
-        "{{\"event\":\"INVENTORY\",\"time\":\"{time}\",{}",
-        &fields[1..]
-    ))
+    let line = InventoryHead {
+        event: "INVENTORY",
+        time: UtcMicros::at(clock, ts_ns),
+        line,
+    };
+    let mut out = Vec::new();
+    escape::write_json(&mut out, &line);
+    String::from_utf8(out).expect("serde_json writes UTF-8")
+}
+
+#[derive(Serialize)]
+struct InventoryHead<'a> {
+    event: &'static str,
+    time: UtcMicros,
+    #[serde(flatten)]
+    line: InventoryLine<'a>,
 }
 
 /// The inventory as the `INVENTORY` line shows it: [`crate::inventory::Inventory`]'s fields in
@@ -423,7 +451,7 @@ struct InventoryProcessLine<'a> {
 
 impl<'a> InventoryProcessLine<'a> {
     fn of(p: &'a crate::inventory::InventoryProcess) -> Self {
-        use super::escape::{is_exact, lossy, raw_bytes};
+        use escape::{is_exact, lossy, raw_bytes};
         let bytes = |s: &'a str| (!is_exact(s)).then(|| raw_bytes(s));
         Self {
             pid: p.pid,
@@ -491,9 +519,8 @@ struct StatsLine<'a> {
 #[derive(Serialize)]
 struct ProcessLine<'a> {
     pid: u32,
-    comm: std::borrow::Cow<'a, str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    comm_bytes: Option<std::borrow::Cow<'a, [u8]>>,
+    #[serde(flatten)]
+    comm: crate::event::CommFields<'a>,
     #[serde(flatten)]
     counts: CountsLine,
 }
@@ -575,8 +602,8 @@ struct Diagnostics {
     ignored: u64,
 }
 
-/// The final `{"event":"STATS", ...}` line (no newline), as described in the
-/// [module documentation](self).
+/// The `{"event":"STATS", ...}` line (no newline), final or periodic, as described in the
+/// [module documentation](self); strings terminal-safe.
 ///
 /// # Panics
 ///
@@ -624,9 +651,7 @@ pub fn stats_json(stats: &Stats, is_final: bool) -> String {
             .processes()
             .map(|(pid, p)| ProcessLine {
                 pid,
-                comm: super::escape::lossy(&p.comm),
-                comm_bytes: (!super::escape::is_exact(&p.comm))
-                    .then(|| super::escape::raw_bytes(&p.comm)),
+                comm: crate::event::Comm(&p.comm).json(),
                 counts: p.into(),
             })
             .collect(),
@@ -670,7 +695,9 @@ pub fn stats_json(stats: &Stats, is_final: bool) -> String {
             ignored: k.ignored,
         }),
     };
-    serde_json::to_string(&line).expect("STATS serializes")
+    let mut out = Vec::with_capacity(1024);
+    escape::write_json(&mut out, &line);
+    String::from_utf8(out).expect("serde_json writes UTF-8")
 }
 
 #[cfg(test)]
@@ -911,6 +938,32 @@ mod tests {
             assert_eq!(v["cause"], name);
             assert_eq!(v["implicit"], cause.is_implicit());
             assert_eq!(keys(&v).len(), 15);
+        }
+    }
+
+    /// A traced process's name in the `STATS` line, final or periodic (`--interval`), is
+    /// written by the terminal-safe rule: a bidi override as `\u202e`, never raw. (The periodic
+    /// line used to be written without the rule.)
+    #[test]
+    fn stats_lines_final_or_periodic_write_names_terminal_safe() {
+        let mut stats = Stats::new();
+        let mut o = origin(T0);
+        o.comm = "evil\u{202e}gpj.exe".to_string();
+        stats.record(&Event {
+            key: None,
+            amd: None,
+            origin: o,
+            kind: EventKind::PretraceEnd {
+                client: None,
+                fd: None,
+                cause: DestroyCause::ProcessExit,
+                tsgs: None,
+            },
+        });
+        for is_final in [true, false] {
+            let line = stats_json(&stats, is_final);
+            assert!(!line.contains('\u{202e}'), "{line}");
+            assert!(line.contains(r#""comm":"evil\u202egpj.exe""#), "{line}");
         }
     }
 

@@ -1,13 +1,20 @@
 //! Rendering events and statistics: text lines, JSON lines, Perfetto timelines, `top` frames.
 pub mod clock;
-pub mod escape;
 pub mod files;
 pub mod json;
 pub mod perfetto;
-pub mod queue;
 pub mod text;
 pub mod top;
 
+use std::io;
+
+use crate::{
+    inventory::Inventory,
+    model::stats::Stats,
+    sink::{Enriched, RunEnd, Sink, SinkError},
+};
+use json::JsonSink;
+use text::TextSink;
 pub use text::TimestampMode;
 
 /// The event lines' format (`--format`).
@@ -18,4 +25,60 @@ pub enum Format {
     Text,
     /// One JSON object per line (schema: docs/json-schema.md).
     Json,
+}
+
+/// The event lines: text or JSON (`--format`), into the output writer `W`.
+pub enum Lines<W> {
+    Text(TextSink<W>),
+    Json(JsonSink<W>),
+}
+
+impl<W: io::Write> Lines<W> {
+    /// The output writer (live runs check their output queue through it).
+    pub fn out(&self) -> &W {
+        match self {
+            Self::Text(s) => s.out(),
+            Self::Json(s) => s.out(),
+        }
+    }
+
+    pub fn into_out(self) -> W {
+        match self {
+            Self::Text(s) => s.into_out(),
+            Self::Json(s) => s.into_out(),
+        }
+    }
+
+    fn sink(&mut self) -> &mut dyn Sink {
+        match self {
+            Self::Text(s) => s,
+            Self::Json(s) => s,
+        }
+    }
+}
+
+impl<W: io::Write> Sink for Lines<W> {
+    fn inventory(&mut self, inv: &Inventory, selected: &Inventory) -> Result<(), SinkError> {
+        self.sink().inventory(inv, selected)
+    }
+
+    fn event(&mut self, ev: &Enriched<'_>) -> Result<(), SinkError> {
+        // Matched here rather than through `sink()`: the per-event call stays static.
+        match self {
+            Self::Text(s) => s.event(ev),
+            Self::Json(s) => s.event(ev),
+        }
+    }
+
+    fn periodic(&mut self, stats: &Stats) -> Result<(), SinkError> {
+        self.sink().periodic(stats)
+    }
+
+    fn flush(&mut self, stats: &Stats, untracked: u64) -> Result<(), SinkError> {
+        self.sink().flush(stats, untracked)
+    }
+
+    fn finish(&mut self, end: &RunEnd<'_>) -> Result<(), SinkError> {
+        self.sink().finish(end)
+    }
 }

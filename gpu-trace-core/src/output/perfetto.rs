@@ -56,9 +56,12 @@ use std::{
 use chrono::SecondsFormat;
 use serde_json::{Map, Value, json};
 
+use crate::inventory::{Inventory, MpsRole};
+use crate::model::workload::Attribution;
+use crate::sink::{Enriched, RunEnd, Sink, SinkError};
 use crate::{
     event::{Event, EventKind, TaskId},
-    output::{clock::Clock, text},
+    output::clock::Clock,
 };
 
 /// The first synthetic thread id of task tracks.
@@ -180,12 +183,86 @@ fn task_key(pid: u32, task: TaskId) -> TaskKey {
     (pid, format!("{task:?}"))
 }
 
+/// The Perfetto sink (`--perfetto FILE`): the timeline written alongside the output; process
+/// tracks named by the process and, where known, its container or pod.
+pub struct PerfettoSink {
+    /// `None` once finished.
+    writer: Option<PerfettoWriter<Box<dyn Write>>>,
+    clock: Clock,
+}
+
+impl PerfettoSink {
+    pub fn new(writer: PerfettoWriter<Box<dyn Write>>, clock: Clock) -> Self {
+        Self {
+            writer: Some(writer),
+            clock,
+        }
+    }
+}
+
+impl Sink for PerfettoSink {
+    /// Names and labels the processes that had a GPU open before tracing.
+    fn inventory(&mut self, inv: &Inventory, _selected: &Inventory) -> Result<(), SinkError> {
+        let Some(w) = self.writer.as_mut() else {
+            return Ok(());
+        };
+        for p in &inv.processes {
+            let label = match p.mps {
+                Some(MpsRole::Server) => "GPU open before tracing; MPS server",
+                Some(MpsRole::Control) => "GPU open before tracing; MPS control",
+                None => "GPU open before tracing",
+            };
+            w.process_label(p.pid, &p.comm, label)
+                .map_err(SinkError::Perfetto)?;
+        }
+        Ok(())
+    }
+
+    fn event(&mut self, ev: &Enriched<'_>) -> Result<(), SinkError> {
+        let Some(w) = self.writer.as_mut() else {
+            return Ok(());
+        };
+        let written = match ev.cgroup.and_then(Attribution::group) {
+            // The process track's name says where it runs.
+            Some(group) => w.event(
+                ev.event,
+                &format!("{} [{group}]", ev.process),
+                ev.trace_start_ns,
+            ),
+            None => w.event(ev.event, ev.process, ev.trace_start_ns),
+        };
+        written.map_err(SinkError::Perfetto)
+    }
+
+    fn finish(&mut self, end: &RunEnd<'_>) -> Result<(), SinkError> {
+        let Some(w) = self.writer.take() else {
+            return Ok(());
+        };
+        let other = [
+            ("tool", format!("gpu-trace {}", env!("CARGO_PKG_VERSION"))),
+            ("clock", "CLOCK_MONOTONIC (ts in microseconds)".to_string()),
+            ("realtime_offset_ns", self.clock.offset_ns().to_string()),
+            (
+                "dropped",
+                if end.stats.kernel_unknown {
+                    "unknown".to_string()
+                } else {
+                    end.counters.dropped.to_string()
+                },
+            ),
+        ];
+        w.finish(end.last_ts, &other)
+            .map(drop)
+            .map_err(SinkError::Perfetto)
+    }
+}
+
 /// The slice and track name of a task: `TSG 0x5c000015`, `TSG 12` (hardware id), `queue 3`.
 pub fn task_label(task: TaskId) -> String {
     match task {
-        TaskId::KfdQueue(_) => format!("queue {}", text::task_id(task)),
+        TaskId::KfdQueue(_) => format!("queue {}", task.label()),
         TaskId::Unknown => "TSGs created before tracing".to_string(),
-        _ => format!("TSG {}", text::task_id(task)),
+        _ => format!("TSG {}", task.label()),
     }
 }
 
@@ -219,7 +296,7 @@ impl<W: Write> PerfettoWriter<W> {
         self.wrote_any = true;
         // The one escaping rule (output/escape.rs): no bidi, invisible or control character
         // reaches the file raw, whatever field holds it.
-        let line = super::escape::json_terminal_safe(fields.to_string());
+        let line = crate::escape::json_terminal_safe(fields.to_string());
         self.out.write_all(line.as_bytes())
     }
 
@@ -227,7 +304,7 @@ impl<W: Write> PerfettoWriter<W> {
     /// `process_labels` next to the process name).
     pub fn process_label(&mut self, pid: u32, comm: &str, label: &str) -> io::Result<()> {
         if self.named.insert(pid) {
-            self.metadata("process_name", pid, 0, &super::escape::escape_text(comm))?;
+            self.metadata("process_name", pid, 0, &crate::escape::escape_text(comm))?;
         }
         let line = format!(
             "{{\"ph\":\"M\",\"name\":\"process_labels\",\"pid\":{pid},\"tid\":0,\"args\":{{\"labels\":{}}}}}",
@@ -279,7 +356,8 @@ impl<W: Write> PerfettoWriter<W> {
             Ok(Value::Object(m)) => m,
             _ => Map::new(),
         };
-        m.remove("event");
+        // The timeline's args carry the errno as a number only.
+        m.remove("errno_name");
         let o = &ev.origin;
         m.insert(
             "time".into(),
@@ -289,17 +367,15 @@ impl<W: Write> PerfettoWriter<W> {
                 .into(),
         );
         m.insert("ts_ns".into(), o.ts_ns.into());
-        for (k, v) in crate::output::json::identity(ev) {
-            m.insert(k.into(), v);
+        if let Ok(Value::Object(ids)) = serde_json::to_value(ev.identity()) {
+            m.extend(ids);
         }
         m.insert("cpu".into(), o.cpu.into());
         m.insert("tid".into(), o.tid.into());
-        m.insert("comm".into(), super::escape::lossy(&o.comm).into());
-        if !super::escape::is_exact(&o.comm) {
-            m.insert(
-                "comm_bytes".into(),
-                super::escape::raw_bytes(&o.comm).into_owned().into(),
-            );
+        let comm = o.comm().json();
+        m.insert("comm".into(), comm.comm.into());
+        if let Some(bytes) = comm.comm_bytes {
+            m.insert("comm_bytes".into(), bytes.into_owned().into());
         }
         if let Some(amd) = ev.amd.as_ref().and_then(|a| serde_json::to_value(a).ok()) {
             m.insert("amd".into(), amd);
@@ -311,7 +387,7 @@ impl<W: Write> PerfettoWriter<W> {
         if self.named.insert(pid) {
             // Names are shown as the text output shows them (escape.rs): `\xNN` for a byte
             // that is not UTF-8 and for each byte of a hidden character.
-            let name = super::escape::escape_text(process_name);
+            let name = crate::escape::escape_text(process_name);
             self.metadata("process_name", pid, pid, &name)?;
         }
         Ok(())
@@ -568,7 +644,7 @@ impl<W: Write> PerfettoWriter<W> {
                 let place = gpu.map(|gpu| GpuPlace {
                     gpu,
                     runlist: *runlist,
-                    owner: format!("{} {pid}", super::escape::escape_text(process_name)),
+                    owner: format!("{} {pid}", crate::escape::escape_text(process_name)),
                 });
                 if self
                     .open_track(pid, task, ts, &slice, place, json!({ "task_init": fields }))?

@@ -21,7 +21,9 @@ use crate::event::{
     AmdDetail, AmdQueueType, AmdVia, DestroyCause, Engine, Event, EventKind, Interleave, RunState,
     SchedChange, TaskId,
 };
+use crate::model::stats::Stats;
 pub use crate::output::clock::Clock;
+use crate::sink::{Enriched, RunEnd, Sink, SinkError};
 
 /// How the time at the start of each line is shown.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -59,10 +61,21 @@ impl TextFormatter {
         Tz: TimeZone,
         Tz::Offset: Display,
     {
-        if matches!(ev.kind, EventKind::WorkSubmit { .. }) && !self.verbose {
-            return None;
-        }
         let mut line = String::with_capacity(160);
+        self.write_event(ev, clock, tz, &mut line).then_some(line)
+    }
+
+    /// Appends the line for `ev` (no newline) to `line`; false (nothing appended) when this
+    /// formatter does not print it. Wall-clock times in the time zone `tz`.
+    pub fn write_event<Tz>(&self, ev: &Event, clock: &Clock, tz: &Tz, line: &mut String) -> bool
+    where
+        Tz: TimeZone,
+        Tz::Offset: Display,
+    {
+        if matches!(ev.kind, EventKind::WorkSubmit { .. }) && !self.verbose {
+            return false;
+        }
+        let start = line.len();
         match self.timestamps {
             TimestampMode::Wall => {
                 let t = clock.in_tz(ev.origin.ts_ns, tz);
@@ -93,15 +106,101 @@ impl TextFormatter {
             o.cpu,
             ev.kind.name(),
             o.pid,
-            super::escape::escape_text(&o.comm),
-            task_id(ev.kind.task()),
+            o.comm(),
+            ev.kind.task().label(),
         );
         match &ev.amd {
-            Some(amd) => write_amd_fields(&mut line, &ev.kind, amd),
-            None => write_fields(&mut line, &ev.kind),
+            Some(amd) => write_amd_fields(line, &ev.kind, amd),
+            None => write_fields(line, &ev.kind),
         }
-        line.truncate(line.trim_end().len());
-        Some(line)
+        let end = start + line[start..].trim_end().len();
+        line.truncate(end);
+        true
+    }
+}
+
+/// The text sink: one line per event (with the container field where it applies), the
+/// statistics block at the end, and with `--interval` the blocks so far on a side writer
+/// (standard error) so that the event stream stays one line per event.
+pub struct TextSink<W> {
+    formatter: TextFormatter,
+    clock: Clock,
+    /// `--show-container`: a `container=` field on every line.
+    show_container: bool,
+    out: W,
+    side: Option<Box<dyn std::io::Write>>,
+    /// The line being written (kept to reuse its allocation).
+    line: String,
+}
+
+impl<W: std::io::Write> TextSink<W> {
+    pub fn new(formatter: TextFormatter, clock: Clock, show_container: bool, out: W) -> Self {
+        Self {
+            formatter,
+            clock,
+            show_container,
+            out,
+            side: None,
+            line: String::with_capacity(256),
+        }
+    }
+
+    /// Where the `--interval` blocks go.
+    pub fn set_side(&mut self, side: Box<dyn std::io::Write>) {
+        self.side = Some(side);
+    }
+
+    pub fn out(&self) -> &W {
+        &self.out
+    }
+
+    pub fn into_out(self) -> W {
+        self.out
+    }
+}
+
+impl<W: std::io::Write> Sink for TextSink<W> {
+    fn event(&mut self, ev: &Enriched<'_>) -> Result<(), SinkError> {
+        let line = &mut self.line;
+        line.clear();
+        if !self
+            .formatter
+            .write_event(ev.event, &self.clock, &Local, line)
+        {
+            return Ok(());
+        }
+        match ev.cgroup {
+            Some(a) => line.push_str(&a.text_fields(self.show_container)),
+            None if self.show_container => line.push_str(" container=?"),
+            None => {}
+        }
+        line.push('\n');
+        self.out
+            .write_all(line.as_bytes())
+            .map_err(SinkError::Output)
+    }
+
+    fn periodic(&mut self, stats: &Stats) -> Result<(), SinkError> {
+        let Some(side) = self.side.as_mut() else {
+            return Ok(());
+        };
+        let block = stats.render_text_titled(self.formatter.verbose, "gpu-trace statistics so far");
+        side.write_all(block.as_bytes())
+            .and_then(|()| side.flush())
+            .map_err(SinkError::Output)
+    }
+
+    fn flush(&mut self, _stats: &Stats, _untracked: u64) -> Result<(), SinkError> {
+        self.out.flush().map_err(SinkError::Output)
+    }
+
+    fn finish(&mut self, end: &RunEnd<'_>) -> Result<(), SinkError> {
+        if let Some(text) = end.stats_text {
+            self.out
+                .write_all(text.as_bytes())
+                .map_err(SinkError::Output)?;
+        }
+        self.out.flush().map_err(SinkError::Output)
     }
 }
 
@@ -201,7 +300,7 @@ fn write_fields(line: &mut String, kind: &EventKind) {
         } => write!(
             line,
             "server_pid={server_pid} server_tsg={} runlist={runlist}",
-            task_id(*server_task)
+            server_task.label()
         ),
     };
     // Late attach and MPS: the TSG column names an object this tracer never saw created.
@@ -457,14 +556,6 @@ fn format_relative(ns: i128) -> String {
 
 /// The TSG column: the hardware id in decimal, an RM handle in hex, a KFD queue id in decimal
 /// (`?` for a refused `CREATE_QUEUE`, which has none).
-pub(crate) fn task_id(task: TaskId) -> String {
-    match task {
-        TaskId::HwTsg(n) | TaskId::KfdQueue(n) => n.to_string(),
-        TaskId::RmHandle(h) | TaskId::PreTrace(h) | TaskId::Shared(h) => format!("0x{h:08x}"),
-        TaskId::KfdNoQueue | TaskId::Unknown => "?".to_string(),
-    }
-}
-
 fn engine_name(engine: Engine) -> &'static str {
     match engine {
         Engine::Graphics => "GRAPHICS",
@@ -521,48 +612,8 @@ impl Display for Timeslice {
     }
 }
 
-/// The symbolic name of an errno (either sign) on Linux, e.g. `ENOTTY` for 25 or -25; `None`
-/// for 0 and numbers not listed here.
-pub fn errno_name(errno: i32) -> Option<&'static str> {
-    let names = [
-        (libc::EPERM, "EPERM"),
-        (libc::ENOENT, "ENOENT"),
-        (libc::ESRCH, "ESRCH"),
-        (libc::EINTR, "EINTR"),
-        (libc::EIO, "EIO"),
-        (libc::ENXIO, "ENXIO"),
-        (libc::E2BIG, "E2BIG"),
-        (libc::EBADF, "EBADF"),
-        (libc::ECHILD, "ECHILD"),
-        (libc::EAGAIN, "EAGAIN"),
-        (libc::ENOMEM, "ENOMEM"),
-        (libc::EACCES, "EACCES"),
-        (libc::EFAULT, "EFAULT"),
-        (libc::EBUSY, "EBUSY"),
-        (libc::EEXIST, "EEXIST"),
-        (libc::ENODEV, "ENODEV"),
-        (libc::EINVAL, "EINVAL"),
-        (libc::ENFILE, "ENFILE"),
-        (libc::EMFILE, "EMFILE"),
-        (libc::ENOTTY, "ENOTTY"),
-        (libc::ENOSPC, "ENOSPC"),
-        (libc::EPIPE, "EPIPE"),
-        (libc::ERANGE, "ERANGE"),
-        (libc::EDEADLK, "EDEADLK"),
-        (libc::ENOSYS, "ENOSYS"),
-        (libc::ENODATA, "ENODATA"),
-        (libc::ETIME, "ETIME"),
-        (libc::EOVERFLOW, "EOVERFLOW"),
-        (libc::EOPNOTSUPP, "EOPNOTSUPP"),
-        (libc::ETIMEDOUT, "ETIMEDOUT"),
-        (libc::ECANCELED, "ECANCELED"),
-    ];
-    let e = i32::try_from(errno.unsigned_abs()).ok()?;
-    names.iter().find(|&&(n, _)| n == e).map(|&(_, name)| name)
-}
-
 /// An errno (either sign) by name when it is a common one, else its positive number (the text
-/// line's format: a fixed list, narrower than [`errno_name`]'s).
+/// line's format: a fixed list, narrower than [`crate::event::errno_name`]'s).
 struct Errno(i32);
 
 impl Display for Errno {

@@ -179,7 +179,7 @@ impl TopModel {
                 let (by_engine, newest) = live.remove(&pid).unwrap_or_default();
                 ProcessRow {
                     pid,
-                    comm: crate::output::escape::escape_text(&p.comm).into_owned(),
+                    comm: crate::event::Comm(&p.comm).to_string(),
                     group: stats.group_of(pid).map(str::to_string),
                     live_total: by_engine.values().sum(),
                     live: by_engine,

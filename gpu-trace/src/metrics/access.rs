@@ -132,7 +132,7 @@ impl WebConfig {
                     return Err(err(format!(
                         "basic_auth_users: the password of {:?} is not a bcrypt hash \
                          (make one with `htpasswd -nBC 10 USER`)",
-                        crate::output::escape::escape_text(user)
+                        gpu_trace_core::escape::escape_text(user)
                     )));
                 }
                 Some(cost) if cost > MAX_BCRYPT_COST => {
@@ -140,7 +140,7 @@ impl WebConfig {
                         "basic_auth_users: the hash of {:?} has cost {cost}, above \
                          {MAX_BCRYPT_COST}: each scrape would take minutes of CPU; make it with \
                          `htpasswd -nBC 10 USER`",
-                        crate::output::escape::escape_text(user)
+                        gpu_trace_core::escape::escape_text(user)
                     )));
                 }
                 Some(_) => {}

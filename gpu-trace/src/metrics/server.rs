@@ -309,7 +309,7 @@ fn supervise(
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "a panic".into()),
         };
-        let why = crate::output::escape::escape_text(&why).into_owned();
+        let why = gpu_trace_core::escape::escape_text(&why).into_owned();
         if shared.stop.load(Ordering::SeqCst) {
             return;
         }
@@ -502,7 +502,7 @@ pub fn serve(
     } else {
         "http"
     };
-    let metrics = Metrics::new(MetricsConfig::default());
+    let metrics = super::process::metrics(MetricsConfig::default());
     metrics.set_ring_bytes(u64::from(ring_bytes));
     let server = MetricsServer::start_with(addr, metrics.registry(), Limits::default(), access)?;
     eprintln!("gpu-trace: metrics at {scheme}://{}/metrics", server.addr);

@@ -264,7 +264,7 @@ impl CgroupResolver {
                     "{} ({}{owner}) at {}",
                     &c.id[..12],
                     c.runtime.name(),
-                    crate::output::escape::escape_text(&c.path)
+                    gpu_trace_core::escape::escape_text(&c.path)
                 );
                 found.insert(c.path, what);
             }

@@ -21,10 +21,10 @@ use std::{
     path::{Path, PathBuf},
 };
 
+use gpu_trace_core::escape::decode_lossless;
 use gpu_trace_core::inventory::{
     GpuInfo, GpuNode, Inventory, InventoryProcess, Lacking, MpsRole, ProcessGpu,
 };
-use gpu_trace_core::output::escape::decode_lossless;
 
 /// Which device nodes the walk looks for.
 #[derive(Clone, Debug, Default)]
@@ -81,7 +81,7 @@ pub fn classify_fd_target(target: &str, opts: &WalkOptions) -> Option<GpuNode> {
 }
 
 /// `/proc/PID/cmdline`: NUL-separated arguments, each byte kept (bytes that are not UTF-8
-/// carried as `gpu_trace_core::output::escape::decode_lossless` does: every output escapes them).
+/// carried as `gpu_trace_core::escape::decode_lossless` does: every output escapes them).
 pub fn parse_cmdline(bytes: &[u8]) -> Vec<String> {
     let bytes = bytes.strip_suffix(b"\0").unwrap_or(bytes);
     if bytes.is_empty() {
@@ -424,14 +424,11 @@ GPU Excluded:\t No\n";
         let odd = parse_cmdline(b"run\xff\0x\0");
         assert_eq!(
             odd.iter()
-                .map(|a| gpu_trace_core::output::escape::raw_bytes(a).into_owned())
+                .map(|a| gpu_trace_core::escape::raw_bytes(a).into_owned())
                 .collect::<Vec<_>>(),
             vec![b"run\xff".to_vec(), b"x".to_vec()]
         );
-        assert_eq!(
-            gpu_trace_core::output::escape::escape_text(&odd[0]),
-            "run\\xff"
-        );
+        assert_eq!(gpu_trace_core::escape::escape_text(&odd[0]), "run\\xff");
         assert_eq!(
             parse_cgroup("0::/process_api/55c29c47b665f676013de2dd9d4732a7\n").as_deref(),
             Some("/process_api/55c29c47b665f676013de2dd9d4732a7")

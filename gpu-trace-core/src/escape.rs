@@ -271,6 +271,51 @@ pub fn json_terminal_safe(line: String) -> String {
     out
 }
 
+/// A `serde_json` formatter that writes strings as [`json_terminal_safe`] would leave them:
+/// a character that is not the exact byte (U+FFFD-bound) as `\ufffd`, a hidden one as its
+/// `\uXXXX` escapes (UTF-16 units). serde_json has already escaped quotes, backslashes and
+/// the C0 controls; everything else passes through. One pass, while the line is written.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TerminalSafeJson;
+
+impl serde_json::ser::Formatter for TerminalSafeJson {
+    fn write_string_fragment<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        fragment: &str,
+    ) -> std::io::Result<()> {
+        // Printable ASCII (serde_json escaped the C0 controls before this): nothing to do.
+        if fragment.is_ascii() && !fragment.as_bytes().contains(&0x7f) {
+            return w.write_all(fragment.as_bytes());
+        }
+        for c in fragment.chars() {
+            if raw_byte(c).is_some() {
+                w.write_all(b"\\ufffd")?;
+            } else if is_hidden(c) {
+                for unit in c.encode_utf16(&mut [0u16; 2]) {
+                    write!(w, "\\u{unit:04x}")?;
+                }
+            } else {
+                w.write_all(c.encode_utf8(&mut [0u8; 4]).as_bytes())?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Appends `value` as JSON to `out`, strings terminal-safe ([`TerminalSafeJson`]).
+///
+/// # Panics
+///
+/// Never for gpu-trace's output types: they always serialize (no maps with non-string keys,
+/// no fallible `Serialize` impls), and writing to a `Vec` cannot fail.
+pub fn write_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
+    let mut ser = serde_json::Serializer::with_formatter(out, TerminalSafeJson);
+    value
+        .serialize(&mut ser)
+        .expect("gpu-trace's JSON lines always serialize");
+}
+
 #[cfg(test)]
 #[path = "escape_tests.rs"]
 mod every_class;

@@ -1,5 +1,7 @@
 //! `process_cpu_seconds_total` and `process_resident_memory_bytes` of gpu-trace itself, read at
-//! each scrape (the names and meanings of Prometheus's process collectors).
+//! each scrape (the names and meanings of Prometheus's process collectors). Here rather than in
+//! the pure core, which reads nothing of the system: [`metrics`] makes the core's metrics with
+//! this collector added.
 
 use prometheus_client::{
     collector::Collector,
@@ -7,7 +9,7 @@ use prometheus_client::{
     metrics::{counter::ConstCounter, gauge::ConstGauge},
 };
 
-use super::{CPU, RSS};
+use gpu_trace_core::metrics::{CPU, Metrics, MetricsConfig, RSS};
 
 /// Reads the process's CPU time and resident memory when scraped.
 #[derive(Debug)]
@@ -47,5 +49,38 @@ impl Collector for ProcessCollector {
             rss.encode(m)?;
         }
         Ok(())
+    }
+}
+
+/// The core's metrics with gpu-trace's own process's CPU time and memory (what `--metrics`
+/// serves).
+pub fn metrics(config: MetricsConfig) -> Metrics {
+    Metrics::with_collectors(config, vec![Box::new(ProcessCollector)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `--metrics` serves carries the process's CPU time and resident memory, read at
+    /// the scrape.
+    #[test]
+    fn the_served_metrics_carry_the_process_s_cpu_time_and_memory() {
+        let text = metrics(MetricsConfig::default()).encode();
+        let sample = |series: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+                .map(|v| v.parse::<f64>().expect("a number"))
+        };
+        let cpu = sample("process_cpu_seconds_total").expect("cpu seconds");
+        assert!(cpu > 0.0, "{cpu}");
+        let rss = sample("process_resident_memory_bytes").expect("resident memory");
+        assert!(rss > 1e6, "{rss}");
+        // Under the names and types the reference documents (docs/fleet.md).
+        for d in [CPU, RSS] {
+            let family = d.name.strip_suffix("_total").unwrap_or(d.name);
+            let want = format!("# TYPE {family} {}", d.kind);
+            assert!(text.lines().any(|l| l == want), "{want}: {text}");
+        }
     }
 }

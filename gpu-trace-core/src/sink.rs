@@ -1,0 +1,119 @@
+//! Where a finished event goes. The pipeline parses a record, its source (tracker) makes the
+//! events, the pipeline filters them and adds what it knows of the process (its name, the GPU
+//! the task is on, its cgroup): the [`Enriched`] event. Each output — the text or JSON lines,
+//! the Perfetto timeline, the metrics — is a [`Sink`] that takes it and does its own formatting
+//! (NVIDIA or AMD fields, metric labels, track names, the container field, the JSON field
+//! order); the pipeline knows none of that. Each sink's failure is its own [`SinkError`] kind.
+
+use std::io;
+
+use crate::{
+    event::Event,
+    inventory::Inventory,
+    model::{
+        gpus::GpuIdentity,
+        stats::{KernelCounters, Stats},
+        workload::Attribution,
+    },
+};
+
+/// One event that passed the filters, with what the pipeline knows of its process and task.
+#[derive(Clone, Copy, Debug)]
+pub struct Enriched<'a> {
+    pub event: &'a Event,
+    /// The process's name: the first `comm` seen for it (`--comm` matches it too), else the
+    /// event's own.
+    pub process: &'a str,
+    /// NVIDIA: the GPU the task is on, as nvidia-smi names it, when known.
+    pub gpu: Option<&'a GpuIdentity>,
+    /// Who the process is (cgroup, container, pod), when known.
+    pub cgroup: Option<&'a Attribution>,
+    /// CLOCK_MONOTONIC ns of the first record of the run.
+    pub trace_start_ns: u64,
+}
+
+/// How the run ended, for [`Sink::finish`].
+#[derive(Clone, Copy, Debug)]
+pub struct RunEnd<'a> {
+    /// The final statistics (with the kernel's counters, `elapsed`, `live_at_exit`).
+    pub stats: &'a Stats,
+    pub counters: KernelCounters,
+    /// CLOCK_MONOTONIC ns of the last record (0: none).
+    pub last_ts: u64,
+    /// Calls and events on handles the trackers did not remember.
+    pub untracked: u64,
+    /// The statistics block as text; `None` with `--no-stats` (then no sink prints statistics).
+    pub stats_text: Option<&'a str>,
+}
+
+/// A sink's failure, by sink: the session tells a broken timeline from a broken output by the
+/// kind, not by the message.
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    /// The text or JSON lines (standard output or `-o FILE`).
+    #[error("writing the output: {0}")]
+    Output(#[source] io::Error),
+    /// The Perfetto timeline (`--perfetto FILE`).
+    #[error("writing the Perfetto timeline: {0}")]
+    Perfetto(#[source] io::Error),
+}
+
+impl SinkError {
+    /// The I/O error underneath.
+    pub fn io(&self) -> &io::Error {
+        match self {
+            Self::Output(e) | Self::Perfetto(e) => e,
+        }
+    }
+
+    pub fn into_io(self) -> io::Error {
+        match self {
+            Self::Output(e) | Self::Perfetto(e) => e,
+        }
+    }
+}
+
+/// An output of the pipeline.
+pub trait Sink {
+    /// The start-up inventory (late attach), before any event. `selected`: the processes the
+    /// `--pid`/`--comm` filters select.
+    fn inventory(&mut self, _inv: &Inventory, _selected: &Inventory) -> Result<(), SinkError> {
+        Ok(())
+    }
+
+    /// One finished event.
+    fn event(&mut self, ev: &Enriched<'_>) -> Result<(), SinkError>;
+
+    /// A process exited (after its last events).
+    fn process_exited(&mut self, _pid: u32) {}
+
+    /// `--interval`: the statistics so far.
+    fn periodic(&mut self, _stats: &Stats) -> Result<(), SinkError> {
+        Ok(())
+    }
+
+    /// Pushes what is buffered (live runs, between reads of the ring buffer).
+    fn flush(&mut self, _stats: &Stats, _untracked: u64) -> Result<(), SinkError> {
+        Ok(())
+    }
+
+    /// The end of the run.
+    fn finish(&mut self, end: &RunEnd<'_>) -> Result<(), SinkError>;
+}
+
+/// The statistics are a sink too: every event counted, the GPU names learned from the events'
+/// GPU identity. (The pipeline keeps them: the periodic and final blocks, `top`'s frames and the
+/// other sinks' ends read them.)
+impl Sink for Stats {
+    fn event(&mut self, ev: &Enriched<'_>) -> Result<(), SinkError> {
+        self.record(ev.event);
+        if let Some(g) = ev.gpu {
+            self.set_gpu_name(g.rm_device, g.index, g.uuid.as_deref());
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, _end: &RunEnd<'_>) -> Result<(), SinkError> {
+        Ok(())
+    }
+}
