@@ -5,8 +5,8 @@
 
 use gpu_trace::{
     escape,
-    vendor::amd::decode as amd,
-    vendor::nvidia::{decode as nv, gpu_ext},
+    source::amd::decode as amd,
+    source::nvidia::{decode as nv, gpu_ext},
     wire::{self, RawRecord},
 };
 use libfuzzer_sys::fuzz_target;

@@ -12,7 +12,7 @@ use crate::{
     metrics::{Metrics, MetricsConfig},
     output::{Format, TimestampMode, clock::Clock, perfetto::PerfettoWriter},
     pipeline::{Pipeline, PipelineConfig},
-    vendor::amd::decode::testing::{CreateArgs, soc15_doorbell},
+    source::amd::decode::testing::{CreateArgs, soc15_doorbell},
     wire::RawRecord,
 };
 

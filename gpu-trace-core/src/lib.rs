@@ -3,14 +3,20 @@
 //! command line and serves HTTP); everything below is plain data and functions, so that a
 //! recording replays through exactly the code a live run uses, and tests need no kernel.
 //!
-//! Layers, one module each, in the order a record goes through them:
-//! - [`wire`]: ring-buffer bytes → typed records (the layouts are `gpu-trace-common`'s);
-//! - [`nvidia`], [`amd`]: per-vendor decoding of driver calls;
-//! - [`model`]: object tables and the events they produce, statistics, GPU and container
-//!   attribution;
-//! - [`output`]: text, JSON lines, Perfetto timelines, the `top` view's frames;
-//! - [`metrics`]: Prometheus metrics of the same events (the registry; `gpu-trace` serves it);
-//! - [`pipeline`]: records → decoded calls → events → outputs (shared by live runs and replay);
+//! The path of a record, one module each, ground floor first:
+//! - [`event`] (the vocabulary every layer shares: what is reported, the task keys) and
+//!   [`escape`] (untrusted strings made safe for a terminal and JSON);
+//! - [`wire`]: ring-buffer bytes → typed records, parsed once (the layouts are
+//!   `gpu-trace-common`'s);
+//! - [`source`]: one directory per source (`source/nvidia`, `source/amd`), each a decoder and a
+//!   tracker behind one trait, [`source::Source`]; [`source::Sources`] routes each record to
+//!   its source and a process exit to all of them;
+//! - [`model`]: what is kept across events: statistics, GPU identity, container attribution,
+//!   the bounded tables the trackers use;
+//! - [`sink`]: the [`sink::Sink`] trait and the enriched event every output receives;
+//!   [`output`] (text, JSON lines, Perfetto timelines, `top` frames) and [`metrics`]
+//!   (Prometheus) are the sinks;
+//! - [`pipeline`]: parse → sources → enrich → sinks (shared by live runs and replay);
 //! - [`record`]: the recording file format (`--record`, `replay`);
 //! - [`inventory`]: what the start-up inventory found (processes with a GPU open before
 //!   tracing), as data.
@@ -23,5 +29,5 @@ pub mod output;
 pub mod pipeline;
 pub mod record;
 pub mod sink;
-pub mod vendor;
+pub mod source;
 pub mod wire;

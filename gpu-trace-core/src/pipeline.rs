@@ -22,7 +22,7 @@ use crate::{
         text::{TextFormatter, TextSink, TimestampMode},
     },
     sink::{Enriched, RunEnd, Sink, SinkError},
-    vendor::{Fact, Sources},
+    source::{Fact, Sources},
     wire::{self, RawRecord},
 };
 
@@ -522,7 +522,7 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use super::*;
-    use crate::vendor::nvidia::decode::testrec;
+    use crate::source::nvidia::decode::testrec;
     use gpu_trace_common::nvidia::cmd;
 
     /// A writer whose bytes the test reads afterwards.

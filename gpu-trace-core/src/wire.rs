@@ -606,8 +606,8 @@ mod tests {
 
     #[test]
     fn deep_hook_records_round_trip_and_check_their_length() {
-        use crate::vendor::amd::decode::testing as amd;
-        use crate::vendor::nvidia::gpu_ext::testing as gx;
+        use crate::source::amd::decode::testing as amd;
+        use crate::source::nvidia::gpu_ext::testing as gx;
         for rec in [
             RawRecord::KfdQueue(amd::queue_built(7, 2, 0x1002)),
             RawRecord::Deep(amd::deep(7, gpu_trace_common::deep_hook::KFD_RELEASE, 7, 0)),

@@ -2,7 +2,7 @@
 //!
 //! Two crates. The pure core, `gpu-trace-core` (no aya, tokio or clap; re-exported here under
 //! the same names): [`wire`] (ring-buffer bytes → typed records), [`event`] (the events
-//! reported), [`vendor`] (per-vendor decoding and trackers), [`model`] (statistics, attribution), [`output`] (text, JSON,
+//! reported), [`source`] (per-vendor decoding and trackers), [`model`] (statistics, attribution), [`output`] (text, JSON,
 //! Perfetto, `top` frames), [`metrics`] (the Prometheus registry), [`pipeline`] (records →
 //! events → outputs, shared by live runs and replay), [`record`] (the recording format) and the
 //! inventory's data (`gpu_trace_core::inventory`, which [`probe::inventory`] fills).
@@ -27,4 +27,4 @@ pub mod session;
 pub mod targets;
 pub mod top;
 
-pub use gpu_trace_core::{escape, event, model, output, pipeline, record, sink, vendor, wire};
+pub use gpu_trace_core::{escape, event, model, output, pipeline, record, sink, source, wire};

@@ -10,7 +10,7 @@ use std::{collections::BTreeMap, fs::File, io::BufReader, path::PathBuf, process
 use gpu_trace::{
     event::{DestroyCause, Engine, Event, EventKind, Interleave, TaskId, ValueSource},
     record::RecordReader,
-    vendor::{
+    source::{
         Sources,
         nvidia::decode::{self, ControlParams, RmCall, split_token},
     },

@@ -29,7 +29,7 @@ use gpu_trace::{
     cli::Format,
     pipeline::Pipeline,
     record::{RecordReader, RecordWriter, RecordingHeader, RecordingTrailer},
-    vendor::nvidia::decode::{
+    source::nvidia::decode::{
         self, AllocParams, ControlParams, MalformedReason, RmCall, Unreadable,
     },
     wire::{self, RawRecord},

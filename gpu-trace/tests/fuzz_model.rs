@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use gpu_trace::{
     event::{DestroyCause, Event, EventKind, Origin, RunState, SchedChange, TaskId},
-    vendor::nvidia::{
+    source::nvidia::{
         decode::{AllocParams, ControlParams, MalformedReason, RmCall, Unreadable, status},
         model::{NvInput, NvTracker, TaskSnapshot},
     },

@@ -28,7 +28,7 @@ use std::mem::{offset_of, size_of};
 
 use gpu_trace::{
     event::Interleave,
-    vendor::nvidia::gpu_ext::{self, GxHook},
+    source::nvidia::gpu_ext::{self, GxHook},
 };
 use gpu_trace_common::{
     NvSchedRecord, RecordHeader, hook_source,

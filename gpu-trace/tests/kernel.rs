@@ -23,7 +23,7 @@ use aya::maps::{MapData, RingBuf};
 use gpu_trace::{
     loader::{LoadError, LoadOptions, SyscallHook, Tracer},
     probe::system,
-    vendor::nvidia::decode::{
+    source::nvidia::decode::{
         self, AllocParams, ControlParams, MalformedReason, RmCall, Unreadable,
     },
     wire::RawRecord,
@@ -613,7 +613,7 @@ fn process_exit_is_reported_once_after_the_last_thread() {
 fn scheduling_update_controls_are_captured_with_their_parameters() {
     use gpu_trace::{
         event::{EventKind, Interleave, RunState, SchedChange},
-        vendor::Sources,
+        source::Sources,
     };
     let _serial = serial();
     let Some((_tracer, mut ring)) = tracer("sched_update", None) else {

@@ -7,7 +7,7 @@
 //! caller's argument struct at syscall exit. So these tests exercise the filter, the capture of
 //! both `CREATE_QUEUE` sizes, the failure path (no `TASK_INIT`; refused `SCHEDULE`s with the
 //! errno) and the process-exit notice. The success path's decoding is tested on bytes built from
-//! the documented ABI (`amd::decode` and `vendor::amd::model` unit tests); the QEMU lab runs the same
+//! the documented ABI (`amd::decode` and `source::amd::model` unit tests); the QEMU lab runs the same
 //! programs against a real amdgpu/KFD driver (without a GPU).
 //!
 //! Needs root (CI runs as root). Without it, or on a kernel that refuses every hook, each test
@@ -30,7 +30,7 @@ use gpu_trace::{
     event::{AmdVia, EventKind, TaskId},
     loader::{LoadError, LoadOptions, SyscallHook, Tracer},
     probe::system,
-    vendor::{
+    source::{
         Sources,
         amd::decode::{self, KfdCall, KfdMalformed},
     },

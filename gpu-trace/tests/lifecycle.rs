@@ -26,7 +26,7 @@ use gpu_trace::{
     cli::Format,
     event::{DestroyCause, EventKind, TaskId},
     pipeline::{Pipeline, PipelineConfig},
-    vendor::{
+    source::{
         Sources,
         nvidia::decode::{self, RmCall},
     },

@@ -11,7 +11,7 @@ use std::{collections::BTreeMap, fs, path::PathBuf, process::Command};
 
 use gpu_trace::{
     record::{RecordReader, RecordWriter},
-    vendor::nvidia::decode::{self, ControlParams, RmCall},
+    source::nvidia::decode::{self, ControlParams, RmCall},
     wire::{self, RawRecord},
 };
 use rel_support::*;

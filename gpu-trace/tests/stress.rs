@@ -26,8 +26,8 @@ use gpu_trace::{
     event::EventKind,
     model::stats::KernelCounters,
     pipeline::Pipeline,
-    vendor::Sources,
-    vendor::nvidia::decode::{
+    source::Sources,
+    source::nvidia::decode::{
         self, AllocParams, ControlParams, NVOS54_FLAGS_FINN_SERIALIZED,
         NVOS64_FLAGS_FINN_SERIALIZED, RmCall, Unreadable,
     },

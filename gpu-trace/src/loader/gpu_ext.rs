@@ -3,7 +3,7 @@
 //! attach to each hook, a trampoline through the module's BTF first, else a kprobe. The stock
 //! NVIDIA driver has none of these functions: then nothing is attached and the start-up report
 //! says so. What the hooks carry is added to the events of the RM calls that caused them
-//! (`vendor/nvidia/model.rs`), never reported twice.
+//! (`source/nvidia/model.rs`), never reported twice.
 
 use aya::Ebpf;
 use gpu_trace_common::nvidia::gpu_ext::{FUNCTIONS, OLD_NAMES};

@@ -185,7 +185,7 @@ pub fn set_comm(name: &str) {
 // feature of the dev-dependency): `header`, and `nv_record` for any parameter block. The NVOS
 // blocks below are the caller's side of the ABI, also used for real ioctls.
 #[allow(unused_imports)] // each test binary uses its own part of this module
-pub use gpu_trace_core::vendor::nvidia::decode::testrec::{header, raw as nv_record};
+pub use gpu_trace_core::source::nvidia::decode::testrec::{header, raw as nv_record};
 
 pub fn bytes_of<T: Copy>(v: &T) -> Vec<u8> {
     // SAFETY: the RM blocks above are #[repr(C)] plain integers without padding.

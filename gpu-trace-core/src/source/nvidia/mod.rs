@@ -7,7 +7,7 @@ pub mod model;
 use crate::{
     event::{Event, Origin},
     inventory::{InventoryProcess, MpsRole},
-    vendor::{Fact, LiveAtEnd, Source},
+    source::{Fact, LiveAtEnd, Source},
     wire::RawRecord,
 };
 use decode::{ControlParams, RmCall};

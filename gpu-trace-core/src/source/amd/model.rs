@@ -54,8 +54,8 @@ use crate::event::{
     ValueSource,
 };
 use crate::model::bounded::{Generations, PidMap};
-use crate::vendor::LiveAtEnd;
-use crate::vendor::amd::decode::{
+use crate::source::LiveAtEnd;
+use crate::source::amd::decode::{
     self, CreateQueue, DeepStep, KfdCall, KfdMalformed, QueueBuilt, QueueParams, UpdateQueue,
 };
 
@@ -588,8 +588,8 @@ fn schedule(task: TaskId, allowed: bool, errno: i32) -> EventKind {
 mod tests {
     use super::*;
     use crate::event::AmdQueueType;
-    use crate::vendor::amd::decode::testing::{self, CreateArgs, soc15_doorbell};
-    use crate::vendor::observe_one;
+    use crate::source::amd::decode::testing::{self, CreateArgs, soc15_doorbell};
+    use crate::source::observe_one;
     use crate::wire::RawRecord;
     use gpu_trace_common::{KfdIoctlRecord, amd::cmd};
 
@@ -934,7 +934,7 @@ mod tests {
     fn closing_the_fd_ends_nothing() {
         // Through the dispatcher, as the pipeline hands records over: the close of the
         // process's `/dev/kfd` fd reaches no KFD queue.
-        let mut s = crate::vendor::Sources::new();
+        let mut s = crate::source::Sources::new();
         let create = created(3, 0);
         assert_eq!(s.events_of(&RawRecord::KfdIoctl(create)).len(), 3);
         let close = gpu_trace_common::TaskRecord {

@@ -1,5 +1,6 @@
-//! One directory per vendor: its records decoded into typed calls, and its tracker (the driver
-//! objects it keeps and the events their life produces). Every tracker is a [`Source`]; the
+//! One directory per source of events (today a vendor's driver: `nvidia`, `amd`): its records
+//! decoded into typed calls, and its tracker (the driver objects it keeps and the events their
+//! life produces). Every tracker is a [`Source`]; the
 //! pipeline and the tests alike hand records to [`Sources`], which routes each to its source.
 //!
 //! A new source (another vendor, an API layer) is a directory here with a type that implements
@@ -213,8 +214,8 @@ impl LiveAtEnd {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::vendor::amd::decode::testing::{self as kfd, CreateArgs};
-    use crate::vendor::nvidia::decode::testrec::{self, alloc, control, device_params, tsg_params};
+    use crate::source::amd::decode::testing::{self as kfd, CreateArgs};
+    use crate::source::nvidia::decode::testrec::{self, alloc, control, device_params, tsg_params};
     use gpu_trace_common::{RecordHeader, TaskRecord, nv_flags, nvidia::cmd, record_kind};
 
     const PID: u32 = 7;

@@ -45,11 +45,11 @@ use crate::event::{
     DestroyCause, Event, EventKind, FinalParams, Origin, RunState, SchedChange, SchedParams,
     TaskId, TaskKey, ValueSource,
 };
-use crate::vendor::nvidia::decode::{
+use crate::source::nvidia::decode::{
     self, AllocParams, ControlParams, DEFAULT_INTERLEAVE, DEFAULT_TIMESLICE_US, MalformedReason,
     RmCall, Unreadable,
 };
-use crate::vendor::nvidia::gpu_ext::{GxCall, GxHook};
+use crate::source::nvidia::gpu_ext::{GxCall, GxHook};
 
 /// One input of the tracker.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -119,7 +119,7 @@ pub struct NvTrackerCounters {
     pub untracked_handles: u64,
 }
 
-pub use crate::vendor::LiveAtEnd;
+pub use crate::source::LiveAtEnd;
 
 /// What the tracker knows about one live TSG ([`NvTracker::task`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -1549,7 +1549,7 @@ impl NvTracker {
 mod tests {
     use super::*;
     use crate::event::{Engine, Interleave};
-    use crate::vendor::nvidia::decode::testrec::{self, *};
+    use crate::source::nvidia::decode::testrec::{self, *};
     use crate::wire::{self, RawRecord, append_to_stream, records_from_stream};
     use gpu_trace_common::{RecordHeader, TaskRecord, nv_flags, record_kind};
 
@@ -1620,7 +1620,7 @@ mod tests {
             self.task(record_kind::PROCESS_EXIT, pid, tid, -1)
         }
 
-        /// A gpu_ext hook record (`crate::vendor::nvidia::gpu_ext::testing`).
+        /// A gpu_ext hook record (`crate::source::nvidia::gpu_ext::testing`).
         fn hook(&mut self, mut r: gpu_trace_common::NvSchedRecord) -> &mut Self {
             self.ts += 10;
             r.hdr.ts_ns = self.ts;
@@ -1645,7 +1645,7 @@ mod tests {
             let recs = records_from_stream(&self.stream()).expect("stream parses");
             assert_eq!(recs.len(), self.recs.len());
             recs.iter()
-                .flat_map(|r| crate::vendor::observe_one(t, r))
+                .flat_map(|r| crate::source::observe_one(t, r))
                 .collect()
         }
     }
@@ -1740,7 +1740,7 @@ mod tests {
 
     #[test]
     fn gpu_ext_hooks_name_the_tsg_and_fill_the_schedule_from_rm() {
-        use crate::vendor::nvidia::gpu_ext::testing as gx;
+        use crate::source::nvidia::gpu_ext::testing as gx;
         let fd = CTL_FD as u64;
         let mut s = Script::new();
         // task_init runs inside the TSG alloc (before its sys_exit record).
@@ -1849,7 +1849,7 @@ mod tests {
 
     #[test]
     fn gpu_ext_hooks_of_other_calls_are_counted_never_merged() {
-        use crate::vendor::nvidia::gpu_ext::testing as gx;
+        use crate::source::nvidia::gpu_ext::testing as gx;
         let mut s = Script::new();
         setup(&mut s, 100, 0, 0x1);
         // A task_init from an ioctl on another fd (UVM's), then a TSG alloc on the ctl fd: not

@@ -7,7 +7,7 @@ pub mod model;
 
 use crate::{
     event::{Event, Origin},
-    vendor::{Fact, LiveAtEnd, Source},
+    source::{Fact, LiveAtEnd, Source},
     wire::RawRecord,
 };
 use decode::KfdCall;
@@ -81,7 +81,7 @@ mod tests {
             output::TimestampMode as Timestamps,
             output::clock::Clock,
             pipeline::{Pipeline, PipelineConfig},
-            vendor::amd::decode::testing::{self, CreateArgs, soc15_doorbell},
+            source::amd::decode::testing::{self, CreateArgs, soc15_doorbell},
             wire::RawRecord,
         };
         let config = PipelineConfig {
