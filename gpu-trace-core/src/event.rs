@@ -1,6 +1,7 @@
 //! The events gpu-trace reports, vendor-neutral. Produced by the trackers in `model`, consumed
 //! by `output`. A field a backend cannot know is `None` and is printed as `?`.
 
+use compact_str::CompactString;
 use serde::Serialize;
 
 /// Where an event happened: the calling thread at the time of the driver call.
@@ -18,7 +19,7 @@ pub struct Origin {
     pub tid: u32,
     /// Thread name (`comm`) of the caller, every byte kept: print it as [`Origin::comm`]
     /// (a [`Comm`], which escapes itself), never raw.
-    pub comm: String,
+    pub comm: CompactString,
 }
 
 impl Origin {

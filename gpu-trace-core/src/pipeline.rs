@@ -296,7 +296,7 @@ impl<W: Write> Pipeline<W> {
         self.last_ts = Some(origin.ts_ns);
         self.process_names
             .entry(origin.pid)
-            .or_insert_with(|| origin.comm.clone());
+            .or_insert_with(|| origin.comm.to_string());
         let pid = origin.pid;
         match record {
             RawRecord::TaskCgroup(rec) => {

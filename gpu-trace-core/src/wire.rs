@@ -11,6 +11,7 @@
 //! *record stream*: records concatenated, each preceded by its length as a little-endian `u32`
 //! (see [`records_from_stream`] and [`append_to_stream`]). Captured fixtures use that format.
 
+use compact_str::CompactString;
 use std::mem::{offset_of, size_of};
 
 use gpu_trace_common::{
@@ -290,7 +291,7 @@ pub fn origin(hdr: &RecordHeader) -> Origin {
         cpu: hdr.cpu,
         pid: hdr.tgid,
         tid: hdr.tid,
-        comm: comm_to_string(&hdr.comm),
+        comm: comm_inline(&hdr.comm),
     }
 }
 
@@ -302,6 +303,16 @@ pub fn comm_to_string(comm: &[u8]) -> String {
         // Every record names its thread: ASCII, the usual case, is the text itself.
         Ok(ascii) if ascii.is_ascii() => ascii.to_owned(),
         _ => crate::escape::decode_lossless(comm),
+    }
+}
+
+/// [`comm_to_string`] held inline (no allocation for the usual ASCII name of at most 15
+/// bytes): the [`Origin::comm`] of every record.
+pub fn comm_inline(comm: &[u8]) -> CompactString {
+    let end = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
+    match std::str::from_utf8(&comm[..end]) {
+        Ok(ascii) if ascii.is_ascii() => CompactString::new(ascii),
+        _ => crate::escape::decode_lossless(comm).into(),
     }
 }
 

@@ -11,7 +11,7 @@ fn see_as(m: &mut Metrics, ts_ns: u64, pid: u32, thread: &str, process: &str, ki
         cpu: 0,
         pid,
         tid: pid,
-        comm: thread.to_string(),
+        comm: thread.into(),
     };
     m.observe(
         &Event {

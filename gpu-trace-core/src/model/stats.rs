@@ -321,7 +321,7 @@ impl Stats {
             .processes
             .entry(ev.origin.pid)
             .or_insert_with(|| ProcessStats {
-                comm: ev.origin.comm.clone(),
+                comm: ev.origin.comm.to_string(),
                 ..ProcessStats::default()
             });
         match &ev.kind {
@@ -987,7 +987,7 @@ mod tests {
                 cpu: 0,
                 pid,
                 tid: pid,
-                comm: comm.to_string(),
+                comm: comm.into(),
             },
             kind,
         }

@@ -725,7 +725,7 @@ mod tests {
             cpu: 1,
             pid: 637320,
             tid: 637321,
-            comm: "py\"th\\on3".to_string(),
+            comm: "py\"th\\on3".into(),
         }
     }
 
@@ -948,7 +948,7 @@ mod tests {
     fn stats_lines_final_or_periodic_write_names_terminal_safe() {
         let mut stats = Stats::new();
         let mut o = origin(T0);
-        o.comm = "evil\u{202e}gpj.exe".to_string();
+        o.comm = "evil\u{202e}gpj.exe".into();
         stats.record(&Event {
             key: None,
             amd: None,

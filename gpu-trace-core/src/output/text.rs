@@ -663,7 +663,7 @@ mod tests {
             cpu: 1,
             pid: 637320,
             tid: 637320,
-            comm: comm.to_string(),
+            comm: comm.into(),
         }
     }
 

@@ -232,7 +232,7 @@ mod tests {
                 cpu: 0,
                 pid,
                 tid: pid,
-                comm: format!("p{pid}"),
+                comm: compact_str::format_compact!("p{pid}"),
             },
             kind,
             amd: None,

@@ -191,7 +191,7 @@ impl LiveAtEnd {
             cpu: 0,
             pid: self.pid,
             tid: self.pid,
-            comm: self.comm.clone(),
+            comm: self.comm.as_str().into(),
         };
         self.tasks
             .iter()

@@ -117,7 +117,7 @@ struct Queue {
 
 #[derive(Clone, Debug, Default)]
 struct Process {
-    comm: String,
+    comm: compact_str::CompactString,
     queues: BTreeMap<u32, Queue>,
 }
 
@@ -280,7 +280,7 @@ impl KfdTracker {
             .filter(|(_, p)| !p.queues.is_empty())
             .map(|(pid, p)| LiveAtEnd {
                 pid,
-                comm: p.comm,
+                comm: p.comm.into(),
                 tasks: p.queues.keys().map(|&q| (0, TaskId::KfdQueue(q))).collect(),
             })
             .collect();

@@ -211,7 +211,7 @@ impl Client {
 
 #[derive(Clone, Debug, Default)]
 struct Process {
-    comm: String,
+    comm: compact_str::CompactString,
     clients: BTreeMap<u32, Client>,
     /// Late attach: the process made driver objects before tracing started (it was in the
     /// start-up inventory, or one of its RM calls named a client never seen allocated).
@@ -329,7 +329,7 @@ impl NvTracker {
     pub fn preexisting(&mut self, pid: u32, comm: &str, control_fds: &[i32], mps_server: bool) {
         let proc = self.procs.entry(pid).or_default();
         if proc.comm.is_empty() {
-            comm.clone_into(&mut proc.comm);
+            proc.comm = comm.into();
         }
         proc.pretrace
             .get_or_insert_with(PreTrace::default)
@@ -830,7 +830,7 @@ impl NvTracker {
                     .collect();
                 (!tasks.is_empty()).then_some(LiveAtEnd {
                     pid,
-                    comm: p.comm,
+                    comm: p.comm.into(),
                     tasks,
                 })
             })
