@@ -86,29 +86,34 @@ impl TextFormatter {
                     n if n >= 1_000_000_000 => (t.second() + 1, n - 1_000_000_000),
                     n => (t.second(), n),
                 };
-                let _ = write!(
-                    line,
-                    "{:02}:{:02}:{sec:02}.{:06}",
-                    t.hour(),
-                    t.minute(),
-                    nanos / 1000
-                );
+                // `{:02}:{:02}:{:02}.{:06}`, digit by digit.
+                push_zero_padded(line, t.hour(), 2);
+                line.push(':');
+                push_zero_padded(line, t.minute(), 2);
+                line.push(':');
+                push_zero_padded(line, sec, 2);
+                line.push('.');
+                push_zero_padded(line, nanos / 1000, 6);
             }
             TimestampMode::Relative => {
                 let rel = format_relative(clock.relative_ns(ev.origin.ts_ns));
                 let _ = write!(line, "{rel:>TIME_WIDTH$}");
             }
         }
+        // ` [CPU{:02}] {:<12} PID={:<6} {:<16} TSG={:<4} `, without `write!` (the text line is
+        // most of the text output's cost).
         let o = &ev.origin;
-        let _ = write!(
-            line,
-            " [CPU{:02}] {:<12} PID={:<6} {:<16} TSG={:<4} ",
-            o.cpu,
-            ev.kind.name(),
-            o.pid,
-            o.comm(),
-            ev.kind.task().label(),
-        );
+        line.push_str(" [CPU");
+        push_zero_padded(line, o.cpu, 2);
+        line.push_str("] ");
+        push_left(line, ev.kind.name(), 12);
+        line.push_str(" PID=");
+        push_left(line, itoa::Buffer::new().format(o.pid), 6);
+        line.push(' ');
+        push_left(line, &crate::escape::escape_text(&o.comm), 16);
+        line.push_str(" TSG=");
+        push_left(line, ev.kind.task().label().as_str(), 4);
+        line.push(' ');
         match &ev.amd {
             Some(amd) => write_amd_fields(line, &ev.kind, amd),
             None => write_fields(line, &ev.kind),
@@ -117,6 +122,33 @@ impl TextFormatter {
         line.truncate(end);
         true
     }
+}
+
+/// Appends `v` in decimal with at least `width` digits, zeros in front (`{v:0width$}`).
+fn push_zero_padded(line: &mut String, v: u32, width: usize) {
+    let mut digits = itoa::Buffer::new();
+    let digits = digits.format(v);
+    line.extend(std::iter::repeat_n('0', width.saturating_sub(digits.len())));
+    line.push_str(digits);
+}
+
+/// Appends `v` in decimal, `?` when unknown (as [`Opt`] shows it).
+fn push_opt(line: &mut String, v: Option<u32>) {
+    match v {
+        Some(v) => line.push_str(itoa::Buffer::new().format(v)),
+        None => line.push('?'),
+    }
+}
+
+/// Appends `s` left-aligned in `width` characters (`{s:<width$}`: spaces after it).
+fn push_left(line: &mut String, s: &str, width: usize) {
+    line.push_str(s);
+    let chars = if s.is_ascii() {
+        s.len()
+    } else {
+        s.chars().count()
+    };
+    line.extend(std::iter::repeat_n(' ', width.saturating_sub(chars)));
 }
 
 /// The text sink: one line per event (with the container field where it applies), the
@@ -259,14 +291,18 @@ fn write_fields(line: &mut String, kind: &EventKind) {
             token,
             gpu,
             ..
-        } => write!(
-            line,
-            "channel={} token={} gpu={} runlist={}",
-            Opt(*chid),
-            token,
-            Opt(*gpu),
-            Opt(*runlist),
-        ),
+        } => {
+            // `channel={} token={} gpu={} runlist={}` (the `-v` lines, most of them).
+            line.push_str("channel=");
+            push_opt(line, *chid);
+            line.push_str(" token=");
+            line.push_str(itoa::Buffer::new().format(*token));
+            line.push_str(" gpu=");
+            push_opt(line, *gpu);
+            line.push_str(" runlist=");
+            push_opt(line, *runlist);
+            Ok(())
+        }
         EventKind::TaskDestroy {
             cause, implicit, ..
         } => {
