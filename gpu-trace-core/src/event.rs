@@ -173,23 +173,60 @@ impl std::fmt::Display for TaskKey {
 
 impl Serialize for TaskKey {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        // One string, formatted on the stack (at most `PID:0xCLIENT:0xHANDLE#N`, 43 bytes).
-        let mut buf = [0u8; 48];
-        let len = stack_format(&mut buf, format_args!("{self}"));
-        match std::str::from_utf8(&buf[..len]) {
-            Ok(text) if len < buf.len() => s.serialize_str(text),
-            _ => s.collect_str(self),
+        // The Display form written on the stack digit by digit (at most
+        // `PID:0xCLIENT:0xHANDLE#N`, 43 bytes), without `core::fmt`.
+        let mut key = KeyText {
+            buf: [0; 48],
+            len: 0,
+        };
+        key.dec(self.pid);
+        match self.client {
+            Some(c) => {
+                key.push(b":");
+                key.push(&hex8(c));
+                key.push(b":");
+                key.push(&hex8(self.object));
+            }
+            None => {
+                key.push(b":kfd:");
+                key.dec(self.object);
+            }
         }
+        if self.generation > 1 {
+            key.push(b"#");
+            key.dec(self.generation);
+        }
+        s.serialize_str(
+            std::str::from_utf8(&key.buf[..key.len]).map_err(serde::ser::Error::custom)?,
+        )
     }
 }
 
-/// Writes `args` into `buf`; the bytes written (all of `buf` when it was too short).
-fn stack_format(buf: &mut [u8], args: std::fmt::Arguments<'_>) -> usize {
-    use std::io::Write as _;
-    let total = buf.len();
-    let mut w = &mut buf[..];
-    let _ = w.write_fmt(args);
-    total - w.len()
+/// [`TaskKey`]'s text as it is built (ASCII only; 48 bytes hold the longest).
+struct KeyText {
+    buf: [u8; 48],
+    len: usize,
+}
+
+impl KeyText {
+    fn push(&mut self, bytes: &[u8]) {
+        self.buf[self.len..self.len + bytes.len()].copy_from_slice(bytes);
+        self.len += bytes.len();
+    }
+
+    fn dec(&mut self, v: u32) {
+        self.push(itoa::Buffer::new().format(v).as_bytes());
+    }
+}
+
+/// `0x` and eight lowercase hex digits (`{v:#010x}`).
+fn hex8(v: u32) -> [u8; 10] {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut buf = *b"0x00000000";
+    for (i, b) in buf[2..].iter_mut().enumerate() {
+        *b = HEX[((v >> (28 - 4 * i)) & 0xf) as usize];
+    }
+    buf
 }
 
 /// Whether a TSG is on the runlist as far as its `GPFIFO_SCHEDULE` requests go.
@@ -404,11 +441,7 @@ impl std::fmt::Display for Hex8 {
 
 impl Serialize for Hex8 {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        let mut buf = *b"0x00000000";
-        for (i, b) in buf[2..].iter_mut().enumerate() {
-            *b = HEX[((self.0 >> (28 - 4 * i)) & 0xf) as usize];
-        }
+        let buf = hex8(self.0);
         s.serialize_str(std::str::from_utf8(&buf).map_err(serde::ser::Error::custom)?)
     }
 }
@@ -720,4 +753,32 @@ pub fn errno_name(errno: i32) -> Option<&'static str> {
     ];
     let e = i32::try_from(errno.unsigned_abs()).ok()?;
     names.iter().find(|&&(n, _)| n == e).map(|&(_, name)| name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The JSON `key` (written digit by digit) is the Display form, for NVIDIA and AMD keys,
+    /// the first generation and later ones, the widest numbers included.
+    #[test]
+    fn task_key_json_is_its_display_form() {
+        let values = [0, 1, 9, 10, 0xabc, 0x5c00_0001, 99_999, u32::MAX];
+        for &pid in &values {
+            for client in [None, Some(0), Some(0xc1d0_0001), Some(u32::MAX)] {
+                for &object in &values {
+                    for generation in [0, 1, 2, 10, u32::MAX] {
+                        let key = TaskKey {
+                            pid,
+                            client,
+                            object,
+                            generation,
+                        };
+                        let json = serde_json::to_string(&key).unwrap();
+                        assert_eq!(json, format!("\"{key}\""));
+                    }
+                }
+            }
+        }
+    }
 }
