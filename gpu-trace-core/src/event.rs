@@ -476,20 +476,25 @@ impl Serialize for TaskLabel {
 impl TaskId {
     /// How the task is shown ([`TaskLabel`]).
     pub fn label(self) -> TaskLabel {
-        use std::io::Write as _;
+        // At most 10 bytes: `0x` and 8 hex digits, or a u32's 10 decimal digits (written
+        // directly: the label is on every text line and in every JSON line).
         let mut label = TaskLabel {
             buf: [0; 10],
             len: 0,
         };
-        let mut w = &mut label.buf[..];
-        // At most 10 bytes: `0x` and 8 hex digits, or a u32's 10 decimal digits.
-        let _ = match self {
-            TaskId::HwTsg(n) | TaskId::KfdQueue(n) => write!(w, "{n}"),
-            TaskId::RmHandle(h) | TaskId::PreTrace(h) | TaskId::Shared(h) => write!(w, "0x{h:08x}"),
-            TaskId::KfdNoQueue | TaskId::Unknown => write!(w, "?"),
+        let text: &[u8] = match self {
+            TaskId::HwTsg(n) | TaskId::KfdQueue(n) => {
+                let mut digits = itoa::Buffer::new();
+                let d = digits.format(n).as_bytes();
+                label.buf[..d.len()].copy_from_slice(d);
+                label.len = d.len() as u8;
+                return label;
+            }
+            TaskId::RmHandle(h) | TaskId::PreTrace(h) | TaskId::Shared(h) => &hex8(h),
+            TaskId::KfdNoQueue | TaskId::Unknown => b"?",
         };
-        let left = w.len();
-        label.len = (10 - left) as u8;
+        label.buf[..text.len()].copy_from_slice(text);
+        label.len = text.len() as u8;
         label
     }
 }

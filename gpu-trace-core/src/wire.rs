@@ -146,6 +146,7 @@ pub fn header_of(bytes: &[u8]) -> Option<RecordHeader> {
 }
 
 /// A record of kind `kind` whose layout is `T`: exactly `size_of::<T>()` bytes, copied out.
+#[inline(always)]
 fn read<T: FromBytes>(kind: u32, bytes: &[u8]) -> Result<T, WireError> {
     T::read_from_bytes(bytes).map_err(|_| WireError::BadLength {
         kind,
@@ -158,6 +159,7 @@ fn read<T: FromBytes>(kind: u32, bytes: &[u8]) -> Result<T, WireError> {
 ///
 /// The length must equal the size of the kind's struct exactly: a mismatch means userspace and
 /// the kernel programs disagree on the layout.
+#[inline]
 pub fn parse_record(bytes: &[u8]) -> Result<RawRecord, WireError> {
     let Some(tag) = bytes.get(..4) else {
         return Err(WireError::NoTag { len: bytes.len() });
