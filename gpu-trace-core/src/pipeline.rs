@@ -73,6 +73,8 @@ pub struct Pipeline<W: Write> {
     config: PipelineConfig,
     /// The vendors' trackers, each record routed to its own.
     sources: Sources,
+    /// The last record's thread name, decoded once per run of records of one thread.
+    comms: wire::CommCache,
     /// The events of the record being fed (kept for its allocation).
     events: Vec<Event>,
     stats: Stats,
@@ -128,6 +130,7 @@ impl<W: Write> Pipeline<W> {
         Self {
             config,
             sources: Sources::new(),
+            comms: wire::CommCache::default(),
             events: Vec::new(),
             stats: Stats::new(),
             process_names: PidMap::default(),
@@ -290,7 +293,7 @@ impl<W: Write> Pipeline<W> {
 
     /// Feeds one parsed record; prints the events it produces.
     pub fn feed_record(&mut self, record: &RawRecord) -> Result<(), SinkError> {
-        let origin = record.origin();
+        let origin = self.comms.origin(record.header());
         self.due_by_record_time(origin.ts_ns)?;
         self.first_ts.get_or_insert(origin.ts_ns);
         self.last_ts = Some(origin.ts_ns);

@@ -297,6 +297,31 @@ pub fn origin(hdr: &RecordHeader) -> Origin {
     }
 }
 
+/// The last thread name decoded, by its raw bytes: consecutive records of one thread (the
+/// usual case) reuse it instead of decoding the name again ([`CommCache::origin`]).
+#[derive(Clone, Debug, Default)]
+pub struct CommCache {
+    raw: Option<[u8; 16]>,
+    name: CompactString,
+}
+
+impl CommCache {
+    /// [`origin`] of `hdr`, its name decoded only when it differs from the last one's.
+    pub fn origin(&mut self, hdr: &RecordHeader) -> Origin {
+        if self.raw != Some(hdr.comm) {
+            self.name = comm_inline(&hdr.comm);
+            self.raw = Some(hdr.comm);
+        }
+        Origin {
+            ts_ns: hdr.ts_ns,
+            cpu: hdr.cpu,
+            pid: hdr.tgid,
+            tid: hdr.tid,
+            comm: self.name.clone(),
+        }
+    }
+}
+
 /// A `comm` field as text: up to the first NUL, every byte kept (bytes that are not UTF-8 are
 /// carried as described in [`crate::escape`]; print it through that module).
 pub fn comm_to_string(comm: &[u8]) -> String {
@@ -575,6 +600,26 @@ mod tests {
         let carried = "\u{10FF85}".as_bytes();
         let back = comm_to_string(carried);
         assert_eq!(&*crate::escape::raw_bytes(&back), carried);
+    }
+
+    #[test]
+    fn comm_cache_gives_each_record_its_own_name() {
+        let mut cache = CommCache::default();
+        let mut hdr = nv_record().hdr;
+        for name in [
+            &b"python"[..],
+            b"python",
+            b"cuda-EvtHandlr",
+            b"a\xffb",
+            b"python",
+        ] {
+            hdr.comm = [0; 16];
+            hdr.comm[..name.len()].copy_from_slice(name);
+            hdr.tid += 1;
+            let o = cache.origin(&hdr);
+            assert_eq!(o, origin(&hdr));
+            assert_eq!(o.comm, comm_to_string(&hdr.comm));
+        }
     }
 
     #[test]
