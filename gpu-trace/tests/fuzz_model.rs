@@ -399,7 +399,7 @@ fn to_input(op: &Op, step: u64) -> (Origin, NvInput) {
         cpu: (step % 2) as u32,
         pid: p,
         tid: p + (step % 3) as u32,
-        comm: format!("thr{}", step % 3),
+        comm: format!("thr{}", step % 3).into(),
     };
     (origin, input)
 }
