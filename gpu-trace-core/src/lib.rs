@@ -14,6 +14,7 @@
 //! - [`record`]: the recording file format (`--record`, `replay`);
 //! - [`inventory`]: what the start-up inventory found (processes with a GPU open before
 //!   tracing), as data.
+pub mod api;
 pub mod event;
 pub mod inventory;
 pub mod metrics;
