@@ -179,7 +179,20 @@ fn a_preloaded_shim_wins_hipmalloc_and_the_real_runtime_serves_the_rest() {
     let test = "a_preloaded_shim_wins_hipmalloc_and_the_real_runtime_serves_the_rest";
     let Some(b) = build(test) else { return };
     let [next, recursive, stub] = &b.shims;
-    for (shim, imports_dlsym) in [(next, true), (recursive, true), (stub, false)] {
+    // A stripped shim keeps its dynamic symbol table: it still wins.
+    let stripped = next.with_file_name("shim_next.stripped.so");
+    let status = Command::new("strip")
+        .arg("--strip-all")
+        .arg(next)
+        .arg("-o")
+        .arg(&stripped)
+        .status();
+    let mut shims = vec![(next, true), (recursive, true), (stub, false)];
+    match status {
+        Ok(s) if s.success() => shims.push((&stripped, true)),
+        _ => skipped(test, "no `strip`: the stripped shim's case is left out"),
+    }
+    for (shim, imports_dlsym) in shims {
         let client = client_under(&b, shim);
         let v = resolve_json(client.0.id());
         let m = symbol(&v, "hipMalloc");
@@ -293,6 +306,28 @@ fn api_without_resolve_and_bad_targets_say_what_to_do() {
     let (code, _, err) = gpu_trace(&["api", "--resolve", "--pid", "4194305"]);
     assert_eq!(code, Some(1));
     assert!(err.contains("PID 4194305: no such process"), "{err}");
+    // Not root: another user's process cannot be read, and the message says what to do.
+    // SAFETY: no arguments.
+    if unsafe { libc::geteuid() } == 0 {
+        use std::os::unix::process::CommandExt as _;
+        let out = Command::new(env!("CARGO_BIN_EXE_gpu-trace"))
+            .args(["api", "--resolve", "--pid", &std::process::id().to_string()])
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains("permission denied") && err.contains("run as root"),
+            "{err}"
+        );
+    } else {
+        skipped(
+            "api_without_resolve_and_bad_targets_say_what_to_do",
+            "not root: the unprivileged case is left out",
+        );
+    }
     // This test's own process maps no GPU API library: said, not an empty answer.
     let (code, out, _) = gpu_trace(&["api", "--resolve", "--pid", &std::process::id().to_string()]);
     assert_eq!(code, Some(0));

@@ -102,8 +102,12 @@ pub fn resolve(args: &ApiArgs) -> Result<bool, ApiError> {
                 denied += 1;
                 continue;
             }
-            // Gone, or a kernel thread: nothing to resolve.
-            Err(_) => continue,
+            // Gone since the listing: nothing to resolve.
+            Err(ReadError::NoProcess(_) | ReadError::Exited(_)) => continue,
+            Err(e) => {
+                eprintln!("gpu-trace: {e}");
+                continue;
+            }
         };
         // --comm lists every process of that name; otherwise those that map an API library.
         if comm.is_none() && !report.libraries.iter().any(|l| !l.defines.is_empty()) {
