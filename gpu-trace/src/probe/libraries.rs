@@ -52,9 +52,13 @@ pub struct Mapping {
     pub dev: String,
     pub inode: u64,
     pub path: String,
+    /// Some mapping of the path is executable (code: an ELF object, not a data file such as
+    /// model weights mapped by the process).
+    pub executable: bool,
 }
 
-/// The file-backed mappings of a /proc/PID/maps text, one per path, in address order.
+/// The file-backed mappings of a /proc/PID/maps text, one per path (its first), in address
+/// order.
 pub fn parse_maps(text: &[u8]) -> Vec<Mapping> {
     let mut out: Vec<Mapping> = Vec::new();
     for line in text.split(|&b| b == b'\n') {
@@ -69,7 +73,12 @@ pub fn parse_maps(text: &[u8]) -> Vec<Mapping> {
         }
         let path = rest.trim_start_matches(' ');
         let inode = fields[4].parse().unwrap_or(0);
-        if inode == 0 || !path.starts_with('/') || out.iter().any(|m| m.path == path) {
+        if inode == 0 || !path.starts_with('/') {
+            continue;
+        }
+        let executable = fields[1].contains('x');
+        if let Some(m) = out.iter_mut().find(|m| m.path == path) {
+            m.executable |= executable;
             continue;
         }
         out.push(Mapping {
@@ -77,6 +86,7 @@ pub fn parse_maps(text: &[u8]) -> Vec<Mapping> {
             dev: fields[3].to_string(),
             inode,
             path: path.to_string(),
+            executable,
         });
     }
     out
@@ -130,6 +140,7 @@ impl Reader {
         })?;
         let mapped: Vec<(Mapping, Rc<ElfInfo>)> = parse_maps(&maps)
             .into_iter()
+            .filter(|m| m.executable)
             .filter_map(|m| self.elf(pid, &m).map(|info| (m, info)))
             .collect();
         let exe = std::fs::read_link(format!("{proc_dir}/exe"))
@@ -162,10 +173,10 @@ impl Reader {
             return hit.clone();
         }
         // map_files opens the very file mapped (deleted, or in another mount namespace).
-        let data = std::fs::read(format!("/proc/{pid}/map_files/{}", m.range))
-            .or_else(|_| std::fs::read(format!("/proc/{pid}/root{}", m.path)))
+        let file = std::fs::File::open(format!("/proc/{pid}/map_files/{}", m.range))
+            .or_else(|_| std::fs::File::open(format!("/proc/{pid}/root{}", m.path)))
             .ok();
-        let info = data.and_then(|d| elf_info(&d, &self.table)).map(Rc::new);
+        let info = file.and_then(|f| elf_info(f, &self.table)).map(Rc::new);
         self.cache.insert(key, info.clone());
         info
     }
@@ -271,24 +282,28 @@ fn binding_order(
     (libraries, unmapped)
 }
 
-/// The ELF facts of `data` (`None`: not a 32- or 64-bit ELF object).
-fn elf_info(data: &[u8], table: &SymbolTable) -> Option<ElfInfo> {
+/// The ELF facts of `file` (`None`: not a 32- or 64-bit ELF object). Only the parts read
+/// are read (headers, dynamic section, dynamic symbols and strings): a CUDA library of
+/// hundreds of MB, or model weights the process mapped, is not read whole.
+fn elf_info(file: std::fs::File, table: &SymbolTable) -> Option<ElfInfo> {
+    let cache = object::ReadCache::new(file);
+    let data = &cache;
     match object::FileKind::parse(data).ok()? {
         object::FileKind::Elf64 => {
-            elf_info_of::<object::elf::FileHeader64<object::Endianness>>(data, table)
+            elf_info_of::<object::elf::FileHeader64<object::Endianness>, _>(data, table)
         }
         object::FileKind::Elf32 => {
-            elf_info_of::<object::elf::FileHeader32<object::Endianness>>(data, table)
+            elf_info_of::<object::elf::FileHeader32<object::Endianness>, _>(data, table)
         }
         _ => None,
     }
 }
 
-fn elf_info_of<Elf: FileHeader<Endian = object::Endianness>>(
-    data: &[u8],
+fn elf_info_of<'data, Elf: FileHeader<Endian = object::Endianness>, R: object::ReadRef<'data>>(
+    data: R,
     table: &SymbolTable,
 ) -> Option<ElfInfo> {
-    let file = ElfFile::<Elf>::parse(data).ok()?;
+    let file = ElfFile::<Elf, R>::parse(data).ok()?;
     let mut info = ElfInfo::default();
     if let Ok(dynamic) = file.elf_dynamic_table() {
         for d in dynamic.iter() {
@@ -358,10 +373,14 @@ mod tests {
 55d0c0a01000-55d0c0a02000 r-xp 00001000 08:01 1234   /tmp/my client\n\
 7f0000000000-7f0000001000 rw-p 00000000 00:00 0 \n\
 7f0000001000-7f0000002000 r-xp 00000000 08:01 99 /usr/lib/libamdhip64.so.5.2 (deleted)\n\
-7ffd00000000-7ffd00001000 r-xp 00000000 00:00 0   [vdso]\n";
+7ffd00000000-7ffd00001000 r-xp 00000000 00:00 0   [vdso]\n\
+7f1000000000-7f1800000000 r--s 00000000 08:01 77 /data/weights.bin\n";
         let maps = parse_maps(text);
-        assert_eq!(maps.len(), 2);
+        assert_eq!(maps.len(), 3);
         assert_eq!(maps[0].path, "/tmp/my client");
+        assert!(maps[0].executable, "its second mapping is r-x");
+        assert_eq!(maps[2].path, "/data/weights.bin");
+        assert!(!maps[2].executable);
         assert_eq!(maps[0].range, "55d0c0a00000-55d0c0a01000");
         assert_eq!((maps[1].dev.as_str(), maps[1].inode), ("08:01", 99));
         assert_eq!(maps[1].path, "/usr/lib/libamdhip64.so.5.2 (deleted)");
