@@ -98,7 +98,7 @@ pub fn resolve(args: &ApiArgs) -> Result<bool, ApiError> {
         }
         let report = match reader.read(pid) {
             Ok(r) => r,
-            Err(ReadError::Denied(_)) => {
+            Err(ReadError::Denied(_) | ReadError::DeniedToRoot(_)) => {
                 denied += 1;
                 continue;
             }
@@ -118,10 +118,14 @@ pub fn resolve(args: &ApiArgs) -> Result<bool, ApiError> {
         leaks.extend(leak_lines(&report));
     }
     if denied > 0 {
-        eprintln!(
-            "gpu-trace: {denied} processes could not be read (permission denied): run as root \
-             to see every process"
-        );
+        // SAFETY: no arguments.
+        let fix = if unsafe { libc::geteuid() } == 0 {
+            "processes of another user namespace, or kept from ptrace-read access by Yama or an \
+             LSM: run gpu-trace in their namespace"
+        } else {
+            "run as root to see every process"
+        };
+        eprintln!("gpu-trace: {denied} processes could not be read (permission denied): {fix}");
     }
     if let Some(c) = args.comm.as_deref()
         && shown == 0

@@ -26,6 +26,12 @@ pub enum ReadError {
          root, e.g. sudo gpu-trace api --resolve"
     )]
     Denied(u32),
+    #[error(
+        "PID {0}: permission denied reading /proc/{0}/maps even as root (a process the kernel \
+         keeps from ptrace-read access: another user namespace's, or a Yama/LSM policy): run \
+         gpu-trace in the process's namespace"
+    )]
+    DeniedToRoot(u32),
     #[error("PID {pid}: reading {what}: {source}")]
     Io {
         pid: u32,
@@ -135,6 +141,10 @@ impl Reader {
             .map(|b| decode_lossless(b.strip_suffix(b"\n").unwrap_or(&b)))
             .map_err(|e| io_error(pid, "comm", e))?;
         let maps = std::fs::read(format!("{proc_dir}/maps")).map_err(|e| match e.kind() {
+            // SAFETY: no arguments.
+            io::ErrorKind::PermissionDenied if unsafe { libc::geteuid() } == 0 => {
+                ReadError::DeniedToRoot(pid)
+            }
             io::ErrorKind::PermissionDenied => ReadError::Denied(pid),
             _ => io_error(pid, "maps", e),
         })?;
