@@ -20,7 +20,10 @@ const HIP: &str = "libamdhip64.so.5";
 
 /// The HIP runtime's file as the dynamic linker finds it (`None`: not installed).
 fn hip_runtime() -> Option<PathBuf> {
-    let out = Command::new("ldconfig").arg("-p").output().ok()?;
+    // ldconfig is in /sbin, which a user's PATH may lack.
+    let out = ["ldconfig", "/sbin/ldconfig", "/usr/sbin/ldconfig"]
+        .iter()
+        .find_map(|l| Command::new(l).arg("-p").output().ok())?;
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .find(|l| l.trim_start().starts_with(&format!("{HIP} ")))
