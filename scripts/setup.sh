@@ -26,6 +26,14 @@ if ! { command -v zsh && command -v fish; } >/dev/null 2>&1 && [ -x /usr/bin/apt
     || { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq zsh fish >/dev/null; } \
     || log "zsh/fish not installable: their completion tests print SKIPPED"
 fi
+# Debian's real HIP runtime (bookworm main): tests/api_resolve.rs resolves a HIP client's calls
+# through it under LD_PRELOAD shims.
+if ! ldconfig -p 2>/dev/null | grep -q 'libamdhip64\.so\.5 ' && [ -x /usr/bin/apt-get ]; then
+  log "installing libamdhip64-5 (the API layer's tests)"
+  $SUDO apt-get install -y -qq libamdhip64-5 >/dev/null 2>&1 \
+    || { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq libamdhip64-5 >/dev/null; } \
+    || log "libamdhip64-5 not installable: tests/api_resolve.rs prints SKIPPED"
+fi
 # rustfmt and clippy: .ci/run fails on unformatted code and on clippy warnings.
 for c in rustfmt clippy; do
   if ! rustup component list --installed | grep -q "^$c"; then

@@ -18,8 +18,10 @@
 //!   (Prometheus) are the sinks;
 //! - [`pipeline`]: parse → sources → enrich → sinks (shared by live runs and replay);
 //! - [`record`]: the recording file format (`--record`, `replay`);
+//! - [`api`]: the GPU API layer's pure part (the symbol table; which library serves each call);
 //! - [`inventory`]: what the start-up inventory found (processes with a GPU open before
 //!   tracing), as data.
+pub mod api;
 pub mod escape;
 pub mod event;
 pub mod inventory;

@@ -173,6 +173,39 @@ pub const COMPLETIONS_EPILOGUE: Epilogue = Epilogue {
     see_also: "See docs/cli.md#man-pages-and-completions.",
 };
 
+/// `gpu-trace api`'s epilogue.
+pub const API_EPILOGUE: Epilogue = Epilogue {
+    examples: "  Which library serves each GPU API call, in every process that maps one:
+      sudo gpu-trace api --resolve
+  One process, as one JSON object:
+      sudo gpu-trace api --resolve --pid 4242 --format json
+  Every python3 process, also resolving a symbol of a shim's own:
+      sudo gpu-trace api --resolve --comm python3 --probe libshimhip.so:shimInit",
+    notes: Some((
+        "Output",
+        "OUTPUT FORMAT",
+        "per process: its LD_PRELOAD, the libraries in the dynamic linker's binding order \
+         (executable, preloads, DT_NEEDED breadth-first), the dlopened ones apart, then each \
+         GPU API symbol with the library whose copy the calls reach and the copies behind it \
+         (what dlsym(RTLD_NEXT) reaches), and warnings: an interposer that exports an API \
+         symbol and looks symbols up with dlsym (it may find itself and recurse), a preloaded \
+         shim in a process with no GPU open (an exported LD_PRELOAD leak). Only --resolve is \
+         built so far: the tracing modes of the API layer (issue 28) come later.",
+    )),
+    exit_status: &[
+        (exit::SUCCESS, "success"),
+        (
+            exit::RUNTIME,
+            "a process could not be read (gone, or permission denied: run as root)",
+        ),
+        (
+            exit::USAGE,
+            "bad usage (also: no --resolve, or a malformed --probe)",
+        ),
+    ],
+    see_also: "See docs/api.md for the output, the JSON object and the symbol table.",
+};
+
 /// The epilogue of the subcommand `name` (`None`: of `gpu-trace` itself).
 pub fn epilogue(name: Option<&str>) -> Option<&'static Epilogue> {
     Some(match name {
@@ -181,6 +214,7 @@ pub fn epilogue(name: Option<&str>) -> Option<&'static Epilogue> {
         Some("top") => &TOP_EPILOGUE,
         Some("doctor") => &DOCTOR_EPILOGUE,
         Some("completions") => &COMPLETIONS_EPILOGUE,
+        Some("api") => &API_EPILOGUE,
         Some(_) => return None,
     })
 }
@@ -265,6 +299,15 @@ pub enum Command {
         #[command(flatten)]
         trace: Box<TraceArgs>,
     },
+    /// Which library serves each GPU API call (CUDA driver, CUDA runtime, HIP) in a process:
+    /// the dynamic linker's binding order and whose copy of each symbol wins.
+    ///
+    /// Reads /proc/PID/maps and environ and the mapped ELF files' dynamic sections; attaches
+    /// nothing. Only --resolve exists so far (the API layer's tracing modes come later).
+    /// Targets: --pid, --comm, or every process that maps a library defining a GPU API
+    /// symbol. Run it as root to read other users' processes.
+    #[command(after_long_help = API_EPILOGUE.long_help())]
+    Api(ApiArgs),
     /// Print the shell completion script for SHELL on standard output.
     ///
     /// bash: `gpu-trace completions bash > /etc/bash_completion.d/gpu-trace`; zsh: save it as
@@ -275,6 +318,40 @@ pub enum Command {
         /// The shell: bash, zsh, fish, elvish or powershell.
         shell: clap_complete::Shell,
     },
+}
+
+/// `gpu-trace api`'s options.
+#[derive(Debug, Args)]
+pub struct ApiArgs {
+    /// Print, per process, the binding order and which library's copy of each GPU API symbol
+    /// the calls reach (the only mode built so far).
+    #[arg(long)]
+    pub resolve: bool,
+    /// Only this process (repeat for more).
+    #[arg(short = 'p', long = "pid", value_name = "PID", value_parser = parse_pid)]
+    pub pids: Vec<u32>,
+    /// Only processes with this name (as the kernel keeps it: 15 bytes).
+    #[arg(short = 'c', long, value_name = "NAME")]
+    pub comm: Option<String>,
+    /// Also resolve SYMBOL, whose real provider is the library LIB (file name or soname;
+    /// SYMBOL may hold one `*`). Repeatable.
+    #[arg(long = "probe", value_name = "LIB:SYMBOL")]
+    pub probes: Vec<String>,
+    /// Read more probes from FILE: one LIB:SYMBOL a line, `#` starts a comment.
+    #[arg(long = "probe-file", value_name = "FILE")]
+    pub probe_files: Vec<PathBuf>,
+    /// text (one block per process) or json (one object per process and line; docs/api.md).
+    #[arg(long, value_name = "FORMAT", default_value = "text")]
+    pub format: ApiFormat,
+}
+
+/// `gpu-trace api --format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ApiFormat {
+    /// One block per process.
+    Text,
+    /// One JSON object per process and line.
+    Json,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

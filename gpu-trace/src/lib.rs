@@ -16,7 +16,9 @@
 //! - [`cli`]: the command line (clap), adapted to the core's types;
 //! - [`session`]: the live loop (tokio) and replay, tying the core to the kernel and the CLI;
 //! - [`metrics`]'s HTTP server and ring-buffer fill reader; [`top`], the terminal view;
-//! - [`doctor`]: `gpu-trace doctor`, what this machine allows and why not.
+//! - [`doctor`]: `gpu-trace doctor`, what this machine allows and why not;
+//! - [`api`]: `gpu-trace api`, the GPU API layer (so far `--resolve`).
+pub mod api;
 pub mod cli;
 pub mod doctor;
 pub mod loader;

@@ -39,6 +39,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Some(Command::Doctor { json }) => return doctor(json),
         Some(Command::Completions { shell }) => return completions(shell),
+        Some(Command::Api(args)) => return api(&args),
         Some(Command::Replay {
             file,
             top,
@@ -84,7 +85,7 @@ fn check_output_paths(cli: &Cli) -> Result<(), ExitCode> {
         Some(Command::Replay { file, output, .. }) => {
             session::check_paths(Some(file), output, None)
         }
-        Some(Command::Doctor { .. } | Command::Completions { .. }) => Ok(()),
+        Some(Command::Doctor { .. } | Command::Completions { .. } | Command::Api(_)) => Ok(()),
         Some(Command::Top { trace }) => {
             session::check_paths(None, &trace.output, trace.record.as_deref())
         }
@@ -116,6 +117,29 @@ fn check_terminal(cli: &Cli) -> Result<(), ExitCode> {
         }
     }
     Ok(())
+}
+
+/// `gpu-trace api`: only `--resolve` is built; without it, a usage error that says so.
+fn api(args: &gpu_trace::cli::ApiArgs) -> ExitCode {
+    if !args.resolve {
+        eprintln!(
+            "gpu-trace: `gpu-trace api` without --resolve would trace GPU API calls, which is \
+             not built yet: use --resolve (which library serves each GPU API call)"
+        );
+        return ExitCode::from(EXIT_USAGE);
+    }
+    match gpu_trace::api::resolve(args) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(EXIT_RUNTIME),
+        Err(e) => {
+            eprintln!("gpu-trace: {e}");
+            ExitCode::from(if e.is_usage() {
+                EXIT_USAGE
+            } else {
+                EXIT_RUNTIME
+            })
+        }
+    }
 }
 
 /// `gpu-trace completions SHELL`: the script on stdout.

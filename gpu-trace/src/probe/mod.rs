@@ -8,6 +8,7 @@ pub mod inventory;
 pub mod kallsyms;
 pub mod kernel;
 pub mod kfd;
+pub mod libraries;
 pub mod nvml;
 pub mod system;
 pub mod trial;

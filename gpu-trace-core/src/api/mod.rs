@@ -1,0 +1,10 @@
+//! The API layer's pure part (issue 28): GPU runtime calls as the dynamic linker binds them.
+//! - [`symbols`]: the table of GPU API entry points (built-in families and `--probe`s);
+//! - [`resolve`]: binding order + definitions → which library's copy each call reaches, and
+//!   the warnings (recursing interposers, preload leaks);
+//! - [`render`]: `gpu-trace api --resolve`'s text and JSON.
+//!
+//! The tracing modes (uprobes, recursion, stuck calls) will sit beside these.
+pub mod render;
+pub mod resolve;
+pub mod symbols;

@@ -1,0 +1,15 @@
+/* A correct interposer: exports hipMalloc, counts the calls and forwards them to the next copy
+ * with dlsym(RTLD_NEXT, ...), the real HIP runtime when preloaded. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stddef.h>
+
+static unsigned long calls;
+
+int hipMalloc(void **ptr, size_t size) {
+    static int (*real)(void **, size_t);
+    if (!real)
+        real = (int (*)(void **, size_t))dlsym(RTLD_NEXT, "hipMalloc");
+    calls++;
+    return real ? real(ptr, size) : 1;
+}
