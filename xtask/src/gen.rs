@@ -513,6 +513,7 @@ mod tests {
             ("top", vec![0, 1, 2, 3, 4]),
             ("doctor", vec![0, 2, 3, 5]),
             ("completions", vec![0, 1, 2]),
+            ("api", vec![0, 1, 2]),
         ] {
             let c = cmd.find_subcommand(sub).unwrap().clone();
             pages.push((format!("gpu-trace-{sub}"), c, codes));
