@@ -285,7 +285,8 @@ impl serde_json::ser::Formatter for TerminalSafeJson {
         fragment: &str,
     ) -> std::io::Result<()> {
         // Printable ASCII (serde_json escaped the C0 controls before this): nothing to do.
-        if fragment.is_ascii() && !fragment.as_bytes().contains(&0x7f) {
+        // One pass: every byte below DEL (bytes ≥ 0x80 start non-ASCII characters).
+        if fragment.bytes().all(|b| b < 0x7f) {
             return w.write_all(fragment.as_bytes());
         }
         for c in fragment.chars() {
