@@ -185,7 +185,12 @@ struct Client {
     /// Device handle → `deviceId`.
     devices: BTreeMap<u32, Option<u32>>,
     tsgs: BTreeMap<u32, Tsg>,
+    /// Change it through [`Client::add_channel`], [`Client::remove_channel`] and
+    /// [`Client::drop_channels_under`], which keep `channel_parents` in step.
     channels: BTreeMap<u32, Channel>,
+    /// How many of `channels` each parent handle has (none: absent), so that freeing an object
+    /// looks its channels up instead of scanning every channel of the client.
+    channel_parents: BTreeMap<u32, u32>,
 }
 
 impl Client {
@@ -202,10 +207,44 @@ impl Client {
     /// Removes a TSG and its channels.
     fn remove_tsg(&mut self, handle: u32) -> Option<Tsg> {
         let tsg = self.tsgs.remove(&handle)?;
-        for ch in &tsg.channels {
-            self.channels.remove(ch);
+        for &ch in &tsg.channels {
+            self.remove_channel(ch);
         }
         Some(tsg)
+    }
+
+    /// Records channel `handle` under `parent`; returns the channel it replaces.
+    fn add_channel(&mut self, handle: u32, parent: u32) -> Option<Channel> {
+        let old = self.channels.insert(handle, Channel { parent });
+        if let Some(o) = &old {
+            self.unindex(o.parent);
+        }
+        *self.channel_parents.entry(parent).or_default() += 1;
+        old
+    }
+
+    fn remove_channel(&mut self, handle: u32) -> Option<Channel> {
+        let ch = self.channels.remove(&handle)?;
+        self.unindex(ch.parent);
+        Some(ch)
+    }
+
+    fn unindex(&mut self, parent: u32) {
+        if let std::collections::btree_map::Entry::Occupied(mut e) =
+            self.channel_parents.entry(parent)
+        {
+            *e.get_mut() -= 1;
+            if *e.get() == 0 {
+                e.remove();
+            }
+        }
+    }
+
+    /// Forgets the channels whose parent is `parent` (a scan only where there are some).
+    fn drop_channels_under(&mut self, parent: u32) {
+        if self.channel_parents.remove(&parent).is_some() {
+            self.channels.retain(|_, ch| ch.parent != parent);
+        }
     }
 }
 
@@ -907,7 +946,7 @@ impl NvTracker {
             }
             c if class::is_channel(c) => {
                 let cl = self.client_mut(origin, client);
-                if let Some(old) = cl.channels.insert(handle, Channel { parent })
+                if let Some(old) = cl.add_channel(handle, parent)
                     && let Some(t) = cl.tsgs.get_mut(&old.parent)
                 {
                     t.channels.remove(&handle);
@@ -972,7 +1011,7 @@ impl NvTracker {
         // Channels still recorded under this handle belonged to an earlier object with
         // the same handle (one created before tracing, whose free was not seen as a
         // TSG's): the new TSG starts without them.
-        c.channels.retain(|_, ch| ch.parent != handle);
+        c.drop_channels_under(handle);
         let kind = EventKind::TaskInit {
             task: tsg.task(handle),
             client,
@@ -1453,7 +1492,7 @@ impl NvTracker {
                 .filter(|(_, t)| t.parent == object)
                 .map(|(&h, _)| h)
                 .collect();
-            c.channels.retain(|_, ch| ch.parent != object);
+            c.drop_channels_under(object);
             return under
                 .into_iter()
                 .filter_map(|h| {
@@ -1462,7 +1501,7 @@ impl NvTracker {
                 })
                 .collect();
         }
-        if let Some(ch) = c.channels.remove(&object) {
+        if let Some(ch) = c.remove_channel(object) {
             if let Some(t) = c.tsgs.get_mut(&ch.parent) {
                 t.channels.remove(&object);
             }
@@ -1470,7 +1509,7 @@ impl NvTracker {
         }
         // An object this tracer did not see created (e.g. a TSG from before tracing): RM frees
         // its children with it, so its channels must not outlive it here either.
-        c.channels.retain(|_, ch| ch.parent != object);
+        c.drop_channels_under(object);
         self.counters.untracked_frees += 1;
         Vec::new()
     }
