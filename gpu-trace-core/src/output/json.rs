@@ -208,38 +208,22 @@ use serde::Serialize;
 use std::borrow::Cow;
 
 use crate::escape;
-use crate::event::{AmdDetail, Event, EventKind, Identity, Origin};
+use crate::event::{Event, Origin};
 use crate::inventory::Inventory;
 use crate::model::gpus::GpuIdentity;
 use crate::model::stats::{EngineStats, KernelCounters, ProcessStats, Stats, TaskStats};
-use crate::model::workload::{Attribution, CgroupFields};
+use crate::model::workload::Attribution;
 use crate::output::clock::Clock;
 use crate::sink::{Enriched, RunEnd, Sink, SinkError};
-
-/// One event's JSON line, in the documented order: `event`, `time`, the origin's fields, the
-/// identity fields, the kind's fields, then (each when there is one) `amd`, `gpu_device` and
-/// `cgroup`. Each part serializes itself; this only orders them.
-#[derive(Serialize)]
-struct EventLine<'a> {
-    event: &'static str,
-    time: UtcMicros,
-    #[serde(flatten)]
-    origin: &'a Origin,
-    #[serde(flatten)]
-    identity: Identity,
-    #[serde(flatten)]
-    kind: &'a EventKind,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    amd: Option<&'a AmdDetail>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    gpu_device: Option<&'a GpuIdentity>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    cgroup: Option<CgroupFields<'a>>,
-}
 
 /// Appends the JSON line of `ev` to `out` (no newline), as described in the
 /// [module documentation](self): with the GPU the task is on and the process's cgroup, each when
 /// known. Strings are written terminal-safe ([`escape::TerminalSafeJson`]).
+///
+/// The documented order, written by hand (this runs for every event): `event`, `time`, the
+/// origin's fields, the identity fields, the kind's fields (the kind serializes itself as an
+/// object, spliced in), then (each when there is one) `amd`, `gpu_device` and `cgroup`. Every
+/// value goes through serde_json and the terminal-safe escaper, as a flattened serde line did.
 pub fn write_event(
     out: &mut Vec<u8>,
     ev: &Event,
@@ -247,17 +231,70 @@ pub fn write_event(
     gpu: Option<&GpuIdentity>,
     attribution: Option<&Attribution>,
 ) {
-    let line = EventLine {
-        event: ev.kind.name(),
-        time: UtcMicros::at(clock, ev.origin.ts_ns),
-        origin: &ev.origin,
-        identity: ev.identity(),
-        kind: &ev.kind,
-        amd: ev.amd.as_ref(),
-        gpu_device: gpu,
-        cgroup: attribution.map(Attribution::json_fields),
-    };
-    escape::write_json(out, &line);
+    // `event` names are fixed upper-case ASCII: nothing to escape.
+    out.extend_from_slice(b"{\"event\":\"");
+    out.extend_from_slice(ev.kind.name().as_bytes());
+    out.extend_from_slice(b"\",\"time\":");
+    escape::write_json(out, &UtcMicros::at(clock, ev.origin.ts_ns));
+    write_origin(out, &ev.origin);
+    let id = ev.identity();
+    field(out, "key", &id.key);
+    field(out, "tsg", &id.tsg);
+    field(out, "handle", &id.handle);
+    field(out, "client_hex", &id.client_hex);
+    splice_object(out, &ev.kind);
+    if let Some(amd) = &ev.amd {
+        field(out, "amd", amd);
+    }
+    if let Some(gpu) = gpu {
+        field(out, "gpu_device", gpu);
+    }
+    if let Some(a) = attribution {
+        field(out, "cgroup", &a.json_fields());
+    }
+    out.push(b'}');
+}
+
+/// `,"KEY":` and `value` (`key` is one of this file's ASCII names: nothing to escape).
+fn field<T: Serialize + ?Sized>(out: &mut Vec<u8>, key: &str, value: &T) {
+    out.extend_from_slice(b",\"");
+    out.extend_from_slice(key.as_bytes());
+    out.extend_from_slice(b"\":");
+    escape::write_json(out, value);
+}
+
+/// The origin's fields, as [`Origin`]'s `Serialize` writes them: `ts_ns`, `cpu`, `pid`, `tid`,
+/// `comm` and, only where that is not the exact name, `comm_bytes`.
+fn write_origin(out: &mut Vec<u8>, o: &Origin) {
+    let mut n = itoa::Buffer::new();
+    out.extend_from_slice(b",\"ts_ns\":");
+    out.extend_from_slice(n.format(o.ts_ns).as_bytes());
+    out.extend_from_slice(b",\"cpu\":");
+    out.extend_from_slice(n.format(o.cpu).as_bytes());
+    out.extend_from_slice(b",\"pid\":");
+    out.extend_from_slice(n.format(o.pid).as_bytes());
+    out.extend_from_slice(b",\"tid\":");
+    out.extend_from_slice(n.format(o.tid).as_bytes());
+    let comm = o.comm().json();
+    field(out, "comm", &comm.comm);
+    if let Some(bytes) = &comm.comm_bytes {
+        field(out, "comm_bytes", bytes);
+    }
+}
+
+/// `value`'s fields after the ones written so far: `value` serializes as an object, whose
+/// braces are dropped (what `#[serde(flatten)]` does).
+fn splice_object<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
+    let at = out.len();
+    escape::write_json(out, value);
+    debug_assert!(out[at] == b'{' && out.last() == Some(&b'}'));
+    if out.len() - at == 2 {
+        // `{}`: no fields.
+        out.truncate(at);
+    } else {
+        out[at] = b',';
+        out.pop();
+    }
 }
 
 /// The JSON sink: an `INVENTORY` line first (late attach), one line per event, periodic
@@ -717,6 +754,127 @@ mod tests {
 
     fn clock() -> Clock {
         Clock::new(WALL0 - i128::from(T0))
+    }
+
+    /// The line as a flattened serde struct wrote it before [`write_event`] was written by
+    /// hand: the reference that writer must equal byte for byte.
+    #[derive(Serialize)]
+    struct FlatLine<'a> {
+        event: &'static str,
+        time: UtcMicros,
+        #[serde(flatten)]
+        origin: &'a Origin,
+        #[serde(flatten)]
+        identity: crate::event::Identity,
+        #[serde(flatten)]
+        kind: &'a EventKind,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        amd: Option<&'a crate::event::AmdDetail>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        gpu_device: Option<&'a GpuIdentity>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cgroup: Option<crate::model::workload::CgroupFields<'a>>,
+    }
+
+    fn flat_line(
+        ev: &Event,
+        clock: &Clock,
+        gpu: Option<&GpuIdentity>,
+        a: Option<&Attribution>,
+    ) -> Vec<u8> {
+        let mut out = Vec::new();
+        let line = FlatLine {
+            event: ev.kind.name(),
+            time: UtcMicros::at(clock, ev.origin.ts_ns),
+            origin: &ev.origin,
+            identity: ev.identity(),
+            kind: &ev.kind,
+            amd: ev.amd.as_ref(),
+            gpu_device: gpu,
+            cgroup: a.map(Attribution::json_fields),
+        };
+        escape::write_json(&mut out, &line);
+        out
+    }
+
+    /// Every event of every NVIDIA recording under gpu-trace/tests/fixtures, under hostile and
+    /// ordinary names, with and without AMD detail, GPU and cgroup: the hand-ordered line is the
+    /// flattened serde line, byte for byte.
+    #[test]
+    fn hand_ordered_line_is_the_flattened_serde_line_byte_for_byte() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../gpu-trace/tests");
+        let mut files = Vec::new();
+        for dir in [
+            "fixtures",
+            "fixtures/h200x2",
+            "fixtures/h200x2_gpu_ids",
+            "fixtures/h100_late_mps",
+            "fixtures/h100_live",
+        ] {
+            for e in std::fs::read_dir(root.join(dir)).unwrap() {
+                let path = e.unwrap().path();
+                if path.extension().is_some_and(|x| x == "gtrace") {
+                    files.push(path);
+                }
+            }
+        }
+        assert!(files.len() >= 10, "recordings: {files:?}");
+        let gpu = GpuIdentity {
+            index: 1,
+            uuid: Some("GPU-\u{1b}[31m".into()),
+            bus_id: "0000:00:06.0".into(),
+            rm_device: 1,
+        };
+        let cgroup = Attribution::new(
+            77,
+            Some("/kubepods/pod1234/cri-containerd-abc\u{202e}".into()),
+            Some(7),
+        );
+        let amd = crate::event::AmdDetail {
+            priority: Some(15),
+            ring_size: Some(4096),
+            ..Default::default()
+        };
+        let names = [
+            "python3",
+            "\u{1b}[31mEVIL\"\\",
+            "a\u{10FFFF}b\u{7f}\u{2028}",
+            "",
+        ];
+        let (clock, mut events) = (clock(), 0usize);
+        for path in &files {
+            let file = std::fs::File::open(path).unwrap();
+            let mut reader =
+                crate::record::RecordReader::new(std::io::BufReader::new(file)).unwrap();
+            let mut sources = crate::source::Sources::new();
+            while let Some(bytes) = reader.next_record().unwrap() {
+                let Ok(record) = crate::wire::parse_record(&bytes) else {
+                    continue;
+                };
+                for mut ev in sources.events_of(&record) {
+                    events += 1;
+                    for (i, name) in names.iter().enumerate() {
+                        ev.origin.comm = (*name).into();
+                        ev.amd = (i == 1).then(|| amd.clone());
+                        let (g, a) = (
+                            Some(&gpu).filter(|_| i != 2),
+                            Some(&cgroup).filter(|_| i > 1),
+                        );
+                        let mut hand = Vec::new();
+                        write_event(&mut hand, &ev, &clock, g, a);
+                        let flat = flat_line(&ev, &clock, g, a);
+                        assert_eq!(
+                            String::from_utf8_lossy(&hand),
+                            String::from_utf8_lossy(&flat),
+                            "{}",
+                            path.display()
+                        );
+                        assert_eq!(hand, flat);
+                    }
+                }
+            }
+        }
+        assert!(events > 400, "{events} events");
     }
 
     fn origin(ts_ns: u64) -> Origin {
