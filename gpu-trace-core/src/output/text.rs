@@ -72,29 +72,29 @@ impl TextFormatter {
         Tz: TimeZone,
         Tz::Offset: Display,
     {
+        self.write_event_cached(ev, clock, tz, line, &mut SecondCache::default())
+    }
+
+    /// [`write_event`](Self::write_event), the wall-clock second kept in `seconds` for the
+    /// next line.
+    fn write_event_cached<Tz>(
+        &self,
+        ev: &Event,
+        clock: &Clock,
+        tz: &Tz,
+        line: &mut String,
+        seconds: &mut SecondCache,
+    ) -> bool
+    where
+        Tz: TimeZone,
+        Tz::Offset: Display,
+    {
         if matches!(ev.kind, EventKind::WorkSubmit { .. }) && !self.verbose {
             return false;
         }
         let start = line.len();
         match self.timestamps {
-            TimestampMode::Wall => {
-                let t = clock.in_tz(ev.origin.ts_ns, tz);
-                // The fields directly, not `format("%H:%M:%S%.6f")`, which parses its format
-                // string for every line (≈ 10 % of the pipeline: docs/performance.md, part 4).
-                // Same text, a leap second included (chrono shows it as :60).
-                let (sec, nanos) = match t.nanosecond() {
-                    n if n >= 1_000_000_000 => (t.second() + 1, n - 1_000_000_000),
-                    n => (t.second(), n),
-                };
-                // `{:02}:{:02}:{:02}.{:06}`, digit by digit.
-                push_zero_padded(line, t.hour(), 2);
-                line.push(':');
-                push_zero_padded(line, t.minute(), 2);
-                line.push(':');
-                push_zero_padded(line, sec, 2);
-                line.push('.');
-                push_zero_padded(line, nanos / 1000, 6);
-            }
+            TimestampMode::Wall => write_wall(line, clock, tz, ev.origin.ts_ns, seconds),
             TimestampMode::Relative => {
                 let rel = format_relative(clock.relative_ns(ev.origin.ts_ns));
                 let _ = write!(line, "{rel:>TIME_WIDTH$}");
@@ -122,6 +122,54 @@ impl TextFormatter {
         line.truncate(end);
         true
     }
+}
+
+/// The last wall-clock second a [`TextSink`] wrote (`HH:MM:SS`, by its Unix second): the lines
+/// of one second convert the time to the time zone once. (A time zone's offset changes on a
+/// whole second.)
+#[derive(Clone, Copy, Debug, Default)]
+struct SecondCache(Option<(i128, [u8; 8])>);
+
+/// Appends `%H:%M:%S%.6f` of the monotonic `ts_ns` in `tz`.
+fn write_wall<Tz>(line: &mut String, clock: &Clock, tz: &Tz, ts_ns: u64, seconds: &mut SecondCache)
+where
+    Tz: TimeZone,
+    Tz::Offset: Display,
+{
+    const NS: i128 = 1_000_000_000;
+    let ns = clock.realtime_ns(ts_ns);
+    let (unix_sec, frac) = (ns.div_euclid(NS), ns.rem_euclid(NS) as u32);
+    if let Some((sec, hms)) = seconds.0
+        && sec == unix_sec
+        && let Ok(hms) = std::str::from_utf8(&hms)
+    {
+        line.push_str(hms);
+        line.push('.');
+        push_zero_padded(line, frac / 1000, 6);
+        return;
+    }
+    let t = clock.in_tz(ts_ns, tz);
+    // The fields directly, not `format("%H:%M:%S%.6f")`, which parses its format string for
+    // every line (≈ 10 % of the pipeline: docs/performance.md, part 4). Same text, a leap
+    // second included (chrono shows it as :60).
+    let (sec, nanos) = match t.nanosecond() {
+        n if n >= 1_000_000_000 => (t.second() + 1, n - 1_000_000_000),
+        n => (t.second(), n),
+    };
+    // `{:02}:{:02}:{:02}.{:06}`, digit by digit.
+    let start = line.len();
+    push_zero_padded(line, t.hour(), 2);
+    line.push(':');
+    push_zero_padded(line, t.minute(), 2);
+    line.push(':');
+    push_zero_padded(line, sec, 2);
+    // Kept only for an ordinary second (not a leap second, nor a time chrono cannot hold).
+    seconds.0 = <[u8; 8]>::try_from(&line.as_bytes()[start..])
+        .ok()
+        .filter(|_| t.nanosecond() == frac)
+        .map(|hms| (unix_sec, hms));
+    line.push('.');
+    push_zero_padded(line, nanos / 1000, 6);
 }
 
 /// Appends `v` in decimal with at least `width` digits, zeros in front (`{v:0width$}`).
@@ -163,6 +211,7 @@ pub struct TextSink<W> {
     side: Option<Box<dyn std::io::Write>>,
     /// The line being written (kept to reuse its allocation).
     line: String,
+    seconds: SecondCache,
 }
 
 impl<W: std::io::Write> TextSink<W> {
@@ -174,6 +223,7 @@ impl<W: std::io::Write> TextSink<W> {
             out,
             side: None,
             line: String::with_capacity(256),
+            seconds: SecondCache::default(),
         }
     }
 
@@ -195,10 +245,13 @@ impl<W: std::io::Write> Sink for TextSink<W> {
     fn event(&mut self, ev: &Enriched<'_>) -> Result<(), SinkError> {
         let line = &mut self.line;
         line.clear();
-        if !self
-            .formatter
-            .write_event(ev.event, &self.clock, &Local, line)
-        {
+        if !self.formatter.write_event_cached(
+            ev.event,
+            &self.clock,
+            &Local,
+            line,
+            &mut self.seconds,
+        ) {
             return Ok(());
         }
         match ev.cgroup {
@@ -1144,6 +1197,40 @@ mod tests {
             ev.origin.ts_ns = ts;
             for tz in &zones {
                 let line = wall(false).format_event_in_tz(&ev, &clock, tz).unwrap();
+                let want = clock.in_tz(ts, tz).format("%H:%M:%S%.6f").to_string();
+                assert_eq!(&line[..15], want, "ts {ts}");
+            }
+        }
+    }
+
+    #[test]
+    fn wall_time_kept_per_second_matches_chrono_within_across_and_back() {
+        // TextSink converts a second once (SecondCache): steps inside a second, across one and
+        // backwards must print what `%H:%M:%S%.6f` prints.
+        let zones = [
+            FixedOffset::east_opt(0).unwrap(),
+            FixedOffset::east_opt(5 * 3600 + 1800).unwrap(),
+            FixedOffset::west_opt(3 * 3600).unwrap(),
+        ];
+        let steps: [i64; 8] = [
+            1,
+            250_000_000,
+            999_999_000,
+            -1_000,
+            1_000_000_000,
+            -3_000_000_000,
+            60_000_000_123,
+            3_599_999_999_999,
+        ];
+        for tz in &zones {
+            let (clock, mut seconds) = (Clock::new(0), SecondCache::default());
+            let mut ts: u64 = 1_765_000_000_999_999_000;
+            for i in 0..2000usize {
+                ts = ts.wrapping_add_signed(steps[(i * 7 + i / 5) % steps.len()]);
+                let mut ev = task_destroy();
+                ev.origin.ts_ns = ts;
+                let mut line = String::new();
+                assert!(wall(false).write_event_cached(&ev, &clock, tz, &mut line, &mut seconds));
                 let want = clock.in_tz(ts, tz).format("%H:%M:%S%.6f").to_string();
                 assert_eq!(&line[..15], want, "ts {ts}");
             }
