@@ -173,8 +173,15 @@ impl std::fmt::Display for TaskKey {
 
 impl Serialize for TaskKey {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        // The Display form written on the stack digit by digit (at most
-        // `PID:0xCLIENT:0xHANDLE#N`, 43 bytes), without `core::fmt`.
+        s.serialize_str(self.text().as_str())
+    }
+}
+
+impl TaskKey {
+    /// The Display form written on the stack digit by digit (at most
+    /// `PID:0xCLIENT:0xHANDLE#N`, 43 bytes), without `core::fmt`: digits, `0x`, hex letters,
+    /// `:`, `kfd` and `#` only.
+    pub fn text(&self) -> KeyText {
         let mut key = KeyText {
             buf: [0; 48],
             len: 0,
@@ -196,19 +203,27 @@ impl Serialize for TaskKey {
             key.push(b"#");
             key.dec(self.generation);
         }
-        s.serialize_str(
-            std::str::from_utf8(&key.buf[..key.len]).map_err(serde::ser::Error::custom)?,
-        )
+        key
     }
 }
 
 /// [`TaskKey`]'s text as it is built (ASCII only; 48 bytes hold the longest).
-struct KeyText {
+pub struct KeyText {
     buf: [u8; 48],
     len: usize,
 }
 
 impl KeyText {
+    /// The bytes written (ASCII).
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+
+    pub fn as_str(&self) -> &str {
+        // Only ASCII is ever pushed.
+        std::str::from_utf8(self.as_bytes()).unwrap_or("?")
+    }
+
     fn push(&mut self, bytes: &[u8]) {
         self.buf[self.len..self.len + bytes.len()].copy_from_slice(bytes);
         self.len += bytes.len();
@@ -436,6 +451,13 @@ pub struct Hex8(pub u32);
 impl std::fmt::Display for Hex8 {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "0x{:08x}", self.0)
+    }
+}
+
+impl Hex8 {
+    /// `0x` and eight lowercase hex digits, as bytes.
+    pub fn text(self) -> [u8; 10] {
+        hex8(self.0)
     }
 }
 

@@ -208,7 +208,7 @@ use serde::Serialize;
 use std::borrow::Cow;
 
 use crate::escape;
-use crate::event::{Event, Origin};
+use crate::event::{Event, Hex8, Origin};
 use crate::inventory::Inventory;
 use crate::model::gpus::GpuIdentity;
 use crate::model::stats::{EngineStats, KernelCounters, ProcessStats, Stats, TaskStats};
@@ -235,13 +235,25 @@ pub fn write_event(
     out.extend_from_slice(b"{\"event\":\"");
     out.extend_from_slice(ev.kind.name().as_bytes());
     out.extend_from_slice(b"\",\"time\":");
-    escape::write_json(out, &UtcMicros::at(clock, ev.origin.ts_ns));
+    UtcMicros::at(clock, ev.origin.ts_ns).write_quoted(out);
     write_origin(out, &ev.origin);
     let id = ev.identity();
-    field(out, "key", &id.key);
-    field(out, "tsg", &id.tsg);
-    field(out, "handle", &id.handle);
-    field(out, "client_hex", &id.client_hex);
+    plain_field(
+        out,
+        "key",
+        id.key
+            .as_ref()
+            .map(|k| k.text())
+            .as_ref()
+            .map(|k| k.as_bytes()),
+    );
+    plain_field(out, "tsg", Some(id.tsg.as_str().as_bytes()));
+    plain_field(
+        out,
+        "handle",
+        id.handle.map(Hex8::text).as_ref().map(|h| &h[..]),
+    );
+    plain_field(out, "client_hex", Some(&id.client_hex.text()[..]));
     splice_object(out, &ev.kind);
     if let Some(amd) = &ev.amd {
         field(out, "amd", amd);
@@ -261,6 +273,26 @@ fn field<T: Serialize + ?Sized>(out: &mut Vec<u8>, key: &str, value: &T) {
     out.extend_from_slice(key.as_bytes());
     out.extend_from_slice(b"\":");
     escape::write_json(out, value);
+}
+
+/// `,"KEY":"TEXT"`, or `,"KEY":null` for `None`, where TEXT is one this crate spells in
+/// printable ASCII without quotes or backslashes (keys, handles, labels): the bytes serde_json and
+/// the terminal-safe escaper write for it, without scanning it twice.
+fn plain_field(out: &mut Vec<u8>, key: &str, text: Option<&[u8]>) {
+    out.extend_from_slice(b",\"");
+    out.extend_from_slice(key.as_bytes());
+    match text {
+        Some(t) => {
+            debug_assert!(
+                t.iter()
+                    .all(|&b| (0x20..0x7f).contains(&b) && !b"\"\\".contains(&b))
+            );
+            out.extend_from_slice(b"\":\"");
+            out.extend_from_slice(t);
+            out.push(b'"');
+        }
+        None => out.extend_from_slice(b"\":null"),
+    }
 }
 
 /// The origin's fields, as [`Origin`]'s `Serialize` writes them: `ts_ns`, `cpu`, `pid`, `tid`,
@@ -402,6 +434,17 @@ impl std::fmt::Display for UtcMicros {
         put(17, 2, sec);
         put(20, 6, nanos / 1000);
         f.write_str(std::str::from_utf8(&buf).map_err(|_| std::fmt::Error)?)
+    }
+}
+
+impl UtcMicros {
+    /// The time as a JSON string: what its `Serialize` writes (ASCII digits, `-`, `+`, `:`, `.`,
+    /// `T`, `Z`: nothing to escape), without serde_json's escaping pass.
+    fn write_quoted(&self, out: &mut Vec<u8>) {
+        use std::io::Write as _;
+        out.push(b'"');
+        let _ = write!(out, "{self}");
+        out.push(b'"');
     }
 }
 
