@@ -1181,14 +1181,19 @@ mod tests {
         assert_eq!(line(&ev), format!("{SAMPLE_SCHEDULE} (channel)"));
     }
 
-    #[test]
-    fn wall_time_matches_chrono_formatting_over_many_instants() {
-        // The hand-written time fields must print what `%H:%M:%S%.6f` prints, in every zone.
-        let zones = [
+    /// UTC, a half-hour zone east and a zone west.
+    fn zones() -> [FixedOffset; 3] {
+        [
             FixedOffset::east_opt(0).unwrap(),
             FixedOffset::east_opt(5 * 3600 + 1800).unwrap(),
             FixedOffset::west_opt(3 * 3600).unwrap(),
-        ];
+        ]
+    }
+
+    #[test]
+    fn wall_time_matches_chrono_formatting_over_many_instants() {
+        // The hand-written time fields must print what `%H:%M:%S%.6f` prints, in every zone.
+        let zones = zones();
         let mut ts: u64 = 1_765_000_000_123_456_789;
         for i in 0..3000u64 {
             ts = ts.wrapping_add(i * 7_919_000_013 % 86_400_000_000_000 + 999);
@@ -1207,11 +1212,7 @@ mod tests {
     fn wall_time_kept_per_second_matches_chrono_within_across_and_back() {
         // TextSink converts a second once (SecondCache): steps inside a second, across one and
         // backwards must print what `%H:%M:%S%.6f` prints.
-        let zones = [
-            FixedOffset::east_opt(0).unwrap(),
-            FixedOffset::east_opt(5 * 3600 + 1800).unwrap(),
-            FixedOffset::west_opt(3 * 3600).unwrap(),
-        ];
+        let zones = zones();
         let steps: [i64; 8] = [
             1,
             250_000_000,
