@@ -49,6 +49,31 @@ pub(super) fn head_commit(root: &Path) -> String {
     }
 }
 
+/// Removes the workspace's own crates from the release build of `target`, before REV's build
+/// and again before this checkout's: both trees' crates have the same names and fingerprints
+/// (cargo names a workspace crate by its path inside the workspace) and each records its own
+/// tree's sources, unchanged, so without this cargo finds the other tree's build fresh: REV's
+/// bench ran this tree's code, or every later build here ran REV's.
+fn forget_workspace_crates(root: &Path, target: &Path) -> Result<()> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(root).args(["clean", "--release"]);
+    for krate in ["gpu-trace", "gpu-trace-common", "gpu-trace-core", "xtask"] {
+        cmd.args(["-p", krate]);
+    }
+    let status = cmd
+        .env("CARGO_TARGET_DIR", target)
+        .status()
+        .context("running cargo clean")?;
+    if !status.success() {
+        bail!(
+            "cargo clean --release -p ... in {} failed ({status})",
+            root.display()
+        );
+    }
+    Ok(())
+}
+
 impl Before {
     /// Checks REV out in `<target>/xtask-bench/against-<commit>` (a detached `git worktree`,
     /// kept for the next run) and builds its xtask in release into the same target directory
@@ -95,10 +120,12 @@ impl Before {
                 "--against {rev}: building its xtask (cargo build --release -p xtask in {})",
                 tree.display()
             ));
+            forget_workspace_crates(&ctx.root, &target)?;
             cargo_build_xtask(&tree, &target)?;
             fs::copy(target.join("release/xtask"), &xtask)
                 .with_context(|| format!("copying {rev}'s xtask to {}", xtask.display()))?;
             progress("rebuilding this checkout's xtask (target/release/xtask is ours again)");
+            forget_workspace_crates(&ctx.root, &target)?;
             cargo_build_xtask(&ctx.root, &target)?;
         }
         let help = Command::new(&xtask)
