@@ -11,6 +11,7 @@ use crate::{
     model::{
         bounded::PidMap,
         gpus::{GpuDirectory, GpuIdentity},
+        share::{ShareModel, ShareSample},
         stats::{KernelCounters, Stats},
         workload::Attribution,
     },
@@ -98,6 +99,8 @@ pub struct Pipeline<W: Write> {
     interval: Option<Periodic>,
     /// `--metrics`: the same events as Prometheus metrics.
     metrics: Option<Metrics>,
+    /// NVML per-process GPU share samples, with the processes' scheduling parameters.
+    share: ShareModel,
 }
 
 /// `--interval`: when and where the periodic statistics go.
@@ -143,6 +146,7 @@ impl<W: Write> Pipeline<W> {
             perfetto: None,
             interval: None,
             metrics: None,
+            share: ShareModel::new(),
         }
     }
 
@@ -397,6 +401,12 @@ impl<W: Write> Pipeline<W> {
     /// Adds what is known of the event's process and task, and hands it to each sink: the
     /// statistics, metrics, Perfetto, the lines.
     fn emit(&mut self, event: &Event) -> Result<(), SinkError> {
+        if matches!(
+            event.kind,
+            EventKind::TaskInit { .. } | EventKind::Schedule { .. } | EventKind::SchedUpdate { .. }
+        ) {
+            self.share_params(event);
+        }
         let gpu = self.gpu_of(event);
         let ev = Enriched {
             event,
@@ -416,6 +426,45 @@ impl<W: Write> Pipeline<W> {
             perfetto.event(&ev)?;
         }
         self.lines.event(&ev)
+    }
+
+    /// The event's scheduling parameters, for the share before/after each change.
+    fn share_params(&mut self, event: &Event) {
+        let wall_ns = self.config.clock.realtime_ns(event.origin.ts_ns);
+        let wall_us = u64::try_from(wall_ns / 1000).unwrap_or(0);
+        self.share.observe(event, wall_us);
+    }
+
+    /// NVML per-process utilization samples (the live sampler, or a recording): counted for
+    /// the statistics and `top`, a `GPU_SHARE` line each (JSON),
+    /// `--pid`/`--comm` select them as they select events.
+    pub fn share_samples(&mut self, samples: &[ShareSample]) -> Result<(), SinkError> {
+        for s in samples {
+            let comm = self.process_names.get(&s.pid).map(String::as_str);
+            let pid_ok = self.config.pids.is_empty() || self.config.pids.contains(&s.pid);
+            let comm_ok = self.config.comms.is_empty()
+                || comm.is_some_and(|c| self.config.comms.iter().any(|x| x == c));
+            if !(pid_ok && comm_ok) {
+                continue;
+            }
+            self.share.add(s);
+            let attribution = self.attributions.get(&s.pid);
+            self.lines
+                .json_line(|| crate::output::share::share_json(s, comm, attribution))?;
+        }
+        Ok(())
+    }
+
+    /// The GPU share samples so far.
+    pub fn share(&self) -> &ShareModel {
+        &self.share
+    }
+
+    /// The share's window: `--interval`, else 10 s.
+    fn share_window_us(&self) -> u64 {
+        self.interval
+            .as_ref()
+            .map_or(10_000_000, |p| (p.period_ns / 1000).max(1))
     }
 
     pub fn flush(&mut self) -> std::io::Result<()> {
@@ -468,10 +517,21 @@ impl<W: Write> Pipeline<W> {
         }
         self.stats.live_at_exit = self.sources.live_tasks() as u64;
         self.stats.unreported = self.unreported();
-        let stats_text = self
-            .config
-            .stats
-            .then(|| self.stats.render_text(self.config.verbose));
+        let stats_text = self.config.stats.then(|| {
+            let mut text = self.stats.render_text(self.config.verbose);
+            for line in self.share.render_lines(self.share_window_us()) {
+                text.push_str(&line);
+                text.push('\n');
+            }
+            text
+        });
+        if self.config.stats && !self.share.is_empty() {
+            let window = self.share_window_us();
+            let share = &self.share;
+            let _ = self
+                .lines
+                .json_line(|| crate::output::share::share_stats_json(share, window));
+        }
         let end = RunEnd {
             stats: &self.stats,
             counters,

@@ -472,6 +472,7 @@ pub async fn run_live_with(
     // NVML's own driver calls (it opens the GPU) are made before the programs attach, so that
     // gpu-trace does not trace itself; the walk comes after attaching.
     let nvml = (!amd).then(crate::probe::nvml::query);
+    let share_sampler = open_share_sampler(args, amd);
     // Bound before loading: a busy port or a refused address stops the run before any hook.
     let metrics = crate::metrics::server::serve(&args.metrics, args.ring_size)?;
     let mut tracer = Tracer::load(&options)?;
@@ -485,6 +486,7 @@ pub async fn run_live_with(
     let inventory = traced_inventory(args, amd, nvml, &subtrees);
     tracer.track(&kernel_tracking(&inventory, &args.output))?;
     let clock = Clock::from_system().map_err(io_err("reading the clocks"))?;
+    let share = start_share_sampler(share_sampler, args.share_interval);
     announce_hooks(&tracer, kfd.as_ref());
     announce_inventory(&inventory, &args.output);
 
@@ -526,6 +528,7 @@ pub async fn run_live_with(
         recorder,
         viewer,
         tracing_since,
+        share,
     };
     let period = interval(&args.output);
     live.trace_until_stopped(
@@ -536,6 +539,9 @@ pub async fn run_live_with(
         metrics_server.is_some(),
     )
     .await?;
+    // Sampling stops with tracing: the samples taken so far are counted, the thread is let go.
+    live.take_share()?;
+    live.share = None;
     // Before detaching, which unloads the programs.
     live.report_program_runs(args.bpf_stats);
     let counters = live.drain_after_detach().await?;
@@ -544,6 +550,47 @@ pub async fn run_live_with(
         live.report(vec![warning]);
     }
     live.end(counters, args.record.as_deref(), perfetto, out_is_stdout)
+}
+
+/// The GPU share sampler (`--share-interval`), opened before the programs attach; `None`
+/// (said once on stderr, tracing goes on) without NVML, on AMD or with `--no-share`.
+fn open_share_sampler(
+    args: &TraceArgs,
+    amd: bool,
+) -> Option<Box<dyn crate::probe::share::ShareSampler>> {
+    if args.no_share {
+        return None;
+    }
+    if amd {
+        eprintln!(
+            "gpu-trace: GPU share: not sampled on AMD (KFD has no per-process utilization samples)"
+        );
+        return None;
+    }
+    match crate::probe::share::open() {
+        Ok(s) => Some(s),
+        Err(why) => {
+            eprintln!(
+                "gpu-trace: GPU share not sampled: {why}; tracing goes on (--no-share silences this)"
+            );
+            None
+        }
+    }
+}
+
+/// Starts the sampler's thread (a thread that cannot start: said once, tracing goes on).
+fn start_share_sampler(
+    sampler: Option<Box<dyn crate::probe::share::ShareSampler>>,
+    period_s: f64,
+) -> Option<crate::probe::share::ShareThread> {
+    let period = Duration::from_secs_f64(period_s);
+    match crate::probe::share::start(sampler?, period) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            eprintln!("gpu-trace: GPU share not sampled: no thread for it ({e}); tracing goes on");
+            None
+        }
+    }
 }
 
 /// SIGINT and SIGTERM as the live loop waits for them (tokio's handlers).
@@ -736,6 +783,8 @@ struct LiveRun<'v> {
     recorder: Option<RecordWriter<QueueWriter>>,
     viewer: Option<&'v mut dyn Viewer>,
     tracing_since: Instant,
+    /// `--share-interval`: the GPU share sampler's thread, while tracing.
+    share: Option<crate::probe::share::ShareThread>,
 }
 
 impl LiveRun<'_> {
@@ -751,6 +800,7 @@ impl LiveRun<'_> {
         metrics_served: bool,
     ) -> Result<(), RunError> {
         let mut health = tokio::time::interval(Duration::from_secs(1));
+        let mut share_tick = tokio::time::interval(Duration::from_millis(100));
         let sleep = async {
             match deadline {
                 Some(d) => tokio::time::sleep_until(d.into()).await,
@@ -796,6 +846,7 @@ impl LiveRun<'_> {
                     self.show_stats()?;
                 }
                 () = wake.notified() => {} // an output failed: the loop condition sees it
+                _ = share_tick.tick(), if self.share.is_some() => self.take_share()?,
                 _ = health.tick(), if metrics_served => {
                     let counters = self.tracer.counters()?;
                     if let Some(m) = self.pipeline.metrics_mut() {
@@ -822,6 +873,18 @@ impl LiveRun<'_> {
             }
         }
         Ok(())
+    }
+
+    /// The GPU share samples the sampler's thread has taken, into the pipeline.
+    fn take_share(&mut self) -> Result<(), RunError> {
+        let Some(share) = &self.share else {
+            return Ok(());
+        };
+        let batch = share.take();
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.pipeline.share_samples(&batch).map_err(sink_error)
     }
 
     /// A frame of the live view, or `--interval`'s statistics on the output.

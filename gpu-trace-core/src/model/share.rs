@@ -11,6 +11,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::event::{Event, EventKind, Interleave, SchedChange};
+
 /// One NVML process utilization sample.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ShareSample {
@@ -63,6 +65,8 @@ pub struct ShareModel {
     /// Per process: the parameters in force now, and their changes.
     params: BTreeMap<u32, (String, Vec<ParamChange>)>,
     uuids: BTreeMap<u32, String>,
+    /// Per process: the timeslice and interleave last set (allowed) on any of its tasks.
+    current: BTreeMap<u32, (Option<u64>, Option<Interleave>)>,
 }
 
 impl ShareModel {
@@ -102,6 +106,43 @@ impl ShareModel {
             }
             Some(_) => {}
         }
+    }
+
+    /// Follows the scheduling parameters of the event's process (`TASK_INIT`, an allowed
+    /// `SCHEDULE` or `SCHED_UPDATE` of the timeslice or interleave); `wall_us`: the event's time.
+    pub fn observe(&mut self, ev: &Event, wall_us: u64) {
+        let pid = ev.origin.pid;
+        let now = self.current.get(&pid).copied().unwrap_or_default();
+        let next = match &ev.kind {
+            EventKind::TaskInit {
+                timeslice_us,
+                interleave,
+                ..
+            } => (timeslice_us.or(now.0), interleave.or(now.1)),
+            EventKind::Schedule {
+                timeslice_us,
+                interleave,
+                allowed: true,
+                ..
+            } => (timeslice_us.or(now.0), interleave.or(now.1)),
+            EventKind::SchedUpdate {
+                change: SchedChange::Timeslice { new_us, .. },
+                allowed: true,
+                ..
+            } => (Some(*new_us), now.1),
+            EventKind::SchedUpdate {
+                change: SchedChange::Interleave { new, .. },
+                allowed: true,
+                ..
+            } => (now.0, new.or(now.1)),
+            _ => return,
+        };
+        self.current.insert(pid, next);
+        let ts = next.0.map_or("?".to_string(), |t| t.to_string());
+        let il = next
+            .1
+            .map_or("UNKNOWN".to_string(), |i| format!("{i:?}").to_uppercase());
+        self.params(pid, wall_us, format!("timeslice={ts} us interleave={il}"));
     }
 
     /// The GPUs sampled, in index order.
@@ -152,7 +193,11 @@ impl ShareModel {
 
     /// The sampled time span of `gpu` (first and one past the last sample).
     fn span(&self, gpu: u32) -> Option<(u64, u64)> {
-        let ts = self.samples.iter().filter(|s| s.gpu == gpu).map(|s| s.ts_us);
+        let ts = self
+            .samples
+            .iter()
+            .filter(|s| s.gpu == gpu)
+            .map(|s| s.ts_us);
         Some((ts.clone().min()?, ts.max()? + 1))
     }
 

@@ -97,7 +97,8 @@ fn share_before_and_after_a_timeslice_change() {
     assert!(
         lines
             .iter()
-            .any(|l| l.contains("after timeslice=2048 us -> timeslice=8192 us: share 28.3 % -> 26.7 %")),
+            .any(|l| l
+                .contains("after timeslice=2048 us -> timeslice=8192 us: share 28.3 % -> 26.7 %")),
         "{lines:#?}"
     );
 }
@@ -106,5 +107,8 @@ fn share_before_and_after_a_timeslice_change() {
 fn capture_lines_that_are_not_samples_are_refused() {
     assert!(parse_capture_line("{}", 0).is_err());
     assert!(parse_capture_line(r#"{"samples":[{"pid":1}]}"#, 0).is_err());
-    assert_eq!(parse_capture_line(r#"{"rc":6,"samples":[]}"#, 0), Ok(vec![]));
+    assert_eq!(
+        parse_capture_line(r#"{"rc":6,"samples":[]}"#, 0),
+        Ok(vec![])
+    );
 }

@@ -289,6 +289,11 @@ impl<W: std::io::Write> JsonSink<W> {
     fn line(&mut self, line: &str) -> Result<(), SinkError> {
         writeln!(self.out, "{line}").map_err(SinkError::Output)
     }
+
+    /// A line made elsewhere (`GPU_SHARE`, [`super::share`]).
+    pub fn other_line(&mut self, line: &str) -> Result<(), SinkError> {
+        self.line(line)
+    }
 }
 
 impl<W: std::io::Write> Sink for JsonSink<W> {
