@@ -281,7 +281,7 @@ impl ShareModel {
         };
         let params = self.params_now(pid).unwrap_or("parameters not seen");
         out.push(format!(
-            "    pid {pid}: share mean {} max {} ({} of {} samples); {params}",
+            "    pid {pid}: share mean {} max {} ({} samples of {} sampling points); {params}",
             percent(whole.ratio),
             percent(max),
             whole.samples,
