@@ -452,7 +452,38 @@ impl<W: Write> Pipeline<W> {
             self.lines
                 .json_line(|| crate::output::share::share_json(s, comm, attribution))?;
         }
+        if self.metrics.is_some() {
+            self.share_metrics();
+        }
         Ok(())
+    }
+
+    /// The metrics' share gauge: each process's share over the last window.
+    fn share_metrics(&mut self) {
+        let window = self.share_window_us();
+        let shares: Vec<_> = self
+            .share
+            .recent(window)
+            .into_iter()
+            .map(|(gpu, pid, ratio)| {
+                let comm = self.process_names.get(&pid).cloned().unwrap_or_default();
+                let workload = self
+                    .attributions
+                    .get(&pid)
+                    .map(|a| crate::metrics::Workload {
+                        container: a.workload.short_container_id().unwrap_or("").to_string(),
+                        pod: a
+                            .workload
+                            .pod
+                            .as_ref()
+                            .map_or(String::new(), |(uid, _)| uid.clone()),
+                    });
+                (gpu, comm, workload, ratio)
+            })
+            .collect();
+        if let Some(m) = self.metrics.as_mut() {
+            m.set_shares(&shares);
+        }
     }
 
     /// The GPU share samples so far.

@@ -173,3 +173,65 @@ fn a_long_share_period_does_not_delay_the_exit() {
     println!("a 1 s run with a 60 s share period took {took:?}");
     assert!(took < Duration::from_secs(20), "{took:?}");
 }
+
+/// The metrics gauge, scraped from the live run: the capture's three processes have no name
+/// gpu-trace saw and no container, so they share one label set and their shares add up. The
+/// last 10 s of the capture (python, as above, restricted to ts ≥ newest + 1 − 10 s): 50
+/// sampling points, Σ sm 4731 → 0.9462.
+#[test]
+fn metrics_gauge_serves_the_last_window_share_without_a_pid_label() {
+    if !root("metrics_gauge_serves_the_last_window_share_without_a_pid_label") {
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gpu-trace"))
+        .args(["--watch-device", "/dev/full", "--duration", "8"])
+        .args(["--share-interval", "0.02", "--metrics", &addr])
+        .env("GPU_TRACE_TEST_SHARE_REPLAY", CAPTURE)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The 80 lines take 1.6 s; scrape once they are in (bounded: 6 s).
+    let deadline = Instant::now() + Duration::from_secs(6);
+    let mut body = String::new();
+    while Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(500));
+        body = scrape(&addr).unwrap_or_default();
+        if gauge(&body).is_some_and(|(_, v)| (v - 0.9462).abs() < 1e-9) {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let (labels, value) = gauge(&body).unwrap_or_else(|| panic!("no share gauge in:\n{body}"));
+    assert_eq!(labels, r#"{gpu="0",comm="",container="",pod=""}"#);
+    assert!((value - 0.9462).abs() < 1e-9, "{value}");
+    assert!(!body.contains("pid="));
+}
+
+/// The share gauge's one series: its labels and value.
+fn gauge(body: &str) -> Option<(String, f64)> {
+    let rest = body
+        .lines()
+        .find_map(|l| l.strip_prefix("gpu_trace_gpu_share_ratio"))
+        .filter(|r| r.starts_with('{'))?;
+    let (labels, value) = rest.rsplit_once(' ')?;
+    Some((labels.to_string(), value.parse().ok()?))
+}
+
+fn scrape(addr: &str) -> std::io::Result<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    let mut r = String::new();
+    s.read_to_string(&mut r)?;
+    Ok(r)
+}

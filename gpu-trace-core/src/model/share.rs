@@ -191,6 +191,24 @@ impl ShareModel {
         })
     }
 
+    /// Each process's share of each GPU over the `window_us` up to the GPU's newest sample:
+    /// `(gpu, pid, ratio)`.
+    pub fn recent(&self, window_us: u64) -> Vec<(u32, u32, f64)> {
+        let mut out = Vec::new();
+        for gpu in self.gpus() {
+            let Some((_, end)) = self.span(gpu) else {
+                continue;
+            };
+            let from = end.saturating_sub(window_us);
+            for pid in self.pids(gpu) {
+                if let Some(s) = self.share(gpu, pid, from, end) {
+                    out.push((gpu, pid, s.ratio));
+                }
+            }
+        }
+        out
+    }
+
     /// The sampled time span of `gpu` (first and one past the last sample).
     fn span(&self, gpu: u32) -> Option<(u64, u64)> {
         let ts = self
