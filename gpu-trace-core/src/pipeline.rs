@@ -11,7 +11,7 @@ use crate::{
     model::{
         bounded::PidMap,
         gpus::{GpuDirectory, GpuIdentity},
-        share::{ShareModel, ShareSample},
+        share::ShareSample,
         stats::{KernelCounters, Stats},
         workload::Attribution,
     },
@@ -99,8 +99,6 @@ pub struct Pipeline<W: Write> {
     interval: Option<Periodic>,
     /// `--metrics`: the same events as Prometheus metrics.
     metrics: Option<Metrics>,
-    /// NVML per-process GPU share samples, with the processes' scheduling parameters.
-    share: ShareModel,
 }
 
 /// `--interval`: when and where the periodic statistics go.
@@ -146,7 +144,6 @@ impl<W: Write> Pipeline<W> {
             perfetto: None,
             interval: None,
             metrics: None,
-            share: ShareModel::new(),
         }
     }
 
@@ -432,7 +429,7 @@ impl<W: Write> Pipeline<W> {
     fn share_params(&mut self, event: &Event) {
         let wall_ns = self.config.clock.realtime_ns(event.origin.ts_ns);
         let wall_us = u64::try_from(wall_ns / 1000).unwrap_or(0);
-        self.share.observe(event, wall_us);
+        self.stats.share.observe(event, wall_us);
     }
 
     /// NVML per-process utilization samples (the live sampler, or a recording): counted for
@@ -447,7 +444,7 @@ impl<W: Write> Pipeline<W> {
             if !(pid_ok && comm_ok) {
                 continue;
             }
-            self.share.add(s);
+            self.stats.share.add(s);
             let attribution = self.attributions.get(&s.pid);
             self.lines
                 .json_line(|| crate::output::share::share_json(s, comm, attribution))?;
@@ -462,6 +459,7 @@ impl<W: Write> Pipeline<W> {
     fn share_metrics(&mut self) {
         let window = self.share_window_us();
         let shares: Vec<_> = self
+            .stats
             .share
             .recent(window)
             .into_iter()
@@ -484,11 +482,6 @@ impl<W: Write> Pipeline<W> {
         if let Some(m) = self.metrics.as_mut() {
             m.set_shares(&shares);
         }
-    }
-
-    /// The GPU share samples so far.
-    pub fn share(&self) -> &ShareModel {
-        &self.share
     }
 
     /// The share's window: `--interval`, else 10 s.
@@ -550,15 +543,15 @@ impl<W: Write> Pipeline<W> {
         self.stats.unreported = self.unreported();
         let stats_text = self.config.stats.then(|| {
             let mut text = self.stats.render_text(self.config.verbose);
-            for line in self.share.render_lines(self.share_window_us()) {
+            for line in self.stats.share.render_lines(self.share_window_us()) {
                 text.push_str(&line);
                 text.push('\n');
             }
             text
         });
-        if self.config.stats && !self.share.is_empty() {
+        if self.config.stats && !self.stats.share.is_empty() {
             let window = self.share_window_us();
-            let share = &self.share;
+            let share = &self.stats.share;
             let _ = self
                 .lines
                 .json_line(|| crate::output::share::share_stats_json(share, window));

@@ -244,6 +244,11 @@ fn open_terminal() -> io::Result<Terminal<CrosstermBackend<Stdout>>> {
     Ok(terminal)
 }
 
+/// A share column: `33.0`, `-` without samples.
+fn percent(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".into(), |v| format!("{:.1}", v * 100.0))
+}
+
 fn opt(v: Option<u64>) -> String {
     v.map_or_else(|| "?".into(), |v| v.to_string())
 }
@@ -290,6 +295,7 @@ fn draw(f: &mut ratatui::Frame, frame: &Frame, what: &str, help: &str) {
                 .unwrap_or_else(|| "?".into()),
             g.live.to_string(),
             g.max_live.to_string(),
+            percent(g.share),
         ])
     });
     f.render_widget(
@@ -301,9 +307,12 @@ fn draw(f: &mut ratatui::Frame, frame: &Frame, what: &str, help: &str) {
                 Constraint::Length(42),
                 Constraint::Length(6),
                 Constraint::Length(9),
+                Constraint::Length(7),
             ],
         )
-        .header(Row::new(["RM GPU", "NVIDIA-SMI", "UUID", "LIVE", "MAX_LIVE"]).style(bold))
+        .header(
+            Row::new(["RM GPU", "NVIDIA-SMI", "UUID", "LIVE", "MAX_LIVE", "SHARE%"]).style(bold),
+        )
         .block(Block::default().borders(Borders::TOP).title("GPUs")),
         gpus,
     );
@@ -327,6 +336,7 @@ fn draw(f: &mut ratatui::Frame, frame: &Frame, what: &str, help: &str) {
             format!("{:.1}", p.updates_per_s),
             p.schedules.to_string(),
             p.refused.to_string(),
+            percent(p.gpu_share),
             opt(p.timeslice_us),
             opt(p.init_to_schedule_us),
         ])
@@ -344,6 +354,7 @@ fn draw(f: &mut ratatui::Frame, frame: &Frame, what: &str, help: &str) {
                 Constraint::Length(7),
                 Constraint::Length(9),
                 Constraint::Length(8),
+                Constraint::Length(6),
                 Constraint::Length(10),
                 Constraint::Length(14),
             ],
@@ -359,6 +370,7 @@ fn draw(f: &mut ratatui::Frame, frame: &Frame, what: &str, help: &str) {
                 "UPD/s",
                 "SCHEDULES",
                 "REFUSED",
+                "GPU%",
                 "TIMESLICE",
                 "INIT→SCHED us",
             ])

@@ -57,7 +57,7 @@ pub struct Share {
 }
 
 /// The samples of a run, with the processes' scheduling parameters.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ShareModel {
     samples: Vec<ShareSample>,
     /// Samples not kept (over [`MAX_KEPT_SAMPLES`]).
