@@ -42,7 +42,7 @@ impl SortBy {
 }
 
 /// One process row.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct ProcessRow {
     pub pid: u32,
     /// Escaped for the terminal.
@@ -67,11 +67,49 @@ pub struct ProcessRow {
     pub gpu_share: Option<f64>,
 }
 
+// Debug by hand: the share fields show only when there is a share, so that a frame of a run
+// without NVML samples reads as it did before they existed (the golden frames).
+impl std::fmt::Debug for ProcessRow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("ProcessRow");
+        d.field("pid", &self.pid)
+            .field("comm", &self.comm)
+            .field("group", &self.group)
+            .field("live", &self.live)
+            .field("live_total", &self.live_total)
+            .field("schedules_per_s", &self.schedules_per_s)
+            .field("refused_per_s", &self.refused_per_s)
+            .field("updates_per_s", &self.updates_per_s)
+            .field("schedules", &self.schedules)
+            .field("refused", &self.refused)
+            .field("timeslice_us", &self.timeslice_us)
+            .field("init_to_schedule_us", &self.init_to_schedule_us);
+        if let Some(share) = self.gpu_share {
+            d.field("gpu_share", &share);
+        }
+        d.finish()
+    }
+}
+
+impl std::fmt::Debug for GpuRow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("GpuRow");
+        d.field("gpu", &self.gpu)
+            .field("name", &self.name)
+            .field("live", &self.live)
+            .field("max_live", &self.max_live);
+        if let Some(share) = self.share {
+            d.field("share", &share);
+        }
+        d.finish()
+    }
+}
+
 /// The window of `top`'s share columns.
 pub const SHARE_WINDOW_US: u64 = 5_000_000;
 
 /// One GPU row.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct GpuRow {
     /// RM device instance (`None`: not known).
     pub gpu: Option<u32>,
