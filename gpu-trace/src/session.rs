@@ -499,7 +499,13 @@ pub async fn run_live_with(
         record,
     } = files;
     let recorder = match record {
-        Some(queue) => Some(start_recording(queue, &clock, &tracer, &inventory, amd)?),
+        Some(queue) => Some(start_recording(
+            queue,
+            &clock,
+            &tracer,
+            &inventory,
+            (amd, share.is_some()),
+        )?),
         None => None,
     };
     let pipeline = new_pipeline(
@@ -727,7 +733,7 @@ fn start_recording(
     clock: &Clock,
     tracer: &Tracer,
     inventory: &Inventory,
-    amd: bool,
+    (amd, share): (bool, bool),
 ) -> Result<RecordWriter<QueueWriter>, RunError> {
     let header = RecordingHeader {
         tool_version: env!("CARGO_PKG_VERSION").into(),
@@ -743,7 +749,12 @@ fn start_recording(
         argv: std::env::args().collect(),
         inventory: Some(inventory.clone()),
     };
-    let mut w = RecordWriter::new(queue, &header)?;
+    // Version 2 only when share samples may come: the others stay readable by older readers.
+    let mut w = if share {
+        RecordWriter::with_share(queue, &header)?
+    } else {
+        RecordWriter::new(queue, &header)?
+    };
     w.get_mut().mark_unit();
     Ok(w)
 }
@@ -883,6 +894,11 @@ impl LiveRun<'_> {
         let batch = share.take();
         if batch.is_empty() {
             return Ok(());
+        }
+        if let Some(recorder) = self.recorder.as_mut() {
+            // A failing recording shows through its queue (the loop's output check).
+            let _ = recorder.share(&batch);
+            recorder.get_mut().mark_unit();
         }
         self.pipeline.share_samples(&batch).map_err(sink_error)
     }
@@ -1466,8 +1482,14 @@ pub fn replay_with(
     let mut next_frame = Duration::from_secs(1);
     let mut quit = false;
     while !pipeline.output().failed() {
-        match reader.next_record() {
-            Ok(Some(bytes)) => {
+        match reader.next_item() {
+            Ok(Some(gpu_trace_core::record::Item::Share(samples))) => {
+                if let Err(e) = pipeline.share_samples(&samples) {
+                    failure = Some(sink_error(e));
+                    break;
+                }
+            }
+            Ok(Some(gpu_trace_core::record::Item::Record(bytes))) => {
                 if let Err(e) = pipeline.feed(&bytes) {
                     failure = Some(sink_error(e));
                     break;

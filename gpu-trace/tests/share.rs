@@ -235,3 +235,66 @@ fn scrape(addr: &str) -> std::io::Result<String> {
     s.read_to_string(&mut r)?;
     Ok(r)
 }
+
+/// Recording keeps the samples (format version 2) and replay shows the same figures; a run
+/// without sampling still writes version 1 (older readers replay it).
+#[test]
+fn a_recording_keeps_the_samples_and_replay_shows_the_same_shares() {
+    if !root("a_recording_keeps_the_samples_and_replay_shows_the_same_shares") {
+        return;
+    }
+    let rec = common::scratch().join("share.gtrace");
+    let rec_s = rec.to_str().unwrap();
+    let live = run(
+        Some(CAPTURE),
+        &[
+            "--format",
+            "json",
+            "--duration",
+            "4",
+            "--share-interval",
+            "0.02",
+            "--record",
+            rec_s,
+        ],
+    );
+    assert!(
+        live.status.success(),
+        "{}",
+        String::from_utf8_lossy(&live.stderr)
+    );
+    let bytes = std::fs::read(&rec).unwrap();
+    assert_eq!(bytes[8..12], 2u32.to_le_bytes(), "version 2 with samples");
+    let replay = Command::new(env!("CARGO_BIN_EXE_gpu-trace"))
+        .args(["replay", rec_s, "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        replay.status.success(),
+        "{}",
+        String::from_utf8_lossy(&replay.stderr)
+    );
+    let pick = |out: &Output| -> Vec<Value> {
+        json_lines(out)
+            .into_iter()
+            .filter(|v| v["event"] == "GPU_SHARE" || v["event"] == "GPU_SHARE_STATS")
+            .collect()
+    };
+    let (a, b) = (pick(&live), pick(&replay));
+    assert_eq!(a.len(), 65);
+    assert_eq!(a, b);
+
+    let plain = common::scratch().join("plain.gtrace");
+    let out = run(
+        Some(CAPTURE),
+        &[
+            "--duration",
+            "1",
+            "--no-share",
+            "--record",
+            plain.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success());
+    assert_eq!(std::fs::read(&plain).unwrap()[8..12], 1u32.to_le_bytes());
+}

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use crate::event::{Event, EventKind, Interleave, SchedChange};
 
 /// One NVML process utilization sample.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ShareSample {
     /// NVML device index.
     pub gpu: u32,
