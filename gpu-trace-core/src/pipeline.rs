@@ -452,6 +452,24 @@ impl<W: Write> Pipeline<W> {
         if self.metrics.is_some() {
             self.share_metrics();
         }
+        if self.perfetto.is_some() {
+            self.share_perfetto(samples)?;
+        }
+        Ok(())
+    }
+
+    /// The Perfetto timeline's per-process share counters: at the batch's newest sample, each
+    /// process's share over the last second (5 sampling points on an H100).
+    fn share_perfetto(&mut self, samples: &[ShareSample]) -> Result<(), SinkError> {
+        let Some(newest) = samples.iter().map(|s| s.ts_us).max() else {
+            return Ok(());
+        };
+        let recent = self.stats.share.recent(1_000_000);
+        if let Some(p) = self.perfetto.as_mut() {
+            for (gpu, pid, ratio) in recent {
+                p.share(newest, gpu, pid, ratio)?;
+            }
+        }
         Ok(())
     }
 

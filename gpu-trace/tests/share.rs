@@ -298,3 +298,43 @@ fn a_recording_keeps_the_samples_and_replay_shows_the_same_shares() {
     assert!(out.status.success());
     assert_eq!(std::fs::read(&plain).unwrap()[8..12], 1u32.to_le_bytes());
 }
+
+/// The Perfetto timeline gets a per-process counter track `GPU share (gpu 0)`; its last point
+/// for 568 is the share over the capture's last second (python as above, ts ≥ newest + 1 − 1 s:
+/// 5 sampling points, 568's Σ sm 376 → 75.2 %; 531 and 532 have none there → 0.0).
+#[test]
+fn perfetto_has_a_share_counter_track_per_process() {
+    if !root("perfetto_has_a_share_counter_track_per_process") {
+        return;
+    }
+    let path = common::scratch().join("share.perfetto.json");
+    let out = run(
+        Some(CAPTURE),
+        &[
+            "--duration",
+            "4",
+            "--share-interval",
+            "0.02",
+            "--perfetto",
+            path.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success());
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let points: Vec<&Value> = v["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "C" && e["name"] == "GPU share (gpu 0)")
+        .collect();
+    let last = |pid: u64| {
+        points
+            .iter()
+            .rev()
+            .find(|e| e["pid"] == pid)
+            .map(|e| e["args"]["share_percent"].as_f64().unwrap())
+    };
+    assert_eq!(last(568), Some(75.2));
+    assert_eq!(last(531), Some(0.0));
+    assert_eq!(last(532), Some(0.0));
+}
