@@ -471,8 +471,7 @@ pub async fn run_live_with(
     let options = load_options(args, amd, kfd.as_ref(), watched, &subtrees);
     // NVML's own driver calls (it opens the GPU) are made before the programs attach, so that
     // gpu-trace does not trace itself; the walk comes after attaching.
-    let nvml = (!amd).then(crate::probe::nvml::query);
-    let share_sampler = open_share_sampler(args, amd);
+    let (nvml, share_sampler) = (nvml_inventory(amd), open_share_sampler(args, amd));
     // Bound before loading: a busy port or a refused address stops the run before any hook.
     let metrics = crate::metrics::server::serve(&args.metrics, args.ring_size)?;
     let mut tracer = Tracer::load(&options)?;
@@ -486,10 +485,8 @@ pub async fn run_live_with(
     let inventory = traced_inventory(args, amd, nvml, &subtrees);
     tracer.track(&kernel_tracking(&inventory, &args.output))?;
     let clock = Clock::from_system().map_err(io_err("reading the clocks"))?;
-    let share = start_share_sampler(share_sampler, args.share_interval);
     announce_hooks(&tracer, kfd.as_ref());
     announce_inventory(&inventory, &args.output);
-
     // Started: the -o and --record files may now lose their old contents.
     pending.commit()?;
     let OutputFiles {
@@ -498,13 +495,10 @@ pub async fn run_live_with(
         perfetto,
         record,
     } = files;
+    let sampled = (amd, share_sampler.is_some());
     let recorder = match record {
         Some(queue) => Some(start_recording(
-            queue,
-            &clock,
-            &tracer,
-            &inventory,
-            (amd, share.is_some()),
+            queue, &clock, &tracer, &inventory, sampled,
         )?),
         None => None,
     };
@@ -534,20 +528,16 @@ pub async fn run_live_with(
         recorder,
         viewer,
         tracing_since,
-        share,
+        share: start_share_sampler(share_sampler, args.share_interval),
     };
-    let period = interval(&args.output);
     live.trace_until_stopped(
         &mut signals,
         deadline,
-        period,
+        interval(&args.output),
         &wake,
         metrics_server.is_some(),
     )
     .await?;
-    // Sampling stops with tracing: the samples taken so far are counted, the thread is let go.
-    live.take_share()?;
-    live.share = None;
     // Before detaching, which unloads the programs.
     live.report_program_runs(args.bpf_stats);
     let counters = live.drain_after_detach().await?;
@@ -556,6 +546,11 @@ pub async fn run_live_with(
         live.report(vec![warning]);
     }
     live.end(counters, args.record.as_deref(), perfetto, out_is_stdout)
+}
+
+/// NVML's GPU names and per-process memory for the inventory (NVIDIA).
+fn nvml_inventory(amd: bool) -> Option<Result<Vec<crate::probe::nvml::NvmlGpu>, String>> {
+    (!amd).then(crate::probe::nvml::query)
 }
 
 /// The GPU share sampler (`--share-interval`), opened before the programs attach; `None`
@@ -883,6 +878,10 @@ impl LiveRun<'_> {
                 tokio::task::yield_now().await;
             }
         }
+        // Sampling stops with tracing: the samples taken so far are counted, the thread is let
+        // go (never waited for).
+        self.take_share()?;
+        self.share = None;
         Ok(())
     }
 

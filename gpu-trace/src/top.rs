@@ -283,39 +283,7 @@ fn draw(f: &mut ratatui::Frame, frame: &Frame, what: &str, help: &str) {
         ]),
         head,
     );
-    let rows = frame.gpus.iter().map(|g| {
-        Row::new(vec![
-            g.gpu.map_or_else(|| "?".into(), |v| v.to_string()),
-            g.name
-                .as_ref()
-                .map_or_else(|| "?".into(), |(i, _)| i.to_string()),
-            g.name
-                .as_ref()
-                .and_then(|(_, u)| u.clone())
-                .unwrap_or_else(|| "?".into()),
-            g.live.to_string(),
-            g.max_live.to_string(),
-            percent(g.share),
-        ])
-    });
-    f.render_widget(
-        Table::new(
-            rows,
-            [
-                Constraint::Length(6),
-                Constraint::Length(11),
-                Constraint::Length(42),
-                Constraint::Length(6),
-                Constraint::Length(9),
-                Constraint::Length(7),
-            ],
-        )
-        .header(
-            Row::new(["RM GPU", "NVIDIA-SMI", "UUID", "LIVE", "MAX_LIVE", "SHARE%"]).style(bold),
-        )
-        .block(Block::default().borders(Borders::TOP).title("GPUs")),
-        gpus,
-    );
+    draw_gpus(f, frame, gpus, bold);
     let rows = frame.processes.iter().map(|p| {
         let live = if p.live.is_empty() {
             "0".to_string()
@@ -378,5 +346,42 @@ fn draw(f: &mut ratatui::Frame, frame: &Frame, what: &str, help: &str) {
         )
         .block(Block::default().borders(Borders::TOP).title("Processes")),
         procs,
+    );
+}
+
+/// The GPUs table: RM instance, nvidia-smi index and UUID, live tasks, GPU share.
+fn draw_gpus(f: &mut ratatui::Frame, frame: &Frame, area: ratatui::layout::Rect, bold: Style) {
+    let rows = frame.gpus.iter().map(|g| {
+        Row::new(vec![
+            g.gpu.map_or_else(|| "?".into(), |v| v.to_string()),
+            g.name
+                .as_ref()
+                .map_or_else(|| "?".into(), |(i, _)| i.to_string()),
+            g.name
+                .as_ref()
+                .and_then(|(_, u)| u.clone())
+                .unwrap_or_else(|| "?".into()),
+            g.live.to_string(),
+            g.max_live.to_string(),
+            percent(g.share),
+        ])
+    });
+    f.render_widget(
+        Table::new(
+            rows,
+            [
+                Constraint::Length(6),
+                Constraint::Length(11),
+                Constraint::Length(42),
+                Constraint::Length(6),
+                Constraint::Length(9),
+                Constraint::Length(7),
+            ],
+        )
+        .header(
+            Row::new(["RM GPU", "NVIDIA-SMI", "UUID", "LIVE", "MAX_LIVE", "SHARE%"]).style(bold),
+        )
+        .block(Block::default().borders(Borders::TOP).title("GPUs")),
+        area,
     );
 }
