@@ -486,14 +486,7 @@ impl<W: Write> Pipeline<W> {
                 let workload = self
                     .attributions
                     .get(&pid)
-                    .map(|a| crate::metrics::Workload {
-                        container: a.workload.short_container_id().unwrap_or("").to_string(),
-                        pod: a
-                            .workload
-                            .pod
-                            .as_ref()
-                            .map_or(String::new(), |(uid, _)| uid.clone()),
-                    });
+                    .map(crate::metrics::Workload::of);
                 (gpu, comm, workload, ratio)
             })
             .collect();

@@ -58,6 +58,14 @@ fn run(replay: Option<&str>, args: &[&str]) -> Output {
     cmd.output().expect("gpu-trace runs")
 }
 
+/// A run of `seconds` with the stand-in replaying the capture every 20 ms (its 80 lines take
+/// 1.6 s), and `extra` arguments.
+fn replayed(seconds: &str, extra: &[&str]) -> Output {
+    let mut args = vec!["--duration", seconds, "--share-interval", "0.02"];
+    args.extend_from_slice(extra);
+    run(Some(CAPTURE), &args)
+}
+
 fn json_lines(out: &Output) -> Vec<Value> {
     String::from_utf8_lossy(&out.stdout)
         .lines()
@@ -71,17 +79,7 @@ fn replayed_capture_gives_the_independently_computed_shares() {
         return;
     }
     // 80 lines polled every 20 ms: the whole capture within the 4 s run.
-    let out = run(
-        Some(CAPTURE),
-        &[
-            "--format",
-            "json",
-            "--duration",
-            "4",
-            "--share-interval",
-            "0.02",
-        ],
-    );
+    let out = replayed("4", &["--format", "json"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let lines = json_lines(&out);
@@ -111,10 +109,7 @@ fn text_statistics_show_the_share_per_process() {
     if !root("text_statistics_show_the_share_per_process") {
         return;
     }
-    let out = run(
-        Some(CAPTURE),
-        &["--duration", "4", "--share-interval", "0.02"],
-    );
+    let out = replayed("4", &[]);
     let all = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success());
     // 1733/6400, 2113/6400, 2206/6400.
@@ -245,19 +240,7 @@ fn a_recording_keeps_the_samples_and_replay_shows_the_same_shares() {
     }
     let rec = common::scratch().join("share.gtrace");
     let rec_s = rec.to_str().unwrap();
-    let live = run(
-        Some(CAPTURE),
-        &[
-            "--format",
-            "json",
-            "--duration",
-            "4",
-            "--share-interval",
-            "0.02",
-            "--record",
-            rec_s,
-        ],
-    );
+    let live = replayed("4", &["--format", "json", "--record", rec_s]);
     assert!(
         live.status.success(),
         "{}",
@@ -308,17 +291,7 @@ fn perfetto_has_a_share_counter_track_per_process() {
         return;
     }
     let path = common::scratch().join("share.perfetto.json");
-    let out = run(
-        Some(CAPTURE),
-        &[
-            "--duration",
-            "4",
-            "--share-interval",
-            "0.02",
-            "--perfetto",
-            path.to_str().unwrap(),
-        ],
-    );
+    let out = replayed("4", &["--perfetto", path.to_str().unwrap()]);
     assert!(out.status.success());
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     let points: Vec<&Value> = v["traceEvents"]

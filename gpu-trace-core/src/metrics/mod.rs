@@ -1145,14 +1145,7 @@ mod tests;
 /// GPU, engine, container and pod.
 impl Sink for Metrics {
     fn event(&mut self, ev: &Enriched<'_>) -> Result<(), SinkError> {
-        let workload = ev.cgroup.map(|a| Workload {
-            container: a.workload.short_container_id().unwrap_or("").to_string(),
-            pod: a
-                .workload
-                .pod
-                .as_ref()
-                .map_or(String::new(), |(uid, _)| uid.clone()),
-        });
+        let workload = ev.cgroup.map(Workload::of);
         self.observe(ev.event, ev.process, workload.as_ref());
         Ok(())
     }

@@ -49,6 +49,20 @@ impl prometheus_client::collector::Collector for ShareCollector {
     }
 }
 
+impl Workload {
+    /// The `container` and `pod` label values of a process's attribution.
+    pub fn of(a: &crate::model::workload::Attribution) -> Self {
+        Self {
+            container: a.workload.short_container_id().unwrap_or("").to_string(),
+            pod: a
+                .workload
+                .pod
+                .as_ref()
+                .map_or(String::new(), |(uid, _)| uid.clone()),
+        }
+    }
+}
+
 impl Metrics {
     /// Sets the share gauges to `shares`: `(gpu, process name, workload, ratio)` per process;
     /// those with the same labels are summed. Label values go through the same caps as the
