@@ -11,6 +11,7 @@ use crate::{
     model::{
         bounded::PidMap,
         gpus::{GpuDirectory, GpuIdentity},
+        share::ShareSample,
         stats::{KernelCounters, Stats},
         workload::Attribution,
     },
@@ -397,6 +398,12 @@ impl<W: Write> Pipeline<W> {
     /// Adds what is known of the event's process and task, and hands it to each sink: the
     /// statistics, metrics, Perfetto, the lines.
     fn emit(&mut self, event: &Event) -> Result<(), SinkError> {
+        if matches!(
+            event.kind,
+            EventKind::TaskInit { .. } | EventKind::Schedule { .. } | EventKind::SchedUpdate { .. }
+        ) {
+            self.share_params(event);
+        }
         let gpu = self.gpu_of(event);
         let ev = Enriched {
             event,
@@ -416,6 +423,83 @@ impl<W: Write> Pipeline<W> {
             perfetto.event(&ev)?;
         }
         self.lines.event(&ev)
+    }
+
+    /// The event's scheduling parameters, for the share before/after each change.
+    fn share_params(&mut self, event: &Event) {
+        let wall_ns = self.config.clock.realtime_ns(event.origin.ts_ns);
+        let wall_us = u64::try_from(wall_ns / 1000).unwrap_or(0);
+        self.stats.share.observe(event, wall_us);
+    }
+
+    /// NVML per-process utilization samples (the live sampler, or a recording): counted for
+    /// the statistics and `top`, a `GPU_SHARE` line each (JSON),
+    /// `--pid`/`--comm` select them as they select events.
+    pub fn share_samples(&mut self, samples: &[ShareSample]) -> Result<(), SinkError> {
+        for s in samples {
+            let comm = self.process_names.get(&s.pid).map(String::as_str);
+            let pid_ok = self.config.pids.is_empty() || self.config.pids.contains(&s.pid);
+            let comm_ok = self.config.comms.is_empty()
+                || comm.is_some_and(|c| self.config.comms.iter().any(|x| x == c));
+            if !(pid_ok && comm_ok) {
+                continue;
+            }
+            self.stats.share.add(s);
+            let attribution = self.attributions.get(&s.pid);
+            self.lines
+                .json_line(|| crate::output::share::share_json(s, comm, attribution))?;
+        }
+        if self.metrics.is_some() {
+            self.share_metrics();
+        }
+        if self.perfetto.is_some() {
+            self.share_perfetto(samples)?;
+        }
+        Ok(())
+    }
+
+    /// The Perfetto timeline's per-process share counters: at the batch's newest sample, each
+    /// process's share over the last second (5 sampling points on an H100).
+    fn share_perfetto(&mut self, samples: &[ShareSample]) -> Result<(), SinkError> {
+        let Some(newest) = samples.iter().map(|s| s.ts_us).max() else {
+            return Ok(());
+        };
+        let recent = self.stats.share.recent(1_000_000);
+        if let Some(p) = self.perfetto.as_mut() {
+            for (gpu, pid, ratio) in recent {
+                p.share(newest, gpu, pid, ratio)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The metrics' share gauge: each process's share over the last window.
+    fn share_metrics(&mut self) {
+        let window = self.share_window_us();
+        let shares: Vec<_> = self
+            .stats
+            .share
+            .recent(window)
+            .into_iter()
+            .map(|(gpu, pid, ratio)| {
+                let comm = self.process_names.get(&pid).cloned().unwrap_or_default();
+                let workload = self
+                    .attributions
+                    .get(&pid)
+                    .map(crate::metrics::Workload::of);
+                (gpu, comm, workload, ratio)
+            })
+            .collect();
+        if let Some(m) = self.metrics.as_mut() {
+            m.set_shares(&shares);
+        }
+    }
+
+    /// The share's window: `--interval`, else 10 s.
+    fn share_window_us(&self) -> u64 {
+        self.interval
+            .as_ref()
+            .map_or(10_000_000, |p| (p.period_ns / 1000).max(1))
     }
 
     pub fn flush(&mut self) -> std::io::Result<()> {
@@ -468,10 +552,21 @@ impl<W: Write> Pipeline<W> {
         }
         self.stats.live_at_exit = self.sources.live_tasks() as u64;
         self.stats.unreported = self.unreported();
-        let stats_text = self
-            .config
-            .stats
-            .then(|| self.stats.render_text(self.config.verbose));
+        let stats_text = self.config.stats.then(|| {
+            let mut text = self.stats.render_text(self.config.verbose);
+            for line in self.stats.share.render_lines(self.share_window_us()) {
+                text.push_str(&line);
+                text.push('\n');
+            }
+            text
+        });
+        if self.config.stats && !self.stats.share.is_empty() {
+            let window = self.share_window_us();
+            let share = &self.stats.share;
+            let _ = self
+                .lines
+                .json_line(|| crate::output::share::share_stats_json(share, window));
+        }
         let end = RunEnd {
             stats: &self.stats,
             counters,

@@ -10,6 +10,12 @@
 //! trailer   u32 LE 0, then u32 LE length and a JSON RecordingTrailer (kernel counters at the
 //!           end of the run); absent when the recording was cut short
 //! ```
+//!
+//! Version 2 (written only by runs that sample the GPU share, `--share-interval`; the others
+//! still write version 1, so that older readers replay them): among the records, a length with
+//! its top bit set ([`SHARE_FLAG`]) announces a batch of NVML share samples, that many bytes
+//! (without the bit) of JSON (`[ShareSample, ...]`), in the order the live run got them. A
+//! reader of version 1 only refuses a version-2 file (its version check), never misreads it.
 //! Replaying feeds the same bytes through the same decoder, model and output as the live run,
 //! so it prints what the live run printed.
 
@@ -21,7 +27,18 @@ use thiserror::Error;
 use crate::model::stats::KernelCounters;
 
 pub const MAGIC: &[u8; 8] = b"GPUTRACE";
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
+/// The version of recordings without share samples (what older readers read).
+pub const FORMAT_VERSION_PLAIN: u32 = 1;
+/// Version 2: the top bit of a record length marks a batch of share samples.
+pub const SHARE_FLAG: u32 = 1 << 31;
+
+/// One item of a recording: a ring-buffer record, or (version 2) a batch of share samples.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Item {
+    Record(Vec<u8>),
+    Share(Vec<crate::model::share::ShareSample>),
+}
 /// Records larger than this are refused as corrupt (the largest wire record is 264 bytes).
 const MAX_RECORD: u32 = 64 * 1024;
 
@@ -32,13 +49,15 @@ pub enum RecordError {
     #[error("not a gpu-trace recording (bad magic); record one with `gpu-trace --record FILE`")]
     BadMagic,
     #[error(
-        "recording format version {0} is not supported by this gpu-trace (it reads {FORMAT_VERSION})"
+        "recording format version {0} is not supported by this gpu-trace (it reads {FORMAT_VERSION_PLAIN} to {FORMAT_VERSION}); replay it with the gpu-trace that recorded it"
     )]
     Version(u32),
     #[error("recording header is not valid JSON: {0}")]
     Header(#[source] serde_json::Error),
     #[error("recording trailer is not valid JSON: {0}")]
     Trailer(#[source] serde_json::Error),
+    #[error("corrupt recording: a share-sample batch is not valid JSON: {0}")]
+    Share(#[source] serde_json::Error),
     #[error("corrupt recording: record length {0} at byte {1}")]
     BadLength(u32, u64),
 }
@@ -79,16 +98,50 @@ fn is_zero(v: &u64) -> bool {
 
 pub struct RecordWriter<W: Write> {
     out: W,
+    version: u32,
 }
 
 impl<W: Write> RecordWriter<W> {
-    pub fn new(mut out: W, header: &RecordingHeader) -> Result<Self, RecordError> {
+    /// A version-1 recording (no share samples).
+    pub fn new(out: W, header: &RecordingHeader) -> Result<Self, RecordError> {
+        Self::with_version(out, header, FORMAT_VERSION_PLAIN)
+    }
+
+    /// A version-2 recording: it may hold share samples ([`Self::share`]).
+    pub fn with_share(out: W, header: &RecordingHeader) -> Result<Self, RecordError> {
+        Self::with_version(out, header, FORMAT_VERSION)
+    }
+
+    fn with_version(
+        mut out: W,
+        header: &RecordingHeader,
+        version: u32,
+    ) -> Result<Self, RecordError> {
         let json = serde_json::to_vec(header).map_err(RecordError::Header)?;
         out.write_all(MAGIC)?;
-        out.write_all(&FORMAT_VERSION.to_le_bytes())?;
+        out.write_all(&version.to_le_bytes())?;
         out.write_all(&(json.len() as u32).to_le_bytes())?;
         out.write_all(&json)?;
-        Ok(Self { out })
+        Ok(Self { out, version })
+    }
+
+    /// A batch of share samples (version 2 only; a version-1 writer leaves them out, and says
+    /// so: `Ok(false)`).
+    pub fn share(
+        &mut self,
+        samples: &[crate::model::share::ShareSample],
+    ) -> Result<bool, RecordError> {
+        if self.version < FORMAT_VERSION {
+            return Ok(false);
+        }
+        // A sample's JSON is under 200 bytes: 256 of them stay under the record limit.
+        for chunk in samples.chunks(256) {
+            let json = serde_json::to_vec(chunk).map_err(RecordError::Share)?;
+            self.out
+                .write_all(&(json.len() as u32 | SHARE_FLAG).to_le_bytes())?;
+            self.out.write_all(&json)?;
+        }
+        Ok(true)
     }
 
     pub fn record(&mut self, bytes: &[u8]) -> Result<(), RecordError> {
@@ -127,6 +180,8 @@ pub struct RecordReader<R: BufRead> {
     pub header: RecordingHeader,
     pub trailer: Option<RecordingTrailer>,
     offset: u64,
+    /// The file's format version.
+    pub version: u32,
 }
 
 fn read_u32(input: &mut impl Read) -> Result<Option<u32>, io::Error> {
@@ -160,7 +215,7 @@ impl<R: BufRead> RecordReader<R> {
             return Err(RecordError::BadMagic);
         }
         let version = read_u32(&mut input)?.ok_or(RecordError::BadMagic)?;
-        if version != FORMAT_VERSION {
+        if !(FORMAT_VERSION_PLAIN..=FORMAT_VERSION).contains(&version) {
             return Err(RecordError::Version(version));
         }
         let len = read_u32(&mut input)?.ok_or(RecordError::BadMagic)?;
@@ -175,6 +230,7 @@ impl<R: BufRead> RecordReader<R> {
             header,
             trailer: None,
             offset: 16 + len as u64,
+            version,
         })
     }
 
@@ -185,6 +241,18 @@ impl<R: BufRead> RecordReader<R> {
     /// incomplete last record or trailer is the end of the recording, not an error, so that
     /// everything written before the cut can still be replayed.
     pub fn next_record(&mut self) -> Result<Option<Vec<u8>>, RecordError> {
+        loop {
+            match self.next_item()? {
+                Some(Item::Record(r)) => return Ok(Some(r)),
+                Some(Item::Share(_)) => {}
+                None => return Ok(None),
+            }
+        }
+    }
+
+    /// The next item: a record, or (version 2) a batch of share samples; `None` at the end,
+    /// as [`Self::next_record`].
+    pub fn next_item(&mut self) -> Result<Option<Item>, RecordError> {
         let Some(len) = read_u32(&mut self.input)? else {
             return Ok(None);
         };
@@ -201,6 +269,8 @@ impl<R: BufRead> RecordReader<R> {
             }
             return Ok(None);
         }
+        let share = self.version >= FORMAT_VERSION && len & SHARE_FLAG != 0;
+        let len = if share { len & !SHARE_FLAG } else { len };
         if len > MAX_RECORD {
             return Err(RecordError::BadLength(len, self.offset));
         }
@@ -209,7 +279,11 @@ impl<R: BufRead> RecordReader<R> {
             return Ok(None);
         }
         self.offset += 4 + len as u64;
-        Ok(Some(bytes))
+        if share {
+            let samples = serde_json::from_slice(&bytes).map_err(RecordError::Share)?;
+            return Ok(Some(Item::Share(samples)));
+        }
+        Ok(Some(Item::Record(bytes)))
     }
 }
 
@@ -228,6 +302,58 @@ mod tests {
             argv: vec!["gpu-trace".into()],
             inventory: None,
         }
+    }
+
+    fn sample(pid: u32) -> crate::model::share::ShareSample {
+        crate::model::share::ShareSample {
+            gpu: 0,
+            uuid: Some("GPU-1".into()),
+            pid,
+            ts_us: 1_795_711_117_879_126,
+            sm: 87,
+            mem: 6,
+            enc: 0,
+            dec: 0,
+        }
+    }
+
+    /// Version 2 keeps the share batches in place among the records; `next_record` (what a
+    /// caller that knows no samples reads) skips them; a version-1 writer leaves them out, so
+    /// that its file stays readable by version-1 readers.
+    #[test]
+    fn share_batches_round_trip_in_version_2_only() {
+        let mut w = RecordWriter::with_share(Vec::new(), &header()).unwrap();
+        w.record(&[1, 2, 3]).unwrap();
+        let batch: Vec<_> = (0..300).map(sample).collect();
+        assert!(w.share(&batch).unwrap());
+        w.record(&[4]).unwrap();
+        let bytes = w.finish(&RecordingTrailer::default()).unwrap();
+        assert_eq!(bytes[8..12], 2u32.to_le_bytes());
+        let mut r = RecordReader::new(&bytes[..]).unwrap();
+        assert_eq!(r.next_item().unwrap(), Some(Item::Record(vec![1, 2, 3])));
+        // 300 samples: two batches (256 + 44), each under the record limit.
+        assert_eq!(
+            r.next_item().unwrap(),
+            Some(Item::Share(batch[..256].to_vec()))
+        );
+        assert_eq!(
+            r.next_item().unwrap(),
+            Some(Item::Share(batch[256..].to_vec()))
+        );
+        assert_eq!(r.next_item().unwrap(), Some(Item::Record(vec![4])));
+        assert_eq!(r.next_item().unwrap(), None);
+        let mut r = RecordReader::new(&bytes[..]).unwrap();
+        assert_eq!(r.next_record().unwrap(), Some(vec![1, 2, 3]));
+        assert_eq!(r.next_record().unwrap(), Some(vec![4]));
+
+        let mut w = RecordWriter::new(Vec::new(), &header()).unwrap();
+        assert!(!w.share(&batch).unwrap());
+        w.record(&[5]).unwrap();
+        let bytes = w.finish(&RecordingTrailer::default()).unwrap();
+        assert_eq!(bytes[8..12], 1u32.to_le_bytes());
+        let mut r = RecordReader::new(&bytes[..]).unwrap();
+        assert_eq!(r.next_item().unwrap(), Some(Item::Record(vec![5])));
+        assert_eq!(r.next_item().unwrap(), None);
     }
 
     #[test]
@@ -341,11 +467,12 @@ mod tests {
         bytes.extend_from_slice(&(MAX_RECORD + 1).to_le_bytes());
         let mut r = RecordReader::new(&bytes[..]).unwrap();
         assert!(matches!(r.next_record(), Err(RecordError::BadLength(..))));
-        let mut v2 = MAGIC.to_vec();
-        v2.extend_from_slice(&2u32.to_le_bytes());
+        // A version newer than this reader's (version 2 is read since the share samples).
+        let mut v3 = MAGIC.to_vec();
+        v3.extend_from_slice(&3u32.to_le_bytes());
         assert!(matches!(
-            RecordReader::new(&v2[..]),
-            Err(RecordError::Version(2))
+            RecordReader::new(&v3[..]),
+            Err(RecordError::Version(3))
         ));
     }
 }

@@ -682,6 +682,18 @@ pub struct TraceArgs {
     #[arg(help_heading = heading::KERNEL)]
     pub bpf_stats: bool,
 
+    /// How often to read each process's GPU share from NVML (per-process utilization samples;
+    /// NVIDIA only), in seconds. The driver keeps only the latest sample per process (about
+    /// every 200 ms on an H100), so a period longer than that loses samples and undercounts
+    /// the shares: the default is 0.2 s. The shares go to the statistics, JSON (`GPU_SHARE`),
+    /// `top`; see docs/events.md.
+    #[arg(long, value_name = "SECONDS", value_parser = positive_seconds, default_value_t = 0.2)]
+    pub share_interval: f64,
+
+    /// Do not sample the processes' GPU share (no NVML calls while tracing).
+    #[arg(long)]
+    pub no_share: bool,
+
     #[command(flatten)]
     pub output: OutputArgs,
 }

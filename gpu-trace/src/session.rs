@@ -471,7 +471,7 @@ pub async fn run_live_with(
     let options = load_options(args, amd, kfd.as_ref(), watched, &subtrees);
     // NVML's own driver calls (it opens the GPU) are made before the programs attach, so that
     // gpu-trace does not trace itself; the walk comes after attaching.
-    let nvml = (!amd).then(crate::probe::nvml::query);
+    let (nvml, share_sampler) = (nvml_inventory(amd), open_share_sampler(args, amd));
     // Bound before loading: a busy port or a refused address stops the run before any hook.
     let metrics = crate::metrics::server::serve(&args.metrics, args.ring_size)?;
     let mut tracer = Tracer::load(&options)?;
@@ -487,7 +487,6 @@ pub async fn run_live_with(
     let clock = Clock::from_system().map_err(io_err("reading the clocks"))?;
     announce_hooks(&tracer, kfd.as_ref());
     announce_inventory(&inventory, &args.output);
-
     // Started: the -o and --record files may now lose their old contents.
     pending.commit()?;
     let OutputFiles {
@@ -496,8 +495,11 @@ pub async fn run_live_with(
         perfetto,
         record,
     } = files;
+    let sampled = (amd, share_sampler.is_some());
     let recorder = match record {
-        Some(queue) => Some(start_recording(queue, &clock, &tracer, &inventory, amd)?),
+        Some(queue) => Some(start_recording(
+            queue, &clock, &tracer, &inventory, sampled,
+        )?),
         None => None,
     };
     let pipeline = new_pipeline(
@@ -526,12 +528,12 @@ pub async fn run_live_with(
         recorder,
         viewer,
         tracing_since,
+        share: start_share_sampler(share_sampler, args.share_interval),
     };
-    let period = interval(&args.output);
     live.trace_until_stopped(
         &mut signals,
         deadline,
-        period,
+        interval(&args.output),
         &wake,
         metrics_server.is_some(),
     )
@@ -544,6 +546,52 @@ pub async fn run_live_with(
         live.report(vec![warning]);
     }
     live.end(counters, args.record.as_deref(), perfetto, out_is_stdout)
+}
+
+/// NVML's GPU names and per-process memory for the inventory (NVIDIA).
+fn nvml_inventory(amd: bool) -> Option<Result<Vec<crate::probe::nvml::NvmlGpu>, String>> {
+    (!amd).then(crate::probe::nvml::query)
+}
+
+/// The GPU share sampler (`--share-interval`), opened before the programs attach; `None`
+/// (said once on stderr, tracing goes on) without NVML, on AMD or with `--no-share`.
+fn open_share_sampler(
+    args: &TraceArgs,
+    amd: bool,
+) -> Option<Box<dyn crate::probe::share::ShareSampler>> {
+    if args.no_share {
+        return None;
+    }
+    if amd {
+        eprintln!(
+            "gpu-trace: GPU share: not sampled on AMD (KFD has no per-process utilization samples)"
+        );
+        return None;
+    }
+    match crate::probe::share::open() {
+        Ok(s) => Some(s),
+        Err(why) => {
+            eprintln!(
+                "gpu-trace: GPU share not sampled: {why}; tracing goes on (--no-share silences this)"
+            );
+            None
+        }
+    }
+}
+
+/// Starts the sampler's thread (a thread that cannot start: said once, tracing goes on).
+fn start_share_sampler(
+    sampler: Option<Box<dyn crate::probe::share::ShareSampler>>,
+    period_s: f64,
+) -> Option<crate::probe::share::ShareThread> {
+    let period = Duration::from_secs_f64(period_s);
+    match crate::probe::share::start(sampler?, period) {
+        Ok(t) => Some(t),
+        Err(e) => {
+            eprintln!("gpu-trace: GPU share not sampled: no thread for it ({e}); tracing goes on");
+            None
+        }
+    }
 }
 
 /// SIGINT and SIGTERM as the live loop waits for them (tokio's handlers).
@@ -680,7 +728,7 @@ fn start_recording(
     clock: &Clock,
     tracer: &Tracer,
     inventory: &Inventory,
-    amd: bool,
+    (amd, share): (bool, bool),
 ) -> Result<RecordWriter<QueueWriter>, RunError> {
     let header = RecordingHeader {
         tool_version: env!("CARGO_PKG_VERSION").into(),
@@ -696,7 +744,12 @@ fn start_recording(
         argv: std::env::args().collect(),
         inventory: Some(inventory.clone()),
     };
-    let mut w = RecordWriter::new(queue, &header)?;
+    // Version 2 only when share samples may come: the others stay readable by older readers.
+    let mut w = if share {
+        RecordWriter::with_share(queue, &header)?
+    } else {
+        RecordWriter::new(queue, &header)?
+    };
     w.get_mut().mark_unit();
     Ok(w)
 }
@@ -736,6 +789,8 @@ struct LiveRun<'v> {
     recorder: Option<RecordWriter<QueueWriter>>,
     viewer: Option<&'v mut dyn Viewer>,
     tracing_since: Instant,
+    /// `--share-interval`: the GPU share sampler's thread, while tracing.
+    share: Option<crate::probe::share::ShareThread>,
 }
 
 impl LiveRun<'_> {
@@ -751,6 +806,7 @@ impl LiveRun<'_> {
         metrics_served: bool,
     ) -> Result<(), RunError> {
         let mut health = tokio::time::interval(Duration::from_secs(1));
+        let mut share_tick = tokio::time::interval(Duration::from_millis(100));
         let sleep = async {
             match deadline {
                 Some(d) => tokio::time::sleep_until(d.into()).await,
@@ -796,6 +852,7 @@ impl LiveRun<'_> {
                     self.show_stats()?;
                 }
                 () = wake.notified() => {} // an output failed: the loop condition sees it
+                _ = share_tick.tick(), if self.share.is_some() => self.take_share()?,
                 _ = health.tick(), if metrics_served => {
                     let counters = self.tracer.counters()?;
                     if let Some(m) = self.pipeline.metrics_mut() {
@@ -821,7 +878,28 @@ impl LiveRun<'_> {
                 tokio::task::yield_now().await;
             }
         }
+        // Sampling stops with tracing: the samples taken so far are counted, the thread is let
+        // go (never waited for).
+        self.take_share()?;
+        self.share = None;
         Ok(())
+    }
+
+    /// The GPU share samples the sampler's thread has taken, into the pipeline.
+    fn take_share(&mut self) -> Result<(), RunError> {
+        let Some(share) = &self.share else {
+            return Ok(());
+        };
+        let batch = share.take();
+        if batch.is_empty() {
+            return Ok(());
+        }
+        if let Some(recorder) = self.recorder.as_mut() {
+            // A failing recording shows through its queue (the loop's output check).
+            let _ = recorder.share(&batch);
+            recorder.get_mut().mark_unit();
+        }
+        self.pipeline.share_samples(&batch).map_err(sink_error)
     }
 
     /// A frame of the live view, or `--interval`'s statistics on the output.
@@ -1403,8 +1481,14 @@ pub fn replay_with(
     let mut next_frame = Duration::from_secs(1);
     let mut quit = false;
     while !pipeline.output().failed() {
-        match reader.next_record() {
-            Ok(Some(bytes)) => {
+        match reader.next_item() {
+            Ok(Some(gpu_trace_core::record::Item::Share(samples))) => {
+                if let Err(e) = pipeline.share_samples(&samples) {
+                    failure = Some(sink_error(e));
+                    break;
+                }
+            }
+            Ok(Some(gpu_trace_core::record::Item::Record(bytes))) => {
                 if let Err(e) = pipeline.feed(&bytes) {
                     failure = Some(sink_error(e));
                     break;

@@ -244,6 +244,11 @@ fn open_terminal() -> io::Result<Terminal<CrosstermBackend<Stdout>>> {
     Ok(terminal)
 }
 
+/// A share column: `33.0`, `-` without samples.
+fn percent(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".into(), |v| format!("{:.1}", v * 100.0))
+}
+
 fn opt(v: Option<u64>) -> String {
     v.map_or_else(|| "?".into(), |v| v.to_string())
 }
@@ -278,35 +283,7 @@ fn draw(f: &mut ratatui::Frame, frame: &Frame, what: &str, help: &str) {
         ]),
         head,
     );
-    let rows = frame.gpus.iter().map(|g| {
-        Row::new(vec![
-            g.gpu.map_or_else(|| "?".into(), |v| v.to_string()),
-            g.name
-                .as_ref()
-                .map_or_else(|| "?".into(), |(i, _)| i.to_string()),
-            g.name
-                .as_ref()
-                .and_then(|(_, u)| u.clone())
-                .unwrap_or_else(|| "?".into()),
-            g.live.to_string(),
-            g.max_live.to_string(),
-        ])
-    });
-    f.render_widget(
-        Table::new(
-            rows,
-            [
-                Constraint::Length(6),
-                Constraint::Length(11),
-                Constraint::Length(42),
-                Constraint::Length(6),
-                Constraint::Length(9),
-            ],
-        )
-        .header(Row::new(["RM GPU", "NVIDIA-SMI", "UUID", "LIVE", "MAX_LIVE"]).style(bold))
-        .block(Block::default().borders(Borders::TOP).title("GPUs")),
-        gpus,
-    );
+    draw_gpus(f, frame, gpus, bold);
     let rows = frame.processes.iter().map(|p| {
         let live = if p.live.is_empty() {
             "0".to_string()
@@ -327,6 +304,7 @@ fn draw(f: &mut ratatui::Frame, frame: &Frame, what: &str, help: &str) {
             format!("{:.1}", p.updates_per_s),
             p.schedules.to_string(),
             p.refused.to_string(),
+            percent(p.gpu_share),
             opt(p.timeslice_us),
             opt(p.init_to_schedule_us),
         ])
@@ -344,6 +322,7 @@ fn draw(f: &mut ratatui::Frame, frame: &Frame, what: &str, help: &str) {
                 Constraint::Length(7),
                 Constraint::Length(9),
                 Constraint::Length(8),
+                Constraint::Length(6),
                 Constraint::Length(10),
                 Constraint::Length(14),
             ],
@@ -359,6 +338,7 @@ fn draw(f: &mut ratatui::Frame, frame: &Frame, what: &str, help: &str) {
                 "UPD/s",
                 "SCHEDULES",
                 "REFUSED",
+                "GPU%",
                 "TIMESLICE",
                 "INIT→SCHED us",
             ])
@@ -366,5 +346,42 @@ fn draw(f: &mut ratatui::Frame, frame: &Frame, what: &str, help: &str) {
         )
         .block(Block::default().borders(Borders::TOP).title("Processes")),
         procs,
+    );
+}
+
+/// The GPUs table: RM instance, nvidia-smi index and UUID, live tasks, GPU share.
+fn draw_gpus(f: &mut ratatui::Frame, frame: &Frame, area: ratatui::layout::Rect, bold: Style) {
+    let rows = frame.gpus.iter().map(|g| {
+        Row::new(vec![
+            g.gpu.map_or_else(|| "?".into(), |v| v.to_string()),
+            g.name
+                .as_ref()
+                .map_or_else(|| "?".into(), |(i, _)| i.to_string()),
+            g.name
+                .as_ref()
+                .and_then(|(_, u)| u.clone())
+                .unwrap_or_else(|| "?".into()),
+            g.live.to_string(),
+            g.max_live.to_string(),
+            percent(g.share),
+        ])
+    });
+    f.render_widget(
+        Table::new(
+            rows,
+            [
+                Constraint::Length(6),
+                Constraint::Length(11),
+                Constraint::Length(42),
+                Constraint::Length(6),
+                Constraint::Length(9),
+                Constraint::Length(7),
+            ],
+        )
+        .header(
+            Row::new(["RM GPU", "NVIDIA-SMI", "UUID", "LIVE", "MAX_LIVE", "SHARE%"]).style(bold),
+        )
+        .block(Block::default().borders(Borders::TOP).title("GPUs")),
+        area,
     );
 }

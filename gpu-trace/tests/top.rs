@@ -173,8 +173,9 @@ fn schedule_totals(screen: &str) -> std::collections::BTreeMap<String, u64> {
         .filter_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
             // PID COMM CONTAINER LIVE(one word per engine) SCHED/s REFUSED/s UPD/s SCHEDULES
-            // REFUSED TIMESLICE INIT→SCHED: the totals are the fourth and fifth from the end.
-            (f.len() >= 9).then(|| (f[0].to_string(), f[f.len() - 4].parse().unwrap()))
+            // REFUSED GPU% TIMESLICE INIT→SCHED: the totals are the fifth and fourth from the
+            // end.
+            (f.len() >= 10).then(|| (f[0].to_string(), f[f.len() - 5].parse().unwrap()))
         })
         .collect()
 }
@@ -307,4 +308,43 @@ fn the_views_without_a_terminal_are_a_usage_error_before_anything_starts() {
         assert!(err.contains("draws in a terminal"), "{args:?}: {err}");
         assert!(out.stdout.is_empty(), "{args:?}");
     }
+}
+
+/// `top` shows each process's GPU share (issue 29): the test-only stand-in replays the committed
+/// H100 capture; once it is in, the share over the last 5 s of samples (python over the jsonl,
+/// samples with ts ≥ newest + 1 − 5 s: 25 points; Σ sm 531: 446, 532: 198, 568: 1612 →
+/// 17.8 %, 7.9 %, 64.5 %) shows in the GPU% column of rows the capture's pids get even without
+/// a traced call.
+#[test]
+fn top_shows_each_process_s_gpu_share() {
+    let test = "top_shows_each_process_s_gpu_share";
+    if skip_unless_root(test) || tmux_missing(test) {
+        return;
+    }
+    let session = format!("gt-top-share-{}", std::process::id());
+    let capture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/outputs/nvml-share-h100/share_fast/nvml.jsonl");
+    let cmd = format!(
+        "GPU_TRACE_TEST_SHARE_REPLAY={} {} top --watch-device {WATCHED} --share-interval 0.02 --duration 30; sleep 60",
+        capture.display(),
+        gpu_trace_bin().display(),
+    );
+    let view = Session::start(&session, &cmd);
+    let share = |s: &str, pid: &str| -> Option<String> {
+        let l = s
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(pid))?;
+        let f: Vec<&str> = l.split_whitespace().collect();
+        Some(f.get(f.len().checked_sub(3)?)?.to_string())
+    };
+    let s = view.screen_until(|s| share(s, "568").as_deref() == Some("64.5"));
+    for (pid, want) in [("531", "17.8"), ("532", "7.9"), ("568", "64.5")] {
+        assert_eq!(
+            share(&s, pid).as_deref(),
+            Some(want),
+            "{test}: pid {pid}:\n{s}"
+        );
+    }
+    assert!(s.contains("GPU%"), "{s}");
+    view.keys("q");
 }

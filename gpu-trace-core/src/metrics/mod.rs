@@ -283,6 +283,7 @@ pub const REFERENCE: &[MetricDoc] = &[
     UNTRACKED,
     RING,
     RING_USED,
+    SHARE,
     BUILD,
     CPU,
     RSS,
@@ -546,6 +547,8 @@ pub struct Metrics {
     /// `comm` label indices no live process holds any more, oldest first: evicted (their
     /// series removed, the index reused) when a new name meets the full cap.
     ended_comms: std::collections::VecDeque<u32>,
+    /// `gpu_trace_gpu_share_ratio` ([`share`]).
+    share: share::ShareCollector,
 }
 
 #[derive(Debug, Default)]
@@ -637,6 +640,8 @@ impl Metrics {
             registry.register_collector(c);
         }
         registry.register_collector(Box::new(ring_fill.clone()));
+        let share = share::ShareCollector::default();
+        registry.register_collector(Box::new(share.clone()));
         Self {
             registry: Arc::new(registry),
             events,
@@ -657,6 +662,7 @@ impl Metrics {
             comm_of_pid: HashMap::new(),
             comm_pids: HashMap::new(),
             ended_comms: std::collections::VecDeque::new(),
+            share,
         }
     }
 
@@ -1129,6 +1135,9 @@ pub fn encode(registry: &Registry) -> String {
 /// The content type [`encode`]'s text is served with.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
+mod share;
+pub use share::SHARE;
+
 #[cfg(test)]
 mod tests;
 
@@ -1136,14 +1145,7 @@ mod tests;
 /// GPU, engine, container and pod.
 impl Sink for Metrics {
     fn event(&mut self, ev: &Enriched<'_>) -> Result<(), SinkError> {
-        let workload = ev.cgroup.map(|a| Workload {
-            container: a.workload.short_container_id().unwrap_or("").to_string(),
-            pod: a
-                .workload
-                .pod
-                .as_ref()
-                .map_or(String::new(), |(uid, _)| uid.clone()),
-        });
+        let workload = ev.cgroup.map(Workload::of);
         self.observe(ev.event, ev.process, workload.as_ref());
         Ok(())
     }

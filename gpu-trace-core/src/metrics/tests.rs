@@ -438,6 +438,7 @@ fn health_counters_follow_absolute_readings() {
 fn the_reference_lists_exactly_the_metrics_served() {
     let mut m = Metrics::new(MetricsConfig::default());
     m.set_ring_fill(|| 4096);
+    m.set_shares(&[(0, "p".into(), None, 0.5)]);
     see(&mut m, S, 5, "p", init(1, Engine::Copy, 0, Some(100)));
     see(&mut m, S + 1, 5, "p", schedule(1, true, None));
     see(&mut m, 2 * S, 5, "p", destroy(1, DestroyCause::Free));
@@ -613,4 +614,33 @@ fn names_of_ended_processes_make_room_for_new_ones() {
     // The most recent children are still there (evicted oldest first).
     let last = event_series("TASK_INIT", "0", "GRAPHICS", &format!("child{}", procs - 1));
     assert_eq!(sample(&t, &last), Some(1.0));
+}
+
+/// The share gauge: summed over processes with the same labels, no pid label, absent before
+/// any sample (a run without samples serves what it served before).
+#[test]
+fn share_gauge_sums_same_labels_and_is_absent_without_samples() {
+    let mut m = Metrics::new(MetricsConfig::default());
+    assert!(!m.encode().contains("gpu_trace_gpu_share_ratio"));
+    let w = Workload {
+        container: "c1".into(),
+        pod: String::new(),
+    };
+    m.set_shares(&[
+        (0, "python3".into(), Some(w.clone()), 0.25),
+        (0, "python3".into(), Some(w), 0.125),
+        (1, "python3".into(), None, 0.5),
+    ]);
+    let t = m.encode();
+    assert!(
+        t.contains(
+            r#"gpu_trace_gpu_share_ratio{gpu="0",comm="python3",container="c1",pod=""} 0.375"#
+        ),
+        "{t}"
+    );
+    assert!(
+        t.contains(r#"gpu_trace_gpu_share_ratio{gpu="1",comm="python3",container="",pod=""} 0.5"#),
+        "{t}"
+    );
+    assert!(!t.contains("pid="));
 }

@@ -2,5 +2,6 @@
 //! the bounded tables the vendors' trackers use.
 pub mod bounded;
 pub mod gpus;
+pub mod share;
 pub mod stats;
 pub mod workload;

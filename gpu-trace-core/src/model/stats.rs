@@ -285,6 +285,9 @@ pub struct Stats {
     engines: BTreeMap<String, EngineStats>,
     gpus: BTreeMap<Option<u32>, Concurrency>,
     runlists: BTreeMap<(Option<u32>, u32), Concurrency>,
+    /// NVML per-process GPU share samples, with the processes' scheduling parameters
+    /// ([`super::share`]; empty without samples).
+    pub share: super::share::ShareModel,
 }
 
 /// The engine label of an event's task: the NVIDIA engine or the AMD queue type.

@@ -168,6 +168,35 @@
 //! | `driver_active`   | boolean or null | `TASK_INIT`, deep hook on the DQM's `create_queue_*` only: the driver's own `is_active` |
 //! | `mqd_init_addr`   | integer or null | `TASK_INIT`, deep hook on `init_mqd` only: address of the `init_mqd` copy (one per GPU generation) that built the queue's hardware descriptor |
 //!
+//! ## `GPU_SHARE`: one NVML per-process utilization sample (live runs with NVML)
+//!
+//! One line per sample `nvmlDeviceGetProcessUtilization` returned (`--share-interval`; not in text
+//! output, whose statistics block gets the shares instead). What a sample means and how the share
+//! is computed: [events.md](events.md#gpu-share-nvml-samples).
+//!
+//! | field    | type            | meaning |
+//! |----------|-----------------|---------|
+//! | `event`  | string          | `"GPU_SHARE"` |
+//! | `time`   | string          | when the driver took the sample, RFC 3339 UTC with µs |
+//! | `ts_us`  | integer         | the same, µs of the CPU real-time clock, as NVML gives it |
+//! | `pid`    | integer         | the process NVML names |
+//! | `comm`   | string or null  | its name, when gpu-trace saw it (escaped) |
+//! | `gpu`    | integer         | NVML device index |
+//! | `uuid`   | string or null  | NVML device UUID |
+//! | `sm`, `mem`, `enc`, `dec` | integer | SM, memory-controller, encoder, decoder utilization over the sampling period, % |
+//! | `cgroup` | object          | as in events, when the process's cgroup is known |
+//!
+//! ## `GPU_SHARE_STATS`: the shares over the run (before the final `STATS`)
+//!
+//! Only when samples came (and without `--no-stats`).
+//!
+//! | field       | type    | meaning |
+//! |-------------|---------|---------|
+//! | `event`     | string  | `"GPU_SHARE_STATS"` |
+//! | `window_s`  | number  | the window of `share_max`: `--interval`, else 10 s |
+//! | `processes` | array   | per GPU and process: `gpu`, `pid`, `share_mean` (0..1, over the run), `share_max` (largest over one window), `samples` (naming it), `points` (the GPU's sampling points), `params` (`timeslice=… us interleave=…` in force at the end, null when not seen), `changes` (each change of its timeslice/interleave: `at_us`, `before_params`, `after_params`, `share_before`, `share_after`: the share from the previous change, or the first sample, to this one, and from this one to the next or the last sample; null when no sampling point fell there) |
+//! | `not_kept`  | integer | samples beyond the 1 048 576 kept (not in the figures) |
+//!
 //! ## `STATS`: the last line, and every `--interval` seconds
 //!
 //! | field                   | type            | meaning |
@@ -357,6 +386,11 @@ impl<W: std::io::Write> JsonSink<W> {
 
     fn line(&mut self, line: &str) -> Result<(), SinkError> {
         writeln!(self.out, "{line}").map_err(SinkError::Output)
+    }
+
+    /// A line made elsewhere (`GPU_SHARE`, [`super::share`]).
+    pub fn other_line(&mut self, line: &str) -> Result<(), SinkError> {
+        self.line(line)
     }
 }
 

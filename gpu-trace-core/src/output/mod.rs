@@ -3,6 +3,7 @@ pub mod clock;
 pub mod files;
 pub mod json;
 pub mod perfetto;
+pub mod share;
 pub mod text;
 pub mod top;
 
@@ -39,6 +40,14 @@ impl<W: io::Write> Lines<W> {
         match self {
             Self::Text(s) => s.out(),
             Self::Json(s) => s.out(),
+        }
+    }
+
+    /// JSON: writes `line` (built by the caller) as a line; text: nothing.
+    pub fn json_line(&mut self, line: impl FnOnce() -> String) -> Result<(), SinkError> {
+        match self {
+            Self::Text(_) => Ok(()),
+            Self::Json(s) => s.other_line(&line()),
         }
     }
 

@@ -200,6 +200,22 @@ impl PerfettoSink {
     }
 }
 
+impl PerfettoSink {
+    /// A point of process `pid`'s GPU-share counter track (`GPU share (gpu N)`, percent) at
+    /// `wall_us` (an NVML sample time, CPU real-time clock).
+    pub fn share(&mut self, wall_us: u64, gpu: u32, pid: u32, ratio: f64) -> Result<(), SinkError> {
+        let Some(w) = self.writer.as_mut() else {
+            return Ok(());
+        };
+        let mono_ns = i128::from(wall_us) * 1000 - self.clock.offset_ns();
+        let Ok(ts_ns) = u64::try_from(mono_ns) else {
+            return Ok(());
+        };
+        w.share_counter(ts_ns, gpu, pid, ratio)
+            .map_err(SinkError::Perfetto)
+    }
+}
+
 impl Sink for PerfettoSink {
     /// Names and labels the processes that had a GPU open before tracing.
     fn inventory(&mut self, inv: &Inventory, _selected: &Inventory) -> Result<(), SinkError> {
@@ -575,6 +591,16 @@ impl<W: Write> PerfettoWriter<W> {
             "{{\"ph\":\"C\",\"ts\":{},\"pid\":{GPU_PID},\"tid\":0,\"name\":{},\"cat\":\"{CATEGORY}\",\"args\":{{\"{series}\":{value}}}}}",
             ts_us(ts_ns),
             Value::from(name)
+        );
+        self.write_event(&line)
+    }
+
+    /// A point of process `pid`'s counter track `GPU share (gpu N)`: the share in percent.
+    pub fn share_counter(&mut self, ts_ns: u64, gpu: u32, pid: u32, ratio: f64) -> io::Result<()> {
+        let line = format!(
+            "{{\"ph\":\"C\",\"ts\":{},\"pid\":{pid},\"tid\":0,\"name\":\"GPU share (gpu {gpu})\",\"cat\":\"{CATEGORY}\",\"args\":{{\"share_percent\":{:.1}}}}}",
+            ts_us(ts_ns),
+            ratio * 100.0
         );
         self.write_event(&line)
     }

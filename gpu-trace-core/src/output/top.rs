@@ -42,7 +42,7 @@ impl SortBy {
 }
 
 /// One process row.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct ProcessRow {
     pub pid: u32,
     /// Escaped for the terminal.
@@ -62,10 +62,54 @@ pub struct ProcessRow {
     pub timeslice_us: Option<u64>,
     /// Latest `TASK_INIT` → first allowed `SCHEDULE`, µs.
     pub init_to_schedule_us: Option<u64>,
+    /// GPU share over the last [`SHARE_WINDOW_US`] (NVML samples, summed over its GPUs),
+    /// 0..1; `None`: no sample names it.
+    pub gpu_share: Option<f64>,
 }
 
+// Debug by hand: the share fields show only when there is a share, so that a frame of a run
+// without NVML samples reads as it did before they existed (the golden frames).
+impl std::fmt::Debug for ProcessRow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("ProcessRow");
+        d.field("pid", &self.pid)
+            .field("comm", &self.comm)
+            .field("group", &self.group)
+            .field("live", &self.live)
+            .field("live_total", &self.live_total)
+            .field("schedules_per_s", &self.schedules_per_s)
+            .field("refused_per_s", &self.refused_per_s)
+            .field("updates_per_s", &self.updates_per_s)
+            .field("schedules", &self.schedules)
+            .field("refused", &self.refused)
+            .field("timeslice_us", &self.timeslice_us)
+            .field("init_to_schedule_us", &self.init_to_schedule_us);
+        if let Some(share) = self.gpu_share {
+            d.field("gpu_share", &share);
+        }
+        d.finish()
+    }
+}
+
+impl std::fmt::Debug for GpuRow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("GpuRow");
+        d.field("gpu", &self.gpu)
+            .field("name", &self.name)
+            .field("live", &self.live)
+            .field("max_live", &self.max_live);
+        if let Some(share) = self.share {
+            d.field("share", &share);
+        }
+        d.finish()
+    }
+}
+
+/// The window of `top`'s share columns.
+pub const SHARE_WINDOW_US: u64 = 5_000_000;
+
 /// One GPU row.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct GpuRow {
     /// RM device instance (`None`: not known).
     pub gpu: Option<u32>,
@@ -73,6 +117,9 @@ pub struct GpuRow {
     pub name: Option<(u32, Option<String>)>,
     pub live: u64,
     pub max_live: u64,
+    /// Sum of the processes' GPU shares over the last [`SHARE_WINDOW_US`] (NVML index =
+    /// nvidia-smi's), 0..1; `None`: no sample.
+    pub share: Option<f64>,
 }
 
 /// One frame.
@@ -164,6 +211,15 @@ impl TopModel {
                 e.1 = Some((born, t.timeslice_us));
             }
         }
+        let shares = stats.share.recent(SHARE_WINDOW_US);
+        let share_of = |f: &dyn Fn(u32, u32) -> bool| {
+            let v: Vec<f64> = shares
+                .iter()
+                .filter(|&&(g, p, _)| f(g, p))
+                .map(|s| s.2)
+                .collect();
+            (!v.is_empty()).then(|| v.iter().sum::<f64>())
+        };
         let mut now = BTreeMap::new();
         let mut processes: Vec<ProcessRow> = stats
             .processes()
@@ -190,9 +246,31 @@ impl TopModel {
                     refused: c.refused,
                     timeslice_us: newest.and_then(|(_, ts)| ts),
                     init_to_schedule_us: latency.get(&pid).map(|&(_, l)| l / 1000),
+                    gpu_share: share_of(&|_, p| p == pid),
                 }
             })
             .collect();
+        // Processes NVML names that made no traced call (started before tracing, or not
+        // selected by the hooks): their share still shows.
+        for &(_, pid, _) in &shares {
+            if !processes.iter().any(|p| p.pid == pid) {
+                processes.push(ProcessRow {
+                    pid,
+                    comm: "?".into(),
+                    group: stats.group_of(pid).map(str::to_string),
+                    live: BTreeMap::new(),
+                    live_total: 0,
+                    schedules_per_s: 0.0,
+                    refused_per_s: 0.0,
+                    updates_per_s: 0.0,
+                    schedules: 0,
+                    refused: 0,
+                    timeslice_us: None,
+                    init_to_schedule_us: None,
+                    gpu_share: share_of(&|_, p| p == pid),
+                });
+            }
+        }
         sort_rows(&mut processes, self.sort);
         self.previous = now;
         self.previous_s = elapsed_s;
@@ -203,6 +281,9 @@ impl TopModel {
                 name: gpu.and_then(|g| stats.gpu_name(g)).cloned(),
                 live: c.live,
                 max_live: c.max_live,
+                share: gpu
+                    .and_then(|g| stats.gpu_name(g))
+                    .and_then(|&(index, _)| share_of(&|g, _| g == index)),
             })
             .collect();
         let k = counters.unwrap_or(stats.kernel);

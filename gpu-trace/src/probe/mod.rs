@@ -10,5 +10,6 @@ pub mod kernel;
 pub mod kfd;
 pub mod libraries;
 pub mod nvml;
+pub mod share;
 pub mod system;
 pub mod trial;

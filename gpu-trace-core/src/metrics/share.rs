@@ -1,0 +1,85 @@
+//! `gpu_trace_gpu_share_ratio`: each process's GPU share over the last window (NVML samples,
+//! [`crate::model::share`]), labelled like the task metrics but without `engine` and never by
+//! pid (`gpu`, `comm`, `container`, `pod`; processes with the same labels are summed). Served
+//! only once a sample came: a run without samples serves exactly what it served before.
+
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Mutex},
+};
+
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+
+use super::{MetricDoc, Metrics, Workload};
+
+/// The reference entry (docs/fleet.md).
+pub const SHARE: MetricDoc = MetricDoc {
+    name: "gpu_trace_gpu_share_ratio",
+    kind: "gauge",
+    labels: "gpu, comm, container, pod",
+    help: "GPU share of the processes with these labels over the last share window (--interval, else 10 s): the SM-weighted fraction of NVML's sampling points naming them, 0 to 1 (NVIDIA with NVML only; see docs/events.md, GPU share).",
+};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub(super) struct ShareLabels {
+    gpu: String,
+    comm: String,
+    container: String,
+    pod: String,
+}
+
+/// The share gauges as last set; empty: nothing served.
+#[derive(Clone, Debug, Default)]
+pub(super) struct ShareCollector(Arc<Mutex<BTreeMap<ShareLabels, f64>>>);
+
+impl prometheus_client::collector::Collector for ShareCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        use prometheus_client::metrics::gauge::ConstGauge;
+        let values = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if values.is_empty() {
+            return Ok(());
+        }
+        let help = SHARE.help.trim_end_matches('.');
+        let kind = ConstGauge::new(0.0f64).metric_type();
+        let mut m = encoder.encode_descriptor(SHARE.name, help, None, kind)?;
+        for (labels, v) in values.iter() {
+            ConstGauge::new(*v).encode(m.encode_family(labels)?)?;
+        }
+        Ok(())
+    }
+}
+
+impl Workload {
+    /// The `container` and `pod` label values of a process's attribution.
+    pub fn of(a: &crate::model::workload::Attribution) -> Self {
+        Self {
+            container: a.workload.short_container_id().unwrap_or("").to_string(),
+            pod: a
+                .workload
+                .pod
+                .as_ref()
+                .map_or(String::new(), |(uid, _)| uid.clone()),
+        }
+    }
+}
+
+impl Metrics {
+    /// Sets the share gauges to `shares`: `(gpu, process name, workload, ratio)` per process;
+    /// those with the same labels are summed. Label values go through the same caps as the
+    /// task metrics'.
+    pub fn set_shares(&mut self, shares: &[(u32, String, Option<Workload>, f64)]) {
+        let mut values = BTreeMap::new();
+        for (gpu, comm, workload, ratio) in shares {
+            let key = self.key(Some(*gpu), 0, comm, workload.as_ref());
+            let l = self.labels_of(key);
+            let labels = ShareLabels {
+                gpu: l.gpu,
+                comm: l.comm,
+                container: l.container,
+                pod: l.pod,
+            };
+            *values.entry(labels).or_insert(0.0) += ratio;
+        }
+        *self.share.0.lock().unwrap_or_else(|e| e.into_inner()) = values;
+    }
+}

@@ -1,0 +1,369 @@
+//! Per-process GPU share from the driver's utilization samples (NVML
+//! `nvmlDeviceGetProcessUtilization`), beside the scheduling parameters in force.
+//!
+//! What a sample is: the driver samples the GPU periodically (about every 200 ms on an H100,
+//! driver 580) and each sample names the process that held the timeslice then, with its SM
+//! utilization over the sampling period (about 99 % for a busy time-sliced process). So a
+//! process's share over a window is the SM-weighted sum of the samples naming it divided by the
+//! number of sampling points on that GPU in the window — not the mean of its `sm` values (which
+//! stays near 99 % for every busy process). The share is therefore quantised by the sampling
+//! period: with 5 samples a second, a one-second window can only read 0, 20, 40 ... %.
+
+use std::collections::BTreeMap;
+
+use crate::event::{Event, EventKind, Interleave, SchedChange};
+
+/// One NVML process utilization sample.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ShareSample {
+    /// NVML device index.
+    pub gpu: u32,
+    /// NVML device UUID, when known.
+    pub uuid: Option<String>,
+    pub pid: u32,
+    /// When the driver took the sample, µs of the CPU's real-time clock.
+    pub ts_us: u64,
+    /// SM (kernel) utilization over the sampling period, %.
+    pub sm: u32,
+    /// Memory-controller utilization, %.
+    pub mem: u32,
+    /// Encoder utilization, %.
+    pub enc: u32,
+    /// Decoder utilization, %.
+    pub dec: u32,
+}
+
+/// Samples kept for the windowed figures; beyond this the run's totals still count them.
+pub const MAX_KEPT_SAMPLES: usize = 1 << 20;
+
+/// A scheduling parameter change of a process (a `SCHEDULE` or `SCHED_UPDATE`), in wall µs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct ParamChange {
+    at_us: u64,
+    /// What was in force before (`timeslice=1024 us interleave=MEDIUM`), `None`: unknown.
+    before: Option<String>,
+    after: String,
+}
+
+/// One process's share over a window of one GPU.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Share {
+    /// Share of the GPU's sampling points, 0.0..=1.0 (SM-weighted).
+    pub ratio: f64,
+    /// Samples naming the process.
+    pub samples: u64,
+    /// Sampling points of the GPU in the window.
+    pub points: u64,
+}
+
+/// The samples of a run, with the processes' scheduling parameters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ShareModel {
+    samples: Vec<ShareSample>,
+    /// Samples not kept (over [`MAX_KEPT_SAMPLES`]).
+    pub not_kept: u64,
+    /// Per process: the parameters in force now, and their changes.
+    params: BTreeMap<u32, (String, Vec<ParamChange>)>,
+    uuids: BTreeMap<u32, String>,
+    /// Per process: the timeslice and interleave last set (allowed) on any of its tasks.
+    current: BTreeMap<u32, (Option<u64>, Option<Interleave>)>,
+}
+
+impl ShareModel {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Whether any sample came.
+    pub fn is_empty(&self) -> bool {
+        self.samples.is_empty()
+    }
+
+    pub fn add(&mut self, s: &ShareSample) {
+        if let Some(u) = &s.uuid {
+            self.uuids.entry(s.gpu).or_insert_with(|| u.clone());
+        }
+        if self.samples.len() >= MAX_KEPT_SAMPLES {
+            self.not_kept += 1;
+            return;
+        }
+        self.samples.push(s.clone());
+    }
+
+    /// Process `pid`'s scheduling parameters are `label` from `at_us` (wall µs) on; the first
+    /// label is the starting point, a different later one a change.
+    pub fn params(&mut self, pid: u32, at_us: u64, label: String) {
+        match self.params.get_mut(&pid) {
+            None => {
+                self.params.insert(pid, (label, Vec::new()));
+            }
+            Some((now, changes)) if *now != label => {
+                changes.push(ParamChange {
+                    at_us,
+                    before: Some(std::mem::replace(now, label.clone())),
+                    after: label,
+                });
+            }
+            Some(_) => {}
+        }
+    }
+
+    /// Follows the scheduling parameters of the event's process (`TASK_INIT`, an allowed
+    /// `SCHEDULE` or `SCHED_UPDATE` of the timeslice or interleave); `wall_us`: the event's time.
+    pub fn observe(&mut self, ev: &Event, wall_us: u64) {
+        let pid = ev.origin.pid;
+        let now = self.current.get(&pid).copied().unwrap_or_default();
+        let next = match &ev.kind {
+            EventKind::TaskInit {
+                timeslice_us,
+                interleave,
+                ..
+            } => (timeslice_us.or(now.0), interleave.or(now.1)),
+            EventKind::Schedule {
+                timeslice_us,
+                interleave,
+                allowed: true,
+                ..
+            } => (timeslice_us.or(now.0), interleave.or(now.1)),
+            EventKind::SchedUpdate {
+                change: SchedChange::Timeslice { new_us, .. },
+                allowed: true,
+                ..
+            } => (Some(*new_us), now.1),
+            EventKind::SchedUpdate {
+                change: SchedChange::Interleave { new, .. },
+                allowed: true,
+                ..
+            } => (now.0, new.or(now.1)),
+            _ => return,
+        };
+        self.current.insert(pid, next);
+        let ts = next.0.map_or("?".to_string(), |t| t.to_string());
+        let il = next
+            .1
+            .map_or("UNKNOWN".to_string(), |i| format!("{i:?}").to_uppercase());
+        self.params(pid, wall_us, format!("timeslice={ts} us interleave={il}"));
+    }
+
+    /// The GPUs sampled, in index order.
+    pub fn gpus(&self) -> Vec<u32> {
+        let mut g: Vec<u32> = self.samples.iter().map(|s| s.gpu).collect();
+        g.sort_unstable();
+        g.dedup();
+        g
+    }
+
+    /// The processes sampled on `gpu`, in pid order.
+    pub fn pids(&self, gpu: u32) -> Vec<u32> {
+        let mut p: Vec<u32> = self
+            .samples
+            .iter()
+            .filter(|s| s.gpu == gpu)
+            .map(|s| s.pid)
+            .collect();
+        p.sort_unstable();
+        p.dedup();
+        p
+    }
+
+    /// `pid`'s share of `gpu` over `[from_us, to_us)`; `None`: no sampling point in it.
+    pub fn share(&self, gpu: u32, pid: u32, from_us: u64, to_us: u64) -> Option<Share> {
+        let mut points: Vec<u64> = Vec::new();
+        let (mut sm, mut samples) = (0u64, 0u64);
+        for s in self
+            .samples
+            .iter()
+            .filter(|s| s.gpu == gpu && (from_us..to_us).contains(&s.ts_us))
+        {
+            points.push(s.ts_us);
+            if s.pid == pid {
+                sm += u64::from(s.sm.min(100));
+                samples += 1;
+            }
+        }
+        points.sort_unstable();
+        points.dedup();
+        let n = points.len() as u64;
+        (n > 0).then(|| Share {
+            ratio: sm as f64 / (100.0 * n as f64),
+            samples,
+            points: n,
+        })
+    }
+
+    /// Each process's share of each GPU over the `window_us` up to the GPU's newest sample:
+    /// `(gpu, pid, ratio)`.
+    pub fn recent(&self, window_us: u64) -> Vec<(u32, u32, f64)> {
+        let mut out = Vec::new();
+        for gpu in self.gpus() {
+            let Some((_, end)) = self.span(gpu) else {
+                continue;
+            };
+            let from = end.saturating_sub(window_us);
+            for pid in self.pids(gpu) {
+                if let Some(s) = self.share(gpu, pid, from, end) {
+                    out.push((gpu, pid, s.ratio));
+                }
+            }
+        }
+        out
+    }
+
+    /// The sampled time span of `gpu` (first and one past the last sample).
+    fn span(&self, gpu: u32) -> Option<(u64, u64)> {
+        let ts = self
+            .samples
+            .iter()
+            .filter(|s| s.gpu == gpu)
+            .map(|s| s.ts_us);
+        Some((ts.clone().min()?, ts.max()? + 1))
+    }
+
+    /// `pid`'s share of `gpu` over the run, and its largest share over windows of `window_us`
+    /// (from the first sample of the GPU on).
+    pub fn run_share(&self, gpu: u32, pid: u32, window_us: u64) -> Option<(Share, f64)> {
+        let (first, end) = self.span(gpu)?;
+        let whole = self.share(gpu, pid, first, end)?;
+        let window_us = window_us.max(1);
+        let mut max = 0.0f64;
+        let mut at = first;
+        while at < end {
+            if let Some(s) = self.share(gpu, pid, at, at.saturating_add(window_us)) {
+                max = max.max(s.ratio);
+            }
+            at = at.saturating_add(window_us);
+        }
+        Some((whole, max))
+    }
+
+    /// `pid`'s share of `gpu` before and after each change of its parameters (each side up to
+    /// the neighbouring change): `(before label, after label, at, before, after)`.
+    pub fn around_changes(&self, gpu: u32, pid: u32) -> Vec<ChangeShare> {
+        let Some((first, end)) = self.span(gpu) else {
+            return Vec::new();
+        };
+        let changes = self.params.get(&pid).map_or(&[][..], |(_, c)| c.as_slice());
+        changes
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let from = if i == 0 { first } else { changes[i - 1].at_us };
+                let to = changes.get(i + 1).map_or(end, |n| n.at_us);
+                ChangeShare {
+                    at_us: c.at_us,
+                    before_params: c.before.clone(),
+                    after_params: c.after.clone(),
+                    before: self.share(gpu, pid, from, c.at_us),
+                    after: self.share(gpu, pid, c.at_us, to),
+                }
+            })
+            .collect()
+    }
+
+    /// The parameters in force for `pid` at the end, when known.
+    pub fn params_now(&self, pid: u32) -> Option<&str> {
+        self.params.get(&pid).map(|(p, _)| p.as_str())
+    }
+
+    /// The statistics block's lines: per GPU, per process, the share over the run and the
+    /// largest over `window_us`, the parameters in force, before/after each change.
+    pub fn render_lines(&self, window_us: u64) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.samples.is_empty() {
+            return out;
+        }
+        out.push(format!(
+            "GPU share (NVML samples; share = SM-weighted fraction of the GPU's sampling points, largest over {} s windows):",
+            window_us as f64 / 1e6
+        ));
+        for gpu in self.gpus() {
+            let uuid = self.uuids.get(&gpu).map_or("", String::as_str);
+            out.push(format!("  gpu {gpu} {uuid}").trim_end().to_string());
+            for pid in self.pids(gpu) {
+                out.extend(self.process_lines(gpu, pid, window_us));
+            }
+        }
+        if self.not_kept > 0 {
+            out.push(format!(
+                "  {} samples over the {MAX_KEPT_SAMPLES} kept were not counted",
+                self.not_kept
+            ));
+        }
+        out
+    }
+
+    fn process_lines(&self, gpu: u32, pid: u32, window_us: u64) -> Vec<String> {
+        let mut out = Vec::new();
+        let Some((whole, max)) = self.run_share(gpu, pid, window_us) else {
+            return out;
+        };
+        let params = self.params_now(pid).unwrap_or("parameters not seen");
+        out.push(format!(
+            "    pid {pid}: share mean {} max {} ({} samples of {} sampling points); {params}",
+            percent(whole.ratio),
+            percent(max),
+            whole.samples,
+            whole.points
+        ));
+        for c in self.around_changes(gpu, pid) {
+            out.push(format!(
+                "      after {} -> {}: share {} -> {}",
+                c.before_params.as_deref().unwrap_or("?"),
+                c.after_params,
+                c.before.map_or("-".into(), |s| percent(s.ratio)),
+                c.after.map_or("-".into(), |s| percent(s.ratio)),
+            ));
+        }
+        out
+    }
+}
+
+/// A process's share on each side of one parameter change.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChangeShare {
+    pub at_us: u64,
+    pub before_params: Option<String>,
+    pub after_params: String,
+    pub before: Option<Share>,
+    pub after: Option<Share>,
+}
+
+/// One line of a capture written by `examples/gpu-host-share-capture.py` (`nvml.jsonl`): the
+/// samples one `nvmlDeviceGetProcessUtilization` call returned on GPU `gpu`. `Err`: not such a
+/// line.
+pub fn parse_capture_line(line: &str, gpu: u32) -> Result<Vec<ShareSample>, String> {
+    let v: serde_json::Value = serde_json::from_str(line).map_err(|e| e.to_string())?;
+    let list = v
+        .get("samples")
+        .and_then(|s| s.as_array())
+        .ok_or("no \"samples\" array")?;
+    let field = |s: &serde_json::Value, k: &str| -> Result<u64, String> {
+        s.get(k)
+            .and_then(serde_json::Value::as_u64)
+            .ok_or_else(|| format!("sample without a numeric \"{k}\""))
+    };
+    let small = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+    list.iter()
+        .map(|s| {
+            Ok(ShareSample {
+                gpu,
+                uuid: None,
+                pid: small(field(s, "pid")?),
+                ts_us: field(s, "ts_us")?,
+                sm: small(field(s, "sm")?),
+                mem: small(field(s, "mem")?),
+                enc: small(field(s, "enc")?),
+                dec: small(field(s, "dec")?),
+            })
+        })
+        .collect()
+}
+
+/// `0.2834` → `28.3 %`.
+pub fn percent(ratio: f64) -> String {
+    format!("{:.1} %", ratio * 100.0)
+}
+
+#[cfg(test)]
+#[path = "share_tests.rs"]
+mod tests;

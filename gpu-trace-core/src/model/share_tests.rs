@@ -1,0 +1,114 @@
+use super::*;
+
+/// The committed H100 captures (`examples/outputs/nvml-share-h100/`).
+fn capture(name: &str) -> Vec<ShareSample> {
+    let path = format!(
+        "{}/../examples/outputs/nvml-share-h100/{name}/nvml.jsonl",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(&path).unwrap();
+    text.lines()
+        .flat_map(|l| parse_capture_line(l, 0).unwrap())
+        .collect()
+}
+
+fn model(samples: &[ShareSample]) -> ShareModel {
+    let mut m = ShareModel::new();
+    for s in samples {
+        m.add(s);
+    }
+    m
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-9
+}
+
+// Expected figures computed apart from this code, over the jsonl:
+//   python3 -c 'import json,sys; pts=set(); sm={}
+//   for l in open(sys.argv[1]):
+//     for s in json.loads(l)["samples"]: pts.add(s["ts_us"]); sm[s["pid"]]=sm.get(s["pid"],0)+s["sm"]
+//   print(len(pts), sm)' examples/outputs/nvml-share-h100/share_fast/nvml.jsonl
+// → 64 sampling points; sm sums 531: 1733, 532: 2113, 568: 2206.
+#[test]
+fn fast_capture_shares_are_sm_weighted_fractions_of_sampling_points() {
+    let m = model(&capture("share_fast"));
+    assert_eq!(m.gpus(), vec![0]);
+    assert_eq!(m.pids(0), vec![531, 532, 568]);
+    for (pid, sm) in [(531, 1733.0), (532, 2113.0), (568, 2206.0)] {
+        let (whole, _) = m.run_share(0, pid, 1_000_000).unwrap();
+        assert_eq!(whole.points, 64, "pid {pid}");
+        assert!(close(whole.ratio, sm / 6400.0), "pid {pid}: {whole:?}");
+    }
+}
+
+// share/ (polled once a second), same python: 34 sampling points; sm sums 455: 499, 456: 576,
+// 500: 793 (12 samples of 500).
+#[test]
+fn slow_capture_counts_only_the_points_it_saw() {
+    let m = model(&capture("share"));
+    let (w, _) = m.run_share(0, 500, 1_000_000).unwrap();
+    assert_eq!((w.points, w.samples), (34, 12));
+    assert!(close(w.ratio, 793.0 / 3400.0), "{w:?}");
+    let (w, _) = m.run_share(0, 455, 1_000_000).unwrap();
+    assert!(close(w.ratio, 499.0 / 3400.0), "{w:?}");
+}
+
+// Windows of 1 s from the first sample (ts 10): [10, 1_000_010) holds one point (7 at 99 %),
+// [1_000_010, 2_000_010) two (8 and 7): 7's largest is 99 %, 8's 99/200.
+#[test]
+fn window_share_of_a_single_sample_is_its_sm() {
+    let s = |pid, ts_us, sm| ShareSample {
+        gpu: 1,
+        uuid: Some("GPU-x".into()),
+        pid,
+        ts_us,
+        sm,
+        mem: 0,
+        enc: 0,
+        dec: 0,
+    };
+    let m = model(&[s(7, 10, 99), s(8, 1_000_010, 99), s(7, 1_200_010, 99)]);
+    let (whole, max) = m.run_share(1, 7, 1_000_000).unwrap();
+    assert_eq!((whole.samples, whole.points), (2, 3));
+    assert!(close(whole.ratio, 198.0 / 300.0));
+    assert!(close(max, 0.99), "{max}");
+    let (_, max8) = m.run_share(1, 8, 1_000_000).unwrap();
+    assert!(close(max8, 0.495), "{max8}");
+}
+
+// Before/after a parameter change: 531's samples in share_fast before and after the point
+// ts 1795711120677820 (the jsonl line t=6.143), counted with the same python restricted to
+// ts < T and ts >= T: before: 14 points, 531's sm 396 (4 samples); after: 50 points, sm 1337.
+#[test]
+fn share_before_and_after_a_timeslice_change() {
+    let mut m = model(&capture("share_fast"));
+    m.params(531, 0, "timeslice=2048 us".into());
+    m.params(531, 1_795_711_120_677_820, "timeslice=8192 us".into());
+    m.params(531, 1_795_711_120_677_821, "timeslice=8192 us".into());
+    let c = m.around_changes(0, 531);
+    assert_eq!(c.len(), 1);
+    assert_eq!(c[0].before_params.as_deref(), Some("timeslice=2048 us"));
+    let (b, a) = (c[0].before.unwrap(), c[0].after.unwrap());
+    assert_eq!((b.points, a.points), (14, 50));
+    assert!(close(b.ratio, 396.0 / 1400.0), "{b:?}");
+    assert!(close(a.ratio, 1337.0 / 5000.0), "{a:?}");
+    let lines = m.render_lines(1_000_000);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l
+                .contains("after timeslice=2048 us -> timeslice=8192 us: share 28.3 % -> 26.7 %")),
+        "{lines:#?}"
+    );
+}
+
+#[test]
+fn capture_lines_that_are_not_samples_are_refused() {
+    assert!(parse_capture_line("{}", 0).is_err());
+    assert!(parse_capture_line(r#"{"samples":[{"pid":1}]}"#, 0).is_err());
+    assert_eq!(
+        parse_capture_line(r#"{"rc":6,"samples":[]}"#, 0),
+        Ok(vec![])
+    );
+}
