@@ -324,7 +324,7 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct ApiArgs {
     /// Print, per process, the binding order and which library's copy of each GPU API symbol
-    /// the calls reach (the only mode built so far).
+    /// the calls reach (without it: trace the calls with uprobes).
     #[arg(long)]
     pub resolve: bool,
     /// Only this process (repeat for more).
@@ -343,6 +343,27 @@ pub struct ApiArgs {
     /// text (one block per process) or json (one object per process and line; docs/api.md).
     #[arg(long, value_name = "FORMAT", default_value = "text")]
     pub format: ApiFormat,
+    /// Tracing: print the counts every SECS seconds (besides at exit), and rescan the targets'
+    /// libraries for new ones (dlopen) this often (1 s when not given).
+    #[arg(long, value_name = "SECS", value_parser = parse_api_interval)]
+    pub interval: Option<f64>,
+    /// Tracing: at exit, print on stderr how many times the kernel ran the entry and return
+    /// programs (BPF statistics on for the run), the whole cost's count.
+    #[arg(long = "bpf-stats")]
+    pub bpf_stats: bool,
+    /// Tracing: start CMD with its arguments, trace it from its first call, and exit with its
+    /// status.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<std::ffi::OsString>,
+}
+
+fn parse_api_interval(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.01..=86400.0).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "`{s}` is not a number of seconds from 0.01 to 86400"
+        )),
+    }
 }
 
 /// `gpu-trace api --format`.

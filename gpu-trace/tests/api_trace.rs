@@ -1,0 +1,195 @@
+//! `gpu-trace api` tracing (issue 28) on Debian's real HIP runtime (`libamdhip64.so.5`) with
+//! real uprobes and the real binary: a C client (tests/api/count_client.c) and a correct
+//! `RTLD_NEXT` shim (tests/api/shim_next.c) print their own call counts, and gpu-trace's
+//! per-symbol counts must equal them; the kernel's own run counts of the programs show that a
+//! process not traced pays nothing.
+//!
+//! Without the HIP runtime, a C compiler, uprobes or root, the tests print `SKIPPED: <why>`.
+
+use std::collections::HashMap;
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+mod common;
+use common::skipped;
+
+const HIP: &str = "libamdhip64.so.5";
+
+fn hip_runtime() -> Option<PathBuf> {
+    let out = ["ldconfig", "/sbin/ldconfig", "/usr/sbin/ldconfig"]
+        .iter()
+        .find_map(|l| Command::new(l).arg("-p").output().ok())?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find(|l| l.trim_start().starts_with(&format!("{HIP} ")))
+        .and_then(|l| l.rsplit(" => ").next())
+        .map(|p| std::fs::canonicalize(p.trim()).unwrap())
+}
+
+fn compile(dir: &Path, source: &str, out: &str, extra: &[&str]) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/api")
+        .join(source);
+    let out = dir.join(out);
+    let ok = Command::new("cc")
+        .arg("-o")
+        .arg(&out)
+        .arg(&src)
+        .args(extra)
+        .status()
+        .expect("running cc")
+        .success();
+    assert!(ok, "cc {}", src.display());
+    out
+}
+
+/// The built client and shim; `None` after SKIPPED where the test cannot run here.
+fn prepare(test: &str) -> Option<(tempfile::TempDir, PathBuf, PathBuf, PathBuf)> {
+    // SAFETY: no arguments.
+    if unsafe { libc::geteuid() } != 0 {
+        skipped(test, "needs root (uprobes and BPF programs)");
+        return None;
+    }
+    if !Path::new("/sys/bus/event_source/devices/uprobe").exists() {
+        skipped(test, "the kernel has no uprobe PMU (CONFIG_UPROBE_EVENTS)");
+        return None;
+    }
+    let Some(hip) = hip_runtime() else {
+        skipped(
+            test,
+            format!("Debian's HIP runtime ({HIP}) is not installed: run scripts/setup.sh"),
+        );
+        return None;
+    };
+    if Command::new("cc").arg("--version").output().is_err() {
+        skipped(test, "no C compiler (cc)");
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let client = compile(&root, "count_client.c", "client", &["-l:libamdhip64.so.5"]);
+    let shim = compile(&root, "shim_next.c", "shim_next.so", &["-shared", "-fPIC"]);
+    Some((dir, client, shim, hip))
+}
+
+/// `pid=N` and `NAME=N` fields of a line the client or the shim printed.
+fn fields(line: &str) -> HashMap<String, u64> {
+    line.split_whitespace()
+        .filter_map(|f| f.split_once('='))
+        .filter_map(|(k, v)| Some((k.to_string(), v.parse().ok()?)))
+        .collect()
+}
+
+#[test]
+fn api_trace_counts_equal_the_programs_own_and_untargeted_processes_pay_nothing() {
+    let test = "api_trace_counts_equal_the_programs_own_and_untargeted_processes_pay_nothing";
+    let Some((_dir, client, shim, hip)) = prepare(test) else {
+        return;
+    };
+    // The traced command: 25 hipMalloc calls through the shim, then 2 s of sleep, exit 7.
+    // LD_PRELOAD is in gpu-trace's environment: the command inherits it, and gpu-trace knows
+    // the shim before the command runs.
+    let mut tracer = Command::new(env!("CARGO_BIN_EXE_gpu-trace"))
+        .args(["api", "--format", "json", "--bpf-stats", "--"])
+        .arg(&client)
+        .args(["25", "2", "7"])
+        .env("LD_PRELOAD", &shim)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(tracer.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    let own = fields(&first);
+    assert_eq!(own.get("hipMalloc"), Some(&25), "the client said {first:?}");
+    let target = own["pid"];
+    // While the target sleeps (its probes attached): the same client and shim, not traced,
+    // 400 calls.
+    let other = Command::new(&client)
+        .arg("400")
+        .env("LD_PRELOAD", &shim)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&other.stdout).contains("hipMalloc=400"));
+    let started = Instant::now();
+    let status = tracer.wait().unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut tracer.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(120),
+        "gpu-trace took {:?} to end",
+        started.elapsed()
+    );
+    assert_eq!(
+        status.code(),
+        Some(7),
+        "the command's exit status passes through; {err}"
+    );
+
+    let shim_said = err
+        .lines()
+        .map(fields)
+        .find(|f| f.get("pid") == Some(&target))
+        .unwrap_or_else(|| panic!("no count from the target's shim in {err}"));
+    let rows: Vec<Value> = rest
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let calls = |lib: &Path, sym: &str| -> u64 {
+        let lib = lib.to_string_lossy();
+        rows.iter()
+            .filter(|r| r["pid"] == target && r["symbol"] == sym && r["library"] == *lib)
+            .map(|r| r["calls"].as_u64().unwrap())
+            .sum()
+    };
+    assert_eq!(calls(&shim, "hipMalloc"), shim_said["hipMalloc"], "{rest}");
+    assert_eq!(calls(&hip, "hipMalloc"), own["hipMalloc"], "{rest}");
+    assert_eq!(calls(&hip, "hipInit"), own["hipInit"], "{rest}");
+    assert!(
+        rows.iter()
+            .all(|r| r["pid"] == target && r["final"] == true),
+        "{rest}"
+    );
+    // The programs ran once per traced call and return: the untargeted client's 801 calls
+    // cost nothing.
+    let traced = shim_said["hipMalloc"] + own["hipMalloc"] + own["hipInit"];
+    let stats = err
+        .lines()
+        .find_map(|l| l.strip_prefix("gpu-trace: bpf-stats "))
+        .unwrap_or_else(|| panic!("no bpf-stats line in {err}"));
+    let runs = fields(stats);
+    assert_eq!(runs["runs"], traced, "{stats}");
+    assert_eq!(
+        stats,
+        format!("api_entry runs={traced} api_return runs={traced}")
+    );
+}
+
+#[test]
+fn api_trace_of_a_process_without_a_gpu_library_says_so() {
+    let test = "api_trace_of_a_process_without_a_gpu_library_says_so";
+    if prepare(test).is_none() {
+        return;
+    }
+    let mut sleeper = Command::new("sleep").arg("60").spawn().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_gpu-trace"))
+        .args(["api", "--pid", &sleeper.id().to_string()])
+        .output()
+        .unwrap();
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("no target maps a library that defines a GPU API symbol"),
+        "{err}"
+    );
+}
