@@ -7,7 +7,7 @@ use aya_ebpf::{
 };
 use gpu_trace_common::{
     CGROUP_MATCH_MAX, CgroupMatch,
-    api::{ApiKey, ApiStack, ApiStat},
+    api::{ApiKey, ApiStack, ApiStat, api_switch},
     counter, switch,
 };
 
@@ -151,3 +151,12 @@ pub(crate) static API_OPEN: LruHashMap<u64, ApiStack> = LruHashMap::with_max_ent
 #[map]
 pub(crate) static API_STATS: PerCpuHashMap<ApiKey, ApiStat> =
     PerCpuHashMap::with_max_entries(16384, 0);
+
+/// The API layer's switches (`gpu_trace_common::api::api_switch`), set by userspace.
+#[map]
+pub(crate) static API_SWITCHES: Array<u32> = Array::with_max_entries(api_switch::COUNT, 0);
+
+/// Recursion reported already, by (thread, cookie) (LRU: bounded, and a forgotten entry only
+/// costs one more report).
+#[map]
+pub(crate) static API_REPORTED: LruHashMap<[u64; 2], u8> = LruHashMap::with_max_entries(4096, 0);

@@ -347,6 +347,15 @@ pub struct ApiArgs {
     /// libraries for new ones (dlopen) this often (1 s when not given).
     #[arg(long, value_name = "SECS", value_parser = parse_api_interval)]
     pub interval: Option<f64>,
+    /// Tracing: one line per completed call (API_CALL: thread, symbol, library, duration,
+    /// return value, depth, the caller's library), ltrace-like.
+    #[arg(short = 'v', long)]
+    pub verbose: bool,
+    /// Tracing: calls open at once on a thread past which API_RECURSION is reported and the
+    /// kernel stops keeping them (1 to 16).
+    #[arg(long = "max-depth", value_name = "N", default_value_t = 16,
+          value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub max_depth: u32,
     /// Tracing: at exit, print on stderr how many times the kernel ran the entry and return
     /// programs (BPF statistics on for the run), the whole cost's count.
     #[arg(long = "bpf-stats")]

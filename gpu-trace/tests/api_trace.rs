@@ -2,7 +2,8 @@
 //! real uprobes and the real binary: a C client (tests/api/count_client.c) and a correct
 //! `RTLD_NEXT` shim (tests/api/shim_next.c) print their own call counts, and gpu-trace's
 //! per-symbol counts must equal them; the kernel's own run counts of the programs show that a
-//! process not traced pays nothing.
+//! process not traced pays nothing; the seed's recursive shim (tests/api/shim_recursive.c) is
+//! reported as API_RECURSION while the tracer stays responsive to SIGINT.
 //!
 //! Without the HIP runtime, a C compiler, uprobes or root, the tests print `SKIPPED: <why>`.
 
@@ -73,6 +74,12 @@ fn prepare(test: &str) -> Option<(tempfile::TempDir, PathBuf, PathBuf, PathBuf)>
     let root = std::fs::canonicalize(dir.path()).unwrap();
     let client = compile(&root, "count_client.c", "client", &["-l:libamdhip64.so.5"]);
     let shim = compile(&root, "shim_next.c", "shim_next.so", &["-shared", "-fPIC"]);
+    compile(
+        &root,
+        "shim_recursive.c",
+        "shim_recursive.so",
+        &["-shared", "-fPIC"],
+    );
     Some((dir, client, shim, hip))
 }
 
@@ -192,4 +199,72 @@ fn api_trace_of_a_process_without_a_gpu_library_says_so() {
         err.contains("no target maps a library that defines a GPU API symbol"),
         "{err}"
     );
+}
+
+#[test]
+fn api_trace_reports_a_recursing_shim_and_ends_on_sigint() {
+    let test = "api_trace_reports_a_recursing_shim_and_ends_on_sigint";
+    let Some((_dir, client, shim, _hip)) = prepare(test) else {
+        return;
+    };
+    let recursive = shim.with_file_name("shim_recursive.so");
+    // One hipMalloc (which re-enters itself 1000 times in the shim), then 60 s of sleep.
+    let mut tracer = Command::new(env!("CARGO_BIN_EXE_gpu-trace"))
+        .args(["api", "--format", "json", "--"])
+        .arg(&client)
+        .args(["1", "60"])
+        .env("LD_PRELOAD", &recursive)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = BufReader::new(tracer.stdout.take().unwrap());
+    let mut target = None;
+    let mut recursion = None;
+    let mut lines = out.lines();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if line.starts_with("client ") {
+            target = fields(&line).get("pid").copied();
+        } else if line.starts_with('{') {
+            let v: Value = serde_json::from_str(&line).unwrap();
+            if v["type"] == "API_RECURSION" && v["why"] == "re-entered" {
+                recursion = Some(v);
+            }
+        }
+        if target.is_some() && recursion.is_some() {
+            break;
+        }
+    }
+    let target = target.expect("the client's line");
+    let v = recursion.expect("an API_RECURSION record");
+    assert_eq!(v["pid"], target);
+    assert_eq!(v["symbol"], "hipMalloc");
+    assert_eq!(v["library"], recursive.to_string_lossy().as_ref());
+    assert_eq!(v["depth"], 2);
+    assert_eq!(
+        v["chain"][0]["library"],
+        recursive.to_string_lossy().as_ref()
+    );
+    // The client sleeps on, traced: SIGINT ends the tracer with the counts.
+    // SAFETY: our own child.
+    unsafe { libc::kill(tracer.id() as i32, libc::SIGINT) };
+    let started = Instant::now();
+    let status = tracer.wait().unwrap();
+    let took = started.elapsed();
+    // SAFETY: the client, which SIGINT to the tracer alone left running (it holds the pipe).
+    unsafe { libc::kill(target as i32, libc::SIGKILL) };
+    let rest: Vec<String> = lines.map(Result::unwrap).collect();
+    assert!(
+        took < Duration::from_secs(50),
+        "the tracer took {took:?} to end"
+    );
+    assert_eq!(status.code(), Some(130), "like strace: 128 + SIGINT");
+    assert!(
+        rest.iter()
+            .any(|l| l.contains("\"hipInit\"") && l.contains("\"final\":true")),
+        "{rest:?}"
+    );
+    // Reported once per (thread, symbol): no second re-entry record.
+    assert!(!rest.iter().any(|l| l.contains("re-entered")), "{rest:?}");
 }

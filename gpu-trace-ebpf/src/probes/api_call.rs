@@ -2,7 +2,9 @@
 //! `gpu-trace api` per process to every table symbol of every library mapped in it. Entry
 //! pushes the call on the thread's stack (`API_OPEN`); return pops it and adds it to the
 //! process's count, time, latency histogram and errors for that library and symbol
-//! (`API_STATS`). Nothing goes to the ring: userspace reads the map each interval.
+//! (`API_STATS`), which userspace reads each interval. The ring gets a record per call only
+//! with `-v` (`API_CALL`), and one per (thread, symbol) when a call re-enters a symbol of the
+//! same library or goes past the depth cap (`API_RECURSION`).
 
 use aya_ebpf::{
     EbpfContext,
@@ -10,9 +12,18 @@ use aya_ebpf::{
     macros::{uprobe, uretprobe},
     programs::{ProbeContext, RetProbeContext},
 };
-use gpu_trace_common::api::{API_HIST_BUCKETS, API_STACK_MAX, ApiFrame, ApiKey, ApiStack, ApiStat};
+use gpu_trace_common::api::{
+    API_CALL, API_HIST_BUCKETS, API_RECURSION, API_STACK_MAX, ApiCallRecord, ApiFrame, ApiKey,
+    ApiRecursionRecord, ApiStack, ApiStat, api_switch,
+};
 
-use crate::maps::{API_OPEN, API_STATS};
+use crate::maps::{API_OPEN, API_REPORTED, API_STATS, API_SWITCHES};
+use crate::pipe::{header, reserve, send, submit};
+
+#[inline(always)]
+fn switch(i: u32) -> u32 {
+    API_SWITCHES.get(i).copied().unwrap_or(0)
+}
 
 #[uprobe]
 pub fn api_entry(ctx: ProbeContext) -> u32 {
@@ -39,16 +50,58 @@ fn try_api_entry(ctx: &ProbeContext) -> Option<()> {
     // SAFETY: map value pointer of this thread's entry; only this thread writes it.
     let stack = unsafe { &mut *stack };
     let depth = stack.depth as usize;
-    if depth < API_STACK_MAX {
-        stack.frames[depth] = ApiFrame {
-            cookie,
-            entry_ns: now,
-        };
+    let cap = (switch(api_switch::MAX_DEPTH) as usize).clamp(1, API_STACK_MAX);
+    if depth < cap {
+        let mut again = false;
+        for i in 0..API_STACK_MAX {
+            if i >= depth {
+                break;
+            }
+            again |= stack.frames[i].cookie == cookie;
+        }
+        if again {
+            report_recursion(id, cookie, stack, false);
+        }
+        if depth < API_STACK_MAX {
+            stack.frames[depth] = ApiFrame {
+                cookie,
+                entry_ns: now,
+            };
+        }
     } else {
+        if depth == cap {
+            report_recursion(id, cookie, stack, true);
+        }
         stack.dropped = stack.dropped.wrapping_add(1);
     }
     stack.depth = stack.depth.wrapping_add(1);
     Some(())
+}
+
+/// Sends `API_RECURSION` once per (thread, cookie): the call re-entered (`past_cap` 0) or
+/// went past the depth cap (1; reported once per thread).
+#[inline(always)]
+fn report_recursion(id: u64, cookie: u64, stack: &ApiStack, past_cap: bool) {
+    let key = [id, if past_cap { u64::MAX } else { cookie }];
+    if API_REPORTED.get_ptr(&key).is_some() {
+        return;
+    }
+    let _ = API_REPORTED.insert(&key, &1, 0);
+    let Some(mut entry) = reserve::<ApiRecursionRecord>() else {
+        return;
+    };
+    let mut chain = [0u64; API_STACK_MAX];
+    for (i, c) in chain.iter_mut().enumerate() {
+        *c = stack.frames[i].cookie;
+    }
+    entry.write(ApiRecursionRecord {
+        hdr: header(API_RECURSION),
+        cookie,
+        depth: stack.depth.wrapping_add(1),
+        past_cap: u32::from(past_cap),
+        chain,
+    });
+    submit(entry, false);
 }
 
 #[uretprobe]
@@ -70,10 +123,20 @@ fn try_api_return(ctx: &RetProbeContext) -> Option<()> {
     }
     stack.depth -= 1;
     let depth = stack.depth as usize;
-    if depth >= API_STACK_MAX {
+    let cap = (switch(api_switch::MAX_DEPTH) as usize).clamp(1, API_STACK_MAX);
+    // Past the cap the entry kept no frame.
+    if depth >= cap || depth >= API_STACK_MAX {
         return None;
     }
     let frame = stack.frames[depth];
+    let caller_cookie = if depth > 0 {
+        // A fresh, masked index: the verifier refuses a frame address derived backwards
+        // from `frame`'s.
+        let i = core::hint::black_box(depth - 1) & (API_STACK_MAX - 1);
+        stack.frames[i].cookie
+    } else {
+        0
+    };
     let ret: u64 = ctx.ret();
     let key = ApiKey {
         tgid: (id >> 32) as u32,
@@ -102,6 +165,17 @@ fn try_api_return(ctx: &RetProbeContext) -> Option<()> {
     }
     if bucket < API_HIST_BUCKETS {
         stat.hist[bucket] += 1;
+    }
+    if switch(api_switch::VERBOSE) != 0 {
+        send(&ApiCallRecord {
+            hdr: header(API_CALL),
+            cookie: frame.cookie,
+            caller_cookie,
+            duration_ns: ns,
+            ret,
+            depth: depth as u32,
+            _pad: 0,
+        });
     }
     Some(())
 }

@@ -16,14 +16,18 @@ use std::time::{Duration, Instant};
 
 use aya::{
     Ebpf,
-    maps::PerCpuHashMap,
+    maps::{Array, MapData, PerCpuHashMap, RingBuf},
     programs::{
         UProbe,
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
     },
 };
-use gpu_trace_common::api::{API_HIST_BUCKETS, ApiKey, ApiStat};
+use gpu_trace_common::api::{
+    API_CALL, API_HIST_BUCKETS, API_RECURSION, API_STACK_MAX, ApiCallRecord, ApiKey,
+    ApiRecursionRecord, ApiStat, api_switch,
+};
 use gpu_trace_common::zerocopy::FromBytes as _;
+use gpu_trace_core::api::events::{self, CallEvent, RecursionEvent, Site};
 use gpu_trace_core::api::stats::{self, CallStats};
 use gpu_trace_core::api::symbols::SymbolTable;
 use gpu_trace_core::escape::{decode_lossless, escape_text};
@@ -75,10 +79,12 @@ struct Tracer {
     failed: HashSet<(String, String)>,
     /// Every attach, by program name.
     links: Vec<(&'static str, UProbeLinkId)>,
+    /// `API_CALL` and `API_RECURSION` records.
+    ring: Option<RingBuf<MapData>>,
 }
 
 impl Tracer {
-    fn load(table: SymbolTable) -> Result<Self, TraceError> {
+    fn load(table: SymbolTable, args: &ApiArgs) -> Result<Self, TraceError> {
         let mut ebpf =
             Ebpf::load(crate::loader::PROGRAMS).map_err(|e| TraceError::Load(e.to_string()))?;
         for name in ["api_entry", "api_return"] {
@@ -89,6 +95,22 @@ impl Tracer {
                 .map_err(|e: aya::programs::ProgramError| TraceError::Load(e.to_string()))?;
             p.load().map_err(|e| TraceError::Load(e.to_string()))?;
         }
+        let switches = ebpf
+            .map_mut("API_SWITCHES")
+            .ok_or_else(|| TraceError::Load("no map API_SWITCHES".into()))?;
+        let mut switches: Array<_, u32> =
+            Array::try_from(switches).map_err(|e| TraceError::Load(e.to_string()))?;
+        for (i, v) in [
+            (api_switch::VERBOSE, u32::from(args.verbose)),
+            (api_switch::MAX_DEPTH, args.max_depth),
+        ] {
+            switches
+                .set(i, v, 0)
+                .map_err(|e| TraceError::Load(e.to_string()))?;
+        }
+        let ring = ebpf
+            .take_map("EVENTS")
+            .and_then(|m| RingBuf::try_from(m).ok());
         Ok(Self {
             ebpf,
             reader: Reader::new(table),
@@ -99,6 +121,7 @@ impl Tracer {
             attached: HashSet::new(),
             failed: HashSet::new(),
             links: Vec::new(),
+            ring,
         })
     }
 
@@ -214,6 +237,72 @@ impl Tracer {
             .join(" ")
     }
 
+    fn site(&self, cookie: u64) -> Site {
+        let name = |names: &[String], i: u64| {
+            names
+                .get(i as usize)
+                .cloned()
+                .unwrap_or_else(|| format!("#{i}"))
+        };
+        Site {
+            library: name(&self.libs, cookie >> 32),
+            symbol: name(&self.syms, cookie & 0xffff_ffff),
+        }
+    }
+
+    /// The records the ring holds now, as lines (text or JSON).
+    fn drain(&mut self, json: bool) -> Vec<String> {
+        let mut raw = Vec::new();
+        if let Some(ring) = self.ring.as_mut() {
+            while let Some(item) = ring.next() {
+                raw.push(item.to_vec());
+            }
+        }
+        raw.iter().filter_map(|b| self.decode(b, json)).collect()
+    }
+
+    fn decode(&self, b: &[u8], json: bool) -> Option<String> {
+        let kind = u32::from_ne_bytes(b.get(..4)?.try_into().ok()?);
+        let comm = |c: &[u8; 16]| decode_lossless(c.split(|&x| x == 0).next().unwrap_or_default());
+        if kind == API_CALL {
+            let (r, _) = ApiCallRecord::read_from_prefix(b).ok()?;
+            let e = CallEvent {
+                pid: r.hdr.tgid,
+                tid: r.hdr.tid,
+                comm: comm(&r.hdr.comm),
+                site: self.site(r.cookie),
+                caller: (r.depth > 0).then(|| self.site(r.caller_cookie)),
+                duration_ns: r.duration_ns,
+                ret: r.ret,
+                depth: r.depth,
+            };
+            return Some(if json {
+                events::call_json(&e)
+            } else {
+                events::call_text(&e)
+            });
+        }
+        if kind == API_RECURSION {
+            let (r, _) = ApiRecursionRecord::read_from_prefix(b).ok()?;
+            let kept = (r.depth.saturating_sub(1) as usize).min(API_STACK_MAX);
+            let e = RecursionEvent {
+                pid: r.hdr.tgid,
+                tid: r.hdr.tid,
+                comm: comm(&r.hdr.comm),
+                site: self.site(r.cookie),
+                depth: r.depth,
+                past_cap: r.past_cap != 0,
+                chain: r.chain[..kept].iter().map(|&c| self.site(c)).collect(),
+            };
+            return Some(if json {
+                events::recursion_json(&e)
+            } else {
+                events::recursion_text(&e)
+            });
+        }
+        None
+    }
+
     /// The sums the kernel holds for `pids`.
     fn read(&self, pids: &HashSet<u32>) -> Vec<CallStats> {
         let Some(map) = self.ebpf.map("API_STATS") else {
@@ -247,16 +336,11 @@ impl Tracer {
             if !pids.contains(&key.tgid) {
                 continue;
             }
-            let name = |names: &[String], i: u64| {
-                names
-                    .get(i as usize)
-                    .cloned()
-                    .unwrap_or_else(|| format!("#{i}"))
-            };
+            let site = self.site(key.cookie);
             rows.push(CallStats {
                 pid: key.tgid,
-                library: name(&self.libs, key.cookie >> 32),
-                symbol: name(&self.syms, key.cookie & 0xffff_ffff),
+                library: site.library,
+                symbol: site.symbol,
                 calls: stat.count,
                 errors: stat.errors,
                 total_ns: stat.total_ns,
@@ -364,7 +448,7 @@ pub fn trace(args: &ApiArgs) -> Result<Traced, TraceError> {
         return Err(TraceError::NoTarget);
     }
     let _ = crate::session::install_stop_signals();
-    let mut tracer = Tracer::load(table.clone())?;
+    let mut tracer = Tracer::load(table.clone(), args)?;
     let mut targets: HashSet<u32> = args.pids.iter().copied().collect();
     let mut child = None;
     if !args.command.is_empty() {
@@ -417,6 +501,7 @@ pub fn trace(args: &ApiArgs) -> Result<Traced, TraceError> {
         None
     };
     let status = run_loop(&mut tracer, args, &mut targets, child);
+    emit_events(&mut tracer, args);
     let final_rows = tracer.read(&targets);
     print(args, &final_rows, true);
     if run_stats.is_some() {
@@ -462,8 +547,22 @@ fn run_loop(
                 print(args, &tracer.read(targets), false);
             }
         }
+        emit_events(tracer, args);
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Prints the ring's `API_CALL` / `API_RECURSION` records.
+fn emit_events(tracer: &mut Tracer, args: &ApiArgs) {
+    let lines = tracer.drain(args.format == ApiFormat::Json);
+    if lines.is_empty() {
+        return;
+    }
+    let mut out = std::io::stdout().lock();
+    for l in lines {
+        let _ = writeln!(out, "{l}");
+    }
+    let _ = out.flush();
 }
 
 /// The child's exit status (shell style: 128 + signal) once it ended.
