@@ -180,7 +180,11 @@ pub const API_EPILOGUE: Epilogue = Epilogue {
   One process, as one JSON object:
       sudo gpu-trace api --resolve --pid 4242 --format json
   Every python3 process, also resolving a symbol of a shim's own:
-      sudo gpu-trace api --resolve --comm python3 --probe libshimhip.so:shimInit",
+      sudo gpu-trace api --resolve --comm python3 --probe libshimhip.so:shimInit
+  Trace a command from its first call, one line per call, counts at the end:
+      sudo gpu-trace api -v -- ./client
+  Trace a running process, counts every 5 seconds:
+      sudo gpu-trace api --pid 4242 --interval 5",
     notes: Some((
         "Output",
         "OUTPUT FORMAT",
@@ -189,18 +193,24 @@ pub const API_EPILOGUE: Epilogue = Epilogue {
          GPU API symbol with the library whose copy the calls reach and the copies behind it \
          (what dlsym(RTLD_NEXT) reaches), and warnings: an interposer that exports an API \
          symbol and looks symbols up with dlsym (it may find itself and recurse), a preloaded \
-         shim in a process with no GPU open (an exported LD_PRELOAD leak). Only --resolve is \
-         built so far: the tracing modes of the API layer (issue 28) come later.",
+         shim in a process with no GPU open (an exported LD_PRELOAD leak). Tracing (without \
+         --resolve): a table per process, library and symbol (calls, errors, total and mean \
+         time, p99 bucket), API_CALL lines with -v, API_RECURSION lines; JSON: \
+         docs/json-schema.md.",
     )),
     exit_status: &[
-        (exit::SUCCESS, "success"),
+        (
+            exit::SUCCESS,
+            "success (tracing -- CMD: gpu-trace exits with CMD's status instead)",
+        ),
         (
             exit::RUNTIME,
-            "a process could not be read (gone, or permission denied: run as root)",
+            "a process could not be read (gone, or permission denied: run as root), or tracing \
+             could not start (no uprobes, no target mapping a GPU API library)",
         ),
         (
             exit::USAGE,
-            "bad usage (also: no --resolve, or a malformed --probe)",
+            "bad usage (a malformed --probe; tracing without --pid, --comm or -- CMD)",
         ),
     ],
     see_also: "See docs/api.md for the output, the JSON object and the symbol table.",
@@ -302,10 +312,10 @@ pub enum Command {
     /// Which library serves each GPU API call (CUDA driver, CUDA runtime, HIP) in a process:
     /// the dynamic linker's binding order and whose copy of each symbol wins.
     ///
-    /// Reads /proc/PID/maps and environ and the mapped ELF files' dynamic sections; attaches
-    /// nothing. Only --resolve exists so far (the API layer's tracing modes come later).
-    /// Targets: --pid, --comm, or every process that maps a library defining a GPU API
-    /// symbol. Run it as root to read other users' processes.
+    /// --resolve reads /proc/PID/maps and environ and the mapped ELF files' dynamic sections
+    /// and attaches nothing; its targets: --pid, --comm, or every process that maps a library
+    /// defining a GPU API symbol. Without --resolve: traces the calls of --pid, --comm or
+    /// `-- CMD` with uprobes, counted in the kernel. Run it as root.
     #[command(after_long_help = API_EPILOGUE.long_help())]
     Api(ApiArgs),
     /// Print the shell completion script for SHELL on standard output.

@@ -299,9 +299,10 @@ fn a_shell_with_the_shim_preloaded_is_listed_as_a_leak() {
 
 #[test]
 fn api_without_resolve_and_bad_targets_say_what_to_do() {
+    // Tracing without a target: a usage error that names the choices.
     let (code, _, err) = gpu_trace(&["api"]);
     assert_eq!(code, Some(2));
-    assert!(err.contains("not built yet: use --resolve"), "{err}");
+    assert!(err.contains("give --pid, --comm or `-- CMD`"), "{err}");
     let (code, _, err) = gpu_trace(&["api", "--resolve", "--probe", "nocolon"]);
     assert_eq!(code, Some(2));
     assert!(err.contains("is not LIB:SYMBOL"), "{err}");

@@ -228,7 +228,7 @@ fn api_trace_reports_a_recursing_shim_and_ends_on_sigint() {
             target = fields(&line).get("pid").copied();
         } else if line.starts_with('{') {
             let v: Value = serde_json::from_str(&line).unwrap();
-            if v["type"] == "API_RECURSION" && v["why"] == "re-entered" {
+            if v["event"] == "API_RECURSION" && v["why"] == "re-entered" {
                 recursion = Some(v);
             }
         }

@@ -50,7 +50,7 @@ pub fn call_text(e: &CallEvent) -> String {
 /// `API_CALL` as one JSON object (no newline).
 pub fn call_json(e: &CallEvent) -> String {
     json!({
-        "type": "API_CALL",
+        "event": "API_CALL",
         "pid": e.pid,
         "tid": e.tid,
         "comm": lossy(&e.comm),
@@ -110,7 +110,7 @@ pub fn recursion_json(e: &RecursionEvent) -> String {
         .map(|s| json!({"library": lossy(&s.library), "symbol": lossy(&s.symbol)}))
         .collect();
     json!({
-        "type": "API_RECURSION",
+        "event": "API_RECURSION",
         "pid": e.pid,
         "tid": e.tid,
         "comm": lossy(&e.comm),

@@ -80,7 +80,7 @@ pub fn text(title: &str, rows: &[CallStats]) -> String {
 /// One row as a JSON object (one line, no newline); `final_` marks the last read at exit.
 pub fn json(r: &CallStats, final_: bool) -> String {
     json!({
-        "type": "API_STATS",
+        "event": "API_STATS",
         "final": final_,
         "pid": r.pid,
         "library": lossy(&r.library),
