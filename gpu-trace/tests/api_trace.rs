@@ -15,38 +15,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+mod api_support;
 mod common;
+use api_support::{cc, toolchain};
 use common::skipped;
-
-const HIP: &str = "libamdhip64.so.5";
-
-fn hip_runtime() -> Option<PathBuf> {
-    let out = ["ldconfig", "/sbin/ldconfig", "/usr/sbin/ldconfig"]
-        .iter()
-        .find_map(|l| Command::new(l).arg("-p").output().ok())?;
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find(|l| l.trim_start().starts_with(&format!("{HIP} ")))
-        .and_then(|l| l.rsplit(" => ").next())
-        .map(|p| std::fs::canonicalize(p.trim()).unwrap())
-}
-
-fn compile(dir: &Path, source: &str, out: &str, extra: &[&str]) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/api")
-        .join(source);
-    let out = dir.join(out);
-    let ok = Command::new("cc")
-        .arg("-o")
-        .arg(&out)
-        .arg(&src)
-        .args(extra)
-        .status()
-        .expect("running cc")
-        .success();
-    assert!(ok, "cc {}", src.display());
-    out
-}
 
 /// The built client and shim; `None` after SKIPPED where the test cannot run here.
 fn prepare(test: &str) -> Option<(tempfile::TempDir, PathBuf, PathBuf, PathBuf)> {
@@ -59,22 +31,10 @@ fn prepare(test: &str) -> Option<(tempfile::TempDir, PathBuf, PathBuf, PathBuf)>
         skipped(test, "the kernel has no uprobe PMU (CONFIG_UPROBE_EVENTS)");
         return None;
     }
-    let Some(hip) = hip_runtime() else {
-        skipped(
-            test,
-            format!("Debian's HIP runtime ({HIP}) is not installed: run scripts/setup.sh"),
-        );
-        return None;
-    };
-    if Command::new("cc").arg("--version").output().is_err() {
-        skipped(test, "no C compiler (cc)");
-        return None;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let root = std::fs::canonicalize(dir.path()).unwrap();
-    let client = compile(&root, "count_client.c", "client", &["-l:libamdhip64.so.5"]);
-    let shim = compile(&root, "shim_next.c", "shim_next.so", &["-shared", "-fPIC"]);
-    compile(
+    let (hip, dir, root) = toolchain(test)?;
+    let client = cc(&root, "count_client.c", "client", &["-l:libamdhip64.so.5"]);
+    let shim = cc(&root, "shim_next.c", "shim_next.so", &["-shared", "-fPIC"]);
+    cc(
         &root,
         "shim_recursive.c",
         "shim_recursive.so",

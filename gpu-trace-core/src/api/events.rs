@@ -3,7 +3,7 @@
 //! past `--max-depth`), as text lines and JSON objects (docs/events.md). Library paths and
 //! process names come from the traced process: text escapes them, JSON carries them as UTF-8.
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::escape::{escape_text, lossy};
 
@@ -47,21 +47,31 @@ pub fn call_text(e: &CallEvent) -> String {
     )
 }
 
+/// The fields every API event has, then `rest`'s, as one JSON object (no newline).
+fn json_line(event: &str, pid: u32, tid: u32, comm: &str, site: &Site, rest: Value) -> String {
+    let mut v = json!({
+        "event": event,
+        "pid": pid,
+        "tid": tid,
+        "comm": lossy(comm),
+        "library": lossy(&site.library),
+        "symbol": lossy(&site.symbol),
+    });
+    if let (Some(m), Value::Object(r)) = (v.as_object_mut(), rest) {
+        m.extend(r);
+    }
+    v.to_string()
+}
+
 /// `API_CALL` as one JSON object (no newline).
 pub fn call_json(e: &CallEvent) -> String {
-    json!({
-        "event": "API_CALL",
-        "pid": e.pid,
-        "tid": e.tid,
-        "comm": lossy(&e.comm),
-        "library": lossy(&e.site.library),
-        "symbol": lossy(&e.site.symbol),
+    let rest = json!({
         "duration_ns": e.duration_ns,
         "ret": e.ret as u32 as i32,
         "depth": e.depth,
         "caller_library": e.caller.as_ref().map(|c| lossy(&c.library)),
-    })
-    .to_string()
+    });
+    json_line("API_CALL", e.pid, e.tid, &e.comm, &e.site, rest)
 }
 
 /// A recursion or a thread past the depth cap.
@@ -109,18 +119,12 @@ pub fn recursion_json(e: &RecursionEvent) -> String {
         .iter()
         .map(|s| json!({"library": lossy(&s.library), "symbol": lossy(&s.symbol)}))
         .collect();
-    json!({
-        "event": "API_RECURSION",
-        "pid": e.pid,
-        "tid": e.tid,
-        "comm": lossy(&e.comm),
-        "library": lossy(&e.site.library),
-        "symbol": lossy(&e.site.symbol),
+    let rest = json!({
         "depth": e.depth,
         "why": if e.past_cap { "max-depth" } else { "re-entered" },
         "chain": chain,
-    })
-    .to_string()
+    });
+    json_line("API_RECURSION", e.pid, e.tid, &e.comm, &e.site, rest)
 }
 
 #[cfg(test)]
