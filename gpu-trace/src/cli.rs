@@ -366,6 +366,11 @@ pub struct ApiArgs {
     #[arg(long = "max-depth", value_name = "N", default_value_t = 16,
           value_parser = clap::value_parser!(u32).range(1..=16))]
     pub max_depth: u32,
+    /// Tracing: report a call open longer than SECS (API_STUCK: thread state, wait channel,
+    /// system call, user stack), once per call.
+    #[arg(long = "stuck-after", value_name = "SECS", default_value_t = 5.0,
+          value_parser = parse_api_interval)]
+    pub stuck_after: f64,
     /// Tracing: at exit, print on stderr how many times the kernel ran the entry and return
     /// programs (BPF statistics on for the run), the whole cost's count.
     #[arg(long = "bpf-stats")]

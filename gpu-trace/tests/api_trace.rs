@@ -228,3 +228,73 @@ fn api_trace_reports_a_recursing_shim_and_ends_on_sigint() {
     // Reported once per (thread, symbol): no second re-entry record.
     assert!(!rest.iter().any(|l| l.contains("re-entered")), "{rest:?}");
 }
+
+#[test]
+fn api_trace_reports_a_call_stuck_in_a_shim_with_its_stack() {
+    let test = "api_trace_reports_a_call_stuck_in_a_shim_with_its_stack";
+    let Some((_dir, client, _shim, _hip)) = prepare(test) else {
+        return;
+    };
+    let root = client.parent().unwrap();
+    let sync = cc(
+        root,
+        "sync_client.c",
+        "sync_client",
+        &["-l:libamdhip64.so.5"],
+    );
+    let block = cc(root, "shim_block.c", "shim_block.so", &["-shared", "-fPIC"]);
+    let mut tracer = Command::new(env!("CARGO_BIN_EXE_gpu-trace"))
+        .args(["api", "--format", "json", "--stuck-after", "1", "--"])
+        .arg(&sync)
+        .env("LD_PRELOAD", &block)
+        .env("SHIM_BLOCK_SECONDS", "60")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(tracer.stdout.take().unwrap()).lines();
+    let mut target = None;
+    let mut stuck = None;
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if line.starts_with("client ") {
+            target = fields(&line).get("pid").copied();
+        } else if line.contains("\"API_STUCK\"") {
+            stuck = Some(serde_json::from_str::<Value>(&line).unwrap());
+            break;
+        }
+    }
+    let target = target.expect("the client's line");
+    // SAFETY: our own child; then the client, left running by SIGINT to the tracer alone.
+    unsafe { libc::kill(tracer.id() as i32, libc::SIGINT) };
+    let status = tracer.wait().unwrap();
+    unsafe { libc::kill(target as i32, libc::SIGKILL) };
+    let rest: Vec<String> = lines.map(Result::unwrap).collect();
+    let v = stuck.expect("an API_STUCK record");
+    let block = block.to_string_lossy();
+    assert_eq!(v["pid"], target);
+    assert_eq!(v["symbol"], "hipDeviceSynchronize");
+    assert_eq!(v["library"], block.as_ref());
+    assert!(v["open_ns"].as_u64().unwrap() >= 1_000_000_000, "{v}");
+    // Asleep in the shim's sleep(): state S, in a system call.
+    assert_eq!(v["state"], "S", "{v}");
+    assert!(!v["syscall"].as_str().unwrap().is_empty(), "{v}");
+    let stack: Vec<&str> = v["stack"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap())
+        .collect();
+    assert!(
+        stack
+            .iter()
+            .any(|f| f.starts_with(block.as_ref()) && f.contains("shim_wait")),
+        "the stack names the shim: {stack:#?}"
+    );
+    // Once per call.
+    assert!(
+        !rest.iter().any(|l| l.contains("\"API_STUCK\"")),
+        "{rest:?}"
+    );
+    assert_eq!(status.code(), Some(130));
+}

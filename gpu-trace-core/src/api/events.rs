@@ -127,6 +127,57 @@ pub fn recursion_json(e: &RecursionEvent) -> String {
     json_line("API_RECURSION", e.pid, e.tid, &e.comm, &e.site, rest)
 }
 
+/// A call open longer than `--stuck-after`, with what /proc said about its thread.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StuckEvent {
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+    pub site: Site,
+    /// How long the call had been open when seen.
+    pub open_ns: u64,
+    /// `stat`'s state letter, `wchan`, `syscall`'s first field.
+    pub state: String,
+    pub wchan: String,
+    pub syscall: String,
+    /// The scanned user stack, innermost first (`path+0xoff symbol+0xoff`).
+    pub stack: Vec<String>,
+}
+
+/// `API_STUCK` as text: a line, then the stack's frames indented (newline-terminated).
+pub fn stuck_text(e: &StuckEvent) -> String {
+    let mut out = format!(
+        "API_STUCK pid={} tid={} comm={} {}() library={} open_for={}.{:03}s state={} wchan={} \
+         syscall={}\n",
+        e.pid,
+        e.tid,
+        escape_text(&e.comm),
+        escape_text(&e.site.symbol),
+        escape_text(&e.site.library),
+        e.open_ns / 1_000_000_000,
+        e.open_ns / 1_000_000 % 1000,
+        escape_text(&e.state),
+        escape_text(&e.wchan),
+        escape_text(&e.syscall),
+    );
+    for f in &e.stack {
+        out += &format!("    {}\n", escape_text(f));
+    }
+    out
+}
+
+/// `API_STUCK` as one JSON object (no newline).
+pub fn stuck_json(e: &StuckEvent) -> String {
+    let rest = json!({
+        "open_ns": e.open_ns,
+        "state": lossy(&e.state),
+        "wchan": lossy(&e.wchan),
+        "syscall": lossy(&e.syscall),
+        "stack": e.stack.iter().map(|f| lossy(f)).collect::<Vec<_>>(),
+    });
+    json_line("API_STUCK", e.pid, e.tid, &e.comm, &e.site, rest)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use aya::{
     Ebpf,
-    maps::{Array, MapData, PerCpuHashMap, RingBuf},
+    maps::{Array, HashMap as BpfHashMap, MapData, PerCpuHashMap, RingBuf},
     programs::{
         UProbe,
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
@@ -24,14 +24,15 @@ use aya::{
 };
 use gpu_trace_common::api::{
     API_CALL, API_HIST_BUCKETS, API_RECURSION, API_STACK_MAX, ApiCallRecord, ApiKey,
-    ApiRecursionRecord, ApiStat, api_switch,
+    ApiRecursionRecord, ApiStack, ApiStat, api_switch,
 };
 use gpu_trace_common::zerocopy::FromBytes as _;
-use gpu_trace_core::api::events::{self, CallEvent, RecursionEvent, Site};
+use gpu_trace_core::api::events::{self, CallEvent, RecursionEvent, Site, StuckEvent};
 use gpu_trace_core::api::stats::{self, CallStats};
 use gpu_trace_core::api::symbols::SymbolTable;
 use gpu_trace_core::escape::{decode_lossless, escape_text};
 
+use super::stuck::Symbolizer;
 use super::{ApiError, symbol_table};
 use crate::cli::{ApiArgs, ApiFormat, kernel_comm};
 use crate::loader::trampoline::run_stats;
@@ -39,6 +40,9 @@ use crate::probe::libraries::{self, Reader};
 
 const KEY_LEN: usize = size_of::<ApiKey>();
 const STAT_LEN: usize = size_of::<ApiStat>();
+const STACK_LEN: usize = size_of::<ApiStack>();
+/// How often the open calls are checked for `--stuck-after`.
+const STUCK_POLL: Duration = Duration::from_millis(250);
 
 /// How the tracing ended: the launched command's exit status (`None` in `--pid`/`--comm` mode).
 pub struct Traced {
@@ -81,6 +85,9 @@ struct Tracer {
     links: Vec<(&'static str, UProbeLinkId)>,
     /// `API_CALL` and `API_RECURSION` records.
     ring: Option<RingBuf<MapData>>,
+    symbolizer: Symbolizer,
+    /// Stuck calls reported: (pid_tgid, cookie, entry time).
+    stuck_seen: HashSet<(u64, u64, u64)>,
 }
 
 impl Tracer {
@@ -122,6 +129,8 @@ impl Tracer {
             failed: HashSet::new(),
             links: Vec::new(),
             ring,
+            symbolizer: Symbolizer::default(),
+            stuck_seen: HashSet::new(),
         })
     }
 
@@ -301,6 +310,59 @@ impl Tracer {
             });
         }
         None
+    }
+
+    /// `API_STUCK` lines (text or JSON, newline-terminated) for the calls of `targets` open
+    /// `after_ns` or longer and not reported yet.
+    fn stuck(&mut self, targets: &HashSet<u32>, after_ns: u64, json: bool) -> Vec<String> {
+        let now = monotonic_ns();
+        let mut found = Vec::new();
+        if let Some(map) = self.ebpf.map("API_OPEN")
+            && let Ok(map) = BpfHashMap::<_, u64, [u8; STACK_LEN]>::try_from(map)
+        {
+            for (id, raw) in map.iter().flatten() {
+                let Ok(stack) = ApiStack::read_from_bytes(&raw) else {
+                    continue;
+                };
+                if !targets.contains(&((id >> 32) as u32)) {
+                    continue;
+                }
+                let kept = (stack.depth as usize).min(API_STACK_MAX);
+                for f in &stack.frames[..kept] {
+                    let open = now.saturating_sub(f.entry_ns);
+                    if open >= after_ns && self.stuck_seen.insert((id, f.cookie, f.entry_ns)) {
+                        found.push((id, f.cookie, open));
+                    }
+                }
+            }
+        }
+        let mut lines = Vec::new();
+        for (id, cookie, open_ns) in found {
+            let (pid, tid) = ((id >> 32) as u32, id as u32);
+            let dir = format!("/proc/{pid}/task/{tid}");
+            // A thread that ended inside the call: nothing to report.
+            let Ok(comm) = std::fs::read(format!("{dir}/comm")) else {
+                continue;
+            };
+            let t = self.symbolizer.thread(pid, tid);
+            let e = StuckEvent {
+                pid,
+                tid,
+                comm: decode_lossless(comm.strip_suffix(b"\n").unwrap_or(&comm)),
+                site: self.site(cookie),
+                open_ns,
+                state: t.state,
+                wchan: t.wchan,
+                syscall: t.syscall,
+                stack: t.stack,
+            };
+            lines.push(if json {
+                events::stuck_json(&e) + "\n"
+            } else {
+                events::stuck_text(&e)
+            });
+        }
+        lines
     }
 
     /// The sums the kernel holds for `pids`.
@@ -513,6 +575,17 @@ pub fn trace(args: &ApiArgs) -> Result<Traced, TraceError> {
     })
 }
 
+/// CLOCK_MONOTONIC in ns (the clock of `bpf_ktime_get_ns`).
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// Rescans and prints each interval until the end; returns the child's exit status.
 fn run_loop(
     tracer: &mut Tracer,
@@ -522,6 +595,7 @@ fn run_loop(
 ) -> Option<i32> {
     let every = Duration::from_secs_f64(args.interval.unwrap_or(1.0));
     let mut next = Instant::now() + every;
+    let mut next_stuck = Instant::now() + STUCK_POLL;
     loop {
         if crate::session::stop_requested() {
             // Like strace: the command goes on untraced (it got the terminal's SIGINT too).
@@ -548,6 +622,16 @@ fn run_loop(
             }
         }
         emit_events(tracer, args);
+        if Instant::now() >= next_stuck {
+            next_stuck += STUCK_POLL;
+            let after = (args.stuck_after * 1e9) as u64;
+            let lines = tracer.stuck(targets, after, args.format == ApiFormat::Json);
+            let mut out = std::io::stdout().lock();
+            for l in lines {
+                let _ = out.write_all(l.as_bytes());
+            }
+            let _ = out.flush();
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
 }
