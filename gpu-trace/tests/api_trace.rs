@@ -298,3 +298,47 @@ fn api_trace_reports_a_call_stuck_in_a_shim_with_its_stack() {
     );
     assert_eq!(status.code(), Some(130));
 }
+
+#[test]
+fn api_trace_attaches_a_library_dlopened_later_at_the_next_rescan() {
+    let test = "api_trace_attaches_a_library_dlopened_later_at_the_next_rescan";
+    let Some((_dir, client, _shim, hip)) = prepare(test) else {
+        return;
+    };
+    let root = client.parent().unwrap();
+    let late = cc(root, "dlopen_client.c", "dlopen_client", &["-ldl"]);
+    // A copy of the runtime under a path no ld.so cache lists: gpu-trace cannot attach it
+    // before exec, only when a rescan finds it mapped.
+    let copy = root.join("libamdhip64.so.5");
+    std::fs::copy(&hip, &copy).unwrap();
+    // dlopen after 1 s, 3 s for the rescan (every 0.2 s), then 9 calls.
+    let out = Command::new(env!("CARGO_BIN_EXE_gpu-trace"))
+        .args(["api", "--format", "json", "--interval", "0.2", "--"])
+        .arg(&late)
+        .arg(&copy)
+        .args(["3", "9"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let own = fields(text.lines().find(|l| l.starts_with("client ")).unwrap());
+    let copy = copy.to_string_lossy();
+    let counted: u64 = text
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| {
+            r["final"] == true
+                && r["pid"] == own["pid"]
+                && r["symbol"] == "hipInit"
+                && r["library"] == copy.as_ref()
+        })
+        .map(|r| r["calls"].as_u64().unwrap())
+        .sum();
+    assert_eq!(counted, own["hipInit"], "{text}");
+}
