@@ -11,6 +11,7 @@
 #![no_std]
 
 pub mod amd;
+pub mod api;
 pub mod nvidia;
 
 /// The byte-level traits the records derive (feature `wire`), for their readers.

@@ -46,6 +46,7 @@ mod probes {
     /// then the arguments (or `long ret`) as 8-byte slots from 16.
     const TP_ARG0: usize = 16;
 
+    mod api_call;
     mod dqm_create_queue;
     mod file_ioctl;
     mod init_mqd;

@@ -3,9 +3,13 @@
 
 use aya_ebpf::{
     macros::map,
-    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
 };
-use gpu_trace_common::{CGROUP_MATCH_MAX, CgroupMatch, counter, switch};
+use gpu_trace_common::{
+    CGROUP_MATCH_MAX, CgroupMatch,
+    api::{ApiKey, ApiStack, ApiStat, api_switch},
+    counter, switch,
+};
 
 /// Records to userspace. Userspace sets the size (`--ring-size`). Written only through
 /// `pipe.rs`.
@@ -135,3 +139,24 @@ pub(crate) const DENY_MAX: u32 = 16384;
 /// (`probes/sched_process_exit.rs`).
 #[map]
 pub(crate) static DENY: HashMap<u32, u32> = HashMap::with_max_entries(DENY_MAX, 0);
+
+/// The API layer (`probes/api_call.rs`): each thread's open API calls, by pid_tgid (LRU: the
+/// entries of threads that ended cannot fill it). The driver hooks may read it later to tag
+/// their events with the open call.
+#[map]
+pub(crate) static API_OPEN: LruHashMap<u64, ApiStack> = LruHashMap::with_max_entries(16384, 0);
+
+/// The API layer's completed calls, by process and attach cookie (library and symbol), per CPU
+/// (no atomics needed; userspace adds the CPUs up). Read by `gpu-trace api` each interval.
+#[map]
+pub(crate) static API_STATS: PerCpuHashMap<ApiKey, ApiStat> =
+    PerCpuHashMap::with_max_entries(16384, 0);
+
+/// The API layer's switches (`gpu_trace_common::api::api_switch`), set by userspace.
+#[map]
+pub(crate) static API_SWITCHES: Array<u32> = Array::with_max_entries(api_switch::COUNT, 0);
+
+/// Recursion reported already, by (thread, cookie) (LRU: bounded, and a forgotten entry only
+/// costs one more report).
+#[map]
+pub(crate) static API_REPORTED: LruHashMap<[u64; 2], u8> = LruHashMap::with_max_entries(4096, 0);

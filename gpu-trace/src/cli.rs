@@ -180,7 +180,11 @@ pub const API_EPILOGUE: Epilogue = Epilogue {
   One process, as one JSON object:
       sudo gpu-trace api --resolve --pid 4242 --format json
   Every python3 process, also resolving a symbol of a shim's own:
-      sudo gpu-trace api --resolve --comm python3 --probe libshimhip.so:shimInit",
+      sudo gpu-trace api --resolve --comm python3 --probe libshimhip.so:shimInit
+  Trace a command from its first call, one line per call, counts at the end:
+      sudo gpu-trace api -v -- ./client
+  Trace a running process, counts every 5 seconds:
+      sudo gpu-trace api --pid 4242 --interval 5",
     notes: Some((
         "Output",
         "OUTPUT FORMAT",
@@ -189,18 +193,24 @@ pub const API_EPILOGUE: Epilogue = Epilogue {
          GPU API symbol with the library whose copy the calls reach and the copies behind it \
          (what dlsym(RTLD_NEXT) reaches), and warnings: an interposer that exports an API \
          symbol and looks symbols up with dlsym (it may find itself and recurse), a preloaded \
-         shim in a process with no GPU open (an exported LD_PRELOAD leak). Only --resolve is \
-         built so far: the tracing modes of the API layer (issue 28) come later.",
+         shim in a process with no GPU open (an exported LD_PRELOAD leak). Tracing (without \
+         --resolve): a table per process, library and symbol (calls, errors, total and mean \
+         time, p99 bucket), API_CALL lines with -v, API_RECURSION lines; JSON: \
+         docs/json-schema.md.",
     )),
     exit_status: &[
-        (exit::SUCCESS, "success"),
+        (
+            exit::SUCCESS,
+            "success (tracing -- CMD: gpu-trace exits with CMD's status instead)",
+        ),
         (
             exit::RUNTIME,
-            "a process could not be read (gone, or permission denied: run as root)",
+            "a process could not be read (gone, or permission denied: run as root), or tracing \
+             could not start (no uprobes, no target mapping a GPU API library)",
         ),
         (
             exit::USAGE,
-            "bad usage (also: no --resolve, or a malformed --probe)",
+            "bad usage (a malformed --probe; tracing without --pid, --comm or -- CMD)",
         ),
     ],
     see_also: "See docs/api.md for the output, the JSON object and the symbol table.",
@@ -302,10 +312,10 @@ pub enum Command {
     /// Which library serves each GPU API call (CUDA driver, CUDA runtime, HIP) in a process:
     /// the dynamic linker's binding order and whose copy of each symbol wins.
     ///
-    /// Reads /proc/PID/maps and environ and the mapped ELF files' dynamic sections; attaches
-    /// nothing. Only --resolve exists so far (the API layer's tracing modes come later).
-    /// Targets: --pid, --comm, or every process that maps a library defining a GPU API
-    /// symbol. Run it as root to read other users' processes.
+    /// --resolve reads /proc/PID/maps and environ and the mapped ELF files' dynamic sections
+    /// and attaches nothing; its targets: --pid, --comm, or every process that maps a library
+    /// defining a GPU API symbol. Without --resolve: traces the calls of --pid, --comm or
+    /// `-- CMD` with uprobes, counted in the kernel. Run it as root.
     #[command(after_long_help = API_EPILOGUE.long_help())]
     Api(ApiArgs),
     /// Print the shell completion script for SHELL on standard output.
@@ -324,7 +334,7 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct ApiArgs {
     /// Print, per process, the binding order and which library's copy of each GPU API symbol
-    /// the calls reach (the only mode built so far).
+    /// the calls reach (without it: trace the calls with uprobes).
     #[arg(long)]
     pub resolve: bool,
     /// Only this process (repeat for more).
@@ -343,6 +353,41 @@ pub struct ApiArgs {
     /// text (one block per process) or json (one object per process and line; docs/api.md).
     #[arg(long, value_name = "FORMAT", default_value = "text")]
     pub format: ApiFormat,
+    /// Tracing: print the counts every SECS seconds (besides at exit), and rescan the targets'
+    /// libraries for new ones (dlopen) this often (1 s when not given).
+    #[arg(long, value_name = "SECS", value_parser = parse_api_interval)]
+    pub interval: Option<f64>,
+    /// Tracing: one line per completed call (API_CALL: thread, symbol, library, duration,
+    /// return value, depth, the caller's library), ltrace-like.
+    #[arg(short = 'v', long)]
+    pub verbose: bool,
+    /// Tracing: calls open at once on a thread past which API_RECURSION is reported and the
+    /// kernel stops keeping them (1 to 16).
+    #[arg(long = "max-depth", value_name = "N", default_value_t = 16,
+          value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub max_depth: u32,
+    /// Tracing: report a call open longer than SECS (API_STUCK: thread state, wait channel,
+    /// system call, user stack), once per call.
+    #[arg(long = "stuck-after", value_name = "SECS", default_value_t = 5.0,
+          value_parser = parse_api_interval)]
+    pub stuck_after: f64,
+    /// Tracing: at exit, print on stderr how many times the kernel ran the entry and return
+    /// programs (BPF statistics on for the run), the whole cost's count.
+    #[arg(long = "bpf-stats")]
+    pub bpf_stats: bool,
+    /// Tracing: start CMD with its arguments, trace it from its first call, and exit with its
+    /// status.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<std::ffi::OsString>,
+}
+
+fn parse_api_interval(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.01..=86400.0).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "`{s}` is not a number of seconds from 0.01 to 86400"
+        )),
+    }
 }
 
 /// `gpu-trace api --format`.

@@ -119,14 +119,20 @@ fn check_terminal(cli: &Cli) -> Result<(), ExitCode> {
     Ok(())
 }
 
-/// `gpu-trace api`: only `--resolve` is built; without it, a usage error that says so.
+/// `gpu-trace api`: `--resolve`, or tracing (exit status: the launched command's).
 fn api(args: &gpu_trace::cli::ApiArgs) -> ExitCode {
     if !args.resolve {
-        eprintln!(
-            "gpu-trace: `gpu-trace api` without --resolve would trace GPU API calls, which is \
-             not built yet: use --resolve (which library serves each GPU API call)"
-        );
-        return ExitCode::from(EXIT_USAGE);
+        return match gpu_trace::api::trace::trace(args) {
+            Ok(t) => t
+                .child_status
+                .map_or(ExitCode::SUCCESS, |s| ExitCode::from(s.clamp(0, 255) as u8)),
+            Err(e) => {
+                eprintln!("gpu-trace: {e}");
+                let usage = matches!(&e, gpu_trace::api::trace::TraceError::NoTarget)
+                    || matches!(&e, gpu_trace::api::trace::TraceError::Api(a) if a.is_usage());
+                ExitCode::from(if usage { EXIT_USAGE } else { EXIT_RUNTIME })
+            }
+        };
     }
     match gpu_trace::api::resolve(args) {
         Ok(true) => ExitCode::SUCCESS,

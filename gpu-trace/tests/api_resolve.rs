@@ -13,39 +13,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+mod api_support;
 mod common;
+use api_support::{cc, toolchain};
 use common::skipped;
-
-const HIP: &str = "libamdhip64.so.5";
-
-/// The HIP runtime's file as the dynamic linker finds it (`None`: not installed).
-fn hip_runtime() -> Option<PathBuf> {
-    // ldconfig is in /sbin, which a user's PATH may lack.
-    let out = ["ldconfig", "/sbin/ldconfig", "/usr/sbin/ldconfig"]
-        .iter()
-        .find_map(|l| Command::new(l).arg("-p").output().ok())?;
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find(|l| l.trim_start().starts_with(&format!("{HIP} ")))
-        .and_then(|l| l.rsplit(" => ").next())
-        .map(|p| std::fs::canonicalize(p.trim()).unwrap())
-}
-
-fn cc(dir: &Path, source: &str, out: &str, extra: &[&str]) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/api")
-        .join(source);
-    let out = dir.join(out);
-    let status = Command::new("cc")
-        .arg("-o")
-        .arg(&out)
-        .arg(&src)
-        .args(extra)
-        .status()
-        .expect("running cc");
-    assert!(status.success(), "cc {}", src.display());
-    out
-}
 
 /// The client, the three shims and the HIP runtime's path; `None` (after SKIPPED) where they
 /// cannot be built.
@@ -57,19 +28,7 @@ struct Built {
 }
 
 fn build(test: &str) -> Option<Built> {
-    let Some(hip) = hip_runtime() else {
-        skipped(
-            test,
-            format!("Debian's HIP runtime ({HIP}) is not installed: run scripts/setup.sh"),
-        );
-        return None;
-    };
-    if Command::new("cc").arg("--version").output().is_err() {
-        skipped(test, "no C compiler (cc)");
-        return None;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let (hip, dir, root) = toolchain(test)?;
     let client = cc(&root, "client.c", "client", &["-l:libamdhip64.so.5"]);
     let shims = ["shim_next", "shim_recursive", "shim_stub"].map(|s| {
         cc(
@@ -299,9 +258,10 @@ fn a_shell_with_the_shim_preloaded_is_listed_as_a_leak() {
 
 #[test]
 fn api_without_resolve_and_bad_targets_say_what_to_do() {
+    // Tracing without a target: a usage error that names the choices.
     let (code, _, err) = gpu_trace(&["api"]);
     assert_eq!(code, Some(2));
-    assert!(err.contains("not built yet: use --resolve"), "{err}");
+    assert!(err.contains("give --pid, --comm or `-- CMD`"), "{err}");
     let (code, _, err) = gpu_trace(&["api", "--resolve", "--probe", "nocolon"]);
     assert_eq!(code, Some(2));
     assert!(err.contains("is not LIB:SYMBOL"), "{err}");

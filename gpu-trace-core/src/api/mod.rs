@@ -2,9 +2,11 @@
 //! - [`symbols`]: the table of GPU API entry points (built-in families and `--probe`s);
 //! - [`resolve`]: binding order + definitions → which library's copy each call reaches, and
 //!   the warnings (recursing interposers, preload leaks);
-//! - [`render`]: `gpu-trace api --resolve`'s text and JSON.
-//!
-//! The tracing modes (uprobes, recursion, stuck calls) will sit beside these.
+//! - [`events`]: per-call `API_CALL` and `API_RECURSION` lines and JSON;
+//! - [`render`]: `gpu-trace api --resolve`'s text and JSON;
+//! - [`stats`]: the traced calls' counts, times and latency histograms (text and JSON).
+pub mod events;
 pub mod render;
 pub mod resolve;
+pub mod stats;
 pub mod symbols;

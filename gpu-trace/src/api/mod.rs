@@ -1,6 +1,10 @@
 //! `gpu-trace api`: the API layer (issue 28). Built so far: `--resolve`, which library serves
 //! each GPU API call in a process (the reads are `probe::libraries`', the logic and output
-//! `gpu_trace_core::api`'s). The tracing modes (uprobes, recursion, stuck calls) will sit here.
+//! `gpu_trace_core::api`'s); and tracing (`trace`): uprobes on every table symbol of every
+//! library mapped in the targets, with the calls counted in the kernel.
+
+pub mod stuck;
+pub mod trace;
 
 use std::io::Write as _;
 

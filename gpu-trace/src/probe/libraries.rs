@@ -352,6 +352,15 @@ fn elf_info_of<'data, Elf: FileHeader<Endian = object::Endianness>, R: object::R
     Some(info)
 }
 
+/// The table symbols the ELF file at `path` defines (none: not an ELF object, or unreadable).
+pub fn defines_of(path: &Path, table: &SymbolTable) -> Vec<String> {
+    std::fs::File::open(path)
+        .ok()
+        .and_then(|f| elf_info(f, table))
+        .map(|i| i.defines.into_keys().collect())
+        .unwrap_or_default()
+}
+
 /// Every process's PID (the numeric entries of /proc).
 pub fn all_pids() -> Vec<u32> {
     let mut pids: Vec<u32> = std::fs::read_dir("/proc")

@@ -1,0 +1,125 @@
+//! The API layer's maps (issue 28): what the uprobe programs (`gpu-trace-ebpf/src/probes/
+//! api_call.rs`) keep per thread and add up per process, library and symbol, read by
+//! `gpu-trace api` (`gpu-trace/src/api/trace.rs`).
+//!
+//! Each attach carries a cookie: the library's id in the high 32 bits, the symbol's id in the
+//! low 32 (both userspace's numbering, per run).
+
+use core::mem::size_of;
+
+use crate::RecordHeader;
+
+#[cfg(feature = "wire")]
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+/// Open calls kept per thread; deeper calls are counted ([`ApiStack::dropped`]), not timed.
+pub const API_STACK_MAX: usize = 16;
+
+/// Latency histogram buckets: bucket `i` holds calls of `2^(i-1) ≤ ns < 2^i` (0 ns in 0; the
+/// last bucket holds everything longer).
+pub const API_HIST_BUCKETS: usize = 40;
+
+/// One open call of a thread.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+#[cfg_attr(feature = "wire", derive(FromBytes, IntoBytes, KnownLayout, Immutable))]
+pub struct ApiFrame {
+    /// The attach cookie: library id << 32 | symbol id.
+    pub cookie: u64,
+    /// `bpf_ktime_get_ns()` at entry.
+    pub entry_ns: u64,
+}
+
+/// A thread's open calls (`API_OPEN`, by pid_tgid): the driver hooks may read it later to tag
+/// their events with the open API call.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+#[cfg_attr(feature = "wire", derive(FromBytes, IntoBytes, KnownLayout, Immutable))]
+pub struct ApiStack {
+    /// Calls open now (may exceed [`API_STACK_MAX`]: the deeper ones are not kept).
+    pub depth: u32,
+    /// Calls past [`API_STACK_MAX`] this thread made (not timed).
+    pub dropped: u32,
+    pub frames: [ApiFrame; API_STACK_MAX],
+}
+
+/// `API_STATS` key: one process's calls of one symbol of one library.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "wire", derive(FromBytes, IntoBytes, KnownLayout, Immutable))]
+pub struct ApiKey {
+    pub tgid: u32,
+    pub _pad: u32,
+    pub cookie: u64,
+}
+
+/// `API_STATS` value: the completed calls.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+#[cfg_attr(feature = "wire", derive(FromBytes, IntoBytes, KnownLayout, Immutable))]
+pub struct ApiStat {
+    pub count: u64,
+    /// Calls whose return value (as a 32-bit status: CUresult, cudaError_t, hipError_t) was
+    /// not 0.
+    pub errors: u64,
+    pub total_ns: u64,
+    pub hist: [u64; API_HIST_BUCKETS],
+}
+
+const _: () = assert!(size_of::<ApiFrame>() == 16);
+const _: () = assert!(size_of::<ApiStack>() == 8 + 16 * API_STACK_MAX);
+const _: () = assert!(size_of::<ApiKey>() == 16);
+const _: () = assert!(size_of::<ApiStat>() == 24 + 8 * API_HIST_BUCKETS);
+
+/// [`ApiCallRecord`]'s type tag (the API layer's own ring; not a driver record).
+pub const API_CALL: u32 = 0x20;
+/// [`ApiRecursionRecord`]'s type tag.
+pub const API_RECURSION: u32 = 0x21;
+
+/// `API_SWITCHES` indexes (`Array<u32>`, set by userspace before attach).
+pub mod api_switch {
+    /// 1: send one [`super::ApiCallRecord`] per completed call (`gpu-trace api -v`).
+    pub const VERBOSE: u32 = 0;
+    /// Calls open at once on a thread past which the entry program reports recursion and
+    /// stops keeping frames (`--max-depth`, at most [`super::API_STACK_MAX`]).
+    pub const MAX_DEPTH: u32 = 1;
+    pub const COUNT: u32 = 2;
+}
+
+/// One completed call (`-v`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+#[cfg_attr(feature = "wire", derive(FromBytes, IntoBytes, KnownLayout, Immutable))]
+pub struct ApiCallRecord {
+    pub hdr: RecordHeader,
+    pub cookie: u64,
+    /// The cookie of the call one level out on this thread (0: none).
+    pub caller_cookie: u64,
+    pub duration_ns: u64,
+    /// The return register as it was.
+    pub ret: u64,
+    /// Calls open on the thread when this one started (0: outermost).
+    pub depth: u32,
+    pub _pad: u32,
+}
+
+/// A symbol re-entered on a thread through the same library, or a thread past the depth cap:
+/// the thread's open calls, outermost first.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+#[cfg_attr(feature = "wire", derive(FromBytes, IntoBytes, KnownLayout, Immutable))]
+pub struct ApiRecursionRecord {
+    pub hdr: RecordHeader,
+    /// The call that re-entered (or went past the cap).
+    pub cookie: u64,
+    /// Calls open on the thread, this one included.
+    pub depth: u32,
+    /// 1: past the depth cap; 0: re-entered.
+    pub past_cap: u32,
+    /// The open calls' cookies, outermost first (the first `min(depth, API_STACK_MAX)`).
+    pub chain: [u64; API_STACK_MAX],
+}
+
+const _: () = assert!(size_of::<ApiCallRecord>() == size_of::<RecordHeader>() + 40);
+const _: () =
+    assert!(size_of::<ApiRecursionRecord>() == size_of::<RecordHeader>() + 16 + 8 * API_STACK_MAX);

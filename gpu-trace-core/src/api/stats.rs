@@ -1,0 +1,141 @@
+//! `gpu-trace api`'s call counts: per process, library and symbol, the calls the kernel added
+//! up (count, errors, total time, log2 latency histogram), as a text table for a person and one
+//! JSON object per row (docs/api.md). Library paths and names come from the traced process:
+//! text escapes them, JSON carries them as UTF-8.
+
+use std::fmt::Write as _;
+
+use serde_json::json;
+
+use crate::escape::{escape_text, lossy};
+
+/// One process's calls of one symbol of one library.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallStats {
+    pub pid: u32,
+    /// The library's path as /proc/PID/maps shows it (`decode_lossless` form).
+    pub library: String,
+    pub symbol: String,
+    pub calls: u64,
+    /// Calls that returned a status other than 0 (CUresult, cudaError_t, hipError_t).
+    pub errors: u64,
+    pub total_ns: u64,
+    /// Bucket `i`: calls of `2^(i-1) ≤ ns < 2^i` (bucket 0: 0 ns).
+    pub hist: Vec<u64>,
+}
+
+impl CallStats {
+    /// The upper bound (ns) of the bucket that holds the `q`-quantile call (0 without calls).
+    pub fn quantile_ns(&self, q: f64) -> u64 {
+        let want = (self.calls as f64 * q).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for (i, n) in self.hist.iter().enumerate() {
+            seen += n;
+            if seen >= want {
+                return if i == 0 { 0 } else { 1u64 << i.min(63) };
+            }
+        }
+        0
+    }
+
+    fn mean_ns(&self) -> u64 {
+        self.total_ns.checked_div(self.calls).unwrap_or(0)
+    }
+}
+
+/// Sorts the rows: by process, then library, then symbol.
+pub fn sort(rows: &mut [CallStats]) {
+    rows.sort_by(|a, b| (a.pid, &a.library, &a.symbol).cmp(&(b.pid, &b.library, &b.symbol)));
+}
+
+/// The text table (a header, one line per row); `title` goes first.
+pub fn text(title: &str, rows: &[CallStats]) -> String {
+    let mut out = format!("{title}\n");
+    if rows.is_empty() {
+        out += "  (no completed calls)\n";
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "{:>8} {:<24} {:>10} {:>8} {:>12} {:>10} {:>10}  LIBRARY",
+        "PID", "SYMBOL", "CALLS", "ERRORS", "TOTAL_US", "MEAN_US", "P99_US<"
+    );
+    for r in rows {
+        let _ = writeln!(
+            out,
+            "{:>8} {:<24} {:>10} {:>8} {:>12} {:>10} {:>10}  {}",
+            r.pid,
+            escape_text(&r.symbol),
+            r.calls,
+            r.errors,
+            r.total_ns / 1000,
+            r.mean_ns() / 1000,
+            r.quantile_ns(0.99).div_ceil(1000),
+            escape_text(&r.library)
+        );
+    }
+    out
+}
+
+/// One row as a JSON object (one line, no newline); `final_` marks the last read at exit.
+pub fn json(r: &CallStats, final_: bool) -> String {
+    json!({
+        "event": "API_STATS",
+        "final": final_,
+        "pid": r.pid,
+        "library": lossy(&r.library),
+        "symbol": lossy(&r.symbol),
+        "calls": r.calls,
+        "errors": r.errors,
+        "total_ns": r.total_ns,
+        "mean_ns": r.mean_ns(),
+        "p50_ns_below": r.quantile_ns(0.5),
+        "p99_ns_below": r.quantile_ns(0.99),
+        "hist_log2_ns": r.hist,
+    })
+    .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(hist: Vec<u64>) -> CallStats {
+        CallStats {
+            pid: 7,
+            library: "/opt/x\u{1b}[31m/libamdhip64.so.5".into(),
+            symbol: "hipMalloc".into(),
+            calls: hist.iter().sum(),
+            errors: 1,
+            total_ns: 3000,
+            hist,
+        }
+    }
+
+    #[test]
+    fn quantiles_are_the_bucket_upper_bounds() {
+        // 10 calls: 9 in [512, 1024) (bucket 10), 1 in [2^19, 2^20) (bucket 20).
+        let mut h = vec![0; 40];
+        h[10] = 9;
+        h[20] = 1;
+        let r = row(h);
+        assert_eq!(r.quantile_ns(0.5), 1024);
+        assert_eq!(r.quantile_ns(0.9), 1024);
+        assert_eq!(r.quantile_ns(0.99), 1 << 20);
+        assert_eq!(row(vec![0; 40]).quantile_ns(0.5), 0);
+    }
+
+    #[test]
+    fn text_escapes_the_library_path_and_json_keeps_it() {
+        let mut h = vec![0; 40];
+        h[3] = 2;
+        let r = row(h);
+        let t = text("t", std::slice::from_ref(&r));
+        assert!(!t.contains('\u{1b}'), "{t}");
+        assert!(t.contains("hipMalloc"));
+        let v: serde_json::Value = serde_json::from_str(&json(&r, true)).unwrap();
+        assert_eq!(v["library"], "/opt/x\u{1b}[31m/libamdhip64.so.5");
+        assert_eq!(v["calls"], 2);
+        assert_eq!(v["mean_ns"], 1500);
+    }
+}

@@ -1,0 +1,182 @@
+//! `API_STUCK`: an API call open longer than `--stuck-after`, found in the kernel's per-thread
+//! open-call stacks (`API_OPEN`) and described from /proc at report time: the thread's state,
+//! wait channel and system call, and a user stack recovered by scanning the thread's stack
+//! memory from its stack pointer for addresses in executable file mappings, symbolized from
+//! the mapped files' ELF symbol tables (the nearest symbol at or below; the address where
+//! none). A scan, not an unwind: a word that happens to point into code shows as a frame too.
+
+use std::collections::HashMap;
+use std::io::{Read as _, Seek as _, SeekFrom};
+
+use object::{Object as _, ObjectSegment as _, ObjectSymbol as _};
+
+/// Bytes of stack read from the stack pointer up.
+const SCAN_BYTES: usize = 32 * 1024;
+/// Frames kept.
+const MAX_FRAMES: usize = 24;
+
+/// What /proc says about a thread now.
+pub struct ThreadState {
+    /// `stat`'s state letter (`R`, `S`, `D`, …; `?` unknown).
+    pub state: String,
+    pub wchan: String,
+    /// `syscall`'s first field: the number, `running`, or empty.
+    pub syscall: String,
+    /// `lib+0xoff symbol+0xoff` lines, innermost first.
+    pub stack: Vec<String>,
+}
+
+/// One executable file mapping.
+struct ExecMap {
+    start: u64,
+    end: u64,
+    offset: u64,
+    path: String,
+}
+
+fn exec_maps(pid: u32) -> Vec<ExecMap> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (range, perms, offset) = (f.next()?, f.next()?, f.next()?);
+            let path = f.nth(2)?;
+            if !perms.contains('x') || !path.starts_with('/') {
+                return None;
+            }
+            let (s, e) = range.split_once('-')?;
+            Some(ExecMap {
+                start: u64::from_str_radix(s, 16).ok()?,
+                end: u64::from_str_radix(e, 16).ok()?,
+                offset: u64::from_str_radix(offset, 16).ok()?,
+                path: path.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// Symbol tables by path: (address, size, name) sorted, and the PT_LOAD (offset, vaddr) pairs.
+#[derive(Default)]
+pub struct Symbolizer {
+    files: HashMap<String, Option<ElfSyms>>,
+}
+
+struct ElfSyms {
+    syms: Vec<(u64, u64, String)>,
+    segments: Vec<(u64, u64, u64)>,
+}
+
+fn elf_syms(path: &str) -> Option<ElfSyms> {
+    let data = std::fs::read(path).ok()?;
+    let file = object::File::parse(&*data).ok()?;
+    let mut syms: Vec<(u64, u64, String)> = file
+        .symbols()
+        .chain(file.dynamic_symbols())
+        .filter(|s| s.kind() == object::SymbolKind::Text && s.address() != 0)
+        .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?.to_string())))
+        .collect();
+    syms.sort();
+    syms.dedup_by_key(|s| s.0);
+    let segments = file
+        .segments()
+        .map(|s| {
+            let (off, size) = s.file_range();
+            (off, size, s.address())
+        })
+        .collect();
+    Some(ElfSyms { syms, segments })
+}
+
+impl Symbolizer {
+    /// `path+0xoff symbol+0xoff` for a file offset in `path` (opened as `open`).
+    fn name(&mut self, path: &str, open: &str, file_off: u64) -> String {
+        let base = format!("{path}+{file_off:#x}");
+        let Some(elf) = self
+            .files
+            .entry(open.to_string())
+            .or_insert_with(|| elf_syms(open))
+        else {
+            return base;
+        };
+        let Some(vaddr) = elf
+            .segments
+            .iter()
+            .find(|(off, size, _)| (*off..off + size).contains(&file_off))
+            .map(|(off, _, va)| file_off - off + va)
+        else {
+            return base;
+        };
+        let i = elf.syms.partition_point(|s| s.0 <= vaddr);
+        match i.checked_sub(1).map(|i| &elf.syms[i]) {
+            Some((addr, size, name)) if *size == 0 || vaddr < addr + size => {
+                format!("{base} {name}+{:#x}", vaddr - addr)
+            }
+            _ => base,
+        }
+    }
+
+    /// The thread's state and its scanned user stack.
+    pub fn thread(&mut self, pid: u32, tid: u32) -> ThreadState {
+        let dir = format!("/proc/{pid}/task/{tid}");
+        let read = |f: &str| std::fs::read_to_string(format!("{dir}/{f}")).unwrap_or_default();
+        let stat = read("stat");
+        let state = stat
+            .rsplit_once(") ")
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .unwrap_or("?")
+            .to_string();
+        let syscall = read("syscall");
+        let fields: Vec<&str> = syscall.split_whitespace().collect();
+        // `nr a0..a5 sp pc` while in a system call.
+        let (sp, pc) = match fields.as_slice() {
+            [_, _, _, _, _, _, _, sp, pc] => (parse_hex(sp), parse_hex(pc)),
+            _ => (None, None),
+        };
+        let stack = match (sp, pc) {
+            (Some(sp), Some(pc)) => self.scan(pid, sp, pc),
+            _ => Vec::new(),
+        };
+        ThreadState {
+            state,
+            wchan: read("wchan"),
+            syscall: fields.first().copied().unwrap_or("").to_string(),
+            stack,
+        }
+    }
+
+    fn scan(&mut self, pid: u32, sp: u64, pc: u64) -> Vec<String> {
+        let maps = exec_maps(pid);
+        let mut buf = vec![0u8; SCAN_BYTES];
+        let got = std::fs::File::open(format!("/proc/{pid}/mem"))
+            .and_then(|mut f| {
+                f.seek(SeekFrom::Start(sp))?;
+                let mut n = 0;
+                while n < buf.len() {
+                    match f.read(&mut buf[n..]) {
+                        Ok(0) | Err(_) => break,
+                        Ok(k) => n += k,
+                    }
+                }
+                Ok(n)
+            })
+            .unwrap_or(0);
+        let words = buf[..got - got % 8]
+            .chunks_exact(8)
+            .map(|w| u64::from_ne_bytes(w.try_into().unwrap_or_default()));
+        let mut out = Vec::new();
+        for addr in std::iter::once(pc).chain(words) {
+            if out.len() >= MAX_FRAMES {
+                break;
+            }
+            if let Some(m) = maps.iter().find(|m| (m.start..m.end).contains(&addr)) {
+                let open = format!("/proc/{pid}/root{}", m.path);
+                out.push(self.name(&m.path, &open, addr - m.start + m.offset));
+            }
+        }
+        out
+    }
+}
+
+fn parse_hex(s: &str) -> Option<u64> {
+    u64::from_str_radix(s.trim_start_matches("0x"), 16).ok()
+}

@@ -1,0 +1,57 @@
+//! What the API layer's tests share: Debian's HIP runtime as the dynamic linker finds it, and
+//! the test programs under tests/api/ compiled with `cc`.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub const HIP: &str = "libamdhip64.so.5";
+
+/// The HIP runtime's file as the dynamic linker finds it (`None`: not installed).
+pub fn hip_runtime() -> Option<PathBuf> {
+    // ldconfig is in /sbin, which a user's PATH may lack.
+    let out = ["ldconfig", "/sbin/ldconfig", "/usr/sbin/ldconfig"]
+        .iter()
+        .find_map(|l| Command::new(l).arg("-p").output().ok())?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find(|l| l.trim_start().starts_with(&format!("{HIP} ")))
+        .and_then(|l| l.rsplit(" => ").next())
+        .map(|p| std::fs::canonicalize(p.trim()).unwrap())
+}
+
+/// Compiles tests/api/`source` into `dir`/`out` with `extra` flags.
+pub fn cc(dir: &Path, source: &str, out: &str, extra: &[&str]) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/api")
+        .join(source);
+    let out = dir.join(out);
+    let status = Command::new("cc")
+        .arg("-o")
+        .arg(&out)
+        .arg(&src)
+        .args(extra)
+        .status()
+        .expect("running cc");
+    assert!(status.success(), "cc {}", src.display());
+    out
+}
+
+/// The HIP runtime's path and an empty directory (and its canonical path) to build the test
+/// programs in; `None`, after SKIPPED, without the runtime or a C compiler.
+pub fn toolchain(test: &str) -> Option<(PathBuf, tempfile::TempDir, PathBuf)> {
+    let Some(hip) = hip_runtime() else {
+        crate::common::skipped(
+            test,
+            format!("Debian's HIP runtime ({HIP}) is not installed: run scripts/setup.sh"),
+        );
+        return None;
+    };
+    if Command::new("cc").arg("--version").output().is_err() {
+        crate::common::skipped(test, "no C compiler (cc)");
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    Some((hip, dir, root))
+}

@@ -1,0 +1,344 @@
+//! `gpu-trace api` tracing (issue 28) on Debian's real HIP runtime (`libamdhip64.so.5`) with
+//! real uprobes and the real binary: a C client (tests/api/count_client.c) and a correct
+//! `RTLD_NEXT` shim (tests/api/shim_next.c) print their own call counts, and gpu-trace's
+//! per-symbol counts must equal them; the kernel's own run counts of the programs show that a
+//! process not traced pays nothing; the seed's recursive shim (tests/api/shim_recursive.c) is
+//! reported as API_RECURSION while the tracer stays responsive to SIGINT.
+//!
+//! Without the HIP runtime, a C compiler, uprobes or root, the tests print `SKIPPED: <why>`.
+
+use std::collections::HashMap;
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+mod api_support;
+mod common;
+use api_support::{cc, toolchain};
+use common::skipped;
+
+/// The built client and shim; `None` after SKIPPED where the test cannot run here.
+fn prepare(test: &str) -> Option<(tempfile::TempDir, PathBuf, PathBuf, PathBuf)> {
+    // SAFETY: no arguments.
+    if unsafe { libc::geteuid() } != 0 {
+        skipped(test, "needs root (uprobes and BPF programs)");
+        return None;
+    }
+    if !Path::new("/sys/bus/event_source/devices/uprobe").exists() {
+        skipped(test, "the kernel has no uprobe PMU (CONFIG_UPROBE_EVENTS)");
+        return None;
+    }
+    let (hip, dir, root) = toolchain(test)?;
+    let client = cc(&root, "count_client.c", "client", &["-l:libamdhip64.so.5"]);
+    let shim = cc(&root, "shim_next.c", "shim_next.so", &["-shared", "-fPIC"]);
+    cc(
+        &root,
+        "shim_recursive.c",
+        "shim_recursive.so",
+        &["-shared", "-fPIC"],
+    );
+    Some((dir, client, shim, hip))
+}
+
+/// `pid=N` and `NAME=N` fields of a line the client or the shim printed.
+fn fields(line: &str) -> HashMap<String, u64> {
+    line.split_whitespace()
+        .filter_map(|f| f.split_once('='))
+        .filter_map(|(k, v)| Some((k.to_string(), v.parse().ok()?)))
+        .collect()
+}
+
+#[test]
+fn api_trace_counts_equal_the_programs_own_and_untargeted_processes_pay_nothing() {
+    let test = "api_trace_counts_equal_the_programs_own_and_untargeted_processes_pay_nothing";
+    let Some((_dir, client, shim, hip)) = prepare(test) else {
+        return;
+    };
+    // The traced command: 25 hipMalloc calls through the shim, then 2 s of sleep, exit 7.
+    // LD_PRELOAD is in gpu-trace's environment: the command inherits it, and gpu-trace knows
+    // the shim before the command runs.
+    let mut tracer = Command::new(env!("CARGO_BIN_EXE_gpu-trace"))
+        .args(["api", "--format", "json", "--bpf-stats", "--"])
+        .arg(&client)
+        .args(["25", "2", "7"])
+        .env("LD_PRELOAD", &shim)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(tracer.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    let own = fields(&first);
+    assert_eq!(own.get("hipMalloc"), Some(&25), "the client said {first:?}");
+    let target = own["pid"];
+    // While the target sleeps (its probes attached): the same client and shim, not traced,
+    // 400 calls.
+    let other = Command::new(&client)
+        .arg("400")
+        .env("LD_PRELOAD", &shim)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&other.stdout).contains("hipMalloc=400"));
+    let started = Instant::now();
+    let status = tracer.wait().unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut tracer.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(120),
+        "gpu-trace took {:?} to end",
+        started.elapsed()
+    );
+    assert_eq!(
+        status.code(),
+        Some(7),
+        "the command's exit status passes through; {err}"
+    );
+
+    let shim_said = err
+        .lines()
+        .map(fields)
+        .find(|f| f.get("pid") == Some(&target))
+        .unwrap_or_else(|| panic!("no count from the target's shim in {err}"));
+    let rows: Vec<Value> = rest
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let calls = |lib: &Path, sym: &str| -> u64 {
+        let lib = lib.to_string_lossy();
+        rows.iter()
+            .filter(|r| r["pid"] == target && r["symbol"] == sym && r["library"] == *lib)
+            .map(|r| r["calls"].as_u64().unwrap())
+            .sum()
+    };
+    assert_eq!(calls(&shim, "hipMalloc"), shim_said["hipMalloc"], "{rest}");
+    assert_eq!(calls(&hip, "hipMalloc"), own["hipMalloc"], "{rest}");
+    assert_eq!(calls(&hip, "hipInit"), own["hipInit"], "{rest}");
+    assert!(
+        rows.iter()
+            .all(|r| r["pid"] == target && r["final"] == true),
+        "{rest}"
+    );
+    // The programs ran once per traced call and return: the untargeted client's 801 calls
+    // cost nothing.
+    let traced = shim_said["hipMalloc"] + own["hipMalloc"] + own["hipInit"];
+    let stats = err
+        .lines()
+        .find_map(|l| l.strip_prefix("gpu-trace: bpf-stats "))
+        .unwrap_or_else(|| panic!("no bpf-stats line in {err}"));
+    let runs = fields(stats);
+    assert_eq!(runs["runs"], traced, "{stats}");
+    assert_eq!(
+        stats,
+        format!("api_entry runs={traced} api_return runs={traced}")
+    );
+}
+
+#[test]
+fn api_trace_of_a_process_without_a_gpu_library_says_so() {
+    let test = "api_trace_of_a_process_without_a_gpu_library_says_so";
+    if prepare(test).is_none() {
+        return;
+    }
+    let mut sleeper = Command::new("sleep").arg("60").spawn().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_gpu-trace"))
+        .args(["api", "--pid", &sleeper.id().to_string()])
+        .output()
+        .unwrap();
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("no target maps a library that defines a GPU API symbol"),
+        "{err}"
+    );
+}
+
+#[test]
+fn api_trace_reports_a_recursing_shim_and_ends_on_sigint() {
+    let test = "api_trace_reports_a_recursing_shim_and_ends_on_sigint";
+    let Some((_dir, client, shim, _hip)) = prepare(test) else {
+        return;
+    };
+    let recursive = shim.with_file_name("shim_recursive.so");
+    // One hipMalloc (which re-enters itself 1000 times in the shim), then 60 s of sleep.
+    let mut tracer = Command::new(env!("CARGO_BIN_EXE_gpu-trace"))
+        .args(["api", "--format", "json", "--"])
+        .arg(&client)
+        .args(["1", "60"])
+        .env("LD_PRELOAD", &recursive)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = BufReader::new(tracer.stdout.take().unwrap());
+    let mut target = None;
+    let mut recursion = None;
+    let mut lines = out.lines();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if line.starts_with("client ") {
+            target = fields(&line).get("pid").copied();
+        } else if line.starts_with('{') {
+            let v: Value = serde_json::from_str(&line).unwrap();
+            if v["event"] == "API_RECURSION" && v["why"] == "re-entered" {
+                recursion = Some(v);
+            }
+        }
+        if target.is_some() && recursion.is_some() {
+            break;
+        }
+    }
+    let target = target.expect("the client's line");
+    let v = recursion.expect("an API_RECURSION record");
+    assert_eq!(v["pid"], target);
+    assert_eq!(v["symbol"], "hipMalloc");
+    assert_eq!(v["library"], recursive.to_string_lossy().as_ref());
+    assert_eq!(v["depth"], 2);
+    assert_eq!(
+        v["chain"][0]["library"],
+        recursive.to_string_lossy().as_ref()
+    );
+    // The client sleeps on, traced: SIGINT ends the tracer with the counts.
+    // SAFETY: our own child.
+    unsafe { libc::kill(tracer.id() as i32, libc::SIGINT) };
+    let started = Instant::now();
+    let status = tracer.wait().unwrap();
+    let took = started.elapsed();
+    // SAFETY: the client, which SIGINT to the tracer alone left running (it holds the pipe).
+    unsafe { libc::kill(target as i32, libc::SIGKILL) };
+    let rest: Vec<String> = lines.map(Result::unwrap).collect();
+    assert!(
+        took < Duration::from_secs(50),
+        "the tracer took {took:?} to end"
+    );
+    assert_eq!(status.code(), Some(130), "like strace: 128 + SIGINT");
+    assert!(
+        rest.iter()
+            .any(|l| l.contains("\"hipInit\"") && l.contains("\"final\":true")),
+        "{rest:?}"
+    );
+    // Reported once per (thread, symbol): no second re-entry record.
+    assert!(!rest.iter().any(|l| l.contains("re-entered")), "{rest:?}");
+}
+
+#[test]
+fn api_trace_reports_a_call_stuck_in_a_shim_with_its_stack() {
+    let test = "api_trace_reports_a_call_stuck_in_a_shim_with_its_stack";
+    let Some((_dir, client, _shim, _hip)) = prepare(test) else {
+        return;
+    };
+    let root = client.parent().unwrap();
+    let sync = cc(
+        root,
+        "sync_client.c",
+        "sync_client",
+        &["-l:libamdhip64.so.5"],
+    );
+    let block = cc(root, "shim_block.c", "shim_block.so", &["-shared", "-fPIC"]);
+    let mut tracer = Command::new(env!("CARGO_BIN_EXE_gpu-trace"))
+        .args(["api", "--format", "json", "--stuck-after", "1", "--"])
+        .arg(&sync)
+        .env("LD_PRELOAD", &block)
+        .env("SHIM_BLOCK_SECONDS", "60")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(tracer.stdout.take().unwrap()).lines();
+    let mut target = None;
+    let mut stuck = None;
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if line.starts_with("client ") {
+            target = fields(&line).get("pid").copied();
+        } else if line.contains("\"API_STUCK\"") {
+            stuck = Some(serde_json::from_str::<Value>(&line).unwrap());
+            break;
+        }
+    }
+    let target = target.expect("the client's line");
+    // SAFETY: our own child; then the client, left running by SIGINT to the tracer alone.
+    unsafe { libc::kill(tracer.id() as i32, libc::SIGINT) };
+    let status = tracer.wait().unwrap();
+    unsafe { libc::kill(target as i32, libc::SIGKILL) };
+    let rest: Vec<String> = lines.map(Result::unwrap).collect();
+    let v = stuck.expect("an API_STUCK record");
+    let block = block.to_string_lossy();
+    assert_eq!(v["pid"], target);
+    assert_eq!(v["symbol"], "hipDeviceSynchronize");
+    assert_eq!(v["library"], block.as_ref());
+    assert!(v["open_ns"].as_u64().unwrap() >= 1_000_000_000, "{v}");
+    // Asleep in the shim's sleep(): state S, in a system call.
+    assert_eq!(v["state"], "S", "{v}");
+    assert!(!v["syscall"].as_str().unwrap().is_empty(), "{v}");
+    let stack: Vec<&str> = v["stack"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap())
+        .collect();
+    assert!(
+        stack
+            .iter()
+            .any(|f| f.starts_with(block.as_ref()) && f.contains("shim_wait")),
+        "the stack names the shim: {stack:#?}"
+    );
+    // Once per call.
+    assert!(
+        !rest.iter().any(|l| l.contains("\"API_STUCK\"")),
+        "{rest:?}"
+    );
+    assert_eq!(status.code(), Some(130));
+}
+
+#[test]
+fn api_trace_attaches_a_library_dlopened_later_at_the_next_rescan() {
+    let test = "api_trace_attaches_a_library_dlopened_later_at_the_next_rescan";
+    let Some((_dir, client, _shim, hip)) = prepare(test) else {
+        return;
+    };
+    let root = client.parent().unwrap();
+    let late = cc(root, "dlopen_client.c", "dlopen_client", &["-ldl"]);
+    // A copy of the runtime under a path no ld.so cache lists: gpu-trace cannot attach it
+    // before exec, only when a rescan finds it mapped.
+    let copy = root.join("libamdhip64.so.5");
+    std::fs::copy(&hip, &copy).unwrap();
+    // dlopen after 1 s, 3 s for the rescan (every 0.2 s), then 9 calls.
+    let out = Command::new(env!("CARGO_BIN_EXE_gpu-trace"))
+        .args(["api", "--format", "json", "--interval", "0.2", "--"])
+        .arg(&late)
+        .arg(&copy)
+        .args(["3", "9"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let own = fields(text.lines().find(|l| l.starts_with("client ")).unwrap());
+    let copy = copy.to_string_lossy();
+    let counted: u64 = text
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| {
+            r["final"] == true
+                && r["pid"] == own["pid"]
+                && r["symbol"] == "hipInit"
+                && r["library"] == copy.as_ref()
+        })
+        .map(|r| r["calls"].as_u64().unwrap())
+        .sum();
+    assert_eq!(counted, own["hipInit"], "{text}");
+}
