@@ -231,6 +231,69 @@
 //! | `tasks`                 | array           | per task, ended ones first in the order they ended, then the live ones: `key`, `pid`, `task` (as `tsg`), `engine`, `gpu`, `runlist`, `init_ns`, `first_schedule_ns` (first allowed `SCHEDULE`), `first_submit_ns` (first `WORK_SUBMIT`), `end_ns`, `end_cause` (a `cause`; null while alive), `schedule_refused`, `timeslice_us` and `interleave` (the last known values, the final ones once ended), `preemptions`, `param_changes` (accepted changes), `updates_refused`, and the derived `lifetime_ns`, `init_to_schedule_ns`, `init_to_submit_ns`; times are CLOCK_MONOTONIC ns, null where not known |
 //! | `tasks_omitted`         | integer         | left out of `tasks`: ended tasks beyond the 10000 kept, and events of new tasks while 100000 were alive (or 4096 of the same process) |
 //! | `diagnostics`           | object or null  | null with a null `kernel`; kernel-internal counters (also in `kernel`; the text output shows them with `-v`): `emitted`, `ignored` |
+//!
+//! ## `API_STATS`, `API_CALL`, `API_RECURSION` (`gpu-trace api`)
+//!
+//! (and `API_STUCK`, below)
+//!
+//! `gpu-trace api`'s tracing ([api.md](api.md#tracing)) writes its own lines, one JSON object each,
+//! with `--format json`. Strings from the traced process (`library`, `symbol`, `comm`) are UTF-8, a
+//! byte that is not as U+FFFD.
+//!
+//! `API_STATS`: one per (process, library, symbol) with completed calls, every `--interval` and at
+//! the end.
+//!
+//! | field          | type    | meaning |
+//! |----------------|---------|---------|
+//! | `event`        | string  | `"API_STATS"` |
+//! | `final`        | boolean | true for the read at the end; false for the periodic ones (totals so far) |
+//! | `pid`          | integer | the process |
+//! | `library`      | string  | the library's path as `/proc/PID/maps` shows it (or `#N` if unknown) |
+//! | `symbol`       | string  | the symbol |
+//! | `calls`        | integer | completed calls (entry and return seen) |
+//! | `errors`       | integer | calls whose return value's low 32 bits were not 0 |
+//! | `total_ns`     | integer | their total duration |
+//! | `mean_ns`      | integer | `total_ns / calls` |
+//! | `p50_ns_below`, `p99_ns_below` | integer | the upper bound of the histogram bucket holding the quantile |
+//! | `hist_log2_ns` | array of 40 integers | bucket `i`: calls of `2^(i-1) ≤ ns < 2^i` (bucket 0: 0 ns; the last: everything longer) |
+//!
+//! `API_CALL` (`-v`): one per completed call.
+//!
+//! | field            | type           | meaning |
+//! |------------------|----------------|---------|
+//! | `event`          | string         | `"API_CALL"` |
+//! | `pid`, `tid`     | integer        | process and thread |
+//! | `comm`           | string         | the thread's name |
+//! | `library`, `symbol` | string      | the copy called |
+//! | `duration_ns`    | integer        | entry to return |
+//! | `ret`            | integer        | the return value as a 32-bit signed status |
+//! | `depth`          | integer        | traced calls open on the thread when it started (0: outermost) |
+//! | `caller_library` | string or null | the library of the traced call one level out; null for an outermost call |
+//!
+//! `API_RECURSION`: once per (thread, library and symbol) re-entered, and once per thread past
+//! `--max-depth`.
+//!
+//! | field            | type    | meaning |
+//! |------------------|---------|---------|
+//! | `event`          | string  | `"API_RECURSION"` |
+//! | `pid`, `tid`, `comm` | | as above |
+//! | `library`, `symbol` | string | the call that re-entered (or went past the cap) |
+//! | `depth`          | integer | traced calls open on the thread, this one included |
+//! | `why`            | string  | `"re-entered"` or `"max-depth"` |
+//! | `chain`          | array   | the open calls, outermost first (at most 16): `library`, `symbol` each |
+//!
+//! `API_STUCK`: once per call open `--stuck-after` seconds or longer.
+//!
+//! | field            | type    | meaning |
+//! |------------------|---------|---------|
+//! | `event`          | string  | `"API_STUCK"` |
+//! | `pid`, `tid`, `comm` | | as above |
+//! | `library`, `symbol` | string | the open call |
+//! | `open_ns`        | integer | how long it had been open when seen |
+//! | `state`          | string  | `/proc/PID/task/TID/stat`'s state letter (`?` unknown) |
+//! | `wchan`          | string  | the kernel function the thread waits in (`/proc/…/wchan`; `0` when running) |
+//! | `syscall`        | string  | `/proc/…/syscall`'s first field: the system call's number, `running`, or empty |
+//! | `stack`          | array of strings | the scanned user stack, innermost first: `path+0xOFFSET` and, where a symbol covers it, ` symbol+0xOFF` |
 
 use chrono::{Datelike as _, SecondsFormat, Timelike as _};
 use serde::Serialize;
