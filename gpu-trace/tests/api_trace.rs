@@ -342,3 +342,41 @@ fn api_trace_attaches_a_library_dlopened_later_at_the_next_rescan() {
         .sum();
     assert_eq!(counted, own["hipInit"], "{text}");
 }
+
+#[test]
+fn api_trace_ends_once_its_results_are_out_not_after_the_probes_are_removed() {
+    let test = "api_trace_ends_once_its_results_are_out_not_after_the_probes_are_removed";
+    let Some((_dir, client, shim, _hip)) = prepare(test) else {
+        return;
+    };
+    // The client needs libamdhip64 (DT_NEEDED, found through ldconfig's cache) and the shim is
+    // preloaded: gpu-trace attaches both libraries' table symbols before the command runs,
+    // about a hundred probes.
+    // The kernel takes 0.1 s or more to remove each one, so a run that removed them before
+    // exiting took over ten seconds from its last line to its exit here.
+    let mut tracer = Command::new(env!("CARGO_BIN_EXE_gpu-trace"))
+        .args(["api", "--"])
+        .arg(&client)
+        .args(["1", "0", "0"])
+        .env("LD_PRELOAD", &shim)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(tracer.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.starts_with("API calls (at exit)") {
+        line.clear();
+        assert_ne!(out.read_line(&mut line).unwrap(), 0, "no final table");
+    }
+    let printed = Instant::now();
+    let status = tracer.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut tracer.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(status.success(), "{status:?}: {err}");
+    assert!(
+        printed.elapsed() < Duration::from_secs(5),
+        "gpu-trace took {:?} after its results to end: {err}",
+        printed.elapsed()
+    );
+}

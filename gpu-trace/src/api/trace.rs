@@ -214,9 +214,55 @@ impl Tracer {
         Some(with_symbols)
     }
 
-    /// Detaches everything now, with the results already out: the kernel waits for a grace
-    /// period for each perf-event uprobe it removes (about 0.1 s each, one at a time), so a
-    /// run over a whole runtime takes seconds to end (docs/api.md).
+    /// Ends the run with the results already out, without waiting for the kernel to remove the
+    /// probes: it waits for a grace period for each perf-event uprobe it removes (0.1 to 0.2 s
+    /// each, one at a time: a minute for PyTorch's libcuda and libcudart on the GPU host). A
+    /// child process inherits the probes' descriptors and drops them as it exits, in the
+    /// background; this process then lets its own copies go without detaching (the last
+    /// holder's close is the slow one). Where fork fails, detaches here.
+    fn release_in_background(mut self) {
+        let _ = std::io::stdout().flush();
+        let _ = std::io::stderr().flush();
+        // The child must outlive this process (the last holder pays for the removals): it
+        // waits for the end of a pipe whose write end only this process holds, until exit.
+        let mut ends = [0 as libc::c_int; 2];
+        // SAFETY: a valid two-int array.
+        if unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            self.detach();
+            return;
+        }
+        let [wait_end, held_end] = ends;
+        // SAFETY: the child only calls async-signal-safe functions (setsid, close, read, _exit).
+        match unsafe { libc::fork() } {
+            0 => unsafe {
+                // Out of the terminal's session, and off the standard streams so that nothing
+                // reading gpu-trace's output (a pipe, `$(…)`) waits for it.
+                libc::setsid();
+                libc::close(held_end);
+                for fd in 0..3 {
+                    libc::close(fd);
+                }
+                let mut byte = 0u8;
+                while libc::read(wait_end, (&raw mut byte).cast(), 1) < 0 {}
+                libc::_exit(0)
+            },
+            pid if pid > 0 => {
+                // SAFETY: our own descriptor; `held_end` stays open until this process exits.
+                unsafe { libc::close(wait_end) };
+                std::mem::forget(self);
+            }
+            _ => {
+                // SAFETY: our own descriptors.
+                unsafe {
+                    libc::close(wait_end);
+                    libc::close(held_end);
+                }
+                self.detach();
+            }
+        }
+    }
+
+    /// Detaches everything now (the fallback of [`Self::release_in_background`]).
     fn detach(&mut self) {
         for (name, id) in std::mem::take(&mut self.links) {
             if let Some(Ok(p)) = self
@@ -414,31 +460,53 @@ impl Tracer {
     }
 }
 
-/// The libraries a command started now may load that define table symbols, before it runs:
-/// `LD_PRELOAD`'s files and the table's libraries as the dynamic linker's cache finds them.
-fn launch_candidates(table: &SymbolTable) -> Vec<(String, Vec<String>)> {
+/// The libraries a command started now loads at start that define table symbols, before it
+/// runs: `LD_PRELOAD`'s files, and the table's libraries in the `DT_NEEDED` closure of the
+/// command's executable as the dynamic linker's cache (`ldconfig -p`) resolves its names.
+/// Libraries it `dlopen`s later (Python's CUDA runtime, a library found through its RPATH)
+/// are attached at the next rescan: a cached runtime the command never loads gets no probes
+/// (each costs its removal later, docs/api.md).
+fn launch_candidates(table: &SymbolTable, cmd: &OsString) -> Vec<(String, Vec<String>)> {
     let mut paths: Vec<String> = std::env::var("LD_PRELOAD")
         .unwrap_or_default()
         .split([' ', ':'])
         .filter(|p| p.starts_with('/'))
         .map(str::to_string)
         .collect();
-    let cache = ["/sbin/ldconfig", "/usr/sbin/ldconfig", "ldconfig"]
+    let cache: HashMap<String, String> = ["/sbin/ldconfig", "/usr/sbin/ldconfig", "ldconfig"]
         .iter()
-        .find_map(|l| std::process::Command::new(l).arg("-p").output().ok());
-    if let Some(out) = cache {
-        for line in String::from_utf8_lossy(&out.stdout).lines() {
-            let Some((name, path)) = line.trim().split_once(" => ") else {
-                continue;
-            };
-            let name = name.split(' ').next().unwrap_or("");
-            if table
-                .entries()
-                .iter()
-                .any(|e| gpu_trace_core::api::symbols::library_matches(&e.library, name))
-            {
-                paths.push(path.trim().to_string());
+        .find_map(|l| std::process::Command::new(l).arg("-p").output().ok())
+        .map(|out| {
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            let mut cache = HashMap::new();
+            for line in text.lines() {
+                if let Some((name, path)) = line.trim().split_once(" => ") {
+                    let name = name.split(' ').next().unwrap_or("").to_string();
+                    // The first entry of a name is the one ld.so uses.
+                    cache.entry(name).or_insert_with(|| path.trim().to_string());
+                }
             }
+            cache
+        })
+        .unwrap_or_default();
+    let mut queue: Vec<String> = executable_of(cmd)
+        .map(|exe| libraries::needed_of(&exe, table))
+        .unwrap_or_default();
+    let mut seen: HashSet<String> = HashSet::new();
+    while let Some(name) = queue.pop() {
+        if !seen.insert(name.clone()) {
+            continue;
+        }
+        let Some(path) = cache.get(&name) else {
+            continue;
+        };
+        queue.extend(libraries::needed_of(std::path::Path::new(path), table));
+        if table
+            .entries()
+            .iter()
+            .any(|e| gpu_trace_core::api::symbols::library_matches(&e.library, &name))
+        {
+            paths.push(path.clone());
         }
     }
     paths
@@ -450,6 +518,17 @@ fn launch_candidates(table: &SymbolTable) -> Vec<(String, Vec<String>)> {
             (!defines.is_empty()).then_some((real, defines))
         })
         .collect()
+}
+
+/// The file `execvp` runs for `cmd`: a path as given, else the first match on `PATH`.
+fn executable_of(cmd: &OsString) -> Option<std::path::PathBuf> {
+    let cmd = std::path::Path::new(cmd);
+    if cmd.as_os_str().as_bytes().contains(&b'/') {
+        return Some(cmd.to_path_buf());
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(cmd))
+        .find(|p| p.is_file())
 }
 
 /// A child forked and waiting (on a pipe) to exec the command.
@@ -515,7 +594,7 @@ pub fn trace(args: &ApiArgs) -> Result<Traced, TraceError> {
     let mut child = None;
     if !args.command.is_empty() {
         let launched = fork_waiting(&args.command)?;
-        for (path, symbols) in launch_candidates(&table) {
+        for (path, symbols) in launch_candidates(&table, &args.command[0]) {
             tracer.attach_file(launched.pid, &path, &path, &symbols);
         }
         // SAFETY: our own descriptor; one byte releases the child to exec.
@@ -569,7 +648,7 @@ pub fn trace(args: &ApiArgs) -> Result<Traced, TraceError> {
     if run_stats.is_some() {
         eprintln!("gpu-trace: bpf-stats {}", tracer.runs());
     }
-    tracer.detach();
+    tracer.release_in_background();
     Ok(Traced {
         child_status: status,
     })

@@ -352,6 +352,15 @@ fn elf_info_of<'data, Elf: FileHeader<Endian = object::Endianness>, R: object::R
     Some(info)
 }
 
+/// The `DT_NEEDED` names of the ELF file at `path` (empty where it is not one or has none).
+pub fn needed_of(path: &Path, table: &SymbolTable) -> Vec<String> {
+    std::fs::File::open(path)
+        .ok()
+        .and_then(|f| elf_info(f, table))
+        .map(|i| i.needed)
+        .unwrap_or_default()
+}
+
 /// The table symbols the ELF file at `path` defines (none: not an ELF object, or unreadable).
 pub fn defines_of(path: &Path, table: &SymbolTable) -> Vec<String> {
     std::fs::File::open(path)
