@@ -2,7 +2,7 @@
 """Side by side: per-process GPU shares from gpu-trace's JSON (GPU_SHARE lines, GPU_SHARE_STATS)
 and `nvidia-smi pmon -s u -o T` of the same run (examples/gpu-host-share.sh).
 
-    python3 share_compare.py DIR     (DIR holds trace.jsonl, pmon.txt, pids)
+    python3 share_compare.py DIR     (DIR holds trace.jsonl, pmon.txt, workloads.log)
 
 Per second (the host's local time, as pmon prints it) and over the run: gpu-trace's share (the
 SM-weighted fraction of NVML's sampling points naming the process in that second) against
@@ -11,7 +11,8 @@ pmon's `sm` column for the process ("-" read as 0).
 import collections, datetime, json, sys
 
 d = sys.argv[1]
-pids = [int(p) for p in open(f"{d}/pids").read().split()]
+# The workloads print their own pid (the pids file holds the `timeout` wrappers' pids).
+pids = [int(l.split()[0].split("=")[1]) for l in open(f"{d}/workloads.log") if l.startswith("pid=")]
 samples, stats = [], None
 for line in open(f"{d}/trace.jsonl"):
     try:
