@@ -15,6 +15,7 @@ B=$1; A=$2; O=$3/api
 mkdir -p "$O"
 exec > >(tee "$O/run.log") 2>&1
 date -u
+echo "open files: soft $(ulimit -Sn) hard $(ulimit -Hn)"
 command -v ldconfig >/dev/null && ldconfig -p | grep -E 'libcuda\.so|libcudart' | head -5
 
 W="$O/workload.py"
@@ -34,8 +35,8 @@ import sys, time, torch
 x = torch.randn(64, 64, device="cuda")
 for _ in range(2000): y = x + x
 torch.cuda.synchronize()
-time.sleep(1.5)
-n = 20000; t = time.perf_counter()
+time.sleep(10)  # the rescan attaches libcuda and libcudart (100+ probes) before the timed loop
+n = 100000; t = time.perf_counter()
 for _ in range(n): y = x + x
 torch.cuda.synchronize()
 print(f"us_per_step={(time.perf_counter() - t) / n * 1e6:.2f}", flush=True)
@@ -100,6 +101,6 @@ echo "== $(date -u +%T) 3b. a launch-bound PyTorch loop (us per x + x step), int
 for r in 1 2; do
   echo "round $r untraced $(timeout 60 python3 "$C")"
   timeout -s INT 150 "$B" api -- python3 "$C" > "$O/cost_api_$r.txt" 2>&1
-  echo "round $r gpu-trace_api $(grep -m1 us_per_step "$O/cost_api_$r.txt")"
+  echo "round $r gpu-trace_api $(grep -m1 us_per_step "$O/cost_api_$r.txt") (probes refused: $(grep -c 'cannot probe' "$O/cost_api_$r.txt"); calls counted: $(grep -E ' (cudaLaunchKernel|cuLaunchKernel) ' "$O/cost_api_$r.txt" | awk '{print $2"="$3}' | tr '\n' ' '))"
 done | tee "$O/cost_torch.txt"
 date -u

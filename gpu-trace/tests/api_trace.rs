@@ -380,3 +380,41 @@ fn api_trace_ends_once_its_results_are_out_not_after_the_probes_are_removed() {
         printed.elapsed()
     );
 }
+
+#[test]
+fn api_trace_is_not_starved_by_a_low_soft_open_file_limit() {
+    use std::os::unix::process::CommandExt as _;
+    let test = "api_trace_is_not_starved_by_a_low_soft_open_file_limit";
+    let Some((_dir, client, _shim, _hip)) = prepare(test) else {
+        return;
+    };
+    // Two descriptors per probed symbol: the HIP table alone needs about a hundred, more than
+    // a soft limit of 64 allows (the GPU host's 1024 ran out on libcuda and libcudart). The
+    // hard limit is left as it is: gpu-trace raises the soft one to it.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpu-trace"));
+    cmd.args(["api", "--"]).arg(&client).args(["1", "0", "0"]);
+    // SAFETY: only setrlimit between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let mut lim = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
+            if lim.rlim_max < 1024 {
+                return Err(std::io::Error::other("hard limit below 1024"));
+            }
+            lim.rlim_cur = 64;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = cmd.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {err}", out.status);
+    assert!(!err.contains("cannot probe"), "{err}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(" hipMalloc "), "{text}");
+}

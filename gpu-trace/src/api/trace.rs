@@ -185,10 +185,18 @@ impl Tracer {
                 }
                 Err(e) => {
                     if self.failed.insert((path.to_string(), sym.clone())) {
+                        let mut why = e.to_string();
+                        let mut source = std::error::Error::source(&e);
+                        while let Some(s) = source {
+                            why.push_str(": ");
+                            why.push_str(&s.to_string());
+                            source = s.source();
+                        }
                         eprintln!(
-                            "gpu-trace: cannot probe {} in {}: {e}",
+                            "gpu-trace: cannot probe {} in {}: {}",
                             escape_text(sym),
-                            escape_text(path)
+                            escape_text(path),
+                            escape_text(&why)
                         );
                     }
                 }
@@ -520,6 +528,23 @@ fn launch_candidates(table: &SymbolTable, cmd: &OsString) -> Vec<(String, Vec<St
         .collect()
 }
 
+/// Two descriptors per probed symbol (entry and return), a hundred symbols in libcuda alone: the
+/// usual soft limit of 1024 open files ran out on the GPU host (every later probe refused). The
+/// soft limit goes up to the hard one, as other tracers do.
+fn raise_open_file_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: a valid rlimit for both calls.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
 /// The file `execvp` runs for `cmd`: a path as given, else the first match on `PATH`.
 fn executable_of(cmd: &OsString) -> Option<std::path::PathBuf> {
     let cmd = std::path::Path::new(cmd);
@@ -589,6 +614,7 @@ pub fn trace(args: &ApiArgs) -> Result<Traced, TraceError> {
         return Err(TraceError::NoTarget);
     }
     let _ = crate::session::install_stop_signals();
+    raise_open_file_limit();
     let mut tracer = Tracer::load(table.clone(), args)?;
     let mut targets: HashSet<u32> = args.pids.iter().copied().collect();
     let mut child = None;
