@@ -35,6 +35,11 @@ pub struct ShareSample {
 
 /// Samples kept for the windowed figures; beyond this the run's totals still count them.
 pub const MAX_KEPT_SAMPLES: usize = 1 << 20;
+/// Processes whose scheduling parameters are followed (the tracer's bound per distinct PID,
+/// `model/bounded.rs`); later ones are not followed.
+pub const MAX_FOLLOWED_PROCESSES: usize = 65_536;
+/// Parameter changes kept per process (before/after in the statistics); later ones are not.
+pub const MAX_CHANGES_PER_PROCESS: usize = 64;
 
 /// A scheduling parameter change of a process (a `SCHEDULE` or `SCHED_UPDATE`), in wall µs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -98,6 +103,10 @@ impl ShareModel {
                 self.params.insert(pid, (label, Vec::new()));
             }
             Some((now, changes)) if *now != label => {
+                if changes.len() >= MAX_CHANGES_PER_PROCESS {
+                    *now = label;
+                    return;
+                }
                 changes.push(ParamChange {
                     at_us,
                     before: Some(std::mem::replace(now, label.clone())),
@@ -137,6 +146,13 @@ impl ShareModel {
             } => (now.0, new.or(now.1)),
             _ => return,
         };
+        // Most events repeat the parameters in force: nothing to record, nothing allocated.
+        if self.current.get(&pid) == Some(&next) {
+            return;
+        }
+        if !self.current.contains_key(&pid) && self.current.len() >= MAX_FOLLOWED_PROCESSES {
+            return;
+        }
         self.current.insert(pid, next);
         let ts = next.0.map_or("?".to_string(), |t| t.to_string());
         let il = next

@@ -112,3 +112,23 @@ fn capture_lines_that_are_not_samples_are_refused() {
         Ok(vec![])
     );
 }
+
+#[test]
+fn parameter_changes_kept_per_process_are_bounded() {
+    // A process flipping its timeslice without end must not grow the tracer's memory: the
+    // first MAX_CHANGES_PER_PROCESS changes are kept, the parameters in force still follow.
+    let mut m = model(&capture("share_fast"));
+    for i in 0..10_000u64 {
+        let label = if i % 2 == 0 {
+            "timeslice=1024 us"
+        } else {
+            "timeslice=8192 us"
+        };
+        m.params(531, 1_795_711_120_000_000 + i, label.into());
+    }
+    assert_eq!(
+        m.around_changes(0, 531).len(),
+        super::MAX_CHANGES_PER_PROCESS
+    );
+    assert_eq!(m.params_now(531), Some("timeslice=8192 us"));
+}
