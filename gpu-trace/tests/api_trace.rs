@@ -389,7 +389,7 @@ fn api_trace_is_not_starved_by_a_low_soft_open_file_limit() {
         return;
     };
     // Two descriptors per probed symbol: the HIP table alone needs about a hundred, more than
-    // a soft limit of 64 allows (the GPU host's 1024 ran out on libcuda and libcudart). The
+    // a soft limit of 64 allows (libcuda and libcudart need a few hundred). The
     // hard limit is left as it is: gpu-trace raises the soft one to it.
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpu-trace"));
     cmd.args(["api", "--"]).arg(&client).args(["1", "0", "0"]);

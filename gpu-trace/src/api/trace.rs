@@ -475,12 +475,14 @@ impl Tracer {
 /// are attached at the next rescan: a cached runtime the command never loads gets no probes
 /// (each costs its removal later, docs/api.md).
 fn launch_candidates(table: &SymbolTable, cmd: &OsString) -> Vec<(String, Vec<String>)> {
-    let mut paths: Vec<String> = std::env::var("LD_PRELOAD")
-        .unwrap_or_default()
-        .split([' ', ':'])
-        .filter(|p| p.starts_with('/'))
-        .map(str::to_string)
-        .collect();
+    let mut paths: Vec<String> = libraries::split_preload(
+        std::env::var_os("LD_PRELOAD")
+            .unwrap_or_default()
+            .as_bytes(),
+    )
+    .into_iter()
+    .filter(|p| p.starts_with('/'))
+    .collect();
     let cache: HashMap<String, String> = ["/sbin/ldconfig", "/usr/sbin/ldconfig", "ldconfig"]
         .iter()
         .find_map(|l| std::process::Command::new(l).arg("-p").output().ok())
@@ -528,8 +530,8 @@ fn launch_candidates(table: &SymbolTable, cmd: &OsString) -> Vec<(String, Vec<St
         .collect()
 }
 
-/// Two descriptors per probed symbol (entry and return), a hundred symbols in libcuda alone: the
-/// usual soft limit of 1024 open files ran out on the GPU host (every later probe refused). The
+/// Two descriptors per probed symbol (entry and return), a hundred symbols in libcuda alone: a
+/// soft limit of 1024 open files (a common default) leaves no room for PyTorch's runtimes. The
 /// soft limit goes up to the hard one, as other tracers do.
 fn raise_open_file_limit() {
     let mut lim = libc::rlimit {

@@ -109,7 +109,8 @@ pub fn preload_of_environ(environ: &[u8]) -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn split_preload(value: &[u8]) -> Vec<String> {
+/// An `LD_PRELOAD` value's entries, split as ld.so does (spaces, colons, tabs, newlines).
+pub fn split_preload(value: &[u8]) -> Vec<String> {
     value
         .split(|&b| b == b' ' || b == b':' || b == b'\t' || b == b'\n')
         .filter(|s| !s.is_empty())
