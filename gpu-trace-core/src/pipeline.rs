@@ -427,9 +427,10 @@ impl<W: Write> Pipeline<W> {
 
     /// The event's scheduling parameters, for the share before/after each change.
     fn share_params(&mut self, event: &Event) {
-        let wall_ns = self.config.clock.realtime_ns(event.origin.ts_ns);
-        let wall_us = u64::try_from(wall_ns / 1000).unwrap_or(0);
-        self.stats.share.observe(event, wall_us);
+        let clock = &self.config.clock;
+        self.stats.share.observe(event, || {
+            u64::try_from(clock.realtime_ns(event.origin.ts_ns) / 1000).unwrap_or(0)
+        });
     }
 
     /// NVML per-process utilization samples (the live sampler, or a recording): counted for

@@ -118,8 +118,9 @@ impl ShareModel {
     }
 
     /// Follows the scheduling parameters of the event's process (`TASK_INIT`, an allowed
-    /// `SCHEDULE` or `SCHED_UPDATE` of the timeslice or interleave); `wall_us`: the event's time.
-    pub fn observe(&mut self, ev: &Event, wall_us: u64) {
+    /// `SCHEDULE` or `SCHED_UPDATE` of the timeslice or interleave); `wall_us`: the event's time,
+    /// asked for only when the parameters change.
+    pub fn observe(&mut self, ev: &Event, wall_us: impl FnOnce() -> u64) {
         let pid = ev.origin.pid;
         let now = self.current.get(&pid).copied().unwrap_or_default();
         let next = match &ev.kind {
@@ -158,7 +159,7 @@ impl ShareModel {
         let il = next
             .1
             .map_or("UNKNOWN".to_string(), |i| format!("{i:?}").to_uppercase());
-        self.params(pid, wall_us, format!("timeslice={ts} us interleave={il}"));
+        self.params(pid, wall_us(), format!("timeslice={ts} us interleave={il}"));
     }
 
     /// The GPUs sampled, in index order.
