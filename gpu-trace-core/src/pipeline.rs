@@ -278,8 +278,10 @@ impl<W: Write> Pipeline<W> {
     /// Feeds one ring-buffer record (or one record of a recording file); prints the events it
     /// produces. Bytes that are not a record are counted ([`Stats::malformed`]).
     pub fn feed(&mut self, bytes: &[u8]) -> Result<(), SinkError> {
-        match wire::parse_record(bytes) {
-            Ok(record) => self.feed_record(&record),
+        // Borrowed, not moved out of the Result: an NVIDIA record is 264 bytes, and each move
+        // of it was a memcpy on the hottest path (a sixth of text -v's time).
+        match &wire::parse_record(bytes) {
+            Ok(record) => self.feed_record(record),
             Err(_) => {
                 self.malformed();
                 Ok(())
