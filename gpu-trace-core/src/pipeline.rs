@@ -186,13 +186,21 @@ impl<W: Write> Pipeline<W> {
         elapsed: Duration,
         counters: Option<KernelCounters>,
     ) -> Result<(), SinkError> {
-        let mut stats = self.stats.clone();
-        stats.elapsed = Some(elapsed);
-        if let Some(c) = counters {
-            stats.kernel = c;
+        // In place, not on a clone: the statistics hold the share samples (up to 16 MiB) and
+        // every task, and a block can be due every 10 ms.
+        let unreported = self.unreported();
+        let saved = (
+            self.stats.elapsed.replace(elapsed),
+            counters.map(|c| std::mem::replace(&mut self.stats.kernel, c)),
+            std::mem::replace(&mut self.stats.unreported, unreported),
+        );
+        let result = self.lines.periodic(&self.stats);
+        self.stats.elapsed = saved.0;
+        if let Some(k) = saved.1 {
+            self.stats.kernel = k;
         }
-        stats.unreported = self.unreported();
-        self.lines.periodic(&stats)
+        self.stats.unreported = saved.2;
+        result
     }
 
     /// Replay: the periodic statistics that fall due before a record at `ts_ns`. Intervals

@@ -61,10 +61,29 @@ pub struct Share {
     pub points: u64,
 }
 
+/// What the figures need of a sample (16 bytes, where a [`ShareSample`] with its UUID string
+/// is about seven times that): the million kept samples stay within 16 MiB.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Kept {
+    ts_us: u64,
+    pid: u32,
+    sm: u32,
+}
+
+const _: () = assert!(size_of::<Kept>() == 16);
+
 /// The samples of a run, with the processes' scheduling parameters.
+///
+/// Per GPU the samples are kept in time order (NVML's timestamps; one arriving out of order is
+/// inserted in place), so a window is a binary search and a slice, not a scan of the run: the
+/// live path asks for the recent window after every batch, and a run's statistics for every
+/// window of every process.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ShareModel {
-    samples: Vec<ShareSample>,
+    per_gpu: BTreeMap<u32, Vec<Kept>>,
+    /// Per GPU: the processes its samples named.
+    pids: BTreeMap<u32, std::collections::BTreeSet<u32>>,
+    kept: usize,
     /// Samples not kept (over [`MAX_KEPT_SAMPLES`]).
     pub not_kept: u64,
     /// Per process: the parameters in force now, and their changes.
@@ -81,18 +100,41 @@ impl ShareModel {
 
     /// Whether any sample came.
     pub fn is_empty(&self) -> bool {
-        self.samples.is_empty()
+        self.kept == 0
     }
 
     pub fn add(&mut self, s: &ShareSample) {
         if let Some(u) = &s.uuid {
             self.uuids.entry(s.gpu).or_insert_with(|| u.clone());
         }
-        if self.samples.len() >= MAX_KEPT_SAMPLES {
+        if self.kept >= MAX_KEPT_SAMPLES {
             self.not_kept += 1;
             return;
         }
-        self.samples.push(s.clone());
+        let k = Kept {
+            ts_us: s.ts_us,
+            pid: s.pid,
+            sm: s.sm,
+        };
+        let v = self.per_gpu.entry(s.gpu).or_default();
+        if v.last().is_none_or(|l| l.ts_us <= k.ts_us) {
+            v.push(k);
+        } else {
+            let at = v.partition_point(|x| x.ts_us <= k.ts_us);
+            v.insert(at, k);
+        }
+        self.pids.entry(s.gpu).or_default().insert(s.pid);
+        self.kept += 1;
+    }
+
+    /// `gpu`'s samples in `[from_us, to_us)`, in time order.
+    fn range(&self, gpu: u32, from_us: u64, to_us: u64) -> &[Kept] {
+        let Some(v) = self.per_gpu.get(&gpu) else {
+            return &[];
+        };
+        let lo = v.partition_point(|k| k.ts_us < from_us);
+        let hi = v.partition_point(|k| k.ts_us < to_us).max(lo);
+        &v[lo..hi]
     }
 
     /// Process `pid`'s scheduling parameters are `label` from `at_us` (wall µs) on; the first
@@ -164,63 +206,49 @@ impl ShareModel {
 
     /// The GPUs sampled, in index order.
     pub fn gpus(&self) -> Vec<u32> {
-        let mut g: Vec<u32> = self.samples.iter().map(|s| s.gpu).collect();
-        g.sort_unstable();
-        g.dedup();
-        g
+        self.per_gpu.keys().copied().collect()
     }
 
     /// The processes sampled on `gpu`, in pid order.
     pub fn pids(&self, gpu: u32) -> Vec<u32> {
-        let mut p: Vec<u32> = self
-            .samples
-            .iter()
-            .filter(|s| s.gpu == gpu)
-            .map(|s| s.pid)
-            .collect();
-        p.sort_unstable();
-        p.dedup();
-        p
+        self.pids
+            .get(&gpu)
+            .map_or_else(Vec::new, |p| p.iter().copied().collect())
     }
 
     /// `pid`'s share of `gpu` over `[from_us, to_us)`; `None`: no sampling point in it.
     pub fn share(&self, gpu: u32, pid: u32, from_us: u64, to_us: u64) -> Option<Share> {
-        let mut points: Vec<u64> = Vec::new();
-        let (mut sm, mut samples) = (0u64, 0u64);
-        for s in self
-            .samples
-            .iter()
-            .filter(|s| s.gpu == gpu && (from_us..to_us).contains(&s.ts_us))
-        {
-            points.push(s.ts_us);
-            if s.pid == pid {
-                sm += u64::from(s.sm.min(100));
-                samples += 1;
-            }
+        let mut acc = Window::default();
+        for k in self.range(gpu, from_us, to_us) {
+            acc.add(k, pid);
         }
-        points.sort_unstable();
-        points.dedup();
-        let n = points.len() as u64;
-        (n > 0).then(|| Share {
-            ratio: sm as f64 / (100.0 * n as f64),
-            samples,
-            points: n,
-        })
+        acc.share()
     }
 
     /// Each process's share of each GPU over the `window_us` up to the GPU's newest sample:
-    /// `(gpu, pid, ratio)`.
+    /// `(gpu, pid, ratio)`, for every process sampled on that GPU (0 when the window does not
+    /// name it).
     pub fn recent(&self, window_us: u64) -> Vec<(u32, u32, f64)> {
         let mut out = Vec::new();
         for gpu in self.gpus() {
             let Some((_, end)) = self.span(gpu) else {
                 continue;
             };
-            let from = end.saturating_sub(window_us);
-            for pid in self.pids(gpu) {
-                if let Some(s) = self.share(gpu, pid, from, end) {
-                    out.push((gpu, pid, s.ratio));
+            let window = self.range(gpu, end.saturating_sub(window_us), end);
+            let mut points = 0u64;
+            let mut sm: BTreeMap<u32, u64> = BTreeMap::new();
+            for (i, k) in window.iter().enumerate() {
+                if i == 0 || window[i - 1].ts_us != k.ts_us {
+                    points += 1;
                 }
+                *sm.entry(k.pid).or_default() += u64::from(k.sm.min(100));
+            }
+            if points == 0 {
+                continue;
+            }
+            for pid in self.pids(gpu) {
+                let s = sm.get(&pid).copied().unwrap_or(0);
+                out.push((gpu, pid, s as f64 / (100.0 * points as f64)));
             }
         }
         out
@@ -228,29 +256,30 @@ impl ShareModel {
 
     /// The sampled time span of `gpu` (first and one past the last sample).
     fn span(&self, gpu: u32) -> Option<(u64, u64)> {
-        let ts = self
-            .samples
-            .iter()
-            .filter(|s| s.gpu == gpu)
-            .map(|s| s.ts_us);
-        Some((ts.clone().min()?, ts.max()? + 1))
+        let v = self.per_gpu.get(&gpu)?;
+        Some((v.first()?.ts_us, v.last()?.ts_us + 1))
     }
 
     /// `pid`'s share of `gpu` over the run, and its largest share over windows of `window_us`
-    /// (from the first sample of the GPU on).
+    /// (from the first sample of the GPU on): one pass over the GPU's samples.
     pub fn run_share(&self, gpu: u32, pid: u32, window_us: u64) -> Option<(Share, f64)> {
         let (first, end) = self.span(gpu)?;
-        let whole = self.share(gpu, pid, first, end)?;
         let window_us = window_us.max(1);
+        let (mut whole, mut win) = (Window::default(), Window::default());
+        let mut win_ix = 0u64;
         let mut max = 0.0f64;
-        let mut at = first;
-        while at < end {
-            if let Some(s) = self.share(gpu, pid, at, at.saturating_add(window_us)) {
-                max = max.max(s.ratio);
+        for k in self.range(gpu, first, end) {
+            let ix = (k.ts_us - first) / window_us;
+            if ix != win_ix {
+                max = max.max(win.share().map_or(0.0, |s| s.ratio));
+                win = Window::default();
+                win_ix = ix;
             }
-            at = at.saturating_add(window_us);
+            whole.add(k, pid);
+            win.add(k, pid);
         }
-        Some((whole, max))
+        max = max.max(win.share().map_or(0.0, |s| s.ratio));
+        Some((whole.share()?, max))
     }
 
     /// `pid`'s share of `gpu` before and after each change of its parameters (each side up to
@@ -286,7 +315,7 @@ impl ShareModel {
     /// largest over `window_us`, the parameters in force, before/after each change.
     pub fn render_lines(&self, window_us: u64) -> Vec<String> {
         let mut out = Vec::new();
-        if self.samples.is_empty() {
+        if self.is_empty() {
             return out;
         }
         out.push(format!(
@@ -332,6 +361,37 @@ impl ShareModel {
             ));
         }
         out
+    }
+}
+
+/// A window's sampling points (distinct timestamps, counted as the samples come in time order)
+/// and one process's SM-weighted samples in it.
+#[derive(Default)]
+struct Window {
+    points: u64,
+    last_ts: Option<u64>,
+    sm: u64,
+    samples: u64,
+}
+
+impl Window {
+    fn add(&mut self, k: &Kept, pid: u32) {
+        if self.last_ts != Some(k.ts_us) {
+            self.points += 1;
+            self.last_ts = Some(k.ts_us);
+        }
+        if k.pid == pid {
+            self.sm += u64::from(k.sm.min(100));
+            self.samples += 1;
+        }
+    }
+
+    fn share(&self) -> Option<Share> {
+        (self.points > 0).then(|| Share {
+            ratio: self.sm as f64 / (100.0 * self.points as f64),
+            samples: self.samples,
+            points: self.points,
+        })
     }
 }
 

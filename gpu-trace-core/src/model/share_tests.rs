@@ -132,3 +132,118 @@ fn parameter_changes_kept_per_process_are_bounded() {
     );
     assert_eq!(m.params_now(531), Some("timeslice=8192 us"));
 }
+
+/// A share computed the plain way (scan every sample, count distinct timestamps), to check the
+/// time-ordered slices against.
+fn naive_share(
+    all: &[ShareSample],
+    gpu: u32,
+    pid: u32,
+    from: u64,
+    to: u64,
+) -> Option<(f64, u64, u64)> {
+    let inside: Vec<&ShareSample> = all
+        .iter()
+        .filter(|s| s.gpu == gpu && s.ts_us >= from && s.ts_us < to)
+        .collect();
+    let mut points: Vec<u64> = inside.iter().map(|s| s.ts_us).collect();
+    points.sort_unstable();
+    points.dedup();
+    let mine: Vec<&&ShareSample> = inside.iter().filter(|s| s.pid == pid).collect();
+    let sm: u64 = mine.iter().map(|s| u64::from(s.sm.min(100))).sum();
+    (!points.is_empty()).then(|| {
+        let n = points.len() as u64;
+        (sm as f64 / (100.0 * n as f64), mine.len() as u64, n)
+    })
+}
+
+// Samples of two GPUs and five processes, many at the same timestamp, fed out of time order
+// (NVML batches of several GPUs interleave): every window, the run figures and the recent
+// window equal the plain scan's.
+#[test]
+fn time_ordered_slices_give_the_plain_scans_figures_with_samples_out_of_order() {
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let mut all = Vec::new();
+    for _ in 0..3000 {
+        let r = next();
+        all.push(ShareSample {
+            gpu: (r % 2) as u32,
+            uuid: None,
+            pid: 100 + (r >> 8) as u32 % 5,
+            // 600 distinct timestamps 200 ms apart, so points repeat; some out of order.
+            ts_us: 1_000_000 + ((r >> 16) % 600) * 200_000,
+            sm: ((r >> 32) % 120) as u32,
+            mem: 0,
+            enc: 0,
+            dec: 0,
+        });
+    }
+    let m = model(&all);
+    let end = 1_000_000 + 600 * 200_000;
+    for gpu in [0, 1] {
+        for pid in 100..105 {
+            for (from, to) in [
+                (0, u64::MAX),
+                (1_000_000, 5_000_000),
+                (7_300_000, 7_300_001),
+                (50_000_000, end),
+            ] {
+                let got = m
+                    .share(gpu, pid, from, to)
+                    .map(|s| (s.ratio, s.samples, s.points));
+                let want = naive_share(&all, gpu, pid, from, to);
+                match (got, want) {
+                    (Some(g), Some(w)) => assert!(
+                        close(g.0, w.0) && g.1 == w.1 && g.2 == w.2,
+                        "{gpu} {pid} {from}..{to}: {g:?} {w:?}"
+                    ),
+                    (g, w) => assert_eq!(g.is_some(), w.is_some(), "{gpu} {pid} {from}..{to}"),
+                }
+            }
+            // The run and its largest 10 s window, windows stepped from the GPU's first sample.
+            let first = all
+                .iter()
+                .filter(|s| s.gpu == gpu)
+                .map(|s| s.ts_us)
+                .min()
+                .unwrap();
+            let last = all
+                .iter()
+                .filter(|s| s.gpu == gpu)
+                .map(|s| s.ts_us)
+                .max()
+                .unwrap();
+            let (whole, max) = m.run_share(gpu, pid, 10_000_000).unwrap();
+            let w = naive_share(&all, gpu, pid, first, last + 1).unwrap();
+            assert!(close(whole.ratio, w.0) && whole.points == w.2);
+            let mut want_max = 0.0f64;
+            let mut at = first;
+            while at <= last {
+                if let Some((r, _, _)) = naive_share(&all, gpu, pid, at, at + 10_000_000) {
+                    want_max = want_max.max(r);
+                }
+                at += 10_000_000;
+            }
+            assert!(
+                close(max, want_max),
+                "{gpu} {pid}: max {max} want {want_max}"
+            );
+        }
+        let last = all
+            .iter()
+            .filter(|s| s.gpu == gpu)
+            .map(|s| s.ts_us)
+            .max()
+            .unwrap();
+        for (g, pid, ratio) in m.recent(1_000_000).into_iter().filter(|r| r.0 == gpu) {
+            let (want, _, _) = naive_share(&all, g, pid, last + 1 - 1_000_000, last + 1).unwrap();
+            assert!(close(ratio, want), "recent {g} {pid}");
+        }
+    }
+}
