@@ -19,15 +19,7 @@ command -v nvidia-smi >/dev/null || { echo "no nvidia-smi"; exit 1; }
 python3 -c 'import torch; assert torch.cuda.is_available()' || { echo "no torch with CUDA"; exit 1; }
 nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader | tee "$O/gpu.txt"
 
-LOOP='
-import os, sys, time, torch
-secs = float(sys.argv[1]); a = torch.randn(4096, 4096, device="cuda"); b = torch.randn(4096, 4096, device="cuda")
-torch.cuda.synchronize(); t0 = time.time(); n = 0
-while time.time() - t0 < secs:
-    for _ in range(10): c = a @ b
-    torch.cuda.synchronize(); n += 10
-print(f"pid={os.getpid()} matmuls={n} seconds={time.time()-t0:.2f}", flush=True)
-'
+LOOP="$(dirname "$0")/matmul_loop.py"
 
 # gpu-trace first (it must see the processes start), with sampling every 0.2 s.
 timeout -s INT 40 "$B" --format json -o "$O/trace.jsonl" --duration 24 --share-interval 0.2 \
@@ -38,13 +30,13 @@ timeout 30 nvidia-smi pmon -s u -d 1 -o T > "$O/pmon.txt" 2>&1 &
 PMON=$!
 sleep 3
 : > "$O/workloads.log"
-timeout 40 python3 -c "$LOOP" 12 >> "$O/workloads.log" 2>&1 &
+timeout 40 python3 "$LOOP" 12 >> "$O/workloads.log" 2>&1 &
 W1=$!
-timeout 40 python3 -c "$LOOP" 12 >> "$O/workloads.log" 2>&1 &
+timeout 40 python3 "$LOOP" 12 >> "$O/workloads.log" 2>&1 &
 W2=$!
 echo "$W1 $W2" > "$O/pids"
 sleep 4
-timeout 40 python3 -c "$LOOP" 8 >> "$O/workloads.log" 2>&1 &
+timeout 40 python3 "$LOOP" 8 >> "$O/workloads.log" 2>&1 &
 W3=$!
 echo "$W3" >> "$O/pids"
 sleep 6
@@ -60,9 +52,9 @@ echo "replay exit $?"
 # A top screen while two loops compete (tmux, when present).
 if command -v tmux >/dev/null; then
     tmux new-session -d -s share -x 200 -y 30 "timeout -s INT 20 $B top --share-interval 0.2; sleep 10"
-    timeout 40 python3 -c "$LOOP" 10 > /dev/null 2>&1 &
+    timeout 40 python3 "$LOOP" 10 > /dev/null 2>&1 &
     T1=$!
-    timeout 40 python3 -c "$LOOP" 10 > /dev/null 2>&1 &
+    timeout 40 python3 "$LOOP" 10 > /dev/null 2>&1 &
     T2=$!
     sleep 9
     tmux capture-pane -p -t share > "$O/top-screen.txt"

@@ -29,25 +29,17 @@ if ! set_ts 3 > "$O/set.txt" || ! grep -qi long "$O/set.txt"; then
     exit 0
 fi
 cat "$O/set.txt"; set_ts 0
-LOOP='
-import os, sys, time, torch
-secs = float(sys.argv[1]); a = torch.randn(4096, 4096, device="cuda"); b = torch.randn(4096, 4096, device="cuda")
-torch.cuda.synchronize(); t0 = time.time(); n = 0
-while time.time() - t0 < secs:
-    for _ in range(10): c = a @ b
-    torch.cuda.synchronize(); n += 10
-print(f"pid={os.getpid()} policy={sys.argv[2]} matmuls={n} seconds={time.time()-t0:.2f}", flush=True)
-'
+LOOP="$(dirname "$0")/matmul_loop.py"
 timeout -s INT 60 "$B" --format json -o "$O/trace.jsonl" --duration 30 --share-interval 0.2 \
     --record "$O/timeslice.gtrace" 2> "$O/trace.stderr" &
 TRACER=$!
 sleep 3
 : > "$O/workloads.log"
-set_ts 0; timeout 50 python3 -c "$LOOP" 20 default >> "$O/workloads.log" 2>&1 &
+set_ts 0; timeout 50 python3 "$LOOP" 20 policy=default >> "$O/workloads.log" 2>&1 &
 W1=$!; sleep 3
-set_ts 3; timeout 50 python3 -c "$LOOP" 17 long >> "$O/workloads.log" 2>&1 &
+set_ts 3; timeout 50 python3 "$LOOP" 17 policy=long >> "$O/workloads.log" 2>&1 &
 W2=$!; sleep 3
-set_ts 1; timeout 50 python3 -c "$LOOP" 14 short >> "$O/workloads.log" 2>&1 &
+set_ts 1; timeout 50 python3 "$LOOP" 14 policy=short >> "$O/workloads.log" 2>&1 &
 W3=$!; sleep 3
 set_ts 0
 wait $W1 $W2 $W3

@@ -5,17 +5,9 @@
 B=$1; OUT=$2; mkdir -p "$OUT"
 command -v tmux >/dev/null || { echo "no tmux"; exit 0; }
 tmux new-session -d -s top -x 160 -y 32 "$B top 2> $OUT/top.stderr; echo EXIT=\$? > $OUT/top.exit; sleep 60"
-LOOP='
-import os, sys, time, torch
-a = torch.randn(4096, 4096, device="cuda"); b = torch.randn(4096, 4096, device="cuda")
-torch.cuda.synchronize(); t0 = time.time(); n = 0
-while time.time() - t0 < 15:
-    for _ in range(10): c = a @ b
-    torch.cuda.synchronize(); n += 10
-print(f"pid={os.getpid()} matmuls={n}", flush=True)
-'
-timeout 60 python3 -c "$LOOP" >> "$OUT/workloads.log" 2>&1 &
-timeout 60 python3 -c "$LOOP" >> "$OUT/workloads.log" 2>&1 &
+LOOP="$(dirname "$0")/matmul_loop.py"
+timeout 60 python3 "$LOOP" 15 >> "$OUT/workloads.log" 2>&1 &
+timeout 60 python3 "$LOOP" 15 >> "$OUT/workloads.log" 2>&1 &
 for t in 8 14 20; do
   sleep 6
   tmux capture-pane -p -t top > "$OUT/screen-${t}s.txt"
