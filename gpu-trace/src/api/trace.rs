@@ -470,9 +470,9 @@ impl Tracer {
 
 /// The libraries a command started now loads at start that define table symbols, before it
 /// runs: `LD_PRELOAD`'s files, and the table's libraries in the `DT_NEEDED` closure of the
-/// command's executable as the dynamic linker's cache (`ldconfig -p`) resolves its names.
-/// Libraries it `dlopen`s later (Python's CUDA runtime, a library found through its RPATH)
-/// are attached at the next rescan: a cached runtime the command never loads gets no probes
+/// command's executable, found as its dynamic linker finds them (`probe::linker`: RPATH with
+/// `$ORIGIN`, `LD_LIBRARY_PATH`, RUNPATH, the cache). Libraries it `dlopen`s later (Python's
+/// CUDA runtime) are attached at the next rescan: a cached runtime the command never loads gets no probes
 /// (each costs its removal later, docs/api.md).
 fn launch_candidates(table: &SymbolTable, cmd: &OsString) -> Vec<(String, Vec<String>)> {
     let mut paths: Vec<String> = libraries::split_preload(
@@ -483,40 +483,15 @@ fn launch_candidates(table: &SymbolTable, cmd: &OsString) -> Vec<(String, Vec<St
     .into_iter()
     .filter(|p| p.starts_with('/'))
     .collect();
-    let cache: HashMap<String, String> = ["/sbin/ldconfig", "/usr/sbin/ldconfig", "ldconfig"]
-        .iter()
-        .find_map(|l| std::process::Command::new(l).arg("-p").output().ok())
-        .map(|out| {
-            let text = String::from_utf8_lossy(&out.stdout).into_owned();
-            let mut cache = HashMap::new();
-            for line in text.lines() {
-                if let Some((name, path)) = line.trim().split_once(" => ") {
-                    let name = name.split(' ').next().unwrap_or("").to_string();
-                    // The first entry of a name is the one ld.so uses.
-                    cache.entry(name).or_insert_with(|| path.trim().to_string());
-                }
+    if let Some(exe) = executable_of(cmd) {
+        for (name, path) in crate::probe::linker::Linker::from_env().closure(&exe, table) {
+            if table
+                .entries()
+                .iter()
+                .any(|e| gpu_trace_core::api::symbols::library_matches(&e.library, &name))
+            {
+                paths.push(path.to_string_lossy().into_owned());
             }
-            cache
-        })
-        .unwrap_or_default();
-    let mut queue: Vec<String> = executable_of(cmd)
-        .map(|exe| libraries::needed_of(&exe, table))
-        .unwrap_or_default();
-    let mut seen: HashSet<String> = HashSet::new();
-    while let Some(name) = queue.pop() {
-        if !seen.insert(name.clone()) {
-            continue;
-        }
-        let Some(path) = cache.get(&name) else {
-            continue;
-        };
-        queue.extend(libraries::needed_of(std::path::Path::new(path), table));
-        if table
-            .entries()
-            .iter()
-            .any(|e| gpu_trace_core::api::symbols::library_matches(&e.library, &name))
-        {
-            paths.push(path.clone());
         }
     }
     paths

@@ -45,6 +45,9 @@ pub enum ReadError {
 struct ElfInfo {
     soname: Option<String>,
     needed: Vec<String>,
+    /// `DT_RPATH` and `DT_RUNPATH`, as written (colon-separated, `$ORIGIN` unexpanded).
+    rpath: Option<String>,
+    runpath: Option<String>,
     has_dynsym: bool,
     defines: BTreeMap<String, Binding>,
     imports_dlsym: bool,
@@ -319,17 +322,20 @@ fn elf_info_of<'data, Elf: FileHeader<Endian = object::Endianness>, R: object::R
     if let Ok(dynamic) = file.elf_dynamic_table() {
         for d in dynamic.iter() {
             let tag = d.tag;
-            if tag != object::elf::DT_NEEDED && tag != object::elf::DT_SONAME {
-                continue;
-            }
+            let slot = match tag {
+                object::elf::DT_NEEDED | object::elf::DT_SONAME => None,
+                object::elf::DT_RPATH => Some(&mut info.rpath),
+                object::elf::DT_RUNPATH => Some(&mut info.runpath),
+                _ => continue,
+            };
             let Ok(name) = dynamic.string(d) else {
                 continue;
             };
             let name = decode_lossless(name);
-            if tag == object::elf::DT_NEEDED {
-                info.needed.push(name);
-            } else {
-                info.soname = Some(name);
+            match slot {
+                Some(slot) => *slot = Some(name),
+                None if tag == object::elf::DT_NEEDED => info.needed.push(name),
+                None => info.soname = Some(name),
             }
         }
     }
@@ -360,6 +366,17 @@ pub fn needed_of(path: &Path, table: &SymbolTable) -> Vec<String> {
         .and_then(|f| elf_info(f, table))
         .map(|i| i.needed)
         .unwrap_or_default()
+}
+
+/// What the dynamic linker reads of an object to find its dependencies: its `DT_NEEDED`
+/// names and its `DT_RPATH` / `DT_RUNPATH` (`None`: not an ELF object, or unreadable).
+pub fn dependencies_of(path: &Path, table: &SymbolTable) -> Option<super::linker::Dependencies> {
+    let info = elf_info(std::fs::File::open(path).ok()?, table)?;
+    Some(super::linker::Dependencies {
+        needed: info.needed,
+        rpath: info.rpath,
+        runpath: info.runpath,
+    })
 }
 
 /// The table symbols the ELF file at `path` defines (none: not an ELF object, or unreadable).

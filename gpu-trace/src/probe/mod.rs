@@ -9,6 +9,7 @@ pub mod kallsyms;
 pub mod kernel;
 pub mod kfd;
 pub mod libraries;
+pub mod linker;
 pub mod nvml;
 pub mod share;
 pub mod system;
