@@ -1039,9 +1039,12 @@ mod tests {
             "deploy/daemonset.yaml",
             "deploy/podmonitor.yaml",
             "docs/install.md",
+            "docs/fleet.md",
+            "CONTRIBUTING.md",
         ] {
             let text = fs::read_to_string(root.join(file)).unwrap();
-            for command in xtask_commands(&text) {
+            // (`cargo xtask …` is a placeholder, not a command.)
+            for command in xtask_commands(&text).into_iter().filter(|c| c[1] != "…") {
                 if let Err(e) = crate::Cli::try_parse_from(&command) {
                     panic!(
                         "{file}: `cargo {}` is not an xtask command:\n{e}",

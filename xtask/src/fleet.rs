@@ -2,6 +2,9 @@
 //!
 //! - deploy/daemonset.yaml against the Kubernetes schema (`kubernetes-validate` from PyPI, in a
 //!   virtual environment under target/), deploy/prometheus-kubernetes.yml parsed as YAML;
+//! - offline, Pod Security admission (the namespace's levels against the standard's baseline
+//!   controls the pods break) and deploy/podmonitor.yaml, deploy/servicemonitor.yaml against
+//!   the DaemonSet and Service they scrape (the operator's CRD schemas are not available);
 //! - deploy/prometheus.yml and deploy/alerts.yml with `promtool check config` / `check rules`,
 //!   and the alerts' unit tests with `promtool test rules deploy/alerts_test.yml`;
 //! - the image: the static binary, `podman build -f Containerfile` (FROM scratch), then with
