@@ -390,8 +390,8 @@ fn debian_changelog(root: &Path, deb_version: &str) -> Result<String> {
         .unwrap_or_default();
     Ok(format!(
         "gpu-trace ({deb_version}) unstable; urgency=medium\n\n  \
-         * Built by `cargo xtask dist`{commit}. Changes: the project's history and\n    \
-         /usr/share/doc/gpu-trace/README.md.\n\n \
+         * Built by `cargo xtask dist`{commit}.\n    \
+         Changes: the project's history and /usr/share/doc/gpu-trace/README.md.\n\n \
          -- {maintainer}  {date}\n",
         date = source_date(root)
     ))
@@ -907,6 +907,13 @@ mod tests {
             changelog.starts_with("gpu-trace (0.1.0-1) unstable; urgency=medium\n\n  * "),
             "{changelog}"
         );
+        // Debian's changelog lines stay within 80 columns (lintian: debian-changelog-line-too-long).
+        for line in changelog.lines() {
+            assert!(
+                line.chars().count() <= 80 || line.starts_with(" -- "),
+                "{line:?}"
+            );
+        }
         let trailer = changelog.lines().last().unwrap();
         let date = trailer
             .strip_prefix(&format!(" -- {maintainer}  "))
