@@ -675,6 +675,10 @@ dpkg -i /tmp/gpu-trace.deb
 gpu-trace --version
 test -f /usr/share/man/man1/gpu-trace.1.gz
 test -f /usr/share/bash-completion/completions/gpu-trace
+# Debian policy's metadata, and every installed file as md5sums lists it.
+test -f /usr/share/doc/gpu-trace/copyright
+gzip -t /usr/share/doc/gpu-trace/changelog.Debian.gz
+dpkg --verify gpu-trace
 gpu-trace replay /tmp/two_streams.gtrace > /tmp/replay.txt
 # The fixture's PyTorch run scheduled 4 TSGs (tests/fixtures/README.md).
 test "$(grep -c '^[0-9:.]* \[CPU[0-9]*\] SCHEDULE ' /tmp/replay.txt)" = 4
