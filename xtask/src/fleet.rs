@@ -454,7 +454,8 @@ const BASELINE_SYSCTLS: [&str; 10] = [
 /// `spec`), one line per field, each control as the standard's text words it
 /// (kubernetes.io/docs/concepts/security/pod-security-standards, "Baseline"): HostProcess, host
 /// namespaces, privileged containers, capabilities, hostPath volumes, host ports, AppArmor,
-/// SELinux, /proc mount type, seccomp, sysctls. Empty: `baseline` (or laxer) admits it.
+/// SELinux, /proc mount type, seccomp, sysctls (the 1.29 list), and the later gitRepo volumes
+/// (1.31), probe and lifecycle hosts (1.34), ulimits (1.37). Empty: `baseline` admits it.
 fn baseline_violations(template: &Value) -> Vec<String> {
     let spec = &template["spec"];
     let mut v = Vec::new();
@@ -467,6 +468,10 @@ fn baseline_violations(template: &Value) -> Vec<String> {
     for vol in spec["volumes"].as_array().into_iter().flatten() {
         if vol.get("hostPath").is_some() {
             v.push(format!("hostPath volumes: {}", vol["name"]));
+        }
+        // Kubernetes 1.31 on.
+        if vol.get("gitRepo").is_some() {
+            v.push(format!("volume types: {} is gitRepo", vol["name"]));
         }
     }
     for sysctl in spec["securityContext"]["sysctls"]
@@ -513,6 +518,25 @@ fn baseline_violations(template: &Value) -> Vec<String> {
             for port in c["ports"].as_array().into_iter().flatten() {
                 if port["hostPort"].as_u64().is_some_and(|p| p != 0) {
                     v.push(format!("host ports: {at}"));
+                }
+            }
+            // Kubernetes 1.37 on.
+            if !sc["ulimits"].is_null() {
+                v.push(format!("ulimits: {at}"));
+            }
+            // Kubernetes 1.34 on: probes and lifecycle handlers may not name another host.
+            let handlers = ["livenessProbe", "readinessProbe", "startupProbe"]
+                .map(|p| (p, &c[p]))
+                .into_iter()
+                .chain(["postStart", "preStop"].map(|h| (h, &c["lifecycle"][h])));
+            for (name, handler) in handlers {
+                for kind in ["httpGet", "tcpSocket"] {
+                    if handler[kind]["host"]
+                        .as_str()
+                        .is_some_and(|h| !h.is_empty())
+                    {
+                        v.push(format!("probe or lifecycle host: {at}.{name}.{kind}.host"));
+                    }
                 }
             }
         }
@@ -762,7 +786,7 @@ mod tests {
         let clean = json!({"metadata": {}, "spec": {"containers": [{"name": "c", "image": "x"}]}});
         assert_eq!(baseline_violations(&clean), Vec::<String>::new());
         let sc = "/spec/containers/0/securityContext";
-        let refused: [(&str, Value, &str); 14] = [
+        let refused: [(&str, Value, &str); 18] = [
             ("/spec/hostNetwork", json!(true), "host namespaces"),
             ("/spec/hostPID", json!(true), "host namespaces"),
             ("/spec/hostIPC", json!(true), "host namespaces"),
@@ -805,6 +829,22 @@ mod tests {
                 "sysctls",
             ),
             (
+                "/spec/volumes",
+                json!([{"name": "g", "gitRepo": {"repository": "x"}}]),
+                "volume types",
+            ),
+            (sc, json!({"ulimits": []}), "ulimits"),
+            (
+                "/spec/containers/0/readinessProbe",
+                json!({"httpGet": {"host": "10.0.0.1", "port": 1}}),
+                "probe or lifecycle host",
+            ),
+            (
+                "/spec/containers/0/lifecycle",
+                json!({"preStop": {"tcpSocket": {"host": "h", "port": 1}}}),
+                "probe or lifecycle host",
+            ),
+            (
                 "/metadata/annotations",
                 json!({"container.apparmor.security.beta.kubernetes.io/c": "unconfined"}),
                 "AppArmor",
@@ -823,7 +863,11 @@ mod tests {
                 "{pointer} {value}: {v:?}"
             );
         }
-        let allowed: [(&str, Value); 6] = [
+        let allowed: [(&str, Value); 7] = [
+            (
+                "/spec/containers/0/livenessProbe",
+                json!({"tcpSocket": {"port": 1}, "httpGet": {"host": ""}}),
+            ),
             (
                 sc,
                 json!({"seccompProfile": {"type": "RuntimeDefault"}, "privileged": false}),
