@@ -266,7 +266,7 @@ fn image(root: &Path, save: Option<&Path>) -> Result<()> {
     );
     println!("fleet: replay of {FIXTURE} in the image equals the host's (4 TSGs)");
 
-    daemonset_privileges(&tag)?;
+    daemonset_privileges(root, &tag)?;
     if let Some(dir) = save {
         let dir = root.join(dir);
         fs::create_dir_all(&dir)?;
@@ -286,11 +286,19 @@ fn image(root: &Path, save: Option<&Path>) -> Result<()> {
 
 /// Starts the image live with exactly deploy/daemonset.yaml's privileges (it must attach and
 /// serve /metrics), and once more without CAP_PERFMON (it must refuse, exit 3).
-fn daemonset_privileges(tag: &str) -> Result<()> {
+fn daemonset_privileges(root: &Path, tag: &str) -> Result<()> {
     if !is_root() {
         skipped("a live start with the DaemonSet's privileges", "needs root");
         return Ok(());
     }
+    // The kubelet's pod log directories, read-only at the same path as in the DaemonSet; an
+    // empty stand-in where this machine runs no kubelet.
+    let mut pod_logs = PathBuf::from("/var/log/pods");
+    if !pod_logs.is_dir() {
+        pod_logs = root.join("target/image/var-log-pods");
+        fs::create_dir_all(&pod_logs)?;
+    }
+    let pod_logs = format!("{}:/var/log/pods:ro", pod_logs.display());
     // The host's network (to scrape it from here), on a free loopback port.
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
@@ -303,6 +311,7 @@ fn daemonset_privileges(tag: &str) -> Result<()> {
             .args(["-v", "/sys/kernel/btf:/sys/kernel/btf:ro"])
             .args(["-v", "/sys/kernel/tracing:/sys/kernel/tracing:ro"])
             .args(["-v", "/sys/fs/cgroup:/host/sys/fs/cgroup:ro"])
+            .args(["-v", &pod_logs])
             .args([tag, "--vendor=nvidia", "--watch-device=/dev/full"])
             .arg(format!("--metrics=127.0.0.1:{port}"))
             .args(["--metrics-allow-remote", "--quiet", "--duration=4"])
