@@ -299,7 +299,11 @@ fn relative_links(markdown: &str) -> Vec<String> {
     links
 }
 
-/// README.md and the repository files it links to (paths relative to the workspace root).
+/// Most that a directory the README links to may hold (its files are installed with it).
+const LINKED_DIR_MAX_BYTES: u64 = 4 << 20;
+
+/// README.md and the repository files it links to (paths relative to the workspace root); a
+/// linked directory brings its files (at most [`LINKED_DIR_MAX_BYTES`]).
 fn readme_documents(root: &Path) -> Result<Vec<PathBuf>> {
     let readme = fs::read_to_string(root.join("README.md")).context("reading README.md")?;
     let mut docs = vec![PathBuf::from("README.md")];
@@ -310,13 +314,40 @@ fn readme_documents(root: &Path) -> Result<Vec<PathBuf>> {
                 .all(|c| matches!(c, std::path::Component::Normal(_))),
             "README.md links to {link}, outside the source tree: the package cannot install it"
         );
+        let full = root.join(&path);
+        if full.is_dir() {
+            let size = dir_size(&full)?;
+            ensure!(
+                size <= LINKED_DIR_MAX_BYTES,
+                "README.md links to the directory {link} ({size} bytes, more than the \
+                 {LINKED_DIR_MAX_BYTES} the package takes): link to a file in it instead"
+            );
+            docs.extend(files_under(root, &path)?);
+            continue;
+        }
         ensure!(
-            root.join(&path).is_file(),
+            full.is_file(),
             "README.md links to {link}, which does not exist: fix the link"
         );
         docs.push(path);
     }
+    docs.dedup();
     Ok(docs)
+}
+
+/// The files under `root/dir`, as paths relative to `root`.
+fn files_under(root: &Path, dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for entry in fs::read_dir(root.join(dir))? {
+        let rel = dir.join(entry?.file_name());
+        if root.join(&rel).is_dir() {
+            files.extend(files_under(root, &rel)?);
+        } else {
+            files.push(rel);
+        }
+    }
+    files.sort();
+    Ok(files)
 }
 
 /// The Debian maintainer: `[package.metadata.deb] maintainer` in gpu-trace/Cargo.toml.
@@ -935,7 +966,7 @@ mod tests {
         assert!(links.iter().any(|l| l == "docs/install.md"), "{links:?}");
         for link in links {
             assert!(
-                doc.join(&link).is_file(),
+                doc.join(&link).exists(),
                 "README.md links to {link}, not installed"
             );
         }
@@ -947,6 +978,36 @@ mod tests {
             Command::new("md5sum")
                 .current_dir(&root)
                 .args(["--quiet", "-c", "DEBIAN/md5sums"]),
+        );
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A README linking to a directory installs the directory's files; a link out of the tree
+    /// or to nothing stops the build with what to fix.
+    #[test]
+    fn readme_links_to_directories_bring_their_files() {
+        let dir = scratch("links");
+        fs::create_dir_all(dir.join("docs/shots")).unwrap();
+        fs::write(dir.join("docs/a.md"), "a").unwrap();
+        fs::write(dir.join("docs/shots/top.txt"), "t").unwrap();
+        let readme = |text: &str| fs::write(dir.join("README.md"), text).unwrap();
+        readme("[a](docs/a.md#x) [s](docs/shots/) [web](https://x.invalid/) [me](#top)");
+        let docs = readme_documents(&dir).unwrap();
+        let want = ["README.md", "docs/a.md", "docs/shots/top.txt"].map(PathBuf::from);
+        assert_eq!(docs, want);
+        readme("[up](../etc/passwd)");
+        assert!(
+            readme_documents(&dir)
+                .unwrap_err()
+                .to_string()
+                .contains("outside")
+        );
+        readme("[gone](docs/b.md)");
+        assert!(
+            readme_documents(&dir)
+                .unwrap_err()
+                .to_string()
+                .contains("does not exist")
         );
         fs::remove_dir_all(&dir).unwrap();
     }
