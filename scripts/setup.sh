@@ -67,11 +67,12 @@ for pkg in qemu-system-arm gcc-aarch64-linux-gnu libc6-dev-arm64-cross; do
       || log "$pkg not installable: cargo xtask lab --arch arm64 will say what is missing"
   fi
 done
-# --metrics tests and cargo xtask image: a real Prometheus (tests/metrics.rs scrapes gpu-trace with
+# --metrics tests and cargo xtask fleet: a real Prometheus (tests/metrics.rs scrapes gpu-trace with
 # it; promtool checks deploy/*.yml) and podman + runc (the FROM scratch image). Without them those
 # checks print SKIPPED. tmux: tests/top.rs drives `gpu-trace top` in a real terminal. curl and openssl: the
-# metrics endpoint's TLS test (a self-signed certificate, a real HTTPS client).
-for pkg in prometheus podman runc tmux curl openssl; do
+# metrics endpoint's TLS test (a self-signed certificate, a real HTTPS client). python3-yaml: xtask's
+# tests read deploy/*.yaml and the release workflow.
+for pkg in prometheus podman runc tmux curl openssl python3-yaml; do
   if ! dpkg -s "$pkg" >/dev/null 2>&1 && [ -x /usr/bin/apt-get ]; then
     log "installing $pkg (metrics and container checks)"
     $SUDO apt-get install -y -qq "$pkg" >/dev/null 2>&1 \

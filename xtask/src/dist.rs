@@ -41,6 +41,9 @@ const TARGETS: [Target; 2] = [
     },
 ];
 
+/// The Debian revision of the packages (`0.1.0-1`): the packaging's own version.
+const DEB_REVISION: u32 = 1;
+
 struct Target {
     triple: &'static str,
     deb_arch: &'static str,
@@ -54,8 +57,45 @@ struct Target {
     qemu: Option<&'static str>,
 }
 
+/// Which architectures `dist` builds (`--arch`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Arch {
+    /// The build machine's own architecture only: the quick path (one release build).
+    Host,
+    #[value(name = "x86_64", alias = "amd64")]
+    X86_64,
+    #[value(name = "aarch64", alias = "arm64")]
+    Aarch64,
+    /// x86_64 and aarch64.
+    All,
+}
+
+impl Arch {
+    /// The targets built for this choice, the host's first.
+    fn targets(self) -> Result<Vec<&'static Target>> {
+        let by_machine = |machine: &str| {
+            TARGETS
+                .iter()
+                .find(|t| t.triple.split('-').next() == Some(machine))
+                .with_context(|| {
+                    format!("dist builds no binary for {machine}: use --arch x86_64 or aarch64")
+                })
+        };
+        Ok(match self {
+            Arch::Host => vec![by_machine(std::env::consts::ARCH)?],
+            Arch::X86_64 => vec![by_machine("x86_64")?],
+            Arch::Aarch64 => vec![by_machine("aarch64")?],
+            Arch::All => TARGETS.iter().collect(),
+        })
+    }
+}
+
 #[derive(clap::Args)]
 pub struct DistArgs {
+    /// Which architectures to build: `host` (this machine's only, the quick path), `x86_64`,
+    /// `aarch64` or `all`.
+    #[arg(long, value_enum, default_value = "all")]
+    pub arch: Arch,
     /// Where the tarball and the .deb go.
     #[arg(long, value_name = "DIR", default_value = "target/dist")]
     pub out: PathBuf,
@@ -76,8 +116,13 @@ pub fn run(args: DistArgs) -> Result<()> {
     let out = root.join(&args.out);
     fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let version = env!("CARGO_PKG_VERSION");
+    let targets = args.arch.targets()?;
+    ensure!(
+        !args.check || targets.iter().any(|t| t.qemu.is_none()),
+        "--check installs this machine's package into a Debian root: use --arch host or all"
+    );
     let mut built = Vec::new();
-    for target in &TARGETS {
+    for target in targets {
         let bin = build(&root, target)?;
         let staging = out.join(format!("stage-{}", target.suffix));
         if staging.exists() {
@@ -95,6 +140,12 @@ pub fn run(args: DistArgs) -> Result<()> {
             deb,
         });
     }
+    let artifacts: Vec<PathBuf> = built
+        .iter()
+        .flat_map(|b| [b.tarball.clone(), b.deb.clone()])
+        .collect();
+    let sums = record_checksums(&out, &artifacts)?;
+    println!("wrote {}", sums.display());
     if args.check {
         for b in &built {
             if let Some(qemu) = b.target.qemu {
@@ -207,7 +258,8 @@ fn install_path(file: &Path) -> Option<PathBuf> {
     Some(Path::new(dir).join(name))
 }
 
-/// Lays out bin/, share/ and the docs under `dir`.
+/// Lays out bin/, share/ and the docs under `dir`: README.md, every file it links to at the
+/// same relative path (so its links work in the installed copy), and the copyright file.
 fn lay_out(dir: &Path, bin: &Path, generated: &[PathBuf], doc_dir: &str) -> Result<()> {
     let root = workspace_root();
     let mut copies = vec![(bin.to_path_buf(), PathBuf::from("bin/gpu-trace"))];
@@ -216,14 +268,164 @@ fn lay_out(dir: &Path, bin: &Path, generated: &[PathBuf], doc_dir: &str) -> Resu
             copies.push((file.clone(), dest));
         }
     }
-    copies.push((root.join("README.md"), Path::new(doc_dir).join("README.md")));
+    for doc in readme_documents(&root)? {
+        copies.push((root.join(&doc), Path::new(doc_dir).join(&doc)));
+    }
     for (from, to) in copies {
         let to = dir.join(to);
         fs::create_dir_all(to.parent().expect("a file path has a parent"))?;
         fs::copy(&from, &to)
             .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
     }
+    let copyright = debian_copyright(&root)?;
+    fs::write(dir.join(doc_dir).join("copyright"), copyright)?;
     Ok(())
+}
+
+/// The relative link targets of a Markdown text (`[text](target)`), without `#anchor`s; web
+/// addresses, `mailto:` and in-page anchors left out.
+fn relative_links(markdown: &str) -> Vec<String> {
+    let mut links = Vec::new();
+    let mut rest = markdown;
+    while let Some(at) = rest.find("](") {
+        rest = &rest[at + 2..];
+        let Some(end) = rest.find(')') else { break };
+        let target = rest[..end].split('#').next().unwrap_or_default().trim();
+        if !target.is_empty() && !target.contains(':') && !links.iter().any(|l| l == target) {
+            links.push(target.to_string());
+        }
+        rest = &rest[end..];
+    }
+    links
+}
+
+/// Most that a directory the README links to may hold (its files are installed with it).
+const LINKED_DIR_MAX_BYTES: u64 = 4 << 20;
+
+/// README.md and the repository files it links to (paths relative to the workspace root); a
+/// linked directory brings its files (at most [`LINKED_DIR_MAX_BYTES`]).
+fn readme_documents(root: &Path) -> Result<Vec<PathBuf>> {
+    let readme = fs::read_to_string(root.join("README.md")).context("reading README.md")?;
+    let mut docs = vec![PathBuf::from("README.md")];
+    for link in relative_links(&readme) {
+        let path = PathBuf::from(&link);
+        ensure!(
+            path.components()
+                .all(|c| matches!(c, std::path::Component::Normal(_))),
+            "README.md links to {link}, outside the source tree: the package cannot install it"
+        );
+        let full = root.join(&path);
+        if full.is_dir() {
+            let size = dir_size(&full)?;
+            ensure!(
+                size <= LINKED_DIR_MAX_BYTES,
+                "README.md links to the directory {link} ({size} bytes, more than the \
+                 {LINKED_DIR_MAX_BYTES} the package takes): link to a file in it instead"
+            );
+            docs.extend(files_under(root, &path)?);
+            continue;
+        }
+        ensure!(
+            full.is_file(),
+            "README.md links to {link}, which does not exist: fix the link"
+        );
+        docs.push(path);
+    }
+    docs.dedup();
+    Ok(docs)
+}
+
+/// The files under `root/dir`, as paths relative to `root`.
+fn files_under(root: &Path, dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for entry in fs::read_dir(root.join(dir))? {
+        let rel = dir.join(entry?.file_name());
+        if root.join(&rel).is_dir() {
+            files.extend(files_under(root, &rel)?);
+        } else {
+            files.push(rel);
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// The Debian maintainer: `[package.metadata.deb] maintainer` in gpu-trace/Cargo.toml.
+fn deb_maintainer(cargo_toml: &str) -> Result<String> {
+    let mut section = "";
+    for line in cargo_toml.lines().map(str::trim) {
+        if line.starts_with('[') {
+            section = line;
+        } else if section == "[package.metadata.deb]"
+            && let Some(value) = line.strip_prefix("maintainer")
+            && let Some(value) = value.trim_start().strip_prefix('=')
+        {
+            let value = value.trim().trim_matches('"');
+            ensure!(
+                value.contains('<') && value.ends_with('>') && !value.contains("@localhost"),
+                "gpu-trace/Cargo.toml: maintainer {value:?} is not `Name <address>` with a real \
+                 address"
+            );
+            return Ok(value.to_string());
+        }
+    }
+    bail!("gpu-trace/Cargo.toml has no [package.metadata.deb] maintainer = \"Name <address>\"")
+}
+
+/// The date of the commit built (RFC 2822, as Debian changelogs write it); the build's time
+/// where there is no git: the same tree gives the same package.
+fn source_date(root: &Path) -> String {
+    Command::new("git")
+        .current_dir(root)
+        .args(["log", "-1", "--format=%cD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .filter(|d| !d.is_empty())
+        .or_else(|| {
+            let out = Command::new("date").arg("-R").output().ok()?;
+            Some(String::from_utf8_lossy(&out.stdout).trim().to_string())
+        })
+        .unwrap_or_default()
+}
+
+/// `/usr/share/doc/gpu-trace/copyright` (machine-readable, DEP-5): packaging/debian/copyright
+/// with the year, the maintainer and the workspace's licence filled in.
+fn debian_copyright(root: &Path) -> Result<String> {
+    let template = fs::read_to_string(root.join("packaging/debian/copyright"))
+        .context("reading packaging/debian/copyright")?;
+    let maintainer = deb_maintainer(&fs::read_to_string(root.join("gpu-trace/Cargo.toml"))?)?;
+    let date = source_date(root);
+    let year = date.split_whitespace().nth(3).unwrap_or("2026");
+    // Cargo's SPDX names as DEP-5 spells them (MIT is "Expat" there).
+    let license = env!("CARGO_PKG_LICENSE")
+        .replace(" OR ", " or ")
+        .replace("MIT", "Expat");
+    Ok(template
+        .replace("@YEAR@", year)
+        .replace("@MAINTAINER@", &maintainer)
+        .replace("@LICENSE@", &license))
+}
+
+/// `changelog.Debian.gz`'s text: one entry for the version built.
+fn debian_changelog(root: &Path, deb_version: &str) -> Result<String> {
+    let maintainer = deb_maintainer(&fs::read_to_string(root.join("gpu-trace/Cargo.toml"))?)?;
+    let commit = Command::new("git")
+        .current_dir(root)
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| format!(" from commit {}", String::from_utf8_lossy(&o.stdout).trim()))
+        .unwrap_or_default();
+    Ok(format!(
+        "gpu-trace ({deb_version}) unstable; urgency=medium\n\n  \
+         * Built by `cargo xtask dist`{commit}.\n    \
+         Changes: the project's history and /usr/share/doc/gpu-trace/README.md.\n\n \
+         -- {maintainer}  {date}\n",
+        date = source_date(root)
+    ))
 }
 
 fn tarball(
@@ -267,15 +469,27 @@ fn deb(
                 .collect::<Vec<_>>(),
         ),
     )?;
+    // Debian policy 12.7: the packaging's changelog, compressed (-n: no name or time stamp).
+    let deb_version = format!("{version}-{DEB_REVISION}");
+    let changelog = dir.join("usr/share/doc/gpu-trace/changelog.Debian");
+    fs::write(
+        &changelog,
+        debian_changelog(&workspace_root(), &deb_version)?,
+    )?;
+    run_cmd(Command::new("gzip").arg("-9n").arg(&changelog))?;
+    let maintainer = deb_maintainer(&fs::read_to_string(
+        workspace_root().join("gpu-trace/Cargo.toml"),
+    )?)?;
     let size_kib = dir_size(&dir)?.div_ceil(1024);
     fs::create_dir_all(dir.join("DEBIAN"))?;
+    md5sums(&dir)?;
     fs::write(
         dir.join("DEBIAN/control"),
         format!(
             "Package: gpu-trace\n\
-             Version: {version}\n\
+             Version: {deb_version}\n\
              Architecture: {arch}\n\
-             Maintainer: gpu-trace developers <gpu-trace@localhost>\n\
+             Maintainer: {maintainer}\n\
              Installed-Size: {size_kib}\n\
              Section: utils\n\
              Priority: optional\n\
@@ -287,12 +501,71 @@ fn deb(
             arch = target.deb_arch,
         ),
     )?;
-    let path = out.join(format!("gpu-trace_{version}_{}.deb", target.deb_arch));
+    let path = out.join(format!("gpu-trace_{deb_version}_{}.deb", target.deb_arch));
     run_cmd(
         Command::new("dpkg-deb")
             .args(["--root-owner-group", "--build"])
             .arg(&dir)
             .arg(&path),
+    )?;
+    Ok(path)
+}
+
+/// `DEBIAN/md5sums`: every file under usr/ (dpkg --verify and debsums read it).
+fn md5sums(dir: &Path) -> Result<()> {
+    let out = Command::new("sh")
+        .current_dir(dir)
+        .args(["-c", "find usr -type f | LC_ALL=C sort | xargs md5sum"])
+        .output()
+        .context("running md5sum")?;
+    ensure!(out.status.success(), "md5sum failed: {out:?}");
+    fs::write(dir.join("DEBIAN/md5sums"), out.stdout)?;
+    Ok(())
+}
+
+/// Writes `out/SHA256SUMS` (the `sha256sum` format, `sha256sum -c SHA256SUMS` checks it in
+/// `out`): a line for each of `files` (in `out`), replacing an earlier line for the same name;
+/// lines of files no longer there are dropped. `dist` and `fleet --save-image` both write it.
+pub(crate) fn record_checksums(out: &Path, files: &[PathBuf]) -> Result<PathBuf> {
+    let path = out.join("SHA256SUMS");
+    let names = files
+        .iter()
+        .map(|f| {
+            ensure!(
+                f.parent() == Some(out),
+                "{} is not in {}",
+                f.display(),
+                out.display()
+            );
+            Ok(f.file_name()
+                .expect("a file")
+                .to_string_lossy()
+                .into_owned())
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut lines: Vec<String> = fs::read_to_string(&path)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| {
+            l.split_once("  ")
+                .is_some_and(|(_, n)| !names.iter().any(|m| m == n) && out.join(n).is_file())
+        })
+        .map(str::to_string)
+        .collect();
+    if !names.is_empty() {
+        let sums = Command::new("sha256sum")
+            .current_dir(out)
+            .arg("--")
+            .args(&names)
+            .output()
+            .context("running sha256sum")?;
+        ensure!(sums.status.success(), "sha256sum failed: {sums:?}");
+        lines.extend(String::from_utf8(sums.stdout)?.lines().map(str::to_string));
+    }
+    lines.sort_by_key(|l| l.split_once("  ").map(|(_, n)| n.to_string()));
+    fs::write(
+        &path,
+        lines.iter().map(|l| format!("{l}\n")).collect::<String>(),
     )?;
     Ok(path)
 }
@@ -317,7 +590,7 @@ fn check(root: &Path, out: &Path, args: &DistArgs, built: &[Built]) -> Result<()
     let native = built
         .iter()
         .find(|b| b.target.qemu.is_none())
-        .context("no build for this machine's architecture")?;
+        .context("no build for this machine's architecture (--arch host builds it)")?;
     let (tarball, deb) = (&native.tarball, &native.deb);
     if !is_root() {
         bail!("dist --check needs root (debootstrap and chroot)");
@@ -433,6 +706,10 @@ dpkg -i /tmp/gpu-trace.deb
 gpu-trace --version
 test -f /usr/share/man/man1/gpu-trace.1.gz
 test -f /usr/share/bash-completion/completions/gpu-trace
+# Debian policy's metadata, and every installed file as md5sums lists it.
+test -f /usr/share/doc/gpu-trace/copyright
+gzip -t /usr/share/doc/gpu-trace/changelog.Debian.gz
+dpkg --verify gpu-trace
 gpu-trace replay /tmp/two_streams.gtrace > /tmp/replay.txt
 # The fixture's PyTorch run scheduled 4 TSGs (tests/fixtures/README.md).
 test "$(grep -c '^[0-9:.]* \[CPU[0-9]*\] SCHEDULE ' /tmp/replay.txt)" = 4
@@ -533,4 +810,333 @@ fn check_emulated(
         target.triple
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser as _;
+
+    /// A fresh scratch directory for one test.
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("xtask-dist-{name}-{}", std::process::id()));
+        if dir.exists() {
+            fs::remove_dir_all(&dir).unwrap();
+        }
+        fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn stdout(cmd: &mut Command) -> String {
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{cmd:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    #[test]
+    fn arch_host_builds_only_this_machines_target() {
+        let cli =
+            crate::Cli::try_parse_from(["xtask", "dist", "--arch", "host", "--check"]).unwrap();
+        let crate::Task::Dist(args) = cli.task else {
+            panic!("not dist")
+        };
+        let targets = args.arch.targets().unwrap();
+        assert_eq!(targets.len(), 1);
+        assert!(targets[0].triple.starts_with(std::env::consts::ARCH));
+        // The default is still both, and the Debian names are accepted.
+        let cli = crate::Cli::try_parse_from(["xtask", "dist"]).unwrap();
+        let crate::Task::Dist(args) = cli.task else {
+            panic!("not dist")
+        };
+        assert_eq!(args.arch.targets().unwrap().len(), TARGETS.len());
+        for (name, triple) in [("arm64", "aarch64-"), ("x86_64", "x86_64-")] {
+            let targets = crate::Cli::try_parse_from(["xtask", "dist", "--arch", name]).unwrap();
+            let crate::Task::Dist(args) = targets.task else {
+                panic!("not dist")
+            };
+            assert!(args.arch.targets().unwrap()[0].triple.starts_with(triple));
+        }
+    }
+
+    /// The .deb as `dist` builds it (a stand-in for the static binary, which takes minutes to
+    /// build: the packaging is what is checked), read back with dpkg-deb.
+    #[test]
+    fn deb_carries_debian_policy_metadata() {
+        if !have("dpkg-deb") {
+            println!("SKIPPED: dpkg-deb is not installed (a Debian machine has it)");
+            return;
+        }
+        let dir = scratch("deb");
+        let bin = dir.join("gpu-trace");
+        fs::write(&bin, "#!/bin/sh\n").unwrap();
+        let generated = crate::r#gen::generate(&dir.join("gen")).unwrap();
+        let deb = deb(
+            &dir,
+            &dir.join("stage"),
+            &bin,
+            &generated,
+            "0.1.0",
+            &TARGETS[0],
+        )
+        .unwrap();
+        assert_eq!(deb.file_name().unwrap(), "gpu-trace_0.1.0-1_amd64.deb");
+
+        let info = stdout(Command::new("dpkg-deb").arg("-I").arg(&deb));
+        let cargo = fs::read_to_string(workspace_root().join("gpu-trace/Cargo.toml")).unwrap();
+        let maintainer = deb_maintainer(&cargo).unwrap();
+        assert!(
+            info.contains(&format!(" Maintainer: {maintainer}\n")),
+            "{info}"
+        );
+        assert!(!info.contains("@localhost"), "{info}");
+        assert!(info.contains(" Version: 0.1.0-1\n"), "{info}");
+
+        let files = stdout(Command::new("dpkg-deb").arg("-c").arg(&deb));
+        for f in ["copyright", "changelog.Debian.gz", "README.md"] {
+            assert!(
+                files.contains(&format!(" ./usr/share/doc/gpu-trace/{f}\n")),
+                "{f} missing:\n{files}"
+            );
+        }
+        let root = dir.join("root");
+        stdout(Command::new("dpkg-deb").arg("-R").arg(&deb).arg(&root));
+        let doc = root.join("usr/share/doc/gpu-trace");
+
+        // copyright: DEP-5, every licence of the Files paragraph spelled out in a paragraph.
+        let copyright = fs::read_to_string(doc.join("copyright")).unwrap();
+        assert!(copyright.starts_with(
+            "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n"
+        ));
+        assert!(copyright.contains(&format!("\nUpstream-Contact: {maintainer}\n")));
+        for placeholder in ["@YEAR@", "@LICENSE@", "@MAINTAINER@"] {
+            assert!(!copyright.contains(placeholder), "{placeholder} left in");
+        }
+        let files_license = copyright
+            .split("\n\n")
+            .find(|p| p.starts_with("Files: *"))
+            .and_then(|p| p.lines().find_map(|l| l.strip_prefix("License: ")))
+            .expect("a Files: * paragraph with a License");
+        assert_eq!(files_license, "Expat or Apache-2.0");
+        for name in files_license.split(" or ") {
+            assert!(
+                copyright.contains(&format!("\n\nLicense: {name}\n ")),
+                "no standalone License: {name} paragraph"
+            );
+        }
+
+        // changelog.Debian.gz: gzip -9n (no name, no time stamp), a Debian changelog entry.
+        let gz = fs::read(doc.join("changelog.Debian.gz")).unwrap();
+        assert_eq!(&gz[..2], b"\x1f\x8b");
+        assert_eq!(gz[3] & 0x08, 0, "the gzip header holds a file name");
+        assert_eq!(
+            &gz[4..8],
+            &[0, 0, 0, 0],
+            "the gzip header holds a time stamp"
+        );
+        let changelog = stdout(
+            Command::new("gzip")
+                .arg("-dc")
+                .arg(doc.join("changelog.Debian.gz")),
+        );
+        assert!(
+            changelog.starts_with("gpu-trace (0.1.0-1) unstable; urgency=medium\n\n  * "),
+            "{changelog}"
+        );
+        // Debian's changelog lines stay within 80 columns (lintian: debian-changelog-line-too-long).
+        for line in changelog.lines() {
+            assert!(
+                line.chars().count() <= 80 || line.starts_with(" -- "),
+                "{line:?}"
+            );
+        }
+        let trailer = changelog.lines().last().unwrap();
+        let date = trailer
+            .strip_prefix(&format!(" -- {maintainer}  "))
+            .unwrap_or_else(|| panic!("trailer {trailer:?}"));
+        // RFC 2822, as `date -R` writes it: "Thu, 26 Nov 2026 23:20:34 +0000".
+        let parts: Vec<&str> = date.split(' ').collect();
+        assert!(
+            parts.len() == 6 && parts[0].ends_with(',') && parts[5].len() == 5,
+            "{date}"
+        );
+
+        // Every relative link of the installed README resolves to an installed file.
+        let readme = fs::read_to_string(doc.join("README.md")).unwrap();
+        let links = relative_links(&readme);
+        assert!(links.iter().any(|l| l == "docs/install.md"), "{links:?}");
+        for link in links {
+            assert!(
+                doc.join(&link).exists(),
+                "README.md links to {link}, not installed"
+            );
+        }
+
+        // DEBIAN/md5sums lists every file and matches.
+        let sums = fs::read_to_string(root.join("DEBIAN/md5sums")).unwrap();
+        assert!(sums.contains("  usr/bin/gpu-trace\n"));
+        stdout(
+            Command::new("md5sum")
+                .current_dir(&root)
+                .args(["--quiet", "-c", "DEBIAN/md5sums"]),
+        );
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A README linking to a directory installs the directory's files; a link out of the tree
+    /// or to nothing stops the build with what to fix.
+    #[test]
+    fn readme_links_to_directories_bring_their_files() {
+        let dir = scratch("links");
+        fs::create_dir_all(dir.join("docs/shots")).unwrap();
+        fs::write(dir.join("docs/a.md"), "a").unwrap();
+        fs::write(dir.join("docs/shots/top.txt"), "t").unwrap();
+        let readme = |text: &str| fs::write(dir.join("README.md"), text).unwrap();
+        readme("[a](docs/a.md#x) [s](docs/shots/) [web](https://x.invalid/) [me](#top)");
+        let docs = readme_documents(&dir).unwrap();
+        let want = ["README.md", "docs/a.md", "docs/shots/top.txt"].map(PathBuf::from);
+        assert_eq!(docs, want);
+        readme("[up](../etc/passwd)");
+        assert!(
+            readme_documents(&dir)
+                .unwrap_err()
+                .to_string()
+                .contains("outside")
+        );
+        readme("[gone](docs/b.md)");
+        assert!(
+            readme_documents(&dir)
+                .unwrap_err()
+                .to_string()
+                .contains("does not exist")
+        );
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn checksums_file_is_what_sha256sum_checks() {
+        let dir = scratch("sums");
+        let (a, b) = (dir.join("a.deb"), dir.join("b.tar.gz"));
+        fs::write(&a, "one").unwrap();
+        fs::write(&b, "two").unwrap();
+        let sums = record_checksums(&dir, &[a.clone(), b.clone()]).unwrap();
+        let check = || {
+            Command::new("sha256sum")
+                .current_dir(&dir)
+                .args(["--strict", "-c", "SHA256SUMS"])
+                .output()
+                .unwrap()
+                .status
+                .success()
+        };
+        assert!(check());
+        // A file changed and recorded again: its line is replaced, the other kept.
+        fs::write(&a, "changed").unwrap();
+        assert!(!check(), "sha256sum -c must see the change");
+        record_checksums(&dir, std::slice::from_ref(&a)).unwrap();
+        assert!(check());
+        let text = fs::read_to_string(&sums).unwrap();
+        assert_eq!(text.lines().count(), 2, "{text}");
+        // A file gone: its line goes at the next write (the image's, say).
+        fs::remove_file(&b).unwrap();
+        let c = dir.join("c.oci.tar");
+        fs::write(&c, "three").unwrap();
+        record_checksums(&dir, std::slice::from_ref(&c)).unwrap();
+        assert!(check());
+        let text = fs::read_to_string(&sums).unwrap();
+        assert!(
+            text.ends_with("  c.oci.tar\n") && !text.contains("b.tar.gz"),
+            "{text}"
+        );
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// `cargo xtask ...` command lines in a text: from `cargo xtask` to the end of the line,
+    /// a backtick, a `)`, or a shell separator.
+    fn xtask_commands(text: &str) -> Vec<Vec<String>> {
+        let mut commands = Vec::new();
+        for line in text.lines() {
+            let mut rest = line;
+            while let Some(at) = rest.find("cargo xtask ") {
+                rest = &rest[at + "cargo xtask ".len()..];
+                let end = rest
+                    .find(['`', ')', '|', ';', '&', '#'])
+                    .unwrap_or(rest.len());
+                let mut words = vec!["xtask".to_string()];
+                words.extend(rest[..end].split_whitespace().map(str::to_string));
+                commands.push(words);
+            }
+        }
+        commands
+    }
+
+    /// Every `cargo xtask` command the release pipeline runs, and the ones the files about
+    /// installing and deploying tell the reader to run, are commands xtask accepts (the
+    /// Containerfile named a `cargo xtask image` that never existed).
+    #[test]
+    fn release_workflow_runs_only_real_xtask_commands() {
+        let root = workspace_root();
+        let workflow = root.join(".github/workflows/release.yml");
+        // The workflow parses as YAML (BaseLoader: `on` stays a key, not a boolean).
+        let parsed = Command::new("python3")
+            .args([
+                "-c",
+                "import json, sys, yaml; d = yaml.load(open(sys.argv[1]), Loader=yaml.BaseLoader); \
+                 json.dump(d, sys.stdout)",
+            ])
+            .arg(&workflow)
+            .output()
+            .unwrap();
+        if !parsed.status.success()
+            && String::from_utf8_lossy(&parsed.stderr).contains("No module named")
+        {
+            println!("SKIPPED: python3 has no PyYAML (apt-get install python3-yaml)");
+            return;
+        }
+        assert!(parsed.status.success(), "{parsed:?}");
+        let w: serde_json::Value = serde_json::from_slice(&parsed.stdout).unwrap();
+        assert_eq!(w["on"]["push"]["tags"][0], "v*");
+        let steps = w["jobs"]["release"]["steps"].as_array().unwrap();
+        let runs: String = steps
+            .iter()
+            .filter_map(|s| s["run"].as_str())
+            .map(|r| format!("{r}\n"))
+            .collect();
+        let commands = xtask_commands(&runs);
+        let tasks: Vec<&str> = commands.iter().map(|c| c[1].as_str()).collect();
+        assert_eq!(tasks, ["dist", "fleet"], "{commands:?}");
+        let mut checked = 0;
+        for file in [
+            ".github/workflows/release.yml",
+            "Containerfile",
+            "deploy/daemonset.yaml",
+            "deploy/podmonitor.yaml",
+            "docs/install.md",
+            "docs/fleet.md",
+            "CONTRIBUTING.md",
+        ] {
+            let text = fs::read_to_string(root.join(file)).unwrap();
+            // (`cargo xtask …` is a placeholder, not a command.)
+            for command in xtask_commands(&text).into_iter().filter(|c| c[1] != "…") {
+                if let Err(e) = crate::Cli::try_parse_from(&command) {
+                    panic!(
+                        "{file}: `cargo {}` is not an xtask command:\n{e}",
+                        command.join(" ")
+                    );
+                }
+                checked += 1;
+            }
+        }
+        assert!(checked >= 5, "{checked}");
+        // What the release attaches is what dist and fleet write.
+        let uploads = steps
+            .iter()
+            .find_map(|s| s["with"]["files"].as_str())
+            .expect("a step attaching files");
+        for pattern in ["*.deb", "*.tar.gz", "*.oci.tar", "SHA256SUMS"] {
+            assert!(
+                uploads.contains(&format!("target/dist/{pattern}")),
+                "{uploads}"
+            );
+        }
+    }
 }

@@ -2,6 +2,9 @@
 //!
 //! - deploy/daemonset.yaml against the Kubernetes schema (`kubernetes-validate` from PyPI, in a
 //!   virtual environment under target/), deploy/prometheus-kubernetes.yml parsed as YAML;
+//! - offline, Pod Security admission (the namespace's levels against the standard's baseline
+//!   controls the pods break) and deploy/podmonitor.yaml, deploy/servicemonitor.yaml against
+//!   the DaemonSet and Service they scrape (the operator's CRD schemas are not available);
 //! - deploy/prometheus.yml and deploy/alerts.yml with `promtool check config` / `check rules`,
 //!   and the alerts' unit tests with `promtool test rules deploy/alerts_test.yml`;
 //! - the image: the static binary, `podman build -f Containerfile` (FROM scratch), then with
@@ -18,6 +21,7 @@ use std::{
 };
 
 use anyhow::{Context as _, Result, bail, ensure};
+use serde_json::Value;
 
 use crate::host::{is_root, workspace_root};
 
@@ -26,6 +30,11 @@ pub struct FleetArgs {
     /// Skip the image (build and runs); check only the manifests and the Prometheus files.
     #[arg(long)]
     pub no_image: bool,
+    /// After the image's checks, save it as an OCI archive in DIR
+    /// (`gpu-trace-VERSION-image-x86_64.oci.tar`) and add its line to DIR/SHA256SUMS, as
+    /// `cargo xtask dist` does for the packages (the release pipeline attaches it).
+    #[arg(long, value_name = "DIR", conflicts_with = "no_image")]
+    pub save_image: Option<PathBuf>,
     /// Instead of the checks, measure what --metrics costs the pipeline (records/s without and
     /// with it, on the GPU-host recordings). Use a release build:
     /// `cargo run --release -p xtask -- fleet --cost`.
@@ -53,7 +62,7 @@ pub fn run(args: FleetArgs) -> Result<()> {
     manifests(&root)?;
     prometheus_files(&root)?;
     if !args.no_image {
-        image(&root)?;
+        image(&root, args.save_image.as_deref())?;
     }
     println!("fleet: done");
     Ok(())
@@ -116,8 +125,10 @@ fn manifests(root: &Path) -> Result<()> {
             "Kubernetes schema validation of deploy/daemonset.yaml",
             &format!("could not install {VALIDATOR} into target/fleet-venv (python3 -m venv, pip)"),
         );
-        return Ok(());
+        // The offline checks need only PyYAML.
+        return offline_checks(Path::new("python3"), root);
     };
+    offline_checks(&bin.join("python"), root)?;
     let text = check(
         Command::new(bin.join("kubernetes-validate"))
             .arg("--strict")
@@ -178,8 +189,13 @@ fn podman_run() -> Command {
     c
 }
 
-fn image(root: &Path) -> Result<()> {
+fn image(root: &Path, save: Option<&Path>) -> Result<()> {
     if !have("podman") || !have("runc") {
+        // A release cannot go without its image: no skip then.
+        ensure!(
+            save.is_none(),
+            "--save-image: podman and runc are needed (apt-get install podman runc)"
+        );
         skipped(
             "the container image",
             "podman or runc is not installed (apt-get install podman runc; scripts/setup.sh does)",
@@ -250,16 +266,39 @@ fn image(root: &Path) -> Result<()> {
     );
     println!("fleet: replay of {FIXTURE} in the image equals the host's (4 TSGs)");
 
-    daemonset_privileges(&tag)
+    daemonset_privileges(root, &tag)?;
+    if let Some(dir) = save {
+        let dir = root.join(dir);
+        fs::create_dir_all(&dir)?;
+        let archive = dir.join(format!("gpu-trace-{version}-image-x86_64.oci.tar"));
+        fs::remove_file(&archive).ok();
+        check(
+            Command::new("podman")
+                .args(["save", "--format", "oci-archive", "-o"])
+                .arg(&archive)
+                .arg(&tag),
+        )?;
+        let sums = crate::dist::record_checksums(&dir, std::slice::from_ref(&archive))?;
+        println!("fleet: wrote {} and {}", archive.display(), sums.display());
+    }
+    Ok(())
 }
 
 /// Starts the image live with exactly deploy/daemonset.yaml's privileges (it must attach and
 /// serve /metrics), and once more without CAP_PERFMON (it must refuse, exit 3).
-fn daemonset_privileges(tag: &str) -> Result<()> {
+fn daemonset_privileges(root: &Path, tag: &str) -> Result<()> {
     if !is_root() {
         skipped("a live start with the DaemonSet's privileges", "needs root");
         return Ok(());
     }
+    // The kubelet's pod log directories, read-only at the same path as in the DaemonSet; an
+    // empty stand-in where this machine runs no kubelet.
+    let mut pod_logs = PathBuf::from("/var/log/pods");
+    if !pod_logs.is_dir() {
+        pod_logs = root.join("target/image/var-log-pods");
+        fs::create_dir_all(&pod_logs)?;
+    }
+    let pod_logs = format!("{}:/var/log/pods:ro", pod_logs.display());
     // The host's network (to scrape it from here), on a free loopback port.
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
@@ -272,6 +311,7 @@ fn daemonset_privileges(tag: &str) -> Result<()> {
             .args(["-v", "/sys/kernel/btf:/sys/kernel/btf:ro"])
             .args(["-v", "/sys/kernel/tracing:/sys/kernel/tracing:ro"])
             .args(["-v", "/sys/fs/cgroup:/host/sys/fs/cgroup:ro"])
+            .args(["-v", &pod_logs])
             .args([tag, "--vendor=nvidia", "--watch-device=/dev/full"])
             .arg(format!("--metrics=127.0.0.1:{port}"))
             .args(["--metrics-allow-remote", "--quiet", "--duration=4"])
@@ -363,4 +403,564 @@ fn cost(root: &Path, args: &FleetArgs) -> Result<()> {
     let cost = crate::bench_metrics::measure(&records, &Clock::new(offset), args.reps)?;
     print!("{}", crate::bench_metrics::render(&cost));
     Ok(())
+}
+
+/// The YAML documents of `path` as JSON values, read by PyYAML's safe loader through `python`.
+fn yaml_documents(python: &Path, path: &Path) -> Result<Vec<Value>> {
+    let text = check(
+        Command::new(python)
+            .args([
+                "-c",
+                "import json, sys, yaml; \
+                 json.dump([d for d in yaml.safe_load_all(open(sys.argv[1])) if d], sys.stdout)",
+            ])
+            .arg(path),
+    )
+    .with_context(|| format!("reading {} as YAML (python3 with PyYAML)", path.display()))?;
+    Ok(serde_json::from_str(&text)?)
+}
+
+/// The document of `kind` in `docs` (exactly one).
+fn the<'a>(docs: &'a [Value], kind: &str) -> Result<&'a Value> {
+    let mut found = docs.iter().filter(|d| d["kind"] == kind);
+    let doc = found.next().with_context(|| format!("no {kind}"))?;
+    ensure!(found.next().is_none(), "more than one {kind}");
+    Ok(doc)
+}
+
+/// Capabilities the Pod Security Standards' baseline level lets a container add.
+const BASELINE_CAPABILITIES: [&str; 13] = [
+    "AUDIT_WRITE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "MKNOD",
+    "NET_BIND_SERVICE",
+    "SETFCAP",
+    "SETGID",
+    "SETPCAP",
+    "SETUID",
+    "SYS_CHROOT",
+];
+
+/// Sysctls the baseline level allows.
+const BASELINE_SYSCTLS: [&str; 10] = [
+    "kernel.shm_rmid_forced",
+    "net.ipv4.ip_local_port_range",
+    "net.ipv4.ip_unprivileged_port_start",
+    "net.ipv4.tcp_syncookies",
+    "net.ipv4.ping_group_range",
+    "net.ipv4.ip_local_reserved_ports",
+    "net.ipv4.tcp_keepalive_time",
+    "net.ipv4.tcp_fin_timeout",
+    "net.ipv4.tcp_keepalive_intvl",
+    "net.ipv4.tcp_keepalive_probes",
+];
+
+/// What the Pod Security Standards' `baseline` level refuses in a pod template (`metadata` and
+/// `spec`), one line per field, each control as the standard's text words it
+/// (kubernetes.io/docs/concepts/security/pod-security-standards, "Baseline"): HostProcess, host
+/// namespaces, privileged containers, capabilities, hostPath volumes, host ports, AppArmor,
+/// SELinux, /proc mount type, seccomp, sysctls (the 1.29 list), and the later gitRepo volumes
+/// (1.31), probe and lifecycle hosts (1.34), ulimits (1.37). Empty: `baseline` admits it.
+fn baseline_violations(template: &Value) -> Vec<String> {
+    let spec = &template["spec"];
+    let mut v = Vec::new();
+    let is_true = |x: &Value| x.as_bool() == Some(true);
+    for ns in ["hostNetwork", "hostPID", "hostIPC"] {
+        if is_true(&spec[ns]) {
+            v.push(format!("host namespaces: spec.{ns}"));
+        }
+    }
+    for vol in spec["volumes"].as_array().into_iter().flatten() {
+        if vol.get("hostPath").is_some() {
+            v.push(format!("hostPath volumes: {}", vol["name"]));
+        }
+        // Kubernetes 1.31 on.
+        if vol.get("gitRepo").is_some() {
+            v.push(format!("volume types: {} is gitRepo", vol["name"]));
+        }
+    }
+    for sysctl in spec["securityContext"]["sysctls"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let name = sysctl["name"].as_str().unwrap_or_default();
+        if !BASELINE_SYSCTLS.contains(&name) {
+            v.push(format!("sysctls: {name}"));
+        }
+    }
+    for (key, value) in template["metadata"]["annotations"]
+        .as_object()
+        .into_iter()
+        .flatten()
+    {
+        let value = value.as_str().unwrap_or_default();
+        if key.starts_with("container.apparmor.security.beta.kubernetes.io/")
+            && value != "runtime/default"
+            && !value.starts_with("localhost/")
+        {
+            v.push(format!("AppArmor: annotation {key}: {value}"));
+        }
+    }
+    baseline_security_context(&spec["securityContext"], "spec.securityContext", &mut v);
+    for list in ["containers", "initContainers", "ephemeralContainers"] {
+        for c in spec[list].as_array().into_iter().flatten() {
+            let at = format!("{list}[{}]", c["name"]);
+            let sc = &c["securityContext"];
+            baseline_security_context(sc, &format!("{at}.securityContext"), &mut v);
+            if is_true(&sc["privileged"]) {
+                v.push(format!("privileged containers: {at}"));
+            }
+            for cap in sc["capabilities"]["add"].as_array().into_iter().flatten() {
+                let cap = cap.as_str().unwrap_or_default();
+                if !BASELINE_CAPABILITIES.contains(&cap) {
+                    v.push(format!("capabilities: {at} adds {cap}"));
+                }
+            }
+            if !matches!(sc["procMount"].as_str(), None | Some("Default")) {
+                v.push(format!("/proc mount type: {at}"));
+            }
+            for port in c["ports"].as_array().into_iter().flatten() {
+                if port["hostPort"].as_u64().is_some_and(|p| p != 0) {
+                    v.push(format!("host ports: {at}"));
+                }
+            }
+            // Kubernetes 1.37 on.
+            if !sc["ulimits"].is_null() {
+                v.push(format!("ulimits: {at}"));
+            }
+            // Kubernetes 1.34 on: probes and lifecycle handlers may not name another host.
+            let handlers = ["livenessProbe", "readinessProbe", "startupProbe"]
+                .map(|p| (p, &c[p]))
+                .into_iter()
+                .chain(["postStart", "preStop"].map(|h| (h, &c["lifecycle"][h])));
+            for (name, handler) in handlers {
+                for kind in ["httpGet", "tcpSocket"] {
+                    if handler[kind]["host"]
+                        .as_str()
+                        .is_some_and(|h| !h.is_empty())
+                    {
+                        v.push(format!("probe or lifecycle host: {at}.{name}.{kind}.host"));
+                    }
+                }
+            }
+        }
+    }
+    v
+}
+
+/// The controls a pod's and a container's securityContext share.
+fn baseline_security_context(sc: &Value, at: &str, v: &mut Vec<String>) {
+    if sc["windowsOptions"]["hostProcess"].as_bool() == Some(true) {
+        v.push(format!("HostProcess: {at}"));
+    }
+    if !matches!(
+        sc["seccompProfile"]["type"].as_str(),
+        None | Some("RuntimeDefault" | "Localhost")
+    ) {
+        v.push(format!("seccomp: {at}.seccompProfile"));
+    }
+    if !matches!(
+        sc["appArmorProfile"]["type"].as_str(),
+        None | Some("RuntimeDefault" | "Localhost")
+    ) {
+        v.push(format!("AppArmor: {at}.appArmorProfile"));
+    }
+    let se = &sc["seLinuxOptions"];
+    if !matches!(
+        se["type"].as_str(),
+        None | Some(
+            "" | "container_t" | "container_init_t" | "container_kvm_t" | "container_engine_t"
+        )
+    ) || se["user"].as_str().is_some_and(|u| !u.is_empty())
+        || se["role"].as_str().is_some_and(|r| !r.is_empty())
+    {
+        v.push(format!("SELinux: {at}.seLinuxOptions"));
+    }
+}
+
+/// Pod Security admission, offline: the Namespace's `enforce`, `audit` and `warn` levels must
+/// each admit the DaemonSet's pods (`privileged` where the baseline refuses any field). Returns
+/// the baseline's refusals.
+fn pod_security(docs: &[Value]) -> Result<Vec<String>> {
+    let namespace = the(docs, "Namespace")?;
+    let daemonset = the(docs, "DaemonSet")?;
+    ensure!(
+        daemonset["metadata"]["namespace"] == namespace["metadata"]["name"],
+        "the DaemonSet is not in the Namespace of the same file"
+    );
+    let refused = baseline_violations(&daemonset["spec"]["template"]);
+    for mode in ["enforce", "audit", "warn"] {
+        let label = format!("pod-security.kubernetes.io/{mode}");
+        let level = namespace["metadata"]["labels"][&label].as_str();
+        let admits = match level {
+            Some("privileged") => true,
+            Some("baseline") => refused.is_empty(),
+            Some("restricted") => false,
+            None if mode == "enforce" => bail!(
+                "the Namespace has no {label} label: a cluster whose default level is \
+                 baseline or restricted refuses the pods ({})",
+                refused.join("; ")
+            ),
+            None => bail!("the Namespace has no {label} label (set it to privileged)"),
+            Some(other) => bail!("{label}: {other:?} is not a Pod Security level"),
+        };
+        ensure!(
+            admits,
+            "{label}: {} refuses the DaemonSet's pods: {}",
+            level.unwrap_or_default(),
+            refused.join("; ")
+        );
+    }
+    Ok(refused)
+}
+
+/// deploy/podmonitor.yaml and deploy/servicemonitor.yaml against the DaemonSet and Service they
+/// scrape. (prometheus-operator's CRD schemas are not available offline: the fields used are
+/// checked by name and meaning here, not by the CRDs' OpenAPI schemas.)
+fn monitors(docs: &[Value], podmonitor: &Value, servicemonitor: &Value) -> Result<()> {
+    let daemonset = the(docs, "DaemonSet")?;
+    let service = the(docs, "Service")?;
+    let namespace = &daemonset["metadata"]["namespace"];
+    let pod = &daemonset["spec"]["template"];
+    let container_ports: Vec<&Value> = pod["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|c| c["ports"].as_array().into_iter().flatten())
+        .map(|p| &p["name"])
+        .collect();
+    let service_ports: Vec<&Value> = service["spec"]["ports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| &p["name"])
+        .collect();
+    for (monitor, kind, endpoints, labels, ports) in [
+        (
+            podmonitor,
+            "PodMonitor",
+            "podMetricsEndpoints",
+            &pod["metadata"]["labels"],
+            &container_ports,
+        ),
+        (
+            servicemonitor,
+            "ServiceMonitor",
+            "endpoints",
+            &service["metadata"]["labels"],
+            &service_ports,
+        ),
+    ] {
+        ensure!(
+            monitor["apiVersion"] == "monitoring.coreos.com/v1" && monitor["kind"] == kind,
+            "not a monitoring.coreos.com/v1 {kind}"
+        );
+        ensure!(
+            &monitor["metadata"]["namespace"] == namespace,
+            "{kind}: not in the DaemonSet's namespace {namespace}"
+        );
+        let spec = &monitor["spec"];
+        let known = [
+            "selector",
+            "namespaceSelector",
+            endpoints,
+            "jobLabel",
+            "podTargetLabels",
+            "sampleLimit",
+            "targetLimit",
+        ];
+        for key in spec.as_object().context("no spec")?.keys() {
+            ensure!(known.contains(&key.as_str()), "{kind}: unknown spec.{key}");
+        }
+        for (key, value) in spec["selector"]["matchLabels"]
+            .as_object()
+            .with_context(|| format!("{kind}: no spec.selector.matchLabels"))?
+        {
+            ensure!(
+                &labels[key] == value,
+                "{kind}: the selector's {key}={value} does not match what it scrapes"
+            );
+        }
+        let names = spec["namespaceSelector"]["matchNames"].as_array();
+        ensure!(
+            names.is_some_and(|n| n.contains(namespace)),
+            "{kind}: namespaceSelector.matchNames lacks {namespace}"
+        );
+        let eps = spec[endpoints].as_array().filter(|e| !e.is_empty());
+        for ep in eps.with_context(|| format!("{kind}: no {endpoints}"))? {
+            ensure!(
+                ports.contains(&&ep["port"]),
+                "{kind}: port {} is not a named port of what it scrapes",
+                ep["port"]
+            );
+            ensure!(ep["path"] == "/metrics", "{kind}: path is not /metrics");
+        }
+    }
+    Ok(())
+}
+
+/// The offline checks of deploy/: Pod Security admission and the monitors (`python`: one
+/// with PyYAML).
+fn offline_checks(python: &Path, root: &Path) -> Result<()> {
+    let deploy = root.join("deploy");
+    let docs = yaml_documents(python, &deploy.join("daemonset.yaml"))?;
+    let refused = pod_security(&docs).context("deploy/daemonset.yaml: Pod Security")?;
+    println!(
+        "fleet: Pod Security (offline, the standard's baseline controls): the Namespace is \
+         labelled privileged, as the DaemonSet's pods need ({})",
+        refused.join("; ")
+    );
+    let pm = yaml_documents(python, &deploy.join("podmonitor.yaml"))?;
+    let sm = yaml_documents(python, &deploy.join("servicemonitor.yaml"))?;
+    monitors(&docs, the(&pm, "PodMonitor")?, the(&sm, "ServiceMonitor")?)?;
+    println!(
+        "fleet: deploy/podmonitor.yaml and deploy/servicemonitor.yaml select the DaemonSet's pods \
+         and Service, namespace and port (not checked: the CRDs' schemas, not available offline)"
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// python3 with PyYAML, or `None` after a SKIPPED line.
+    fn python() -> Option<PathBuf> {
+        let ok = Command::new("python3")
+            .args(["-c", "import yaml"])
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            println!(
+                "SKIPPED: python3 with PyYAML is not installed (apt-get install python3-yaml)"
+            );
+        }
+        ok.then(|| PathBuf::from("python3"))
+    }
+
+    fn deploy(python: &Path, file: &str) -> Vec<Value> {
+        yaml_documents(python, &workspace_root().join("deploy").join(file)).unwrap()
+    }
+
+    fn kind_mut<'a>(docs: &'a mut [Value], kind: &str) -> &'a mut Value {
+        docs.iter_mut().find(|d| d["kind"] == kind).unwrap()
+    }
+
+    #[test]
+    fn namespace_admits_the_daemonsets_pods() {
+        let Some(py) = python() else { return };
+        let docs = deploy(&py, "daemonset.yaml");
+        let refused = pod_security(&docs).unwrap();
+        // Exactly what the DaemonSet's header comment says it needs, nothing else.
+        let mut want = vec![
+            "host namespaces: spec.hostPID".to_string(),
+            r#"capabilities: containers["gpu-trace"] adds BPF"#.to_string(),
+            r#"capabilities: containers["gpu-trace"] adds PERFMON"#.to_string(),
+            r#"seccomp: containers["gpu-trace"].securityContext.seccompProfile"#.to_string(),
+        ];
+        for vol in ["btf", "tracefs", "host-cgroup", "pod-logs"] {
+            want.push(format!("hostPath volumes: \"{vol}\""));
+        }
+        let mut got = refused.clone();
+        got.sort();
+        want.sort();
+        assert_eq!(got, want);
+        // Without the label, or with a level that refuses them, admission fails.
+        for level in [None, Some("baseline"), Some("restricted")] {
+            let mut docs = docs.clone();
+            let labels = &mut kind_mut(&mut docs, "Namespace")["metadata"]["labels"];
+            let key = "pod-security.kubernetes.io/enforce";
+            match level {
+                None => {
+                    labels.as_object_mut().unwrap().remove(key);
+                }
+                Some(l) => labels[key] = json!(l),
+            }
+            let err = pod_security(&docs).unwrap_err().to_string();
+            assert!(err.contains(key), "{level:?}: {err}");
+        }
+    }
+
+    /// Each baseline control refuses a clean pod changed in that one field alone, and lets the
+    /// values the standard allows through.
+    #[test]
+    fn baseline_checker_refuses_each_control_alone() {
+        let clean = json!({"metadata": {}, "spec": {"containers": [{"name": "c", "image": "x"}]}});
+        assert_eq!(baseline_violations(&clean), Vec::<String>::new());
+        let sc = "/spec/containers/0/securityContext";
+        let refused: [(&str, Value, &str); 18] = [
+            ("/spec/hostNetwork", json!(true), "host namespaces"),
+            ("/spec/hostPID", json!(true), "host namespaces"),
+            ("/spec/hostIPC", json!(true), "host namespaces"),
+            (
+                "/spec/volumes",
+                json!([{"name": "h", "hostPath": {"path": "/"}}]),
+                "hostPath",
+            ),
+            (sc, json!({"privileged": true}), "privileged containers"),
+            (
+                sc,
+                json!({"capabilities": {"add": ["SYS_ADMIN"]}}),
+                "capabilities",
+            ),
+            (
+                sc,
+                json!({"seccompProfile": {"type": "Unconfined"}}),
+                "seccomp",
+            ),
+            (sc, json!({"procMount": "Unmasked"}), "/proc mount type"),
+            (sc, json!({"seLinuxOptions": {"type": "spc_t"}}), "SELinux"),
+            (
+                sc,
+                json!({"appArmorProfile": {"type": "Unconfined"}}),
+                "AppArmor",
+            ),
+            (
+                sc,
+                json!({"windowsOptions": {"hostProcess": true}}),
+                "HostProcess",
+            ),
+            (
+                "/spec/containers/0/ports",
+                json!([{"containerPort": 1, "hostPort": 80}]),
+                "host ports",
+            ),
+            (
+                "/spec/securityContext",
+                json!({"sysctls": [{"name": "kernel.msgmax", "value": "1"}]}),
+                "sysctls",
+            ),
+            (
+                "/spec/volumes",
+                json!([{"name": "g", "gitRepo": {"repository": "x"}}]),
+                "volume types",
+            ),
+            (sc, json!({"ulimits": []}), "ulimits"),
+            (
+                "/spec/containers/0/readinessProbe",
+                json!({"httpGet": {"host": "10.0.0.1", "port": 1}}),
+                "probe or lifecycle host",
+            ),
+            (
+                "/spec/containers/0/lifecycle",
+                json!({"preStop": {"tcpSocket": {"host": "h", "port": 1}}}),
+                "probe or lifecycle host",
+            ),
+            (
+                "/metadata/annotations",
+                json!({"container.apparmor.security.beta.kubernetes.io/c": "unconfined"}),
+                "AppArmor",
+            ),
+        ];
+        let set = |pointer: &str, value: &Value| {
+            let mut pod = clean.clone();
+            let (parent, key) = pointer.rsplit_once('/').unwrap();
+            pod.pointer_mut(parent).unwrap()[key] = value.clone();
+            pod
+        };
+        for (pointer, value, control) in &refused {
+            let v = baseline_violations(&set(pointer, value));
+            assert!(
+                v.len() == 1 && v[0].starts_with(control),
+                "{pointer} {value}: {v:?}"
+            );
+        }
+        let allowed: [(&str, Value); 7] = [
+            (
+                "/spec/containers/0/livenessProbe",
+                json!({"tcpSocket": {"port": 1}, "httpGet": {"host": ""}}),
+            ),
+            (
+                sc,
+                json!({"seccompProfile": {"type": "RuntimeDefault"}, "privileged": false}),
+            ),
+            (
+                sc,
+                json!({"capabilities": {"add": ["NET_BIND_SERVICE"], "drop": ["ALL"]}}),
+            ),
+            (
+                sc,
+                json!({"procMount": "Default", "seLinuxOptions": {"type": "container_t"}}),
+            ),
+            (
+                "/spec/containers/0/ports",
+                json!([{"containerPort": 1, "hostPort": 0}]),
+            ),
+            (
+                "/spec/securityContext",
+                json!({"sysctls": [{"name": "net.ipv4.tcp_syncookies"}]}),
+            ),
+            ("/spec/hostPID", json!(false)),
+        ];
+        for (pointer, value) in &allowed {
+            assert_eq!(
+                baseline_violations(&set(pointer, value)),
+                Vec::<String>::new()
+            );
+        }
+    }
+
+    #[test]
+    fn monitors_scrape_the_daemonsets_metrics_port() {
+        let Some(py) = python() else { return };
+        let docs = deploy(&py, "daemonset.yaml");
+        let pm = the(&deploy(&py, "podmonitor.yaml"), "PodMonitor")
+            .unwrap()
+            .clone();
+        let sm = the(&deploy(&py, "servicemonitor.yaml"), "ServiceMonitor")
+            .unwrap()
+            .clone();
+        monitors(&docs, &pm, &sm).unwrap();
+        // Each mismatch is seen: port, namespace, selector, path, an unknown field.
+        let mutants: [(&str, Value); 5] = [
+            ("/spec/podMetricsEndpoints/0/port", json!("http")),
+            ("/metadata/namespace", json!("monitoring")),
+            (
+                "/spec/selector/matchLabels/app.kubernetes.io~1name",
+                json!("other"),
+            ),
+            ("/spec/podMetricsEndpoints/0/path", json!("/")),
+            ("/spec/podMetricsEndpoint", json!([])),
+        ];
+        for (pointer, value) in mutants {
+            let mut bad = pm.clone();
+            match bad.pointer_mut(pointer) {
+                Some(slot) => *slot = value,
+                None => bad["spec"]["podMetricsEndpoint"] = value,
+            }
+            assert!(monitors(&docs, &bad, &sm).is_err(), "{pointer} not seen");
+            let mut bad = sm.clone();
+            bad["spec"]["endpoints"][0]["port"] = json!("http");
+            assert!(monitors(&docs, &pm, &bad).is_err());
+        }
+    }
+
+    /// The pod-name resolver reads the kubelet's /var/log/pods: mounted there, read-only.
+    #[test]
+    fn daemonset_mounts_pod_logs_read_only_at_the_kubelets_path() {
+        let Some(py) = python() else { return };
+        let docs = deploy(&py, "daemonset.yaml");
+        let spec = &the(&docs, "DaemonSet").unwrap()["spec"]["template"]["spec"];
+        let mount = spec["containers"][0]["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["mountPath"] == "/var/log/pods")
+            .expect("/var/log/pods mounted");
+        assert_eq!(mount["readOnly"], true);
+        let volume = spec["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == mount["name"])
+            .unwrap();
+        assert_eq!(volume["hostPath"]["path"], "/var/log/pods");
+    }
 }

@@ -29,12 +29,14 @@ enum Task {
     /// default); with --docs also docs/json-schema.md from the code.
     Gen(r#gen::GenArgs),
     /// Build what installs without a toolchain: a static (musl) gpu-trace with man pages and
-    /// completions, as a tarball and a .deb under target/dist; --check installs both into a
-    /// fresh Debian root (root, debootstrap) and runs them there.
+    /// completions, as a tarball and a .deb under target/dist with SHA256SUMS (--arch host: this
+    /// machine's architecture only); --check installs both into a fresh Debian root (root,
+    /// debootstrap) and runs them there.
     Dist(dist::DistArgs),
     /// Check the fleet deployment (docs/fleet.md): deploy/daemonset.yaml against the Kubernetes
-    /// schema, deploy/*.yml with promtool, and the FROM scratch image built with podman and run
-    /// with runc (version, a replay, a live start with the DaemonSet's privileges).
+    /// schema and Pod Security's baseline controls, the PodMonitor and ServiceMonitor against
+    /// it, deploy/*.yml with promtool, and the FROM scratch image built with podman and run with
+    /// runc (version, a replay, a live start with the DaemonSet's privileges).
     Fleet(fleet::FleetArgs),
 }
 
