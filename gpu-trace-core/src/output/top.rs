@@ -487,9 +487,13 @@ impl View {
             return Action::Redraw;
         }
         let page = page.max(1);
+        if self.help {
+            // Any key closes the help (as in htop), and does nothing else.
+            self.help = false;
+            return Action::Redraw;
+        }
         match key {
-            Key::Char('?' | 'h') | Key::F1 => self.help = !self.help,
-            Key::Esc if self.help => self.help = false,
+            Key::Char('?' | 'h') | Key::F1 => self.help = true,
             Key::Esc if !self.filter.is_empty() => {
                 self.filter.clear();
                 self.offset = 0;
@@ -595,22 +599,24 @@ pub fn help_lines(stepping: bool) -> Vec<&'static str> {
         "  PgUp/PgDn         scroll one page",
         "  Home/End, g/G     first / last rows",
         "  s                 sort: SCHED/s, LIVE, PID (the current one in [ ])",
-        "  /                 filter by pid, comm or container; Enter applies, Esc clears",
-        "  ?, h, F1          this help (any of them or Esc closes it)",
-        "  q, Esc, Ctrl-C    quit",
+        "  /                 filter: pid, comm or container; Enter applies, Esc clears",
+        "  ?, h, F1          this help (any key closes it)",
+        "  q, Esc, Ctrl-C    quit (Esc first clears the filter)",
     ];
     if stepping {
         lines.extend([
-            "  n, space, Right, Enter   next second of the recording",
+            "  n, space, Right   next second of the recording (also Enter)",
             "  p                 play (a second per second) / pause",
         ]);
     }
     lines.extend([
         "",
         "Rows",
-        "  S = x: the process exited (dimmed); it goes after --expire seconds",
-        "  REFUSED/s in red: the driver refused schedules in the last second",
-        "  narrow terminals drop columns: CONTAINER/POD, TIMESLICE, UPD/s, INIT→SCHED first",
+        "  S = x             the process exited (dimmed); gone after --expire s",
+        "  REFUSED/s red     the driver refused schedules since the last frame",
+        "  LIVE              live tasks by engine (cut to 3 letters, or the total,",
+        "                    when narrow); narrow terminals drop CONTAINER/POD,",
+        "                    TIMESLICE, UPD/s and INIT→SCHED first",
     ]);
     lines
 }
@@ -715,6 +721,26 @@ impl Column {
         }
     }
 
+    /// The cell of `row` in a column `width` wide: the live tasks by engine, else with the
+    /// engines cut to 3 letters (`COP:3 GRA:1`), else their total; the others as they are.
+    pub fn cell_in(self, p: &ProcessRow, width: u16) -> String {
+        let full = self.cell(p);
+        if self != Self::Live || full.chars().count() <= usize::from(width) {
+            return full;
+        }
+        let short = p
+            .live
+            .iter()
+            .map(|(e, n)| format!("{}:{n}", e.chars().take(3).collect::<String>()))
+            .collect::<Vec<_>>()
+            .join(" ");
+        if short.chars().count() <= usize::from(width) {
+            short
+        } else {
+            p.live_total.to_string()
+        }
+    }
+
     /// The cell of `row`.
     pub fn cell(self, p: &ProcessRow) -> String {
         let opt = |v: Option<u64>| v.map_or_else(|| "?".into(), |v| v.to_string());
@@ -750,6 +776,11 @@ pub fn percent(v: Option<f64>) -> String {
 /// The columns that fit `width` terminal columns (one space between two), dropped by
 /// [`Column::PRIORITY`] from the last; in display order.
 pub fn columns(width: u16) -> Vec<Column> {
+    layout(width).into_iter().map(|(c, _)| c).collect()
+}
+
+/// [`columns`] with the width each gets: [`Column::width`], `Live` what is left over.
+pub fn layout(width: u16) -> Vec<(Column, u16)> {
     let mut kept: Vec<Column> = Vec::new();
     let mut used = 0u16;
     for c in Column::PRIORITY {
@@ -759,9 +790,11 @@ pub fn columns(width: u16) -> Vec<Column> {
             kept.push(c);
         }
     }
+    let spare = width - used;
     Column::ALL
         .into_iter()
         .filter(|c| kept.contains(c))
+        .map(|c| (c, c.width() + if c == Column::Live { spare } else { 0 }))
         .collect()
 }
 
@@ -1036,16 +1069,22 @@ mod tests {
             }
         );
 
-        // Help: ?, h, F1 toggle; Esc closes it before it would quit.
+        // Help: ?, h, F1 show it; any key closes it and does nothing else (not q, not Esc).
         for k in [Key::Char('?'), Key::Char('h'), Key::F1] {
             v.key(k, 20);
             assert!(v.help);
-            v.key(k, 20);
+            assert_eq!(v.key(Key::Char('q'), 20), Action::Redraw);
             assert!(!v.help);
         }
         v.key(Key::F1, 20);
         assert_eq!(v.key(Key::Esc, 20), Action::Redraw);
         assert!(!v.help);
+        v.key(Key::Char('?'), 20);
+        assert_eq!(
+            v.key(Key::Char('s'), 20),
+            Action::Redraw,
+            "closes, does not sort"
+        );
 
         // Filter: typed after /, shown while typed, applied by Enter, cleared by Esc.
         let row = |pid: u32, comm: &str, group: Option<&str>| ProcessRow {
@@ -1193,5 +1232,29 @@ mod tests {
             (Column::State.cell(x), Column::Live.cell(x)),
             ("x".into(), "0".into())
         );
+        for p in &f.processes {
+            for c in Column::ALL {
+                assert_eq!(c.cell_in(p, 200), c.cell(p));
+            }
+        }
+    }
+
+    #[test]
+    fn live_is_cut_on_purpose_when_narrow() {
+        let mut s = Stats::new();
+        s.record(&ev(100, 538, 0x15, init(0x15, Engine::Graphics, 1024)));
+        for h in [0x22, 0x27, 0x2c] {
+            s.record(&ev(101, 538, h, init(h, Engine::Copy, 1024)));
+        }
+        let f = TopModel::default().frame(&s, 1.0, None);
+        let p = &f.processes[0];
+        assert_eq!(Column::Live.cell_in(p, 17), "COPY:3 GRAPHICS:1");
+        assert_eq!(Column::Live.cell_in(p, 16), "COP:3 GRA:1");
+        assert_eq!(Column::Live.cell_in(p, 10), "4");
+        // At 80 columns LIVE gets what the others leave: all 80 used.
+        let l = layout(80);
+        let used: u16 = l.iter().map(|&(_, w)| w).sum::<u16>() + l.len() as u16 - 1;
+        assert_eq!(used, 80);
+        assert!(l.contains(&(Column::Live, 12)), "{l:?}");
     }
 }
