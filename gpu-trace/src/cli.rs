@@ -337,6 +337,16 @@ pub enum Command {
     },
 }
 
+/// `top --expire`: seconds, finite and not negative.
+fn parse_expire(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!(
+            "{s:?} is not a number of seconds (0 or more; 0 keeps exited processes)"
+        )),
+    }
+}
+
 /// `gpu-trace api`'s options.
 #[derive(Debug, Args)]
 pub struct ApiArgs {
@@ -911,15 +921,5 @@ mod tests {
         }
         assert_eq!(parse_ring_size("4096"), Ok(4096));
         assert_eq!(parse_ring_size("2147483648"), Ok(1 << 31));
-    }
-}
-
-/// `top --expire`: seconds, finite and not negative.
-fn parse_expire(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
-        _ => Err(format!(
-            "{s:?} is not a number of seconds (0 or more; 0 keeps exited processes)"
-        )),
     }
 }

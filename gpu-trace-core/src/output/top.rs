@@ -233,6 +233,34 @@ fn total_events(p: &crate::model::stats::ProcessStats) -> u64 {
     p.task_init + p.schedule + p.work_submit + p.task_destroy + p.sched_update
 }
 
+/// Per process: its live tasks, and (creation, latency) of its latest task with a
+/// `TASK_INIT` → first allowed `SCHEDULE` latency.
+#[allow(clippy::type_complexity)]
+fn live_and_latency(stats: &Stats) -> (BTreeMap<u32, LiveTasks>, BTreeMap<u32, (u64, u64)>) {
+    let mut live: BTreeMap<u32, LiveTasks> = BTreeMap::new();
+    let mut latency: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+    for t in stats.tasks() {
+        if let (Some(init), Some(l)) = (t.init_ns, t.init_to_schedule_ns()) {
+            let e = latency.entry(t.pid).or_insert((init, l));
+            if init >= e.0 {
+                *e = (init, l);
+            }
+        }
+        if t.end_ns.is_some() {
+            continue;
+        }
+        let e = live.entry(t.pid).or_default();
+        *e.0.entry(t.engine.clone().unwrap_or_else(|| "?".into()))
+            .or_default() += 1;
+        // The newest live task (by creation) gives the timeslice shown.
+        let born = t.init_ns.unwrap_or(0);
+        if e.1.is_none_or(|(b, _)| born >= b) {
+            e.1 = Some((born, t.timeslice_us));
+        }
+    }
+    (live, latency)
+}
+
 impl TopModel {
     /// The frame for `stats` at `elapsed_s` seconds of tracing; rates are against the previous
     /// call (the first frame's rates are over the time since the start). A process is exited
@@ -258,27 +286,7 @@ impl TopModel {
         gone: &dyn Fn(u32) -> bool,
     ) -> Frame {
         let dt = (elapsed_s - self.previous_s).max(1e-3);
-        let mut live: BTreeMap<u32, LiveTasks> = BTreeMap::new();
-        let mut latency: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
-        for t in stats.tasks() {
-            if let (Some(init), Some(l)) = (t.init_ns, t.init_to_schedule_ns()) {
-                let e = latency.entry(t.pid).or_insert((init, l));
-                if init >= e.0 {
-                    *e = (init, l);
-                }
-            }
-            if t.end_ns.is_some() {
-                continue;
-            }
-            let e = live.entry(t.pid).or_default();
-            *e.0.entry(t.engine.clone().unwrap_or_else(|| "?".into()))
-                .or_default() += 1;
-            // The newest live task (by creation) gives the timeslice shown.
-            let born = t.init_ns.unwrap_or(0);
-            if e.1.is_none_or(|(b, _)| born >= b) {
-                e.1 = Some((born, t.timeslice_us));
-            }
-        }
+        let (mut live, latency) = live_and_latency(stats);
         let shares = stats.share.recent(SHARE_WINDOW_US);
         let share_of = |f: &dyn Fn(u32, u32) -> bool| {
             let v: Vec<f64> = shares
@@ -1085,7 +1093,11 @@ mod tests {
             Action::Redraw,
             "closes, does not sort"
         );
+    }
 
+    #[test]
+    fn the_filter_is_typed_applied_and_cleared() {
+        let mut v = View::default();
         // Filter: typed after /, shown while typed, applied by Enter, cleared by Esc.
         let row = |pid: u32, comm: &str, group: Option<&str>| ProcessRow {
             pid,
