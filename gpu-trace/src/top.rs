@@ -49,6 +49,8 @@ struct Screen {
     mode: &'static str,
     stepping: bool,
     expire_s: f64,
+    /// Exited processes the frame no longer shows.
+    expired: u64,
     /// Colours (not with `NO_COLOR` set).
     colour: bool,
     /// Rows the process table showed last (a page for PgUp/PgDn).
@@ -71,6 +73,7 @@ impl Screen {
             mode: self.mode,
             stepping: self.stepping,
             expire_s: self.expire_s,
+            expired: self.expired,
             colour: self.colour,
         };
         let view = &mut self.view;
@@ -127,6 +130,7 @@ impl Top {
                 mode: "q: quit",
                 stepping: false,
                 expire_s: model.expire_s,
+                expired: 0,
                 colour,
                 page: 1,
             })),
@@ -291,8 +295,10 @@ impl Viewer for Top {
                 .frame_with(stats, elapsed, counters, &|pid| !proc_exists(pid))
         };
         {
+            let expired = self.model.expired();
             let mut s = self.screen();
             s.last = Some(frame);
+            s.expired = expired;
             s.draw()?;
         }
         self.read_keys()

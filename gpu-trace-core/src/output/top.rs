@@ -70,6 +70,28 @@ pub struct ProcessRow {
     pub exited: bool,
 }
 
+impl ProcessRow {
+    /// A row of `pid` named `comm` without any task, event or share.
+    pub fn idle(pid: u32, comm: &str) -> Self {
+        Self {
+            pid,
+            comm: comm.into(),
+            group: None,
+            live: BTreeMap::new(),
+            live_total: 0,
+            schedules_per_s: 0.0,
+            refused_per_s: 0.0,
+            updates_per_s: 0.0,
+            schedules: 0,
+            refused: 0,
+            timeslice_us: None,
+            init_to_schedule_us: None,
+            gpu_share: None,
+            exited: false,
+        }
+    }
+}
+
 // Debug by hand: the share fields show only when there is a share, so that a frame of a run
 // without NVML samples reads as it did before they existed (the golden frames).
 impl std::fmt::Debug for ProcessRow {
@@ -129,7 +151,7 @@ pub struct GpuRow {
 }
 
 /// One frame.
-#[derive(Clone, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Frame {
     pub elapsed_s: f64,
     pub processes: Vec<ProcessRow>,
@@ -138,27 +160,6 @@ pub struct Frame {
     pub emitted: u64,
     pub events: u64,
     pub sort: SortBy,
-    /// Exited processes no longer shown ([`TopModel::expire_s`]; still in the statistics).
-    pub expired: u64,
-}
-
-// Debug by hand: `expired` shows only when some are, so that a frame without expiry reads as
-// it did before it existed (the golden frames).
-impl std::fmt::Debug for Frame {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut d = f.debug_struct("Frame");
-        d.field("elapsed_s", &self.elapsed_s)
-            .field("processes", &self.processes)
-            .field("gpus", &self.gpus)
-            .field("dropped", &self.dropped)
-            .field("emitted", &self.emitted)
-            .field("events", &self.events)
-            .field("sort", &self.sort);
-        if self.expired > 0 {
-            d.field("expired", &self.expired);
-        }
-        d.finish()
-    }
 }
 
 /// The counts a rate is computed from, per process, at the previous frame.
@@ -215,6 +216,8 @@ pub struct TopModel {
     pub expire_s: f64,
     /// Exited processes: the frame time each was first seen exited.
     dead_since: BTreeMap<u32, f64>,
+    /// Exited processes the last frame no longer shows ([`expired`](Self::expired)).
+    expired: u64,
 }
 
 impl Default for TopModel {
@@ -225,6 +228,7 @@ impl Default for TopModel {
             sort: SortBy::default(),
             expire_s: DEFAULT_EXPIRE_S,
             dead_since: BTreeMap::new(),
+            expired: 0,
         }
     }
 }
@@ -339,24 +343,13 @@ impl TopModel {
         for &(_, pid, _) in &shares {
             if !processes.iter().any(|p| p.pid == pid) {
                 processes.push(ProcessRow {
-                    pid,
-                    comm: "?".into(),
                     group: stats.group_of(pid).map(str::to_string),
-                    live: BTreeMap::new(),
-                    live_total: 0,
-                    schedules_per_s: 0.0,
-                    refused_per_s: 0.0,
-                    updates_per_s: 0.0,
-                    schedules: 0,
-                    refused: 0,
-                    timeslice_us: None,
-                    init_to_schedule_us: None,
                     gpu_share: share_of(&|_, p| p == pid),
-                    exited: false,
+                    ..ProcessRow::idle(pid, "?")
                 });
             }
         }
-        let expired = self.expire(&mut processes, elapsed_s);
+        self.expired = self.expire(&mut processes, elapsed_s);
         sort_rows(&mut processes, self.sort);
         self.previous = now;
         self.previous_s = elapsed_s;
@@ -381,8 +374,13 @@ impl TopModel {
             emitted: k.emitted,
             events: stats.events(),
             sort: self.sort,
-            expired,
         }
+    }
+
+    /// Exited processes the last frame no longer shows ([`expire_s`](Self::expire_s); still
+    /// in the statistics).
+    pub fn expired(&self) -> u64 {
+        self.expired
     }
 
     /// Notes when each exited process was first seen so, and takes out the rows exited for
@@ -564,8 +562,9 @@ pub fn sort_line(sort: SortBy) -> String {
     format!("sorted by {}   s: {}", sort.name(), keys.join(" "))
 }
 
-/// The line under the table: rows shown of how many, "+N more", the filter, exited rows.
-pub fn status_line(frame: &Frame, view: &View, w: &Window, expire_s: f64) -> String {
+/// The line under the table: rows shown of how many, "+N more", the filter, exited rows
+/// (`expired`: [`TopModel::expired`]).
+pub fn status_line(frame: &Frame, view: &View, w: &Window, expire_s: f64, expired: u64) -> String {
     let mut parts = Vec::new();
     if w.matching == 0 {
         parts.push("no rows".to_string());
@@ -584,16 +583,13 @@ pub fn status_line(frame: &Frame, view: &View, w: &Window, expire_s: f64) -> Str
         parts.push(format!("filter: {} (Esc clears)", view.filter));
     }
     let exited = frame.processes.iter().filter(|p| p.exited).count();
-    if exited > 0 || frame.expired > 0 {
+    if exited > 0 || expired > 0 {
         let keep = if expire_s > 0.0 {
             format!("shown {expire_s} s")
         } else {
             "kept".to_string()
         };
-        parts.push(format!(
-            "x exited: {exited} ({keep}), {} expired",
-            frame.expired
-        ));
+        parts.push(format!("x exited: {exited} ({keep}), {expired} expired"));
     }
     parts.push("?: help".into());
     parts.join("   ")
@@ -990,11 +986,10 @@ mod tests {
         // Still shown 9.9 s after it was first seen exited, gone at 10 s.
         let f = m.frame(&s, 11.9, None);
         assert!(f.processes.iter().any(|p| p.pid == 500));
-        assert_eq!(f.expired, 0);
+        assert_eq!(m.expired(), 0);
         let f = m.frame(&s, 12.0, None);
         assert!(f.processes.iter().all(|p| p.pid != 500), "{f:#?}");
-        assert_eq!(f.expired, 1);
-        assert!(format!("{f:#?}").contains("expired: 1"));
+        assert_eq!(m.expired(), 1);
         assert_eq!(
             s.process(500).unwrap().schedule,
             1,
@@ -1006,7 +1001,7 @@ mod tests {
         let f = m.frame(&s, 20.0, None);
         let p = f.processes.iter().find(|p| p.pid == 500).unwrap();
         assert!(!p.exited, "{p:?}");
-        assert_eq!(f.expired, 0);
+        assert_eq!(m.expired(), 0);
     }
 
     #[test]
@@ -1030,7 +1025,10 @@ mod tests {
         };
         assert_eq!(exited(&f), [7]);
         let f = m.frame_with(&s, 1000.0, None, &|_| false);
-        assert_eq!((exited(&f), f.expired, f.processes.len()), (vec![7], 0, 2));
+        assert_eq!(
+            (exited(&f), m.expired(), f.processes.len()),
+            (vec![7], 0, 2)
+        );
     }
 
     #[test]
@@ -1100,20 +1098,8 @@ mod tests {
         let mut v = View::default();
         // Filter: typed after /, shown while typed, applied by Enter, cleared by Esc.
         let row = |pid: u32, comm: &str, group: Option<&str>| ProcessRow {
-            pid,
-            comm: comm.into(),
             group: group.map(str::to_string),
-            live: BTreeMap::new(),
-            live_total: 0,
-            schedules_per_s: 0.0,
-            refused_per_s: 0.0,
-            updates_per_s: 0.0,
-            schedules: 0,
-            refused: 0,
-            timeslice_us: None,
-            init_to_schedule_us: None,
-            gpu_share: None,
-            exited: false,
+            ..ProcessRow::idle(pid, comm)
         };
         let frame = Frame {
             elapsed_s: 1.0,
@@ -1127,7 +1113,6 @@ mod tests {
             emitted: 0,
             events: 0,
             sort: SortBy::Pid,
-            expired: 0,
         };
         let pids = |v: &View| v.rows(&frame).iter().map(|p| p.pid).collect::<Vec<_>>();
         v.key(Key::End, 20);
@@ -1188,18 +1173,19 @@ mod tests {
         assert_eq!(columns(200), Column::ALL);
         let at80 = columns(80);
         assert!(width(&at80) <= 80);
+        use Column::*;
         assert_eq!(
-            at80.iter().map(|c| c.header()).collect::<Vec<_>>(),
+            at80,
             [
-                "PID",
-                "S",
-                "COMM",
-                "LIVE",
-                "SCHED/s",
-                "REFUSED/s",
-                "SCHEDULES",
-                "REFUSED",
-                "GPU%"
+                Pid,
+                State,
+                Comm,
+                Live,
+                SchedRate,
+                RefusedRate,
+                Schedules,
+                Refused,
+                Share
             ]
         );
         for w in 40..200 {
@@ -1229,14 +1215,14 @@ mod tests {
         let mut v = View::default();
         let w = v.window(v.rows(&f).len(), 10);
         assert_eq!(
-            status_line(&f, &v, &w, 10.0),
+            status_line(&f, &v, &w, 10.0, 0),
             "rows 1-10 of 31   +21 more (Down/PgDn)   x exited: 1 (shown 10 s), 0 expired   ?: help"
         );
         v.key(Key::PageDown, 10);
         v.filter = "p".into();
         let w = v.window(v.rows(&f).len(), 10);
         assert_eq!(
-            status_line(&f, &v, &w, 0.0),
+            status_line(&f, &v, &w, 0.0, 0),
             "rows 11-20 of 31   +11 more (Down/PgDn)   10 above (Up/PgUp)   filter: p (Esc clears)   x exited: 1 (kept), 0 expired   ?: help"
         );
         let x = f.processes.iter().find(|p| p.pid == 31).unwrap();

@@ -19,6 +19,8 @@ pub(super) struct Context<'a> {
     pub mode: &'a str,
     pub stepping: bool,
     pub expire_s: f64,
+    /// Exited processes no longer shown ([`TopModel::expired`](crate::output::top::TopModel::expired)).
+    pub expired: u64,
     pub colour: bool,
 }
 
@@ -113,7 +115,7 @@ fn draw_processes(
         table,
     );
     f.render_widget(
-        Paragraph::new(status_line(frame, view, &window, ctx.expire_s)),
+        Paragraph::new(status_line(frame, view, &window, ctx.expire_s, ctx.expired)),
         status,
     );
     page
