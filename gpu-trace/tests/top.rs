@@ -42,7 +42,7 @@ fn top_shows_a_process_s_refused_schedules_sorts_and_quits_cleanly() {
     let exit_file = common::scratch().join("top.exit");
     let _ = std::fs::remove_file(&exit_file);
     let cmd = format!(
-        "{} top --watch-device {WATCHED}; echo EXIT=$? > {}; sleep 60",
+        "NO_COLOR=1 {} top --watch-device {WATCHED}; echo EXIT=$? > {}; sleep 60",
         gpu_trace_bin().display(),
         exit_file.display()
     );
@@ -68,6 +68,16 @@ fn top_shows_a_process_s_refused_schedules_sorts_and_quits_cleanly() {
     let r = row(&s).unwrap_or_else(|| panic!("{test}: no row for pid {me}:\n{s}"));
     // SCHEDULES and REFUSED: every one of the calls, every one refused.
     assert_eq!((r[7].as_str(), r[8].as_str()), ("25", "25"), "{test}:\n{s}");
+    // NO_COLOR: its REFUSED/s (above 0 in the frame of its last call) is bold, not red.
+    let escaped = tmux(&["capture-pane", "-e", "-p", "-t", &session]);
+    let line = escaped
+        .lines()
+        .find(|l| l.contains(&format!("{me} ")))
+        .unwrap_or_default();
+    assert!(
+        line.contains("\x1b[1m") && !line.contains("\x1b[38;5;1m"),
+        "{test}: NO_COLOR:\n{line:?}"
+    );
     assert!(s.contains("sorted by SCHED/s"), "{s}");
     view.keys("s");
     let s = view.screen_until(|s| s.contains("sorted by LIVE"));
@@ -407,7 +417,8 @@ fn row_of(screen: &str, pid: u32) -> Option<Vec<String>> {
 /// rest. Now: 40 short jobs (each gone before the next frame) in a 30-line terminal show as
 /// exited (`x` in the S column), "+N more" says how many rows are below, End/Home scroll,
 /// `/` filters (by comm and by pid), `?` shows the keys, and `--expire 3` drops the exited
-/// rows after 3 s (counted as expired) while the live process (this test) stays.
+/// rows after 3 s (counted as expired) while the live process (this test) stays; refusals are
+/// red.
 #[test]
 fn top_marks_exited_processes_scrolls_filters_and_expires_them() {
     let test = "top_marks_exited_processes_scrolls_filters_and_expires_them";
@@ -418,13 +429,16 @@ fn top_marks_exited_processes_scrolls_filters_and_expires_them() {
     let exit_file = common::scratch().join("top-x.exit");
     let _ = std::fs::remove_file(&exit_file);
     let cmd = format!(
-        "{} top --watch-device {WATCHED} --expire 3; echo EXIT=$? > {}; sleep 60",
+        "{} top --watch-device {WATCHED} --comm gt-short --comm gt-top-alive --expire 3; echo EXIT=$? > {}; sleep 60",
         gpu_trace_bin().display(),
         exit_file.display()
     );
     let view = Session::start_sized(&session, &cmd, 100, 30);
     let s = view.screen_until(|s| s.contains("gpu-trace top"));
     assert!(s.contains("gpu-trace top"), "{test}: no view:\n{s}");
+    // Only the jobs and this test's thread are traced (other tests' calls on the shared
+    // device would add rows).
+    set_comm("gt-top-alive");
     let me = std::process::id();
     let dev = watched();
     let sched = Schedule::new(0xC1D0_7072, 0x5C00_7072);
@@ -440,6 +454,14 @@ fn top_marks_exited_processes_scrolls_filters_and_expires_them() {
     let s = view.screen_until(|s| s.contains("of 41") && s.contains(&format!("x exited: {JOBS}")));
     assert!(s.contains("rows 1-") && s.contains("of 41"), "{test}:\n{s}");
     assert!(s.contains("more (Down/PgDn)"), "{test}: no +N more:\n{s}");
+    // The jobs of the last frame's second have REFUSED/s above 0 (sorted first): red.
+    let coloured = tmux(&["capture-pane", "-e", "-p", "-t", &session]);
+    assert!(
+        coloured
+            .lines()
+            .any(|l| l.contains("gt-short") && l.contains("\x1b[38;5;1m")),
+        "{test}: no red REFUSED/s:\n{coloured:?}"
+    );
     let shown: Vec<u32> = jobs
         .iter()
         .copied()
@@ -481,7 +503,10 @@ fn top_marks_exited_processes_scrolls_filters_and_expires_them() {
     view.keys("Enter");
     let s = view.screen_until(|s| s.contains("rows 1-1 of 1") && row_of(s, me).is_some());
     let r = row_of(&s, me).unwrap_or_else(|| panic!("{test}: pid filter:\n{s}"));
-    assert_ne!(r[1], "x", "{test}: the live process is not marked:\n{s}");
+    assert_eq!(
+        r[1], "gt-top-alive",
+        "{test}: the live process is not marked:\n{s}"
+    );
     view.keys("Escape");
     std::thread::sleep(Duration::from_millis(300));
     // The help, closed by any key.
