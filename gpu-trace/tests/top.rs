@@ -534,29 +534,19 @@ fn top_marks_exited_processes_scrolls_filters_and_expires_them() {
     assert_eq!(exit.trim(), "EXIT=0", "{test}: q did not end it cleanly");
 }
 
-/// Issue 30: an MPS client that exited still showed `LIVE ?:2` (its channels on the MPS
-/// server's TSG: the server owns the TSG, so no TASK_DESTROY ends them). The H100 MPS
-/// recording, stepped to its end at 80 columns: the pids the JSON replay shows exiting
-/// (`TASK_DESTROY` with cause `process_exit`: the two clients) are marked `x` with LIVE 0; the
-/// server keeps its TASK_INITs less its TASK_DESTROYs by engine (COPY 3, GRAPHICS 1, cut to
-/// fit); every header whole.
-#[test]
-fn replay_top_shows_exited_mps_clients_without_live_tasks_at_80_columns() {
-    let test = "replay_top_shows_exited_mps_clients_without_live_tasks_at_80_columns";
-    if tmux_missing(test) {
-        return;
-    }
-    let file = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/h100_late_mps/mps.gtrace");
-    // From the JSON replay: exited pids, and the others' live tasks by engine.
+/// Live tasks by engine, per pid.
+type LiveByEngine = std::collections::BTreeMap<u64, std::collections::BTreeMap<String, i64>>;
+
+/// From the JSON replay of `file`: the pids with a `process_exit`, and each pid's TASK_INITs
+/// less its TASK_DESTROYs by engine.
+fn exits_and_live(file: &std::path::Path) -> (std::collections::BTreeSet<u64>, LiveByEngine) {
     let out = Command::new(gpu_trace_bin())
         .args(["replay", file.to_str().unwrap(), "--format", "json"])
         .output()
         .unwrap();
     let mut exited = std::collections::BTreeSet::new();
     let mut engine_of = std::collections::BTreeMap::new();
-    let mut live: std::collections::BTreeMap<u64, std::collections::BTreeMap<String, i64>> =
-        Default::default();
+    let mut live = LiveByEngine::default();
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let v: serde_json::Value = serde_json::from_str(line).unwrap();
         let pid = v["pid"].as_u64().unwrap_or(0);
@@ -577,6 +567,24 @@ fn replay_top_shows_exited_mps_clients_without_live_tasks_at_80_columns() {
             _ => {}
         }
     }
+    (exited, live)
+}
+
+/// Issue 30: an MPS client that exited still showed `LIVE ?:2` (its channels on the MPS
+/// server's TSG: the server owns the TSG, so no TASK_DESTROY ends them). The H100 MPS
+/// recording, stepped to its end at 80 columns: the pids the JSON replay shows exiting
+/// (`TASK_DESTROY` with cause `process_exit`: the two clients) are marked `x` with LIVE 0; the
+/// server keeps its TASK_INITs less its TASK_DESTROYs by engine (COPY 3, GRAPHICS 1, cut to
+/// fit); every header whole.
+#[test]
+fn replay_top_shows_exited_mps_clients_without_live_tasks_at_80_columns() {
+    let test = "replay_top_shows_exited_mps_clients_without_live_tasks_at_80_columns";
+    if tmux_missing(test) {
+        return;
+    }
+    let file = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/h100_late_mps/mps.gtrace");
+    let (exited, live) = exits_and_live(&file);
     assert_eq!(exited.iter().copied().collect::<Vec<_>>(), [500, 501]);
     let server = live.get(&538).cloned().unwrap_or_default();
     let cut: Vec<String> = server
