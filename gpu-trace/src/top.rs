@@ -111,6 +111,9 @@ pub struct Top {
     ended: bool,
     /// The key thread runs (live).
     reading_keys: bool,
+    /// /proc shows the traced pids (gpu-trace runs in the host's PID namespace): live, a
+    /// process whose /proc entry is gone exited.
+    host_pids: bool,
     /// Report lines of the run (`--bpf-stats`), printed once the terminal is given back.
     report: Vec<String>,
 }
@@ -139,6 +142,7 @@ impl Top {
             playing: false,
             ended: false,
             reading_keys: false,
+            host_pids: in_init_pid_namespace(),
             report: Vec::new(),
         }
     }
@@ -287,7 +291,7 @@ impl Viewer for Top {
         let sort = self.screen().sort;
         self.model.sort = sort;
         let elapsed = elapsed.as_secs_f64();
-        let frame = if self.stepping {
+        let frame = if self.stepping || !self.host_pids {
             self.model.frame(stats, elapsed, counters)
         } else {
             // Live: a process whose /proc entry is gone exited, even if it freed its tasks.
@@ -322,7 +326,14 @@ impl Viewer for Top {
     }
 }
 
-/// Whether /proc/PID exists (the tracer sees the host's pids: see `probe::system`).
+/// Whether gpu-trace runs in the initial PID namespace, whose pids the kernel programs report
+/// (its namespace inode is fixed: `PROC_PID_INIT_INO`). In a container without the host's PID
+/// namespace /proc would not show the traced processes, and every row would look exited.
+fn in_init_pid_namespace() -> bool {
+    std::fs::read_link("/proc/self/ns/pid").is_ok_and(|l| l.as_os_str() == "pid:[4026531836]")
+}
+
+/// Whether /proc/PID exists.
 fn proc_exists(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
