@@ -302,12 +302,19 @@ pub enum Command {
     /// timeslice, the latest TASK_INIT → SCHEDULE latency, and the tracer's health (drops).
     ///
     /// Takes the same options as tracing (--pid, --comm, --container, --vendor, ...); no event
-    /// lines are printed. Keys: s sorts (SCHED/s, LIVE, PID), q / Esc / Ctrl-C quits and gives
-    /// the terminal back. Needs root, like tracing.
+    /// lines are printed. Keys: s sorts (SCHED/s, LIVE, PID); Up/Down, j/k, PgUp/PgDn,
+    /// Home/End scroll; / filters by pid, comm or container; ?, h or F1 shows the keys; q / Esc
+    /// / Ctrl-C quits and gives the terminal back. Exited processes are dimmed and marked x
+    /// until --expire. Needs root, like tracing.
     #[command(after_long_help = TOP_EPILOGUE.long_help())]
     Top {
         #[command(flatten)]
         trace: Box<TraceArgs>,
+        /// Keep an exited process's row this many seconds (dimmed, marked x), then drop it
+        /// from the view (its counts stay in the statistics); 0 keeps it.
+        #[arg(long, value_name = "SECONDS", default_value_t = gpu_trace_core::output::top::DEFAULT_EXPIRE_S, value_parser = parse_expire)]
+        #[arg(display_order = 9)]
+        expire: f64,
     },
     /// Which library serves each GPU API call (CUDA driver, CUDA runtime, HIP) in a process:
     /// the dynamic linker's binding order and whose copy of each symbol wins.
@@ -328,6 +335,16 @@ pub enum Command {
         /// The shell: bash, zsh, fish, elvish or powershell.
         shell: clap_complete::Shell,
     },
+}
+
+/// `top --expire`: seconds, finite and not negative.
+fn parse_expire(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!(
+            "{s:?} is not a number of seconds (0 or more; 0 keeps exited processes)"
+        )),
+    }
 }
 
 /// `gpu-trace api`'s options.

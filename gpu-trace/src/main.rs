@@ -55,11 +55,11 @@ fn main() -> ExitCode {
             };
             result.with_context(|| format!("replaying {}", file.display()))
         }
-        Some(Command::Top { mut trace }) => {
+        Some(Command::Top { mut trace, expire }) => {
             for warning in trace.output.normalize_comms() {
                 eprintln!("gpu-trace: warning: {warning}");
             }
-            top(*trace)
+            top(*trace, expire)
         }
         None => trace(cli.trace),
     };
@@ -86,7 +86,7 @@ fn check_output_paths(cli: &Cli) -> Result<(), ExitCode> {
             session::check_paths(Some(file), output, None)
         }
         Some(Command::Doctor { .. } | Command::Completions { .. } | Command::Api(_)) => Ok(()),
-        Some(Command::Top { trace }) => {
+        Some(Command::Top { trace, .. }) => {
             session::check_paths(None, &trace.output, trace.record.as_deref())
         }
         None => session::check_paths(None, &cli.trace.output, cli.trace.record.as_deref()),
@@ -235,7 +235,7 @@ fn doctor(json: bool) -> ExitCode {
 
 /// `gpu-trace top`: the live run with the terminal view; event lines and statistics go only
 /// to an `-o FILE` (the view owns the terminal).
-fn top(mut args: gpu_trace::cli::TraceArgs) -> anyhow::Result<session::Summary> {
+fn top(mut args: gpu_trace::cli::TraceArgs, expire: f64) -> anyhow::Result<session::Summary> {
     if args.output.output.is_none() {
         args.output.quiet = true;
     }
@@ -246,7 +246,7 @@ fn top(mut args: gpu_trace::cli::TraceArgs) -> anyhow::Result<session::Summary> 
         Vendor::Amd => "AMD KFD queues",
         _ => "NVIDIA RM calls",
     };
-    let mut view = gpu_trace::top::Top::new(what);
+    let mut view = gpu_trace::top::Top::new(what).expire(expire);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

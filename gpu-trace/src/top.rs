@@ -1,18 +1,19 @@
 //! `gpu-trace top`: draws [`output::top`](crate::output::top)'s frames in the terminal with
-//! ratatui, once a second, and reads the keys (`q`/Esc/Ctrl-C quit, `s` sorts). The terminal is
-//! taken over at the first frame (after the start-up report was printed) and always given back:
-//! on quit, on error and on unwinding.
+//! ratatui, once a second, and reads the keys: `q`/Esc/Ctrl-C quit, `s` sorts, Up/Down, j/k,
+//! PgUp/PgDn, Home/End scroll, `/` filters, `?`/`h`/F1 show the key help (the key handling is
+//! [`View`]'s, pure). Exited processes are dimmed and marked `x`, then expire (`--expire`).
+//! The terminal is taken over at the first frame (after the start-up report was printed) and
+//! always given back: on quit, on error and on unwinding.
 //!
 //! `gpu-trace replay FILE --top` steps through a recording with the same view ([`Top::stepping`]):
 //! one frame per second of the recording's own time, `n`/space/→ for the next one, `p` to play
-//! (a frame per second of wall time) or pause, `q` to stop.
+//! (a frame per second of wall time) or pause, `q` to stop; the view keys work between steps.
+
+mod draw;
 
 use std::{
     io::{self, Stdout},
-    sync::{
-        Arc,
-        atomic::{AtomicU8, Ordering},
-    },
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
     time::Duration,
 };
 
@@ -24,50 +25,124 @@ use ratatui::{
         execute,
         terminal::{EnterAlternateScreen, LeaveAlternateScreen, disable_raw_mode, enable_raw_mode},
     },
-    layout::{Constraint, Layout},
-    style::{Modifier, Style},
-    text::Line,
-    widgets::{Block, Borders, Paragraph, Row, Table},
 };
 
 use crate::{
     model::stats::{KernelCounters, Stats},
-    output::top::{Frame, TopModel},
+    output::top::{Action, Frame, Key, SortBy, TopModel, View},
     session::Viewer,
 };
+
+/// What the screen shows, shared by the frames and (live) the key thread, which redraws at
+/// once on a key.
+struct Screen {
+    terminal: Option<Terminal<CrosstermBackend<Stdout>>>,
+    /// Given back: nothing is drawn any more (a late key of the key thread).
+    closed: bool,
+    /// The frame on the screen (redrawn when a key changes the view).
+    last: Option<Frame>,
+    view: View,
+    sort: SortBy,
+    /// What the tracer traces, for the title.
+    what: String,
+    /// The keys of the mode (live, or replay's state).
+    mode: &'static str,
+    stepping: bool,
+    expire_s: f64,
+    /// Exited processes the frame no longer shows.
+    expired: u64,
+    /// Colours (not with `NO_COLOR` set).
+    colour: bool,
+    /// Rows the process table showed last (a page for PgUp/PgDn).
+    page: usize,
+}
+
+impl Screen {
+    fn draw(&mut self) -> io::Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        let Some(frame) = self.last.as_ref() else {
+            return Ok(());
+        };
+        if self.terminal.is_none() {
+            self.terminal = Some(open_terminal()?);
+        }
+        let ctx = draw::Context {
+            what: &self.what,
+            mode: self.mode,
+            stepping: self.stepping,
+            expire_s: self.expire_s,
+            expired: self.expired,
+            colour: self.colour,
+        };
+        let view = &mut self.view;
+        let mut page = self.page;
+        let terminal = self.terminal.as_mut().expect("opened above");
+        terminal.draw(|f| page = draw::draw(f, frame, view, &ctx))?;
+        self.page = page;
+        Ok(())
+    }
+
+    /// Applies a key to the view (and the sort) and redraws.
+    fn on_key(&mut self, key: Key) -> io::Result<Action> {
+        let action = self.view.key(key, self.page);
+        if action == Action::Sort {
+            self.sort = self.sort.next();
+            if let Some(f) = self.last.as_mut() {
+                f.resort(self.sort);
+            }
+        }
+        if matches!(action, Action::Sort | Action::Redraw) {
+            self.draw()?;
+        }
+        Ok(action)
+    }
+}
 
 /// The live view.
 pub struct Top {
     model: TopModel,
-    terminal: Option<Terminal<CrosstermBackend<Stdout>>>,
-    /// Sort requests from the key thread (a count of `s` presses).
-    sort_presses: Arc<AtomicU8>,
-    seen_presses: u8,
-    /// What the tracer traces, for the title.
-    what: String,
+    screen: Arc<Mutex<Screen>>,
     /// Replay: keys are read between frames ([`Viewer::next`]), not by a thread.
     stepping: bool,
     playing: bool,
     /// The recording has no more records.
     ended: bool,
-    /// The frame on the screen (redrawn when the sort changes while stepping).
-    last: Option<Frame>,
+    /// The key thread runs (live).
+    reading_keys: bool,
+    /// /proc shows the traced pids (gpu-trace runs in the host's PID namespace): live, a
+    /// process whose /proc entry is gone exited.
+    host_pids: bool,
     /// Report lines of the run (`--bpf-stats`), printed once the terminal is given back.
     report: Vec<String>,
 }
 
 impl Top {
     pub fn new(what: impl Into<String>) -> Self {
+        let model = TopModel::default();
+        let colour = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
         Self {
-            model: TopModel::default(),
-            terminal: None,
-            sort_presses: Arc::new(AtomicU8::new(0)),
-            seen_presses: 0,
-            what: what.into(),
+            screen: Arc::new(Mutex::new(Screen {
+                terminal: None,
+                closed: false,
+                last: None,
+                view: View::default(),
+                sort: model.sort,
+                what: what.into(),
+                mode: "q: quit",
+                stepping: false,
+                expire_s: model.expire_s,
+                expired: 0,
+                colour,
+                page: 1,
+            })),
+            model,
             stepping: false,
             playing: false,
             ended: false,
-            last: None,
+            reading_keys: false,
+            host_pids: in_init_pid_namespace(),
             report: Vec::new(),
         }
     }
@@ -76,27 +151,30 @@ impl Top {
     pub fn stepping(what: impl Into<String>) -> Self {
         let mut top = Self::new(what);
         top.stepping = true;
+        top.screen().stepping = true;
+        top.set_mode();
         top
     }
 
-    fn help(&self) -> &'static str {
-        match (self.stepping, self.ended, self.playing) {
+    /// Exited processes stay on the screen this long (seconds of the trace; 0: kept).
+    pub fn expire(mut self, seconds: f64) -> Self {
+        self.model.expire_s = seconds;
+        self.screen().expire_s = seconds;
+        self
+    }
+
+    fn screen(&self) -> MutexGuard<'_, Screen> {
+        self.screen.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn set_mode(&mut self) {
+        let mode = match (self.stepping, self.ended, self.playing) {
             (false, ..) => "q: quit",
             (true, true, _) => "end of the recording   q: quit",
             (true, false, false) => "n/space: next second   p: play   q: quit",
             (true, false, true) => "playing   p: pause   q: quit",
-        }
-    }
-
-    fn draw_last(&mut self) -> io::Result<()> {
-        let Some(frame) = self.last.clone() else {
-            return Ok(());
         };
-        let what = self.what.clone();
-        let help = self.help();
-        let terminal = self.start()?;
-        terminal.draw(|f| draw(f, &frame, &what, help))?;
-        Ok(())
+        self.screen().mode = mode;
     }
 
     /// Replay: the keys until the next step (true) or quit (false). Playing, a step comes by
@@ -106,72 +184,84 @@ impl Top {
             if (self.playing && !self.ended) && !event::poll(Duration::from_secs(1))? {
                 return Ok(true);
             }
-            let Event::Key(k) = event::read()? else {
-                continue;
+            let k = match event::read()? {
+                Event::Key(k) if k.kind == KeyEventKind::Press => k,
+                Event::Resize(..) => {
+                    self.screen().draw()?;
+                    continue;
+                }
+                _ => continue,
             };
-            if k.kind != KeyEventKind::Press {
-                continue;
-            }
-            if is_quit(&k) {
+            if is_interrupt(&k) {
                 return Ok(false);
             }
-            match k.code {
-                KeyCode::Char('n' | ' ') | KeyCode::Right | KeyCode::Enter if !self.ended => {
-                    return Ok(true);
-                }
-                KeyCode::Char('p') if !self.ended => {
+            let Some(key) = key_of(&k) else { continue };
+            match self.screen().on_key(key)? {
+                Action::Quit => return Ok(false),
+                Action::Other => {}
+                Action::Sort | Action::Redraw => continue,
+            }
+            match key {
+                Key::Char('n' | ' ') | Key::Right | Key::Enter if !self.ended => return Ok(true),
+                Key::Char('p') if !self.ended => {
                     self.playing = !self.playing;
-                    self.draw_last()?;
+                    self.set_mode();
+                    self.screen().draw()?;
                     if self.playing {
                         return Ok(true);
                     }
-                }
-                KeyCode::Char('s') => {
-                    self.model.sort = self.model.sort.next();
-                    if let Some(f) = self.last.as_mut() {
-                        f.resort(self.model.sort);
-                    }
-                    self.draw_last()?;
                 }
                 _ => {}
             }
         }
     }
 
-    fn start(&mut self) -> io::Result<&mut Terminal<CrosstermBackend<Stdout>>> {
-        if self.terminal.is_none() {
-            self.terminal = Some(open_terminal()?);
-            // Replay reads the keys between frames ([`Self::keys`]); live, a thread does.
-            if !self.stepping {
-                let presses = self.sort_presses.clone();
-                // Quitting goes through SIGINT, which the live loop already stops on.
-                std::thread::Builder::new()
-                    .name("top-keys".into())
-                    .spawn(move || {
-                        loop {
-                            let Ok(ev) = event::read() else { return };
-                            let Event::Key(k) = ev else { continue };
-                            if k.kind != KeyEventKind::Press {
-                                continue;
+    /// Live: a thread reads the keys and redraws the view at once; quitting goes through
+    /// SIGINT, which the live loop already stops on.
+    fn read_keys(&mut self) -> io::Result<()> {
+        if self.stepping || self.reading_keys {
+            return Ok(());
+        }
+        self.reading_keys = true;
+        let screen = self.screen.clone();
+        std::thread::Builder::new()
+            .name("top-keys".into())
+            .spawn(move || {
+                let quit = || {
+                    // SAFETY: kill(2) on this process.
+                    unsafe { libc::kill(libc::getpid(), libc::SIGINT) };
+                };
+                loop {
+                    let Ok(ev) = event::read() else { return };
+                    let mut s = screen.lock().unwrap_or_else(PoisonError::into_inner);
+                    match ev {
+                        Event::Key(k) if k.kind == KeyEventKind::Press => {
+                            if is_interrupt(&k) {
+                                return quit();
                             }
-                            if is_quit(&k) {
-                                // SAFETY: kill(2) on this process.
-                                unsafe { libc::kill(libc::getpid(), libc::SIGINT) };
-                                return;
-                            }
-                            if k.code == KeyCode::Char('s') {
-                                presses.fetch_add(1, Ordering::Relaxed);
+                            let Some(key) = key_of(&k) else { continue };
+                            if matches!(s.on_key(key), Ok(Action::Quit)) {
+                                return quit();
                             }
                         }
-                    })?;
-            }
-        }
-        Ok(self.terminal.as_mut().expect("started above"))
+                        Event::Resize(..) => {
+                            let _ = s.draw();
+                        }
+                        _ => {}
+                    }
+                }
+            })?;
+        Ok(())
     }
 
     /// Gives the terminal back.
     pub fn stop(&mut self) {
-        if let Some(mut t) = self.terminal.take() {
+        let terminal = {
+            let mut s = self.screen();
+            s.closed = true;
+            s.terminal.take()
+        };
+        if let Some(mut t) = terminal {
             let _ = t.show_cursor();
             let _ = execute!(t.backend_mut(), LeaveAlternateScreen);
             let _ = disable_raw_mode();
@@ -198,13 +288,24 @@ impl Viewer for Top {
         elapsed: Duration,
         counters: Option<KernelCounters>,
     ) -> io::Result<()> {
-        let presses = self.sort_presses.load(Ordering::Relaxed);
-        while self.seen_presses != presses {
-            self.model.sort = self.model.sort.next();
-            self.seen_presses = self.seen_presses.wrapping_add(1);
+        let sort = self.screen().sort;
+        self.model.sort = sort;
+        let elapsed = elapsed.as_secs_f64();
+        let frame = if self.stepping || !self.host_pids {
+            self.model.frame(stats, elapsed, counters)
+        } else {
+            // Live: a process whose /proc entry is gone exited, even if it freed its tasks.
+            self.model
+                .frame_with(stats, elapsed, counters, &|pid| !proc_exists(pid))
+        };
+        {
+            let expired = self.model.expired();
+            let mut s = self.screen();
+            s.last = Some(frame);
+            s.expired = expired;
+            s.draw()?;
         }
-        self.last = Some(self.model.frame(stats, elapsed.as_secs_f64(), counters));
-        self.draw_last()
+        self.read_keys()
     }
 
     fn next(&mut self) -> io::Result<bool> {
@@ -219,15 +320,47 @@ impl Viewer for Top {
             return Ok(());
         }
         self.ended = true;
-        self.draw_last()?;
+        self.set_mode();
+        self.screen().draw()?;
         self.keys().map(|_| ())
     }
 }
 
-/// `q`, Esc or Ctrl-C.
-fn is_quit(k: &KeyEvent) -> bool {
-    matches!(k.code, KeyCode::Char('q') | KeyCode::Esc)
-        || (k.code == KeyCode::Char('c') && k.modifiers.contains(KeyModifiers::CONTROL))
+/// Whether gpu-trace runs in the initial PID namespace, whose pids the kernel programs report
+/// (its namespace inode is fixed: `PROC_PID_INIT_INO`). In a container without the host's PID
+/// namespace /proc would not show the traced processes, and every row would look exited.
+fn in_init_pid_namespace() -> bool {
+    std::fs::read_link("/proc/self/ns/pid").is_ok_and(|l| l.as_os_str() == "pid:[4026531836]")
+}
+
+/// Whether /proc/PID exists.
+fn proc_exists(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Ctrl-C: quits whatever the view is doing (a filter being typed included).
+fn is_interrupt(k: &KeyEvent) -> bool {
+    k.code == KeyCode::Char('c') && k.modifiers.contains(KeyModifiers::CONTROL)
+}
+
+/// The view's key of a terminal key.
+fn key_of(k: &KeyEvent) -> Option<Key> {
+    Some(match k.code {
+        KeyCode::Up => Key::Up,
+        KeyCode::Down => Key::Down,
+        KeyCode::Left => Key::Left,
+        KeyCode::Right => Key::Right,
+        KeyCode::PageUp => Key::PageUp,
+        KeyCode::PageDown => Key::PageDown,
+        KeyCode::Home => Key::Home,
+        KeyCode::End => Key::End,
+        KeyCode::Enter => Key::Enter,
+        KeyCode::Esc => Key::Esc,
+        KeyCode::Backspace => Key::Backspace,
+        KeyCode::F(1) => Key::F1,
+        KeyCode::Char(c) if !k.modifiers.contains(KeyModifiers::CONTROL) => Key::Char(c),
+        _ => return None,
+    })
 }
 
 /// The terminal in raw mode on the alternate screen, cursor hidden.
@@ -242,146 +375,4 @@ fn open_terminal() -> io::Result<Terminal<CrosstermBackend<Stdout>>> {
     terminal.hide_cursor()?;
     terminal.clear()?;
     Ok(terminal)
-}
-
-/// A share column: `33.0`, `-` without samples.
-fn percent(v: Option<f64>) -> String {
-    v.map_or_else(|| "-".into(), |v| format!("{:.1}", v * 100.0))
-}
-
-fn opt(v: Option<u64>) -> String {
-    v.map_or_else(|| "?".into(), |v| v.to_string())
-}
-
-fn draw(f: &mut ratatui::Frame, frame: &Frame, what: &str, help: &str) {
-    let gpu_rows = frame.gpus.len().max(1) as u16;
-    let [head, gpus, procs] = Layout::vertical([
-        Constraint::Length(2),
-        Constraint::Length(gpu_rows + 3),
-        Constraint::Min(3),
-    ])
-    .areas(f.area());
-    let bold = Style::default().add_modifier(Modifier::BOLD);
-    let health = if frame.dropped > 0 {
-        format!("DROPPED {} (raise --ring-size)", frame.dropped)
-    } else {
-        "dropped 0".into()
-    };
-    f.render_widget(
-        Paragraph::new(vec![
-            Line::styled(
-                format!(
-                    "gpu-trace top — {what} — {:.0} s, {} events, {health}, emitted {}",
-                    frame.elapsed_s, frame.events, frame.emitted
-                ),
-                bold,
-            ),
-            Line::raw(format!(
-                "sorted by {} (s: next)   {help}",
-                frame.sort.name()
-            )),
-        ]),
-        head,
-    );
-    draw_gpus(f, frame, gpus, bold);
-    let rows = frame.processes.iter().map(|p| {
-        let live = if p.live.is_empty() {
-            "0".to_string()
-        } else {
-            p.live
-                .iter()
-                .map(|(e, n)| format!("{e}:{n}"))
-                .collect::<Vec<_>>()
-                .join(" ")
-        };
-        Row::new(vec![
-            p.pid.to_string(),
-            p.comm.clone(),
-            p.group.clone().unwrap_or_else(|| "-".into()),
-            live,
-            format!("{:.1}", p.schedules_per_s),
-            format!("{:.1}", p.refused_per_s),
-            format!("{:.1}", p.updates_per_s),
-            p.schedules.to_string(),
-            p.refused.to_string(),
-            percent(p.gpu_share),
-            opt(p.timeslice_us),
-            opt(p.init_to_schedule_us),
-        ])
-    });
-    f.render_widget(
-        Table::new(
-            rows,
-            [
-                Constraint::Length(8),
-                Constraint::Length(16),
-                Constraint::Length(24),
-                Constraint::Min(14),
-                Constraint::Length(8),
-                Constraint::Length(10),
-                Constraint::Length(7),
-                Constraint::Length(9),
-                Constraint::Length(8),
-                Constraint::Length(6),
-                Constraint::Length(10),
-                Constraint::Length(14),
-            ],
-        )
-        .header(
-            Row::new([
-                "PID",
-                "COMM",
-                "CONTAINER/POD",
-                "LIVE",
-                "SCHED/s",
-                "REFUSED/s",
-                "UPD/s",
-                "SCHEDULES",
-                "REFUSED",
-                "GPU%",
-                "TIMESLICE",
-                "INIT→SCHED us",
-            ])
-            .style(bold),
-        )
-        .block(Block::default().borders(Borders::TOP).title("Processes")),
-        procs,
-    );
-}
-
-/// The GPUs table: RM instance, nvidia-smi index and UUID, live tasks, GPU share.
-fn draw_gpus(f: &mut ratatui::Frame, frame: &Frame, area: ratatui::layout::Rect, bold: Style) {
-    let rows = frame.gpus.iter().map(|g| {
-        Row::new(vec![
-            g.gpu.map_or_else(|| "?".into(), |v| v.to_string()),
-            g.name
-                .as_ref()
-                .map_or_else(|| "?".into(), |(i, _)| i.to_string()),
-            g.name
-                .as_ref()
-                .and_then(|(_, u)| u.clone())
-                .unwrap_or_else(|| "?".into()),
-            g.live.to_string(),
-            g.max_live.to_string(),
-            percent(g.share),
-        ])
-    });
-    f.render_widget(
-        Table::new(
-            rows,
-            [
-                Constraint::Length(6),
-                Constraint::Length(11),
-                Constraint::Length(42),
-                Constraint::Length(6),
-                Constraint::Length(9),
-                Constraint::Length(7),
-            ],
-        )
-        .header(
-            Row::new(["RM GPU", "NVIDIA-SMI", "UUID", "LIVE", "MAX_LIVE", "SHARE%"]).style(bold),
-        )
-        .block(Block::default().borders(Borders::TOP).title("GPUs")),
-        area,
-    );
 }

@@ -42,7 +42,7 @@ fn top_shows_a_process_s_refused_schedules_sorts_and_quits_cleanly() {
     let exit_file = common::scratch().join("top.exit");
     let _ = std::fs::remove_file(&exit_file);
     let cmd = format!(
-        "{} top --watch-device {WATCHED}; echo EXIT=$? > {}; sleep 60",
+        "NO_COLOR=1 {} top --watch-device {WATCHED}; echo EXIT=$? > {}; sleep 60",
         gpu_trace_bin().display(),
         exit_file.display()
     );
@@ -68,6 +68,16 @@ fn top_shows_a_process_s_refused_schedules_sorts_and_quits_cleanly() {
     let r = row(&s).unwrap_or_else(|| panic!("{test}: no row for pid {me}:\n{s}"));
     // SCHEDULES and REFUSED: every one of the calls, every one refused.
     assert_eq!((r[7].as_str(), r[8].as_str()), ("25", "25"), "{test}:\n{s}");
+    // NO_COLOR: its REFUSED/s (above 0 in the frame of its last call) is bold, not red.
+    let escaped = tmux(&["capture-pane", "-e", "-p", "-t", &session]);
+    let line = escaped
+        .lines()
+        .find(|l| l.contains(&format!("{me} ")))
+        .unwrap_or_default();
+    assert!(
+        line.contains("\x1b[1m") && !line.contains("\x1b[38;5;1m"),
+        "{test}: NO_COLOR:\n{line:?}"
+    );
     assert!(s.contains("sorted by SCHED/s"), "{s}");
     view.keys("s");
     let s = view.screen_until(|s| s.contains("sorted by LIVE"));
@@ -103,22 +113,44 @@ struct Session(String);
 
 impl Session {
     fn start(name: &str, cmd: &str) -> Self {
-        tmux(&[
-            "new-session",
-            "-d",
-            "-s",
-            name,
-            "-x",
-            "200",
-            "-y",
-            "40",
-            cmd,
-        ]);
+        Self::start_sized(name, cmd, 200, 40)
+    }
+
+    fn start_sized(name: &str, cmd: &str, columns: u16, lines: u16) -> Self {
+        // Tests start sessions at the same time: one whose tmux server was starting may not
+        // come up (an empty screen for the whole wait); it is started again.
+        for _ in 0..5 {
+            tmux(&[
+                "new-session",
+                "-d",
+                "-s",
+                name,
+                "-x",
+                &columns.to_string(),
+                "-y",
+                &lines.to_string(),
+                cmd,
+            ]);
+            let up = Command::new("tmux")
+                .args(["has-session", "-t", name])
+                .status()
+                .is_ok_and(|s| s.success());
+            if up {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
         Self(name.to_string())
     }
 
+    /// A key by tmux's name (`q`, `End`, `Escape`, ...).
     fn keys(&self, keys: &str) {
         tmux(&["send-keys", "-t", &self.0, keys]);
+    }
+
+    /// Text typed as it is.
+    fn keys_literal(&self, text: &str) {
+        tmux(&["send-keys", "-t", &self.0, "-l", text]);
     }
 
     fn screen_until(&self, ready: impl Fn(&str) -> bool) -> String {
@@ -175,7 +207,9 @@ fn schedule_totals(screen: &str) -> std::collections::BTreeMap<String, u64> {
             // PID COMM CONTAINER LIVE(one word per engine) SCHED/s REFUSED/s UPD/s SCHEDULES
             // REFUSED GPU% TIMESLICE INIT→SCHED: the totals are the fifth and fourth from the
             // end.
-            (f.len() >= 10).then(|| (f[0].to_string(), f[f.len() - 5].parse().unwrap()))
+            // Rows start with a pid (not the status line under the table).
+            (f.len() >= 10 && f[0].parse::<u32>().is_ok())
+                .then(|| (f[0].to_string(), f[f.len() - 5].parse().unwrap()))
         })
         .collect()
 }
@@ -347,4 +381,298 @@ fn top_shows_each_process_s_gpu_share() {
     }
     assert!(s.contains("GPU%"), "{s}");
     view.keys("q");
+}
+
+/// A short job: names itself `gt-short`, makes 3 refused schedules on the watched device and
+/// exits (a child of [`top_marks_exited_processes_scrolls_filters_and_expires_them`]); with
+/// `TOP_JOB_MS`, 3 more every 100 ms for that long (the long job of docs/events.md's capture).
+#[test]
+#[ignore = "child process body for the top tests"]
+fn top_short_job_child() {
+    set_comm("gt-short");
+    let dev = watched();
+    let sched = Schedule::new(0xC1D0_7071, 0x5C00_7071);
+    let until = Instant::now() + Duration::from_millis(env_num("TOP_JOB_MS", 0));
+    loop {
+        for _ in 0..3 {
+            assert_eq!(sched.issue(&dev), -ENOTTY);
+        }
+        if Instant::now() >= until {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The whitespace-separated fields of the row of `pid`.
+fn row_of(screen: &str, pid: u32) -> Option<Vec<String>> {
+    let pid = pid.to_string();
+    screen
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(pid.as_str()))
+        .map(|l| l.split_whitespace().map(str::to_string).collect())
+}
+
+/// Issue 30: after short jobs, `top` filled with dead pids, unmarked, with no way to see the
+/// rest. Now: 40 short jobs (each gone before the next frame) in a 30-line terminal show as
+/// exited (`x` in the S column), "+N more" says how many rows are below, End/Home scroll,
+/// `/` filters (by comm and by pid), `?` shows the keys, and `--expire 3` drops the exited
+/// rows after 3 s (counted as expired) while the live process (this test) stays; refusals are
+/// red.
+#[test]
+fn top_marks_exited_processes_scrolls_filters_and_expires_them() {
+    let test = "top_marks_exited_processes_scrolls_filters_and_expires_them";
+    if skip_unless_root(test) || tmux_missing(test) {
+        return;
+    }
+    let session = format!("gt-top-x-{}", std::process::id());
+    let exit_file = common::scratch().join("top-x.exit");
+    let _ = std::fs::remove_file(&exit_file);
+    let cmd = format!(
+        "{} top --watch-device {WATCHED} --comm gt-short --comm gt-top-alive --expire 3; echo EXIT=$? > {}; sleep 60",
+        gpu_trace_bin().display(),
+        exit_file.display()
+    );
+    let view = Session::start_sized(&session, &cmd, 100, 30);
+    let s = view.screen_until(|s| s.contains("gpu-trace top"));
+    assert!(s.contains("gpu-trace top"), "{test}: no view:\n{s}");
+    // Only the jobs and this test's thread are traced (other tests' calls on the shared
+    // device would add rows).
+    set_comm("gt-top-alive");
+    let me = std::process::id();
+    let dev = watched();
+    let sched = Schedule::new(0xC1D0_7072, 0x5C00_7072);
+    assert_eq!(sched.issue(&dev), -ENOTTY);
+    const JOBS: usize = 40;
+    let mut jobs = Vec::new();
+    for _ in 0..JOBS {
+        let mut c = child("top_short_job_child").spawn().unwrap();
+        jobs.push(c.id());
+        assert!(c.wait().unwrap().success());
+    }
+    // All 41 rows: more than the table has room for.
+    let s = view.screen_until(|s| s.contains("of 41") && s.contains(&format!("x exited: {JOBS}")));
+    assert!(s.contains("rows 1-") && s.contains("of 41"), "{test}:\n{s}");
+    assert!(s.contains("more (Down/PgDn)"), "{test}: no +N more:\n{s}");
+    // The jobs of the last frame's second have REFUSED/s above 0 (sorted first): red.
+    let coloured = tmux(&["capture-pane", "-e", "-p", "-t", &session]);
+    assert!(
+        coloured
+            .lines()
+            .any(|l| l.contains("gt-short") && l.contains("\x1b[38;5;1m")),
+        "{test}: no red REFUSED/s:\n{coloured:?}"
+    );
+    let shown: Vec<u32> = jobs
+        .iter()
+        .copied()
+        .filter(|&p| row_of(&s, p).is_some())
+        .collect();
+    assert!(!shown.is_empty() && shown.len() < JOBS, "{test}:\n{s}");
+    for &pid in &shown {
+        let r = row_of(&s, pid).unwrap();
+        assert_eq!(
+            (r[1].as_str(), r[2].as_str()),
+            ("x", "gt-short"),
+            "{test}:\n{s}"
+        );
+    }
+    // The end of the table, then its start again.
+    view.keys("End");
+    let s = view.screen_until(|s| s.contains("of 41") && !s.contains("more (Down/PgDn)"));
+    assert!(
+        s.contains("-41 of 41") && s.contains("above (Up/PgUp)"),
+        "{test}: End:\n{s}"
+    );
+    view.keys("Home");
+    let s = view.screen_until(|s| s.contains("rows 1-"));
+    assert!(s.contains("more (Down/PgDn)"), "{test}: Home:\n{s}");
+    // Filter by comm: the 40 jobs, not this process; by pid: this process, alive.
+    view.keys("/");
+    view.keys_literal("gt-short");
+    view.keys("Enter");
+    let s = view.screen_until(|s| s.contains("filter: gt-short (Esc clears)"));
+    assert!(
+        s.contains(&format!("of {JOBS}")),
+        "{test}: comm filter:\n{s}"
+    );
+    assert!(row_of(&s, me).is_none(), "{test}:\n{s}");
+    view.keys("Escape");
+    std::thread::sleep(Duration::from_millis(300));
+    view.keys("/");
+    view.keys_literal(&me.to_string());
+    view.keys("Enter");
+    let s = view.screen_until(|s| s.contains("rows 1-1 of 1") && row_of(s, me).is_some());
+    let r = row_of(&s, me).unwrap_or_else(|| panic!("{test}: pid filter:\n{s}"));
+    assert_eq!(
+        r[1], "gt-top-alive",
+        "{test}: the live process is not marked:\n{s}"
+    );
+    view.keys("Escape");
+    std::thread::sleep(Duration::from_millis(300));
+    // The help, closed by any key.
+    view.keys("?");
+    let s = view.screen_until(|s| s.contains("help (any key closes it)"));
+    assert!(
+        s.contains("PgUp/PgDn") && s.contains("S = x"),
+        "{test}: help:\n{s}"
+    );
+    view.keys("j");
+    let s = view.screen_until(|s| !s.contains("help (any key closes it)"));
+    assert!(!s.contains("help (any key closes it)"), "{test}:\n{s}");
+    // --expire 3: the jobs' rows go, counted; this process's stays.
+    let s = view.screen_until(|s| s.contains(&format!("{JOBS} expired")));
+    assert!(
+        s.contains(&format!("{JOBS} expired")),
+        "{test}: no expiry:\n{s}"
+    );
+    assert!(
+        s.contains("rows 1-1 of 1") && row_of(&s, me).is_some(),
+        "{test}:\n{s}"
+    );
+    view.keys("q");
+    let exit = exit_status(&exit_file);
+    assert_eq!(exit.trim(), "EXIT=0", "{test}: q did not end it cleanly");
+}
+
+/// Live tasks by engine, per pid.
+type LiveByEngine = std::collections::BTreeMap<u64, std::collections::BTreeMap<String, i64>>;
+
+/// From the JSON replay of `file`: the pids with a `process_exit`, and each pid's TASK_INITs
+/// less its TASK_DESTROYs by engine.
+fn exits_and_live(file: &std::path::Path) -> (std::collections::BTreeSet<u64>, LiveByEngine) {
+    let out = Command::new(gpu_trace_bin())
+        .args(["replay", file.to_str().unwrap(), "--format", "json"])
+        .output()
+        .unwrap();
+    let mut exited = std::collections::BTreeSet::new();
+    let mut engine_of = std::collections::BTreeMap::new();
+    let mut live = LiveByEngine::default();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let pid = v["pid"].as_u64().unwrap_or(0);
+        match v["event"].as_str() {
+            Some("TASK_INIT") => {
+                let e = v["engine"].as_str().unwrap().to_string();
+                engine_of.insert(v["key"].to_string(), e.clone());
+                *live.entry(pid).or_default().entry(e).or_default() += 1;
+            }
+            Some("TASK_DESTROY") => {
+                if v["cause"] == "process_exit" {
+                    exited.insert(pid);
+                }
+                if let Some(e) = engine_of.get(&v["key"].to_string()) {
+                    *live.entry(pid).or_default().entry(e.clone()).or_default() -= 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    (exited, live)
+}
+
+/// Issue 30: an MPS client that exited still showed `LIVE ?:2` (its channels on the MPS
+/// server's TSG: the server owns the TSG, so no TASK_DESTROY ends them). The H100 MPS
+/// recording, stepped to its end at 80 columns: the pids the JSON replay shows exiting
+/// (`TASK_DESTROY` with cause `process_exit`: the two clients) are marked `x` with LIVE 0; the
+/// server keeps its TASK_INITs less its TASK_DESTROYs by engine (COPY 3, GRAPHICS 1, cut to
+/// fit); every header whole.
+#[test]
+fn replay_top_shows_exited_mps_clients_without_live_tasks_at_80_columns() {
+    let test = "replay_top_shows_exited_mps_clients_without_live_tasks_at_80_columns";
+    if tmux_missing(test) {
+        return;
+    }
+    let file = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/h100_late_mps/mps.gtrace");
+    let (exited, live) = exits_and_live(&file);
+    assert_eq!(exited.iter().copied().collect::<Vec<_>>(), [500, 501]);
+    let server = live.get(&538).cloned().unwrap_or_default();
+    let cut: Vec<String> = server
+        .iter()
+        .map(|(e, n)| format!("{}:{n}", &e[..3]))
+        .collect();
+    let exit_file = common::scratch().join("replay-top-mps.exit");
+    let _ = std::fs::remove_file(&exit_file);
+    let s = Session::start_sized(
+        &format!("gt-rtopm-{}", std::process::id()),
+        &format!(
+            "{} replay {} --top 2>&1; echo EXIT=$? > {}; sleep 60",
+            gpu_trace_bin().display(),
+            file.display(),
+            exit_file.display()
+        ),
+        80,
+        30,
+    );
+    let mut end = String::new();
+    for _ in 0..60 {
+        end = s.screen_until(|x| x.contains("gpu-trace top"));
+        if end.contains("end of the recording") {
+            break;
+        }
+        s.keys("n");
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    assert!(end.contains("end of the recording"), "{test}:\n{end}");
+    for pid in &exited {
+        let r = row_of(&end, *pid as u32).unwrap_or_else(|| panic!("{test}: {pid}:\n{end}"));
+        assert_eq!(
+            (r[1].as_str(), r[3].as_str()),
+            ("x", "0"),
+            "{test}: {pid}:\n{end}"
+        );
+    }
+    let r = row_of(&end, 538).unwrap_or_else(|| panic!("{test}: the server:\n{end}"));
+    assert_eq!(r[2..2 + cut.len()], cut[..], "{test}: the server:\n{end}");
+    let header = |first: &str| -> Vec<String> {
+        end.lines()
+            .find(|l| l.starts_with(first))
+            .unwrap_or_else(|| panic!("{test}: no {first} header:\n{end}"))
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(
+        header("PID "),
+        [
+            "PID",
+            "S",
+            "COMM",
+            "LIVE",
+            "SCHED/s",
+            "REFUSED/s",
+            "SCHEDULES",
+            "REFUSED",
+            "GPU%"
+        ],
+        "{test}:\n{end}"
+    );
+    assert_eq!(
+        header("RM GPU"),
+        [
+            "RM",
+            "GPU",
+            "NVIDIA-SMI",
+            "UUID",
+            "LIVE",
+            "MAX_LIVE",
+            "SHARE%"
+        ],
+        "{test}:\n{end}"
+    );
+    // The view keys work in the replay too: the filter, and the sort.
+    s.keys("/");
+    s.keys_literal("501");
+    s.keys("Enter");
+    let f = s.screen_until(|x| x.contains("rows 1-1 of 1"));
+    assert!(
+        row_of(&f, 501).is_some() && row_of(&f, 500).is_none(),
+        "{test}:\n{f}"
+    );
+    s.keys("s");
+    let f = s.screen_until(|x| x.contains("s: SCHED/s [LIVE] PID"));
+    assert!(f.contains("sorted by LIVE"), "{test}:\n{f}");
+    s.keys("q");
+    let exit = exit_status(&exit_file);
+    assert_eq!(exit.trim(), "EXIT=0", "{test}: q did not end it cleanly");
 }

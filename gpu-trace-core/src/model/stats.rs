@@ -198,6 +198,13 @@ pub struct ProcessStats {
     pub sched_update: u64,
     /// Of those, preemption requests.
     pub preempt: u64,
+    /// When the process exited (ns, the event clock): the time of its first `TASK_DESTROY`
+    /// with cause `process_exit`; cleared by any later event of the pid other than a
+    /// `TASK_DESTROY` (the pid reused). `None` while it runs, or when its exit is not known
+    /// (it freed everything before exiting). Its tasks the tracer cannot end one by one (an
+    /// MPS client's channels on the server's TSG, [`TaskId::Shared`](crate::event::TaskId))
+    /// are not live from then on: `top` counts them so.
+    pub exited_ns: Option<u64>,
 }
 
 impl ProcessStats {
@@ -327,6 +334,9 @@ impl Stats {
                 comm: ev.origin.comm.to_string(),
                 ..ProcessStats::default()
             });
+        if !matches!(ev.kind, EventKind::TaskDestroy { .. }) {
+            proc.exited_ns = None;
+        }
         match &ev.kind {
             EventKind::TaskInit { .. } => {
                 self.task_init += 1;
@@ -344,11 +354,16 @@ impl Stats {
                 self.work_submit += 1;
                 proc.work_submit += 1;
             }
-            EventKind::TaskDestroy { implicit, .. } => {
+            EventKind::TaskDestroy {
+                implicit, cause, ..
+            } => {
                 self.task_destroy += 1;
                 proc.task_destroy += 1;
                 if *implicit {
                     self.task_destroy_implicit += 1;
+                }
+                if *cause == DestroyCause::ProcessExit && proc.exited_ns.is_none() {
+                    proc.exited_ns = Some(ts);
                 }
             }
             EventKind::SchedUpdate {
