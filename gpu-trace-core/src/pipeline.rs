@@ -37,6 +37,9 @@ pub struct Summary {
     /// The replayed recording ends without its trailer (cut short): its counts are
     /// incomplete and the kernel counters unknown ([`Stats::kernel_unknown`]).
     pub truncated: bool,
+    /// `gpu-trace -- CMD`: the command's exit status (128 + N for a signal), when it ended
+    /// while traced.
+    pub child_status: Option<i32>,
 }
 
 /// What to show and how.
@@ -99,6 +102,9 @@ pub struct Pipeline<W: Write> {
     interval: Option<Periodic>,
     /// `--metrics`: the same events as Prometheus metrics.
     metrics: Option<Metrics>,
+    /// `gpu-trace -- CMD`: only these processes (the command and those it created), as the
+    /// caller follows them ([`Pipeline::follow`]); `None`: no such filter.
+    followed: Option<std::collections::HashSet<u32>>,
 }
 
 /// `--interval`: when and where the periodic statistics go.
@@ -138,6 +144,7 @@ impl<W: Write> Pipeline<W> {
             attributions: PidMap::default(),
             gpus: GpuDirectory::default(),
             task_devices: HashMap::new(),
+            followed: None,
             first_ts: None,
             last_ts: None,
             lines,
@@ -375,6 +382,23 @@ impl<W: Write> Pipeline<W> {
         self.attributions.insert(pid, a);
     }
 
+    /// From now on, only the events of `pid` (with `true`) and of the processes
+    /// [`follow`](Self::follow) adds pass; `false` forgets `pid` again (its id was reused by a
+    /// process the caller does not follow).
+    pub fn follow(&mut self, pid: u32, follow: bool) {
+        let set = self.followed.get_or_insert_with(Default::default);
+        if follow {
+            set.insert(pid);
+        } else {
+            set.remove(&pid);
+        }
+    }
+
+    /// Whether process `pid` passes [`follow`](Self::follow)'s filter.
+    fn followed(&self, pid: u32) -> bool {
+        self.followed.as_ref().is_none_or(|f| f.contains(&pid))
+    }
+
     /// Emits the events that pass the filters.
     fn emit_selected(&mut self, events: &[Event]) -> Result<(), SinkError> {
         for event in events {
@@ -387,7 +411,8 @@ impl<W: Write> Pipeline<W> {
 
     fn selected(&self, event: &Event) -> bool {
         let o = &event.origin;
-        let pid_ok = self.config.pids.is_empty() || self.config.pids.contains(&o.pid);
+        let pid_ok = (self.config.pids.is_empty() || self.config.pids.contains(&o.pid))
+            && self.followed(o.pid);
         let comm_ok = self.config.comms.is_empty()
             || self.config.comms.iter().any(|c| {
                 *c == o.comm || self.process_names.get(&o.pid).is_some_and(|name| name == c)
@@ -439,7 +464,8 @@ impl<W: Write> Pipeline<W> {
     pub fn share_samples(&mut self, samples: &[ShareSample]) -> Result<(), SinkError> {
         for s in samples {
             let comm = self.process_names.get(&s.pid).map(String::as_str);
-            let pid_ok = self.config.pids.is_empty() || self.config.pids.contains(&s.pid);
+            let pid_ok = (self.config.pids.is_empty() || self.config.pids.contains(&s.pid))
+                && self.followed(s.pid);
             let comm_ok = self.config.comms.is_empty()
                 || comm.is_some_and(|c| self.config.comms.iter().any(|x| x == c));
             if !(pid_ok && comm_ok) {

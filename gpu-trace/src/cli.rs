@@ -263,8 +263,20 @@ pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
 
+    /// With `-- CMD`: run CMD as this user (name from the password database: its uid, group
+    /// and supplementary groups). Without it, CMD runs as gpu-trace's own user, which is root.
+    #[arg(long, value_name = "NAME", requires = "launch")]
+    #[arg(help_heading = heading::LAUNCH)]
+    pub user: Option<String>,
+
     #[command(flatten)]
     pub trace: TraceArgs,
+
+    /// Start CMD with its arguments, trace it and every process it creates from its first
+    /// instruction, stop when it exits and exit with its status (a signal N: 128 + N). Not with
+    /// --pid; with --comm, only the command's processes of that name.
+    #[arg(last = true, value_name = "CMD", conflicts_with = "pids")]
+    pub launch: Vec<std::ffi::OsString>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -460,6 +472,7 @@ fn choices<T: Copy + Send + Sync + 'static>(
 /// `--format`, `-o`, `-d`, `--interval`, `--vendor`, in that `display_order`). Clap lists the
 /// groups in the order their first option is declared, hence the order of `TraceArgs`' fields.
 pub mod heading {
+    pub const LAUNCH: &str = "Launching a command (-- CMD)";
     pub const OUTPUT: &str = "Output";
     pub const CONTAINERS: &str = "Containers";
     pub const REFUSING: &str = "Refusing GPU work";
@@ -741,6 +754,14 @@ pub struct TraceArgs {
 
     #[command(flatten)]
     pub output: OutputArgs,
+
+    /// `gpu-trace -- CMD` (from [`Cli::launch`]): the command to start and trace.
+    #[arg(skip)]
+    pub launch: Vec<std::ffi::OsString>,
+
+    /// `--user NAME` (from [`Cli::user`]): who the command runs as.
+    #[arg(skip)]
+    pub launch_user: Option<String>,
 }
 
 /// The longest `--duration`: a year (anything longer is a typo, and must fit a `Duration`).

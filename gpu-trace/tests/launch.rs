@@ -1,0 +1,166 @@
+//! `gpu-trace [OPTIONS] -- CMD`: the command is started once the programs are attached, it and
+//! every process it creates are traced (and no other process), tracing stops when it exits and
+//! gpu-trace exits with its status.
+//!
+//! The command is a shell running this test binary's #[ignore]d `launched_parent`, which
+//! issues RM-shaped schedules on the watched device, forks `launched_grandchild` (more
+//! schedules) and exits 7; meanwhile `noise` issues the same calls from outside the command.
+//! Kernel tests need root; without it they print `SKIPPED: <why>`.
+
+mod common;
+mod rel_support;
+
+use std::{
+    process::{Child, Stdio},
+    time::Duration,
+};
+
+use rel_support::*;
+
+const CLIENT: u32 = 0xC1D0_0001;
+/// Schedules of the launched process, of the process it forks, and of the noise (per round).
+const PARENT_CALLS: usize = 2;
+const GRANDCHILD_CALLS: usize = 3;
+/// The launched command's exit status.
+const STATUS: i32 = 7;
+
+/// `LAUNCH_PIDS` names a file: the launched test writes its own pid and its child's there.
+#[test]
+#[ignore = "a child of launch_traces_the_command_and_its_children_only"]
+fn launched_parent() {
+    let Ok(pids_file) = std::env::var("LAUNCH_PIDS") else {
+        return;
+    };
+    let dev = watched();
+    let s = Schedule::new(CLIENT, 0x5C00_0001);
+    for _ in 0..PARENT_CALLS {
+        assert_eq!(s.issue(&dev), -ENOTTY);
+    }
+    let grandchild = child("launched_grandchild")
+        .status_pid()
+        .expect("starting the grandchild");
+    std::fs::write(&pids_file, format!("{} {}", std::process::id(), grandchild)).unwrap();
+    std::process::exit(STATUS);
+}
+
+#[test]
+#[ignore = "a child of launched_parent"]
+fn launched_grandchild() {
+    let dev = watched();
+    let s = Schedule::new(CLIENT, 0x5C00_0002);
+    for _ in 0..GRANDCHILD_CALLS {
+        assert_eq!(s.issue(&dev), -ENOTTY);
+    }
+}
+
+/// The same calls from a process outside the command, until killed.
+#[test]
+#[ignore = "a child of launch_traces_the_command_and_its_children_only"]
+fn noise() {
+    let dev = watched();
+    let s = Schedule::new(CLIENT, 0x5C00_0003);
+    loop {
+        assert_eq!(s.issue(&dev), -ENOTTY);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+trait StatusPid {
+    /// Runs the command to its end; returns its pid (it must succeed).
+    fn status_pid(&mut self) -> std::io::Result<u32>;
+}
+
+impl StatusPid for std::process::Command {
+    fn status_pid(&mut self) -> std::io::Result<u32> {
+        let mut c = self.spawn()?;
+        let pid = c.id();
+        assert!(c.wait()?.success(), "the grandchild failed");
+        Ok(pid)
+    }
+}
+
+fn kill(mut c: Child) {
+    let _ = c.kill();
+    let _ = c.wait();
+}
+
+#[test]
+fn launch_traces_the_command_and_its_children_only() {
+    let test = "launch_traces_the_command_and_its_children_only";
+    if skip_unless_root(test) {
+        return;
+    }
+    let pids_file = common::scratch().join("launch_pids");
+    let _ = std::fs::remove_file(&pids_file);
+    let noise = child("noise")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawning the noise");
+    let exe = std::env::current_exe().unwrap();
+    let exe = exe.to_str().unwrap();
+    // A shell in between: the schedules come from its child and grandchild.
+    let script = "\"$0\" --ignored --exact launched_parent --test-threads 1 -q >/dev/null; exit $?";
+    let mut cmd = std::process::Command::new(gpu_trace_bin());
+    cmd.env("LAUNCH_PIDS", &pids_file);
+    let traced = Traced::start_with(
+        cmd,
+        &[
+            "--watch-device",
+            WATCHED,
+            "--format",
+            "json",
+            "--",
+            "sh",
+            "-c",
+            script,
+            exe,
+        ],
+    );
+    let f = traced
+        .unwrap_or_else(|e| {
+            panic!("{test}: {e}");
+        })
+        .wait(Duration::from_secs(60));
+    kill(noise);
+    assert_eq!(f.status.code(), Some(STATUS), "{}", f.stderr);
+    let pids = std::fs::read_to_string(&pids_file).expect("the launched test wrote its pids");
+    let pids: Vec<u64> = pids.split(' ').map(|p| p.parse().unwrap()).collect();
+    let (parent, grandchild) = (pids[0], pids[1]);
+    let events = json_events(&f.stdout);
+    let count = |pid: u64| {
+        events
+            .iter()
+            .filter(|e| e["event"] == "SCHEDULE" && e["pid"] == pid)
+            .count()
+    };
+    assert_eq!(count(parent), PARENT_CALLS, "{}", tail(&f.stdout));
+    assert_eq!(count(grandchild), GRANDCHILD_CALLS, "{}", tail(&f.stdout));
+    let others: Vec<_> = events
+        .iter()
+        .filter(|e| e["pid"] != parent && e["pid"] != grandchild)
+        .collect();
+    assert!(others.is_empty(), "events of other processes: {others:?}");
+    // The statistics as usual, counting the command's schedules.
+    let stats = json_stats(&f.stdout);
+    assert_eq!(
+        stats["schedule"],
+        (PARENT_CALLS + GRANDCHILD_CALLS) as u64,
+        "{stats}"
+    );
+}
+
+#[test]
+fn launch_refuses_pid_and_a_missing_command() {
+    let out = std::process::Command::new(gpu_trace_bin())
+        .args(["--pid", "1", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--pid"), "{err}");
+    let out = std::process::Command::new(gpu_trace_bin())
+        .args(["--user", "root"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "--user needs -- CMD");
+}
