@@ -105,6 +105,10 @@ pub struct Pipeline<W: Write> {
     /// `gpu-trace -- CMD`: only these processes (the command and those it created), as the
     /// caller follows them ([`Pipeline::follow`]); `None`: no such filter.
     followed: Option<std::collections::HashSet<u32>>,
+    /// `--gpu`: only events on these GPUs (index, UUID or PCI bus id; empty: all).
+    gpu_filter: Vec<String>,
+    /// Events `--gpu` left out because their GPU was not known (yet).
+    gpu_unknown: u64,
 }
 
 /// `--interval`: when and where the periodic statistics go.
@@ -145,6 +149,8 @@ impl<W: Write> Pipeline<W> {
             gpus: GpuDirectory::default(),
             task_devices: HashMap::new(),
             followed: None,
+            gpu_filter: Vec::new(),
+            gpu_unknown: 0,
             first_ts: None,
             last_ts: None,
             lines,
@@ -382,6 +388,14 @@ impl<W: Write> Pipeline<W> {
         self.attributions.insert(pid, a);
     }
 
+    /// `--gpu`: only the events on one of `gpus` (each an nvidia-smi index, a UUID or a PCI bus
+    /// id, as [`gpu_matches`] reads them). An event whose GPU is not known is left out and
+    /// counted (`gpu_unknown` among the statistics' unreported reasons).
+    pub fn with_gpu_filter(mut self, gpus: Vec<String>) -> Self {
+        self.gpu_filter = gpus;
+        self
+    }
+
     /// From now on, only the events of `pid` (with `true`) and of the processes
     /// [`follow`](Self::follow) adds pass; `false` forgets `pid` again (its id was reused by a
     /// process the caller does not follow).
@@ -402,9 +416,21 @@ impl<W: Write> Pipeline<W> {
     /// Emits the events that pass the filters.
     fn emit_selected(&mut self, events: &[Event]) -> Result<(), SinkError> {
         for event in events {
-            if self.selected(event) {
-                self.emit(event)?;
+            if !self.selected(event) {
+                continue;
             }
+            let gpu = self.gpu_of(event);
+            if !self.gpu_filter.is_empty() {
+                match &gpu {
+                    Some(g) if self.gpu_filter.iter().any(|sel| gpu_matches(g, sel)) => {}
+                    Some(_) => continue,
+                    None => {
+                        self.gpu_unknown += 1;
+                        continue;
+                    }
+                }
+            }
+            self.emit(event, gpu.as_ref())?;
         }
         Ok(())
     }
@@ -422,21 +448,20 @@ impl<W: Write> Pipeline<W> {
 
     /// Adds what is known of the event's process and task, and hands it to each sink: the
     /// statistics, metrics, Perfetto, the lines.
-    fn emit(&mut self, event: &Event) -> Result<(), SinkError> {
+    fn emit(&mut self, event: &Event, gpu: Option<&GpuIdentity>) -> Result<(), SinkError> {
         if matches!(
             event.kind,
             EventKind::TaskInit { .. } | EventKind::Schedule { .. } | EventKind::SchedUpdate { .. }
         ) {
             self.share_params(event);
         }
-        let gpu = self.gpu_of(event);
         let ev = Enriched {
             event,
             process: self
                 .process_names
                 .get(&event.origin.pid)
                 .map_or(event.origin.comm.as_str(), String::as_str),
-            gpu: gpu.as_ref(),
+            gpu,
             cgroup: self.attributions.get(&event.origin.pid),
             trace_start_ns: self.first_ts.unwrap_or(event.origin.ts_ns),
         };
@@ -634,12 +659,38 @@ impl<W: Write> Pipeline<W> {
 
     /// The trackers' counters of calls that produced no event, by reason (non-zero only).
     fn unreported(&self) -> std::collections::BTreeMap<&'static str, u64> {
-        self.sources.unreported()
+        let mut reasons = self.sources.unreported();
+        if self.gpu_unknown > 0 {
+            reasons.insert("gpu_unknown", self.gpu_unknown);
+        }
+        reasons
     }
 
     pub fn stats(&self) -> &Stats {
         &self.stats
     }
+}
+
+/// Whether `sel` (`--gpu`) names GPU `g`: its nvidia-smi index (`1`), its UUID (`GPU-…`, any
+/// case) or its PCI bus id (`0000:00:07.0`, `00000000:00:07.0` or `00:07.0`).
+pub fn gpu_matches(g: &GpuIdentity, sel: &str) -> bool {
+    let sel = sel.trim();
+    if let Ok(index) = sel.parse::<u32>() {
+        return g.index == index;
+    }
+    if g.uuid
+        .as_deref()
+        .is_some_and(|u| u.eq_ignore_ascii_case(sel))
+    {
+        return true;
+    }
+    let full = if sel.matches(':').count() == 1 {
+        format!("0000:{sel}")
+    } else {
+        sel.to_string()
+    };
+    let pci = crate::model::gpus::parse_bus_id(&full);
+    pci.is_some() && pci == crate::model::gpus::parse_bus_id(&g.bus_id)
 }
 
 #[cfg(test)]

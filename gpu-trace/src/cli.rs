@@ -501,6 +501,14 @@ pub struct OutputArgs {
     #[arg(display_order = 2)]
     pub comms: Vec<String>,
 
+    /// Only events on this GPU (repeatable): its index as nvidia-smi numbers it (0), its UUID
+    /// (GPU-…) or its PCI bus id (0000:17:00.0). NVIDIA; an event whose GPU is not known yet
+    /// (before its task's first TASK_INIT or WORK_SUBMIT names one) is left out and counted
+    /// as `gpu_unknown` in the statistics.
+    #[arg(long = "gpu", value_name = "INDEX|UUID|BUS", value_parser = parse_gpu)]
+    #[arg(display_order = 2)]
+    pub gpus: Vec<String>,
+
     /// Output format.
     #[arg(long, value_parser = choices(FORMATS), default_value = "text")]
     #[arg(display_order = 4)]
@@ -613,9 +621,10 @@ impl OutputArgs {
 /// `--metrics`: Prometheus metrics while tracing (docs/fleet.md).
 #[derive(Clone, Debug, Default, Args)]
 pub struct MetricsArgs {
-    /// Serve Prometheus metrics at http://ADDR/metrics while tracing, e.g. 127.0.0.1:9464
-    /// (port 0: any free port). A loopback address unless --metrics-allow-remote.
-    #[arg(long = "metrics", value_name = "ADDR")]
+    /// Serve Prometheus metrics at http://ADDR/metrics while tracing, e.g. 127.0.0.1:9464 or
+    /// localhost:9464 (port 0: any free port); `:9464` is every interface (0.0.0.0:9464), as
+    /// for Prometheus exporters. A loopback address unless --metrics-allow-remote.
+    #[arg(long = "metrics", value_name = "ADDR", value_parser = parse_metrics_addr)]
     #[arg(help_heading = heading::METRICS)]
     pub addr: Option<std::net::SocketAddr>,
 
@@ -800,6 +809,50 @@ fn parse_duration(s: &str) -> Result<f64, String> {
     Ok(d)
 }
 
+/// `--gpu`: an index, a UUID (`GPU-…`) or a PCI bus id (with or without its domain).
+fn parse_gpu(s: &str) -> Result<String, String> {
+    let t = s.trim();
+    let bus = |b: &str| gpu_trace_core::model::gpus::parse_bus_id(b).is_some();
+    let ok = t.parse::<u32>().is_ok()
+        || (t.len() > 4 && t.get(..4).is_some_and(|p| p.eq_ignore_ascii_case("GPU-")))
+        || bus(t)
+        || (t.matches(':').count() == 1 && bus(&format!("0000:{t}")));
+    if ok {
+        Ok(t.to_string())
+    } else {
+        Err(format!(
+            "`{s}` names no GPU: give its index as nvidia-smi numbers it (0), its UUID \
+             (GPU-…, from nvidia-smi -L) or its PCI bus id (0000:17:00.0)"
+        ))
+    }
+}
+
+/// `--metrics`: `IP:PORT` (`[IPv6]:PORT`), `localhost:PORT` (127.0.0.1, never a name
+/// lookup), or `:PORT` (every interface: 0.0.0.0, as Prometheus exporters read it; the loopback
+/// rule then asks for --metrics-allow-remote or credentials).
+fn parse_metrics_addr(s: &str) -> Result<std::net::SocketAddr, String> {
+    use std::net::{Ipv4Addr, SocketAddr};
+    let t = s.trim();
+    let port = |p: &str| {
+        p.parse::<u16>()
+            .map_err(|_| format!("`{s}`: `{p}` is not a port (0 to 65535)"))
+    };
+    if let Some(p) = t.strip_prefix(':') {
+        return Ok(SocketAddr::from((Ipv4Addr::UNSPECIFIED, port(p)?)));
+    }
+    if let Some((host, p)) = t.rsplit_once(':')
+        && host.eq_ignore_ascii_case("localhost")
+    {
+        return Ok(SocketAddr::from((Ipv4Addr::LOCALHOST, port(p)?)));
+    }
+    t.parse().map_err(|_| {
+        format!(
+            "`{s}` is not an address to listen on: give IP:PORT (127.0.0.1:9464, [::1]:9464), \
+             localhost:PORT, or :PORT for every interface"
+        )
+    })
+}
+
 /// `--pid`, `--deny-pid`: a process id; 0 is none (the kernel's idle task never calls a driver,
 /// and 0 in the kernel filter means "no filter").
 fn parse_pid(s: &str) -> Result<u32, String> {
@@ -913,6 +966,34 @@ mod tests {
         ] {
             assert_eq!(parse_duration(text), Ok(secs), "{text}");
         }
+    }
+
+    #[test]
+    fn metrics_takes_localhost_and_a_bare_port() {
+        let addr = |a: &str| {
+            Cli::try_parse_from(["gpu-trace", "--metrics", a])
+                .map(|c| c.trace.metrics.addr.unwrap().to_string())
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(addr("localhost:9464").as_deref(), Ok("127.0.0.1:9464"));
+        assert_eq!(addr("LOCALHOST:0").as_deref(), Ok("127.0.0.1:0"));
+        assert_eq!(addr(":9464").as_deref(), Ok("0.0.0.0:9464"));
+        assert_eq!(addr("127.0.0.1:9464").as_deref(), Ok("127.0.0.1:9464"));
+        assert_eq!(addr("[::1]:9464").as_deref(), Ok("[::1]:9464"));
+        for bad in [
+            "example.com:9464",
+            ":99999",
+            "localhost:",
+            "localhost",
+            "9464",
+            ":",
+        ] {
+            assert!(addr(bad).is_err(), "{bad}");
+        }
+        // The loopback rule is unchanged: every interface needs --metrics-allow-remote.
+        let any = "0.0.0.0:9464".parse().unwrap();
+        assert!(crate::metrics::server::check_addr(any, false).is_err());
+        assert!(crate::metrics::server::check_addr(any, true).is_ok());
     }
 
     #[test]

@@ -287,7 +287,8 @@ fn new_pipeline(
     perfetto: Option<&Staged>,
     by_record_time: bool,
 ) -> Result<Pipeline<QueueWriter>, RunError> {
-    let pipeline = Pipeline::new(pipeline_config(args, clock.clone()), out);
+    let pipeline =
+        Pipeline::new(pipeline_config(args, clock.clone()), out).with_gpu_filter(args.gpus.clone());
     let pipeline = match perfetto {
         Some(staged) => {
             let what = || "writing the Perfetto timeline";
