@@ -48,6 +48,19 @@ const TRACE_EXIT_STATUS: &[(u8, &str)] = &[
     ),
 ];
 
+/// `gpu-trace`'s exit codes: tracing's, and `-- CMD`'s status passed through.
+const MAIN_EXIT_STATUS: &[(u8, &str)] = &[
+    (
+        exit::SUCCESS,
+        "success (with -- CMD: gpu-trace exits with CMD's status instead, 128 + N for a \
+         signal N, when CMD ended while traced)",
+    ),
+    TRACE_EXIT_STATUS[1],
+    TRACE_EXIT_STATUS[2],
+    TRACE_EXIT_STATUS[3],
+    TRACE_EXIT_STATUS[4],
+];
+
 /// `gpu-trace`'s (tracing's) epilogue.
 pub const MAIN_EPILOGUE: Epilogue = Epilogue {
     examples: "  Check what this machine allows (hooks, BTF, LSMs, driver) before tracing:
@@ -56,6 +69,13 @@ pub const MAIN_EPILOGUE: Epilogue = Epilogue {
       sudo gpu-trace
   Also show work-submit tokens, for one process, for 30 seconds:
       sudo gpu-trace -v --pid 4242 --duration 30
+  Start a command, trace it and its children until it exits, exit with its
+  status (as root the command runs as root: --user runs it as someone else):
+      sudo gpu-trace -- ./train.py --epochs 1
+      sudo gpu-trace --user alice --format json -o t.jsonl -- ./train.py
+  Only the events on one GPU (nvidia-smi's index, a UUID or a PCI bus id):
+      sudo gpu-trace --gpu 1
+      gpu-trace replay run.gtrace --gpu 0000:17:00.0
   AMD GPUs: KFD compute and SDMA queues (/dev/kfd); -v adds each doorbell:
       sudo gpu-trace --vendor amd -v
   Only processes whose name is python3, as JSON lines, into a file:
@@ -96,7 +116,7 @@ pub const MAIN_EPILOGUE: Epilogue = Epilogue {
          final timeslice), live TSGs per GPU and runlist; -v adds the kernel side's internal \
          counters.",
     )),
-    exit_status: TRACE_EXIT_STATUS,
+    exit_status: MAIN_EXIT_STATUS,
     see_also: SEE_ALSO,
 };
 
