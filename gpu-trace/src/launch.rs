@@ -401,7 +401,7 @@ fn subscribe() -> std::io::Result<OwnedFd> {
     }
     msg.extend_from_slice(&4u16.to_ne_bytes());
     msg.extend_from_slice(&0u16.to_ne_bytes());
-    msg.extend_from_slice(&(libc::PROC_CN_MCAST_LISTEN as u32).to_ne_bytes());
+    msg.extend_from_slice(&libc::PROC_CN_MCAST_LISTEN.to_ne_bytes());
     // SAFETY: a valid buffer and its length.
     let sent = unsafe { libc::send(fd, msg.as_ptr().cast(), msg.len(), 0) };
     if sent < 0 {

@@ -478,9 +478,7 @@ pub async fn run_live_with(
     let (nvml, share_sampler) = (nvml_inventory(amd), open_share_sampler(args, amd));
     // Bound before loading: a busy port or a refused address stops the run before any hook.
     let metrics = crate::metrics::server::serve(&args.metrics, args.ring_size)?;
-    // `-- CMD`: forked now, waiting to exec until everything is attached.
-    let launched = start_command(args)?;
-    let mut tracer = Tracer::load(&options)?;
+    let (launched, mut tracer) = (start_command(args)?, Tracer::load(&options)?);
     // Attached: tracing time (the deadline and the statistics' duration) starts here.
     let tracing_since = Instant::now();
     let deadline = args
@@ -488,11 +486,7 @@ pub async fn run_live_with(
         .map(|d| tracing_since + Duration::from_secs_f64(d));
     // Late attach: the processes that have a GPU open already (after attaching, so that a
     // process opening the GPU now is seen by the hooks or by the walk), tracked from now on.
-    let mut inventory = traced_inventory(args, amd, nvml, &subtrees);
-    if let Some((child, _)) = &launched {
-        // The command's processes only: none had a GPU open before it started.
-        inventory.processes.retain(|p| p.pid == child.pid);
-    }
+    let inventory = traced_inventory(args, amd, nvml, &subtrees, launched.as_ref());
     tracer.track(&kernel_tracking(&inventory, &args.output))?;
     let clock = Clock::from_system().map_err(io_err("reading the clocks"))?;
     announce_hooks(&tracer, kfd.as_ref());
@@ -506,12 +500,9 @@ pub async fn run_live_with(
         record,
     } = files;
     let sampled = (amd, share_sampler.is_some());
-    let recorder = match record {
-        Some(queue) => Some(start_recording(
-            queue, &clock, &tracer, &inventory, sampled,
-        )?),
-        None => None,
-    };
+    let recorder = record
+        .map(|queue| start_recording(queue, &clock, &tracer, &inventory, sampled))
+        .transpose()?;
     let pipeline = new_pipeline(
         &args.output,
         clock,
@@ -527,15 +518,7 @@ pub async fn run_live_with(
         .inventory(&inventory)
         .map_err(io_err("writing the output"))?;
     let ring = watch_ring_buffer(&mut tracer, &mut pipeline)?;
-    let (child, descendants) = match launched {
-        Some((child, descendants)) => {
-            pipeline.follow(child.pid, true);
-            let pid = child.pid;
-            child.release();
-            (Some(pid), Some(descendants))
-        }
-        None => (None, None),
-    };
+    let (command, descendants) = release_command(launched, &mut pipeline);
     let mut live = LiveRun {
         ring,
         tracer,
@@ -544,8 +527,7 @@ pub async fn run_live_with(
             descendants,
             ..Reader::default()
         },
-        child,
-        child_status: None,
+        command,
         pipeline,
         recorder,
         viewer,
@@ -567,10 +549,28 @@ pub async fn run_live_with(
     if let Some(warning) = counters.deny_unfollowed_warning() {
         live.report(vec![warning]);
     }
-    let child_status = live.child_end();
-    let mut summary = live.end(counters, args.record.as_deref(), perfetto, out_is_stdout)?;
-    summary.child_status = child_status;
-    Ok(summary)
+    live.end(counters, args.record.as_deref(), perfetto, out_is_stdout)
+}
+
+/// `-- CMD`: the pipeline follows the command, which is let go (everything is attached);
+/// returns its pid and the follower of its descendants.
+fn release_command(
+    launched: Option<(crate::launch::Launched, crate::launch::Descendants)>,
+    pipeline: &mut Pipeline<QueueWriter>,
+) -> (Option<CommandRun>, Option<crate::launch::Descendants>) {
+    let Some((child, descendants)) = launched else {
+        return (None, None);
+    };
+    pipeline.follow(child.pid, true);
+    let pid = child.pid;
+    child.release();
+    (Some(CommandRun { pid, status: None }), Some(descendants))
+}
+
+/// `-- CMD` while traced: its process id, and its exit status once it ended.
+struct CommandRun {
+    pid: u32,
+    status: Option<i32>,
 }
 
 /// `-- CMD`: the command forked and waiting for [`crate::launch::Launched::release`], and the
@@ -738,14 +738,20 @@ fn load_options(
 }
 
 /// The processes that have a GPU open already ([`take_inventory`]); under
-/// `--cgroup`/`--container`, only those inside (the others are not traced, before or after).
+/// `--cgroup`/`--container`, only those inside (the others are not traced, before or after);
+/// with `-- CMD` (`launched`), only the command.
 fn traced_inventory(
     args: &TraceArgs,
     amd: bool,
     nvml: Option<Result<Vec<crate::probe::nvml::NvmlGpu>, String>>,
     subtrees: &CgroupSelection,
+    launched: Option<&(crate::launch::Launched, crate::launch::Descendants)>,
 ) -> Inventory {
     let mut inventory = take_inventory(&args.watch_device, amd, nvml);
+    if let Some((command, _)) = launched {
+        // `-- CMD`: the command's processes only; none had a GPU open before it started.
+        inventory.processes.retain(|p| p.pid == command.pid);
+    }
     if !subtrees.filter.is_empty() {
         inventory.processes.retain(|p| {
             p.cgroup
@@ -845,9 +851,8 @@ struct LiveRun<'v> {
     tracing_since: Instant,
     /// `--share-interval`: the GPU share sampler's thread, while tracing.
     share: Option<crate::probe::share::ShareThread>,
-    /// `-- CMD`: the command's process id, and its exit status once it ended.
-    child: Option<u32>,
-    child_status: Option<i32>,
+    /// `-- CMD`: the command, and its exit status once it ended.
+    command: Option<CommandRun>,
 }
 
 impl LiveRun<'_> {
@@ -912,10 +917,12 @@ impl LiveRun<'_> {
                 }
                 () = wake.notified() => {} // an output failed: the loop condition sees it
                 _ = share_tick.tick(), if self.share.is_some() => self.take_share()?,
-                _ = child_tick.tick(), if self.child.is_some() => {
-                    self.child_status = self.child.and_then(crate::launch::reap);
-                    if self.child_status.is_some() {
-                        break;
+                _ = child_tick.tick(), if self.command.is_some() => {
+                    if let Some(c) = self.command.as_mut() {
+                        c.status = crate::launch::reap(c.pid);
+                        if c.status.is_some() {
+                            break;
+                        }
                     }
                 }
                 _ = health.tick(), if metrics_served => {
@@ -954,17 +961,19 @@ impl LiveRun<'_> {
     /// stop that came first (Ctrl-C reaches the command too); a command still running is said
     /// on stderr and left to run, untraced.
     fn child_end(&mut self) -> Option<i32> {
-        let pid = self.child?;
-        if self.child_status.is_none() {
-            self.child_status = crate::launch::reap(pid);
+        let c = self.command.as_mut()?;
+        let pid = c.pid;
+        if c.status.is_none() {
+            c.status = crate::launch::reap(pid);
         }
-        if self.child_status.is_none() {
+        let status = c.status;
+        if status.is_none() {
             self.report(vec![format!(
                 "gpu-trace: the command (pid {pid}) still runs, no longer traced; the exit \
                  status is gpu-trace's own"
             )]);
         }
-        self.child_status
+        status
     }
 
     /// The GPU share samples the sampler's thread has taken, into the pipeline.
@@ -1058,12 +1067,13 @@ impl LiveRun<'_> {
     /// Ends the recording (`record_path`: where it goes) and the outputs; returns the
     /// summary, or the first failure of the run.
     fn end(
-        self,
+        mut self,
         counters: KernelCounters,
         record_path: Option<&Path>,
         perfetto: Option<(Staged, PathBuf)>,
         out_is_stdout: bool,
     ) -> Result<Summary, RunError> {
+        let child_status = self.child_end();
         let LiveRun {
             mut reader,
             mut pipeline,
@@ -1082,7 +1092,11 @@ impl LiveRun<'_> {
         pipeline.stats_mut().recording_lost = recording_lost;
         pipeline.stats_mut().output_lost = pipeline.output().lost();
         let finished = pipeline.finish_all(counters, duration);
-        end_outputs(finished, perfetto, out_is_stdout, failure)
+        let summary = end_outputs(finished, perfetto, out_is_stdout, failure)?;
+        Ok(Summary {
+            child_status,
+            ..summary
+        })
     }
 }
 
