@@ -164,3 +164,47 @@ fn launch_refuses_pid_and_a_missing_command() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "--user needs -- CMD");
 }
+
+/// A command ended by a signal N: gpu-trace exits 128 + N, as shells do; `--user` runs the
+/// command as that user (its uid as `id -u` prints it, on gpu-trace's stdout).
+#[test]
+fn launch_passes_a_signal_through_and_runs_as_the_user() {
+    let test = "launch_passes_a_signal_through_and_runs_as_the_user";
+    if skip_unless_root(test) {
+        return;
+    }
+    let run = |args: &[&str]| {
+        Traced::start(args)
+            .unwrap_or_else(|e| panic!("{test}: {e}"))
+            .wait(Duration::from_secs(60))
+    };
+    let f = run(&["--watch-device", WATCHED, "--", "sh", "-c", "kill -TERM $$"]);
+    assert_eq!(f.status.code(), Some(128 + libc::SIGTERM), "{}", f.stderr);
+    let f = run(&[
+        "--watch-device",
+        WATCHED,
+        "--format",
+        "json",
+        "--user",
+        "nobody",
+        "--",
+        "sh",
+        "-c",
+        "id -u; id -g; exit 3",
+    ]);
+    assert_eq!(f.status.code(), Some(3), "{}", f.stderr);
+    let ids: Vec<&str> = f.stdout.lines().filter(|l| !l.starts_with('{')).collect();
+    // SAFETY: getpwnam with a NUL-terminated name; the entry is read at once.
+    let (uid, gid) = unsafe {
+        let pw = libc::getpwnam(c"nobody".as_ptr());
+        assert!(!pw.is_null(), "no user nobody here");
+        ((*pw).pw_uid, (*pw).pw_gid)
+    };
+    assert_eq!(ids, [uid.to_string(), gid.to_string()], "{}", f.stdout);
+    // An unknown user is bad usage, before anything starts.
+    let out = std::process::Command::new(gpu_trace_bin())
+        .args(["--user", "no-such-user-gpu-trace", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+}
