@@ -45,22 +45,19 @@ fn replay(name: &str, extra: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// The event lines (not the inventory, not the statistics), as printed.
-fn event_lines(stdout: &str) -> Vec<&str> {
-    stdout
-        .lines()
-        .filter(|l| {
-            l.starts_with('{')
-                && !l.starts_with("{\"event\":\"STATS\"")
-                && !l.starts_with("{\"event\":\"INVENTORY\"")
-                && !l.starts_with("{\"event\":\"GPU_SHARE")
-        })
+/// The event lines (not the inventory, the statistics or the GPU share lines, which `--gpu`
+/// does not filter).
+fn event_lines(stdout: &str) -> Vec<serde_json::Value> {
+    json_events(stdout)
+        .into_iter()
+        .filter(|e| !e["event"].as_str().unwrap().starts_with("GPU_SHARE"))
         .collect()
 }
 
-fn gpu_index(line: &str) -> Option<u64> {
-    let v: serde_json::Value = serde_json::from_str(line).unwrap();
-    v.get("gpu_device").map(|d| d["index"].as_u64().unwrap())
+fn gpu_index(event: &serde_json::Value) -> Option<u64> {
+    event
+        .get("gpu_device")
+        .map(|d| d["index"].as_u64().unwrap())
 }
 
 #[test]
@@ -73,9 +70,9 @@ fn gpu_filter_keeps_the_events_of_that_gpu_by_index_uuid_or_bus_id() {
         let unknown = all.iter().filter(|l| gpu_index(l).is_none()).count() as u64;
         let mut seen = 0;
         for (index, uuid, bus) in &gpus {
-            let want: Vec<&str> = all
+            let want: Vec<serde_json::Value> = all
                 .iter()
-                .copied()
+                .cloned()
                 .filter(|l| gpu_index(l) == Some(*index))
                 .collect();
             seen += want.len();
@@ -104,9 +101,9 @@ fn gpu_filter_keeps_the_events_of_that_gpu_by_index_uuid_or_bus_id() {
         assert!(seen > 0, "{name}: events on a known GPU");
         // Both GPUs: every event whose GPU is known, in order.
         let out = replay(name, &["--gpu", "0", "--gpu", "1"]);
-        let known: Vec<&str> = all
+        let known: Vec<serde_json::Value> = all
             .iter()
-            .copied()
+            .cloned()
             .filter(|l| gpu_index(l).is_some())
             .collect();
         assert_eq!(event_lines(&out), known, "{name}: --gpu 0 --gpu 1");
