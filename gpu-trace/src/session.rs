@@ -957,14 +957,19 @@ impl LiveRun<'_> {
         Ok(())
     }
 
-    /// `-- CMD`: the command's exit status (128 + N for a signal), looked at once more after a
-    /// stop that came first (Ctrl-C reaches the command too); a command still running is said
-    /// on stderr and left to run, untraced.
+    /// `-- CMD`: the command's exit status (128 + N for a signal), looked at for 0.2 s more
+    /// after a stop that came first (Ctrl-C reaches the command too); a command still running
+    /// then is said on stderr and left to run, untraced.
     fn child_end(&mut self) -> Option<i32> {
         let c = self.command.as_mut()?;
         let pid = c.pid;
-        if c.status.is_none() {
-            c.status = crate::launch::reap(pid);
+        // A Ctrl-C reached the command too: a moment for it to end.
+        for _ in 0..10 {
+            c.status = c.status.or_else(|| crate::launch::reap(pid));
+            if c.status.is_some() {
+                break;
+            }
+            std::thread::sleep(CHILD_POLL);
         }
         let status = c.status;
         if status.is_none() {

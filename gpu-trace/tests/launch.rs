@@ -208,3 +208,43 @@ fn launch_passes_a_signal_through_and_runs_as_the_user() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "{out:?}");
 }
+
+/// Tracing that ends first (`--duration`) leaves the command running, says so, and exits with
+/// gpu-trace's own status.
+#[test]
+fn a_command_still_running_when_tracing_ends_is_left_running() {
+    let test = "a_command_still_running_when_tracing_ends_is_left_running";
+    if skip_unless_root(test) {
+        return;
+    }
+    let marker = common::scratch().join("still_running");
+    let _ = std::fs::remove_file(&marker);
+    let script = format!("sleep 1; touch {}", marker.display());
+    let f = Traced::start(&[
+        "--watch-device",
+        WATCHED,
+        "-d",
+        "0.3",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ])
+    .unwrap_or_else(|e| panic!("{test}: {e}"))
+    .wait(Duration::from_secs(60));
+    assert_eq!(f.status.code(), Some(0), "{}", f.stderr);
+    assert!(
+        f.stderr.contains("still runs, no longer traced"),
+        "{}",
+        f.stderr
+    );
+    // It was not killed: it finishes its work.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !marker.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        marker.exists(),
+        "the command went on after gpu-trace exited"
+    );
+}
