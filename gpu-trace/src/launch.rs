@@ -213,31 +213,73 @@ pub struct Descendants {
     pub unfollowed: u64,
 }
 
+/// How long [`Descendants::launch`] waits for the command's own fork event before it falls
+/// back to /proc.
+pub const CONNECTOR_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
+
 // The process connector's messages (linux/connector.h, linux/cn_proc.h).
 const NLMSG_HDR: usize = 16;
 const CN_MSG: usize = 20;
 const PROC_EVENT_FORK: u32 = 0x1;
 
 impl Descendants {
-    /// Subscribes to fork events (before the command is released) and follows `root`.
-    pub fn new(root: u32) -> Self {
-        let (sock, degraded) = match subscribe() {
-            Ok(s) => (Some(s), None),
-            Err(e) => (
-                None,
-                Some(format!(
-                    "the kernel's process connector is not available ({e}); the command's \
-                     children are found from /proc (one that exits at once may be missed)"
-                )),
-            ),
-        };
-        Self {
-            root,
-            members: HashSet::from([root]),
-            sock,
-            degraded,
+    /// Subscribes to fork events, then forks the command ([`fork_waiting`]) and follows it.
+    /// The connector is trusted only once the command's own fork event arrived (within
+    /// [`CONNECTOR_CHECK`]): in a PID or network namespace other than the initial ones the
+    /// kernel accepts the subscription but delivers nothing.
+    pub fn launch(cmd: &[OsString], user: Option<&User>) -> Result<(Launched, Self), LaunchError> {
+        let sock = subscribe();
+        let child = fork_waiting(cmd, user)?;
+        let mut d = Self {
+            root: child.pid,
+            members: HashSet::from([child.pid]),
+            sock: None,
+            degraded: None,
             unfollowed: 0,
+        };
+        let why = match sock {
+            Ok(sock) => {
+                d.sock = Some(sock);
+                if d.saw_fork_of(child.pid) {
+                    return Ok((child, d));
+                }
+                d.sock = None;
+                format!(
+                    "the kernel's process connector sent no fork event within {} ms (gpu-trace \
+                     runs in a PID or network namespace of its own?)",
+                    CONNECTOR_CHECK.as_millis()
+                )
+            }
+            Err(e) => format!("the kernel's process connector is not available ({e})"),
+        };
+        d.degraded = Some(format!(
+            "{why}; the command's children are found from /proc instead (one that exits and is \
+             reaped before its records are read is missed)"
+        ));
+        Ok((child, d))
+    }
+
+    /// Reads fork events until `pid`'s own arrives ([`CONNECTOR_CHECK`] at most).
+    fn saw_fork_of(&mut self, pid: u32) -> bool {
+        let deadline = std::time::Instant::now() + CONNECTOR_CHECK;
+        while std::time::Instant::now() < deadline {
+            let Some(fd) = self.sock.as_ref().map(|s| s.as_raw_fd()) else {
+                return false;
+            };
+            let mut p = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            unsafe { libc::poll(&mut p, 1, 20) };
+            let mut forked = Vec::new();
+            self.refresh_with(|child| forked.push(child));
+            if forked.contains(&pid) {
+                return true;
+            }
         }
+        false
     }
 
     /// The launched command's process id.
@@ -252,6 +294,11 @@ impl Descendants {
 
     /// Reads the fork events queued so far; returns the changes to the set.
     pub fn refresh(&mut self) -> Vec<Change> {
+        self.refresh_with(|_| {})
+    }
+
+    /// [`refresh`](Self::refresh), telling `seen` every new process's id.
+    fn refresh_with(&mut self, mut seen: impl FnMut(u32)) -> Vec<Change> {
         let mut changes = Vec::new();
         let Some(sock) = self.sock.as_ref() else {
             return changes;
@@ -278,13 +325,15 @@ impl Descendants {
                     }
                 }
             }
-            self.fork_events(&buf[..n as usize], &mut changes);
+            if let Some(child) = self.fork_events(&buf[..n as usize], &mut changes) {
+                seen(child);
+            }
         }
         changes
     }
 
-    /// The fork events of one datagram, into the set.
-    fn fork_events(&mut self, msg: &[u8], changes: &mut Vec<Change>) {
+    /// The fork event of one datagram, into the set; returns the new process's id.
+    fn fork_events(&mut self, msg: &[u8], changes: &mut Vec<Change>) -> Option<u32> {
         let word = |at: usize| {
             msg.get(at..at + 4)
                 .map(|b| u32::from_ne_bytes(b.try_into().unwrap_or([0; 4])))
@@ -293,15 +342,15 @@ impl Descendants {
         // child_pid, child_tgid.
         let ev = NLMSG_HDR + CN_MSG;
         if word(ev) != Some(PROC_EVENT_FORK) {
-            return;
+            return None;
         }
         let (Some(parent), Some(child_pid), Some(child)) =
             (word(ev + 20), word(ev + 24), word(ev + 28))
         else {
-            return;
+            return None;
         };
         if child_pid != child {
-            return; // a thread
+            return None; // a thread
         }
         if self.members.contains(&parent) {
             if self.members.len() >= MAX_FOLLOWED {
@@ -312,6 +361,7 @@ impl Descendants {
         } else if child != self.root && self.members.remove(&child) {
             changes.push(Change::Unfollow(child));
         }
+        Some(child)
     }
 
     /// Decides on a process not in the set: the queued fork events first; without the

@@ -585,8 +585,7 @@ fn start_command(
         Some(name) => Some(crate::launch::User::lookup(name)?),
         None => None,
     };
-    let child = crate::launch::fork_waiting(&args.launch, user.as_ref())?;
-    let descendants = crate::launch::Descendants::new(child.pid);
+    let (child, descendants) = crate::launch::Descendants::launch(&args.launch, user.as_ref())?;
     let shown = escape::escape_text(&escape::decode_lossless(
         std::os::unix::ffi::OsStrExt::as_bytes(args.launch[0].as_os_str()),
     ))

@@ -51,6 +51,9 @@ fn launched_grandchild() {
     for _ in 0..GRANDCHILD_CALLS {
         assert_eq!(s.issue(&dev), -ENOTTY);
     }
+    // Without the process connector, /proc decides: the process must still be there when
+    // its records are read (the test that runs so gives it this long).
+    std::thread::sleep(Duration::from_millis(env_num("LAUNCH_LINGER_MS", 0)));
 }
 
 /// The same calls from a process outside the command, until killed.
@@ -90,7 +93,31 @@ fn launch_traces_the_command_and_its_children_only() {
     if skip_unless_root(test) {
         return;
     }
-    let pids_file = common::scratch().join("launch_pids");
+    let f = launched_run(test, false);
+    assert!(!f.stderr.contains("process connector"), "{}", f.stderr);
+}
+
+/// Where the kernel's process connector cannot be used (here: gpu-trace in a network namespace
+/// of its own, where the connector refuses the subscription), the command's children are found
+/// from their parent chain in /proc, with a warning.
+#[test]
+fn without_the_process_connector_children_are_found_from_proc() {
+    let test = "without_the_process_connector_children_are_found_from_proc";
+    if skip_unless_root(test) {
+        return;
+    }
+    let f = launched_run(test, true);
+    assert!(
+        f.stderr.contains("children are found from /proc instead"),
+        "{}",
+        f.stderr
+    );
+}
+
+/// Runs the launch scenario (module doc) and checks its events, counts and exit status;
+/// `own_netns`: gpu-trace runs under `unshare -n`.
+fn launched_run(test: &str, own_netns: bool) -> Finished {
+    let pids_file = common::scratch().join(format!("{test}.pids"));
     let _ = std::fs::remove_file(&pids_file);
     let noise = child("noise")
         .stdout(Stdio::null())
@@ -100,7 +127,14 @@ fn launch_traces_the_command_and_its_children_only() {
     let exe = exe.to_str().unwrap();
     // A shell in between: the schedules come from its child and grandchild.
     let script = "\"$0\" --ignored --exact launched_parent --test-threads 1 -q >/dev/null; exit $?";
-    let mut cmd = std::process::Command::new(gpu_trace_bin());
+    let mut cmd = if own_netns {
+        let mut c = std::process::Command::new("unshare");
+        c.args(["-n", gpu_trace_bin().to_str().unwrap()]);
+        c.env("LAUNCH_LINGER_MS", "500");
+        c
+    } else {
+        std::process::Command::new(gpu_trace_bin())
+    };
     cmd.env("LAUNCH_PIDS", &pids_file);
     let traced = Traced::start_with(
         cmd,
@@ -147,6 +181,7 @@ fn launch_traces_the_command_and_its_children_only() {
         (PARENT_CALLS + GRANDCHILD_CALLS) as u64,
         "{stats}"
     );
+    f
 }
 
 #[test]
