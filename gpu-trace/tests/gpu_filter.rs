@@ -72,8 +72,8 @@ fn gpu_filter_keeps_the_events_of_that_gpu_by_index_uuid_or_bus_id() {
         for (index, uuid, bus) in &gpus {
             let want: Vec<serde_json::Value> = all
                 .iter()
-                .cloned()
                 .filter(|l| gpu_index(l) == Some(*index))
+                .cloned()
                 .collect();
             seen += want.len();
             // nvidia-smi's bus id has an 8-digit domain; also the short and 4-digit forms.
@@ -103,8 +103,8 @@ fn gpu_filter_keeps_the_events_of_that_gpu_by_index_uuid_or_bus_id() {
         let out = replay(name, &["--gpu", "0", "--gpu", "1"]);
         let known: Vec<serde_json::Value> = all
             .iter()
-            .cloned()
             .filter(|l| gpu_index(l).is_some())
+            .cloned()
             .collect();
         assert_eq!(event_lines(&out), known, "{name}: --gpu 0 --gpu 1");
     }
