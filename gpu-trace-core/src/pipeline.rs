@@ -37,6 +37,9 @@ pub struct Summary {
     /// The replayed recording ends without its trailer (cut short): its counts are
     /// incomplete and the kernel counters unknown ([`Stats::kernel_unknown`]).
     pub truncated: bool,
+    /// `gpu-trace -- CMD`: the command's exit status (128 + N for a signal), when it ended
+    /// while traced.
+    pub child_status: Option<i32>,
 }
 
 /// What to show and how.
@@ -99,6 +102,13 @@ pub struct Pipeline<W: Write> {
     interval: Option<Periodic>,
     /// `--metrics`: the same events as Prometheus metrics.
     metrics: Option<Metrics>,
+    /// `gpu-trace -- CMD`: only these processes (the command and those it created), as the
+    /// caller follows them ([`Pipeline::follow`]); `None`: no such filter.
+    followed: Option<std::collections::HashSet<u32>>,
+    /// `--gpu`: only events on these GPUs (index, UUID or PCI bus id; empty: all).
+    gpu_filter: Vec<String>,
+    /// Events `--gpu` left out because their GPU was not known (yet).
+    gpu_unknown: u64,
 }
 
 /// `--interval`: when and where the periodic statistics go.
@@ -138,6 +148,9 @@ impl<W: Write> Pipeline<W> {
             attributions: PidMap::default(),
             gpus: GpuDirectory::default(),
             task_devices: HashMap::new(),
+            followed: None,
+            gpu_filter: Vec::new(),
+            gpu_unknown: 0,
             first_ts: None,
             last_ts: None,
             lines,
@@ -385,19 +398,57 @@ impl<W: Write> Pipeline<W> {
         self.attributions.insert(pid, a);
     }
 
+    /// `--gpu`: only the events on one of `gpus` (each an nvidia-smi index, a UUID or a PCI bus
+    /// id, as [`gpu_matches`] reads them). An event whose GPU is not known is left out and
+    /// counted (`gpu_unknown` among the statistics' unreported reasons).
+    pub fn with_gpu_filter(mut self, gpus: Vec<String>) -> Self {
+        self.gpu_filter = gpus;
+        self
+    }
+
+    /// From now on, only the events of `pid` (with `true`) and of the processes
+    /// [`follow`](Self::follow) adds pass; `false` forgets `pid` again (its id was reused by a
+    /// process the caller does not follow).
+    pub fn follow(&mut self, pid: u32, follow: bool) {
+        let set = self.followed.get_or_insert_with(Default::default);
+        if follow {
+            set.insert(pid);
+        } else {
+            set.remove(&pid);
+        }
+    }
+
+    /// Whether process `pid` passes [`follow`](Self::follow)'s filter.
+    fn followed(&self, pid: u32) -> bool {
+        self.followed.as_ref().is_none_or(|f| f.contains(&pid))
+    }
+
     /// Emits the events that pass the filters.
     fn emit_selected(&mut self, events: &[Event]) -> Result<(), SinkError> {
         for event in events {
-            if self.selected(event) {
-                self.emit(event)?;
+            if !self.selected(event) {
+                continue;
             }
+            let gpu = self.gpu_of(event);
+            if !self.gpu_filter.is_empty() {
+                match &gpu {
+                    Some(g) if self.gpu_filter.iter().any(|sel| gpu_matches(g, sel)) => {}
+                    Some(_) => continue,
+                    None => {
+                        self.gpu_unknown += 1;
+                        continue;
+                    }
+                }
+            }
+            self.emit(event, gpu.as_ref())?;
         }
         Ok(())
     }
 
     fn selected(&self, event: &Event) -> bool {
         let o = &event.origin;
-        let pid_ok = self.config.pids.is_empty() || self.config.pids.contains(&o.pid);
+        let pid_ok = (self.config.pids.is_empty() || self.config.pids.contains(&o.pid))
+            && self.followed(o.pid);
         let comm_ok = self.config.comms.is_empty()
             || self.config.comms.iter().any(|c| {
                 *c == o.comm || self.process_names.get(&o.pid).is_some_and(|name| name == c)
@@ -407,21 +458,20 @@ impl<W: Write> Pipeline<W> {
 
     /// Adds what is known of the event's process and task, and hands it to each sink: the
     /// statistics, metrics, Perfetto, the lines.
-    fn emit(&mut self, event: &Event) -> Result<(), SinkError> {
+    fn emit(&mut self, event: &Event, gpu: Option<&GpuIdentity>) -> Result<(), SinkError> {
         if matches!(
             event.kind,
             EventKind::TaskInit { .. } | EventKind::Schedule { .. } | EventKind::SchedUpdate { .. }
         ) {
             self.share_params(event);
         }
-        let gpu = self.gpu_of(event);
         let ev = Enriched {
             event,
             process: self
                 .process_names
                 .get(&event.origin.pid)
                 .map_or(event.origin.comm.as_str(), String::as_str),
-            gpu: gpu.as_ref(),
+            gpu,
             cgroup: self.attributions.get(&event.origin.pid),
             trace_start_ns: self.first_ts.unwrap_or(event.origin.ts_ns),
         };
@@ -449,7 +499,8 @@ impl<W: Write> Pipeline<W> {
     pub fn share_samples(&mut self, samples: &[ShareSample]) -> Result<(), SinkError> {
         for s in samples {
             let comm = self.process_names.get(&s.pid).map(String::as_str);
-            let pid_ok = self.config.pids.is_empty() || self.config.pids.contains(&s.pid);
+            let pid_ok = (self.config.pids.is_empty() || self.config.pids.contains(&s.pid))
+                && self.followed(s.pid);
             let comm_ok = self.config.comms.is_empty()
                 || comm.is_some_and(|c| self.config.comms.iter().any(|x| x == c));
             if !(pid_ok && comm_ok) {
@@ -618,12 +669,38 @@ impl<W: Write> Pipeline<W> {
 
     /// The trackers' counters of calls that produced no event, by reason (non-zero only).
     fn unreported(&self) -> std::collections::BTreeMap<&'static str, u64> {
-        self.sources.unreported()
+        let mut reasons = self.sources.unreported();
+        if self.gpu_unknown > 0 {
+            reasons.insert("gpu_unknown", self.gpu_unknown);
+        }
+        reasons
     }
 
     pub fn stats(&self) -> &Stats {
         &self.stats
     }
+}
+
+/// Whether `sel` (`--gpu`) names GPU `g`: its nvidia-smi index (`1`), its UUID (`GPU-…`, any
+/// case) or its PCI bus id (`0000:00:07.0`, `00000000:00:07.0` or `00:07.0`).
+pub fn gpu_matches(g: &GpuIdentity, sel: &str) -> bool {
+    let sel = sel.trim();
+    if let Ok(index) = sel.parse::<u32>() {
+        return g.index == index;
+    }
+    if g.uuid
+        .as_deref()
+        .is_some_and(|u| u.eq_ignore_ascii_case(sel))
+    {
+        return true;
+    }
+    let full = if sel.matches(':').count() == 1 {
+        format!("0000:{sel}")
+    } else {
+        sel.to_string()
+    };
+    let pci = crate::model::gpus::parse_bus_id(&full);
+    pci.is_some() && pci == crate::model::gpus::parse_bus_id(&g.bus_id)
 }
 
 #[cfg(test)]

@@ -48,6 +48,19 @@ const TRACE_EXIT_STATUS: &[(u8, &str)] = &[
     ),
 ];
 
+/// `gpu-trace`'s exit codes: tracing's, and `-- CMD`'s status passed through.
+const MAIN_EXIT_STATUS: &[(u8, &str)] = &[
+    (
+        exit::SUCCESS,
+        "success (with -- CMD: gpu-trace exits with CMD's status instead, 128 + N for a \
+         signal N, when CMD ended while traced)",
+    ),
+    TRACE_EXIT_STATUS[1],
+    TRACE_EXIT_STATUS[2],
+    TRACE_EXIT_STATUS[3],
+    TRACE_EXIT_STATUS[4],
+];
+
 /// `gpu-trace`'s (tracing's) epilogue.
 pub const MAIN_EPILOGUE: Epilogue = Epilogue {
     examples: "  Check what this machine allows (hooks, BTF, LSMs, driver) before tracing:
@@ -56,6 +69,13 @@ pub const MAIN_EPILOGUE: Epilogue = Epilogue {
       sudo gpu-trace
   Also show work-submit tokens, for one process, for 30 seconds:
       sudo gpu-trace -v --pid 4242 --duration 30
+  Start a command, trace it and its children until it exits, exit with its
+  status (as root the command runs as root: --user runs it as someone else):
+      sudo gpu-trace -- ./train.py --epochs 1
+      sudo gpu-trace --user alice --format json -o t.jsonl -- ./train.py
+  Only the events on one GPU (nvidia-smi's index, a UUID or a PCI bus id):
+      sudo gpu-trace --gpu 1
+      gpu-trace replay run.gtrace --gpu 0000:17:00.0
   AMD GPUs: KFD compute and SDMA queues (/dev/kfd); -v adds each doorbell:
       sudo gpu-trace --vendor amd -v
   Only processes whose name is python3, as JSON lines, into a file:
@@ -96,7 +116,7 @@ pub const MAIN_EPILOGUE: Epilogue = Epilogue {
          final timeslice), live TSGs per GPU and runlist; -v adds the kernel side's internal \
          counters.",
     )),
-    exit_status: TRACE_EXIT_STATUS,
+    exit_status: MAIN_EXIT_STATUS,
     see_also: SEE_ALSO,
 };
 
@@ -263,8 +283,20 @@ pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
 
+    /// With `-- CMD`: run CMD as this user (name from the password database: its uid, group
+    /// and supplementary groups). Without it, CMD runs as gpu-trace's own user, which is root.
+    #[arg(long, value_name = "NAME", requires = "launch")]
+    #[arg(help_heading = heading::LAUNCH)]
+    pub user: Option<String>,
+
     #[command(flatten)]
     pub trace: TraceArgs,
+
+    /// Start CMD with its arguments, trace it and every process it creates from its first
+    /// instruction, stop when it exits and exit with its status (a signal N: 128 + N). Not with
+    /// --pid; with --comm, only the command's processes of that name.
+    #[arg(last = true, value_name = "CMD", conflicts_with = "pids")]
+    pub launch: Vec<std::ffi::OsString>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -477,6 +509,7 @@ fn choices<T: Copy + Send + Sync + 'static>(
 /// `--format`, `-o`, `-d`, `--interval`, `--vendor`, in that `display_order`). Clap lists the
 /// groups in the order their first option is declared, hence the order of `TraceArgs`' fields.
 pub mod heading {
+    pub const LAUNCH: &str = "Launching a command (-- CMD)";
     pub const OUTPUT: &str = "Output";
     pub const CONTAINERS: &str = "Containers";
     pub const REFUSING: &str = "Refusing GPU work";
@@ -504,6 +537,14 @@ pub struct OutputArgs {
     #[arg(short, long = "comm", value_name = "NAME")]
     #[arg(display_order = 2)]
     pub comms: Vec<String>,
+
+    /// Only events on this GPU (repeatable): its index as nvidia-smi numbers it (0), its UUID
+    /// (GPU-…) or its PCI bus id (0000:17:00.0). NVIDIA; an event whose GPU is not known yet
+    /// (before its task's first TASK_INIT or WORK_SUBMIT names one) is left out and counted
+    /// as `gpu_unknown` in the statistics.
+    #[arg(long = "gpu", value_name = "INDEX|UUID|BUS", value_parser = parse_gpu)]
+    #[arg(display_order = 2)]
+    pub gpus: Vec<String>,
 
     /// Output format.
     #[arg(long, value_parser = choices(FORMATS), default_value = "text")]
@@ -617,9 +658,10 @@ impl OutputArgs {
 /// `--metrics`: Prometheus metrics while tracing (docs/fleet.md).
 #[derive(Clone, Debug, Default, Args)]
 pub struct MetricsArgs {
-    /// Serve Prometheus metrics at http://ADDR/metrics while tracing, e.g. 127.0.0.1:9464
-    /// (port 0: any free port). A loopback address unless --metrics-allow-remote.
-    #[arg(long = "metrics", value_name = "ADDR")]
+    /// Serve Prometheus metrics at http://ADDR/metrics while tracing, e.g. 127.0.0.1:9464 or
+    /// localhost:9464 (port 0: any free port); `:9464` is every interface (0.0.0.0:9464), as
+    /// for Prometheus exporters. A loopback address unless --metrics-allow-remote.
+    #[arg(long = "metrics", value_name = "ADDR", value_parser = parse_metrics_addr)]
     #[arg(help_heading = heading::METRICS)]
     pub addr: Option<std::net::SocketAddr>,
 
@@ -758,6 +800,14 @@ pub struct TraceArgs {
 
     #[command(flatten)]
     pub output: OutputArgs,
+
+    /// `gpu-trace -- CMD` (from [`Cli::launch`]): the command to start and trace.
+    #[arg(skip)]
+    pub launch: Vec<std::ffi::OsString>,
+
+    /// `--user NAME` (from [`Cli::user`]): who the command runs as.
+    #[arg(skip)]
+    pub launch_user: Option<String>,
 }
 
 /// The longest `--duration`: a year (anything longer is a typo, and must fit a `Duration`).
@@ -794,6 +844,50 @@ fn parse_duration(s: &str) -> Result<f64, String> {
         ));
     }
     Ok(d)
+}
+
+/// `--gpu`: an index, a UUID (`GPU-…`) or a PCI bus id (with or without its domain).
+fn parse_gpu(s: &str) -> Result<String, String> {
+    let t = s.trim();
+    let bus = |b: &str| gpu_trace_core::model::gpus::parse_bus_id(b).is_some();
+    let ok = t.parse::<u32>().is_ok()
+        || (t.len() > 4 && t.get(..4).is_some_and(|p| p.eq_ignore_ascii_case("GPU-")))
+        || bus(t)
+        || (t.matches(':').count() == 1 && bus(&format!("0000:{t}")));
+    if ok {
+        Ok(t.to_string())
+    } else {
+        Err(format!(
+            "`{s}` names no GPU: give its index as nvidia-smi numbers it (0), its UUID \
+             (GPU-…, from nvidia-smi -L) or its PCI bus id (0000:17:00.0)"
+        ))
+    }
+}
+
+/// `--metrics`: `IP:PORT` (`[IPv6]:PORT`), `localhost:PORT` (127.0.0.1, never a name
+/// lookup), or `:PORT` (every interface: 0.0.0.0, as Prometheus exporters read it; the loopback
+/// rule then asks for --metrics-allow-remote or credentials).
+fn parse_metrics_addr(s: &str) -> Result<std::net::SocketAddr, String> {
+    use std::net::{Ipv4Addr, SocketAddr};
+    let t = s.trim();
+    let port = |p: &str| {
+        p.parse::<u16>()
+            .map_err(|_| format!("`{s}`: `{p}` is not a port (0 to 65535)"))
+    };
+    if let Some(p) = t.strip_prefix(':') {
+        return Ok(SocketAddr::from((Ipv4Addr::UNSPECIFIED, port(p)?)));
+    }
+    if let Some((host, p)) = t.rsplit_once(':')
+        && host.eq_ignore_ascii_case("localhost")
+    {
+        return Ok(SocketAddr::from((Ipv4Addr::LOCALHOST, port(p)?)));
+    }
+    t.parse().map_err(|_| {
+        format!(
+            "`{s}` is not an address to listen on: give IP:PORT (127.0.0.1:9464, [::1]:9464), \
+             localhost:PORT, or :PORT for every interface"
+        )
+    })
 }
 
 /// `--pid`, `--deny-pid`: a process id; 0 is none (the kernel's idle task never calls a driver,
@@ -909,6 +1003,34 @@ mod tests {
         ] {
             assert_eq!(parse_duration(text), Ok(secs), "{text}");
         }
+    }
+
+    #[test]
+    fn metrics_takes_localhost_and_a_bare_port() {
+        let addr = |a: &str| {
+            Cli::try_parse_from(["gpu-trace", "--metrics", a])
+                .map(|c| c.trace.metrics.addr.unwrap().to_string())
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(addr("localhost:9464").as_deref(), Ok("127.0.0.1:9464"));
+        assert_eq!(addr("LOCALHOST:0").as_deref(), Ok("127.0.0.1:0"));
+        assert_eq!(addr(":9464").as_deref(), Ok("0.0.0.0:9464"));
+        assert_eq!(addr("127.0.0.1:9464").as_deref(), Ok("127.0.0.1:9464"));
+        assert_eq!(addr("[::1]:9464").as_deref(), Ok("[::1]:9464"));
+        for bad in [
+            "example.com:9464",
+            ":99999",
+            "localhost:",
+            "localhost",
+            "9464",
+            ":",
+        ] {
+            assert!(addr(bad).is_err(), "{bad}");
+        }
+        // The loopback rule is unchanged: every interface needs --metrics-allow-remote.
+        let any = "0.0.0.0:9464".parse().unwrap();
+        assert!(crate::metrics::server::check_addr(any, false).is_err());
+        assert!(crate::metrics::server::check_addr(any, true).is_ok());
     }
 
     #[test]

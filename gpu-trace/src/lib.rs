@@ -17,10 +17,12 @@
 //! - [`session`]: the live loop (tokio) and replay, tying the core to the kernel and the CLI;
 //! - [`metrics`]'s HTTP server and ring-buffer fill reader; [`top`], the terminal view;
 //! - [`doctor`]: `gpu-trace doctor`, what this machine allows and why not;
-//! - [`api`]: `gpu-trace api`, the GPU API layer (so far `--resolve`).
+//! - [`api`]: `gpu-trace api`, the GPU API layer (so far `--resolve`);
+//! - [`launch`]: starting a command to trace (`-- CMD`) and following its children.
 pub mod api;
 pub mod cli;
 pub mod doctor;
+pub mod launch;
 pub mod loader;
 pub mod metrics;
 pub mod probe;

@@ -61,7 +61,12 @@ fn main() -> ExitCode {
             }
             top(*trace, expire)
         }
-        None => trace(cli.trace),
+        None => {
+            let mut args = cli.trace;
+            args.launch = cli.launch;
+            args.launch_user = cli.user;
+            trace(args)
+        }
     };
     exit_code(result)
 }
@@ -159,9 +164,19 @@ fn completions(shell: clap_complete::Shell) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// The exit status of a run or replay (and its last words on stderr): records or output lines
-/// lost, a metrics endpoint that died, or the error and what kind it is.
+/// The exit status of a run or replay: with `-- CMD`, the command's (when it ended while
+/// traced; gpu-trace's own troubles are said on stderr), else gpu-trace's own ([`own_exit_code`]).
 fn exit_code(result: anyhow::Result<session::Summary>) -> ExitCode {
+    let child = result.as_ref().ok().and_then(|s| s.child_status);
+    let own = own_exit_code(result);
+    child.map_or(own, |s| {
+        ExitCode::from(u8::try_from(s.clamp(0, 255)).unwrap_or(255))
+    })
+}
+
+/// gpu-trace's own exit status (and its last words on stderr): records or output lines lost, a
+/// metrics endpoint that died, or the error and what kind it is.
+fn own_exit_code(result: anyhow::Result<session::Summary>) -> ExitCode {
     // A metrics endpoint that died during the run (said on stderr when it happened; tracing went
     // on and the statistics are complete): the run did not do all it was asked, exit 1.
     if result.is_ok() && gpu_trace::metrics::server::endpoint_failed() {
@@ -203,6 +218,12 @@ fn error_exit_code(err: &anyhow::Error) -> ExitCode {
     if err
         .chain()
         .any(|c| matches!(c.downcast_ref::<RunError>(), Some(RunError::Cgroup(e)) if !e.is_unsupported()))
+        || err.chain().any(|c| {
+            matches!(
+                c.downcast_ref::<RunError>(),
+                Some(RunError::Launch(gpu_trace::launch::LaunchError::User { .. }))
+            )
+        })
     {
         return ExitCode::from(EXIT_USAGE);
     }

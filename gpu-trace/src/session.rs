@@ -62,6 +62,9 @@ pub enum RunError {
     /// A cgroup or container given on the command line names nothing usable (exit code 2).
     #[error(transparent)]
     Cgroup(#[from] CgroupError),
+    /// `-- CMD` could not be started (a bad `--user` is bad usage, exit code 2).
+    #[error(transparent)]
+    Launch(#[from] crate::launch::LaunchError),
 }
 
 impl RunError {
@@ -284,7 +287,8 @@ fn new_pipeline(
     perfetto: Option<&Staged>,
     by_record_time: bool,
 ) -> Result<Pipeline<QueueWriter>, RunError> {
-    let pipeline = Pipeline::new(pipeline_config(args, clock.clone()), out);
+    let pipeline =
+        Pipeline::new(pipeline_config(args, clock.clone()), out).with_gpu_filter(args.gpus.clone());
     let pipeline = match perfetto {
         Some(staged) => {
             let what = || "writing the Perfetto timeline";
@@ -474,7 +478,7 @@ pub async fn run_live_with(
     let (nvml, share_sampler) = (nvml_inventory(amd), open_share_sampler(args, amd));
     // Bound before loading: a busy port or a refused address stops the run before any hook.
     let metrics = crate::metrics::server::serve(&args.metrics, args.ring_size)?;
-    let mut tracer = Tracer::load(&options)?;
+    let (launched, mut tracer) = (start_command(args)?, Tracer::load(&options)?);
     // Attached: tracing time (the deadline and the statistics' duration) starts here.
     let tracing_since = Instant::now();
     let deadline = args
@@ -482,7 +486,7 @@ pub async fn run_live_with(
         .map(|d| tracing_since + Duration::from_secs_f64(d));
     // Late attach: the processes that have a GPU open already (after attaching, so that a
     // process opening the GPU now is seen by the hooks or by the walk), tracked from now on.
-    let inventory = traced_inventory(args, amd, nvml, &subtrees);
+    let inventory = traced_inventory(args, amd, nvml, &subtrees, launched.as_ref());
     tracer.track(&kernel_tracking(&inventory, &args.output))?;
     let clock = Clock::from_system().map_err(io_err("reading the clocks"))?;
     announce_hooks(&tracer, kfd.as_ref());
@@ -496,12 +500,9 @@ pub async fn run_live_with(
         record,
     } = files;
     let sampled = (amd, share_sampler.is_some());
-    let recorder = match record {
-        Some(queue) => Some(start_recording(
-            queue, &clock, &tracer, &inventory, sampled,
-        )?),
-        None => None,
-    };
+    let recorder = record
+        .map(|queue| start_recording(queue, &clock, &tracer, &inventory, sampled))
+        .transpose()?;
     let pipeline = new_pipeline(
         &args.output,
         clock,
@@ -517,13 +518,16 @@ pub async fn run_live_with(
         .inventory(&inventory)
         .map_err(io_err("writing the output"))?;
     let ring = watch_ring_buffer(&mut tracer, &mut pipeline)?;
+    let (command, descendants) = release_command(launched, &mut pipeline);
     let mut live = LiveRun {
         ring,
         tracer,
         reader: Reader {
             cgroups,
+            descendants,
             ..Reader::default()
         },
+        command,
         pipeline,
         recorder,
         viewer,
@@ -546,6 +550,55 @@ pub async fn run_live_with(
         live.report(vec![warning]);
     }
     live.end(counters, args.record.as_deref(), perfetto, out_is_stdout)
+}
+
+/// `-- CMD`: the pipeline follows the command, which is let go (everything is attached);
+/// returns its pid and the follower of its descendants.
+fn release_command(
+    launched: Option<(crate::launch::Launched, crate::launch::Descendants)>,
+    pipeline: &mut Pipeline<QueueWriter>,
+) -> (Option<CommandRun>, Option<crate::launch::Descendants>) {
+    let Some((child, descendants)) = launched else {
+        return (None, None);
+    };
+    pipeline.follow(child.pid, true);
+    let pid = child.pid;
+    child.release();
+    (Some(CommandRun { pid, status: None }), Some(descendants))
+}
+
+/// `-- CMD` while traced: its process id, and its exit status once it ended.
+struct CommandRun {
+    pid: u32,
+    status: Option<i32>,
+}
+
+/// `-- CMD`: the command forked and waiting for [`crate::launch::Launched::release`], and the
+/// follower of the processes it creates (subscribed before it runs); `None` without `-- CMD`.
+fn start_command(
+    args: &TraceArgs,
+) -> Result<Option<(crate::launch::Launched, crate::launch::Descendants)>, RunError> {
+    if args.launch.is_empty() {
+        return Ok(None);
+    }
+    let user = match args.launch_user.as_deref() {
+        Some(name) => Some(crate::launch::User::lookup(name)?),
+        None => None,
+    };
+    let (child, descendants) = crate::launch::Descendants::launch(&args.launch, user.as_ref())?;
+    let shown = escape::escape_text(&escape::decode_lossless(
+        std::os::unix::ffi::OsStrExt::as_bytes(args.launch[0].as_os_str()),
+    ))
+    .into_owned();
+    eprintln!(
+        "gpu-trace: starting {shown} (pid {}) once attached; tracing it and every process it \
+         creates until it exits",
+        child.pid
+    );
+    if let Some(why) = &descendants.degraded {
+        eprintln!("gpu-trace: warning: {why}");
+    }
+    Ok(Some((child, descendants)))
 }
 
 /// NVML's GPU names and per-process memory for the inventory (NVIDIA).
@@ -684,14 +737,20 @@ fn load_options(
 }
 
 /// The processes that have a GPU open already ([`take_inventory`]); under
-/// `--cgroup`/`--container`, only those inside (the others are not traced, before or after).
+/// `--cgroup`/`--container`, only those inside (the others are not traced, before or after);
+/// with `-- CMD` (`launched`), only the command.
 fn traced_inventory(
     args: &TraceArgs,
     amd: bool,
     nvml: Option<Result<Vec<crate::probe::nvml::NvmlGpu>, String>>,
     subtrees: &CgroupSelection,
+    launched: Option<&(crate::launch::Launched, crate::launch::Descendants)>,
 ) -> Inventory {
     let mut inventory = take_inventory(&args.watch_device, amd, nvml);
+    if let Some((command, _)) = launched {
+        // `-- CMD`: the command's processes only; none had a GPU open before it started.
+        inventory.processes.retain(|p| p.pid == command.pid);
+    }
     if !subtrees.filter.is_empty() {
         inventory.processes.retain(|p| {
             p.cgroup
@@ -791,6 +850,8 @@ struct LiveRun<'v> {
     tracing_since: Instant,
     /// `--share-interval`: the GPU share sampler's thread, while tracing.
     share: Option<crate::probe::share::ShareThread>,
+    /// `-- CMD`: the command, and its exit status once it ended.
+    command: Option<CommandRun>,
 }
 
 impl LiveRun<'_> {
@@ -806,6 +867,8 @@ impl LiveRun<'_> {
         metrics_served: bool,
     ) -> Result<(), RunError> {
         let mut health = tokio::time::interval(Duration::from_secs(1));
+        // `-- CMD`: whether the command ended, looked at this often.
+        let mut child_tick = tokio::time::interval(CHILD_POLL);
         let mut share_tick = tokio::time::interval(Duration::from_millis(100));
         let sleep = async {
             match deadline {
@@ -853,6 +916,14 @@ impl LiveRun<'_> {
                 }
                 () = wake.notified() => {} // an output failed: the loop condition sees it
                 _ = share_tick.tick(), if self.share.is_some() => self.take_share()?,
+                _ = child_tick.tick(), if self.command.is_some() => {
+                    if let Some(c) = self.command.as_mut() {
+                        c.status = crate::launch::reap(c.pid);
+                        if c.status.is_some() {
+                            break;
+                        }
+                    }
+                }
                 _ = health.tick(), if metrics_served => {
                     let counters = self.tracer.counters()?;
                     if let Some(m) = self.pipeline.metrics_mut() {
@@ -883,6 +954,30 @@ impl LiveRun<'_> {
         self.take_share()?;
         self.share = None;
         Ok(())
+    }
+
+    /// `-- CMD`: the command's exit status (128 + N for a signal), looked at for 0.2 s more
+    /// after a stop that came first (Ctrl-C reaches the command too); a command still running
+    /// then is said on stderr and left to run, untraced.
+    fn child_end(&mut self) -> Option<i32> {
+        let c = self.command.as_mut()?;
+        let pid = c.pid;
+        // A Ctrl-C reached the command too: a moment for it to end.
+        for _ in 0..10 {
+            c.status = c.status.or_else(|| crate::launch::reap(pid));
+            if c.status.is_some() {
+                break;
+            }
+            std::thread::sleep(CHILD_POLL);
+        }
+        let status = c.status;
+        if status.is_none() {
+            self.report(vec![format!(
+                "gpu-trace: the command (pid {pid}) still runs, no longer traced; the exit \
+                 status is gpu-trace's own"
+            )]);
+        }
+        status
     }
 
     /// The GPU share samples the sampler's thread has taken, into the pipeline.
@@ -976,12 +1071,13 @@ impl LiveRun<'_> {
     /// Ends the recording (`record_path`: where it goes) and the outputs; returns the
     /// summary, or the first failure of the run.
     fn end(
-        self,
+        mut self,
         counters: KernelCounters,
         record_path: Option<&Path>,
         perfetto: Option<(Staged, PathBuf)>,
         out_is_stdout: bool,
     ) -> Result<Summary, RunError> {
+        let child_status = self.child_end();
         let LiveRun {
             mut reader,
             mut pipeline,
@@ -1000,7 +1096,11 @@ impl LiveRun<'_> {
         pipeline.stats_mut().recording_lost = recording_lost;
         pipeline.stats_mut().output_lost = pipeline.output().lost();
         let finished = pipeline.finish_all(counters, duration);
-        end_outputs(finished, perfetto, out_is_stdout, failure)
+        let summary = end_outputs(finished, perfetto, out_is_stdout, failure)?;
+        Ok(Summary {
+            child_status,
+            ..summary
+        })
     }
 }
 
@@ -1128,6 +1228,16 @@ fn announce_inventory(inv: &Inventory, filters: &OutputArgs) {
     }
 }
 
+/// `-- CMD`: the processes that joined or left the command's set, into the pipeline's filter.
+fn follow_changes(pipeline: &mut Pipeline<QueueWriter>, changes: Vec<crate::launch::Change>) {
+    for c in changes {
+        match c {
+            crate::launch::Change::Follow(pid) => pipeline.follow(pid, true),
+            crate::launch::Change::Unfollow(pid) => pipeline.follow(pid, false),
+        }
+    }
+}
+
 /// The ring-buffer reader of a live run: records read, the first failure of an output.
 #[derive(Default)]
 struct Reader {
@@ -1138,6 +1248,8 @@ struct Reader {
     /// Processes whose cgroup the pipeline knows (a `TASK_CGROUP` record, or /proc when that
     /// record was lost to a full ring).
     attributed: std::collections::HashSet<u32>,
+    /// `-- CMD`: the command and the processes it created, which the pipeline follows.
+    descendants: Option<crate::launch::Descendants>,
 }
 
 /// The cgroup subtrees of `--cgroup`/`--container` and `--deny-cgroup`/`--deny-container`.
@@ -1213,6 +1325,9 @@ impl CgroupSelection {
 /// read that went on until the ring was empty would never return, and a stop would wait for
 /// the storm to end.
 const DRAIN_SLICE: Duration = Duration::from_millis(50);
+/// How often the live loop looks whether `-- CMD` ended (its end stops tracing this much later
+/// at most).
+const CHILD_POLL: Duration = Duration::from_millis(20);
 /// Records read between two looks at the clock and at a stop request.
 const DRAIN_CHECK_EVERY: u64 = 256;
 
@@ -1236,6 +1351,9 @@ impl Reader {
         slice: Option<Duration>,
     ) -> Drained {
         let until = slice.map(|s| Instant::now() + s);
+        if let Some(d) = self.descendants.as_mut() {
+            follow_changes(pipeline, d.refresh());
+        }
         let mut drained = Drained::Empty;
         let mut in_slice = 0u64;
         loop {
@@ -1255,6 +1373,11 @@ impl Reader {
             // Parsed once: the value serves the decisions below and the pipeline; the recording
             // gets the bytes as the kernel wrote them.
             let parsed = wire::parse_record(&item);
+            if let (Some(d), Ok(r)) = (self.descendants.as_mut(), parsed.as_ref())
+                && !d.contains(r.header().tgid)
+            {
+                follow_changes(pipeline, d.resolve(r.header().tgid));
+            }
             let (before, after) = self.attributions_around(parsed.as_ref().ok(), &item);
             let records = before
                 .as_ref()

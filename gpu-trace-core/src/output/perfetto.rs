@@ -12,12 +12,15 @@
 //!   share a track, so slices always nest;
 //! - a **`GPUs` process** ([`GPU_PID`]) with two counter tracks per GPU (N the RM device
 //!   instance of `TASK_INIT`): `live tasks GPU N`, the tasks alive on it over time, and
-//!   `schedules/s GPU N`, its `SCHEDULE`s per second of the trace counted from the first record
-//!   (written at the end: a point for each second that had some, a 0 after each run of them);
+//!   `schedules/s GPU N`, its `SCHEDULE`s over the last second: a step up at each `SCHEDULE`
+//!   and a step down one second after it (the count of `SCHEDULE`s in `(t − 1 s, t]` at every
+//!   moment `t`, never ahead of the events);
 //! - a **`GPU N` process** per GPU (`GPU N runlist R` where `TASK_INIT` names the runlist, with
 //!   gpu_ext's hooks) whose slot tracks show every process's tasks alive on it, one slice per
-//!   lifetime named `<comm> <pid>: TSG <id>` (pids from [`GPU_GROUP_PID_BASE`] up);
-//! - one **slice** per lifetime: `B` at `TASK_INIT`, `E` at `TASK_DESTROY`; late attach: a
+//!   lifetime named `<comm> <pid>: TSG <id> <ENGINE>` (pids from [`GPU_GROUP_PID_BASE`] up);
+//! - one **slice** per lifetime, named after the task and its engine where `TASK_INIT` names
+//!   one (`TSG 0x5c000015 GRAPHICS`, `queue 3 SDMA`): `B` at `TASK_INIT`, `E` at
+//!   `TASK_DESTROY`; late attach: a
 //!   `TSGs created before tracing` slice from the first record to each `PRETRACE_END`;
 //!   processes of the start-up inventory are named and get `process_labels`. A task first seen
 //!   after the trace started (its `TASK_INIT` happened before) begins at the first record of the
@@ -155,11 +158,47 @@ pub struct PerfettoWriter<W: Write> {
     live_per_gpu: HashMap<u32, u64>,
     /// The track group of each (GPU, runlist) seen, by first use.
     gpu_groups: HashMap<(u32, Option<u32>), u32>,
-    /// `SCHEDULE`s per GPU (`None`: not known) and second of the trace.
-    schedules: BTreeMap<(Option<u32>, u64), u64>,
-    /// The first record's timestamp (the seconds above count from it).
-    start_ns: Option<u64>,
+    /// Per GPU (`None`: not known): the `SCHEDULE`s of the last second, oldest first (their
+    /// timestamps), and the latest written.
+    schedules: BTreeMap<Option<u32>, RateWindow>,
+    /// `SCHEDULE`s beyond [`MAX_RATE_WINDOW`] in a second on one GPU: counted in its counter
+    /// but without their step down (said in `otherData`).
+    rate_window_full: u64,
     next_flow: u64,
+}
+
+/// At most this many `SCHEDULE`s of one GPU within a second are remembered for their step down
+/// (8 MiB): a process issuing more is counted, without a step down for the excess.
+pub const MAX_RATE_WINDOW: usize = 1 << 20;
+
+/// One GPU's `schedules/s` counter: the timestamps of the `SCHEDULE`s of the last second.
+#[derive(Default)]
+struct RateWindow {
+    window: std::collections::VecDeque<u64>,
+    /// `SCHEDULE`s past [`MAX_RATE_WINDOW`], counted and never stepped down.
+    extra: u64,
+    latest_ns: u64,
+}
+
+impl RateWindow {
+    fn count(&self) -> u64 {
+        self.window.len() as u64 + self.extra
+    }
+
+    /// Removes the schedules whose second has ended by `ts_ns`; returns the counter's points
+    /// (step downs at each one's end, a second after it).
+    fn expire(&mut self, ts_ns: u64) -> Vec<(u64, u64)> {
+        let mut points = Vec::new();
+        while let Some(&first) = self.window.front() {
+            let end = first.saturating_add(1_000_000_000);
+            if end > ts_ns {
+                break;
+            }
+            self.window.pop_front();
+            points.push((end, self.count()));
+        }
+        points
+    }
 }
 
 /// Microseconds with three decimals, exactly (no float rounding).
@@ -301,7 +340,7 @@ impl<W: Write> PerfettoWriter<W> {
             live_per_gpu: HashMap::new(),
             gpu_groups: HashMap::new(),
             schedules: BTreeMap::new(),
-            start_ns: None,
+            rate_window_full: 0,
             next_flow: 0,
         })
     }
@@ -648,7 +687,6 @@ impl<W: Write> PerfettoWriter<W> {
     pub fn event(&mut self, ev: &Event, process_name: &str, trace_start_ns: u64) -> io::Result<()> {
         let pid = ev.origin.pid;
         let ts = ev.origin.ts_ns;
-        self.start_ns.get_or_insert(trace_start_ns);
         self.name_process(pid, process_name)?;
         let task = ev.kind.task();
         let fields = self.fields(ev);
@@ -666,7 +704,15 @@ impl<W: Write> PerfettoWriter<W> {
                         json!({"note": "superseded by a new TASK_INIT of the same id"}),
                     )?;
                 }
-                let slice = task_label(task);
+                let slice = match fields.get("engine").and_then(Value::as_str).or_else(|| {
+                    fields
+                        .get("amd")
+                        .and_then(|a| a.get("queue_type"))
+                        .and_then(Value::as_str)
+                }) {
+                    Some(engine) => format!("{} {engine}", task_label(task)),
+                    None => task_label(task),
+                };
                 let place = gpu.map(|gpu| GpuPlace {
                     gpu,
                     runlist: *runlist,
@@ -694,8 +740,7 @@ impl<W: Write> PerfettoWriter<W> {
                 self.track_of(pid, task, ts, trace_start_ns)?;
                 if matches!(ev.kind, EventKind::Schedule { .. }) {
                     let gpu = self.open.get(&key).and_then(|t| t.gpu);
-                    let second = ts.saturating_sub(trace_start_ns) / 1_000_000_000;
-                    *self.schedules.entry((gpu, second)).or_default() += 1;
+                    self.count_schedule(gpu, ts)?;
                 }
                 self.point(ts, &key, ev.kind.name(), fields)?;
             }
@@ -703,32 +748,47 @@ impl<W: Write> PerfettoWriter<W> {
         Ok(())
     }
 
-    /// `schedules/s GPU N`: the count of each second of the trace that had schedules, and a 0
-    /// at the start of each second without any that follows one (a counter holds its value until
-    /// the next point, so the empty seconds read 0 without a point each: a recording whose
-    /// timestamps jump by years costs two points, not one per second).
-    fn schedule_counters(&mut self) -> io::Result<()> {
-        let Some(start) = self.start_ns else {
-            return Ok(());
+    /// `schedules/s GPU N` at a `SCHEDULE` at `ts_ns`: the steps down of the schedules that
+    /// left the last second by then, and this one's step up. Timestamps are kept in order on
+    /// each counter (a record older than the counter's latest point counts at that point).
+    fn count_schedule(&mut self, gpu: Option<u32>, ts_ns: u64) -> io::Result<()> {
+        let w = self.schedules.entry(gpu).or_default();
+        let ts = ts_ns.max(w.latest_ns);
+        let mut points = w.expire(ts);
+        if w.window.len() < MAX_RATE_WINDOW {
+            w.window.push_back(ts);
+        } else {
+            self.rate_window_full += 1;
+            w.extra += 1;
+        }
+        w.latest_ns = ts;
+        points.push((ts, w.count()));
+        self.rate_points(gpu, &points)
+    }
+
+    /// Writes points of GPU `gpu`'s `schedules/s` counter.
+    fn rate_points(&mut self, gpu: Option<u32>, points: &[(u64, u64)]) -> io::Result<()> {
+        let name = match gpu {
+            Some(g) => format!("schedules/s GPU {g}"),
+            None => "schedules/s GPU ?".to_string(),
         };
-        let counts: Vec<((Option<u32>, u64), u64)> =
-            self.schedules.iter().map(|(&k, &n)| (k, n)).collect();
-        for (i, &((gpu, second), n)) in counts.iter().enumerate() {
-            let name = match gpu {
-                Some(g) => format!("schedules/s GPU {g}"),
-                None => "schedules/s GPU ?".to_string(),
-            };
-            let mut points = vec![(second, n)];
-            let next_is_adjacent = counts
-                .get(i + 1)
-                .is_some_and(|&((g, s), _)| g == gpu && s == second + 1);
-            if !next_is_adjacent {
-                points.push((second + 1, 0));
-            }
-            for (second, n) in points {
-                let ts = start.saturating_add(second.saturating_mul(1_000_000_000));
-                self.counter(ts, &name, "schedules", n)?;
-            }
+        for &(ts, n) in points {
+            self.counter(ts, &name, "schedules", n)?;
+        }
+        Ok(())
+    }
+
+    /// The steps down still due at the end: each schedule's second ends (the counter falls to
+    /// 0, or to the schedules counted past [`MAX_RATE_WINDOW`]).
+    fn schedule_counters(&mut self) -> io::Result<()> {
+        let gpus: Vec<Option<u32>> = self.schedules.keys().copied().collect();
+        for gpu in gpus {
+            let points = self
+                .schedules
+                .get_mut(&gpu)
+                .map(|w| w.expire(u64::MAX))
+                .unwrap_or_default();
+            self.rate_points(gpu, &points)?;
         }
         Ok(())
     }
@@ -769,6 +829,7 @@ impl<W: Write> PerfettoWriter<W> {
             ("tasks_not_drawn", self.tasks_not_drawn),
             ("events_not_drawn", self.events_not_drawn),
             ("gpu_slices_not_drawn", self.gpu_slices_not_drawn),
+            ("schedules_without_step_down", self.rate_window_full),
         ] {
             if v > 0 {
                 other.insert(k.into(), Value::from(v.to_string()));
@@ -976,8 +1037,8 @@ mod tests {
         let tid = ev[1]["tid"].as_u64().unwrap();
         assert!(tid >= u64::from(TRACK_TID_BASE));
         assert!(ev[2..].iter().all(|e| e["tid"] == tid && e["pid"] == 42));
-        assert_eq!(ev[2]["name"], "TSG 0x5c000015");
-        assert_eq!(ev[5]["name"], "TSG 0x5c000015");
+        assert_eq!(ev[2]["name"], "TSG 0x5c000015 GRAPHICS");
+        assert_eq!(ev[5]["name"], "TSG 0x5c000015 GRAPHICS");
         assert_eq!(ev[2]["ts"].as_f64(), Some(1.0));
         assert_eq!(ev[2]["args"]["task_init"]["engine"], "GRAPHICS");
         assert_eq!(ev[2]["args"]["task_init"]["task"]["value"], 0x5c00_0015);
@@ -1000,7 +1061,8 @@ mod tests {
         assert_eq!(ev[5]["args"]["task_destroy"]["cause"], "process_exit");
         assert_eq!(ev[5]["args"]["task_destroy"]["comm"], "cuda-EvtHandlr");
         assert_eq!(v["otherData"]["tool"], "test");
-        // GPU 0's group: the lifetime named by its owner; its schedules/s: 1 in second 0, then 0.
+        // GPU 0's group: the lifetime named by its owner; its schedules/s: 1 from the SCHEDULE
+        // for a second (not from the trace's start, before the TASK_INIT).
         let g: Vec<&Value> = all
             .iter()
             .filter(|e| e["pid"] == GPU_GROUP_PID_BASE)
@@ -1009,9 +1071,9 @@ mod tests {
         let b = g.iter().find(|e| e["ph"] == "B").unwrap();
         assert_eq!(
             (b["name"].as_str(), b["ts"].as_f64()),
-            (Some("python3 42: TSG 0x5c000015"), Some(1.0))
+            (Some("python3 42: TSG 0x5c000015 GRAPHICS"), Some(1.0))
         );
-        assert_eq!(rate_of(&v, 0), [(0.5, 1), (1_000_000.5, 0)]);
+        assert_eq!(rate_of(&v, 0), [(2.0, 1), (1_000_002.0, 0)]);
     }
 
     #[test]
@@ -1090,9 +1152,11 @@ mod tests {
     }
 
     #[test]
-    fn schedules_per_second_are_sparse_however_far_apart_the_records_are() {
-        // Seconds 0, 1 and 5 have schedules; a record ~584 years later too: the counter gets a
-        // point per second with schedules and a 0 after each run, nothing for the gaps.
+    fn schedules_per_second_step_at_each_schedule_and_a_second_after_it() {
+        // The counter is the number of SCHEDULEs in the last second at every moment: up at
+        // each one, down a second after it; nothing before the first (the old per-second bins
+        // counted from the first record read 2 at ts 0, before any schedule); a record ~584
+        // years later costs two points, not one per second.
         let far = u64::MAX - 1_000;
         let evs = [
             init(0, 1, 10),
@@ -1104,14 +1168,43 @@ mod tests {
         ];
         let v = write(&evs, 0, far);
         let rate = rate_of(&v, 0);
-        assert_eq!(rate.len(), 7, "{rate:?}");
         assert_eq!(
-            rate[..5],
-            [(0.0, 2), (1e6, 1), (2e6, 0), (5e6, 1), (6e6, 0)],
+            rate[..8],
+            [
+                (0.1, 1),
+                (0.2, 2),
+                // At 1 s + 100 ns the first leaves the window as the third enters it: 2 (the
+                // later point at the same time is the value).
+                (1_000_000.1, 1),
+                (1_000_000.1, 2),
+                (1_000_000.2, 1),
+                (2_000_000.1, 0),
+                (5e6, 1),
+                (6e6, 0),
+            ],
             "{rate:?}"
         );
-        assert_eq!((rate[5].1, rate[6].1), (1, 0));
-        assert!(rate[5].0 > 1e16 && rate[6].0 > rate[5].0);
+        assert_eq!(rate.len(), 10, "{rate:?}");
+        assert_eq!((rate[8].1, rate[9].1), (1, 0));
+        assert!(rate[8].0 > 1e16 && rate[9].0 >= rate[8].0);
+        assert!(rate.windows(2).all(|w| w[0].0 <= w[1].0), "in time order");
+    }
+
+    #[test]
+    fn slices_are_named_with_the_engine_of_their_task_init() {
+        let v = write(&[init(0, 1, 10), destroy(5, 1, 10)], 0, 10);
+        let names: Vec<&str> = v["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["ph"] == "B")
+            .map(|e| e["name"].as_str().unwrap())
+            .collect();
+        assert!(!names.is_empty());
+        assert!(
+            names.iter().all(|n| n.ends_with("TSG 0x0000000a GRAPHICS")),
+            "{names:?}"
+        );
     }
 
     /// Distinct thread tracks (`thread_name` metadata) of process `pid`.

@@ -6,7 +6,7 @@
 //! first calls are seen; every interval rescans each target's maps and attaches new libraries.
 
 use std::collections::{HashMap, HashSet};
-use std::ffi::{CString, OsString};
+use std::ffi::OsString;
 use std::io::Write as _;
 use std::num::NonZeroU32;
 use std::os::fd::{AsFd as _, AsRawFd as _};
@@ -35,6 +35,7 @@ use gpu_trace_core::escape::{decode_lossless, escape_text};
 use super::stuck::Symbolizer;
 use super::{ApiError, symbol_table};
 use crate::cli::{ApiArgs, ApiFormat, kernel_comm};
+use crate::launch::{self, executable_of, reap};
 use crate::loader::trampoline::run_stats;
 use crate::probe::libraries::{self, Reader};
 
@@ -63,8 +64,8 @@ pub enum TraceError {
     NoTarget,
     #[error("{0}")]
     NoGpuLibrary(String),
-    #[error("starting {cmd}: {source}")]
-    Spawn { cmd: String, source: std::io::Error },
+    #[error(transparent)]
+    Launch(#[from] crate::launch::LaunchError),
 }
 
 /// The loaded programs and what is attached.
@@ -522,67 +523,6 @@ fn raise_open_file_limit() {
     }
 }
 
-/// The file `execvp` runs for `cmd`: a path as given, else the first match on `PATH`.
-fn executable_of(cmd: &OsString) -> Option<std::path::PathBuf> {
-    let cmd = std::path::Path::new(cmd);
-    if cmd.as_os_str().as_bytes().contains(&b'/') {
-        return Some(cmd.to_path_buf());
-    }
-    std::env::split_paths(&std::env::var_os("PATH")?)
-        .map(|dir| dir.join(cmd))
-        .find(|p| p.is_file())
-}
-
-/// A child forked and waiting (on a pipe) to exec the command.
-struct Launched {
-    pid: u32,
-    go: libc::c_int,
-}
-
-fn fork_waiting(cmd: &[OsString]) -> Result<Launched, TraceError> {
-    let shown = escape_text(&decode_lossless(cmd[0].as_bytes())).into_owned();
-    let spawn_err = |source| TraceError::Spawn {
-        cmd: shown.clone(),
-        source,
-    };
-    let args: Vec<CString> = cmd
-        .iter()
-        .map(|a| CString::new(a.as_bytes()))
-        .collect::<Result<_, _>>()
-        .map_err(|_| spawn_err(std::io::ErrorKind::InvalidInput.into()))?;
-    let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
-    argv.push(std::ptr::null());
-    let mut fds = [0; 2];
-    // SAFETY: a two-int array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(spawn_err(std::io::Error::last_os_error()));
-    }
-    // SAFETY: the child only calls async-signal-safe functions (read, execvp, _exit).
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(spawn_err(std::io::Error::last_os_error()));
-    }
-    if pid == 0 {
-        // SAFETY: see above; argv is null-terminated and outlives the call.
-        unsafe {
-            libc::close(fds[1]);
-            let mut b = 0u8;
-            // Waits until the parent attached (or died: EOF).
-            if libc::read(fds[0], (&raw mut b).cast(), 1) != 1 {
-                libc::_exit(127);
-            }
-            libc::execvp(argv[0], argv.as_ptr());
-            libc::_exit(127);
-        }
-    }
-    // SAFETY: our own descriptor.
-    unsafe { libc::close(fds[0]) };
-    Ok(Launched {
-        pid: pid as u32,
-        go: fds[1],
-    })
-}
-
 /// `gpu-trace api [--pid P]… [--comm NAME] [-- CMD]`: trace until the targets are gone, the
 /// command exits, or SIGINT/SIGTERM; print the counts every `--interval` and at the end.
 pub fn trace(args: &ApiArgs) -> Result<Traced, TraceError> {
@@ -596,17 +536,13 @@ pub fn trace(args: &ApiArgs) -> Result<Traced, TraceError> {
     let mut targets: HashSet<u32> = args.pids.iter().copied().collect();
     let mut child = None;
     if !args.command.is_empty() {
-        let launched = fork_waiting(&args.command)?;
+        let launched = launch::fork_waiting(&args.command, None)?;
         for (path, symbols) in launch_candidates(&table, &args.command[0]) {
             tracer.attach_file(launched.pid, &path, &path, &symbols);
         }
-        // SAFETY: our own descriptor; one byte releases the child to exec.
-        unsafe {
-            libc::write(launched.go, [1u8].as_ptr().cast(), 1);
-            libc::close(launched.go);
-        }
         targets.insert(launched.pid);
         child = Some(launched.pid);
+        launched.release();
     }
     if let Some(c) = args.comm.as_deref() {
         let c = kernel_comm(c);
@@ -729,24 +665,6 @@ fn emit_events(tracer: &mut Tracer, args: &ApiArgs) {
         let _ = writeln!(out, "{l}");
     }
     let _ = out.flush();
-}
-
-/// The child's exit status (shell style: 128 + signal) once it ended.
-fn reap(pid: u32) -> Option<i32> {
-    let mut status = 0;
-    let flags = libc::WNOHANG;
-    // SAFETY: our own child; status is a valid int.
-    let r = unsafe { libc::waitpid(pid as i32, &mut status, flags) };
-    if r != pid as i32 {
-        return None;
-    }
-    if libc::WIFEXITED(status) {
-        Some(libc::WEXITSTATUS(status))
-    } else if libc::WIFSIGNALED(status) {
-        Some(128 + libc::WTERMSIG(status))
-    } else {
-        None
-    }
 }
 
 fn print(args: &ApiArgs, rows: &[CallStats], final_: bool) {

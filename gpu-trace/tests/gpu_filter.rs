@@ -1,0 +1,154 @@
+//! `--gpu INDEX|UUID|BUS` (issue 30 item 3) on the real two-H200 recordings
+//! (fixtures/h200x2_gpu_ids): the filtered replay prints exactly the unfiltered replay's event
+//! lines whose `gpu_device` is that GPU, whichever way nvidia-smi's table (`smi.csv`, not
+//! gpu-trace's output) names it; events whose GPU is not known are left out and counted as
+//! `gpu_unknown` in the statistics.
+
+mod common;
+mod rel_support;
+
+use std::{path::PathBuf, process::Command};
+
+use rel_support::*;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(if name.contains('/') {
+            name.to_string()
+        } else {
+            format!("h200x2_gpu_ids/{name}")
+        })
+}
+
+/// nvidia-smi's names of each GPU: (index, uuid, bus id).
+fn smi() -> Vec<(u64, String, String)> {
+    std::fs::read_to_string(fixture("smi.csv"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').map(str::trim).collect();
+            (f[0].parse().unwrap(), f[1].to_string(), f[2].to_string())
+        })
+        .collect()
+}
+
+/// The replay's stdout with `extra` options (JSON).
+fn replay(name: &str, extra: &[&str]) -> String {
+    let path = fixture(&format!("{name}.gtrace"));
+    let out = Command::new(gpu_trace_bin())
+        .args(["replay", path.to_str().unwrap(), "--format", "json"])
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{extra:?}: {out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The event lines (not the inventory, the statistics or the GPU share lines, which `--gpu`
+/// does not filter).
+fn event_lines(stdout: &str) -> Vec<serde_json::Value> {
+    json_events(stdout)
+        .into_iter()
+        .filter(|e| !e["event"].as_str().unwrap().starts_with("GPU_SHARE"))
+        .collect()
+}
+
+fn gpu_index(event: &serde_json::Value) -> Option<u64> {
+    event
+        .get("gpu_device")
+        .map(|d| d["index"].as_u64().unwrap())
+}
+
+#[test]
+fn gpu_filter_keeps_the_events_of_that_gpu_by_index_uuid_or_bus_id() {
+    let gpus = smi();
+    assert_eq!(gpus.len(), 2, "two GPUs in smi.csv");
+    for name in ["allreduce", "each", "gpu1_only"] {
+        let all = replay(name, &[]);
+        let all = event_lines(&all);
+        let unknown = all.iter().filter(|l| gpu_index(l).is_none()).count() as u64;
+        let mut seen = 0;
+        for (index, uuid, bus) in &gpus {
+            let want: Vec<serde_json::Value> = all
+                .iter()
+                .filter(|l| gpu_index(l) == Some(*index))
+                .cloned()
+                .collect();
+            seen += want.len();
+            // nvidia-smi's bus id has an 8-digit domain; also the short and 4-digit forms.
+            let short = bus.split_once(':').unwrap().1.to_string();
+            let four = format!("0000:{short}");
+            for sel in [
+                index.to_string(),
+                uuid.clone(),
+                uuid.to_lowercase(),
+                bus.clone(),
+                four,
+                short,
+            ] {
+                let out = replay(name, &["--gpu", &sel]);
+                let got = event_lines(&out);
+                assert_eq!(got, want, "{name} --gpu {sel}");
+                let stats = json_stats(&out);
+                assert_eq!(
+                    stats["unreported"]["gpu_unknown"].as_u64().unwrap_or(0),
+                    unknown,
+                    "{name} --gpu {sel}: events of an unknown GPU counted"
+                );
+            }
+        }
+        assert!(seen > 0, "{name}: events on a known GPU");
+        // Both GPUs: every event whose GPU is known, in order.
+        let out = replay(name, &["--gpu", "0", "--gpu", "1"]);
+        let known: Vec<serde_json::Value> = all
+            .iter()
+            .filter(|l| gpu_index(l).is_some())
+            .cloned()
+            .collect();
+        assert_eq!(event_lines(&out), known, "{name}: --gpu 0 --gpu 1");
+    }
+    // gpu1_only ran on GPU 1 only: --gpu 0 prints no event.
+    assert!(event_lines(&replay("gpu1_only", &["--gpu", "0"])).is_empty());
+}
+
+/// The older two-H200 recordings (fixtures/h200x2) lack what names each task's GPU (the
+/// device-instance answers were not recorded then): every event's GPU is unknown, none is
+/// printed under --gpu, and all are counted.
+#[test]
+fn events_of_an_unknown_gpu_are_left_out_and_counted() {
+    for name in ["h200x2/allreduce", "h200x2/gpu1_only"] {
+        let all = replay(name, &[]);
+        let all = event_lines(&all);
+        assert!(!all.is_empty() && all.iter().all(|l| gpu_index(l).is_none()));
+        let out = replay(name, &["--gpu", "1"]);
+        assert!(event_lines(&out).is_empty(), "{name}");
+        let stats = json_stats(&out);
+        assert_eq!(
+            stats["unreported"]["gpu_unknown"].as_u64(),
+            Some(all.len() as u64),
+            "{name}"
+        );
+        // Without --gpu nothing is left out: no such count.
+        assert!(
+            json_stats(&replay(name, &[]))["unreported"]
+                .get("gpu_unknown")
+                .is_none()
+        );
+    }
+}
+
+#[test]
+fn gpu_filter_refuses_what_names_no_gpu() {
+    for bad in ["gpu0", "first", "00:zz.0", "-1"] {
+        let out = Command::new(gpu_trace_bin())
+            .args(["replay", "/dev/null", &format!("--gpu={bad}")])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "--gpu {bad}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("nvidia-smi"),
+            "--gpu {bad}: {out:?}"
+        );
+    }
+}

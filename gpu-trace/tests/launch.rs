@@ -1,0 +1,285 @@
+//! `gpu-trace [OPTIONS] -- CMD`: the command is started once the programs are attached, it and
+//! every process it creates are traced (and no other process), tracing stops when it exits and
+//! gpu-trace exits with its status.
+//!
+//! The command is a shell running this test binary's #[ignore]d `launched_parent`, which
+//! issues RM-shaped schedules on the watched device, forks `launched_grandchild` (more
+//! schedules) and exits 7; meanwhile `noise` issues the same calls from outside the command.
+//! Kernel tests need root; without it they print `SKIPPED: <why>`.
+
+mod common;
+mod rel_support;
+
+use std::{
+    process::{Child, Stdio},
+    time::Duration,
+};
+
+use rel_support::*;
+
+const CLIENT: u32 = 0xC1D0_0001;
+/// Schedules of the launched process, of the process it forks, and of the noise (per round).
+const PARENT_CALLS: usize = 2;
+const GRANDCHILD_CALLS: usize = 3;
+/// The launched command's exit status.
+const STATUS: i32 = 7;
+
+/// `LAUNCH_PIDS` names a file: the launched test writes its own pid and its child's there.
+#[test]
+#[ignore = "a child of launch_traces_the_command_and_its_children_only"]
+fn launched_parent() {
+    let Ok(pids_file) = std::env::var("LAUNCH_PIDS") else {
+        return;
+    };
+    let dev = watched();
+    let s = Schedule::new(CLIENT, 0x5C00_0001);
+    for _ in 0..PARENT_CALLS {
+        assert_eq!(s.issue(&dev), -ENOTTY);
+    }
+    let grandchild = child("launched_grandchild")
+        .status_pid()
+        .expect("starting the grandchild");
+    std::fs::write(&pids_file, format!("{} {}", std::process::id(), grandchild)).unwrap();
+    std::process::exit(STATUS);
+}
+
+#[test]
+#[ignore = "a child of launched_parent"]
+fn launched_grandchild() {
+    let dev = watched();
+    let s = Schedule::new(CLIENT, 0x5C00_0002);
+    for _ in 0..GRANDCHILD_CALLS {
+        assert_eq!(s.issue(&dev), -ENOTTY);
+    }
+    // Without the process connector, /proc decides: the process must still be there when
+    // its records are read (the test that runs so gives it this long).
+    std::thread::sleep(Duration::from_millis(env_num("LAUNCH_LINGER_MS", 0)));
+}
+
+/// The same calls from a process outside the command, until killed.
+#[test]
+#[ignore = "a child of launch_traces_the_command_and_its_children_only"]
+fn noise() {
+    let dev = watched();
+    let s = Schedule::new(CLIENT, 0x5C00_0003);
+    loop {
+        assert_eq!(s.issue(&dev), -ENOTTY);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+trait StatusPid {
+    /// Runs the command to its end; returns its pid (it must succeed).
+    fn status_pid(&mut self) -> std::io::Result<u32>;
+}
+
+impl StatusPid for std::process::Command {
+    fn status_pid(&mut self) -> std::io::Result<u32> {
+        let mut c = self.spawn()?;
+        let pid = c.id();
+        assert!(c.wait()?.success(), "the grandchild failed");
+        Ok(pid)
+    }
+}
+
+fn kill(mut c: Child) {
+    let _ = c.kill();
+    let _ = c.wait();
+}
+
+#[test]
+fn launch_traces_the_command_and_its_children_only() {
+    let test = "launch_traces_the_command_and_its_children_only";
+    if skip_unless_root(test) {
+        return;
+    }
+    let f = launched_run(test, false);
+    assert!(!f.stderr.contains("process connector"), "{}", f.stderr);
+}
+
+/// Where the kernel's process connector cannot be used (here: gpu-trace in a network namespace
+/// of its own, where the connector refuses the subscription), the command's children are found
+/// from their parent chain in /proc, with a warning.
+#[test]
+fn without_the_process_connector_children_are_found_from_proc() {
+    let test = "without_the_process_connector_children_are_found_from_proc";
+    if skip_unless_root(test) {
+        return;
+    }
+    let f = launched_run(test, true);
+    assert!(
+        f.stderr.contains("children are found from /proc instead"),
+        "{}",
+        f.stderr
+    );
+}
+
+/// Runs the launch scenario (module doc) and checks its events, counts and exit status;
+/// `own_netns`: gpu-trace runs under `unshare -n`.
+fn launched_run(test: &str, own_netns: bool) -> Finished {
+    let pids_file = common::scratch().join(format!("{test}.pids"));
+    let _ = std::fs::remove_file(&pids_file);
+    let noise = child("noise")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawning the noise");
+    let exe = std::env::current_exe().unwrap();
+    let exe = exe.to_str().unwrap();
+    // A shell in between: the schedules come from its child and grandchild.
+    let script = "\"$0\" --ignored --exact launched_parent --test-threads 1 -q >/dev/null; exit $?";
+    let mut cmd = if own_netns {
+        let mut c = std::process::Command::new("unshare");
+        c.args(["-n", gpu_trace_bin().to_str().unwrap()]);
+        c.env("LAUNCH_LINGER_MS", "500");
+        c
+    } else {
+        std::process::Command::new(gpu_trace_bin())
+    };
+    cmd.env("LAUNCH_PIDS", &pids_file);
+    let traced = Traced::start_with(
+        cmd,
+        &[
+            "--watch-device",
+            WATCHED,
+            "--format",
+            "json",
+            "--",
+            "sh",
+            "-c",
+            script,
+            exe,
+        ],
+    );
+    let f = traced
+        .unwrap_or_else(|e| {
+            panic!("{test}: {e}");
+        })
+        .wait(Duration::from_secs(60));
+    kill(noise);
+    assert_eq!(f.status.code(), Some(STATUS), "{}", f.stderr);
+    let pids = std::fs::read_to_string(&pids_file).expect("the launched test wrote its pids");
+    let pids: Vec<u64> = pids.split(' ').map(|p| p.parse().unwrap()).collect();
+    let (parent, grandchild) = (pids[0], pids[1]);
+    let events = json_events(&f.stdout);
+    let count = |pid: u64| {
+        events
+            .iter()
+            .filter(|e| e["event"] == "SCHEDULE" && e["pid"] == pid)
+            .count()
+    };
+    assert_eq!(count(parent), PARENT_CALLS, "{}", tail(&f.stdout));
+    assert_eq!(count(grandchild), GRANDCHILD_CALLS, "{}", tail(&f.stdout));
+    let others: Vec<_> = events
+        .iter()
+        .filter(|e| e["pid"] != parent && e["pid"] != grandchild)
+        .collect();
+    assert!(others.is_empty(), "events of other processes: {others:?}");
+    // The statistics as usual, counting the command's schedules.
+    let stats = json_stats(&f.stdout);
+    assert_eq!(
+        stats["schedule"],
+        (PARENT_CALLS + GRANDCHILD_CALLS) as u64,
+        "{stats}"
+    );
+    f
+}
+
+#[test]
+fn launch_refuses_pid_and_a_missing_command() {
+    let out = std::process::Command::new(gpu_trace_bin())
+        .args(["--pid", "1", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--pid"), "{err}");
+    let out = std::process::Command::new(gpu_trace_bin())
+        .args(["--user", "root"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "--user needs -- CMD");
+}
+
+/// A command ended by a signal N: gpu-trace exits 128 + N, as shells do; `--user` runs the
+/// command as that user (its uid as `id -u` prints it, on gpu-trace's stdout).
+#[test]
+fn launch_passes_a_signal_through_and_runs_as_the_user() {
+    let test = "launch_passes_a_signal_through_and_runs_as_the_user";
+    if skip_unless_root(test) {
+        return;
+    }
+    let run = |args: &[&str]| {
+        Traced::start(args)
+            .unwrap_or_else(|e| panic!("{test}: {e}"))
+            .wait(Duration::from_secs(60))
+    };
+    let f = run(&["--watch-device", WATCHED, "--", "sh", "-c", "kill -TERM $$"]);
+    assert_eq!(f.status.code(), Some(128 + libc::SIGTERM), "{}", f.stderr);
+    let f = run(&[
+        "--watch-device",
+        WATCHED,
+        "--format",
+        "json",
+        "--user",
+        "nobody",
+        "--",
+        "sh",
+        "-c",
+        "id -u; id -g; exit 3",
+    ]);
+    assert_eq!(f.status.code(), Some(3), "{}", f.stderr);
+    let ids: Vec<&str> = f.stdout.lines().filter(|l| !l.starts_with('{')).collect();
+    // SAFETY: getpwnam with a NUL-terminated name; the entry is read at once.
+    let (uid, gid) = unsafe {
+        let pw = libc::getpwnam(c"nobody".as_ptr());
+        assert!(!pw.is_null(), "no user nobody here");
+        ((*pw).pw_uid, (*pw).pw_gid)
+    };
+    assert_eq!(ids, [uid.to_string(), gid.to_string()], "{}", f.stdout);
+    // An unknown user is bad usage, before anything starts.
+    let out = std::process::Command::new(gpu_trace_bin())
+        .args(["--user", "no-such-user-gpu-trace", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+}
+
+/// Tracing that ends first (`--duration`) leaves the command running, says so, and exits with
+/// gpu-trace's own status.
+#[test]
+fn a_command_still_running_when_tracing_ends_is_left_running() {
+    let test = "a_command_still_running_when_tracing_ends_is_left_running";
+    if skip_unless_root(test) {
+        return;
+    }
+    let marker = common::scratch().join("still_running");
+    let _ = std::fs::remove_file(&marker);
+    let script = format!("sleep 1; touch {}", marker.display());
+    let f = Traced::start(&[
+        "--watch-device",
+        WATCHED,
+        "-d",
+        "0.3",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ])
+    .unwrap_or_else(|e| panic!("{test}: {e}"))
+    .wait(Duration::from_secs(60));
+    assert_eq!(f.status.code(), Some(0), "{}", f.stderr);
+    assert!(
+        f.stderr.contains("still runs, no longer traced"),
+        "{}",
+        f.stderr
+    );
+    // It was not killed: it finishes its work.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !marker.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        marker.exists(),
+        "the command went on after gpu-trace exited"
+    );
+}
