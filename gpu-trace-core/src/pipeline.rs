@@ -13,7 +13,7 @@ use crate::{
         gpus::{GpuDirectory, GpuIdentity},
         share::ShareSample,
         stats::{KernelCounters, Stats},
-        workload::Attribution,
+        workload::{Attribution, PodResolver},
     },
     output::{
         Format, Lines,
@@ -99,6 +99,8 @@ pub struct Pipeline<W: Write> {
     interval: Option<Periodic>,
     /// `--metrics`: the same events as Prometheus metrics.
     metrics: Option<Metrics>,
+    /// Names pods by UID (live runs: the node's /var/log/pods; `--pods-dir`).
+    pods: Option<Box<dyn PodResolver>>,
 }
 
 /// `--interval`: when and where the periodic statistics go.
@@ -144,7 +146,15 @@ impl<W: Write> Pipeline<W> {
             perfetto: None,
             interval: None,
             metrics: None,
+            pods: None,
         }
+    }
+
+    /// Names the pods of the attributed processes with `resolver` (their `pod_name`,
+    /// `namespace`, `container_name` and metric labels).
+    pub fn with_pod_names(mut self, resolver: Box<dyn PodResolver>) -> Self {
+        self.pods = Some(resolver);
+        self
     }
 
     /// Also prints statistics every `period` (`--interval`): JSON as a `STATS` object with
@@ -368,7 +378,11 @@ impl<W: Write> Pipeline<W> {
     }
 
     /// Process `pid` runs in the cgroup `a` describes (from now on).
-    fn attribute(&mut self, pid: u32, a: Attribution) {
+    fn attribute(&mut self, pid: u32, mut a: Attribution) {
+        if let (Some(r), Some((uid, _))) = (self.pods.as_mut(), a.workload.pod.as_ref()) {
+            let container = a.workload.container.as_ref().map(|(_, id)| id.as_str());
+            a.names = r.resolve(uid, container);
+        }
         if let Some(group) = a.group() {
             self.stats.set_group(pid, group);
         }

@@ -654,13 +654,16 @@ fn a_recorded_pytorch_run_in_a_pod_is_labelled_everywhere() {
             }
         }
         // Every task series of the process has the container and pod labels.
-        let labelled = format!("container=\"{}\",pod=\"{U1}\"", &C1[..12]);
+        let labelled = format!(
+            "container=\"{}\",pod=\"\",namespace=\"\",pod_uid=\"{U1}\"",
+            &C1[..12]
+        );
         assert!(
             metrics.contains(&labelled),
             "no series with {labelled}:\n{metrics}"
         );
         assert!(
-            !metrics.contains("container=\"\",pod=\"\"}"),
+            !metrics.contains("pod_uid=\"\"}"),
             "a series of the process without its labels:\n{metrics}"
         );
     }

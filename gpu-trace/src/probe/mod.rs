@@ -10,6 +10,7 @@ pub mod kernel;
 pub mod kfd;
 pub mod libraries;
 pub mod nvml;
+pub mod pods;
 pub mod share;
 pub mod system;
 pub mod trial;

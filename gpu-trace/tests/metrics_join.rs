@@ -1,0 +1,450 @@
+//! Metrics that join the stack operators run (issue 30, item 5):
+//!
+//! 1. Every committed recording through the pipeline with `--metrics` on: no event series sits
+//!    at zero, and the event series are exactly the label sets of the same run's JSON lines,
+//!    each with their count (derived here from the JSON lines, without the metrics module).
+//! 2. A recording of a PyTorch run put in a Kubernetes pod, with a kubelet-shaped
+//!    `/var/log/pods` tree: the JSON lines name the pod, its namespace and container, and the
+//!    series carry them with the GPU's UUID (dcgm-exporter's `UUID` label).
+//! 3. A real Prometheus (Debian's /usr/bin/prometheus) scrapes those series from the real
+//!    metrics server; otherwise `SKIPPED: why`.
+
+mod common;
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    fs,
+    io::{BufReader, Read, Write},
+    net::{SocketAddr, TcpListener, TcpStream},
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use gpu_trace::{
+    cli::Format,
+    metrics::{Metrics, MetricsConfig, encode},
+    output::{TimestampMode, clock::Clock},
+    pipeline::{Pipeline, PipelineConfig},
+    probe::pods::PodDirectory,
+    record::RecordReader,
+    wire,
+};
+use gpu_trace_common::{TaskCgroupRecord, record_kind};
+use prometheus_client::registry::Registry;
+
+const RECORDINGS: &[&str] = &[
+    "two_streams.gtrace",
+    "ctx_churn.gtrace",
+    "h100_late_mps/late_attach.gtrace",
+    "h100_late_mps/mps.gtrace",
+    "h100_late_mps/mps_late.gtrace",
+    "h100_late_mps/prio.gtrace",
+    "h100_live/two_streams_live.gtrace",
+    "h200x2/allreduce.gtrace",
+    "h200x2/each.gtrace",
+    "h200x2/gpu1_only.gtrace",
+    "h200x2_gpu_ids/allreduce.gtrace",
+    "h200x2_gpu_ids/each.gtrace",
+    "h200x2_gpu_ids/gpu1_only.gtrace",
+];
+
+const POD_UID: &str = "11111111-2222-4333-8444-555555555501";
+const CONTAINER_ID: &str = "c1c1c1c1aaaa000000000000000000000000000000000000000000000000c1c1";
+/// The H100 recording's GPU (its inventory; `nvidia-smi -L` on that host).
+const H100_UUID: &str = "GPU-68238f7a-fa6f-b6b8-6132-63c29858a94f";
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+/// A recording: its header's inventory and clock, and its records.
+struct Recording {
+    header: gpu_trace::record::RecordingHeader,
+    records: Vec<Vec<u8>>,
+}
+
+fn load(name: &str) -> Recording {
+    let file = fs::File::open(fixture(name)).unwrap();
+    let mut reader = RecordReader::new(BufReader::new(file)).unwrap();
+    let mut records = Vec::new();
+    while let Some(b) = reader.next_record().unwrap() {
+        records.push(b);
+    }
+    Recording {
+        header: reader.header.clone(),
+        records,
+    }
+}
+
+/// The records with the first process put in a Kubernetes pod (containerd, systemd driver):
+/// its kernel cgroup record and their resolution first, as a live run in that pod has them.
+fn in_a_pod(rec: &Recording) -> Vec<Vec<u8>> {
+    let pid = pid_of(rec);
+    let first = (rec.records.iter())
+        .map(|r| wire::parse_record(r).unwrap())
+        .find(|r| r.header().tgid == pid)
+        .unwrap();
+    let path = format!(
+        "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{CONTAINER_ID}.scope",
+        POD_UID.replace('-', "_")
+    );
+    let cgroup = TaskCgroupRecord {
+        hdr: gpu_trace_common::RecordHeader {
+            kind: record_kind::TASK_CGROUP,
+            ..*first.header()
+        },
+        cgroup_id: 4242,
+        ns_pid: 0,
+        _pad: 0,
+    };
+    let attribution = wire::Attribution::new(&cgroup, Some(&path), None);
+    let mut out = vec![
+        wire::RawRecord::TaskCgroup(cgroup).as_bytes().to_vec(),
+        wire::RawRecord::Attribution(attribution)
+            .as_bytes()
+            .to_vec(),
+    ];
+    // The recording's own cgroup records of the process (a later run's) are left out.
+    out.extend(rec.records.iter().cloned().filter(|r| {
+        !matches!(
+            wire::parse_record(r),
+            Ok(wire::RawRecord::TaskCgroup(_) | wire::RawRecord::Attribution(_))
+        )
+    }));
+    out
+}
+
+/// The process with the most records (the PyTorch process).
+fn pid_of(rec: &Recording) -> u32 {
+    let mut n: HashMap<u32, usize> = HashMap::new();
+    for r in &rec.records {
+        if let Some(h) = wire::header_of(r) {
+            *n.entry(h.tgid).or_default() += 1;
+        }
+    }
+    n.into_iter().max_by_key(|&(_, c)| c).unwrap().0
+}
+
+/// The JSON lines (with -v) and the metrics registry of `records`, with pods named from `pods`.
+fn run(rec: &Recording, records: &[Vec<u8>], pods: Option<&Path>) -> (String, Arc<Registry>) {
+    let config = PipelineConfig {
+        verbose: true,
+        pids: Vec::new(),
+        comms: Vec::new(),
+        format: Format::Json,
+        timestamps: TimestampMode::Wall,
+        stats: true,
+        clock: Clock::new(rec.header.realtime_offset_ns),
+        show_container: false,
+    };
+    let metrics = Metrics::new(MetricsConfig::default());
+    let registry = metrics.registry();
+    let mut p = Pipeline::new(config, Vec::new()).with_metrics(metrics);
+    if let Some(dir) = pods {
+        p = p.with_pod_names(Box::new(PodDirectory::new(dir)));
+    }
+    if let Some(inv) = &rec.header.inventory {
+        p.inventory(inv).unwrap();
+    }
+    for r in records {
+        p.feed(r).unwrap();
+    }
+    p.flush().unwrap();
+    let f = p.finish_all(Default::default(), Duration::from_secs(1));
+    (String::from_utf8(f.out).unwrap(), registry)
+}
+
+/// The labels and value of each `name{…} V` sample line.
+fn samples(text: &str, name: &str) -> Vec<(BTreeMap<String, String>, f64)> {
+    text.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(name)?.strip_prefix('{')?;
+            let (labels, value) = rest.rsplit_once("} ")?;
+            let mut m = BTreeMap::new();
+            for pair in labels.split("\",") {
+                let (k, v) = pair.split_once("=\"")?;
+                m.insert(k.to_string(), v.trim_end_matches('"').to_string());
+            }
+            Some((m, value.parse().ok()?))
+        })
+        .collect()
+}
+
+/// (event, gpu, engine, process name) → count, from the JSON lines alone: a task's events count
+/// under the GPU and engine of its TASK_INIT when it was seen created, else under the GPU the
+/// line names (`gpu_device.index`, else its own `gpu`) and no engine; a process's name is the
+/// first `comm` seen of it (the inventory's, else its first record's, `names`); a TASK_DESTROY
+/// at the tracer's exit is not an event.
+fn expected_series(
+    jsonl: &str,
+    names: HashMap<u64, String>,
+) -> BTreeMap<(String, String, String, String), u64> {
+    let lines: Vec<serde_json::Value> = jsonl
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let text = |v: &serde_json::Value| match v {
+        serde_json::Value::Null => String::new(),
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let mut tasks: HashMap<String, (String, String)> = HashMap::new();
+    let mut counts = BTreeMap::new();
+    for l in &lines {
+        let event = l["event"].as_str().unwrap();
+        if ["INVENTORY", "STATS"].contains(&event) || l["cause"] == "tracer_exit" {
+            continue;
+        }
+        let pid = l["pid"].as_u64().unwrap();
+        let id = format!("{pid}/{}/{}", l["client"], l["task"]);
+        let own = match l.get("gpu_device") {
+            Some(d) => text(&d["index"]),
+            None => text(&l["gpu"]),
+        };
+        let (gpu, engine) = match event {
+            "TASK_INIT" => {
+                let labels = (own, text(&l["engine"]));
+                tasks.insert(id.clone(), labels.clone());
+                labels
+            }
+            "PRETRACE_END" => (own, String::new()),
+            _ => tasks.get(&id).cloned().unwrap_or((own, String::new())),
+        };
+        if event == "TASK_DESTROY" {
+            tasks.remove(&id);
+        }
+        let key = (event.to_string(), gpu, engine, names[&pid].clone());
+        *counts.entry(key).or_insert(0) += 1;
+    }
+    counts
+}
+
+#[test]
+fn no_event_series_sits_at_zero_and_each_is_a_label_set_of_the_json_lines() {
+    let mut all = 0;
+    for &name in RECORDINGS {
+        let rec = load(name);
+        let (jsonl, metrics) = run(&rec, &rec.records, None);
+        let text = encode(&metrics);
+        let events = samples(&text, "gpu_trace_events_total");
+        let zero: Vec<_> = events.iter().filter(|(_, v)| *v == 0.0).collect();
+        assert!(zero.is_empty(), "{name}: series at zero: {zero:#?}");
+        let got: BTreeMap<(String, String, String, String), u64> = events
+            .iter()
+            .map(|(l, v)| {
+                let key = (
+                    l["event"].clone(),
+                    l["gpu"].clone(),
+                    l["engine"].clone(),
+                    l["comm"].clone(),
+                );
+                (key, *v as u64)
+            })
+            .collect();
+        assert_eq!(got.len(), events.len(), "{name}: label sets repeated");
+        // Each process's name in the recording's inventory, else its first record's thread
+        // name (the raw header, not the pipeline's).
+        let mut names = HashMap::new();
+        for p in rec.header.inventory.iter().flat_map(|i| &i.processes) {
+            names.insert(u64::from(p.pid), p.comm.clone());
+        }
+        for r in &rec.records {
+            let Some(h) = wire::header_of(r) else {
+                continue;
+            };
+            names
+                .entry(u64::from(h.tgid))
+                .or_insert_with(|| wire::comm_to_string(&h.comm));
+        }
+        let want = expected_series(&jsonl, names);
+        assert_eq!(got, want, "{name}");
+        all += got.len();
+        // The other per-task series only once they have a value: refusals at the first one.
+        for (l, v) in samples(&text, "gpu_trace_schedules_refused_total") {
+            assert!(v > 0.0, "{name}: refusals at zero: {l:?}");
+        }
+    }
+    // 13 recordings; before, each label set made all seven event series.
+    assert!(all > 13, "{all}");
+}
+
+/// A kubelet-shaped `/var/log/pods` tree (and `/var/log/containers` links) under `root`.
+fn kubelet_tree(root: &Path) -> PathBuf {
+    let _ = fs::remove_dir_all(root);
+    let pods = root.join("pods");
+    fs::create_dir_all(pods.join(format!("ml-team_trainer-0_{POD_UID}/cuda"))).unwrap();
+    fs::create_dir_all(pods.join(format!("ml-team_trainer-0_{POD_UID}/init-data"))).unwrap();
+    fs::create_dir_all(root.join("containers")).unwrap();
+    fs::File::create(root.join(format!(
+        "containers/trainer-0_ml-team_cuda-{CONTAINER_ID}.log"
+    )))
+    .unwrap();
+    // Another pod, and a directory that is no Kubernetes name: skipped, never shown.
+    fs::create_dir_all(pods.join("other_web-1_22222222-2222-4333-8444-555555555502/nginx"))
+        .unwrap();
+    fs::create_dir_all(pods.join("evil\u{1b}[2J_x_33333333-2222-4333-8444-555555555503/c"))
+        .unwrap();
+    pods
+}
+
+#[test]
+fn pods_are_named_from_the_kubelet_log_tree_with_the_gpu_uuid() {
+    let rec = load("h100_live/two_streams_live.gtrace");
+    let records = in_a_pod(&rec);
+    let pods = kubelet_tree(&common::scratch().join("named"));
+    let (jsonl, metrics) = run(&rec, &records, Some(&pods));
+    let pid = pid_of(&rec);
+    let mine: Vec<serde_json::Value> = jsonl
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|e| e["pid"] == pid && e["event"] != "STATS")
+        .collect();
+    assert!(mine.len() > 10, "{jsonl}");
+    for e in &mine {
+        let cg = &e["cgroup"];
+        assert_eq!(cg["pod_uid"], POD_UID, "{e}");
+        assert_eq!(cg["pod_name"], "trainer-0", "{e}");
+        assert_eq!(cg["namespace"], "ml-team", "{e}");
+        assert_eq!(cg["container_name"], "cuda", "{e}");
+    }
+    let text = encode(&metrics);
+    let events = samples(&text, "gpu_trace_events_total");
+    assert!(!events.is_empty());
+    for (l, _) in &events {
+        assert_eq!(l["UUID"], H100_UUID, "{l:?}");
+        assert_eq!(l["gpu"], "0", "{l:?}");
+        assert_eq!(l["pod"], "trainer-0", "{l:?}");
+        assert_eq!(l["namespace"], "ml-team", "{l:?}");
+        assert_eq!(l["container"], "cuda", "{l:?}");
+        assert_eq!(l["pod_uid"], POD_UID, "{l:?}");
+    }
+    // Without the tree, nothing is named and the JSON lines have no such field.
+    let (jsonl, metrics) = run(&rec, &records, Some(&common::scratch().join("absent")));
+    assert!(!jsonl.contains("pod_name") && !jsonl.contains("\"namespace\""));
+    let text = encode(&metrics);
+    for (l, _) in samples(&text, "gpu_trace_events_total") {
+        assert_eq!((l["pod"].as_str(), l["namespace"].as_str()), ("", ""));
+        assert_eq!(l["pod_uid"], POD_UID);
+        assert_eq!(l["container"], &CONTAINER_ID[..12]);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A real Prometheus.
+
+const PROMETHEUS: &str = "/usr/bin/prometheus";
+
+fn port() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+/// PromQL `q`'s instant vector (labels, value), empty until Prometheus answers.
+fn instant(prom: SocketAddr, q: &str) -> Vec<(serde_json::Value, f64)> {
+    let enc: String = q
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'_' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    let Ok(mut s) = TcpStream::connect_timeout(&prom, Duration::from_secs(2)) else {
+        return Vec::new();
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+    let _ = write!(
+        s,
+        "GET /api/v1/query?query={enc} HTTP/1.0\r\nHost: x\r\n\r\n"
+    );
+    let mut r = String::new();
+    let _ = s.read_to_string(&mut r);
+    let Some((_, body)) = r.split_once("\r\n\r\n") else {
+        return Vec::new();
+    };
+    let v: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
+    (v["data"]["result"].as_array().into_iter().flatten())
+        .map(|r| {
+            (
+                r["metric"].clone(),
+                r["value"][1].as_str().unwrap().parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_real_prometheus_scrapes_uuid_pod_and_namespace_and_no_zero_series() {
+    let test = "a_real_prometheus_scrapes_uuid_pod_and_namespace_and_no_zero_series";
+    if !Path::new(PROMETHEUS).exists() {
+        common::skipped(
+            test,
+            format!("{PROMETHEUS} is not installed (apt-get install prometheus)"),
+        );
+        return;
+    }
+    let rec = load("h100_live/two_streams_live.gtrace");
+    let pods = kubelet_tree(&common::scratch().join("prom-tree"));
+    let (_, metrics) = run(&rec, &in_a_pod(&rec), Some(&pods));
+    let server = gpu_trace::metrics::server::MetricsServer::start(
+        "127.0.0.1:0".parse().unwrap(),
+        metrics.clone(),
+    )
+    .expect("the metrics server on loopback");
+    let dir = common::scratch().join("prometheus");
+    fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("prometheus.yml");
+    fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: gpu-trace\n    \
+             static_configs:\n      - targets: ['{}']\n",
+            server.addr
+        ),
+    )
+    .unwrap();
+    let listen = port();
+    let log = fs::File::create(dir.join("prometheus.log")).unwrap();
+    let mut child = Command::new(PROMETHEUS)
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address={listen}"))
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("starting prometheus");
+    let q = format!(
+        "sum by (UUID, pod, namespace, container, pod_uid) \
+         (gpu_trace_events_total{{UUID=\"{H100_UUID}\",pod=\"trainer-0\",namespace=\"ml-team\"}})"
+    );
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut got = Vec::new();
+    while got.is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(300));
+        got = instant(listen, &q);
+    }
+    let zero = instant(listen, "gpu_trace_events_total == 0");
+    let total = instant(listen, "count(gpu_trace_events_total)");
+    let _ = child.kill();
+    let _ = child.wait();
+    let log = fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default();
+    assert_eq!(got.len(), 1, "{got:?}\n{log}");
+    let (labels, value) = &got[0];
+    assert_eq!(labels["container"], "cuda");
+    assert_eq!(labels["pod_uid"], POD_UID);
+    // Every event of the PyTorch process (its JSON lines, the fixture's README).
+    assert!(*value > 10.0, "{value}");
+    assert!(zero.is_empty(), "series at zero: {zero:?}");
+    let text = encode(&metrics);
+    let served = samples(&text, "gpu_trace_events_total").len() as f64;
+    assert_eq!(total.first().map(|t| t.1), Some(served), "{total:?}");
+}
