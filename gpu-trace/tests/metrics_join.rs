@@ -109,12 +109,13 @@ fn in_a_pod(rec: &Recording) -> Vec<Vec<u8>> {
             .to_vec(),
     ];
     // The recording's own cgroup records of the process (a later run's) are left out.
-    out.extend(rec.records.iter().cloned().filter(|r| {
-        !matches!(
+    let own = |r: &&Vec<u8>| {
+        matches!(
             wire::parse_record(r),
             Ok(wire::RawRecord::TaskCgroup(_) | wire::RawRecord::Attribution(_))
         )
-    }));
+    };
+    out.extend(rec.records.iter().filter(|r| !own(r)).cloned());
     out
 }
 

@@ -599,6 +599,28 @@ struct TaskState {
     timeslice_us: Option<u64>,
 }
 
+/// Who an event is of, besides its task: the GPU the pipeline named, AMD's detail, the process's
+/// name and workload.
+#[derive(Clone, Copy)]
+struct Who<'a> {
+    named: Option<&'a GpuIdentity>,
+    amd: Option<&'a crate::event::AmdDetail>,
+    process: &'a str,
+    workload: Option<&'a Workload>,
+}
+
+impl TaskState {
+    /// A task created at `init_ns`, not scheduled yet.
+    fn new(key: SeriesKey, init_ns: u64, timeslice_us: Option<u64>) -> Self {
+        Self {
+            key,
+            init_ns,
+            scheduled: false,
+            timeslice_us,
+        }
+    }
+}
+
 /// A hashable form of a task id (the model's type has no `Hash`).
 fn tid(t: TaskId) -> (u8, u32) {
     match t {
@@ -840,9 +862,14 @@ impl Metrics {
         workload: Option<&Workload>,
         gpu: Option<&GpuIdentity>,
     ) {
-        let named = gpu;
-        let pid = ev.origin.pid;
         let amd = ev.amd.as_ref();
+        let who = Who {
+            named: gpu,
+            amd,
+            process: process_name,
+            workload,
+        };
+        let pid = ev.origin.pid;
         let key = match &ev.kind {
             EventKind::TaskInit {
                 task,
@@ -853,19 +880,8 @@ impl Metrics {
                 ..
             } => {
                 let gpu = gpu.or(amd.and_then(|a| a.gpu_id));
-                let key = self.key(
-                    gpu,
-                    named,
-                    engine_label(*engine, amd),
-                    process_name,
-                    workload,
-                );
-                let state = TaskState {
-                    key,
-                    init_ns: ev.origin.ts_ns,
-                    scheduled: false,
-                    timeslice_us: *timeslice_us,
-                };
+                let key = self.key_of(who, gpu, *engine);
+                let state = TaskState::new(key, ev.origin.ts_ns, *timeslice_us);
                 self.task_created((pid, *client, tid(*task)), state);
                 key
             }
@@ -878,10 +894,7 @@ impl Metrics {
             } => {
                 let id = (pid, *client, tid(*task));
                 let state = self.tasks.get(&id).copied();
-                let key = match state {
-                    Some(t) => t.key,
-                    None => self.key(None, named, engine_label(None, amd), process_name, workload),
-                };
+                let key = self.task_key(id, who);
                 self.scheduled(id, key, state, *allowed, *timeslice_us, ev.origin.ts_ns);
                 key
             }
@@ -892,7 +905,7 @@ impl Metrics {
                     Some(t) => t.key,
                     None => {
                         let gpu = gpu.or(amd.and_then(|a| a.gpu_id));
-                        self.key(gpu, named, engine_label(None, amd), process_name, workload)
+                        self.key_of(who, gpu, None)
                     }
                 };
                 self.series_mut(key).count(2);
@@ -904,7 +917,8 @@ impl Metrics {
                 cause,
                 ..
             } => {
-                let state = self.tasks.remove(&(pid, *client, tid(*task)));
+                let id = (pid, *client, tid(*task));
+                let state = self.tasks.remove(&id);
                 if *cause == DestroyCause::TracerExit {
                     // Not an event (the statistics count it as alive at exit).
                     if let Some(t) = state {
@@ -914,7 +928,7 @@ impl Metrics {
                 }
                 let key = match state {
                     Some(t) => t.key,
-                    None => self.key(None, named, engine_label(None, amd), process_name, workload),
+                    None => self.task_key(id, who),
                 };
                 self.series_mut(key).count(3);
                 if let Some(t) = state {
@@ -931,10 +945,7 @@ impl Metrics {
             } => {
                 let id = (pid, *client, tid(*task));
                 let state = self.tasks.get(&id).copied();
-                let key = match state {
-                    Some(t) => t.key,
-                    None => self.key(None, named, engine_label(None, amd), process_name, workload),
-                };
+                let key = self.task_key(id, who);
                 self.series_mut(key).count(4);
                 // An accepted timeslice change moves the live-timeslice gauge (a refused one,
                 // or one on a task not seen created, changes nothing known).
@@ -946,15 +957,13 @@ impl Metrics {
                 key
             }
             EventKind::PretraceEnd { .. } => {
-                let key = self.key(None, named, engine_label(None, amd), process_name, workload);
+                let key = self.key_of(who, None, None);
                 self.series_mut(key).count(5);
                 key
             }
             EventKind::MpsShared { task, client, .. } => {
-                let key = match self.tasks.get(&(pid, *client, tid(*task))) {
-                    Some(t) => t.key,
-                    None => self.key(None, named, engine_label(None, amd), process_name, workload),
-                };
+                let id = (pid, *client, tid(*task));
+                let key = self.task_key(id, who);
                 self.series_mut(key).count(6);
                 key
             }
@@ -963,6 +972,21 @@ impl Metrics {
             self.health.overflowed.inc();
         }
         self.note_comm(pid, key.comm);
+    }
+
+    /// The series of task `id` when it was seen created, else of its process (on the GPU the
+    /// pipeline named, no engine but AMD's queue type).
+    fn task_key(&mut self, id: (u32, u32, (u8, u32)), who: Who<'_>) -> SeriesKey {
+        match self.tasks.get(&id) {
+            Some(t) => t.key,
+            None => self.key_of(who, None, None),
+        }
+    }
+
+    /// The series of `who`'s event on `gpu` (the event's own number) and `engine`.
+    fn key_of(&mut self, who: Who<'_>, gpu: Option<u32>, engine: Option<Engine>) -> SeriesKey {
+        let engine = engine_label(engine, who.amd);
+        self.key(gpu, who.named, engine, who.process, who.workload)
     }
 
     /// A `TASK_INIT`: the task `id` counts as live in its series (and its timeslice in the
