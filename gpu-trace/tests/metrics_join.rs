@@ -14,14 +14,14 @@ mod common;
 use std::{
     collections::{BTreeMap, HashMap},
     fs,
-    io::{BufReader, Read, Write},
-    net::{SocketAddr, TcpListener, TcpStream},
+    io::BufReader,
+    net::SocketAddr,
     path::{Path, PathBuf},
-    process::{Command, Stdio},
     sync::Arc,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
+use common::prometheus::{PROMETHEUS, free_port, query, start_prometheus, wait_for};
 use gpu_trace::{
     cli::Format,
     metrics::{Metrics, MetricsConfig, encode},
@@ -31,24 +31,28 @@ use gpu_trace::{
     record::RecordReader,
     wire,
 };
-use gpu_trace_common::{TaskCgroupRecord, record_kind};
 use prometheus_client::registry::Registry;
 
-const RECORDINGS: &[&str] = &[
-    "two_streams.gtrace",
-    "ctx_churn.gtrace",
-    "h100_late_mps/late_attach.gtrace",
-    "h100_late_mps/mps.gtrace",
-    "h100_late_mps/mps_late.gtrace",
-    "h100_late_mps/prio.gtrace",
-    "h100_live/two_streams_live.gtrace",
-    "h200x2/allreduce.gtrace",
-    "h200x2/each.gtrace",
-    "h200x2/gpu1_only.gtrace",
-    "h200x2_gpu_ids/allreduce.gtrace",
-    "h200x2_gpu_ids/each.gtrace",
-    "h200x2_gpu_ids/gpu1_only.gtrace",
-];
+/// Every committed recording: the `.gtrace` files under tests/fixtures (and one level below).
+fn recordings() -> Vec<String> {
+    let root = fixture("");
+    let mut out = Vec::new();
+    for dir in std::iter::once(root.clone()).chain(
+        fs::read_dir(&root)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.is_dir()),
+    ) {
+        for e in fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "gtrace") {
+                out.push(p.strip_prefix(&root).unwrap().display().to_string());
+            }
+        }
+    }
+    out.sort();
+    out
+}
 
 const POD_UID: &str = "11111111-2222-4333-8444-555555555501";
 const CONTAINER_ID: &str = "c1c1c1c1aaaa000000000000000000000000000000000000000000000000c1c1";
@@ -92,22 +96,7 @@ fn in_a_pod(rec: &Recording) -> Vec<Vec<u8>> {
         "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{CONTAINER_ID}.scope",
         POD_UID.replace('-', "_")
     );
-    let cgroup = TaskCgroupRecord {
-        hdr: gpu_trace_common::RecordHeader {
-            kind: record_kind::TASK_CGROUP,
-            ..*first.header()
-        },
-        cgroup_id: 4242,
-        ns_pid: 0,
-        _pad: 0,
-    };
-    let attribution = wire::Attribution::new(&cgroup, Some(&path), None);
-    let mut out = vec![
-        wire::RawRecord::TaskCgroup(cgroup).as_bytes().to_vec(),
-        wire::RawRecord::Attribution(attribution)
-            .as_bytes()
-            .to_vec(),
-    ];
+    let mut out = common::cgroup_records(first.header(), 4242, &path, None).to_vec();
     // The recording's own cgroup records of the process (a later run's) are left out.
     let own = |r: &&Vec<u8>| {
         matches!(
@@ -227,7 +216,10 @@ fn expected_series(
 #[test]
 fn no_event_series_sits_at_zero_and_each_is_a_label_set_of_the_json_lines() {
     let mut all = 0;
-    for &name in RECORDINGS {
+    let names = recordings();
+    // The 13 of tests/fixtures/README.md at least.
+    assert!(names.len() >= 13, "{names:?}");
+    for name in &names {
         let rec = load(name);
         let (jsonl, metrics) = run(&rec, &rec.records, None);
         let text = encode(&metrics);
@@ -269,8 +261,7 @@ fn no_event_series_sits_at_zero_and_each_is_a_label_set_of_the_json_lines() {
             assert!(v > 0.0, "{name}: refusals at zero: {l:?}");
         }
     }
-    // 13 recordings; before, each label set made all seven event series.
-    assert!(all > 13, "{all}");
+    assert!(all > names.len(), "{all}");
 }
 
 /// A kubelet-shaped `/var/log/pods` tree (and `/var/log/containers` links) under `root`.
@@ -337,48 +328,6 @@ fn pods_are_named_from_the_kubelet_log_tree_with_the_gpu_uuid() {
 // ---------------------------------------------------------------------------------------------
 // A real Prometheus.
 
-const PROMETHEUS: &str = "/usr/bin/prometheus";
-
-fn port() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
-
-/// PromQL `q`'s instant vector (labels, value), empty until Prometheus answers.
-fn instant(prom: SocketAddr, q: &str) -> Vec<(serde_json::Value, f64)> {
-    let enc: String = q
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'_' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect();
-    let Ok(mut s) = TcpStream::connect_timeout(&prom, Duration::from_secs(2)) else {
-        return Vec::new();
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
-    let _ = write!(
-        s,
-        "GET /api/v1/query?query={enc} HTTP/1.0\r\nHost: x\r\n\r\n"
-    );
-    let mut r = String::new();
-    let _ = s.read_to_string(&mut r);
-    let Some((_, body)) = r.split_once("\r\n\r\n") else {
-        return Vec::new();
-    };
-    let v: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
-    (v["data"]["result"].as_array().into_iter().flatten())
-        .map(|r| {
-            (
-                r["metric"].clone(),
-                r["value"][1].as_str().unwrap().parse().unwrap(),
-            )
-        })
-        .collect()
-}
-
 #[test]
 fn a_real_prometheus_scrapes_uuid_pod_and_namespace_and_no_zero_series() {
     let test = "a_real_prometheus_scrapes_uuid_pod_and_namespace_and_no_zero_series";
@@ -391,59 +340,35 @@ fn a_real_prometheus_scrapes_uuid_pod_and_namespace_and_no_zero_series() {
     }
     let rec = load("h100_live/two_streams_live.gtrace");
     let pods = kubelet_tree(&common::scratch().join("prom-tree"));
-    let (_, metrics) = run(&rec, &in_a_pod(&rec), Some(&pods));
+    let (jsonl, metrics) = run(&rec, &in_a_pod(&rec), Some(&pods));
+    // The pod's events: its process's JSON lines (a TASK_DESTROY at the tracer's exit is none).
+    let pid = pid_of(&rec);
+    let want = jsonl
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|e| e["pid"] == pid && e["event"] != "STATS" && e["cause"] != "tracer_exit")
+        .count();
     let server = gpu_trace::metrics::server::MetricsServer::start(
         "127.0.0.1:0".parse().unwrap(),
         metrics.clone(),
     )
     .expect("the metrics server on loopback");
-    let dir = common::scratch().join("prometheus");
-    fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("prometheus.yml");
-    fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: gpu-trace\n    \
-             static_configs:\n      - targets: ['{}']\n",
-            server.addr
-        ),
-    )
-    .unwrap();
-    let listen = port();
-    let log = fs::File::create(dir.join("prometheus.log")).unwrap();
-    let mut child = Command::new(PROMETHEUS)
-        .arg(format!("--config.file={}", config.display()))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.join("data").display()
-        ))
-        .arg(format!("--web.listen-address={listen}"))
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .expect("starting prometheus");
+    let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let prom = start_prometheus(server.addr, listen);
     let q = format!(
         "sum by (UUID, pod, namespace, container, pod_uid) \
          (gpu_trace_events_total{{UUID=\"{H100_UUID}\",pod=\"trainer-0\",namespace=\"ml-team\"}})"
     );
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let mut got = Vec::new();
-    while got.is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(300));
-        got = instant(listen, &q);
-    }
-    let zero = instant(listen, "gpu_trace_events_total == 0");
-    let total = instant(listen, "count(gpu_trace_events_total)");
-    let _ = child.kill();
-    let _ = child.wait();
-    let log = fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default();
+    let got = wait_for(listen, &q, |r| !r.is_empty());
+    let zero = query(listen, "gpu_trace_events_total == 0");
+    let total = query(listen, "count(gpu_trace_events_total)");
+    let log = fs::read_to_string(prom.dir.join("prometheus.log")).unwrap_or_default();
+    drop(prom);
     assert_eq!(got.len(), 1, "{got:?}\n{log}");
     let (labels, value) = &got[0];
     assert_eq!(labels["container"], "cuda");
     assert_eq!(labels["pod_uid"], POD_UID);
-    // Every event of the PyTorch process (its JSON lines, the fixture's README).
-    assert!(*value > 10.0, "{value}");
+    assert_eq!(*value, want as f64);
     assert!(zero.is_empty(), "series at zero: {zero:?}");
     let text = encode(&metrics);
     let served = samples(&text, "gpu_trace_events_total").len() as f64;
