@@ -112,18 +112,7 @@ fn the_dashboard_is_valid_and_each_query_returns_the_pods_values() {
     for (i, expr) in queries.values().enumerate() {
         rules += &format!("      - record: dashboard:panel{i}\n        expr: '{expr}'\n");
     }
-    fs::write(dir.join("rules.yml"), &rules).unwrap();
-    let check = Command::new(PROMTOOL)
-        .args(["check", "rules"])
-        .arg(dir.join("rules.yml"))
-        .output()
-        .unwrap();
-    assert!(
-        check.status.success(),
-        "{}{}\n{rules}",
-        String::from_utf8_lossy(&check.stdout),
-        String::from_utf8_lossy(&check.stderr)
-    );
+    promtool("check", &dir.join("rules.yml"), &rules);
 
     let trainer_pod = ("ml-team", "trainer-0");
     let other_pod = ("web", "web-1");
@@ -180,16 +169,21 @@ fn the_dashboard_is_valid_and_each_query_returns_the_pods_values() {
         "rule_files:\n  - rules.yml\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    \
          input_series:\n{input}    promql_expr_test:\n{tests}"
     );
-    fs::write(dir.join("test.yml"), &unit).unwrap();
-    let run = Command::new(PROMTOOL)
-        .args(["test", "rules"])
-        .arg(dir.join("test.yml"))
+    promtool("test", &dir.join("test.yml"), &unit);
+}
+
+/// Writes `text` to `file` and runs `promtool VERB rules FILE`, which must succeed.
+fn promtool(verb: &str, file: &Path, text: &str) {
+    fs::write(file, text).unwrap();
+    let out = Command::new(PROMTOOL)
+        .args([verb, "rules"])
+        .arg(file)
         .output()
         .unwrap();
     assert!(
-        run.status.success(),
-        "{}{}\n{unit}",
-        String::from_utf8_lossy(&run.stdout),
-        String::from_utf8_lossy(&run.stderr)
+        out.status.success(),
+        "{}{}\n{text}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
     );
 }

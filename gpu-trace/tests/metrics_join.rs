@@ -374,3 +374,50 @@ fn a_real_prometheus_scrapes_uuid_pod_and_namespace_and_no_zero_series() {
     let served = samples(&text, "gpu_trace_events_total").len() as f64;
     assert_eq!(total.first().map(|t| t.1), Some(served), "{total:?}");
 }
+
+/// `gpu-trace replay --pods-dir DIR` names the pods from DIR; without it, replay names none (a
+/// recording's pods are another node's), whatever this machine's /var/log/pods holds.
+#[test]
+fn replay_names_pods_only_with_pods_dir() {
+    let rec = load("h100_live/two_streams_live.gtrace");
+    let file = common::scratch().join("in_a_pod.gtrace");
+    let mut w = gpu_trace::record::RecordWriter::new(fs::File::create(&file).unwrap(), &rec.header)
+        .unwrap();
+    for r in in_a_pod(&rec) {
+        w.record(&r).unwrap();
+    }
+    w.finish(&Default::default()).unwrap();
+    let pods = kubelet_tree(&common::scratch().join("replay-tree"));
+    let replay = |extra: &[&std::ffi::OsStr]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpu-trace"))
+            .arg("replay")
+            .arg(&file)
+            .args(["--format", "json", "--no-stats"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let named = replay(&["--pods-dir".as_ref(), pods.as_os_str()]);
+    let pid = pid_of(&rec);
+    let mine: Vec<serde_json::Value> = named
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|e| e["pid"] == pid)
+        .collect();
+    assert!(!mine.is_empty(), "{named}");
+    for e in &mine {
+        assert_eq!(e["cgroup"]["pod_name"], "trainer-0", "{e}");
+        assert_eq!(e["cgroup"]["namespace"], "ml-team", "{e}");
+    }
+    let plain = replay(&[]);
+    assert!(
+        plain.contains(POD_UID) && !plain.contains("pod_name"),
+        "{plain}"
+    );
+}
