@@ -378,15 +378,26 @@ impl<W: Write> Pipeline<W> {
     }
 
     /// Process `pid` runs in the cgroup `a` describes (from now on).
-    fn attribute(&mut self, pid: u32, mut a: Attribution) {
-        if let (Some(r), Some((uid, _))) = (self.pods.as_mut(), a.workload.pod.as_ref()) {
-            let container = a.workload.container.as_ref().map(|(_, id)| id.as_str());
-            a.names = r.resolve(uid, container);
-        }
+    fn attribute(&mut self, pid: u32, a: Attribution) {
         if let Some(group) = a.group() {
             self.stats.set_group(pid, group);
         }
         self.attributions.insert(pid, a);
+        self.name_pod(pid);
+    }
+
+    /// Names the pod of process `pid` when it is in one not named yet (asked again at its
+    /// events until the resolver knows it: a pod's directory may appear after its process; the
+    /// resolver bounds how often it rereads).
+    fn name_pod(&mut self, pid: u32) {
+        let (Some(r), Some(a)) = (self.pods.as_mut(), self.attributions.get_mut(&pid)) else {
+            return;
+        };
+        let Some((uid, _)) = a.workload.pod.as_ref().filter(|_| a.names.is_none()) else {
+            return;
+        };
+        let container = a.workload.container.as_ref().map(|(_, id)| id.as_str());
+        a.names = r.resolve(uid, container);
     }
 
     /// Emits the events that pass the filters.
@@ -419,6 +430,7 @@ impl<W: Write> Pipeline<W> {
             self.share_params(event);
         }
         let gpu = self.gpu_of(event);
+        self.name_pod(event.origin.pid);
         let ev = Enriched {
             event,
             process: self

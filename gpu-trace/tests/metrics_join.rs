@@ -121,6 +121,17 @@ fn pid_of(rec: &Recording) -> u32 {
 
 /// The JSON lines (with -v) and the metrics registry of `records`, with pods named from `pods`.
 fn run(rec: &Recording, records: &[Vec<u8>], pods: Option<&Path>) -> (String, Arc<Registry>) {
+    let pods = pods.map(|d| PodDirectory::new(d));
+    run_with(rec, records, pods, |_| {})
+}
+
+/// [`run`] with `resolver`, calling `between(i)` before record `i`.
+fn run_with(
+    rec: &Recording,
+    records: &[Vec<u8>],
+    resolver: Option<PodDirectory>,
+    mut between: impl FnMut(usize),
+) -> (String, Arc<Registry>) {
     let config = PipelineConfig {
         verbose: true,
         pids: Vec::new(),
@@ -134,13 +145,14 @@ fn run(rec: &Recording, records: &[Vec<u8>], pods: Option<&Path>) -> (String, Ar
     let metrics = Metrics::new(MetricsConfig::default());
     let registry = metrics.registry();
     let mut p = Pipeline::new(config, Vec::new()).with_metrics(metrics);
-    if let Some(dir) = pods {
-        p = p.with_pod_names(Box::new(PodDirectory::new(dir)));
+    if let Some(r) = resolver {
+        p = p.with_pod_names(Box::new(r));
     }
     if let Some(inv) = &rec.header.inventory {
         p.inventory(inv).unwrap();
     }
-    for r in records {
+    for (i, r) in records.iter().enumerate() {
+        between(i);
         p.feed(r).unwrap();
     }
     p.flush().unwrap();
@@ -419,5 +431,48 @@ fn replay_names_pods_only_with_pods_dir() {
     assert!(
         plain.contains(POD_UID) && !plain.contains("pod_name"),
         "{plain}"
+    );
+}
+
+/// A pod whose directory appears after its process was attributed (the kubelet was slow, or the
+/// reread was rate-limited) is named at its process's later events, not never.
+#[test]
+fn a_pod_whose_directory_comes_late_is_named_at_later_events() {
+    let rec = load("h100_live/two_streams_live.gtrace");
+    let records = in_a_pod(&rec);
+    let pid = pid_of(&rec);
+    let root = common::scratch().join("late-tree");
+    // The directory appears at several points of the run (most of the records come before
+    // the process's first event): at least one falls between its events.
+    let mut between_events = 0;
+    for tenth in 1..10 {
+        let _ = fs::remove_dir_all(&root);
+        fs::create_dir_all(root.join("pods")).unwrap();
+        let resolver = PodDirectory::new(root.join("pods")).with_min_reread(Duration::ZERO);
+        let at = records.len() * tenth / 10;
+        let (jsonl, _) = run_with(&rec, &records, Some(resolver), |i| {
+            if i == at {
+                kubelet_tree(&root);
+            }
+        });
+        let named: Vec<bool> = jsonl
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|e| e["pid"] == pid && e["event"] != "STATS")
+            .map(|e| e["cgroup"]["pod_name"] == "trainer-0")
+            .collect();
+        // Named from some event on (the first after the directory came), never unnamed again.
+        let first = named
+            .iter()
+            .position(|&n| n)
+            .expect("named at a later event");
+        assert!(named[first..].iter().all(|&n| n), "{tenth}/10: {named:?}");
+        if first > 0 {
+            between_events += 1;
+        }
+    }
+    assert!(
+        between_events > 0,
+        "the directory never came between two events"
     );
 }
