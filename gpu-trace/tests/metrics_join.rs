@@ -121,7 +121,7 @@ fn pid_of(rec: &Recording) -> u32 {
 
 /// The JSON lines (with -v) and the metrics registry of `records`, with pods named from `pods`.
 fn run(rec: &Recording, records: &[Vec<u8>], pods: Option<&Path>) -> (String, Arc<Registry>) {
-    let pods = pods.map(|d| PodDirectory::new(d));
+    let pods = pods.map(PodDirectory::new);
     run_with(rec, records, pods, |_| {})
 }
 
