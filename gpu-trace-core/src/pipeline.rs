@@ -13,7 +13,7 @@ use crate::{
         gpus::{GpuDirectory, GpuIdentity},
         share::ShareSample,
         stats::{KernelCounters, Stats},
-        workload::Attribution,
+        workload::{Attribution, PodResolver},
     },
     output::{
         Format, Lines,
@@ -109,6 +109,8 @@ pub struct Pipeline<W: Write> {
     gpu_filter: Vec<String>,
     /// Events `--gpu` left out because their GPU was not known (yet).
     gpu_unknown: u64,
+    /// Names pods by UID (live runs: the node's /var/log/pods; `--pods-dir`).
+    pods: Option<Box<dyn PodResolver>>,
 }
 
 /// `--interval`: when and where the periodic statistics go.
@@ -157,7 +159,15 @@ impl<W: Write> Pipeline<W> {
             perfetto: None,
             interval: None,
             metrics: None,
+            pods: None,
         }
+    }
+
+    /// Names the pods of the attributed processes with `resolver` (their `pod_name`,
+    /// `namespace`, `container_name` and metric labels).
+    pub fn with_pod_names(mut self, resolver: Box<dyn PodResolver>) -> Self {
+        self.pods = Some(resolver);
+        self
     }
 
     /// Also prints statistics every `period` (`--interval`): JSON as a `STATS` object with
@@ -396,6 +406,21 @@ impl<W: Write> Pipeline<W> {
             self.stats.set_group(pid, group);
         }
         self.attributions.insert(pid, a);
+        self.name_pod(pid);
+    }
+
+    /// Names the pod of process `pid` when it is in one not named yet (asked again at its
+    /// events until the resolver knows it: a pod's directory may appear after its process; the
+    /// resolver bounds how often it rereads).
+    fn name_pod(&mut self, pid: u32) {
+        let (Some(r), Some(a)) = (self.pods.as_mut(), self.attributions.get_mut(&pid)) else {
+            return;
+        };
+        let Some((uid, _)) = a.workload.pod.as_ref().filter(|_| a.names.is_none()) else {
+            return;
+        };
+        let container = a.workload.container.as_ref().map(|(_, id)| id.as_str());
+        a.names = r.resolve(uid, container);
     }
 
     /// `--gpu`: only the events on one of `gpus` (each an nvidia-smi index, a UUID or a PCI bus
@@ -465,6 +490,7 @@ impl<W: Write> Pipeline<W> {
         ) {
             self.share_params(event);
         }
+        self.name_pod(event.origin.pid);
         let ev = Enriched {
             event,
             process: self

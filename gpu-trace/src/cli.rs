@@ -596,6 +596,11 @@ pub struct OutputArgs {
     #[arg(long)]
     #[arg(help_heading = heading::OUTPUT)]
     pub show_container: bool,
+
+    /// The kubelet's pod log directory, which names pods by UID (docs/fleet.md, "Pods by
+    /// name"). Live runs read /var/log/pods without it; replay names pods only with it.
+    #[arg(long, value_name = "DIR", hide = true)]
+    pub pods_dir: Option<PathBuf>,
 }
 
 /// The shortest `--interval` accepted, in seconds: statistics more often than 100 times a

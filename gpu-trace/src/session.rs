@@ -278,7 +278,7 @@ fn prepare_output_files(
     Ok((files, Pending(pending)))
 }
 
-/// The pipeline for `args` over the opened outputs. `by_record_time`: `--interval` counts in
+/// The pipeline for `args` over the opened outputs. `by_record_time` (replay): `--interval` counts in
 /// the records' time (replay) rather than on the caller's timer (live).
 fn new_pipeline(
     args: &OutputArgs,
@@ -289,6 +289,14 @@ fn new_pipeline(
 ) -> Result<Pipeline<QueueWriter>, RunError> {
     let pipeline =
         Pipeline::new(pipeline_config(args, clock.clone()), out).with_gpu_filter(args.gpus.clone());
+    // Pods by name: the node's kubelet directory in a live run; replay only where told
+    // (a recording's pods are another node's).
+    let pods_dir = (args.pods_dir.clone())
+        .or_else(|| (!by_record_time).then(|| crate::probe::pods::DEFAULT_DIR.into()));
+    let pipeline = match pods_dir {
+        Some(dir) => pipeline.with_pod_names(Box::new(crate::probe::pods::PodDirectory::new(dir))),
+        None => pipeline,
+    };
     let pipeline = match perfetto {
         Some(staged) => {
             let what = || "writing the Perfetto timeline";

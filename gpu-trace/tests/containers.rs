@@ -569,7 +569,6 @@ fn a_recorded_pytorch_run_in_a_pod_is_labelled_everywhere() {
         metrics::{Metrics, MetricsConfig},
         pipeline::Pipeline,
     };
-    use gpu_trace_common::{TaskCgroupRecord, record_kind};
 
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/two_streams.gtrace");
     let mut reader =
@@ -584,25 +583,10 @@ fn a_recorded_pytorch_run_in_a_pod_is_labelled_everywhere() {
         "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{C1}.scope",
         U1.replace('-', "_")
     );
-    let task_cgroup = TaskCgroupRecord {
-        hdr: gpu_trace_common::RecordHeader {
-            kind: record_kind::TASK_CGROUP,
-            ..*first.header()
-        },
-        cgroup_id: 4242,
-        ns_pid: 0,
-        _pad: 0,
-    };
-    let attribution = wire::Attribution::new(&task_cgroup, Some(&cg_path), Some(7));
-    let injected: Vec<Vec<u8>> = [
-        wire::RawRecord::TaskCgroup(task_cgroup).as_bytes().to_vec(),
-        wire::RawRecord::Attribution(attribution)
-            .as_bytes()
-            .to_vec(),
-    ]
-    .into_iter()
-    .chain(records)
-    .collect();
+    let injected: Vec<Vec<u8>> = common::cgroup_records(first.header(), 4242, &cg_path, Some(7))
+        .into_iter()
+        .chain(records)
+        .collect();
 
     for format in [Format::Json, Format::Text] {
         let mut p = Pipeline::new(pipeline_config(format), Vec::new())
@@ -654,13 +638,16 @@ fn a_recorded_pytorch_run_in_a_pod_is_labelled_everywhere() {
             }
         }
         // Every task series of the process has the container and pod labels.
-        let labelled = format!("container=\"{}\",pod=\"{U1}\"", &C1[..12]);
+        let labelled = format!(
+            "container=\"{}\",pod=\"\",namespace=\"\",pod_uid=\"{U1}\"",
+            &C1[..12]
+        );
         assert!(
             metrics.contains(&labelled),
             "no series with {labelled}:\n{metrics}"
         );
         assert!(
-            !metrics.contains("container=\"\",pod=\"\"}"),
+            !metrics.contains("pod_uid=\"\"}"),
             "a series of the process without its labels:\n{metrics}"
         );
     }

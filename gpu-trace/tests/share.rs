@@ -206,7 +206,10 @@ fn metrics_gauge_serves_the_last_window_share_without_a_pid_label() {
     let _ = child.kill();
     let _ = child.wait();
     let (labels, value) = gauge(&body).unwrap_or_else(|| panic!("no share gauge in:\n{body}"));
-    assert_eq!(labels, r#"{gpu="0",comm="",container="",pod=""}"#);
+    assert_eq!(
+        labels,
+        r#"{gpu="0",UUID="",comm="",container="",pod="",namespace="",pod_uid=""}"#
+    );
     assert!((value - 0.9462).abs() < 1e-9, "{value}");
     assert!(!body.contains("pid="));
 }

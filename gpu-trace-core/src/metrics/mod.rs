@@ -31,6 +31,7 @@ use prometheus_client::{
     registry::Registry,
 };
 
+use crate::model::gpus::GpuIdentity;
 use crate::sink::{Enriched, RunEnd, Sink, SinkError};
 use crate::{
     event::{DestroyCause, Engine, Event, EventKind, SchedChange, TaskId},
@@ -65,13 +66,21 @@ impl Default for MetricsConfig {
     }
 }
 
-/// Where a process runs, for the `container` and `pod` labels: the pipeline fills them from the
-/// process's cgroup (`model::workload`), empty outside containers and pods; [`Metrics::observe`]
-/// takes one so that the series carry the labels from the start.
+/// Where a process runs, for the `container`, `pod`, `namespace` and `pod_uid` labels: the
+/// pipeline fills them from the process's cgroup (`model::workload`) and what the node said of
+/// its pod ([`crate::model::workload::PodNames`]), empty outside containers and pods;
+/// [`Metrics::observe`] takes one so that the series carry the labels from the start.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Workload {
+    /// The container's name in a Kubernetes pod when the node said it, else the short container
+    /// id (12 hex digits).
     pub container: String,
+    /// The pod's name, when the node said it.
     pub pod: String,
+    /// The pod's namespace, when the node said it.
+    pub namespace: String,
+    /// The pod's UID (from the cgroup path).
+    pub pod_uid: String,
 }
 
 /// One metric of the reference (`cargo xtask gen --docs` writes docs/fleet.md's from
@@ -85,7 +94,7 @@ pub struct MetricDoc {
     pub help: &'static str,
 }
 
-const TASK_LABELS: &str = "gpu, engine, comm, container, pod";
+const TASK_LABELS: &str = "gpu, UUID, engine, comm, container, pod, namespace, pod_uid";
 
 macro_rules! doc {
     ($id:ident, $name:expr, $kind:expr, $labels:expr, $help:expr) => {
@@ -102,7 +111,7 @@ doc!(
     EVENTS,
     "gpu_trace_events_total",
     "counter",
-    "event, gpu, engine, comm, container, pod",
+    "event, gpu, UUID, engine, comm, container, pod, namespace, pod_uid",
     "Events reported (`event` is TASK_INIT, SCHEDULE, WORK_SUBMIT, TASK_DESTROY, SCHED_UPDATE, PRETRACE_END or MPS_SHARED), whether printed or not (WORK_SUBMIT without -v)."
 );
 doc!(
@@ -130,14 +139,14 @@ doc!(
     LIFETIME,
     "gpu_trace_task_lifetime_seconds",
     "histogram",
-    "gpu, engine",
+    "gpu, UUID, engine",
     "TASK_INIT to TASK_DESTROY of the tasks created while tracing."
 );
 doc!(
     LATENCY,
     "gpu_trace_schedule_latency_seconds",
     "histogram",
-    "gpu, engine",
+    "gpu, UUID, engine",
     "TASK_INIT to the task's first allowed SCHEDULE (admission latency)."
 );
 doc!(
@@ -303,18 +312,25 @@ struct EventLabels {
     task: TaskLabels,
 }
 
+/// dcgm-exporter's spelling of the GPU's UUID label (`UUID`), so that `on(gpu, UUID)` joins.
+#[allow(non_snake_case)]
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TaskLabels {
     gpu: String,
+    UUID: String,
     engine: &'static str,
     comm: String,
     container: String,
     pod: String,
+    namespace: String,
+    pod_uid: String,
 }
 
+#[allow(non_snake_case)]
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct HwLabels {
     gpu: String,
+    UUID: String,
     engine: &'static str,
 }
 
@@ -460,6 +476,16 @@ const ENGINES: [&str; 15] = [
     "UNKNOWN",
 ];
 
+/// The key of a GPU in [`Metrics::gpus`]: nvidia-smi's `index` when the pipeline named the GPU
+/// (its UUID then comes with it), else the event's own number (`raw`: RM's device instance or
+/// AMD's `gpu_id`), the two kept apart.
+fn gpu_key(index: Option<u32>, raw: Option<u32>) -> u64 {
+    match index {
+        Some(i) => 1 << 32 | u64::from(i),
+        None => u64::from(raw.unwrap_or(0)),
+    }
+}
+
 /// The `event` label values, in the order of [`Series::events`].
 const EVENT_NAMES: [&str; 7] = [
     "TASK_INIT",
@@ -480,16 +506,82 @@ struct SeriesKey {
     workload: u32,
 }
 
-/// Handles on one series' metrics (clones share the registered atomics).
+/// The registered families of the per-task metrics (clones share them).
+#[derive(Clone, Debug, Default)]
+struct Families {
+    events: Family<EventLabels, Counter>,
+    refused: Family<TaskLabels, Counter>,
+    live: Family<TaskLabels, Gauge>,
+    timeslice: Family<TaskLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+}
+
+impl Families {
+    /// Takes every series of `labels` out of the scrape.
+    fn remove(&self, labels: &TaskLabels) {
+        for event in EVENT_NAMES {
+            self.events.remove(&EventLabels {
+                event,
+                task: labels.clone(),
+            });
+        }
+        self.refused.remove(labels);
+        self.live.remove(labels);
+        self.timeslice.remove(labels);
+    }
+}
+
+/// Handles on one label set's metrics (clones share the registered atomics). Each metric's
+/// series enters the scrape when it first gets a value: an event series at its first event of
+/// that kind, the refusals at the first refusal, the live gauges at the first task created in
+/// it, so that no series sits at zero for ever.
 #[derive(Clone, Debug)]
 struct Series {
-    events: [Counter; 7],
-    refused: Counter,
-    live: Gauge,
-    timeslice: Gauge<f64, std::sync::atomic::AtomicU64>,
+    labels: TaskLabels,
+    fam: Families,
+    events: [Option<Counter>; 7],
+    refused: Option<Counter>,
+    live: Option<Gauge>,
+    timeslice: Option<Gauge<f64, std::sync::atomic::AtomicU64>>,
     /// Microseconds behind `timeslice` (kept exact, set as seconds).
     timeslice_us: u64,
     overflow: bool,
+}
+
+impl Series {
+    /// Counts one event of kind `i` ([`EVENT_NAMES`]).
+    fn count(&mut self, i: usize) {
+        let (fam, labels) = (&self.fam, &self.labels);
+        self.events[i]
+            .get_or_insert_with(|| {
+                fam.events.get_or_create_owned(&EventLabels {
+                    event: EVENT_NAMES[i],
+                    task: labels.clone(),
+                })
+            })
+            .inc();
+    }
+
+    fn refused(&mut self) {
+        let (fam, labels) = (&self.fam, &self.labels);
+        (self.refused)
+            .get_or_insert_with(|| fam.refused.get_or_create_owned(labels))
+            .inc();
+    }
+
+    fn live(&mut self) -> &Gauge {
+        let (fam, labels) = (&self.fam, &self.labels);
+        self.live
+            .get_or_insert_with(|| fam.live.get_or_create_owned(labels))
+    }
+
+    /// The live tasks' timeslices now sum to `us`.
+    fn set_timeslice(&mut self, us: u64) {
+        self.timeslice_us = us;
+        let (fam, labels) = (&self.fam, &self.labels);
+        (self.timeslice)
+            .get_or_insert_with(|| fam.timeslice.get_or_create_owned(labels))
+            .set(us as f64 / 1e6);
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -505,6 +597,28 @@ struct TaskState {
     init_ns: u64,
     scheduled: bool,
     timeslice_us: Option<u64>,
+}
+
+/// Who an event is of, besides its task: the GPU the pipeline named, AMD's detail, the process's
+/// name and workload.
+#[derive(Clone, Copy)]
+struct Who<'a> {
+    named: Option<&'a GpuIdentity>,
+    amd: Option<&'a crate::event::AmdDetail>,
+    process: &'a str,
+    workload: Option<&'a Workload>,
+}
+
+impl TaskState {
+    /// A task created at `init_ns`, not scheduled yet.
+    fn new(key: SeriesKey, init_ns: u64, timeslice_us: Option<u64>) -> Self {
+        Self {
+            key,
+            init_ns,
+            scheduled: false,
+            timeslice_us,
+        }
+    }
 }
 
 /// A hashable form of a task id (the model's type has no `Hash`).
@@ -524,17 +638,15 @@ fn tid(t: TaskId) -> (u8, u32) {
 #[derive(Debug)]
 pub struct Metrics {
     registry: Arc<Registry>,
-    events: Family<EventLabels, Counter>,
-    refused: Family<TaskLabels, Counter>,
-    live: Family<TaskLabels, Gauge>,
-    timeslice: Family<TaskLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    fam: Families,
     lifetime: Family<HwLabels, Histogram>,
     latency: Family<HwLabels, Histogram>,
     health: Health,
     ring_fill: RingCollector,
     comms: Interner<String>,
-    gpus: Interner<u32>,
-    workloads: Interner<Workload, (String, String)>,
+    /// Keyed by [`gpu_key`]; labelled `(gpu, UUID)`.
+    gpus: Interner<u64, (String, String)>,
+    workloads: Interner<Workload, Workload>,
     series: HashMap<SeriesKey, Series>,
     /// [`MetricsConfig::max_label_sets`].
     max_series: usize,
@@ -592,10 +704,7 @@ impl Metrics {
     /// own process's CPU time and memory, [`CPU`] and [`RSS`]).
     pub fn with_collectors(config: MetricsConfig, extra: Vec<Box<dyn Collector>>) -> Self {
         let mut registry = Registry::default();
-        let events = Family::<EventLabels, Counter>::default();
-        let refused = Family::<TaskLabels, Counter>::default();
-        let live = Family::<TaskLabels, Gauge>::default();
-        let timeslice = Family::<TaskLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        let fam = Families::default();
         let lifetime =
             Family::<HwLabels, Histogram>::new_with_constructor(lifetime_histogram as fn() -> _);
         let latency =
@@ -605,10 +714,10 @@ impl Metrics {
             // The client adds the final period itself.
             r.register(family_name(d), d.help.trim_end_matches('.'), m);
         }
-        reg(&mut registry, &EVENTS, events.clone());
-        reg(&mut registry, &REFUSED, refused.clone());
-        reg(&mut registry, &LIVE, live.clone());
-        reg(&mut registry, &TIMESLICE, timeslice.clone());
+        reg(&mut registry, &EVENTS, fam.events.clone());
+        reg(&mut registry, &REFUSED, fam.refused.clone());
+        reg(&mut registry, &LIVE, fam.live.clone());
+        reg(&mut registry, &TIMESLICE, fam.timeslice.clone());
         reg(&mut registry, &LIFETIME, lifetime.clone());
         reg(&mut registry, &LATENCY, latency.clone());
         for (d, c) in [
@@ -644,10 +753,7 @@ impl Metrics {
         registry.register_collector(Box::new(share.clone()));
         Self {
             registry: Arc::new(registry),
-            events,
-            refused,
-            live,
-            timeslice,
+            fam,
             lifetime,
             latency,
             health,
@@ -711,17 +817,9 @@ impl Metrics {
                 .copied()
                 .collect();
             for key in doomed {
-                let labels = self.labels_of(key);
-                for event in EVENT_NAMES {
-                    self.events.remove(&EventLabels {
-                        event,
-                        task: labels.clone(),
-                    });
+                if let Some(s) = self.series.remove(&key) {
+                    self.fam.remove(&s.labels);
                 }
-                self.refused.remove(&labels);
-                self.live.remove(&labels);
-                self.timeslice.remove(&labels);
-                self.series.remove(&key);
             }
             self.comms.release(ix);
             return;
@@ -750,10 +848,28 @@ impl Metrics {
     }
 
     /// Counts one event of process `process_name` (its first `comm`), running in `workload`
-    /// (none known yet: pass `None`).
+    /// (none known yet: pass `None`), its GPU not named (see [`Metrics::observe_on`]).
     pub fn observe(&mut self, ev: &Event, process_name: &str, workload: Option<&Workload>) {
-        let pid = ev.origin.pid;
+        self.observe_on(ev, process_name, workload, None);
+    }
+
+    /// [`Metrics::observe`] of an event whose task is on the GPU `gpu` names (nvidia-smi's
+    /// index and the UUID), when the pipeline knows it.
+    pub fn observe_on(
+        &mut self,
+        ev: &Event,
+        process_name: &str,
+        workload: Option<&Workload>,
+        gpu: Option<&GpuIdentity>,
+    ) {
         let amd = ev.amd.as_ref();
+        let who = Who {
+            named: gpu,
+            amd,
+            process: process_name,
+            workload,
+        };
+        let pid = ev.origin.pid;
         let key = match &ev.kind {
             EventKind::TaskInit {
                 task,
@@ -764,13 +880,8 @@ impl Metrics {
                 ..
             } => {
                 let gpu = gpu.or(amd.and_then(|a| a.gpu_id));
-                let key = self.key(gpu, engine_label(*engine, amd), process_name, workload);
-                let state = TaskState {
-                    key,
-                    init_ns: ev.origin.ts_ns,
-                    scheduled: false,
-                    timeslice_us: *timeslice_us,
-                };
+                let key = self.key_of(who, gpu, *engine);
+                let state = TaskState::new(key, ev.origin.ts_ns, *timeslice_us);
                 self.task_created((pid, *client, tid(*task)), state);
                 key
             }
@@ -783,10 +894,7 @@ impl Metrics {
             } => {
                 let id = (pid, *client, tid(*task));
                 let state = self.tasks.get(&id).copied();
-                let key = match state {
-                    Some(t) => t.key,
-                    None => self.key(None, engine_label(None, amd), process_name, workload),
-                };
+                let key = self.task_key(id, who);
                 self.scheduled(id, key, state, *allowed, *timeslice_us, ev.origin.ts_ns);
                 key
             }
@@ -797,10 +905,10 @@ impl Metrics {
                     Some(t) => t.key,
                     None => {
                         let gpu = gpu.or(amd.and_then(|a| a.gpu_id));
-                        self.key(gpu, engine_label(None, amd), process_name, workload)
+                        self.key_of(who, gpu, None)
                     }
                 };
-                self.series_mut(key).events[2].inc();
+                self.series_mut(key).count(2);
                 key
             }
             EventKind::TaskDestroy {
@@ -809,7 +917,8 @@ impl Metrics {
                 cause,
                 ..
             } => {
-                let state = self.tasks.remove(&(pid, *client, tid(*task)));
+                let id = (pid, *client, tid(*task));
+                let state = self.tasks.remove(&id);
                 if *cause == DestroyCause::TracerExit {
                     // Not an event (the statistics count it as alive at exit).
                     if let Some(t) = state {
@@ -819,9 +928,9 @@ impl Metrics {
                 }
                 let key = match state {
                     Some(t) => t.key,
-                    None => self.key(None, engine_label(None, amd), process_name, workload),
+                    None => self.task_key(id, who),
                 };
-                self.series_mut(key).events[3].inc();
+                self.series_mut(key).count(3);
                 if let Some(t) = state {
                     self.end_task(t, Some(ev.origin.ts_ns));
                 }
@@ -836,11 +945,8 @@ impl Metrics {
             } => {
                 let id = (pid, *client, tid(*task));
                 let state = self.tasks.get(&id).copied();
-                let key = match state {
-                    Some(t) => t.key,
-                    None => self.key(None, engine_label(None, amd), process_name, workload),
-                };
-                self.series_mut(key).events[4].inc();
+                let key = self.task_key(id, who);
+                self.series_mut(key).count(4);
                 // An accepted timeslice change moves the live-timeslice gauge (a refused one,
                 // or one on a task not seen created, changes nothing known).
                 if let (Some(t), true, SchedChange::Timeslice { new_us, .. }) =
@@ -851,16 +957,14 @@ impl Metrics {
                 key
             }
             EventKind::PretraceEnd { .. } => {
-                let key = self.key(None, engine_label(None, amd), process_name, workload);
-                self.series_mut(key).events[5].inc();
+                let key = self.key_of(who, None, None);
+                self.series_mut(key).count(5);
                 key
             }
             EventKind::MpsShared { task, client, .. } => {
-                let key = match self.tasks.get(&(pid, *client, tid(*task))) {
-                    Some(t) => t.key,
-                    None => self.key(None, engine_label(None, amd), process_name, workload),
-                };
-                self.series_mut(key).events[6].inc();
+                let id = (pid, *client, tid(*task));
+                let key = self.task_key(id, who);
+                self.series_mut(key).count(6);
                 key
             }
         };
@@ -870,15 +974,29 @@ impl Metrics {
         self.note_comm(pid, key.comm);
     }
 
+    /// The series of task `id` when it was seen created, else of its process (on the GPU the
+    /// pipeline named, no engine but AMD's queue type).
+    fn task_key(&mut self, id: (u32, u32, (u8, u32)), who: Who<'_>) -> SeriesKey {
+        match self.tasks.get(&id) {
+            Some(t) => t.key,
+            None => self.key_of(who, None, None),
+        }
+    }
+
+    /// The series of `who`'s event on `gpu` (the event's own number) and `engine`.
+    fn key_of(&mut self, who: Who<'_>, gpu: Option<u32>, engine: Option<Engine>) -> SeriesKey {
+        let engine = engine_label(engine, who.amd);
+        self.key(gpu, who.named, engine, who.process, who.workload)
+    }
+
     /// A `TASK_INIT`: the task `id` counts as live in its series (and its timeslice in the
     /// live-timeslice gauge).
     fn task_created(&mut self, id: (u32, u32, (u8, u32)), state: TaskState) {
         let s = self.series_mut(state.key);
-        s.events[0].inc();
-        s.live.inc();
+        s.count(0);
+        s.live().inc();
         if let Some(us) = state.timeslice_us {
-            s.timeslice_us += us;
-            s.timeslice.set(s.timeslice_us as f64 / 1e6);
+            s.set_timeslice(s.timeslice_us + us);
         }
         if let Some(old) = self.tasks.insert(id, state) {
             // The tracker replaced a handle it never saw freed: that task is gone.
@@ -899,9 +1017,9 @@ impl Metrics {
         ts_ns: u64,
     ) {
         let s = self.series_mut(key);
-        s.events[1].inc();
+        s.count(1);
         if !allowed {
-            s.refused.inc();
+            s.refused();
         }
         if let (Some(mut t), true) = (state, allowed) {
             if !t.scheduled {
@@ -921,8 +1039,7 @@ impl Metrics {
     /// The live task `id` (`t`) now has timeslice `new_us`: the live-timeslice gauge moves.
     fn timeslice_set(&mut self, id: (u32, u32, (u8, u32)), mut t: TaskState, new_us: u64) {
         let s = self.series_mut(t.key);
-        s.timeslice_us = s.timeslice_us - t.timeslice_us.unwrap_or(0) + new_us;
-        s.timeslice.set(s.timeslice_us as f64 / 1e6);
+        s.set_timeslice(s.timeslice_us - t.timeslice_us.unwrap_or(0) + new_us);
         t.timeslice_us = Some(new_us);
         self.tasks.insert(id, t);
     }
@@ -930,10 +1047,9 @@ impl Metrics {
     /// Removes a live task from the gauges; with `end_ns`, observes its lifetime.
     fn end_task(&mut self, t: TaskState, end_ns: Option<u64>) {
         let s = self.series_mut(t.key);
-        s.live.dec();
+        s.live().dec();
         if let Some(us) = t.timeslice_us {
-            s.timeslice_us -= us;
-            s.timeslice.set(s.timeslice_us as f64 / 1e6);
+            s.set_timeslice(s.timeslice_us - us);
         }
         if let Some(end) = end_ns {
             let secs = end.saturating_sub(t.init_ns) as f64 / 1e9;
@@ -944,14 +1060,38 @@ impl Metrics {
     fn key(
         &mut self,
         gpu: Option<u32>,
+        named: Option<&GpuIdentity>,
         engine: u8,
         process_name: &str,
         workload: Option<&Workload>,
     ) -> SeriesKey {
-        let gpu = match gpu {
-            Some(g) => self.gpus.slot(&g, || (g, g.to_string())),
-            None => 0,
-        };
+        let gpu = self.gpu_slot(gpu, named);
+        self.key_on(gpu, engine, process_name, workload)
+    }
+
+    /// The `gpu` label index of a GPU named by nvidia-smi's index and UUID (`named`), else by
+    /// the event's own number.
+    fn gpu_slot(&mut self, gpu: Option<u32>, named: Option<&GpuIdentity>) -> u32 {
+        match (named, gpu) {
+            (Some(id), _) => self.gpus.slot(&gpu_key(Some(id.index), None), || {
+                let uuid = id.uuid.as_deref().map(sanitize_label).unwrap_or_default();
+                (gpu_key(Some(id.index), None), (id.index.to_string(), uuid))
+            }),
+            (None, Some(g)) => self.gpus.slot(&gpu_key(None, Some(g)), || {
+                (gpu_key(None, Some(g)), (g.to_string(), String::new()))
+            }),
+            (None, None) => 0,
+        }
+    }
+
+    /// The series of `gpu` (a [`Metrics::gpu_slot`]), `engine`, the process and its workload.
+    fn key_on(
+        &mut self,
+        gpu: u32,
+        engine: u8,
+        process_name: &str,
+        workload: Option<&Workload>,
+    ) -> SeriesKey {
         if self.comms.is_full() && !self.comms.contains(process_name) {
             self.evict_ended_comm();
         }
@@ -960,10 +1100,13 @@ impl Metrics {
         });
         let workload = match workload {
             Some(w) if *w != Workload::default() => self.workloads.slot(w, || {
-                (
-                    w.clone(),
-                    (sanitize_label(&w.container), sanitize_label(&w.pod)),
-                )
+                let label = Workload {
+                    container: sanitize_label(&w.container),
+                    pod: sanitize_label(&w.pod),
+                    namespace: sanitize_label(&w.namespace),
+                    pod_uid: sanitize_label(&w.pod_uid),
+                };
+                (w.clone(), label)
             }),
             _ => 0,
         };
@@ -988,32 +1131,38 @@ impl Metrics {
 
     /// The label values of series `key`.
     fn labels_of(&self, key: SeriesKey) -> TaskLabels {
-        let (container, pod) = self
-            .workloads
-            .label(key.workload, (OVERFLOW.into(), OVERFLOW.into()));
+        let over = || OVERFLOW.to_string();
+        let w = self.workloads.label(
+            key.workload,
+            Workload {
+                container: over(),
+                pod: over(),
+                namespace: over(),
+                pod_uid: over(),
+            },
+        );
+        let (gpu, uuid) = self.gpus.label(key.gpu, (over(), over()));
         TaskLabels {
-            gpu: self.gpus.label(key.gpu, OVERFLOW.into()),
+            gpu,
+            UUID: uuid,
             engine: ENGINES[key.engine as usize],
-            comm: self.comms.label(key.comm, OVERFLOW.into()),
-            container,
-            pod,
+            comm: self.comms.label(key.comm, over()),
+            container: w.container,
+            pod: w.pod,
+            namespace: w.namespace,
+            pod_uid: w.pod_uid,
         }
     }
 
     fn series_mut(&mut self, key: SeriesKey) -> &mut Series {
         if !self.series.contains_key(&key) {
-            let labels = self.labels_of(key);
-            let ev = |event| {
-                self.events.get_or_create_owned(&EventLabels {
-                    event,
-                    task: labels.clone(),
-                })
-            };
             let series = Series {
-                events: EVENT_NAMES.map(ev),
-                refused: self.refused.get_or_create_owned(&labels),
-                live: self.live.get_or_create_owned(&labels),
-                timeslice: self.timeslice.get_or_create_owned(&labels),
+                labels: self.labels_of(key),
+                fam: self.fam.clone(),
+                events: Default::default(),
+                refused: None,
+                live: None,
+                timeslice: None,
                 timeslice_us: 0,
                 overflow: [key.gpu, key.comm, key.workload].contains(&OVERFLOW_IX),
             };
@@ -1025,8 +1174,10 @@ impl Metrics {
     fn hist(&mut self, key: SeriesKey) -> &Hist {
         let hk = (key.gpu, key.engine);
         if !self.hists.contains_key(&hk) {
+            let (gpu, uuid) = self.gpus.label(key.gpu, (OVERFLOW.into(), OVERFLOW.into()));
             let labels = HwLabels {
-                gpu: self.gpus.label(key.gpu, OVERFLOW.into()),
+                gpu,
+                UUID: uuid,
                 engine: ENGINES[key.engine as usize],
             };
             let h = Hist {
@@ -1146,7 +1297,7 @@ mod tests;
 impl Sink for Metrics {
     fn event(&mut self, ev: &Enriched<'_>) -> Result<(), SinkError> {
         let workload = ev.cgroup.map(Workload::of);
-        self.observe(ev.event, ev.process, workload.as_ref());
+        self.observe_on(ev.event, ev.process, workload.as_ref(), ev.gpu);
         Ok(())
     }
 

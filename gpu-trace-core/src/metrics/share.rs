@@ -1,6 +1,6 @@
 //! `gpu_trace_gpu_share_ratio`: each process's GPU share over the last window (NVML samples,
 //! [`crate::model::share`]), labelled like the task metrics but without `engine` and never by
-//! pid (`gpu`, `comm`, `container`, `pod`; processes with the same labels are summed). Served
+//! pid (`gpu`, `UUID`, `comm`, `container`, `pod`, `namespace`, `pod_uid`; processes with the same labels are summed). Served
 //! only once a sample came: a run without samples serves exactly what it served before.
 
 use std::{
@@ -16,16 +16,20 @@ use super::{MetricDoc, Metrics, Workload};
 pub const SHARE: MetricDoc = MetricDoc {
     name: "gpu_trace_gpu_share_ratio",
     kind: "gauge",
-    labels: "gpu, comm, container, pod",
+    labels: "gpu, UUID, comm, container, pod, namespace, pod_uid",
     help: "GPU share of the processes with these labels over the last share window (--interval, else 10 s): the SM-weighted fraction of NVML's sampling points naming them, 0 to 1 (NVIDIA with NVML only; see docs/events.md, GPU share).",
 };
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+#[allow(non_snake_case)]
 pub(super) struct ShareLabels {
     gpu: String,
+    UUID: String,
     comm: String,
     container: String,
     pod: String,
+    namespace: String,
+    pod_uid: String,
 }
 
 /// The share gauges as last set; empty: nothing served.
@@ -50,15 +54,18 @@ impl prometheus_client::collector::Collector for ShareCollector {
 }
 
 impl Workload {
-    /// The `container` and `pod` label values of a process's attribution.
+    /// The `container`, `pod`, `namespace` and `pod_uid` label values of a process's
+    /// attribution: the names only when the node said them (a container's short id otherwise).
     pub fn of(a: &crate::model::workload::Attribution) -> Self {
+        let names = a.names.as_ref();
+        let container = names.and_then(|n| n.container.as_deref());
         Self {
-            container: a.workload.short_container_id().unwrap_or("").to_string(),
-            pod: a
-                .workload
-                .pod
-                .as_ref()
-                .map_or(String::new(), |(uid, _)| uid.clone()),
+            container: (container.or(a.workload.short_container_id()))
+                .unwrap_or("")
+                .to_string(),
+            pod: names.map_or(String::new(), |n| n.pod.clone()),
+            namespace: names.map_or(String::new(), |n| n.namespace.clone()),
+            pod_uid: (a.workload.pod.as_ref()).map_or(String::new(), |(uid, _)| uid.clone()),
         }
     }
 }
@@ -70,13 +77,22 @@ impl Metrics {
     pub fn set_shares(&mut self, shares: &[(u32, String, Option<Workload>, f64)]) {
         let mut values = BTreeMap::new();
         for (gpu, comm, workload, ratio) in shares {
-            let key = self.key(Some(*gpu), 0, comm, workload.as_ref());
+            // NVML's index is nvidia-smi's: the GPU the events named by it, when they did.
+            let named = super::gpu_key(Some(*gpu), None);
+            let gpu = match self.gpus.contains(&named) {
+                true => self.gpus.slot(&named, || unreachable!("contained")),
+                false => self.gpu_slot(Some(*gpu), None),
+            };
+            let key = self.key_on(gpu, 0, comm, workload.as_ref());
             let l = self.labels_of(key);
             let labels = ShareLabels {
                 gpu: l.gpu,
+                UUID: l.UUID,
                 comm: l.comm,
                 container: l.container,
                 pod: l.pod,
+                namespace: l.namespace,
+                pod_uid: l.pod_uid,
             };
             *values.entry(labels).or_insert(0.0) += ratio;
         }

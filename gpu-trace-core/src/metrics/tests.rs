@@ -105,13 +105,16 @@ fn sample(text: &str, series: &str) -> Option<f64> {
 }
 
 fn task_series(name: &str, gpu: &str, engine: &str, comm: &str) -> String {
-    format!("{name}{{gpu=\"{gpu}\",engine=\"{engine}\",comm=\"{comm}\",container=\"\",pod=\"\"}}")
+    format!(
+        "{name}{{gpu=\"{gpu}\",UUID=\"\",engine=\"{engine}\",comm=\"{comm}\",container=\"\",\
+         pod=\"\",namespace=\"\",pod_uid=\"\"}}"
+    )
 }
 
 fn event_series(event: &str, gpu: &str, engine: &str, comm: &str) -> String {
     format!(
-        "gpu_trace_events_total{{event=\"{event}\",gpu=\"{gpu}\",engine=\"{engine}\",\
-         comm=\"{comm}\",container=\"\",pod=\"\"}}"
+        "gpu_trace_events_total{{event=\"{event}\",gpu=\"{gpu}\",UUID=\"\",engine=\"{engine}\",\
+         comm=\"{comm}\",container=\"\",pod=\"\",namespace=\"\",pod_uid=\"\"}}"
     )
 }
 
@@ -168,18 +171,24 @@ fn a_task_life_is_counted_timed_and_leaves_the_gauges_at_zero() {
     assert_eq!(sample(&t, &ts), Some(0.004096), "{t}");
     let lat = "gpu_trace_schedule_latency_seconds";
     assert_eq!(
-        sample(&t, &format!("{lat}_count{{gpu=\"1\",engine=\"GRAPHICS\"}}")),
+        sample(
+            &t,
+            &format!("{lat}_count{{gpu=\"1\",UUID=\"\",engine=\"GRAPHICS\"}}")
+        ),
         Some(1.0)
     );
     assert_eq!(
-        sample(&t, &format!("{lat}_sum{{gpu=\"1\",engine=\"GRAPHICS\"}}")),
+        sample(
+            &t,
+            &format!("{lat}_sum{{gpu=\"1\",UUID=\"\",engine=\"GRAPHICS\"}}")
+        ),
         Some(0.0005)
     );
     // 500 µs is above the 160 µs bucket and within the 640 µs one (10 µs × 4^n).
     assert_eq!(
         sample(
             &t,
-            &format!("{lat}_bucket{{le=\"0.00016\",gpu=\"1\",engine=\"GRAPHICS\"}}")
+            &format!("{lat}_bucket{{le=\"0.00016\",gpu=\"1\",UUID=\"\",engine=\"GRAPHICS\"}}")
         ),
         Some(0.0),
         "{t}"
@@ -187,7 +196,7 @@ fn a_task_life_is_counted_timed_and_leaves_the_gauges_at_zero() {
     assert_eq!(
         sample(
             &t,
-            &format!("{lat}_bucket{{le=\"0.00064\",gpu=\"1\",engine=\"GRAPHICS\"}}")
+            &format!("{lat}_bucket{{le=\"0.00064\",gpu=\"1\",UUID=\"\",engine=\"GRAPHICS\"}}")
         ),
         Some(1.0),
         "{t}"
@@ -224,13 +233,16 @@ fn a_task_life_is_counted_timed_and_leaves_the_gauges_at_zero() {
     assert_eq!(sample(&t, &ts), Some(0.0));
     let life = "gpu_trace_task_lifetime_seconds";
     assert_eq!(
-        sample(&t, &format!("{life}_sum{{gpu=\"1\",engine=\"GRAPHICS\"}}")),
+        sample(
+            &t,
+            &format!("{life}_sum{{gpu=\"1\",UUID=\"\",engine=\"GRAPHICS\"}}")
+        ),
         Some(2.5)
     );
     assert_eq!(
         sample(
             &t,
-            &format!("{life}_count{{gpu=\"1\",engine=\"GRAPHICS\"}}")
+            &format!("{life}_count{{gpu=\"1\",UUID=\"\",engine=\"GRAPHICS\"}}")
         ),
         Some(1.0)
     );
@@ -253,11 +265,14 @@ fn tasks_created_before_tracing_count_events_but_not_gauges_or_histograms() {
         sample(&t, &event_series("TASK_DESTROY", "", "", "late")),
         Some(1.0)
     );
-    // The unknown task never made a live series go up, so it does not go below zero.
+    // The unknown task never made a live series go up, so it does not go below zero: it
+    // has none at all (no task created in it), nor a refusal series (no refusal).
     assert_eq!(
         sample(&t, &task_series("gpu_trace_live_tasks", "", "", "late")),
-        Some(0.0)
+        None,
+        "{t}"
     );
+    assert!(!t.contains("gpu_trace_schedules_refused_total{"), "{t}");
     assert!(!t.contains("gpu_trace_task_lifetime_seconds_count"), "{t}");
 }
 
@@ -271,9 +286,10 @@ fn tracer_exit_takes_live_tasks_off_the_gauges_without_counting_an_event() {
         sample(&t, &task_series("gpu_trace_live_tasks", "0", "COPY", "p")),
         Some(0.0)
     );
+    // Not an event: no TASK_DESTROY series (it would sit at zero).
     assert_eq!(
         sample(&t, &event_series("TASK_DESTROY", "0", "COPY", "p")),
-        Some(0.0),
+        None,
         "{t}"
     );
     assert!(!t.contains("gpu_trace_task_lifetime_seconds_count"), "{t}");
@@ -353,8 +369,9 @@ fn combinations_past_the_label_set_cap_share_one_series() {
     assert_eq!(lines.len(), 17, "{lines:#?}");
     assert_eq!(sum_of(&lines), 120.0);
     let over = format!(
-        "gpu_trace_live_tasks{{gpu=\"{OVERFLOW}\",engine=\"\",comm=\"{OVERFLOW}\",\
-         container=\"{OVERFLOW}\",pod=\"{OVERFLOW}\"}}"
+        "gpu_trace_live_tasks{{gpu=\"{OVERFLOW}\",UUID=\"{OVERFLOW}\",engine=\"\",\
+         comm=\"{OVERFLOW}\",container=\"{OVERFLOW}\",pod=\"{OVERFLOW}\",\
+         namespace=\"{OVERFLOW}\",pod_uid=\"{OVERFLOW}\"}}"
     );
     assert_eq!(sample(&t, &over), Some(120.0 - 16.0), "{t}");
 }
@@ -441,6 +458,7 @@ fn the_reference_lists_exactly_the_metrics_served() {
     m.set_shares(&[(0, "p".into(), None, 0.5)]);
     see(&mut m, S, 5, "p", init(1, Engine::Copy, 0, Some(100)));
     see(&mut m, S + 1, 5, "p", schedule(1, true, None));
+    see(&mut m, S + 2, 5, "p", schedule(1, false, None));
     see(&mut m, 2 * S, 5, "p", destroy(1, DestroyCause::Free));
     let t = m.encode();
     let types: Vec<(String, String)> = t
@@ -624,7 +642,7 @@ fn share_gauge_sums_same_labels_and_is_absent_without_samples() {
     assert!(!m.encode().contains("gpu_trace_gpu_share_ratio"));
     let w = Workload {
         container: "c1".into(),
-        pod: String::new(),
+        ..Workload::default()
     };
     m.set_shares(&[
         (0, "python3".into(), Some(w.clone()), 0.25),
@@ -634,12 +652,12 @@ fn share_gauge_sums_same_labels_and_is_absent_without_samples() {
     let t = m.encode();
     assert!(
         t.contains(
-            r#"gpu_trace_gpu_share_ratio{gpu="0",comm="python3",container="c1",pod=""} 0.375"#
+            r#"gpu_trace_gpu_share_ratio{gpu="0",UUID="",comm="python3",container="c1",pod="",namespace="",pod_uid=""} 0.375"#
         ),
         "{t}"
     );
     assert!(
-        t.contains(r#"gpu_trace_gpu_share_ratio{gpu="1",comm="python3",container="",pod=""} 0.5"#),
+        t.contains(r#"gpu_trace_gpu_share_ratio{gpu="1",UUID="",comm="python3",container="",pod="",namespace="",pod_uid=""} 0.5"#),
         "{t}"
     );
     assert!(!t.contains("pid="));

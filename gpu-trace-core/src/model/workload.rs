@@ -13,6 +13,10 @@
 //! Kubernetes pods: `kubepods[-QOS].slice/kubepods-QOS-pod<uid with _>.slice` (systemd) or
 //! `/kubepods/[QOS/]pod<uid>` (cgroupfs); a pod directly under `kubepods` is Guaranteed.
 
+use std::borrow::Cow;
+
+use crate::escape::escape_text;
+
 /// A container runtime recognised from a cgroup path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -270,11 +274,33 @@ pub struct Attribution {
     pub workload: Workload,
     /// The process's PID in its own PID namespace, when that is not the host's.
     pub ns_pid: Option<u32>,
+    /// The pod's name and namespace (and the container's name), when the node said
+    /// ([`PodResolver`]); never guessed.
+    pub names: Option<PodNames>,
+}
+
+/// What the node says a pod (and one of its containers) is called: the kubelet's log directory
+/// `/var/log/pods/<namespace>_<pod name>_<pod UID>/<container name>/` (gpu-trace's
+/// `probe::pods`). Each value is a Kubernetes name (DNS-1123 label or subdomain) as the
+/// resolver checked it; outputs still escape them as untrusted text.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct PodNames {
+    pub namespace: String,
+    pub pod: String,
+    /// The container's name, when it is known which of the pod's containers the process is in.
+    pub container: Option<String>,
+}
+
+/// Names a pod by its UID (and a container by its id), for [`Attribution::names`]: the pipeline
+/// asks once per attribution of a process in a pod. `None`: not known (then nothing is shown,
+/// nothing invented).
+pub trait PodResolver: Send {
+    fn resolve(&mut self, pod_uid: &str, container_id: Option<&str>) -> Option<PodNames>;
 }
 
 /// The `cgroup` object of a JSON line ([`Attribution::json_fields`]): `id` (null when 0),
 /// `path`, then each only when known: `container_runtime`, `container_id`, `container_user`,
-/// `pod_uid`, `qos`, `unit`, `ns_pid`.
+/// `pod_uid`, `qos`, `pod_name`, `namespace`, `container_name`, `unit`, `ns_pid`.
 #[derive(serde::Serialize)]
 pub struct CgroupFields<'a> {
     id: Option<u64>,
@@ -289,6 +315,12 @@ pub struct CgroupFields<'a> {
     pod_uid: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     qos: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pod_name: Option<Cow<'a, str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    namespace: Option<Cow<'a, str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    container_name: Option<Cow<'a, str>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     unit: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -308,6 +340,11 @@ impl Attribution {
             container_user: container.and(w.user),
             pod_uid: w.pod.as_ref().map(|(uid, _)| uid.as_str()),
             qos: w.pod.as_ref().map(|(_, qos)| qos.name()),
+            pod_name: self.names.as_ref().map(|n| escape_text(&n.pod)),
+            namespace: self.names.as_ref().map(|n| escape_text(&n.namespace)),
+            container_name: (self.names.as_ref())
+                .and_then(|n| n.container.as_deref())
+                .map(escape_text),
             unit: w.unit.as_deref(),
             ns_pid: self.ns_pid,
         }
@@ -320,6 +357,7 @@ impl Attribution {
             cgroup,
             workload,
             ns_pid,
+            names: None,
         }
     }
 

@@ -11,6 +11,7 @@ pub mod kfd;
 pub mod libraries;
 pub mod linker;
 pub mod nvml;
+pub mod pods;
 pub mod share;
 pub mod system;
 pub mod trial;

@@ -1,5 +1,8 @@
 //! Helpers shared by the integration tests.
 
+#[allow(dead_code)] // only the tests that scrape use it
+pub mod prometheus;
+
 use std::{
     io::Write,
     path::{Path, PathBuf},
@@ -93,4 +96,32 @@ pub fn collect_until(
         std::thread::sleep(Duration::from_millis(10));
     }
     out
+}
+
+/// The two records a live run writes when it first sees process `first.tgid` in the cgroup at
+/// `path` (id `cgroup_id`): the kernel's `TASK_CGROUP` and userspace's `ATTRIBUTION`, with
+/// `first`'s time, CPU and names; to put before a recording's records as if that process ran
+/// there.
+#[allow(dead_code)]
+pub fn cgroup_records(
+    first: &gpu_trace_common::RecordHeader,
+    cgroup_id: u64,
+    path: &str,
+    ns_pid: Option<u32>,
+) -> [Vec<u8>; 2] {
+    use gpu_trace::wire::{Attribution, RawRecord};
+    let cgroup = gpu_trace_common::TaskCgroupRecord {
+        hdr: gpu_trace_common::RecordHeader {
+            kind: gpu_trace_common::record_kind::TASK_CGROUP,
+            ..*first
+        },
+        cgroup_id,
+        ns_pid: 0,
+        _pad: 0,
+    };
+    let attribution = Attribution::new(&cgroup, Some(path), ns_pid);
+    [
+        RawRecord::TaskCgroup(cgroup).as_bytes().to_vec(),
+        RawRecord::Attribution(attribution).as_bytes().to_vec(),
+    ]
 }
