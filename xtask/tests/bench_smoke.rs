@@ -54,6 +54,7 @@ fn bench_quick_runs_end_to_end() {
         "## 3. The kernel programs",
         "## 4. Userspace: decode + model + output",
         "## 5. Sustained event rate",
+        "## 6. The API layer: a library call under uprobes",
     ] {
         assert!(
             stdout.contains(heading),
@@ -63,6 +64,11 @@ fn bench_quick_runs_end_to_end() {
     assert!(
         stdout.contains("| getppid() | gpu-trace (default hook) |"),
         "gpu-trace was measured on getppid:\n{stdout}"
+    );
+    // The API part fails the run when gpu-trace api miscounts; here its table is there.
+    assert!(
+        stdout.contains("| gpu-trace api |") && stdout.contains("bare uprobe + uretprobe's hit"),
+        "the API layer's cost against the bare uprobe pair:\n{stdout}"
     );
     assert!(
         !stdout.contains("MISMATCH"),

@@ -12,7 +12,9 @@
 //! - `bpf`: the kernel's own statistics of the programs (instructions, JIT size, ns per run);
 //! - `pipeline`: userspace decode + model + output throughput on the GPU-host recordings;
 //! - `knee`: the highest event rate gpu-trace sustains with zero drops at the default ring size,
-//!   and what happens past it.
+//!   and what happens past it;
+//! - `api`: a library call untraced, under a bare uprobe (and uretprobe), and under
+//!   `gpu-trace api` (the API layer's cost per hit, issue 28).
 //!
 //! The workloads are the C program `bench/syscall_loop.c`, compiled here with `cc -O2`; gpu-trace
 //! is the real binary, started in the background as a user would.
@@ -43,6 +45,7 @@ use gpu_trace::{
 use crate::host::{find_in_path, is_root, workspace_root};
 
 mod against;
+mod api;
 mod bpf;
 mod figures;
 mod floor;
@@ -89,6 +92,9 @@ pub struct BenchArgs {
     /// Seconds per rate step of the knee search (default 2; 0.5 with --quick).
     #[arg(long)]
     knee_seconds: Option<f64>,
+    /// Calls of the API part's library function per run (default 200000; 20000 with --quick).
+    #[arg(long)]
+    api_calls: Option<u64>,
     /// Records fed through the pipeline per run (default 2000000; 100000 with --quick).
     #[arg(long)]
     pipeline_records: Option<usize>,
@@ -115,6 +121,7 @@ pub enum Part {
     Bpf,
     Pipeline,
     Knee,
+    Api,
 }
 
 /// One system call per iteration of `bench/syscall_loop.c`.
@@ -373,6 +380,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             Part::Bpf,
             Part::Pipeline,
             Part::Knee,
+            Part::Api,
         ]
     } else {
         args.only.clone()
@@ -449,6 +457,13 @@ pub fn run(args: BenchArgs) -> Result<()> {
             .knee_seconds
             .unwrap_or(if ctx.quick { 0.5 } else { 2.0 });
         knee_part(&ctx, seconds, ncpu, &mut out)?;
+    }
+    if parts.contains(&Part::Api) {
+        let calls = args
+            .api_calls
+            .unwrap_or(if ctx.quick { 20_000 } else { 200_000 });
+        api::api_part(&ctx, calls, &mut out)?;
+        print_now(&mut out);
     }
     writeln!(out, "\nload average at the end: {}", load_average())?;
     if !ctx.interference.is_empty() {
