@@ -16,7 +16,9 @@ use std::mem::{offset_of, size_of};
 
 use gpu_trace_common::{
     ATTRIBUTION_PATH_MAX, AttributionHead, DeepRecord, KfdIoctlRecord, KfdQueueRecord,
-    NvIoctlRecord, NvSchedRecord, RecordHeader, TaskCgroupRecord, TaskRecord, record_kind,
+    NvIoctlRecord, NvSchedRecord, RecordHeader, TaskCgroupRecord, TaskRecord,
+    api::{ApiContextRecord, ApiTagRecord},
+    record_kind,
     zerocopy::{FromBytes, IntoBytes},
 };
 use thiserror::Error;
@@ -47,6 +49,12 @@ pub enum RawRecord {
     TaskCgroup(TaskCgroupRecord),
     /// What userspace resolved a [`RawRecord::TaskCgroup`] to ([`record_kind::ATTRIBUTION`]).
     Attribution(Attribution),
+    /// The API calls open on a thread, by cookie, before its driver record
+    /// ([`record_kind::API_TAG`], `gpu-trace --api`).
+    ApiTag(ApiTagRecord),
+    /// What userspace resolved a [`RawRecord::ApiTag`] to: the calls' names
+    /// ([`record_kind::API_CONTEXT`]).
+    ApiContext(ApiContextRecord),
 }
 
 /// A [`record_kind::ATTRIBUTION`] record: its head and the cgroup path that follows it.
@@ -175,6 +183,8 @@ pub fn parse_record(bytes: &[u8]) -> Result<RawRecord, WireError> {
         record_kind::NV_SCHED => RawRecord::NvSched(read(kind, bytes)?),
         record_kind::TASK_CGROUP => RawRecord::TaskCgroup(read(kind, bytes)?),
         record_kind::ATTRIBUTION => RawRecord::Attribution(attribution(bytes)?),
+        record_kind::API_TAG => RawRecord::ApiTag(read(kind, bytes)?),
+        record_kind::API_CONTEXT => RawRecord::ApiContext(read(kind, bytes)?),
         _ => {
             return Err(WireError::UnknownKind {
                 kind,
@@ -220,6 +230,8 @@ const _: () = assert!(offset_of!(DeepRecord, hdr) == 0);
 const _: () = assert!(offset_of!(NvSchedRecord, hdr) == 0);
 const _: () = assert!(offset_of!(TaskCgroupRecord, hdr) == 0);
 const _: () = assert!(offset_of!(AttributionHead, hdr) == 0);
+const _: () = assert!(offset_of!(ApiTagRecord, hdr) == 0);
+const _: () = assert!(offset_of!(ApiContextRecord, hdr) == 0);
 
 /// The bytes of a [`KfdQueueRecord`], as the kernel programs write them.
 pub fn kfd_queue_bytes(rec: &KfdQueueRecord) -> &[u8] {
@@ -263,6 +275,8 @@ impl RawRecord {
             Self::NvSched(r) => nv_sched_bytes(r),
             Self::TaskCgroup(r) => r.as_bytes(),
             Self::Attribution(a) => &a.bytes,
+            Self::ApiTag(r) => r.as_bytes(),
+            Self::ApiContext(r) => r.as_bytes(),
         }
     }
 
@@ -277,6 +291,8 @@ impl RawRecord {
             Self::NvSched(r) => &r.hdr,
             Self::TaskCgroup(r) => &r.hdr,
             Self::Attribution(a) => &a.head.hdr,
+            Self::ApiTag(r) => &r.hdr,
+            Self::ApiContext(r) => &r.hdr,
         }
     }
 

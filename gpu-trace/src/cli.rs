@@ -680,6 +680,15 @@ pub struct TraceArgs {
     #[arg(help_heading = heading::REFUSING)]
     pub deny_containers: Vec<String>,
 
+    /// Also trace the GPU API calls (CUDA driver and runtime, HIP; `gpu-trace api`'s table)
+    /// of the --pid/--comm processes, with uprobes on every library they map that exports
+    /// them: each driver event of a thread inside such a call carries it, innermost first
+    /// (`api=cuCtxCreate_v4@libcuda.so.1<cudaMalloc@libcudart.so.12`; JSON `api`). Libraries
+    /// mapped when tracing starts (docs/api.md).
+    #[arg(long)]
+    #[arg(help_heading = heading::OUTPUT)]
+    pub api: bool,
+
     #[command(flatten)]
     pub metrics: MetricsArgs,
 

@@ -484,6 +484,14 @@ pub async fn run_live_with(
     // process opening the GPU now is seen by the hooks or by the walk), tracked from now on.
     let inventory = traced_inventory(args, amd, nvml, &subtrees);
     tracer.track(&kernel_tracking(&inventory, &args.output))?;
+    // --api: the API layer's uprobes on the targets, before the start-up line says "hooks".
+    let api = match args.api {
+        true => Some(
+            crate::api::attach::for_trace(&mut tracer, &args.output.pids, &args.output.comms)
+                .map_err(|e| RunError::Unsupported(e.to_string()))?,
+        ),
+        false => None,
+    };
     let clock = Clock::from_system().map_err(io_err("reading the clocks"))?;
     announce_hooks(&tracer, kfd.as_ref());
     announce_inventory(&inventory, &args.output);
@@ -522,6 +530,7 @@ pub async fn run_live_with(
         tracer,
         reader: Reader {
             cgroups,
+            api,
             ..Reader::default()
         },
         pipeline,
@@ -1138,6 +1147,8 @@ struct Reader {
     /// Processes whose cgroup the pipeline knows (a `TASK_CGROUP` record, or /proc when that
     /// record was lost to a full ring).
     attributed: std::collections::HashSet<u32>,
+    /// `--api`: the names behind the kernel's `API_TAG` cookies.
+    api: Option<crate::api::attach::Attacher>,
 }
 
 /// The cgroup subtrees of `--cgroup`/`--container` and `--deny-cgroup`/`--deny-container`.
@@ -1256,6 +1267,13 @@ impl Reader {
             // gets the bytes as the kernel wrote them.
             let parsed = wire::parse_record(&item);
             let (before, after) = self.attributions_around(parsed.as_ref().ok(), &item);
+            // --api: a tag's names follow it (the pipeline and the recording both get them).
+            let after = match (&parsed, &self.api) {
+                (Ok(RawRecord::ApiTag(tag)), Some(api)) => {
+                    Some(RawRecord::ApiContext(api.context(tag)))
+                }
+                _ => after,
+            };
             let records = before
                 .as_ref()
                 .map(|a| (a.as_bytes(), Ok(a)))

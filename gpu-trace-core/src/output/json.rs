@@ -350,6 +350,9 @@ pub fn write_event(
     if let Some(amd) = &ev.amd {
         field(out, "amd", amd);
     }
+    if let Some(api) = &ev.api {
+        field(out, "api", api);
+    }
     if let Some(gpu) = gpu {
         field(out, "gpu_device", gpu);
     }
@@ -1050,6 +1053,7 @@ mod tests {
         let ev = Event {
             key: None,
             amd: None,
+            api: None,
             origin: origin(T0),
             kind: EventKind::TaskInit {
                 task: TaskId::HwTsg(1),
@@ -1119,6 +1123,7 @@ mod tests {
         let ev = Event {
             key: None,
             amd: None,
+            api: None,
             origin: origin(T0 + 29_827_000),
             kind: EventKind::Schedule {
                 task: TaskId::RmHandle(0x5c00_0002),
@@ -1155,6 +1160,7 @@ mod tests {
         let schedule = |errno| Event {
             key: None,
             amd: None,
+            api: None,
             origin: origin(T0),
             kind: EventKind::Schedule {
                 task: TaskId::RmHandle(0x5c00_0002),
@@ -1186,6 +1192,7 @@ mod tests {
         let submit = Event {
             key: None,
             amd: None,
+            api: None,
             origin: origin(T0),
             kind: EventKind::WorkSubmit {
                 task: TaskId::KfdQueue(3),
@@ -1217,6 +1224,7 @@ mod tests {
             let ev = Event {
                 key: None,
                 amd: None,
+                api: None,
                 origin: origin(T0),
                 kind: EventKind::TaskDestroy {
                     final_params: None,
@@ -1250,6 +1258,7 @@ mod tests {
         stats.record(&Event {
             key: None,
             amd: None,
+            api: None,
             origin: o,
             kind: EventKind::PretraceEnd {
                 client: None,
@@ -1271,6 +1280,7 @@ mod tests {
         stats.record(&Event {
             key: None,
             amd: None,
+            api: None,
             origin: origin(T0),
             kind: EventKind::Schedule {
                 task: TaskId::HwTsg(1),
@@ -1391,6 +1401,7 @@ mod tests {
         let ev = Event {
             key: Some(key),
             amd: None,
+            api: None,
             origin: origin(T0),
             kind: EventKind::SchedUpdate {
                 // Named by its hardware id: `handle` still gives the RM handle.
@@ -1429,6 +1440,7 @@ mod tests {
                 ..key
             }),
             amd: None,
+            api: None,
             origin: origin(T0),
             kind: EventKind::TaskDestroy {
                 task: TaskId::RmHandle(0x5c00_0015),

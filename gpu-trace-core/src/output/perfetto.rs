@@ -799,6 +799,7 @@ mod tests {
         Event {
             key: None,
             amd: None,
+            api: None,
             origin: origin(ts, pid, "python3"),
             kind: EventKind::TaskInit {
                 task: TaskId::RmHandle(handle),
@@ -819,6 +820,7 @@ mod tests {
         Event {
             key: None,
             amd: None,
+            api: None,
             origin: origin(ts, pid, "python3"),
             kind: EventKind::Schedule {
                 task: TaskId::RmHandle(handle),
@@ -838,6 +840,7 @@ mod tests {
         Event {
             key: None,
             amd: None,
+            api: None,
             origin: origin(ts, pid, "cuda-EvtHandlr"),
             kind: EventKind::TaskDestroy {
                 final_params: None,

@@ -3,6 +3,7 @@
 //! `gpu_trace_core::api`'s); and tracing (`trace`): uprobes on every table symbol of every
 //! library mapped in the targets, with the calls counted in the kernel.
 
+pub mod attach;
 pub mod stuck;
 pub mod trace;
 
