@@ -10,8 +10,8 @@
 //! Without root, uprobes or a C compiler, the test prints `SKIPPED: <why>`.
 
 use std::io::{BufRead as _, BufReader, Write as _};
-use std::path::Path;
-use std::process::{Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
 mod common;
@@ -21,21 +21,21 @@ use rel_support::{Traced, gpu_trace_bin, json_events};
 
 const CLIENT: u32 = 0x5EED_0A00;
 
-#[test]
-fn driver_events_carry_the_api_call_open_on_their_thread() {
-    let test = "driver_events_carry_the_api_call_open_on_their_thread";
+/// The stand-in libraries and the client built in a new directory (and its canonical path);
+/// `None`, after SKIPPED, where the test cannot run here.
+fn build(test: &str) -> Option<(tempfile::TempDir, PathBuf)> {
     // SAFETY: no arguments.
     if unsafe { libc::geteuid() } != 0 {
         skipped(test, "needs root (uprobes and BPF programs)");
-        return;
+        return None;
     }
     if !Path::new("/sys/bus/event_source/devices/uprobe").exists() {
         skipped(test, "the kernel has no uprobe PMU (CONFIG_UPROBE_EVENTS)");
-        return;
+        return None;
     }
     if Command::new("cc").arg("--version").output().is_err() {
         skipped(test, "no C compiler (cc)");
-        return;
+        return None;
     }
     let dir = tempfile::tempdir().unwrap();
     let root = std::fs::canonicalize(dir.path()).unwrap();
@@ -65,8 +65,16 @@ fn driver_events_carry_the_api_call_open_on_their_thread() {
         "-l:libcudart.so.12",
         &rpath,
     ]);
+    Some((dir, root))
+}
 
-    let mut client = Command::new(root.join("client"))
+/// The client started (`preload`: in its `LD_PRELOAD`), waiting for a line; its pid.
+fn start_client(root: &Path, preload: Option<&Path>) -> (Child, BufReader<ChildStdout>, u32) {
+    let mut cmd = Command::new(root.join("client"));
+    if let Some(p) = preload {
+        cmd.env("LD_PRELOAD", p);
+    }
+    let mut client = cmd
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -75,6 +83,25 @@ fn driver_events_carry_the_api_call_open_on_their_thread() {
     let mut first = String::new();
     out.read_line(&mut first).unwrap();
     let pid: u32 = first.trim().strip_prefix("pid=").unwrap().parse().unwrap();
+    (client, out, pid)
+}
+
+/// Lets the client make its calls and waits for it to end.
+fn release(client: &mut Child, out: &mut BufReader<ChildStdout>) {
+    writeln!(client.stdin.take().unwrap(), "go").unwrap();
+    let mut done = String::new();
+    out.read_line(&mut done).unwrap();
+    assert_eq!(done.trim(), "done");
+    assert!(client.wait().unwrap().success());
+}
+
+#[test]
+fn driver_events_carry_the_api_call_open_on_their_thread() {
+    let test = "driver_events_carry_the_api_call_open_on_their_thread";
+    let Some((_dir, root)) = build(test) else {
+        return;
+    };
+    let (mut client, mut out, pid) = start_client(&root, None);
     let rec = root.join("join.gtrace");
     let pid_arg = pid.to_string();
     let args = [
@@ -89,11 +116,7 @@ fn driver_events_carry_the_api_call_open_on_their_thread() {
         rec.to_str().unwrap(),
     ];
     let traced = Traced::start(&args).unwrap_or_else(|e| panic!("{test}: {e}"));
-    writeln!(client.stdin.take().unwrap(), "go").unwrap();
-    let mut done = String::new();
-    out.read_line(&mut done).unwrap();
-    assert_eq!(done.trim(), "done");
-    assert!(client.wait().unwrap().success());
+    release(&mut client, &mut out);
     std::thread::sleep(Duration::from_millis(300));
     let f = traced.interrupt();
     assert_eq!(f.status.code(), Some(0), "{}", f.stderr);
@@ -151,4 +174,52 @@ fn driver_events_carry_the_api_call_open_on_their_thread() {
         line(0x5EED_0A02).ends_with(" api=cuCtxCreate_v4@libcuda.so.1<cudaMalloc@libcudart.so.12")
     );
     assert!(!line(0x5EED_0A03).contains("api="));
+}
+
+/// `gpu-trace api` (issue 28 item 2): a library that came through the target's `LD_PRELOAD`
+/// (read from /proc/PID/environ) is marked `preload` in its rows; one loaded as `DT_NEEDED`
+/// is not.
+#[test]
+fn api_rows_mark_a_library_that_came_through_ld_preload() {
+    let test = "api_rows_mark_a_library_that_came_through_ld_preload";
+    let Some((_dir, root)) = build(test) else {
+        return;
+    };
+    let cudart = root.join("libcudart.so.12");
+    let (mut client, mut out, pid) = start_client(&root, Some(&cudart));
+    let tracer = Command::new(gpu_trace_bin())
+        .args(["api", "--format", "json", "--pid", &pid.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Attached once the probes are: give it the time to read the maps and attach (6 probes).
+    std::thread::sleep(Duration::from_secs(2));
+    release(&mut client, &mut out);
+    // The target is gone: the tracer prints its final rows and ends by itself.
+    let done = tracer.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&done.stdout);
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let rows: Vec<serde_json::Value> = text
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|r: &serde_json::Value| r["final"] == true)
+        .collect();
+    let row = |sym: &str| {
+        rows.iter()
+            .find(|r| r["symbol"] == sym)
+            .unwrap_or_else(|| panic!("no {sym} row in\n{text}"))
+            .clone()
+    };
+    let malloc = row("cudaMalloc");
+    assert_eq!(malloc["library"], cudart.to_str().unwrap(), "{malloc}");
+    assert_eq!(malloc["preload"], true, "{malloc}");
+    let init = row("cuInit");
+    assert_eq!(init["calls"], 1, "{init}");
+    assert_eq!(init["preload"], false, "{init}");
 }

@@ -19,6 +19,7 @@ use gpu_trace_common::api::{ApiContextRecord, ApiTagRecord, api_switch};
 use gpu_trace_common::record_kind;
 use gpu_trace_core::api::events::Site;
 use gpu_trace_core::api::open::names;
+use gpu_trace_core::api::resolve::Origin;
 use gpu_trace_core::api::symbols::SymbolTable;
 use gpu_trace_core::escape::escape_text;
 
@@ -66,6 +67,8 @@ pub struct Attacher {
     failed: HashSet<(String, String)>,
     /// Every attach, by program name.
     links: Vec<(&'static str, UProbeLinkId)>,
+    /// (pid, library id) of the libraries that came through `LD_PRELOAD` in that process.
+    preloaded: HashSet<(u32, u32)>,
 }
 
 impl Attacher {
@@ -79,7 +82,19 @@ impl Attacher {
             attached: HashSet::new(),
             failed: HashSet::new(),
             links: Vec::new(),
+            preloaded: HashSet::new(),
         }
+    }
+
+    /// Notes that `path` came through `LD_PRELOAD` in `pid` (its output rows are marked).
+    pub fn mark_preload(&mut self, pid: u32, path: &str) {
+        let lib = Self::intern(&mut self.lib_ids, &mut self.libs, path);
+        self.preloaded.insert((pid, lib));
+    }
+
+    /// Whether the library of `cookie` came through `LD_PRELOAD` in `pid`.
+    pub fn is_preload(&self, pid: u32, cookie: u64) -> bool {
+        self.preloaded.contains(&(pid, (cookie >> 32) as u32))
     }
 
     fn intern(ids: &mut HashMap<String, u32>, names: &mut Vec<String>, name: &str) -> u32 {
@@ -175,6 +190,9 @@ impl Attacher {
                 continue;
             }
             with_symbols += 1;
+            if lib.origin == Origin::Preload {
+                self.mark_preload(pid, &lib.path);
+            }
             let symbols: Vec<String> = lib.defines.keys().cloned().collect();
             let file = format!("/proc/{pid}/root{}", lib.path);
             self.attach_file(ebpf, pid, &lib.path, &file, &symbols);

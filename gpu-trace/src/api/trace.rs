@@ -195,6 +195,7 @@ impl Tracer {
                 tid: r.hdr.tid,
                 comm: comm(&r.hdr.comm),
                 site: self.site(r.cookie),
+                preload: self.at.is_preload(r.hdr.tgid, r.cookie),
                 caller: (r.depth > 0).then(|| self.site(r.caller_cookie)),
                 duration_ns: r.duration_ns,
                 ret: r.ret,
@@ -317,6 +318,7 @@ impl Tracer {
             rows.push(CallStats {
                 pid: key.tgid,
                 library: site.library,
+                preload: self.at.is_preload(key.tgid, key.cookie),
                 symbol: site.symbol,
                 calls: stat.count,
                 errors: stat.errors,
@@ -486,6 +488,11 @@ pub fn trace(args: &ApiArgs) -> Result<Traced, TraceError> {
         for (path, symbols) in launch_candidates(&table, &args.command[0]) {
             tracer.attach_file(launched.pid, &path, &path, &symbols);
         }
+        // The command inherits LD_PRELOAD: its files are marked before the first rescan.
+        let preload = std::env::var_os("LD_PRELOAD").unwrap_or_default();
+        for path in libraries::split_preload(preload.as_bytes()) {
+            tracer.at.mark_preload(launched.pid, &path);
+        }
         // SAFETY: our own descriptor; one byte releases the child to exec.
         unsafe {
             libc::write(launched.go, [1u8].as_ptr().cast(), 1);
@@ -574,11 +581,13 @@ fn run_loop(
         {
             return Some(status);
         }
-        if child.is_none() {
-            targets.retain(|&p| std::path::Path::new(&format!("/proc/{p}")).exists());
-            if targets.is_empty() {
-                return None;
-            }
+        // The targets stay in the set when they exit: the final read is of their sums too.
+        if child.is_none()
+            && !targets
+                .iter()
+                .any(|&p| std::path::Path::new(&format!("/proc/{p}")).exists())
+        {
+            return None;
         }
         if Instant::now() >= next {
             next += every;
