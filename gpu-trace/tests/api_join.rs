@@ -14,9 +14,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
+mod api_support;
 mod common;
 mod rel_support;
-use common::skipped;
+use api_support::{c_compiler, cc, uprobes};
 use rel_support::{Traced, gpu_trace_bin, json_events};
 
 const CLIENT: u32 = 0x5EED_0A00;
@@ -24,47 +25,19 @@ const CLIENT: u32 = 0x5EED_0A00;
 /// The stand-in libraries and the client built in a new directory (and its canonical path);
 /// `None`, after SKIPPED, where the test cannot run here.
 fn build(test: &str) -> Option<(tempfile::TempDir, PathBuf)> {
-    // SAFETY: no arguments.
-    if unsafe { libc::geteuid() } != 0 {
-        skipped(test, "needs root (uprobes and BPF programs)");
-        return None;
-    }
-    if !Path::new("/sys/bus/event_source/devices/uprobe").exists() {
-        skipped(test, "the kernel has no uprobe PMU (CONFIG_UPROBE_EVENTS)");
-        return None;
-    }
-    if Command::new("cc").arg("--version").output().is_err() {
-        skipped(test, "no C compiler (cc)");
+    if !uprobes(test) || !c_compiler(test) {
         return None;
     }
     let dir = tempfile::tempdir().unwrap();
     let root = std::fs::canonicalize(dir.path()).unwrap();
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/api");
-    let cc = |args: &[&str]| {
-        let st = Command::new("cc").current_dir(&root).args(args).status();
-        assert!(st.unwrap().success(), "cc {args:?}");
-    };
-    let c = |f: &str| src.join(f).to_string_lossy().into_owned();
+    let lib_dir = format!("-L{}", root.display());
     let rpath = format!("-Wl,-rpath,{}", root.display());
-    cc(&["-shared", "-fPIC", "-o", "libcuda.so.1", &c("fake_cuda.c")]);
-    cc(&[
-        "-shared",
-        "-fPIC",
-        "-o",
-        "libcudart.so.12",
-        &c("fake_cudart.c"),
-        "-L.",
-        "-l:libcuda.so.1",
-    ]);
-    cc(&[
-        "-o",
-        "client",
-        &c("join_client.c"),
-        "-L.",
-        "-l:libcuda.so.1",
-        "-l:libcudart.so.12",
-        &rpath,
-    ]);
+    let shared = ["-shared", "-fPIC"];
+    cc(&root, "fake_cuda.c", "libcuda.so.1", &shared);
+    let cuda = [&shared[..], &[&lib_dir, "-l:libcuda.so.1"]].concat();
+    cc(&root, "fake_cudart.c", "libcudart.so.12", &cuda);
+    let both = [&lib_dir, "-l:libcuda.so.1", "-l:libcudart.so.12", &rpath];
+    cc(&root, "join_client.c", "client", &both);
     Some((dir, root))
 }
 
