@@ -343,6 +343,14 @@ pub struct ApiArgs {
     /// Only processes with this name (as the kernel keeps it: 15 bytes).
     #[arg(short = 'c', long, value_name = "NAME")]
     pub comm: Option<String>,
+    /// Tracing: every process in this cgroup v2 subtree (a path below the cgroup2 mount, or
+    /// under it), those that enter it later at the next rescan (repeatable).
+    #[arg(long = "cgroup", value_name = "PATH", conflicts_with = "resolve")]
+    pub cgroups: Vec<String>,
+    /// Tracing: every process of this running container (a prefix of ≥ 4 hex digits of its
+    /// id, as for the main command's --container), rescanned like --cgroup (repeatable).
+    #[arg(long = "container", value_name = "ID", conflicts_with = "resolve")]
+    pub containers: Vec<String>,
     /// Also resolve SYMBOL, whose real provider is the library LIB (file name or soname;
     /// SYMBOL may hold one `*`). Repeatable.
     #[arg(long = "probe", value_name = "LIB:SYMBOL")]

@@ -484,14 +484,7 @@ pub async fn run_live_with(
     // process opening the GPU now is seen by the hooks or by the walk), tracked from now on.
     let inventory = traced_inventory(args, amd, nvml, &subtrees);
     tracer.track(&kernel_tracking(&inventory, &args.output))?;
-    // --api: the API layer's uprobes on the targets, before the start-up line says "hooks".
-    let api = match args.api {
-        true => Some(
-            crate::api::attach::for_trace(&mut tracer, &args.output.pids, &args.output.comms)
-                .map_err(|e| RunError::Unsupported(e.to_string()))?,
-        ),
-        false => None,
-    };
+    let api = api_layer(&mut tracer, args)?;
     let clock = Clock::from_system().map_err(io_err("reading the clocks"))?;
     announce_hooks(&tracer, kfd.as_ref());
     announce_inventory(&inventory, &args.output);
@@ -528,11 +521,7 @@ pub async fn run_live_with(
     let mut live = LiveRun {
         ring,
         tracer,
-        reader: Reader {
-            cgroups,
-            api,
-            ..Reader::default()
-        },
+        reader: Reader::new(cgroups, api),
         pipeline,
         recorder,
         viewer,
@@ -555,6 +544,19 @@ pub async fn run_live_with(
         live.report(vec![warning]);
     }
     live.end(counters, args.record.as_deref(), perfetto, out_is_stdout)
+}
+
+/// `--api`: the API layer's uprobes on the targets (before the start-up line says "hooks").
+fn api_layer(
+    tracer: &mut Tracer,
+    args: &TraceArgs,
+) -> Result<Option<crate::api::attach::Attacher>, RunError> {
+    if !args.api {
+        return Ok(None);
+    }
+    crate::api::attach::for_trace(tracer, &args.output.pids, &args.output.comms)
+        .map(Some)
+        .map_err(|e| RunError::Unsupported(e.to_string()))
 }
 
 /// NVML's GPU names and per-process memory for the inventory (NVIDIA).
@@ -1235,6 +1237,14 @@ enum Drained {
 }
 
 impl Reader {
+    fn new(cgroups: Option<CgroupResolver>, api: Option<crate::api::attach::Attacher>) -> Self {
+        Self {
+            cgroups,
+            api,
+            ..Self::default()
+        }
+    }
+
     /// Reads the records the ring holds: all of them (`slice` `None`), or until `slice` has
     /// passed or a stop is requested, whichever comes first ([`Drained::More`] then). Records
     /// are counted even after an output failed, so that the counts stay exact; they are no

@@ -59,6 +59,32 @@ fn start_client(root: &Path, preload: Option<&Path>) -> (Child, BufReader<ChildS
     (client, out, pid)
 }
 
+/// Waits (30 s at most) until process `pid` holds `n` BPF link descriptors: the uprobes
+/// `gpu-trace api` attached (an entry and a return probe per symbol).
+fn wait_probes(pid: u32, n: usize) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let held = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| {
+                        std::fs::read_link(e.path())
+                            .is_ok_and(|l| l.to_string_lossy() == "anon_inode:bpf_link")
+                    })
+                    .count()
+            })
+            .unwrap_or(0);
+        if held >= n {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "gpu-trace {pid} holds {held} probes after 30 s, not {n}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Lets the client make its calls and waits for it to end.
 fn release(client: &mut Child, out: &mut BufReader<ChildStdout>) {
     writeln!(client.stdin.take().unwrap(), "go").unwrap();
@@ -166,8 +192,8 @@ fn api_rows_mark_a_library_that_came_through_ld_preload() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Attached once the probes are: give it the time to read the maps and attach (6 probes).
-    std::thread::sleep(Duration::from_secs(2));
+    // Three symbols, two probes each.
+    wait_probes(tracer.id(), 6);
     release(&mut client, &mut out);
     // The target is gone: the tracer prints its final rows and ends by itself.
     let done = tracer.wait_with_output().unwrap();
@@ -195,4 +221,74 @@ fn api_rows_mark_a_library_that_came_through_ld_preload() {
     let init = row("cuInit");
     assert_eq!(init["calls"], 1, "{init}");
     assert_eq!(init["preload"], false, "{init}");
+}
+
+/// `gpu-trace api --cgroup` (issue 28 item 1's targets): the processes of a real cgroup v2
+/// made here are traced, one moved into it after the start from the next rescan on, and one
+/// outside it not at all.
+#[test]
+fn api_trace_follows_the_processes_of_a_cgroup() {
+    let test = "api_trace_follows_the_processes_of_a_cgroup";
+    let Some((_dir, root)) = build(test) else {
+        return;
+    };
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+    let Some(mount) = mounts
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.get(2) == Some(&"cgroup2"))
+        .map(|f| PathBuf::from(f[1]))
+    else {
+        common::skipped(test, "no cgroup v2 mount");
+        return;
+    };
+    let name = format!("gpu-trace-api-test-{}", std::process::id());
+    let cgroup = mount.join(&name);
+    if let Err(e) = std::fs::create_dir(&cgroup) {
+        common::skipped(
+            test,
+            format!("cannot make a cgroup in {}: {e}", mount.display()),
+        );
+        return;
+    }
+    let enter = |pid: u32| std::fs::write(cgroup.join("cgroup.procs"), pid.to_string()).unwrap();
+    let (mut first, mut first_out, first_pid) = start_client(&root, None);
+    enter(first_pid);
+    let (mut outside, mut outside_out, outside_pid) = start_client(&root, None);
+    let tracer = Command::new(gpu_trace_bin())
+        .args(["api", "--format", "json", "--interval", "0.2", "--cgroup"])
+        .arg(format!("/{name}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_probes(tracer.id(), 6);
+    let (mut late, mut late_out, late_pid) = start_client(&root, None);
+    enter(late_pid);
+    // The next rescan (0.2 s) attaches the late one's three symbols too.
+    wait_probes(tracer.id(), 12);
+    release(&mut first, &mut first_out);
+    release(&mut outside, &mut outside_out);
+    release(&mut late, &mut late_out);
+    let done = tracer.wait_with_output().unwrap();
+    let _ = std::fs::remove_dir(&cgroup);
+    let text = String::from_utf8_lossy(&done.stdout);
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let calls = |pid: u32, sym: &str| -> u64 {
+        text.lines()
+            .filter(|l| l.starts_with('{'))
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|r| r["final"] == true && r["pid"] == pid && r["symbol"] == sym)
+            .map(|r| r["calls"].as_u64().unwrap())
+            .sum()
+    };
+    for pid in [first_pid, late_pid] {
+        assert_eq!(calls(pid, "cuInit"), 1, "{pid} in the cgroup:\n{text}");
+        assert_eq!(calls(pid, "cudaMalloc"), 1, "{pid} in the cgroup:\n{text}");
+    }
+    assert_eq!(calls(outside_pid, "cuInit"), 0, "{text}");
 }

@@ -31,6 +31,7 @@ use super::stuck::Symbolizer;
 use super::{ApiError, symbol_table};
 use crate::cli::{ApiArgs, ApiFormat, kernel_comm};
 use crate::loader::trampoline::run_stats;
+use crate::probe::cgroup::{CgroupResolver, Subtree, process_v2_path};
 use crate::probe::libraries;
 
 const KEY_LEN: usize = size_of::<ApiKey>();
@@ -54,8 +55,14 @@ pub enum TraceError {
          BPF attach cookies (5.15 or later); run as root)"
     )]
     Load(String),
-    #[error("give --pid, --comm or `-- CMD` (which processes to trace)")]
+    #[error("give --pid, --comm, --cgroup, --container or `-- CMD` (which processes to trace)")]
     NoTarget,
+    #[error(transparent)]
+    Cgroup(#[from] crate::probe::cgroup::CgroupError),
+    #[error(
+        "--cgroup/--container: no cgroup v2 mount on this host (mount -t cgroup2 none /sys/fs/cgroup)"
+    )]
+    NoCgroup2,
     #[error("{0}")]
     NoGpuLibrary(String),
     #[error("starting {cmd}: {source}")]
@@ -475,9 +482,15 @@ fn fork_waiting(cmd: &[OsString]) -> Result<Launched, TraceError> {
 /// command exits, or SIGINT/SIGTERM; print the counts every `--interval` and at the end.
 pub fn trace(args: &ApiArgs) -> Result<Traced, TraceError> {
     let table = symbol_table(args)?;
-    if args.pids.is_empty() && args.comm.is_none() && args.command.is_empty() {
+    if args.pids.is_empty()
+        && args.comm.is_none()
+        && args.command.is_empty()
+        && args.cgroups.is_empty()
+        && args.containers.is_empty()
+    {
         return Err(TraceError::NoTarget);
     }
+    let subtrees = subtrees(args)?;
     let _ = crate::session::install_stop_signals();
     raise_open_file_limit();
     let mut tracer = Tracer::load(table.clone(), args)?;
@@ -515,6 +528,7 @@ pub fn trace(args: &ApiArgs) -> Result<Traced, TraceError> {
             );
         }
     }
+    targets.extend(cgroup_members(&subtrees));
     if child.is_none() {
         let mut any = false;
         for &pid in &targets {
@@ -537,7 +551,7 @@ pub fn trace(args: &ApiArgs) -> Result<Traced, TraceError> {
     } else {
         None
     };
-    let status = run_loop(&mut tracer, args, &mut targets, child);
+    let status = run_loop(&mut tracer, args, &mut targets, child, &subtrees);
     emit_events(&mut tracer, args);
     let final_rows = tracer.read(&targets);
     print(args, &final_rows, true);
@@ -548,6 +562,37 @@ pub fn trace(args: &ApiArgs) -> Result<Traced, TraceError> {
     Ok(Traced {
         child_status: status,
     })
+}
+
+/// The cgroup v2 subtrees `--cgroup` and `--container` name (none without them).
+fn subtrees(args: &ApiArgs) -> Result<Vec<Subtree>, TraceError> {
+    if args.cgroups.is_empty() && args.containers.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut resolver = CgroupResolver::for_host().ok_or(TraceError::NoCgroup2)?;
+    let mut out = Vec::new();
+    for path in &args.cgroups {
+        out.push(resolver.subtree(path)?);
+    }
+    for id in &args.containers {
+        out.push(resolver.container(id)?);
+    }
+    Ok(out)
+}
+
+/// The running processes whose cgroup v2 is in one of `subtrees` (this one aside).
+fn cgroup_members(subtrees: &[Subtree]) -> Vec<u32> {
+    if subtrees.is_empty() {
+        return Vec::new();
+    }
+    let own = std::process::id();
+    libraries::all_pids()
+        .into_iter()
+        .filter(|&pid| {
+            pid != own
+                && process_v2_path(pid).is_some_and(|p| subtrees.iter().any(|s| s.contains(&p)))
+        })
+        .collect()
 }
 
 /// CLOCK_MONOTONIC in ns (the clock of `bpf_ktime_get_ns`).
@@ -567,6 +612,7 @@ fn run_loop(
     args: &ApiArgs,
     targets: &mut HashSet<u32>,
     child: Option<u32>,
+    subtrees: &[Subtree],
 ) -> Option<i32> {
     let every = Duration::from_secs_f64(args.interval.unwrap_or(1.0));
     let mut next = Instant::now() + every;
@@ -591,6 +637,7 @@ fn run_loop(
         }
         if Instant::now() >= next {
             next += every;
+            targets.extend(cgroup_members(subtrees));
             for &pid in targets.iter() {
                 let _ = tracer.scan(pid);
             }
