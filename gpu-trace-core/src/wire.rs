@@ -566,6 +566,38 @@ mod tests {
     }
 
     #[test]
+    fn api_tag_and_context_records_round_trip_and_need_their_exact_length() {
+        let tag = ApiTagRecord {
+            hdr: header(record_kind::API_TAG),
+            inner: 3 << 32 | 7,
+            outer: 1 << 32 | 2,
+            depth: 2,
+            _pad: 0,
+        };
+        let raw = RawRecord::ApiTag(tag);
+        assert_eq!(raw.as_bytes().len(), 64);
+        assert_eq!(parse_record(raw.as_bytes()), Ok(raw.clone()));
+        assert_eq!(raw.header().tid, 4243);
+        let ctx = ApiContextRecord {
+            hdr: header(record_kind::API_CONTEXT),
+            depth: 1,
+            has_outer: 0,
+            inner: crate::api::open::names("cuInit", "/lib/libcuda.so.1"),
+            outer: crate::api::open::names("", ""),
+        };
+        let raw = RawRecord::ApiContext(ctx);
+        assert_eq!(parse_record(raw.as_bytes()), Ok(raw.clone()));
+        let short = &raw.as_bytes()[..raw.as_bytes().len() - 1];
+        assert!(matches!(
+            parse_record(short),
+            Err(WireError::BadLength {
+                kind: record_kind::API_CONTEXT,
+                ..
+            })
+        ));
+    }
+
+    #[test]
     fn rejects_unknown_kind_and_bad_lengths() {
         let mut bytes = nv_record_bytes_by_hand();
         bytes[0] = 99;

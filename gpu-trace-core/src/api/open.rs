@@ -146,6 +146,34 @@ mod tests {
     }
 
     #[test]
+    fn the_context_prints_innermost_first_escaped_and_as_a_json_object() {
+        let open = decode(&rec(11, 500, true));
+        assert_eq!(
+            open.to_string(),
+            " api=cuCtxCreate_v4@libcuda.so.1<cudaMalloc@libcudart.so.12"
+        );
+        let v = serde_json::to_value(&open).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"symbol": "cuCtxCreate_v4", "library": "libcuda.so.1", "depth": 2,
+                "caller": {"symbol": "cudaMalloc", "library": "libcudart.so.12"}})
+        );
+        let hostile = decode(&ApiContextRecord {
+            inner: names("cu\u{1b}[31mInit", "lib\ncuda"),
+            ..rec(1, 1, false)
+        });
+        let text = hostile.to_string();
+        assert!(!text.contains('\u{1b}') && !text.contains('\n'), "{text}");
+        assert_eq!(serde_json::to_value(&hostile).unwrap()["depth"], 1);
+        assert!(
+            serde_json::to_value(&hostile)
+                .unwrap()
+                .get("caller")
+                .is_none()
+        );
+    }
+
+    #[test]
     fn names_are_cut_at_a_character_boundary_and_exits_forget_contexts() {
         let long = "é".repeat(40);
         let n = names(&long, "lib");
