@@ -691,8 +691,8 @@ pub struct TraceArgs {
     /// Also trace the GPU API calls (CUDA driver and runtime, HIP; `gpu-trace api`'s table)
     /// of the --pid/--comm processes, with uprobes on every library they map that exports
     /// them: each driver event of a thread inside such a call carries it, innermost first
-    /// (`api=cuCtxCreate_v4@libcuda.so.1<cudaMalloc@libcudart.so.12`; JSON `api`). Libraries
-    /// mapped when tracing starts (docs/api.md).
+    /// (`api=cuCtxCreate_v4@libcuda.so.1<cudaMalloc@libcudart.so.12`; JSON `api`). The
+    /// targets and their libraries are looked up again every second (docs/api.md).
     #[arg(long)]
     #[arg(help_heading = heading::OUTPUT)]
     pub api: bool,

@@ -550,7 +550,7 @@ pub async fn run_live_with(
 fn api_layer(
     tracer: &mut Tracer,
     args: &TraceArgs,
-) -> Result<Option<crate::api::attach::Attacher>, RunError> {
+) -> Result<Option<crate::api::attach::TraceApi>, RunError> {
     if !args.api {
         return Ok(None);
     }
@@ -818,6 +818,7 @@ impl LiveRun<'_> {
     ) -> Result<(), RunError> {
         let mut health = tokio::time::interval(Duration::from_secs(1));
         let mut share_tick = tokio::time::interval(Duration::from_millis(100));
+        let mut api_rescan = tokio::time::interval(Duration::from_secs(1));
         let sleep = async {
             match deadline {
                 Some(d) => tokio::time::sleep_until(d.into()).await,
@@ -864,6 +865,12 @@ impl LiveRun<'_> {
                 }
                 () = wake.notified() => {} // an output failed: the loop condition sees it
                 _ = share_tick.tick(), if self.share.is_some() => self.take_share()?,
+                // --api: new --comm processes and newly mapped libraries.
+                _ = api_rescan.tick(), if self.reader.api.is_some() => {
+                    if let Some(api) = self.reader.api.as_mut() {
+                        api.rescan(&mut self.tracer);
+                    }
+                }
                 _ = health.tick(), if metrics_served => {
                     let counters = self.tracer.counters()?;
                     if let Some(m) = self.pipeline.metrics_mut() {
@@ -1149,8 +1156,8 @@ struct Reader {
     /// Processes whose cgroup the pipeline knows (a `TASK_CGROUP` record, or /proc when that
     /// record was lost to a full ring).
     attributed: std::collections::HashSet<u32>,
-    /// `--api`: the names behind the kernel's `API_TAG` cookies.
-    api: Option<crate::api::attach::Attacher>,
+    /// `--api`: the probes and the names behind the kernel's `API_TAG` cookies.
+    api: Option<crate::api::attach::TraceApi>,
 }
 
 /// The cgroup subtrees of `--cgroup`/`--container` and `--deny-cgroup`/`--deny-container`.
@@ -1237,7 +1244,7 @@ enum Drained {
 }
 
 impl Reader {
-    fn new(cgroups: Option<CgroupResolver>, api: Option<crate::api::attach::Attacher>) -> Self {
+    fn new(cgroups: Option<CgroupResolver>, api: Option<crate::api::attach::TraceApi>) -> Self {
         Self {
             cgroups,
             api,
@@ -1280,7 +1287,7 @@ impl Reader {
             // --api: a tag's names follow it (the pipeline and the recording both get them).
             let after = match (&parsed, &self.api) {
                 (Ok(RawRecord::ApiTag(tag)), Some(api)) => {
-                    Some(RawRecord::ApiContext(api.context(tag)))
+                    Some(RawRecord::ApiContext(api.attacher.context(tag)))
                 }
                 _ => after,
             };

@@ -43,7 +43,12 @@ fn build(test: &str) -> Option<(tempfile::TempDir, PathBuf)> {
 
 /// The client started (`preload`: in its `LD_PRELOAD`), waiting for a line; its pid.
 fn start_client(root: &Path, preload: Option<&Path>) -> (Child, BufReader<ChildStdout>, u32) {
-    let mut cmd = Command::new(root.join("client"));
+    start_program(&root.join("client"), preload)
+}
+
+/// [`start_client`] of the client's executable at `exe`.
+fn start_program(exe: &Path, preload: Option<&Path>) -> (Child, BufReader<ChildStdout>, u32) {
+    let mut cmd = Command::new(exe);
     if let Some(p) = preload {
         cmd.env("LD_PRELOAD", p);
     }
@@ -64,16 +69,7 @@ fn start_client(root: &Path, preload: Option<&Path>) -> (Child, BufReader<ChildS
 fn wait_probes(pid: u32, n: usize) {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let held = std::fs::read_dir(format!("/proc/{pid}/fd"))
-            .map(|d| {
-                d.flatten()
-                    .filter(|e| {
-                        std::fs::read_link(e.path())
-                            .is_ok_and(|l| l.to_string_lossy() == "anon_inode:bpf_link")
-                    })
-                    .count()
-            })
-            .unwrap_or(0);
+        let held = links_of(pid);
         if held >= n {
             return;
         }
@@ -83,6 +79,20 @@ fn wait_probes(pid: u32, n: usize) {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// The BPF link descriptors process `pid` holds.
+fn links_of(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.flatten()
+                .filter(|e| {
+                    std::fs::read_link(e.path())
+                        .is_ok_and(|l| l.to_string_lossy() == "anon_inode:bpf_link")
+                })
+                .count()
+        })
+        .unwrap_or(0)
 }
 
 /// Lets the client make its calls and waits for it to end.
@@ -291,4 +301,44 @@ fn api_trace_follows_the_processes_of_a_cgroup() {
         assert_eq!(calls(pid, "cudaMalloc"), 1, "{pid} in the cgroup:\n{text}");
     }
     assert_eq!(calls(outside_pid, "cuInit"), 0, "{text}");
+}
+
+/// `gpu-trace --api --comm NAME`: a process that takes the name after tracing started is
+/// attached at the next rescan (each second), and its driver events carry its open calls.
+#[test]
+fn api_attaches_a_comm_process_started_after_the_trace() {
+    let test = "api_attaches_a_comm_process_started_after_the_trace";
+    let Some((_dir, root)) = build(test) else {
+        return;
+    };
+    // A name no other process has.
+    let name = format!("gtjoin{}", std::process::id() % 1_000_000);
+    let exe = root.join(&name);
+    std::fs::copy(root.join("client"), &exe).unwrap();
+    let args = [
+        "--watch-device",
+        "/dev/full",
+        "--api",
+        "--comm",
+        &name,
+        "--format",
+        "json",
+    ];
+    let traced = Traced::start(&args).unwrap_or_else(|e| panic!("{test}: {e}"));
+    let before = links_of(traced.pid());
+    let (mut client, mut out, pid) = start_program(&exe, None);
+    wait_probes(traced.pid(), before + 6);
+    release(&mut client, &mut out);
+    std::thread::sleep(Duration::from_millis(300));
+    let f = traced.interrupt();
+    // Nothing had the name at start: the process was attached by a rescan.
+    assert!(f.stderr.contains("--api: 0 of 0 target"), "{}", f.stderr);
+    let key = format!("{pid}:0x{CLIENT:08x}:0x{:08x}", 0x5EED_0A02u32);
+    let events = json_events(&f.stdout);
+    let ev = events
+        .iter()
+        .find(|e| e["event"] == "SCHEDULE" && e["key"] == key.as_str())
+        .unwrap_or_else(|| panic!("no SCHEDULE of {key} in\n{}", f.stdout));
+    assert_eq!(ev["api"]["symbol"], "cuCtxCreate_v4", "{ev}");
+    assert_eq!(ev["api"]["caller"]["symbol"], "cudaMalloc", "{ev}");
 }

@@ -293,25 +293,46 @@ pub fn targets(pids: &[u32], comms: &[String]) -> Vec<u32> {
     out
 }
 
+/// `gpu-trace --api`: the attached probes and which processes they are for.
+pub struct TraceApi {
+    pub attacher: Attacher,
+    pids: Vec<u32>,
+    comms: Vec<String>,
+}
+
+impl TraceApi {
+    /// Attaches to the targets running now what is not attached yet: a process that took a
+    /// `--comm` name since, a library mapped since (`dlopen`). Returns how many targets there
+    /// are and how many of them map a GPU API library.
+    pub fn rescan(&mut self, tracer: &mut crate::loader::Tracer) -> (usize, usize) {
+        let targets = targets(&self.pids, &self.comms);
+        let with = tracer.attach_api(&mut self.attacher, targets.iter().copied());
+        (targets.len(), with)
+    }
+}
+
 /// `gpu-trace --api`: the uprobes loaded into the main trace's object and attached to the
-/// processes `pids`/`comms` name; says on stderr how many map a GPU API library.
+/// processes `pids`/`comms` name (again at each [`TraceApi::rescan`]); says on stderr how many
+/// map a GPU API library.
 pub fn for_trace(
     tracer: &mut crate::loader::Tracer,
     pids: &[u32],
     comms: &[String],
-) -> Result<Attacher, TraceApiError> {
+) -> Result<TraceApi, TraceApiError> {
     if pids.is_empty() && comms.is_empty() {
         return Err(TraceApiError::NoTarget);
     }
     tracer.load_api().map_err(TraceApiError::Load)?;
-    let mut api = Attacher::new(SymbolTable::builtin());
-    let targets = targets(pids, comms);
-    let with = tracer.attach_api(&mut api, targets.iter().copied());
+    let mut api = TraceApi {
+        attacher: Attacher::new(SymbolTable::builtin()),
+        pids: pids.to_vec(),
+        comms: comms.to_vec(),
+    };
+    let (targets, with) = api.rescan(tracer);
     eprintln!(
-        "gpu-trace: --api: {with} of {} target process(es) map a GPU API library; {} uprobes \
-         attached",
-        targets.len(),
-        api.links()
+        "gpu-trace: --api: {with} of {targets} target process(es) map a GPU API library; {} \
+         uprobes attached",
+        api.attacher.links()
     );
     Ok(api)
 }
