@@ -123,3 +123,53 @@ pub struct ApiRecursionRecord {
 const _: () = assert!(size_of::<ApiCallRecord>() == size_of::<RecordHeader>() + 40);
 const _: () =
     assert!(size_of::<ApiRecursionRecord>() == size_of::<RecordHeader>() + 16 + 8 * API_STACK_MAX);
+
+/// [`crate::record_kind::API_TAG`]: the innermost call open on the thread and the one outside
+/// it, sent by the NVIDIA ioctl programs just before their own record, with the same header
+/// (kind aside): userspace pairs the two by thread and time.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "wire", derive(FromBytes, IntoBytes, KnownLayout, Immutable))]
+pub struct ApiTagRecord {
+    pub hdr: RecordHeader,
+    /// The innermost open call's cookie.
+    pub inner: u64,
+    /// The cookie of the call one level out (0: none).
+    pub outer: u64,
+    /// Calls open on the thread.
+    pub depth: u32,
+    pub _pad: u32,
+}
+
+/// Longest symbol or library name an [`ApiContextRecord`] carries (longer ones are cut).
+pub const API_NAME_MAX: usize = 64;
+
+/// One call's names in an [`ApiContextRecord`], NUL padded.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "wire", derive(FromBytes, IntoBytes, KnownLayout, Immutable))]
+pub struct ApiNames {
+    pub symbol: [u8; API_NAME_MAX],
+    /// The library's file name (no directory).
+    pub library: [u8; API_NAME_MAX],
+}
+
+/// [`crate::record_kind::API_CONTEXT`]: an [`ApiTagRecord`] resolved by userspace into names
+/// (header copied from the tag, kind aside).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "wire", derive(FromBytes, IntoBytes, KnownLayout, Immutable))]
+pub struct ApiContextRecord {
+    pub hdr: RecordHeader,
+    /// Calls open on the thread (the tag's).
+    pub depth: u32,
+    /// 1: `outer` holds the call one level out; 0: the innermost call was the only one.
+    pub has_outer: u32,
+    pub inner: ApiNames,
+    pub outer: ApiNames,
+}
+
+const _: () = assert!(size_of::<ApiTagRecord>() == size_of::<RecordHeader>() + 24);
+const _: () = assert!(size_of::<ApiNames>() == 2 * API_NAME_MAX);
+const _: () =
+    assert!(size_of::<ApiContextRecord>() == size_of::<RecordHeader>() + 8 + 4 * API_NAME_MAX);

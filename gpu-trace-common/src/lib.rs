@@ -44,11 +44,19 @@ pub mod record_kind {
     /// [`crate::TaskCgroupRecord`]: the cgroup (v2) of a process, sent before its first record
     /// of the run and again whenever it changes (the process moved).
     pub const TASK_CGROUP: u32 = 8;
+    /// [`crate::api::ApiTagRecord`]: the API calls open on the calling thread, sent just
+    /// before the driver record of the same call (same header time and thread) when the thread
+    /// has one open (`gpu-trace --api`; never without it).
+    pub const API_TAG: u32 = 9;
     /// [`crate::AttributionHead`] and a path: written by userspace, never by the kernel. A live
     /// run resolves each [`TASK_CGROUP`] record (cgroup path, the process's own PID in its PID
     /// namespace) and puts this record after it in the recording and in the pipeline, so that
     /// a replay on another machine attributes events as the live run did.
     pub const ATTRIBUTION: u32 = 0x100;
+    /// [`crate::api::ApiContextRecord`]: written by userspace, never by the kernel. A live run
+    /// resolves each [`API_TAG`] (its cookies) into the symbol and library names and puts this
+    /// record after it, so that a replay names the calls as the live run did.
+    pub const API_CONTEXT: u32 = 0x101;
 }
 
 /// Which hook produced a record that several hooks can produce ([`KfdIoctlRecord::source`],

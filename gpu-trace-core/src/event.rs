@@ -403,6 +403,75 @@ pub struct Event {
     /// The run-unique identity of the task ([`TaskKey`]); `None` where there is none (a refused
     /// AMD `CREATE_QUEUE`). JSON only.
     pub key: Option<TaskKey>,
+    /// `gpu-trace --api`: the API call open on the thread when the driver call was made
+    /// (`None` without `--api`, or outside any traced call: the lines do not change). Text
+    /// `api=SYMBOL@LIBRARY<CALLER@LIBRARY` at the end, JSON an `api` object.
+    pub api: Option<ApiOpen>,
+}
+
+/// One API call by name: a symbol of a library (its file name), as the traced process's maps
+/// and the symbol table named them (untrusted: printed escaped).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApiCall {
+    pub symbol: CompactString,
+    pub library: CompactString,
+}
+
+impl Serialize for ApiCall {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct as _;
+        let mut st = s.serialize_struct("ApiCall", 2)?;
+        st.serialize_field("symbol", &crate::escape::lossy(&self.symbol))?;
+        st.serialize_field("library", &crate::escape::lossy(&self.library))?;
+        st.end()
+    }
+}
+
+impl std::fmt::Display for ApiCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}@{}",
+            crate::escape::escape_text(&self.symbol),
+            crate::escape::escape_text(&self.library)
+        )
+    }
+}
+
+/// The API calls open on a thread when it made a driver call ([`Event::api`]): the innermost
+/// and the one outside it. JSON `{"symbol", "library", "depth", "caller"?}`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApiOpen {
+    pub call: ApiCall,
+    /// The call one level out, if any.
+    pub caller: Option<ApiCall>,
+    /// Calls open on the thread.
+    pub depth: u32,
+}
+
+impl Serialize for ApiOpen {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct as _;
+        let mut st = s.serialize_struct("ApiOpen", 4)?;
+        st.serialize_field("symbol", &crate::escape::lossy(&self.call.symbol))?;
+        st.serialize_field("library", &crate::escape::lossy(&self.call.library))?;
+        st.serialize_field("depth", &self.depth)?;
+        if let Some(c) = &self.caller {
+            st.serialize_field("caller", c)?;
+        }
+        st.end()
+    }
+}
+
+/// Text: ` api=SYMBOL@LIBRARY` and `<CALLER@LIBRARY` where there is one.
+impl std::fmt::Display for ApiOpen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, " api={}", self.call)?;
+        if let Some(c) = &self.caller {
+            write!(f, "<{c}")?;
+        }
+        Ok(())
+    }
 }
 
 impl Event {

@@ -16,7 +16,9 @@ use std::mem::{offset_of, size_of};
 
 use gpu_trace_common::{
     ATTRIBUTION_PATH_MAX, AttributionHead, DeepRecord, KfdIoctlRecord, KfdQueueRecord,
-    NvIoctlRecord, NvSchedRecord, RecordHeader, TaskCgroupRecord, TaskRecord, record_kind,
+    NvIoctlRecord, NvSchedRecord, RecordHeader, TaskCgroupRecord, TaskRecord,
+    api::{ApiContextRecord, ApiTagRecord},
+    record_kind,
     zerocopy::{FromBytes, IntoBytes},
 };
 use thiserror::Error;
@@ -47,6 +49,12 @@ pub enum RawRecord {
     TaskCgroup(TaskCgroupRecord),
     /// What userspace resolved a [`RawRecord::TaskCgroup`] to ([`record_kind::ATTRIBUTION`]).
     Attribution(Attribution),
+    /// The API calls open on a thread, by cookie, before its driver record
+    /// ([`record_kind::API_TAG`], `gpu-trace --api`).
+    ApiTag(ApiTagRecord),
+    /// What userspace resolved a [`RawRecord::ApiTag`] to: the calls' names
+    /// ([`record_kind::API_CONTEXT`]).
+    ApiContext(ApiContextRecord),
 }
 
 /// A [`record_kind::ATTRIBUTION`] record: its head and the cgroup path that follows it.
@@ -175,6 +183,8 @@ pub fn parse_record(bytes: &[u8]) -> Result<RawRecord, WireError> {
         record_kind::NV_SCHED => RawRecord::NvSched(read(kind, bytes)?),
         record_kind::TASK_CGROUP => RawRecord::TaskCgroup(read(kind, bytes)?),
         record_kind::ATTRIBUTION => RawRecord::Attribution(attribution(bytes)?),
+        record_kind::API_TAG => RawRecord::ApiTag(read(kind, bytes)?),
+        record_kind::API_CONTEXT => RawRecord::ApiContext(read(kind, bytes)?),
         _ => {
             return Err(WireError::UnknownKind {
                 kind,
@@ -220,6 +230,8 @@ const _: () = assert!(offset_of!(DeepRecord, hdr) == 0);
 const _: () = assert!(offset_of!(NvSchedRecord, hdr) == 0);
 const _: () = assert!(offset_of!(TaskCgroupRecord, hdr) == 0);
 const _: () = assert!(offset_of!(AttributionHead, hdr) == 0);
+const _: () = assert!(offset_of!(ApiTagRecord, hdr) == 0);
+const _: () = assert!(offset_of!(ApiContextRecord, hdr) == 0);
 
 /// The bytes of a [`KfdQueueRecord`], as the kernel programs write them.
 pub fn kfd_queue_bytes(rec: &KfdQueueRecord) -> &[u8] {
@@ -263,6 +275,8 @@ impl RawRecord {
             Self::NvSched(r) => nv_sched_bytes(r),
             Self::TaskCgroup(r) => r.as_bytes(),
             Self::Attribution(a) => &a.bytes,
+            Self::ApiTag(r) => r.as_bytes(),
+            Self::ApiContext(r) => r.as_bytes(),
         }
     }
 
@@ -277,6 +291,8 @@ impl RawRecord {
             Self::NvSched(r) => &r.hdr,
             Self::TaskCgroup(r) => &r.hdr,
             Self::Attribution(a) => &a.head.hdr,
+            Self::ApiTag(r) => &r.hdr,
+            Self::ApiContext(r) => &r.hdr,
         }
     }
 
@@ -547,6 +563,38 @@ mod tests {
             parse_record(task_bytes(&close)).unwrap(),
             RawRecord::FdClose(close)
         );
+    }
+
+    #[test]
+    fn api_tag_and_context_records_round_trip_and_need_their_exact_length() {
+        let tag = ApiTagRecord {
+            hdr: header(record_kind::API_TAG),
+            inner: 3 << 32 | 7,
+            outer: 1 << 32 | 2,
+            depth: 2,
+            _pad: 0,
+        };
+        let raw = RawRecord::ApiTag(tag);
+        assert_eq!(raw.as_bytes().len(), 64);
+        assert_eq!(parse_record(raw.as_bytes()), Ok(raw.clone()));
+        assert_eq!(raw.header().tid, 4243);
+        let ctx = ApiContextRecord {
+            hdr: header(record_kind::API_CONTEXT),
+            depth: 1,
+            has_outer: 0,
+            inner: crate::api::open::names("cuInit", "/lib/libcuda.so.1"),
+            outer: crate::api::open::names("", ""),
+        };
+        let raw = RawRecord::ApiContext(ctx);
+        assert_eq!(parse_record(raw.as_bytes()), Ok(raw.clone()));
+        let short = &raw.as_bytes()[..raw.as_bytes().len() - 1];
+        assert!(matches!(
+            parse_record(short),
+            Err(WireError::BadLength {
+                kind: record_kind::API_CONTEXT,
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -392,6 +392,14 @@ pub struct ApiArgs {
     /// Only processes with this name (as the kernel keeps it: 15 bytes).
     #[arg(short = 'c', long, value_name = "NAME")]
     pub comm: Option<String>,
+    /// Tracing: every process in this cgroup v2 subtree (a path below the cgroup2 mount, or
+    /// under it), those that enter it later at the next rescan (repeatable).
+    #[arg(long = "cgroup", value_name = "PATH", conflicts_with = "resolve")]
+    pub cgroups: Vec<String>,
+    /// Tracing: every process of this running container (a prefix of ≥ 4 hex digits of its
+    /// id, as for the main command's --container), rescanned like --cgroup (repeatable).
+    #[arg(long = "container", value_name = "ID", conflicts_with = "resolve")]
+    pub containers: Vec<String>,
     /// Also resolve SYMBOL, whose real provider is the library LIB (file name or soname;
     /// SYMBOL may hold one `*`). Repeatable.
     #[arg(long = "probe", value_name = "LIB:SYMBOL")]
@@ -743,6 +751,16 @@ pub struct TraceArgs {
     #[arg(long = "deny-container", value_name = "ID")]
     #[arg(help_heading = heading::REFUSING)]
     pub deny_containers: Vec<String>,
+
+    /// Also trace the GPU API calls (CUDA driver and runtime, HIP; `gpu-trace api`'s table)
+    /// of the --pid/--comm processes and of `-- CMD`'s own process, with uprobes on every
+    /// library they map that exports
+    /// them: each driver event of a thread inside such a call carries it, innermost first
+    /// (`api=cuCtxCreate_v4@libcuda.so.1<cudaMalloc@libcudart.so.12`; JSON `api`). The
+    /// targets and their libraries are looked up again every second (docs/api.md).
+    #[arg(long)]
+    #[arg(help_heading = heading::OUTPUT)]
+    pub api: bool,
 
     #[command(flatten)]
     pub metrics: MetricsArgs,

@@ -496,6 +496,7 @@ pub async fn run_live_with(
     // process opening the GPU now is seen by the hooks or by the walk), tracked from now on.
     let inventory = traced_inventory(args, amd, nvml, &subtrees, launched.as_ref());
     tracer.track(&kernel_tracking(&inventory, &args.output))?;
+    let api = api_layer(&mut tracer, args, launched.as_ref().map(|(c, _)| c.pid))?;
     let clock = Clock::from_system().map_err(io_err("reading the clocks"))?;
     announce_hooks(&tracer, kfd.as_ref());
     announce_inventory(&inventory, &args.output);
@@ -531,9 +532,8 @@ pub async fn run_live_with(
         ring,
         tracer,
         reader: Reader {
-            cgroups,
             descendants,
-            ..Reader::default()
+            ..Reader::new(cgroups, api)
         },
         command,
         pipeline,
@@ -607,6 +607,24 @@ fn start_command(
         eprintln!("gpu-trace: warning: {why}");
     }
     Ok(Some((child, descendants)))
+}
+
+/// `--api`: the API layer's uprobes on the targets (before the start-up line says "hooks"):
+/// `--pid`, `--comm`, and `-- CMD`'s own process (`command`; its libraries are attached at the
+/// rescans once it has exec'd and mapped them).
+fn api_layer(
+    tracer: &mut Tracer,
+    args: &TraceArgs,
+    command: Option<u32>,
+) -> Result<Option<crate::api::attach::TraceApi>, RunError> {
+    if !args.api {
+        return Ok(None);
+    }
+    let mut pids = args.output.pids.clone();
+    pids.extend(command);
+    crate::api::attach::for_trace(tracer, &pids, &args.output.comms)
+        .map(Some)
+        .map_err(|e| RunError::Unsupported(e.to_string()))
 }
 
 /// NVML's GPU names and per-process memory for the inventory (NVIDIA).
@@ -878,6 +896,7 @@ impl LiveRun<'_> {
         // `-- CMD`: whether the command ended, looked at this often.
         let mut child_tick = tokio::time::interval(CHILD_POLL);
         let mut share_tick = tokio::time::interval(Duration::from_millis(100));
+        let mut api_rescan = tokio::time::interval(Duration::from_secs(1));
         let sleep = async {
             match deadline {
                 Some(d) => tokio::time::sleep_until(d.into()).await,
@@ -930,6 +949,12 @@ impl LiveRun<'_> {
                         if c.status.is_some() {
                             break;
                         }
+                    }
+                }
+                // --api: new --comm processes and newly mapped libraries.
+                _ = api_rescan.tick(), if self.reader.api.is_some() => {
+                    if let Some(api) = self.reader.api.as_mut() {
+                        api.rescan(&mut self.tracer);
                     }
                 }
                 _ = health.tick(), if metrics_served => {
@@ -1258,6 +1283,8 @@ struct Reader {
     attributed: std::collections::HashSet<u32>,
     /// `-- CMD`: the command and the processes it created, which the pipeline follows.
     descendants: Option<crate::launch::Descendants>,
+    /// `--api`: the probes and the names behind the kernel's `API_TAG` cookies.
+    api: Option<crate::api::attach::TraceApi>,
 }
 
 /// The cgroup subtrees of `--cgroup`/`--container` and `--deny-cgroup`/`--deny-container`.
@@ -1347,6 +1374,14 @@ enum Drained {
 }
 
 impl Reader {
+    fn new(cgroups: Option<CgroupResolver>, api: Option<crate::api::attach::TraceApi>) -> Self {
+        Self {
+            cgroups,
+            api,
+            ..Self::default()
+        }
+    }
+
     /// Reads the records the ring holds: all of them (`slice` `None`), or until `slice` has
     /// passed or a stop is requested, whichever comes first ([`Drained::More`] then). Records
     /// are counted even after an output failed, so that the counts stay exact; they are no
@@ -1387,6 +1422,13 @@ impl Reader {
                 follow_changes(pipeline, d.resolve(r.header().tgid));
             }
             let (before, after) = self.attributions_around(parsed.as_ref().ok(), &item);
+            // --api: a tag's names follow it (the pipeline and the recording both get them).
+            let after = match (&parsed, &self.api) {
+                (Ok(RawRecord::ApiTag(tag)), Some(api)) => {
+                    Some(RawRecord::ApiContext(api.attacher.context(tag)))
+                }
+                _ => after,
+            };
             let records = before
                 .as_ref()
                 .map(|a| (a.as_bytes(), Ok(a)))

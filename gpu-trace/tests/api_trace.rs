@@ -17,18 +17,11 @@ use serde_json::Value;
 
 mod api_support;
 mod common;
-use api_support::{cc, toolchain};
-use common::skipped;
+use api_support::{cc, toolchain, uprobes};
 
 /// The built client and shim; `None` after SKIPPED where the test cannot run here.
 fn prepare(test: &str) -> Option<(tempfile::TempDir, PathBuf, PathBuf, PathBuf)> {
-    // SAFETY: no arguments.
-    if unsafe { libc::geteuid() } != 0 {
-        skipped(test, "needs root (uprobes and BPF programs)");
-        return None;
-    }
-    if !Path::new("/sys/bus/event_source/devices/uprobe").exists() {
-        skipped(test, "the kernel has no uprobe PMU (CONFIG_UPROBE_EVENTS)");
+    if !uprobes(test) {
         return None;
     }
     let (hip, dir, root) = toolchain(test)?;

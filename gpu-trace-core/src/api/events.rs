@@ -21,6 +21,9 @@ pub struct CallEvent {
     pub tid: u32,
     pub comm: String,
     pub site: Site,
+    /// The library came through `LD_PRELOAD` in this process (text `[preload]` after the
+    /// library, JSON `preload`).
+    pub preload: bool,
     /// The call one level out on the thread (its library is the caller's).
     pub caller: Option<Site>,
     pub duration_ns: u64,
@@ -31,7 +34,7 @@ pub struct CallEvent {
 /// `API_CALL` as one text line (no newline).
 pub fn call_text(e: &CallEvent) -> String {
     format!(
-        "API_CALL pid={} tid={} comm={} {}() = {} <{}.{:03} us> depth={} library={} caller={}",
+        "API_CALL pid={} tid={} comm={} {}() = {} <{}.{:03} us> depth={} library={}{} caller={}",
         e.pid,
         e.tid,
         escape_text(&e.comm),
@@ -41,6 +44,7 @@ pub fn call_text(e: &CallEvent) -> String {
         e.duration_ns % 1000,
         e.depth,
         escape_text(&e.site.library),
+        crate::api::stats::preload_mark(e.preload),
         e.caller
             .as_ref()
             .map_or("-".into(), |c| escape_text(&c.library).into_owned()),
@@ -69,6 +73,7 @@ pub fn call_json(e: &CallEvent) -> String {
         "duration_ns": e.duration_ns,
         "ret": e.ret as u32 as i32,
         "depth": e.depth,
+        "preload": e.preload,
         "caller_library": e.caller.as_ref().map(|c| lossy(&c.library)),
     });
     json_line("API_CALL", e.pid, e.tid, &e.comm, &e.site, rest)
@@ -196,6 +201,7 @@ mod tests {
             tid: 2,
             comm: "a\u{1b}]0;x".into(),
             site: site("/tmp/\u{7}shim.so"),
+            preload: true,
             caller: Some(site("/x/\u{1b}lib.so")),
             duration_ns: 12_345,
             ret: 0xffff_ffff,
@@ -204,9 +210,11 @@ mod tests {
         let t = call_text(&e);
         assert!(!t.contains('\u{1b}') && !t.contains('\u{7}'), "{t}");
         assert!(t.contains("hipMalloc() = -1 <12.345 us> depth=1"), "{t}");
+        assert!(t.contains("shim.so [preload] caller="), "{t}");
         let v: serde_json::Value = serde_json::from_str(&call_json(&e)).unwrap();
         assert_eq!(v["library"], "/tmp/\u{7}shim.so");
         assert_eq!(v["ret"], -1);
+        assert_eq!(v["preload"], true);
     }
 
     #[test]

@@ -4,8 +4,10 @@
 //!   the warnings (recursing interposers, preload leaks);
 //! - [`events`]: per-call `API_CALL` and `API_RECURSION` lines and JSON;
 //! - [`render`]: `gpu-trace api --resolve`'s text and JSON;
-//! - [`stats`]: the traced calls' counts, times and latency histograms (text and JSON).
+//! - [`stats`]: the traced calls' counts, times and latency histograms (text and JSON);
+//! - [`open`]: the driver events' tie to the API call open on their thread (`gpu-trace --api`).
 pub mod events;
+pub mod open;
 pub mod render;
 pub mod resolve;
 pub mod stats;

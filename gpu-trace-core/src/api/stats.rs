@@ -15,6 +15,9 @@ pub struct CallStats {
     pub pid: u32,
     /// The library's path as /proc/PID/maps shows it (`decode_lossless` form).
     pub library: String,
+    /// The library came through `LD_PRELOAD` in this process (text `[preload]` after the
+    /// path, JSON `preload`).
+    pub preload: bool,
     pub symbol: String,
     pub calls: u64,
     /// Calls that returned a status other than 0 (CUresult, cudaError_t, hipError_t).
@@ -63,7 +66,7 @@ pub fn text(title: &str, rows: &[CallStats]) -> String {
     for r in rows {
         let _ = writeln!(
             out,
-            "{:>8} {:<24} {:>10} {:>8} {:>12} {:>10} {:>10}  {}",
+            "{:>8} {:<24} {:>10} {:>8} {:>12} {:>10} {:>10}  {}{}",
             r.pid,
             escape_text(&r.symbol),
             r.calls,
@@ -71,10 +74,16 @@ pub fn text(title: &str, rows: &[CallStats]) -> String {
             r.total_ns / 1000,
             r.mean_ns() / 1000,
             r.quantile_ns(0.99).div_ceil(1000),
-            escape_text(&r.library)
+            escape_text(&r.library),
+            preload_mark(r.preload)
         );
     }
     out
+}
+
+/// ` [preload]` after a library path that came through `LD_PRELOAD` (text outputs).
+pub fn preload_mark(preload: bool) -> &'static str {
+    if preload { " [preload]" } else { "" }
 }
 
 /// One row as a JSON object (one line, no newline); `final_` marks the last read at exit.
@@ -84,6 +93,7 @@ pub fn json(r: &CallStats, final_: bool) -> String {
         "final": final_,
         "pid": r.pid,
         "library": lossy(&r.library),
+        "preload": r.preload,
         "symbol": lossy(&r.symbol),
         "calls": r.calls,
         "errors": r.errors,
@@ -104,6 +114,7 @@ mod tests {
         CallStats {
             pid: 7,
             library: "/opt/x\u{1b}[31m/libamdhip64.so.5".into(),
+            preload: false,
             symbol: "hipMalloc".into(),
             calls: hist.iter().sum(),
             errors: 1,
@@ -137,5 +148,25 @@ mod tests {
         assert_eq!(v["library"], "/opt/x\u{1b}[31m/libamdhip64.so.5");
         assert_eq!(v["calls"], 2);
         assert_eq!(v["mean_ns"], 1500);
+        assert_eq!(v["preload"], false);
+        assert!(!t.contains("[preload]"), "{t}");
+    }
+
+    #[test]
+    fn a_preloaded_library_is_marked_in_text_and_json() {
+        let r = CallStats {
+            preload: true,
+            ..row(vec![1; 40])
+        };
+        let t = text("t", std::slice::from_ref(&r));
+        assert!(
+            t.lines()
+                .nth(2)
+                .unwrap()
+                .ends_with("libamdhip64.so.5 [preload]"),
+            "{t}"
+        );
+        let v: serde_json::Value = serde_json::from_str(&json(&r, false)).unwrap();
+        assert_eq!(v["preload"], true);
     }
 }

@@ -16,6 +16,7 @@ fn see_as(m: &mut Metrics, ts_ns: u64, pid: u32, thread: &str, process: &str, ki
     m.observe(
         &Event {
             amd: None,
+            api: None,
             key: None,
             origin,
             kind,

@@ -1000,6 +1000,7 @@ mod tests {
         Event {
             key: None,
             amd: None,
+            api: None,
             origin: Origin {
                 ts_ns,
                 cpu: 0,

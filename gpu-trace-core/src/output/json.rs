@@ -168,6 +168,19 @@
 //! | `driver_active`   | boolean or null | `TASK_INIT`, deep hook on the DQM's `create_queue_*` only: the driver's own `is_active` |
 //! | `mqd_init_addr`   | integer or null | `TASK_INIT`, deep hook on `init_mqd` only: address of the `init_mqd` copy (one per GPU generation) that built the queue's hardware descriptor |
 //!
+//! ## `api`: the API call a driver event happened in (`gpu-trace --api`)
+//!
+//! With `--api`, an event made by a thread inside a traced GPU API call ([api.md](api.md#driver-events-inside-api-calls---api))
+//! carries an `api` object after `amd`'s place; other events, and every event without `--api`,
+//! have no `api` key.
+//!
+//! | field     | type    | meaning |
+//! |-----------|---------|---------|
+//! | `symbol`  | string  | the innermost open call's symbol (`cuCtxCreate_v4`) |
+//! | `library` | string  | its library's file name (`libcuda.so.1`; at most 64 bytes) |
+//! | `depth`   | integer | traced calls open on the thread (1: this one alone) |
+//! | `caller`  | object  | only when `depth` > 1: the call one level out, `symbol` and `library` |
+//!
 //! ## `GPU_SHARE`: one NVML per-process utilization sample (live runs with NVML)
 //!
 //! One line per sample `nvmlDeviceGetProcessUtilization` returned (`--share-interval`; not in text
@@ -249,6 +262,7 @@
 //! | `final`        | boolean | true for the read at the end; false for the periodic ones (totals so far) |
 //! | `pid`          | integer | the process |
 //! | `library`      | string  | the library's path as `/proc/PID/maps` shows it (or `#N` if unknown) |
+//! | `preload`      | boolean | the library came through `LD_PRELOAD` in this process |
 //! | `symbol`       | string  | the symbol |
 //! | `calls`        | integer | completed calls (entry and return seen) |
 //! | `errors`       | integer | calls whose return value's low 32 bits were not 0 |
@@ -265,6 +279,7 @@
 //! | `pid`, `tid`     | integer        | process and thread |
 //! | `comm`           | string         | the thread's name |
 //! | `library`, `symbol` | string      | the copy called |
+//! | `preload`        | boolean        | the library came through `LD_PRELOAD` in this process |
 //! | `duration_ns`    | integer        | entry to return |
 //! | `ret`            | integer        | the return value as a 32-bit signed status |
 //! | `depth`          | integer        | traced calls open on the thread when it started (0: outermost) |
@@ -349,6 +364,9 @@ pub fn write_event(
     splice_object(out, &ev.kind);
     if let Some(amd) = &ev.amd {
         field(out, "amd", amd);
+    }
+    if let Some(api) = &ev.api {
+        field(out, "api", api);
     }
     if let Some(gpu) = gpu {
         field(out, "gpu_device", gpu);
@@ -1050,6 +1068,7 @@ mod tests {
         let ev = Event {
             key: None,
             amd: None,
+            api: None,
             origin: origin(T0),
             kind: EventKind::TaskInit {
                 task: TaskId::HwTsg(1),
@@ -1119,6 +1138,7 @@ mod tests {
         let ev = Event {
             key: None,
             amd: None,
+            api: None,
             origin: origin(T0 + 29_827_000),
             kind: EventKind::Schedule {
                 task: TaskId::RmHandle(0x5c00_0002),
@@ -1155,6 +1175,7 @@ mod tests {
         let schedule = |errno| Event {
             key: None,
             amd: None,
+            api: None,
             origin: origin(T0),
             kind: EventKind::Schedule {
                 task: TaskId::RmHandle(0x5c00_0002),
@@ -1186,6 +1207,7 @@ mod tests {
         let submit = Event {
             key: None,
             amd: None,
+            api: None,
             origin: origin(T0),
             kind: EventKind::WorkSubmit {
                 task: TaskId::KfdQueue(3),
@@ -1217,6 +1239,7 @@ mod tests {
             let ev = Event {
                 key: None,
                 amd: None,
+                api: None,
                 origin: origin(T0),
                 kind: EventKind::TaskDestroy {
                     final_params: None,
@@ -1250,6 +1273,7 @@ mod tests {
         stats.record(&Event {
             key: None,
             amd: None,
+            api: None,
             origin: o,
             kind: EventKind::PretraceEnd {
                 client: None,
@@ -1271,6 +1295,7 @@ mod tests {
         stats.record(&Event {
             key: None,
             amd: None,
+            api: None,
             origin: origin(T0),
             kind: EventKind::Schedule {
                 task: TaskId::HwTsg(1),
@@ -1391,6 +1416,7 @@ mod tests {
         let ev = Event {
             key: Some(key),
             amd: None,
+            api: None,
             origin: origin(T0),
             kind: EventKind::SchedUpdate {
                 // Named by its hardware id: `handle` still gives the RM handle.
@@ -1429,6 +1455,7 @@ mod tests {
                 ..key
             }),
             amd: None,
+            api: None,
             origin: origin(T0),
             kind: EventKind::TaskDestroy {
                 task: TaskId::RmHandle(0x5c00_0015),

@@ -45,7 +45,8 @@
 //!
 //! Field names in args are those of the JSON lines output (docs/json-schema.md), plus `time`
 //! (wall clock, UTC), `ts_ns` (CLOCK_MONOTONIC ns), `cpu`, `tid` and `comm` of the calling thread,
-//! and `amd` (the queue's properties) for AMD KFD events.
+//! `amd` (the queue's properties) for AMD KFD events, and `api` (the API call the event happened
+//! in) with `gpu-trace --api`.
 //! `ts` is CLOCK_MONOTONIC in microseconds with nanosecond decimals.
 //!
 //! Perfetto's JSON importer reads keys in order and stops at an array inside an event, so
@@ -434,6 +435,9 @@ impl<W: Write> PerfettoWriter<W> {
         }
         if let Some(amd) = ev.amd.as_ref().and_then(|a| serde_json::to_value(a).ok()) {
             m.insert("amd".into(), amd);
+        }
+        if let Some(api) = ev.api.as_ref().and_then(|a| serde_json::to_value(a).ok()) {
+            m.insert("api".into(), api);
         }
         Value::Object(m)
     }
@@ -860,6 +864,7 @@ mod tests {
         Event {
             key: None,
             amd: None,
+            api: None,
             origin: origin(ts, pid, "python3"),
             kind: EventKind::TaskInit {
                 task: TaskId::RmHandle(handle),
@@ -880,6 +885,7 @@ mod tests {
         Event {
             key: None,
             amd: None,
+            api: None,
             origin: origin(ts, pid, "python3"),
             kind: EventKind::Schedule {
                 task: TaskId::RmHandle(handle),
@@ -899,6 +905,7 @@ mod tests {
         Event {
             key: None,
             amd: None,
+            api: None,
             origin: origin(ts, pid, "cuda-EvtHandlr"),
             kind: EventKind::TaskDestroy {
                 final_params: None,
@@ -994,6 +1001,25 @@ mod tests {
             .collect();
         assert_eq!(on_gpu.len(), 2);
         assert!(on_gpu.iter().all(|e| e["ts"].as_f64() == Some(3.0)));
+    }
+
+    #[test]
+    fn an_event_inside_an_api_call_names_it_in_its_args() {
+        let mut e = schedule(2_000, 42, 0x5c00_0015);
+        e.api = Some(crate::event::ApiOpen {
+            call: crate::event::ApiCall {
+                symbol: "cuCtxCreate_v4".into(),
+                library: "libcuda.so.1".into(),
+            },
+            caller: None,
+            depth: 1,
+        });
+        let v = write(&[init(1_000, 42, 0x5c00_0015), e], 1_000, 3_000);
+        let evs = procs(&v);
+        let sched = evs.iter().find(|e| e["name"] == "SCHEDULE").unwrap();
+        assert_eq!(sched["args"]["api"]["symbol"], "cuCtxCreate_v4");
+        let init = evs.iter().find(|e| e["name"] == "TASK_INIT").unwrap();
+        assert!(init["args"].get("api").is_none());
     }
 
     #[test]

@@ -120,6 +120,9 @@ impl TextFormatter {
         }
         let end = start + line[start..].trim_end().len();
         line.truncate(end);
+        if let Some(api) = &ev.api {
+            let _ = write!(line, "{api}");
+        }
         true
     }
 }
@@ -760,6 +763,7 @@ mod tests {
         Event {
             key: None,
             amd: None,
+            api: None,
             origin: origin(T0, "python3"),
             kind: EventKind::TaskInit {
                 task: TaskId::HwTsg(1),
@@ -780,6 +784,7 @@ mod tests {
         Event {
             key: None,
             amd: None,
+            api: None,
             origin: origin(T0 + 29_827_000, "python3"),
             kind: EventKind::Schedule {
                 task: TaskId::HwTsg(1),
@@ -799,6 +804,7 @@ mod tests {
         Event {
             key: None,
             amd: None,
+            api: None,
             origin: origin(T0 + 38_202_000, "python3"),
             kind: EventKind::WorkSubmit {
                 task: TaskId::HwTsg(1),
@@ -816,6 +822,7 @@ mod tests {
         Event {
             key: None,
             amd: None,
+            api: None,
             origin: origin(T0 + 1_165_782_000, "cuda-EvtHandlr"),
             kind: EventKind::TaskDestroy {
                 final_params: None,

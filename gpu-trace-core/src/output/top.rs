@@ -820,6 +820,7 @@ mod tests {
             },
             kind,
             amd: None,
+            api: None,
             key: Some(TaskKey {
                 pid,
                 client: Some(1),

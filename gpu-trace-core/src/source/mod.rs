@@ -59,6 +59,8 @@ pub trait Source {
 pub struct Sources {
     nvidia: nvidia::model::NvTracker,
     amd: amd::model::KfdTracker,
+    /// `gpu-trace --api`: each thread's open API call, until its driver record.
+    api_open: crate::api::open::Pending,
 }
 
 impl Sources {
@@ -95,19 +97,36 @@ impl Sources {
         events: &mut Vec<Event>,
     ) -> Option<Fact> {
         match record {
-            RawRecord::NvIoctl(_) | RawRecord::NvSched(_) | RawRecord::FdClose(_) => {
+            RawRecord::NvIoctl(_) => {
+                // The API call open on the thread (`--api`), for every event of this call.
+                let open = self.api_open.take(&origin);
+                let first = events.len();
+                let fact = self.nvidia.observe_record(origin, record, events);
+                if let Some(open) = open {
+                    for ev in &mut events[first..] {
+                        ev.api = Some(open.clone());
+                    }
+                }
+                fact
+            }
+            RawRecord::NvSched(_) | RawRecord::FdClose(_) => {
                 self.nvidia.observe_record(origin, record, events)
             }
             RawRecord::KfdIoctl(_) | RawRecord::KfdQueue(_) | RawRecord::Deep(_) => {
                 self.amd.observe_record(origin, record, events)
             }
             RawRecord::ProcessExit(_) => {
+                self.api_open.process_exited(origin.pid);
                 for source in self.all() {
                     source.process_exited(origin.clone(), events);
                 }
                 None
             }
-            RawRecord::TaskCgroup(_) | RawRecord::Attribution(_) => None,
+            RawRecord::ApiContext(rec) => {
+                self.api_open.note(rec);
+                None
+            }
+            RawRecord::TaskCgroup(_) | RawRecord::Attribution(_) | RawRecord::ApiTag(_) => None,
         }
     }
 
@@ -197,6 +216,7 @@ impl LiveAtEnd {
             .iter()
             .map(|&(client, task)| Event {
                 amd: None,
+                api: None,
                 key: None,
                 origin: origin.clone(),
                 kind: EventKind::TaskDestroy {

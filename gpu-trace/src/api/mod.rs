@@ -1,8 +1,11 @@
 //! `gpu-trace api`: the API layer (issue 28). Built so far: `--resolve`, which library serves
 //! each GPU API call in a process (the reads are `probe::libraries`', the logic and output
 //! `gpu_trace_core::api`'s); and tracing (`trace`): uprobes on every table symbol of every
-//! library mapped in the targets, with the calls counted in the kernel.
+//! library mapped in the targets, with the calls counted in the kernel; `attach`: the uprobes
+//! on a loaded object, shared with the main trace's `--api` (driver events tagged with the API
+//! call open on their thread).
 
+pub mod attach;
 pub mod stuck;
 pub mod trace;
 

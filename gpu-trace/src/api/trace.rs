@@ -5,26 +5,20 @@
 //! and at exit. Launch mode (`-- CMD`) attaches by path before the child execs, so that the
 //! first calls are seen; every interval rescans each target's maps and attaches new libraries.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::ffi::OsString;
 use std::io::Write as _;
-use std::num::NonZeroU32;
 use std::os::fd::{AsFd as _, AsRawFd as _};
 use std::os::unix::ffi::OsStrExt as _;
-use std::os::unix::fs::MetadataExt as _;
 use std::time::{Duration, Instant};
 
 use aya::{
     Ebpf,
-    maps::{Array, HashMap as BpfHashMap, MapData, PerCpuHashMap, RingBuf},
-    programs::{
-        UProbe,
-        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
-    },
+    maps::{HashMap as BpfHashMap, MapData, PerCpuHashMap, RingBuf},
 };
 use gpu_trace_common::api::{
     API_CALL, API_HIST_BUCKETS, API_RECURSION, API_STACK_MAX, ApiCallRecord, ApiKey,
-    ApiRecursionRecord, ApiStack, ApiStat, api_switch,
+    ApiRecursionRecord, ApiStack, ApiStat,
 };
 use gpu_trace_common::zerocopy::FromBytes as _;
 use gpu_trace_core::api::events::{self, CallEvent, RecursionEvent, Site, StuckEvent};
@@ -32,12 +26,14 @@ use gpu_trace_core::api::stats::{self, CallStats};
 use gpu_trace_core::api::symbols::SymbolTable;
 use gpu_trace_core::escape::{decode_lossless, escape_text};
 
+use super::attach::{Attacher, load_programs};
 use super::stuck::Symbolizer;
 use super::{ApiError, symbol_table};
 use crate::cli::{ApiArgs, ApiFormat, kernel_comm};
 use crate::launch::{self, executable_of, reap};
 use crate::loader::trampoline::run_stats;
-use crate::probe::libraries::{self, Reader};
+use crate::probe::cgroup::{CgroupResolver, Subtree, process_v2_path};
+use crate::probe::libraries;
 
 const KEY_LEN: usize = size_of::<ApiKey>();
 const STAT_LEN: usize = size_of::<ApiStat>();
@@ -60,8 +56,14 @@ pub enum TraceError {
          BPF attach cookies (5.15 or later); run as root)"
     )]
     Load(String),
-    #[error("give --pid, --comm or `-- CMD` (which processes to trace)")]
+    #[error("give --pid, --comm, --cgroup, --container or `-- CMD` (which processes to trace)")]
     NoTarget,
+    #[error(transparent)]
+    Cgroup(#[from] crate::probe::cgroup::CgroupError),
+    #[error(
+        "--cgroup/--container: no cgroup v2 mount on this host (mount -t cgroup2 none /sys/fs/cgroup)"
+    )]
+    NoCgroup2,
     #[error("{0}")]
     NoGpuLibrary(String),
     #[error(transparent)]
@@ -71,19 +73,8 @@ pub enum TraceError {
 /// The loaded programs and what is attached.
 struct Tracer {
     ebpf: Ebpf,
-    reader: Reader,
-    /// Library id → path (cookie's high half).
-    libs: Vec<String>,
-    lib_ids: HashMap<String, u32>,
-    /// Symbol id → name (cookie's low half).
-    syms: Vec<String>,
-    sym_ids: HashMap<String, u32>,
-    /// (pid, device, inode, symbol) attached.
-    attached: HashSet<(u32, u64, u64, String)>,
-    /// Attach failures already reported (library path, symbol).
-    failed: HashSet<(String, String)>,
-    /// Every attach, by program name.
-    links: Vec<(&'static str, UProbeLinkId)>,
+    /// The probes attached and the names behind their cookies.
+    at: Attacher,
     /// `API_CALL` and `API_RECURSION` records.
     ring: Option<RingBuf<MapData>>,
     symbolizer: Symbolizer,
@@ -95,132 +86,30 @@ impl Tracer {
     fn load(table: SymbolTable, args: &ApiArgs) -> Result<Self, TraceError> {
         let mut ebpf =
             Ebpf::load(crate::loader::PROGRAMS).map_err(|e| TraceError::Load(e.to_string()))?;
-        for name in ["api_entry", "api_return"] {
-            let p: &mut UProbe = ebpf
-                .program_mut(name)
-                .ok_or_else(|| TraceError::Load(format!("no program {name} in the object")))?
-                .try_into()
-                .map_err(|e: aya::programs::ProgramError| TraceError::Load(e.to_string()))?;
-            p.load().map_err(|e| TraceError::Load(e.to_string()))?;
-        }
-        let switches = ebpf
-            .map_mut("API_SWITCHES")
-            .ok_or_else(|| TraceError::Load("no map API_SWITCHES".into()))?;
-        let mut switches: Array<_, u32> =
-            Array::try_from(switches).map_err(|e| TraceError::Load(e.to_string()))?;
-        for (i, v) in [
-            (api_switch::VERBOSE, u32::from(args.verbose)),
-            (api_switch::MAX_DEPTH, args.max_depth),
-        ] {
-            switches
-                .set(i, v, 0)
-                .map_err(|e| TraceError::Load(e.to_string()))?;
-        }
+        load_programs(&mut ebpf, args.verbose, args.max_depth).map_err(TraceError::Load)?;
         let ring = ebpf
             .take_map("EVENTS")
             .and_then(|m| RingBuf::try_from(m).ok());
         Ok(Self {
             ebpf,
-            reader: Reader::new(table),
-            libs: Vec::new(),
-            lib_ids: HashMap::new(),
-            syms: Vec::new(),
-            sym_ids: HashMap::new(),
-            attached: HashSet::new(),
-            failed: HashSet::new(),
-            links: Vec::new(),
+            at: Attacher::new(table),
             ring,
             symbolizer: Symbolizer::default(),
             stuck_seen: HashSet::new(),
         })
     }
 
-    fn intern(ids: &mut HashMap<String, u32>, names: &mut Vec<String>, name: &str) -> u32 {
-        *ids.entry(name.to_string()).or_insert_with(|| {
-            names.push(name.to_string());
-            names.len() as u32 - 1
-        })
-    }
-
-    /// Attaches entry and return probes for `symbols` of the file `path` (as the target sees
-    /// it; `file` is where this process opens it) in `pid`. Returns how many symbols are newly
-    /// attached.
     fn attach_file(&mut self, pid: u32, path: &str, file: &str, symbols: &[String]) -> usize {
-        let Ok(meta) = std::fs::metadata(file) else {
-            return 0;
-        };
-        let Some(scope) = NonZeroU32::new(pid).map(UProbeScope::OneProcess) else {
-            return 0;
-        };
-        let lib = Self::intern(&mut self.lib_ids, &mut self.libs, path);
-        let mut added = 0;
-        for sym in symbols {
-            let key = (pid, meta.dev(), meta.ino(), sym.clone());
-            if self.attached.contains(&key) {
-                continue;
-            }
-            let id = Self::intern(&mut self.sym_ids, &mut self.syms, sym);
-            let cookie = (u64::from(lib) << 32) | u64::from(id);
-            let mut result = Ok(());
-            for name in ["api_entry", "api_return"] {
-                let p: &mut UProbe = match self.ebpf.program_mut(name).map(TryInto::try_into) {
-                    Some(Ok(p)) => p,
-                    _ => continue,
-                };
-                let point = UProbeAttachPoint {
-                    location: UProbeAttachLocation::Symbol(sym),
-                    cookie: Some(cookie),
-                };
-                match p.attach(point, file, scope) {
-                    Ok(link) => self.links.push((name, link)),
-                    Err(e) => {
-                        result = Err(e);
-                        break;
-                    }
-                }
-            }
-            match result {
-                Ok(()) => {
-                    self.attached.insert(key);
-                    added += 1;
-                }
-                Err(e) => {
-                    if self.failed.insert((path.to_string(), sym.clone())) {
-                        let mut why = e.to_string();
-                        let mut source = std::error::Error::source(&e);
-                        while let Some(s) = source {
-                            why.push_str(": ");
-                            why.push_str(&s.to_string());
-                            source = s.source();
-                        }
-                        eprintln!(
-                            "gpu-trace: cannot probe {} in {}: {}",
-                            escape_text(sym),
-                            escape_text(path),
-                            escape_text(&why)
-                        );
-                    }
-                }
-            }
-        }
-        added
+        self.at
+            .attach_file(&mut self.ebpf, pid, path, file, symbols)
     }
 
-    /// Attaches every table symbol of every library mapped in `pid` not attached yet. Returns
-    /// whether the process could be read, and how many libraries define table symbols.
     fn scan(&mut self, pid: u32) -> Option<usize> {
-        let report = self.reader.read(pid).ok()?;
-        let mut with_symbols = 0;
-        for lib in &report.libraries {
-            if lib.defines.is_empty() {
-                continue;
-            }
-            with_symbols += 1;
-            let symbols: Vec<String> = lib.defines.keys().cloned().collect();
-            let file = format!("/proc/{pid}/root{}", lib.path);
-            self.attach_file(pid, &lib.path, &file, &symbols);
-        }
-        Some(with_symbols)
+        self.at.scan(&mut self.ebpf, pid)
+    }
+
+    fn site(&self, cookie: u64) -> Site {
+        self.at.site(cookie)
     }
 
     /// Ends the run with the results already out, without waiting for the kernel to remove the
@@ -273,15 +162,7 @@ impl Tracer {
 
     /// Detaches everything now (the fallback of [`Self::release_in_background`]).
     fn detach(&mut self) {
-        for (name, id) in std::mem::take(&mut self.links) {
-            if let Some(Ok(p)) = self
-                .ebpf
-                .program_mut(name)
-                .map(TryInto::<&mut UProbe>::try_into)
-            {
-                let _ = p.detach(id);
-            }
-        }
+        self.at.detach(&mut self.ebpf);
     }
 
     /// `api_entry runs=N api_return runs=M`: the kernel's run counts (BPF statistics on).
@@ -299,19 +180,6 @@ impl Tracer {
             })
             .collect::<Vec<_>>()
             .join(" ")
-    }
-
-    fn site(&self, cookie: u64) -> Site {
-        let name = |names: &[String], i: u64| {
-            names
-                .get(i as usize)
-                .cloned()
-                .unwrap_or_else(|| format!("#{i}"))
-        };
-        Site {
-            library: name(&self.libs, cookie >> 32),
-            symbol: name(&self.syms, cookie & 0xffff_ffff),
-        }
     }
 
     /// The records the ring holds now, as lines (text or JSON).
@@ -335,6 +203,7 @@ impl Tracer {
                 tid: r.hdr.tid,
                 comm: comm(&r.hdr.comm),
                 site: self.site(r.cookie),
+                preload: self.at.is_preload(r.hdr.tgid, r.cookie),
                 caller: (r.depth > 0).then(|| self.site(r.caller_cookie)),
                 duration_ns: r.duration_ns,
                 ret: r.ret,
@@ -457,6 +326,7 @@ impl Tracer {
             rows.push(CallStats {
                 pid: key.tgid,
                 library: site.library,
+                preload: self.at.is_preload(key.tgid, key.cookie),
                 symbol: site.symbol,
                 calls: stat.count,
                 errors: stat.errors,
@@ -527,9 +397,15 @@ fn raise_open_file_limit() {
 /// command exits, or SIGINT/SIGTERM; print the counts every `--interval` and at the end.
 pub fn trace(args: &ApiArgs) -> Result<Traced, TraceError> {
     let table = symbol_table(args)?;
-    if args.pids.is_empty() && args.comm.is_none() && args.command.is_empty() {
+    if args.pids.is_empty()
+        && args.comm.is_none()
+        && args.command.is_empty()
+        && args.cgroups.is_empty()
+        && args.containers.is_empty()
+    {
         return Err(TraceError::NoTarget);
     }
+    let subtrees = subtrees(args)?;
     let _ = crate::session::install_stop_signals();
     raise_open_file_limit();
     let mut tracer = Tracer::load(table.clone(), args)?;
@@ -539,6 +415,11 @@ pub fn trace(args: &ApiArgs) -> Result<Traced, TraceError> {
         let launched = launch::fork_waiting(&args.command, None)?;
         for (path, symbols) in launch_candidates(&table, &args.command[0]) {
             tracer.attach_file(launched.pid, &path, &path, &symbols);
+        }
+        // The command inherits LD_PRELOAD: its files are marked before the first rescan.
+        let preload = std::env::var_os("LD_PRELOAD").unwrap_or_default();
+        for path in libraries::split_preload(preload.as_bytes()) {
+            tracer.at.mark_preload(launched.pid, &path);
         }
         targets.insert(launched.pid);
         child = Some(launched.pid);
@@ -558,6 +439,7 @@ pub fn trace(args: &ApiArgs) -> Result<Traced, TraceError> {
             );
         }
     }
+    targets.extend(cgroup_members(&subtrees));
     if child.is_none() {
         let mut any = false;
         for &pid in &targets {
@@ -580,7 +462,7 @@ pub fn trace(args: &ApiArgs) -> Result<Traced, TraceError> {
     } else {
         None
     };
-    let status = run_loop(&mut tracer, args, &mut targets, child);
+    let status = run_loop(&mut tracer, args, &mut targets, child, &subtrees);
     emit_events(&mut tracer, args);
     let final_rows = tracer.read(&targets);
     print(args, &final_rows, true);
@@ -591,6 +473,37 @@ pub fn trace(args: &ApiArgs) -> Result<Traced, TraceError> {
     Ok(Traced {
         child_status: status,
     })
+}
+
+/// The cgroup v2 subtrees `--cgroup` and `--container` name (none without them).
+fn subtrees(args: &ApiArgs) -> Result<Vec<Subtree>, TraceError> {
+    if args.cgroups.is_empty() && args.containers.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut resolver = CgroupResolver::for_host().ok_or(TraceError::NoCgroup2)?;
+    let mut out = Vec::new();
+    for path in &args.cgroups {
+        out.push(resolver.subtree(path)?);
+    }
+    for id in &args.containers {
+        out.push(resolver.container(id)?);
+    }
+    Ok(out)
+}
+
+/// The running processes whose cgroup v2 is in one of `subtrees` (this one aside).
+fn cgroup_members(subtrees: &[Subtree]) -> Vec<u32> {
+    if subtrees.is_empty() {
+        return Vec::new();
+    }
+    let own = std::process::id();
+    libraries::all_pids()
+        .into_iter()
+        .filter(|&pid| {
+            pid != own
+                && process_v2_path(pid).is_some_and(|p| subtrees.iter().any(|s| s.contains(&p)))
+        })
+        .collect()
 }
 
 /// CLOCK_MONOTONIC in ns (the clock of `bpf_ktime_get_ns`).
@@ -610,6 +523,7 @@ fn run_loop(
     args: &ApiArgs,
     targets: &mut HashSet<u32>,
     child: Option<u32>,
+    subtrees: &[Subtree],
 ) -> Option<i32> {
     let every = Duration::from_secs_f64(args.interval.unwrap_or(1.0));
     let mut next = Instant::now() + every;
@@ -624,14 +538,17 @@ fn run_loop(
         {
             return Some(status);
         }
-        if child.is_none() {
-            targets.retain(|&p| std::path::Path::new(&format!("/proc/{p}")).exists());
-            if targets.is_empty() {
-                return None;
-            }
+        // The targets stay in the set when they exit: the final read is of their sums too.
+        if child.is_none()
+            && !targets
+                .iter()
+                .any(|&p| std::path::Path::new(&format!("/proc/{p}")).exists())
+        {
+            return None;
         }
         if Instant::now() >= next {
             next += every;
+            targets.extend(cgroup_members(subtrees));
             for &pid in targets.iter() {
                 let _ = tracer.scan(pid);
             }

@@ -492,6 +492,25 @@ impl Tracer {
         })
     }
 
+    /// `--api`: loads the API layer's uprobe programs into this object, where they share the
+    /// open-call stacks (`API_OPEN`) with the NVIDIA programs that tag their records from them
+    /// (every open call kept: depth cap [`gpu_trace_common::api::API_STACK_MAX`], no record
+    /// per call).
+    pub fn load_api(&mut self) -> Result<(), String> {
+        let depth = gpu_trace_common::api::API_STACK_MAX as u32;
+        crate::api::attach::load_programs(&mut self.ebpf, false, depth)
+    }
+
+    /// `--api`: attaches the uprobes to every table symbol of every library mapped in `pids`
+    /// (after [`Self::load_api`]); how many of them map such a library.
+    pub fn attach_api(
+        &mut self,
+        api: &mut crate::api::attach::Attacher,
+        pids: impl IntoIterator<Item = u32>,
+    ) -> usize {
+        api.attach_pids(&mut self.ebpf, pids)
+    }
+
     /// The ring buffer the programs write records into. Can be taken once.
     pub fn take_ring_buffer(&mut self) -> Result<RingBuf<MapData>, LoadError> {
         let map = self

@@ -37,6 +37,29 @@ pub fn cc(dir: &Path, source: &str, out: &str, extra: &[&str]) -> PathBuf {
     out
 }
 
+/// Whether uprobes can be attached here (root, the kernel's uprobe PMU); SKIPPED otherwise.
+pub fn uprobes(test: &str) -> bool {
+    // SAFETY: no arguments.
+    if unsafe { libc::geteuid() } != 0 {
+        crate::common::skipped(test, "needs root (uprobes and BPF programs)");
+        return false;
+    }
+    if !Path::new("/sys/bus/event_source/devices/uprobe").exists() {
+        crate::common::skipped(test, "the kernel has no uprobe PMU (CONFIG_UPROBE_EVENTS)");
+        return false;
+    }
+    true
+}
+
+/// Whether a C compiler (`cc`) runs here; SKIPPED otherwise.
+pub fn c_compiler(test: &str) -> bool {
+    let found = Command::new("cc").arg("--version").output().is_ok();
+    if !found {
+        crate::common::skipped(test, "no C compiler (cc)");
+    }
+    found
+}
+
 /// The HIP runtime's path and an empty directory (and its canonical path) to build the test
 /// programs in; `None`, after SKIPPED, without the runtime or a C compiler.
 pub fn toolchain(test: &str) -> Option<(PathBuf, tempfile::TempDir, PathBuf)> {
@@ -47,8 +70,7 @@ pub fn toolchain(test: &str) -> Option<(PathBuf, tempfile::TempDir, PathBuf)> {
         );
         return None;
     };
-    if Command::new("cc").arg("--version").output().is_err() {
-        crate::common::skipped(test, "no C compiler (cc)");
+    if !c_compiler(test) {
         return None;
     }
     let dir = tempfile::tempdir().unwrap();

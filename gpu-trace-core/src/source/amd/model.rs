@@ -155,6 +155,7 @@ fn event(origin: &Origin, kind: EventKind, detail: AmdDetail) -> Event {
         origin: origin.clone(),
         kind,
         amd: Some(detail),
+        api: None,
         key: None,
     }
 }

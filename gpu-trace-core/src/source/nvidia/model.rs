@@ -277,6 +277,7 @@ fn pretrace_end(
 ) -> Event {
     Event {
         amd: None,
+        api: None,
         // Not one task: the unknown set of TSGs a pre-trace process held.
         key: None,
         origin: origin.clone(),
@@ -322,6 +323,7 @@ fn take_hook(hooks: &mut Vec<GxHook>, want: impl Fn(&GxHook) -> bool) -> Option<
 fn destroy(origin: &Origin, client: u32, handle: u32, t: &Tsg, cause: DestroyCause) -> Event {
     Event {
         amd: None,
+        api: None,
         key: Some(t.key),
         origin: origin.clone(),
         kind: EventKind::TaskDestroy {
@@ -478,6 +480,7 @@ impl NvTracker {
         }
         Some(Event {
             amd: None,
+            api: None,
             // A relation between two tasks (client's view, server's TSG), not a task's event.
             key: None,
             origin: origin.clone(),
@@ -1030,6 +1033,7 @@ impl NvTracker {
         }
         vec![Event {
             amd: None,
+            api: None,
             key: Some(key),
             origin: origin.clone(),
             kind,
@@ -1214,6 +1218,7 @@ impl NvTracker {
         }
         let mut out = vec![Event {
             amd: None,
+            api: None,
             key: Some(key),
             origin: origin.clone(),
             kind: EventKind::WorkSubmit {
@@ -1295,6 +1300,7 @@ impl NvTracker {
         }
         Event {
             amd: None,
+            api: None,
             key: Some(key),
             origin: origin.clone(),
             kind,

@@ -1,0 +1,338 @@
+//! The API layer's uprobes on a loaded object, for `gpu-trace api` (`trace.rs`) and for the
+//! main trace's `--api` (`loader`): the programs loaded with their switches, every table
+//! symbol of every library mapped in a process attached per process with a cookie (library id
+//! << 32 | symbol id, this run's numbering), and the names behind the cookies.
+
+use std::collections::{HashMap, HashSet};
+use std::num::NonZeroU32;
+use std::os::unix::fs::MetadataExt as _;
+
+use aya::{
+    Ebpf,
+    maps::Array,
+    programs::{
+        UProbe,
+        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
+    },
+};
+use gpu_trace_common::api::{ApiContextRecord, ApiTagRecord, api_switch};
+use gpu_trace_common::record_kind;
+use gpu_trace_core::api::events::Site;
+use gpu_trace_core::api::open::names;
+use gpu_trace_core::api::resolve::Origin;
+use gpu_trace_core::api::symbols::SymbolTable;
+use gpu_trace_core::escape::escape_text;
+
+use crate::probe::libraries::Reader;
+
+/// The uprobe programs.
+pub const PROGRAMS: [&str; 2] = ["api_entry", "api_return"];
+
+/// Loads the uprobe programs of `ebpf` and sets their switches: one record per call
+/// (`verbose`) and the open calls kept per thread (`max_depth`).
+pub fn load_programs(ebpf: &mut Ebpf, verbose: bool, max_depth: u32) -> Result<(), String> {
+    for name in PROGRAMS {
+        let p: &mut UProbe = ebpf
+            .program_mut(name)
+            .ok_or_else(|| format!("no program {name} in the object"))?
+            .try_into()
+            .map_err(|e: aya::programs::ProgramError| e.to_string())?;
+        p.load().map_err(|e| e.to_string())?;
+    }
+    let switches = ebpf
+        .map_mut("API_SWITCHES")
+        .ok_or_else(|| "no map API_SWITCHES".to_string())?;
+    let mut switches: Array<_, u32> = Array::try_from(switches).map_err(|e| e.to_string())?;
+    for (i, v) in [
+        (api_switch::VERBOSE, u32::from(verbose)),
+        (api_switch::MAX_DEPTH, max_depth),
+    ] {
+        switches.set(i, v, 0).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// What is attached, and the names behind the cookies.
+pub struct Attacher {
+    reader: Reader,
+    /// Library id → path (cookie's high half).
+    libs: Vec<String>,
+    lib_ids: HashMap<String, u32>,
+    /// Symbol id → name (cookie's low half).
+    syms: Vec<String>,
+    sym_ids: HashMap<String, u32>,
+    /// (pid, device, inode, symbol) attached.
+    attached: HashSet<(u32, u64, u64, String)>,
+    /// Attach failures already reported (library path, symbol).
+    failed: HashSet<(String, String)>,
+    /// Every attach, by program name.
+    links: Vec<(&'static str, UProbeLinkId)>,
+    /// (pid, library id) of the libraries that came through `LD_PRELOAD` in that process.
+    preloaded: HashSet<(u32, u32)>,
+}
+
+impl Attacher {
+    pub fn new(table: SymbolTable) -> Self {
+        Self {
+            reader: Reader::new(table),
+            libs: Vec::new(),
+            lib_ids: HashMap::new(),
+            syms: Vec::new(),
+            sym_ids: HashMap::new(),
+            attached: HashSet::new(),
+            failed: HashSet::new(),
+            links: Vec::new(),
+            preloaded: HashSet::new(),
+        }
+    }
+
+    /// Notes that `path` came through `LD_PRELOAD` in `pid` (its output rows are marked).
+    pub fn mark_preload(&mut self, pid: u32, path: &str) {
+        let lib = Self::intern(&mut self.lib_ids, &mut self.libs, path);
+        self.preloaded.insert((pid, lib));
+    }
+
+    /// Whether the library of `cookie` came through `LD_PRELOAD` in `pid`.
+    pub fn is_preload(&self, pid: u32, cookie: u64) -> bool {
+        self.preloaded.contains(&(pid, (cookie >> 32) as u32))
+    }
+
+    fn intern(ids: &mut HashMap<String, u32>, names: &mut Vec<String>, name: &str) -> u32 {
+        *ids.entry(name.to_string()).or_insert_with(|| {
+            names.push(name.to_string());
+            names.len() as u32 - 1
+        })
+    }
+
+    /// Attaches entry and return probes for `symbols` of the file `path` (as the target sees
+    /// it; `file` is where this process opens it) in `pid`. Returns how many symbols are newly
+    /// attached.
+    pub fn attach_file(
+        &mut self,
+        ebpf: &mut Ebpf,
+        pid: u32,
+        path: &str,
+        file: &str,
+        symbols: &[String],
+    ) -> usize {
+        let Ok(meta) = std::fs::metadata(file) else {
+            return 0;
+        };
+        let Some(scope) = NonZeroU32::new(pid).map(UProbeScope::OneProcess) else {
+            return 0;
+        };
+        let lib = Self::intern(&mut self.lib_ids, &mut self.libs, path);
+        let mut added = 0;
+        for sym in symbols {
+            let key = (pid, meta.dev(), meta.ino(), sym.clone());
+            if self.attached.contains(&key) {
+                continue;
+            }
+            let id = Self::intern(&mut self.sym_ids, &mut self.syms, sym);
+            let cookie = (u64::from(lib) << 32) | u64::from(id);
+            match self.attach_symbol(ebpf, sym, cookie, file, scope) {
+                Ok(()) => {
+                    self.attached.insert(key);
+                    added += 1;
+                }
+                Err(e) => {
+                    if self.failed.insert((path.to_string(), sym.clone())) {
+                        let mut why = e.to_string();
+                        let mut source = std::error::Error::source(&e);
+                        while let Some(s) = source {
+                            why.push_str(": ");
+                            why.push_str(&s.to_string());
+                            source = s.source();
+                        }
+                        eprintln!(
+                            "gpu-trace: cannot probe {} in {}: {}",
+                            escape_text(sym),
+                            escape_text(path),
+                            escape_text(&why)
+                        );
+                    }
+                }
+            }
+        }
+        added
+    }
+
+    /// Both programs on one symbol of `file`, for one process.
+    fn attach_symbol(
+        &mut self,
+        ebpf: &mut Ebpf,
+        sym: &str,
+        cookie: u64,
+        file: &str,
+        scope: UProbeScope,
+    ) -> Result<(), aya::programs::ProgramError> {
+        for name in PROGRAMS {
+            let p: &mut UProbe = match ebpf.program_mut(name).map(TryInto::try_into) {
+                Some(Ok(p)) => p,
+                _ => continue,
+            };
+            let point = UProbeAttachPoint {
+                location: UProbeAttachLocation::Symbol(sym),
+                cookie: Some(cookie),
+            };
+            self.links.push((name, p.attach(point, file, scope)?));
+        }
+        Ok(())
+    }
+
+    /// Attaches every table symbol of every library mapped in `pid` not attached yet. Returns
+    /// whether the process could be read, and how many libraries define table symbols.
+    pub fn scan(&mut self, ebpf: &mut Ebpf, pid: u32) -> Option<usize> {
+        let report = self.reader.read(pid).ok()?;
+        let mut with_symbols = 0;
+        for lib in &report.libraries {
+            if lib.defines.is_empty() {
+                continue;
+            }
+            with_symbols += 1;
+            if lib.origin == Origin::Preload {
+                self.mark_preload(pid, &lib.path);
+            }
+            let symbols: Vec<String> = lib.defines.keys().cloned().collect();
+            let file = format!("/proc/{pid}/root{}", lib.path);
+            self.attach_file(ebpf, pid, &lib.path, &file, &symbols);
+        }
+        Some(with_symbols)
+    }
+
+    /// [`Self::scan`] of each of `pids` (the main trace's targets, or a launched child):
+    /// how many of them map a library that defines table symbols.
+    pub fn attach_pids(&mut self, ebpf: &mut Ebpf, pids: impl IntoIterator<Item = u32>) -> usize {
+        pids.into_iter()
+            .filter(|&pid| self.scan(ebpf, pid).is_some_and(|n| n > 0))
+            .count()
+    }
+
+    /// Detaches everything now.
+    pub fn detach(&mut self, ebpf: &mut Ebpf) {
+        for (name, id) in std::mem::take(&mut self.links) {
+            if let Some(Ok(p)) = ebpf.program_mut(name).map(TryInto::<&mut UProbe>::try_into) {
+                let _ = p.detach(id);
+            }
+        }
+    }
+
+    /// Probes attached (entry and return each count).
+    pub fn links(&self) -> usize {
+        self.links.len()
+    }
+
+    /// The library and symbol behind a cookie (`#N` for an id this run never gave).
+    pub fn site(&self, cookie: u64) -> Site {
+        let name = |names: &[String], i: u64| {
+            names
+                .get(i as usize)
+                .cloned()
+                .unwrap_or_else(|| format!("#{i}"))
+        };
+        Site {
+            library: name(&self.libs, cookie >> 32),
+            symbol: name(&self.syms, cookie & 0xffff_ffff),
+        }
+    }
+
+    /// The `API_CONTEXT` record of a kernel `API_TAG`: its cookies as names, its header (kind
+    /// aside), so that the driver record it precedes and a replay find them.
+    pub fn context(&self, tag: &ApiTagRecord) -> ApiContextRecord {
+        let named = |cookie| {
+            let s = self.site(cookie);
+            names(&s.symbol, &s.library)
+        };
+        ApiContextRecord {
+            hdr: gpu_trace_common::RecordHeader {
+                kind: record_kind::API_CONTEXT,
+                ..tag.hdr
+            },
+            depth: tag.depth,
+            has_outer: u32::from(tag.depth > 1),
+            inner: named(tag.inner),
+            outer: if tag.depth > 1 {
+                named(tag.outer)
+            } else {
+                names("", "")
+            },
+        }
+    }
+}
+
+/// Why `--api` could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceApiError {
+    #[error(
+        "--api: loading the uprobe programs: {0} (the kernel needs uprobes \
+         (CONFIG_UPROBE_EVENTS) and BPF attach cookies (5.15 or later))"
+    )]
+    Load(String),
+    #[error("--api needs --pid or --comm: which processes' API calls to trace")]
+    NoTarget,
+}
+
+/// The running processes `--pid`/`--comm` name (the main trace's targets), this one aside.
+pub fn targets(pids: &[u32], comms: &[String]) -> Vec<u32> {
+    let mut out: Vec<u32> = pids.to_vec();
+    if !comms.is_empty() {
+        let own = std::process::id();
+        let names: Vec<&str> = comms.iter().map(|c| crate::cli::kernel_comm(c)).collect();
+        out.extend(
+            crate::probe::libraries::all_pids()
+                .into_iter()
+                .filter(|&p| {
+                    p != own
+                        && crate::probe::libraries::comm_of(p)
+                            .is_some_and(|c| names.iter().any(|n| n.as_bytes() == c.as_slice()))
+                }),
+        );
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// `gpu-trace --api`: the attached probes and which processes they are for.
+pub struct TraceApi {
+    pub attacher: Attacher,
+    pids: Vec<u32>,
+    comms: Vec<String>,
+}
+
+impl TraceApi {
+    /// Attaches to the targets running now what is not attached yet: a process that took a
+    /// `--comm` name since, a library mapped since (`dlopen`). Returns how many targets there
+    /// are and how many of them map a GPU API library.
+    pub fn rescan(&mut self, tracer: &mut crate::loader::Tracer) -> (usize, usize) {
+        let targets = targets(&self.pids, &self.comms);
+        let with = tracer.attach_api(&mut self.attacher, targets.iter().copied());
+        (targets.len(), with)
+    }
+}
+
+/// `gpu-trace --api`: the uprobes loaded into the main trace's object and attached to the
+/// processes `pids`/`comms` name (again at each [`TraceApi::rescan`]); says on stderr how many
+/// map a GPU API library.
+pub fn for_trace(
+    tracer: &mut crate::loader::Tracer,
+    pids: &[u32],
+    comms: &[String],
+) -> Result<TraceApi, TraceApiError> {
+    if pids.is_empty() && comms.is_empty() {
+        return Err(TraceApiError::NoTarget);
+    }
+    tracer.load_api().map_err(TraceApiError::Load)?;
+    let mut api = TraceApi {
+        attacher: Attacher::new(SymbolTable::builtin()),
+        pids: pids.to_vec(),
+        comms: comms.to_vec(),
+    };
+    let (targets, with) = api.rescan(tracer);
+    eprintln!(
+        "gpu-trace: --api: {with} of {targets} target process(es) map a GPU API library; {} \
+         uprobes attached",
+        api.attacher.links()
+    );
+    Ok(api)
+}

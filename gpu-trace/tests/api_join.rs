@@ -1,0 +1,344 @@
+//! `gpu-trace --api` (issue 28 item 6): driver events carry the API call open on their thread,
+//! through the real binary, real uprobes and the real syscall-layer programs. A stand-in
+//! `libcuda.so.1` (tests/api/fake_cuda.c) whose `cuInit` and `cuCtxCreate_v4` issue RM-shaped
+//! `GPFIFO_SCHEDULE` controls on the watched device (/dev/full), a stand-in `libcudart.so.12`
+//! (tests/api/fake_cudart.c) whose `cudaMalloc` calls `cuCtxCreate_v4`, and a client
+//! (tests/api/join_client.c) that makes one driver call in each and one outside any API call.
+//! Expected: the first SCHEDULE inside `cuInit`, the second inside `cuCtxCreate_v4` from
+//! `cudaMalloc`, the third with no `api`; the recording replays the same in text.
+//!
+//! Without root, uprobes or a C compiler, the test prints `SKIPPED: <why>`.
+
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::Duration;
+
+mod api_support;
+mod common;
+mod rel_support;
+use api_support::{c_compiler, cc, uprobes};
+use rel_support::{Traced, gpu_trace_bin, json_events};
+
+const CLIENT: u32 = 0x5EED_0A00;
+
+/// The stand-in libraries and the client built in a new directory (and its canonical path);
+/// `None`, after SKIPPED, where the test cannot run here.
+fn build(test: &str) -> Option<(tempfile::TempDir, PathBuf)> {
+    if !uprobes(test) || !c_compiler(test) {
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let lib_dir = format!("-L{}", root.display());
+    let rpath = format!("-Wl,-rpath,{}", root.display());
+    let shared = ["-shared", "-fPIC"];
+    cc(&root, "fake_cuda.c", "libcuda.so.1", &shared);
+    let cuda = [&shared[..], &[&lib_dir, "-l:libcuda.so.1"]].concat();
+    cc(&root, "fake_cudart.c", "libcudart.so.12", &cuda);
+    let both = [&lib_dir, "-l:libcuda.so.1", "-l:libcudart.so.12", &rpath];
+    cc(&root, "join_client.c", "client", &both);
+    Some((dir, root))
+}
+
+/// The client started (`preload`: in its `LD_PRELOAD`), waiting for a line; its pid.
+fn start_client(root: &Path, preload: Option<&Path>) -> (Child, BufReader<ChildStdout>, u32) {
+    start_program(&root.join("client"), preload)
+}
+
+/// [`start_client`] of the client's executable at `exe`.
+fn start_program(exe: &Path, preload: Option<&Path>) -> (Child, BufReader<ChildStdout>, u32) {
+    let mut cmd = Command::new(exe);
+    if let Some(p) = preload {
+        cmd.env("LD_PRELOAD", p);
+    }
+    let mut client = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(client.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    let pid: u32 = first.trim().strip_prefix("pid=").unwrap().parse().unwrap();
+    (client, out, pid)
+}
+
+/// Waits (30 s at most) until process `pid` holds `n` BPF link descriptors: the uprobes
+/// `gpu-trace api` attached (an entry and a return probe per symbol).
+fn wait_probes(pid: u32, n: usize) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let held = links_of(pid);
+        if held >= n {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "gpu-trace {pid} holds {held} probes after 30 s, not {n}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The BPF link descriptors process `pid` holds.
+fn links_of(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.flatten()
+                .filter(|e| {
+                    std::fs::read_link(e.path())
+                        .is_ok_and(|l| l.to_string_lossy() == "anon_inode:bpf_link")
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// Lets the client make its calls and waits for it to end.
+fn release(client: &mut Child, out: &mut BufReader<ChildStdout>) {
+    writeln!(client.stdin.take().unwrap(), "go").unwrap();
+    let mut done = String::new();
+    out.read_line(&mut done).unwrap();
+    assert_eq!(done.trim(), "done");
+    assert!(client.wait().unwrap().success());
+}
+
+#[test]
+fn driver_events_carry_the_api_call_open_on_their_thread() {
+    let test = "driver_events_carry_the_api_call_open_on_their_thread";
+    let Some((_dir, root)) = build(test) else {
+        return;
+    };
+    let (mut client, mut out, pid) = start_client(&root, None);
+    let rec = root.join("join.gtrace");
+    let pid_arg = pid.to_string();
+    let args = [
+        "--watch-device",
+        "/dev/full",
+        "--api",
+        "--pid",
+        &pid_arg,
+        "--format",
+        "json",
+        "--record",
+        rec.to_str().unwrap(),
+    ];
+    let traced = Traced::start(&args).unwrap_or_else(|e| panic!("{test}: {e}"));
+    release(&mut client, &mut out);
+    std::thread::sleep(Duration::from_millis(300));
+    let f = traced.interrupt();
+    assert_eq!(f.status.code(), Some(0), "{}", f.stderr);
+    assert!(
+        f.stderr
+            .contains("--api: 1 of 1 target process(es) map a GPU API library"),
+        "{}",
+        f.stderr
+    );
+
+    let events = json_events(&f.stdout);
+    let schedule = |object: u32| {
+        let key = format!("{pid}:0x{CLIENT:08x}:0x{object:08x}");
+        let found: Vec<_> = events
+            .iter()
+            .filter(|e| e["event"] == "SCHEDULE" && e["key"] == key.as_str())
+            .collect();
+        assert_eq!(found.len(), 1, "one SCHEDULE of {key} in\n{}", f.stdout);
+        found[0].clone()
+    };
+    let in_init = schedule(0x5EED_0A01);
+    assert_eq!(
+        in_init["api"],
+        serde_json::json!({"symbol": "cuInit", "library": "libcuda.so.1", "depth": 1}),
+        "{in_init}"
+    );
+    let in_ctx = schedule(0x5EED_0A02);
+    assert_eq!(
+        in_ctx["api"],
+        serde_json::json!({
+            "symbol": "cuCtxCreate_v4", "library": "libcuda.so.1", "depth": 2,
+            "caller": {"symbol": "cudaMalloc", "library": "libcudart.so.12"}
+        }),
+        "{in_ctx}"
+    );
+    let outside = schedule(0x5EED_0A03);
+    assert!(outside.get("api").is_none(), "{outside}");
+
+    // The recording keeps the names: its replay's text lines end with them.
+    let replay = Command::new(gpu_trace_bin())
+        .arg("replay")
+        .arg(&rec)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&replay.stdout);
+    let line = |object: u32| {
+        let tsg = format!("TSG=0x{object:08x}");
+        text.lines()
+            .find(|l| l.contains("SCHEDULE") && l.contains(&tsg))
+            .unwrap_or_else(|| panic!("no SCHEDULE of {tsg} in\n{text}"))
+            .to_string()
+    };
+    assert!(line(0x5EED_0A01).ends_with(" api=cuInit@libcuda.so.1"));
+    assert!(
+        line(0x5EED_0A02).ends_with(" api=cuCtxCreate_v4@libcuda.so.1<cudaMalloc@libcudart.so.12")
+    );
+    assert!(!line(0x5EED_0A03).contains("api="));
+}
+
+/// `gpu-trace api` (issue 28 item 2): a library that came through the target's `LD_PRELOAD`
+/// (read from /proc/PID/environ) is marked `preload` in its rows; one loaded as `DT_NEEDED`
+/// is not.
+#[test]
+fn api_rows_mark_a_library_that_came_through_ld_preload() {
+    let test = "api_rows_mark_a_library_that_came_through_ld_preload";
+    let Some((_dir, root)) = build(test) else {
+        return;
+    };
+    let cudart = root.join("libcudart.so.12");
+    let (mut client, mut out, pid) = start_client(&root, Some(&cudart));
+    let tracer = Command::new(gpu_trace_bin())
+        .args(["api", "--format", "json", "--pid", &pid.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Three symbols, two probes each.
+    wait_probes(tracer.id(), 6);
+    release(&mut client, &mut out);
+    // The target is gone: the tracer prints its final rows and ends by itself.
+    let done = tracer.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&done.stdout);
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let rows: Vec<serde_json::Value> = text
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|r: &serde_json::Value| r["final"] == true)
+        .collect();
+    let row = |sym: &str| {
+        rows.iter()
+            .find(|r| r["symbol"] == sym)
+            .unwrap_or_else(|| panic!("no {sym} row in\n{text}"))
+            .clone()
+    };
+    let malloc = row("cudaMalloc");
+    assert_eq!(malloc["library"], cudart.to_str().unwrap(), "{malloc}");
+    assert_eq!(malloc["preload"], true, "{malloc}");
+    let init = row("cuInit");
+    assert_eq!(init["calls"], 1, "{init}");
+    assert_eq!(init["preload"], false, "{init}");
+}
+
+/// `gpu-trace api --cgroup` (issue 28 item 1's targets): the processes of a real cgroup v2
+/// made here are traced, one moved into it after the start from the next rescan on, and one
+/// outside it not at all.
+#[test]
+fn api_trace_follows_the_processes_of_a_cgroup() {
+    let test = "api_trace_follows_the_processes_of_a_cgroup";
+    let Some((_dir, root)) = build(test) else {
+        return;
+    };
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+    let Some(mount) = mounts
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.get(2) == Some(&"cgroup2"))
+        .map(|f| PathBuf::from(f[1]))
+    else {
+        common::skipped(test, "no cgroup v2 mount");
+        return;
+    };
+    let name = format!("gpu-trace-api-test-{}", std::process::id());
+    let cgroup = mount.join(&name);
+    if let Err(e) = std::fs::create_dir(&cgroup) {
+        common::skipped(
+            test,
+            format!("cannot make a cgroup in {}: {e}", mount.display()),
+        );
+        return;
+    }
+    let enter = |pid: u32| std::fs::write(cgroup.join("cgroup.procs"), pid.to_string()).unwrap();
+    let (mut first, mut first_out, first_pid) = start_client(&root, None);
+    enter(first_pid);
+    let (mut outside, mut outside_out, outside_pid) = start_client(&root, None);
+    let tracer = Command::new(gpu_trace_bin())
+        .args(["api", "--format", "json", "--interval", "0.2", "--cgroup"])
+        .arg(format!("/{name}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_probes(tracer.id(), 6);
+    let (mut late, mut late_out, late_pid) = start_client(&root, None);
+    enter(late_pid);
+    // The next rescan (0.2 s) attaches the late one's three symbols too.
+    wait_probes(tracer.id(), 12);
+    release(&mut first, &mut first_out);
+    release(&mut outside, &mut outside_out);
+    release(&mut late, &mut late_out);
+    let done = tracer.wait_with_output().unwrap();
+    let _ = std::fs::remove_dir(&cgroup);
+    let text = String::from_utf8_lossy(&done.stdout);
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let calls = |pid: u32, sym: &str| -> u64 {
+        text.lines()
+            .filter(|l| l.starts_with('{'))
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|r| r["final"] == true && r["pid"] == pid && r["symbol"] == sym)
+            .map(|r| r["calls"].as_u64().unwrap())
+            .sum()
+    };
+    for pid in [first_pid, late_pid] {
+        assert_eq!(calls(pid, "cuInit"), 1, "{pid} in the cgroup:\n{text}");
+        assert_eq!(calls(pid, "cudaMalloc"), 1, "{pid} in the cgroup:\n{text}");
+    }
+    assert_eq!(calls(outside_pid, "cuInit"), 0, "{text}");
+}
+
+/// `gpu-trace --api --comm NAME`: a process that takes the name after tracing started is
+/// attached at the next rescan (each second), and its driver events carry its open calls.
+#[test]
+fn api_attaches_a_comm_process_started_after_the_trace() {
+    let test = "api_attaches_a_comm_process_started_after_the_trace";
+    let Some((_dir, root)) = build(test) else {
+        return;
+    };
+    // A name no other process has.
+    let name = format!("gtjoin{}", std::process::id() % 1_000_000);
+    let exe = root.join(&name);
+    std::fs::copy(root.join("client"), &exe).unwrap();
+    let args = [
+        "--watch-device",
+        "/dev/full",
+        "--api",
+        "--comm",
+        &name,
+        "--format",
+        "json",
+    ];
+    let traced = Traced::start(&args).unwrap_or_else(|e| panic!("{test}: {e}"));
+    let before = links_of(traced.pid());
+    let (mut client, mut out, pid) = start_program(&exe, None);
+    wait_probes(traced.pid(), before + 6);
+    release(&mut client, &mut out);
+    std::thread::sleep(Duration::from_millis(300));
+    let f = traced.interrupt();
+    // Nothing had the name at start: the process was attached by a rescan.
+    assert!(f.stderr.contains("--api: 0 of 0 target"), "{}", f.stderr);
+    let key = format!("{pid}:0x{CLIENT:08x}:0x{:08x}", 0x5EED_0A02u32);
+    let events = json_events(&f.stdout);
+    let ev = events
+        .iter()
+        .find(|e| e["event"] == "SCHEDULE" && e["key"] == key.as_str())
+        .unwrap_or_else(|| panic!("no SCHEDULE of {key} in\n{}", f.stdout));
+    assert_eq!(ev["api"]["symbol"], "cuCtxCreate_v4", "{ev}");
+    assert_eq!(ev["api"]["caller"]["symbol"], "cudaMalloc", "{ev}");
+}
