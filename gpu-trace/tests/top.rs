@@ -29,6 +29,10 @@ fn screen_until(session: &str, ready: impl Fn(&str) -> bool) -> String {
     }
 }
 
+/// The two tests that make schedules from this process (one pid for every test of this file)
+/// hold it while they run, so that neither counts the other's.
+static SCHEDULES_FROM_THIS_PROCESS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn top_shows_a_process_s_refused_schedules_sorts_and_quits_cleanly() {
     let test = "top_shows_a_process_s_refused_schedules_sorts_and_quits_cleanly";
@@ -38,6 +42,9 @@ fn top_shows_a_process_s_refused_schedules_sorts_and_quits_cleanly() {
     if tmux_missing(test) {
         return;
     }
+    let _serial = SCHEDULES_FROM_THIS_PROCESS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     let session = format!("gt-top-{}", std::process::id());
     let exit_file = common::scratch().join("top.exit");
     let _ = std::fs::remove_file(&exit_file);
@@ -441,6 +448,9 @@ fn top_marks_exited_processes_scrolls_filters_and_expires_them() {
     assert!(s.contains("gpu-trace top"), "{test}: no view:\n{s}");
     // Only the jobs and this test's thread are traced (other tests' calls on the shared
     // device would add rows).
+    let _serial = SCHEDULES_FROM_THIS_PROCESS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     set_comm("gt-top-alive");
     let me = std::process::id();
     let dev = watched();

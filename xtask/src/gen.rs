@@ -430,7 +430,12 @@ mod tests {
         assert!(main.starts_with(".ie \\n(.g .ds Aq"), "roff output");
         assert!(main.contains(".TH gpu-trace 1"));
         // Every option of the main command, every subcommand, the examples and exit codes.
-        for arg in cmd.get_arguments().filter_map(|a| a.get_long()) {
+        // Hidden options (test and expert knobs such as --pods-dir) are left out of the page.
+        for arg in cmd
+            .get_arguments()
+            .filter(|a| !a.is_hide_set())
+            .filter_map(|a| a.get_long())
+        {
             assert!(
                 main.contains(&format!("\\-\\-{}", arg.replace('-', "\\-"))),
                 "--{arg} missing from gpu-trace.1"
@@ -443,7 +448,11 @@ mod tests {
                 sub.get_name()
             );
             let page = read(&out.join(format!("man/gpu-trace-{}.1", sub.get_name())));
-            for arg in sub.get_arguments().filter_map(|a| a.get_long()) {
+            for arg in sub
+                .get_arguments()
+                .filter(|a| !a.is_hide_set())
+                .filter_map(|a| a.get_long())
+            {
                 assert!(
                     page.contains(&format!("\\-\\-{}", arg.replace('-', "\\-"))),
                     "--{arg} missing from gpu-trace-{}.1",
