@@ -48,12 +48,15 @@ echo "gpu-trace exit $? (the command's 3 expected)"
 wait $OUTSIDER
 echo "launched: $(grep -o 'pid=[0-9]*' "$O/launch-workloads.log" | tr '\n' ' ')  outsider: $(grep -o 'pid=[0-9]*' "$O/launch-outsider.log")"
 counts "$O/launch.jsonl"
+grep "PRETRACE\|before tracing" "$O/launch.stderr" | head -3
 
 echo "== 2. --gpu 0, --gpu $UUID, --gpu 7"
 for g in 0 "$UUID" 7; do
-  timeout 60 "$B" -v --format json -o "$O/gpu.jsonl" --gpu "$g" -- $W > /dev/null 2> "$O/gpu.stderr"
-  echo "--gpu $g: exit $?"; counts "$O/gpu.jsonl"
-  grep -o '"gpu_unknown":[0-9]*' "$O/gpu.jsonl" | tail -1
+  f="$O/gpu-${g:0:8}"
+  timeout 60 "$B" -v --format json -o "$f.jsonl" --gpu "$g" -- $W > /dev/null 2> "$f.stderr"
+  echo "--gpu $g: exit $?"; counts "$f.jsonl"
+  grep -o '"gpu_unknown":[0-9]*' "$f.jsonl" | tail -1
+  grep -i "gpu" "$f.stderr" | grep -iv "^gpu-trace: (not used\|hooks:" | head -4
 done
 
 echo "== 3. --api: driver events inside the CUDA call open on their thread"
@@ -79,9 +82,11 @@ if command -v tmux >/dev/null; then
   sleep 3
   for i in 1 2 3 4 5 6; do timeout 60 python3 -c 'import torch; torch.zeros(1, device="cuda"); torch.cuda.synchronize()'; done
   timeout 60 python3 "$H/matmul_loop.py" 6 > /dev/null 2>&1 &
+  LOOPPID=$!
   sleep 4
   tmux capture-pane -p -t top > "$O/top-screen.txt"
-  wait
+  # Not a bare `wait`: it would wait for the `tee` of this script's own output too.
+  wait $LOOPPID
   tmux send-keys -t top q; sleep 2; cat "$O/top.exit" 2>/dev/null
   tmux kill-server
   cat "$O/top-screen.txt"

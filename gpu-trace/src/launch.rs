@@ -114,6 +114,7 @@ pub fn fork_waiting(cmd: &[OsString], user: Option<&User>) -> Result<Launched, L
         .map_err(|_| spawn_err(std::io::ErrorKind::InvalidInput.into()))?;
     let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
     argv.push(std::ptr::null());
+    let gpu_fds = own_gpu_fds();
     let mut fds = [0; 2];
     // SAFETY: a two-int array.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -129,6 +130,12 @@ pub fn fork_waiting(cmd: &[OsString], user: Option<&User>) -> Result<Launched, L
         // SAFETY: see above; argv is null-terminated and outlives the call.
         unsafe {
             libc::close(fds[1]);
+            // Not the tracer's own GPU files (NVML's): the waiting child would be listed as a
+            // process with a GPU open before tracing, and its exec would end them as
+            // PRETRACE_END of the command (seen on the GPU host).
+            for &fd in &gpu_fds {
+                libc::close(fd);
+            }
             let mut b = 0u8;
             // Waits until the parent attached (or died: EOF).
             if libc::read(fds[0], (&raw mut b).cast(), 1) != 1 {
@@ -152,6 +159,24 @@ pub fn fork_waiting(cmd: &[OsString], user: Option<&User>) -> Result<Launched, L
         // SAFETY: the write end, ours alone from here.
         go: unsafe { OwnedFd::from_raw_fd(fds[1]) },
     })
+}
+
+/// This process's descriptors of GPU device files (`/dev/nvidia*`, `/dev/kfd`, `/dev/dri/*`):
+/// NVML's, opened for the inventory and the share sampler. Read before fork (the child may
+/// only call async-signal-safe functions).
+fn own_gpu_fds() -> Vec<libc::c_int> {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| {
+            let fd: libc::c_int = e.file_name().to_str()?.parse().ok()?;
+            let target = std::fs::read_link(e.path()).ok()?;
+            let t = target.to_string_lossy();
+            (t.starts_with("/dev/nvidia") || t == "/dev/kfd" || t.starts_with("/dev/dri/"))
+                .then_some(fd)
+        })
+        .collect()
 }
 
 /// The file `execvp` runs for `cmd`: a path as given (when it exists), else the first match on
