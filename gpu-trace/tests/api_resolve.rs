@@ -261,7 +261,10 @@ fn api_without_resolve_and_bad_targets_say_what_to_do() {
     // Tracing without a target: a usage error that names the choices.
     let (code, _, err) = gpu_trace(&["api"]);
     assert_eq!(code, Some(2));
-    assert!(err.contains("give --pid, --comm or `-- CMD`"), "{err}");
+    assert!(
+        err.contains("give --pid, --comm, --cgroup, --container or `-- CMD`"),
+        "{err}"
+    );
     let (code, _, err) = gpu_trace(&["api", "--resolve", "--probe", "nocolon"]);
     assert_eq!(code, Some(2));
     assert!(err.contains("is not LIB:SYMBOL"), "{err}");
