@@ -161,20 +161,24 @@ pub fn fork_waiting(cmd: &[OsString], user: Option<&User>) -> Result<Launched, L
     })
 }
 
-/// This process's descriptors of GPU device files (`/dev/nvidia*`, `/dev/kfd`, `/dev/dri/*`):
-/// NVML's, opened for the inventory and the share sampler. Read before fork (the child may
-/// only call async-signal-safe functions).
+/// This process's descriptors that the start-up inventory would count as a GPU open
+/// (`probe::inventory::classify_fd_target`): NVML's, opened for the inventory and the share
+/// sampler. Read before fork (the child may only call async-signal-safe functions).
 fn own_gpu_fds() -> Vec<libc::c_int> {
     let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
         return Vec::new();
+    };
+    let gpu = crate::probe::inventory::WalkOptions {
+        nvidia: true,
+        kfd: true,
+        ..Default::default()
     };
     dir.flatten()
         .filter_map(|e| {
             let fd: libc::c_int = e.file_name().to_str()?.parse().ok()?;
             let target = std::fs::read_link(e.path()).ok()?;
-            let t = target.to_string_lossy();
-            (t.starts_with("/dev/nvidia") || t == "/dev/kfd" || t.starts_with("/dev/dri/"))
-                .then_some(fd)
+            crate::probe::inventory::classify_fd_target(&target.to_string_lossy(), &gpu)
+                .map(|_| fd)
         })
         .collect()
 }
