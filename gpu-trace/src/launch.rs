@@ -177,8 +177,7 @@ fn own_gpu_fds() -> Vec<libc::c_int> {
         .filter_map(|e| {
             let fd: libc::c_int = e.file_name().to_str()?.parse().ok()?;
             let target = std::fs::read_link(e.path()).ok()?;
-            crate::probe::inventory::classify_fd_target(&target.to_string_lossy(), &gpu)
-                .map(|_| fd)
+            crate::probe::inventory::classify_fd_target(&target.to_string_lossy(), &gpu).map(|_| fd)
         })
         .collect()
 }
