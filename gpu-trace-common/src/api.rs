@@ -88,7 +88,7 @@ pub mod api_switch {
 
 /// One completed call (`-v`).
 #[repr(C)]
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "wire", derive(FromBytes, IntoBytes, KnownLayout, Immutable))]
 pub struct ApiCallRecord {
     pub hdr: RecordHeader,
@@ -106,7 +106,7 @@ pub struct ApiCallRecord {
 /// A symbol re-entered on a thread through the same library, or a thread past the depth cap:
 /// the thread's open calls, outermost first.
 #[repr(C)]
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "wire", derive(FromBytes, IntoBytes, KnownLayout, Immutable))]
 pub struct ApiRecursionRecord {
     pub hdr: RecordHeader,
@@ -173,3 +173,38 @@ const _: () = assert!(size_of::<ApiTagRecord>() == size_of::<RecordHeader>() + 2
 const _: () = assert!(size_of::<ApiNames>() == 2 * API_NAME_MAX);
 const _: () =
     assert!(size_of::<ApiContextRecord>() == size_of::<RecordHeader>() + 8 + 4 * API_NAME_MAX);
+
+/// [`crate::record_kind::API_SYMBOL`]: written by userspace, never by the kernel. The names
+/// behind one attach cookie of this run (`gpu-trace --api`), sent once per cookie before any
+/// record that carries it (`API_CALL`, `API_RECURSION`, `API_STATS`), so that a replay names the
+/// calls as the live run did. `hdr.tgid` is the process it was first attached for.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "wire", derive(FromBytes, IntoBytes, KnownLayout, Immutable))]
+pub struct ApiSymbolRecord {
+    pub hdr: RecordHeader,
+    pub cookie: u64,
+    pub names: ApiNames,
+}
+
+/// [`crate::record_kind::API_STATS`]: written by userspace, never by the kernel. One
+/// process's completed calls of one cookie (library and symbol) since the start of the run, as
+/// the kernel's `API_STATS` map holds them summed over CPUs (`gpu-trace --api`: read every
+/// second, sent when they changed, and at the end). `hdr.tgid` is the process; `hdr.ts_ns` the
+/// time of the read.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "wire", derive(FromBytes, IntoBytes, KnownLayout, Immutable))]
+pub struct ApiStatsRecord {
+    pub hdr: RecordHeader,
+    pub cookie: u64,
+    pub count: u64,
+    pub errors: u64,
+    pub total_ns: u64,
+    pub hist: [u64; API_HIST_BUCKETS],
+}
+
+const _: () =
+    assert!(size_of::<ApiSymbolRecord>() == size_of::<RecordHeader>() + 8 + 2 * API_NAME_MAX);
+const _: () =
+    assert!(size_of::<ApiStatsRecord>() == size_of::<RecordHeader>() + 32 + 8 * API_HIST_BUCKETS);

@@ -57,6 +57,18 @@ pub mod record_kind {
     /// resolves each [`API_TAG`] (its cookies) into the symbol and library names and puts this
     /// record after it, so that a replay names the calls as the live run did.
     pub const API_CONTEXT: u32 = 0x101;
+    /// [`crate::api::ApiCallRecord`]: one completed API call (`gpu-trace --api-calls`,
+    /// `gpu-trace api -v`).
+    pub const API_CALL: u32 = crate::api::API_CALL;
+    /// [`crate::api::ApiRecursionRecord`]: an API call re-entered on a thread, or a thread
+    /// past the depth cap.
+    pub const API_RECURSION: u32 = crate::api::API_RECURSION;
+    /// [`crate::api::ApiSymbolRecord`]: written by userspace: the names behind an attach
+    /// cookie, before any record that carries it.
+    pub const API_SYMBOL: u32 = 0x102;
+    /// [`crate::api::ApiStatsRecord`]: written by userspace: a process's calls of one
+    /// cookie so far, as the kernel summed them.
+    pub const API_STATS: u32 = 0x103;
 }
 
 /// Which hook produced a record that several hooks can produce ([`KfdIoctlRecord::source`],

@@ -5,7 +5,8 @@
 use std::{collections::HashMap, io::Write, time::Duration};
 
 use crate::{
-    event::{Event, EventKind, TaskKey},
+    api::names::ApiEvent,
+    event::{Event, EventKind, Origin, TaskKey},
     inventory::Inventory,
     metrics::Metrics,
     model::{
@@ -22,7 +23,7 @@ use crate::{
         perfetto::{PerfettoSink, PerfettoWriter},
         text::{TextFormatter, TextSink, TimestampMode},
     },
-    sink::{Enriched, RunEnd, Sink, SinkError},
+    sink::{ApiEnriched, Enriched, RunEnd, Sink, SinkError},
     source::{Fact, Sources},
     wire::{self, RawRecord},
 };
@@ -111,6 +112,8 @@ pub struct Pipeline<W: Write> {
     gpu_unknown: u64,
     /// Names pods by UID (live runs: the node's /var/log/pods; `--pods-dir`).
     pods: Option<Box<dyn PodResolver>>,
+    /// `--api`: the names behind the API records' cookies.
+    api_names: crate::api::names::Names,
 }
 
 /// `--interval`: when and where the periodic statistics go.
@@ -160,6 +163,7 @@ impl<W: Write> Pipeline<W> {
             interval: None,
             metrics: None,
             pods: None,
+            api_names: Default::default(),
         }
     }
 
@@ -328,7 +332,17 @@ impl<W: Write> Pipeline<W> {
     /// Feeds one parsed record; prints the events it produces.
     pub fn feed_record(&mut self, record: &RawRecord) -> Result<(), SinkError> {
         let origin = self.comms.origin(record.header());
+        // Names of the API layer's cookies: no process's record, no time of the run.
+        if let RawRecord::ApiSymbol(rec) = record {
+            self.api_names.note(rec);
+            return Ok(());
+        }
         self.due_by_record_time(origin.ts_ns)?;
+        // A process's API sums are read by userspace (no thread, no name of its own).
+        if let RawRecord::ApiStats(rec) = record {
+            let ev = self.api_names.stats(rec);
+            return self.emit_api(&ev, &origin);
+        }
         self.first_ts.get_or_insert(origin.ts_ns);
         self.last_ts = Some(origin.ts_ns);
         self.process_names
@@ -349,6 +363,14 @@ impl<W: Write> Pipeline<W> {
                 let attribution = Attribution::new(a.head.cgroup_id, a.path(), a.ns_pid());
                 self.attribute(pid, attribution);
                 return Ok(());
+            }
+            RawRecord::ApiCall(rec) => {
+                let ev = self.api_names.call(&origin, rec);
+                return self.emit_api(&ev, &origin);
+            }
+            RawRecord::ApiRecursion(rec) => {
+                let ev = self.api_names.recursion(&origin, rec);
+                return self.emit_api(&ev, &origin);
             }
             _ => {}
         }
@@ -471,14 +493,49 @@ impl<W: Write> Pipeline<W> {
     }
 
     fn selected(&self, event: &Event) -> bool {
-        let o = &event.origin;
-        let pid_ok = (self.config.pids.is_empty() || self.config.pids.contains(&o.pid))
-            && self.followed(o.pid);
-        let comm_ok = self.config.comms.is_empty()
-            || self.config.comms.iter().any(|c| {
-                *c == o.comm || self.process_names.get(&o.pid).is_some_and(|name| name == c)
-            });
+        self.process_selected(event.origin.pid, &event.origin.comm)
+    }
+
+    /// Whether `--pid`/`--comm`/`-- CMD` select process `pid`, whose record's thread name is
+    /// `comm`.
+    fn process_selected(&self, pid: u32, comm: &str) -> bool {
+        let pid_ok =
+            (self.config.pids.is_empty() || self.config.pids.contains(&pid)) && self.followed(pid);
+        let comm_ok =
+            self.config.comms.is_empty()
+                || self.config.comms.iter().any(|c| {
+                    *c == comm || self.process_names.get(&pid).is_some_and(|name| name == c)
+                });
         pid_ok && comm_ok
+    }
+
+    /// Hands an API record that passes `--pid`/`--comm`/`-- CMD` to each sink (`--gpu` does
+    /// not apply: an API call is on no GPU).
+    fn emit_api(&mut self, event: &ApiEvent, origin: &Origin) -> Result<(), SinkError> {
+        let pid = event.pid();
+        if !self.process_selected(pid, &origin.comm) {
+            return Ok(());
+        }
+        self.name_pod(pid);
+        let ev = ApiEnriched {
+            event,
+            ts_ns: origin.ts_ns,
+            cpu: origin.cpu,
+            process: self
+                .process_names
+                .get(&pid)
+                .map_or(origin.comm.as_str(), String::as_str),
+            cgroup: self.attributions.get(&pid),
+            trace_start_ns: self.first_ts.unwrap_or(origin.ts_ns),
+        };
+        self.stats.api(&ev)?;
+        if let Some(metrics) = self.metrics.as_mut() {
+            metrics.api(&ev)?;
+        }
+        if let Some(perfetto) = self.perfetto.as_mut() {
+            perfetto.api(&ev)?;
+        }
+        self.lines.api(&ev)
     }
 
     /// Adds what is known of the event's process and task, and hands it to each sink: the

@@ -8,6 +8,7 @@
 use std::io;
 
 use crate::{
+    api::names::ApiEvent,
     event::Event,
     inventory::Inventory,
     model::{
@@ -26,6 +27,23 @@ pub struct Enriched<'a> {
     pub process: &'a str,
     /// NVIDIA: the GPU the task is on, as nvidia-smi names it, when known.
     pub gpu: Option<&'a GpuIdentity>,
+    /// Who the process is (cgroup, container, pod), when known.
+    pub cgroup: Option<&'a Attribution>,
+    /// CLOCK_MONOTONIC ns of the first record of the run.
+    pub trace_start_ns: u64,
+}
+
+/// One API record of the main trace (`gpu-trace --api`), named, with what the pipeline knows
+/// of its process.
+#[derive(Clone, Copy, Debug)]
+pub struct ApiEnriched<'a> {
+    pub event: &'a ApiEvent,
+    /// CLOCK_MONOTONIC ns of the record: a call's return, a recursion's entry, a sum's read.
+    pub ts_ns: u64,
+    /// The CPU the record was made on (a sum's: the reader's).
+    pub cpu: u32,
+    /// The process's name, as for [`Enriched::process`].
+    pub process: &'a str,
     /// Who the process is (cgroup, container, pod), when known.
     pub cgroup: Option<&'a Attribution>,
     /// CLOCK_MONOTONIC ns of the first record of the run.
@@ -83,6 +101,11 @@ pub trait Sink {
 
     /// One finished event.
     fn event(&mut self, ev: &Enriched<'_>) -> Result<(), SinkError>;
+
+    /// One API record (`gpu-trace --api`): a call, a recursion, a process's sums so far.
+    fn api(&mut self, _ev: &ApiEnriched<'_>) -> Result<(), SinkError> {
+        Ok(())
+    }
 
     /// A process exited (after its last events).
     fn process_exited(&mut self, _pid: u32) {}

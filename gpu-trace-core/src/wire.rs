@@ -17,7 +17,10 @@ use std::mem::{offset_of, size_of};
 use gpu_trace_common::{
     ATTRIBUTION_PATH_MAX, AttributionHead, DeepRecord, KfdIoctlRecord, KfdQueueRecord,
     NvIoctlRecord, NvSchedRecord, RecordHeader, TaskCgroupRecord, TaskRecord,
-    api::{ApiContextRecord, ApiTagRecord},
+    api::{
+        ApiCallRecord, ApiContextRecord, ApiRecursionRecord, ApiStatsRecord, ApiSymbolRecord,
+        ApiTagRecord,
+    },
     record_kind,
     zerocopy::{FromBytes, IntoBytes},
 };
@@ -55,6 +58,15 @@ pub enum RawRecord {
     /// What userspace resolved a [`RawRecord::ApiTag`] to: the calls' names
     /// ([`record_kind::API_CONTEXT`]).
     ApiContext(ApiContextRecord),
+    /// One completed API call ([`record_kind::API_CALL`], `--api-calls`).
+    ApiCall(ApiCallRecord),
+    /// An API call re-entered on a thread, or a thread past the depth cap
+    /// ([`record_kind::API_RECURSION`]).
+    ApiRecursion(ApiRecursionRecord),
+    /// The names behind an attach cookie ([`record_kind::API_SYMBOL`], userspace).
+    ApiSymbol(ApiSymbolRecord),
+    /// A process's calls of one cookie so far ([`record_kind::API_STATS`], userspace).
+    ApiStats(ApiStatsRecord),
 }
 
 /// A [`record_kind::ATTRIBUTION`] record: its head and the cgroup path that follows it.
@@ -185,6 +197,10 @@ pub fn parse_record(bytes: &[u8]) -> Result<RawRecord, WireError> {
         record_kind::ATTRIBUTION => RawRecord::Attribution(attribution(bytes)?),
         record_kind::API_TAG => RawRecord::ApiTag(read(kind, bytes)?),
         record_kind::API_CONTEXT => RawRecord::ApiContext(read(kind, bytes)?),
+        record_kind::API_CALL => RawRecord::ApiCall(read(kind, bytes)?),
+        record_kind::API_RECURSION => RawRecord::ApiRecursion(read(kind, bytes)?),
+        record_kind::API_SYMBOL => RawRecord::ApiSymbol(read(kind, bytes)?),
+        record_kind::API_STATS => RawRecord::ApiStats(read(kind, bytes)?),
         _ => {
             return Err(WireError::UnknownKind {
                 kind,
@@ -232,6 +248,10 @@ const _: () = assert!(offset_of!(TaskCgroupRecord, hdr) == 0);
 const _: () = assert!(offset_of!(AttributionHead, hdr) == 0);
 const _: () = assert!(offset_of!(ApiTagRecord, hdr) == 0);
 const _: () = assert!(offset_of!(ApiContextRecord, hdr) == 0);
+const _: () = assert!(offset_of!(ApiCallRecord, hdr) == 0);
+const _: () = assert!(offset_of!(ApiRecursionRecord, hdr) == 0);
+const _: () = assert!(offset_of!(ApiSymbolRecord, hdr) == 0);
+const _: () = assert!(offset_of!(ApiStatsRecord, hdr) == 0);
 
 /// The bytes of a [`KfdQueueRecord`], as the kernel programs write them.
 pub fn kfd_queue_bytes(rec: &KfdQueueRecord) -> &[u8] {
@@ -277,6 +297,10 @@ impl RawRecord {
             Self::Attribution(a) => &a.bytes,
             Self::ApiTag(r) => r.as_bytes(),
             Self::ApiContext(r) => r.as_bytes(),
+            Self::ApiCall(r) => r.as_bytes(),
+            Self::ApiRecursion(r) => r.as_bytes(),
+            Self::ApiSymbol(r) => r.as_bytes(),
+            Self::ApiStats(r) => r.as_bytes(),
         }
     }
 
@@ -293,6 +317,10 @@ impl RawRecord {
             Self::Attribution(a) => &a.head.hdr,
             Self::ApiTag(r) => &r.hdr,
             Self::ApiContext(r) => &r.hdr,
+            Self::ApiCall(r) => &r.hdr,
+            Self::ApiRecursion(r) => &r.hdr,
+            Self::ApiSymbol(r) => &r.hdr,
+            Self::ApiStats(r) => &r.hdr,
         }
     }
 
@@ -563,6 +591,57 @@ mod tests {
             parse_record(task_bytes(&close)).unwrap(),
             RawRecord::FdClose(close)
         );
+    }
+
+    /// The API layer's records of the main trace (the kernel's calls and recursions, the
+    /// userspace names and sums) parse back to themselves and refuse any other length.
+    #[test]
+    fn api_call_recursion_symbol_and_stats_records_round_trip() {
+        use gpu_trace_common::api::{API_HIST_BUCKETS, API_STACK_MAX};
+        let mut hist = [0u64; API_HIST_BUCKETS];
+        hist[11] = 7;
+        let records = [
+            RawRecord::ApiCall(ApiCallRecord {
+                hdr: header(record_kind::API_CALL),
+                cookie: 1 << 32 | 5,
+                caller_cookie: 2 << 32 | 6,
+                duration_ns: 1234,
+                ret: 0xffff_ffff_0000_0002,
+                depth: 1,
+                _pad: 0,
+            }),
+            RawRecord::ApiRecursion(ApiRecursionRecord {
+                hdr: header(record_kind::API_RECURSION),
+                cookie: 3,
+                depth: 4,
+                past_cap: 0,
+                chain: [3; API_STACK_MAX],
+            }),
+            RawRecord::ApiSymbol(ApiSymbolRecord {
+                hdr: header(record_kind::API_SYMBOL),
+                cookie: 3,
+                names: crate::api::open::names("hipMalloc", "/tmp/shim.so"),
+            }),
+            RawRecord::ApiStats(ApiStatsRecord {
+                hdr: header(record_kind::API_STATS),
+                cookie: 3,
+                count: 7,
+                errors: 1,
+                total_ns: 9000,
+                hist,
+            }),
+        ];
+        let sizes = [80, 184, 176, 392];
+        for (raw, size) in records.iter().zip(sizes) {
+            let bytes = raw.as_bytes();
+            assert_eq!(bytes.len(), size);
+            assert_eq!(parse_record(bytes).as_ref(), Ok(raw));
+            assert_eq!(raw.header().tgid, 4242);
+            assert!(parse_record(&bytes[..size - 1]).is_err());
+            let mut long = bytes.to_vec();
+            long.push(0);
+            assert!(parse_record(&long).is_err());
+        }
     }
 
     #[test]

@@ -1397,6 +1397,7 @@ impl Reader {
         if let Some(d) = self.descendants.as_mut() {
             follow_changes(pipeline, d.refresh());
         }
+        self.name_api_cookies(pipeline, recorder);
         let mut drained = Drained::Empty;
         let mut in_slice = 0u64;
         loop {
@@ -1461,6 +1462,44 @@ impl Reader {
         }
         let _ = pipeline.flush();
         drained
+    }
+
+    /// `--api`: the names of the cookies attached since the last drain (`API_SYMBOL`), into
+    /// the recording and the pipeline before any ring record that may carry them.
+    fn name_api_cookies(
+        &mut self,
+        pipeline: &mut Pipeline<QueueWriter>,
+        recorder: &mut Option<RecordWriter<QueueWriter>>,
+    ) {
+        let Some(api) = self.api.as_mut() else {
+            return;
+        };
+        for rec in api.attacher.take_symbol_records(monotonic_now_ns()) {
+            let raw = RawRecord::ApiSymbol(rec);
+            self.inject(&raw, pipeline, recorder);
+        }
+    }
+
+    /// A record made here (not by the kernel): into the recording and the pipeline.
+    fn inject(
+        &mut self,
+        raw: &RawRecord,
+        pipeline: &mut Pipeline<QueueWriter>,
+        recorder: &mut Option<RecordWriter<QueueWriter>>,
+    ) {
+        if self.failure.is_some() {
+            return;
+        }
+        if let Some(rec) = recorder.as_mut() {
+            if let Err(e) = rec.record(raw.as_bytes()) {
+                self.failure = Some(e.into());
+                return;
+            }
+            rec.get_mut().mark_unit();
+        }
+        if let Err(e) = pipeline.feed_record(raw) {
+            self.failure = Some(sink_error(e));
+        }
     }
 
     /// The `ATTRIBUTION` records that go with ring item `item` (`parsed`, when it is a

@@ -5,8 +5,10 @@
 //! - [`events`]: per-call `API_CALL` and `API_RECURSION` lines and JSON;
 //! - [`render`]: `gpu-trace api --resolve`'s text and JSON;
 //! - [`stats`]: the traced calls' counts, times and latency histograms (text and JSON);
-//! - [`open`]: the driver events' tie to the API call open on their thread (`gpu-trace --api`).
+//! - [`open`]: the driver events' tie to the API call open on their thread (`gpu-trace --api`);
+//! - [`names`]: the main trace's API records (calls, recursions, sums) named by cookie.
 pub mod events;
+pub mod names;
 pub mod open;
 pub mod render;
 pub mod resolve;

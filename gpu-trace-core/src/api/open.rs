@@ -53,7 +53,7 @@ fn name(bytes: &[u8; API_NAME_MAX]) -> compact_str::CompactString {
     crate::escape::decode_lossless(&bytes[..end]).into()
 }
 
-fn call(n: &ApiNames) -> ApiCall {
+pub(crate) fn call(n: &ApiNames) -> ApiCall {
     ApiCall {
         symbol: name(&n.symbol),
         library: name(&n.library),

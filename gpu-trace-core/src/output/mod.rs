@@ -12,7 +12,7 @@ use std::io;
 use crate::{
     inventory::Inventory,
     model::stats::Stats,
-    sink::{Enriched, RunEnd, Sink, SinkError},
+    sink::{ApiEnriched, Enriched, RunEnd, Sink, SinkError},
 };
 use json::JsonSink;
 use text::TextSink;
@@ -77,6 +77,10 @@ impl<W: io::Write> Sink for Lines<W> {
             Self::Text(s) => s.event(ev),
             Self::Json(s) => s.event(ev),
         }
+    }
+
+    fn api(&mut self, ev: &ApiEnriched<'_>) -> Result<(), SinkError> {
+        self.sink().api(ev)
     }
 
     fn periodic(&mut self, stats: &Stats) -> Result<(), SinkError> {

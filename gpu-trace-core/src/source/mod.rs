@@ -126,7 +126,14 @@ impl Sources {
                 self.api_open.note(rec);
                 None
             }
-            RawRecord::TaskCgroup(_) | RawRecord::Attribution(_) | RawRecord::ApiTag(_) => None,
+            // The pipeline handles these itself (no vendor's record).
+            RawRecord::TaskCgroup(_)
+            | RawRecord::Attribution(_)
+            | RawRecord::ApiTag(_)
+            | RawRecord::ApiCall(_)
+            | RawRecord::ApiRecursion(_)
+            | RawRecord::ApiSymbol(_)
+            | RawRecord::ApiStats(_) => None,
         }
     }
 

@@ -15,7 +15,7 @@ use aya::{
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
     },
 };
-use gpu_trace_common::api::{ApiContextRecord, ApiTagRecord, api_switch};
+use gpu_trace_common::api::{ApiContextRecord, ApiSymbolRecord, ApiTagRecord, api_switch};
 use gpu_trace_common::record_kind;
 use gpu_trace_core::api::events::Site;
 use gpu_trace_core::api::open::names;
@@ -69,6 +69,11 @@ pub struct Attacher {
     links: Vec<(&'static str, UProbeLinkId)>,
     /// (pid, library id) of the libraries that came through `LD_PRELOAD` in that process.
     preloaded: HashSet<(u32, u32)>,
+    /// Cookies attached and not yet named in an `API_SYMBOL` record (`gpu-trace --api`), with
+    /// the process they were first attached for.
+    unnamed: Vec<(u32, u64)>,
+    /// Cookies named so far.
+    named: HashSet<u64>,
 }
 
 impl Attacher {
@@ -83,6 +88,8 @@ impl Attacher {
             failed: HashSet::new(),
             links: Vec::new(),
             preloaded: HashSet::new(),
+            unnamed: Vec::new(),
+            named: HashSet::new(),
         }
     }
 
@@ -133,6 +140,9 @@ impl Attacher {
             match self.attach_symbol(ebpf, sym, cookie, file, scope) {
                 Ok(()) => {
                     self.attached.insert(key);
+                    if self.named.insert(cookie) {
+                        self.unnamed.push((pid, cookie));
+                    }
                     added += 1;
                 }
                 Err(e) => {
@@ -234,6 +244,30 @@ impl Attacher {
             library: name(&self.libs, cookie >> 32),
             symbol: name(&self.syms, cookie & 0xffff_ffff),
         }
+    }
+
+    /// The `API_SYMBOL` records of the cookies attached since the last call: the main trace
+    /// puts them in the pipeline and the recording before the ring's records, which may carry
+    /// those cookies only after the attach. `now_ns`: CLOCK_MONOTONIC.
+    pub fn take_symbol_records(&mut self, now_ns: u64) -> Vec<ApiSymbolRecord> {
+        std::mem::take(&mut self.unnamed)
+            .into_iter()
+            .map(|(pid, cookie)| {
+                let s = self.site(cookie);
+                ApiSymbolRecord {
+                    hdr: gpu_trace_common::RecordHeader {
+                        kind: record_kind::API_SYMBOL,
+                        cpu: 0,
+                        ts_ns: now_ns,
+                        tgid: pid,
+                        tid: pid,
+                        comm: [0; 16],
+                    },
+                    cookie,
+                    names: names(&s.symbol, &s.library),
+                }
+            })
+            .collect()
     }
 
     /// The `API_CONTEXT` record of a kernel `API_TAG`: its cookies as names, its header (kind
