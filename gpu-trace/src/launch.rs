@@ -320,6 +320,11 @@ impl Descendants {
         self.members.contains(&tgid)
     }
 
+    /// The processes followed now: the command and those it created.
+    pub fn pids(&self) -> Vec<u32> {
+        self.members.iter().copied().collect()
+    }
+
     /// Reads the fork events queued so far; returns the changes to the set.
     pub fn refresh(&mut self) -> Vec<Change> {
         self.refresh_with(|_| {})

@@ -221,7 +221,10 @@ fn error_exit_code(err: &anyhow::Error) -> ExitCode {
         || err.chain().any(|c| {
             matches!(
                 c.downcast_ref::<RunError>(),
-                Some(RunError::Launch(gpu_trace::launch::LaunchError::User { .. }))
+                Some(
+                    RunError::Launch(gpu_trace::launch::LaunchError::User { .. })
+                        | RunError::Usage(_)
+                )
             )
         })
     {

@@ -65,6 +65,9 @@ pub enum RunError {
     /// `-- CMD` could not be started (a bad `--user` is bad usage, exit code 2).
     #[error(transparent)]
     Launch(#[from] crate::launch::LaunchError),
+    /// Options that do not go together (exit code 2).
+    #[error("{0}")]
+    Usage(String),
 }
 
 impl RunError {
@@ -455,6 +458,15 @@ pub async fn run_live_with(
         v => v,
     };
     let amd = vendor == Vendor::Amd;
+    if args.api
+        && args.output.pids.is_empty()
+        && args.output.comms.is_empty()
+        && args.launch.is_empty()
+    {
+        return Err(RunError::Usage(
+            crate::api::attach::TraceApiError::NoTarget.to_string(),
+        ));
+    }
     warn_before_start(args, amd);
     let watched = match &args.watch_device {
         Some(path) => Some(system::char_device_kernel_dev(path).map_err(LoadError::from)?),
@@ -620,9 +632,8 @@ fn api_layer(
     if !args.api {
         return Ok(None);
     }
-    let mut pids = args.output.pids.clone();
-    pids.extend(command);
-    crate::api::attach::for_trace(tracer, &pids, &args.output.comms)
+    let command = command.zip(args.launch.first());
+    crate::api::attach::for_trace(tracer, &args.output.pids, &args.output.comms, command)
         .map(Some)
         .map_err(|e| RunError::Unsupported(e.to_string()))
 }
@@ -954,7 +965,13 @@ impl LiveRun<'_> {
                 // --api: new --comm processes and newly mapped libraries.
                 _ = api_rescan.tick(), if self.reader.api.is_some() => {
                     if let Some(api) = self.reader.api.as_mut() {
-                        api.rescan(&mut self.tracer);
+                        // The command's processes as of now (fork events read first: a child
+                        // that made no driver call yet is known only from them).
+                        let followed = self.reader.descendants.as_mut().map(|d| {
+                            follow_changes(&mut self.pipeline, d.refresh());
+                            d.pids()
+                        });
+                        api.rescan(&mut self.tracer, followed.into_iter().flatten());
                     }
                 }
                 _ = health.tick(), if metrics_served => {

@@ -4,7 +4,9 @@
 //! << 32 | symbol id, this run's numbering), and the names behind the cookies.
 
 use std::collections::{HashMap, HashSet};
+use std::ffi::OsString;
 use std::num::NonZeroU32;
+use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::MetadataExt as _;
 
 use aya::{
@@ -21,9 +23,10 @@ use gpu_trace_core::api::events::Site;
 use gpu_trace_core::api::open::names;
 use gpu_trace_core::api::resolve::Origin;
 use gpu_trace_core::api::symbols::SymbolTable;
-use gpu_trace_core::escape::escape_text;
+use gpu_trace_core::escape::{decode_lossless, escape_text};
 
-use crate::probe::libraries::Reader;
+use crate::launch::executable_of;
+use crate::probe::libraries::{self, Reader};
 
 /// The uprobe programs.
 pub const PROGRAMS: [&str; 2] = ["api_entry", "api_return"];
@@ -190,6 +193,22 @@ impl Attacher {
         Ok(())
     }
 
+    /// A command forked and held before its exec (`pid`): the probes go on by path for the
+    /// libraries it will load at start ([`launch_candidates`]), bound to its PID, so that its
+    /// first calls are seen; its `LD_PRELOAD` files (inherited from this process) are marked.
+    /// Returns how many symbols were attached.
+    pub fn attach_launch(&mut self, ebpf: &mut Ebpf, pid: u32, cmd: &OsString) -> usize {
+        let mut added = 0;
+        for (path, symbols) in launch_candidates(&self.reader.table().clone(), cmd) {
+            added += self.attach_file(ebpf, pid, &path, &path, &symbols);
+        }
+        let preload = std::env::var_os("LD_PRELOAD").unwrap_or_default();
+        for path in libraries::split_preload(preload.as_bytes()) {
+            self.mark_preload(pid, &path);
+        }
+        added
+    }
+
     /// Attaches every table symbol of every library mapped in `pid` not attached yet. Returns
     /// whether the process could be read, and how many libraries define table symbols.
     pub fn scan(&mut self, ebpf: &mut Ebpf, pid: u32) -> Option<usize> {
@@ -302,7 +321,10 @@ pub enum TraceApiError {
          (CONFIG_UPROBE_EVENTS) and BPF attach cookies (5.15 or later))"
     )]
     Load(String),
-    #[error("--api needs --pid or --comm: which processes' API calls to trace")]
+    #[error(
+        "--api needs --pid, --comm or `-- CMD`: which processes' API calls to trace (e.g. \
+         gpu-trace --api -- python3 train.py)"
+    )]
     NoTarget,
 }
 
@@ -336,10 +358,18 @@ pub struct TraceApi {
 
 impl TraceApi {
     /// Attaches to the targets running now what is not attached yet: a process that took a
-    /// `--comm` name since, a library mapped since (`dlopen`). Returns how many targets there
-    /// are and how many of them map a GPU API library.
-    pub fn rescan(&mut self, tracer: &mut crate::loader::Tracer) -> (usize, usize) {
-        let targets = targets(&self.pids, &self.comms);
+    /// `--comm` name since, a library mapped since (`dlopen`), and the processes of `followed`
+    /// (`-- CMD`'s command and the processes it created). Returns how many targets there are
+    /// and how many of them map a GPU API library.
+    pub fn rescan(
+        &mut self,
+        tracer: &mut crate::loader::Tracer,
+        followed: impl IntoIterator<Item = u32>,
+    ) -> (usize, usize) {
+        let mut targets = targets(&self.pids, &self.comms);
+        targets.extend(followed);
+        targets.sort_unstable();
+        targets.dedup();
         let with = tracer.attach_api(&mut self.attacher, targets.iter().copied());
         (targets.len(), with)
     }
@@ -348,12 +378,17 @@ impl TraceApi {
 /// `gpu-trace --api`: the uprobes loaded into the main trace's object and attached to the
 /// processes `pids`/`comms` name (again at each [`TraceApi::rescan`]); says on stderr how many
 /// map a GPU API library.
+///
+/// `command`: `-- CMD`'s process, forked and held before its exec, and the command line: the
+/// libraries it loads at start get their probes by path now ([`Attacher::attach_launch`]),
+/// so that its first calls are seen; what it loads later is attached at the rescans.
 pub fn for_trace(
     tracer: &mut crate::loader::Tracer,
     pids: &[u32],
     comms: &[String],
+    command: Option<(u32, &OsString)>,
 ) -> Result<TraceApi, TraceApiError> {
-    if pids.is_empty() && comms.is_empty() {
+    if pids.is_empty() && comms.is_empty() && command.is_none() {
         return Err(TraceApiError::NoTarget);
     }
     tracer.load_api().map_err(TraceApiError::Load)?;
@@ -362,11 +397,56 @@ pub fn for_trace(
         pids: pids.to_vec(),
         comms: comms.to_vec(),
     };
-    let (targets, with) = api.rescan(tracer);
+    let before_exec = command.map_or(0, |(pid, cmd)| {
+        tracer.attach_api_launch(&mut api.attacher, pid, cmd)
+    });
+    let (targets, with) = api.rescan(tracer, command.map(|(pid, _)| pid));
+    let launch = if before_exec > 0 {
+        format!(" ({before_exec} symbols of the command's start-up libraries before its exec)")
+    } else {
+        String::new()
+    };
     eprintln!(
         "gpu-trace: --api: {with} of {targets} target process(es) map a GPU API library; {} \
-         uprobes attached",
+         uprobes attached{launch}",
         api.attacher.links()
     );
     Ok(api)
+}
+
+/// The libraries a command started now loads at start that define table symbols, before it
+/// runs: `LD_PRELOAD`'s files, and the table's libraries in the `DT_NEEDED` closure of the
+/// command's executable, found as its dynamic linker finds them (`probe::linker`: RPATH with
+/// `$ORIGIN`, `LD_LIBRARY_PATH`, RUNPATH, the cache). Libraries it `dlopen`s later (Python's
+/// CUDA runtime) are attached at the next rescan: a cached runtime the command never loads gets no probes
+/// (each costs its removal later, docs/api.md).
+pub fn launch_candidates(table: &SymbolTable, cmd: &OsString) -> Vec<(String, Vec<String>)> {
+    let mut paths: Vec<String> = libraries::split_preload(
+        std::env::var_os("LD_PRELOAD")
+            .unwrap_or_default()
+            .as_bytes(),
+    )
+    .into_iter()
+    .filter(|p| p.starts_with('/'))
+    .collect();
+    if let Some(exe) = executable_of(cmd) {
+        for (name, path) in crate::probe::linker::Linker::from_env().closure(&exe, table) {
+            if table
+                .entries()
+                .iter()
+                .any(|e| gpu_trace_core::api::symbols::library_matches(&e.library, &name))
+            {
+                paths.push(path.to_string_lossy().into_owned());
+            }
+        }
+    }
+    paths
+        .into_iter()
+        .filter_map(|p| {
+            let real = std::fs::canonicalize(&p).ok()?;
+            let real = decode_lossless(real.as_os_str().as_bytes());
+            let defines = libraries::defines_of(std::path::Path::new(&real), table);
+            (!defines.is_empty()).then_some((real, defines))
+        })
+        .collect()
 }

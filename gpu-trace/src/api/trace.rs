@@ -6,10 +6,8 @@
 //! first calls are seen; every interval rescans each target's maps and attaches new libraries.
 
 use std::collections::HashSet;
-use std::ffi::OsString;
 use std::io::Write as _;
 use std::os::fd::{AsFd as _, AsRawFd as _};
-use std::os::unix::ffi::OsStrExt as _;
 use std::time::{Duration, Instant};
 
 use aya::{
@@ -30,7 +28,7 @@ use super::attach::{Attacher, load_programs};
 use super::stuck::Symbolizer;
 use super::{ApiError, symbol_table};
 use crate::cli::{ApiArgs, ApiFormat, kernel_comm};
-use crate::launch::{self, executable_of, reap};
+use crate::launch::{self, reap};
 use crate::loader::trampoline::run_stats;
 use crate::probe::cgroup::{CgroupResolver, Subtree, process_v2_path};
 use crate::probe::libraries;
@@ -97,11 +95,6 @@ impl Tracer {
             symbolizer: Symbolizer::default(),
             stuck_seen: HashSet::new(),
         })
-    }
-
-    fn attach_file(&mut self, pid: u32, path: &str, file: &str, symbols: &[String]) -> usize {
-        self.at
-            .attach_file(&mut self.ebpf, pid, path, file, symbols)
     }
 
     fn scan(&mut self, pid: u32) -> Option<usize> {
@@ -339,43 +332,6 @@ impl Tracer {
     }
 }
 
-/// The libraries a command started now loads at start that define table symbols, before it
-/// runs: `LD_PRELOAD`'s files, and the table's libraries in the `DT_NEEDED` closure of the
-/// command's executable, found as its dynamic linker finds them (`probe::linker`: RPATH with
-/// `$ORIGIN`, `LD_LIBRARY_PATH`, RUNPATH, the cache). Libraries it `dlopen`s later (Python's
-/// CUDA runtime) are attached at the next rescan: a cached runtime the command never loads gets no probes
-/// (each costs its removal later, docs/api.md).
-fn launch_candidates(table: &SymbolTable, cmd: &OsString) -> Vec<(String, Vec<String>)> {
-    let mut paths: Vec<String> = libraries::split_preload(
-        std::env::var_os("LD_PRELOAD")
-            .unwrap_or_default()
-            .as_bytes(),
-    )
-    .into_iter()
-    .filter(|p| p.starts_with('/'))
-    .collect();
-    if let Some(exe) = executable_of(cmd) {
-        for (name, path) in crate::probe::linker::Linker::from_env().closure(&exe, table) {
-            if table
-                .entries()
-                .iter()
-                .any(|e| gpu_trace_core::api::symbols::library_matches(&e.library, &name))
-            {
-                paths.push(path.to_string_lossy().into_owned());
-            }
-        }
-    }
-    paths
-        .into_iter()
-        .filter_map(|p| {
-            let real = std::fs::canonicalize(&p).ok()?;
-            let real = decode_lossless(real.as_os_str().as_bytes());
-            let defines = libraries::defines_of(std::path::Path::new(&real), table);
-            (!defines.is_empty()).then_some((real, defines))
-        })
-        .collect()
-}
-
 /// Two descriptors per probed symbol (entry and return), a hundred symbols in libcuda alone: a
 /// soft limit of 1024 open files (a common default) leaves no room for PyTorch's runtimes. The
 /// soft limit goes up to the hard one, as other tracers do.
@@ -413,14 +369,9 @@ pub fn trace(args: &ApiArgs) -> Result<Traced, TraceError> {
     let mut child = None;
     if !args.command.is_empty() {
         let launched = launch::fork_waiting(&args.command, None)?;
-        for (path, symbols) in launch_candidates(&table, &args.command[0]) {
-            tracer.attach_file(launched.pid, &path, &path, &symbols);
-        }
-        // The command inherits LD_PRELOAD: its files are marked before the first rescan.
-        let preload = std::env::var_os("LD_PRELOAD").unwrap_or_default();
-        for path in libraries::split_preload(preload.as_bytes()) {
-            tracer.at.mark_preload(launched.pid, &path);
-        }
+        tracer
+            .at
+            .attach_launch(&mut tracer.ebpf, launched.pid, &args.command[0]);
         targets.insert(launched.pid);
         child = Some(launched.pid);
         launched.release();

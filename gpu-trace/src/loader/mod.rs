@@ -511,6 +511,17 @@ impl Tracer {
         api.attach_pids(&mut self.ebpf, pids)
     }
 
+    /// `--api -- CMD`: the probes of the command's start-up libraries, by path, before its
+    /// exec ([`crate::api::attach::Attacher::attach_launch`]).
+    pub fn attach_api_launch(
+        &mut self,
+        api: &mut crate::api::attach::Attacher,
+        pid: u32,
+        cmd: &std::ffi::OsString,
+    ) -> usize {
+        api.attach_launch(&mut self.ebpf, pid, cmd)
+    }
+
     /// The ring buffer the programs write records into. Can be taken once.
     pub fn take_ring_buffer(&mut self) -> Result<RingBuf<MapData>, LoadError> {
         let map = self

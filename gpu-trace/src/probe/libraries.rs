@@ -135,6 +135,11 @@ impl Reader {
         }
     }
 
+    /// The symbol table it reads libraries against.
+    pub fn table(&self) -> &SymbolTable {
+        &self.table
+    }
+
     /// Everything `--resolve` says about `pid`.
     pub fn read(&mut self, pid: u32) -> Result<ProcessReport, ReadError> {
         let proc_dir = format!("/proc/{pid}");

@@ -77,3 +77,24 @@ pub fn toolchain(test: &str) -> Option<(PathBuf, tempfile::TempDir, PathBuf)> {
     let root = std::fs::canonicalize(dir.path()).unwrap();
     Some((hip, dir, root))
 }
+
+/// The stand-in `libcuda.so.1` (tests/api/fake_cuda.c: its calls issue RM-shaped schedules on
+/// the watched device) and `libcudart.so.12` (fake_cudart.c) built in a new directory, with
+/// the client tests/api/`client` linked to both (DT_NEEDED, RPATH) as `client`; the directory
+/// and its canonical path. `None`, after SKIPPED, where the test cannot run here.
+pub fn fake_cuda(test: &str, client: &str) -> Option<(tempfile::TempDir, PathBuf)> {
+    if !uprobes(test) || !c_compiler(test) {
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let lib_dir = format!("-L{}", root.display());
+    let rpath = format!("-Wl,-rpath,{}", root.display());
+    let shared = ["-shared", "-fPIC"];
+    cc(&root, "fake_cuda.c", "libcuda.so.1", &shared);
+    let cuda = [&shared[..], &[&lib_dir, "-l:libcuda.so.1"]].concat();
+    cc(&root, "fake_cudart.c", "libcudart.so.12", &cuda);
+    let both = [&lib_dir, "-l:libcuda.so.1", "-l:libcudart.so.12", &rpath];
+    cc(&root, client, "client", &both);
+    Some((dir, root))
+}
