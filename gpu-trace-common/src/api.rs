@@ -125,7 +125,7 @@ const _: () =
     assert!(size_of::<ApiRecursionRecord>() == size_of::<RecordHeader>() + 16 + 8 * API_STACK_MAX);
 
 /// [`crate::record_kind::API_TAG`]: the innermost call open on the thread and the one outside
-/// it, sent by the NVIDIA ioctl programs just before their own record, with the same header
+/// it, sent by the ioctl programs (NVIDIA and AMD KFD) just before their own record, with the same header
 /// (kind aside): userspace pairs the two by thread and time.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

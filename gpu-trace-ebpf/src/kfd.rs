@@ -16,6 +16,7 @@ use gpu_trace_common::{
 };
 
 use crate::{
+    api_tag::api_tag,
     cgroup,
     maps::{self, TRACK_KFD},
     pipe::{header, reserve, send, submit},
@@ -70,6 +71,8 @@ pub(crate) struct KfdCallHead {
 pub(crate) fn emit_kfd(head: KfdCallHead, args: u64, tgid: u32) {
     let len = amd::capture_len(head.nr, head.arg_size);
     cgroup::note(tgid);
+    let hdr = header(record_kind::KFD_IOCTL);
+    api_tag(&hdr);
     let Some(mut entry) = reserve::<KfdIoctlRecord>() else {
         return;
     };
@@ -78,7 +81,7 @@ pub(crate) fn emit_kfd(head: KfdCallHead, args: u64, tgid: u32) {
     // SAFETY: `rec` points at a reserved, exclusively owned record of the right size; every
     // field is written before submit.
     unsafe {
-        (*rec).hdr = header(record_kind::KFD_IOCTL);
+        (*rec).hdr = hdr;
         (*rec).ret = head.ret;
         (*rec).fd = head.fd;
         (*rec).ioctl_cmd = head.ioctl_cmd;

@@ -31,6 +31,7 @@
 #![no_std]
 #![no_main]
 
+mod api_tag;
 mod cgroup;
 mod config;
 mod kernel;

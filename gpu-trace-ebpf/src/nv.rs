@@ -8,17 +8,16 @@ use aya_ebpf::helpers::{
     bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_probe_read_user, generated,
 };
 use gpu_trace_common::{
-    NV_PARAMS_MAX, NV_SUB_MAX, NvIoctlRecord, RecordHeader,
-    api::{API_STACK_MAX, ApiTagRecord},
-    counter, nv_entry_bits, nv_flags,
+    NV_PARAMS_MAX, NV_SUB_MAX, NvIoctlRecord, RecordHeader, counter, nv_entry_bits, nv_flags,
     nvidia::{self, escape, off},
     record_kind,
 };
 
 use crate::{
+    api_tag::api_tag,
     cgroup,
     config::nv_entry_serves,
-    maps::{self, API_OPEN, NV_FILES, NvFile, TRACK_NV},
+    maps::{self, NV_FILES, NvFile, TRACK_NV},
     pipe::{bump, header, reserve, send, submit},
 };
 
@@ -232,43 +231,6 @@ pub(crate) fn handle_nv_ioctl(
     if nv_entry_serves(nv_entry_bits::RELEASE) {
         note_file(file, tgid, fd);
     }
-}
-
-/// `gpu-trace --api`: the API calls open on this thread (`API_OPEN`, kept by the uprobes of
-/// `probes/api_call.rs`), the innermost and the one outside it, sent as an `API_TAG` with the
-/// driver record's header just before that record. A plain lookup and a bounded copy, sent
-/// without a reservation (`pipe::send`: none is held on the way to the record's own), and the
-/// cookies copied are never branched on, so that the verifier's paths join again after it.
-/// Without `--api` the map is empty and nothing is sent.
-#[inline(always)]
-fn api_tag(hdr: &RecordHeader) {
-    let id = bpf_get_current_pid_tgid();
-    let Some(stack) = API_OPEN.get_ptr(id) else {
-        return;
-    };
-    // SAFETY: map value pointer, read only; the thread's own uprobes are the only writers.
-    let stack = unsafe { &*stack };
-    let depth = stack.depth;
-    if depth == 0 {
-        return;
-    }
-    let kept = (depth as usize).min(API_STACK_MAX);
-    let inner = stack.frames[(kept - 1) & (API_STACK_MAX - 1)].cookie;
-    let outer = if kept > 1 {
-        stack.frames[(kept - 2) & (API_STACK_MAX - 1)].cookie
-    } else {
-        0
-    };
-    send(&ApiTagRecord {
-        hdr: RecordHeader {
-            kind: record_kind::API_TAG,
-            ..*hdr
-        },
-        inner,
-        outer,
-        depth,
-        _pad: 0,
-    });
 }
 
 /// Remembers the first (process, fd) a traced call used `file` through, for the release handler

@@ -97,22 +97,12 @@ impl Sources {
         events: &mut Vec<Event>,
     ) -> Option<Fact> {
         match record {
-            RawRecord::NvIoctl(_) => {
-                // The API call open on the thread (`--api`), for every event of this call.
-                let open = self.api_open.take(&origin);
-                let first = events.len();
-                let fact = self.nvidia.observe_record(origin, record, events);
-                if let Some(open) = open {
-                    for ev in &mut events[first..] {
-                        ev.api = Some(open.clone());
-                    }
-                }
-                fact
-            }
+            RawRecord::NvIoctl(_) => self.with_api(origin, record, events, Driver::Nvidia),
             RawRecord::NvSched(_) | RawRecord::FdClose(_) => {
                 self.nvidia.observe_record(origin, record, events)
             }
-            RawRecord::KfdIoctl(_) | RawRecord::KfdQueue(_) | RawRecord::Deep(_) => {
+            RawRecord::KfdIoctl(_) => self.with_api(origin, record, events, Driver::Amd),
+            RawRecord::KfdQueue(_) | RawRecord::Deep(_) => {
                 self.amd.observe_record(origin, record, events)
             }
             RawRecord::ProcessExit(_) => {
@@ -135,6 +125,29 @@ impl Sources {
             | RawRecord::ApiSymbol(_)
             | RawRecord::ApiStats(_) => None,
         }
+    }
+
+    /// A driver call's record to `driver`'s source; every event it makes carries the API call
+    /// open on the thread when it was made (`--api`: the thread's waiting `API_CONTEXT`).
+    fn with_api(
+        &mut self,
+        origin: Origin,
+        record: &RawRecord,
+        events: &mut Vec<Event>,
+        driver: Driver,
+    ) -> Option<Fact> {
+        let open = self.api_open.take(&origin);
+        let first = events.len();
+        let fact = match driver {
+            Driver::Nvidia => self.nvidia.observe_record(origin, record, events),
+            Driver::Amd => self.amd.observe_record(origin, record, events),
+        };
+        if let Some(open) = open {
+            for ev in &mut events[first..] {
+                ev.api = Some(open.clone());
+            }
+        }
+        fact
     }
 
     /// The events of one record ([`observe`](Self::observe) into a new `Vec`; tests).
@@ -366,4 +379,11 @@ mod tests {
         let reasons: Vec<&str> = s.unreported().into_keys().collect();
         assert_eq!(reasons, ["unknown_handle", "unknown_queue"]);
     }
+}
+
+/// Whose ioctl record [`Sources::with_api`] routes.
+#[derive(Clone, Copy)]
+enum Driver {
+    Nvidia,
+    Amd,
 }
