@@ -622,7 +622,7 @@ fn api_layer(
     }
     let mut pids = args.output.pids.clone();
     pids.extend(command);
-    crate::api::attach::for_trace(tracer, &pids, &args.output.comms)
+    crate::api::attach::for_trace(tracer, &pids, &args.output.comms, args.api_calls)
         .map(Some)
         .map_err(|e| RunError::Unsupported(e.to_string()))
 }

@@ -314,6 +314,7 @@ use chrono::{Datelike as _, SecondsFormat, Timelike as _};
 use serde::Serialize;
 use std::borrow::Cow;
 
+use crate::api::names::ApiEvent;
 use crate::escape;
 use crate::event::{Event, Hex8, Origin};
 use crate::inventory::Inventory;
@@ -321,7 +322,7 @@ use crate::model::gpus::GpuIdentity;
 use crate::model::stats::{EngineStats, KernelCounters, ProcessStats, Stats, TaskStats};
 use crate::model::workload::Attribution;
 use crate::output::clock::Clock;
-use crate::sink::{Enriched, RunEnd, Sink, SinkError};
+use crate::sink::{ApiEnriched, Enriched, RunEnd, Sink, SinkError};
 
 /// Appends the JSON line of `ev` to `out` (no newline), as described in the
 /// [module documentation](self): with the GPU the task is on and the process's cgroup, each when
@@ -375,6 +376,71 @@ pub fn write_event(
         field(out, "cgroup", &a.json_fields());
     }
     out.push(b'}');
+}
+
+/// Appends the JSON line of an API record of the main trace (`gpu-trace --api`; no newline):
+/// `event` (`"API_CALL"` or `"API_RECURSION"`), `time` and the origin's fields as for a driver
+/// event, then `symbol` and `library` and the record's own fields, and `cgroup` when known
+/// (module documentation, "API records of the main trace"). False (nothing appended) for a
+/// process's sums (`API_STATS`: the statistics carry them).
+pub fn write_api(out: &mut Vec<u8>, ev: &ApiEnriched<'_>, clock: &Clock) -> bool {
+    let (name, tid, comm, site) = match ev.event {
+        ApiEvent::Call(e) => ("API_CALL", e.tid, &e.comm, &e.site),
+        ApiEvent::Recursion(e) => ("API_RECURSION", e.tid, &e.comm, &e.site),
+        ApiEvent::Stats(_) => return false,
+    };
+    out.extend_from_slice(b"{\"event\":\"");
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b"\",\"time\":");
+    UtcMicros::at(clock, ev.ts_ns).write_quoted(out);
+    let origin = Origin {
+        ts_ns: ev.ts_ns,
+        cpu: ev.cpu,
+        pid: ev.event.pid(),
+        tid,
+        comm: comm.as_str().into(),
+    };
+    write_origin(out, &origin);
+    splice_object(out, &SiteJson::of(site));
+    match ev.event {
+        ApiEvent::Call(e) => {
+            field(out, "duration_ns", &e.duration_ns);
+            field(out, "ret", &(e.ret as u32 as i32));
+            field(out, "depth", &e.depth);
+            if let Some(c) = &e.caller {
+                field(out, "caller", &SiteJson::of(c));
+            }
+        }
+        ApiEvent::Recursion(e) => {
+            field(out, "why", crate::api::events::why(e));
+            field(out, "depth", &e.depth);
+            let chain: Vec<SiteJson<'_>> = e.chain.iter().map(SiteJson::of).collect();
+            field(out, "chain", &chain);
+        }
+        ApiEvent::Stats(_) => {}
+    }
+    if let Some(a) = ev.cgroup {
+        field(out, "cgroup", &a.json_fields());
+    }
+    out.push(b'}');
+    true
+}
+
+/// A call site as JSON, `symbol` then `library` (names from the traced process: UTF-8 shown
+/// lossily; [`escape::write_json`] writes them terminal-safe).
+#[derive(Serialize)]
+struct SiteJson<'a> {
+    symbol: Cow<'a, str>,
+    library: Cow<'a, str>,
+}
+
+impl<'a> SiteJson<'a> {
+    fn of(site: &'a crate::api::events::Site) -> Self {
+        Self {
+            symbol: escape::lossy(&site.symbol),
+            library: escape::lossy(&site.library),
+        }
+    }
 }
 
 /// `,"KEY":` and `value` (`key` is one of this file's ASCII names: nothing to escape).
@@ -484,6 +550,15 @@ impl<W: std::io::Write> Sink for JsonSink<W> {
     fn event(&mut self, ev: &Enriched<'_>) -> Result<(), SinkError> {
         self.buf.clear();
         write_event(&mut self.buf, ev.event, &self.clock, ev.gpu, ev.cgroup);
+        self.buf.push(b'\n');
+        self.out.write_all(&self.buf).map_err(SinkError::Output)
+    }
+
+    fn api(&mut self, ev: &ApiEnriched<'_>) -> Result<(), SinkError> {
+        self.buf.clear();
+        if !write_api(&mut self.buf, ev, &self.clock) {
+            return Ok(());
+        }
         self.buf.push(b'\n');
         self.out.write_all(&self.buf).map_err(SinkError::Output)
     }

@@ -60,9 +60,10 @@ use std::{
 use chrono::SecondsFormat;
 use serde_json::{Map, Value, json};
 
+use crate::api::names::ApiEvent;
 use crate::inventory::{Inventory, MpsRole};
 use crate::model::workload::Attribution;
-use crate::sink::{Enriched, RunEnd, Sink, SinkError};
+use crate::sink::{ApiEnriched, Enriched, RunEnd, Sink, SinkError};
 use crate::{
     event::{Event, EventKind, TaskId},
     output::clock::Clock,
@@ -166,6 +167,9 @@ pub struct PerfettoWriter<W: Write> {
     /// but without their step down (said in `otherData`).
     rate_window_full: u64,
     next_flow: u64,
+    /// Thread tracks named (`gpu-trace --api`: the calling threads' tracks), at most
+    /// [`MAX_TRACKS`]; later ones are drawn unnamed.
+    threads_named: HashSet<u32>,
 }
 
 /// At most this many `SCHEDULE`s of one GPU within a second are remembered for their step down
@@ -290,6 +294,17 @@ impl Sink for PerfettoSink {
         written.map_err(SinkError::Perfetto)
     }
 
+    fn api(&mut self, ev: &ApiEnriched<'_>) -> Result<(), SinkError> {
+        let Some(w) = self.writer.as_mut() else {
+            return Ok(());
+        };
+        let process = match ev.cgroup.and_then(Attribution::group) {
+            Some(group) => format!("{} [{group}]", ev.process),
+            None => ev.process.to_string(),
+        };
+        w.api(ev, &process).map_err(SinkError::Perfetto)
+    }
+
     fn finish(&mut self, end: &RunEnd<'_>) -> Result<(), SinkError> {
         let Some(w) = self.writer.take() else {
             return Ok(());
@@ -343,6 +358,7 @@ impl<W: Write> PerfettoWriter<W> {
             schedules: BTreeMap::new(),
             rate_window_full: 0,
             next_flow: 0,
+            threads_named: HashSet::new(),
         })
     }
 
@@ -694,6 +710,12 @@ impl<W: Write> PerfettoWriter<W> {
         self.name_process(pid, process_name)?;
         let task = ev.kind.task();
         let fields = self.fields(ev);
+        if ev.api.is_some() {
+            // Inside an API call: also on the thread's own track, where the call's slice is.
+            let o = &ev.origin;
+            self.name_thread(pid, o.tid, &o.comm)?;
+            self.thread_instant(ts, (pid, o.tid), ev.kind.name(), fields.clone())?;
+        }
         if matches!(task, TaskId::KfdNoQueue) {
             return self.process_instant(ts, pid, ev.kind.name(), fields);
         }
@@ -750,6 +772,88 @@ impl<W: Write> PerfettoWriter<W> {
             }
         }
         Ok(())
+    }
+
+    /// Names thread `tid`'s track (`thread_name`: its name, escaped) the first time it is
+    /// drawn on, up to [`MAX_TRACKS`] threads.
+    fn name_thread(&mut self, pid: u32, tid: u32, comm: &str) -> io::Result<()> {
+        if self.threads_named.len() < MAX_TRACKS as usize && self.threads_named.insert(tid) {
+            let name = crate::escape::escape_text(comm);
+            self.metadata("thread_name", pid, tid, &name)?;
+        }
+        Ok(())
+    }
+
+    /// A thread-scoped instant on the calling thread's own track (`gpu-trace --api`): a
+    /// driver event made inside an API call, which so nests in that call's slice, or an
+    /// `API_RECURSION`.
+    fn thread_instant(
+        &mut self,
+        ts_ns: u64,
+        (pid, tid): (u32, u32),
+        name: &str,
+        args: Value,
+    ) -> io::Result<()> {
+        let line = format!(
+            "{{\"ph\":\"i\",\"ts\":{},\"pid\":{pid},\"tid\":{tid},\"name\":{},\"cat\":\"{CATEGORY}\",\"s\":\"t\",\"args\":{}}}",
+            ts_us(ts_ns),
+            Value::from(name),
+            without_arrays(args)
+        );
+        self.write_event(&line)
+    }
+
+    /// An API record of the main trace (`gpu-trace --api`) on its thread's track: an
+    /// `API_CALL` as a complete slice (`ph: "X"`) from its entry (the record's time, its
+    /// return, less its duration) to its return, named after the symbol; an `API_RECURSION`
+    /// as an instant. A thread's calls nest by construction (an inner call returns first and
+    /// is written first: Perfetto sorts by `ts`). `process_name` names the process's track
+    /// group. A process's sums (`API_STATS`) are not drawn.
+    pub fn api(&mut self, ev: &ApiEnriched<'_>, process_name: &str) -> io::Result<()> {
+        use crate::api::events::site_text;
+        let (tid, comm) = match ev.event {
+            ApiEvent::Call(e) => (e.tid, &e.comm),
+            ApiEvent::Recursion(e) => (e.tid, &e.comm),
+            ApiEvent::Stats(_) => return Ok(()),
+        };
+        let pid = ev.event.pid();
+        self.name_process(pid, process_name)?;
+        self.name_thread(pid, tid, comm)?;
+        let mut args = json!({
+            "time": self.clock.utc(ev.ts_ns).to_rfc3339_opts(SecondsFormat::Micros, true),
+            "ts_ns": ev.ts_ns,
+            "cpu": ev.cpu,
+            "tid": tid,
+            "comm": crate::escape::lossy(comm),
+        });
+        match ev.event {
+            ApiEvent::Call(e) => {
+                args["library"] = crate::escape::lossy(&e.site.library).into();
+                args["caller"] = e.caller.as_ref().map(site_text).into();
+                args["ret"] = (e.ret as u32 as i32).into();
+                args["depth"] = e.depth.into();
+                args["duration_ns"] = e.duration_ns.into();
+                let begin = ev.ts_ns.saturating_sub(e.duration_ns);
+                let line = format!(
+                    "{{\"ph\":\"X\",\"ts\":{},\"dur\":{},\"pid\":{pid},\"tid\":{tid},\"name\":{},\"cat\":\"{CATEGORY}\",\"args\":{}}}",
+                    ts_us(begin),
+                    ts_us(ev.ts_ns - begin),
+                    Value::from(crate::escape::escape_text(&e.site.symbol)),
+                    without_arrays(args)
+                );
+                self.write_event(&line)
+            }
+            ApiEvent::Recursion(e) => {
+                args["symbol"] = crate::escape::lossy(&e.site.symbol).into();
+                args["library"] = crate::escape::lossy(&e.site.library).into();
+                args["why"] = crate::api::events::why(e).into();
+                args["depth"] = e.depth.into();
+                let chain: Vec<String> = e.chain.iter().map(site_text).collect();
+                args["chain"] = chain.join(" > ").into();
+                self.thread_instant(ev.ts_ns, (pid, tid), "API_RECURSION", args)
+            }
+            ApiEvent::Stats(_) => Ok(()),
+        }
     }
 
     /// `schedules/s GPU N` at a `SCHEDULE` at `ts_ns`: the steps down of the schedules that

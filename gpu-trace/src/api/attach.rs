@@ -347,16 +347,17 @@ impl TraceApi {
 
 /// `gpu-trace --api`: the uprobes loaded into the main trace's object and attached to the
 /// processes `pids`/`comms` name (again at each [`TraceApi::rescan`]); says on stderr how many
-/// map a GPU API library.
+/// map a GPU API library. `calls` (`--api-calls`): an `API_CALL` record per completed call.
 pub fn for_trace(
     tracer: &mut crate::loader::Tracer,
     pids: &[u32],
     comms: &[String],
+    calls: bool,
 ) -> Result<TraceApi, TraceApiError> {
     if pids.is_empty() && comms.is_empty() {
         return Err(TraceApiError::NoTarget);
     }
-    tracer.load_api().map_err(TraceApiError::Load)?;
+    tracer.load_api(calls).map_err(TraceApiError::Load)?;
     let mut api = TraceApi {
         attacher: Attacher::new(SymbolTable::builtin()),
         pids: pids.to_vec(),
