@@ -228,6 +228,48 @@ pub fn stuck_json(e: &StuckEvent) -> String {
     json_line("API_STUCK", e.pid, e.tid, &e.comm, &e.site, rest)
 }
 
+/// API events for the output modules' tests.
+#[cfg(test)]
+pub(crate) mod samples {
+    use super::*;
+
+    pub fn site(symbol: &str, library: &str) -> Site {
+        Site {
+            library: library.into(),
+            symbol: symbol.into(),
+        }
+    }
+
+    /// `cuCtxCreate_v4@LIBRARY` from `cudaMalloc@libcudart.so.12`, pid 4242, tid 4243,
+    /// 12.345 µs, returning 0.
+    pub fn call(comm: &str, library: &str) -> CallEvent {
+        CallEvent {
+            pid: 4242,
+            tid: 4243,
+            comm: comm.into(),
+            site: site("cuCtxCreate_v4", library),
+            preload: false,
+            caller: Some(site("cudaMalloc", "libcudart.so.12")),
+            duration_ns: 12_345,
+            ret: 0,
+            depth: 1,
+        }
+    }
+
+    /// `cuInit@shim.so` re-entered on pid 4242's thread 4243.
+    pub fn recursion(comm: &str) -> RecursionEvent {
+        RecursionEvent {
+            pid: 4242,
+            tid: 4243,
+            comm: comm.into(),
+            site: site("cuInit", "shim.so"),
+            depth: 2,
+            past_cap: false,
+            chain: vec![site("cuInit", "shim.so")],
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1560,4 +1560,82 @@ mod tests {
                 "run_state": "disabled"})
         );
     }
+
+    /// `gpu-trace --api`'s JSON lines: the driver events' common fields, then the call site
+    /// and the record's own fields in the documented order; names terminal-safe, exact once
+    /// parsed.
+    #[test]
+    fn api_lines_have_the_common_fields_then_the_call() {
+        use crate::api::events::samples;
+        use crate::api::names::ApiEvent;
+        let lib = "/tmp/\u{1b}[2Jlib.so";
+        let call = ApiEvent::Call(samples::call("python3", lib));
+        let rec = ApiEvent::Recursion(samples::recursion("python3"));
+        let line = |event: &ApiEvent| {
+            let ev = ApiEnriched {
+                event,
+                ts_ns: 1_000,
+                cpu: 3,
+                process: "python3",
+                cgroup: None,
+                trace_start_ns: 0,
+            };
+            let mut out = Vec::new();
+            write_api(&mut out, &ev, &clock()).then(|| String::from_utf8(out).unwrap())
+        };
+        let text = line(&call).unwrap();
+        assert!(!text.contains('\u{1b}'), "{text}");
+        let v = parse(&text);
+        let order = [
+            "event",
+            "time",
+            "ts_ns",
+            "cpu",
+            "pid",
+            "tid",
+            "comm",
+            "symbol",
+            "library",
+            "duration_ns",
+            "ret",
+            "depth",
+            "caller",
+        ];
+        assert_eq!(keys(&v).len(), order.len(), "{text}");
+        let at: Vec<usize> = order
+            .iter()
+            .map(|k| text.find(&format!("\"{k}\":")).unwrap())
+            .collect();
+        assert!(at.windows(2).all(|w| w[0] < w[1]), "{text}");
+        assert_eq!(
+            (v["event"] == "API_CALL", v["ts_ns"] == 1_000),
+            (true, true)
+        );
+        assert_eq!(
+            (v["pid"] == 4242, v["tid"] == 4243, v["cpu"] == 3),
+            (true, true, true)
+        );
+        assert_eq!(v["library"], lib);
+        assert_eq!(
+            v["caller"],
+            serde_json::json!({"symbol": "cudaMalloc", "library": "libcudart.so.12"})
+        );
+        let v = parse(&line(&rec).unwrap());
+        assert_eq!(v["why"], "re-entered");
+        assert_eq!(
+            v["chain"],
+            serde_json::json!([{"symbol": "cuInit", "library": "shim.so"}])
+        );
+        let stats = ApiEvent::Stats(crate::api::stats::CallStats {
+            pid: 1,
+            library: String::new(),
+            preload: false,
+            symbol: String::new(),
+            calls: 0,
+            errors: 0,
+            total_ns: 0,
+            hist: vec![],
+        });
+        assert_eq!(line(&stats), None);
+    }
 }

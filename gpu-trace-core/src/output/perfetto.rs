@@ -1107,6 +1107,102 @@ mod tests {
         assert!(on_gpu.iter().all(|e| e["ts"].as_f64() == Some(3.0)));
     }
 
+    /// `gpu-trace --api`: calls arrive in return order (inner first) and become complete
+    /// slices on the calling thread's track, from entry (return less duration) to return; a
+    /// driver event inside a call is also an instant on that track, inside the call's slice;
+    /// the thread's track is named once; a process's sums are not drawn.
+    #[test]
+    fn api_calls_are_slices_on_the_thread_track_with_driver_events_inside() {
+        use crate::api::{events::samples, names::ApiEvent};
+        use crate::sink::ApiEnriched;
+        let mut w = PerfettoWriter::new(Vec::new(), Clock::new(0)).unwrap();
+        let inner = samples::call("python3", "libcuda.so.1");
+        let mut outer = inner.clone();
+        outer.site = samples::site("cudaMalloc", "libcudart.so.12");
+        (outer.caller, outer.depth, outer.duration_ns) = (None, 0, 40_000);
+        let mut sched = schedule(20_000, 4242, 0x5c00_0015);
+        sched.origin.tid = 4243;
+        sched.api = Some(crate::event::ApiOpen {
+            call: crate::event::ApiCall {
+                symbol: "cuCtxCreate_v4".into(),
+                library: "libcuda.so.1".into(),
+            },
+            caller: None,
+            depth: 2,
+        });
+        w.event(&sched, "python3", 0).unwrap();
+        let stats = ApiEvent::Stats(crate::api::stats::CallStats {
+            pid: 4242,
+            library: String::new(),
+            preload: false,
+            symbol: String::new(),
+            calls: 1,
+            errors: 0,
+            total_ns: 0,
+            hist: vec![],
+        });
+        for (event, ts_ns) in [
+            (ApiEvent::Call(inner), 25_000),
+            (ApiEvent::Call(outer), 50_000),
+            (stats, 60_000),
+        ] {
+            let ev = ApiEnriched {
+                event: &event,
+                ts_ns,
+                cpu: 1,
+                process: "python3",
+                cgroup: None,
+                trace_start_ns: 0,
+            };
+            w.api(&ev, "python3").unwrap();
+        }
+        let text = String::from_utf8(w.finish(60_000, &[]).unwrap()).unwrap();
+        let v: Value = serde_json::from_str(&text).unwrap();
+        let on_thread: Vec<&Value> = v["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["pid"] == 4242 && e["tid"] == 4243)
+            .collect();
+        let thread_names: Vec<_> = on_thread.iter().filter(|e| e["ph"] == "M").collect();
+        assert_eq!(thread_names.len(), 1, "{text}");
+        assert_eq!(thread_names[0]["args"]["name"], "python3");
+        let slices: Vec<(f64, f64, &str)> = on_thread
+            .iter()
+            .filter(|e| e["ph"] == "X")
+            .map(|e| {
+                (
+                    e["ts"].as_f64().unwrap(),
+                    e["dur"].as_f64().unwrap(),
+                    e["name"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            slices,
+            [
+                (12.655, 12.345, "cuCtxCreate_v4"),
+                (10.0, 40.0, "cudaMalloc")
+            ]
+        );
+        let instant: Vec<_> = on_thread.iter().filter(|e| e["ph"] == "i").collect();
+        assert_eq!(instant.len(), 1, "{text}");
+        assert_eq!(
+            (&instant[0]["name"], &instant[0]["s"]),
+            (&json!("SCHEDULE"), &json!("t"))
+        );
+        assert_eq!(instant[0]["ts"], 20.0);
+        let ctx = on_thread
+            .iter()
+            .find(|e| e["name"] == "cuCtxCreate_v4")
+            .unwrap();
+        assert_eq!(ctx["args"]["caller"], "cudaMalloc@libcudart.so.12");
+        assert_eq!(
+            (ctx["args"]["depth"] == 1, ctx["args"]["ret"] == 0),
+            (true, true)
+        );
+    }
+
     #[test]
     fn an_event_inside_an_api_call_names_it_in_its_args() {
         let mut e = schedule(2_000, 42, 0x5c00_0015);

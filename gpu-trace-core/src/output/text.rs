@@ -1379,4 +1379,56 @@ mod tests {
             assert!(!l.contains('\n'));
         }
     }
+
+    /// `gpu-trace --api`'s lines: the driver lines' time, CPU, name, PID and thread-name
+    /// columns, then the API fields; names from the traced process escaped; a process's sums
+    /// print nothing here (the statistics do).
+    #[test]
+    fn api_lines_take_the_driver_lines_columns_and_escape_names() {
+        use crate::api::events::samples;
+        let (clock, tz) = fixed();
+        let f = TextFormatter::default();
+        let line = |event: &ApiEvent| {
+            let ev = ApiEnriched {
+                event,
+                ts_ns: T0,
+                cpu: 1,
+                process: "python3",
+                cgroup: None,
+                trace_start_ns: T0,
+            };
+            let mut line = String::new();
+            f.write_api(&ev, &clock, &tz, &mut line).then_some(line)
+        };
+        assert_eq!(
+            line(&ApiEvent::Call(samples::call("python3", "libcuda.so.1"))).unwrap(),
+            "23:00:24.561798 [CPU01] API_CALL     PID=4242   python3          tid=4243 \
+             cuCtxCreate_v4@libcuda.so.1 = 0 <12.345 us> depth=1 caller=cudaMalloc@libcudart.so.12"
+        );
+        assert_eq!(
+            line(&ApiEvent::Recursion(samples::recursion("python3"))).unwrap(),
+            "23:00:24.561798 [CPU01] API_RECURSION PID=4242   python3          tid=4243 \
+             cuInit@shim.so why=re-entered depth=2 chain=cuInit@shim.so"
+        );
+        let hostile = line(&ApiEvent::Call(samples::call(
+            "py\u{1b}]0;x\u{7}",
+            "/tmp/\u{202e}\u{1b}[2Jlib.so",
+        )))
+        .unwrap();
+        assert!(
+            !hostile.contains(['\u{1b}', '\u{7}', '\u{202e}']),
+            "{hostile:?}"
+        );
+        let stats = ApiEvent::Stats(crate::api::stats::CallStats {
+            pid: 4242,
+            library: "libcuda.so.1".into(),
+            preload: false,
+            symbol: "cuInit".into(),
+            calls: 1,
+            errors: 0,
+            total_ns: 1,
+            hist: vec![0; 40],
+        });
+        assert_eq!(line(&stats), None);
+    }
 }
