@@ -360,6 +360,25 @@ fn api_attaches_a_comm_process_started_after_the_trace() {
     assert_eq!(ev["api"]["caller"]["symbol"], "cudaMalloc", "{ev}");
 }
 
+/// The calls client started with `n` calls to make; its pid.
+fn start_calls_client(root: &Path, n: u32) -> (Child, BufReader<ChildStdout>, u32) {
+    let mut cmd = Command::new(root.join("calls_client"));
+    cmd.arg(n.to_string());
+    start_command(cmd)
+}
+
+/// `gpu-trace --watch-device /dev/full --api --pid PID --format json EXTRA…` attached.
+fn trace_api_of(test: &str, pid: u32, extra: &[&str]) -> Traced {
+    let pid = pid.to_string();
+    let args = [
+        &["--watch-device", "/dev/full", "--api", "--pid", &pid][..],
+        &["--format", "json"],
+        extra,
+    ]
+    .concat();
+    Traced::start(&args).unwrap_or_else(|e| panic!("{test}: {e}"))
+}
+
 /// `--api-calls` needs `--api`: a usage error (exit 2) that names it, before anything loads.
 #[test]
 fn api_calls_without_api_is_a_usage_error() {
@@ -429,27 +448,17 @@ fn api_calls_are_one_line_per_call_live_replayed_and_in_perfetto() {
     let Some((_dir, root)) = build(test) else {
         return;
     };
-    let mut cmd = Command::new(root.join("calls_client"));
-    cmd.arg("5");
-    let (mut client, mut out, pid) = start_command(cmd);
+    let (mut client, mut out, pid) = start_calls_client(&root, 5);
     let rec = root.join("calls.gtrace");
     let timeline = root.join("calls.json");
-    let pid_arg = pid.to_string();
-    let args = [
-        "--watch-device",
-        "/dev/full",
-        "--api",
+    let extra = [
         "--api-calls",
-        "--pid",
-        &pid_arg,
-        "--format",
-        "json",
         "--record",
         rec.to_str().unwrap(),
         "--perfetto",
         timeline.to_str().unwrap(),
     ];
-    let traced = Traced::start(&args).unwrap_or_else(|e| panic!("{test}: {e}"));
+    let traced = trace_api_of(test, pid, &extra);
     let (inits, mallocs) = release_counting(&mut client, &mut out);
     std::thread::sleep(Duration::from_millis(300));
     let f = traced.interrupt();
@@ -624,20 +633,8 @@ fn a_recursing_cuinit_is_one_api_recursion_in_the_main_trace() {
     let Some((_dir, root)) = build_with(test, &["-DRECURSE=3"]) else {
         return;
     };
-    let mut cmd = Command::new(root.join("calls_client"));
-    cmd.arg("2");
-    let (mut client, mut out, pid) = start_command(cmd);
-    let pid_arg = pid.to_string();
-    let args = [
-        "--watch-device",
-        "/dev/full",
-        "--api",
-        "--pid",
-        &pid_arg,
-        "--format",
-        "json",
-    ];
-    let traced = Traced::start(&args).unwrap_or_else(|e| panic!("{test}: {e}"));
+    let (mut client, mut out, pid) = start_calls_client(&root, 2);
+    let traced = trace_api_of(test, pid, &[]);
     release_counting(&mut client, &mut out);
     std::thread::sleep(Duration::from_millis(300));
     let f = traced.interrupt();

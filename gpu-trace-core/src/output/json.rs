@@ -181,6 +181,27 @@
 //! | `depth`   | integer | traced calls open on the thread (1: this one alone) |
 //! | `caller`  | object  | only when `depth` > 1: the call one level out, `symbol` and `library` |
 //!
+//! ## `API_CALL`, `API_RECURSION`: the API records of the main trace (`gpu-trace --api`)
+//!
+//! With `--api`, `API_RECURSION`: once per (thread, symbol of one library) re-entered on the
+//! thread, and once per thread past 16 open calls; with `--api-calls` also `API_CALL`: one per
+//! completed traced call (a ring record each: see [api.md](api.md#cost)). Among the driver
+//! events, in the order the ring delivered them (a call's line comes at its return). Both have
+//! `event`, `time`, `ts_ns`, `cpu`, `pid`, `tid`, `comm` (and `comm_bytes`) as every event
+//! (`ts_ns`: the call's return, the re-entry), then:
+//!
+//! | field         | type    | meaning |
+//! |---------------|---------|---------|
+//! | `symbol`      | string  | the call's symbol (`cuCtxCreate_v4`; `#N` when the recording named no such probe) |
+//! | `library`     | string  | its library's file name (`libcuda.so.1`; at most 64 bytes) |
+//! | `duration_ns` | integer | `API_CALL`: entry to return (the call began at `ts_ns − duration_ns`) |
+//! | `ret`         | integer | `API_CALL`: the return value as a 32-bit signed status (`CUresult`, `cudaError_t`, `hipError_t`) |
+//! | `depth`       | integer | `API_CALL`: traced calls open on the thread when it began (0: outermost); `API_RECURSION`: open calls, this one included |
+//! | `caller`      | object  | `API_CALL`, only when `depth` > 0: the call one level out, `symbol` and `library` |
+//! | `why`         | string  | `API_RECURSION`: `"re-entered"` or `"max-depth"` |
+//! | `chain`       | array   | `API_RECURSION`: the open calls before this one, outermost first (at most 16): `symbol`, `library` each |
+//! | `cgroup`      | object  | as for the driver events, when known |
+//!
 //! ## `GPU_SHARE`: one NVML per-process utilization sample (live runs with NVML)
 //!
 //! One line per sample `nvmlDeviceGetProcessUtilization` returned (`--share-interval`; not in text

@@ -37,6 +37,15 @@
 //!   on the first point, `flow_in` and `flow_out` on the next ones), which its importer binds to
 //!   the complete event that carries them (instants cannot carry flows there, hence `X`).
 //!
+//! - `gpu-trace --api`: the **calling thread's own track** (its real tid, in its process's
+//!   group, named after the thread) holds each `API_CALL` (`--api-calls`) as a complete slice
+//!   (`ph: "X"`) named after the symbol, from the call's entry (its return less its duration)
+//!   to its return, args `library`, `caller`, `ret`, `depth`, `duration_ns`; each
+//!   `API_RECURSION` as a thread-scoped instant; and each driver event that carries an `api`,
+//!   also as a thread-scoped instant, which so falls inside the slice of its call. Calls nest
+//!   by construction: an inner call returns (and is written) before its caller, and Perfetto
+//!   sorts by `ts`.
+//!
 //! Events do not have to come in timestamp order (a live ring buffer delivers records from
 //! different CPUs slightly out of order): the writer tolerates disorder. Perfetto sorts events by
 //! `ts` itself; the one thing disorder could break is a slice, so an `E` or a point older than
@@ -398,12 +407,25 @@ impl<W: Write> PerfettoWriter<W> {
         &mut self,
         ph: &str,
         ts_ns: u64,
+        track: (u32, u32),
+        name: &str,
+        args: Value,
+    ) -> io::Result<()> {
+        self.on_track((ph, ""), ts_ns, track, name, args)
+    }
+
+    /// An event of phase `ph` on track `tid` of `pid`; `extra`: its own fields (each with
+    /// its comma after it) before `args`.
+    fn on_track(
+        &mut self,
+        (ph, extra): (&str, &str),
+        ts_ns: u64,
         (pid, tid): (u32, u32),
         name: &str,
         args: Value,
     ) -> io::Result<()> {
         let line = format!(
-            "{{\"ph\":\"{ph}\",\"ts\":{},\"pid\":{pid},\"tid\":{tid},\"name\":{},\"cat\":\"{CATEGORY}\",\"args\":{}}}",
+            "{{\"ph\":\"{ph}\",\"ts\":{},\"pid\":{pid},\"tid\":{tid},\"name\":{},\"cat\":\"{CATEGORY}\",{extra}\"args\":{}}}",
             ts_us(ts_ns),
             Value::from(name),
             without_arrays(args)
@@ -460,12 +482,20 @@ impl<W: Write> PerfettoWriter<W> {
 
     fn name_process(&mut self, pid: u32, process_name: &str) -> io::Result<()> {
         if self.named.insert(pid) {
-            // Names are shown as the text output shows them (escape.rs): `\xNN` for a byte
-            // that is not UTF-8 and for each byte of a hidden character.
-            let name = crate::escape::escape_text(process_name);
-            self.metadata("process_name", pid, pid, &name)?;
+            self.metadata_escaped("process_name", (pid, pid), process_name)?;
         }
         Ok(())
+    }
+
+    /// Metadata `name` naming a track: `value` shown as the text output shows it (escape.rs):
+    /// `\xNN` for a byte that is not UTF-8 and for each byte of a hidden character.
+    fn metadata_escaped(
+        &mut self,
+        name: &str,
+        (pid, tid): (u32, u32),
+        value: &str,
+    ) -> io::Result<()> {
+        self.metadata(name, pid, tid, &crate::escape::escape_text(value))
     }
 
     /// A track of process `pid` for a slice beginning at `ts_ns`: the lowest one free since
@@ -778,8 +808,7 @@ impl<W: Write> PerfettoWriter<W> {
     /// drawn on, up to [`MAX_TRACKS`] threads.
     fn name_thread(&mut self, pid: u32, tid: u32, comm: &str) -> io::Result<()> {
         if self.threads_named.len() < MAX_TRACKS as usize && self.threads_named.insert(tid) {
-            let name = crate::escape::escape_text(comm);
-            self.metadata("thread_name", pid, tid, &name)?;
+            self.metadata_escaped("thread_name", (pid, tid), comm)?;
         }
         Ok(())
     }
@@ -790,17 +819,11 @@ impl<W: Write> PerfettoWriter<W> {
     fn thread_instant(
         &mut self,
         ts_ns: u64,
-        (pid, tid): (u32, u32),
+        thread: (u32, u32),
         name: &str,
         args: Value,
     ) -> io::Result<()> {
-        let line = format!(
-            "{{\"ph\":\"i\",\"ts\":{},\"pid\":{pid},\"tid\":{tid},\"name\":{},\"cat\":\"{CATEGORY}\",\"s\":\"t\",\"args\":{}}}",
-            ts_us(ts_ns),
-            Value::from(name),
-            without_arrays(args)
-        );
-        self.write_event(&line)
+        self.on_track(("i", "\"s\":\"t\","), ts_ns, thread, name, args)
     }
 
     /// An API record of the main trace (`gpu-trace --api`) on its thread's track: an
@@ -834,14 +857,9 @@ impl<W: Write> PerfettoWriter<W> {
                 args["depth"] = e.depth.into();
                 args["duration_ns"] = e.duration_ns.into();
                 let begin = ev.ts_ns.saturating_sub(e.duration_ns);
-                let line = format!(
-                    "{{\"ph\":\"X\",\"ts\":{},\"dur\":{},\"pid\":{pid},\"tid\":{tid},\"name\":{},\"cat\":\"{CATEGORY}\",\"args\":{}}}",
-                    ts_us(begin),
-                    ts_us(ev.ts_ns - begin),
-                    Value::from(crate::escape::escape_text(&e.site.symbol)),
-                    without_arrays(args)
-                );
-                self.write_event(&line)
+                let dur = format!("\"dur\":{},", ts_us(ev.ts_ns - begin));
+                let name = crate::escape::escape_text(&e.site.symbol);
+                self.on_track(("X", &dur), begin, (pid, tid), &name, args)
             }
             ApiEvent::Recursion(e) => {
                 args["symbol"] = crate::escape::lossy(&e.site.symbol).into();

@@ -117,7 +117,7 @@ impl TextFormatter {
 impl TextFormatter {
     /// The columns every line starts with: the time, ` [CPUnn] `, the event's name padded to
     /// 12, ` PID=` padded to 6, and the thread's name (escaped) padded to 16.
-    fn write_head<Tz>(
+    fn write_head<Tz: TimeZone<Offset: Display>>(
         &self,
         line: &mut String,
         clock: &Clock,
@@ -125,10 +125,7 @@ impl TextFormatter {
         seconds: &mut SecondCache,
         o: &crate::event::Origin,
         name: &str,
-    ) where
-        Tz: TimeZone,
-        Tz::Offset: Display,
-    {
+    ) {
         match self.timestamps {
             TimestampMode::Wall => write_wall(line, clock, tz, o.ts_ns, seconds),
             TimestampMode::Relative => {
@@ -155,33 +152,25 @@ impl TextFormatter {
     /// ```
     ///
     /// False (nothing appended) for a process's sums (`API_STATS`: the statistics print them).
-    pub fn write_api<Tz>(
+    pub fn write_api<Tz: TimeZone<Offset: Display>>(
         &self,
         ev: &ApiEnriched<'_>,
         clock: &Clock,
         tz: &Tz,
         line: &mut String,
-    ) -> bool
-    where
-        Tz: TimeZone,
-        Tz::Offset: Display,
-    {
+    ) -> bool {
         self.write_api_cached(ev, clock, tz, line, &mut SecondCache::default())
     }
 
     /// [`write_api`](Self::write_api), the wall-clock second kept in `seconds`.
-    fn write_api_cached<Tz>(
+    fn write_api_cached<Tz: TimeZone<Offset: Display>>(
         &self,
         ev: &ApiEnriched<'_>,
         clock: &Clock,
         tz: &Tz,
         line: &mut String,
         seconds: &mut SecondCache,
-    ) -> bool
-    where
-        Tz: TimeZone,
-        Tz::Offset: Display,
-    {
+    ) -> bool {
         let (name, tid, comm, fields) = match ev.event {
             ApiEvent::Call(e) => ("API_CALL", e.tid, &e.comm, api_events::call_fields(e)),
             ApiEvent::Recursion(e) => (
