@@ -7,6 +7,11 @@
 //! Expected: the first SCHEDULE inside `cuInit`, the second inside `cuCtxCreate_v4` from
 //! `cudaMalloc`, the third with no `api`; the recording replays the same in text.
 //!
+//! With `--api-calls` (tests/api/calls_client.c, which counts its own calls): one `API_CALL` per
+//! call, live, replayed and as Perfetto slices on the thread's track with the driver events
+//! inside them; with the stand-in built `-DRECURSE=3` (a `cuInit` that finds itself through
+//! `RTLD_DEFAULT`): one `API_RECURSION`, nothing malformed.
+//!
 //! Without root, uprobes or a C compiler, the test prints `SKIPPED: <why>`.
 
 use std::io::{BufRead as _, BufReader, Write as _};
