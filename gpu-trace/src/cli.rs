@@ -761,6 +761,15 @@ pub struct TraceArgs {
     #[arg(help_heading = heading::OUTPUT)]
     pub api: bool,
 
+    /// With --api: also one API_CALL line per completed traced call (symbol@library, return
+    /// value, duration, depth, caller; a slice on the thread's track in --perfetto). Costs a
+    /// ring record per call: a launch-bound loop (10⁵ calls/s and more) floods the ring and
+    /// drops records (`dropped`); without it the calls are only summed in the kernel
+    /// (docs/api.md, Cost). API_RECURSION lines are printed with --api alone.
+    #[arg(long, requires = "api")]
+    #[arg(help_heading = heading::OUTPUT)]
+    pub api_calls: bool,
+
     #[command(flatten)]
     pub metrics: MetricsArgs,
 

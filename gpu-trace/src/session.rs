@@ -633,9 +633,15 @@ fn api_layer(
         return Ok(None);
     }
     let command = command.zip(args.launch.first());
-    crate::api::attach::for_trace(tracer, &args.output.pids, &args.output.comms, command)
-        .map(Some)
-        .map_err(|e| RunError::Unsupported(e.to_string()))
+    crate::api::attach::for_trace(
+        tracer,
+        &args.output.pids,
+        &args.output.comms,
+        command,
+        args.api_calls,
+    )
+    .map(Some)
+    .map_err(|e| RunError::Unsupported(e.to_string()))
 }
 
 /// NVML's GPU names and per-process memory for the inventory (NVIDIA).

@@ -7,6 +7,11 @@
 //! Expected: the first SCHEDULE inside `cuInit`, the second inside `cuCtxCreate_v4` from
 //! `cudaMalloc`, the third with no `api`; the recording replays the same in text.
 //!
+//! With `--api-calls` (tests/api/calls_client.c, which counts its own calls): one `API_CALL` per
+//! call, live, replayed and as Perfetto slices on the thread's track with the driver events
+//! inside them; with the stand-in built `-DRECURSE=3` (a `cuInit` that finds itself through
+//! `RTLD_DEFAULT`): one `API_RECURSION`, nothing malformed.
+//!
 //! Without root, uprobes or a C compiler, the test prints `SKIPPED: <why>`.
 
 use std::io::{BufRead as _, BufReader, Write as _};
@@ -17,28 +22,24 @@ use std::time::Duration;
 mod api_support;
 mod common;
 mod rel_support;
-use api_support::{c_compiler, cc, uprobes};
 use rel_support::{Traced, gpu_trace_bin, json_events};
 
 const CLIENT: u32 = 0x5EED_0A00;
 
-/// The stand-in libraries and the client built in a new directory (and its canonical path);
+/// The stand-in libraries and the clients built in a new directory (and its canonical path);
 /// `None`, after SKIPPED, where the test cannot run here.
 fn build(test: &str) -> Option<(tempfile::TempDir, PathBuf)> {
-    if !uprobes(test) || !c_compiler(test) {
-        return None;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let root = std::fs::canonicalize(dir.path()).unwrap();
-    let lib_dir = format!("-L{}", root.display());
-    let rpath = format!("-Wl,-rpath,{}", root.display());
-    let shared = ["-shared", "-fPIC"];
-    cc(&root, "fake_cuda.c", "libcuda.so.1", &shared);
-    let cuda = [&shared[..], &[&lib_dir, "-l:libcuda.so.1"]].concat();
-    cc(&root, "fake_cudart.c", "libcudart.so.12", &cuda);
-    let both = [&lib_dir, "-l:libcuda.so.1", "-l:libcudart.so.12", &rpath];
-    cc(&root, "join_client.c", "client", &both);
-    Some((dir, root))
+    build_with(test, &[])
+}
+
+/// [`build`], with `cuda_flags` for the stand-in `libcuda.so.1` (`-DRECURSE=N`: its `cuInit`
+/// re-enters itself).
+fn build_with(test: &str, cuda_flags: &[&str]) -> Option<(tempfile::TempDir, PathBuf)> {
+    let clients = [
+        ("join_client.c", "client"),
+        ("calls_client.c", "calls_client"),
+    ];
+    api_support::fake_cuda(test, cuda_flags, &clients)
 }
 
 /// The client started (`preload`: in its `LD_PRELOAD`), waiting for a line; its pid.
@@ -52,6 +53,11 @@ fn start_program(exe: &Path, preload: Option<&Path>) -> (Child, BufReader<ChildS
     if let Some(p) = preload {
         cmd.env("LD_PRELOAD", p);
     }
+    start_command(cmd)
+}
+
+/// `cmd` (a client) started, waiting for a line; its pid.
+fn start_command(mut cmd: Command) -> (Child, BufReader<ChildStdout>, u32) {
     let mut client = cmd
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -341,4 +347,314 @@ fn api_attaches_a_comm_process_started_after_the_trace() {
         .unwrap_or_else(|| panic!("no SCHEDULE of {key} in\n{}", f.stdout));
     assert_eq!(ev["api"]["symbol"], "cuCtxCreate_v4", "{ev}");
     assert_eq!(ev["api"]["caller"]["symbol"], "cudaMalloc", "{ev}");
+}
+
+/// The calls client started with `n` calls to make; its pid.
+fn start_calls_client(root: &Path, n: u32) -> (Child, BufReader<ChildStdout>, u32) {
+    let mut cmd = Command::new(root.join("calls_client"));
+    cmd.arg(n.to_string());
+    start_command(cmd)
+}
+
+/// `gpu-trace --watch-device /dev/full --api --pid PID --format json EXTRA…` attached.
+fn trace_api_of(test: &str, pid: u32, extra: &[&str]) -> Traced {
+    let pid = pid.to_string();
+    let args = [
+        &["--watch-device", "/dev/full", "--api", "--pid", &pid][..],
+        &["--format", "json"],
+        extra,
+    ]
+    .concat();
+    Traced::start(&args).unwrap_or_else(|e| panic!("{test}: {e}"))
+}
+
+/// `--api-calls` needs `--api`: a usage error (exit 2) that names it, before anything loads.
+#[test]
+fn api_calls_without_api_is_a_usage_error() {
+    let out = Command::new(gpu_trace_bin())
+        .args(["--api-calls", "--pid", "1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--api"), "{err}");
+}
+
+/// How many times each API function the calls client called, as it counted them itself
+/// (`calls cuInit=N cudaMalloc=M`), once it has made its calls and ended.
+fn release_counting(client: &mut Child, out: &mut BufReader<ChildStdout>) -> (usize, usize) {
+    writeln!(client.stdin.take().unwrap(), "go").unwrap();
+    let mut counts = String::new();
+    out.read_line(&mut counts).unwrap();
+    let count = |name: &str| -> usize {
+        counts
+            .split_whitespace()
+            .find_map(|f| f.strip_prefix(name)?.strip_prefix('='))
+            .unwrap_or_else(|| panic!("no {name} in {counts:?}"))
+            .parse()
+            .unwrap()
+    };
+    let made = (count("cuInit"), count("cudaMalloc"));
+    let mut done = String::new();
+    out.read_line(&mut done).unwrap();
+    assert_eq!(done.trim(), "done");
+    assert!(client.wait().unwrap().success());
+    made
+}
+
+/// The final `STATS` line's `malformed`.
+fn malformed(stdout: &str) -> u64 {
+    stdout
+        .lines()
+        .filter(|l| l.starts_with("{\"event\":\"STATS\""))
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|v| v["final"] == true)
+        .unwrap_or_else(|| panic!("no final STATS line in\n{stdout}"))["malformed"]
+        .as_u64()
+        .unwrap()
+}
+
+/// A JSON event without its wall-clock `time` (a replay may convert the clock differently).
+fn without_time(mut v: serde_json::Value) -> serde_json::Value {
+    v.as_object_mut().unwrap().remove("time");
+    v
+}
+
+/// Perfetto's `ts`/`dur` (µs with three decimals) in ns.
+fn ns(v: &serde_json::Value) -> u64 {
+    (v.as_f64().unwrap() * 1000.0).round() as u64
+}
+
+/// `gpu-trace --api --api-calls` (issue 28 items 2 and 6): one `API_CALL` per completed call,
+/// as many per symbol as the client made (it counts its own calls), each named, with its
+/// caller; the driver events of the calls carry them and fall inside their time; a replay of
+/// the recording prints the same API lines (names from its `API_SYMBOL` records); and the
+/// Perfetto timeline has the calls as slices on the thread's track, well nested, with the
+/// driver events inside them.
+#[test]
+fn api_calls_are_one_line_per_call_live_replayed_and_in_perfetto() {
+    let test = "api_calls_are_one_line_per_call_live_replayed_and_in_perfetto";
+    let Some((_dir, root)) = build(test) else {
+        return;
+    };
+    let (mut client, mut out, pid) = start_calls_client(&root, 5);
+    let rec = root.join("calls.gtrace");
+    let timeline = root.join("calls.json");
+    let extra = [
+        "--api-calls",
+        "--record",
+        rec.to_str().unwrap(),
+        "--perfetto",
+        timeline.to_str().unwrap(),
+    ];
+    let traced = trace_api_of(test, pid, &extra);
+    let (inits, mallocs) = release_counting(&mut client, &mut out);
+    std::thread::sleep(Duration::from_millis(300));
+    let f = traced.interrupt();
+    assert_eq!(f.status.code(), Some(0), "{}", f.stderr);
+    assert_eq!(malformed(&f.stdout), 0, "{}", f.stdout);
+
+    let events = json_events(&f.stdout);
+    let calls: Vec<_> = events.iter().filter(|e| e["event"] == "API_CALL").collect();
+    let of = |sym: &str| -> Vec<&serde_json::Value> {
+        calls
+            .iter()
+            .copied()
+            .filter(|c| c["symbol"] == sym)
+            .collect()
+    };
+    // The stand-in cudaMalloc creates one context per call.
+    for (sym, made) in [
+        ("cuInit", inits),
+        ("cudaMalloc", mallocs),
+        ("cuCtxCreate_v4", mallocs),
+    ] {
+        assert_eq!(of(sym).len(), made, "{sym} calls in\n{}", f.stdout);
+    }
+    assert_eq!(calls.len(), inits + 2 * mallocs, "{}", f.stdout);
+    for c in &calls {
+        assert_eq!(
+            (c["pid"] == pid, c["tid"] == pid, c["ret"] == 0),
+            (true, true, true)
+        );
+    }
+    let ctx = of("cuCtxCreate_v4");
+    for c in &ctx {
+        assert_eq!(c["library"], "libcuda.so.1", "{c}");
+        assert_eq!(c["depth"], 1, "{c}");
+        assert_eq!(
+            c["caller"],
+            serde_json::json!({"symbol": "cudaMalloc", "library": "libcudart.so.12"}),
+            "{c}"
+        );
+    }
+    for c in of("cuInit").iter().chain(&of("cudaMalloc")) {
+        assert_eq!(c["depth"], 0, "{c}");
+        assert!(c.get("caller").is_none(), "{c}");
+    }
+    // Each SCHEDULE made in cuCtxCreate_v4 carries it and lies inside one of its calls.
+    let key = format!("{pid}:0x{CLIENT:08x}:0x{:08x}", 0x5EED_0A02u32);
+    let schedules: Vec<_> = events
+        .iter()
+        .filter(|e| e["event"] == "SCHEDULE" && e["key"] == key.as_str())
+        .collect();
+    assert_eq!(schedules.len(), mallocs, "{}", f.stdout);
+    for s in &schedules {
+        assert_eq!(s["api"]["symbol"], "cuCtxCreate_v4", "{s}");
+        let t = s["ts_ns"].as_u64().unwrap();
+        let inside = ctx.iter().any(|c| {
+            let end = c["ts_ns"].as_u64().unwrap();
+            end - c["duration_ns"].as_u64().unwrap() <= t && t <= end
+        });
+        assert!(inside, "{s} is inside no cuCtxCreate_v4 call");
+    }
+
+    // The replay prints the same API lines, named from the recording alone.
+    let replayed = Command::new(gpu_trace_bin())
+        .args(["replay", "--format", "json"])
+        .arg(&rec)
+        .output()
+        .unwrap();
+    let replayed = String::from_utf8_lossy(&replayed.stdout);
+    let api_lines = |events: &[serde_json::Value]| -> Vec<serde_json::Value> {
+        events
+            .iter()
+            .filter(|e| e["event"] == "API_CALL")
+            .map(|e| without_time(e.clone()))
+            .collect()
+    };
+    assert_eq!(
+        api_lines(&json_events(&replayed)),
+        api_lines(&events),
+        "{replayed}"
+    );
+    let text = Command::new(gpu_trace_bin())
+        .arg("replay")
+        .arg(&rec)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    let lines: Vec<_> = text.lines().filter(|l| l.contains(" API_CALL ")).collect();
+    assert_eq!(lines.len(), calls.len(), "{text}");
+    assert!(
+        lines.iter().any(|l| l.contains(&format!(
+            " PID={pid:<6} calls_client     tid={pid} cuCtxCreate_v4@libcuda.so.1 = 0 <"
+        )) && l.ends_with(" depth=1 caller=cudaMalloc@libcudart.so.12")),
+        "{text}"
+    );
+
+    perfetto_nests_the_calls(&std::fs::read_to_string(&timeline).unwrap(), pid, &calls);
+}
+
+/// The timeline's slices on thread `pid`'s own track: one per call, named after its symbol,
+/// well nested (each slice inside the one open when it begins), and each driver event drawn
+/// there inside the slice of the call it names.
+fn perfetto_nests_the_calls(text: &str, pid: u32, calls: &[&serde_json::Value]) {
+    let doc: serde_json::Value = serde_json::from_str(text).unwrap();
+    let on_thread: Vec<&serde_json::Value> = doc["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["pid"] == pid && e["tid"] == pid && e["ph"] != "M")
+        .collect();
+    let mut slices: Vec<(u64, u64, String)> = on_thread
+        .iter()
+        .filter(|e| e["ph"] == "X")
+        .map(|e| {
+            let begin = ns(&e["ts"]);
+            (
+                begin,
+                begin + ns(&e["dur"]),
+                e["name"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    assert_eq!(slices.len(), calls.len(), "{text}");
+    for sym in ["cuInit", "cudaMalloc", "cuCtxCreate_v4"] {
+        let drawn = slices.iter().filter(|s| s.2 == sym).count();
+        let made = calls.iter().filter(|c| c["symbol"] == sym).count();
+        assert_eq!(drawn, made, "{sym} slices in\n{text}");
+    }
+    // As Perfetto's importer stacks them: by begin, the longer first on a tie.
+    slices.sort_by_key(|s| (s.0, std::cmp::Reverse(s.1)));
+    let mut open: Vec<&(u64, u64, String)> = Vec::new();
+    for s in &slices {
+        while open.last().is_some_and(|o| o.1 <= s.0) {
+            open.pop();
+        }
+        if let Some(o) = open.last() {
+            assert!(s.1 <= o.1, "{s:?} overlaps {o:?} without nesting in it");
+            assert_eq!(
+                (o.2.as_str(), s.2.as_str()),
+                ("cudaMalloc", "cuCtxCreate_v4")
+            );
+        }
+        open.push(s);
+    }
+    let instants: Vec<_> = on_thread.iter().filter(|e| e["ph"] == "i").collect();
+    assert!(
+        !instants.is_empty(),
+        "no driver event on the thread's track"
+    );
+    for i in instants {
+        assert_eq!(i["s"], "t", "{i}");
+        let t = ns(&i["ts"]);
+        let innermost = slices
+            .iter()
+            .filter(|s| s.0 <= t && t <= s.1)
+            .min_by_key(|s| s.1 - s.0)
+            .unwrap_or_else(|| panic!("{i} is inside no call's slice"));
+        assert_eq!(
+            innermost.2,
+            i["args"]["api"]["symbol"].as_str().unwrap(),
+            "{i}"
+        );
+    }
+}
+
+/// The seed's broken interposer (issue 28 item 3) in the main trace: a `cuInit` that finds
+/// itself through `RTLD_DEFAULT` and re-enters, two calls three levels deep, is reported as
+/// one `API_RECURSION` (once per thread and symbol) with `--api` alone, which prints no
+/// `API_CALL`; nothing counts as malformed.
+#[test]
+fn a_recursing_cuinit_is_one_api_recursion_in_the_main_trace() {
+    let test = "a_recursing_cuinit_is_one_api_recursion_in_the_main_trace";
+    let Some((_dir, root)) = build_with(test, &["-DRECURSE=3"]) else {
+        return;
+    };
+    let (mut client, mut out, pid) = start_calls_client(&root, 2);
+    let traced = trace_api_of(test, pid, &[]);
+    release_counting(&mut client, &mut out);
+    std::thread::sleep(Duration::from_millis(300));
+    let f = traced.interrupt();
+    assert_eq!(f.status.code(), Some(0), "{}", f.stderr);
+    assert_eq!(malformed(&f.stdout), 0, "{}", f.stdout);
+    let events = json_events(&f.stdout);
+    let recursions: Vec<_> = events
+        .iter()
+        .filter(|e| e["event"] == "API_RECURSION")
+        .collect();
+    assert_eq!(recursions.len(), 1, "{}", f.stdout);
+    let r = recursions[0];
+    assert_eq!((r["pid"] == pid, r["tid"] == pid), (true, true), "{r}");
+    assert_eq!(
+        (&r["symbol"], &r["library"], &r["why"], &r["depth"]),
+        (
+            &serde_json::json!("cuInit"),
+            &serde_json::json!("libcuda.so.1"),
+            &serde_json::json!("re-entered"),
+            &serde_json::json!(2)
+        ),
+        "{r}"
+    );
+    assert_eq!(
+        r["chain"],
+        serde_json::json!([{"symbol": "cuInit", "library": "libcuda.so.1"}]),
+        "{r}"
+    );
+    assert!(
+        !events.iter().any(|e| e["event"] == "API_CALL"),
+        "API_CALL without --api-calls:\n{}",
+        f.stdout
+    );
 }

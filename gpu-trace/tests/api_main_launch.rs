@@ -20,7 +20,7 @@ const CLIENT: u32 = 0x5EED_0A00;
 
 /// The stand-in libraries and the client in a new directory (and its canonical path).
 fn build(test: &str) -> Option<(tempfile::TempDir, PathBuf)> {
-    api_support::fake_cuda(test, "launch_client.c")
+    api_support::fake_cuda(test, &[], &[("launch_client.c", "client")])
 }
 
 /// Runs `gpu-trace --watch-device /dev/full --api --format json -- command…` to its end; the

@@ -51,6 +51,55 @@ pub fn call_text(e: &CallEvent) -> String {
     )
 }
 
+/// `SYMBOL@LIBRARY`, escaped: a call site as the main trace spells it (`api=` of the driver
+/// events, `gpu-trace --api`'s `API_CALL` and `API_RECURSION` lines).
+pub fn site_text(s: &Site) -> String {
+    format!("{}@{}", escape_text(&s.symbol), escape_text(&s.library))
+}
+
+/// The main trace's `API_CALL` fields (after its `PID=… comm` columns, no newline):
+/// `tid=T SYM@LIB = RET <DUR us> depth=D caller=SYM@LIB` (`caller=-` for an outermost call).
+pub fn call_fields(e: &CallEvent) -> String {
+    format!(
+        "tid={} {} = {} <{}.{:03} us> depth={} caller={}",
+        e.tid,
+        site_text(&e.site),
+        e.ret as u32 as i32,
+        e.duration_ns / 1000,
+        e.duration_ns % 1000,
+        e.depth,
+        e.caller.as_ref().map_or_else(|| "-".into(), site_text),
+    )
+}
+
+/// The main trace's `API_RECURSION` fields (after its `PID=… comm` columns, no newline):
+/// `tid=T SYM@LIB why=re-entered|max-depth depth=D chain=SYM@LIB > SYM@LIB …` (outermost
+/// first).
+pub fn recursion_fields(e: &RecursionEvent) -> String {
+    let chain: Vec<String> = e.chain.iter().map(site_text).collect();
+    format!(
+        "tid={} {} why={} depth={} chain={}",
+        e.tid,
+        site_text(&e.site),
+        why(e),
+        e.depth,
+        if chain.is_empty() {
+            "-".to_string()
+        } else {
+            chain.join(" > ")
+        }
+    )
+}
+
+/// `re-entered` or `max-depth`.
+pub fn why(e: &RecursionEvent) -> &'static str {
+    if e.past_cap {
+        "max-depth"
+    } else {
+        "re-entered"
+    }
+}
+
 /// The fields every API event has, then `rest`'s, as one JSON object (no newline).
 fn json_line(event: &str, pid: u32, tid: u32, comm: &str, site: &Site, rest: Value) -> String {
     let mut v = json!({
@@ -108,11 +157,7 @@ pub fn recursion_text(e: &RecursionEvent) -> String {
         escape_text(&e.site.symbol),
         escape_text(&e.site.library),
         e.depth,
-        if e.past_cap {
-            "max-depth"
-        } else {
-            "re-entered"
-        },
+        why(e),
         chain.join(" > ")
     )
 }
@@ -126,7 +171,7 @@ pub fn recursion_json(e: &RecursionEvent) -> String {
         .collect();
     let rest = json!({
         "depth": e.depth,
-        "why": if e.past_cap { "max-depth" } else { "re-entered" },
+        "why": why(e),
         "chain": chain,
     });
     json_line("API_RECURSION", e.pid, e.tid, &e.comm, &e.site, rest)
@@ -181,6 +226,48 @@ pub fn stuck_json(e: &StuckEvent) -> String {
         "stack": e.stack.iter().map(|f| lossy(f)).collect::<Vec<_>>(),
     });
     json_line("API_STUCK", e.pid, e.tid, &e.comm, &e.site, rest)
+}
+
+/// API events for the output modules' tests.
+#[cfg(test)]
+pub(crate) mod samples {
+    use super::*;
+
+    pub fn site(symbol: &str, library: &str) -> Site {
+        Site {
+            library: library.into(),
+            symbol: symbol.into(),
+        }
+    }
+
+    /// `cuCtxCreate_v4@LIBRARY` from `cudaMalloc@libcudart.so.12`, pid 4242, tid 4243,
+    /// 12.345 µs, returning 0.
+    pub fn call(comm: &str, library: &str) -> CallEvent {
+        CallEvent {
+            pid: 4242,
+            tid: 4243,
+            comm: comm.into(),
+            site: site("cuCtxCreate_v4", library),
+            preload: false,
+            caller: Some(site("cudaMalloc", "libcudart.so.12")),
+            duration_ns: 12_345,
+            ret: 0,
+            depth: 1,
+        }
+    }
+
+    /// `cuInit@shim.so` re-entered on pid 4242's thread 4243.
+    pub fn recursion(comm: &str) -> RecursionEvent {
+        RecursionEvent {
+            pid: 4242,
+            tid: 4243,
+            comm: comm.into(),
+            site: site("cuInit", "shim.so"),
+            depth: 2,
+            past_cap: false,
+            chain: vec![site("cuInit", "shim.so")],
+        }
+    }
 }
 
 #[cfg(test)]

@@ -181,6 +181,27 @@
 //! | `depth`   | integer | traced calls open on the thread (1: this one alone) |
 //! | `caller`  | object  | only when `depth` > 1: the call one level out, `symbol` and `library` |
 //!
+//! ## `API_CALL`, `API_RECURSION`: the API records of the main trace (`gpu-trace --api`)
+//!
+//! With `--api`, `API_RECURSION`: once per (thread, symbol of one library) re-entered on the
+//! thread, and once per thread past 16 open calls; with `--api-calls` also `API_CALL`: one per
+//! completed traced call (a ring record each: see [api.md](api.md#cost)). Among the driver
+//! events, in the order the ring delivered them (a call's line comes at its return). Both have
+//! `event`, `time`, `ts_ns`, `cpu`, `pid`, `tid`, `comm` (and `comm_bytes`) as every event
+//! (`ts_ns`: the call's return, the re-entry), then:
+//!
+//! | field         | type    | meaning |
+//! |---------------|---------|---------|
+//! | `symbol`      | string  | the call's symbol (`cuCtxCreate_v4`; `#N` when the recording named no such probe) |
+//! | `library`     | string  | its library's file name (`libcuda.so.1`; at most 64 bytes) |
+//! | `duration_ns` | integer | `API_CALL`: entry to return (the call began at `ts_ns − duration_ns`) |
+//! | `ret`         | integer | `API_CALL`: the return value as a 32-bit signed status (`CUresult`, `cudaError_t`, `hipError_t`) |
+//! | `depth`       | integer | `API_CALL`: traced calls open on the thread when it began (0: outermost); `API_RECURSION`: open calls, this one included |
+//! | `caller`      | object  | `API_CALL`, only when `depth` > 0: the call one level out, `symbol` and `library` |
+//! | `why`         | string  | `API_RECURSION`: `"re-entered"` or `"max-depth"` |
+//! | `chain`       | array   | `API_RECURSION`: the open calls before this one, outermost first (at most 16): `symbol`, `library` each |
+//! | `cgroup`      | object  | as for the driver events, when known |
+//!
 //! ## `GPU_SHARE`: one NVML per-process utilization sample (live runs with NVML)
 //!
 //! One line per sample `nvmlDeviceGetProcessUtilization` returned (`--share-interval`; not in text
@@ -314,6 +335,7 @@ use chrono::{Datelike as _, SecondsFormat, Timelike as _};
 use serde::Serialize;
 use std::borrow::Cow;
 
+use crate::api::names::ApiEvent;
 use crate::escape;
 use crate::event::{Event, Hex8, Origin};
 use crate::inventory::Inventory;
@@ -321,7 +343,7 @@ use crate::model::gpus::GpuIdentity;
 use crate::model::stats::{EngineStats, KernelCounters, ProcessStats, Stats, TaskStats};
 use crate::model::workload::Attribution;
 use crate::output::clock::Clock;
-use crate::sink::{Enriched, RunEnd, Sink, SinkError};
+use crate::sink::{ApiEnriched, Enriched, RunEnd, Sink, SinkError};
 
 /// Appends the JSON line of `ev` to `out` (no newline), as described in the
 /// [module documentation](self): with the GPU the task is on and the process's cgroup, each when
@@ -375,6 +397,71 @@ pub fn write_event(
         field(out, "cgroup", &a.json_fields());
     }
     out.push(b'}');
+}
+
+/// Appends the JSON line of an API record of the main trace (`gpu-trace --api`; no newline):
+/// `event` (`"API_CALL"` or `"API_RECURSION"`), `time` and the origin's fields as for a driver
+/// event, then `symbol` and `library` and the record's own fields, and `cgroup` when known
+/// (module documentation, "API records of the main trace"). False (nothing appended) for a
+/// process's sums (`API_STATS`: the statistics carry them).
+pub fn write_api(out: &mut Vec<u8>, ev: &ApiEnriched<'_>, clock: &Clock) -> bool {
+    let (name, tid, comm, site) = match ev.event {
+        ApiEvent::Call(e) => ("API_CALL", e.tid, &e.comm, &e.site),
+        ApiEvent::Recursion(e) => ("API_RECURSION", e.tid, &e.comm, &e.site),
+        ApiEvent::Stats(_) => return false,
+    };
+    out.extend_from_slice(b"{\"event\":\"");
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b"\",\"time\":");
+    UtcMicros::at(clock, ev.ts_ns).write_quoted(out);
+    let origin = Origin {
+        ts_ns: ev.ts_ns,
+        cpu: ev.cpu,
+        pid: ev.event.pid(),
+        tid,
+        comm: comm.as_str().into(),
+    };
+    write_origin(out, &origin);
+    splice_object(out, &SiteJson::of(site));
+    match ev.event {
+        ApiEvent::Call(e) => {
+            field(out, "duration_ns", &e.duration_ns);
+            field(out, "ret", &(e.ret as u32 as i32));
+            field(out, "depth", &e.depth);
+            if let Some(c) = &e.caller {
+                field(out, "caller", &SiteJson::of(c));
+            }
+        }
+        ApiEvent::Recursion(e) => {
+            field(out, "why", crate::api::events::why(e));
+            field(out, "depth", &e.depth);
+            let chain: Vec<SiteJson<'_>> = e.chain.iter().map(SiteJson::of).collect();
+            field(out, "chain", &chain);
+        }
+        ApiEvent::Stats(_) => {}
+    }
+    if let Some(a) = ev.cgroup {
+        field(out, "cgroup", &a.json_fields());
+    }
+    out.push(b'}');
+    true
+}
+
+/// A call site as JSON, `symbol` then `library` (names from the traced process: UTF-8 shown
+/// lossily; [`escape::write_json`] writes them terminal-safe).
+#[derive(Serialize)]
+struct SiteJson<'a> {
+    symbol: Cow<'a, str>,
+    library: Cow<'a, str>,
+}
+
+impl<'a> SiteJson<'a> {
+    fn of(site: &'a crate::api::events::Site) -> Self {
+        Self {
+            symbol: escape::lossy(&site.symbol),
+            library: escape::lossy(&site.library),
+        }
+    }
 }
 
 /// `,"KEY":` and `value` (`key` is one of this file's ASCII names: nothing to escape).
@@ -484,6 +571,15 @@ impl<W: std::io::Write> Sink for JsonSink<W> {
     fn event(&mut self, ev: &Enriched<'_>) -> Result<(), SinkError> {
         self.buf.clear();
         write_event(&mut self.buf, ev.event, &self.clock, ev.gpu, ev.cgroup);
+        self.buf.push(b'\n');
+        self.out.write_all(&self.buf).map_err(SinkError::Output)
+    }
+
+    fn api(&mut self, ev: &ApiEnriched<'_>) -> Result<(), SinkError> {
+        self.buf.clear();
+        if !write_api(&mut self.buf, ev, &self.clock) {
+            return Ok(());
+        }
         self.buf.push(b'\n');
         self.out.write_all(&self.buf).map_err(SinkError::Output)
     }
@@ -1484,5 +1580,83 @@ mod tests {
                 "interleave_source": "driver_hook", "channels": 8, "runlist": 13,
                 "run_state": "disabled"})
         );
+    }
+
+    /// `gpu-trace --api`'s JSON lines: the driver events' common fields, then the call site
+    /// and the record's own fields in the documented order; names terminal-safe, exact once
+    /// parsed.
+    #[test]
+    fn api_lines_have_the_common_fields_then_the_call() {
+        use crate::api::events::samples;
+        use crate::api::names::ApiEvent;
+        let lib = "/tmp/\u{1b}[2Jlib.so";
+        let call = ApiEvent::Call(samples::call("python3", lib));
+        let rec = ApiEvent::Recursion(samples::recursion("python3"));
+        let line = |event: &ApiEvent| {
+            let ev = ApiEnriched {
+                event,
+                ts_ns: 1_000,
+                cpu: 3,
+                process: "python3",
+                cgroup: None,
+                trace_start_ns: 0,
+            };
+            let mut out = Vec::new();
+            write_api(&mut out, &ev, &clock()).then(|| String::from_utf8(out).unwrap())
+        };
+        let text = line(&call).unwrap();
+        assert!(!text.contains('\u{1b}'), "{text}");
+        let v = parse(&text);
+        let order = [
+            "event",
+            "time",
+            "ts_ns",
+            "cpu",
+            "pid",
+            "tid",
+            "comm",
+            "symbol",
+            "library",
+            "duration_ns",
+            "ret",
+            "depth",
+            "caller",
+        ];
+        assert_eq!(keys(&v).len(), order.len(), "{text}");
+        let at: Vec<usize> = order
+            .iter()
+            .map(|k| text.find(&format!("\"{k}\":")).unwrap())
+            .collect();
+        assert!(at.windows(2).all(|w| w[0] < w[1]), "{text}");
+        assert_eq!(
+            (v["event"] == "API_CALL", v["ts_ns"] == 1_000),
+            (true, true)
+        );
+        assert_eq!(
+            (v["pid"] == 4242, v["tid"] == 4243, v["cpu"] == 3),
+            (true, true, true)
+        );
+        assert_eq!(v["library"], lib);
+        assert_eq!(
+            v["caller"],
+            serde_json::json!({"symbol": "cudaMalloc", "library": "libcudart.so.12"})
+        );
+        let v = parse(&line(&rec).unwrap());
+        assert_eq!(v["why"], "re-entered");
+        assert_eq!(
+            v["chain"],
+            serde_json::json!([{"symbol": "cuInit", "library": "shim.so"}])
+        );
+        let stats = ApiEvent::Stats(crate::api::stats::CallStats {
+            pid: 1,
+            library: String::new(),
+            preload: false,
+            symbol: String::new(),
+            calls: 0,
+            errors: 0,
+            total_ns: 0,
+            hist: vec![],
+        });
+        assert_eq!(line(&stats), None);
     }
 }

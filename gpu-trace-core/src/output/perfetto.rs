@@ -37,6 +37,15 @@
 //!   on the first point, `flow_in` and `flow_out` on the next ones), which its importer binds to
 //!   the complete event that carries them (instants cannot carry flows there, hence `X`).
 //!
+//! - `gpu-trace --api`: the **calling thread's own track** (its real tid, in its process's
+//!   group, named after the thread) holds each `API_CALL` (`--api-calls`) as a complete slice
+//!   (`ph: "X"`) named after the symbol, from the call's entry (its return less its duration)
+//!   to its return, args `library`, `caller`, `ret`, `depth`, `duration_ns`; each
+//!   `API_RECURSION` as a thread-scoped instant; and each driver event that carries an `api`,
+//!   also as a thread-scoped instant, which so falls inside the slice of its call. Calls nest
+//!   by construction: an inner call returns (and is written) before its caller, and Perfetto
+//!   sorts by `ts`.
+//!
 //! Events do not have to come in timestamp order (a live ring buffer delivers records from
 //! different CPUs slightly out of order): the writer tolerates disorder. Perfetto sorts events by
 //! `ts` itself; the one thing disorder could break is a slice, so an `E` or a point older than
@@ -60,9 +69,10 @@ use std::{
 use chrono::SecondsFormat;
 use serde_json::{Map, Value, json};
 
+use crate::api::names::ApiEvent;
 use crate::inventory::{Inventory, MpsRole};
 use crate::model::workload::Attribution;
-use crate::sink::{Enriched, RunEnd, Sink, SinkError};
+use crate::sink::{ApiEnriched, Enriched, RunEnd, Sink, SinkError};
 use crate::{
     event::{Event, EventKind, TaskId},
     output::clock::Clock,
@@ -166,6 +176,9 @@ pub struct PerfettoWriter<W: Write> {
     /// but without their step down (said in `otherData`).
     rate_window_full: u64,
     next_flow: u64,
+    /// Thread tracks named (`gpu-trace --api`: the calling threads' tracks), at most
+    /// [`MAX_TRACKS`]; later ones are drawn unnamed.
+    threads_named: HashSet<u32>,
 }
 
 /// At most this many `SCHEDULE`s of one GPU within a second are remembered for their step down
@@ -290,6 +303,17 @@ impl Sink for PerfettoSink {
         written.map_err(SinkError::Perfetto)
     }
 
+    fn api(&mut self, ev: &ApiEnriched<'_>) -> Result<(), SinkError> {
+        let Some(w) = self.writer.as_mut() else {
+            return Ok(());
+        };
+        let process = match ev.cgroup.and_then(Attribution::group) {
+            Some(group) => format!("{} [{group}]", ev.process),
+            None => ev.process.to_string(),
+        };
+        w.api(ev, &process).map_err(SinkError::Perfetto)
+    }
+
     fn finish(&mut self, end: &RunEnd<'_>) -> Result<(), SinkError> {
         let Some(w) = self.writer.take() else {
             return Ok(());
@@ -343,6 +367,7 @@ impl<W: Write> PerfettoWriter<W> {
             schedules: BTreeMap::new(),
             rate_window_full: 0,
             next_flow: 0,
+            threads_named: HashSet::new(),
         })
     }
 
@@ -382,12 +407,25 @@ impl<W: Write> PerfettoWriter<W> {
         &mut self,
         ph: &str,
         ts_ns: u64,
+        track: (u32, u32),
+        name: &str,
+        args: Value,
+    ) -> io::Result<()> {
+        self.on_track((ph, ""), ts_ns, track, name, args)
+    }
+
+    /// An event of phase `ph` on track `tid` of `pid`; `extra`: its own fields (each with
+    /// its comma after it) before `args`.
+    fn on_track(
+        &mut self,
+        (ph, extra): (&str, &str),
+        ts_ns: u64,
         (pid, tid): (u32, u32),
         name: &str,
         args: Value,
     ) -> io::Result<()> {
         let line = format!(
-            "{{\"ph\":\"{ph}\",\"ts\":{},\"pid\":{pid},\"tid\":{tid},\"name\":{},\"cat\":\"{CATEGORY}\",\"args\":{}}}",
+            "{{\"ph\":\"{ph}\",\"ts\":{},\"pid\":{pid},\"tid\":{tid},\"name\":{},\"cat\":\"{CATEGORY}\",{extra}\"args\":{}}}",
             ts_us(ts_ns),
             Value::from(name),
             without_arrays(args)
@@ -444,12 +482,20 @@ impl<W: Write> PerfettoWriter<W> {
 
     fn name_process(&mut self, pid: u32, process_name: &str) -> io::Result<()> {
         if self.named.insert(pid) {
-            // Names are shown as the text output shows them (escape.rs): `\xNN` for a byte
-            // that is not UTF-8 and for each byte of a hidden character.
-            let name = crate::escape::escape_text(process_name);
-            self.metadata("process_name", pid, pid, &name)?;
+            self.metadata_escaped("process_name", (pid, pid), process_name)?;
         }
         Ok(())
+    }
+
+    /// Metadata `name` naming a track: `value` shown as the text output shows it (escape.rs):
+    /// `\xNN` for a byte that is not UTF-8 and for each byte of a hidden character.
+    fn metadata_escaped(
+        &mut self,
+        name: &str,
+        (pid, tid): (u32, u32),
+        value: &str,
+    ) -> io::Result<()> {
+        self.metadata(name, pid, tid, &crate::escape::escape_text(value))
     }
 
     /// A track of process `pid` for a slice beginning at `ts_ns`: the lowest one free since
@@ -694,6 +740,12 @@ impl<W: Write> PerfettoWriter<W> {
         self.name_process(pid, process_name)?;
         let task = ev.kind.task();
         let fields = self.fields(ev);
+        if ev.api.is_some() {
+            // Inside an API call: also on the thread's own track, where the call's slice is.
+            let o = &ev.origin;
+            self.name_thread(pid, o.tid, &o.comm)?;
+            self.thread_instant(ts, (pid, o.tid), ev.kind.name(), fields.clone())?;
+        }
         if matches!(task, TaskId::KfdNoQueue) {
             return self.process_instant(ts, pid, ev.kind.name(), fields);
         }
@@ -750,6 +802,76 @@ impl<W: Write> PerfettoWriter<W> {
             }
         }
         Ok(())
+    }
+
+    /// Names thread `tid`'s track (`thread_name`: its name, escaped) the first time it is
+    /// drawn on, up to [`MAX_TRACKS`] threads.
+    fn name_thread(&mut self, pid: u32, tid: u32, comm: &str) -> io::Result<()> {
+        if self.threads_named.len() < MAX_TRACKS as usize && self.threads_named.insert(tid) {
+            self.metadata_escaped("thread_name", (pid, tid), comm)?;
+        }
+        Ok(())
+    }
+
+    /// A thread-scoped instant on the calling thread's own track (`gpu-trace --api`): a
+    /// driver event made inside an API call, which so nests in that call's slice, or an
+    /// `API_RECURSION`.
+    fn thread_instant(
+        &mut self,
+        ts_ns: u64,
+        thread: (u32, u32),
+        name: &str,
+        args: Value,
+    ) -> io::Result<()> {
+        self.on_track(("i", "\"s\":\"t\","), ts_ns, thread, name, args)
+    }
+
+    /// An API record of the main trace (`gpu-trace --api`) on its thread's track: an
+    /// `API_CALL` as a complete slice (`ph: "X"`) from its entry (the record's time, its
+    /// return, less its duration) to its return, named after the symbol; an `API_RECURSION`
+    /// as an instant. A thread's calls nest by construction (an inner call returns first and
+    /// is written first: Perfetto sorts by `ts`). `process_name` names the process's track
+    /// group. A process's sums (`API_STATS`) are not drawn.
+    pub fn api(&mut self, ev: &ApiEnriched<'_>, process_name: &str) -> io::Result<()> {
+        use crate::api::events::site_text;
+        let (tid, comm) = match ev.event {
+            ApiEvent::Call(e) => (e.tid, &e.comm),
+            ApiEvent::Recursion(e) => (e.tid, &e.comm),
+            ApiEvent::Stats(_) => return Ok(()),
+        };
+        let pid = ev.event.pid();
+        self.name_process(pid, process_name)?;
+        self.name_thread(pid, tid, comm)?;
+        let mut args = json!({
+            "time": self.clock.utc(ev.ts_ns).to_rfc3339_opts(SecondsFormat::Micros, true),
+            "ts_ns": ev.ts_ns,
+            "cpu": ev.cpu,
+            "tid": tid,
+            "comm": crate::escape::lossy(comm),
+        });
+        match ev.event {
+            ApiEvent::Call(e) => {
+                args["library"] = crate::escape::lossy(&e.site.library).into();
+                args["caller"] = e.caller.as_ref().map(site_text).into();
+                args["ret"] = (e.ret as u32 as i32).into();
+                args["depth"] = e.depth.into();
+                args["duration_ns"] = e.duration_ns.into();
+                let begin = ev.ts_ns.saturating_sub(e.duration_ns);
+                let dur = format!("\"dur\":{},", ts_us(ev.ts_ns - begin));
+                let name = crate::escape::escape_text(&e.site.symbol);
+                self.on_track(("X", &dur), begin, (pid, tid), &name, args)
+            }
+            ApiEvent::Recursion(e) => {
+                args["symbol"] = crate::escape::lossy(&e.site.symbol).into();
+                args["library"] = crate::escape::lossy(&e.site.library).into();
+                args["why"] = crate::api::events::why(e).into();
+                args["depth"] = e.depth.into();
+                let chain: Vec<String> = e.chain.iter().map(site_text).collect();
+                args["chain"] = chain.join(" > ").into();
+                self.thread_instant(ev.ts_ns, (pid, tid), "API_RECURSION", args)
+            }
+            ApiEvent::Stats(_) => Ok(()),
+        }
     }
 
     /// `schedules/s GPU N` at a `SCHEDULE` at `ts_ns`: the steps down of the schedules that
@@ -1001,6 +1123,102 @@ mod tests {
             .collect();
         assert_eq!(on_gpu.len(), 2);
         assert!(on_gpu.iter().all(|e| e["ts"].as_f64() == Some(3.0)));
+    }
+
+    /// `gpu-trace --api`: calls arrive in return order (inner first) and become complete
+    /// slices on the calling thread's track, from entry (return less duration) to return; a
+    /// driver event inside a call is also an instant on that track, inside the call's slice;
+    /// the thread's track is named once; a process's sums are not drawn.
+    #[test]
+    fn api_calls_are_slices_on_the_thread_track_with_driver_events_inside() {
+        use crate::api::{events::samples, names::ApiEvent};
+        use crate::sink::ApiEnriched;
+        let mut w = PerfettoWriter::new(Vec::new(), Clock::new(0)).unwrap();
+        let inner = samples::call("python3", "libcuda.so.1");
+        let mut outer = inner.clone();
+        outer.site = samples::site("cudaMalloc", "libcudart.so.12");
+        (outer.caller, outer.depth, outer.duration_ns) = (None, 0, 40_000);
+        let mut sched = schedule(20_000, 4242, 0x5c00_0015);
+        sched.origin.tid = 4243;
+        sched.api = Some(crate::event::ApiOpen {
+            call: crate::event::ApiCall {
+                symbol: "cuCtxCreate_v4".into(),
+                library: "libcuda.so.1".into(),
+            },
+            caller: None,
+            depth: 2,
+        });
+        w.event(&sched, "python3", 0).unwrap();
+        let stats = ApiEvent::Stats(crate::api::stats::CallStats {
+            pid: 4242,
+            library: String::new(),
+            preload: false,
+            symbol: String::new(),
+            calls: 1,
+            errors: 0,
+            total_ns: 0,
+            hist: vec![],
+        });
+        for (event, ts_ns) in [
+            (ApiEvent::Call(inner), 25_000),
+            (ApiEvent::Call(outer), 50_000),
+            (stats, 60_000),
+        ] {
+            let ev = ApiEnriched {
+                event: &event,
+                ts_ns,
+                cpu: 1,
+                process: "python3",
+                cgroup: None,
+                trace_start_ns: 0,
+            };
+            w.api(&ev, "python3").unwrap();
+        }
+        let text = String::from_utf8(w.finish(60_000, &[]).unwrap()).unwrap();
+        let v: Value = serde_json::from_str(&text).unwrap();
+        let on_thread: Vec<&Value> = v["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["pid"] == 4242 && e["tid"] == 4243)
+            .collect();
+        let thread_names: Vec<_> = on_thread.iter().filter(|e| e["ph"] == "M").collect();
+        assert_eq!(thread_names.len(), 1, "{text}");
+        assert_eq!(thread_names[0]["args"]["name"], "python3");
+        let slices: Vec<(f64, f64, &str)> = on_thread
+            .iter()
+            .filter(|e| e["ph"] == "X")
+            .map(|e| {
+                (
+                    e["ts"].as_f64().unwrap(),
+                    e["dur"].as_f64().unwrap(),
+                    e["name"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            slices,
+            [
+                (12.655, 12.345, "cuCtxCreate_v4"),
+                (10.0, 40.0, "cudaMalloc")
+            ]
+        );
+        let instant: Vec<_> = on_thread.iter().filter(|e| e["ph"] == "i").collect();
+        assert_eq!(instant.len(), 1, "{text}");
+        assert_eq!(
+            (&instant[0]["name"], &instant[0]["s"]),
+            (&json!("SCHEDULE"), &json!("t"))
+        );
+        assert_eq!(instant[0]["ts"], 20.0);
+        let ctx = on_thread
+            .iter()
+            .find(|e| e["name"] == "cuCtxCreate_v4")
+            .unwrap();
+        assert_eq!(ctx["args"]["caller"], "cudaMalloc@libcudart.so.12");
+        assert_eq!(
+            (ctx["args"]["depth"] == 1, ctx["args"]["ret"] == 0),
+            (true, true)
+        );
     }
 
     #[test]

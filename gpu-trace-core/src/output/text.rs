@@ -17,13 +17,14 @@ use std::fmt::{self, Display, Write as _};
 
 use chrono::{Local, TimeZone, Timelike};
 
+use crate::api::{events as api_events, names::ApiEvent};
 use crate::event::{
     AmdDetail, AmdQueueType, AmdVia, DestroyCause, Engine, Event, EventKind, Interleave, RunState,
     SchedChange, TaskId,
 };
 use crate::model::stats::Stats;
 pub use crate::output::clock::Clock;
-use crate::sink::{Enriched, RunEnd, Sink, SinkError};
+use crate::sink::{ApiEnriched, Enriched, RunEnd, Sink, SinkError};
 
 /// How the time at the start of each line is shown.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -93,24 +94,10 @@ impl TextFormatter {
             return false;
         }
         let start = line.len();
-        match self.timestamps {
-            TimestampMode::Wall => write_wall(line, clock, tz, ev.origin.ts_ns, seconds),
-            TimestampMode::Relative => {
-                let rel = format_relative(clock.relative_ns(ev.origin.ts_ns));
-                let _ = write!(line, "{rel:>TIME_WIDTH$}");
-            }
-        }
         // ` [CPU{:02}] {:<12} PID={:<6} {:<16} TSG={:<4} `, without `write!` (the text line is
         // most of the text output's cost).
         let o = &ev.origin;
-        line.push_str(" [CPU");
-        push_zero_padded(line, o.cpu, 2);
-        line.push_str("] ");
-        push_left(line, ev.kind.name(), 12);
-        line.push_str(" PID=");
-        push_left(line, itoa::Buffer::new().format(o.pid), 6);
-        line.push(' ');
-        push_left(line, &crate::escape::escape_text(&o.comm), 16);
+        self.write_head(line, clock, tz, seconds, o, ev.kind.name());
         line.push_str(" TSG=");
         push_left(line, ev.kind.task().label().as_str(), 4);
         line.push(' ');
@@ -123,6 +110,87 @@ impl TextFormatter {
         if let Some(api) = &ev.api {
             let _ = write!(line, "{api}");
         }
+        true
+    }
+}
+
+impl TextFormatter {
+    /// The columns every line starts with: the time, ` [CPUnn] `, the event's name padded to
+    /// 12, ` PID=` padded to 6, and the thread's name (escaped) padded to 16.
+    fn write_head<Tz: TimeZone<Offset: Display>>(
+        &self,
+        line: &mut String,
+        clock: &Clock,
+        tz: &Tz,
+        seconds: &mut SecondCache,
+        o: &crate::event::Origin,
+        name: &str,
+    ) {
+        match self.timestamps {
+            TimestampMode::Wall => write_wall(line, clock, tz, o.ts_ns, seconds),
+            TimestampMode::Relative => {
+                let rel = format_relative(clock.relative_ns(o.ts_ns));
+                let _ = write!(line, "{rel:>TIME_WIDTH$}");
+            }
+        }
+        line.push_str(" [CPU");
+        push_zero_padded(line, o.cpu, 2);
+        line.push_str("] ");
+        push_left(line, name, 12);
+        line.push_str(" PID=");
+        push_left(line, itoa::Buffer::new().format(o.pid), 6);
+        line.push(' ');
+        push_left(line, &crate::escape::escape_text(&o.comm), 16);
+    }
+
+    /// Appends the line of an API record of the main trace (`gpu-trace --api`; no newline) in
+    /// the driver lines' columns, the API fields in place of the TSG's:
+    ///
+    /// ```text
+    /// 23:00:24.561798 [CPU01] API_CALL     PID=4242   python3          tid=4243 cuCtxCreate_v4@libcuda.so.1 = 0 <12.345 us> depth=1 caller=cudaMalloc@libcudart.so.12
+    /// 23:00:24.561798 [CPU01] API_RECURSION PID=4242   python3          tid=4243 cuInit@shim.so why=re-entered depth=2 chain=cuInit@shim.so
+    /// ```
+    ///
+    /// False (nothing appended) for a process's sums (`API_STATS`: the statistics print them).
+    pub fn write_api<Tz: TimeZone<Offset: Display>>(
+        &self,
+        ev: &ApiEnriched<'_>,
+        clock: &Clock,
+        tz: &Tz,
+        line: &mut String,
+    ) -> bool {
+        self.write_api_cached(ev, clock, tz, line, &mut SecondCache::default())
+    }
+
+    /// [`write_api`](Self::write_api), the wall-clock second kept in `seconds`.
+    fn write_api_cached<Tz: TimeZone<Offset: Display>>(
+        &self,
+        ev: &ApiEnriched<'_>,
+        clock: &Clock,
+        tz: &Tz,
+        line: &mut String,
+        seconds: &mut SecondCache,
+    ) -> bool {
+        let (name, tid, comm, fields) = match ev.event {
+            ApiEvent::Call(e) => ("API_CALL", e.tid, &e.comm, api_events::call_fields(e)),
+            ApiEvent::Recursion(e) => (
+                "API_RECURSION",
+                e.tid,
+                &e.comm,
+                api_events::recursion_fields(e),
+            ),
+            ApiEvent::Stats(_) => return false,
+        };
+        let origin = crate::event::Origin {
+            ts_ns: ev.ts_ns,
+            cpu: ev.cpu,
+            pid: ev.event.pid(),
+            tid,
+            comm: comm.as_str().into(),
+        };
+        self.write_head(line, clock, tz, seconds, &origin, name);
+        line.push(' ');
+        line.push_str(&fields);
         true
     }
 }
@@ -257,12 +325,22 @@ impl<W: std::io::Write> Sink for TextSink<W> {
         ) {
             return Ok(());
         }
-        match ev.cgroup {
-            Some(a) => line.push_str(&a.text_fields(self.show_container)),
-            None if self.show_container => line.push_str(" container=?"),
-            None => {}
+        end_line(line, ev.cgroup, self.show_container);
+        self.out
+            .write_all(line.as_bytes())
+            .map_err(SinkError::Output)
+    }
+
+    fn api(&mut self, ev: &ApiEnriched<'_>) -> Result<(), SinkError> {
+        let line = &mut self.line;
+        line.clear();
+        if !self
+            .formatter
+            .write_api_cached(ev, &self.clock, &Local, line, &mut self.seconds)
+        {
+            return Ok(());
         }
-        line.push('\n');
+        end_line(line, ev.cgroup, self.show_container);
         self.out
             .write_all(line.as_bytes())
             .map_err(SinkError::Output)
@@ -290,6 +368,20 @@ impl<W: std::io::Write> Sink for TextSink<W> {
         }
         self.out.flush().map_err(SinkError::Output)
     }
+}
+
+/// The container fields (`--show-container`: `container=?` when not known) and the newline.
+fn end_line(
+    line: &mut String,
+    cgroup: Option<&crate::model::workload::Attribution>,
+    show_container: bool,
+) {
+    match cgroup {
+        Some(a) => line.push_str(&a.text_fields(show_container)),
+        None if show_container => line.push_str(" container=?"),
+        None => {}
+    }
+    line.push('\n');
 }
 
 fn write_fields(line: &mut String, kind: &EventKind) {
@@ -1275,5 +1367,57 @@ mod tests {
             assert_eq!(l.trim_end(), l);
             assert!(!l.contains('\n'));
         }
+    }
+
+    /// `gpu-trace --api`'s lines: the driver lines' time, CPU, name, PID and thread-name
+    /// columns, then the API fields; names from the traced process escaped; a process's sums
+    /// print nothing here (the statistics do).
+    #[test]
+    fn api_lines_take_the_driver_lines_columns_and_escape_names() {
+        use crate::api::events::samples;
+        let (clock, tz) = fixed();
+        let f = TextFormatter::default();
+        let line = |event: &ApiEvent| {
+            let ev = ApiEnriched {
+                event,
+                ts_ns: T0,
+                cpu: 1,
+                process: "python3",
+                cgroup: None,
+                trace_start_ns: T0,
+            };
+            let mut line = String::new();
+            f.write_api(&ev, &clock, &tz, &mut line).then_some(line)
+        };
+        assert_eq!(
+            line(&ApiEvent::Call(samples::call("python3", "libcuda.so.1"))).unwrap(),
+            "23:00:24.561798 [CPU01] API_CALL     PID=4242   python3          tid=4243 \
+             cuCtxCreate_v4@libcuda.so.1 = 0 <12.345 us> depth=1 caller=cudaMalloc@libcudart.so.12"
+        );
+        assert_eq!(
+            line(&ApiEvent::Recursion(samples::recursion("python3"))).unwrap(),
+            "23:00:24.561798 [CPU01] API_RECURSION PID=4242   python3          tid=4243 \
+             cuInit@shim.so why=re-entered depth=2 chain=cuInit@shim.so"
+        );
+        let hostile = line(&ApiEvent::Call(samples::call(
+            "py\u{1b}]0;x\u{7}",
+            "/tmp/\u{202e}\u{1b}[2Jlib.so",
+        )))
+        .unwrap();
+        assert!(
+            !hostile.contains(['\u{1b}', '\u{7}', '\u{202e}']),
+            "{hostile:?}"
+        );
+        let stats = ApiEvent::Stats(crate::api::stats::CallStats {
+            pid: 4242,
+            library: "libcuda.so.1".into(),
+            preload: false,
+            symbol: "cuInit".into(),
+            calls: 1,
+            errors: 0,
+            total_ns: 1,
+            hist: vec![0; 40],
+        });
+        assert_eq!(line(&stats), None);
     }
 }

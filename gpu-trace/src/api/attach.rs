@@ -377,7 +377,7 @@ impl TraceApi {
 
 /// `gpu-trace --api`: the uprobes loaded into the main trace's object and attached to the
 /// processes `pids`/`comms` name (again at each [`TraceApi::rescan`]); says on stderr how many
-/// map a GPU API library.
+/// map a GPU API library. `calls` (`--api-calls`): an `API_CALL` record per completed call.
 ///
 /// `command`: `-- CMD`'s process, forked and held before its exec, and the command line: the
 /// libraries it loads at start get their probes by path now ([`Attacher::attach_launch`]),
@@ -387,11 +387,12 @@ pub fn for_trace(
     pids: &[u32],
     comms: &[String],
     command: Option<(u32, &OsString)>,
+    calls: bool,
 ) -> Result<TraceApi, TraceApiError> {
     if pids.is_empty() && comms.is_empty() && command.is_none() {
         return Err(TraceApiError::NoTarget);
     }
-    tracer.load_api().map_err(TraceApiError::Load)?;
+    tracer.load_api(calls).map_err(TraceApiError::Load)?;
     let mut api = TraceApi {
         attacher: Attacher::new(SymbolTable::builtin()),
         pids: pids.to_vec(),

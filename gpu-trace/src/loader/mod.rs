@@ -494,11 +494,12 @@ impl Tracer {
 
     /// `--api`: loads the API layer's uprobe programs into this object, where they share the
     /// open-call stacks (`API_OPEN`) with the NVIDIA programs that tag their records from them
-    /// (every open call kept: depth cap [`gpu_trace_common::api::API_STACK_MAX`], no record
-    /// per call).
-    pub fn load_api(&mut self) -> Result<(), String> {
+    /// (every open call kept: depth cap [`gpu_trace_common::api::API_STACK_MAX`]). `calls`
+    /// (`--api-calls`): the kernel also sends an `API_CALL` record per completed call (the
+    /// `VERBOSE` switch); otherwise no record per call.
+    pub fn load_api(&mut self, calls: bool) -> Result<(), String> {
         let depth = gpu_trace_common::api::API_STACK_MAX as u32;
-        crate::api::attach::load_programs(&mut self.ebpf, false, depth)
+        crate::api::attach::load_programs(&mut self.ebpf, calls, depth)
     }
 
     /// `--api`: attaches the uprobes to every table symbol of every library mapped in `pids`

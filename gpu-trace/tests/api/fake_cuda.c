@@ -2,6 +2,8 @@
  * its cu* functions issue an RM-shaped GPFIFO_SCHEDULE control (NVOS54, bEnable=1) of their
  * own TSG handle on /dev/full, the device the test watches, as the real libcuda issues RM
  * ioctls on /dev/nvidia*. The ioctl fails there; the tracer reports the SCHEDULE anyway. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <sys/ioctl.h>
@@ -25,8 +27,21 @@ int gt_schedule(uint32_t object) {
     return ioctl(fd, 0xC020462Au, &b);
 }
 
+#ifdef RECURSE
+/* Built with -DRECURSE=N (tests/api_join.rs): the seed's broken interposer in this library,
+ * cuInit looks "the real one" up with RTLD_DEFAULT, finds itself and re-enters, N levels
+ * deep in all (a counter ends it, so the client survives). */
+static int depth;
+#endif
+
 int cuInit(unsigned flags) {
+#ifdef RECURSE
+    int (*again)(unsigned) = (int (*)(unsigned))dlsym(RTLD_DEFAULT, "cuInit");
+    if (again && ++depth < RECURSE)
+        again(flags);
+#else
     (void)flags;
+#endif
     gt_schedule(0x5EED0A01u);
     return 0;
 }

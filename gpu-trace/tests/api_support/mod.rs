@@ -79,10 +79,15 @@ pub fn toolchain(test: &str) -> Option<(PathBuf, tempfile::TempDir, PathBuf)> {
 }
 
 /// The stand-in `libcuda.so.1` (tests/api/fake_cuda.c: its calls issue RM-shaped schedules on
-/// the watched device) and `libcudart.so.12` (fake_cudart.c) built in a new directory, with
-/// the client tests/api/`client` linked to both (DT_NEEDED, RPATH) as `client`; the directory
-/// and its canonical path. `None`, after SKIPPED, where the test cannot run here.
-pub fn fake_cuda(test: &str, client: &str) -> Option<(tempfile::TempDir, PathBuf)> {
+/// the watched device; `cuda_flags` for it, e.g. `-DRECURSE=N`) and `libcudart.so.12`
+/// (fake_cudart.c) built in a new directory, with each `(source, name)` of `clients` (under
+/// tests/api) linked to both (DT_NEEDED, RPATH); the directory and its canonical path. `None`,
+/// after SKIPPED, where the test cannot run here.
+pub fn fake_cuda(
+    test: &str,
+    cuda_flags: &[&str],
+    clients: &[(&str, &str)],
+) -> Option<(tempfile::TempDir, PathBuf)> {
     if !uprobes(test) || !c_compiler(test) {
         return None;
     }
@@ -91,10 +96,17 @@ pub fn fake_cuda(test: &str, client: &str) -> Option<(tempfile::TempDir, PathBuf
     let lib_dir = format!("-L{}", root.display());
     let rpath = format!("-Wl,-rpath,{}", root.display());
     let shared = ["-shared", "-fPIC"];
-    cc(&root, "fake_cuda.c", "libcuda.so.1", &shared);
+    cc(
+        &root,
+        "fake_cuda.c",
+        "libcuda.so.1",
+        &[&shared, cuda_flags].concat(),
+    );
     let cuda = [&shared[..], &[&lib_dir, "-l:libcuda.so.1"]].concat();
     cc(&root, "fake_cudart.c", "libcudart.so.12", &cuda);
     let both = [&lib_dir, "-l:libcuda.so.1", "-l:libcudart.so.12", &rpath];
-    cc(&root, client, "client", &both);
+    for (source, name) in clients {
+        cc(&root, source, name, &both);
+    }
     Some((dir, root))
 }
