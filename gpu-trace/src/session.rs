@@ -553,6 +553,9 @@ pub async fn run_live_with(
     // Before detaching, which unloads the programs.
     live.report_program_runs(args.bpf_stats);
     let counters = live.drain_after_detach().await?;
+    // --api: the calls' final sums, after the last records of the ring.
+    live.reader
+        .send_api_sums(&live.tracer, &mut live.pipeline, &mut live.recorder);
     // A denial that did not hold is said on stderr too, whatever the output and its format.
     if let Some(warning) = counters.deny_unfollowed_warning() {
         live.report(vec![warning]);
@@ -956,6 +959,7 @@ impl LiveRun<'_> {
                     if let Some(api) = self.reader.api.as_mut() {
                         api.rescan(&mut self.tracer);
                     }
+                    self.reader.send_api_sums(&self.tracer, &mut self.pipeline, &mut self.recorder);
                 }
                 _ = health.tick(), if metrics_served => {
                     let counters = self.tracer.counters()?;
@@ -1477,6 +1481,28 @@ impl Reader {
         for rec in api.attacher.take_symbol_records(monotonic_now_ns()) {
             let raw = RawRecord::ApiSymbol(rec);
             self.inject(&raw, pipeline, recorder);
+        }
+    }
+
+    /// `--api`: the kernel's per-process call sums that changed since the last read, as
+    /// `API_STATS` records into the recording and the pipeline (each second and once at the
+    /// end), after the names of their cookies.
+    fn send_api_sums(
+        &mut self,
+        tracer: &Tracer,
+        pipeline: &mut Pipeline<QueueWriter>,
+        recorder: &mut Option<RecordWriter<QueueWriter>>,
+    ) {
+        if self.api.is_none() {
+            return;
+        }
+        self.name_api_cookies(pipeline, recorder);
+        let sums = tracer.api_sums();
+        let Some(api) = self.api.as_mut() else {
+            return;
+        };
+        for rec in api.stats_records(sums, monotonic_now_ns()) {
+            self.inject(&RawRecord::ApiStats(rec), pipeline, recorder);
         }
     }
 

@@ -469,6 +469,15 @@ impl<W: std::io::Write> JsonSink<W> {
         writeln!(self.out, "{line}").map_err(SinkError::Output)
     }
 
+    /// `--api`: one `API_STATS` line per (process, library, symbol) with figures, before a
+    /// `STATS` line (`final_`: the last one).
+    fn api_stats_lines(&mut self, stats: &Stats, final_: bool) -> Result<(), SinkError> {
+        for row in stats.api_rows() {
+            self.line(&crate::api::stats::json(row, final_))?;
+        }
+        Ok(())
+    }
+
     /// A line made elsewhere (`GPU_SHARE`, [`super::share`]).
     pub fn other_line(&mut self, line: &str) -> Result<(), SinkError> {
         self.line(line)
@@ -489,6 +498,7 @@ impl<W: std::io::Write> Sink for JsonSink<W> {
     }
 
     fn periodic(&mut self, stats: &Stats) -> Result<(), SinkError> {
+        self.api_stats_lines(stats, false)?;
         self.line(&stats_json(stats, false))
     }
 
@@ -498,6 +508,7 @@ impl<W: std::io::Write> Sink for JsonSink<W> {
 
     fn finish(&mut self, end: &RunEnd<'_>) -> Result<(), SinkError> {
         if end.stats_text.is_some() {
+            self.api_stats_lines(end.stats, true)?;
             self.line(&stats_json(end.stats, true))?;
         }
         self.out.flush().map_err(SinkError::Output)

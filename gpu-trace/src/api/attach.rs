@@ -9,14 +9,18 @@ use std::os::unix::fs::MetadataExt as _;
 
 use aya::{
     Ebpf,
-    maps::Array,
+    maps::{Array, PerCpuHashMap},
     programs::{
         UProbe,
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
     },
 };
-use gpu_trace_common::api::{ApiContextRecord, ApiSymbolRecord, ApiTagRecord, api_switch};
+use gpu_trace_common::api::{
+    API_HIST_BUCKETS, ApiContextRecord, ApiKey, ApiStat, ApiStatsRecord, ApiSymbolRecord,
+    ApiTagRecord, api_switch,
+};
 use gpu_trace_common::record_kind;
+use gpu_trace_common::zerocopy::FromBytes as _;
 use gpu_trace_core::api::events::Site;
 use gpu_trace_core::api::open::names;
 use gpu_trace_core::api::resolve::Origin;
@@ -50,6 +54,45 @@ pub fn load_programs(ebpf: &mut Ebpf, verbose: bool, max_depth: u32) -> Result<(
         switches.set(i, v, 0).map_err(|e| e.to_string())?;
     }
     Ok(())
+}
+
+/// The kernel's `API_STATS` map of `ebpf` summed over CPUs: per (process, cookie), the calls
+/// completed so far (`gpu-trace api`'s tables, the main trace's `API_STATS` records). Empty
+/// when the object has no such map (the programs not loaded).
+pub fn read_sums(ebpf: &Ebpf) -> Vec<(ApiKey, ApiStat)> {
+    const KEY_LEN: usize = size_of::<ApiKey>();
+    const STAT_LEN: usize = size_of::<ApiStat>();
+    let Some(map) = ebpf.map("API_STATS") else {
+        return Vec::new();
+    };
+    let Ok(map) = PerCpuHashMap::<_, [u8; KEY_LEN], [u8; STAT_LEN]>::try_from(map) else {
+        return Vec::new();
+    };
+    let mut sums = Vec::new();
+    for (k, per_cpu) in map.iter().flatten() {
+        let Ok(key) = ApiKey::read_from_bytes(&k) else {
+            continue;
+        };
+        let mut stat = ApiStat {
+            count: 0,
+            errors: 0,
+            total_ns: 0,
+            hist: [0; API_HIST_BUCKETS],
+        };
+        for s in per_cpu
+            .iter()
+            .filter_map(|v| ApiStat::read_from_bytes(v).ok())
+        {
+            stat.count += s.count;
+            stat.errors += s.errors;
+            stat.total_ns += s.total_ns;
+            for (a, b) in stat.hist.iter_mut().zip(s.hist) {
+                *a += b;
+            }
+        }
+        sums.push((key, stat));
+    }
+    sums
 }
 
 /// What is attached, and the names behind the cookies.
@@ -332,6 +375,9 @@ pub struct TraceApi {
     pub attacher: Attacher,
     pids: Vec<u32>,
     comms: Vec<String>,
+    /// The count last sent per (process, cookie): the keys of the kernel map's last read, so
+    /// bounded by its size.
+    sent: HashMap<(u32, u64), u64>,
 }
 
 impl TraceApi {
@@ -342,6 +388,41 @@ impl TraceApi {
         let targets = targets(&self.pids, &self.comms);
         let with = tracer.attach_api(&mut self.attacher, targets.iter().copied());
         (targets.len(), with)
+    }
+
+    /// The `API_STATS` records of the kernel's sums `sums` ([`read_sums`]) whose count changed
+    /// since the last call (a process that exited keeps its last record: nothing more is
+    /// sent for it). `now_ns`: CLOCK_MONOTONIC, the records' time.
+    pub fn stats_records(
+        &mut self,
+        sums: Vec<(ApiKey, ApiStat)>,
+        now_ns: u64,
+    ) -> Vec<ApiStatsRecord> {
+        let mut sent = HashMap::with_capacity(sums.len());
+        let mut out = Vec::new();
+        for (key, stat) in sums {
+            let k = (key.tgid, key.cookie);
+            if self.sent.get(&k) != Some(&stat.count) {
+                out.push(ApiStatsRecord {
+                    hdr: gpu_trace_common::RecordHeader {
+                        kind: record_kind::API_STATS,
+                        cpu: 0,
+                        ts_ns: now_ns,
+                        tgid: key.tgid,
+                        tid: key.tgid,
+                        comm: [0; 16],
+                    },
+                    cookie: key.cookie,
+                    count: stat.count,
+                    errors: stat.errors,
+                    total_ns: stat.total_ns,
+                    hist: stat.hist,
+                });
+            }
+            sent.insert(k, stat.count);
+        }
+        self.sent = sent;
+        out
     }
 }
 
@@ -361,6 +442,7 @@ pub fn for_trace(
         attacher: Attacher::new(SymbolTable::builtin()),
         pids: pids.to_vec(),
         comms: comms.to_vec(),
+        sent: HashMap::new(),
     };
     let (targets, with) = api.rescan(tracer);
     eprintln!(

@@ -511,6 +511,17 @@ impl Tracer {
         api.attach_pids(&mut self.ebpf, pids)
     }
 
+    /// `--api`: the kernel's per-process call sums, summed over CPUs (empty without
+    /// [`Self::load_api`]).
+    pub fn api_sums(
+        &self,
+    ) -> Vec<(
+        gpu_trace_common::api::ApiKey,
+        gpu_trace_common::api::ApiStat,
+    )> {
+        crate::api::attach::read_sums(&self.ebpf)
+    }
+
     /// The ring buffer the programs write records into. Can be taken once.
     pub fn take_ring_buffer(&mut self) -> Result<RingBuf<MapData>, LoadError> {
         let map = self
