@@ -1143,6 +1143,59 @@ mod tests {
         assert!(!text.contains("unknown_handle"), "{text}");
     }
 
+    fn api_row(pid: u32, symbol: &str, calls: u64) -> CallStats {
+        CallStats {
+            pid,
+            library: "libcuda.so.1".into(),
+            preload: false,
+            symbol: symbol.into(),
+            calls,
+            errors: 1,
+            total_ns: calls * 2000,
+            hist: vec![0; 40],
+        }
+    }
+
+    /// `--api`: the latest figures of each (process, library, symbol) replace its last ones;
+    /// the "API calls" table is in the block only once there is a row; past [`MAX_API_ROWS`]
+    /// a new row is counted, not kept (a known one still updates).
+    #[test]
+    fn api_rows_keep_the_latest_figures_bounded_and_show_only_when_there_are_some() {
+        let mut s = Stats::new();
+        assert!(!s.render_text(false).contains("API calls"));
+        s.record_api(&api_row(7, "cuInit", 3));
+        s.record_api(&api_row(7, "cuInit", 9));
+        s.record_api(&api_row(8, "cuMemAlloc_v2", 4));
+        let rows: Vec<_> = s.api_rows().map(|r| (r.pid, r.calls)).collect();
+        assert_eq!(rows, [(7, 9), (8, 4)]);
+        let text = s.render_text(false);
+        let table = text.split("API calls:\n").nth(1).expect("the table");
+        let lines: Vec<&str> = table.lines().take(3).collect();
+        assert!(lines[0].contains("SYMBOL"), "{text}");
+        assert!(
+            lines[1].split_whitespace().eq([
+                "7",
+                "cuInit",
+                "9",
+                "1",
+                "18",
+                "2",
+                "0",
+                "libcuda.so.1"
+            ]),
+            "{text}"
+        );
+        assert!(lines[2].starts_with("       8 cuMemAlloc_v2"), "{text}");
+        for pid in 0..MAX_API_ROWS as u32 {
+            s.record_api(&api_row(100 + pid, "cuInit", 1));
+        }
+        assert_eq!(s.api_rows().count(), MAX_API_ROWS);
+        assert_eq!(s.api_dropped, 2);
+        s.record_api(&api_row(7, "cuInit", 10));
+        assert_eq!(s.api_dropped, 2);
+        assert!(s.render_text(false).contains("api_rows_dropped"));
+    }
+
     #[test]
     fn counts_events_and_processes() {
         let s = sample();

@@ -923,6 +923,61 @@ mod tests {
         }
     }
 
+    fn api_row(pid: u32, symbol: &str, calls: u64) -> crate::api::stats::CallStats {
+        crate::api::stats::CallStats {
+            pid,
+            library: "libcuda.so.1".into(),
+            preload: false,
+            symbol: symbol.into(),
+            calls,
+            errors: 0,
+            total_ns: calls * 1000,
+            hist: vec![0; 40],
+        }
+    }
+
+    /// `--api`: a process's API/s is the growth of its calls (all symbols summed) over the
+    /// time between two frames; a process with API figures but no driver event has a row; the
+    /// `API/s` column shows only when a row has API figures (a run without `--api` keeps its
+    /// screen).
+    #[test]
+    fn api_rate_is_the_growth_of_the_calls_between_two_frames() {
+        let mut s = Stats::new();
+        s.record(&ev(1, 10, 1, schedule(1, true)));
+        let mut m = TopModel::default();
+        let f0 = m.frame(&s, 1.0, None);
+        assert_eq!(f0.processes[0].api_per_s, None);
+        assert!(!has_api(&f0));
+        assert!(
+            !layout_for(200, has_api(&f0))
+                .iter()
+                .any(|&(c, _)| c == Column::Api)
+        );
+        s.record_api(&api_row(10, "cuInit", 5));
+        s.record_api(&api_row(10, "cuLaunchKernel", 100));
+        s.record_api(&api_row(30, "cuInit", 1));
+        let f1 = m.frame(&s, 3.0, None);
+        let row = |f: &Frame, pid| f.processes.iter().find(|p| p.pid == pid).unwrap().clone();
+        // 105 calls since the last frame, 2 s ago.
+        assert_eq!(row(&f1, 10).api_per_s, Some(52.5));
+        assert_eq!(row(&f1, 30).api_per_s, Some(0.5));
+        assert_eq!(row(&f1, 30).comm, "?");
+        s.record_api(&api_row(10, "cuLaunchKernel", 140));
+        let f2 = m.frame(&s, 3.5, None);
+        assert_eq!(row(&f2, 10).api_per_s, Some(80.0));
+        assert_eq!(row(&f2, 30).api_per_s, Some(0.0));
+        assert_eq!(Column::Api.cell(&row(&f2, 10)), "80.0");
+        assert!(has_api(&f2));
+        let cols = columns_of(layout_for(200, true));
+        let at = |c| cols.iter().position(|&x| x == c).unwrap();
+        assert_eq!(at(Column::Api), at(Column::Refused) + 1);
+        assert_eq!(columns_of(layout_for(200, false)), columns(200));
+    }
+
+    fn columns_of(l: Vec<(Column, u16)>) -> Vec<Column> {
+        l.into_iter().map(|(c, _)| c).collect()
+    }
+
     #[test]
     fn rates_live_tasks_latency_and_sorting() {
         let mut s = Stats::new();
