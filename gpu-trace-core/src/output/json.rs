@@ -254,7 +254,9 @@
 //! byte that is not as U+FFFD.
 //!
 //! `API_STATS`: one per (process, library, symbol) with completed calls, every `--interval` and at
-//! the end.
+//! the end. The main trace with `--api` writes the same objects just before each `STATS` line
+//! (its periodic ones and the final one, `final` alike), with the library's file name and
+//! `preload` false ([api.md](api.md#driver-events-inside-api-calls---api), Figures).
 //!
 //! | field          | type    | meaning |
 //! |----------------|---------|---------|
