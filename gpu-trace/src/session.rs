@@ -553,9 +553,6 @@ pub async fn run_live_with(
     // Before detaching, which unloads the programs.
     live.report_program_runs(args.bpf_stats);
     let counters = live.drain_after_detach().await?;
-    // --api: the calls' final sums, after the last records of the ring.
-    live.reader
-        .send_api_sums(&live.tracer, &mut live.pipeline, &mut live.recorder);
     // A denial that did not hold is said on stderr too, whatever the output and its format.
     if let Some(warning) = counters.deny_unfollowed_warning() {
         live.report(vec![warning]);
@@ -1078,7 +1075,8 @@ impl LiveRun<'_> {
 
     /// Detaches first, then reads until every record the kernel counted as sent has been read
     /// (a program running at the moment of detaching may still submit one), for at most a
-    /// second; records sent but never read are counted as lost. Returns the kernel's counters.
+    /// second; records sent but never read are counted as lost; then (`--api`) the calls' final
+    /// sums. Returns the kernel's counters.
     async fn drain_after_detach(&mut self) -> Result<KernelCounters, RunError> {
         self.tracer.detach();
         let mut counters = self.tracer.counters()?;
@@ -1102,6 +1100,9 @@ impl LiveRun<'_> {
         if self.reader.read < counters.emitted {
             self.pipeline.stats_mut().lost_samples = Some(counters.emitted - self.reader.read);
         }
+        // --api: the calls' final sums, after the ring's last records.
+        self.reader
+            .send_api_sums(&self.tracer, &mut self.pipeline, &mut self.recorder);
         Ok(counters)
     }
 

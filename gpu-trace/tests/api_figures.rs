@@ -102,20 +102,12 @@ fn api_figures_in_metrics_stats_json_and_replay_equal_the_clients_own_counts() {
 
     let rec = root.join("figures.gtrace");
     let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let (pid_arg, metrics_arg) = (pid.to_string(), metrics.to_string());
-    let args = [
-        "--watch-device",
-        "/dev/full",
-        "--api",
-        "--pid",
-        &pid_arg,
-        "--format",
-        "json",
-        "--metrics",
-        &metrics_arg,
-        "--record",
-        rec.to_str().unwrap(),
-    ];
+    // The temporary directory's path has no space.
+    let line_args = format!(
+        "--watch-device /dev/full --api --pid {pid} --format json --metrics {metrics} --record {}",
+        rec.display()
+    );
+    let args: Vec<&str> = line_args.split(' ').collect();
     let traced = Traced::start(&args).unwrap_or_else(|e| panic!("{test}: {e}"));
     writeln!(input, "go").unwrap();
     line.clear();
@@ -160,8 +152,9 @@ fn api_figures_in_metrics_stats_json_and_replay_equal_the_clients_own_counts() {
     // The recording replays the same figures: in JSON, and in the text statistics' table.
     let replay = |format: &str| {
         let out = Command::new(gpu_trace_bin())
-            .args(["replay", "--format", format])
+            .arg("replay")
             .arg(&rec)
+            .arg(format!("--format={format}"))
             .output()
             .unwrap();
         assert!(out.status.success(), "{out:?}");

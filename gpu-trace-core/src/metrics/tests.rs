@@ -669,14 +669,9 @@ fn share_gauge_sums_same_labels_and_is_absent_without_samples() {
 /// calls, errors, ns.
 fn api_sums(m: &mut Metrics, pid: u32, comm: &str, symbol: &str, v: [u64; 3]) {
     let row = crate::api::stats::CallStats {
-        pid,
-        library: "libcuda.so.1".into(),
-        preload: false,
-        symbol: symbol.into(),
-        calls: v[0],
         errors: v[1],
         total_ns: v[2],
-        hist: vec![0; 40],
+        ..crate::api::stats::CallStats::for_test(pid, symbol, v[0])
     };
     let event = crate::api::names::ApiEvent::Stats(row);
     let ev = crate::sink::ApiEnriched {

@@ -1145,14 +1145,9 @@ mod tests {
 
     fn api_row(pid: u32, symbol: &str, calls: u64) -> CallStats {
         CallStats {
-            pid,
-            library: "libcuda.so.1".into(),
-            preload: false,
-            symbol: symbol.into(),
-            calls,
             errors: 1,
             total_ns: calls * 2000,
-            hist: vec![0; 40],
+            ..CallStats::for_test(pid, symbol, calls)
         }
     }
 

@@ -924,16 +924,7 @@ mod tests {
     }
 
     fn api_row(pid: u32, symbol: &str, calls: u64) -> crate::api::stats::CallStats {
-        crate::api::stats::CallStats {
-            pid,
-            library: "libcuda.so.1".into(),
-            preload: false,
-            symbol: symbol.into(),
-            calls,
-            errors: 0,
-            total_ns: calls * 1000,
-            hist: vec![0; 40],
-        }
+        crate::api::stats::CallStats::for_test(pid, symbol, calls)
     }
 
     /// `--api`: a process's API/s is the growth of its calls (all symbols summed) over the
