@@ -71,11 +71,11 @@ fn text_table(stdout: &str, pid: u32) -> Counts {
     out
 }
 
-#[test]
-fn api_figures_in_metrics_stats_json_and_replay_equal_the_clients_own_counts() {
-    let test = "api_figures_in_metrics_stats_json_and_replay_equal_the_clients_own_counts";
+/// The stand-in libraries and the client built in a new directory (and its canonical path);
+/// `None`, after SKIPPED, where the test cannot run here.
+fn build(test: &str) -> Option<(tempfile::TempDir, std::path::PathBuf)> {
     if !uprobes(test) || !c_compiler(test) {
-        return;
+        return None;
     }
     let dir = tempfile::tempdir().unwrap();
     let root = std::fs::canonicalize(dir.path()).unwrap();
@@ -87,19 +87,76 @@ fn api_figures_in_metrics_stats_json_and_replay_equal_the_clients_own_counts() {
     let rpath = format!("-Wl,-rpath,{}", root.display());
     let client_flags = [&lib_dir, "-l:libcuda.so.1", "-l:libcudart.so.12", &rpath];
     cc(&root, "figures_client.c", "client", &client_flags);
+    Some((dir, root))
+}
 
-    let mut client = Command::new(root.join("client"))
-        .args(["37", "23"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut input = client.stdin.take().unwrap();
-    let mut out = BufReader::new(client.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    let pid: u32 = line.trim().strip_prefix("pid=").unwrap().parse().unwrap();
+/// The client, started and waiting for its go.
+struct Client {
+    child: std::process::Child,
+    input: Option<std::process::ChildStdin>,
+    out: BufReader<std::process::ChildStdout>,
+    pid: u32,
+}
 
+impl Client {
+    /// `args`: the calls of cuInit and of cudaMalloc, and `exit` to end right after them.
+    fn start(root: &std::path::Path, args: &[&str]) -> Self {
+        let mut child = Command::new(root.join("client"))
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let input = child.stdin.take();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        let pid = line.trim().strip_prefix("pid=").unwrap().parse().unwrap();
+        Client {
+            child,
+            input,
+            out,
+            pid,
+        }
+    }
+
+    /// Lets it make its calls; the calls of each (library, symbol) by its own counts
+    /// (cuCtxCreate_v4 once per cudaMalloc, tests/api/fake_cudart.c).
+    fn go(&mut self) -> Counts {
+        writeln!(self.input.as_mut().unwrap(), "go").unwrap();
+        let mut line = String::new();
+        self.out.read_line(&mut line).unwrap();
+        let mut own = BTreeMap::new();
+        for part in line.split_whitespace() {
+            let (sym, n) = part.split_once('=').unwrap();
+            own.insert(sym.to_string(), n.parse::<u64>().unwrap());
+        }
+        assert_eq!(own.len(), 2, "{line}");
+        [
+            ("libcuda.so.1", "cuInit", own["cuInit"]),
+            ("libcudart.so.12", "cudaMalloc", own["cudaMalloc"]),
+            ("libcuda.so.1", "cuCtxCreate_v4", own["cudaMalloc"]),
+        ]
+        .into_iter()
+        .map(|(l, s, n)| ((l.to_string(), s.to_string()), n))
+        .collect()
+    }
+
+    /// Lets it end; waits for it.
+    fn end(mut self) {
+        drop(self.input.take());
+        assert!(self.child.wait().unwrap().success());
+    }
+}
+
+#[test]
+fn api_figures_in_metrics_stats_json_and_replay_equal_the_clients_own_counts() {
+    let test = "api_figures_in_metrics_stats_json_and_replay_equal_the_clients_own_counts";
+    let Some((_dir, root)) = build(test) else {
+        return;
+    };
+    let mut client = Client::start(&root, &["37", "23"]);
+    let pid = client.pid;
     let rec = root.join("figures.gtrace");
     let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     // The temporary directory's path has no space.
@@ -109,24 +166,7 @@ fn api_figures_in_metrics_stats_json_and_replay_equal_the_clients_own_counts() {
     );
     let args: Vec<&str> = line_args.split(' ').collect();
     let traced = Traced::start(&args).unwrap_or_else(|e| panic!("{test}: {e}"));
-    writeln!(input, "go").unwrap();
-    line.clear();
-    out.read_line(&mut line).unwrap();
-    // The client's own counts: cuCtxCreate_v4 once per cudaMalloc (tests/api/fake_cudart.c).
-    let mut own = BTreeMap::new();
-    for part in line.split_whitespace() {
-        let (sym, n) = part.split_once('=').unwrap();
-        own.insert(sym.to_string(), n.parse::<u64>().unwrap());
-    }
-    let expected: Counts = [
-        ("libcuda.so.1", "cuInit", own["cuInit"]),
-        ("libcudart.so.12", "cudaMalloc", own["cudaMalloc"]),
-        ("libcuda.so.1", "cuCtxCreate_v4", own["cudaMalloc"]),
-    ]
-    .into_iter()
-    .map(|(l, s, n)| ((l.to_string(), s.to_string()), n))
-    .collect();
-    assert_eq!(own.len(), 2, "{line}");
+    let expected = client.go();
 
     // The sums are read each second: the scrape reaches the counts within seconds.
     let deadline = Instant::now() + Duration::from_secs(15);
@@ -143,8 +183,7 @@ fn api_figures_in_metrics_stats_json_and_replay_equal_the_clients_own_counts() {
     assert!(!body.contains("pid=\""), "no pid label: {body}");
     assert!(body.contains("gpu_trace_api_call_seconds_total{"), "{body}");
 
-    drop(input);
-    assert!(client.wait().unwrap().success());
+    client.end();
     let f = traced.interrupt();
     assert_eq!(f.status.code(), Some(0), "{}", f.stderr);
     assert_eq!(json_final(&f.stdout, pid), expected, "{}", f.stdout);
@@ -163,4 +202,38 @@ fn api_figures_in_metrics_stats_json_and_replay_equal_the_clients_own_counts() {
     assert_eq!(json_final(&replay("json"), pid), expected);
     let text = replay("text");
     assert_eq!(text_table(&text, pid), expected, "{text}");
+}
+
+/// A `--comm` target that makes its calls and exits before its sums are read (the next
+/// second's read, or the one at the end, comes after its exit record, which makes the
+/// pipeline forget its name): the records carry the name the rescan read while it ran, so
+/// its final figures are still selected and equal its own counts.
+#[test]
+fn a_comm_target_that_exited_before_the_read_keeps_its_figures() {
+    let test = "a_comm_target_that_exited_before_the_read_keeps_its_figures";
+    let Some((_dir, root)) = build(test) else {
+        return;
+    };
+    let mut client = Client::start(&root, &["5", "3", "exit"]);
+    let pid = client.pid;
+    let args = [
+        "--watch-device=/dev/full",
+        "--api",
+        "--comm=client",
+        "--format=json",
+    ];
+    let traced = Traced::start(&args).unwrap_or_else(|e| panic!("{test}: {e}"));
+    let expected = client.go();
+    client.end();
+    // Its exit record reaches the pipeline before the sums are read at the end.
+    std::thread::sleep(Duration::from_millis(200));
+    let f = traced.interrupt();
+    assert_eq!(f.status.code(), Some(0), "{}", f.stderr);
+    assert_eq!(
+        json_final(&f.stdout, pid),
+        expected,
+        "{}\n{}",
+        f.stdout,
+        f.stderr
+    );
 }

@@ -370,6 +370,15 @@ pub fn targets(pids: &[u32], comms: &[String]) -> Vec<u32> {
     out
 }
 
+/// Process `pid`'s name as a record header carries it (cut to 15 bytes), while it runs.
+fn comm_of(pid: u32) -> Option<[u8; 16]> {
+    let name = crate::probe::libraries::comm_of(pid)?;
+    let mut c = [0u8; 16];
+    let n = name.len().min(15);
+    c[..n].copy_from_slice(&name[..n]);
+    Some(c)
+}
+
 /// `gpu-trace --api`: the attached probes and which processes they are for.
 pub struct TraceApi {
     pub attacher: Attacher,
@@ -378,6 +387,12 @@ pub struct TraceApi {
     /// The count last sent per (process, cookie): the keys of the kernel map's last read, so
     /// bounded by its size.
     sent: HashMap<(u32, u64), u64>,
+    /// The name of each target (read from /proc at each rescan while it runs) and of each
+    /// process of the last read: the records carry it, so that `--comm` still selects the sums
+    /// of a process read after it exited. Bounded by the targets and the kernel map.
+    names: HashMap<u32, [u8; 16]>,
+    /// The targets of the last rescan.
+    targets: HashSet<u32>,
 }
 
 impl TraceApi {
@@ -387,6 +402,12 @@ impl TraceApi {
     pub fn rescan(&mut self, tracer: &mut crate::loader::Tracer) -> (usize, usize) {
         let targets = targets(&self.pids, &self.comms);
         let with = tracer.attach_api(&mut self.attacher, targets.iter().copied());
+        for &pid in &targets {
+            if let Some(name) = comm_of(pid) {
+                self.names.insert(pid, name);
+            }
+        }
+        self.targets = targets.iter().copied().collect();
         (targets.len(), with)
     }
 
@@ -402,6 +423,10 @@ impl TraceApi {
         let mut out = Vec::new();
         for (key, stat) in sums {
             let k = (key.tgid, key.cookie);
+            let comm = *self
+                .names
+                .entry(key.tgid)
+                .or_insert_with(|| comm_of(key.tgid).unwrap_or([0; 16]));
             if self.sent.get(&k) != Some(&stat.count) {
                 out.push(ApiStatsRecord {
                     hdr: gpu_trace_common::RecordHeader {
@@ -410,7 +435,7 @@ impl TraceApi {
                         ts_ns: now_ns,
                         tgid: key.tgid,
                         tid: key.tgid,
-                        comm: [0; 16],
+                        comm,
                     },
                     cookie: key.cookie,
                     count: stat.count,
@@ -422,6 +447,11 @@ impl TraceApi {
             sent.insert(k, stat.count);
         }
         self.sent = sent;
+        // The names of the processes read now, and of the targets attached now.
+        let read: HashSet<u32> = self.sent.keys().map(|&(pid, _)| pid).collect();
+        let targets = &self.targets;
+        self.names
+            .retain(|pid, _| read.contains(pid) || targets.contains(pid));
         out
     }
 }
@@ -443,6 +473,8 @@ pub fn for_trace(
         pids: pids.to_vec(),
         comms: comms.to_vec(),
         sent: HashMap::new(),
+        names: HashMap::new(),
+        targets: HashSet::new(),
     };
     let (targets, with) = api.rescan(tracer);
     eprintln!(

@@ -2,10 +2,12 @@
  * libcudart.so.12: prints its pid, waits for a line on stdin (the tracer has attached), then
  * calls cuInit argv[1] times and cudaMalloc argv[2] times (each of which calls cuCtxCreate_v4
  * once), counting its own calls, prints the counts and waits for a second line before it exits
- * (so that its process is still there while the figures are read). */
+ * (so that its process is still there while the figures are read), or (argv[3] "exit") exits at
+ * once. */
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 int cuInit(unsigned flags);
@@ -30,6 +32,8 @@ int main(int argc, char **argv) {
     }
     printf("cuInit=%ld cudaMalloc=%ld\n", inits, mallocs);
     fflush(stdout);
+    if (argc > 3 && strcmp(argv[3], "exit") == 0)
+        return 0;
     if (!fgets(line, sizeof line, stdin))
         return 0;
     return 0;
