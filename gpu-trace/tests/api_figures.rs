@@ -46,11 +46,17 @@ fn scraped(body: &str) -> Counts {
 /// The calls of process `pid` of each (library, symbol) in the final `API_STATS` lines of
 /// the JSON output `stdout`.
 fn json_final(stdout: &str, pid: u32) -> Counts {
+    json_rows(stdout, pid, true)
+}
+
+/// The calls of process `pid` of each (library, symbol) in the `API_STATS` lines of the JSON
+/// output `stdout` whose `final` is `final_` (the last line of each wins).
+fn json_rows(stdout: &str, pid: u32, final_: bool) -> Counts {
     stdout
         .lines()
         .filter(|l| l.starts_with('{'))
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .filter(|v| v["event"] == "API_STATS" && v["final"] == true && v["pid"] == pid)
+        .filter(|v| v["event"] == "API_STATS" && v["final"] == final_ && v["pid"] == pid)
         .map(|v| {
             let s = |k: &str| v[k].as_str().unwrap().to_string();
             ((s("library"), s("symbol")), v["calls"].as_u64().unwrap())
@@ -161,7 +167,8 @@ fn api_figures_in_metrics_stats_json_and_replay_equal_the_clients_own_counts() {
     let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     // The temporary directory's path has no space.
     let line_args = format!(
-        "--watch-device /dev/full --api --pid {pid} --format json --metrics {metrics} --record {}",
+        "--watch-device /dev/full --api --pid {pid} --format json --interval 0.25 --metrics {metrics} \
+         --record {}",
         rec.display()
     );
     let args: Vec<&str> = line_args.split(' ').collect();
@@ -183,10 +190,13 @@ fn api_figures_in_metrics_stats_json_and_replay_equal_the_clients_own_counts() {
     assert!(!body.contains("pid=\""), "no pid label: {body}");
     assert!(body.contains("gpu_trace_api_call_seconds_total{"), "{body}");
 
+    // A periodic block (--interval) after that read has the same figures, not final.
+    std::thread::sleep(Duration::from_millis(400));
     client.end();
     let f = traced.interrupt();
     assert_eq!(f.status.code(), Some(0), "{}", f.stderr);
     assert_eq!(json_final(&f.stdout, pid), expected, "{}", f.stdout);
+    assert_eq!(json_rows(&f.stdout, pid, false), expected, "{}", f.stdout);
 
     // The recording replays the same figures: in JSON, and in the text statistics' table.
     let replay = |format: &str| {
