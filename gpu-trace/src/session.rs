@@ -956,7 +956,8 @@ impl LiveRun<'_> {
                     if let Some(api) = self.reader.api.as_mut() {
                         api.rescan(&mut self.tracer);
                     }
-                    self.reader.send_api_sums(&self.tracer, &mut self.pipeline, &mut self.recorder);
+                    let (reader, tracer) = (&mut self.reader, &self.tracer);
+                    reader.send_api_sums(tracer, &mut self.pipeline, &mut self.recorder);
                 }
                 _ = health.tick(), if metrics_served => {
                     let counters = self.tracer.counters()?;
