@@ -136,6 +136,13 @@ impl Sink for Stats {
         Ok(())
     }
 
+    fn api(&mut self, ev: &ApiEnriched<'_>) -> Result<(), SinkError> {
+        if let ApiEvent::Stats(row) = ev.event {
+            self.record_api(row);
+        }
+        Ok(())
+    }
+
     fn finish(&mut self, _end: &RunEnd<'_>) -> Result<(), SinkError> {
         Ok(())
     }

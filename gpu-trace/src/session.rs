@@ -979,6 +979,8 @@ impl LiveRun<'_> {
                         });
                         api.rescan(&mut self.tracer, followed.into_iter().flatten());
                     }
+                    let (reader, tracer) = (&mut self.reader, &self.tracer);
+                    reader.send_api_sums(tracer, &mut self.pipeline, &mut self.recorder);
                 }
                 _ = health.tick(), if metrics_served => {
                     let counters = self.tracer.counters()?;
@@ -1097,7 +1099,8 @@ impl LiveRun<'_> {
 
     /// Detaches first, then reads until every record the kernel counted as sent has been read
     /// (a program running at the moment of detaching may still submit one), for at most a
-    /// second; records sent but never read are counted as lost. Returns the kernel's counters.
+    /// second; records sent but never read are counted as lost; then (`--api`) the calls' final
+    /// sums. Returns the kernel's counters.
     async fn drain_after_detach(&mut self) -> Result<KernelCounters, RunError> {
         self.tracer.detach();
         let mut counters = self.tracer.counters()?;
@@ -1121,6 +1124,9 @@ impl LiveRun<'_> {
         if self.reader.read < counters.emitted {
             self.pipeline.stats_mut().lost_samples = Some(counters.emitted - self.reader.read);
         }
+        // --api: the calls' final sums, after the ring's last records.
+        self.reader
+            .send_api_sums(&self.tracer, &mut self.pipeline, &mut self.recorder);
         Ok(counters)
     }
 
@@ -1500,6 +1506,28 @@ impl Reader {
         for rec in api.attacher.take_symbol_records(monotonic_now_ns()) {
             let raw = RawRecord::ApiSymbol(rec);
             self.inject(&raw, pipeline, recorder);
+        }
+    }
+
+    /// `--api`: the kernel's per-process call sums that changed since the last read, as
+    /// `API_STATS` records into the recording and the pipeline (each second and once at the
+    /// end), after the names of their cookies.
+    fn send_api_sums(
+        &mut self,
+        tracer: &Tracer,
+        pipeline: &mut Pipeline<QueueWriter>,
+        recorder: &mut Option<RecordWriter<QueueWriter>>,
+    ) {
+        if self.api.is_none() {
+            return;
+        }
+        self.name_api_cookies(pipeline, recorder);
+        let sums = tracer.api_sums();
+        let Some(api) = self.api.as_mut() else {
+            return;
+        };
+        for rec in api.stats_records(sums, monotonic_now_ns()) {
+            self.inject(&RawRecord::ApiStats(rec), pipeline, recorder);
         }
     }
 

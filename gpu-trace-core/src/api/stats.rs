@@ -41,6 +41,22 @@ impl CallStats {
         0
     }
 
+    /// A row of libcuda's `symbol` for the tests: `calls` calls of 1 µs each, none failed,
+    /// the histogram empty.
+    #[cfg(test)]
+    pub(crate) fn for_test(pid: u32, symbol: &str, calls: u64) -> Self {
+        Self {
+            pid,
+            library: "libcuda.so.1".into(),
+            preload: false,
+            symbol: symbol.into(),
+            calls,
+            errors: 0,
+            total_ns: calls * 1000,
+            hist: vec![0; 40],
+        }
+    }
+
     fn mean_ns(&self) -> u64 {
         self.total_ns.checked_div(self.calls).unwrap_or(0)
     }

@@ -32,7 +32,7 @@ use prometheus_client::{
 };
 
 use crate::model::gpus::GpuIdentity;
-use crate::sink::{Enriched, RunEnd, Sink, SinkError};
+use crate::sink::{ApiEnriched, Enriched, RunEnd, Sink, SinkError};
 use crate::{
     event::{DestroyCause, Engine, Event, EventKind, SchedChange, TaskId},
     model::stats::{KernelCounters, Stats},
@@ -293,6 +293,9 @@ pub const REFERENCE: &[MetricDoc] = &[
     RING,
     RING_USED,
     SHARE,
+    api::CALLS,
+    api::ERRORS,
+    api::SECONDS,
     BUILD,
     CPU,
     RSS,
@@ -661,6 +664,8 @@ pub struct Metrics {
     ended_comms: std::collections::VecDeque<u32>,
     /// `gpu_trace_gpu_share_ratio` ([`share`]).
     share: share::ShareCollector,
+    /// `--api`'s call counters ([`api`]).
+    api: api::ApiRows,
 }
 
 #[derive(Debug, Default)]
@@ -751,6 +756,8 @@ impl Metrics {
         registry.register_collector(Box::new(ring_fill.clone()));
         let share = share::ShareCollector::default();
         registry.register_collector(Box::new(share.clone()));
+        let api = api::ApiRows::default();
+        registry.register_collector(Box::new(api.collector.clone()));
         Self {
             registry: Arc::new(registry),
             fam,
@@ -769,6 +776,7 @@ impl Metrics {
             comm_pids: HashMap::new(),
             ended_comms: std::collections::VecDeque::new(),
             share,
+            api,
         }
     }
 
@@ -1286,7 +1294,9 @@ pub fn encode(registry: &Registry) -> String {
 /// The content type [`encode`]'s text is served with.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
+mod api;
 mod share;
+pub use api::{CALLS as API_CALLS, ERRORS as API_ERRORS, SECONDS as API_SECONDS};
 pub use share::SHARE;
 
 #[cfg(test)]
@@ -1298,6 +1308,15 @@ impl Sink for Metrics {
     fn event(&mut self, ev: &Enriched<'_>) -> Result<(), SinkError> {
         let workload = ev.cgroup.map(Workload::of);
         self.observe_on(ev.event, ev.process, workload.as_ref(), ev.gpu);
+        Ok(())
+    }
+
+    fn api(&mut self, ev: &ApiEnriched<'_>) -> Result<(), SinkError> {
+        if let crate::api::names::ApiEvent::Stats(row) = ev.event {
+            let workload = ev.cgroup.map(Workload::of);
+            self.api
+                .add(row, ev.process, workload.as_ref(), self.max_series);
+        }
         Ok(())
     }
 

@@ -457,6 +457,7 @@ fn the_reference_lists_exactly_the_metrics_served() {
     let mut m = Metrics::new(MetricsConfig::default());
     m.set_ring_fill(|| 4096);
     m.set_shares(&[(0, "p".into(), None, 0.5)]);
+    api_sums(&mut m, 5, "p", "cuInit", [1, 0, 10]);
     see(&mut m, S, 5, "p", init(1, Engine::Copy, 0, Some(100)));
     see(&mut m, S + 1, 5, "p", schedule(1, true, None));
     see(&mut m, S + 2, 5, "p", schedule(1, false, None));
@@ -662,4 +663,91 @@ fn share_gauge_sums_same_labels_and_is_absent_without_samples() {
         "{t}"
     );
     assert!(!t.contains("pid="));
+}
+
+/// Hands the metrics process `pid`'s (named `comm`) sums so far of libcuda's `symbol`:
+/// calls, errors, ns.
+fn api_sums(m: &mut Metrics, pid: u32, comm: &str, symbol: &str, v: [u64; 3]) {
+    let row = crate::api::stats::CallStats {
+        errors: v[1],
+        total_ns: v[2],
+        ..crate::api::stats::CallStats::for_test(pid, symbol, v[0])
+    };
+    let event = crate::api::names::ApiEvent::Stats(row);
+    let ev = crate::sink::ApiEnriched {
+        event: &event,
+        ts_ns: 0,
+        cpu: 0,
+        process: comm,
+        cgroup: None,
+        trace_start_ns: 0,
+    };
+    m.api(&ev).unwrap();
+}
+
+fn api_series(name: &str, comm: &str, symbol: &str) -> String {
+    format!(
+        "{name}{{comm=\"{comm}\",container=\"\",pod=\"\",namespace=\"\",pod_uid=\"\",\
+         library=\"libcuda.so.1\",symbol=\"{symbol}\"}}"
+    )
+}
+
+/// `--api`: no API series before a sum came; then per (comm, workload, library, symbol),
+/// never by pid: the processes of one name are summed, each adding what its sums grew by, so
+/// a counter never goes down (a process that exited keeps what it added; a pid reused with
+/// lower sums adds them whole).
+#[test]
+fn api_counters_add_each_process_growth_under_its_labels() {
+    let mut m = Metrics::new(MetricsConfig::default());
+    assert!(!m.encode().contains("gpu_trace_api"));
+    let calls = |m: &Metrics, sym| {
+        sample(
+            &m.encode(),
+            &api_series("gpu_trace_api_calls_total", "python3", sym),
+        )
+    };
+    api_sums(&mut m, 10, "python3", "cuInit", [3, 1, 1_500_000_000]);
+    api_sums(&mut m, 11, "python3", "cuInit", [2, 0, 500_000_000]);
+    assert_eq!(calls(&m, "cuInit"), Some(5.0));
+    api_sums(&mut m, 10, "python3", "cuInit", [7, 1, 2_000_000_000]);
+    assert_eq!(calls(&m, "cuInit"), Some(9.0));
+    let t = m.encode();
+    let series = |name| api_series(name, "python3", "cuInit");
+    assert_eq!(
+        sample(&t, &series("gpu_trace_api_call_errors_total")),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(&t, &series("gpu_trace_api_call_seconds_total")),
+        Some(2.5)
+    );
+    assert!(!t.contains("pid="), "{t}");
+    // Process 11 exits, its pid comes back with fewer calls: they are new ones.
+    m.process_exited(11);
+    api_sums(&mut m, 11, "python3", "cuInit", [1, 0, 0]);
+    assert_eq!(calls(&m, "cuInit"), Some(10.0));
+    assert_eq!(calls(&m, "cuMemAlloc"), None);
+}
+
+/// `--api`: label sets past [`MetricsConfig::max_label_sets`] count under `__overflow__`;
+/// a name from the traced process is escaped.
+#[test]
+fn api_label_sets_are_capped_and_escaped() {
+    let mut m = Metrics::new(MetricsConfig {
+        max_label_sets: 2,
+        ..MetricsConfig::default()
+    });
+    api_sums(&mut m, 1, "a", "cuInit", [1, 0, 0]);
+    api_sums(&mut m, 2, "b\u{1b}[31m", "cuInit", [1, 0, 0]);
+    api_sums(&mut m, 3, "c", "cuInit", [4, 0, 0]);
+    api_sums(&mut m, 4, "d", "cuInit", [5, 0, 0]);
+    let t = m.encode();
+    assert_eq!(
+        sample(&t, &api_series("gpu_trace_api_calls_total", "a", "cuInit")),
+        Some(1.0)
+    );
+    assert!(t.contains("comm=\"b\\\\x1b[31m\""), "{t}");
+    let over = "gpu_trace_api_calls_total{comm=\"__overflow__\",container=\"\",pod=\"\",\
+                namespace=\"\",pod_uid=\"\",library=\"__overflow__\",symbol=\"__overflow__\"}";
+    assert_eq!(sample(&t, over), Some(9.0), "{t}");
 }

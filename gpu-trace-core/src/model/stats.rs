@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::api::stats::CallStats;
 use crate::event::{DestroyCause, Event, EventKind, Interleave, SchedChange, TaskKey};
 
 /// At most this many ended tasks are kept for the per-task statistics; the ones after are only
@@ -25,6 +26,10 @@ pub const MAX_LIVE_TASKS_PER_PROCESS: usize = 4096;
 
 /// At most this many tasks are listed in the text statistics (JSON lists all that are kept).
 pub const MAX_TASKS_PRINTED: usize = 50;
+
+/// `--api`: (process, library, symbol) rows of API call figures kept at most; a new row past
+/// it is counted in [`Stats::api_dropped`], not kept.
+pub const MAX_API_ROWS: usize = 65_536;
 
 /// What one task (TSG / KFD queue) did, from its events: for experiments (latencies, final
 /// parameters, preemptions). Times are CLOCK_MONOTONIC ns of the events.
@@ -295,6 +300,11 @@ pub struct Stats {
     /// NVML per-process GPU share samples, with the processes' scheduling parameters
     /// ([`super::share`]; empty without samples).
     pub share: super::share::ShareModel,
+    /// `--api`: the latest figures (the kernel's sums so far) per (process, library, symbol);
+    /// a process that exited keeps its last row. At most [`MAX_API_ROWS`].
+    api: BTreeMap<(u32, String, String), CallStats>,
+    /// `API_STATS` records of new rows not kept because [`MAX_API_ROWS`] rows were kept.
+    pub api_dropped: u64,
 }
 
 /// The engine label of an event's task: the NVIDIA engine or the AMD queue type.
@@ -640,6 +650,22 @@ impl Stats {
         self.processes.iter().map(|(&pid, p)| (pid, p))
     }
 
+    /// `--api`: a process's figures of one library's symbol so far (an `API_STATS` record):
+    /// they replace the row's last ones.
+    pub fn record_api(&mut self, row: &CallStats) {
+        let key = (row.pid, row.library.clone(), row.symbol.clone());
+        if self.api.len() >= MAX_API_ROWS && !self.api.contains_key(&key) {
+            self.api_dropped += 1;
+            return;
+        }
+        self.api.insert(key, row.clone());
+    }
+
+    /// `--api`: the latest figures per (process, library, symbol), in that order.
+    pub fn api_rows(&self) -> impl Iterator<Item = &CallStats> {
+        self.api.values()
+    }
+
     /// The counts of one process.
     pub fn process(&self, pid: u32) -> Option<&ProcessStats> {
         self.processes.get(&pid)
@@ -714,6 +740,7 @@ impl Stats {
         }
         self.render_processes(&mut out);
         self.render_groups(&mut out);
+        self.render_api(&mut out);
         self.render_tasks(&mut out);
         if verbose {
             self.render_diagnostics(&mut out);
@@ -760,6 +787,7 @@ impl Stats {
             ("mps_shared", self.mps_shared),
             ("output_lost", self.output_lost),
             ("recording_lost", self.recording_lost),
+            ("api_rows_dropped", self.api_dropped),
         ];
         rows.extend(
             optional
@@ -821,6 +849,17 @@ impl Stats {
                 p.task_destroy
             );
         }
+    }
+
+    /// `--api`: the API calls table of [`render_text`](Self::render_text) (the rows of each
+    /// process together), only when there is a row.
+    fn render_api(&self, out: &mut String) {
+        if self.api.is_empty() {
+            return;
+        }
+        out.push('\n');
+        let rows: Vec<CallStats> = self.api.values().cloned().collect();
+        out.push_str(&crate::api::stats::text("API calls:", &rows));
     }
 
     /// The per-container / pod table of [`render_text`](Self::render_text).
@@ -1102,6 +1141,54 @@ mod tests {
             .expect(&text);
         assert!(line.trim_end().ends_with(" 2"), "{line}");
         assert!(!text.contains("unknown_handle"), "{text}");
+    }
+
+    fn api_row(pid: u32, symbol: &str, calls: u64) -> CallStats {
+        CallStats {
+            errors: 1,
+            total_ns: calls * 2000,
+            ..CallStats::for_test(pid, symbol, calls)
+        }
+    }
+
+    /// `--api`: the latest figures of each (process, library, symbol) replace its last ones;
+    /// the "API calls" table is in the block only once there is a row; past [`MAX_API_ROWS`]
+    /// a new row is counted, not kept (a known one still updates).
+    #[test]
+    fn api_rows_keep_the_latest_figures_bounded_and_show_only_when_there_are_some() {
+        let mut s = Stats::new();
+        assert!(!s.render_text(false).contains("API calls"));
+        s.record_api(&api_row(7, "cuInit", 3));
+        s.record_api(&api_row(7, "cuInit", 9));
+        s.record_api(&api_row(8, "cuMemAlloc_v2", 4));
+        let rows: Vec<_> = s.api_rows().map(|r| (r.pid, r.calls)).collect();
+        assert_eq!(rows, [(7, 9), (8, 4)]);
+        let text = s.render_text(false);
+        let table = text.split("API calls:\n").nth(1).expect("the table");
+        let lines: Vec<&str> = table.lines().take(3).collect();
+        assert!(lines[0].contains("SYMBOL"), "{text}");
+        assert!(
+            lines[1].split_whitespace().eq([
+                "7",
+                "cuInit",
+                "9",
+                "1",
+                "18",
+                "2",
+                "0",
+                "libcuda.so.1"
+            ]),
+            "{text}"
+        );
+        assert!(lines[2].starts_with("       8 cuMemAlloc_v2"), "{text}");
+        for pid in 0..MAX_API_ROWS as u32 {
+            s.record_api(&api_row(100 + pid, "cuInit", 1));
+        }
+        assert_eq!(s.api_rows().count(), MAX_API_ROWS);
+        assert_eq!(s.api_dropped, 2);
+        s.record_api(&api_row(7, "cuInit", 10));
+        assert_eq!(s.api_dropped, 2);
+        assert!(s.render_text(false).contains("api_rows_dropped"));
     }
 
     #[test]

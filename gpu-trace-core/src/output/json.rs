@@ -275,7 +275,9 @@
 //! byte that is not as U+FFFD.
 //!
 //! `API_STATS`: one per (process, library, symbol) with completed calls, every `--interval` and at
-//! the end.
+//! the end. The main trace with `--api` writes the same objects just before each `STATS` line
+//! (its periodic ones and the final one, `final` alike), with the library's file name and
+//! `preload` false ([api.md](api.md#driver-events-inside-api-calls---api), Figures).
 //!
 //! | field          | type    | meaning |
 //! |----------------|---------|---------|
@@ -556,6 +558,15 @@ impl<W: std::io::Write> JsonSink<W> {
         writeln!(self.out, "{line}").map_err(SinkError::Output)
     }
 
+    /// `--api`: one `API_STATS` line per (process, library, symbol) with figures, before a
+    /// `STATS` line (`final_`: the last one).
+    fn api_stats_lines(&mut self, stats: &Stats, final_: bool) -> Result<(), SinkError> {
+        for row in stats.api_rows() {
+            self.line(&crate::api::stats::json(row, final_))?;
+        }
+        Ok(())
+    }
+
     /// A line made elsewhere (`GPU_SHARE`, [`super::share`]).
     pub fn other_line(&mut self, line: &str) -> Result<(), SinkError> {
         self.line(line)
@@ -585,6 +596,7 @@ impl<W: std::io::Write> Sink for JsonSink<W> {
     }
 
     fn periodic(&mut self, stats: &Stats) -> Result<(), SinkError> {
+        self.api_stats_lines(stats, false)?;
         self.line(&stats_json(stats, false))
     }
 
@@ -594,6 +606,7 @@ impl<W: std::io::Write> Sink for JsonSink<W> {
 
     fn finish(&mut self, end: &RunEnd<'_>) -> Result<(), SinkError> {
         if end.stats_text.is_some() {
+            self.api_stats_lines(end.stats, true)?;
             self.line(&stats_json(end.stats, true))?;
         }
         self.out.flush().map_err(SinkError::Output)

@@ -68,6 +68,9 @@ pub struct ProcessRow {
     /// The process exited (its `process_exit`, or gone from the host live): shown dimmed
     /// and marked `x` until it expires ([`TopModel::expire_s`]).
     pub exited: bool,
+    /// `--api`: the process's GPU API calls per second since the last frame (the growth of
+    /// its calls summed over libraries and symbols); `None`: no API figures for it.
+    pub api_per_s: Option<f64>,
 }
 
 impl ProcessRow {
@@ -88,6 +91,7 @@ impl ProcessRow {
             init_to_schedule_us: None,
             gpu_share: None,
             exited: false,
+            api_per_s: None,
         }
     }
 }
@@ -114,6 +118,9 @@ impl std::fmt::Debug for ProcessRow {
         }
         if self.exited {
             d.field("exited", &true);
+        }
+        if let Some(api) = self.api_per_s {
+            d.field("api_per_s", &api);
         }
         d.finish()
     }
@@ -170,6 +177,8 @@ struct Counts {
     updates: u64,
     /// All its events (a dead pid with new events was reused).
     events: u64,
+    /// `--api`: its API calls, summed over libraries and symbols.
+    api: u64,
 }
 
 /// A process's live tasks by engine, and (creation time, timeslice) of its newest.
@@ -300,7 +309,18 @@ impl TopModel {
                 .collect();
             (!v.is_empty()).then(|| v.iter().sum::<f64>())
         };
+        let mut api_calls: BTreeMap<u32, u64> = BTreeMap::new();
+        for r in stats.api_rows() {
+            *api_calls.entry(r.pid).or_default() += r.calls;
+        }
         let mut now = BTreeMap::new();
+        let previous = &self.previous;
+        let api_rate = |pid: u32, now: &mut BTreeMap<u32, Counts>| {
+            let calls = *api_calls.get(&pid)?;
+            now.entry(pid).or_default().api = calls;
+            let before = previous.get(&pid).map_or(0, |c| c.api);
+            Some(calls.saturating_sub(before) as f64 / dt)
+        };
         let mut processes: Vec<ProcessRow> = stats
             .processes()
             .map(|(pid, p)| {
@@ -309,6 +329,7 @@ impl TopModel {
                     refused: p.schedule_refused,
                     updates: p.sched_update,
                     events: total_events(p),
+                    api: 0,
                 };
                 now.insert(pid, c);
                 let before = self.previous.get(&pid).copied().unwrap_or_default();
@@ -335,9 +356,20 @@ impl TopModel {
                     init_to_schedule_us: latency.get(&pid).map(|&(_, l)| l / 1000),
                     gpu_share: share_of(&|_, p| p == pid),
                     exited,
+                    api_per_s: api_rate(pid, &mut now),
                 }
             })
             .collect();
+        // `--api`: processes whose API calls made no driver event (yet).
+        for &pid in api_calls.keys() {
+            if !processes.iter().any(|p| p.pid == pid) {
+                processes.push(ProcessRow {
+                    group: stats.group_of(pid).map(str::to_string),
+                    api_per_s: api_rate(pid, &mut now),
+                    ..ProcessRow::idle(pid, "?")
+                });
+            }
+        }
         // Processes NVML names that made no traced call (started before tracing, or not
         // selected by the hooks): their share still shows.
         for &(_, pid, _) in &shares {
@@ -621,6 +653,9 @@ pub fn help_lines(stepping: bool) -> Vec<&'static str> {
         "  LIVE              live tasks by engine (cut to 3 letters, or the total,",
         "                    when narrow); narrow terminals drop CONTAINER/POD,",
         "                    TIMESLICE, UPD/s and INIT→SCHED first",
+        "  API/s             --api: the process's GPU API calls per second since",
+        "                    the last frame (all libraries and symbols; shown",
+        "                    only when the run has API figures)",
     ]);
     lines
 }
@@ -641,6 +676,8 @@ pub enum Column {
     Share,
     Timeslice,
     Latency,
+    /// `--api`: API calls per second (only in [`layout_for`] with `api`).
+    Api,
 }
 
 impl Column {
@@ -693,6 +730,7 @@ impl Column {
             Self::Share => "GPU%",
             Self::Timeslice => "TIMESLICE",
             Self::Latency => "INIT→SCHED us",
+            Self::Api => "API/s",
         }
     }
 
@@ -713,6 +751,7 @@ impl Column {
             Self::Share => 5,
             Self::Timeslice => 9,
             Self::Latency => 13,
+            Self::Api => 7,
         }
     }
 
@@ -768,6 +807,9 @@ impl Column {
             Self::Share => percent(p.gpu_share),
             Self::Timeslice => opt(p.timeslice_us),
             Self::Latency => opt(p.init_to_schedule_us),
+            Self::Api => p
+                .api_per_s
+                .map_or_else(|| "-".into(), |v| format!("{v:.1}")),
         }
     }
 }
@@ -785,9 +827,31 @@ pub fn columns(width: u16) -> Vec<Column> {
 
 /// [`columns`] with the width each gets: [`Column::width`], `Live` what is left over.
 pub fn layout(width: u16) -> Vec<(Column, u16)> {
+    layout_for(width, false)
+}
+
+/// Whether `frame` has API figures (`--api`): [`layout_for`] then adds the `API/s` column.
+pub fn has_api(frame: &Frame) -> bool {
+    frame.processes.iter().any(|p| p.api_per_s.is_some())
+}
+
+/// [`layout`], with the `API/s` column after `REFUSED` when `api` (kept before `GPU%` when
+/// narrow).
+pub fn layout_for(width: u16, api: bool) -> Vec<(Column, u16)> {
+    let with_api = |list: &[Column]| {
+        let mut v = list.to_vec();
+        if api {
+            let at = v
+                .iter()
+                .position(|&c| c == Column::Refused)
+                .map_or(0, |i| i + 1);
+            v.insert(at, Column::Api);
+        }
+        v
+    };
     let mut kept: Vec<Column> = Vec::new();
     let mut used = 0u16;
-    for c in Column::PRIORITY {
+    for c in with_api(&Column::PRIORITY) {
         let need = c.width() + u16::from(!kept.is_empty());
         if used + need <= width {
             used += need;
@@ -795,7 +859,7 @@ pub fn layout(width: u16) -> Vec<(Column, u16)> {
         }
     }
     let spare = width - used;
-    Column::ALL
+    with_api(&Column::ALL)
         .into_iter()
         .filter(|c| kept.contains(c))
         .map(|c| (c, c.width() + if c == Column::Live { spare } else { 0 }))
@@ -857,6 +921,52 @@ mod tests {
             errno: if allowed { 0 } else { -1 },
             via_channel: false,
         }
+    }
+
+    fn api_row(pid: u32, symbol: &str, calls: u64) -> crate::api::stats::CallStats {
+        crate::api::stats::CallStats::for_test(pid, symbol, calls)
+    }
+
+    /// `--api`: a process's API/s is the growth of its calls (all symbols summed) over the
+    /// time between two frames; a process with API figures but no driver event has a row; the
+    /// `API/s` column shows only when a row has API figures (a run without `--api` keeps its
+    /// screen).
+    #[test]
+    fn api_rate_is_the_growth_of_the_calls_between_two_frames() {
+        let mut s = Stats::new();
+        s.record(&ev(1, 10, 1, schedule(1, true)));
+        let mut m = TopModel::default();
+        let f0 = m.frame(&s, 1.0, None);
+        assert_eq!(f0.processes[0].api_per_s, None);
+        assert!(!has_api(&f0));
+        assert!(
+            !layout_for(200, has_api(&f0))
+                .iter()
+                .any(|&(c, _)| c == Column::Api)
+        );
+        s.record_api(&api_row(10, "cuInit", 5));
+        s.record_api(&api_row(10, "cuLaunchKernel", 100));
+        s.record_api(&api_row(30, "cuInit", 1));
+        let f1 = m.frame(&s, 3.0, None);
+        let row = |f: &Frame, pid| f.processes.iter().find(|p| p.pid == pid).unwrap().clone();
+        // 105 calls since the last frame, 2 s ago.
+        assert_eq!(row(&f1, 10).api_per_s, Some(52.5));
+        assert_eq!(row(&f1, 30).api_per_s, Some(0.5));
+        assert_eq!(row(&f1, 30).comm, "?");
+        s.record_api(&api_row(10, "cuLaunchKernel", 140));
+        let f2 = m.frame(&s, 3.5, None);
+        assert_eq!(row(&f2, 10).api_per_s, Some(80.0));
+        assert_eq!(row(&f2, 30).api_per_s, Some(0.0));
+        assert_eq!(Column::Api.cell(&row(&f2, 10)), "80.0");
+        assert!(has_api(&f2));
+        let cols = columns_of(layout_for(200, true));
+        let at = |c| cols.iter().position(|&x| x == c).unwrap();
+        assert_eq!(at(Column::Api), at(Column::Refused) + 1);
+        assert_eq!(columns_of(layout_for(200, false)), columns(200));
+    }
+
+    fn columns_of(l: Vec<(Column, u16)>) -> Vec<Column> {
+        l.into_iter().map(|(c, _)| c).collect()
     }
 
     #[test]

@@ -11,14 +11,18 @@ use std::os::unix::fs::MetadataExt as _;
 
 use aya::{
     Ebpf,
-    maps::Array,
+    maps::{Array, PerCpuHashMap},
     programs::{
         UProbe,
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
     },
 };
-use gpu_trace_common::api::{ApiContextRecord, ApiSymbolRecord, ApiTagRecord, api_switch};
+use gpu_trace_common::api::{
+    API_HIST_BUCKETS, ApiContextRecord, ApiKey, ApiStat, ApiStatsRecord, ApiSymbolRecord,
+    ApiTagRecord, api_switch,
+};
 use gpu_trace_common::record_kind;
+use gpu_trace_common::zerocopy::FromBytes as _;
 use gpu_trace_core::api::events::Site;
 use gpu_trace_core::api::open::names;
 use gpu_trace_core::api::resolve::Origin;
@@ -53,6 +57,45 @@ pub fn load_programs(ebpf: &mut Ebpf, verbose: bool, max_depth: u32) -> Result<(
         switches.set(i, v, 0).map_err(|e| e.to_string())?;
     }
     Ok(())
+}
+
+/// The kernel's `API_STATS` map of `ebpf` summed over CPUs: per (process, cookie), the calls
+/// completed so far (`gpu-trace api`'s tables, the main trace's `API_STATS` records). Empty
+/// when the object has no such map (the programs not loaded).
+pub fn read_sums(ebpf: &Ebpf) -> Vec<(ApiKey, ApiStat)> {
+    const KEY_LEN: usize = size_of::<ApiKey>();
+    const STAT_LEN: usize = size_of::<ApiStat>();
+    let Some(map) = ebpf.map("API_STATS") else {
+        return Vec::new();
+    };
+    let Ok(map) = PerCpuHashMap::<_, [u8; KEY_LEN], [u8; STAT_LEN]>::try_from(map) else {
+        return Vec::new();
+    };
+    let mut sums = Vec::new();
+    for (k, per_cpu) in map.iter().flatten() {
+        let Ok(key) = ApiKey::read_from_bytes(&k) else {
+            continue;
+        };
+        let mut stat = ApiStat {
+            count: 0,
+            errors: 0,
+            total_ns: 0,
+            hist: [0; API_HIST_BUCKETS],
+        };
+        for s in per_cpu
+            .iter()
+            .filter_map(|v| ApiStat::read_from_bytes(v).ok())
+        {
+            stat.count += s.count;
+            stat.errors += s.errors;
+            stat.total_ns += s.total_ns;
+            for (a, b) in stat.hist.iter_mut().zip(s.hist) {
+                *a += b;
+            }
+        }
+        sums.push((key, stat));
+    }
+    sums
 }
 
 /// What is attached, and the names behind the cookies.
@@ -349,11 +392,29 @@ pub fn targets(pids: &[u32], comms: &[String]) -> Vec<u32> {
     out
 }
 
+/// Process `pid`'s name as a record header carries it (cut to 15 bytes), while it runs.
+fn comm_of(pid: u32) -> Option<[u8; 16]> {
+    let name = crate::probe::libraries::comm_of(pid)?;
+    let mut c = [0u8; 16];
+    let n = name.len().min(15);
+    c[..n].copy_from_slice(&name[..n]);
+    Some(c)
+}
+
 /// `gpu-trace --api`: the attached probes and which processes they are for.
 pub struct TraceApi {
     pub attacher: Attacher,
     pids: Vec<u32>,
     comms: Vec<String>,
+    /// The count last sent per (process, cookie): the keys of the kernel map's last read, so
+    /// bounded by its size.
+    sent: HashMap<(u32, u64), u64>,
+    /// The name of each target (read from /proc at each rescan while it runs) and of each
+    /// process of the last read: the records carry it, so that `--comm` still selects the sums
+    /// of a process read after it exited. Bounded by the targets and the kernel map.
+    names: HashMap<u32, [u8; 16]>,
+    /// The targets of the last rescan.
+    targets: HashSet<u32>,
 }
 
 impl TraceApi {
@@ -371,7 +432,57 @@ impl TraceApi {
         targets.sort_unstable();
         targets.dedup();
         let with = tracer.attach_api(&mut self.attacher, targets.iter().copied());
+        for &pid in &targets {
+            if let Some(name) = comm_of(pid) {
+                self.names.insert(pid, name);
+            }
+        }
+        self.targets = targets.iter().copied().collect();
         (targets.len(), with)
+    }
+
+    /// The `API_STATS` records of the kernel's sums `sums` ([`read_sums`]) whose count changed
+    /// since the last call (a process that exited keeps its last record: nothing more is
+    /// sent for it). `now_ns`: CLOCK_MONOTONIC, the records' time.
+    pub fn stats_records(
+        &mut self,
+        sums: Vec<(ApiKey, ApiStat)>,
+        now_ns: u64,
+    ) -> Vec<ApiStatsRecord> {
+        let mut sent = HashMap::with_capacity(sums.len());
+        let mut out = Vec::new();
+        for (key, stat) in sums {
+            let k = (key.tgid, key.cookie);
+            let comm = *self
+                .names
+                .entry(key.tgid)
+                .or_insert_with(|| comm_of(key.tgid).unwrap_or([0; 16]));
+            if self.sent.get(&k) != Some(&stat.count) {
+                out.push(ApiStatsRecord {
+                    hdr: gpu_trace_common::RecordHeader {
+                        kind: record_kind::API_STATS,
+                        cpu: 0,
+                        ts_ns: now_ns,
+                        tgid: key.tgid,
+                        tid: key.tgid,
+                        comm,
+                    },
+                    cookie: key.cookie,
+                    count: stat.count,
+                    errors: stat.errors,
+                    total_ns: stat.total_ns,
+                    hist: stat.hist,
+                });
+            }
+            sent.insert(k, stat.count);
+        }
+        self.sent = sent;
+        // The names of the processes read now, and of the targets attached now.
+        let read: HashSet<u32> = self.sent.keys().map(|&(pid, _)| pid).collect();
+        let targets = &self.targets;
+        self.names
+            .retain(|pid, _| read.contains(pid) || targets.contains(pid));
+        out
     }
 }
 
@@ -397,6 +508,9 @@ pub fn for_trace(
         attacher: Attacher::new(SymbolTable::builtin()),
         pids: pids.to_vec(),
         comms: comms.to_vec(),
+        sent: HashMap::new(),
+        names: HashMap::new(),
+        targets: HashSet::new(),
     };
     let before_exec = command.map_or(0, |(pid, cmd)| {
         tracer.attach_api_launch(&mut api.attacher, pid, cmd)

@@ -12,11 +12,10 @@ use std::time::{Duration, Instant};
 
 use aya::{
     Ebpf,
-    maps::{HashMap as BpfHashMap, MapData, PerCpuHashMap, RingBuf},
+    maps::{HashMap as BpfHashMap, MapData, RingBuf},
 };
 use gpu_trace_common::api::{
-    API_CALL, API_HIST_BUCKETS, API_RECURSION, API_STACK_MAX, ApiCallRecord, ApiKey,
-    ApiRecursionRecord, ApiStack, ApiStat,
+    API_CALL, API_RECURSION, API_STACK_MAX, ApiCallRecord, ApiRecursionRecord, ApiStack,
 };
 use gpu_trace_common::zerocopy::FromBytes as _;
 use gpu_trace_core::api::events::{self, CallEvent, RecursionEvent, Site, StuckEvent};
@@ -33,8 +32,6 @@ use crate::loader::trampoline::run_stats;
 use crate::probe::cgroup::{CgroupResolver, Subtree, process_v2_path};
 use crate::probe::libraries;
 
-const KEY_LEN: usize = size_of::<ApiKey>();
-const STAT_LEN: usize = size_of::<ApiStat>();
 const STACK_LEN: usize = size_of::<ApiStack>();
 /// How often the open calls are checked for `--stuck-after`.
 const STUCK_POLL: Duration = Duration::from_millis(250);
@@ -284,49 +281,23 @@ impl Tracer {
 
     /// The sums the kernel holds for `pids`.
     fn read(&self, pids: &HashSet<u32>) -> Vec<CallStats> {
-        let Some(map) = self.ebpf.map("API_STATS") else {
-            return Vec::new();
-        };
-        let Ok(map) = PerCpuHashMap::<_, [u8; KEY_LEN], [u8; STAT_LEN]>::try_from(map) else {
-            return Vec::new();
-        };
-        let mut rows = Vec::new();
-        for (k, per_cpu) in map.iter().flatten() {
-            let Ok(key) = ApiKey::read_from_bytes(&k) else {
-                continue;
-            };
-            let mut stat = ApiStat {
-                count: 0,
-                errors: 0,
-                total_ns: 0,
-                hist: [0; API_HIST_BUCKETS],
-            };
-            for v in per_cpu.iter() {
-                let Ok(s) = ApiStat::read_from_bytes(v) else {
-                    continue;
-                };
-                stat.count += s.count;
-                stat.errors += s.errors;
-                stat.total_ns += s.total_ns;
-                for (a, b) in stat.hist.iter_mut().zip(s.hist) {
-                    *a += b;
+        let mut rows: Vec<CallStats> = super::attach::read_sums(&self.ebpf)
+            .into_iter()
+            .filter(|(key, _)| pids.contains(&key.tgid))
+            .map(|(key, stat)| {
+                let site = self.site(key.cookie);
+                CallStats {
+                    pid: key.tgid,
+                    library: site.library,
+                    preload: self.at.is_preload(key.tgid, key.cookie),
+                    symbol: site.symbol,
+                    calls: stat.count,
+                    errors: stat.errors,
+                    total_ns: stat.total_ns,
+                    hist: stat.hist.to_vec(),
                 }
-            }
-            if !pids.contains(&key.tgid) {
-                continue;
-            }
-            let site = self.site(key.cookie);
-            rows.push(CallStats {
-                pid: key.tgid,
-                library: site.library,
-                preload: self.at.is_preload(key.tgid, key.cookie),
-                symbol: site.symbol,
-                calls: stat.count,
-                errors: stat.errors,
-                total_ns: stat.total_ns,
-                hist: stat.hist.to_vec(),
-            });
-        }
+            })
+            .collect();
         stats::sort(&mut rows);
         rows
     }

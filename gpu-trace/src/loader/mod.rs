@@ -492,6 +492,17 @@ impl Tracer {
         })
     }
 
+    /// `--api`: the kernel's per-process call sums, summed over CPUs (empty without
+    /// [`Self::load_api`]).
+    pub fn api_sums(
+        &self,
+    ) -> Vec<(
+        gpu_trace_common::api::ApiKey,
+        gpu_trace_common::api::ApiStat,
+    )> {
+        crate::api::attach::read_sums(&self.ebpf)
+    }
+
     /// `--api`: loads the API layer's uprobe programs into this object, where they share the
     /// open-call stacks (`API_OPEN`) with the NVIDIA programs that tag their records from them
     /// (every open call kept: depth cap [`gpu_trace_common::api::API_STACK_MAX`]). `calls`

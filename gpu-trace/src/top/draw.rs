@@ -10,7 +10,7 @@ use ratatui::{
 };
 
 use crate::output::top::{
-    Column, Frame, View, help_lines, layout, percent, sort_line, status_line,
+    Column, Frame, View, has_api, help_lines, layout_for, percent, sort_line, status_line,
 };
 
 /// What the frame does not carry.
@@ -75,7 +75,7 @@ fn draw_processes(
     let page = usize::from(table.height.saturating_sub(2)).max(1);
     let rows = view.rows(frame);
     let window = view.window(rows.len(), page);
-    let cols = layout(area.width);
+    let cols = layout_for(area.width, has_api(frame));
     let sorted = Column::of_sort(frame.sort);
     let bold = Style::default().add_modifier(Modifier::BOLD);
     let shown = rows[window.start..window.end].iter().map(|p| {

@@ -1,0 +1,168 @@
+//! `--api`'s call figures as counters: `gpu_trace_api_calls_total`,
+//! `gpu_trace_api_call_errors_total` and `gpu_trace_api_call_seconds_total`, labelled `comm`,
+//! `container`, `pod`, `namespace`, `pod_uid`, `library` and `symbol` — never by pid, like every
+//! other series (processes with the same labels are summed). The pipeline hands each process's
+//! sums so far (`API_STATS`); what a process added since its last sums is added to its labels'
+//! counters, so the counters only go up and a process that exited keeps what it added. Served
+//! only once a call was counted: a run without `--api` serves exactly what it served before.
+//!
+//! Bounded: at most [`MAX_ROWS`] (process, library, symbol) rows are followed (a new row past
+//! it is not counted: [`ApiCollector::rows_dropped`]), and at most
+//! [`super::MetricsConfig::max_label_sets`] label sets; the rows of a new one past it count
+//! under `library`, `symbol` and `comm` `__overflow__`.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::{Arc, Mutex},
+};
+
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+
+use super::{MetricDoc, OVERFLOW, Workload, family_name, sanitize_label};
+use crate::api::stats::CallStats;
+
+/// (process, library, symbol) rows followed at most.
+pub const MAX_ROWS: usize = 65_536;
+
+const API_LABELS: &str = "comm, container, pod, namespace, pod_uid, library, symbol";
+
+/// The reference entries (docs/fleet.md).
+pub const CALLS: MetricDoc = MetricDoc {
+    name: "gpu_trace_api_calls_total",
+    kind: "counter",
+    labels: API_LABELS,
+    help: "GPU API calls completed by the processes with these labels (--api; the kernel's per-process sums, read each second and at the end).",
+};
+/// See [`CALLS`].
+pub const ERRORS: MetricDoc = MetricDoc {
+    name: "gpu_trace_api_call_errors_total",
+    kind: "counter",
+    labels: API_LABELS,
+    help: "Of gpu_trace_api_calls_total, the calls that returned a status other than 0 (CUresult, cudaError_t, hipError_t).",
+};
+/// See [`CALLS`].
+pub const SECONDS: MetricDoc = MetricDoc {
+    name: "gpu_trace_api_call_seconds_total",
+    kind: "counter",
+    labels: API_LABELS,
+    help: "Time spent in the calls of gpu_trace_api_calls_total, entry to return.",
+};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+struct ApiLabels {
+    comm: String,
+    container: String,
+    pod: String,
+    namespace: String,
+    pod_uid: String,
+    library: String,
+    symbol: String,
+}
+
+/// Calls, errors, nanoseconds.
+type Figures = [u64; 3];
+
+/// The counters as last set; empty: nothing served.
+#[derive(Clone, Debug, Default)]
+pub(super) struct ApiCollector(Arc<Mutex<BTreeMap<ApiLabels, Figures>>>);
+
+/// What the metrics know of the rows (the pipeline's thread only).
+#[derive(Debug, Default)]
+pub(super) struct ApiRows {
+    /// Per (process, library, symbol): its label set and the sums last seen.
+    rows: HashMap<(u32, String, String), (ApiLabels, Figures)>,
+    /// New rows not followed because [`MAX_ROWS`] were.
+    pub rows_dropped: u64,
+    pub collector: ApiCollector,
+}
+
+impl ApiRows {
+    /// A process's sums so far (`process`: its name; `workload`: where it runs); adds what
+    /// they grew by to its labels' counters. `max_label_sets`: the cap on label sets.
+    pub fn add(
+        &mut self,
+        row: &CallStats,
+        process: &str,
+        workload: Option<&Workload>,
+        max_label_sets: usize,
+    ) {
+        let key = (row.pid, row.library.clone(), row.symbol.clone());
+        let now = [row.calls, row.errors, row.total_ns];
+        let mut totals = self.collector.0.lock().unwrap_or_else(|e| e.into_inner());
+        let full = self.rows.len() >= MAX_ROWS;
+        let (labels, last) = match self.rows.get_mut(&key) {
+            Some((labels, last)) => (labels.clone(), std::mem::replace(last, now)),
+            None if full => {
+                self.rows_dropped += 1;
+                return;
+            }
+            None => {
+                let mut labels = labels(row, process, workload);
+                if !totals.contains_key(&labels) && totals.len() >= max_label_sets {
+                    labels = overflow();
+                }
+                self.rows.insert(key, (labels.clone(), now));
+                (labels, [0; 3])
+            }
+        };
+        let sum = totals.entry(labels).or_default();
+        for i in 0..3 {
+            // Sums that went down are a new row of the kernel's (a pid reused): all of it.
+            let grew = if now[i] >= last[i] {
+                now[i] - last[i]
+            } else {
+                now[i]
+            };
+            sum[i] = sum[i].saturating_add(grew);
+        }
+    }
+}
+
+fn labels(row: &CallStats, process: &str, workload: Option<&Workload>) -> ApiLabels {
+    let w = workload.cloned().unwrap_or_default();
+    ApiLabels {
+        comm: sanitize_label(process),
+        container: sanitize_label(&w.container),
+        pod: sanitize_label(&w.pod),
+        namespace: sanitize_label(&w.namespace),
+        pod_uid: sanitize_label(&w.pod_uid),
+        library: sanitize_label(&row.library),
+        symbol: sanitize_label(&row.symbol),
+    }
+}
+
+fn overflow() -> ApiLabels {
+    ApiLabels {
+        comm: OVERFLOW.into(),
+        container: String::new(),
+        pod: String::new(),
+        namespace: String::new(),
+        pod_uid: String::new(),
+        library: OVERFLOW.into(),
+        symbol: OVERFLOW.into(),
+    }
+}
+
+impl prometheus_client::collector::Collector for ApiCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let values = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if values.is_empty() {
+            return Ok(());
+        }
+        for (i, doc) in [CALLS, ERRORS, SECONDS].iter().enumerate() {
+            let help = doc.help.trim_end_matches('.');
+            let kind = ConstCounter::new(0u64).metric_type();
+            let mut m = encoder.encode_descriptor(family_name(doc), help, None, kind)?;
+            for (labels, v) in values.iter() {
+                let family = m.encode_family(labels)?;
+                if i == 2 {
+                    ConstCounter::new(v[2] as f64 / 1e9).encode(family)?;
+                } else {
+                    ConstCounter::new(v[i]).encode(family)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
