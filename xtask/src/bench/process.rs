@@ -390,10 +390,13 @@ pub(super) fn thread_cpu_ns() -> u64 {
 /// behind a killed bench.
 pub(super) fn stops_with_us(cmd: &mut Command) {
     use std::os::unix::process::CommandExt as _;
-    // SAFETY: prctl(2) and getppid(2) are async-signal-safe; nothing else runs between fork
-    // and exec.
+    // SAFETY: sigaction(2) (through signal), prctl(2) and getppid(2) are async-signal-safe;
+    // nothing else runs between fork and exec.
     unsafe {
         cmd.pre_exec(|| {
+            // A bench started in the background of a shell inherits SIGINT ignored, and so
+            // would the tracer: the signal would then do nothing.
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGINT as libc::c_ulong) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
