@@ -53,10 +53,12 @@ o = sys.argv[1]
 own = {}
 for line in open(f"{o}/hami_counts.txt"):
     kv = dict(f.split("=", 1) for f in line.split())
-    own[int(kv.pop("pid"))] = {k: int(v) for k, v in kv.items()}
+    pid = int(kv.pop("pid"))
+    own[pid] = {k: int(v) for k, v in kv.items()}
 final = collections.defaultdict(dict)
 events = collections.Counter(); tagged = collections.Counter(); malformed = None
 for line in open(f"{o}/hami.jsonl"):
+    if not line.startswith("{"): continue  # the command shares the standard output
     e = json.loads(line)
     if e.get("event") == "API_STATS":
         final[e["pid"]][(e["library"].rsplit("/", 1)[-1], e["symbol"])] = e["calls"]
@@ -97,6 +99,7 @@ import json, sys, collections
 o = sys.argv[1]
 lines = collections.Counter(); final = {}; recs = 0
 for line in open(f"{o}/calls.jsonl"):
+    if not line.startswith("{"): continue  # the command shares the standard output
     e = json.loads(line)
     if e.get("event") == "API_CALL":
         lines[(e["library"].rsplit("/", 1)[-1], e["symbol"])] += 1
@@ -135,6 +138,7 @@ python3 - "$O" <<'PY' | tee "$O/summary3.txt"
 import json, sys, collections
 c = collections.Counter()
 for line in open(f"{sys.argv[1]}/sh.jsonl"):
+    if not line.startswith("{"): continue  # the command shares the standard output
     e = json.loads(line)
     if e.get("event") in ("TASK_INIT", "SCHEDULE", "WORK_SUBMIT"):
         c[(e["pid"], e["comm"], e["event"], "api" in e)] += 1
@@ -149,7 +153,7 @@ grep -E '"event":"API_RECURSION"' "$O/recursion.jsonl" | cut -c1-400
 grep -E '"event":"STATS"' "$O/recursion.jsonl" | grep -o '"malformed":[0-9]*'
 
 echo "== 5. top --api $(date -u +%T)"
-python3 "$W" 60000 0 > /dev/null 2>&1 &
+python3 "$W" 3000000 0 > /dev/null 2>&1 &
 WL=$!
 sleep 6
 tmux new-session -d -s apitop -x 160 -y 30 "$B top --api --comm python3"

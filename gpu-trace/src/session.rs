@@ -1145,8 +1145,11 @@ impl LiveRun<'_> {
             mut pipeline,
             recorder,
             tracing_since,
+            tracer,
             ..
         } = self;
+        // Detached already; `--api`'s uprobes go in the background, not before the results.
+        tracer.release();
         let duration = tracing_since.elapsed();
         let mut failure = reader.failure.take();
         let recording_lost = match recorder {

@@ -374,6 +374,62 @@ fn api_trace_ends_once_its_results_are_out_not_after_the_probes_are_removed() {
     );
 }
 
+/// `gpu-trace --api -- CMD` (the main trace): once the command has ended, the results come
+/// and gpu-trace exits at once, and its metrics port is free for the next run; the probes'
+/// removal (over ten seconds here for the HIP table and the shim) is left to a child that
+/// holds only their descriptors. Before, the statistics waited for the removal.
+#[test]
+fn main_trace_with_api_ends_without_waiting_for_the_probes_removal() {
+    let test = "main_trace_with_api_ends_without_waiting_for_the_probes_removal";
+    let Some((_dir, client, shim, _hip)) = prepare(test) else {
+        return;
+    };
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let metrics = format!("127.0.0.1:{port}");
+    let mut tracer = Command::new(env!("CARGO_BIN_EXE_gpu-trace"))
+        .args(["--api", "--metrics", &metrics, "--"])
+        .arg(&client)
+        .args(["1", "0", "0"])
+        .env("LD_PRELOAD", &shim)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(tracer.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.starts_with("client pid=") {
+        line.clear();
+        assert_ne!(
+            out.read_line(&mut line).unwrap(),
+            0,
+            "the command printed nothing"
+        );
+    }
+    let ended = Instant::now();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let status = tracer.wait().unwrap();
+    let took = ended.elapsed();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut tracer.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(status.success(), "{status:?}: {err}");
+    assert!(rest.contains("gpu-trace statistics"), "{rest}");
+    assert!(
+        err.contains("uprobes attached"),
+        "no probe attached, nothing to wait for: {err}"
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "gpu-trace took {took:?} after the command's end to end: {err}"
+    );
+    std::net::TcpListener::bind(&metrics)
+        .unwrap_or_else(|e| panic!("the metrics port is still held after the exit: {e}"));
+}
+
 #[test]
 fn api_trace_is_not_starved_by_a_low_soft_open_file_limit() {
     use std::os::unix::process::CommandExt as _;

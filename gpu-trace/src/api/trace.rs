@@ -109,44 +109,10 @@ impl Tracer {
     /// background; this process then lets its own copies go without detaching (the last
     /// holder's close is the slow one). Where fork fails, detaches here.
     fn release_in_background(mut self) {
-        let _ = std::io::stdout().flush();
-        let _ = std::io::stderr().flush();
-        // The child must outlive this process (the last holder pays for the removals): it
-        // waits for the end of a pipe whose write end only this process holds, until exit.
-        let mut ends = [0 as libc::c_int; 2];
-        // SAFETY: a valid two-int array.
-        if unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        if super::attach::hold_in_background() {
+            std::mem::forget(self);
+        } else {
             self.detach();
-            return;
-        }
-        let [wait_end, held_end] = ends;
-        // SAFETY: the child only calls async-signal-safe functions (setsid, close, read, _exit).
-        match unsafe { libc::fork() } {
-            0 => unsafe {
-                // Out of the terminal's session, and off the standard streams so that nothing
-                // reading gpu-trace's output (a pipe, `$(…)`) waits for it.
-                libc::setsid();
-                libc::close(held_end);
-                for fd in 0..3 {
-                    libc::close(fd);
-                }
-                let mut byte = 0u8;
-                while libc::read(wait_end, (&raw mut byte).cast(), 1) < 0 {}
-                libc::_exit(0)
-            },
-            pid if pid > 0 => {
-                // SAFETY: our own descriptor; `held_end` stays open until this process exits.
-                unsafe { libc::close(wait_end) };
-                std::mem::forget(self);
-            }
-            _ => {
-                // SAFETY: our own descriptors.
-                unsafe {
-                    libc::close(wait_end);
-                    libc::close(held_end);
-                }
-                self.detach();
-            }
         }
     }
 

@@ -606,6 +606,20 @@ impl Tracer {
         }
     }
 
+    /// Ends the tracer. With `--api` the uprobes are still attached after
+    /// [`detach`](Self::detach), and the kernel removes each with a grace period (a minute
+    /// for PyTorch's runtimes): a child holds them and pays for that after this process has
+    /// exited ([`crate::api::attach::hold_in_background`]). Without uprobes, dropped here.
+    pub fn release(self) {
+        let uprobes = self
+            .ebpf
+            .programs()
+            .any(|(_, p)| matches!(p, aya::programs::Program::UProbe(_)) && p.fd().is_ok());
+        if uprobes && crate::api::attach::hold_in_background() {
+            std::mem::forget(self);
+        }
+    }
+
     /// Runs and run time of each of the tracer's loaded programs, as counted since
     /// `--bpf-stats` turned counting on (all zero without it), and the runs the kernel skipped
     /// (always counted). Read before [`detach`](Self::detach), which unloads them.
