@@ -138,7 +138,8 @@ impl Sink for Stats {
 
     fn api(&mut self, ev: &ApiEnriched<'_>) -> Result<(), SinkError> {
         if let ApiEvent::Stats(row) = ev.event {
-            self.record_api(row);
+            self.record_api(row, ev.ts_ns);
+            self.name_api_process(row.pid, ev.process);
         }
         Ok(())
     }

@@ -447,26 +447,17 @@ pub async fn run_live_with(
     viewer: Option<&mut dyn Viewer>,
 ) -> Result<Summary, RunError> {
     let started = Instant::now();
-    // --duration is counted from attach (below); before that, it bounds only the start-up
-    // waits (a FIFO's reader).
+    // --duration counts from attach (below); before, it bounds the start-up waits (a FIFO).
     let startup_deadline = args.duration.map(|d| started + Duration::from_secs_f64(d));
     // Before anything is reported on stderr: a Ctrl-C right after the start-up report (or
     // during the inventory) stops tracing cleanly through the loop below.
     let mut signals = StopSignals::install()?;
+    check_api_targets(args)?;
     let vendor = match args.vendor {
         Vendor::Auto => detect_vendor()?,
         v => v,
     };
     let amd = vendor == Vendor::Amd;
-    if args.api
-        && args.output.pids.is_empty()
-        && args.output.comms.is_empty()
-        && args.launch.is_empty()
-    {
-        return Err(RunError::Usage(
-            crate::api::attach::TraceApiError::NoTarget.to_string(),
-        ));
-    }
     warn_before_start(args, amd);
     let watched = match &args.watch_device {
         Some(path) => Some(system::char_device_kernel_dev(path).map_err(LoadError::from)?),
@@ -619,6 +610,18 @@ fn start_command(
         eprintln!("gpu-trace: warning: {why}");
     }
     Ok(Some((child, descendants)))
+}
+
+/// `--api` without `--pid`, `--comm` or `-- CMD`: bad usage, said before anything loads.
+fn check_api_targets(args: &TraceArgs) -> Result<(), RunError> {
+    let none =
+        args.output.pids.is_empty() && args.output.comms.is_empty() && args.launch.is_empty();
+    if args.api && none {
+        return Err(RunError::Usage(
+            crate::api::attach::TraceApiError::NoTarget.to_string(),
+        ));
+    }
+    Ok(())
 }
 
 /// `--api`: the API layer's uprobes on the targets (before the start-up line says "hooks"):

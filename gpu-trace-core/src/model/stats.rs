@@ -305,6 +305,13 @@ pub struct Stats {
     api: BTreeMap<(u32, String, String), CallStats>,
     /// `API_STATS` records of new rows not kept because [`MAX_API_ROWS`] rows were kept.
     pub api_dropped: u64,
+    /// `--api`: each process's name as its `API_STATS` records give it (for a process that
+    /// made API calls and no driver event: `top` names its row). Kept for the processes of
+    /// the kept rows only.
+    api_names: BTreeMap<u32, String>,
+    /// `--api`: each process's calls (summed over its rows) at the last two reads that sent
+    /// it records, `[previous, latest]` as (read time ns, calls): `top`'s rate.
+    api_reads: BTreeMap<u32, [(u64, u64); 2]>,
 }
 
 /// The engine label of an event's task: the NVIDIA engine or the AMD queue type.
@@ -652,13 +659,52 @@ impl Stats {
 
     /// `--api`: a process's figures of one library's symbol so far (an `API_STATS` record):
     /// they replace the row's last ones.
-    pub fn record_api(&mut self, row: &CallStats) {
+    pub fn record_api(&mut self, row: &CallStats, read_ns: u64) {
         let key = (row.pid, row.library.clone(), row.symbol.clone());
         if self.api.len() >= MAX_API_ROWS && !self.api.contains_key(&key) {
             self.api_dropped += 1;
             return;
         }
         self.api.insert(key, row.clone());
+        let calls = self
+            .api
+            .range((row.pid, String::new(), String::new())..)
+            .take_while(|(k, _)| k.0 == row.pid)
+            .map(|(_, r)| r.calls)
+            .sum();
+        let reads = self.api_reads.entry(row.pid).or_insert([(0, 0); 2]);
+        if reads[1].0 != read_ns {
+            reads[0] = reads[1];
+        }
+        reads[1] = (read_ns, calls);
+    }
+
+    /// `--api`: process `pid`'s API calls per second between the last two reads that sent
+    /// its figures (0 after a read that found no growth; 0 until a second read; `None`: no
+    /// figures). By the reads' own times, not the viewer's: a frame between two reads, or
+    /// with two reads in it, shows the same rate.
+    pub fn api_rate(&self, pid: u32) -> Option<f64> {
+        let [(t0, c0), (t1, c1)] = *self.api_reads.get(&pid)?;
+        Some(if t0 == 0 || t1 <= t0 {
+            0.0
+        } else {
+            c1.saturating_sub(c0) as f64 * 1e9 / (t1 - t0) as f64
+        })
+    }
+
+    /// `--api`: notes the name of process `pid` as its API records give it (not empty).
+    pub fn name_api_process(&mut self, pid: u32, name: &str) {
+        if name.is_empty() || !self.api.keys().any(|k| k.0 == pid) {
+            return;
+        }
+        if self.api_names.get(&pid).is_none_or(|n| n != name) {
+            self.api_names.insert(pid, name.to_string());
+        }
+    }
+
+    /// `--api`: the name of a process with API figures, as its records gave it.
+    pub fn api_process_name(&self, pid: u32) -> Option<&str> {
+        self.api_names.get(&pid).map(String::as_str)
     }
 
     /// `--api`: the latest figures per (process, library, symbol), in that order.
@@ -1158,9 +1204,9 @@ mod tests {
     fn api_rows_keep_the_latest_figures_bounded_and_show_only_when_there_are_some() {
         let mut s = Stats::new();
         assert!(!s.render_text(false).contains("API calls"));
-        s.record_api(&api_row(7, "cuInit", 3));
-        s.record_api(&api_row(7, "cuInit", 9));
-        s.record_api(&api_row(8, "cuMemAlloc_v2", 4));
+        s.record_api(&api_row(7, "cuInit", 3), 1);
+        s.record_api(&api_row(7, "cuInit", 9), 2);
+        s.record_api(&api_row(8, "cuMemAlloc_v2", 4), 2);
         let rows: Vec<_> = s.api_rows().map(|r| (r.pid, r.calls)).collect();
         assert_eq!(rows, [(7, 9), (8, 4)]);
         let text = s.render_text(false);
@@ -1182,11 +1228,11 @@ mod tests {
         );
         assert!(lines[2].starts_with("       8 cuMemAlloc_v2"), "{text}");
         for pid in 0..MAX_API_ROWS as u32 {
-            s.record_api(&api_row(100 + pid, "cuInit", 1));
+            s.record_api(&api_row(100 + pid, "cuInit", 1), 1);
         }
         assert_eq!(s.api_rows().count(), MAX_API_ROWS);
         assert_eq!(s.api_dropped, 2);
-        s.record_api(&api_row(7, "cuInit", 10));
+        s.record_api(&api_row(7, "cuInit", 10), 3);
         assert_eq!(s.api_dropped, 2);
         assert!(s.render_text(false).contains("api_rows_dropped"));
     }

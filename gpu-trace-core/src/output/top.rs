@@ -68,8 +68,8 @@ pub struct ProcessRow {
     /// The process exited (its `process_exit`, or gone from the host live): shown dimmed
     /// and marked `x` until it expires ([`TopModel::expire_s`]).
     pub exited: bool,
-    /// `--api`: the process's GPU API calls per second since the last frame (the growth of
-    /// its calls summed over libraries and symbols); `None`: no API figures for it.
+    /// `--api`: the process's GPU API calls per second between the last two reads of its sums
+    /// ([`Stats::api_rate`]); `None`: no API figures for it.
     pub api_per_s: Option<f64>,
 }
 
@@ -177,8 +177,6 @@ struct Counts {
     updates: u64,
     /// All its events (a dead pid with new events was reused).
     events: u64,
-    /// `--api`: its API calls, summed over libraries and symbols.
-    api: u64,
 }
 
 /// A process's live tasks by engine, and (creation time, timeslice) of its newest.
@@ -309,18 +307,8 @@ impl TopModel {
                 .collect();
             (!v.is_empty()).then(|| v.iter().sum::<f64>())
         };
-        let mut api_calls: BTreeMap<u32, u64> = BTreeMap::new();
-        for r in stats.api_rows() {
-            *api_calls.entry(r.pid).or_default() += r.calls;
-        }
+        let api_pids: std::collections::BTreeSet<u32> = stats.api_rows().map(|r| r.pid).collect();
         let mut now = BTreeMap::new();
-        let previous = &self.previous;
-        let api_rate = |pid: u32, now: &mut BTreeMap<u32, Counts>| {
-            let calls = *api_calls.get(&pid)?;
-            now.entry(pid).or_default().api = calls;
-            let before = previous.get(&pid).map_or(0, |c| c.api);
-            Some(calls.saturating_sub(before) as f64 / dt)
-        };
         let mut processes: Vec<ProcessRow> = stats
             .processes()
             .map(|(pid, p)| {
@@ -329,7 +317,6 @@ impl TopModel {
                     refused: p.schedule_refused,
                     updates: p.sched_update,
                     events: total_events(p),
-                    api: 0,
                 };
                 now.insert(pid, c);
                 let before = self.previous.get(&pid).copied().unwrap_or_default();
@@ -356,17 +343,20 @@ impl TopModel {
                     init_to_schedule_us: latency.get(&pid).map(|&(_, l)| l / 1000),
                     gpu_share: share_of(&|_, p| p == pid),
                     exited,
-                    api_per_s: api_rate(pid, &mut now),
+                    api_per_s: stats.api_rate(pid),
                 }
             })
             .collect();
         // `--api`: processes whose API calls made no driver event (yet).
-        for &pid in api_calls.keys() {
+        for &pid in &api_pids {
             if !processes.iter().any(|p| p.pid == pid) {
+                let comm = stats
+                    .api_process_name(pid)
+                    .map(|n| crate::event::Comm(n).to_string());
                 processes.push(ProcessRow {
                     group: stats.group_of(pid).map(str::to_string),
-                    api_per_s: api_rate(pid, &mut now),
-                    ..ProcessRow::idle(pid, "?")
+                    api_per_s: stats.api_rate(pid),
+                    ..ProcessRow::idle(pid, comm.as_deref().unwrap_or("?"))
                 });
             }
         }
@@ -653,9 +643,9 @@ pub fn help_lines(stepping: bool) -> Vec<&'static str> {
         "  LIVE              live tasks by engine (cut to 3 letters, or the total,",
         "                    when narrow); narrow terminals drop CONTAINER/POD,",
         "                    TIMESLICE, UPD/s and INIT→SCHED first",
-        "  API/s             --api: the process's GPU API calls per second since",
-        "                    the last frame (all libraries and symbols; shown",
-        "                    only when the run has API figures)",
+        "  API/s             --api: the process's GPU API calls per second between",
+        "                    the tracer's last two reads (all libraries and",
+        "                    symbols; shown only when the run has API figures)",
     ]);
     lines
 }
@@ -927,12 +917,13 @@ mod tests {
         crate::api::stats::CallStats::for_test(pid, symbol, calls)
     }
 
-    /// `--api`: a process's API/s is the growth of its calls (all symbols summed) over the
-    /// time between two frames; a process with API figures but no driver event has a row; the
+    /// `--api`: a process's API/s is the growth of its calls (all symbols summed) between the
+    /// last two reads, by the reads' times (not the frames'); a process with API figures but no driver event has a row; the
     /// `API/s` column shows only when a row has API figures (a run without `--api` keeps its
     /// screen).
     #[test]
-    fn api_rate_is_the_growth_of_the_calls_between_two_frames() {
+    fn api_rate_is_the_growth_of_the_calls_between_two_reads() {
+        const S: u64 = 1_000_000_000;
         let mut s = Stats::new();
         s.record(&ev(1, 10, 1, schedule(1, true)));
         let mut m = TopModel::default();
@@ -944,25 +935,37 @@ mod tests {
                 .iter()
                 .any(|&(c, _)| c == Column::Api)
         );
-        s.record_api(&api_row(10, "cuInit", 5));
-        s.record_api(&api_row(10, "cuLaunchKernel", 100));
-        s.record_api(&api_row(30, "cuInit", 1));
-        let f1 = m.frame(&s, 3.0, None);
+        // The first read: figures, no rate yet.
+        s.record_api(&api_row(10, "cuInit", 5), 10 * S);
+        s.record_api(&api_row(10, "cuLaunchKernel", 100), 10 * S);
+        s.record_api(&api_row(30, "cuInit", 1), 10 * S);
+        let f1 = m.frame(&s, 2.0, None);
         let row = |f: &Frame, pid| f.processes.iter().find(|p| p.pid == pid).unwrap().clone();
-        // 105 calls since the last frame, 2 s ago.
-        assert_eq!(row(&f1, 10).api_per_s, Some(52.5));
-        assert_eq!(row(&f1, 30).api_per_s, Some(0.5));
+        assert_eq!(row(&f1, 10).api_per_s, Some(0.0));
         assert_eq!(row(&f1, 30).comm, "?");
-        s.record_api(&api_row(10, "cuLaunchKernel", 140));
-        let f2 = m.frame(&s, 3.5, None);
-        assert_eq!(row(&f2, 10).api_per_s, Some(80.0));
-        assert_eq!(row(&f2, 30).api_per_s, Some(0.0));
-        assert_eq!(Column::Api.cell(&row(&f2, 10)), "80.0");
+        // Two reads 2 s apart: 40 more calls of process 10 → 20/s, whatever the frames'
+        // times (two frames inside one read interval, or one frame over two reads).
+        s.record_api(&api_row(10, "cuLaunchKernel", 140), 12 * S);
+        let f2 = m.frame(&s, 2.1, None);
+        let f3 = m.frame(&s, 5.0, None);
+        assert_eq!(row(&f2, 10).api_per_s, Some(20.0));
+        assert_eq!(row(&f3, 10).api_per_s, Some(20.0));
+        assert_eq!(Column::Api.cell(&row(&f2, 10)), "20.0");
+        // A read that found no growth (the row sent once more) brings it to 0.
+        s.record_api(&api_row(10, "cuLaunchKernel", 140), 13 * S);
+        assert_eq!(row(&m.frame(&s, 6.0, None), 10).api_per_s, Some(0.0));
         assert!(has_api(&f2));
         let cols = columns_of(layout_for(200, true));
         let at = |c| cols.iter().position(|&x| x == c).unwrap();
         assert_eq!(at(Column::Api), at(Column::Refused) + 1);
         assert_eq!(columns_of(layout_for(200, false)), columns(200));
+
+        // Named by its API records once they carry a name (escaped as every comm).
+        s.name_api_process(30, "cuda\x1bjob");
+        s.name_api_process(31, "not-kept");
+        assert_eq!(s.api_process_name(31), None);
+        let named = m.frame(&s, 7.0, None);
+        assert_eq!(row(&named, 30).comm, "cuda\\x1bjob");
     }
 
     fn columns_of(l: Vec<(Column, u16)>) -> Vec<Column> {

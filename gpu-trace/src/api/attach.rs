@@ -191,6 +191,11 @@ impl Attacher {
                     }
                     added += 1;
                 }
+                Err(_) if std::fs::metadata(file).is_err() => {
+                    // The process ended (or exec'd) while it was being attached: a short-lived
+                    // child (a fork about to exec a tool) is no failure to report.
+                    break;
+                }
                 Err(e) => {
                     if self.failed.insert((path.to_string(), sym.clone())) {
                         let mut why = e.to_string();
@@ -420,6 +425,9 @@ pub struct TraceApi {
     names: HashMap<u32, [u8; 16]>,
     /// The targets of the last rescan.
     targets: HashSet<u32>,
+    /// The (process, cookie) sums that changed at the last read: sent once more at the next
+    /// read if they did not change (a rate over the reads then falls to 0).
+    grew: HashSet<(u32, u64)>,
 }
 
 impl TraceApi {
@@ -447,14 +455,16 @@ impl TraceApi {
     }
 
     /// The `API_STATS` records of the kernel's sums `sums` ([`read_sums`]) whose count changed
-    /// since the last call (a process that exited keeps its last record: nothing more is
-    /// sent for it). `now_ns`: CLOCK_MONOTONIC, the records' time.
+    /// since the last call, and once more those that changed at the last call and not since
+    /// (their growth over this read is 0: `top`'s rate falls to 0 when calls stop); a process
+    /// that exited keeps its last record. `now_ns`: CLOCK_MONOTONIC, the records' time.
     pub fn stats_records(
         &mut self,
         sums: Vec<(ApiKey, ApiStat)>,
         now_ns: u64,
     ) -> Vec<ApiStatsRecord> {
         let mut sent = HashMap::with_capacity(sums.len());
+        let mut grew = HashSet::new();
         let mut out = Vec::new();
         for (key, stat) in sums {
             let k = (key.tgid, key.cookie);
@@ -462,7 +472,11 @@ impl TraceApi {
                 .names
                 .entry(key.tgid)
                 .or_insert_with(|| comm_of(key.tgid).unwrap_or([0; 16]));
-            if self.sent.get(&k) != Some(&stat.count) {
+            let changed = self.sent.get(&k) != Some(&stat.count);
+            if changed {
+                grew.insert(k);
+            }
+            if changed || self.grew.contains(&k) {
                 out.push(ApiStatsRecord {
                     hdr: gpu_trace_common::RecordHeader {
                         kind: record_kind::API_STATS,
@@ -482,6 +496,7 @@ impl TraceApi {
             sent.insert(k, stat.count);
         }
         self.sent = sent;
+        self.grew = grew;
         // The names of the processes read now, and of the targets attached now.
         let read: HashSet<u32> = self.sent.keys().map(|&(pid, _)| pid).collect();
         let targets = &self.targets;
@@ -516,6 +531,7 @@ pub fn for_trace(
         sent: HashMap::new(),
         names: HashMap::new(),
         targets: HashSet::new(),
+        grew: HashSet::new(),
     };
     let before_exec = command.map_or(0, |(pid, cmd)| {
         tracer.attach_api_launch(&mut api.attacher, pid, cmd)
