@@ -4,11 +4,9 @@
 //! points to, read from user memory as it is at exit (results included), straight into an
 //! `NvIoctlRecord`.
 
-use aya_ebpf::helpers::{
-    bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_probe_read_user, generated,
-};
+use aya_ebpf::helpers::{bpf_get_current_comm, bpf_probe_read_user, generated};
 use gpu_trace_common::{
-    NV_PARAMS_MAX, NV_SUB_MAX, NvIoctlRecord, RecordHeader, counter, nv_entry_bits, nv_flags,
+    NV_PARAMS_MAX, NV_SUB_MAX, NvIoctlRecord, counter, nv_entry_bits, nv_flags,
     nvidia::{self, escape, off},
     record_kind,
 };
@@ -18,7 +16,7 @@ use crate::{
     cgroup,
     config::nv_entry_serves,
     maps::{self, NV_FILES, NvFile, TRACK_NV},
-    pipe::{bump, header, reserve, send, submit},
+    pipe::{bump, header, reserve, submit},
 };
 
 #[inline(always)]

@@ -336,6 +336,39 @@ fn api_trace_attaches_a_library_dlopened_later_at_the_next_rescan() {
     assert_eq!(counted, own["hipInit"], "{text}");
 }
 
+/// Runs gpu-trace `args` then `client 1 0 0` with `shim` preloaded, until its standard output
+/// shows a line starting with `mark`; returns when that line came, the rest of the output, the
+/// exit status and stderr.
+fn run_until(
+    args: &[&str],
+    client: &Path,
+    shim: &Path,
+    mark: &str,
+) -> (Instant, String, std::process::ExitStatus, String) {
+    let mut tracer = Command::new(env!("CARGO_BIN_EXE_gpu-trace"))
+        .args(args)
+        .arg(client)
+        .args(["1", "0", "0"])
+        .env("LD_PRELOAD", shim)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(tracer.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.starts_with(mark) {
+        line.clear();
+        assert_ne!(out.read_line(&mut line).unwrap(), 0, "no line {mark:?}");
+    }
+    let seen = Instant::now();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    let status = tracer.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut tracer.stderr.take().unwrap(), &mut err).unwrap();
+    (seen, rest, status, err)
+}
+
 #[test]
 fn api_trace_ends_once_its_results_are_out_not_after_the_probes_are_removed() {
     let test = "api_trace_ends_once_its_results_are_out_not_after_the_probes_are_removed";
@@ -347,25 +380,8 @@ fn api_trace_ends_once_its_results_are_out_not_after_the_probes_are_removed() {
     // about a hundred probes.
     // The kernel takes 0.1 s or more to remove each one, so a run that removed them before
     // exiting took over ten seconds from its last line to its exit here.
-    let mut tracer = Command::new(env!("CARGO_BIN_EXE_gpu-trace"))
-        .args(["api", "--"])
-        .arg(&client)
-        .args(["1", "0", "0"])
-        .env("LD_PRELOAD", &shim)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(tracer.stdout.take().unwrap());
-    let mut line = String::new();
-    while !line.starts_with("API calls (at exit)") {
-        line.clear();
-        assert_ne!(out.read_line(&mut line).unwrap(), 0, "no final table");
-    }
-    let printed = Instant::now();
-    let status = tracer.wait().unwrap();
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut tracer.stderr.take().unwrap(), &mut err).unwrap();
+    let (printed, _, status, err) =
+        run_until(&["api", "--"], &client, &shim, "API calls (at exit)");
     assert!(status.success(), "{status:?}: {err}");
     assert!(
         printed.elapsed() < Duration::from_secs(5),
@@ -390,32 +406,9 @@ fn main_trace_with_api_ends_without_waiting_for_the_probes_removal() {
         .unwrap()
         .port();
     let metrics = format!("127.0.0.1:{port}");
-    let mut tracer = Command::new(env!("CARGO_BIN_EXE_gpu-trace"))
-        .args(["--api", "--metrics", &metrics, "--"])
-        .arg(&client)
-        .args(["1", "0", "0"])
-        .env("LD_PRELOAD", &shim)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(tracer.stdout.take().unwrap());
-    let mut line = String::new();
-    while !line.starts_with("client pid=") {
-        line.clear();
-        assert_ne!(
-            out.read_line(&mut line).unwrap(),
-            0,
-            "the command printed nothing"
-        );
-    }
-    let ended = Instant::now();
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
-    let status = tracer.wait().unwrap();
+    let args = ["--api", "--metrics", &metrics, "--"];
+    let (ended, rest, status, err) = run_until(&args, &client, &shim, "client pid=");
     let took = ended.elapsed();
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut tracer.stderr.take().unwrap(), &mut err).unwrap();
     assert!(status.success(), "{status:?}: {err}");
     assert!(rest.contains("gpu-trace statistics"), "{rest}");
     assert!(
