@@ -167,12 +167,12 @@ grep -E '"event":"STATS"' "$O/recursion.jsonl" | grep -o '"malformed":[0-9]*'
 fi
 if want 5; then
 echo "== 5. top --api $(date -u +%T)"
-sleep 30  # the previous parts' probe removals (none when run alone)
+want 4 && sleep 60  # parts 3 and 4's probe removals (none when run alone)
 python3 "$W" 3000000 0 > /dev/null 2>&1 &
 WL=$!
 sleep 6
 tmux new-session -d -s apitop -x 160 -y 30 "$B top --api --comm python3"
-sleep 12
+sleep 30  # attaching ~200 probes to a running PyTorch process takes about 10 s here
 tmux capture-pane -p -t apitop > "$O/top-screen.txt"
 tmux kill-session -t apitop 2>/dev/null
 kill $WL 2>/dev/null; wait $WL 2>/dev/null

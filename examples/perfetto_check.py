@@ -10,7 +10,11 @@ prints one ok/BAD line per check; the exit status is the number of BAD ones.
      track group (named "<comm> <pid>: TSG <id>", same begin and end);
   3. each lifetime's points (X, dur 0) chain by one flow: the first flow_out only, every next
      one flow_in + flow_out; a flow_in never precedes its flow_out in time;
-  4. "schedules/s GPU N" sums to the SCHEDULE events of the JSON output with that GPU.
+  4. "schedules/s GPU N" steps up once per SCHEDULE event of the JSON output with that GPU
+     (the count over the last second, stepped at each event and one second later);
+  5. with --api-calls: every driver event drawn on a thread's track lies inside the API
+     call's slice (`X` with a duration) its `api` names, the innermost one there.
+Lines of the JSON output that are not JSON (a launched command's own) are skipped.
 """
 import collections
 import json
@@ -19,7 +23,7 @@ import sys
 
 def main():
     trace = json.load(open(sys.argv[1]))
-    lines = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
+    lines = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")]
     events = [l for l in lines if "ts_ns" in l and l.get("event") not in ("STATS", "INVENTORY")]
     bad = 0
 
@@ -37,7 +41,7 @@ def main():
     for i, e in enumerate(evs):
         if e["ph"] in ("B", "E", "X"):
             tracks[(e["pid"], e["tid"])].append((float(e["ts"]), i, e))
-    slices, points, problems = [], [], []
+    slices, points, problems, api_slices = [], [], [], []
     for key, tr in tracks.items():
         tr.sort(key=lambda t: (t[0], t[1]))
         stack = []
@@ -51,6 +55,11 @@ def main():
                 s = stack.pop()
                 s[2] = ts
                 slices.append(s)
+            elif float(e.get("dur", 0)) > 0:
+                # A complete slice (an API call of --api-calls, on its thread's track): it
+                # must sit inside any slice open on the track, ending before it does.
+                end = ts + float(e["dur"])
+                api_slices.append((key, ts, end, e["name"]))
             else:
                 if not stack:
                     problems.append(f"point {e['name']} outside a slice")
@@ -107,11 +116,30 @@ def main():
     for e in events:
         if e["event"] == "SCHEDULE":
             want[gpu_of.get((e["pid"], json.dumps(e["task"], sort_keys=True)))] += 1
+    # The counter is the count over the last second, stepped at each SCHEDULE (one up) and
+    # one second later (one down): its steps up, per GPU, are the SCHEDULEs.
     got = collections.Counter()
-    for e in evs:
-        if e["ph"] == "C" and e["name"].startswith("schedules/s GPU "):
+    last = {}
+    for e in sorted((e for e in evs if e["ph"] == "C"), key=lambda e: float(e["ts"])):
+        if e["name"].startswith("schedules/s GPU "):
             g = e["name"].rsplit(" ", 1)[1]
-            got[None if g == "?" else int(g)] += e["args"]["schedules"]
+            v = e["args"]["schedules"]
+            got[None if g == "?" else int(g)] += max(0, v - last.get(e["name"], 0))
+            last[e["name"]] = v
+    inside = outside = 0
+    for e in evs:
+        a = e.get("args", {})
+        if e.get("ph") == "i" and e.get("s") == "t" and isinstance(a.get("api"), dict):
+            ts = float(e["ts"])
+            hit = [s for s in api_slices if s[0] == (e["pid"], e["tid"]) and s[1] <= ts <= s[2]]
+            inner = min(hit, key=lambda s: s[2] - s[1]) if hit else None
+            if inner and inner[3] == a["api"]["symbol"]:
+                inside += 1
+            else:
+                outside += 1
+    if api_slices:
+        check("driver events inside the API call they name", outside == 0 and inside > 0,
+              f"{inside} inside, {outside} not")
     check("schedules/s per GPU sums to the SCHEDULE events", got == want and sum(want.values()) > 0,
           f"timeline {dict(got)}, JSON {dict(want)}")
     print(f"{len(proc_slices)} lifetimes, {len(points)} points, {len(gpu_slices)} on GPU groups, "

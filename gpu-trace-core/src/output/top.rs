@@ -797,9 +797,7 @@ impl Column {
             Self::Share => percent(p.gpu_share),
             Self::Timeslice => opt(p.timeslice_us),
             Self::Latency => opt(p.init_to_schedule_us),
-            Self::Api => p
-                .api_per_s
-                .map_or_else(|| "-".into(), |v| format!("{v:.1}")),
+            Self::Api => p.api_per_s.map_or_else(|| "-".into(), compact_rate),
         }
     }
 }
@@ -818,6 +816,18 @@ pub fn columns(width: u16) -> Vec<Column> {
 /// [`columns`] with the width each gets: [`Column::width`], `Live` what is left over.
 pub fn layout(width: u16) -> Vec<(Column, u16)> {
     layout_for(width, false)
+}
+
+/// A rate that fits the `API/s` column (7 wide): one decimal below 1000, whole numbers below
+/// a million, then millions (`12.3M`): a launch-bound process makes 10^5 calls a second.
+fn compact_rate(v: f64) -> String {
+    if v < 1000.0 {
+        format!("{v:.1}")
+    } else if v < 1e6 {
+        format!("{v:.0}")
+    } else {
+        format!("{:.1}M", v / 1e6)
+    }
 }
 
 /// Whether `frame` has API figures (`--api`): [`layout_for`] then adds the `API/s` column.
@@ -951,6 +961,20 @@ mod tests {
         assert_eq!(row(&f2, 10).api_per_s, Some(20.0));
         assert_eq!(row(&f3, 10).api_per_s, Some(20.0));
         assert_eq!(Column::Api.cell(&row(&f2, 10)), "20.0");
+        // A launch-bound process's rate fits the column whole (seen cut to `138238.`).
+        for (v, text) in [
+            (999.94, "999.9"),
+            (138_238.4, "138238"),
+            (12_345_678.0, "12.3M"),
+        ] {
+            let p = ProcessRow {
+                api_per_s: Some(v),
+                ..row(&f2, 10)
+            };
+            let cell = Column::Api.cell(&p);
+            assert_eq!(cell, text);
+            assert!(cell.len() <= usize::from(Column::Api.width()));
+        }
         // A read that found no growth (the row sent once more) brings it to 0.
         s.record_api(&api_row(10, "cuLaunchKernel", 140), 13 * S);
         assert_eq!(row(&m.frame(&s, 6.0, None), 10).api_per_s, Some(0.0));
