@@ -1528,7 +1528,7 @@ impl Reader {
             return;
         }
         self.name_api_cookies(pipeline, recorder);
-        let sums = tracer.api_sums();
+        let sums = crate::api::attach::read_sums(tracer.ebpf());
         let Some(api) = self.api.as_mut() else {
             return;
         };

@@ -3,8 +3,9 @@
 //! linked (DT_NEEDED, RPATH) to the stand-in `libcuda.so.1`/`libcudart.so.12` of
 //! tests/api_join.rs, whose calls issue RM-shaped `GPFIFO_SCHEDULE` controls on the watched
 //! device (/dev/full). The client calls at once: only probes attached before its exec see
-//! them. Started by a shell that forks it (calling after 5 s), it is found among the command's
-//! processes at a rescan. Without targets `--api` is a usage error.
+//! them. Started by a shell that forks it, it is found among the command's processes at a
+//! rescan (it then waits until its probes are in before it calls). Without targets `--api` is
+//! a usage error.
 //!
 //! Without root, uprobes or a C compiler, the tests print `SKIPPED: <why>`.
 
@@ -91,16 +92,16 @@ fn api_tags_a_launched_commands_first_calls() {
     );
 }
 
-/// A process the command creates (the shell forks the client, which calls after 5 s: the
-/// rescans, once a second, may wait behind the removal of an earlier test's probes) is
-/// attached at a rescan: its calls carry their API call too.
+/// A process the command creates (the shell forks the client, which calls once its probes
+/// are in, 20 s at most: the rescans, once a second, may wait behind the removal of an
+/// earlier test's probes) is attached at a rescan: its calls carry their API call too.
 #[test]
 fn api_follows_the_processes_a_launched_command_creates() {
     let test = "api_follows_the_processes_a_launched_command_creates";
     let Some((_dir, root)) = build(test) else {
         return;
     };
-    let script = format!("{} 5; true", root.join("client").display());
+    let script = format!("{} 20; true", root.join("client").display());
     let (api, stderr) = traced(&["sh", "-c", &script]);
     assert_eq!(api, expected(), "{stderr}");
 }

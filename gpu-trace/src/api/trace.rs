@@ -109,7 +109,7 @@ impl Tracer {
     /// background; this process then lets its own copies go without detaching (the last
     /// holder's close is the slow one). Where fork fails, detaches here.
     fn release_in_background(mut self) {
-        if super::attach::hold_in_background() {
+        if crate::loader::hold::hold_in_background() {
             std::mem::forget(self);
         } else {
             self.detach();

@@ -5,6 +5,7 @@
 pub mod deep;
 pub mod deny;
 pub mod gpu_ext;
+pub mod hold;
 pub mod nv_entry;
 pub mod trampoline;
 
@@ -492,46 +493,16 @@ impl Tracer {
         })
     }
 
-    /// `--api`: the kernel's per-process call sums, summed over CPUs (empty without
-    /// [`Self::load_api`]).
-    pub fn api_sums(
-        &self,
-    ) -> Vec<(
-        gpu_trace_common::api::ApiKey,
-        gpu_trace_common::api::ApiStat,
-    )> {
-        crate::api::attach::read_sums(&self.ebpf)
+    /// The loaded object, for the API layer (`crate::api::attach`), which loads its uprobe
+    /// programs into it (where they share the open-call stacks, `API_OPEN`, with the driver
+    /// programs that tag their records from them), attaches them and reads their sums.
+    pub fn ebpf_mut(&mut self) -> &mut Ebpf {
+        &mut self.ebpf
     }
 
-    /// `--api`: loads the API layer's uprobe programs into this object, where they share the
-    /// open-call stacks (`API_OPEN`) with the NVIDIA programs that tag their records from them
-    /// (every open call kept: depth cap [`gpu_trace_common::api::API_STACK_MAX`]). `calls`
-    /// (`--api-calls`): the kernel also sends an `API_CALL` record per completed call (the
-    /// `VERBOSE` switch); otherwise no record per call.
-    pub fn load_api(&mut self, calls: bool) -> Result<(), String> {
-        let depth = gpu_trace_common::api::API_STACK_MAX as u32;
-        crate::api::attach::load_programs(&mut self.ebpf, calls, depth)
-    }
-
-    /// `--api`: attaches the uprobes to every table symbol of every library mapped in `pids`
-    /// (after [`Self::load_api`]); how many of them map such a library.
-    pub fn attach_api(
-        &mut self,
-        api: &mut crate::api::attach::Attacher,
-        pids: impl IntoIterator<Item = u32>,
-    ) -> usize {
-        api.attach_pids(&mut self.ebpf, pids)
-    }
-
-    /// `--api -- CMD`: the probes of the command's start-up libraries, by path, before its
-    /// exec ([`crate::api::attach::Attacher::attach_launch`]).
-    pub fn attach_api_launch(
-        &mut self,
-        api: &mut crate::api::attach::Attacher,
-        pid: u32,
-        cmd: &std::ffi::OsString,
-    ) -> usize {
-        api.attach_launch(&mut self.ebpf, pid, cmd)
+    /// [`Self::ebpf_mut`], read only.
+    pub fn ebpf(&self) -> &Ebpf {
+        &self.ebpf
     }
 
     /// The ring buffer the programs write records into. Can be taken once.
@@ -609,13 +580,13 @@ impl Tracer {
     /// Ends the tracer. With `--api` the uprobes are still attached after
     /// [`detach`](Self::detach), and the kernel removes each with a grace period (a minute
     /// for PyTorch's runtimes): a child holds them and pays for that after this process has
-    /// exited ([`crate::api::attach::hold_in_background`]). Without uprobes, dropped here.
+    /// exited ([`hold::hold_in_background`]). Without uprobes, dropped here.
     pub fn release(self) {
         let uprobes = self
             .ebpf
             .programs()
             .any(|(_, p)| matches!(p, aya::programs::Program::UProbe(_)) && p.fd().is_ok());
-        if uprobes && crate::api::attach::hold_in_background() {
+        if uprobes && hold::hold_in_background() {
             std::mem::forget(self);
         }
     }

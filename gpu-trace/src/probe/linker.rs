@@ -11,8 +11,6 @@
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
-use gpu_trace_core::api::symbols::SymbolTable;
-
 /// An object's dependencies and search paths, as its dynamic section states them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Dependencies {
@@ -43,8 +41,12 @@ impl Linker {
 
     /// Every object `exe` loads at start, with the `DT_NEEDED` name that brought it in, in the
     /// order found (breadth first); names not found are left out, as the linker would fail.
-    pub fn closure(&self, exe: &Path, table: &SymbolTable) -> Vec<(String, PathBuf)> {
-        let read = |p: &Path| super::libraries::dependencies_of(p, table);
+    /// `read` gives an object's dynamic section (`probe::libraries::dependencies_of`).
+    pub fn closure(
+        &self,
+        exe: &Path,
+        read: impl Fn(&Path) -> Option<Dependencies>,
+    ) -> Vec<(String, PathBuf)> {
         let Some(top) = read(exe) else {
             return Vec::new();
         };
