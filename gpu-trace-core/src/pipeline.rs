@@ -519,14 +519,12 @@ impl<W: Write> Pipeline<W> {
         self.name_pod(pid);
         let ev = ApiEnriched {
             event,
-            ts_ns: origin.ts_ns,
-            cpu: origin.cpu,
+            origin,
             process: self
                 .process_names
                 .get(&pid)
                 .map_or(origin.comm.as_str(), String::as_str),
             cgroup: self.attributions.get(&pid),
-            trace_start_ns: self.first_ts.unwrap_or(origin.ts_ns),
         };
         self.stats.api(&ev)?;
         if let Some(metrics) = self.metrics.as_mut() {

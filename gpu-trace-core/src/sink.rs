@@ -9,7 +9,7 @@ use std::io;
 
 use crate::{
     api::names::ApiEvent,
-    event::Event,
+    event::{Event, Origin},
     inventory::Inventory,
     model::{
         gpus::GpuIdentity,
@@ -38,16 +38,14 @@ pub struct Enriched<'a> {
 #[derive(Clone, Copy, Debug)]
 pub struct ApiEnriched<'a> {
     pub event: &'a ApiEvent,
-    /// CLOCK_MONOTONIC ns of the record: a call's return, a recursion's entry, a sum's read.
-    pub ts_ns: u64,
-    /// The CPU the record was made on (a sum's: the reader's).
-    pub cpu: u32,
+    /// Where the record was made: its time (a call's return, a recursion's entry, a sum's
+    /// read), CPU, process, thread and thread name (a sum's: the reader's time and CPU, the
+    /// process as its thread).
+    pub origin: &'a Origin,
     /// The process's name, as for [`Enriched::process`].
     pub process: &'a str,
     /// Who the process is (cgroup, container, pod), when known.
     pub cgroup: Option<&'a Attribution>,
-    /// CLOCK_MONOTONIC ns of the first record of the run.
-    pub trace_start_ns: u64,
 }
 
 /// How the run ended, for [`Sink::finish`].
@@ -138,7 +136,7 @@ impl Sink for Stats {
 
     fn api(&mut self, ev: &ApiEnriched<'_>) -> Result<(), SinkError> {
         if let ApiEvent::Stats(row) = ev.event {
-            self.record_api(row, ev.ts_ns);
+            self.record_api(row, ev.origin.ts_ns);
             self.name_api_process(row.pid, ev.process);
         }
         Ok(())

@@ -256,6 +256,28 @@ pub(crate) mod samples {
         }
     }
 
+    /// The record origin the pipeline would give `event` (its process, thread and thread
+    /// name; a process's sums: the process as its thread, no name), made at `ts_ns` on `cpu`.
+    pub fn origin_of(
+        event: &crate::api::names::ApiEvent,
+        ts_ns: u64,
+        cpu: u32,
+    ) -> crate::event::Origin {
+        use crate::api::names::ApiEvent;
+        let (tid, comm) = match event {
+            ApiEvent::Call(e) => (e.tid, e.comm.as_str()),
+            ApiEvent::Recursion(e) => (e.tid, e.comm.as_str()),
+            ApiEvent::Stats(s) => (s.pid, ""),
+        };
+        crate::event::Origin {
+            ts_ns,
+            cpu,
+            pid: event.pid(),
+            tid,
+            comm: comm.into(),
+        }
+    }
+
     /// `cuInit@shim.so` re-entered on pid 4242's thread 4243.
     pub fn recursion(comm: &str) -> RecursionEvent {
         RecursionEvent {

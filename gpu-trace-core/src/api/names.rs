@@ -30,6 +30,26 @@ pub enum ApiEvent {
 }
 
 impl ApiEvent {
+    /// The name of its line (`API_CALL`, `API_RECURSION`); `None` for a process's sums, which
+    /// the statistics print rather than a line of their own.
+    pub fn name(&self) -> Option<&'static str> {
+        match self {
+            Self::Call(_) => Some("API_CALL"),
+            Self::Recursion(_) => Some("API_RECURSION"),
+            Self::Stats(_) => None,
+        }
+    }
+
+    /// The call the line is about (a recursion's: the call that re-entered); `None` for a
+    /// process's sums.
+    pub fn site(&self) -> Option<&Site> {
+        match self {
+            Self::Call(e) => Some(&e.site),
+            Self::Recursion(e) => Some(&e.site),
+            Self::Stats(_) => None,
+        }
+    }
+
     /// The process the event is about.
     pub fn pid(&self) -> u32 {
         match self {
@@ -78,35 +98,15 @@ impl Names {
             })
     }
 
-    /// `API_CALL` by name.
+    /// `API_CALL` by name (the main trace does not carry the `LD_PRELOAD` mark: `gpu-trace
+    /// api` does).
     pub fn call(&self, origin: &Origin, r: &ApiCallRecord) -> ApiEvent {
-        ApiEvent::Call(CallEvent {
-            pid: origin.pid,
-            tid: origin.tid,
-            comm: origin.comm.to_string(),
-            site: self.site(r.cookie),
-            // The main trace does not carry the LD_PRELOAD mark (`gpu-trace api` does).
-            preload: false,
-            caller: (r.depth > 0).then(|| self.site(r.caller_cookie)),
-            duration_ns: r.duration_ns,
-            ret: r.ret,
-            depth: r.depth,
-        })
+        ApiEvent::Call(call_event(origin, r, |c| self.site(c), false))
     }
 
-    /// `API_RECURSION` by name: the chain as the kernel kept it (at most [`API_STACK_MAX`]
-    /// open calls before this one).
+    /// `API_RECURSION` by name.
     pub fn recursion(&self, origin: &Origin, r: &ApiRecursionRecord) -> ApiEvent {
-        let kept = (r.depth.saturating_sub(1) as usize).min(API_STACK_MAX);
-        ApiEvent::Recursion(RecursionEvent {
-            pid: origin.pid,
-            tid: origin.tid,
-            comm: origin.comm.to_string(),
-            site: self.site(r.cookie),
-            depth: r.depth,
-            past_cap: r.past_cap != 0,
-            chain: r.chain[..kept].iter().map(|&c| self.site(c)).collect(),
-        })
+        ApiEvent::Recursion(recursion_event(origin, r, |c| self.site(c)))
     }
 
     /// `API_STATS` by name.
@@ -122,6 +122,46 @@ impl Names {
             total_ns: r.total_ns,
             hist: r.hist.to_vec(),
         })
+    }
+}
+
+/// A kernel `API_CALL` record made at `origin`, its cookies named by `site` (the main trace's
+/// [`Names`], `gpu-trace api`'s attacher); `preload`: its library came through `LD_PRELOAD`.
+pub fn call_event(
+    origin: &Origin,
+    r: &ApiCallRecord,
+    site: impl Fn(u64) -> Site,
+    preload: bool,
+) -> CallEvent {
+    CallEvent {
+        pid: origin.pid,
+        tid: origin.tid,
+        comm: origin.comm.to_string(),
+        site: site(r.cookie),
+        preload,
+        caller: (r.depth > 0).then(|| site(r.caller_cookie)),
+        duration_ns: r.duration_ns,
+        ret: r.ret,
+        depth: r.depth,
+    }
+}
+
+/// A kernel `API_RECURSION` record made at `origin`, its cookies named by `site`: the chain
+/// as the kernel kept it (at most [`API_STACK_MAX`] open calls before this one).
+pub fn recursion_event(
+    origin: &Origin,
+    r: &ApiRecursionRecord,
+    site: impl Fn(u64) -> Site,
+) -> RecursionEvent {
+    let kept = (r.depth.saturating_sub(1) as usize).min(API_STACK_MAX);
+    RecursionEvent {
+        pid: origin.pid,
+        tid: origin.tid,
+        comm: origin.comm.to_string(),
+        site: site(r.cookie),
+        depth: r.depth,
+        past_cap: r.past_cap != 0,
+        chain: r.chain[..kept].iter().map(|&c| site(c)).collect(),
     }
 }
 

@@ -674,13 +674,12 @@ fn api_sums(m: &mut Metrics, pid: u32, comm: &str, symbol: &str, v: [u64; 3]) {
         ..crate::api::stats::CallStats::for_test(pid, symbol, v[0])
     };
     let event = crate::api::names::ApiEvent::Stats(row);
+    let origin = crate::api::events::samples::origin_of(&event, 0, 0);
     let ev = crate::sink::ApiEnriched {
         event: &event,
-        ts_ns: 0,
-        cpu: 0,
+        origin: &origin,
         process: comm,
         cgroup: None,
-        trace_start_ns: 0,
     };
     m.api(&ev).unwrap();
 }

@@ -407,23 +407,14 @@ pub fn write_event(
 /// (module documentation, "API records of the main trace"). False (nothing appended) for a
 /// process's sums (`API_STATS`: the statistics carry them).
 pub fn write_api(out: &mut Vec<u8>, ev: &ApiEnriched<'_>, clock: &Clock) -> bool {
-    let (name, tid, comm, site) = match ev.event {
-        ApiEvent::Call(e) => ("API_CALL", e.tid, &e.comm, &e.site),
-        ApiEvent::Recursion(e) => ("API_RECURSION", e.tid, &e.comm, &e.site),
-        ApiEvent::Stats(_) => return false,
+    let (Some(name), Some(site)) = (ev.event.name(), ev.event.site()) else {
+        return false;
     };
     out.extend_from_slice(b"{\"event\":\"");
     out.extend_from_slice(name.as_bytes());
     out.extend_from_slice(b"\",\"time\":");
-    UtcMicros::at(clock, ev.ts_ns).write_quoted(out);
-    let origin = Origin {
-        ts_ns: ev.ts_ns,
-        cpu: ev.cpu,
-        pid: ev.event.pid(),
-        tid,
-        comm: comm.as_str().into(),
-    };
-    write_origin(out, &origin);
+    UtcMicros::at(clock, ev.origin.ts_ns).write_quoted(out);
+    write_origin(out, ev.origin);
     splice_object(out, &SiteJson::of(site));
     match ev.event {
         ApiEvent::Call(e) => {
@@ -1606,13 +1597,12 @@ mod tests {
         let call = ApiEvent::Call(samples::call("python3", lib));
         let rec = ApiEvent::Recursion(samples::recursion("python3"));
         let line = |event: &ApiEvent| {
+            let origin = samples::origin_of(event, 1_000, 3);
             let ev = ApiEnriched {
                 event,
-                ts_ns: 1_000,
-                cpu: 3,
+                origin: &origin,
                 process: "python3",
                 cgroup: None,
-                trace_start_ns: 0,
             };
             let mut out = Vec::new();
             write_api(&mut out, &ev, &clock()).then(|| String::from_utf8(out).unwrap())

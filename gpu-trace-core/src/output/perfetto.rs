@@ -834,20 +834,19 @@ impl<W: Write> PerfettoWriter<W> {
     /// group. A process's sums (`API_STATS`) are not drawn.
     pub fn api(&mut self, ev: &ApiEnriched<'_>, process_name: &str) -> io::Result<()> {
         use crate::api::events::site_text;
-        let (tid, comm) = match ev.event {
-            ApiEvent::Call(e) => (e.tid, &e.comm),
-            ApiEvent::Recursion(e) => (e.tid, &e.comm),
-            ApiEvent::Stats(_) => return Ok(()),
-        };
-        let pid = ev.event.pid();
+        if ev.event.name().is_none() {
+            return Ok(());
+        }
+        let o = ev.origin;
+        let (pid, tid, ts_ns) = (o.pid, o.tid, o.ts_ns);
         self.name_process(pid, process_name)?;
-        self.name_thread(pid, tid, comm)?;
+        self.name_thread(pid, tid, &o.comm)?;
         let mut args = json!({
-            "time": self.clock.utc(ev.ts_ns).to_rfc3339_opts(SecondsFormat::Micros, true),
-            "ts_ns": ev.ts_ns,
-            "cpu": ev.cpu,
+            "time": self.clock.utc(ts_ns).to_rfc3339_opts(SecondsFormat::Micros, true),
+            "ts_ns": ts_ns,
+            "cpu": o.cpu,
             "tid": tid,
-            "comm": crate::escape::lossy(comm),
+            "comm": crate::escape::lossy(&o.comm),
         });
         match ev.event {
             ApiEvent::Call(e) => {
@@ -856,8 +855,8 @@ impl<W: Write> PerfettoWriter<W> {
                 args["ret"] = (e.ret as u32 as i32).into();
                 args["depth"] = e.depth.into();
                 args["duration_ns"] = e.duration_ns.into();
-                let begin = ev.ts_ns.saturating_sub(e.duration_ns);
-                let dur = format!("\"dur\":{},", ts_us(ev.ts_ns - begin));
+                let begin = ts_ns.saturating_sub(e.duration_ns);
+                let dur = format!("\"dur\":{},", ts_us(ts_ns - begin));
                 let name = crate::escape::escape_text(&e.site.symbol);
                 self.on_track(("X", &dur), begin, (pid, tid), &name, args)
             }
@@ -868,7 +867,7 @@ impl<W: Write> PerfettoWriter<W> {
                 args["depth"] = e.depth.into();
                 let chain: Vec<String> = e.chain.iter().map(site_text).collect();
                 args["chain"] = chain.join(" > ").into();
-                self.thread_instant(ev.ts_ns, (pid, tid), "API_RECURSION", args)
+                self.thread_instant(ts_ns, (pid, tid), "API_RECURSION", args)
             }
             ApiEvent::Stats(_) => Ok(()),
         }
@@ -1164,13 +1163,12 @@ mod tests {
             (ApiEvent::Call(outer), 50_000),
             (stats, 60_000),
         ] {
+            let origin = crate::api::events::samples::origin_of(&event, ts_ns, 1);
             let ev = ApiEnriched {
                 event: &event,
-                ts_ns,
-                cpu: 1,
+                origin: &origin,
                 process: "python3",
                 cgroup: None,
-                trace_start_ns: 0,
             };
             w.api(&ev, "python3").unwrap();
         }

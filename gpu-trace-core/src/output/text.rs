@@ -171,24 +171,15 @@ impl TextFormatter {
         line: &mut String,
         seconds: &mut SecondCache,
     ) -> bool {
-        let (name, tid, comm, fields) = match ev.event {
-            ApiEvent::Call(e) => ("API_CALL", e.tid, &e.comm, api_events::call_fields(e)),
-            ApiEvent::Recursion(e) => (
-                "API_RECURSION",
-                e.tid,
-                &e.comm,
-                api_events::recursion_fields(e),
-            ),
+        let Some(name) = ev.event.name() else {
+            return false;
+        };
+        let fields = match ev.event {
+            ApiEvent::Call(e) => api_events::call_fields(e),
+            ApiEvent::Recursion(e) => api_events::recursion_fields(e),
             ApiEvent::Stats(_) => return false,
         };
-        let origin = crate::event::Origin {
-            ts_ns: ev.ts_ns,
-            cpu: ev.cpu,
-            pid: ev.event.pid(),
-            tid,
-            comm: comm.as_str().into(),
-        };
-        self.write_head(line, clock, tz, seconds, &origin, name);
+        self.write_head(line, clock, tz, seconds, ev.origin, name);
         line.push(' ');
         line.push_str(&fields);
         true
@@ -1378,13 +1369,12 @@ mod tests {
         let (clock, tz) = fixed();
         let f = TextFormatter::default();
         let line = |event: &ApiEvent| {
+            let origin = samples::origin_of(event, T0, 1);
             let ev = ApiEnriched {
                 event,
-                ts_ns: T0,
-                cpu: 1,
+                origin: &origin,
                 process: "python3",
                 cgroup: None,
-                trace_start_ns: T0,
             };
             let mut line = String::new();
             f.write_api(&ev, &clock, &tz, &mut line).then_some(line)

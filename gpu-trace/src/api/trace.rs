@@ -14,14 +14,14 @@ use aya::{
     Ebpf,
     maps::{HashMap as BpfHashMap, MapData, RingBuf},
 };
-use gpu_trace_common::api::{
-    API_CALL, API_RECURSION, API_STACK_MAX, ApiCallRecord, ApiRecursionRecord, ApiStack,
-};
+use gpu_trace_common::api::{API_STACK_MAX, ApiStack};
 use gpu_trace_common::zerocopy::FromBytes as _;
-use gpu_trace_core::api::events::{self, CallEvent, RecursionEvent, Site, StuckEvent};
+use gpu_trace_core::api::events::{self, Site, StuckEvent};
+use gpu_trace_core::api::names;
 use gpu_trace_core::api::stats::{self, CallStats};
 use gpu_trace_core::api::symbols::SymbolTable;
 use gpu_trace_core::escape::{decode_lossless, escape_text};
+use gpu_trace_core::wire::{self, RawRecord};
 
 use super::attach::{Attacher, load_programs};
 use super::stuck::Symbolizer;
@@ -149,47 +149,32 @@ impl Tracer {
         raw.iter().filter_map(|b| self.decode(b, json)).collect()
     }
 
+    /// One ring item as a line: an `API_CALL` or `API_RECURSION` (the same records and the
+    /// same events as the main trace's, named by this run's attacher).
     fn decode(&self, b: &[u8], json: bool) -> Option<String> {
-        let kind = u32::from_ne_bytes(b.get(..4)?.try_into().ok()?);
-        let comm = |c: &[u8; 16]| decode_lossless(c.split(|&x| x == 0).next().unwrap_or_default());
-        if kind == API_CALL {
-            let (r, _) = ApiCallRecord::read_from_prefix(b).ok()?;
-            let e = CallEvent {
-                pid: r.hdr.tgid,
-                tid: r.hdr.tid,
-                comm: comm(&r.hdr.comm),
-                site: self.site(r.cookie),
-                preload: self.at.is_preload(r.hdr.tgid, r.cookie),
-                caller: (r.depth > 0).then(|| self.site(r.caller_cookie)),
-                duration_ns: r.duration_ns,
-                ret: r.ret,
-                depth: r.depth,
-            };
-            return Some(if json {
-                events::call_json(&e)
-            } else {
-                events::call_text(&e)
-            });
-        }
-        if kind == API_RECURSION {
-            let (r, _) = ApiRecursionRecord::read_from_prefix(b).ok()?;
-            let kept = (r.depth.saturating_sub(1) as usize).min(API_STACK_MAX);
-            let e = RecursionEvent {
-                pid: r.hdr.tgid,
-                tid: r.hdr.tid,
-                comm: comm(&r.hdr.comm),
-                site: self.site(r.cookie),
-                depth: r.depth,
-                past_cap: r.past_cap != 0,
-                chain: r.chain[..kept].iter().map(|&c| self.site(c)).collect(),
-            };
-            return Some(if json {
-                events::recursion_json(&e)
-            } else {
-                events::recursion_text(&e)
-            });
-        }
-        None
+        let record = wire::parse_record(b).ok()?;
+        let origin = record.origin();
+        let site = |c| self.site(c);
+        Some(match &record {
+            RawRecord::ApiCall(r) => {
+                let preload = self.at.is_preload(r.hdr.tgid, r.cookie);
+                let e = names::call_event(&origin, r, site, preload);
+                if json {
+                    events::call_json(&e)
+                } else {
+                    events::call_text(&e)
+                }
+            }
+            RawRecord::ApiRecursion(r) => {
+                let e = names::recursion_event(&origin, r, site);
+                if json {
+                    events::recursion_json(&e)
+                } else {
+                    events::recursion_text(&e)
+                }
+            }
+            _ => return None,
+        })
     }
 
     /// `API_STUCK` lines (text or JSON, newline-terminated) for the calls of `targets` open
