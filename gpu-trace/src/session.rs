@@ -1472,22 +1472,7 @@ impl Reader {
                 .chain(std::iter::once((&item[..], parsed.as_ref())))
                 .chain(after.as_ref().map(|a| (a.as_bytes(), Ok(a))));
             for (bytes, record) in records {
-                if let Some(rec) = recorder.as_mut() {
-                    if let Err(e) = rec.record(bytes) {
-                        self.failure = Some(e.into());
-                        break;
-                    }
-                    rec.get_mut().mark_unit();
-                }
-                let fed = match record {
-                    Ok(r) => pipeline.feed_record(r),
-                    Err(_) => {
-                        pipeline.malformed();
-                        Ok(())
-                    }
-                };
-                if let Err(e) = fed {
-                    self.failure = Some(sink_error(e));
+                if !self.pass(bytes, record.ok(), pipeline, recorder) {
                     break;
                 }
             }
@@ -1544,19 +1529,40 @@ impl Reader {
         pipeline: &mut Pipeline<QueueWriter>,
         recorder: &mut Option<RecordWriter<QueueWriter>>,
     ) {
-        if self.failure.is_some() {
-            return;
+        if self.failure.is_none() {
+            self.pass(raw.as_bytes(), Some(raw), pipeline, recorder);
         }
+    }
+
+    /// One record into the recording (`bytes`, as written) and the pipeline (`record`; `None`:
+    /// the bytes are not a record, counted as malformed). False after a failure, which
+    /// [`Self::failure`] then holds.
+    fn pass(
+        &mut self,
+        bytes: &[u8],
+        record: Option<&RawRecord>,
+        pipeline: &mut Pipeline<QueueWriter>,
+        recorder: &mut Option<RecordWriter<QueueWriter>>,
+    ) -> bool {
         if let Some(rec) = recorder.as_mut() {
-            if let Err(e) = rec.record(raw.as_bytes()) {
+            if let Err(e) = rec.record(bytes) {
                 self.failure = Some(e.into());
-                return;
+                return false;
             }
             rec.get_mut().mark_unit();
         }
-        if let Err(e) = pipeline.feed_record(raw) {
+        let fed = match record {
+            Some(r) => pipeline.feed_record(r),
+            None => {
+                pipeline.malformed();
+                Ok(())
+            }
+        };
+        if let Err(e) = fed {
             self.failure = Some(sink_error(e));
+            return false;
         }
+        true
     }
 
     /// The `ATTRIBUTION` records that go with ring item `item` (`parsed`, when it is a
