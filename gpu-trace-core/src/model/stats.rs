@@ -666,12 +666,7 @@ impl Stats {
             return;
         }
         self.api.insert(key, row.clone());
-        let calls = self
-            .api
-            .range((row.pid, String::new(), String::new())..)
-            .take_while(|(k, _)| k.0 == row.pid)
-            .map(|(_, r)| r.calls)
-            .sum();
+        let calls = self.api_rows_of(row.pid).map(|r| r.calls).sum();
         let reads = self.api_reads.entry(row.pid).or_insert([(0, 0); 2]);
         if reads[1].0 != read_ns {
             reads[0] = reads[1];
@@ -694,7 +689,7 @@ impl Stats {
 
     /// `--api`: notes the name of process `pid` as its API records give it (not empty).
     pub fn name_api_process(&mut self, pid: u32, name: &str) {
-        if name.is_empty() || !self.api.keys().any(|k| k.0 == pid) {
+        if name.is_empty() || self.api_rows_of(pid).next().is_none() {
             return;
         }
         if self.api_names.get(&pid).is_none_or(|n| n != name) {
@@ -705,6 +700,15 @@ impl Stats {
     /// `--api`: the name of a process with API figures, as its records gave it.
     pub fn api_process_name(&self, pid: u32) -> Option<&str> {
         self.api_names.get(&pid).map(String::as_str)
+    }
+
+    /// `--api`: the rows of process `pid` (a range of the ordered map, not a scan of every
+    /// row: this runs for each `API_STATS` record).
+    fn api_rows_of(&self, pid: u32) -> impl Iterator<Item = &CallStats> {
+        self.api
+            .range((pid, String::new(), String::new())..)
+            .take_while(move |(k, _)| k.0 == pid)
+            .map(|(_, r)| r)
     }
 
     /// `--api`: the latest figures per (process, library, symbol), in that order.
