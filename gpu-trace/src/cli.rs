@@ -754,7 +754,8 @@ pub struct TraceArgs {
 
     /// Also trace the GPU API calls (CUDA driver and runtime, HIP; `gpu-trace api`'s table)
     /// of the --pid/--comm processes, or of `-- CMD` and the processes it creates (the command
-    /// from its first call), with uprobes on every library they map that exports them: each driver event of a thread inside such a call carries it, innermost first
+    /// from its first call), with uprobes on every library they map that exports them: each
+    /// driver event of a thread inside such a call carries it, innermost first
     /// (`api=cuCtxCreate_v4@libcuda.so.1<cudaMalloc@libcudart.so.12`; JSON `api`). The
     /// targets and their libraries are looked up again every second (docs/api.md).
     #[arg(long)]

@@ -247,7 +247,7 @@ impl Attacher {
     /// Returns how many symbols were attached.
     pub fn attach_launch(&mut self, ebpf: &mut Ebpf, pid: u32, cmd: &OsString) -> usize {
         let mut added = 0;
-        for (path, symbols) in launch_candidates(&self.reader.table().clone(), cmd) {
+        for (path, symbols) in launch_candidates(self.reader.table(), cmd) {
             added += self.attach_file(ebpf, pid, &path, &path, &symbols);
         }
         let preload = std::env::var_os("LD_PRELOAD").unwrap_or_default();
