@@ -6,7 +6,6 @@
 //!
 //! Without the HIP runtime or a C compiler the tests print `SKIPPED: <why>` and return.
 
-use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -64,11 +63,7 @@ fn client_under(b: &Built, shim: &Path) -> Reaped {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert!(line.starts_with("ready"), "the client said {line:?}");
+    api_support::wait_ready(&mut child);
     Reaped(child)
 }
 

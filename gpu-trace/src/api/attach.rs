@@ -8,6 +8,7 @@ use std::ffi::OsString;
 use std::num::NonZeroU32;
 use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::MetadataExt as _;
+use std::sync::Arc;
 
 use aya::{
     Ebpf,
@@ -30,7 +31,12 @@ use gpu_trace_core::api::symbols::SymbolTable;
 use gpu_trace_core::escape::{decode_lossless, escape_text};
 
 use crate::launch::executable_of;
-use crate::probe::libraries::{self, Reader};
+use crate::probe::libraries::{self, Opened, ReadError, Reader};
+use crate::probe::untrusted::TARGET_DEADLINE;
+
+/// Processes whose reading did not end by its deadline, after which no further process is
+/// read this run (each leaves a worker thread blocked in the kernel).
+const MAX_GIVEN_UP: usize = 8;
 
 /// The uprobe programs.
 pub const PROGRAMS: [&str; 2] = ["api_entry", "api_return"];
@@ -100,7 +106,15 @@ pub fn read_sums(ebpf: &Ebpf) -> Vec<(ApiKey, ApiStat)> {
 
 /// What is attached, and the names behind the cookies.
 pub struct Attacher {
-    reader: Reader,
+    /// `None` while a worker that did not answer in time has it (a new one is made).
+    reader: Option<Reader>,
+    table: SymbolTable,
+    /// Whether the run is to stop now: a read or an attach in progress gives up.
+    stop: fn() -> bool,
+    /// Processes whose reading did not end by its deadline: not read again.
+    given_up: HashSet<u32>,
+    /// The files probed, kept open while their probes are attached (by device and inode).
+    files: HashMap<(u64, u64), Arc<Opened>>,
     /// Library id → path (cookie's high half).
     libs: Vec<String>,
     lib_ids: HashMap<String, u32>,
@@ -123,9 +137,14 @@ pub struct Attacher {
 }
 
 impl Attacher {
-    pub fn new(table: SymbolTable) -> Self {
+    /// `stop`: whether the run is to stop (a read or an attach in progress gives up).
+    pub fn new(table: SymbolTable, stop: fn() -> bool) -> Self {
         Self {
-            reader: Reader::new(table),
+            reader: Some(Reader::new(table.clone())),
+            table,
+            stop,
+            given_up: HashSet::new(),
+            files: HashMap::new(),
             libs: Vec::new(),
             lib_ids: HashMap::new(),
             syms: Vec::new(),
@@ -157,33 +176,36 @@ impl Attacher {
         })
     }
 
-    /// Attaches entry and return probes for `symbols` of the file `path` (as the target sees
-    /// it; `file` is where this process opens it) in `pid`. Returns how many symbols are newly
-    /// attached.
+    /// Attaches entry and return probes for the table symbols of `opened` (the file `path`
+    /// as the target sees it) in `pid`, each at its offset in the file, through this
+    /// process's descriptor of it. Returns how many symbols are newly attached.
     pub fn attach_file(
         &mut self,
         ebpf: &mut Ebpf,
         pid: u32,
         path: &str,
-        file: &str,
-        symbols: &[String],
+        opened: &Arc<Opened>,
     ) -> usize {
-        let Ok(meta) = std::fs::metadata(file) else {
+        let Some(file) = opened.file.as_ref() else {
             return 0;
         };
         let Some(scope) = NonZeroU32::new(pid).map(UProbeScope::OneProcess) else {
             return 0;
         };
+        let target = file.kernel_path();
         let lib = Self::intern(&mut self.lib_ids, &mut self.libs, path);
         let mut added = 0;
-        for sym in symbols {
-            let key = (pid, meta.dev(), meta.ino(), sym.clone());
+        for (sym, defined) in &opened.facts.defines {
+            if (self.stop)() {
+                break;
+            }
+            let key = (pid, file.dev, file.ino, sym.clone());
             if self.attached.contains(&key) {
                 continue;
             }
             let id = Self::intern(&mut self.sym_ids, &mut self.syms, sym);
             let cookie = (u64::from(lib) << 32) | u64::from(id);
-            match self.attach_symbol(ebpf, sym, cookie, file, scope) {
+            match self.attach_symbol(ebpf, defined.offset, cookie, &target, scope) {
                 Ok(()) => {
                     self.attached.insert(key);
                     if self.named.insert(cookie) {
@@ -191,40 +213,48 @@ impl Attacher {
                     }
                     added += 1;
                 }
-                Err(_) if std::fs::metadata(file).is_err() => {
+                Err(_) if !std::path::Path::new(&format!("/proc/{pid}")).exists() => {
                     // The process ended (or exec'd) while it was being attached: a short-lived
                     // child (a fork about to exec a tool) is no failure to report.
                     break;
                 }
-                Err(e) => {
-                    if self.failed.insert((path.to_string(), sym.clone())) {
-                        let mut why = e.to_string();
-                        let mut source = std::error::Error::source(&e);
-                        while let Some(s) = source {
-                            why.push_str(": ");
-                            why.push_str(&s.to_string());
-                            source = s.source();
-                        }
-                        eprintln!(
-                            "gpu-trace: cannot probe {} in {}: {}",
-                            escape_text(sym),
-                            escape_text(path),
-                            escape_text(&why)
-                        );
-                    }
-                }
+                Err(e) => self.report_failure(path, sym, &e),
             }
+        }
+        if added > 0 {
+            self.files.insert((file.dev, file.ino), opened.clone());
         }
         added
     }
 
-    /// Both programs on one symbol of `file`, for one process.
+    /// Says once per (library, symbol) why a probe could not go on.
+    fn report_failure(&mut self, path: &str, sym: &str, e: &aya::programs::ProgramError) {
+        if !self.failed.insert((path.to_string(), sym.to_string())) {
+            return;
+        }
+        let mut why = e.to_string();
+        let mut source = std::error::Error::source(e);
+        while let Some(s) = source {
+            why.push_str(": ");
+            why.push_str(&s.to_string());
+            source = s.source();
+        }
+        eprintln!(
+            "gpu-trace: cannot probe {} in {}: {}",
+            escape_text(sym),
+            escape_text(path),
+            escape_text(&why)
+        );
+    }
+
+    /// Both programs at `offset` of the file `target` (a path to this process's descriptor),
+    /// for one process.
     fn attach_symbol(
         &mut self,
         ebpf: &mut Ebpf,
-        sym: &str,
+        offset: u64,
         cookie: u64,
-        file: &str,
+        target: &str,
         scope: UProbeScope,
     ) -> Result<(), aya::programs::ProgramError> {
         for name in PROGRAMS {
@@ -233,10 +263,10 @@ impl Attacher {
                 _ => continue,
             };
             let point = UProbeAttachPoint {
-                location: UProbeAttachLocation::Symbol(sym),
+                location: UProbeAttachLocation::AbsoluteOffset(offset),
                 cookie: Some(cookie),
             };
-            self.links.push((name, p.attach(point, file, scope)?));
+            self.links.push((name, p.attach(point, target, scope)?));
         }
         Ok(())
     }
@@ -247,8 +277,8 @@ impl Attacher {
     /// Returns how many symbols were attached.
     pub fn attach_launch(&mut self, ebpf: &mut Ebpf, pid: u32, cmd: &OsString) -> usize {
         let mut added = 0;
-        for (path, symbols) in launch_candidates(self.reader.table(), cmd) {
-            added += self.attach_file(ebpf, pid, &path, &path, &symbols);
+        for (path, opened) in launch_candidates(&self.table, cmd) {
+            added += self.attach_file(ebpf, pid, &path, &Arc::new(opened));
         }
         let preload = std::env::var_os("LD_PRELOAD").unwrap_or_default();
         for path in libraries::split_preload(preload.as_bytes()) {
@@ -259,13 +289,32 @@ impl Attacher {
 
     /// Attaches every table symbol of every library mapped in `pid` not attached yet. Returns
     /// whether the process could be read, and how many libraries define table symbols.
+    ///
+    /// The process is read on a worker thread (`probe::untrusted::bounded`): one that does not end
+    /// within [`TARGET_DEADLINE`] (a file it maps that never answers) is said once and not
+    /// read again; a stop gives up at once.
     pub fn scan(&mut self, ebpf: &mut Ebpf, pid: u32) -> Option<usize> {
-        if runs_this_program(pid) {
-            // `-- CMD` before its exec: a copy of gpu-trace, whose libraries (NVML's libcuda)
-            // are not the command's; its own are attached by path (`attach_launch`).
-            return Some(0);
+        if self.given_up.contains(&pid) || self.given_up.len() >= MAX_GIVEN_UP {
+            return None;
         }
-        let report = self.reader.read(pid).ok()?;
+        // `-- CMD` before its exec: a copy of gpu-trace, whose libraries (NVML's libcuda) are
+        // not the command's; its own are attached by path (`attach_launch`).
+        let read = libraries::read_within_deadline(
+            &mut self.reader,
+            &self.table,
+            pid,
+            &self.stop,
+            runs_this_program,
+        )?;
+        let (report, files) = match read {
+            Ok(Some(read)) => read,
+            Ok(None) => return Some(0),
+            Err(ReadError::TimedOut(_)) => {
+                self.give_up(pid);
+                return None;
+            }
+            Err(_) => return None,
+        };
         let mut with_symbols = 0;
         for lib in &report.libraries {
             if lib.defines.is_empty() {
@@ -275,11 +324,27 @@ impl Attacher {
             if lib.origin == Origin::Preload {
                 self.mark_preload(pid, &lib.path);
             }
-            let symbols: Vec<String> = lib.defines.keys().cloned().collect();
-            let file = format!("/proc/{pid}/root{}", lib.path);
-            self.attach_file(ebpf, pid, &lib.path, &file, &symbols);
+            if let Some(opened) = files.get(&lib.path) {
+                self.attach_file(ebpf, pid, &lib.path, opened);
+            }
         }
         Some(with_symbols)
+    }
+
+    /// A process whose reading did not end by its deadline: said once, never read again.
+    fn give_up(&mut self, pid: u32) {
+        self.given_up.insert(pid);
+        eprintln!(
+            "gpu-trace: api: {}: its calls are not traced",
+            ReadError::TimedOut(pid)
+        );
+        if self.given_up.len() == MAX_GIVEN_UP {
+            eprintln!(
+                "gpu-trace: api: {MAX_GIVEN_UP} processes did not answer within {} s: no \
+                 further process is read this run (docs/reliability.md)",
+                TARGET_DEADLINE.as_secs()
+            );
+        }
     }
 
     /// [`Self::scan`] of each of `pids` (the main trace's targets, or a launched child):
@@ -297,6 +362,13 @@ impl Attacher {
                 let _ = p.detach(id);
             }
         }
+        self.files.clear();
+    }
+
+    /// How many times something a process controls was left out (past a read limit, or not a
+    /// regular file) or a process did not answer in time.
+    pub fn skipped(&self) -> u64 {
+        self.reader.as_ref().map_or(0, Reader::skipped) + self.given_up.len() as u64
     }
 
     /// Probes attached (entry and return each count).
@@ -529,7 +601,7 @@ pub fn for_trace(
     let depth = gpu_trace_common::api::API_STACK_MAX as u32;
     load_programs(tracer.ebpf_mut(), calls, depth).map_err(TraceApiError::Load)?;
     let mut api = TraceApi {
-        attacher: Attacher::new(SymbolTable::builtin()),
+        attacher: Attacher::new(SymbolTable::builtin(), crate::session::stop_requested),
         pids: pids.to_vec(),
         comms: comms.to_vec(),
         sent: HashMap::new(),
@@ -560,7 +632,7 @@ pub fn for_trace(
 /// `$ORIGIN`, `LD_LIBRARY_PATH`, RUNPATH, the cache). Libraries it `dlopen`s later (Python's
 /// CUDA runtime) are attached at the next rescan: a cached runtime the command never loads gets no probes
 /// (each costs its removal later, docs/api.md).
-pub fn launch_candidates(table: &SymbolTable, cmd: &OsString) -> Vec<(String, Vec<String>)> {
+pub fn launch_candidates(table: &SymbolTable, cmd: &OsString) -> Vec<(String, Opened)> {
     let mut paths: Vec<String> = libraries::split_preload(
         std::env::var_os("LD_PRELOAD")
             .unwrap_or_default()
@@ -585,9 +657,9 @@ pub fn launch_candidates(table: &SymbolTable, cmd: &OsString) -> Vec<(String, Ve
         .into_iter()
         .filter_map(|p| {
             let real = std::fs::canonicalize(&p).ok()?;
+            let opened = libraries::host_file(&real, table)?;
             let real = decode_lossless(real.as_os_str().as_bytes());
-            let defines = libraries::defines_of(std::path::Path::new(&real), table);
-            (!defines.is_empty()).then_some((real, defines))
+            (!opened.facts.defines.is_empty()).then_some((real, opened))
         })
         .collect()
 }

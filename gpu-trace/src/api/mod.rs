@@ -18,17 +18,15 @@ use gpu_trace_core::escape::{decode_lossless, escape_text};
 
 use crate::cli::{ApiArgs, ApiFormat, kernel_comm};
 use crate::probe::libraries::{self, ReadError, Reader};
+use crate::probe::untrusted::{self, Limit};
 
 /// Why `--resolve` could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     #[error("--probe: {0}")]
     Probe(#[from] ProbeError),
-    #[error("--probe-file {path}: {source} (give a readable file of LIB:SYMBOL lines)")]
-    ProbeFile {
-        path: String,
-        source: std::io::Error,
-    },
+    #[error("--probe-file: {0} (give a readable regular file of LIB:SYMBOL lines)")]
+    ProbeFile(String),
     #[error("no process is named `{0}` (the kernel's name: see `ps -e -o comm`)")]
     NoComm(String),
     #[error("writing the output: {0}")]
@@ -38,7 +36,7 @@ pub enum ApiError {
 impl ApiError {
     /// A mistake on the command line (exit 2) rather than a failure (exit 1).
     pub fn is_usage(&self) -> bool {
-        matches!(self, ApiError::Probe(_))
+        matches!(self, ApiError::Probe(_) | ApiError::ProbeFile(_))
     }
 }
 
@@ -50,10 +48,13 @@ pub fn symbol_table(args: &ApiArgs) -> Result<SymbolTable, ApiError> {
     }
     for path in &args.probe_files {
         let name = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| ApiError::ProbeFile {
-            path: name.clone(),
-            source,
-        })?;
+        // Opened without blocking (a FIFO would wait for a writer), a regular file only, read
+        // up to its cap (docs/reliability.md).
+        let text = untrusted::open_host(path)
+            .and_then(|f| f.read_all(&name, Limit::ProbeFile))
+            .map_err(|e| ApiError::ProbeFile(escape_text(&e.to_string()).into_owned()))?;
+        let text = String::from_utf8(text)
+            .map_err(|_| ApiError::ProbeFile(format!("{}: not UTF-8 text", escape_text(&name))))?;
         table.add_probe_file(&name, &text)?;
     }
     Ok(table)
@@ -62,7 +63,14 @@ pub fn symbol_table(args: &ApiArgs) -> Result<SymbolTable, ApiError> {
 /// `gpu-trace api --resolve`: the reports on stdout, a process that could not be read on
 /// stderr. Returns whether every process asked for by `--pid` was read.
 pub fn resolve(args: &ApiArgs) -> Result<bool, ApiError> {
-    let mut reader = Reader::new(symbol_table(args)?);
+    let table = symbol_table(args)?;
+    let mut slot = Some(Reader::new(table.clone()));
+    // Each process read on a worker under its deadline (docs/reliability.md).
+    let mut read = |pid| {
+        libraries::read_within_deadline(&mut slot, &table, pid, &|| false, |_| false)
+            .unwrap_or(Err(ReadError::TimedOut(pid)))
+            .and_then(|r| r.map(|(report, _)| report).ok_or(ReadError::NoProcess(pid)))
+    };
     let mut out = std::io::stdout().lock();
     let mut all_read = true;
     let mut emit = |report: &ProcessReport| -> Result<(), ApiError> {
@@ -79,7 +87,7 @@ pub fn resolve(args: &ApiArgs) -> Result<bool, ApiError> {
     };
     if !args.pids.is_empty() {
         for &pid in &args.pids {
-            match reader.read(pid) {
+            match read(pid) {
                 Ok(report) => emit(&report)?,
                 Err(e) => {
                     eprintln!("gpu-trace: {e}");
@@ -103,7 +111,7 @@ pub fn resolve(args: &ApiArgs) -> Result<bool, ApiError> {
         {
             continue;
         }
-        let report = match reader.read(pid) {
+        let report = match read(pid) {
             Ok(r) => r,
             Err(ReadError::Denied(_) | ReadError::DeniedToRoot(_)) => {
                 denied += 1;

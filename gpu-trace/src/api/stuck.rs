@@ -8,7 +8,8 @@
 use std::collections::HashMap;
 use std::io::{Read as _, Seek as _, SeekFrom};
 
-use object::{Object as _, ObjectSegment as _, ObjectSymbol as _};
+use crate::probe::elf::{TextSymbols, text_symbols};
+use crate::probe::untrusted::{self, Limit, UntrustedError};
 
 /// Bytes of stack read from the stack pointer up.
 const SCAN_BYTES: usize = 32 * 1024;
@@ -35,8 +36,9 @@ struct ExecMap {
 }
 
 fn exec_maps(pid: u32) -> Vec<ExecMap> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
-    text.lines()
+    let text = untrusted::read_proc(&format!("/proc/{pid}/maps"), Limit::Maps).unwrap_or_default();
+    String::from_utf8_lossy(&text)
+        .lines()
         .filter_map(|l| {
             let mut f = l.split_whitespace();
             let (range, perms, offset) = (f.next()?, f.next()?, f.next()?);
@@ -55,46 +57,35 @@ fn exec_maps(pid: u32) -> Vec<ExecMap> {
         .collect()
 }
 
-/// Symbol tables by path: (address, size, name) sorted, and the PT_LOAD (offset, vaddr) pairs.
+/// Symbol tables by path: (address, size, name) sorted, and the PT_LOAD (offset, size,
+/// vaddr) triples.
 #[derive(Default)]
 pub struct Symbolizer {
-    files: HashMap<String, Option<ElfSyms>>,
+    files: HashMap<String, Option<TextSymbols>>,
 }
 
-struct ElfSyms {
-    syms: Vec<(u64, u64, String)>,
-    segments: Vec<(u64, u64, u64)>,
-}
-
-fn elf_syms(path: &str) -> Option<ElfSyms> {
-    let data = std::fs::read(path).ok()?;
-    let file = object::File::parse(&*data).ok()?;
-    let mut syms: Vec<(u64, u64, String)> = file
-        .symbols()
-        .chain(file.dynamic_symbols())
-        .filter(|s| s.kind() == object::SymbolKind::Text && s.address() != 0)
-        .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?.to_string())))
-        .collect();
-    syms.sort();
-    syms.dedup_by_key(|s| s.0);
-    let segments = file
-        .segments()
-        .map(|s| {
-            let (off, size) = s.file_range();
-            (off, size, s.address())
+/// The symbols of the file mapped at `m` in `pid`, opened as the process sees it
+/// (`probe::untrusted`: the mapping itself, or its path inside the process's root; a regular
+/// file, read under a budget).
+fn elf_syms(pid: u32, m: &ExecMap) -> Option<TextSymbols> {
+    let range = format!("{:x}-{:x}", m.start, m.end);
+    let file = untrusted::open_mapped(pid, &range)
+        .or_else(|e| match e {
+            UntrustedError::Io { .. } => untrusted::open_in_root(pid, &m.path),
+            e => Err(e),
         })
-        .collect();
-    Some(ElfSyms { syms, segments })
+        .ok()?;
+    text_symbols(file.file())
 }
 
 impl Symbolizer {
-    /// `path+0xoff symbol+0xoff` for a file offset in `path` (opened as `open`).
-    fn name(&mut self, path: &str, open: &str, file_off: u64) -> String {
-        let base = format!("{path}+{file_off:#x}");
+    /// `path+0xoff symbol+0xoff` for a file offset in the file of mapping `m` of `pid`.
+    fn name(&mut self, pid: u32, m: &ExecMap, file_off: u64) -> String {
+        let base = format!("{}+{file_off:#x}", m.path);
         let Some(elf) = self
             .files
-            .entry(open.to_string())
-            .or_insert_with(|| elf_syms(open))
+            .entry(format!("{pid} {}", m.path))
+            .or_insert_with(|| elf_syms(pid, m))
         else {
             return base;
         };
@@ -169,8 +160,7 @@ impl Symbolizer {
                 break;
             }
             if let Some(m) = maps.iter().find(|m| (m.start..m.end).contains(&addr)) {
-                let open = format!("/proc/{pid}/root{}", m.path);
-                out.push(self.name(&m.path, &open, addr - m.start + m.offset));
+                out.push(self.name(pid, m, addr - m.start + m.offset));
             }
         }
         out

@@ -87,7 +87,7 @@ impl Tracer {
             .and_then(|m| RingBuf::try_from(m).ok());
         Ok(Self {
             ebpf,
-            at: Attacher::new(table),
+            at: Attacher::new(table, crate::session::stop_requested),
             ring,
             symbolizer: Symbolizer::default(),
             stuck_seen: HashSet::new(),
@@ -327,6 +327,11 @@ pub fn trace(args: &ApiArgs) -> Result<Traced, TraceError> {
             )));
         }
     }
+    eprintln!(
+        "gpu-trace: api: {} uprobes attached for {} target process(es)",
+        tracer.at.links(),
+        targets.len()
+    );
     let run_stats = if args.bpf_stats {
         Some(
             aya::sys::enable_stats(aya::sys::Stats::RunTime)

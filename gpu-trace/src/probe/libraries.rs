@@ -1,18 +1,20 @@
 //! What `gpu-trace api --resolve` reads of a process: /proc/PID/{maps,environ,exe,fd,comm} and
-//! the ELF files it maps (DT_NEEDED, DT_SONAME and the dynamic symbol table, through the
-//! `object` crate). The resolution itself is pure: `gpu_trace_core::api`.
+//! the ELF files it maps (DT_NEEDED, DT_SONAME and the dynamic symbol table, `probe::elf`).
+//! Everything a process controls is opened and read by `probe::untrusted`'s rules (inside its
+//! root, regular files only, capped). The resolution itself is pure: `gpu_trace_core::api`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::path::Path;
-use std::rc::Rc;
+use std::sync::Arc;
 
 use gpu_trace_core::api::render::ProcessReport;
-use gpu_trace_core::api::resolve::{Binding, Library, Origin, resolve};
+use gpu_trace_core::api::resolve::{Library, Origin, resolve};
 use gpu_trace_core::api::symbols::SymbolTable;
-use gpu_trace_core::escape::decode_lossless;
-use object::read::elf::{ElfFile, FileHeader};
-use object::{Object as _, ObjectSymbol as _};
+use gpu_trace_core::escape::{decode_lossless, escape_text};
+
+use super::elf::{self, Facts};
+use super::untrusted::{self, Limit, UntrustedError, Verified};
 
 /// Why a process could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -38,19 +40,40 @@ pub enum ReadError {
         what: String,
         source: io::Error,
     },
+    #[error("PID {0}: {1}")]
+    Untrusted(u32, UntrustedError),
+    #[error(
+        "PID {0}: reading it took over {secs} s (a file it maps or its /proc entries did not \
+         answer): left out",
+        secs = untrusted::TARGET_DEADLINE.as_secs()
+    )]
+    TimedOut(u32),
 }
 
-/// What one ELF file holds for the resolution.
-#[derive(Debug, Default)]
-struct ElfInfo {
-    soname: Option<String>,
-    needed: Vec<String>,
-    /// `DT_RPATH` and `DT_RUNPATH`, as written (colon-separated, `$ORIGIN` unexpanded).
-    rpath: Option<String>,
-    runpath: Option<String>,
-    has_dynsym: bool,
-    defines: BTreeMap<String, Binding>,
-    imports_dlsym: bool,
+/// A mapped ELF file as read once: its facts, and the file itself where it defines table
+/// symbols (the uprobes go on it by descriptor; the other files are closed at once).
+#[derive(Debug)]
+pub struct Opened {
+    pub file: Option<Verified>,
+    pub facts: Facts,
+}
+
+impl Opened {
+    /// `facts` of `file`, keeping the file only where it defines table symbols. Each probe's
+    /// first byte is read here (the page comes into the cache, and a symbol past the file's
+    /// end is dropped): the kernel reads it again as it puts the probe on, and a file that
+    /// would block that read blocks this worker instead, under its deadline.
+    fn new(file: Verified, mut facts: Facts) -> Self {
+        use std::os::unix::fs::FileExt as _;
+        facts.defines.retain(|_, d| {
+            let mut byte = [0u8; 1];
+            file.file()
+                .read_at(&mut byte, d.offset)
+                .is_ok_and(|n| n == 1)
+        });
+        let file = (!facts.defines.is_empty()).then_some(file);
+        Self { file, facts }
+    }
 }
 
 /// One file-backed mapping of /proc/PID/maps (the first of each path).
@@ -124,14 +147,23 @@ pub fn split_preload(value: &[u8]) -> Vec<String> {
 /// Reads processes, parsing each mapped ELF file once (by device and inode).
 pub struct Reader {
     table: SymbolTable,
-    cache: HashMap<(String, u64), Option<Rc<ElfInfo>>>,
+    cache: HashMap<(String, u64), Option<Arc<Opened>>>,
+    /// Files (by device and inode) or processes something was left out of, said once each.
+    noted: HashSet<String>,
+    /// How many times something was left out past a limit, or refused (not a regular file).
+    skipped: u64,
 }
+
+/// A process's report and the files behind its libraries, by path (`Reader::read_files`).
+pub type ReadFiles = (ProcessReport, HashMap<String, Arc<Opened>>);
 
 impl Reader {
     pub fn new(table: SymbolTable) -> Self {
         Self {
             table,
             cache: HashMap::new(),
+            noted: HashSet::new(),
+            skipped: 0,
         }
     }
 
@@ -140,8 +172,19 @@ impl Reader {
         &self.table
     }
 
+    /// How many times something a process controls was left out (past a read limit, or not
+    /// a regular file), each said once on stderr.
+    pub fn skipped(&self) -> u64 {
+        self.skipped
+    }
+
     /// Everything `--resolve` says about `pid`.
     pub fn read(&mut self, pid: u32) -> Result<ProcessReport, ReadError> {
+        self.read_files(pid).map(|(report, _)| report)
+    }
+
+    /// [`Self::read`], with the opened file of each library of the report (by path).
+    pub fn read_files(&mut self, pid: u32) -> Result<ReadFiles, ReadError> {
         let proc_dir = format!("/proc/{pid}");
         if !Path::new(&proc_dir).exists() {
             return Err(ReadError::NoProcess(pid));
@@ -149,23 +192,34 @@ impl Reader {
         let comm = std::fs::read(format!("{proc_dir}/comm"))
             .map(|b| decode_lossless(b.strip_suffix(b"\n").unwrap_or(&b)))
             .map_err(|e| io_error(pid, "comm", e))?;
-        let maps = std::fs::read(format!("{proc_dir}/maps")).map_err(|e| match e.kind() {
-            // SAFETY: no arguments.
-            io::ErrorKind::PermissionDenied if unsafe { libc::geteuid() } == 0 => {
-                ReadError::DeniedToRoot(pid)
+        let maps = untrusted::read_proc(&format!("{proc_dir}/maps"), Limit::Maps).map_err(|e| {
+            match e.io_error().map(io::Error::kind) {
+                // SAFETY: no arguments.
+                Some(io::ErrorKind::PermissionDenied) if unsafe { libc::geteuid() } == 0 => {
+                    ReadError::DeniedToRoot(pid)
+                }
+                Some(io::ErrorKind::PermissionDenied) => ReadError::Denied(pid),
+                Some(_) => match e {
+                    UntrustedError::Io { source, .. } => io_error(pid, "maps", source),
+                    e => ReadError::Untrusted(pid, e),
+                },
+                None => ReadError::Untrusted(pid, e),
             }
-            io::ErrorKind::PermissionDenied => ReadError::Denied(pid),
-            _ => io_error(pid, "maps", e),
         })?;
-        let mapped: Vec<(Mapping, Rc<ElfInfo>)> = parse_maps(&maps)
+        let mut files = HashMap::new();
+        let mapped: Vec<(Mapping, Arc<Opened>)> = parse_maps(&maps)
             .into_iter()
             .filter(|m| m.executable)
-            .filter_map(|m| self.elf(pid, &m).map(|info| (m, info)))
+            .filter_map(|m| {
+                let opened = self.elf(pid, &m)?;
+                files.insert(m.path.clone(), opened.clone());
+                Some((m, opened))
+            })
             .collect();
         let exe = std::fs::read_link(format!("{proc_dir}/exe"))
             .ok()
             .map(|p| decode_lossless(p.as_os_str().as_encoded_bytes()));
-        let preload = read_preload(pid);
+        let preload = self.read_preload(pid);
         let (libraries, preload_unmapped) =
             binding_order(&mapped, exe.as_deref(), preload.as_deref().unwrap_or(&[]));
         let gpu_open = gpu_open(pid);
@@ -174,7 +228,7 @@ impl Reader {
             return Err(ReadError::Exited(pid));
         }
         let resolution = resolve(&self.table, &libraries, gpu_open);
-        Ok(ProcessReport {
+        let report = ProcessReport {
             pid,
             comm,
             preload,
@@ -182,22 +236,104 @@ impl Reader {
             libraries,
             gpu_open,
             resolution,
-        })
+        };
+        Ok((report, files))
     }
 
-    /// The ELF facts of a mapped file (`None`: not an ELF object, or unreadable).
-    fn elf(&mut self, pid: u32, m: &Mapping) -> Option<Rc<ElfInfo>> {
+    /// The mapped ELF file and its facts (`None`: not an ELF object, not a regular file, or
+    /// unreadable).
+    fn elf(&mut self, pid: u32, m: &Mapping) -> Option<Arc<Opened>> {
         let key = (m.dev.clone(), m.inode);
         if let Some(hit) = self.cache.get(&key) {
             return hit.clone();
         }
-        // map_files opens the very file mapped (deleted, or in another mount namespace).
-        let file = std::fs::File::open(format!("/proc/{pid}/map_files/{}", m.range))
-            .or_else(|_| std::fs::File::open(format!("/proc/{pid}/root{}", m.path)))
-            .ok();
-        let info = file.and_then(|f| elf_info(f, &self.table)).map(Rc::new);
-        self.cache.insert(key, info.clone());
-        info
+        // map_files opens the very file mapped (deleted, or in another mount namespace);
+        // without CAP_SYS_ADMIN, the path inside the process's root.
+        let file = untrusted::open_mapped(pid, &m.range).or_else(|e| match e {
+            UntrustedError::Io { .. } => untrusted::open_in_root(pid, &m.path),
+            e => Err(e),
+        });
+        let opened = match file {
+            Ok(file) => elf::facts(file.file(), &self.table).map(|facts| {
+                if let Some(what) = &facts.skipped {
+                    self.note(
+                        format!("{}:{}", m.dev, m.inode),
+                        format!("{} (process {pid}): {what} not read", escape_text(&m.path)),
+                    );
+                }
+                Arc::new(Opened::new(file, facts))
+            }),
+            Err(e @ UntrustedError::NotRegular { .. }) => {
+                self.note(
+                    format!("{}:{}", m.dev, m.inode),
+                    escape_text(&e.to_string()).into_owned(),
+                );
+                None
+            }
+            Err(_) => None,
+        };
+        self.cache.insert(key, opened.clone());
+        opened
+    }
+
+    /// Says once (by `key`) that something was left out, and counts it.
+    fn note(&mut self, key: String, line: String) {
+        self.skipped += 1;
+        if self.noted.insert(key) {
+            eprintln!("gpu-trace: api: {line}");
+        }
+    }
+
+    /// `LD_PRELOAD` (from /proc/PID/environ), then /etc/ld.so.preload as the process sees it
+    /// (inside its root).
+    fn read_preload(&mut self, pid: u32) -> Result<Vec<String>, String> {
+        let environ = format!("/proc/{pid}/environ");
+        let mut entries = match untrusted::read_proc(&environ, Limit::Environ) {
+            Ok(environ) => preload_of_environ(&environ),
+            Err(e) => return Err(format!("{environ} is not readable: {e}")),
+        };
+        let read = untrusted::open_in_root(pid, "/etc/ld.so.preload")
+            .and_then(|f| f.read_all("/etc/ld.so.preload", Limit::Preload));
+        match read {
+            Ok(text) => entries.extend(split_preload(&text)),
+            Err(e) if e.io_error().is_some() => {} // none (the usual case), or unreadable
+            Err(e) => self.note(
+                format!("preload {pid}"),
+                format!("process {pid}: {}", escape_text(&e.to_string())),
+            ),
+        }
+        Ok(entries)
+    }
+}
+
+/// [`Reader::read_files`] on a worker thread ([`untrusted::bounded`]), for at most
+/// [`untrusted::TARGET_DEADLINE`]: a process that does not answer by then (a file it maps
+/// never answers) is [`ReadError::TimedOut`], and its worker keeps the reader (`slot` gets a
+/// new one next time). `skip`: runs first on the worker; `true` skips the process (`Ok(None)`).
+/// `None`: `stop()` said to stop first.
+pub fn read_within_deadline(
+    slot: &mut Option<Reader>,
+    table: &SymbolTable,
+    pid: u32,
+    stop: &dyn Fn() -> bool,
+    skip: fn(u32) -> bool,
+) -> Option<Result<Option<ReadFiles>, ReadError>> {
+    let mut reader = slot.take().unwrap_or_else(|| Reader::new(table.clone()));
+    let got = untrusted::bounded(untrusted::TARGET_DEADLINE, stop, move || {
+        let read = if skip(pid) {
+            Ok(None)
+        } else {
+            reader.read_files(pid).map(Some)
+        };
+        (reader, read)
+    });
+    match got {
+        Some((reader, read)) => {
+            *slot = Some(reader);
+            Some(read)
+        }
+        None if stop() => None,
+        None => Some(Err(ReadError::TimedOut(pid))),
     }
 }
 
@@ -211,18 +347,6 @@ fn io_error(pid: u32, what: &str, source: io::Error) -> ReadError {
             source,
         }
     }
-}
-
-/// `LD_PRELOAD` (from /proc/PID/environ), then /etc/ld.so.preload as the process sees it.
-fn read_preload(pid: u32) -> Result<Vec<String>, String> {
-    let mut entries = match std::fs::read(format!("/proc/{pid}/environ")) {
-        Ok(environ) => preload_of_environ(&environ),
-        Err(e) => return Err(format!("/proc/{pid}/environ is not readable: {e}")),
-    };
-    if let Ok(text) = std::fs::read(format!("/proc/{pid}/root/etc/ld.so.preload")) {
-        entries.extend(split_preload(&text));
-    }
-    Ok(entries)
 }
 
 /// A device node of a GPU driver is open (`None`: the fds cannot be read).
@@ -239,14 +363,14 @@ fn gpu_open(pid: u32) -> Option<bool> {
 /// The libraries in the dynamic linker's order: the executable, the preloads, DT_NEEDED
 /// breadth-first; then the rest (`dlopen`ed). Also the preload entries nothing mapped matches.
 fn binding_order(
-    mapped: &[(Mapping, Rc<ElfInfo>)],
+    mapped: &[(Mapping, Arc<Opened>)],
     exe: Option<&str>,
     preload: &[String],
 ) -> (Vec<Library>, Vec<String>) {
     let file_name = |p: &str| p.rsplit('/').next().unwrap_or(p).to_string();
     let is_named = |i: usize, name: &str| {
-        let (m, info) = &mapped[i];
-        file_name(&m.path) == name || info.soname.as_deref() == Some(name)
+        let (m, opened) = &mapped[i];
+        file_name(&m.path) == name || opened.facts.soname.as_deref() == Some(name)
     };
     let mut order: Vec<(usize, Origin)> = Vec::new();
     let taken = |order: &[(usize, Origin)], i: usize| order.iter().any(|&(j, _)| j == i);
@@ -272,7 +396,7 @@ fn binding_order(
     let mut next = 0;
     while next < order.len() {
         let (i, _) = order[next];
-        for needed in &mapped[i].1.needed {
+        for needed in &mapped[i].1.facts.needed {
             if let Some(j) = (0..mapped.len()).find(|&j| !taken(&order, j) && is_named(j, needed)) {
                 order.push((j, Origin::Needed));
             }
@@ -287,13 +411,18 @@ fn binding_order(
     let libraries = order
         .into_iter()
         .map(|(i, origin)| {
-            let (m, info) = &mapped[i];
+            let (m, opened) = &mapped[i];
+            let info = &opened.facts;
             Library {
                 path: m.path.clone(),
                 soname: info.soname.clone(),
                 origin,
                 has_dynsym: info.has_dynsym,
-                defines: info.defines.clone(),
+                defines: info
+                    .defines
+                    .iter()
+                    .map(|(name, d)| (name.clone(), d.binding))
+                    .collect(),
                 imports_dlsym: info.imports_dlsym,
             }
         })
@@ -301,96 +430,23 @@ fn binding_order(
     (libraries, unmapped)
 }
 
-/// The ELF facts of `file` (`None`: not a 32- or 64-bit ELF object). Only the parts read
-/// are read (headers, dynamic section, dynamic symbols and strings): a CUDA library of
-/// hundreds of MB, or model weights the process mapped, is not read whole.
-fn elf_info(file: std::fs::File, table: &SymbolTable) -> Option<ElfInfo> {
-    let cache = object::ReadCache::new(file);
-    let data = &cache;
-    match object::FileKind::parse(data).ok()? {
-        object::FileKind::Elf64 => {
-            elf_info_of::<object::elf::FileHeader64<object::Endianness>, _>(data, table)
-        }
-        object::FileKind::Elf32 => {
-            elf_info_of::<object::elf::FileHeader32<object::Endianness>, _>(data, table)
-        }
-        _ => None,
-    }
-}
-
-fn elf_info_of<'data, Elf: FileHeader<Endian = object::Endianness>, R: object::ReadRef<'data>>(
-    data: R,
-    table: &SymbolTable,
-) -> Option<ElfInfo> {
-    let file = ElfFile::<Elf, R>::parse(data).ok()?;
-    let mut info = ElfInfo::default();
-    if let Ok(dynamic) = file.elf_dynamic_table() {
-        for d in dynamic.iter() {
-            let tag = d.tag;
-            let slot = match tag {
-                object::elf::DT_NEEDED | object::elf::DT_SONAME => None,
-                object::elf::DT_RPATH => Some(&mut info.rpath),
-                object::elf::DT_RUNPATH => Some(&mut info.runpath),
-                _ => continue,
-            };
-            let Ok(name) = dynamic.string(d) else {
-                continue;
-            };
-            let name = decode_lossless(name);
-            match slot {
-                Some(slot) => *slot = Some(name),
-                None if tag == object::elf::DT_NEEDED => info.needed.push(name),
-                None => info.soname = Some(name),
-            }
-        }
-    }
-    info.has_dynsym = file.dynamic_symbol_table().is_some();
-    for sym in file.dynamic_symbols() {
-        let Ok(name) = sym.name() else { continue };
-        if sym.is_undefined() {
-            info.imports_dlsym |= name == "dlsym" || name == "dlvsym";
-        } else if sym.kind() == object::SymbolKind::Text
-            && !sym.is_local()
-            && table.entry_for(name).is_some()
-        {
-            let binding = if sym.is_weak() {
-                Binding::Weak
-            } else {
-                Binding::Global
-            };
-            info.defines.insert(name.to_string(), binding);
-        }
-    }
-    Some(info)
-}
-
-/// The `DT_NEEDED` names of the ELF file at `path` (empty where it is not one or has none).
-pub fn needed_of(path: &Path, table: &SymbolTable) -> Vec<String> {
-    std::fs::File::open(path)
-        .ok()
-        .and_then(|f| elf_info(f, table))
-        .map(|i| i.needed)
-        .unwrap_or_default()
+/// The facts of the ELF file at `path` on this machine (`None`: not an ELF object, not a
+/// regular file, or unreadable), with the file opened.
+pub fn host_file(path: &Path, table: &SymbolTable) -> Option<Opened> {
+    let file = untrusted::open_host(path).ok()?;
+    let facts = elf::facts(file.file(), table)?;
+    Some(Opened::new(file, facts))
 }
 
 /// What the dynamic linker reads of an object to find its dependencies: its `DT_NEEDED`
 /// names and its `DT_RPATH` / `DT_RUNPATH` (`None`: not an ELF object, or unreadable).
 pub fn dependencies_of(path: &Path, table: &SymbolTable) -> Option<super::linker::Dependencies> {
-    let info = elf_info(std::fs::File::open(path).ok()?, table)?;
+    let facts = host_file(path, table)?.facts;
     Some(super::linker::Dependencies {
-        needed: info.needed,
-        rpath: info.rpath,
-        runpath: info.runpath,
+        needed: facts.needed,
+        rpath: facts.rpath,
+        runpath: facts.runpath,
     })
-}
-
-/// The table symbols the ELF file at `path` defines (none: not an ELF object, or unreadable).
-pub fn defines_of(path: &Path, table: &SymbolTable) -> Vec<String> {
-    std::fs::File::open(path)
-        .ok()
-        .and_then(|f| elf_info(f, table))
-        .map(|i| i.defines.into_keys().collect())
-        .unwrap_or_default()
 }
 
 /// Every process's PID (the numeric entries of /proc).

@@ -4,6 +4,7 @@
 pub mod btf;
 pub mod cgroup;
 pub mod devices;
+pub mod elf;
 pub mod inventory;
 pub mod kallsyms;
 pub mod kernel;
@@ -15,3 +16,4 @@ pub mod pods;
 pub mod share;
 pub mod system;
 pub mod trial;
+pub mod untrusted;

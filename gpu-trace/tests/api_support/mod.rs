@@ -37,6 +37,21 @@ pub fn cc(dir: &Path, source: &str, out: &str, extra: &[&str]) -> PathBuf {
     out
 }
 
+/// Waits for a test program's first line, which must start with "ready" (it has made its
+/// set-up calls, or is set up to be attacked).
+pub fn wait_ready(child: &mut std::process::Child) {
+    use std::io::BufRead as _;
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("a piped stdout"))
+        .read_line(&mut line)
+        .unwrap();
+    assert!(
+        line.starts_with("ready"),
+        "the program said {line:?}: {:?}",
+        child.try_wait()
+    );
+}
+
 /// Whether uprobes can be attached here (root, the kernel's uprobe PMU); SKIPPED otherwise.
 pub fn uprobes(test: &str) -> bool {
     // SAFETY: no arguments.
