@@ -210,8 +210,8 @@ fn hostile_clients_cannot_take_the_metrics_endpoint_down() {
     check(&mut traced, addr, "a 300 MiB header", threads0, rss0);
 
     // 3. 1000 connections held open: half silent, half sending a head slowly (one line, then
-    // nothing). The endpoint answers again within the header timeout (5 s), while they are
-    // still open.
+    // nothing). The endpoint answers while they are still open (each new connection takes the
+    // slot of the oldest one without a request head).
     raise_nofile(4096);
     let mut held = Vec::new();
     for i in 0..1000 {
@@ -334,4 +334,123 @@ fn the_bearer_token_is_required_by_the_real_tracer() {
     assert!(body.contains("gpu_trace_records_total"), "{body}");
     let f = traced.interrupt();
     assert_eq!(f.status.code(), Some(0), "{}", tail(&f.stderr));
+}
+
+/// `n` connections held open without a complete request head: silent, or a request line and
+/// nothing more.
+fn idle_connections(addr: SocketAddr, n: usize) -> Vec<TcpStream> {
+    (0..n)
+        .map(|i| {
+            let mut c = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+                .unwrap_or_else(|e| panic!("idle connection {i}: {e}"));
+            if i % 2 == 1 {
+                c.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+                    .unwrap();
+            }
+            c
+        })
+        .collect()
+}
+
+/// 10 scrapes (with `headers`) one after another while `n` idle connections are held, opened
+/// before the first (the server accepts in order): how many were answered 200 with the
+/// metrics.
+fn scrapes_served(addr: SocketAddr, n: usize, headers: &str) -> usize {
+    let held = idle_connections(addr, n);
+    let served = (0..10)
+        .filter(|_| {
+            matches!(get(addr, "/metrics", headers),
+                Ok((status, body)) if status.contains(" 200") && body.trim_end().ends_with("# EOF"))
+        })
+        .count();
+    drop(held);
+    served
+}
+
+/// The server's own counter `name` (with `_total`) in a scrape.
+fn server_counter(addr: SocketAddr, headers: &str, name: &str) -> u64 {
+    let (_, body) = get(addr, "/metrics", headers).unwrap();
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {body}"))
+}
+
+const EVICTED: &str = "gpu_trace_metrics_connections_evicted_total";
+
+/// 32 and 64 idle connections (the limit is 32), with `--metrics` as configured by `access`
+/// and scrapes carrying `headers`: every one of 10 scrapes is answered, idle connections were
+/// closed to make room, and stderr says so.
+fn idle_connections_leave_scrapes_answered(test: &str, access: &[&str], headers: &str) {
+    if skip_unless_root(test) {
+        return;
+    }
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let me = std::process::id().to_string();
+    let mut args = vec!["--watch-device", WATCHED, "--pid", &me, "--quiet"];
+    let addr_arg = addr.to_string();
+    args.extend(["--metrics", &addr_arg]);
+    args.extend(access);
+    let traced = Traced::start(&args).unwrap_or_else(|e| panic!("{test}: {e}"));
+    for n in [32, 64] {
+        let before = server_counter(addr, headers, EVICTED);
+        let served = scrapes_served(addr, n, headers);
+        let evicted = server_counter(addr, headers, EVICTED) - before;
+        eprintln!(
+            "{test}: {n} idle connections: {served} of 10 scrapes answered, {evicted} evicted"
+        );
+        assert_eq!(served, 10, "{n} idle connections");
+        // Those past the 32 slots made room for each other, and one for the first scrape.
+        assert!(
+            evicted > (n as u64) - 32,
+            "{n} idle connections: {evicted} evicted"
+        );
+    }
+    if !access.is_empty() {
+        // Without the credentials, among 64 idle connections: 401, and closed once written.
+        let held = idle_connections(addr, 64);
+        let t = Instant::now();
+        let (status, body) = get(addr, "/metrics", "").unwrap();
+        assert!(status.contains(" 401"), "{status}");
+        assert!(!body.contains("gpu_trace_"), "{body}");
+        assert!(
+            t.elapsed() < Duration::from_secs(4),
+            "the 401's connection stayed open {:?}",
+            t.elapsed()
+        );
+        drop(held);
+    }
+    let f = traced.interrupt();
+    assert_eq!(f.status.code(), Some(0), "{}", tail(&f.stderr));
+    let said = f
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("gpu-trace: --metrics: ") && l.contains("before sending a request"))
+        .unwrap_or_else(|| panic!("no line about closed connections: {}", tail(&f.stderr)));
+    eprintln!("{test}: said {said:?}");
+    assert!(said.contains("limit 32"), "{said}");
+}
+
+/// Issue 36: connections that never finish their request head no longer keep a scraper out
+/// (before: 1 of 39 scrapes answered while 32 were held).
+#[test]
+fn idle_connections_do_not_keep_a_scraper_out() {
+    idle_connections_leave_scrapes_answered("idle_connections_do_not_keep_a_scraper_out", &[], "");
+}
+
+/// Issue 36 with a bearer token required: unauthenticated connections give their slots up to
+/// the scraper with the token (before: 0 of 30 answered), and a request without the token gets
+/// its 401 and is closed at once, before the header timeout (5 s).
+#[test]
+fn unauthenticated_connections_do_not_keep_a_scraper_out() {
+    let test = "unauthenticated_connections_do_not_keep_a_scraper_out";
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "t0k3n-of-the-test\n").unwrap();
+    let access = ["--metrics-bearer-token-file", token.to_str().unwrap()];
+    idle_connections_leave_scrapes_answered(
+        test,
+        &access,
+        "Authorization: Bearer t0k3n-of-the-test\r\n",
+    );
 }

@@ -11,7 +11,16 @@
 //!   ([`Limits::connection_deadline`]). The request body is never read: hyper reads a body only
 //!   when asked, in pieces of what has arrived, so an announced `Content-Length` is never
 //!   allocated (one over hyper's maximum, `u64::MAX - 2`, is refused with 431);
-//! - at most [`Limits::max_connections`] connections at once: more are closed at once (counted);
+//! - at most [`Limits::max_connections`] connections at once (issue 36). A connection whose
+//!   request head has not arrived, or was refused by the access check (401), holds its slot only
+//!   until another connection needs it: at the limit, a new connection takes the slot of the
+//!   oldest such one, which is closed (counted as evicted). The access check is made as soon as
+//!   the head has arrived, and a refused request's connection is closed once the 401 is written.
+//!   Only when every connection is answering an allowed request is a new one closed at once
+//!   (counted as refused). So idle, slow or unauthenticated clients cannot keep a scraper out,
+//!   however many they open; clients that send allowed requests and read slowly can, for at most
+//!   [`Limits::connection_deadline`] each. Evictions and refusals are said on stderr, the first
+//!   at once and then at most one line per 10 s with the counts;
 //! - an `accept` that fails (EMFILE, ENFILE, ENOMEM...) is counted and retried after a short pause;
 //! - the serving loop runs under `catch_unwind`: a panic is reported on stderr, counted, and the
 //!   server restarted on the same socket; after [`MAX_RESTARTS`] failures in a row (each within a
@@ -26,11 +35,11 @@ use std::{
     net::SocketAddr,
     panic::AssertUnwindSafe,
     sync::{
-        Arc,
+        Arc, Mutex, MutexGuard, PoisonError,
         atomic::{AtomicBool, Ordering},
     },
     thread::JoinHandle,
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use bytes::Bytes;
@@ -40,9 +49,10 @@ use hyper::{Method, Request, Response, StatusCode, body::Incoming, header};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::{metrics::counter::Counter, registry::Registry};
 use thiserror::Error;
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Notify;
 
 use super::access::{Access, AccessError};
+use slots::{Admission, Notice, Slots};
 
 #[derive(Debug, Error)]
 pub enum ServeError {
@@ -86,7 +96,8 @@ pub fn check_args(args: &crate::cli::MetricsArgs) -> Result<Option<Access>, Serv
 /// What one client may cost the server.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
-    /// Connections open at once; more are closed as soon as they are accepted.
+    /// Connections open at once. At the limit a new connection takes the slot of the oldest one
+    /// without an allowed request head (which is closed), or is closed at once if there is none.
     pub max_connections: usize,
     /// The request line and headers together, in bytes (hyper answers 431 past it). At least
     /// 8192 (hyper's smallest read buffer).
@@ -123,10 +134,14 @@ const FAILURE_WINDOW: Duration = Duration::from_secs(60);
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// The server's own metrics: (name without `_total`, help).
-pub const SERVER_METRICS: [(&str, &str); 5] = [
+pub const SERVER_METRICS: [(&str, &str); 6] = [
     (
         "gpu_trace_metrics_connections_refused",
-        "Connections to the metrics endpoint closed at once because the connection limit was reached",
+        "Connections to the metrics endpoint closed at once because the connection limit was reached with every connection answering a request",
+    ),
+    (
+        "gpu_trace_metrics_connections_evicted",
+        "Connections to the metrics endpoint closed before they sent a complete (and, with credentials configured, authenticated) request head, to make room for a new connection at the connection limit",
     ),
     (
         "gpu_trace_metrics_connections_timed_out",
@@ -150,6 +165,7 @@ pub const SERVER_METRICS: [(&str, &str); 5] = [
 #[derive(Clone, Debug, Default)]
 struct ServerCounters {
     refused: Counter,
+    evicted: Counter,
     timed_out: Counter,
     bad_requests: Counter,
     accept_errors: Counter,
@@ -161,6 +177,7 @@ impl ServerCounters {
         let mut r = Registry::default();
         let all = [
             &self.refused,
+            &self.evicted,
             &self.timed_out,
             &self.bad_requests,
             &self.accept_errors,
@@ -337,6 +354,18 @@ fn supervise(
     }
 }
 
+/// The hyper settings of every connection.
+fn http_builder(limits: &Limits) -> hyper::server::conn::http1::Builder {
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .max_buf_size(limits.head_bytes)
+        .max_header_size(limits.head_bytes)
+        .max_headers(limits.max_headers)
+        .keep_alive(false);
+    http
+}
+
 /// One attempt: a fresh runtime accepting on `listener` until [`Shared::stop`].
 fn serve_until_stopped(
     listener: &std::net::TcpListener,
@@ -348,54 +377,123 @@ fn serve_until_stopped(
         .enable_time()
         .build()?;
     let listener = listener.try_clone()?;
+    let limit = serving.limits.max_connections;
     runtime.block_on(async {
         let listener = tokio::net::TcpListener::from_std(listener)?;
-        let slots = Arc::new(Semaphore::new(serving.limits.max_connections));
-        let mut http = hyper::server::conn::http1::Builder::new();
-        http.timer(TokioTimer::new())
-            .header_read_timeout(serving.limits.header_timeout)
-            .max_buf_size(serving.limits.head_bytes)
-            .max_header_size(serving.limits.head_bytes)
-            .max_headers(serving.limits.max_headers)
-            .keep_alive(false);
-        let http = Arc::new(http);
+        let slots: SharedSlots = Arc::new(Mutex::new(Slots::new(limit)));
+        let http = Arc::new(http_builder(&serving.limits));
+        let mut notice = Notice::default();
         loop {
             if shared.stop.load(Ordering::SeqCst) {
                 return Ok(());
             }
+            // Counts not reported yet are reported when due, even if no connection comes.
+            let due = notice.due();
+            let report_at = tokio::time::Instant::from_std(due.unwrap_or_else(Instant::now));
             let accepted = tokio::select! {
                 () = shared.wake.notified() => continue,
+                () = tokio::time::sleep_until(report_at), if due.is_some() => {
+                    report(&mut notice, limit);
+                    continue;
+                }
                 a = listener.accept() => a,
             };
-            let stream = match accepted {
-                Ok((stream, _)) => stream,
+            match accepted {
+                Ok((stream, _)) => admit(stream, &slots, &http, serving, shared, &mut notice),
                 Err(_) => {
                     // EMFILE/ENFILE/ENOMEM or a connection reset before it was accepted: the
                     // listener itself is fine; wait a little for resources to come back.
                     shared.counters.accept_errors.inc();
                     tokio::time::sleep(ACCEPT_BACKOFF).await;
-                    continue;
                 }
-            };
-            let Ok(permit) = slots.clone().try_acquire_owned() else {
-                shared.counters.refused.inc();
-                drop(stream);
-                continue;
-            };
-            let _ = stream.set_nodelay(true);
-            let (http, serving, counters) =
-                (http.clone(), serving.clone(), shared.counters.clone());
-            tokio::spawn(async move {
-                let _permit = permit;
-                let deadline = serving.limits.connection_deadline;
-                match tokio::time::timeout(deadline, connection(stream, &http, serving)).await {
+            }
+            report(&mut notice, limit);
+        }
+    })
+}
+
+/// Prints the line about evicted and refused connections, if one is due.
+fn report(notice: &mut Notice, limit: usize) {
+    if let Some(line) = notice.take(Instant::now(), limit) {
+        eprintln!("{line}");
+    }
+}
+
+/// The slots of one serving attempt, shared by the accept loop and the connections.
+type SharedSlots = Arc<Mutex<Slots<Arc<Notify>>>>;
+
+fn lock(slots: &SharedSlots) -> MutexGuard<'_, Slots<Arc<Notify>>> {
+    slots.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A connection's slot: freed when dropped.
+struct Slot {
+    slots: SharedSlots,
+    id: u64,
+}
+
+impl Slot {
+    /// Its request head arrived and is allowed: the connection may no longer be evicted.
+    fn answering(&self) {
+        lock(&self.slots).answering(self.id);
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        lock(&self.slots).release(self.id);
+    }
+}
+
+/// A connection just accepted: given a slot (the oldest waiting connection's, which is closed,
+/// if none is free) and served on a task of its own, or refused.
+fn admit(
+    stream: tokio::net::TcpStream,
+    slots: &SharedSlots,
+    http: &Arc<hyper::server::conn::http1::Builder>,
+    serving: &Serving,
+    shared: &Shared,
+    notice: &mut Notice,
+) {
+    let counters = &shared.counters;
+    let closing = Arc::new(Notify::new());
+    let id = match lock(slots).admit(closing.clone()) {
+        Admission::Refused => {
+            counters.refused.inc();
+            notice.refused += 1;
+            return; // the stream is closed here
+        }
+        Admission::Admitted { id, evicted } => {
+            if let Some((_, evicted)) = evicted {
+                evicted.notify_one();
+                counters.evicted.inc();
+                notice.evicted += 1;
+            }
+            id
+        }
+    };
+    let _ = stream.set_nodelay(true);
+    let slot = Arc::new(Slot {
+        slots: slots.clone(),
+        id,
+    });
+    let (http, serving, counters) = (http.clone(), serving.clone(), counters.clone());
+    tokio::spawn(async move {
+        let deadline = serving.limits.connection_deadline;
+        let served = tokio::time::timeout(deadline, connection(stream, &http, serving, slot));
+        tokio::select! {
+            // An evicted connection is closed at its next turn, whatever it was doing.
+            biased;
+            () = closing.notified() => {}
+            ended = served => {
+                match ended {
                     Err(_) | Ok(Ended::TimedOut) => counters.timed_out.inc(),
                     Ok(Ended::Bad) => counters.bad_requests.inc(),
                     Ok(Ended::Done) => 0,
                 };
-            });
+            }
         }
-    })
+    });
 }
 
 /// How a connection ended.
@@ -411,26 +509,32 @@ async fn connection(
     stream: tokio::net::TcpStream,
     http: &hyper::server::conn::http1::Builder,
     serving: Serving,
+    slot: Arc<Slot>,
 ) -> Ended {
     match serving.access.tls.clone() {
-        None => http_on(TokioIo::new(stream), http, serving).await,
+        None => http_on(TokioIo::new(stream), http, serving, slot).await,
         Some(tls) => {
             let handshake = tokio_rustls::TlsAcceptor::from(tls).accept(stream);
             match tokio::time::timeout(serving.limits.header_timeout, handshake).await {
                 Err(_) => Ended::TimedOut,
                 Ok(Err(_)) => Ended::Bad,
-                Ok(Ok(stream)) => http_on(TokioIo::new(stream), http, serving).await,
+                Ok(Ok(stream)) => http_on(TokioIo::new(stream), http, serving, slot).await,
             }
         }
     }
 }
 
-async fn http_on<I>(io: I, http: &hyper::server::conn::http1::Builder, serving: Serving) -> Ended
+async fn http_on<I>(
+    io: I,
+    http: &hyper::server::conn::http1::Builder,
+    serving: Serving,
+    slot: Arc<Slot>,
+) -> Ended
 where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
     let service = hyper::service::service_fn(move |req| {
-        let response = respond(&req, &serving);
+        let response = respond(&req, &serving, &slot);
         async move { Ok::<_, Infallible>(response) }
     });
     match http.serve_connection(io, service).await {
@@ -456,8 +560,10 @@ fn text(
 
 const PLAIN: &str = "text/plain; charset=utf-8";
 
-/// The answer to one request (its body is never read).
-fn respond(request: &Request<Incoming>, serving: &Serving) -> Response<Full<Bytes>> {
+/// The answer to one request (its body is never read). A request that may read the metrics
+/// keeps its connection's slot until the answer is sent; one that may not (401) leaves it
+/// evictable, and its connection closes once the 401 is written.
+fn respond(request: &Request<Incoming>, serving: &Serving, slot: &Slot) -> Response<Full<Bytes>> {
     let authorization = request
         .headers()
         .get(header::AUTHORIZATION)
@@ -470,6 +576,7 @@ fn respond(request: &Request<Incoming>, serving: &Serving) -> Response<Full<Byte
         );
         return r;
     }
+    slot.answering();
     let get = matches!(*request.method(), Method::GET | Method::HEAD);
     match (get, request.uri().path()) {
         (true, "/metrics") => {
@@ -518,6 +625,8 @@ impl Drop for MetricsServer {
         }
     }
 }
+
+mod slots;
 
 #[cfg(test)]
 mod tests;

@@ -249,28 +249,237 @@ fn a_large_answer_is_sent_whole() {
     assert!(r.trim_end().ends_with("# EOF"));
 }
 
-/// Past the connection limit, connections are closed at once, counted, and the server serves
-/// again once the others go.
+/// GET /metrics answers 200, polled for up to 20 s (after clients that held every slot went);
+/// returns the tries that did not.
+fn serves_again(s: &MetricsServer) -> u64 {
+    let t = Instant::now();
+    for failed in 0.. {
+        let r = get(s, "/metrics");
+        if r.contains(" 200 ") {
+            return failed;
+        }
+        assert!(t.elapsed() < Duration::from_secs(20), "no 200 in 20 s: {r}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    unreachable!()
+}
+
+/// A connection that sent `GET /metrics` and has read the start of the answer (so it is being
+/// answered), reading no more.
+fn answering(s: &MetricsServer) -> TcpStream {
+    let mut c = connect(s);
+    c.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut start = [0u8; 12];
+    c.read_exact(&mut start).unwrap();
+    assert!(start.starts_with(b"HTTP/1."), "{start:?}");
+    c
+}
+
+/// With every slot answering a request, a new connection is closed at once, counted, and the
+/// server serves again once the others go.
 #[test]
 fn connections_over_the_limit_are_closed_at_once() {
     let limits = Limits {
         max_connections: 4,
         header_timeout: Duration::from_secs(30),
+        connection_deadline: Duration::from_secs(60),
         ..Limits::default()
     };
-    let (s, _m) = server(limits);
-    let idle: Vec<TcpStream> = (0..4).map(|_| connect(&s)).collect();
-    std::thread::sleep(Duration::from_millis(200));
+    // Answers larger than the sockets' buffers: their connections stay answering.
+    let s = MetricsServer::start_with(
+        "127.0.0.1:0".parse().unwrap(),
+        big_registry(200_000),
+        limits,
+        Access::default(),
+    )
+    .unwrap();
+    let busy: Vec<TcpStream> = (0..4).map(|_| answering(&s)).collect();
     let t = Instant::now();
     let mut extra = connect(&s);
     let mut r = Vec::new();
     let _ = extra.read_to_end(&mut r);
     assert!(r.is_empty());
     assert!(t.elapsed() < Duration::from_secs(5), "not closed at once");
-    drop(idle);
-    std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(counter(&s, "gpu_trace_metrics_connections_refused"), 1);
-    assert_serves(&s);
+    drop(busy);
+    // Tries refused while the busy connections were ending count too.
+    let refused_tries = serves_again(&s);
+    assert_eq!(
+        counter(&s, "gpu_trace_metrics_connections_refused"),
+        1 + refused_tries
+    );
+    assert_eq!(counter(&s, "gpu_trace_metrics_connections_evicted"), 0);
+}
+
+/// `n` connections held open without a complete request head: silent, or a request line and
+/// nothing more.
+fn idle(s: &MetricsServer, n: usize) -> Vec<TcpStream> {
+    (0..n)
+        .map(|i| {
+            let mut c = connect(s);
+            if i % 2 == 1 {
+                c.write_all(b"GET /metrics HTTP/1.1\r\n").unwrap();
+            }
+            c
+        })
+        .collect()
+}
+
+/// Idle connections past the limit do not keep a scraper out: a new connection takes the slot
+/// of the oldest one without a request head, which is closed (issue 36).
+#[test]
+fn idle_connections_make_room_for_a_scrape() {
+    let limits = Limits {
+        max_connections: 4,
+        header_timeout: Duration::from_secs(60),
+        connection_deadline: Duration::from_secs(60),
+        ..Limits::default()
+    };
+    let (s, _m) = server(limits);
+    let mut idle = idle(&s, 8);
+    for _ in 0..10 {
+        assert_serves(&s);
+    }
+    // 4 idle connections made room for the 4 next ones, and the first scrape for itself (the
+    // next ones found its slot free again).
+    assert_eq!(counter(&s, "gpu_trace_metrics_connections_evicted"), 5);
+    assert_eq!(counter(&s, "gpu_trace_metrics_connections_refused"), 0);
+    // The oldest was closed then, not at its header timeout (60 s).
+    let mut r = Vec::new();
+    assert!(idle[0].read_to_end(&mut r).is_ok(), "idle[0] still open");
+    assert!(r.is_empty());
+}
+
+/// With a bearer token required, connections that have not authenticated give their slot up
+/// to new ones: the scraper with the token is answered; a request without it gets 401 and its
+/// connection is closed at once.
+#[test]
+fn unauthenticated_connections_make_room_for_a_scrape() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, token) = crate::metrics::access::tests::credentials(dir.path());
+    let limits = Limits {
+        max_connections: 4,
+        header_timeout: Duration::from_secs(60),
+        connection_deadline: Duration::from_secs(60),
+        ..Limits::default()
+    };
+    let m = Metrics::new(MetricsConfig::default());
+    let s = MetricsServer::start_with(
+        "127.0.0.1:0".parse().unwrap(),
+        m.registry(),
+        limits,
+        Access::load(None, Some(&token)).unwrap(),
+    )
+    .unwrap();
+    let _idle = idle(&s, 8);
+    let t = Instant::now();
+    let r = exchange(&s, b"GET /metrics HTTP/1.0\r\n\r\n");
+    assert!(r.starts_with("HTTP/1.0 401"), "{r}");
+    assert!(t.elapsed() < Duration::from_secs(10), "open after the 401");
+    let scrape = b"GET /metrics HTTP/1.0\r\nAuthorization: Bearer tok-123\r\n\r\n";
+    let mut last = String::new();
+    for _ in 0..10 {
+        last = exchange(&s, scrape);
+        assert!(last.starts_with("HTTP/1.0 200"), "{last}");
+    }
+    // 4 idle connections for the 4 next, and one for the 401's (the scrapes then found its slot
+    // free).
+    assert!(
+        last.contains("\ngpu_trace_metrics_connections_evicted_total 5\n"),
+        "{last}"
+    );
+}
+
+/// The rule alone: a free slot, else the oldest waiting connection's, else refused; a
+/// connection answering a request keeps its slot.
+#[test]
+fn the_oldest_waiting_connection_gives_its_slot_up() {
+    let mut s = slots::Slots::new(3);
+    use slots::Admission::{Admitted, Refused};
+    for i in 0..3 {
+        assert_eq!(
+            s.admit(i),
+            Admitted {
+                id: i,
+                evicted: None
+            }
+        );
+    }
+    assert!(s.answering(0));
+    assert_eq!(
+        s.admit(10),
+        Admitted {
+            id: 3,
+            evicted: Some((1, 1))
+        }
+    );
+    assert_eq!(
+        s.admit(11),
+        Admitted {
+            id: 4,
+            evicted: Some((2, 2))
+        }
+    );
+    // An evicted connection's head, arriving late, takes no slot back.
+    assert!(!s.answering(1));
+    assert!(s.answering(3) && s.answering(4));
+    assert_eq!(s.admit(12), Refused);
+    assert_eq!(s.counts(), (0, 3));
+    s.release(1);
+    assert_eq!(s.counts(), (0, 3));
+    s.release(3);
+    assert_eq!(
+        s.admit(13),
+        Admitted {
+            id: 5,
+            evicted: None
+        }
+    );
+    assert_eq!(s.counts(), (1, 2));
+}
+
+/// The stderr line: the first at once, then at most one per 10 s with the counts since.
+#[test]
+fn evictions_are_said_at_once_then_at_most_every_ten_seconds() {
+    let mut n = slots::Notice::default();
+    let t0 = Instant::now();
+    assert_eq!(n.take(t0, 32), None);
+    assert_eq!(n.due(), None);
+    n.evicted += 1;
+    let first = n.take(t0, 32).unwrap();
+    assert!(
+        first.contains("1 connection closed before sending a request")
+            && first.contains("limit 32"),
+        "{first}"
+    );
+    n.evicted += 57;
+    n.refused += 2;
+    assert_eq!(n.due(), Some(t0 + slots::NOTICE_PERIOD));
+    assert_eq!(n.take(t0 + Duration::from_secs(9), 32), None);
+    let next = n.take(t0 + Duration::from_secs(10), 32).unwrap();
+    assert!(
+        next.contains("57 connections closed in the last 10 s")
+            && next.contains("2 connections refused in the last 10 s"),
+        "{next}"
+    );
+    assert_eq!(n.due(), None);
+    n.refused += 1;
+    let refused = n.take(t0 + Duration::from_secs(25), 32).unwrap();
+    assert!(
+        refused.contains("1 connection refused in the last 15 s") && !refused.contains("closed"),
+        "{refused}"
+    );
+}
+
+/// docs/fleet.md lists every one of the server's own counters.
+#[test]
+fn the_fleet_doc_lists_every_server_counter() {
+    let doc = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/fleet.md"));
+    for (name, _) in SERVER_METRICS {
+        assert!(
+            doc.contains(&format!("`{name}_total`")),
+            "docs/fleet.md does not list {name}_total"
+        );
+    }
 }
 
 /// A failure of the serving loop is counted and the server restarted on the same socket.
