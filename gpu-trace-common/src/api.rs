@@ -28,6 +28,14 @@ pub struct ApiFrame {
     pub cookie: u64,
     /// `bpf_ktime_get_ns()` at entry.
     pub entry_ns: u64,
+    /// The stack pointer the call returns with (x86-64: the entry's plus the return address it
+    /// pops; arm64: the entry's): a return is matched to its frame by it, and a frame whose
+    /// `sp` is below the thread's stack pointer is one the thread has left (a longjmp, an
+    /// exception, a return the kernel did not report).
+    pub sp: u64,
+    /// The return address at entry (x86-64: the word at the stack pointer; arm64: the link
+    /// register): a new call from the same place with the same `sp` means this one is over.
+    pub ret_addr: u64,
 }
 
 /// A thread's open calls (`API_OPEN`, by pid_tgid): the driver hooks may read it later to tag
@@ -36,9 +44,10 @@ pub struct ApiFrame {
 #[derive(Clone, Copy, Debug)]
 #[cfg_attr(feature = "wire", derive(FromBytes, IntoBytes, KnownLayout, Immutable))]
 pub struct ApiStack {
-    /// Calls open now (may exceed [`API_STACK_MAX`]: the deeper ones are not kept).
+    /// Frames kept (at most [`API_STACK_MAX`], or the `MAX_DEPTH` switch): the calls open
+    /// now, outermost first, as far as they are known.
     pub depth: u32,
-    /// Calls past [`API_STACK_MAX`] this thread made (not timed).
+    /// Calls this thread made past the kept frames (counted, not timed).
     pub dropped: u32,
     pub frames: [ApiFrame; API_STACK_MAX],
 }
@@ -58,7 +67,10 @@ pub struct ApiKey {
 #[derive(Clone, Copy, Debug)]
 #[cfg_attr(feature = "wire", derive(FromBytes, IntoBytes, KnownLayout, Immutable))]
 pub struct ApiStat {
+    /// Calls entered (counted at entry: a call whose return is never seen still counts).
     pub count: u64,
+    /// Calls whose return was matched to their entry: the ones `total_ns` and `hist` hold.
+    pub timed: u64,
     /// Calls whose return value (as a 32-bit status: CUresult, cudaError_t, hipError_t) was
     /// not 0.
     pub errors: u64,
@@ -66,10 +78,10 @@ pub struct ApiStat {
     pub hist: [u64; API_HIST_BUCKETS],
 }
 
-const _: () = assert!(size_of::<ApiFrame>() == 16);
-const _: () = assert!(size_of::<ApiStack>() == 8 + 16 * API_STACK_MAX);
+const _: () = assert!(size_of::<ApiFrame>() == 32);
+const _: () = assert!(size_of::<ApiStack>() == 8 + 32 * API_STACK_MAX);
 const _: () = assert!(size_of::<ApiKey>() == 16);
-const _: () = assert!(size_of::<ApiStat>() == 24 + 8 * API_HIST_BUCKETS);
+const _: () = assert!(size_of::<ApiStat>() == 32 + 8 * API_HIST_BUCKETS);
 
 /// [`ApiCallRecord`]'s type tag (the API layer's own ring; not a driver record).
 pub const API_CALL: u32 = 0x20;

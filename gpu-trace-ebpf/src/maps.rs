@@ -146,6 +146,12 @@ pub(crate) static DENY: HashMap<u32, u32> = HashMap::with_max_entries(DENY_MAX, 
 #[map]
 pub(crate) static API_OPEN: LruHashMap<u64, ApiStack> = LruHashMap::with_max_entries(16384, 0);
 
+/// One empty open-call stack, never written (the kernel zeroes array maps): a thread's first
+/// `API_OPEN` entry is copied from it, since the stack is larger than a program's 512-byte
+/// stack frame.
+#[map]
+pub(crate) static API_EMPTY: Array<ApiStack> = Array::with_max_entries(1, 0);
+
 /// The API layer's completed calls, by process and attach cookie (library and symbol), per CPU
 /// (no atomics needed; userspace adds the CPUs up). Read by `gpu-trace api` each interval.
 #[map]

@@ -30,7 +30,7 @@ pub struct CallStats {
 impl CallStats {
     /// The upper bound (ns) of the bucket that holds the `q`-quantile call (0 without calls).
     pub fn quantile_ns(&self, q: f64) -> u64 {
-        let want = (self.calls as f64 * q).ceil().max(1.0) as u64;
+        let want = (self.timed() as f64 * q).ceil().max(1.0) as u64;
         let mut seen = 0;
         for (i, n) in self.hist.iter().enumerate() {
             seen += n;
@@ -41,10 +41,12 @@ impl CallStats {
         0
     }
 
-    /// A row of libcuda's `symbol` for the tests: `calls` calls of 1 µs each, none failed,
-    /// the histogram empty.
+    /// A row of libcuda's `symbol` for the tests: `calls` calls of 1 µs each (all timed:
+    /// bucket 10 of the histogram), none failed.
     #[cfg(test)]
     pub(crate) fn for_test(pid: u32, symbol: &str, calls: u64) -> Self {
+        let mut hist = vec![0; 40];
+        hist[10] = calls;
         Self {
             pid,
             library: "libcuda.so.1".into(),
@@ -53,12 +55,26 @@ impl CallStats {
             calls,
             errors: 0,
             total_ns: calls * 1000,
-            hist: vec![0; 40],
+            hist,
         }
     }
 
+    /// Calls whose duration is known (the histogram's): a call is counted at its entry, and
+    /// timed when its return is matched to it.
+    pub fn timed(&self) -> u64 {
+        self.hist.iter().sum()
+    }
+
+    /// Calls counted without a duration: their return was not seen (past the kernel's 64
+    /// nested return probes, left by longjmp or an exception, past the kept frames) or they
+    /// are still open.
+    pub fn untimed(&self) -> u64 {
+        self.calls.saturating_sub(self.timed())
+    }
+
+    /// The mean duration of the timed calls.
     fn mean_ns(&self) -> u64 {
-        self.total_ns.checked_div(self.calls).unwrap_or(0)
+        self.total_ns.checked_div(self.timed()).unwrap_or(0)
     }
 }
 
@@ -94,6 +110,14 @@ pub fn text(title: &str, rows: &[CallStats]) -> String {
             preload_mark(r.preload)
         );
     }
+    let untimed: u64 = rows.iter().map(CallStats::untimed).sum();
+    if untimed > 0 {
+        let _ = writeln!(
+            out,
+            "  ({untimed} calls counted without a duration: open now, or their return was not \
+             seen — past the kernel's 64 nested return probes, a longjmp or an exception)"
+        );
+    }
     out
 }
 
@@ -112,6 +136,7 @@ pub fn json(r: &CallStats, final_: bool) -> String {
         "preload": r.preload,
         "symbol": lossy(&r.symbol),
         "calls": r.calls,
+        "untimed": r.untimed(),
         "errors": r.errors,
         "total_ns": r.total_ns,
         "mean_ns": r.mean_ns(),

@@ -25,7 +25,11 @@ pub const BUILTIN: &[Family] = &[
             "cuCtxCreate*",
             "cuDevicePrimaryCtxRetain",
             "cuStreamCreate*",
-            "cuLaunchKernel*",
+            // Every launch: cuLaunchKernel(Ex), cooperative, host functions, the legacy grid
+            // launches, their _ptsz variants; graph launches (tests/api_table.rs holds the
+            // real libraries' launch exports against these).
+            "cuLaunch*",
+            "cuGraphLaunch*",
             "cuMemAlloc*",
             "cuMemcpy*",
             "cuStreamSynchronize",
@@ -37,7 +41,8 @@ pub const BUILTIN: &[Family] = &[
         library: "libcudart.so",
         family: "cuda-runtime",
         symbols: &[
-            "cudaLaunchKernel",
+            "cudaLaunch*",
+            "cudaGraphLaunch*",
             "cudaMalloc",
             "cudaMemcpy*",
             "cuda*Synchronize",
@@ -50,8 +55,12 @@ pub const BUILTIN: &[Family] = &[
             "hipInit",
             "hipMalloc",
             "hipMemcpy*",
-            "hipLaunchKernel",
-            "hipModuleLaunchKernel",
+            "hipLaunch*",
+            "hipExtLaunch*",
+            "hipModuleLaunch*",
+            "hipExtModuleLaunch*",
+            "hipHccModuleLaunch*",
+            "hipGraphLaunch*",
             "hipStreamCreate*",
             "hip*Synchronize",
         ],

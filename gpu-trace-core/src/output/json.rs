@@ -287,10 +287,11 @@
 //! | `library`      | string  | the library's path as `/proc/PID/maps` shows it (or `#N` if unknown) |
 //! | `preload`      | boolean | the library came through `LD_PRELOAD` in this process |
 //! | `symbol`       | string  | the symbol |
-//! | `calls`        | integer | completed calls (entry and return seen) |
+//! | `calls`        | integer | calls, counted at their entry |
+//! | `untimed`      | integer | calls counted without a duration: open now, or their return was not seen (past the kernel's 64 nested return probes, a `longjmp`, an exception); `calls` less the histogram's total |
 //! | `errors`       | integer | calls whose return value's low 32 bits were not 0 |
-//! | `total_ns`     | integer | their total duration |
-//! | `mean_ns`      | integer | `total_ns / calls` |
+//! | `total_ns`     | integer | the timed calls' total duration |
+//! | `mean_ns`      | integer | `total_ns` over the timed calls |
 //! | `p50_ns_below`, `p99_ns_below` | integer | the upper bound of the histogram bucket holding the quantile |
 //! | `hist_log2_ns` | array of 40 integers | bucket `i`: calls of `2^(i-1) ≤ ns < 2^i` (bucket 0: 0 ns; the last: everything longer) |
 //!

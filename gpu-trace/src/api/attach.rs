@@ -84,6 +84,7 @@ pub fn read_sums(ebpf: &Ebpf) -> Vec<(ApiKey, ApiStat)> {
         };
         let mut stat = ApiStat {
             count: 0,
+            timed: 0,
             errors: 0,
             total_ns: 0,
             hist: [0; API_HIST_BUCKETS],
@@ -93,6 +94,7 @@ pub fn read_sums(ebpf: &Ebpf) -> Vec<(ApiKey, ApiStat)> {
             .filter_map(|v| ApiStat::read_from_bytes(v).ok())
         {
             stat.count += s.count;
+            stat.timed += s.timed;
             stat.errors += s.errors;
             stat.total_ns += s.total_ns;
             for (a, b) in stat.hist.iter_mut().zip(s.hist) {

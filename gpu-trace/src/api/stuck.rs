@@ -25,6 +25,10 @@ pub struct ThreadState {
     pub syscall: String,
     /// `lib+0xoff symbol+0xoff` lines, innermost first.
     pub stack: Vec<String>,
+    /// The thread's user stack pointer while it is in a system call (`None`: running, or not
+    /// readable): an open-call frame whose return stack pointer is at or below it is a call
+    /// the thread has left (a longjmp, an exception), not one it is stuck in.
+    pub sp: Option<u64>,
 }
 
 /// One executable file mapping.
@@ -132,6 +136,7 @@ impl Symbolizer {
             wchan: read("wchan"),
             syscall: fields.first().copied().unwrap_or("").to_string(),
             stack,
+            sp,
         }
     }
 

@@ -31,6 +31,7 @@ use crate::launch::{self, reap};
 use crate::loader::trampoline::run_stats;
 use crate::probe::cgroup::{CgroupResolver, Subtree, process_v2_path};
 use crate::probe::libraries;
+use crate::probe::untrusted;
 
 const STACK_LEN: usize = size_of::<ApiStack>();
 /// How often the open calls are checked for `--stuck-after`.
@@ -196,20 +197,37 @@ impl Tracer {
                 for f in &stack.frames[..kept] {
                     let open = now.saturating_sub(f.entry_ns);
                     if open >= after_ns && self.stuck_seen.insert((id, f.cookie, f.entry_ns)) {
-                        found.push((id, f.cookie, open));
+                        found.push((id, f.cookie, f.sp, open));
                     }
                 }
             }
         }
         let mut lines = Vec::new();
-        for (id, cookie, open_ns) in found {
+        for (id, cookie, frame_sp, open_ns) in found {
             let (pid, tid) = ((id >> 32) as u32, id as u32);
             let dir = format!("/proc/{pid}/task/{tid}");
             // A thread that ended inside the call: nothing to report.
             let Ok(comm) = std::fs::read(format!("{dir}/comm")) else {
                 continue;
             };
-            let t = self.symbolizer.thread(pid, tid);
+            // Its /proc entries and the files it maps are read on a worker under the
+            // deadline (docs/reliability.md, section 13).
+            let mut symbolizer = std::mem::take(&mut self.symbolizer);
+            let Some((symbolizer, t)) = untrusted::bounded(
+                untrusted::TARGET_DEADLINE,
+                &crate::session::stop_requested,
+                move || {
+                    let t = symbolizer.thread(pid, tid);
+                    (symbolizer, t)
+                },
+            ) else {
+                continue;
+            };
+            self.symbolizer = symbolizer;
+            if t.sp.is_some_and(|sp| frame_sp <= sp) {
+                // A frame the thread has left: not a call it is in.
+                continue;
+            }
             let e = StuckEvent {
                 pid,
                 tid,

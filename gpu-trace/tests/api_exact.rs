@@ -1,0 +1,265 @@
+//! The API layer's counts are exact whatever the calls do (issue 37): a recursion past the
+//! kernel's 64 nested return probes, an indirect recursion, a call left by `longjmp`, a
+//! thread attached while it is inside a call loop. A stand-in `libcuda.so.1`
+//! (tests/api/exact_cuda.c) counts its own entries; the client (tests/api/exact_client.c)
+//! prints those counts at its end: they are the oracle, never gpu-trace's own output.
+//!
+//! A call is counted at its entry and timed when its return is matched to it by the stack
+//! pointer; the default `--max-depth` keeps 16 frames per thread, so in a recursion N deep
+//! the calls past the 16th are counted untimed: `untimed` is knowable exactly.
+//!
+//! Without root, the uprobe PMU or a C compiler the tests print `SKIPPED: <why>` and return.
+
+use std::collections::HashMap;
+use std::io::{BufRead as _, BufReader, Read as _};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+mod api_support;
+mod common;
+use api_support::{c_compiler, cc, uprobes};
+
+/// The frames `gpu-trace api` keeps per thread by default (`--max-depth`).
+const KEPT: u64 = 16;
+
+/// The stand-in library and the client built in a new directory.
+fn build(test: &str) -> Option<(tempfile::TempDir, PathBuf)> {
+    if !uprobes(test) || !c_compiler(test) {
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    cc(
+        &root,
+        "exact_cuda.c",
+        "libcuda.so.1",
+        &["-shared", "-fPIC", "-ldl"],
+    );
+    let lib_dir = format!("-L{}", root.display());
+    let rpath = format!("-Wl,-rpath,{}", root.display());
+    let client = cc(
+        &root,
+        "exact_client.c",
+        "client",
+        &[&lib_dir, "-l:libcuda.so.1", &rpath],
+    );
+    Some((dir, client))
+}
+
+/// `NAME=N` fields of the client's "calls …" line.
+fn client_counts(out: &str) -> HashMap<String, u64> {
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("calls "))
+        .unwrap_or_else(|| panic!("no client line in {out}"));
+    line.split_whitespace()
+        .filter_map(|f| f.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
+        .collect()
+}
+
+/// The final API_STATS rows of `lib`, by symbol; and the API_RECURSION records.
+fn final_rows(out: &str, lib: &Path) -> (HashMap<String, Value>, Vec<Value>) {
+    let mut rows = HashMap::new();
+    let mut recursions = Vec::new();
+    for v in out
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+    {
+        if v["event"] == "API_STATS" && v["final"] == true && v["library"] == lib.to_str().unwrap()
+        {
+            rows.insert(v["symbol"].as_str().unwrap().to_string(), v);
+        } else if v["event"] == "API_RECURSION" {
+            recursions.push(v);
+        }
+    }
+    (rows, recursions)
+}
+
+/// `gpu-trace api --format json -- client ARGS`: its stdout (the client's line included).
+fn traced(client: &Path, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_gpu-trace"))
+        .args(["api", "--format", "json", "--"])
+        .arg(client)
+        .args(args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// Each symbol's `calls` equals the client's own count (a symbol the client never called has
+/// no row), and its `untimed` the count `untimed` gives.
+fn assert_exact(out: &str, lib: &Path, untimed: &[(&str, u64)]) {
+    let truth = client_counts(out);
+    let (rows, _) = final_rows(out, lib);
+    for (symbol, calls) in &truth {
+        let got = rows.get(symbol).map_or(0, |r| r["calls"].as_u64().unwrap());
+        assert_eq!(
+            got, *calls,
+            "{symbol}: gpu-trace {got}, the client {calls}\n{out}"
+        );
+    }
+    for (symbol, want) in untimed {
+        let row = &rows[*symbol];
+        assert_eq!(
+            row["untimed"].as_u64(),
+            Some(*want),
+            "{symbol} untimed: {row}"
+        );
+    }
+}
+
+fn lib_of(client: &Path) -> PathBuf {
+    client.with_file_name("libcuda.so.1")
+}
+
+#[test]
+fn a_recursion_64_deep_100_times_then_1000_calls_are_all_counted() {
+    let test = "a_recursion_64_deep_100_times_then_1000_calls_are_all_counted";
+    let Some((_dir, client)) = build(test) else {
+        return;
+    };
+    let out = traced(&client, &["recurse", "64", "100", "1000"]);
+    let truth = client_counts(&out);
+    assert_eq!(truth["cuMemAlloc_v2"], 6400, "the client's own count");
+    // Past the 16 kept frames, 48 of each 64 are counted untimed; every launch is timed.
+    assert_exact(
+        &out,
+        &lib_of(&client),
+        &[("cuMemAlloc_v2", 100 * (64 - KEPT)), ("cuLaunchKernel", 0)],
+    );
+    let (_, recursions) = final_rows(&out, &lib_of(&client));
+    let re_entered = recursions
+        .iter()
+        .filter(|r| r["symbol"] == "cuMemAlloc_v2" && r["why"] == "re-entered")
+        .count();
+    assert_eq!(
+        re_entered, 1,
+        "reported once per (thread, symbol): {recursions:?}"
+    );
+}
+
+#[test]
+fn a_recursion_1000_deep_then_1000_calls_are_all_counted() {
+    let test = "a_recursion_1000_deep_then_1000_calls_are_all_counted";
+    let Some((_dir, client)) = build(test) else {
+        return;
+    };
+    let out = traced(&client, &["recurse", "1000", "1", "1000"]);
+    assert_eq!(client_counts(&out)["cuMemAlloc_v2"], 1000);
+    assert_exact(
+        &out,
+        &lib_of(&client),
+        &[("cuMemAlloc_v2", 1000 - KEPT), ("cuLaunchKernel", 0)],
+    );
+}
+
+#[test]
+fn an_indirect_recursion_is_reported_and_counted() {
+    let test = "an_indirect_recursion_is_reported_and_counted";
+    let Some((_dir, client)) = build(test) else {
+        return;
+    };
+    let out = traced(&client, &["indirect", "100", "1000"]);
+    // Each cuCtxSynchronize → cuStreamSynchronize → cuCtxSynchronize: 200 and 100.
+    assert_exact(
+        &out,
+        &lib_of(&client),
+        &[
+            ("cuCtxSynchronize", 0),
+            ("cuStreamSynchronize", 0),
+            ("cuLaunchKernel", 0),
+        ],
+    );
+    let (_, recursions) = final_rows(&out, &lib_of(&client));
+    assert!(
+        recursions
+            .iter()
+            .any(|r| r["symbol"] == "cuCtxSynchronize" && r["why"] == "re-entered"),
+        "A → B → A is a re-entry of A: {recursions:?}"
+    );
+}
+
+#[test]
+fn calls_left_by_longjmp_are_counted_and_later_calls_are_exact() {
+    let test = "calls_left_by_longjmp_are_counted_and_later_calls_are_exact";
+    let Some((_dir, client)) = build(test) else {
+        return;
+    };
+    let out = traced(&client, &["longjmp", "100", "1000"]);
+    // The 100 calls never return: counted, untimed; the launches after them all timed.
+    assert_exact(
+        &out,
+        &lib_of(&client),
+        &[("cuMemcpyHtoD_v2", 100), ("cuLaunchKernel", 0)],
+    );
+}
+
+#[test]
+fn attaching_to_a_thread_inside_a_call_loop_counts_every_later_call() {
+    let test = "attaching_to_a_thread_inside_a_call_loop_counts_every_later_call";
+    let Some((_dir, client)) = build(test) else {
+        return;
+    };
+    let mut target = Command::new(&client)
+        .args(["loop", "1000"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut target_out = BufReader::new(target.stdout.take().unwrap());
+    let mut line = String::new();
+    target_out.read_line(&mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    let pid = target.id();
+    let mut tracer = Command::new(env!("CARGO_BIN_EXE_gpu-trace"))
+        .args(["api", "--format", "json", "--pid", &pid.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Attached (the client is inside its loop of launches all along): then the client stops
+    // looping and makes its 1000 allocations.
+    let mut err = BufReader::new(tracer.stderr.take().unwrap());
+    let mut said = String::new();
+    while !said.contains("uprobes attached") {
+        let mut l = String::new();
+        assert!(err.read_line(&mut l).unwrap() > 0, "tracer ended: {said}");
+        said += &l;
+    }
+    // SAFETY: our own child.
+    unsafe { libc::kill(pid as i32, libc::SIGUSR1) };
+    let mut rest = String::new();
+    target_out.read_to_string(&mut rest).unwrap();
+    assert!(target.wait().unwrap().success());
+    let out = tracer.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let (rows, recursions) = final_rows(&stdout, &lib_of(&client));
+    let truth = client_counts(&rest);
+    assert_eq!(truth["cuMemAlloc_v2"], 1000);
+    assert_eq!(
+        rows["cuMemAlloc_v2"]["calls"].as_u64(),
+        Some(1000),
+        "every call after the attach: {stdout}"
+    );
+    assert_eq!(rows["cuMemAlloc_v2"]["untimed"].as_u64(), Some(0));
+    let launches = rows["cuLaunchKernel"]["calls"].as_u64().unwrap();
+    assert!(
+        launches > 0 && launches <= truth["cuLaunchKernel"],
+        "launches after the attach, at most the client's {}: {launches}",
+        truth["cuLaunchKernel"]
+    );
+    assert!(
+        recursions.is_empty(),
+        "no false API_RECURSION: {recursions:?}"
+    );
+}
