@@ -1374,6 +1374,9 @@ struct CgroupSelection {
     deny: Vec<Subtree>,
     /// What the command line said, per subtree, for the start-up report.
     named: Vec<String>,
+    /// The cgroups with a `--container`/`--deny-container` id that were not selected (users'
+    /// copies of a root container's id), for the start-up report.
+    not_meant: Vec<String>,
 }
 
 impl CgroupSelection {
@@ -1399,7 +1402,9 @@ impl CgroupSelection {
                 sel.add(deny, format!("cgroup {}", s.path), s);
             }
             for id in ids {
-                let s = r.container(id)?;
+                let found = r.find_container(id)?;
+                sel.note_not_meant(deny, id, &found.not_meant);
+                let s = found.subtree;
                 sel.add(deny, format!("container {id}: cgroup {}", s.path), s);
             }
         }
@@ -1426,10 +1431,28 @@ impl CgroupSelection {
         .push(s);
     }
 
-    /// One start-up line per subtree (paths are the host's cgroup names, escaped).
+    /// Says which cgroups with container id `id` were not selected, and why.
+    fn note_not_meant(
+        &mut self,
+        deny: bool,
+        id: &str,
+        not_meant: &[(crate::model::workload::Maker, String)],
+    ) {
+        let (flag, not) = match deny {
+            true => ("--deny-container", "not denied"),
+            false => ("--container", "not traced"),
+        };
+        for (maker, path) in not_meant {
+            self.not_meant.push(format!(
+                "{flag} {id}: also found {maker} ({path}): {not}, not the container meant"
+            ));
+        }
+    }
+
+    /// One start-up line per subtree, then one per cgroup not meant (paths are the host's
+    /// cgroup names, escaped).
     fn describe(&self) -> Vec<String> {
-        self.named
-            .iter()
+        (self.named.iter().chain(&self.not_meant))
             .map(|n| escape::escape_text(n).into_owned())
             .collect()
     }
