@@ -486,7 +486,8 @@ pub async fn run_live_with(
     let options = load_options(args, amd, kfd.as_ref(), watched, &subtrees);
     // NVML's own driver calls (it opens the GPU) are made before the programs attach, so that
     // gpu-trace does not trace itself; the walk comes after attaching.
-    let (nvml, share_sampler) = (nvml_inventory(amd), open_share_sampler(args, amd));
+    // On a thread of its own, within a time limit: a wedged library costs a line, not the run.
+    let (nvml, share_sampler) = start_nvml(args, amd);
     // Bound before loading: a busy port or a refused address stops the run before any hook.
     let metrics = crate::metrics::server::serve(&args.metrics, args.ring_size)?;
     let (launched, mut tracer) = (start_command(args)?, Tracer::load(&options)?);
@@ -647,35 +648,71 @@ fn api_layer(
     .map_err(|e| RunError::Unsupported(e.to_string()))
 }
 
-/// NVML's GPU names and per-process memory for the inventory (NVIDIA).
-fn nvml_inventory(amd: bool) -> Option<Result<Vec<crate::probe::nvml::NvmlGpu>, String>> {
-    (!amd).then(crate::probe::nvml::query)
-}
+/// NVML's figures for the inventory: `None` on AMD; `Err`: why not.
+type NvmlFigures = Option<Result<Vec<crate::probe::nvml::NvmlGpu>, String>>;
 
-/// The GPU share sampler (`--share-interval`), opened before the programs attach; `None`
-/// (said once on stderr, tracing goes on) without NVML, on AMD or with `--no-share`.
-fn open_share_sampler(
+/// NVML, started once (NVIDIA): the inventory's GPU names and per-process memory, and the GPU
+/// share sampler (`--share-interval`; `None`: said once on stderr, tracing goes on, or
+/// `--no-share`). Bounded by [`crate::probe::nvml::START_LIMIT`]: a library that does not
+/// answer, or reports an absurd device count, is said once on stderr, even with `--no-share`.
+fn start_nvml(
     args: &TraceArgs,
     amd: bool,
-) -> Option<Box<dyn crate::probe::share::ShareSampler>> {
-    if args.no_share {
-        return None;
-    }
+) -> (
+    NvmlFigures,
+    Option<Box<dyn crate::probe::share::ShareSampler>>,
+) {
+    use crate::probe::{nvml, share};
     if amd {
-        eprintln!(
-            "gpu-trace: GPU share: not sampled on AMD (KFD has no per-process utilization samples)"
-        );
-        return None;
-    }
-    match crate::probe::share::open() {
-        Ok(s) => Some(s),
-        Err(why) => {
+        if !args.no_share {
             eprintln!(
-                "gpu-trace: GPU share not sampled: {why}; tracing goes on (--no-share silences this)"
+                "gpu-trace: GPU share: not sampled on AMD (KFD has no per-process utilization samples)"
             );
-            None
         }
+        return (None, None);
     }
+    let replay = share::replay_capture();
+    let keep = !args.no_share && replay.is_none();
+    let (figures, nvml) = match nvml::start(keep) {
+        Ok(started) => {
+            let sampler = started
+                .nvml
+                .map(|n| share::NvmlSampler::new(n, started.devices));
+            (Ok(started.gpus), Ok(sampler))
+        }
+        Err(why) => {
+            if why.is_broken() {
+                eprintln!("gpu-trace: {why}: GPU shares and UUIDs are not sampled this run");
+            }
+            (Err(why.to_string()), Err(why))
+        }
+    };
+    let sampler = (!args.no_share)
+        .then(|| open_share_sampler(replay, nvml))
+        .flatten();
+    (Some(figures), sampler)
+}
+
+/// The share sampler: the test stand-in when [`crate::probe::share::REPLAY_ENV`] names a
+/// capture, else NVML's; `None` said once on stderr (unless [`start_nvml`] said it already).
+fn open_share_sampler(
+    replay: Option<String>,
+    nvml: Result<Option<crate::probe::share::NvmlSampler>, crate::probe::nvml::StartError>,
+) -> Option<Box<dyn crate::probe::share::ShareSampler>> {
+    let why = match (replay, nvml) {
+        (Some(path), _) => match crate::probe::share::ReplaySampler::open(&path) {
+            Ok(s) => return Some(Box::new(s)),
+            Err(why) => why,
+        },
+        (None, Ok(Some(s))) => return Some(Box::new(s)),
+        (None, Ok(None)) => return None,
+        (None, Err(why)) if why.is_broken() => return None,
+        (None, Err(why)) => why.to_string(),
+    };
+    eprintln!(
+        "gpu-trace: GPU share not sampled: {why}; tracing goes on (--no-share silences this)"
+    );
+    None
 }
 
 /// Starts the sampler's thread (a thread that cannot start: said once, tracing goes on).
@@ -1046,7 +1083,15 @@ impl LiveRun<'_> {
         let Some(share) = &self.share else {
             return Ok(());
         };
-        let batch = share.take();
+        let batch = match share.take() {
+            Ok(batch) => batch,
+            Err(stalled) => {
+                // Dropped, never joined: the stuck poll is left to itself.
+                eprintln!("gpu-trace: GPU share sampling stopped: {stalled}; tracing goes on");
+                self.share = None;
+                return Ok(());
+            }
+        };
         if batch.is_empty() {
             return Ok(());
         }
@@ -1329,6 +1374,9 @@ struct CgroupSelection {
     deny: Vec<Subtree>,
     /// What the command line said, per subtree, for the start-up report.
     named: Vec<String>,
+    /// The cgroups with a `--container`/`--deny-container` id that were not selected (users'
+    /// copies of a root container's id), for the start-up report.
+    not_meant: Vec<String>,
 }
 
 impl CgroupSelection {
@@ -1354,7 +1402,9 @@ impl CgroupSelection {
                 sel.add(deny, format!("cgroup {}", s.path), s);
             }
             for id in ids {
-                let s = r.container(id)?;
+                let found = r.find_container(id)?;
+                sel.note_not_meant(deny, id, &found.not_meant);
+                let s = found.subtree;
                 sel.add(deny, format!("container {id}: cgroup {}", s.path), s);
             }
         }
@@ -1381,10 +1431,28 @@ impl CgroupSelection {
         .push(s);
     }
 
-    /// One start-up line per subtree (paths are the host's cgroup names, escaped).
+    /// Says which cgroups with container id `id` were not selected, and why.
+    fn note_not_meant(
+        &mut self,
+        deny: bool,
+        id: &str,
+        not_meant: &[(crate::model::workload::Maker, String)],
+    ) {
+        let (flag, not) = match deny {
+            true => ("--deny-container", "not denied"),
+            false => ("--container", "not traced"),
+        };
+        for (maker, path) in not_meant {
+            self.not_meant.push(format!(
+                "{flag} {id}: also found {maker} ({path}): {not}, not the container meant"
+            ));
+        }
+    }
+
+    /// One start-up line per subtree, then one per cgroup not meant (paths are the host's
+    /// cgroup names, escaped).
     fn describe(&self) -> Vec<String> {
-        self.named
-            .iter()
+        (self.named.iter().chain(&self.not_meant))
             .map(|n| escape::escape_text(n).into_owned())
             .collect()
     }

@@ -160,13 +160,19 @@ impl Drop for Tree {
 /// Runs one child per shape (in its cgroup, `CALLS` schedules each) and returns their pids by
 /// shape index.
 fn run_children(tree: &Tree, shapes: &[Shape], calls: u32) -> Vec<u32> {
+    run_children_tagged(tree, shapes, calls, "child")
+}
+
+/// [`run_children`], with pid marker files named `<tag>-N.pid` (tests that run at the same
+/// time use different tags).
+fn run_children_tagged(tree: &Tree, shapes: &[Shape], calls: u32, tag: &str) -> Vec<u32> {
     shapes
         .iter()
         .enumerate()
         .map(|(i, s)| {
             let procs = tree.root.join(&s.path).join("cgroup.procs");
             let mut c = child("cgroup_child");
-            let marker = common::scratch().join(format!("child-{i}.pid"));
+            let marker = common::scratch().join(format!("{tag}-{i}.pid"));
             c.env("GT_CGROUP_PROCS", &procs)
                 .env("GT_CALLS", calls.to_string())
                 .env("GT_OBJECT", (0x5C00_0100 + i as u32).to_string())
@@ -354,6 +360,148 @@ fn real_cgroups_are_attributed_and_filtered_in_the_kernel() {
         records >= wanted.len() * (2 + CALLS as usize),
         "{records} records"
     );
+    drop(tree);
+}
+
+const C6: &str = "c6c6c6c6ffff000000000000000000000000000000000000000000000000c6c6";
+
+/// The shapes of issue 36, item 5: a docker container made by root, and the same id in a
+/// user's delegated subtree.
+fn users_copy_shapes() -> Vec<Shape> {
+    let shape = |path: String| Shape {
+        path,
+        runtime: Some("docker"),
+        container: Some(C6),
+        pod: None,
+        qos: None,
+        unit: None,
+    };
+    vec![
+        shape(format!("system.slice/docker-{C6}.scope")),
+        shape(format!(
+            "user.slice/user-1000.slice/user@1000.service/app.slice/docker-{C6}.scope"
+        )),
+    ]
+}
+
+/// Hands the user's part of the tree to uid 1000, as systemd does for `user@1000.service`.
+fn chown_users_part(tree: &Tree) -> std::io::Result<()> {
+    let service = "user.slice/user-1000.slice/user@1000.service";
+    for d in tree.dirs.iter().filter(|d| {
+        d.strip_prefix(&tree.root)
+            .is_ok_and(|rel| rel.starts_with(service))
+    }) {
+        std::os::unix::fs::chown(d, Some(1000), Some(1000))?;
+    }
+    Ok(())
+}
+
+/// Issue 36, item 5: a container id copied by an unprivileged user into its own delegated
+/// cgroup (`user@1000.service`, directories owned by uid 1000) neither makes `--container` /
+/// `--deny-container` ambiguous (exit 2 before) nor is selected: root's scope wins, the copy
+/// is named on stderr, and only the root container's process is traced.
+#[test]
+fn a_users_copy_of_a_container_id_neither_blocks_nor_takes_the_selection() {
+    let test = "a_users_copy_of_a_container_id_neither_blocks_nor_takes_the_selection";
+    if skip_unless_root(test) {
+        return;
+    }
+    let Some(mount) = cgroup2_mount() else {
+        common::skipped(test, "no cgroup2 mount in /proc/mounts");
+        return;
+    };
+    let shapes = users_copy_shapes();
+    let name = format!("gpu-trace-test-{}-users.slice", std::process::id());
+    let tree = match Tree::make(&mount, &name, &shapes).and_then(|t| {
+        chown_users_part(&t)?;
+        Ok(t)
+    }) {
+        Ok(t) => t,
+        Err(e) => {
+            common::skipped(
+                test,
+                format!("cannot make cgroups under {}: {e}", mount.display()),
+            );
+            return;
+        }
+    };
+    let prefix = &C6[..10];
+    let (root_path, user_path) = (
+        format!("/{name}/{}", shapes[0].path),
+        format!("/{name}/{}", shapes[1].path),
+    );
+    let other = |flag: &str, not: &str| {
+        format!(
+            "gpu-trace: {flag} {prefix}: also found under user 1000's delegated cgroup \
+             ({user_path}): {not}, not the container meant"
+        )
+    };
+
+    // --container: root's container is traced, the user's copy is not.
+    let args = [
+        "--watch-device",
+        WATCHED,
+        "--format",
+        "json",
+        "--container",
+        prefix,
+    ];
+    let traced = Traced::start(&args).unwrap_or_else(|e| panic!("{test}: {e}"));
+    let pids = run_children_tagged(&tree, &shapes, 2, "users-copy");
+    let f = traced.interrupt();
+    assert!(f.status.success(), "{test}: {:?} {}", f.status, f.stderr);
+    assert!(!f.stderr.contains("ambiguous"), "{}", f.stderr);
+    let said = format!("gpu-trace: tracing only container {prefix}: cgroup {root_path}");
+    assert!(
+        f.stderr.lines().any(|l| l == said),
+        "{said} in:\n{}",
+        f.stderr
+    );
+    let line = other("--container", "not traced");
+    assert!(
+        f.stderr.lines().any(|l| l == line),
+        "{line} in:\n{}",
+        f.stderr
+    );
+    let seen = cgroup_objects(&f.stdout);
+    let root_cg = seen
+        .get(&u64::from(pids[0]))
+        .unwrap_or_else(|| panic!("{test}: no event of root's container process"));
+    assert_eq!(opt(root_cg, "path").as_deref(), Some(&*root_path));
+    assert!(root_cg.get("container_user").is_none(), "{root_cg}");
+    assert!(
+        !seen.contains_key(&u64::from(pids[1])),
+        "{test}: the user's copy was traced"
+    );
+
+    // --deny-container: selected the same way, before the LSM is needed (without an active
+    // BPF LSM the run then stops with exit 3, never with exit 2).
+    let out = Command::new(gpu_trace_bin())
+        .args([
+            "--watch-device",
+            WATCHED,
+            "--duration",
+            "1",
+            "--deny-container",
+            prefix,
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("ambiguous"), "{stderr}");
+    let said = format!("gpu-trace: denying container {prefix}: cgroup {root_path}");
+    assert!(stderr.lines().any(|l| l == said), "{said} in:\n{stderr}");
+    let line = other("--deny-container", "not denied");
+    assert!(stderr.lines().any(|l| l == line), "{line} in:\n{stderr}");
+    match out.status.code() {
+        Some(0) => {}
+        Some(3) => common::skipped(
+            test,
+            "no active BPF LSM here: --deny-container's selection checked, not the refusal",
+        ),
+        other => panic!("{test}: --deny-container exited {other:?}: {stderr}"),
+    }
     drop(tree);
 }
 

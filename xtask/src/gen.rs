@@ -103,10 +103,10 @@ fn reference_markdown() -> String {
         s,
         "\nLabel caps (distinct values over the tracer's life, except `comm` values no live \
          process holds, which are evicted for new ones; later ones are counted under \
-         `{OVERFLOW}`): `comm` {}, `gpu` (with its `UUID`) {}, workloads (`container`, `pod`, \
-         `namespace`, `pod_uid`) {}; and {} label sets (gpu, UUID, engine, comm, container, \
-         pod, namespace, pod_uid) in all, past which new combinations share one series with \
-         every label but `engine` = `{OVERFLOW}`.",
+         `{OVERFLOW}`): `comm` {}, `gpu` (with its `UUID`) {}, workloads (`container`, \
+         `container_user`, `pod`, `namespace`, `pod_uid`) {}; and {} label sets (gpu, UUID, \
+         engine, comm, container, container_user, pod, namespace, pod_uid) in all, past which \
+         new combinations share one series with every label but `engine` = `{OVERFLOW}`.",
         c.max_comms, c.max_gpus, c.max_workloads, c.max_label_sets
     );
     s

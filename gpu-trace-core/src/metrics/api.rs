@@ -25,7 +25,7 @@ use crate::api::stats::CallStats;
 /// (process, library, symbol) rows followed at most.
 pub const MAX_ROWS: usize = 65_536;
 
-const API_LABELS: &str = "comm, container, pod, namespace, pod_uid, library, symbol";
+const API_LABELS: &str = "comm, container, container_user (a user's container only), pod, namespace, pod_uid, library, symbol";
 
 /// The reference entries (docs/fleet.md).
 pub const CALLS: MetricDoc = MetricDoc {
@@ -53,6 +53,8 @@ pub const SECONDS: MetricDoc = MetricDoc {
 struct ApiLabels {
     comm: String,
     container: String,
+    #[prometheus(flatten)]
+    container_user: super::UserLabel,
     pod: String,
     namespace: String,
     pod_uid: String,
@@ -124,6 +126,7 @@ fn labels(row: &CallStats, process: &str, workload: Option<&Workload>) -> ApiLab
     ApiLabels {
         comm: sanitize_label(process),
         container: sanitize_label(&w.container),
+        container_user: super::UserLabel::of(&w),
         pod: sanitize_label(&w.pod),
         namespace: sanitize_label(&w.namespace),
         pod_uid: sanitize_label(&w.pod_uid),
@@ -136,6 +139,7 @@ fn overflow() -> ApiLabels {
     ApiLabels {
         comm: OVERFLOW.into(),
         container: String::new(),
+        container_user: super::UserLabel::default(),
         pod: String::new(),
         namespace: String::new(),
         pod_uid: String::new(),

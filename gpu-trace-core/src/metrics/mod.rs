@@ -81,6 +81,33 @@ pub struct Workload {
     pub namespace: String,
     /// The pod's UID (from the cgroup path).
     pub pod_uid: String,
+    /// The user whose delegated subtree (`user@UID.service`) holds the container, empty for
+    /// the host's containers: a user's copy of a container id is a series of its own, with a
+    /// `container_user` label that root's containers' series do not have.
+    pub container_user: String,
+}
+
+/// `container_user="UID"` on the series of a user's container, no label at all on the others
+/// (their label sets are what they were before the label existed).
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct UserLabel(String);
+
+impl UserLabel {
+    pub(crate) fn of(w: &Workload) -> Self {
+        Self(sanitize_label(&w.container_user))
+    }
+}
+
+impl EncodeLabelSet for UserLabel {
+    fn encode(
+        &self,
+        encoder: &mut prometheus_client::encoding::LabelSetEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        if self.0.is_empty() {
+            return Ok(());
+        }
+        [("container_user", self.0.as_str())].encode(encoder)
+    }
 }
 
 /// One metric of the reference (`cargo xtask gen --docs` writes docs/fleet.md's from
@@ -94,7 +121,7 @@ pub struct MetricDoc {
     pub help: &'static str,
 }
 
-const TASK_LABELS: &str = "gpu, UUID, engine, comm, container, pod, namespace, pod_uid";
+const TASK_LABELS: &str = "gpu, UUID, engine, comm, container, container_user (a user's container only), pod, namespace, pod_uid";
 
 macro_rules! doc {
     ($id:ident, $name:expr, $kind:expr, $labels:expr, $help:expr) => {
@@ -111,7 +138,7 @@ doc!(
     EVENTS,
     "gpu_trace_events_total",
     "counter",
-    "event, gpu, UUID, engine, comm, container, pod, namespace, pod_uid",
+    "event, gpu, UUID, engine, comm, container, container_user (a user's container only), pod, namespace, pod_uid",
     "Events reported (`event` is TASK_INIT, SCHEDULE, WORK_SUBMIT, TASK_DESTROY, SCHED_UPDATE, PRETRACE_END or MPS_SHARED), whether printed or not (WORK_SUBMIT without -v)."
 );
 doc!(
@@ -324,6 +351,8 @@ struct TaskLabels {
     engine: &'static str,
     comm: String,
     container: String,
+    #[prometheus(flatten)]
+    container_user: UserLabel,
     pod: String,
     namespace: String,
     pod_uid: String,
@@ -1113,6 +1142,7 @@ impl Metrics {
                     pod: sanitize_label(&w.pod),
                     namespace: sanitize_label(&w.namespace),
                     pod_uid: sanitize_label(&w.pod_uid),
+                    container_user: sanitize_label(&w.container_user),
                 };
                 (w.clone(), label)
             }),
@@ -1147,6 +1177,7 @@ impl Metrics {
                 pod: over(),
                 namespace: over(),
                 pod_uid: over(),
+                container_user: String::new(),
             },
         );
         let (gpu, uuid) = self.gpus.label(key.gpu, (over(), over()));
@@ -1155,6 +1186,7 @@ impl Metrics {
             UUID: uuid,
             engine: ENGINES[key.engine as usize],
             comm: self.comms.label(key.comm, over()),
+            container_user: UserLabel(w.container_user),
             container: w.container,
             pod: w.pod,
             namespace: w.namespace,

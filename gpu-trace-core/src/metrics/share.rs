@@ -16,7 +16,7 @@ use super::{MetricDoc, Metrics, Workload};
 pub const SHARE: MetricDoc = MetricDoc {
     name: "gpu_trace_gpu_share_ratio",
     kind: "gauge",
-    labels: "gpu, UUID, comm, container, pod, namespace, pod_uid",
+    labels: "gpu, UUID, comm, container, container_user (a user's container only), pod, namespace, pod_uid",
     help: "GPU share of the processes with these labels over the last share window (--interval, else 10 s): the SM-weighted fraction of NVML's sampling points naming them, 0 to 1 (NVIDIA with NVML only; see docs/events.md, GPU share).",
 };
 
@@ -27,6 +27,8 @@ pub(super) struct ShareLabels {
     UUID: String,
     comm: String,
     container: String,
+    #[prometheus(flatten)]
+    container_user: super::UserLabel,
     pod: String,
     namespace: String,
     pod_uid: String,
@@ -54,8 +56,9 @@ impl prometheus_client::collector::Collector for ShareCollector {
 }
 
 impl Workload {
-    /// The `container`, `pod`, `namespace` and `pod_uid` label values of a process's
-    /// attribution: the names only when the node said them (a container's short id otherwise).
+    /// The `container`, `container_user`, `pod`, `namespace` and `pod_uid` label values of a
+    /// process's attribution: the names only when the node said them (a container's short id
+    /// otherwise); `container_user` only for a container in a user's delegated subtree.
     pub fn of(a: &crate::model::workload::Attribution) -> Self {
         let names = a.names.as_ref();
         let container = names.and_then(|n| n.container.as_deref());
@@ -66,6 +69,9 @@ impl Workload {
             pod: names.map_or(String::new(), |n| n.pod.clone()),
             namespace: names.map_or(String::new(), |n| n.namespace.clone()),
             pod_uid: (a.workload.pod.as_ref()).map_or(String::new(), |(uid, _)| uid.clone()),
+            container_user: (a.workload.container.as_ref())
+                .and(a.workload.user)
+                .map_or(String::new(), |uid| uid.to_string()),
         }
     }
 }
@@ -90,6 +96,7 @@ impl Metrics {
                 UUID: l.UUID,
                 comm: l.comm,
                 container: l.container,
+                container_user: l.container_user,
                 pod: l.pod,
                 namespace: l.namespace,
                 pod_uid: l.pod_uid,

@@ -750,3 +750,83 @@ fn api_label_sets_are_capped_and_escaped() {
                 namespace=\"\",pod_uid=\"\",library=\"__overflow__\",symbol=\"__overflow__\"}";
     assert_eq!(sample(&t, over), Some(9.0), "{t}");
 }
+
+/// Issue 36, item 5: a user's copy of a container id (a cgroup below its own
+/// `user@UID.service`) is a series of its own with `container_user`, in the task metrics and
+/// the share gauge; root's container keeps the label set it always had.
+#[test]
+fn a_users_copy_of_a_container_id_is_its_own_series_with_container_user() {
+    use crate::model::workload::Attribution;
+    let id = "3f2a9c1b0000000000000000000000000000000000000000000000000000beef";
+    let root = Attribution::new(1, Some(format!("/system.slice/docker-{id}.scope")), None);
+    let user = Attribution::new(
+        2,
+        Some(format!(
+            "/user.slice/user-1000.slice/user@1000.service/app.slice/docker-{id}.scope"
+        )),
+        None,
+    );
+    let (wr, wu) = (Workload::of(&root), Workload::of(&user));
+    assert_eq!(
+        (wr.container.as_str(), wr.container_user.as_str()),
+        ("3f2a9c1b0000", "")
+    );
+    assert_eq!(
+        (wu.container.as_str(), wu.container_user.as_str()),
+        ("3f2a9c1b0000", "1000")
+    );
+
+    let mut m = Metrics::new(MetricsConfig::default());
+    let ev = |pid| Event {
+        amd: None,
+        api: None,
+        key: None,
+        origin: Origin {
+            ts_ns: S,
+            cpu: 0,
+            pid,
+            tid: pid,
+            comm: "python3".into(),
+        },
+        kind: init(pid, Engine::Graphics, 0, None),
+    };
+    m.observe(&ev(10), "python3", Some(&wr));
+    m.observe(&ev(11), "python3", Some(&wu));
+    m.observe(&ev(12), "python3", Some(&wu));
+    m.set_shares(&[
+        (0, "python3".into(), Some(wr), 0.5),
+        (0, "python3".into(), Some(wu), 0.25),
+    ]);
+    let t = m.encode();
+    let series = |user: &str| {
+        format!(
+            "gpu_trace_events_total{{event=\"TASK_INIT\",gpu=\"0\",UUID=\"\",engine=\"GRAPHICS\",\
+             comm=\"python3\",container=\"3f2a9c1b0000\",{user}pod=\"\",namespace=\"\",pod_uid=\"\"}}"
+        )
+    };
+    assert_eq!(sample(&t, &series("")), Some(1.0), "{t}");
+    assert_eq!(
+        sample(&t, &series("container_user=\"1000\",")),
+        Some(2.0),
+        "{t}"
+    );
+    for (user, v) in [("", "0.5"), ("container_user=\"1000\",", "0.25")] {
+        let line = format!(
+            "gpu_trace_gpu_share_ratio{{gpu=\"0\",UUID=\"\",comm=\"python3\",\
+             container=\"3f2a9c1b0000\",{user}pod=\"\",namespace=\"\",pod_uid=\"\"}} {v}"
+        );
+        assert!(t.contains(&line), "{line} in:\n{t}");
+    }
+    // Only the user's series have the label.
+    let labelled: Vec<&str> = t
+        .lines()
+        .filter(|l| l.contains("container_user="))
+        .collect();
+    assert!(labelled.len() >= 2, "{t}");
+    assert!(
+        labelled
+            .iter()
+            .all(|l| l.contains("container_user=\"1000\"")),
+        "{t}"
+    );
+}

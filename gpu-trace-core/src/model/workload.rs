@@ -113,6 +113,85 @@ pub struct ContainerCgroup {
     pub path: String,
 }
 
+/// Who made a container's cgroup, for `--container`/`--deny-container`: the most believed
+/// first (the order [`choose_container`] ranks by).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Maker {
+    /// A place only root can create, in a directory root owns: the host's runtime.
+    Root,
+    /// A place only root can create, but the directory belongs to this uid: handed over (a
+    /// runtime may give a user-namespaced container its cgroup) or delegated by hand.
+    Owner(u32),
+    /// The subtree systemd delegates to this user (`user@UID.service`): the user's own claim.
+    User(u32),
+}
+
+impl Maker {
+    /// The maker of `c`, whose directory belongs to `dir_uid` (`None`: not known).
+    pub fn of(c: &ContainerCgroup, dir_uid: Option<u32>) -> Self {
+        match (c.user, dir_uid) {
+            (Some(uid), _) => Self::User(uid),
+            (None, Some(uid)) if uid != 0 => Self::Owner(uid),
+            _ => Self::Root,
+        }
+    }
+}
+
+impl std::fmt::Display for Maker {
+    /// Where such a cgroup is: `under user 1000's delegated cgroup`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Root => write!(f, "in a root-owned cgroup"),
+            Self::Owner(uid) => write!(f, "in a cgroup owned by uid {uid}"),
+            Self::User(uid) => write!(f, "under user {uid}'s delegated cgroup"),
+        }
+    }
+}
+
+/// What [`choose_container`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ContainerChoice<T> {
+    None,
+    /// The one meant, and the cgroups with the same id whose makers are less believed (a
+    /// user's copy of the id cannot take its place, nor make the choice ambiguous).
+    One {
+        chosen: T,
+        not_meant: Vec<T>,
+    },
+    /// Several cgroups of the most believed maker found: all of them, most believed first.
+    Ambiguous(Vec<T>),
+}
+
+/// Chooses among the cgroups of the containers an id prefix matches: the most believed
+/// [`Maker`] rank wins when it has one cgroup (the others are `not_meant`); two of that rank
+/// are ambiguous. Root's scope therefore wins over any number of users' copies of its id; two
+/// copies made by users, with no root one, stay ambiguous.
+pub fn choose_container<T>(mut found: Vec<(Maker, T)>) -> ContainerChoice<(Maker, T)> {
+    found.sort_by_key(|(m, _)| rank(*m));
+    let Some(first) = found.first().map(|(m, _)| rank(*m)) else {
+        return ContainerChoice::None;
+    };
+    if found.get(1).is_some_and(|(m, _)| rank(*m) == first) {
+        return ContainerChoice::Ambiguous(found);
+    }
+    let mut found = found.into_iter();
+    let chosen = found.next().expect("one at least");
+    ContainerChoice::One {
+        chosen,
+        not_meant: found.collect(),
+    }
+}
+
+/// The rank of a maker: every user or owner is the same rank (two users' copies are as
+/// believable as each other).
+fn rank(m: Maker) -> u8 {
+    match m {
+        Maker::Root => 0,
+        Maker::Owner(_) => 1,
+        Maker::User(_) => 2,
+    }
+}
+
 /// Classifies a cgroup v2 path (as in `/proc/PID/cgroup`, starting with `/`). Only what the
 /// host's root wrote is believed (docs/containers.md, "Where runtimes put containers"): the
 /// path is read from the top down to its first systemd unit, and
@@ -609,6 +688,84 @@ mod tests {
         assert_eq!(classify(&format!("/docker-{ID}.scope")).container, None);
         // A pod two levels below kubepods needs a QoS level between.
         assert_eq!(classify(&format!("/kubepods/x/pod{UID}/{ID}")).pod, None);
+    }
+
+    /// A user's copy of a container id (its own `user@UID.service`, or a directory it owns)
+    /// never takes the place of root's container, nor makes the choice ambiguous.
+    #[test]
+    fn root_made_containers_win_over_users_copies_of_their_id() {
+        let user = "/user.slice/user-1000.slice/user@1000.service";
+        let root_path = format!("/system.slice/docker-{ID}.scope");
+        let copy = format!("{user}/app.slice/docker-{ID}.scope");
+        let podman_copy = format!("{user}/user.slice/libpod-{ID}.scope/container");
+        let maker = |path: &str, dir_uid: Option<u32>| {
+            let c = container_cgroup(path).unwrap();
+            (Maker::of(&c, dir_uid), c.path)
+        };
+        assert_eq!(maker(&root_path, Some(0)).0, Maker::Root);
+        assert_eq!(maker(&root_path, None).0, Maker::Root);
+        assert_eq!(maker(&root_path, Some(1001)).0, Maker::Owner(1001));
+        // The path's user wins over the directory's owner.
+        assert_eq!(maker(&copy, Some(0)).0, Maker::User(1000));
+        assert_eq!(maker(&copy, Some(1000)).0, Maker::User(1000));
+
+        let found = vec![
+            maker(&copy, Some(1000)),
+            maker(&root_path, Some(0)),
+            maker(&podman_copy, Some(1000)),
+        ];
+        match choose_container(found) {
+            ContainerChoice::One { chosen, not_meant } => {
+                assert_eq!(chosen, (Maker::Root, root_path.clone()));
+                let user_container = format!("{user}/user.slice/libpod-{ID}.scope");
+                assert_eq!(
+                    not_meant,
+                    vec![
+                        (Maker::User(1000), copy.clone()),
+                        (Maker::User(1000), user_container),
+                    ]
+                );
+            }
+            other => panic!("want root's, got {other:?}"),
+        }
+        // A container handed to a uid still wins over a user's copy.
+        let handed = vec![maker(&copy, Some(1000)), maker(&root_path, Some(1001))];
+        assert!(matches!(
+            choose_container(handed),
+            ContainerChoice::One {
+                chosen: (Maker::Owner(1001), _),
+                ..
+            }
+        ));
+        // A rootless container alone is found; two users' copies, or two root containers,
+        // are ambiguous.
+        assert!(matches!(
+            choose_container(vec![maker(&copy, Some(1000))]),
+            ContainerChoice::One { chosen: (Maker::User(1000), _), ref not_meant } if not_meant.is_empty()
+        ));
+        let two_users = vec![maker(&copy, Some(1000)), maker(&podman_copy, Some(1000))];
+        assert!(matches!(
+            choose_container(two_users),
+            ContainerChoice::Ambiguous(v) if v.len() == 2
+        ));
+        let two_roots = vec![
+            maker(&root_path, Some(0)),
+            maker(&format!("/machine.slice/libpod-{ID}.scope"), Some(0)),
+            maker(&copy, Some(1000)),
+        ];
+        match choose_container(two_roots) {
+            ContainerChoice::Ambiguous(v) => {
+                assert_eq!(v.len(), 3);
+                assert_eq!(v[2].0, Maker::User(1000), "the user's copy listed last");
+            }
+            other => panic!("want ambiguous, got {other:?}"),
+        }
+        assert_eq!(choose_container::<String>(vec![]), ContainerChoice::None);
+        assert_eq!(
+            Maker::User(1000).to_string(),
+            "under user 1000's delegated cgroup"
+        );
+        assert_eq!(Maker::Owner(7).to_string(), "in a cgroup owned by uid 7");
     }
 
     /// kubelet under a node-level parent that is no unit (`--cgroup-root=/node`, or a test's

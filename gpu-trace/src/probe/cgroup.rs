@@ -12,7 +12,9 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use crate::model::workload::container_cgroup;
+use crate::model::workload::{
+    ContainerCgroup, ContainerChoice, Maker, choose_container, container_cgroup,
+};
 
 /// Why a `--cgroup` / `--container` argument names no usable cgroup.
 #[derive(Debug, thiserror::Error)]
@@ -243,46 +245,78 @@ impl CgroupResolver {
 
     /// The cgroup of the one running container whose id starts with `prefix`: the container's
     /// own cgroup (its inner cgroups are in the subtree), where
-    /// [`crate::model::workload::classify`] believes a container is. Two cgroups that match
-    /// (two containers, or one id named at two places: a user may name a container like
-    /// another in its own subtree) are refused with the candidates.
-    pub fn container(&mut self, prefix: &str) -> Result<Subtree, CgroupError> {
+    /// [`crate::model::workload::classify`] believes a container is. Who made each cgroup found
+    /// ([`Maker`]: the path's `user@UID.service`, else its directory's owner) decides between
+    /// several ([`choose_container`]): root's container wins over users' copies of its id,
+    /// which come back in [`ContainerFound::not_meant`]; two of the same rank (two containers)
+    /// are refused with the candidates.
+    pub fn find_container(&mut self, prefix: &str) -> Result<ContainerFound, CgroupError> {
         let want = prefix.to_ascii_lowercase();
         if want.len() < 4 || !want.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(CgroupError::BadContainerId(prefix.to_string()));
         }
         self.walk();
-        let mut found: std::collections::BTreeMap<String, String> = Default::default();
+        let mut found: Vec<(Maker, ContainerCgroup)> = Vec::new();
         for path in self.by_id.values() {
             if let Some(c) = container_cgroup(path)
                 && c.id.starts_with(&want)
+                && !found.iter().any(|(_, f)| f.path == c.path)
             {
-                let owner = c
-                    .user
-                    .map_or_else(String::new, |uid| format!(", user {uid}'s container"));
-                let what = format!(
-                    "{} ({}{owner}) at {}",
-                    &c.id[..12],
-                    c.runtime.name(),
-                    gpu_trace_core::escape::escape_text(&c.path)
-                );
-                found.insert(c.path, what);
+                let owner = self.dir_meta(&c.path).map(|m| m.uid());
+                found.push((Maker::of(&c, owner), c));
             }
         }
-        match found.len() {
-            0 => Err(CgroupError::NoSuchContainer {
+        // By path within a rank: the same order every run.
+        found.sort_by(|a, b| a.1.path.cmp(&b.1.path));
+        match choose_container(found) {
+            ContainerChoice::None => Err(CgroupError::NoSuchContainer {
                 prefix: prefix.to_string(),
             }),
-            1 => {
-                let path = found.into_keys().next().expect("one");
-                self.subtree(&path)
-            }
-            _ => Err(CgroupError::AmbiguousContainer {
+            ContainerChoice::One { chosen, not_meant } => Ok(ContainerFound {
+                subtree: self.subtree(&chosen.1.path)?,
+                not_meant: not_meant.into_iter().map(|(m, c)| (m, c.path)).collect(),
+            }),
+            ContainerChoice::Ambiguous(all) => Err(CgroupError::AmbiguousContainer {
                 prefix: prefix.to_string(),
-                candidates: found.into_values().collect(),
+                candidates: all.iter().map(|(m, c)| candidate(*m, c)).collect(),
             }),
         }
     }
+
+    /// [`Self::find_container`]'s subtree (the cgroups not meant are not said).
+    pub fn container(&mut self, prefix: &str) -> Result<Subtree, CgroupError> {
+        self.find_container(prefix).map(|f| f.subtree)
+    }
+
+    /// The metadata of the cgroup directory at `path` (below the root).
+    fn dir_meta(&self, path: &str) -> Option<fs::Metadata> {
+        fs::metadata(self.root.join(path.trim_start_matches('/'))).ok()
+    }
+}
+
+/// What [`CgroupResolver::container`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContainerFound {
+    /// The container meant.
+    pub subtree: Subtree,
+    /// Cgroups with the same id made by less believed makers (users' copies): not selected.
+    /// Paths as the host names them (escape before printing).
+    pub not_meant: Vec<(Maker, String)>,
+}
+
+/// One candidate of an ambiguous `--container`: `ID12 (runtime[, maker]) at PATH`.
+fn candidate(maker: Maker, c: &ContainerCgroup) -> String {
+    let owner = match maker {
+        Maker::Root => String::new(),
+        Maker::User(uid) => format!(", user {uid}'s container"),
+        Maker::Owner(uid) => format!(", cgroup owned by uid {uid}"),
+    };
+    format!(
+        "{} ({}{owner}) at {}",
+        &c.id[..12],
+        c.runtime.name(),
+        gpu_trace_core::escape::escape_text(&c.path)
+    )
 }
 
 #[cfg(test)]
@@ -414,7 +448,7 @@ mod tests {
 
     /// Each runtime's real layout is found by `--container`; names a user (or a container, or a
     /// delegated service) made below its own cgroup are either marked as the user's or not
-    /// believed, and a prefix that matches two cgroups is refused with both listed.
+    /// believed, and a prefix that matches two root-made cgroups is refused with all listed.
     #[test]
     fn forged_containers_are_not_picked_by_prefix() {
         let scratch = tempfile::tempdir().unwrap();
@@ -472,5 +506,49 @@ mod tests {
             sub.path,
             format!("/{user}/user.slice/libpod-{rootless}.scope")
         );
+    }
+
+    /// Issue 36, item 5: root's container wins over a user's copy of its id (under its
+    /// `user@UID.service`, or in a directory it owns), which is listed, not selected.
+    #[test]
+    fn root_containers_win_over_users_copies_of_their_id() {
+        let scratch = tempfile::tempdir().unwrap();
+        let root = scratch.path().to_path_buf();
+        let id = "3f2a9c1b00000000000000000000000000000000000000000000000000000005";
+        let real = format!("system.slice/docker-{id}.scope");
+        let copy =
+            format!("user.slice/user-1000.slice/user@1000.service/app.slice/docker-{id}.scope");
+        for dir in [&real, &copy] {
+            fs::create_dir_all(root.join(dir)).unwrap();
+        }
+        let mut r = CgroupResolver::new(root.clone());
+        let found = r.find_container(&id[..8]).unwrap();
+        assert_eq!(found.subtree.path, format!("/{real}"));
+        assert_eq!(
+            found.not_meant,
+            vec![(Maker::User(1000), format!("/{copy}"))]
+        );
+
+        // A copy at a place only root can name, but in a directory a user owns (handed by
+        // hand): root's still wins; where this test may not chown, that part is skipped.
+        let owned = format!("machine.slice/libpod-{id}.scope");
+        fs::create_dir_all(root.join(&owned)).unwrap();
+        if std::os::unix::fs::chown(root.join(&owned), Some(1000), Some(1000)).is_ok() {
+            let found = r.find_container(&id[..8]).unwrap();
+            assert_eq!(found.subtree.path, format!("/{real}"));
+            assert_eq!(
+                found.not_meant,
+                vec![
+                    (Maker::Owner(1000), format!("/{owned}")),
+                    (Maker::User(1000), format!("/{copy}")),
+                ]
+            );
+        }
+        // Without root's, the user's rootless container is the one (nothing else to mean).
+        fs::remove_dir(root.join(&real)).unwrap();
+        fs::remove_dir(root.join(&owned)).unwrap();
+        let found = r.find_container(&id[..8]).unwrap();
+        assert_eq!(found.subtree.path, format!("/{copy}"));
+        assert!(found.not_meant.is_empty());
     }
 }

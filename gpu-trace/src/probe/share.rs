@@ -1,6 +1,8 @@
 //! Per-process GPU share, sampled while tracing: NVML's process utilization samples
 //! (`nvmlDeviceGetProcessUtilization`, through `nvml-wrapper`) read on a thread of their own
-//! every `--share-interval`, handed to the live loop over a bounded channel.
+//! every `--share-interval`, handed to the live loop over a bounded channel. A poll that has
+//! not returned after [`POLL_LIMIT`] ends sampling (one line; the thread is left to itself,
+//! never joined).
 //!
 //! AMD: KFD offers no per-process utilization sample (its sysfs `proc/<pid>` entries give VRAM
 //! and, on some kernels, per-queue busy time that is not exported per process in a form
@@ -11,9 +13,13 @@
 //! so that the outputs can be checked on a machine without a GPU.
 
 use std::{
-    sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError},
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+        mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError},
+    },
     thread,
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use gpu_trace_core::model::share::{ShareSample, parse_capture_line};
@@ -39,19 +45,11 @@ pub struct NvmlSampler {
 }
 
 impl NvmlSampler {
-    /// Opens NVML (before the programs attach: its start-up calls are not traced).
-    pub fn open() -> Result<Self, String> {
-        let nvml = Nvml::init().map_err(|e| format!("NVML unavailable ({e})"))?;
-        let count = nvml
-            .device_count()
-            .map_err(|e| format!("NVML device count failed ({e})"))?;
-        let gpus = (0..count)
-            .map(|i| {
-                let uuid = nvml.device_by_index(i).ok().and_then(|d| d.uuid().ok());
-                (i, uuid, 0)
-            })
-            .collect();
-        Ok(Self { nvml, gpus })
+    /// Samples the GPUs [`crate::probe::nvml::start`] counted, with the library it kept open
+    /// (started before the programs attach: its start-up calls are not traced).
+    pub fn new(nvml: Nvml, devices: Vec<(u32, Option<String>)>) -> Self {
+        let gpus = devices.into_iter().map(|(i, uuid)| (i, uuid, 0)).collect();
+        Self { nvml, gpus }
     }
 }
 
@@ -116,14 +114,23 @@ impl ShareSampler for ReplaySampler {
     }
 }
 
-/// The sampler to use: the test stand-in when [`REPLAY_ENV`] is set, else NVML. `Err`: the
-/// line to print (tracing goes on without shares).
-pub fn open() -> Result<Box<dyn ShareSampler>, String> {
-    match std::env::var(REPLAY_ENV) {
-        Ok(path) => Ok(Box::new(ReplaySampler::open(&path)?)),
-        Err(_) => Ok(Box::new(NvmlSampler::open()?)),
-    }
+/// Test-only: the capture [`REPLAY_ENV`] names, if set.
+pub fn replay_capture() -> Option<String> {
+    std::env::var(REPLAY_ENV).ok()
 }
+
+/// How long one poll of the sampler may take before sampling is given up (the poll is left to
+/// itself on the sampling thread).
+pub const POLL_LIMIT: Duration = Duration::from_secs(2);
+
+/// A poll that did not return within [`POLL_LIMIT`].
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "NVML ({lib}) did not answer a sample within {secs} s",
+    lib = crate::probe::nvml::LIBRARY,
+    secs = POLL_LIMIT.as_secs()
+)]
+pub struct Stalled;
 
 /// The sampling thread, as the live loop holds it. Dropping it stops the thread at once (it
 /// waits on the stop channel between polls); it is never joined, so a slow NVML call cannot
@@ -131,6 +138,9 @@ pub fn open() -> Result<Box<dyn ShareSampler>, String> {
 pub struct ShareThread {
     pub samples: Receiver<Vec<ShareSample>>,
     _stop: SyncSender<()>,
+    /// When the poll under way started, in ms since `since`, plus one; 0 between polls.
+    busy: Arc<AtomicU64>,
+    since: Instant,
 }
 
 /// Starts polling `sampler` every `period`; a sampler that fails says so once on stderr and
@@ -138,13 +148,36 @@ pub struct ShareThread {
 pub fn start(mut sampler: Box<dyn ShareSampler>, period: Duration) -> std::io::Result<ShareThread> {
     let (tx, samples) = std::sync::mpsc::sync_channel(QUEUE);
     let (stop, stopped) = std::sync::mpsc::sync_channel::<()>(0);
+    let (busy, since) = (Arc::new(AtomicU64::new(0)), Instant::now());
+    let polling = Polling {
+        busy: Arc::clone(&busy),
+        since,
+    };
     thread::Builder::new()
         .name("gpu-trace-share".into())
-        .spawn(move || sample_loop(sampler.as_mut(), period, &tx, &stopped))?;
+        .spawn(move || sample_loop(sampler.as_mut(), period, &tx, &stopped, &polling))?;
     Ok(ShareThread {
         samples,
         _stop: stop,
+        busy,
+        since,
     })
+}
+
+/// The sampling thread's side of [`ShareThread::busy`].
+struct Polling {
+    busy: Arc<AtomicU64>,
+    since: Instant,
+}
+
+impl Polling {
+    fn poll(&self, sampler: &mut dyn ShareSampler) -> Result<Vec<ShareSample>, String> {
+        let now = u64::try_from(self.since.elapsed().as_millis()).unwrap_or(u64::MAX - 1);
+        self.busy.store(now + 1, Ordering::Relaxed);
+        let answer = sampler.poll();
+        self.busy.store(0, Ordering::Relaxed);
+        answer
+    }
 }
 
 fn sample_loop(
@@ -152,9 +185,10 @@ fn sample_loop(
     period: Duration,
     tx: &SyncSender<Vec<ShareSample>>,
     stopped: &Receiver<()>,
+    polling: &Polling,
 ) {
     loop {
-        match sampler.poll() {
+        match polling.poll(sampler) {
             Ok(batch) if batch.is_empty() => {}
             Ok(batch) => match tx.try_send(batch) {
                 Ok(()) | Err(TrySendError::Full(_)) => {}
@@ -173,8 +207,16 @@ fn sample_loop(
 }
 
 impl ShareThread {
-    /// The batches waiting now.
-    pub fn take(&self) -> Vec<ShareSample> {
-        self.samples.try_iter().flatten().collect()
+    /// The batches waiting now; `Err` when a poll has been under way longer than
+    /// [`POLL_LIMIT`] (the caller drops the thread, which is never waited for).
+    pub fn take(&self) -> Result<Vec<ShareSample>, Stalled> {
+        let batches: Vec<ShareSample> = self.samples.try_iter().flatten().collect();
+        let started = self.busy.load(Ordering::Relaxed);
+        let now = u64::try_from(self.since.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let limit = u64::try_from(POLL_LIMIT.as_millis()).unwrap_or(u64::MAX);
+        if started != 0 && now.saturating_sub(started - 1) > limit {
+            return Err(Stalled);
+        }
+        Ok(batches)
     }
 }
