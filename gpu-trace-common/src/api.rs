@@ -98,6 +98,25 @@ pub mod api_switch {
     pub const COUNT: u32 = 2;
 }
 
+/// [`ApiLoadedRecord`]'s type tag.
+pub const API_LOADED: u32 = 0x22;
+
+/// A process's dynamic linker changed its list of loaded objects (`_dl_debug_state`, the
+/// breakpoint debuggers use: after every `dlopen`/`dlclose` and at start-up): userspace reads
+/// the process again and attaches what it loaded. Consumed by the live run, never recorded.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "wire", derive(FromBytes, IntoBytes, KnownLayout, Immutable))]
+pub struct ApiLoadedRecord {
+    pub hdr: RecordHeader,
+    /// 1: the kernel stopped the process (SIGSTOP) until userspace has attached and sends
+    /// SIGCONT (a process in `API_HOLD`: one gpu-trace started).
+    pub held: u32,
+    pub _pad: u32,
+}
+
+const _: () = assert!(size_of::<ApiLoadedRecord>() == size_of::<RecordHeader>() + 8);
+
 /// One completed call (`-v`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

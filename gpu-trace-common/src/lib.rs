@@ -63,6 +63,9 @@ pub mod record_kind {
     /// [`crate::api::ApiRecursionRecord`]: an API call re-entered on a thread, or a thread
     /// past the depth cap.
     pub const API_RECURSION: u32 = crate::api::API_RECURSION;
+    /// [`crate::api::ApiLoadedRecord`]: a target's link map changed (consumed by the live
+    /// run, never recorded).
+    pub const API_LOADED: u32 = crate::api::API_LOADED;
     /// [`crate::api::ApiSymbolRecord`]: written by userspace: the names behind an attach
     /// cookie, before any record that carries it.
     pub const API_SYMBOL: u32 = 0x102;

@@ -48,6 +48,7 @@ mod probes {
     const TP_ARG0: usize = 16;
 
     mod api_call;
+    mod api_loaded;
     mod dqm_create_queue;
     mod file_ioctl;
     mod init_mqd;

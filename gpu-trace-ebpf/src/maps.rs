@@ -166,3 +166,9 @@ pub(crate) static API_SWITCHES: Array<u32> = Array::with_max_entries(api_switch:
 /// costs one more report).
 #[map]
 pub(crate) static API_REPORTED: LruHashMap<[u64; 2], u8> = LruHashMap::with_max_entries(4096, 0);
+
+/// Processes gpu-trace started (`-- CMD`, and those they create), by tgid: `api_loaded` stops
+/// them at each change of their link map until userspace has attached what they loaded, so
+/// that no call of a library they `dlopen` is missed.
+#[map]
+pub(crate) static API_HOLD: HashMap<u32, u32> = HashMap::with_max_entries(4096, 0);

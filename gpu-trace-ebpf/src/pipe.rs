@@ -64,11 +64,13 @@ pub(crate) fn submit<T>(entry: RingBufEntry<T>, read_failed: bool) {
 /// reservation) equal: the driver entry point's kretprobe went past 1 000 000 instructions
 /// processed and was refused (the lab's `z.nv_entry` on 6.1 and a stalled start on 5.10).
 #[inline(always)]
-pub(crate) fn send<T: 'static>(rec: &T) {
+pub(crate) fn send<T: 'static>(rec: &T) -> bool {
     if EVENTS.output::<T>(rec, 0).is_err() {
         bump(counter::DROPPED);
+        false
     } else {
         bump(counter::EMITTED);
+        true
     }
 }
 

@@ -1042,6 +1042,7 @@ impl LiveRun<'_> {
                     }
                 }
             }
+            self.attach_loaded();
             if more == Drained::More {
                 // Let the runtime serve its timers and signals before the next slice.
                 tokio::task::yield_now().await;
@@ -1052,6 +1053,20 @@ impl LiveRun<'_> {
         self.take_share()?;
         self.share = None;
         Ok(())
+    }
+
+    /// `--api`: reads and attaches at once the targets whose link map changed (a library
+    /// `dlopen`ed), and lets the ones the kernel stopped go on.
+    fn attach_loaded(&mut self) {
+        if self.reader.loaded.is_empty() {
+            return;
+        }
+        let loaded = std::mem::take(&mut self.reader.loaded);
+        if let Some(api) = self.reader.api.as_mut() {
+            for (pid, held) in loaded {
+                api.attacher.loaded(self.tracer.ebpf_mut(), pid, held);
+            }
+        }
     }
 
     /// `-- CMD`: the command's exit status (128 + N for a signal), looked at for 0.2 s more
@@ -1172,9 +1187,13 @@ impl LiveRun<'_> {
         if self.reader.read < counters.emitted {
             self.pipeline.stats_mut().lost_samples = Some(counters.emitted - self.reader.read);
         }
-        // --api: the calls' final sums, after the ring's last records.
+        // --api: the calls' final sums, after the ring's last records; a process the kernel
+        // stopped at a change of its link map that was not read any more goes on.
         self.reader
             .send_api_sums(&self.tracer, &mut self.pipeline, &mut self.recorder);
+        if let Some(api) = self.reader.api.as_mut() {
+            api.attacher.release_held();
+        }
         Ok(counters)
     }
 
@@ -1365,6 +1384,9 @@ struct Reader {
     descendants: Option<crate::launch::Descendants>,
     /// `--api`: the probes and the names behind the kernel's `API_TAG` cookies.
     api: Option<crate::api::attach::TraceApi>,
+    /// `--api`: targets whose link map changed (`API_LOADED`, and whether the kernel stopped
+    /// them), to read and attach at once.
+    loaded: Vec<(u32, bool)>,
 }
 
 /// The cgroup subtrees of `--cgroup`/`--container` and `--deny-cgroup`/`--deny-container`.
@@ -1514,6 +1536,11 @@ impl Reader {
             }
             let Some(item) = ring.next() else { break };
             self.read += 1;
+            if let Some(loaded) = crate::api::trace::loaded_of(&item) {
+                // A live run's signal to attach, not an event: never recorded.
+                self.loaded.push(loaded);
+                continue;
+            }
             if self.failure.is_some() {
                 continue;
             }

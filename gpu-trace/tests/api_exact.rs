@@ -263,3 +263,71 @@ fn attaching_to_a_thread_inside_a_call_loop_counts_every_later_call() {
         "no false API_RECURSION: {recursions:?}"
     );
 }
+
+/// `dlopen_client HIP 0 1000`: loads the HIP runtime after start and calls `hipInit` 1000
+/// times at once; `(process, the client's own count, gpu-trace's final hipInit calls)`.
+fn dlopen_at_once(test: &str, main_trace: bool) -> Option<(u64, u64)> {
+    if !uprobes(test) {
+        return None;
+    }
+    let (hip, _dir, root) = api_support::toolchain(test)?;
+    let client = cc(&root, "dlopen_client.c", "dlopen_client", &["-ldl"]);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpu-trace"));
+    if main_trace {
+        cmd.args(["--api", "--format", "json", "--"]);
+    } else {
+        cmd.args(["api", "--format", "json", "--"]);
+    }
+    let out = cmd
+        .arg(&client)
+        .arg(&hip)
+        .args(["0", "1000"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("client "))
+        .unwrap_or_else(|| panic!("no client line: {stdout}{stderr}"));
+    let own: u64 = line
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix("hipInit="))
+        .unwrap()
+        .parse()
+        .unwrap();
+    // The last API_STATS of hipInit in the runtime (the final read comes last).
+    let got = stdout
+        .lines()
+        .rev()
+        .filter(|l| l.starts_with('{'))
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| {
+            v["event"] == "API_STATS"
+                && v["symbol"] == "hipInit"
+                && v["library"]
+                    .as_str()
+                    .is_some_and(|l| l.contains("libamdhip64"))
+        })
+        .map_or(0, |v| v["calls"].as_u64().unwrap());
+    Some((own, got))
+}
+
+#[test]
+fn a_library_dlopened_and_called_at_once_is_counted_from_its_first_call() {
+    let test = "a_library_dlopened_and_called_at_once_is_counted_from_its_first_call";
+    if let Some((own, got)) = dlopen_at_once(test, false) {
+        assert_eq!(own, 1000);
+        assert_eq!(got, own, "gpu-trace api -- CMD");
+    }
+}
+
+#[test]
+fn the_main_trace_counts_a_library_dlopened_and_called_at_once() {
+    let test = "the_main_trace_counts_a_library_dlopened_and_called_at_once";
+    if let Some((own, got)) = dlopen_at_once(test, true) {
+        assert_eq!(own, 1000);
+        assert_eq!(got, own, "gpu-trace --api -- CMD");
+    }
+}

@@ -38,13 +38,15 @@ use crate::probe::untrusted::TARGET_DEADLINE;
 /// read this run (each leaves a worker thread blocked in the kernel).
 const MAX_GIVEN_UP: usize = 8;
 
-/// The uprobe programs.
+/// The uprobe programs on the table's symbols.
 pub const PROGRAMS: [&str; 2] = ["api_entry", "api_return"];
+/// The uprobe on the dynamic linker's `_dl_debug_state` (a change of the link map).
+pub const LOADED: &str = "api_loaded";
 
 /// Loads the uprobe programs of `ebpf` and sets their switches: one record per call
 /// (`verbose`) and the open calls kept per thread (`max_depth`).
 pub fn load_programs(ebpf: &mut Ebpf, verbose: bool, max_depth: u32) -> Result<(), String> {
-    for name in PROGRAMS {
+    for name in PROGRAMS.into_iter().chain([LOADED]) {
         let p: &mut UProbe = ebpf
             .program_mut(name)
             .ok_or_else(|| format!("no program {name} in the object"))?
@@ -117,6 +119,10 @@ pub struct Attacher {
     given_up: HashSet<u32>,
     /// The files probed, kept open while their probes are attached (by device and inode).
     files: HashMap<(u64, u64), Arc<Opened>>,
+    /// (process, device, inode) of the dynamic linkers whose `_dl_debug_state` is probed.
+    watched: HashSet<(u32, u64, u64)>,
+    /// Processes in the kernel's `API_HOLD` (stopped at each change of their link map).
+    held: HashSet<u32>,
     /// Library id → path (cookie's high half).
     libs: Vec<String>,
     lib_ids: HashMap<String, u32>,
@@ -147,6 +153,8 @@ impl Attacher {
             stop,
             given_up: HashSet::new(),
             files: HashMap::new(),
+            watched: HashSet::new(),
+            held: HashSet::new(),
             libs: Vec::new(),
             lib_ids: HashMap::new(),
             syms: Vec::new(),
@@ -282,6 +290,16 @@ impl Attacher {
         for (path, opened) in launch_candidates(&self.table, cmd) {
             added += self.attach_file(ebpf, pid, &path, &Arc::new(opened));
         }
+        // Its dynamic linker, by path: each library it loads later is attached before the
+        // command goes on (`hold`).
+        let interp = executable_of(cmd)
+            .and_then(|exe| libraries::host_file(&exe, &self.table))
+            .and_then(|exe| exe.facts.interp)
+            .and_then(|i| libraries::host_file(std::path::Path::new(&i), &self.table));
+        if let Some(interp) = interp {
+            self.watch_loads(ebpf, pid, &interp);
+        }
+        self.hold(ebpf, pid);
         let preload = std::env::var_os("LD_PRELOAD").unwrap_or_default();
         for path in libraries::split_preload(preload.as_bytes()) {
             self.mark_preload(pid, &path);
@@ -317,6 +335,9 @@ impl Attacher {
             }
             Err(_) => return None,
         };
+        for opened in files.values() {
+            self.watch_loads(ebpf, pid, opened);
+        }
         let mut with_symbols = 0;
         for lib in &report.libraries {
             if lib.defines.is_empty() {
@@ -331,6 +352,69 @@ impl Attacher {
             }
         }
         Some(with_symbols)
+    }
+
+    /// The `api_loaded` uprobe on `_dl_debug_state` of `opened` (a dynamic linker) in `pid`,
+    /// once per (process, file).
+    fn watch_loads(&mut self, ebpf: &mut Ebpf, pid: u32, opened: &Opened) {
+        let (Some(offset), Some(file)) = (opened.facts.dl_debug_state, opened.file.as_ref()) else {
+            return;
+        };
+        if !self.watched.insert((pid, file.dev, file.ino)) {
+            return;
+        }
+        let Some(scope) = NonZeroU32::new(pid).map(UProbeScope::OneProcess) else {
+            return;
+        };
+        let p: &mut UProbe = match ebpf.program_mut(LOADED).map(TryInto::try_into) {
+            Some(Ok(p)) => p,
+            _ => return,
+        };
+        let point = UProbeAttachPoint {
+            location: UProbeAttachLocation::AbsoluteOffset(offset),
+            cookie: None,
+        };
+        match p.attach(point, file.kernel_path(), scope) {
+            Ok(id) => self.links.push((LOADED, id)),
+            Err(e) => self.report_failure("the dynamic linker", "_dl_debug_state", &e),
+        }
+    }
+
+    /// Puts `pid` (a process gpu-trace started) in the kernel's `API_HOLD`: it is stopped at
+    /// each change of its link map until [`Self::loaded`] continues it.
+    pub fn hold(&mut self, ebpf: &mut Ebpf, pid: u32) {
+        if self.held.contains(&pid) {
+            return;
+        }
+        let Some(map) = ebpf.map_mut("API_HOLD") else {
+            return;
+        };
+        if let Ok(mut map) = aya::maps::HashMap::<_, u32, u32>::try_from(map)
+            && map.insert(pid, 1, 0).is_ok()
+        {
+            self.held.insert(pid);
+        }
+    }
+
+    /// A target's link map changed (`API_LOADED`, `held`: the kernel stopped it): read it
+    /// and attach what it loaded now, then let it go on. Returns the symbols attached.
+    pub fn loaded(&mut self, ebpf: &mut Ebpf, pid: u32, held: bool) -> usize {
+        let before = self.attached.len();
+        let _ = self.scan(ebpf, pid);
+        if held {
+            // SAFETY: a signal to a process this run started and the kernel stopped.
+            unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+        }
+        self.attached.len() - before
+    }
+
+    /// Lets every held process go on (the end of the run: one stopped by a change of its
+    /// link map that was not read any more must not stay stopped).
+    pub fn release_held(&mut self) {
+        for pid in self.held.drain() {
+            // SAFETY: a process this run started.
+            unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+        }
     }
 
     /// A process whose reading did not end by its deadline: said once, never read again.
@@ -515,7 +599,12 @@ impl TraceApi {
         followed: impl IntoIterator<Item = u32>,
     ) -> (usize, usize) {
         let mut targets = targets(&self.pids, &self.comms);
-        targets.extend(followed);
+        // The processes `-- CMD` created are this run's too: held at each change of their
+        // link map, like the command.
+        for pid in followed {
+            self.attacher.hold(tracer.ebpf_mut(), pid);
+            targets.push(pid);
+        }
         targets.sort_unstable();
         targets.dedup();
         let with = self

@@ -117,6 +117,11 @@ impl Tracer {
         }
     }
 
+    /// Lets the processes held at a change of their link map go on (the end of the run).
+    fn release_held(&mut self) {
+        self.at.release_held();
+    }
+
     /// Detaches everything now (the fallback of [`Self::release_in_background`]).
     fn detach(&mut self) {
         self.at.detach(&mut self.ebpf);
@@ -139,13 +144,17 @@ impl Tracer {
             .join(" ")
     }
 
-    /// The records the ring holds now, as lines (text or JSON).
+    /// The records the ring holds now, as lines (text or JSON). A target whose link map
+    /// changed (`API_LOADED`) is read and attached at once, then continued if it was held.
     fn drain(&mut self, json: bool) -> Vec<String> {
         let mut raw = Vec::new();
         if let Some(ring) = self.ring.as_mut() {
             while let Some(item) = ring.next() {
                 raw.push(item.to_vec());
             }
+        }
+        for (pid, held) in raw.iter().filter_map(|b| loaded_of(b)) {
+            self.at.loaded(&mut self.ebpf, pid, held);
         }
         raw.iter().filter_map(|b| self.decode(b, json)).collect()
     }
@@ -272,6 +281,18 @@ impl Tracer {
     }
 }
 
+/// The process of an `API_LOADED` record (a change of its link map) and whether the kernel
+/// stopped it; `None` for any other record.
+pub fn loaded_of(b: &[u8]) -> Option<(u32, bool)> {
+    use gpu_trace_common::zerocopy::FromBytes as _;
+    let kind = u32::from_ne_bytes(b.get(..4)?.try_into().ok()?);
+    if kind != gpu_trace_common::record_kind::API_LOADED {
+        return None;
+    }
+    let (r, _) = gpu_trace_common::api::ApiLoadedRecord::read_from_prefix(b).ok()?;
+    Some((r.hdr.tgid, r.held != 0))
+}
+
 /// Two descriptors per probed symbol (entry and return), a hundred symbols in libcuda alone: a
 /// soft limit of 1024 open files (a common default) leaves no room for PyTorch's runtimes. The
 /// soft limit goes up to the hard one, as other tracers do.
@@ -359,6 +380,7 @@ pub fn trace(args: &ApiArgs) -> Result<Traced, TraceError> {
         None
     };
     let status = run_loop(&mut tracer, args, &mut targets, child, &subtrees);
+    tracer.release_held();
     emit_events(&mut tracer, args);
     let final_rows = tracer.read(&targets);
     print(args, &final_rows, true);

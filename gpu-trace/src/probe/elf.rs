@@ -44,6 +44,11 @@ pub struct Facts {
     pub has_dynsym: bool,
     pub defines: BTreeMap<String, Defined>,
     pub imports_dlsym: bool,
+    /// The file offset of `_dl_debug_state` where the file defines it (glibc's dynamic
+    /// linker): the API layer's notification point for a change of the link map.
+    pub dl_debug_state: Option<u64>,
+    /// `PT_INTERP`: the dynamic linker an executable asks for.
+    pub interp: Option<String>,
     /// What was not read past a limit (`None`: the file was read whole).
     pub skipped: Option<String>,
 }
@@ -116,7 +121,10 @@ fn facts_of<Elf: FileHeader<Endian = Endianness>>(
     let header = Elf::parse(data).ok()?;
     let endian = header.endian().ok()?;
     let sections = header.sections(endian, data).ok()?;
-    let mut facts = Facts::default();
+    let mut facts = Facts {
+        interp: interp(header, endian, data),
+        ..Facts::default()
+    };
     if let Ok(Some((dynamic, link))) = sections.dynamic(endian, data) {
         let strings = sections.strings(endian, data, link).unwrap_or_default();
         for d in dynamic {
@@ -175,6 +183,12 @@ fn facts_of<Elf: FileHeader<Endian = Endianness>>(
         let Ok(name) = std::str::from_utf8(name) else {
             continue;
         };
+        if name == "_dl_debug_state" && is_code {
+            let shndx = (shndx < elf::SHN_LORESERVE).then_some(shndx);
+            facts.dl_debug_state =
+                file_offset(&sections, endian, shndx, sym.st_value(endian).into());
+            continue;
+        }
         if !is_code || sym.st_bind() == elf::STB_LOCAL || table.entry_for(name).is_none() {
             continue;
         }
@@ -196,6 +210,23 @@ fn facts_of<Elf: FileHeader<Endian = Endianness>>(
             .insert(name.to_string(), Defined { binding, offset });
     }
     Some(facts)
+}
+
+/// `PT_INTERP`'s path (at most 4 KiB).
+fn interp<Elf: FileHeader<Endian = Endianness>>(
+    header: &Elf,
+    endian: Endianness,
+    data: &Capped<'_>,
+) -> Option<String> {
+    let p = header
+        .program_headers(endian, data)
+        .ok()?
+        .iter()
+        .find(|p| p.p_type(endian) == elf::PT_INTERP)?;
+    let (off, size): (u64, u64) = (p.p_offset(endian).into(), p.p_filesz(endian).into());
+    let bytes = data.read_bytes_at(off, size.min(4096)).ok()?;
+    let bytes = bytes.split(|&b| b == 0).next()?;
+    (!bytes.is_empty()).then(|| decode_lossless(bytes))
 }
 
 fn past_budget(what: &str) -> String {

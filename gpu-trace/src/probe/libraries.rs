@@ -71,7 +71,8 @@ impl Opened {
                 .read_at(&mut byte, d.offset)
                 .is_ok_and(|n| n == 1)
         });
-        let file = (!facts.defines.is_empty()).then_some(file);
+        let keep = !facts.defines.is_empty() || facts.dl_debug_state.is_some();
+        let file = keep.then_some(file);
         Self { file, facts }
     }
 }
