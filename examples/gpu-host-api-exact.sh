@@ -129,7 +129,7 @@ IP=$!; until [ -s "$O/idle.txt" ]; do sleep 0.1; done
 "$B" api --resolve --format json --pid $IP > "$O/resolve.json" 2> "$O/resolve.stderr"; echo "resolve exit $?"
 kill $IP
 for l in "$LIBCUDA" "$LIBCUDART"; do
-  nm -D --defined-only "$l" | awk '{print $3}' | cut -d@ -f1 | grep -E '^(cu|cuda)[A-Za-z_0-9]*Launch' | sort -u > "$O/exports.txt"
+  nm -D --defined-only "$l" | awk '{print $3}' | cut -d@ -f1 | grep -E '^(cu|cuda)[A-Za-z_0-9]*Launch' | grep -v '^cudbg' | sort -u > "$O/exports.txt"
   python3 - "$O/resolve.json" "$O/exports.txt" "$l" <<'PY'
 import json, sys
 v = json.loads(open(sys.argv[1]).readline())

@@ -30,8 +30,10 @@ fn launch_exports(lib: &Path) -> Option<Vec<String>> {
                 let mut f = l.split_whitespace();
                 let kind = f.nth(1)?;
                 let name = f.next()?.split('@').next()?;
-                // C entry points of the API (C++ overloads and helpers, `_Z…`, are not).
-                let api = name.starts_with("cu") || name.starts_with("hip");
+                // C entry points of the API (C++ overloads and helpers, `_Z…`, are not, nor
+                // libcuda's debugger interface, `cudbg…`).
+                let api = (name.starts_with("cu") && !name.starts_with("cudbg"))
+                    || name.starts_with("hip");
                 (matches!(kind, "T" | "W" | "i") && api && name.contains("Launch"))
                     .then(|| name.into())
             })

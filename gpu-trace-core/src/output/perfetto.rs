@@ -260,11 +260,10 @@ impl PerfettoSink {
         let Some(w) = self.writer.as_mut() else {
             return Ok(());
         };
+        // On the driver events' clock (monotonic): a sample older than this machine's boot
+        // (a capture replayed days later) gets a negative time rather than none.
         let mono_ns = i128::from(wall_us) * 1000 - self.clock.offset_ns();
-        let Ok(ts_ns) = u64::try_from(mono_ns) else {
-            return Ok(());
-        };
-        w.share_counter(ts_ns, gpu, pid, ratio)
+        w.share_counter(mono_ns, gpu, pid, ratio)
             .map_err(SinkError::Perfetto)
     }
 }
@@ -685,10 +684,12 @@ impl<W: Write> PerfettoWriter<W> {
     }
 
     /// A point of process `pid`'s counter track `GPU share (gpu N)`: the share in percent.
-    pub fn share_counter(&mut self, ts_ns: u64, gpu: u32, pid: u32, ratio: f64) -> io::Result<()> {
+    pub fn share_counter(&mut self, ts_ns: i128, gpu: u32, pid: u32, ratio: f64) -> io::Result<()> {
+        let abs = u64::try_from(ts_ns.unsigned_abs()).unwrap_or(u64::MAX);
+        let sign = if ts_ns < 0 { "-" } else { "" };
         let line = format!(
-            "{{\"ph\":\"C\",\"ts\":{},\"pid\":{pid},\"tid\":0,\"name\":\"GPU share (gpu {gpu})\",\"cat\":\"{CATEGORY}\",\"args\":{{\"share_percent\":{:.1}}}}}",
-            ts_us(ts_ns),
+            "{{\"ph\":\"C\",\"ts\":{sign}{},\"pid\":{pid},\"tid\":0,\"name\":\"GPU share (gpu {gpu})\",\"cat\":\"{CATEGORY}\",\"args\":{{\"share_percent\":{:.1}}}}}",
+            ts_us(abs),
             ratio * 100.0
         );
         self.write_event(&line)
