@@ -1193,6 +1193,7 @@ impl LiveRun<'_> {
             .send_api_sums(&self.tracer, &mut self.pipeline, &mut self.recorder);
         if let Some(api) = self.reader.api.as_mut() {
             api.attacher.release_held();
+            api.attacher.report_skipped();
         }
         Ok(counters)
     }

@@ -73,37 +73,14 @@ fn start_command(mut cmd: Command) -> (Child, BufReader<ChildStdout>, u32) {
 /// The probes a client of the stand-in libraries gets: three symbols (`cuInit`,
 /// `cuCtxCreate_v4`, `cudaMalloc`), entry and return each, and its dynamic linker's
 /// `_dl_debug_state` (libraries loaded later, docs/api.md).
-const PER_TARGET: usize = 7;
+const PER_TARGET: usize = api_support::PROBES_PER_CLIENT;
 
-/// Waits (30 s at most) until process `pid` holds `n` BPF link descriptors: the uprobes
-/// `gpu-trace api` attached.
 fn wait_probes(pid: u32, n: usize) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let held = links_of(pid);
-        if held >= n {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "gpu-trace {pid} holds {held} probes after 30 s, not {n}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    api_support::wait_links(pid, n);
 }
 
-/// The BPF link descriptors process `pid` holds.
 fn links_of(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| {
-            d.flatten()
-                .filter(|e| {
-                    std::fs::read_link(e.path())
-                        .is_ok_and(|l| l.to_string_lossy() == "anon_inode:bpf_link")
-                })
-                .count()
-        })
-        .unwrap_or(0)
+    api_support::bpf_links(pid)
 }
 
 /// Lets the client make its calls and waits for it to end.

@@ -9,8 +9,8 @@
 //!
 //! Without root, uprobes or a C compiler, the tests print `SKIPPED: <why>`.
 
-use std::path::PathBuf;
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 
 mod api_support;
 mod common;
@@ -26,8 +26,9 @@ fn build(test: &str) -> Option<(tempfile::TempDir, PathBuf)> {
 
 /// Runs `gpu-trace --watch-device /dev/full --api --format json -- command…` to its end; the
 /// `api` object of each of the client's three SCHEDULEs (`Null` where none), and stderr.
-fn traced(command: &[&str]) -> ([serde_json::Value; 3], String) {
-    let out = Command::new(gpu_trace_bin())
+/// `go`: a file created once the tracer holds `links` probes (the client waits for it).
+fn traced(command: &[&str], go: Option<(&Path, usize)>) -> ([serde_json::Value; 3], String) {
+    let tracer = Command::new(gpu_trace_bin())
         .args([
             "--watch-device",
             "/dev/full",
@@ -37,8 +38,15 @@ fn traced(command: &[&str]) -> ([serde_json::Value; 3], String) {
             "--",
         ])
         .args(command)
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
+    if let Some((go, links)) = go {
+        api_support::wait_links(tracer.id(), links);
+        std::fs::write(go, "").unwrap();
+    }
+    let out = tracer.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -84,7 +92,7 @@ fn api_tags_a_launched_commands_first_calls() {
         return;
     };
     let client = root.join("client");
-    let (api, stderr) = traced(&[client.to_str().unwrap()]);
+    let (api, stderr) = traced(&[client.to_str().unwrap()], None);
     assert_eq!(api, expected(), "{stderr}");
     assert!(
         stderr.contains("symbols of the command's start-up libraries before its exec"),
@@ -92,17 +100,19 @@ fn api_tags_a_launched_commands_first_calls() {
     );
 }
 
-/// A process the command creates (the shell forks the client, which calls once its probes
-/// are in, 20 s at most: the rescans, once a second, may wait behind the removal of an
-/// earlier test's probes) is attached at a rescan: its calls carry their API call too.
+/// A process the command creates (the shell forks the client, which calls once the tracer
+/// holds its probes: the shell's dynamic-linker probe and the client's seven) is attached at a
+/// rescan: its calls carry their API call too.
 #[test]
 fn api_follows_the_processes_a_launched_command_creates() {
     let test = "api_follows_the_processes_a_launched_command_creates";
     let Some((_dir, root)) = build(test) else {
         return;
     };
-    let script = format!("{} 20; true", root.join("client").display());
-    let (api, stderr) = traced(&["sh", "-c", &script]);
+    let go = root.join("go");
+    let script = format!("{} {}; true", root.join("client").display(), go.display());
+    let links = 1 + api_support::PROBES_PER_CLIENT;
+    let (api, stderr) = traced(&["sh", "-c", &script], Some((&go, links)));
     assert_eq!(api, expected(), "{stderr}");
 }
 

@@ -323,6 +323,13 @@ fn tracing_a_hostile_target_ends_on_sigint() {
     // `gpu-trace api --pid` is ended by SIGINT as a matter of course: exit 0, its table out.
     assert_eq!(ran.code, Some(0), "ended by SIGINT: {}", ran.err);
     assert!(ran.err.contains("a FIFO"), "{}", ran.err);
+    // What was left out is counted at the end: the FIFO and the sparse file's symbols.
+    assert!(
+        ran.err
+            .contains("api: 2 file(s) or process(es) a target controls were left out"),
+        "{}",
+        ran.err
+    );
     assert!(
         ran.max_rss_kib < RSS_BOUND_KIB,
         "peak RSS {} KiB",

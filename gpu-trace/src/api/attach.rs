@@ -258,7 +258,9 @@ impl Attacher {
     }
 
     /// Both programs at `offset` of the file `target` (a path to this process's descriptor),
-    /// for one process.
+    /// for one process: the return probe first, so that a call made while the two go on is
+    /// either not seen (entered before the entry probe) or seen whole, never entered without
+    /// its return (a frame left open until the thread's next call).
     fn attach_symbol(
         &mut self,
         ebpf: &mut Ebpf,
@@ -267,7 +269,7 @@ impl Attacher {
         target: &str,
         scope: UProbeScope,
     ) -> Result<(), aya::programs::ProgramError> {
-        for name in PROGRAMS {
+        for name in PROGRAMS.into_iter().rev() {
             let p: &mut UProbe = match ebpf.program_mut(name).map(TryInto::try_into) {
                 Some(Ok(p)) => p,
                 _ => continue,
@@ -455,6 +457,19 @@ impl Attacher {
     /// regular file) or a process did not answer in time.
     pub fn skipped(&self) -> u64 {
         self.reader.as_ref().map_or(0, Reader::skipped) + self.given_up.len() as u64
+    }
+
+    /// The end of a run: the count of [`Self::skipped`] on stderr when there was any (each
+    /// case was said once as it happened).
+    pub fn report_skipped(&self) {
+        let n = self.skipped();
+        if n > 0 {
+            eprintln!(
+                "gpu-trace: api: {n} file(s) or process(es) a target controls were left out \
+                 (past a read limit, not a regular file, or not answering in time): see the \
+                 lines above and docs/reliability.md, section 13"
+            );
+        }
     }
 
     /// Probes attached (entry and return each count).

@@ -381,6 +381,7 @@ pub fn trace(args: &ApiArgs) -> Result<Traced, TraceError> {
     };
     let status = run_loop(&mut tracer, args, &mut targets, child, &subtrees);
     tracer.release_held();
+    tracer.at.report_skipped();
     emit_events(&mut tracer, args);
     let final_rows = tracer.read(&targets);
     print(args, &final_rows, true);

@@ -151,7 +151,8 @@ pub struct Reader {
     cache: HashMap<(String, u64), Option<Arc<Opened>>>,
     /// Files (by device and inode) or processes something was left out of, said once each.
     noted: HashSet<String>,
-    /// How many times something was left out past a limit, or refused (not a regular file).
+    /// How many files or processes something was left out of (past a limit, or refused: not a
+    /// regular file).
     skipped: u64,
 }
 
@@ -173,8 +174,8 @@ impl Reader {
         &self.table
     }
 
-    /// How many times something a process controls was left out (past a read limit, or not
-    /// a regular file), each said once on stderr.
+    /// How many files or processes something was left out of (past a read limit, or not a
+    /// regular file), each said once on stderr.
     pub fn skipped(&self) -> u64 {
         self.skipped
     }
@@ -277,10 +278,10 @@ impl Reader {
         opened
     }
 
-    /// Says once (by `key`) that something was left out, and counts it.
+    /// Says once (by `key`) that something was left out, and counts it once.
     fn note(&mut self, key: String, line: String) {
-        self.skipped += 1;
         if self.noted.insert(key) {
+            self.skipped += 1;
             eprintln!("gpu-trace: api: {line}");
         }
     }

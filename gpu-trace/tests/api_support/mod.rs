@@ -125,3 +125,44 @@ pub fn fake_cuda(
     }
     Some((dir, root))
 }
+
+/// The probes a client of the stand-in libraries (`fake_cuda`) gets: three symbols (`cuInit`,
+/// `cuCtxCreate_v4`, `cudaMalloc`), entry and return each, and its dynamic linker's
+/// `_dl_debug_state` (libraries loaded later, docs/api.md).
+pub const PROBES_PER_CLIENT: usize = 7;
+
+/// The uprobes process `pid` holds: its BPF links of type `perf` (a uprobe is a perf event
+/// with a BPF link; the main trace's own hooks here are `tracing` or `raw_tracepoint` links).
+pub fn bpf_links(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.flatten()
+                .filter(|e| {
+                    std::fs::read_link(e.path())
+                        .is_ok_and(|l| l.to_string_lossy() == "anon_inode:bpf_link")
+                        && std::fs::read_to_string(format!(
+                            "/proc/{pid}/fdinfo/{}",
+                            e.file_name().to_string_lossy()
+                        ))
+                        .is_ok_and(|info| info.contains("link_type:\tperf\n"))
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// Waits (30 s at most, a liveness bound) until process `pid` holds `n` uprobes.
+pub fn wait_links(pid: u32, n: usize) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let held = bpf_links(pid);
+        if held >= n {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "gpu-trace {pid} holds {held} probes after 30 s, not {n}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
