@@ -331,3 +331,96 @@ fn the_main_trace_counts_a_library_dlopened_and_called_at_once() {
         assert_eq!(got, own, "gpu-trace --api -- CMD");
     }
 }
+
+#[test]
+fn calls_that_fail_are_counted_as_errors_end_to_end() {
+    let test = "calls_that_fail_are_counted_as_errors_end_to_end";
+    let Some((_dir, client)) = build(test) else {
+        return;
+    };
+    let out = traced(&client, &["errors", "700", "300"]);
+    // The client's own count of the calls that returned non-zero.
+    let failed: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("failed="))
+        .expect("the client's failed= line")
+        .parse()
+        .unwrap();
+    assert_eq!(failed, 300);
+    assert_exact(&out, &lib_of(&client), &[("cuLaunchKernel", 0)]);
+    let (rows, _) = final_rows(&out, &lib_of(&client));
+    assert_eq!(
+        rows["cuLaunchKernel"]["errors"].as_u64(),
+        Some(failed),
+        "{out}"
+    );
+}
+
+/// A library of `n` table symbols (`cuMemcpy0` … `cuMemcpy{n-1}`, matched by `cuMemcpy*`) and a
+/// client that calls each `times` times, printing `calls=N` (its own count).
+fn wide_library(root: &Path, n: usize) -> PathBuf {
+    let mut lib = String::from("static long calls;\nlong gt_wide_calls(void) { return calls; }\n");
+    let mut client =
+        String::from("#include <stdio.h>\n#include <stdlib.h>\nlong gt_wide_calls(void);\n");
+    let mut body = String::new();
+    for i in 0..n {
+        lib += &format!("int cuMemcpy{i}(void) {{ calls++; return 0; }}\n");
+        client += &format!("int cuMemcpy{i}(void);\n");
+        body += &format!("        cuMemcpy{i}();\n");
+    }
+    client += &format!(
+        "int main(int argc, char **argv) {{\n    for (long t = 0; t < atol(argv[1]); t++) {{\n{body}    }}\n    printf(\"calls=%ld\\n\", gt_wide_calls());\n    return 0;\n}}\n"
+    );
+    std::fs::write(root.join("wide.c"), lib).unwrap();
+    std::fs::write(root.join("wide_client.c"), client).unwrap();
+    let run = |args: &[&str]| {
+        let ok = Command::new("cc").args(args).status().unwrap().success();
+        assert!(ok, "cc {args:?}");
+    };
+    let dir = root.display().to_string();
+    run(&[
+        "-shared",
+        "-fPIC",
+        "-o",
+        &format!("{dir}/libcuda.so.1"),
+        &format!("{dir}/wide.c"),
+    ]);
+    let bin = root.join("wide_client");
+    run(&[
+        "-o",
+        bin.to_str().unwrap(),
+        &format!("{dir}/wide_client.c"),
+        &format!("-L{dir}"),
+        "-l:libcuda.so.1",
+        &format!("-Wl,-rpath,{dir}"),
+    ]);
+    bin
+}
+
+#[test]
+fn two_runs_of_200_probes_back_to_back_are_both_exact() {
+    let test = "two_runs_of_200_probes_back_to_back_are_both_exact";
+    if !uprobes(test) || !c_compiler(test) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let client = wide_library(&root, 100);
+    for run in ["first", "second"] {
+        // The second starts as soon as the first has ended (its probes are still being
+        // removed in the background).
+        let out = traced(&client, &["10"]);
+        let own: u64 = out
+            .lines()
+            .find_map(|l| l.strip_prefix("calls="))
+            .expect("the client's line")
+            .parse()
+            .unwrap();
+        assert_eq!(own, 1000);
+        let (rows, _) = final_rows(&out, &lib_of(&client));
+        assert_eq!(rows.len(), 100, "{run}: a row per symbol: {out}");
+        let total: u64 = rows.values().map(|r| r["calls"].as_u64().unwrap()).sum();
+        assert_eq!(total, own, "{run} run");
+        assert!(rows.values().all(|r| r["calls"] == 10), "{run}: {out}");
+    }
+}

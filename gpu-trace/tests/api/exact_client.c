@@ -7,6 +7,8 @@
  *   longjmp TIMES N         TIMES cuMemcpyHtoD_v2 left by longjmp, then N cuLaunchKernel
  *   loop N                  says "ready", calls cuLaunchKernel until SIGUSR1, then N
  *                           cuMemAlloc_v2
+ *   errors OK FAILED        OK cuLaunchKernel that succeed, FAILED that fail (a grid of 0
+ *                           blocks: the library returns 1); prints "failed=FAILED" too
  * It waits for a line on stdin first when GT_WAIT is set (the tracer attached), and prints
  * "calls cuMemAlloc_v2=A cuLaunchKernel=B cuCtxSynchronize=C cuStreamSynchronize=D
  * cuMemcpyHtoD_v2=E" from the library's own counters at the end. */
@@ -70,6 +72,12 @@ int main(int argc, char **argv) {
         gt_recurse(1);
         for (long i = 0; i < atol(argv[2]); i++)
             cuMemAlloc_v2(&p, 64);
+    } else if (!strcmp(argv[1], "errors") && argc == 4) {
+        long failed = 0;
+        launches(atol(argv[2]));
+        for (long i = 0; i < atol(argv[3]); i++)
+            failed += cuLaunchKernel(0, 0, 1, 1, 1, 1, 1, 0, 0, 0, 0) != 0;
+        printf("failed=%ld\n", failed);
     } else {
         return 64;
     }
