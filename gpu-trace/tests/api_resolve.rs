@@ -294,3 +294,67 @@ fn api_without_resolve_and_bad_targets_say_what_to_do() {
     assert_eq!(code, Some(0));
     assert!(out.contains("no GPU API library mapped"), "{out}");
 }
+
+/// Shims that bear the real library's name are resolved by the file they are, not by that
+/// name (issue 39): (1) `shim_next.c` built as `…/byname/libamdhip64.so.5` and preloaded by
+/// that path — the real runtime is mapped too, lower, and was taken for the preload; (2)
+/// `shim_soname.c` with the soname `libamdhip64.so.5`, which satisfies the client's
+/// `DT_NEEDED` itself and `dlopen`s the real runtime by path — the real one was put in the
+/// global scope as needed. The oracle is ld.so's own link map (`LD_TRACE_LOADED_OBJECTS=1`).
+#[test]
+fn a_shim_with_the_real_librarys_name_is_resolved_by_the_file_it_is() {
+    let test = "a_shim_with_the_real_librarys_name_is_resolved_by_the_file_it_is";
+    let Some(b) = build(test) else { return };
+    let root = b.client.parent().unwrap();
+    let hip_name = b.hip.file_name().unwrap().to_str().unwrap().to_string();
+    let mut cases = Vec::new();
+    for (dir, source, extra) in [
+        ("byname", "shim_next.c", vec!["-shared", "-fPIC"]),
+        (
+            "soname",
+            "shim_soname.c",
+            vec!["-shared", "-fPIC", "-Wl,-soname,libamdhip64.so.5"],
+        ),
+    ] {
+        std::fs::create_dir_all(root.join(dir)).unwrap();
+        let out = format!("{dir}/libamdhip64.so.5");
+        cases.push((dir, cc(root, source, &out, &extra)));
+    }
+    for (case, shim) in &cases {
+        let mut child = Command::new(&b.client)
+            .env("LD_PRELOAD", shim)
+            .env("GT_REAL_HIP", &b.hip)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        api_support::wait_ready(&mut child);
+        let client = Reaped(child);
+        let v = resolve_json(client.0.id());
+        let libs = v["libraries"].as_array().unwrap();
+        let origin_of = |p: &Path| {
+            libs.iter()
+                .find(|l| l["path"] == p.to_str().unwrap())
+                .map(|l| l["origin"].as_str().unwrap().to_string())
+        };
+        assert_eq!(origin_of(shim).as_deref(), Some("preload"), "{case}: {v}");
+        let m = symbol(&v, "hipMalloc");
+        assert_eq!(m["winner"], shim.to_str().unwrap(), "{case}: {m}");
+        let ours: Vec<PathBuf> = libs[1..]
+            .iter()
+            .filter(|l| l["origin"] != "dlopen")
+            .map(|l| PathBuf::from(l["path"].as_str().unwrap()))
+            .collect();
+        assert_eq!(ours, ld_so_order(&b.client, shim), "{case}: {v}");
+        let real = origin_of(&b.hip);
+        if *case == "soname" {
+            assert_eq!(real.as_deref(), Some("dlopen"), "{case}: {hip_name} {v}");
+        } else {
+            assert_eq!(real.as_deref(), Some("needed"), "{case}: {hip_name} {v}");
+        }
+        assert!(
+            v["preload_unmapped"].as_array().unwrap().is_empty(),
+            "{case}: {v}"
+        );
+    }
+}

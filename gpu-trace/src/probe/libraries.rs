@@ -384,11 +384,16 @@ fn binding_order(
     }
     let mut unmapped = Vec::new();
     for entry in preload {
-        let found = (0..mapped.len()).find(|&i| {
-            !taken(&order, i)
-                && (mapped[i].0.path == *entry
-                    || (!entry.contains('/') && is_named(i, entry))
-                    || (entry.contains('/') && is_named(i, &file_name(entry))))
+        // The file itself first (its path as mapped): a shim with the real library's file
+        // name is the preload, whichever of the two is mapped lower; a name match only when
+        // no mapping is that path (a path through a symlink, a bare name).
+        let exact = (0..mapped.len()).find(|&i| !taken(&order, i) && mapped[i].0.path == *entry);
+        let found = exact.or_else(|| {
+            (0..mapped.len()).find(|&i| {
+                !taken(&order, i)
+                    && ((!entry.contains('/') && is_named(i, entry))
+                        || (entry.contains('/') && is_named(i, &file_name(entry))))
+            })
         });
         match found {
             Some(i) => order.push((i, Origin::Preload)),
@@ -399,6 +404,17 @@ fn binding_order(
     while next < order.len() {
         let (i, _) = order[next];
         for needed in &mapped[i].1.facts.needed {
+            // ld.so satisfies a name that an object already loaded has as its soname with that
+            // object: a preloaded shim whose soname is the real library's stands in for it,
+            // and the real one (dlopened by the shim) is not in the global scope. (A shim
+            // preloaded by a path with the real file name but no soname does not: the path is
+            // the name it was loaded by.)
+            let satisfied = order
+                .iter()
+                .any(|&(j, _)| mapped[j].1.facts.soname.as_deref() == Some(needed.as_str()));
+            if satisfied {
+                continue;
+            }
             if let Some(j) = (0..mapped.len()).find(|&j| !taken(&order, j) && is_named(j, needed)) {
                 order.push((j, Origin::Needed));
             }
