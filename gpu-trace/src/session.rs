@@ -642,6 +642,7 @@ fn api_layer(
         &args.output.pids,
         &args.output.comms,
         command,
+        stop_requested,
         args.api_calls,
     )
     .map(Some)
@@ -1537,7 +1538,7 @@ impl Reader {
             }
             let Some(item) = ring.next() else { break };
             self.read += 1;
-            if let Some(loaded) = crate::api::trace::loaded_of(&item) {
+            if let Some(loaded) = crate::api::attach::loaded_of(&item) {
                 // A live run's signal to attach, not an event: never recorded.
                 self.loaded.push(loaded);
                 continue;

@@ -34,6 +34,17 @@ use crate::launch::executable_of;
 use crate::probe::libraries::{self, Opened, ReadError, Reader};
 use crate::probe::untrusted::TARGET_DEADLINE;
 
+/// The process of an `API_LOADED` record (a change of its link map) and whether the kernel
+/// stopped it; `None` for any other record.
+pub fn loaded_of(b: &[u8]) -> Option<(u32, bool)> {
+    let kind = u32::from_ne_bytes(b.get(..4)?.try_into().ok()?);
+    if kind != record_kind::API_LOADED {
+        return None;
+    }
+    let (r, _) = gpu_trace_common::api::ApiLoadedRecord::read_from_prefix(b).ok()?;
+    Some((r.hdr.tgid, r.held != 0))
+}
+
 /// Processes whose reading did not end by its deadline, after which no further process is
 /// read this run (each leaves a worker thread blocked in the kernel).
 const MAX_GIVEN_UP: usize = 8;
@@ -692,12 +703,14 @@ impl TraceApi {
 ///
 /// `command`: `-- CMD`'s process, forked and held before its exec, and the command line: the
 /// libraries it loads at start get their probes by path now ([`Attacher::attach_launch`]),
-/// so that its first calls are seen; what it loads later is attached at the rescans.
+/// so that its first calls are seen; what it loads later is attached when it loads it.
+/// `stop`: whether the run is to stop (reads and attaches in progress give up).
 pub fn for_trace(
     tracer: &mut crate::loader::Tracer,
     pids: &[u32],
     comms: &[String],
     command: Option<(u32, &OsString)>,
+    stop: fn() -> bool,
     calls: bool,
 ) -> Result<TraceApi, TraceApiError> {
     if pids.is_empty() && comms.is_empty() && command.is_none() {
@@ -707,7 +720,7 @@ pub fn for_trace(
     let depth = gpu_trace_common::api::API_STACK_MAX as u32;
     load_programs(tracer.ebpf_mut(), calls, depth).map_err(TraceApiError::Load)?;
     let mut api = TraceApi {
-        attacher: Attacher::new(SymbolTable::builtin(), crate::session::stop_requested),
+        attacher: Attacher::new(SymbolTable::builtin(), stop),
         pids: pids.to_vec(),
         comms: comms.to_vec(),
         sent: HashMap::new(),

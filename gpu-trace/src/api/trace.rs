@@ -153,7 +153,7 @@ impl Tracer {
                 raw.push(item.to_vec());
             }
         }
-        for (pid, held) in raw.iter().filter_map(|b| loaded_of(b)) {
+        for (pid, held) in raw.iter().filter_map(|b| super::attach::loaded_of(b)) {
             self.at.loaded(&mut self.ebpf, pid, held);
         }
         raw.iter().filter_map(|b| self.decode(b, json)).collect()
@@ -279,18 +279,6 @@ impl Tracer {
         stats::sort(&mut rows);
         rows
     }
-}
-
-/// The process of an `API_LOADED` record (a change of its link map) and whether the kernel
-/// stopped it; `None` for any other record.
-pub fn loaded_of(b: &[u8]) -> Option<(u32, bool)> {
-    use gpu_trace_common::zerocopy::FromBytes as _;
-    let kind = u32::from_ne_bytes(b.get(..4)?.try_into().ok()?);
-    if kind != gpu_trace_common::record_kind::API_LOADED {
-        return None;
-    }
-    let (r, _) = gpu_trace_common::api::ApiLoadedRecord::read_from_prefix(b).ok()?;
-    Some((r.hdr.tgid, r.held != 0))
 }
 
 /// Two descriptors per probed symbol (entry and return), a hundred symbols in libcuda alone: a
