@@ -8,7 +8,6 @@ use std::ffi::OsString;
 use std::num::NonZeroU32;
 use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::MetadataExt as _;
-use std::sync::Arc;
 
 use aya::{
     Ebpf,
@@ -128,8 +127,6 @@ pub struct Attacher {
     stop: fn() -> bool,
     /// Processes whose reading did not end by its deadline: not read again.
     given_up: HashSet<u32>,
-    /// The files probed, kept open while their probes are attached (by device and inode).
-    files: HashMap<(u64, u64), Arc<Opened>>,
     /// (process, device, inode) of the dynamic linkers whose `_dl_debug_state` is probed.
     watched: HashSet<(u32, u64, u64)>,
     /// Processes in the kernel's `API_HOLD` (stopped at each change of their link map).
@@ -163,7 +160,6 @@ impl Attacher {
             table,
             stop,
             given_up: HashSet::new(),
-            files: HashMap::new(),
             watched: HashSet::new(),
             held: HashSet::new(),
             libs: Vec::new(),
@@ -200,13 +196,7 @@ impl Attacher {
     /// Attaches entry and return probes for the table symbols of `opened` (the file `path`
     /// as the target sees it) in `pid`, each at its offset in the file, through this
     /// process's descriptor of it. Returns how many symbols are newly attached.
-    pub fn attach_file(
-        &mut self,
-        ebpf: &mut Ebpf,
-        pid: u32,
-        path: &str,
-        opened: &Arc<Opened>,
-    ) -> usize {
+    pub fn attach_file(&mut self, ebpf: &mut Ebpf, pid: u32, path: &str, opened: &Opened) -> usize {
         let Some(file) = opened.file.as_ref() else {
             return 0;
         };
@@ -241,9 +231,6 @@ impl Attacher {
                 }
                 Err(e) => self.report_failure(path, sym, &e),
             }
-        }
-        if added > 0 {
-            self.files.insert((file.dev, file.ino), opened.clone());
         }
         added
     }
@@ -301,7 +288,7 @@ impl Attacher {
     pub fn attach_launch(&mut self, ebpf: &mut Ebpf, pid: u32, cmd: &OsString) -> usize {
         let mut added = 0;
         for (path, opened) in launch_candidates(&self.table, cmd) {
-            added += self.attach_file(ebpf, pid, &path, &Arc::new(opened));
+            added += self.attach_file(ebpf, pid, &path, &opened);
         }
         // Its dynamic linker, by path: each library it loads later is attached before the
         // command goes on (`hold`).
@@ -461,7 +448,6 @@ impl Attacher {
                 let _ = p.detach(id);
             }
         }
-        self.files.clear();
     }
 
     /// How many times something a process controls was left out (past a read limit, or not a

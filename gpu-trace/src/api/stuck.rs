@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::io::{Read as _, Seek as _, SeekFrom};
 
 use crate::probe::elf::{TextSymbols, text_symbols};
-use crate::probe::untrusted::{self, Limit, UntrustedError};
+use crate::probe::untrusted::{self, Limit};
 
 /// Bytes of stack read from the stack pointer up.
 const SCAN_BYTES: usize = 32 * 1024;
@@ -73,12 +73,7 @@ pub struct Symbolizer {
 /// file, read under a budget).
 fn elf_syms(pid: u32, m: &ExecMap) -> Option<TextSymbols> {
     let range = format!("{:x}-{:x}", m.start, m.end);
-    let file = untrusted::open_mapped(pid, &range)
-        .or_else(|e| match e {
-            UntrustedError::Io { .. } => untrusted::open_in_root(pid, &m.path),
-            e => Err(e),
-        })
-        .ok()?;
+    let file = untrusted::open_mapping(pid, &range, &m.path).ok()?;
     text_symbols(file.file())
 }
 

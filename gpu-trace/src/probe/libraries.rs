@@ -249,13 +249,7 @@ impl Reader {
         if let Some(hit) = self.cache.get(&key) {
             return hit.clone();
         }
-        // map_files opens the very file mapped (deleted, or in another mount namespace);
-        // without CAP_SYS_ADMIN, the path inside the process's root.
-        let file = untrusted::open_mapped(pid, &m.range).or_else(|e| match e {
-            UntrustedError::Io { .. } => untrusted::open_in_root(pid, &m.path),
-            e => Err(e),
-        });
-        let opened = match file {
+        let opened = match untrusted::open_mapping(pid, &m.range, &m.path) {
             Ok(file) => elf::facts(file.file(), &self.table).map(|facts| {
                 if let Some(what) = &facts.skipped {
                     self.note(

@@ -170,10 +170,19 @@ impl Verified {
 const OPEN_FLAGS: libc::c_int =
     libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC;
 
-/// The file mapped at `range` (`start-end`) in `pid`: `/proc/PID/map_files/RANGE`, the very
-/// file the process mapped (also when deleted or in another mount namespace). Needs
-/// `CAP_SYS_ADMIN`; fails otherwise.
-pub fn open_mapped(pid: u32, range: &str) -> Result<Verified, UntrustedError> {
+/// The file of the mapping at `range` (`start-end`) of `pid`, whose path is `path`: through
+/// `/proc/PID/map_files/RANGE`, the very file the process mapped (also when deleted or in
+/// another mount namespace); where that is refused (no `CAP_SYS_ADMIN`), `path` inside the
+/// process's root. Either way a regular file.
+pub fn open_mapping(pid: u32, range: &str, path: &str) -> Result<Verified, UntrustedError> {
+    open_mapped(pid, range).or_else(|e| match e {
+        UntrustedError::Io { .. } => open_in_root(pid, path),
+        e => Err(e),
+    })
+}
+
+/// `/proc/PID/map_files/RANGE` (needs `CAP_SYS_ADMIN`; fails otherwise).
+fn open_mapped(pid: u32, range: &str) -> Result<Verified, UntrustedError> {
     let what = format!("/proc/{pid}/map_files/{range}");
     let file =
         open_flags(Path::new(&what), OPEN_FLAGS).map_err(|e| UntrustedError::io(&what, e))?;
