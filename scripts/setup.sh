@@ -34,18 +34,24 @@ if ! ldconfig -p 2>/dev/null | grep -q 'libamdhip64\.so\.5 ' && [ -x /usr/bin/ap
     || { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq libamdhip64-5 >/dev/null; } \
     || log "libamdhip64-5 not installable: tests/api_resolve.rs prints SKIPPED"
 fi
-# rustfmt and clippy: .ci/run fails on unformatted code and on clippy warnings.
+# The userspace toolchain rust-toolchain.toml pins (aya 0.16 needs Rust 1.98), with rustfmt and
+# clippy (.ci/run fails on unformatted code and on clippy warnings) and the static targets.
+pinned=$(sed -n 's/^channel = "\(.*\)"/\1/p' "$(dirname "$0")/../rust-toolchain.toml")
+if ! rustup toolchain list | grep -q "^$pinned"; then
+  log "installing Rust $pinned (rust-toolchain.toml)"
+  rustup toolchain install "$pinned" --profile minimal
+fi
 for c in rustfmt clippy; do
-  if ! rustup component list --installed | grep -q "^$c"; then
-    log "adding $c to the stable toolchain"
-    rustup component add "$c"
+  if ! rustup component list --toolchain "$pinned" --installed | grep -q "^$c"; then
+    log "adding $c to Rust $pinned"
+    rustup component add --toolchain "$pinned" "$c"
   fi
 done
 # cargo xtask dist: the static musl target, and debootstrap for its fresh-root install check.
 for t in x86_64-unknown-linux-musl aarch64-unknown-linux-musl; do
-  if ! rustup target list --installed | grep -q "^$t\$"; then
+  if ! rustup target list --toolchain "$pinned" --installed | grep -q "^$t\$"; then
     log "adding the $t target (static release builds)"
-    rustup target add "$t"
+    rustup target add --toolchain "$pinned" "$t"
   fi
 done
 # debootstrap: dist --check's fresh Debian root; qemu-user-static: runs the arm64 build here.

@@ -1217,8 +1217,13 @@ impl LiveRun<'_> {
             tracer,
             ..
         } = self;
-        // Detached already; `--api`'s uprobes go in the background, not before the results.
-        tracer.release();
+        // Detached already; `--api`'s perf-event uprobes go in the background, not before the
+        // results (batched links go here, in milliseconds).
+        let per_probe = reader
+            .api
+            .as_ref()
+            .is_some_and(|api| *api.method() != crate::api::attach::AttachMethod::Batched);
+        tracer.release(per_probe);
         let duration = tracing_since.elapsed();
         let mut failure = reader.failure.take();
         let recording_lost = match recorder {

@@ -1115,10 +1115,7 @@ mod tests {
                     for (i, name) in names.iter().enumerate() {
                         ev.origin.comm = (*name).into();
                         ev.amd = (i == 1).then(|| amd.clone());
-                        let (g, a) = (
-                            Some(&gpu).filter(|_| i != 2),
-                            Some(&cgroup).filter(|_| i > 1),
-                        );
+                        let (g, a) = ((i != 2).then_some(&gpu), (i > 1).then_some(&cgroup));
                         let mut hand = Vec::new();
                         write_event(&mut hand, &ev, &clock, g, a);
                         let flat = flat_line(&ev, &clock, g, a);

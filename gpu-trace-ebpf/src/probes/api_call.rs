@@ -15,6 +15,11 @@
 //! stale frame never lasts past the thread's next call. The ring gets a record per matched
 //! call only with `-v` (`API_CALL`), and one per (thread, symbol) when a call re-enters a
 //! symbol of the same library or goes past the kept frames (`API_RECURSION`).
+//!
+//! Each program comes twice, the same body under two sections: `api_entry`/`api_return` for
+//! one perf-event uprobe per symbol, `api_entry_multi`/`api_return_multi` (`uprobe.multi`) for
+//! one batched link per (process, library, direction) — the kernel takes a program for one
+//! kind of attach only, fixed when it is loaded.
 
 use aya_ebpf::{
     EbpfContext,
@@ -76,6 +81,12 @@ fn return_address(regs: *const core::ffi::c_void, sp: u64) -> u64 {
 
 #[uprobe]
 pub fn api_entry(ctx: ProbeContext) -> u32 {
+    let _ = try_api_entry(&ctx);
+    0
+}
+
+#[uprobe(multi)]
+pub fn api_entry_multi(ctx: ProbeContext) -> u32 {
     let _ = try_api_entry(&ctx);
     0
 }
@@ -200,6 +211,12 @@ fn report_recursion(id: u64, cookie: u64, stack: &ApiStack, past_cap: bool) {
 
 #[uretprobe]
 pub fn api_return(ctx: RetProbeContext) -> u32 {
+    let _ = try_api_return(&ctx);
+    0
+}
+
+#[uretprobe(multi)]
+pub fn api_return_multi(ctx: RetProbeContext) -> u32 {
     let _ = try_api_return(&ctx);
     0
 }

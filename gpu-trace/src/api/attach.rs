@@ -33,6 +33,20 @@ use crate::launch::executable_of;
 use crate::probe::libraries::{self, Opened, ReadError, Reader};
 use crate::probe::untrusted::TARGET_DEADLINE;
 
+/// Whether `pid` still exists (an attach that failed because its process went is no failure).
+fn process_exists(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Detaches `links` (program name, link) from `ebpf`.
+fn detach_links(ebpf: &mut Ebpf, links: Vec<(&'static str, UProbeLinkId)>) {
+    for (name, id) in links {
+        if let Some(Ok(p)) = ebpf.program_mut(name).map(TryInto::<&mut UProbe>::try_into) {
+            let _ = p.detach(id);
+        }
+    }
+}
+
 /// The process of an `API_LOADED` record (a change of its link map) and whether the kernel
 /// stopped it; `None` for any other record.
 pub fn loaded_of(b: &[u8]) -> Option<(u32, bool)> {
@@ -48,22 +62,107 @@ pub fn loaded_of(b: &[u8]) -> Option<(u32, bool)> {
 /// read this run (each leaves a worker thread blocked in the kernel).
 const MAX_GIVEN_UP: usize = 8;
 
-/// The uprobe programs on the table's symbols.
+/// The uprobe programs on the table's symbols, one perf-event uprobe per symbol.
 pub const PROGRAMS: [&str; 2] = ["api_entry", "api_return"];
+/// The same programs for batched links (`uprobe.multi`): one link per process, library and
+/// direction.
+pub const PROGRAMS_MULTI: [&str; 2] = ["api_entry_multi", "api_return_multi"];
+
+/// The kernel release from which a batched uprobe link's process filter holds for every thread
+/// of a multi-threaded target (the links exist from 6.6; before 6.10 their filter could let
+/// another process's call through or miss a thread's).
+pub const BATCHED_SINCE: crate::probe::kernel::KernelVersion =
+    crate::probe::kernel::KernelVersion::new(6, 10);
+
+/// The environment variable that chooses the attach method (`batched`, `per-probe`; unset:
+/// batched where the kernel allows it). docs/api.md.
+pub const ATTACH_ENV: &str = "GPU_TRACE_UPROBE_ATTACH";
+
+/// How the API layer's probes go on in this run: [`load_programs`] decides, stderr says it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AttachMethod {
+    /// One `uprobe_multi` link per (process, library, entry/return): milliseconds to attach
+    /// and to remove, whatever the number of symbols.
+    Batched,
+    /// One perf-event uprobe per (process, symbol, entry/return): each costs a grace period
+    /// to remove (seconds for a runtime's 200 symbols). The reason batched links are not used.
+    PerProbe(String),
+}
+
+impl std::fmt::Display for AttachMethod {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Batched => {
+                f.write_str("batched uprobe links (one per process, library and direction)")
+            }
+            Self::PerProbe(why) => write!(f, "one perf-event uprobe per symbol ({why})"),
+        }
+    }
+}
+
+/// Which method this kernel and the environment allow, before anything is loaded: `None` for
+/// batched links (still to be confirmed by loading their programs), else the per-probe
+/// method with its reason.
+pub fn method_allowed(release: &str, choice: Option<&std::ffi::OsStr>) -> Result<(), AttachMethod> {
+    match choice.map(|c| c.to_string_lossy().into_owned()).as_deref() {
+        Some("per-probe") => {
+            return Err(AttachMethod::PerProbe(format!("{ATTACH_ENV}=per-probe")));
+        }
+        None | Some("" | "batched" | "auto") => {}
+        Some(other) => {
+            return Err(AttachMethod::PerProbe(format!(
+                "{ATTACH_ENV}={} is neither `batched` nor `per-probe`",
+                escape_text(other)
+            )));
+        }
+    }
+    match crate::probe::kernel::KernelVersion::parse(release) {
+        Some(v) if v.at_least(BATCHED_SINCE) => Ok(()),
+        Some(v) => Err(AttachMethod::PerProbe(format!(
+            "Linux {v} < {BATCHED_SINCE}: batched links filter by process reliably from \
+             {BATCHED_SINCE}"
+        ))),
+        None => Err(AttachMethod::PerProbe(format!(
+            "kernel release {} not understood",
+            escape_text(release)
+        ))),
+    }
+}
 /// The uprobe on the dynamic linker's `_dl_debug_state` (a change of the link map).
 pub const LOADED: &str = "api_loaded";
 
 /// Loads the uprobe programs of `ebpf` and sets their switches: one record per call
 /// (`verbose`) and the open calls kept per thread (`max_depth`).
-pub fn load_programs(ebpf: &mut Ebpf, verbose: bool, max_depth: u32) -> Result<(), String> {
-    for name in PROGRAMS.into_iter().chain([LOADED]) {
+///
+/// Returns the attach method: batched links where [`method_allowed`] allows them and the
+/// kernel loads their programs, else one perf-event uprobe per symbol with the reason.
+pub fn load_programs(
+    ebpf: &mut Ebpf,
+    verbose: bool,
+    max_depth: u32,
+) -> Result<AttachMethod, String> {
+    let load = |ebpf: &mut Ebpf, name: &str| -> Result<(), String> {
         let p: &mut UProbe = ebpf
             .program_mut(name)
             .ok_or_else(|| format!("no program {name} in the object"))?
             .try_into()
             .map_err(|e: aya::programs::ProgramError| e.to_string())?;
-        p.load().map_err(|e| e.to_string())?;
+        p.load().map_err(|e| chain(&e))
+    };
+    for name in PROGRAMS.into_iter().chain([LOADED]) {
+        load(ebpf, name)?;
     }
+    let release = crate::probe::system::kernel_release();
+    let method = match method_allowed(&release, std::env::var_os(ATTACH_ENV).as_deref()) {
+        Err(per_probe) => per_probe,
+        Ok(()) => match PROGRAMS_MULTI.into_iter().try_for_each(|n| load(ebpf, n)) {
+            Ok(()) => AttachMethod::Batched,
+            Err(why) => AttachMethod::PerProbe(format!(
+                "the kernel refused the batched programs: {}",
+                escape_text(&why)
+            )),
+        },
+    };
     let switches = ebpf
         .map_mut("API_SWITCHES")
         .ok_or_else(|| "no map API_SWITCHES".to_string())?;
@@ -72,9 +171,21 @@ pub fn load_programs(ebpf: &mut Ebpf, verbose: bool, max_depth: u32) -> Result<(
         (api_switch::VERBOSE, u32::from(verbose)),
         (api_switch::MAX_DEPTH, max_depth),
     ] {
-        switches.set(i, v, 0).map_err(|e| e.to_string())?;
+        switches.set(i, &v, 0).map_err(|e| e.to_string())?;
     }
-    Ok(())
+    Ok(method)
+}
+
+/// An error with its sources, `: `-separated.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut why = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        why.push_str(": ");
+        why.push_str(&s.to_string());
+        source = s.source();
+    }
+    why
 }
 
 /// The kernel's `API_STATS` map of `ebpf` summed over CPUs: per (process, cookie), the calls
@@ -143,6 +254,10 @@ pub struct Attacher {
     failed: HashSet<(String, String)>,
     /// Every attach, by program name.
     links: Vec<(&'static str, UProbeLinkId)>,
+    /// How the table's probes go on.
+    method: AttachMethod,
+    /// Probes on (entry and return each count), batched or not.
+    probes: usize,
     /// (pid, library id) of the libraries that came through `LD_PRELOAD` in that process.
     preloaded: HashSet<(u32, u32)>,
     /// Cookies attached and not yet named in an `API_SYMBOL` record (`gpu-trace --api`), with
@@ -154,7 +269,8 @@ pub struct Attacher {
 
 impl Attacher {
     /// `stop`: whether the run is to stop (a read or an attach in progress gives up).
-    pub fn new(table: SymbolTable, stop: fn() -> bool) -> Self {
+    /// `method`: what [`load_programs`] returned.
+    pub fn new(table: SymbolTable, stop: fn() -> bool, method: AttachMethod) -> Self {
         Self {
             reader: Some(Reader::new(table.clone())),
             table,
@@ -169,6 +285,8 @@ impl Attacher {
             attached: HashSet::new(),
             failed: HashSet::new(),
             links: Vec::new(),
+            method,
+            probes: 0,
             preloaded: HashSet::new(),
             unnamed: Vec::new(),
             named: HashSet::new(),
@@ -195,7 +313,10 @@ impl Attacher {
 
     /// Attaches entry and return probes for the table symbols of `opened` (the file `path`
     /// as the target sees it) in `pid`, each at its offset in the file, through this
-    /// process's descriptor of it. Returns how many symbols are newly attached.
+    /// process's descriptor of it: one batched link per direction for all of them where the
+    /// run attaches that way (one perf-event uprobe per symbol where the kernel refuses the
+    /// link for this file, said once), else one per symbol. Returns how many symbols are
+    /// newly attached.
     pub fn attach_file(&mut self, ebpf: &mut Ebpf, pid: u32, path: &str, opened: &Opened) -> usize {
         let Some(file) = opened.file.as_ref() else {
             return 0;
@@ -205,34 +326,58 @@ impl Attacher {
         };
         let target = file.kernel_path();
         let lib = Self::intern(&mut self.lib_ids, &mut self.libs, path);
-        let mut added = 0;
+        let mut new = Vec::new();
         for (sym, defined) in &opened.facts.defines {
-            if (self.stop)() {
-                break;
-            }
             let key = (pid, file.dev, file.ino, sym.clone());
             if self.attached.contains(&key) {
                 continue;
             }
             let id = Self::intern(&mut self.sym_ids, &mut self.syms, sym);
             let cookie = (u64::from(lib) << 32) | u64::from(id);
-            match self.attach_symbol(ebpf, defined.offset, cookie, &target, scope) {
+            new.push((key, defined.offset, cookie));
+        }
+        if new.is_empty() || (self.stop)() {
+            return 0;
+        }
+        if self.method == AttachMethod::Batched {
+            let points: Vec<(u64, u64)> = new.iter().map(|&(_, o, c)| (o, c)).collect();
+            match self.attach_batch(ebpf, &points, &target, scope) {
                 Ok(()) => {
-                    self.attached.insert(key);
-                    if self.named.insert(cookie) {
-                        self.unnamed.push((pid, cookie));
+                    let n = new.len();
+                    for (key, _, cookie) in new {
+                        self.note_attached(key, pid, cookie);
                     }
+                    return n;
+                }
+                Err(_) if !process_exists(pid) => return 0,
+                Err(e) => self.report_failure(path, "its batched link", &e),
+            }
+        }
+        let mut added = 0;
+        for (key, offset, cookie) in new {
+            if (self.stop)() {
+                break;
+            }
+            match self.attach_symbol(ebpf, offset, cookie, &target, scope) {
+                Ok(()) => {
+                    self.note_attached(key, pid, cookie);
                     added += 1;
                 }
-                Err(_) if !std::path::Path::new(&format!("/proc/{pid}")).exists() => {
-                    // The process ended (or exec'd) while it was being attached: a short-lived
-                    // child (a fork about to exec a tool) is no failure to report.
-                    break;
-                }
-                Err(e) => self.report_failure(path, sym, &e),
+                // The process ended (or exec'd) while it was being attached: a short-lived
+                // child (a fork about to exec a tool) is no failure to report.
+                Err(_) if !process_exists(pid) => break,
+                Err(e) => self.report_failure(path, &key.3, &e),
             }
         }
         added
+    }
+
+    fn note_attached(&mut self, key: (u32, u64, u64, String), pid: u32, cookie: u64) {
+        self.attached.insert(key);
+        self.probes += PROGRAMS.len();
+        if self.named.insert(cookie) {
+            self.unnamed.push((pid, cookie));
+        }
     }
 
     /// Says once per (library, symbol) why a probe could not go on.
@@ -240,19 +385,43 @@ impl Attacher {
         if !self.failed.insert((path.to_string(), sym.to_string())) {
             return;
         }
-        let mut why = e.to_string();
-        let mut source = std::error::Error::source(e);
-        while let Some(s) = source {
-            why.push_str(": ");
-            why.push_str(&s.to_string());
-            source = s.source();
-        }
         eprintln!(
             "gpu-trace: cannot probe {} in {}: {}",
             escape_text(sym),
             escape_text(path),
-            escape_text(&why)
+            escape_text(&chain(e))
         );
+    }
+
+    /// Both batched programs at `points` (offset, cookie) of the file `target` for one
+    /// process, the return link first (as in [`Self::attach_symbol`]); neither stays when the
+    /// kernel refuses one.
+    fn attach_batch(
+        &mut self,
+        ebpf: &mut Ebpf,
+        points: &[(u64, u64)],
+        target: &str,
+        scope: UProbeScope,
+    ) -> Result<(), aya::programs::ProgramError> {
+        let mut made = Vec::new();
+        for name in PROGRAMS_MULTI.into_iter().rev() {
+            let Some(Ok(p)) = ebpf.program_mut(name).map(TryInto::<&mut UProbe>::try_into) else {
+                continue;
+            };
+            let at = points.iter().map(|&(offset, cookie)| UProbeAttachPoint {
+                location: UProbeAttachLocation::AbsoluteOffset(offset),
+                cookie: Some(cookie),
+            });
+            match p.attach(at, target, scope) {
+                Ok(id) => made.push((name, id)),
+                Err(e) => {
+                    detach_links(ebpf, made);
+                    return Err(e);
+                }
+            }
+        }
+        self.links.extend(made);
+        Ok(())
     }
 
     /// Both programs at `offset` of the file `target` (a path to this process's descriptor),
@@ -276,7 +445,7 @@ impl Attacher {
                 location: UProbeAttachLocation::AbsoluteOffset(offset),
                 cookie: Some(cookie),
             };
-            self.links.push((name, p.attach(point, target, scope)?));
+            self.links.push((name, p.attach([point], target, scope)?));
         }
         Ok(())
     }
@@ -293,8 +462,7 @@ impl Attacher {
         // Its dynamic linker, by path: each library it loads later is attached before the
         // command goes on (`hold`).
         let interp = executable_of(cmd)
-            .and_then(|exe| libraries::host_file(&exe, &self.table))
-            .and_then(|exe| exe.facts.interp)
+            .and_then(|exe| program_interpreter(&exe, &self.table))
             .and_then(|i| libraries::host_file(std::path::Path::new(&i), &self.table));
         if let Some(interp) = interp {
             self.watch_loads(ebpf, pid, &interp);
@@ -374,7 +542,7 @@ impl Attacher {
             location: UProbeAttachLocation::AbsoluteOffset(offset),
             cookie: None,
         };
-        match p.attach(point, file.kernel_path(), scope) {
+        match p.attach([point], file.kernel_path(), scope) {
             Ok(id) => self.links.push((LOADED, id)),
             Err(e) => self.report_failure("the dynamic linker", "_dl_debug_state", &e),
         }
@@ -390,7 +558,7 @@ impl Attacher {
             return;
         };
         if let Ok(mut map) = aya::maps::HashMap::<_, u32, u32>::try_from(map)
-            && map.insert(pid, 1, 0).is_ok()
+            && map.insert(&pid, &1, 0).is_ok()
         {
             self.held.insert(pid);
         }
@@ -443,11 +611,12 @@ impl Attacher {
 
     /// Detaches everything now.
     pub fn detach(&mut self, ebpf: &mut Ebpf) {
-        for (name, id) in std::mem::take(&mut self.links) {
-            if let Some(Ok(p)) = ebpf.program_mut(name).map(TryInto::<&mut UProbe>::try_into) {
-                let _ = p.detach(id);
-            }
-        }
+        detach_links(ebpf, std::mem::take(&mut self.links));
+    }
+
+    /// How the probes go on in this run.
+    pub fn method(&self) -> &AttachMethod {
+        &self.method
     }
 
     /// How many times something a process controls was left out (past a read limit, or not a
@@ -469,7 +638,21 @@ impl Attacher {
         }
     }
 
-    /// Probes attached (entry and return each count).
+    /// Probes attached (entry and return each count), batched or not.
+    pub fn probes(&self) -> usize {
+        self.probes
+    }
+
+    /// Library files with probes on (any process).
+    pub fn libraries(&self) -> usize {
+        self.attached
+            .iter()
+            .map(|(_, dev, ino, _)| (dev, ino))
+            .collect::<HashSet<_>>()
+            .len()
+    }
+
+    /// Links made (a batched link holds many probes; `api_loaded`'s count too).
     pub fn links(&self) -> usize {
         self.links.len()
     }
@@ -601,6 +784,11 @@ pub struct TraceApi {
 }
 
 impl TraceApi {
+    /// How the probes go on in this run.
+    pub fn method(&self) -> &AttachMethod {
+        self.attacher.method()
+    }
+
     /// Attaches to the targets running now what is not attached yet: a process that took a
     /// `--comm` name since, a library mapped since (`dlopen`), and the processes of `followed`
     /// (`-- CMD`'s command and the processes it created). Returns how many targets there are
@@ -704,9 +892,10 @@ pub fn for_trace(
     }
     // Every open call kept (depth cap API_STACK_MAX): the driver programs tag from them.
     let depth = gpu_trace_common::api::API_STACK_MAX as u32;
-    load_programs(tracer.ebpf_mut(), calls, depth).map_err(TraceApiError::Load)?;
+    let method = load_programs(tracer.ebpf_mut(), calls, depth).map_err(TraceApiError::Load)?;
+    let start = std::time::Instant::now();
     let mut api = TraceApi {
-        attacher: Attacher::new(SymbolTable::builtin(), stop),
+        attacher: Attacher::new(SymbolTable::builtin(), stop, method),
         pids: pids.to_vec(),
         comms: comms.to_vec(),
         sent: HashMap::new(),
@@ -723,10 +912,14 @@ pub fn for_trace(
     } else {
         String::new()
     };
+    let libraries = api.attacher.libraries();
     eprintln!(
         "gpu-trace: --api: {with} of {targets} target process(es) map a GPU API library; {} \
-         uprobes attached{launch}",
-        api.attacher.links()
+         uprobes attached in {libraries} librar{} in {} ms{launch}: {}",
+        api.attacher.probes(),
+        if libraries == 1 { "y" } else { "ies" },
+        start.elapsed().as_millis(),
+        api.attacher.method()
     );
     Ok(api)
 }
@@ -771,8 +964,75 @@ pub fn launch_candidates(table: &SymbolTable, cmd: &OsString) -> Vec<(String, Op
 
 /// Whether process `pid` runs this very executable (a command forked by gpu-trace and not
 /// yet exec'd).
+/// The dynamic linker that will run `exe`: its `PT_INTERP`, or, for a script (`#!`), its
+/// interpreter's, followed through up to four scripts (a wrapper such as pyenv's `python3`
+/// shim: `#!/usr/bin/env bash`, which execs the real `python3`; the linker is the same file
+/// for all three, and its probe, bound to the process, stays through each exec).
+fn program_interpreter(exe: &std::path::Path, table: &SymbolTable) -> Option<String> {
+    let mut exe = exe.to_path_buf();
+    for _ in 0..4 {
+        match shebang(&exe) {
+            Some(next) => exe = next,
+            None => return libraries::host_file(&exe, table)?.facts.interp,
+        }
+    }
+    None
+}
+
+/// The interpreter a script names on its `#!` line (the first word after it), if it is one.
+fn shebang(path: &std::path::Path) -> Option<std::path::PathBuf> {
+    use std::io::Read as _;
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(path).ok()?.read(&mut head).ok()?;
+    let line = head[..n].strip_prefix(b"#!")?;
+    let line = &line[..line.iter().position(|&b| b == b'\n')?];
+    let word = line
+        .split(|b| b.is_ascii_whitespace())
+        .find(|w| !w.is_empty())?;
+    Some(std::path::PathBuf::from(std::ffi::OsStr::from_bytes(word)))
+}
+
 fn runs_this_program(pid: u32) -> bool {
     let id = |path: String| std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()));
     let own = id("/proc/self/exe".into());
     own.is_some() && id(format!("/proc/{pid}/exe")) == own
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{AttachMethod, method_allowed};
+    use std::ffi::OsStr;
+
+    #[test]
+    fn batched_links_from_linux_6_10_unless_the_environment_says_per_probe() {
+        assert_eq!(method_allowed("6.18.44-fc-v657", None), Ok(()));
+        assert_eq!(
+            method_allowed("6.10.0", Some(OsStr::new("batched"))),
+            Ok(())
+        );
+        let per = |r: Result<(), AttachMethod>| match r {
+            Err(AttachMethod::PerProbe(why)) => why,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            per(method_allowed("6.9.12", None)),
+            "Linux 6.9 < 6.10: batched links filter by process reliably from 6.10"
+        );
+        assert_eq!(
+            per(method_allowed("6.1.0-40-amd64", None)),
+            "Linux 6.1 < 6.10: batched links filter by process reliably from 6.10"
+        );
+        assert_eq!(
+            per(method_allowed("6.18.0", Some(OsStr::new("per-probe")))),
+            "GPU_TRACE_UPROBE_ATTACH=per-probe"
+        );
+        assert_eq!(
+            per(method_allowed("6.18.0", Some(OsStr::new("fast\x1b[2J")))),
+            "GPU_TRACE_UPROBE_ATTACH=fast\\x1b[2J is neither `batched` nor `per-probe`"
+        );
+        assert_eq!(
+            per(method_allowed("", None)),
+            "kernel release  not understood"
+        );
+    }
 }

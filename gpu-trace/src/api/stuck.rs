@@ -152,8 +152,10 @@ impl Symbolizer {
             })
             .unwrap_or(0);
         let words = buf[..got - got % 8]
-            .chunks_exact(8)
-            .map(|w| u64::from_ne_bytes(w.try_into().unwrap_or_default()));
+            .as_chunks::<8>()
+            .0
+            .iter()
+            .map(|w| u64::from_ne_bytes(*w));
         let mut out = Vec::new();
         for addr in std::iter::once(pc).chain(words) {
             if out.len() >= MAX_FRAMES {

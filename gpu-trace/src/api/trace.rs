@@ -82,13 +82,14 @@ impl Tracer {
     fn load(table: SymbolTable, args: &ApiArgs) -> Result<Self, TraceError> {
         let mut ebpf =
             Ebpf::load(crate::loader::PROGRAMS).map_err(|e| TraceError::Load(e.to_string()))?;
-        load_programs(&mut ebpf, args.verbose, args.max_depth).map_err(TraceError::Load)?;
+        let method =
+            load_programs(&mut ebpf, args.verbose, args.max_depth).map_err(TraceError::Load)?;
         let ring = ebpf
             .take_map("EVENTS")
             .and_then(|m| RingBuf::try_from(m).ok());
         Ok(Self {
             ebpf,
-            at: Attacher::new(table, crate::session::stop_requested),
+            at: Attacher::new(table, crate::session::stop_requested, method),
             ring,
             symbolizer: Symbolizer::default(),
             stuck_seen: HashSet::new(),
@@ -109,8 +110,11 @@ impl Tracer {
     /// child process inherits the probes' descriptors and drops them as it exits, in the
     /// background; this process then lets its own copies go without detaching (the last
     /// holder's close is the slow one). Where fork fails, detaches here.
+    /// Batched links are removed here: milliseconds each, nothing left to the kernel.
     fn release_in_background(mut self) {
-        if crate::loader::hold::hold_in_background() {
+        if *self.at.method() == super::attach::AttachMethod::Batched {
+            self.detach();
+        } else if crate::loader::hold::hold_in_background() {
             std::mem::forget(self);
         } else {
             self.detach();
@@ -128,16 +132,19 @@ impl Tracer {
     }
 
     /// `api_entry runs=N api_return runs=M`: the kernel's run counts (BPF statistics on).
+    /// Each program's batched copy counts with it.
     fn runs(&self) -> String {
-        ["api_entry", "api_return"]
+        super::attach::PROGRAMS
             .iter()
-            .map(|name| {
-                let runs = self
-                    .ebpf
-                    .program(name)
-                    .and_then(|p| p.fd().ok())
-                    .and_then(|fd| run_stats(fd.as_fd().as_raw_fd()))
-                    .map_or(0, |s| s.runs);
+            .zip(super::attach::PROGRAMS_MULTI)
+            .map(|(name, multi)| {
+                let runs: u64 = [*name, multi]
+                    .iter()
+                    .filter_map(|n| self.ebpf.program(n))
+                    .filter_map(|p| p.fd().ok())
+                    .filter_map(|fd| run_stats(fd.as_fd().as_raw_fd()))
+                    .map(|s| s.runs)
+                    .sum();
                 format!("{name} runs={runs}")
             })
             .collect::<Vec<_>>()
@@ -314,6 +321,7 @@ pub fn trace(args: &ApiArgs) -> Result<Traced, TraceError> {
     let _ = crate::session::install_stop_signals();
     raise_open_file_limit();
     let mut tracer = Tracer::load(table.clone(), args)?;
+    let attach_start = std::time::Instant::now();
     let mut targets: HashSet<u32> = args.pids.iter().copied().collect();
     let mut child = None;
     if !args.command.is_empty() {
@@ -355,9 +363,18 @@ pub fn trace(args: &ApiArgs) -> Result<Traced, TraceError> {
         }
     }
     eprintln!(
-        "gpu-trace: api: {} uprobes attached for {} target process(es)",
-        tracer.at.links(),
-        targets.len()
+        "gpu-trace: api: {} uprobes attached in {} librar{} for {} target process(es) in {} ms: \
+         {}",
+        tracer.at.probes(),
+        tracer.at.libraries(),
+        if tracer.at.libraries() == 1 {
+            "y"
+        } else {
+            "ies"
+        },
+        targets.len(),
+        attach_start.elapsed().as_millis(),
+        tracer.at.method()
     );
     let run_stats = if args.bpf_stats {
         Some(

@@ -124,6 +124,9 @@ pub struct Facts {
     pub tracer: TracerLoad,
     /// gpu-trace's programs with `--deny-pid` (of doctor itself): `None` when not tried.
     pub deny_load: Option<Result<(), String>>,
+    /// How the API layer's uprobes would go on (its programs loaded as `gpu-trace api` loads
+    /// them), or why that could not be tried.
+    pub api_attach: Result<crate::api::attach::AttachMethod, String>,
 }
 
 /// Loads gpu-trace's programs on the BTF parsed once; where it could not be parsed, the
@@ -247,6 +250,14 @@ impl Facts {
                 .map_err(|e| e.to_string())
         });
 
+        let api_attach = if privileged {
+            aya::Ebpf::load(crate::loader::PROGRAMS)
+                .map_err(|e| e.to_string())
+                .and_then(|mut ebpf| crate::api::attach::load_programs(&mut ebpf, false, 1))
+        } else {
+            Err("needs root (or CAP_BPF and CAP_PERFMON)".into())
+        };
+
         Facts {
             kernel: system::kernel_release(),
             arch: std::env::consts::ARCH.to_string(),
@@ -282,6 +293,7 @@ impl Facts {
             kfd_gpus: devices::kfd_gpus(),
             trials,
             tracer,
+            api_attach,
             deny_load,
         }
     }

@@ -26,4 +26,6 @@ pub use facts::{
     DevNode, Facts, GPU_EXT_HOOK, KFD_DEEP, LSM_HOOK, LSM_SYMBOL, ModuleBtf, PROBE_FUNCTION,
     TracerLoad, base_trials, symbols_of_interest,
 };
-pub use rows::{KERNEL_FEATURES, Report, Row, Scope, Status, Verdict, evaluate, exit, hook};
+pub use rows::{
+    API_ATTACH, KERNEL_FEATURES, Report, Row, Scope, Status, Verdict, evaluate, exit, hook,
+};

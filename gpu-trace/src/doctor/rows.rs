@@ -337,7 +337,35 @@ fn system_rows(ctx: &Ctx<'_>) -> Vec<Row> {
     rows.push(trampoline_row(ctx));
     rows.push(kallsyms_row(f));
     rows.push(filter_functions_row(f));
+    rows.push(api_attach_row(f));
     rows
+}
+
+/// Row name of how the API layer's uprobes go on.
+pub const API_ATTACH: &str = "API layer uprobes";
+
+/// How `gpu-trace api` and `--api` would attach here: batched links, or one perf-event uprobe
+/// per symbol and why (docs/api.md).
+fn api_attach_row(f: &Facts) -> Row {
+    use crate::api::attach::AttachMethod;
+    let s = Scope::System;
+    match &f.api_attach {
+        Ok(AttachMethod::Batched) => yes(
+            s,
+            API_ATTACH,
+            "batched uprobe links: one per process, library and direction, attached and removed \
+             in milliseconds",
+        ),
+        Ok(m @ AttachMethod::PerProbe(_)) => info(
+            s,
+            API_ATTACH,
+            format!(
+                "{m}: each probe takes a grace period to remove (seconds for a runtime's 200 \
+                 symbols; docs/api.md)"
+            ),
+        ),
+        Err(why) => info(s, API_ATTACH, format!("not tried: {why}")),
+    }
 }
 
 /// Whether this process may load and attach BPF programs.

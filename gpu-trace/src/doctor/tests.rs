@@ -85,7 +85,30 @@ fn ci_facts() -> Facts {
             "process exit → raw_tp/sched_process_exit".into(),
         ]),
         deny_load: None,
+        api_attach: Ok(crate::api::attach::AttachMethod::Batched),
     }
+}
+
+/// The API layer's row says which attach method this kernel allows, and why not batched.
+#[test]
+fn the_api_attach_row_names_the_method_and_why() {
+    use crate::api::attach::AttachMethod;
+    use crate::doctor::API_ATTACH;
+    let mut f = ci_facts();
+    let r = evaluate(&f);
+    let got = row(&r, Scope::System, API_ATTACH);
+    assert_eq!(got.status, Status::Yes);
+    assert!(got.why.starts_with("batched uprobe links"), "{}", got.why);
+    f.api_attach = Ok(AttachMethod::PerProbe("Linux 6.1 < 6.10".into()));
+    let r = evaluate(&f);
+    let got = row(&r, Scope::System, API_ATTACH);
+    assert_eq!(got.status, Status::Info);
+    assert!(
+        got.why
+            .starts_with("one perf-event uprobe per symbol (Linux 6.1 < 6.10): each probe"),
+        "{}",
+        got.why
+    );
 }
 
 /// The GPU host (platforms.md, host.txt): the CI kernel's answers plus the NVIDIA open

@@ -205,11 +205,16 @@ mod kernel_tests {
         };
         super::super::raise_memlock_limit();
         Some(
-            EbpfLoader::new()
-                .btf(kbtf.aya.as_ref())
-                .override_global("CONFIG", &config, true)
-                .load(super::super::PROGRAMS)
-                .expect("gpu-trace's kernel object loads"),
+            {
+                let mut loader = EbpfLoader::new();
+                if let Some(b) = kbtf.aya.as_ref() {
+                    loader.btf(b);
+                }
+                loader
+            }
+            .override_global("CONFIG", &config, true)
+            .load(super::super::PROGRAMS)
+            .expect("gpu-trace's kernel object loads"),
         )
     }
 
@@ -291,7 +296,7 @@ mod kernel_tests {
         {
             let mut map: BpfHashMap<_, u32, u32> =
                 BpfHashMap::try_from(ebpf.map_mut("DENY").unwrap()).unwrap();
-            map.insert(own, 1, 0).unwrap();
+            map.insert(&own, &1, 0).unwrap();
         }
         let tid = std::thread::spawn(|| {
             // SAFETY: no arguments.
@@ -363,7 +368,7 @@ mod kernel_tests {
         {
             let mut map: BpfHashMap<_, u32, u32> =
                 BpfHashMap::try_from(ebpf.map_mut("DENY").unwrap()).unwrap();
-            while map.insert(FAKE + filled, 1, 0).is_ok() {
+            while map.insert(&(FAKE + filled), &1, 0).is_ok() {
                 filled += 1;
                 assert!(filled <= super::super::DENY_MAX, "the deny map never fills");
             }
@@ -409,7 +414,7 @@ mod kernel_tests {
         assert_eq!(after.denied_unread, Some(0));
 
         // DENIED_UNREAD: its own slot, summed over CPUs.
-        let cpus = aya::util::nr_cpus().unwrap();
+        let cpus = aya::util::nr_cpus().unwrap().get();
         {
             let mut array: PerCpuArray<_, u64> =
                 PerCpuArray::try_from(ebpf.map_mut("COUNTERS").unwrap()).unwrap();

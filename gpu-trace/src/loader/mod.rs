@@ -534,7 +534,7 @@ impl Tracer {
         .map_err(map)?;
         for &(tgid, bits) in pids {
             let old = tracked.get(&tgid, 0).unwrap_or(0);
-            tracked.insert(tgid, old | bits, 0).map_err(map)?;
+            tracked.insert(&tgid, &(old | bits), 0).map_err(map)?;
         }
         Ok(())
     }
@@ -577,16 +577,13 @@ impl Tracer {
         }
     }
 
-    /// Ends the tracer. With `--api` the uprobes are still attached after
-    /// [`detach`](Self::detach), and the kernel removes each with a grace period (a minute
-    /// for PyTorch's runtimes): a child holds them and pays for that after this process has
-    /// exited ([`hold::hold_in_background`]). Without uprobes, dropped here.
-    pub fn release(self) {
-        let uprobes = self
-            .ebpf
-            .programs()
-            .any(|(_, p)| matches!(p, aya::programs::Program::UProbe(_)) && p.fd().is_ok());
-        if uprobes && hold::hold_in_background() {
+    /// Ends the tracer. With `--api` attached one perf-event uprobe per symbol
+    /// (`per_probe_uprobes`), the uprobes are still attached after [`detach`](Self::detach),
+    /// and the kernel removes each with a grace period (a minute for PyTorch's runtimes): a
+    /// child holds them and pays for that after this process has exited
+    /// ([`hold::hold_in_background`]). Otherwise (batched links: milliseconds), dropped here.
+    pub fn release(self, per_probe_uprobes: bool) {
+        if per_probe_uprobes && hold::hold_in_background() {
             std::mem::forget(self);
         }
     }
@@ -687,10 +684,13 @@ fn load_programs(
     deep_plan: Option<&deep::KfdDeepPlan>,
 ) -> Result<Ebpf, LoadError> {
     let deep_config = deep_plan.map_or_else(KfdDeepConfig::default, |p| p.config);
-    // aya's EbpfLoader::new() parses vmlinux's BTF itself (aya 0.14 has no constructor
-    // without it); relocations use the value parsed here, as every other step does.
-    let mut ebpf = EbpfLoader::new()
-        .btf(kernel_btf.aya.as_ref())
+    // Relocations use the BTF parsed once at start, as every other step does (without it,
+    // aya would read vmlinux's BTF again, only if the object needed it).
+    let mut loader = EbpfLoader::new();
+    if let Some(btf) = kernel_btf.aya.as_ref() {
+        loader.btf(btf);
+    }
+    let mut ebpf = loader
         .override_global("CONFIG", config, true)
         .override_global("KFD_DEEP", &deep_config, true)
         .map_max_entries("EVENTS", options.ring_bytes)
@@ -779,7 +779,7 @@ fn set_switches(
         (switch::NV_ENTRY, nv_bits),
     ] {
         switches
-            .set(index, value, 0)
+            .set(index, &value, 0)
             .map_err(|source| LoadError::Map {
                 name: "SWITCHES",
                 source,
@@ -922,7 +922,7 @@ pub(crate) fn follow_forks(
             BpfHashMap::try_from(ebpf.map_mut("DENY").ok_or(LoadError::MissingMap("DENY"))?)
                 .map_err(map_error)?;
         for &tgid in roots {
-            deny.insert(tgid, 1, 0).map_err(map_error)?;
+            deny.insert(&tgid, &1, 0).map_err(map_error)?;
         }
     }
     attach_raw_tp(targets::DENY_FORK.program, targets::DENY_FORK.name)(ebpf).map_err(|why| {
@@ -939,7 +939,7 @@ pub(crate) fn follow_forks(
         if deny.get(&pid, 0).is_ok() {
             return Ok(false);
         }
-        deny.insert(pid, 1, 0)
+        deny.insert(&pid, &1, 0)
             .map(|()| true)
             .map_err(|e| e.to_string())
     })
@@ -1000,7 +1000,7 @@ fn fill_cgroup_map(
         Array::try_from(ebpf.map_mut(name).ok_or(LoadError::MissingMap(name))?)
             .map_err(|source| LoadError::Map { name, source })?;
     for (i, m) in subtrees.iter().enumerate() {
-        map.set(i as u32, *m, 0)
+        map.set(i as u32, m, 0)
             .map_err(|source| LoadError::Map { name, source })?;
     }
     Ok(())

@@ -131,24 +131,39 @@ pub fn fake_cuda(
 /// `_dl_debug_state` (libraries loaded later, docs/api.md).
 pub const PROBES_PER_CLIENT: usize = 7;
 
-/// The uprobes process `pid` holds: its BPF links of type `perf` (a uprobe is a perf event
-/// with a BPF link; the main trace's own hooks here are `tracing` or `raw_tracepoint` links).
+/// The uprobes process `pid` holds, from its BPF links' `fdinfo`: a link of type `perf` is one
+/// uprobe; a batched link (`uprobe_multi`, `uretprobe_multi`) holds `uprobe_cnt` of them (the
+/// main trace's own hooks are `tracing` or `raw_tracepoint` links, not counted).
 pub fn bpf_links(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| {
-            d.flatten()
-                .filter(|e| {
-                    std::fs::read_link(e.path())
-                        .is_ok_and(|l| l.to_string_lossy() == "anon_inode:bpf_link")
-                        && std::fs::read_to_string(format!(
-                            "/proc/{pid}/fdinfo/{}",
-                            e.file_name().to_string_lossy()
-                        ))
-                        .is_ok_and(|info| info.contains("link_type:\tperf\n"))
-                })
-                .count()
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return 0;
+    };
+    dir.flatten()
+        .filter(|e| {
+            std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy() == "anon_inode:bpf_link")
         })
-        .unwrap_or(0)
+        .filter_map(|e| {
+            std::fs::read_to_string(format!(
+                "/proc/{pid}/fdinfo/{}",
+                e.file_name().to_string_lossy()
+            ))
+            .ok()
+        })
+        .map(|info| {
+            let field = |name: &str| {
+                info.lines()
+                    .find_map(|l| l.strip_prefix(name)?.strip_prefix(":\t"))
+                    .map(str::to_string)
+            };
+            match field("link_type").as_deref() {
+                Some("perf") => 1,
+                Some("uprobe_multi" | "uretprobe_multi") => field("uprobe_cnt")
+                    .and_then(|n| n.parse().ok())
+                    .expect("a batched link's fdinfo has uprobe_cnt"),
+                _ => 0,
+            }
+        })
+        .sum()
 }
 
 /// Waits (30 s at most, a liveness bound) until process `pid` holds `n` uprobes.
