@@ -3,7 +3,6 @@
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use clap::Parser as _;
 use gpu_trace::{
     cli::{Cli, Command, Vendor},
     loader::LoadError,
@@ -26,7 +25,12 @@ const _: () = assert!(
 );
 
 fn main() -> ExitCode {
-    let mut cli = Cli::parse();
+    let mut cli = gpu_trace::cli::parse();
+    session::set_quiet(match &cli.command {
+        Some(Command::Replay { output, .. }) => output.quiet,
+        Some(Command::Top { trace, .. }) => trace.output.quiet,
+        _ => cli.trace.output.quiet,
+    });
     for warning in cli.trace.output.normalize_comms() {
         eprintln!("gpu-trace: warning: {warning}");
     }

@@ -1,0 +1,311 @@
+//! The CLI's edges, through the real binary (issue 41 items 3 and 7): a mistyped subcommand gets
+//! "did you mean", a program typed without `--` gets the line with `--`, a negative time its own
+//! message (never a tip that would start a command named `-1`), every option that takes a time
+//! takes units, `top` refuses the options it would ignore, and messages carry no stray source
+//! indentation, no doubled prefix and no Rust error text. None of these needs root.
+
+#[allow(dead_code)]
+mod common;
+
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_gpu-trace");
+const FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/two_streams.gtrace"
+);
+const USAGE: &str = "Usage: gpu-trace [OPTIONS] [-- <CMD>...] [COMMAND]";
+const MORE: &str = "For more information, try '--help'.";
+
+/// Exit status, stdout and stderr of `gpu-trace ARGS` (stdin: nothing).
+fn run(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(BIN)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("running gpu-trace");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A usage error (exit 2, nothing on stdout); its stderr.
+fn usage_error(args: &[&str]) -> String {
+    let (code, out, err) = run(args);
+    assert_eq!(code, Some(2), "{args:?}: {err}");
+    assert!(out.is_empty(), "{args:?}: {out}");
+    err
+}
+
+#[test]
+fn a_mistyped_subcommand_gets_did_you_mean() {
+    for (typed, meant) in [("replya", "replay"), ("topp", "top"), ("docter", "doctor")] {
+        assert_eq!(
+            usage_error(&[typed]),
+            format!(
+                "error: unrecognized subcommand '{typed}'\n\n  tip: a similar subcommand \
+                 exists: '{meant}'\n\n{USAGE}\n\n{MORE}\n"
+            )
+        );
+    }
+    // After options too, their values not taken for the subcommand.
+    assert_eq!(
+        usage_error(&["-p", "5", "-v", "replya", "run.gtrace"]),
+        format!(
+            "error: unrecognized subcommand 'replya'\n\n  tip: a similar subcommand exists: \
+             'replay'\n\n{USAGE}\n\n{MORE}\n"
+        )
+    );
+    // A word like nothing: the subcommands and how to trace a command.
+    assert_eq!(
+        usage_error(&["no-such-command"]),
+        format!(
+            "error: unrecognized subcommand 'no-such-command'\n\n  tip: subcommands: replay, \
+             doctor, top, api, completions; to start and trace a command: gpu-trace [OPTIONS] \
+             -- CMD\n\n{USAGE}\n\n{MORE}\n"
+        )
+    );
+}
+
+#[test]
+fn a_program_typed_without_dash_dash_gets_the_line_with_it() {
+    for (args, line) in [
+        (&["sleep", "1"][..], "gpu-trace -- sleep 1"),
+        (
+            &["-v", "--comm", "python3", "sleep", "1"],
+            "gpu-trace -v --comm python3 -- sleep 1",
+        ),
+        (&["sh", "-c", "exit 3"], "gpu-trace -- sh -c 'exit 3'"),
+    ] {
+        assert_eq!(
+            usage_error(args),
+            format!(
+                "error: unrecognized subcommand '{}'\n\n  tip: did you mean `{line}`? (the \
+                 command to start and trace goes after `--`)\n\n{USAGE}\n\n{MORE}\n",
+                args[args
+                    .iter()
+                    .position(|a| *a == "sleep" || *a == "sh")
+                    .unwrap()]
+            )
+        );
+    }
+}
+
+#[test]
+fn a_negative_value_gets_its_own_message_and_no_tip_to_start_it() {
+    for (args, says) in [
+        (
+            &["--duration", "-1"][..],
+            "error: invalid value '-1' for '--duration <TIME>': `-1`: the duration must be > 0 \
+             and at most 31622400 seconds (a year); leave --duration out to trace until Ctrl-C",
+        ),
+        (
+            &["-d", "-1m"],
+            "error: invalid value '-1m' for '--duration <TIME>': `-1m`: the duration must be > \
+             0 and at most 31622400 seconds (a year); leave --duration out to trace until Ctrl-C",
+        ),
+        (
+            &["--pid", "-3"],
+            "error: invalid value '-3' for '--pid <PID>': `-3` is not a process id (a number \
+             from 1 up)",
+        ),
+        (
+            &["api", "--stuck-after", "-5s"],
+            "error: invalid value '-5s' for '--stuck-after <TIME>': `-5s`: give a time from \
+             10ms to 24h (e.g. 1, 500ms, 5s, 2m)",
+        ),
+        (
+            &["replay", FIXTURE, "--interval", "-1"],
+            "error: invalid value '-1' for '--interval <TIME>': `-1` is not a usable interval: \
+             give a time from 0.01 s to 1e9 s (e.g. 1, 0.5, 250ms, 1m)",
+        ),
+    ] {
+        let err = usage_error(args);
+        assert_eq!(err, format!("{says}\n\n{MORE}\n"), "{args:?}");
+    }
+    // An unknown option of gpu-trace or api: `-- -x` would start a command named -x.
+    assert_eq!(
+        usage_error(&["-x"]),
+        format!("error: unexpected argument '-x' found\n\n{USAGE}\n\n{MORE}\n")
+    );
+    assert_eq!(
+        usage_error(&["api", "-x"]),
+        format!(
+            "error: unexpected argument '-x' found\n\nUsage: gpu-trace api [OPTIONS] [-- \
+             <CMD>...]\n\n{MORE}\n"
+        )
+    );
+}
+
+/// stderr of a replay of the fixture with `args` (it must succeed).
+fn replay_stderr(args: &[&str]) -> String {
+    let mut all = vec!["replay", FIXTURE];
+    all.extend_from_slice(args);
+    let (code, _, err) = run(&all);
+    assert_eq!(code, Some(0), "{args:?}: {err}");
+    err
+}
+
+#[test]
+fn every_option_that_takes_a_time_takes_units() {
+    // The parser's values, through the library: a unit, several, and a plain number as before.
+    let parse = |args: &[&str]| {
+        let mut all = vec!["gpu-trace"];
+        all.extend_from_slice(args);
+        gpu_trace::cli::parse_from(all).unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    };
+    let c = parse(&[
+        "-d",
+        "1m30s",
+        "--interval",
+        "500ms",
+        "--share-interval",
+        "250ms",
+    ]);
+    assert_eq!(c.trace.duration, Some(90.0));
+    assert_eq!(c.trace.output.interval, Some(0.5));
+    assert_eq!(c.trace.share_interval, 0.25);
+    let c = parse(&["-d", "30", "--interval", "2", "--share-interval", "0.5"]);
+    assert_eq!(c.trace.duration, Some(30.0));
+    assert_eq!(c.trace.output.interval, Some(2.0));
+    assert_eq!(c.trace.share_interval, 0.5);
+    match parse(&["top", "--expire", "1m"]).command {
+        Some(gpu_trace::cli::Command::Top { expire, .. }) => assert_eq!(expire, 60.0),
+        other => panic!("{other:?}"),
+    }
+    match parse(&[
+        "api",
+        "--interval",
+        "250ms",
+        "--stuck-after",
+        "1m30s",
+        "--pid",
+        "1",
+    ])
+    .command
+    {
+        Some(gpu_trace::cli::Command::Api(a)) => {
+            assert_eq!((a.interval, a.stuck_after), (Some(0.25), 90.0));
+        }
+        other => panic!("{other:?}"),
+    }
+    // Through the binary: a replay's --interval in units prints what seconds print.
+    assert_eq!(
+        replay_stderr(&["--interval", "1s", "-o", "/dev/null"]),
+        replay_stderr(&["--interval", "1", "-o", "/dev/null"])
+    );
+    assert_eq!(
+        replay_stderr(&["--interval", "500ms", "-o", "/dev/null"]),
+        replay_stderr(&["--interval", "0.5", "-o", "/dev/null"])
+    );
+    // `top --expire 1m` parses (then stops: no terminal here).
+    let err = usage_error(&["top", "--expire", "1m"]);
+    assert!(
+        err.starts_with("gpu-trace: gpu-trace top draws in a terminal"),
+        "{err}"
+    );
+    // A time the parser cannot read says how to write one.
+    assert_eq!(
+        usage_error(&["api", "--stuck-after", "1m30"]),
+        format!(
+            "error: invalid value '1m30' for '--stuck-after <TIME>': `1m30` is not a time: give \
+             seconds (30, 0.5) or numbers with units (250ms, 90s, 5m, 1m30s, 1h)\n\n{MORE}\n"
+        )
+    );
+}
+
+#[test]
+fn top_refuses_the_options_it_would_ignore() {
+    let top_usage = "Usage: gpu-trace top [OPTIONS]";
+    for (args, shown) in [
+        (&["top", "--format", "json"][..], "--format"),
+        (&["top", "-v"], "-v/--verbose"),
+        (&["top", "--timestamps", "relative"], "--timestamps"),
+        (&["top", "--no-stats"], "--no-stats"),
+        (&["top", "--show-container"], "--show-container"),
+    ] {
+        assert_eq!(
+            usage_error(args),
+            format!(
+                "error: `gpu-trace top` shows its view instead of event lines: {shown} shapes \
+                 only the events it writes to -o FILE; add -o FILE, or leave {shown} out\n\n\
+                 {top_usage}\n\n{MORE}\n"
+            )
+        );
+    }
+    assert_eq!(
+        usage_error(&["top", "--interval", "1", "-o", "/dev/null"]),
+        format!(
+            "error: `gpu-trace top` redraws its view every second instead of printing \
+             statistics: leave --interval out (with -o FILE, the file gets the statistics at \
+             the end)\n\n{top_usage}\n\n{MORE}\n"
+        )
+    );
+    assert_eq!(
+        usage_error(&["top", "-q"]),
+        format!(
+            "error: `gpu-trace top` prints no events or statistics on the terminal anyway (only \
+             to -o FILE): leave -q/--quiet out\n\n{top_usage}\n\n{MORE}\n"
+        )
+    );
+    // With -o FILE they shape the file: accepted (then stopped only for want of a terminal).
+    let err = usage_error(&["top", "--format", "json", "-v", "-o", "/dev/null"]);
+    assert!(
+        err.starts_with("gpu-trace: gpu-trace top draws in a terminal"),
+        "{err}"
+    );
+}
+
+/// Whether this test can load programs (root); if not it says so loudly.
+fn can_trace(test: &str) -> bool {
+    match gpu_trace::probe::system::check_privileges() {
+        Ok(()) => true,
+        Err(e) => {
+            common::skipped(test, e);
+            false
+        }
+    }
+}
+
+/// Whether `line` is one `-q` may print: a warning, or the line that says tracing started.
+fn quiet_may_print(line: &str) -> bool {
+    line.starts_with("gpu-trace: warning: ")
+        || (line.starts_with("gpu-trace: tracing ") && line.contains("; hooks: "))
+}
+
+/// `-q`: no events, no statistics, and on stderr warnings only (and the line that says tracing
+/// started, which scripts wait for); the `--pid` warnings in one line each, without source
+/// indentation.
+#[test]
+fn quiet_prints_warnings_only() {
+    let test = "quiet_prints_warnings_only";
+    if !can_trace(test) {
+        return;
+    }
+    let live = ["--watch-device", "/dev/null", "--no-share", "-d", "0.2"];
+    // Without -q the start-up notes are there (what this test would see leak).
+    let (code, _, err) = run(&[&live[..], &["--", "true"]].concat());
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("\ngpu-trace: (not used: "), "{err}");
+    assert!(err.contains("gpu-trace: starting true (pid "), "{err}");
+    // With it, not a line more than warnings, for a command as for --pid.
+    let (code, out, err) = run(&[&["-q"][..], &live, &["--", "true"]].concat());
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.is_empty(), "{out}");
+    assert!(err.lines().all(quiet_may_print), "{err}");
+    assert_eq!(
+        err.lines().filter(|l| l.contains("; hooks: ")).count(),
+        1,
+        "{err}"
+    );
+    let (code, out, err) = run(&[&["-q"][..], &live, &["--pid", "8388608"]].concat());
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.is_empty(), "{out}");
+    assert!(err.lines().all(quiet_may_print), "{err}");
+    assert!(
+        err.contains("warning: --pid 8388608: no such process now"),
+        "{err}"
+    );
+}
