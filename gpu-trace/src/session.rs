@@ -406,6 +406,14 @@ pub trait Viewer {
     }
 }
 
+/// What the end of a run says of a `-- CMD` that a stop (SIGINT, SIGTERM, --duration) left
+/// running (`gpu-trace` and `gpu-trace api` alike).
+pub fn still_runs(pid: u32) -> String {
+    format!(
+        "the command (pid {pid}) still runs, no longer traced; the exit status is gpu-trace's own"
+    )
+}
+
 /// Report lines on stderr, each after `gpu-trace: `.
 pub fn print_report(lines: Vec<String>) {
     for line in lines {
@@ -1096,19 +1104,12 @@ impl LiveRun<'_> {
         let c = self.command.as_mut()?;
         let pid = c.pid;
         // A Ctrl-C reached the command too: a moment for it to end.
-        for _ in 0..10 {
-            c.status = c.status.or_else(|| crate::launch::reap(pid));
-            if c.status.is_some() {
-                break;
-            }
-            std::thread::sleep(CHILD_POLL);
-        }
+        c.status = c
+            .status
+            .or_else(|| crate::launch::reap_within(pid, crate::launch::STOP_GRACE));
         let status = c.status;
         if status.is_none() {
-            self.report(vec![format!(
-                "gpu-trace: the command (pid {pid}) still runs, no longer traced; the exit \
-                 status is gpu-trace's own"
-            )]);
+            self.report(vec![still_runs(pid)]);
         }
         status
     }

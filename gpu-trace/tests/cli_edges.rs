@@ -258,6 +258,52 @@ fn top_refuses_the_options_it_would_ignore() {
     );
 }
 
+#[test]
+fn replay_errors_say_what_to_do_without_rust_s_words() {
+    let dir = common::scratch();
+    let cut = dir.join("header-cut.gtrace");
+    let whole = std::fs::read(FIXTURE).unwrap();
+    std::fs::write(&cut, &whole[..16]).unwrap();
+    let (code, _, err) = run(&["replay", cut.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(
+        err,
+        format!(
+            "gpu-trace: replaying {}: the recording ends inside its header: the file was cut \
+             short (copied while gpu-trace was still writing it?); copy it again, or record \
+             again\n",
+            cut.display()
+        )
+    );
+    let absent = dir.join("absent.gtrace");
+    let (code, _, err) = run(&["replay", absent.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(
+        err,
+        format!(
+            "gpu-trace: replaying {0}: opening {0}: No such file or directory; check the path \
+             (`gpu-trace --record FILE` makes a recording)\n",
+            absent.display()
+        )
+    );
+    // An output in a directory that does not exist: the system's words, without `(os error 2)`.
+    let (code, _, err) = run(&[
+        "replay",
+        FIXTURE,
+        "--perfetto",
+        dir.join("no/such/dir/t.json").to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(
+        err,
+        format!(
+            "gpu-trace: --perfetto {}: No such file or directory; name a file in an existing \
+             directory\n",
+            dir.join("no/such/dir/t.json").display()
+        )
+    );
+}
+
 /// Whether this test can load programs (root); if not it says so loudly.
 fn can_trace(test: &str) -> bool {
     match gpu_trace::probe::system::check_privileges() {

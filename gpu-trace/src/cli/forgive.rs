@@ -140,7 +140,7 @@ fn unknown_subcommand(cmd: &clap::Command, args: &[OsString], i: usize) -> clap:
     let mut e = clap::Error::new(ErrorKind::InvalidSubcommand).with_cmd(cmd);
     e.insert(ContextKind::InvalidSubcommand, ContextValue::String(word));
     let mut tips = Vec::new();
-    if crate::launch::executable_of(&args[i]).is_some() {
+    if crate::launch::resolve_command(&args[i]).is_ok() {
         let mut line = vec![crate::cli::BIN_NAME.to_string()];
         line.extend(args[1..i].iter().map(shell_word));
         line.push("--".into());
