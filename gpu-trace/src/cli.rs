@@ -664,7 +664,9 @@ impl OutputArgs {
             let cut = kernel_comm(c);
             if cut.len() != c.len() {
                 warnings.push(format!(
-                    "--comm {c:?} is longer than the {COMM_MAX} characters the kernel keeps of a                      process name: matching {cut:?} (e.g. nvidia-cuda-mps-server and                      nvidia-cuda-mps-control are both \"nvidia-cuda-mps\")"
+                    "--comm {c:?} is longer than the {COMM_MAX} characters the kernel keeps of a \
+                     process name: matching {cut:?} (e.g. nvidia-cuda-mps-server and \
+                     nvidia-cuda-mps-control are both \"nvidia-cuda-mps\")"
                 ));
                 *c = cut.to_string();
             }

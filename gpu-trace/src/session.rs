@@ -370,10 +370,12 @@ pub fn pid_warnings(pids: &[u32], tgid_of: impl Fn(u32) -> Option<u32>) -> Vec<S
     pids.iter()
         .filter_map(|&pid| match tgid_of(pid) {
             None => Some(format!(
-                "--pid {pid}: no such process now; waiting for it (a process started later                  with this id is traced; nothing is printed until then)"
+                "--pid {pid}: no such process now; waiting for it (a process started later with \
+                 this id is traced; nothing is printed until then)"
             )),
             Some(tgid) if tgid != pid => Some(format!(
-                "--pid {pid} is a thread of process {tgid}: the filter is on processes, so                  nothing of {pid} will match; use --pid {tgid}"
+                "--pid {pid} is a thread of process {tgid}: the filter is on processes, so \
+                 nothing of {pid} will match; use --pid {tgid}"
             )),
             Some(_) => None,
         })

@@ -259,6 +259,17 @@ fn top_refuses_the_options_it_would_ignore() {
 }
 
 #[test]
+fn a_long_comm_warning_has_no_source_indentation() {
+    let err = replay_stderr(&["--comm", "nvidia-cuda-mps-server", "-q"]);
+    assert_eq!(
+        err,
+        "gpu-trace: warning: --comm \"nvidia-cuda-mps-server\" is longer than the 15 characters \
+         the kernel keeps of a process name: matching \"nvidia-cuda-mps\" (e.g. \
+         nvidia-cuda-mps-server and nvidia-cuda-mps-control are both \"nvidia-cuda-mps\")\n"
+    );
+}
+
+#[test]
 fn replay_errors_say_what_to_do_without_rust_s_words() {
     let dir = common::scratch();
     let cut = dir.join("header-cut.gtrace");
@@ -352,6 +363,53 @@ fn quiet_prints_warnings_only() {
     assert!(err.lines().all(quiet_may_print), "{err}");
     assert!(
         err.contains("warning: --pid 8388608: no such process now"),
+        "{err}"
+    );
+}
+
+/// The `--pid` warnings, one line each, without source indentation: a pid that names no
+/// process, and a thread's id (named with its process).
+#[test]
+fn pid_warnings_are_one_line_each() {
+    let test = "pid_warnings_are_one_line_each";
+    if !can_trace(test) {
+        return;
+    }
+    let live = [
+        "-q",
+        "--watch-device",
+        "/dev/null",
+        "--no-share",
+        "-d",
+        "0.2",
+    ];
+    let (code, _, err) = run(&[&live[..], &["--pid", "8388608"]].concat());
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.lines().any(|l| l
+            == "gpu-trace: warning: --pid 8388608: no such process now; waiting for it (a \
+                process started later with this id is traced; nothing is printed until then)"),
+        "{err}"
+    );
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let thread = std::thread::spawn(move || {
+        // SAFETY: no arguments.
+        tx.send(unsafe { libc::gettid() }).unwrap();
+        let _ = done_rx.recv();
+    });
+    let tid = rx.recv().unwrap().to_string();
+    let me = std::process::id();
+    let (code, _, err) = run(&[&live[..], &["--pid", &tid]].concat());
+    drop(done_tx);
+    thread.join().unwrap();
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.lines().any(|l| l
+            == format!(
+                "gpu-trace: warning: --pid {tid} is a thread of process {me}: the filter is on \
+                 processes, so nothing of {tid} will match; use --pid {me}"
+            )),
         "{err}"
     );
 }
