@@ -140,6 +140,8 @@ fn api(args: &gpu_trace::cli::ApiArgs) -> ExitCode {
                 let status = command_status_after_stop().unwrap_or(t.child_status);
                 status.map_or(ExitCode::SUCCESS, |s| ExitCode::from(s.clamp(0, 255) as u8))
             }
+            // Standard output closed by its reader (`| head`): a quiet end, as coreutils.
+            Err(TraceError::Api(e)) if closed_pipe(&e) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("gpu-trace: {}", plain_words(&e.to_string()));
                 if let TraceError::Launch(LaunchError::CannotRun { code, .. }) = &e {
@@ -154,6 +156,8 @@ fn api(args: &gpu_trace::cli::ApiArgs) -> ExitCode {
     match gpu_trace::api::resolve(args) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(EXIT_RUNTIME),
+        // `api --resolve | head -1`: a quiet, successful end, as `replay | head -1` is.
+        Err(e) if closed_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("gpu-trace: {}", plain_words(&e.to_string()));
             ExitCode::from(if e.is_usage() {
@@ -163,6 +167,12 @@ fn api(args: &gpu_trace::cli::ApiArgs) -> ExitCode {
             })
         }
     }
+}
+
+/// `gpu-trace api`'s standard output closed by its reader (EPIPE): nothing is wrong, the reader
+/// took what it wanted.
+fn closed_pipe(e: &gpu_trace::api::ApiError) -> bool {
+    matches!(e, gpu_trace::api::ApiError::Output(io) if io.kind() == std::io::ErrorKind::BrokenPipe)
 }
 
 /// `gpu-trace api -- CMD` stopped by SIGINT or SIGTERM while the command ran: the command's

@@ -413,3 +413,67 @@ fn pid_warnings_are_one_line_each() {
         "{err}"
     );
 }
+
+/// `gpu-trace api --resolve | head -1`: the reader closing the pipe is a quiet, successful end
+/// (as `replay | head -1`, as coreutils), not "writing the output: Broken pipe" and exit 1.
+#[test]
+fn api_resolve_into_a_closed_pipe_is_a_quiet_end() {
+    use std::os::fd::{FromRawFd as _, OwnedFd};
+    let test = "api_resolve_into_a_closed_pipe_is_a_quiet_end";
+    if Command::new("cc").arg("--version").output().is_err() {
+        common::skipped(test, "no C compiler (cc)");
+        return;
+    }
+    // A process that maps a library defining a GPU API symbol: `cat` with a stand-in
+    // libcuda.so.1 preloaded, waiting on its stdin.
+    let dir = common::scratch().join(test);
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("cuda.c");
+    std::fs::write(&src, "int cuInit(unsigned flags) { return (int)flags; }\n").unwrap();
+    let lib = dir.join("libcuda.so.1");
+    let built = Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(built.success());
+    let mut target = Command::new("cat")
+        .env("LD_PRELOAD", &lib)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = target.id().to_string();
+    let maps = format!("/proc/{pid}/maps");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !std::fs::read_to_string(&maps).is_ok_and(|m| m.contains("libcuda.so.1")) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "cat never mapped the library"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // Its resolution has lines to print (checked), into a pipe whose reader is gone before
+    // gpu-trace starts: its first write fails with EPIPE.
+    let (code, out, err) = run(&["api", "--resolve", "--pid", &pid]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.starts_with(&format!("PID {pid} (cat)")), "{out}");
+    let mut fds = [0; 2];
+    // SAFETY: a two-int array.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: the new pipe's ends, ours alone.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(read);
+    let closed = Command::new(BIN)
+        .args(["api", "--resolve", "--pid", &pid])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::from(write))
+        .output()
+        .unwrap();
+    let _ = target.kill();
+    let _ = target.wait();
+    let err = String::from_utf8_lossy(&closed.stderr);
+    assert_eq!(closed.status.code(), Some(0), "{err}");
+    assert_eq!(err, "", "not a word");
+}
