@@ -336,11 +336,12 @@ pub enum Command {
     /// live TSGs / queues by engine, schedules, refusals and scheduling updates per second,
     /// timeslice, the latest TASK_INIT → SCHEDULE latency, and the tracer's health (drops).
     ///
-    /// Takes the same options as tracing (--pid, --comm, --container, --vendor, ...); no event
-    /// lines are printed. Keys: s sorts (SCHED/s, LIVE, PID); Up/Down, j/k, PgUp/PgDn,
-    /// Home/End scroll; / filters by pid, comm or container; ?, h or F1 shows the keys; q / Esc
-    /// / Ctrl-C quits and gives the terminal back. Exited processes are dimmed and marked x
-    /// until --expire. Needs root, like tracing.
+    /// Takes the tracing options that choose what is traced (--pid, --comm, --container,
+    /// --vendor, ...); no event lines are printed, so the options that only shape them work
+    /// only with -o FILE, and periodic statistics and quiet are refused. Keys: s sorts
+    /// (SCHED/s, LIVE, PID); Up/Down, j/k, PgUp/PgDn, Home/End scroll; / filters by pid, comm
+    /// or container; ?, h or F1 shows the keys; q / Esc / Ctrl-C quits and gives the terminal
+    /// back. Exited processes are dimmed and marked x until --expire. Needs root, like tracing.
     #[command(after_long_help = TOP_EPILOGUE.long_help())]
     Top {
         #[command(flatten)]
@@ -600,8 +601,8 @@ pub struct OutputArgs {
     pub interval: Option<f64>,
 
     /// Print no events and no statistics (e.g. with --metrics, or with only --perfetto or
-    /// --record).
-    #[arg(short, long, conflicts_with = "output")]
+    /// --record), and on standard error warnings only (and the line saying tracing started).
+    #[arg(short, long, conflicts_with_all = ["output", "interval"])]
     #[arg(help_heading = heading::OUTPUT)]
     pub quiet: bool,
 

@@ -250,6 +250,19 @@ fn top_refuses_the_options_it_would_ignore() {
              to -o FILE): leave -q/--quiet out\n\n{top_usage}\n\n{MORE}\n"
         )
     );
+    // -q and --interval: nothing would print the statistics blocks (for top, replay, tracing).
+    for args in [
+        &["-q", "--interval", "1"][..],
+        &["replay", FIXTURE, "-q", "--interval", "1"],
+    ] {
+        let err = usage_error(args);
+        assert!(
+            err.starts_with(
+                "error: the argument '--quiet' cannot be used with '--interval <TIME>'\n"
+            ),
+            "{args:?}: {err}"
+        );
+    }
     // With -o FILE they shape the file: accepted (then stopped only for want of a terminal).
     let err = usage_error(&["top", "--format", "json", "-v", "-o", "/dev/null"]);
     assert!(
