@@ -62,7 +62,20 @@ const MAIN_EXIT_STATUS: &[(u8, &str)] = &[
     TRACE_EXIT_STATUS[2],
     TRACE_EXIT_STATUS[3],
     TRACE_EXIT_STATUS[4],
+    CANNOT_EXECUTE_STATUS,
+    NOT_FOUND_STATUS,
 ];
+
+/// `-- CMD` that cannot run, as a shell exits (`gpu-trace` and `gpu-trace api`).
+const CANNOT_EXECUTE_STATUS: (u8, &str) = (
+    crate::launch::CANNOT_EXECUTE,
+    "with -- CMD: CMD was found but cannot be executed (a directory, not executable, a bad #! \
+     interpreter), said on stderr",
+);
+const NOT_FOUND_STATUS: (u8, &str) = (
+    crate::launch::NOT_FOUND,
+    "with -- CMD: CMD was not found (not on PATH, no such file), said on stderr",
+);
 
 /// `gpu-trace`'s (tracing's) epilogue.
 pub const MAIN_EPILOGUE: Epilogue = Epilogue {
@@ -235,6 +248,8 @@ pub const API_EPILOGUE: Epilogue = Epilogue {
             exit::USAGE,
             "bad usage (a malformed --probe; tracing without --pid, --comm or -- CMD)",
         ),
+        CANNOT_EXECUTE_STATUS,
+        NOT_FOUND_STATUS,
     ],
     see_also: "See docs/api.md for the output, the JSON object and the symbol table.",
 };

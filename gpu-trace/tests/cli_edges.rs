@@ -490,3 +490,21 @@ fn api_resolve_into_a_closed_pipe_is_a_quiet_end() {
     assert_eq!(closed.status.code(), Some(0), "{err}");
     assert_eq!(err, "", "not a word");
 }
+
+/// `--help` of gpu-trace and of `api` lists 126 and 127 among the exit codes, as the man pages
+/// (same epilogue) do.
+#[test]
+fn help_lists_the_exit_codes_of_a_command_that_cannot_run() {
+    for args in [&["--help"][..], &["api", "--help"]] {
+        let (code, out, err) = run(args);
+        assert_eq!(code, Some(0), "{err}");
+        let flat = out.split_whitespace().collect::<Vec<_>>().join(" ");
+        for line in [
+            "126 with -- CMD: CMD was found but cannot be executed (a directory, not executable, \
+             a bad #! interpreter), said on stderr",
+            "127 with -- CMD: CMD was not found (not on PATH, no such file), said on stderr",
+        ] {
+            assert!(flat.contains(line), "{args:?}: {line:?} not in:\n{out}");
+        }
+    }
+}
