@@ -4,6 +4,9 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+mod forgive;
+pub use forgive::{parse, parse_from};
+
 /// What a command's `--help` says after its options, and the EXAMPLES, EXIT STATUS and further
 /// sections of its man page (`cargo xtask gen` renders the same text as roff).
 pub struct Epilogue {
@@ -59,7 +62,20 @@ const MAIN_EXIT_STATUS: &[(u8, &str)] = &[
     TRACE_EXIT_STATUS[2],
     TRACE_EXIT_STATUS[3],
     TRACE_EXIT_STATUS[4],
+    CANNOT_EXECUTE_STATUS,
+    NOT_FOUND_STATUS,
 ];
+
+/// `-- CMD` that cannot run, as a shell exits (`gpu-trace` and `gpu-trace api`).
+const CANNOT_EXECUTE_STATUS: (u8, &str) = (
+    crate::launch::CANNOT_EXECUTE,
+    "with -- CMD: CMD was found but cannot be executed (a directory, not executable, a bad #! \
+     interpreter), said on stderr",
+);
+const NOT_FOUND_STATUS: (u8, &str) = (
+    crate::launch::NOT_FOUND,
+    "with -- CMD: CMD was not found (not on PATH, no such file), said on stderr",
+);
 
 /// `gpu-trace`'s (tracing's) epilogue.
 pub const MAIN_EPILOGUE: Epilogue = Epilogue {
@@ -232,6 +248,8 @@ pub const API_EPILOGUE: Epilogue = Epilogue {
             exit::USAGE,
             "bad usage (a malformed --probe; tracing without --pid, --comm or -- CMD)",
         ),
+        CANNOT_EXECUTE_STATUS,
+        NOT_FOUND_STATUS,
     ],
     see_also: "See docs/api.md for the output, the JSON object and the symbol table.",
 };
@@ -333,18 +351,20 @@ pub enum Command {
     /// live TSGs / queues by engine, schedules, refusals and scheduling updates per second,
     /// timeslice, the latest TASK_INIT → SCHEDULE latency, and the tracer's health (drops).
     ///
-    /// Takes the same options as tracing (--pid, --comm, --container, --vendor, ...); no event
-    /// lines are printed. Keys: s sorts (SCHED/s, LIVE, PID); Up/Down, j/k, PgUp/PgDn,
-    /// Home/End scroll; / filters by pid, comm or container; ?, h or F1 shows the keys; q / Esc
-    /// / Ctrl-C quits and gives the terminal back. Exited processes are dimmed and marked x
-    /// until --expire. Needs root, like tracing.
+    /// Takes the tracing options that choose what is traced (--pid, --comm, --container,
+    /// --vendor, ...); no event lines are printed, so the options that only shape them work
+    /// only with -o FILE, and periodic statistics and quiet are refused. Keys: s sorts
+    /// (SCHED/s, LIVE, PID); Up/Down, j/k, PgUp/PgDn, Home/End scroll; / filters by pid, comm
+    /// or container; ?, h or F1 shows the keys; q / Esc / Ctrl-C quits and gives the terminal
+    /// back. Exited processes are dimmed and marked x until --expire. Needs root, like tracing.
     #[command(after_long_help = TOP_EPILOGUE.long_help())]
     Top {
         #[command(flatten)]
         trace: Box<TraceArgs>,
-        /// Keep an exited process's row this many seconds (dimmed, marked x), then drop it
-        /// from the view (its counts stay in the statistics); 0 keeps it.
-        #[arg(long, value_name = "SECONDS", default_value_t = gpu_trace_core::output::top::DEFAULT_EXPIRE_S, value_parser = parse_expire)]
+        /// Keep an exited process's row this long (dimmed, marked x), then drop it from the
+        /// view (its counts stay in the statistics): seconds or a time like 30s or 2m; 0 keeps
+        /// it.
+        #[arg(long, value_name = "TIME", default_value_t = gpu_trace_core::output::top::DEFAULT_EXPIRE_S, value_parser = parse_expire, allow_hyphen_values = true)]
         #[arg(display_order = 9)]
         expire: f64,
     },
@@ -369,12 +389,12 @@ pub enum Command {
     },
 }
 
-/// `top --expire`: seconds, finite and not negative.
+/// `top --expire`: a time ([`parse_time`]), finite and not negative.
 fn parse_expire(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+    match parse_time(s)? {
+        v if v.is_finite() && v >= 0.0 => Ok(v),
         _ => Err(format!(
-            "{s:?} is not a number of seconds (0 or more; 0 keeps exited processes)"
+            "`{s}`: give 0 or more (0 keeps exited processes), e.g. 10, 30s or 2m"
         )),
     }
 }
@@ -387,7 +407,8 @@ pub struct ApiArgs {
     #[arg(long)]
     pub resolve: bool,
     /// Only this process (repeat for more).
-    #[arg(short = 'p', long = "pid", value_name = "PID", value_parser = parse_pid)]
+    #[arg(short = 'p', long = "pid", value_name = "PID", value_parser = parse_pid,
+          allow_negative_numbers = true)]
     pub pids: Vec<u32>,
     /// Only processes with this name (as the kernel keeps it: 15 bytes).
     #[arg(short = 'c', long, value_name = "NAME")]
@@ -410,9 +431,9 @@ pub struct ApiArgs {
     /// text (one block per process) or json (one object per process and line; docs/api.md).
     #[arg(long, value_name = "FORMAT", default_value = "text")]
     pub format: ApiFormat,
-    /// Tracing: print the counts every SECS seconds (besides at exit), and rescan the targets'
-    /// libraries for new ones (dlopen) this often (1 s when not given).
-    #[arg(long, value_name = "SECS", value_parser = parse_api_interval)]
+    /// Tracing: print the counts every TIME (seconds, or 500ms, 5s, 1m…) besides at exit, and
+    /// rescan the targets' libraries for new ones (dlopen) this often (1 s when not given).
+    #[arg(long, value_name = "TIME", value_parser = parse_api_interval, allow_hyphen_values = true)]
     pub interval: Option<f64>,
     /// Tracing: one line per completed call (API_CALL: thread, symbol, library, duration,
     /// return value, depth, the caller's library), ltrace-like.
@@ -421,12 +442,12 @@ pub struct ApiArgs {
     /// Tracing: calls open at once on a thread past which API_RECURSION is reported and the
     /// kernel stops keeping them (1 to 16).
     #[arg(long = "max-depth", value_name = "N", default_value_t = 16,
-          value_parser = clap::value_parser!(u32).range(1..=16))]
+          value_parser = clap::value_parser!(u32).range(1..=16), allow_negative_numbers = true)]
     pub max_depth: u32,
-    /// Tracing: report a call open longer than SECS (API_STUCK: thread state, wait channel,
-    /// system call, user stack), once per call.
-    #[arg(long = "stuck-after", value_name = "SECS", default_value_t = 5.0,
-          value_parser = parse_api_interval)]
+    /// Tracing: report a call open longer than TIME (seconds, or 500ms, 5s, 1m…; API_STUCK:
+    /// thread state, wait channel, system call, user stack), once per call.
+    #[arg(long = "stuck-after", value_name = "TIME", default_value_t = 5.0,
+          value_parser = parse_api_interval, allow_hyphen_values = true)]
     pub stuck_after: f64,
     /// Tracing: at exit, print on stderr how many times the kernel ran the entry and return
     /// programs (BPF statistics on for the run), the whole cost's count.
@@ -438,11 +459,12 @@ pub struct ApiArgs {
     pub command: Vec<std::ffi::OsString>,
 }
 
+/// `api --interval`, `api --stuck-after`: a time ([`parse_time`]) from 0.01 s to a day.
 fn parse_api_interval(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if (0.01..=86400.0).contains(&v) => Ok(v),
+    match parse_time(s)? {
+        v if (0.01..=86400.0).contains(&v) => Ok(v),
         _ => Err(format!(
-            "`{s}` is not a number of seconds from 0.01 to 86400"
+            "`{s}`: give a time from 10ms to 24h (e.g. 1, 500ms, 5s, 2m)"
         )),
     }
 }
@@ -536,7 +558,8 @@ pub struct OutputArgs {
     /// Only this process (repeatable). Live runs: with exactly one, the kernel filters too, and
     /// a PID that does not exist yet is warned about once and waited for (a process started
     /// later with that id is traced).
-    #[arg(short, long = "pid", value_name = "PID", value_parser = parse_pid)]
+    #[arg(short, long = "pid", value_name = "PID", value_parser = parse_pid,
+          allow_negative_numbers = true)]
     #[arg(display_order = 1)]
     pub pids: Vec<u32>,
 
@@ -584,17 +607,17 @@ pub struct OutputArgs {
     #[arg(help_heading = heading::OUTPUT)]
     pub no_stats: bool,
 
-    /// Also print the statistics so far every SECONDS (> 0): with --format json as a STATS
-    /// object with "final": false among the events; as text, a block on standard error, so
-    /// that the event stream stays one line per event. Replay counts SECONDS in the recording's
-    /// own time.
-    #[arg(long, value_name = "SECONDS", value_parser = positive_seconds)]
+    /// Also print the statistics so far every TIME (seconds, or 500ms, 5s, 1m…): with --format
+    /// json as a STATS object with "final": false among the events; as text, a block on
+    /// standard error, so that the event stream stays one line per event. Replay counts TIME in
+    /// the recording's own time.
+    #[arg(long, value_name = "TIME", value_parser = positive_seconds, allow_hyphen_values = true)]
     #[arg(display_order = 7)]
     pub interval: Option<f64>,
 
     /// Print no events and no statistics (e.g. with --metrics, or with only --perfetto or
-    /// --record).
-    #[arg(short, long, conflicts_with = "output")]
+    /// --record), and on standard error warnings only (and the line saying tracing started).
+    #[arg(short, long, conflicts_with_all = ["output", "interval"])]
     #[arg(help_heading = heading::OUTPUT)]
     pub quiet: bool,
 
@@ -618,18 +641,16 @@ pub const MIN_INTERVAL_SECS: f64 = 0.01;
 /// The longest `--interval` accepted, in seconds.
 pub const MAX_INTERVAL_SECS: f64 = 1e9;
 
-/// `--interval`: a finite number of seconds from [`MIN_INTERVAL_SECS`] to
+/// `--interval`, `--share-interval`: a time ([`parse_time`]) from [`MIN_INTERVAL_SECS`] to
 /// [`MAX_INTERVAL_SECS`].
 fn positive_seconds(s: &str) -> Result<f64, String> {
-    let v: f64 = s
-        .parse()
-        .map_err(|_| format!("`{s}` is not a number of seconds (e.g. 1 or 0.5)"))?;
+    let v = parse_time(s)?;
     if v.is_finite() && (MIN_INTERVAL_SECS..=MAX_INTERVAL_SECS).contains(&v) {
         Ok(v)
     } else {
         Err(format!(
-            "`{s}` is not a usable interval: give a number of seconds from {MIN_INTERVAL_SECS} \
-             to {MAX_INTERVAL_SECS:e} (e.g. 1 or 0.5)"
+            "`{s}` is not a usable interval: give a time from {MIN_INTERVAL_SECS} s to \
+             {MAX_INTERVAL_SECS:e} s (e.g. 1, 0.5, 250ms, 1m)"
         ))
     }
 }
@@ -659,7 +680,9 @@ impl OutputArgs {
             let cut = kernel_comm(c);
             if cut.len() != c.len() {
                 warnings.push(format!(
-                    "--comm {c:?} is longer than the {COMM_MAX} characters the kernel keeps of a                      process name: matching {cut:?} (e.g. nvidia-cuda-mps-server and                      nvidia-cuda-mps-control are both \"nvidia-cuda-mps\")"
+                    "--comm {c:?} is longer than the {COMM_MAX} characters the kernel keeps of a \
+                     process name: matching {cut:?} (e.g. nvidia-cuda-mps-server and \
+                     nvidia-cuda-mps-control are both \"nvidia-cuda-mps\")"
                 ));
                 *c = cut.to_string();
             }
@@ -704,8 +727,8 @@ pub struct TraceArgs {
     pub vendor: Vendor,
 
     /// Stop after tracing this long, counted from attach (default: until Ctrl-C or SIGTERM):
-    /// seconds (30, 1.5) or with a unit (250ms, 90s, 5m, 1h); > 0, at most a year.
-    #[arg(short, long, value_name = "DURATION", value_parser = parse_duration)]
+    /// seconds (30, 1.5) or with units (250ms, 90s, 5m, 1m30s, 1h); > 0, at most a year.
+    #[arg(short, long, value_name = "TIME", value_parser = parse_duration, allow_hyphen_values = true)]
     #[arg(display_order = 6)]
     pub duration: Option<f64>,
 
@@ -735,7 +758,8 @@ pub struct TraceArgs {
     /// (repeatable). Needs a kernel with an active BPF LSM
     /// (`bpf` in /sys/kernel/security/lsm); otherwise gpu-trace stops at start-up and says why.
     /// Refused requests show as `SCHEDULE … allowed=no errno=EPERM`, counted as `denied`.
-    #[arg(long = "deny-pid", value_name = "PID", value_parser = parse_pid)]
+    #[arg(long = "deny-pid", value_name = "PID", value_parser = parse_pid,
+          allow_negative_numbers = true)]
     #[arg(help_heading = heading::REFUSING)]
     pub deny_pids: Vec<u32>,
 
@@ -776,7 +800,7 @@ pub struct TraceArgs {
 
     /// Ring-buffer size in bytes (power of two, ≥ 4096). Raise it if `dropped` is not 0.
     #[arg(long, value_name = "BYTES", default_value_t = crate::loader::DEFAULT_RING_BYTES,
-          value_parser = parse_ring_size)]
+          value_parser = parse_ring_size, allow_negative_numbers = true)]
     #[arg(help_heading = heading::KERNEL)]
     pub ring_size: u32,
 
@@ -819,11 +843,12 @@ pub struct TraceArgs {
     pub bpf_stats: bool,
 
     /// How often to read each process's GPU share from NVML (per-process utilization samples;
-    /// NVIDIA only), in seconds. The driver keeps only the latest sample per process (about
-    /// every 200 ms on an H100), so a period longer than that loses samples and undercounts
-    /// the shares: the default is 0.2 s. The shares go to the statistics, JSON (`GPU_SHARE`),
+    /// NVIDIA only): seconds, or a time like 500ms. The driver keeps only the latest sample per
+    /// process (about every 200 ms on an H100), so a period longer than that loses samples and
+    /// undercounts the shares: the default is 0.2 s. The shares go to the statistics, JSON (`GPU_SHARE`),
     /// `top`; see docs/events.md.
-    #[arg(long, value_name = "SECONDS", value_parser = positive_seconds, default_value_t = 0.2)]
+    #[arg(long, value_name = "TIME", value_parser = positive_seconds, default_value_t = 0.2,
+          allow_hyphen_values = true)]
     pub share_interval: f64,
 
     /// Do not sample the processes' GPU share (no NVML calls while tracing).
@@ -845,30 +870,79 @@ pub struct TraceArgs {
 /// The longest `--duration`: a year (anything longer is a typo, and must fit a `Duration`).
 pub const MAX_DURATION_S: f64 = 366.0 * 24.0 * 3600.0;
 
-/// `--duration`: a finite time > 0, at most [`MAX_DURATION_S`], in seconds: a bare number is
-/// seconds (`30`, `1.5`); a unit may follow it: `ms`, `s`, `m`, `h` (`250ms`, `90s`, `5m`, `1h`).
-fn parse_duration(s: &str) -> Result<f64, String> {
+/// A time as every option that takes one reads it: a bare number is seconds (`30`, `1.5`); a
+/// unit may follow a number: `ms`, `s`, `m`, `h` (`250ms`, `90s`, `5m`, `1h`), and several such
+/// parts add up, largest unit first (`1m30s`, `1h30m`, `2s500ms`). Returns seconds; a leading
+/// `-` makes them negative (each option says which times it takes).
+pub fn parse_time(s: &str) -> Result<f64, String> {
+    let not_a_time = || {
+        format!(
+            "`{s}` is not a time: give seconds (30, 0.5) or numbers with units (250ms, 90s, 5m, \
+             1m30s, 1h)"
+        )
+    };
     let t = s.trim();
-    let (number, scale) = [("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0)]
-        .into_iter()
-        .find_map(|(unit, scale)| t.strip_suffix(unit).map(|n| (n.trim_end(), scale)))
-        .unwrap_or((t, 1.0));
-    // Digits, a dot, an exponent only: not `inf`, `nan` or a sign-less unit like `5min`.
-    let plain = !number.is_empty()
-        && number
-            .chars()
-            .all(|c| c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E' | '-' | '+'));
-    let d = number
-        .parse::<f64>()
-        .ok()
-        .filter(|_| plain)
-        .map(|n| n * scale)
-        .ok_or_else(|| {
-            format!(
-                "`{s}` is not a duration: give seconds (30, 0.5) or a number with a unit \
-                 (250ms, 90s, 5m, 1h)"
-            )
-        })?;
+    let (sign, mut rest) = match t.strip_prefix('-') {
+        Some(r) => (-1.0, r),
+        None => (1.0, t),
+    };
+    if rest.is_empty() {
+        return Err(not_a_time());
+    }
+    const UNITS: [(&str, f64); 4] = [("h", 3600.0), ("m", 60.0), ("s", 1.0), ("ms", 0.001)];
+    let mut total = 0.0;
+    // Units used so far must come in this order, each once.
+    let mut next_unit = 0;
+    let mut parts = 0;
+    while !rest.is_empty() {
+        // The number: digits and dots, and an exponent (`1e3`).
+        let mut end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let exp = rest[end..]
+            .strip_prefix(['e', 'E'])
+            .map(|e| e.strip_prefix(['+', '-']).unwrap_or(e));
+        if let Some(e) = exp {
+            let digits = e.find(|c: char| !c.is_ascii_digit()).unwrap_or(e.len());
+            if digits > 0 {
+                end = rest.len() - e.len() + digits;
+            }
+        }
+        let number: f64 = rest[..end]
+            .parse()
+            .ok()
+            .filter(|_| rest[..end].starts_with(|c: char| c.is_ascii_digit() || c == '.'))
+            .ok_or_else(not_a_time)?;
+        rest = rest[end..].trim_start();
+        let unit_len = rest
+            .find(|c: char| !c.is_ascii_alphabetic())
+            .unwrap_or(rest.len());
+        let unit = &rest[..unit_len];
+        rest = rest[unit_len..].trim_start();
+        parts += 1;
+        if unit.is_empty() {
+            // A bare number is seconds, alone only (`1m30` is ambiguous).
+            if parts > 1 || !rest.is_empty() {
+                return Err(not_a_time());
+            }
+            total += number;
+            break;
+        }
+        let Some(i) = UNITS.iter().position(|(u, _)| *u == unit) else {
+            return Err(not_a_time());
+        };
+        if i < next_unit {
+            return Err(not_a_time());
+        }
+        next_unit = i + 1;
+        total += number * UNITS[i].1;
+    }
+    Ok(sign * total)
+}
+
+/// `--duration`: a time ([`parse_time`]) > 0, at most [`MAX_DURATION_S`].
+fn parse_duration(s: &str) -> Result<f64, String> {
+    let d = parse_time(s)?;
     if !d.is_finite() || d <= 0.0 || d > MAX_DURATION_S {
         return Err(format!(
             "`{s}`: the duration must be > 0 and at most {MAX_DURATION_S} seconds (a year); \
@@ -1035,6 +1109,31 @@ mod tests {
         ] {
             assert_eq!(parse_duration(text), Ok(secs), "{text}");
         }
+    }
+
+    #[test]
+    fn times_add_up_their_parts_largest_unit_first() {
+        for (text, secs) in [
+            ("1m30s", 90.0),
+            ("1h30m", 5400.0),
+            ("2s500ms", 2.5),
+            ("1h 1m 1s", 3661.0),
+            ("1.5m", 90.0),
+            ("-1m30s", -90.0),
+            ("1e3ms", 1.0),
+        ] {
+            assert_eq!(parse_time(text), Ok(secs), "{text}");
+        }
+        for bad in [
+            "30s1m", "1m30", "1m1m", "1s1", "-", "--1", "1 x", "m30s", "1e",
+        ] {
+            assert!(parse_time(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_expire("0"), Ok(0.0));
+        assert!(parse_expire("-1s").is_err());
+        assert_eq!(parse_api_interval("10ms"), Ok(0.01));
+        assert!(parse_api_interval("24h1s").is_err());
+        assert_eq!(positive_seconds("1m"), Ok(60.0));
     }
 
     #[test]

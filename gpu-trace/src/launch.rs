@@ -7,17 +7,23 @@
 //! command's children are traced too.
 
 use std::collections::HashSet;
-use std::ffi::{CString, OsString};
+use std::ffi::{CString, OsStr, OsString};
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
 use std::os::unix::ffi::OsStrExt as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use gpu_trace_core::escape::{decode_lossless, escape_text};
 
 /// Why the command could not be started.
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
-    #[error("starting {cmd}: {source} (check the command's name and PATH)")]
+    #[error("starting {cmd}: {source}")]
     Spawn { cmd: String, source: std::io::Error },
+    /// The command cannot be run, as a shell would find: `code` is the shell's exit status for
+    /// it, 127 (not found) or 126 (found but cannot be executed).
+    #[error("{cmd}: {why}")]
+    CannotRun { cmd: String, why: String, code: u8 },
     #[error(
         "--user {name}: {why} (give a user name from /etc/passwd, or leave --user out to run \
          the command as gpu-trace's own user)"
@@ -101,17 +107,33 @@ pub fn fork_waiting(cmd: &[OsString], user: Option<&User>) -> Result<Launched, L
         cmd: shown.clone(),
         source,
     };
-    if cmd.is_empty() {
-        return Err(spawn_err(std::io::ErrorKind::InvalidInput.into()));
-    }
-    if executable_of(&cmd[0]).is_none() {
-        return Err(spawn_err(std::io::ErrorKind::NotFound.into()));
-    }
+    let cannot = |(why, code): (String, u8)| LaunchError::CannotRun {
+        cmd: shown.clone(),
+        why,
+        code,
+    };
+    let Some(first) = cmd.first() else {
+        return Err(cannot((
+            "no command after `--` (give the command to start and trace)".into(),
+            NOT_FOUND,
+        )));
+    };
+    // Said here, before anything is attached, rather than as a bare exit status later.
+    resolve_command(first).map_err(cannot)?;
     let args: Vec<CString> = cmd
         .iter()
         .map(|a| CString::new(a.as_bytes()))
         .collect::<Result<_, _>>()
-        .map_err(|_| spawn_err(std::io::ErrorKind::InvalidInput.into()))?;
+        .map_err(|_| {
+            cannot((
+                "an argument holds a NUL byte, which no program can be given".into(),
+                CANNOT_EXECUTE,
+            ))
+        })?;
+    // What the child says if exec fails all the same (e.g. as --user, who may not be allowed
+    // to run it), made here: the child may only call async-signal-safe functions.
+    let exec_failed = format!("gpu-trace: {shown}: cannot run it: ").into_bytes();
+    let user_failed: &[u8] = b"gpu-trace: --user: could not switch to the user's groups and ids\n";
     let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
     argv.push(std::ptr::null());
     let gpu_fds = own_gpu_fds();
@@ -120,8 +142,8 @@ pub fn fork_waiting(cmd: &[OsString], user: Option<&User>) -> Result<Launched, L
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         return Err(spawn_err(std::io::Error::last_os_error()));
     }
-    // SAFETY: the child only calls async-signal-safe functions (close, read, setgroups,
-    // setgid, setuid, execvp, _exit).
+    // SAFETY: the child only calls async-signal-safe functions (signal, close, read, write,
+    // setgroups, setgid, setuid, execvp, _exit).
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         return Err(spawn_err(std::io::Error::last_os_error()));
@@ -129,6 +151,11 @@ pub fn fork_waiting(cmd: &[OsString], user: Option<&User>) -> Result<Launched, L
     if pid == 0 {
         // SAFETY: see above; argv is null-terminated and outlives the call.
         unsafe {
+            // The handlers gpu-trace installed for SIGINT and SIGTERM stay in a forked child
+            // until exec: a signal sent to the process group while it waits would be taken for
+            // gpu-trace's own stop and leave the command running.
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGTERM, libc::SIG_DFL);
             libc::close(fds[1]);
             // Not the tracer's own GPU files (NVML's): the waiting child would be listed as a
             // process with a GPU open before tracing, and its exec would end them as
@@ -146,14 +173,28 @@ pub fn fork_waiting(cmd: &[OsString], user: Option<&User>) -> Result<Launched, L
                     || libc::setgid(u.gid) != 0
                     || libc::setuid(u.uid) != 0)
             {
-                libc::_exit(126);
+                libc::write(2, user_failed.as_ptr().cast(), user_failed.len());
+                libc::_exit(CANNOT_EXECUTE.into());
             }
             libc::execvp(argv[0], argv.as_ptr());
-            libc::_exit(127);
+            // As a shell: 127 when nothing was found, 126 when it could not be executed.
+            let errno = *libc::__errno_location();
+            let why = errno_words(errno);
+            libc::write(2, exec_failed.as_ptr().cast(), exec_failed.len());
+            libc::write(2, why.as_ptr().cast(), why.len());
+            libc::_exit(
+                if errno == libc::ENOENT {
+                    NOT_FOUND
+                } else {
+                    CANNOT_EXECUTE
+                }
+                .into(),
+            );
         }
     }
     // SAFETY: our own descriptors.
     unsafe { libc::close(fds[0]) };
+    UNREAPED.store(pid as u32, Ordering::SeqCst);
     Ok(Launched {
         pid: pid as u32,
         // SAFETY: the write end, ours alone from here.
@@ -182,6 +223,143 @@ fn own_gpu_fds() -> Vec<libc::c_int> {
         .collect()
 }
 
+/// A shell's exit status for a command that was not found.
+pub const NOT_FOUND: u8 = 127;
+/// A shell's exit status for a command that was found but cannot be executed.
+pub const CANNOT_EXECUTE: u8 = 126;
+
+/// `errno` after a failed exec, in words, with a newline (static: said by the forked child).
+fn errno_words(errno: libc::c_int) -> &'static [u8] {
+    match errno {
+        libc::ENOENT => b"no such file, or its interpreter is missing\n",
+        libc::EACCES => b"permission denied (not executable for this user)\n",
+        libc::ENOEXEC => b"not a program this machine can run (exec format error)\n",
+        libc::ETXTBSY => b"the file is open for writing (text file busy)\n",
+        libc::E2BIG => b"the argument list is too long\n",
+        libc::ENOMEM => b"out of memory\n",
+        libc::ELOOP => b"too many symbolic links\n",
+        libc::ENAMETOOLONG => b"the name is too long\n",
+        libc::EISDIR => b"it is a directory\n",
+        _ => b"the kernel refused to execute it\n",
+    }
+}
+
+/// The program `execvp` would run for `cmd`, or why a shell would refuse it and with which
+/// status: not found (127); a directory, not executable, or a script whose `#!` interpreter is
+/// missing or not executable (126).
+pub fn resolve_command(cmd: &OsStr) -> Result<PathBuf, (String, u8)> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let shown = escape_text(&decode_lossless(cmd.as_bytes())).into_owned();
+    let executable = |m: &std::fs::Metadata| m.is_file() && m.permissions().mode() & 0o111 != 0;
+    let path = if cmd.as_bytes().contains(&b'/') {
+        let path = PathBuf::from(cmd);
+        match std::fs::metadata(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(("no such file (check the path)".into(), NOT_FOUND));
+            }
+            Err(e) => return Err((io_words(&e), CANNOT_EXECUTE)),
+            Ok(m) if m.is_dir() => {
+                return Err((
+                    "is a directory, not a program (name the program inside it)".into(),
+                    CANNOT_EXECUTE,
+                ));
+            }
+            Ok(m) if !executable(&m) => {
+                return Err((
+                    format!(
+                        "permission denied: not executable (chmod +x {shown}, or give it to its \
+                         interpreter: -- sh {shown})"
+                    ),
+                    CANNOT_EXECUTE,
+                ));
+            }
+            Ok(_) => path,
+        }
+    } else {
+        let search = std::env::var_os("PATH").unwrap_or_else(|| "/bin:/usr/bin".into());
+        let mut denied = None;
+        let found = std::env::split_paths(&search)
+            .map(|dir| dir.join(cmd))
+            .find(|p| match std::fs::metadata(p) {
+                Ok(m) if executable(&m) => true,
+                Ok(m) if m.is_file() => {
+                    denied.get_or_insert_with(|| p.clone());
+                    false
+                }
+                _ => false,
+            });
+        match (found, denied) {
+            (Some(p), _) => p,
+            (None, Some(p)) => {
+                return Err((
+                    format!(
+                        "permission denied: {} is not executable (chmod +x it)",
+                        escape_text(&decode_lossless(p.as_os_str().as_bytes()))
+                    ),
+                    CANNOT_EXECUTE,
+                ));
+            }
+            (None, None) => {
+                return Err((
+                    "command not found (no such program in any directory of PATH: check the \
+                     name, or give its path, e.g. ./NAME)"
+                        .into(),
+                    NOT_FOUND,
+                ));
+            }
+        }
+    };
+    check_interpreter(&path)?;
+    Ok(path)
+}
+
+/// A script's `#!` line names a program that exists and is executable (the kernel's exec
+/// would fail with ENOENT or EACCES, which a shell reports as a bad interpreter, 126).
+fn check_interpreter(path: &Path) -> Result<(), (String, u8)> {
+    use std::io::Read as _;
+    use std::os::unix::fs::PermissionsExt as _;
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(path)
+        .and_then(|mut f| f.read(&mut head))
+        .unwrap_or(0);
+    let Some(line) = head[..n].strip_prefix(b"#!") else {
+        return Ok(());
+    };
+    let line = line.split(|&b| b == b'\n').next().unwrap_or_default();
+    let Some(interp) = line
+        .split(|b| b.is_ascii_whitespace())
+        .find(|w| !w.is_empty())
+    else {
+        return Ok(());
+    };
+    let shown = escape_text(&decode_lossless(interp)).into_owned();
+    let bad = |what: &str| {
+        Err((
+            format!(
+                "bad interpreter: its first line, #!{shown}, names {what} (fix that line, or \
+                 start the script with an interpreter that exists: -- sh SCRIPT)"
+            ),
+            CANNOT_EXECUTE,
+        ))
+    };
+    match std::fs::metadata(OsStr::from_bytes(interp)) {
+        Err(_) => bad("a program that does not exist"),
+        Ok(m) if !m.is_file() || m.permissions().mode() & 0o111 == 0 => {
+            bad("a file that is not an executable program")
+        }
+        Ok(_) => Ok(()),
+    }
+}
+
+/// An I/O error's words without Rust's `(os error N)`.
+fn io_words(e: &std::io::Error) -> String {
+    let text = e.to_string();
+    match text.find(" (os error") {
+        Some(at) => text[..at].to_string(),
+        None => text,
+    }
+}
+
 /// The file `execvp` runs for `cmd`: a path as given (when it exists), else the first match on
 /// `PATH`.
 pub fn executable_of(cmd: &OsString) -> Option<std::path::PathBuf> {
@@ -194,6 +372,33 @@ pub fn executable_of(cmd: &OsString) -> Option<std::path::PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// The command [`fork_waiting`] started last, until [`reap`] collected its status (0: none).
+static UNREAPED: AtomicU32 = AtomicU32::new(0);
+
+/// The command this process started and whose exit status nobody collected yet: after a stop
+/// (SIGINT, SIGTERM), [`reap_within`] tells whether it ended too.
+pub fn unreaped() -> Option<u32> {
+    Some(UNREAPED.load(Ordering::SeqCst)).filter(|&p| p != 0)
+}
+
+/// How long the end of a run stopped by a signal waits for the command to end as well (a
+/// Ctrl-C, or a signal sent to the process group as `timeout` does, reaches it too).
+pub const STOP_GRACE: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// [`reap`], waiting up to `grace` for the child to end (polled every 20 ms).
+pub fn reap_within(pid: u32, grace: std::time::Duration) -> Option<i32> {
+    let deadline = std::time::Instant::now() + grace;
+    loop {
+        if let Some(status) = reap(pid) {
+            return Some(status);
+        }
+        if std::time::Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// The child's exit status (shell style: 128 + signal) once it ended; `None` while it runs.
 pub fn reap(pid: u32) -> Option<i32> {
     let mut status = 0;
@@ -202,6 +407,7 @@ pub fn reap(pid: u32) -> Option<i32> {
     if r != pid as i32 {
         return None;
     }
+    let _ = UNREAPED.compare_exchange(pid, 0, Ordering::SeqCst, Ordering::SeqCst);
     if libc::WIFEXITED(status) {
         Some(libc::WEXITSTATUS(status))
     } else if libc::WIFSIGNALED(status) {

@@ -3,9 +3,9 @@
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use clap::Parser as _;
 use gpu_trace::{
     cli::{Cli, Command, Vendor},
+    launch::LaunchError,
     loader::LoadError,
     session::{self, RunError},
 };
@@ -26,7 +26,12 @@ const _: () = assert!(
 );
 
 fn main() -> ExitCode {
-    let mut cli = Cli::parse();
+    let mut cli = gpu_trace::cli::parse();
+    session::set_quiet(match &cli.command {
+        Some(Command::Replay { output, .. }) => output.quiet,
+        Some(Command::Top { trace, .. }) => trace.output.quiet,
+        _ => cli.trace.output.quiet,
+    });
     for warning in cli.trace.output.normalize_comms() {
         eprintln!("gpu-trace: warning: {warning}");
     }
@@ -53,7 +58,9 @@ fn main() -> ExitCode {
             } else {
                 session::replay(&file, &output)
             };
-            result.with_context(|| format!("replaying {}", file.display()))
+            result
+                .map_err(replay_error)
+                .with_context(|| format!("replaying {}", file.display()))
         }
         Some(Command::Top { mut trace, expire }) => {
             for warning in trace.output.normalize_comms() {
@@ -97,7 +104,7 @@ fn check_output_paths(cli: &Cli) -> Result<(), ExitCode> {
         None => session::check_paths(None, &cli.trace.output, cli.trace.record.as_deref()),
     };
     paths.map_err(|why| {
-        eprintln!("gpu-trace: {why}");
+        eprintln!("gpu-trace: {}", plain_words(&why.to_string()));
         ExitCode::from(EXIT_USAGE)
     })
 }
@@ -126,15 +133,22 @@ fn check_terminal(cli: &Cli) -> Result<(), ExitCode> {
 
 /// `gpu-trace api`: `--resolve`, or tracing (exit status: the launched command's).
 fn api(args: &gpu_trace::cli::ApiArgs) -> ExitCode {
+    use gpu_trace::api::trace::TraceError;
     if !args.resolve {
         return match gpu_trace::api::trace::trace(args) {
-            Ok(t) => t
-                .child_status
-                .map_or(ExitCode::SUCCESS, |s| ExitCode::from(s.clamp(0, 255) as u8)),
+            Ok(t) => {
+                let status = command_status_after_stop().unwrap_or(t.child_status);
+                status.map_or(ExitCode::SUCCESS, |s| ExitCode::from(s.clamp(0, 255) as u8))
+            }
+            // Standard output closed by its reader (`| head`): a quiet end, as coreutils.
+            Err(TraceError::Api(e)) if closed_pipe(&e) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("gpu-trace: {e}");
-                let usage = matches!(&e, gpu_trace::api::trace::TraceError::NoTarget)
-                    || matches!(&e, gpu_trace::api::trace::TraceError::Api(a) if a.is_usage());
+                eprintln!("gpu-trace: {}", plain_words(&e.to_string()));
+                if let TraceError::Launch(LaunchError::CannotRun { code, .. }) = &e {
+                    return ExitCode::from(*code);
+                }
+                let usage = matches!(&e, TraceError::NoTarget)
+                    || matches!(&e, TraceError::Api(a) if a.is_usage());
                 ExitCode::from(if usage { EXIT_USAGE } else { EXIT_RUNTIME })
             }
         };
@@ -142,14 +156,83 @@ fn api(args: &gpu_trace::cli::ApiArgs) -> ExitCode {
     match gpu_trace::api::resolve(args) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(EXIT_RUNTIME),
+        // `api --resolve | head -1`: a quiet, successful end, as `replay | head -1` is.
+        Err(e) if closed_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("gpu-trace: {e}");
+            eprintln!("gpu-trace: {}", plain_words(&e.to_string()));
             ExitCode::from(if e.is_usage() {
                 EXIT_USAGE
             } else {
                 EXIT_RUNTIME
             })
         }
+    }
+}
+
+/// `gpu-trace api`'s standard output closed by its reader (EPIPE): nothing is wrong, the reader
+/// took what it wanted.
+fn closed_pipe(e: &gpu_trace::api::ApiError) -> bool {
+    matches!(e, gpu_trace::api::ApiError::Output(io) if io.kind() == std::io::ErrorKind::BrokenPipe)
+}
+
+/// `gpu-trace api -- CMD` stopped by SIGINT or SIGTERM while the command ran: the command's
+/// status as the main trace gives it (`Some(status)`: it ended within
+/// [`launch::STOP_GRACE`](gpu_trace::launch::STOP_GRACE), a signal sent to the process group
+/// reaching it too; `Some(None)`: it still runs, said on stderr, and the status is gpu-trace's
+/// own). `None`: no stop, or the tracing already collected the command's status.
+fn command_status_after_stop() -> Option<Option<i32>> {
+    use gpu_trace::launch;
+    if !session::stop_requested() {
+        return None;
+    }
+    let pid = launch::unreaped()?;
+    let status = launch::reap_within(pid, launch::STOP_GRACE);
+    if status.is_none() {
+        eprintln!("gpu-trace: {}", session::still_runs(pid));
+    }
+    Some(status)
+}
+
+/// An error's text for a person: without Rust's `(os error N)` after the system's words (the
+/// words say it; the number is for programs).
+fn plain_words(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(" (os error ") {
+        out.push_str(&rest[..at]);
+        let tail = &rest[at + " (os error ".len()..];
+        let digits = tail
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(tail.len());
+        if digits > 0 && tail[digits..].starts_with(')') {
+            rest = &tail[digits + 1..];
+        } else {
+            out.push_str(" (os error ");
+            rest = tail;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A replay's error in words that say what to do, where Rust's alone would not: a file cut
+/// short inside its header ("failed to fill whole buffer"), a file that is not there.
+fn replay_error(e: RunError) -> anyhow::Error {
+    use gpu_trace_core::record::RecordError;
+    match &e {
+        RunError::Record(RecordError::Io(io)) if io.kind() == std::io::ErrorKind::UnexpectedEof => {
+            anyhow::anyhow!(
+                "the recording ends inside its header: the file was cut short (copied while \
+                 gpu-trace was still writing it?); copy it again, or record again"
+            )
+        }
+        RunError::Io { what, source } if source.kind() == std::io::ErrorKind::NotFound => {
+            anyhow::anyhow!(
+                "{what}: No such file or directory; check the path (`gpu-trace --record FILE` \
+                 makes a recording)"
+            )
+        }
+        _ => e.into(),
     }
 }
 
@@ -206,7 +289,7 @@ fn own_exit_code(result: anyhow::Result<session::Summary>) -> ExitCode {
         }
         Ok(_) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("gpu-trace: {}", chain_without_repeats(&err));
+            eprintln!("gpu-trace: {}", plain_words(&chain_without_repeats(&err)));
             error_exit_code(&err)
         }
     }
@@ -215,6 +298,16 @@ fn own_exit_code(result: anyhow::Result<session::Summary>) -> ExitCode {
 /// A cgroup or container on the command line that names nothing is bad usage; a system that
 /// cannot support the run, unsupported; anything else, a runtime failure.
 fn error_exit_code(err: &anyhow::Error) -> ExitCode {
+    // `-- CMD` that cannot run: 126 or 127, as a shell would exit.
+    if let Some(code) = err
+        .chain()
+        .find_map(|c| match c.downcast_ref::<RunError>() {
+            Some(RunError::Launch(LaunchError::CannotRun { code, .. })) => Some(*code),
+            _ => None,
+        })
+    {
+        return ExitCode::from(code);
+    }
     if err
         .chain()
         .any(|c| matches!(c.downcast_ref::<RunError>(), Some(RunError::Cgroup(e)) if !e.is_unsupported()))
@@ -222,7 +315,7 @@ fn error_exit_code(err: &anyhow::Error) -> ExitCode {
             matches!(
                 c.downcast_ref::<RunError>(),
                 Some(
-                    RunError::Launch(gpu_trace::launch::LaunchError::User { .. })
+                    RunError::Launch(LaunchError::User { .. })
                         | RunError::Usage(_)
                 )
             )
@@ -305,7 +398,10 @@ fn trace(mut args: gpu_trace::cli::TraceArgs) -> anyhow::Result<session::Summary
     if let Err(e) = gpu_trace::metrics::server::check_args(&args.metrics) {
         // A usage error (exit 2), before anything loads.
         <Cli as clap::CommandFactory>::command()
-            .error(clap::error::ErrorKind::ArgumentConflict, e)
+            .error(
+                clap::error::ErrorKind::ArgumentConflict,
+                plain_words(&e.to_string()),
+            )
             .exit();
     }
     // Resolved before anything loads: with no GPU driver at all, `auto` stops here.

@@ -123,6 +123,26 @@ pub fn install_stop_signals() -> io::Result<()> {
     Ok(())
 }
 
+// ---------------------------------------------------------------------------------------------
+// `-q`: warnings only.
+
+static QUIET: AtomicBool = AtomicBool::new(false);
+
+/// `-q` on the command line: from now on stderr gets warnings and errors only, besides the
+/// line that says tracing started (`tracing …; hooks: …`, which scripts wait for) and where
+/// `--metrics` serves; the start-up notes (what runs, what is not used, the inventory) are left
+/// out.
+pub fn set_quiet(quiet: bool) {
+    QUIET.store(quiet, Ordering::SeqCst);
+}
+
+/// A start-up note on stderr, after `gpu-trace: `, unless `-q` ([`set_quiet`]).
+fn note(line: impl std::fmt::Display) {
+    if !QUIET.load(Ordering::SeqCst) {
+        eprintln!("gpu-trace: {line}");
+    }
+}
+
 /// A SIGINT or SIGTERM came (after [`install_stop_signals`]).
 pub fn stop_requested() -> bool {
     STOP.load(Ordering::SeqCst)
@@ -350,10 +370,12 @@ pub fn pid_warnings(pids: &[u32], tgid_of: impl Fn(u32) -> Option<u32>) -> Vec<S
     pids.iter()
         .filter_map(|&pid| match tgid_of(pid) {
             None => Some(format!(
-                "--pid {pid}: no such process now; waiting for it (a process started later                  with this id is traced; nothing is printed until then)"
+                "--pid {pid}: no such process now; waiting for it (a process started later with \
+                 this id is traced; nothing is printed until then)"
             )),
             Some(tgid) if tgid != pid => Some(format!(
-                "--pid {pid} is a thread of process {tgid}: the filter is on processes, so                  nothing of {pid} will match; use --pid {tgid}"
+                "--pid {pid} is a thread of process {tgid}: the filter is on processes, so \
+                 nothing of {pid} will match; use --pid {tgid}"
             )),
             Some(_) => None,
         })
@@ -384,6 +406,14 @@ pub trait Viewer {
     fn report(&mut self, lines: Vec<String>) {
         print_report(lines);
     }
+}
+
+/// What the end of a run says of a `-- CMD` that a stop (SIGINT, SIGTERM, --duration) left
+/// running (`gpu-trace` and `gpu-trace api` alike).
+pub fn still_runs(pid: u32) -> String {
+    format!(
+        "the command (pid {pid}) still runs, no longer traced; the exit status is gpu-trace's own"
+    )
 }
 
 /// Report lines on stderr, each after `gpu-trace: `.
@@ -479,7 +509,7 @@ pub async fn run_live_with(
     let mut cgroups = CgroupResolver::for_host();
     let subtrees = CgroupSelection::resolve(args, cgroups.as_mut())?;
     for line in subtrees.describe() {
-        eprintln!("gpu-trace: {line}");
+        note(line);
     }
     let kfd = amd.then(crate::probe::kfd::KfdPresence::probe);
     check_kfd(args, kfd.as_ref())?;
@@ -602,11 +632,11 @@ fn start_command(
         std::os::unix::ffi::OsStrExt::as_bytes(args.launch[0].as_os_str()),
     ))
     .into_owned();
-    eprintln!(
-        "gpu-trace: starting {shown} (pid {}) once attached; tracing it and every process it \
-         creates until it exits",
+    note(format_args!(
+        "starting {shown} (pid {}) once attached; tracing it and every process it creates \
+         until it exits",
         child.pid
-    );
+    ));
     if let Some(why) = &descendants.degraded {
         eprintln!("gpu-trace: warning: {why}");
     }
@@ -666,9 +696,7 @@ fn start_nvml(
     use crate::probe::{nvml, share};
     if amd {
         if !args.no_share {
-            eprintln!(
-                "gpu-trace: GPU share: not sampled on AMD (KFD has no per-process utilization samples)"
-            );
+            note("GPU share: not sampled on AMD (KFD has no per-process utilization samples)");
         }
         return (None, None);
     }
@@ -711,7 +739,8 @@ fn open_share_sampler(
         (None, Err(why)) => why.to_string(),
     };
     eprintln!(
-        "gpu-trace: GPU share not sampled: {why}; tracing goes on (--no-share silences this)"
+        "gpu-trace: warning: GPU share not sampled: {why}; tracing goes on (--no-share silences \
+         this)"
     );
     None
 }
@@ -860,7 +889,7 @@ fn announce_hooks(tracer: &Tracer, kfd: Option<&crate::probe::kfd::KfdPresence>)
         tracer.describe_hooks()
     );
     for refused in &tracer.refused {
-        eprintln!("gpu-trace: (not used: {refused})");
+        note(format_args!("(not used: {refused})"));
     }
 }
 
@@ -1077,19 +1106,12 @@ impl LiveRun<'_> {
         let c = self.command.as_mut()?;
         let pid = c.pid;
         // A Ctrl-C reached the command too: a moment for it to end.
-        for _ in 0..10 {
-            c.status = c.status.or_else(|| crate::launch::reap(pid));
-            if c.status.is_some() {
-                break;
-            }
-            std::thread::sleep(CHILD_POLL);
-        }
+        c.status = c
+            .status
+            .or_else(|| crate::launch::reap_within(pid, crate::launch::STOP_GRACE));
         let status = c.status;
         if status.is_none() {
-            self.report(vec![format!(
-                "gpu-trace: the command (pid {pid}) still runs, no longer traced; the exit \
-                 status is gpu-trace's own"
-            )]);
+            self.report(vec![still_runs(pid)]);
         }
         status
     }
@@ -1363,7 +1385,14 @@ fn take_inventory(
 fn announce_inventory(inv: &Inventory, filters: &OutputArgs) {
     let shown = inv.selected(&filters.pids, &filters.comms);
     for line in render_text_with(&shown, !filters.quiet) {
-        eprintln!("gpu-trace: {line}");
+        // Under -q only what could not be read, a warning.
+        match line.trim_start().strip_prefix("(not inventoried: ") {
+            Some(why) if QUIET.load(Ordering::SeqCst) => eprintln!(
+                "gpu-trace: warning: not inventoried: {}",
+                why.strip_suffix(')').unwrap_or(why)
+            ),
+            _ => note(line),
+        }
     }
 }
 

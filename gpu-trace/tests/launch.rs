@@ -283,3 +283,198 @@ fn a_command_still_running_when_tracing_ends_is_left_running() {
         "the command went on after gpu-trace exited"
     );
 }
+
+/// A scratch directory holding a file that is not executable, a script whose `#!` names a
+/// program that does not exist, and a root-only script.
+fn unrunnable_files(test: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = common::scratch().join(test);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let write = |name: &str, text: &str, mode: u32| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    write("noexec", "echo never\n", 0o644);
+    write(
+        "badinterp",
+        "#!/nonexistent/interpreter\necho never\n",
+        0o755,
+    );
+    write("rootonly", "#!/bin/sh\necho never\n", 0o700);
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
+
+/// `-- CMD` that cannot run: said on stderr before anything is traced, exit 126 (found, cannot
+/// be executed) or 127 (not found) as a shell would, for the main trace and `gpu-trace api`.
+#[test]
+fn a_command_that_cannot_run_says_why_and_exits_as_a_shell_would() {
+    let test = "a_command_that_cannot_run_says_why_and_exits_as_a_shell_would";
+    if skip_unless_root(test) {
+        return;
+    }
+    let dir = unrunnable_files(test);
+    let d = dir.to_str().unwrap().to_string();
+    let cases: Vec<(String, i32, String)> = vec![
+        (
+            "no-such-command-gpu-trace".into(),
+            127,
+            "no-such-command-gpu-trace: command not found (no such program in any directory of \
+             PATH: check the name, or give its path, e.g. ./NAME)"
+                .into(),
+        ),
+        (
+            format!("{d}/absent"),
+            127,
+            format!("{d}/absent: no such file (check the path)"),
+        ),
+        (
+            d.clone(),
+            126,
+            format!("{d}: is a directory, not a program (name the program inside it)"),
+        ),
+        (
+            format!("{d}/noexec"),
+            126,
+            format!(
+                "{d}/noexec: permission denied: not executable (chmod +x {d}/noexec, or give it \
+                 to its interpreter: -- sh {d}/noexec)"
+            ),
+        ),
+        (
+            format!("{d}/badinterp"),
+            126,
+            format!(
+                "{d}/badinterp: bad interpreter: its first line, #!/nonexistent/interpreter, \
+                 names a program that does not exist (fix that line, or start the script with \
+                 an interpreter that exists: -- sh SCRIPT)"
+            ),
+        ),
+    ];
+    for (cmd, code, why) in &cases {
+        for api in [false, true] {
+            let mut args = vec![];
+            if api {
+                args.push("api");
+            } else {
+                args.extend(["--watch-device", WATCHED, "--no-share"]);
+            }
+            args.extend(["--", cmd.as_str(), "arg"]);
+            let out = std::process::Command::new(gpu_trace_bin())
+                .args(&args)
+                .stdin(Stdio::null())
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(*code), "{args:?}: {err}");
+            assert_eq!(
+                err.lines().last(),
+                Some(format!("gpu-trace: {why}").as_str())
+            );
+            assert!(out.stdout.is_empty(), "{args:?}: nothing traced: {err}");
+            assert!(!err.contains("hooks:"), "{args:?}: nothing attached: {err}");
+        }
+    }
+    // Found and executable for root, but not for --user nobody: exec fails in the child, which
+    // says so; 126.
+    let script = format!("{d}/rootonly");
+    let f = Traced::start(&[
+        "--watch-device",
+        WATCHED,
+        "--no-share",
+        "--user",
+        "nobody",
+        "--",
+        &script,
+    ])
+    .unwrap_or_else(|e| panic!("{test}: {e}"))
+    .wait(Duration::from_secs(60));
+    assert_eq!(f.status.code(), Some(126), "{}", f.stderr);
+    assert!(
+        f.stderr.lines().any(|l| l
+            == format!(
+                "gpu-trace: {script}: cannot run it: permission denied (not executable for this \
+                 user)"
+            )),
+        "{}",
+        f.stderr
+    );
+}
+
+/// SIGTERM ends `gpu-trace -- CMD` and `gpu-trace api -- CMD` alike: sent to the process group
+/// (as `timeout` and service managers do), the command ends too and both exit 143, its status;
+/// sent to gpu-trace alone, the command is left running, both say so in one line (one
+/// `gpu-trace:` prefix) and exit 0, gpu-trace's own status.
+#[test]
+fn sigterm_ends_the_main_trace_and_api_alike() {
+    use std::os::unix::process::CommandExt as _;
+    let test = "sigterm_ends_the_main_trace_and_api_alike";
+    if skip_unless_root(test) {
+        return;
+    }
+    for api in [false, true] {
+        for group in [true, false] {
+            let marker = common::scratch().join(format!("{test}-{api}-{group}.running"));
+            let _ = std::fs::remove_file(&marker);
+            // The command says it runs (exec'd, so traced), then waits to be ended (not on
+            // gpu-trace's stderr, which the test reads to its end).
+            let script = format!("touch {}; exec sleep 120 >/dev/null 2>&1", marker.display());
+            let mut cmd = std::process::Command::new(gpu_trace_bin());
+            cmd.process_group(0);
+            let mut args = vec![];
+            if api {
+                args.push("api");
+            } else {
+                args.extend(["--watch-device", WATCHED, "--no-share", "-q"]);
+            }
+            args.extend(["--", "sh", "-c", &script]);
+            let mut child = cmd
+                .args(&args)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            while !marker.exists() {
+                assert!(std::time::Instant::now() < deadline, "{args:?}: never ran");
+                assert!(
+                    child.try_wait().unwrap().is_none(),
+                    "{args:?}: exited early"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let pid = child.id() as i32;
+            // SAFETY: kill(2) on our own child, or on the process group it leads.
+            unsafe { libc::kill(if group { -pid } else { pid }, libc::SIGTERM) };
+            let out = child.wait_with_output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            let said: Vec<&str> = err.lines().filter(|l| l.contains("still runs")).collect();
+            if group {
+                assert_eq!(
+                    out.status.code(),
+                    Some(128 + libc::SIGTERM),
+                    "{args:?}: {err}"
+                );
+                assert!(said.is_empty(), "{args:?}: {err}");
+            } else {
+                assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+                assert_eq!(said.len(), 1, "{args:?}: {err}");
+                let line = said[0];
+                let left = line
+                    .strip_prefix("gpu-trace: the command (pid ")
+                    .and_then(|r| {
+                        r.strip_suffix(
+                            ") still runs, no longer traced; the exit status is gpu-trace's own",
+                        )
+                    })
+                    .unwrap_or_else(|| panic!("{args:?}: {line:?}"));
+                let left: i32 = left.parse().unwrap();
+                // SAFETY: kill(2) on the command this test had started.
+                unsafe { libc::kill(left, libc::SIGKILL) };
+            }
+        }
+    }
+}

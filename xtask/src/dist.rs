@@ -361,15 +361,36 @@ fn deb_maintainer(cargo_toml: &str) -> Result<String> {
             && let Some(value) = value.trim_start().strip_prefix('=')
         {
             let value = value.trim().trim_matches('"');
+            let address = value
+                .rsplit_once('<')
+                .and_then(|(_, a)| a.strip_suffix('>'))
+                .unwrap_or_default();
+            let domain = address.rsplit_once('@').map_or("", |(_, d)| d);
             ensure!(
-                value.contains('<') && value.ends_with('>') && !value.contains("@localhost"),
+                value.ends_with('>') && address.contains('@') && !placeholder_domain(domain),
                 "gpu-trace/Cargo.toml: maintainer {value:?} is not `Name <address>` with a real \
-                 address"
+                 address (not localhost, nor a reserved example or test domain)"
             );
             return Ok(value.to_string());
         }
     }
     bail!("gpu-trace/Cargo.toml has no [package.metadata.deb] maintainer = \"Name <address>\"")
+}
+
+/// A domain no mail reaches: localhost, one without a dot, or a name RFC 2606/6761 reserves
+/// for examples and tests (`example`, `example.com`/`.net`/`.org`, `.test`, `.invalid`,
+/// `.localhost`).
+fn placeholder_domain(domain: &str) -> bool {
+    let d = domain.to_ascii_lowercase();
+    let d = d.trim_end_matches('.');
+    !d.contains('.')
+        || ["example.com", "example.net", "example.org"].contains(&d)
+        || [".example", ".test", ".invalid", ".localhost"]
+            .iter()
+            .any(|tld| d.ends_with(tld))
+        || [".example.com", ".example.net", ".example.org"]
+            .iter()
+            .any(|tld| d.ends_with(tld))
 }
 
 /// The date of the commit built (RFC 2822, as Debian changelogs write it); the build's time
@@ -833,6 +854,31 @@ mod tests {
         String::from_utf8(out.stdout).unwrap()
     }
 
+    /// The package's Maintainer is a real address; the check refuses the placeholders it had
+    /// (a reserved `.example` domain) and the other reserved names.
+    #[test]
+    fn the_maintainer_is_a_real_address() {
+        let cargo = fs::read_to_string(workspace_root().join("gpu-trace/Cargo.toml")).unwrap();
+        assert_eq!(
+            deb_maintainer(&cargo).unwrap(),
+            "gpu-trace developers <gpu-trace@users.noreply.github.com>"
+        );
+        let with =
+            |m: &str| deb_maintainer(&format!("[package.metadata.deb]\nmaintainer = \"{m}\"\n"));
+        for bad in [
+            "gpu-trace maintainers <maintainers@users.noreply.a-seed-1f7ffee1.example>",
+            "x <a@example.com>",
+            "x <a@mail.example.org>",
+            "x <a@localhost>",
+            "x <a@host.test>",
+            "x <a@host.invalid>",
+            "x <nobody>",
+            "no address",
+        ] {
+            assert!(with(bad).is_err(), "{bad}");
+        }
+        assert!(with("Jo Doe <jo@debian.org>").is_ok());
+    }
     #[test]
     fn arch_host_builds_only_this_machines_target() {
         let cli =

@@ -517,13 +517,17 @@ mod tests {
         generate(&out).unwrap();
         let cmd = gpu_trace::cli::Cli::command();
         // The exit codes of docs/cli.md#exit-codes, per page.
-        let mut pages = vec![("gpu-trace".to_string(), cmd.clone(), vec![0, 1, 2, 3, 4])];
+        let mut pages = vec![(
+            "gpu-trace".to_string(),
+            cmd.clone(),
+            vec![0, 1, 2, 3, 4, 126, 127],
+        )];
         for (sub, codes) in [
             ("replay", vec![0, 1, 2, 4]),
             ("top", vec![0, 1, 2, 3, 4]),
             ("doctor", vec![0, 2, 3, 5]),
             ("completions", vec![0, 1, 2]),
-            ("api", vec![0, 1, 2]),
+            ("api", vec![0, 1, 2, 126, 127]),
         ] {
             let c = cmd.find_subcommand(sub).unwrap().clone();
             pages.push((format!("gpu-trace-{sub}"), c, codes));
