@@ -212,7 +212,8 @@ fn api_trace_reports_a_recursing_shim_and_ends_on_sigint() {
         took < Duration::from_secs(50),
         "the tracer took {took:?} to end"
     );
-    assert_eq!(status.code(), Some(130), "like strace: 128 + SIGINT");
+    // The command goes on untraced, as the main trace leaves it: the status is gpu-trace's own.
+    assert_eq!(status.code(), Some(0), "the main trace's rule");
     assert!(
         rest.iter()
             .any(|l| l.contains("\"hipInit\"") && l.contains("\"final\":true")),
@@ -289,7 +290,8 @@ fn api_trace_reports_a_call_stuck_in_a_shim_with_its_stack() {
         !rest.iter().any(|l| l.contains("\"API_STUCK\"")),
         "{rest:?}"
     );
-    assert_eq!(status.code(), Some(130));
+    // The client goes on untraced (SIGINT reached the tracer alone): gpu-trace's own status.
+    assert_eq!(status.code(), Some(0));
 }
 
 #[test]
