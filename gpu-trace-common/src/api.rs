@@ -117,6 +117,91 @@ pub struct ApiLoadedRecord {
 
 const _: () = assert!(size_of::<ApiLoadedRecord>() == size_of::<RecordHeader>() + 8);
 
+/// Code ranges of a process's interposers kept for the kernel (`API_RANGES`).
+pub const API_RANGES_MAX: usize = 8;
+
+/// One executable mapping of an interposer: `[start, end)` and its library id (this run's).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "wire", derive(FromBytes, IntoBytes, KnownLayout, Immutable))]
+pub struct ApiRange {
+    pub start: u64,
+    pub end: u64,
+    pub lib: u64,
+}
+
+/// A process's interposer code ranges (`API_RANGES`, by tgid): a call entered from inside one
+/// is counted for that library too (`API_THROUGH`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "wire", derive(FromBytes, IntoBytes, KnownLayout, Immutable))]
+pub struct ApiRanges {
+    pub ranges: [ApiRange; API_RANGES_MAX],
+}
+
+/// `API_THROUGH`'s key: calls of `cookie` in `tgid` whose caller's code is in library `lib`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "wire", derive(FromBytes, IntoBytes, KnownLayout, Immutable))]
+pub struct ApiThroughKey {
+    pub tgid: u32,
+    pub lib: u32,
+    pub cookie: u64,
+}
+
+const _: () = assert!(size_of::<ApiRange>() == 24);
+const _: () = assert!(size_of::<ApiRanges>() == 24 * API_RANGES_MAX);
+const _: () = assert!(size_of::<ApiThroughKey>() == 16);
+
+/// [`ApiHandoutRecord`]'s type tag.
+pub const API_HANDOUT: u32 = 0x23;
+
+/// The attach cookie's bit of a lookup probe (`api_lookup`) whose function has
+/// `cuGetProcAddress`'s shape: the symbol's name in the first argument, the address written
+/// through the second (`cuGetProcAddress*`, `cudaGetDriverEntryPoint*`, `hipGetProcAddress`).
+/// Without it: `dlsym`'s shape (the name in the second argument, the address returned).
+pub const LOOKUP_PROCADDRESS: u64 = 1 << 63;
+
+/// A lookup call in flight on a thread (`API_LOOKUPS`, keyed by thread and the stack pointer
+/// it returns with): what its return needs.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "wire", derive(FromBytes, IntoBytes, KnownLayout, Immutable))]
+pub struct ApiLookupFrame {
+    /// The name's address in the caller's memory.
+    pub name: u64,
+    /// Where the address is written (`cuGetProcAddress`'s shape), else 0.
+    pub out: u64,
+    pub cookie: u64,
+}
+
+const _: () = assert!(size_of::<ApiLookupFrame>() == 24);
+
+/// A lookup (`dlsym`, `dlvsym`, `cuGetProcAddress*`, `cudaGetDriverEntryPoint*`,
+/// `hipGetProcAddress`, in whichever library defines one) returned an address: the name asked
+/// for and what was handed out. Userspace finds the code behind the address and, when it is not
+/// the real provider's export, probes it (a hidden hook). Consumed by the live run, never
+/// recorded.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "wire", derive(FromBytes, IntoBytes, KnownLayout, Immutable))]
+pub struct ApiHandoutRecord {
+    pub hdr: RecordHeader,
+    /// The lookup probe's cookie (its library and function; [`LOOKUP_PROCADDRESS`] set or not).
+    pub cookie: u64,
+    /// The address handed out (0: nothing found).
+    pub addr: u64,
+    /// 1: the kernel stopped the process (SIGSTOP, a process in `API_HOLD`, a name starting
+    /// with `cu` or `hip`) until userspace has probed what was handed out and sends SIGCONT.
+    pub held: u32,
+    pub _pad: u32,
+    /// The name asked for, NUL-padded (cut at [`API_NAME_MAX`] - 1 bytes).
+    pub name: [u8; API_NAME_MAX],
+}
+
+const _: () =
+    assert!(size_of::<ApiHandoutRecord>() == size_of::<RecordHeader>() + 24 + API_NAME_MAX);
+
 /// One completed call (`-v`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

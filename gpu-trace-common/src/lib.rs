@@ -66,6 +66,9 @@ pub mod record_kind {
     /// [`crate::api::ApiLoadedRecord`]: a target's link map changed (consumed by the live
     /// run, never recorded).
     pub const API_LOADED: u32 = crate::api::API_LOADED;
+    /// [`crate::api::ApiHandoutRecord`]: a lookup handed out an address (consumed by the live
+    /// run, never recorded).
+    pub const API_HANDOUT: u32 = crate::api::API_HANDOUT;
     /// [`crate::api::ApiSymbolRecord`]: written by userspace: the names behind an attach
     /// cookie, before any record that carries it.
     pub const API_SYMBOL: u32 = 0x102;

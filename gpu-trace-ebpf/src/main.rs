@@ -49,6 +49,7 @@ mod probes {
 
     mod api_call;
     mod api_loaded;
+    mod api_lookup;
     mod dqm_create_queue;
     mod file_ioctl;
     mod init_mqd;

@@ -7,7 +7,7 @@ use aya_ebpf::{
 };
 use gpu_trace_common::{
     CGROUP_MATCH_MAX, CgroupMatch,
-    api::{ApiKey, ApiStack, ApiStat, api_switch},
+    api::{ApiKey, ApiLookupFrame, ApiRanges, ApiStack, ApiStat, ApiThroughKey, api_switch},
     counter, switch,
 };
 
@@ -172,3 +172,21 @@ pub(crate) static API_REPORTED: LruHashMap<[u64; 2], u8> = LruHashMap::with_max_
 /// that no call of a library they `dlopen` is missed.
 #[map]
 pub(crate) static API_HOLD: HashMap<u32, u32> = HashMap::with_max_entries(4096, 0);
+
+/// Lookups in flight (`probes/api_lookup.rs`), by (pid_tgid, the stack pointer the call
+/// returns with): nested lookups (a shim's `dlsym` calling libc's) each find their own.
+#[map]
+pub(crate) static API_LOOKUPS: LruHashMap<[u64; 2], ApiLookupFrame> =
+    LruHashMap::with_max_entries(4096, 0);
+
+/// Each traced process's interposer code ranges (userspace writes them at each read of the
+/// process): `api_entry` counts a call whose caller is in one in `API_THROUGH` (LRU: the
+/// entries of processes that ended cannot fill it).
+#[map]
+pub(crate) static API_RANGES: LruHashMap<u32, ApiRanges> = LruHashMap::with_max_entries(4096, 0);
+
+/// Calls by (process, interposer library, cookie) entered from the interposer's code, per CPU
+/// (the path verdict's `through` for hooks no symbol table shows).
+#[map]
+pub(crate) static API_THROUGH: PerCpuHashMap<ApiThroughKey, u64> =
+    PerCpuHashMap::with_max_entries(16384, 0);

@@ -1093,9 +1093,11 @@ impl LiveRun<'_> {
         }
         let loaded = std::mem::take(&mut self.reader.loaded);
         if let Some(api) = self.reader.api.as_mut() {
-            for (pid, held) in loaded {
-                api.attacher.loaded(self.tracer.ebpf_mut(), pid, held);
+            for signal in &loaded {
+                api.attacher.signal(self.tracer.ebpf_mut(), signal);
             }
+            // Hand-outs are `gpu-trace api -v`'s lines; the main trace keeps none.
+            api.attacher.take_handouts();
         }
     }
 
@@ -1420,9 +1422,9 @@ struct Reader {
     descendants: Option<crate::launch::Descendants>,
     /// `--api`: the probes and the names behind the kernel's `API_TAG` cookies.
     api: Option<crate::api::attach::TraceApi>,
-    /// `--api`: targets whose link map changed (`API_LOADED`, and whether the kernel stopped
-    /// them), to read and attach at once.
-    loaded: Vec<(u32, bool)>,
+    /// `--api`: targets whose link map changed (`API_LOADED`) or that were handed an address
+    /// (`API_HANDOUT`), and whether the kernel stopped them, to attach at once, in ring order.
+    loaded: Vec<crate::api::attach::ApiSignal>,
 }
 
 /// The cgroup subtrees of `--cgroup`/`--container` and `--deny-cgroup`/`--deny-container`.
@@ -1572,9 +1574,9 @@ impl Reader {
             }
             let Some(item) = ring.next() else { break };
             self.read += 1;
-            if let Some(loaded) = crate::api::attach::loaded_of(&item) {
+            if let Some(signal) = crate::api::attach::signal_of(&item) {
                 // A live run's signal to attach, not an event: never recorded.
-                self.loaded.push(loaded);
+                self.loaded.push(signal);
                 continue;
             }
             if self.failure.is_some() {

@@ -6,10 +6,12 @@
 //! - [`render`]: `gpu-trace api --resolve`'s text and JSON;
 //! - [`stats`]: the traced calls' counts, times and latency histograms (text and JSON);
 //! - [`open`]: the driver events' tie to the API call open on their thread (`gpu-trace --api`);
-//! - [`names`]: the main trace's API records (calls, recursions, sums) named by cookie.
+//! - [`names`]: the main trace's API records (calls, recursions, sums) named by cookie;
+//! - [`path`]: interposers on the call path or bypassed (`API_PATH`), hand-outs (`API_HANDOUT`).
 pub mod events;
 pub mod names;
 pub mod open;
+pub mod path;
 pub mod render;
 pub mod resolve;
 pub mod stats;

@@ -28,11 +28,13 @@ use aya_ebpf::{
     programs::{ProbeContext, RetProbeContext},
 };
 use gpu_trace_common::api::{
-    API_CALL, API_HIST_BUCKETS, API_RECURSION, API_STACK_MAX, ApiCallRecord, ApiFrame, ApiKey,
-    ApiRecursionRecord, ApiStack, ApiStat, api_switch,
+    API_CALL, API_HIST_BUCKETS, API_RANGES_MAX, API_RECURSION, API_STACK_MAX, ApiCallRecord,
+    ApiFrame, ApiKey, ApiRecursionRecord, ApiStack, ApiStat, ApiThroughKey, api_switch,
 };
 
-use crate::maps::{API_EMPTY, API_OPEN, API_REPORTED, API_STATS, API_SWITCHES};
+use crate::maps::{
+    API_EMPTY, API_OPEN, API_RANGES, API_REPORTED, API_STATS, API_SWITCHES, API_THROUGH,
+};
 use crate::pipe::{header, reserve, send, submit};
 
 #[inline(always)]
@@ -43,13 +45,13 @@ fn switch(i: u32) -> u32 {
 /// What the stack pointer at entry is plus, to be the one the call returns with: the return
 /// address it pops on x86-64; nothing on arm64 (the return address is in the link register).
 #[cfg(bpf_target_arch = "x86_64")]
-const RETURN_SP_ADJ: u64 = 8;
+pub(super) const RETURN_SP_ADJ: u64 = 8;
 #[cfg(not(bpf_target_arch = "x86_64"))]
-const RETURN_SP_ADJ: u64 = 0;
+pub(super) const RETURN_SP_ADJ: u64 = 0;
 
 /// The user stack pointer in a uprobe's or uretprobe's registers.
 #[inline(always)]
-fn user_sp(regs: *const core::ffi::c_void) -> u64 {
+pub(super) fn user_sp(regs: *const core::ffi::c_void) -> u64 {
     #[cfg(bpf_target_arch = "x86_64")]
     {
         // SAFETY: a kprobe-type context is the user's pt_regs; a field read.
@@ -102,6 +104,7 @@ fn try_api_entry(ctx: &ProbeContext) -> Option<()> {
     let sp = entry_sp.wrapping_add(RETURN_SP_ADJ);
     let ret_addr = return_address(ctx.as_ptr(), entry_sp);
     count(id, cookie);
+    through(id, cookie, ret_addr);
     if API_OPEN.get_ptr_mut(id).is_none() {
         // SAFETY: a map value pointer, read only (see `API_EMPTY`).
         let empty = unsafe { &*API_EMPTY.get_ptr(0)? };
@@ -172,6 +175,38 @@ fn sums(id: u64, cookie: u64) -> Option<&'static mut ApiStat> {
     // SAFETY: this CPU's copy of the map value (per-CPU map: programs on one CPU do not run
     // concurrently, as for `pipe::bump`).
     Some(unsafe { &mut *stat })
+}
+
+/// A call whose caller's code is in one of its process's interposers (`API_RANGES`) counts for
+/// that interposer too (`API_THROUGH`): the call went through it, hook exported or not.
+#[inline(always)]
+fn through(id: u64, cookie: u64, ret_addr: u64) {
+    let tgid = (id >> 32) as u32;
+    // SAFETY: a map lookup by value; the value is only read.
+    let Some(r) = (unsafe { API_RANGES.get(&tgid) }) else {
+        return;
+    };
+    for i in 0..API_RANGES_MAX {
+        let range = &r.ranges[i];
+        if range.end == 0 {
+            return;
+        }
+        if ret_addr >= range.start && ret_addr < range.end {
+            let key = ApiThroughKey {
+                tgid,
+                lib: range.lib as u32,
+                cookie,
+            };
+            match API_THROUGH.get_ptr_mut(&key) {
+                // SAFETY: this CPU's copy of the value (per-CPU map, as in `sums`).
+                Some(n) => unsafe { *n += 1 },
+                None => {
+                    let _ = API_THROUGH.insert(&key, &1, 0);
+                }
+            }
+            return;
+        }
+    }
 }
 
 /// One more call of `cookie` in the process.

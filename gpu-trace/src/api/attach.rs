@@ -19,12 +19,13 @@ use aya::{
 };
 use gpu_trace_common::api::{
     API_HIST_BUCKETS, ApiContextRecord, ApiKey, ApiStat, ApiStatsRecord, ApiSymbolRecord,
-    ApiTagRecord, api_switch,
+    ApiTagRecord, ApiThroughKey, LOOKUP_PROCADDRESS, api_switch,
 };
 use gpu_trace_common::record_kind;
 use gpu_trace_common::zerocopy::FromBytes as _;
 use gpu_trace_core::api::events::Site;
 use gpu_trace_core::api::open::names;
+use gpu_trace_core::api::path::{ApiPath, Handout};
 use gpu_trace_core::api::resolve::Origin;
 use gpu_trace_core::api::symbols::SymbolTable;
 use gpu_trace_core::escape::{decode_lossless, escape_text};
@@ -58,6 +59,27 @@ pub fn loaded_of(b: &[u8]) -> Option<(u32, bool)> {
     Some((r.hdr.tgid, r.held != 0))
 }
 
+/// A record that tells the live run to act, in ring order: a target's link map changed
+/// (`API_LOADED`), or a lookup handed out an address (`API_HANDOUT`). Never recorded.
+pub enum ApiSignal {
+    Loaded(u32, bool),
+    Handout(gpu_trace_common::api::ApiHandoutRecord),
+}
+
+/// The [`ApiSignal`] of a ring item; `None` for any other record.
+pub fn signal_of(b: &[u8]) -> Option<ApiSignal> {
+    if let Some((pid, held)) = loaded_of(b) {
+        return Some(ApiSignal::Loaded(pid, held));
+    }
+    let kind = u32::from_ne_bytes(b.get(..4)?.try_into().ok()?);
+    if kind != record_kind::API_HANDOUT {
+        return None;
+    }
+    gpu_trace_common::api::ApiHandoutRecord::read_from_prefix(b)
+        .ok()
+        .map(|(r, _)| ApiSignal::Handout(r))
+}
+
 /// Processes whose reading did not end by its deadline, after which no further process is
 /// read this run (each leaves a worker thread blocked in the kernel).
 const MAX_GIVEN_UP: usize = 8;
@@ -67,6 +89,36 @@ pub const PROGRAMS: [&str; 2] = ["api_entry", "api_return"];
 /// The same programs for batched links (`uprobe.multi`): one link per process, library and
 /// direction.
 pub const PROGRAMS_MULTI: [&str; 2] = ["api_entry_multi", "api_return_multi"];
+
+/// The lookup programs (`dlsym`, `cuGetProcAddress*`, …: what they hand out), per probe and
+/// batched.
+pub const PROGRAMS_LOOKUP: [&str; 2] = ["api_lookup", "api_lookup_return"];
+pub const PROGRAMS_LOOKUP_MULTI: [&str; 2] = ["api_lookup_multi", "api_lookup_return_multi"];
+
+/// Which programs a point gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Probes {
+    /// A table symbol, or a hidden hook handed out for one: counted (`API_STATS`).
+    Calls,
+    /// A lookup of `cuGetProcAddress`'s shape: what it hands out (`API_HANDOUT`).
+    Lookups,
+    /// A lookup of `dlsym`'s shape: its entry only (the name asked for). glibc's `dlsym` and
+    /// `dlvsym` read their return address for `RTLD_NEXT`; a return probe would replace it.
+    LookupEntries,
+}
+
+impl Probes {
+    fn programs(self, batched: bool) -> &'static [&'static str] {
+        match (self, batched) {
+            (Self::Calls, false) => &PROGRAMS,
+            (Self::Calls, true) => &PROGRAMS_MULTI,
+            (Self::Lookups, false) => &PROGRAMS_LOOKUP,
+            (Self::Lookups, true) => &PROGRAMS_LOOKUP_MULTI,
+            (Self::LookupEntries, false) => &PROGRAMS_LOOKUP[..1],
+            (Self::LookupEntries, true) => &PROGRAMS_LOOKUP_MULTI[..1],
+        }
+    }
+}
 
 /// The kernel release from which a batched uprobe link's process filter holds for every thread
 /// of a multi-threaded target (the links exist from 6.6; before 6.10 their filter could let
@@ -149,13 +201,17 @@ pub fn load_programs(
             .map_err(|e: aya::programs::ProgramError| e.to_string())?;
         p.load().map_err(|e| chain(&e))
     };
-    for name in PROGRAMS.into_iter().chain([LOADED]) {
+    for name in PROGRAMS.into_iter().chain(PROGRAMS_LOOKUP).chain([LOADED]) {
         load(ebpf, name)?;
     }
     let release = crate::probe::system::kernel_release();
     let method = match method_allowed(&release, std::env::var_os(ATTACH_ENV).as_deref()) {
         Err(per_probe) => per_probe,
-        Ok(()) => match PROGRAMS_MULTI.into_iter().try_for_each(|n| load(ebpf, n)) {
+        Ok(()) => match PROGRAMS_MULTI
+            .into_iter()
+            .chain(PROGRAMS_LOOKUP_MULTI)
+            .try_for_each(|n| load(ebpf, n))
+        {
             Ok(()) => AttachMethod::Batched,
             Err(why) => AttachMethod::PerProbe(format!(
                 "the kernel refused the batched programs: {}",
@@ -229,6 +285,24 @@ pub fn read_sums(ebpf: &Ebpf) -> Vec<(ApiKey, ApiStat)> {
     sums
 }
 
+/// The kernel's `API_THROUGH` map summed over CPUs.
+pub fn read_through(ebpf: &Ebpf) -> Vec<(ApiThroughKey, u64)> {
+    let Some(map) = ebpf.map("API_THROUGH") else {
+        return Vec::new();
+    };
+    const KEY_LEN: usize = size_of::<ApiThroughKey>();
+    let Ok(map) = PerCpuHashMap::<_, [u8; KEY_LEN], u64>::try_from(map) else {
+        return Vec::new();
+    };
+    map.iter()
+        .filter_map(Result::ok)
+        .filter_map(|(k, v)| Some((ApiThroughKey::read_from_bytes(&k).ok()?, v.iter().sum())))
+        .collect()
+}
+
+/// (pid, device, inode, what: a symbol, or a lookup's or a hook's offset) of one attach.
+type AttachKey = (u32, u64, u64, String);
+
 /// What is attached, and the names behind the cookies.
 pub struct Attacher {
     /// `None` while a worker that did not answer in time has it (a new one is made).
@@ -265,6 +339,15 @@ pub struct Attacher {
     unnamed: Vec<(u32, u64)>,
     /// Cookies named so far.
     named: HashSet<u64>,
+    /// Interposers, lookups and hand-outs (`API_PATH`).
+    interposers: super::interpose::Interposers,
+    /// Each process's mapped files as last read (by path): a hand-out's file is attached
+    /// through them.
+    files: HashMap<u32, HashMap<String, std::sync::Arc<Opened>>>,
+    /// Finds the file and function behind a handed-out address.
+    symbolizer: super::stuck::Symbolizer,
+    /// `API_HANDOUT`s not taken yet ([`Self::take_handouts`]).
+    handouts: Vec<Handout>,
 }
 
 impl Attacher {
@@ -290,6 +373,10 @@ impl Attacher {
             preloaded: HashSet::new(),
             unnamed: Vec::new(),
             named: HashSet::new(),
+            interposers: super::interpose::Interposers::default(),
+            files: HashMap::new(),
+            symbolizer: super::stuck::Symbolizer::default(),
+            handouts: Vec::new(),
         }
     }
 
@@ -321,10 +408,6 @@ impl Attacher {
         let Some(file) = opened.file.as_ref() else {
             return 0;
         };
-        let Some(scope) = NonZeroU32::new(pid).map(UProbeScope::OneProcess) else {
-            return 0;
-        };
-        let target = file.kernel_path();
         let lib = Self::intern(&mut self.lib_ids, &mut self.libs, path);
         let mut new = Vec::new();
         for (sym, defined) in &opened.facts.defines {
@@ -336,16 +419,69 @@ impl Attacher {
             let cookie = (u64::from(lib) << 32) | u64::from(id);
             new.push((key, defined.offset, cookie));
         }
+        self.attach_points(ebpf, pid, path, opened, new, Probes::Calls)
+    }
+
+    /// The lookup probes (`api_lookup`) on the lookup functions `opened` defines
+    /// (`dlsym`, `cuGetProcAddress_v2`, …), in `pid`. Returns how many are newly attached.
+    fn attach_lookups(&mut self, ebpf: &mut Ebpf, pid: u32, path: &str, opened: &Opened) -> usize {
+        let Some(file) = opened.file.as_ref() else {
+            return 0;
+        };
+        let lib = Self::intern(&mut self.lib_ids, &mut self.libs, path);
+        let (mut procaddress, mut dlsym) = (Vec::new(), Vec::new());
+        for (name, offset) in &opened.facts.lookups {
+            let key = (pid, file.dev, file.ino, format!("\0lookup {offset}"));
+            if self.attached.contains(&key) {
+                continue;
+            }
+            let id = Self::intern(&mut self.sym_ids, &mut self.syms, name);
+            let shape = crate::probe::elf::LOOKUPS
+                .iter()
+                .find(|(l, _)| l == name)
+                .is_some_and(|(_, procaddress)| *procaddress);
+            let cookie = (u64::from(lib) << 32) | u64::from(id);
+            if shape {
+                procaddress.push((key, *offset, cookie | LOOKUP_PROCADDRESS));
+            } else {
+                dlsym.push((key, *offset, cookie));
+            }
+        }
+        self.attach_points(ebpf, pid, path, opened, procaddress, Probes::Lookups)
+            + self.attach_points(ebpf, pid, path, opened, dlsym, Probes::LookupEntries)
+    }
+
+    /// Entry and return probes of `kind` at `new` (key, offset, cookie) of the file `opened`
+    /// (`path` as the target sees it) in `pid`, through this process's descriptor of it: one
+    /// batched link per direction for all of them where the run attaches that way (one
+    /// perf-event uprobe each where the kernel refuses the link for this file, said once),
+    /// else one per point. Returns how many points are newly attached.
+    fn attach_points(
+        &mut self,
+        ebpf: &mut Ebpf,
+        pid: u32,
+        path: &str,
+        opened: &Opened,
+        new: Vec<(AttachKey, u64, u64)>,
+        kind: Probes,
+    ) -> usize {
+        let (Some(file), Some(scope)) = (
+            opened.file.as_ref(),
+            NonZeroU32::new(pid).map(UProbeScope::OneProcess),
+        ) else {
+            return 0;
+        };
+        let target = file.kernel_path();
         if new.is_empty() || (self.stop)() {
             return 0;
         }
         if self.method == AttachMethod::Batched {
             let points: Vec<(u64, u64)> = new.iter().map(|&(_, o, c)| (o, c)).collect();
-            match self.attach_batch(ebpf, &points, &target, scope) {
+            match self.attach_batch(ebpf, kind.programs(true), &points, &target, scope) {
                 Ok(()) => {
                     let n = new.len();
                     for (key, _, cookie) in new {
-                        self.note_attached(key, pid, cookie);
+                        self.note_attached(key, pid, cookie, kind);
                     }
                     return n;
                 }
@@ -358,24 +494,27 @@ impl Attacher {
             if (self.stop)() {
                 break;
             }
-            match self.attach_symbol(ebpf, offset, cookie, &target, scope) {
+            match self.attach_symbol(ebpf, kind.programs(false), offset, cookie, &target, scope) {
                 Ok(()) => {
-                    self.note_attached(key, pid, cookie);
+                    self.note_attached(key, pid, cookie, kind);
                     added += 1;
                 }
                 // The process ended (or exec'd) while it was being attached: a short-lived
                 // child (a fork about to exec a tool) is no failure to report.
                 Err(_) if !process_exists(pid) => break,
-                Err(e) => self.report_failure(path, &key.3, &e),
+                Err(e) => {
+                    let what = self.syms[(cookie as u32) as usize].clone();
+                    self.report_failure(path, &what, &e);
+                }
             }
         }
         added
     }
 
-    fn note_attached(&mut self, key: (u32, u64, u64, String), pid: u32, cookie: u64) {
+    fn note_attached(&mut self, key: AttachKey, pid: u32, cookie: u64, kind: Probes) {
         self.attached.insert(key);
-        self.probes += PROGRAMS.len();
-        if self.named.insert(cookie) {
+        self.probes += kind.programs(false).len();
+        if kind == Probes::Calls && self.named.insert(cookie) {
             self.unnamed.push((pid, cookie));
         }
     }
@@ -399,12 +538,13 @@ impl Attacher {
     fn attach_batch(
         &mut self,
         ebpf: &mut Ebpf,
+        programs: &'static [&'static str],
         points: &[(u64, u64)],
         target: &str,
         scope: UProbeScope,
     ) -> Result<(), aya::programs::ProgramError> {
         let mut made = Vec::new();
-        for name in PROGRAMS_MULTI.into_iter().rev() {
+        for &name in programs.iter().rev() {
             let Some(Ok(p)) = ebpf.program_mut(name).map(TryInto::<&mut UProbe>::try_into) else {
                 continue;
             };
@@ -431,12 +571,13 @@ impl Attacher {
     fn attach_symbol(
         &mut self,
         ebpf: &mut Ebpf,
+        programs: &'static [&'static str],
         offset: u64,
         cookie: u64,
         target: &str,
         scope: UProbeScope,
     ) -> Result<(), aya::programs::ProgramError> {
-        for name in PROGRAMS.into_iter().rev() {
+        for &name in programs.iter().rev() {
             let p: &mut UProbe = match ebpf.program_mut(name).map(TryInto::try_into) {
                 Some(Ok(p)) => p,
                 _ => continue,
@@ -503,9 +644,21 @@ impl Attacher {
             }
             Err(_) => return None,
         };
-        for opened in files.values() {
+        let mut seen = Vec::new();
+        for (path, opened) in &files {
             self.watch_loads(ebpf, pid, opened);
+            self.attach_lookups(ebpf, pid, path, opened);
         }
+        for lib in &report.libraries {
+            let id = Self::intern(&mut self.lib_ids, &mut self.libs, &lib.path);
+            let lookups = files.get(&lib.path).map_or_else(Vec::new, |o| {
+                o.facts.lookups.iter().map(|(n, _)| n.clone()).collect()
+            });
+            seen.push((id, lib, lookups));
+        }
+        self.interposers
+            .note_process(&self.table, pid, &report.comm, &seen);
+        self.set_ranges(ebpf, pid);
         let mut with_symbols = 0;
         for lib in &report.libraries {
             if lib.defines.is_empty() {
@@ -519,6 +672,7 @@ impl Attacher {
                 self.attach_file(ebpf, pid, &lib.path, opened);
             }
         }
+        self.files.insert(pid, files);
         Some(with_symbols)
     }
 
@@ -583,6 +737,199 @@ impl Attacher {
             // SAFETY: a process this run started.
             unsafe { libc::kill(pid as i32, libc::SIGCONT) };
         }
+    }
+
+    /// A lookup returned (`API_HANDOUT`): counted for its library; a table symbol handed out
+    /// for the first time is located (file, offset, function name) and, when it is not its real
+    /// provider's code, probed there like a table symbol (a hidden hook: its calls count under
+    /// that library and the symbol asked for). Each new hand-out of a table symbol is kept for
+    /// [`Self::take_handouts`].
+    pub fn handout(&mut self, ebpf: &mut Ebpf, r: &gpu_trace_common::api::ApiHandoutRecord) {
+        let pid = r.hdr.tgid;
+        let cookie = r.cookie & !LOOKUP_PROCADDRESS;
+        let lookup_lib = (cookie >> 32) as u32;
+        let end = r.name.iter().position(|&b| b == 0).unwrap_or(r.name.len());
+        let name = decode_lossless(&r.name[..end]);
+        let api = self.table.entry_for(&name).is_some();
+        self.interposers.note_lookup(pid, lookup_lib, api);
+        if !api || r.addr == 0 || !self.interposers.first_handout(pid, &name, r.addr) {
+            return;
+        }
+        let located = self.symbolizer.locate(pid, r.addr);
+        let mut h = Handout {
+            pid,
+            comm: decode_lossless(r.hdr.comm.split(|&b| b == 0).next().unwrap_or(&[])),
+            symbol: name.clone(),
+            lookup: self
+                .syms
+                .get((cookie as u32) as usize)
+                .cloned()
+                .unwrap_or_default(),
+            lookup_library: self
+                .libs
+                .get(lookup_lib as usize)
+                .cloned()
+                .unwrap_or_default(),
+            library: None,
+            offset: 0,
+            address: r.addr,
+            function: None,
+            hidden: false,
+        };
+        if let Some((path, offset, function)) = located {
+            h.library = Some(path.clone());
+            h.offset = offset;
+            h.function = function;
+            let lib = Self::intern(&mut self.lib_ids, &mut self.libs, &path);
+            let opened = self.files.get(&pid).and_then(|f| f.get(&path)).cloned();
+            let export = opened
+                .as_ref()
+                .and_then(|o| o.facts.defines.get(&name))
+                .is_some_and(|d| d.offset == offset);
+            let real = self.interposers.is_real(pid, &name, lib)
+                || self.table.entry_for(&name).is_some_and(|(_, e)| {
+                    super::interpose::provides(
+                        &e.library,
+                        &path,
+                        opened.as_ref().and_then(|o| o.facts.soname.as_deref()),
+                    )
+                });
+            if !export && !real {
+                h.hidden = true;
+                self.interposers.note_hook(pid, lib, &name);
+                if let (Some(opened), Some(file)) = (
+                    opened.as_ref(),
+                    opened.as_ref().and_then(|o| o.file.as_ref()),
+                ) {
+                    let key = (pid, file.dev, file.ino, format!("\0hook {offset} {name}"));
+                    if !self.attached.contains(&key) {
+                        let id = Self::intern(&mut self.sym_ids, &mut self.syms, &name);
+                        let cookie = (u64::from(lib) << 32) | u64::from(id);
+                        let new = vec![(key, offset, cookie)];
+                        self.attach_points(ebpf, pid, &path, opened, new, Probes::Calls);
+                    }
+                    // A hidden lookup (HAMi-core's `cuGetProcAddress` hook): what it hands
+                    // out is watched too.
+                    if let Some((_, procaddress)) =
+                        crate::probe::elf::LOOKUPS.iter().find(|(l, _)| *l == name)
+                    {
+                        let key = (pid, file.dev, file.ino, format!("\0lookup {offset}"));
+                        if !self.attached.contains(&key) {
+                            let id = Self::intern(&mut self.sym_ids, &mut self.syms, &name);
+                            let cookie = (u64::from(lib) << 32) | u64::from(id);
+                            let (cookie, kind) = if *procaddress {
+                                (cookie | LOOKUP_PROCADDRESS, Probes::Lookups)
+                            } else {
+                                (cookie, Probes::LookupEntries)
+                            };
+                            let new = vec![(key, offset, cookie)];
+                            self.attach_points(ebpf, pid, &path, opened, new, kind);
+                        }
+                    }
+                }
+            }
+        }
+        self.handouts.push(h);
+    }
+
+    /// Acts on a [`signal_of`] record (attach what was loaded or handed out, then continue
+    /// the process when the kernel stopped it).
+    pub fn signal(&mut self, ebpf: &mut Ebpf, signal: &ApiSignal) {
+        match signal {
+            ApiSignal::Loaded(pid, held) => {
+                self.loaded(ebpf, *pid, *held);
+            }
+            ApiSignal::Handout(r) => {
+                self.handout(ebpf, r);
+                if r.held != 0 {
+                    // SAFETY: a signal to a process this run started and the kernel stopped.
+                    unsafe { libc::kill(r.hdr.tgid as i32, libc::SIGCONT) };
+                }
+            }
+        }
+    }
+
+    /// The kernel's `API_RANGES` of `pid`: the code of its interposers (at most
+    /// `API_RANGES_MAX` mappings; more are said once), so that a call entered from inside one
+    /// counts as going through it (`API_THROUGH`), its hook exported, handed out or neither.
+    fn set_ranges(&mut self, ebpf: &mut Ebpf, pid: u32) {
+        use gpu_trace_common::api::{API_RANGES_MAX, ApiRange, ApiRanges};
+        let libs = self.interposers.libs_of(pid);
+        if libs.is_empty() {
+            return;
+        }
+        let mut ranges = ApiRanges::default();
+        let mut n = 0;
+        for m in super::stuck::exec_maps(pid) {
+            let Some(lib) = self.lib_ids.get(&m.path).filter(|l| libs.contains(l)) else {
+                continue;
+            };
+            if n == API_RANGES_MAX {
+                if self.failed.insert((m.path.clone(), "\0ranges".into())) {
+                    eprintln!(
+                        "gpu-trace: api: process {pid}: more than {API_RANGES_MAX} code \
+                         mappings of interposers; calls from {} are not attributed to it",
+                        escape_text(&m.path)
+                    );
+                }
+                continue;
+            }
+            ranges.ranges[n] = ApiRange {
+                start: m.start,
+                end: m.end,
+                lib: u64::from(*lib),
+            };
+            n += 1;
+        }
+        const LEN: usize = size_of::<ApiRanges>();
+        let mut bytes = [0u8; LEN];
+        bytes.copy_from_slice(gpu_trace_common::zerocopy::IntoBytes::as_bytes(&ranges));
+        if let Some(map) = ebpf.map_mut("API_RANGES")
+            && let Ok(mut map) = aya::maps::HashMap::<_, u32, [u8; LEN]>::try_from(map)
+        {
+            let _ = map.insert(&pid, &bytes, 0);
+        }
+    }
+
+    /// The hand-outs of table symbols seen since the last call.
+    pub fn take_handouts(&mut self) -> Vec<Handout> {
+        std::mem::take(&mut self.handouts)
+    }
+
+    /// One `API_PATH` per (process, interposer) from the kernel's sums (`read_sums`).
+    /// `through`: `API_THROUGH`'s calls entered from an interposer's code ([`read_through`]).
+    pub fn paths(
+        &self,
+        sums: &[(ApiKey, ApiStat)],
+        through: &[(ApiThroughKey, u64)],
+        last: bool,
+    ) -> Vec<ApiPath> {
+        let name = |cookie: u64| self.syms.get((cookie as u32) as usize);
+        let mut calls: HashMap<(u32, u32, String), u64> = HashMap::new();
+        for (key, stat) in sums {
+            if let Some(name) = name(key.cookie) {
+                let lib = (key.cookie >> 32) as u32;
+                *calls.entry((key.tgid, lib, name.clone())).or_default() += stat.count;
+            }
+        }
+        // A call entered from an interposer's code went through it, whether or not its own
+        // copy (an export, a probed hand-out) was seen: the larger of the two counts.
+        let mut entered: HashMap<(u32, u32, String), u64> = HashMap::new();
+        for (key, n) in through {
+            if let Some(name) = name(key.cookie) {
+                *entered
+                    .entry((key.tgid, key.lib, name.clone()))
+                    .or_default() += n;
+            }
+        }
+        self.interposers.paths(
+            &self.table,
+            &calls,
+            &entered,
+            |lib| self.libs.get(lib as usize).cloned().unwrap_or_default(),
+            |pid, lib| self.preloaded.contains(&(pid, lib)),
+            last,
+        )
     }
 
     /// A process whose reading did not end by its deadline: said once, never read again.

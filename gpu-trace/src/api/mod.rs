@@ -6,6 +6,7 @@
 //! call open on their thread).
 
 pub mod attach;
+pub mod interpose;
 pub mod stuck;
 pub mod trace;
 

@@ -32,14 +32,15 @@ pub struct ThreadState {
 }
 
 /// One executable file mapping.
-struct ExecMap {
-    start: u64,
-    end: u64,
+pub(crate) struct ExecMap {
+    pub(crate) start: u64,
+    pub(crate) end: u64,
     offset: u64,
-    path: String,
+    pub(crate) path: String,
 }
 
-fn exec_maps(pid: u32) -> Vec<ExecMap> {
+/// The executable file mappings of `pid` (its maps read under their limit).
+pub(crate) fn exec_maps(pid: u32) -> Vec<ExecMap> {
     let text = untrusted::read_proc(&format!("/proc/{pid}/maps"), Limit::Maps).unwrap_or_default();
     String::from_utf8_lossy(&text)
         .lines()
@@ -103,6 +104,32 @@ impl Symbolizer {
             }
             _ => base,
         }
+    }
+
+    /// Where address `addr` of `pid` is: the mapped file, the offset in it, and the name of the
+    /// function that starts there when the file's symbol tables (`.symtab`, `.dynsym`) have one
+    /// (`None` for the whole answer: no executable file mapping holds it).
+    pub fn locate(&mut self, pid: u32, addr: u64) -> Option<(String, u64, Option<String>)> {
+        let m = exec_maps(pid)
+            .into_iter()
+            .find(|m| (m.start..m.end).contains(&addr))?;
+        let file_off = addr - m.start + m.offset;
+        let function = self
+            .files
+            .entry(format!("{pid} {}", m.path))
+            .or_insert_with(|| elf_syms(pid, &m))
+            .as_ref()
+            .and_then(|elf| {
+                let vaddr = elf
+                    .segments
+                    .iter()
+                    .find(|(off, size, _)| (*off..off + size).contains(&file_off))
+                    .map(|(off, _, va)| file_off - off + va)?;
+                let i = elf.syms.partition_point(|s| s.0 <= vaddr);
+                let (start, _, name) = &elf.syms[i.checked_sub(1)?];
+                (*start == vaddr).then(|| name.clone())
+            });
+        Some((m.path, file_off, function))
     }
 
     /// The thread's state and its scanned user stack.

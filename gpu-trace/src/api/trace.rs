@@ -76,6 +76,8 @@ struct Tracer {
     symbolizer: Symbolizer,
     /// Stuck calls reported: (pid_tgid, cookie, entry time).
     stuck_seen: HashSet<(u64, u64, u64)>,
+    /// `-v`: `API_HANDOUT` lines too.
+    verbose: bool,
 }
 
 impl Tracer {
@@ -93,6 +95,7 @@ impl Tracer {
             ring,
             symbolizer: Symbolizer::default(),
             stuck_seen: HashSet::new(),
+            verbose: args.verbose,
         })
     }
 
@@ -151,6 +154,22 @@ impl Tracer {
             .join(" ")
     }
 
+    /// Waits until the ring has a record or `at_most` has passed (a process stopped at a
+    /// change of its link map or a hand-out waits only for this).
+    fn wait(&self, at_most: Duration) {
+        let Some(ring) = self.ring.as_ref() else {
+            std::thread::sleep(at_most);
+            return;
+        };
+        let mut fd = libc::pollfd {
+            fd: ring.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd; the ring's descriptor lives as long as `self`.
+        unsafe { libc::poll(&mut fd, 1, at_most.as_millis() as i32) };
+    }
+
     /// The records the ring holds now, as lines (text or JSON). A target whose link map
     /// changed (`API_LOADED`) is read and attached at once, then continued if it was held.
     fn drain(&mut self, json: bool) -> Vec<String> {
@@ -160,10 +179,21 @@ impl Tracer {
                 raw.push(item.to_vec());
             }
         }
-        for (pid, held) in raw.iter().filter_map(|b| super::attach::loaded_of(b)) {
-            self.at.loaded(&mut self.ebpf, pid, held);
+        for signal in raw.iter().filter_map(|b| super::attach::signal_of(b)) {
+            self.at.signal(&mut self.ebpf, &signal);
         }
-        raw.iter().filter_map(|b| self.decode(b, json)).collect()
+        let mut lines: Vec<String> = raw.iter().filter_map(|b| self.decode(b, json)).collect();
+        if self.verbose {
+            lines.extend(
+                self.at
+                    .take_handouts()
+                    .iter()
+                    .map(|h| if json { h.json() } else { h.text() }),
+            );
+        } else {
+            self.at.take_handouts();
+        }
+        lines
     }
 
     /// One ring item as a line: an `API_CALL` or `API_RECURSION` (the same records and the
@@ -390,6 +420,7 @@ pub fn trace(args: &ApiArgs) -> Result<Traced, TraceError> {
     emit_events(&mut tracer, args);
     let final_rows = tracer.read(&targets);
     print(args, &final_rows, true);
+    print_paths(&tracer, args, &targets, true);
     if run_stats.is_some() {
         eprintln!("gpu-trace: bpf-stats {}", tracer.runs());
     }
@@ -478,6 +509,7 @@ fn run_loop(
             }
             if args.interval.is_some() {
                 print(args, &tracer.read(targets), false);
+                print_paths(tracer, args, targets, false);
             }
         }
         emit_events(tracer, args);
@@ -491,8 +523,24 @@ fn run_loop(
             }
             let _ = out.flush();
         }
-        std::thread::sleep(Duration::from_millis(20));
+        tracer.wait(Duration::from_millis(20));
     }
+}
+
+/// The `API_PATH` verdicts of the targets' interposers (text: one sentence each).
+fn print_paths(tracer: &Tracer, args: &ApiArgs, targets: &HashSet<u32>, last: bool) {
+    let sums = super::attach::read_sums(&tracer.ebpf);
+    let through = super::attach::read_through(&tracer.ebpf);
+    let paths = tracer.at.paths(&sums, &through, last);
+    let mut out = std::io::stdout().lock();
+    for p in paths.iter().filter(|p| targets.contains(&p.pid)) {
+        let line = match args.format {
+            ApiFormat::Text => p.text(),
+            ApiFormat::Json => p.json(),
+        };
+        let _ = writeln!(out, "{line}");
+    }
+    let _ = out.flush();
 }
 
 /// Prints the ring's `API_CALL` / `API_RECURSION` records.

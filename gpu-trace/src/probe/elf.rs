@@ -25,6 +25,19 @@ use object::{Endianness, SectionIndex};
 
 use super::untrusted::Limit;
 
+/// The functions a runtime or an interposer finds entry points with, and whether each has
+/// `cuGetProcAddress`'s shape (the name first, the address written through the second
+/// argument) rather than `dlsym`'s (the name second, the address returned).
+pub const LOOKUPS: [(&str, bool); 7] = [
+    ("dlsym", false),
+    ("dlvsym", false),
+    ("cuGetProcAddress", true),
+    ("cuGetProcAddress_v2", true),
+    ("cudaGetDriverEntryPoint", true),
+    ("cudaGetDriverEntryPointByVersion", true),
+    ("hipGetProcAddress", true),
+];
+
 /// One table symbol an ELF file defines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Defined {
@@ -49,6 +62,9 @@ pub struct Facts {
     pub dl_debug_state: Option<u64>,
     /// `PT_INTERP`: the dynamic linker an executable asks for.
     pub interp: Option<String>,
+    /// The lookup functions it defines ([`LOOKUPS`]), with their file offsets (one per
+    /// distinct offset: libc's `dlsym` has two versions).
+    pub lookups: Vec<(String, u64)>,
     /// What was not read past a limit (`None`: the file was read whole).
     pub skipped: Option<String>,
 }
@@ -188,6 +204,19 @@ fn facts_of<Elf: FileHeader<Endian = Endianness>>(
             facts.dl_debug_state =
                 file_offset(&sections, endian, shndx, sym.st_value(endian).into());
             continue;
+        }
+        if is_code
+            && sym.st_bind() != elf::STB_LOCAL
+            && LOOKUPS.iter().any(|(l, _)| *l == name)
+            && let Some(offset) = file_offset(
+                &sections,
+                endian,
+                (shndx < elf::SHN_LORESERVE).then_some(shndx),
+                sym.st_value(endian).into(),
+            )
+            && !facts.lookups.iter().any(|(_, o)| *o == offset)
+        {
+            facts.lookups.push((name.to_string(), offset));
         }
         if !is_code || sym.st_bind() == elf::STB_LOCAL || table.entry_for(name).is_none() {
             continue;

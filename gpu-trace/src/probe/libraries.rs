@@ -59,19 +59,22 @@ pub struct Opened {
 }
 
 impl Opened {
-    /// `facts` of `file`, keeping the file only where it defines table symbols. Each probe's
+    /// `facts` of `file`, keeping the file only where something is probed in it (table
+    /// symbols, lookup functions, the dynamic linker's notification point). Each probe's
     /// first byte is read here (the page comes into the cache, and a symbol past the file's
     /// end is dropped): the kernel reads it again as it puts the probe on, and a file that
     /// would block that read blocks this worker instead, under its deadline.
     fn new(file: Verified, mut facts: Facts) -> Self {
         use std::os::unix::fs::FileExt as _;
-        facts.defines.retain(|_, d| {
+        let readable = |offset: u64| {
             let mut byte = [0u8; 1];
-            file.file()
-                .read_at(&mut byte, d.offset)
-                .is_ok_and(|n| n == 1)
-        });
-        let keep = !facts.defines.is_empty() || facts.dl_debug_state.is_some();
+            file.file().read_at(&mut byte, offset).is_ok_and(|n| n == 1)
+        };
+        facts.defines.retain(|_, d| readable(d.offset));
+        facts.lookups.retain(|(_, offset)| readable(*offset));
+        let keep = !facts.defines.is_empty()
+            || !facts.lookups.is_empty()
+            || facts.dl_debug_state.is_some();
         let file = keep.then_some(file);
         Self { file, facts }
     }
