@@ -73,7 +73,9 @@ fn start_command(mut cmd: Command) -> (Child, BufReader<ChildStdout>, u32) {
 /// The probes a client of the stand-in libraries gets: three symbols (`cuInit`,
 /// `cuCtxCreate_v4`, `cudaMalloc`), entry and return each, and its dynamic linker's
 /// `_dl_debug_state` (libraries loaded later, docs/api.md).
-const PER_TARGET: usize = api_support::PROBES_PER_CLIENT;
+fn per_target() -> usize {
+    api_support::probes_per_client()
+}
 
 fn wait_probes(pid: u32, n: usize) {
     api_support::wait_links(pid, n);
@@ -190,7 +192,7 @@ fn api_rows_mark_a_library_that_came_through_ld_preload() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    wait_probes(tracer.id(), PER_TARGET);
+    wait_probes(tracer.id(), per_target());
     release(&mut client, &mut out);
     // The target is gone: the tracer prints its final rows and ends by itself.
     let done = tracer.wait_with_output().unwrap();
@@ -259,11 +261,11 @@ fn api_trace_follows_the_processes_of_a_cgroup() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    wait_probes(tracer.id(), PER_TARGET);
+    wait_probes(tracer.id(), per_target());
     let (mut late, mut late_out, late_pid) = start_client(&root, None);
     enter(late_pid);
     // The next rescan (0.2 s) attaches the late one's too.
-    wait_probes(tracer.id(), 2 * PER_TARGET);
+    wait_probes(tracer.id(), 2 * per_target());
     release(&mut first, &mut first_out);
     release(&mut outside, &mut outside_out);
     release(&mut late, &mut late_out);
@@ -314,7 +316,7 @@ fn api_attaches_a_comm_process_started_after_the_trace() {
     let traced = Traced::start(&args).unwrap_or_else(|e| panic!("{test}: {e}"));
     let before = links_of(traced.pid());
     let (mut client, mut out, pid) = start_program(&exe, None);
-    wait_probes(traced.pid(), before + PER_TARGET);
+    wait_probes(traced.pid(), before + per_target());
     release(&mut client, &mut out);
     std::thread::sleep(Duration::from_millis(300));
     let f = traced.interrupt();

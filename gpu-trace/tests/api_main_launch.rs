@@ -101,8 +101,8 @@ fn api_tags_a_launched_commands_first_calls() {
 }
 
 /// A process the command creates (the shell forks the client, which calls once the tracer
-/// holds its probes: the shell's dynamic-linker probe and the client's seven) is attached at a
-/// rescan: its calls carry their API call too.
+/// holds its probes: the shell's and the client's, `api_support::probes_per_client`) is
+/// attached at a rescan: its calls carry their API call too.
 #[test]
 fn api_follows_the_processes_a_launched_command_creates() {
     let test = "api_follows_the_processes_a_launched_command_creates";
@@ -111,7 +111,8 @@ fn api_follows_the_processes_a_launched_command_creates() {
     };
     let go = root.join("go");
     let script = format!("{} {}; true", root.join("client").display(), go.display());
-    let links = 1 + api_support::PROBES_PER_CLIENT;
+    // The shell's: its dynamic linker's probe and its libc's lookups.
+    let links = 1 + api_support::libc_lookups() + api_support::probes_per_client();
     let (api, stderr) = traced(&["sh", "-c", &script], Some((&go, links)));
     assert_eq!(api, expected(), "{stderr}");
 }

@@ -156,12 +156,18 @@ impl Interposers {
         keys.into_iter()
             .map(|&(pid, lib)| {
                 let f = &self.found[&(pid, lib)];
-                // The families it touches, and every symbol of them the process called.
+                // The families it touches (its exports, its hooks, the symbols whose calls came
+                // from its code), and every symbol of them the process called.
                 let family = |s: &str| table.entry_for(s).map(|(_, e)| e.family.clone());
+                let from_its_code = entered
+                    .iter()
+                    .filter(|((p, l, _), n)| *p == pid && *l == lib && **n > 0)
+                    .map(|((_, _, s), _)| s);
                 let families: BTreeSet<String> = f
                     .exports
                     .iter()
                     .chain(&f.hooks)
+                    .chain(from_its_code)
                     .filter_map(|s| family(s))
                     .collect();
                 // Only lookup overrides: every family the process called.

@@ -127,9 +127,46 @@ pub fn fake_cuda(
 }
 
 /// The probes a client of the stand-in libraries (`fake_cuda`) gets: three symbols (`cuInit`,
-/// `cuCtxCreate_v4`, `cudaMalloc`), entry and return each, and its dynamic linker's
-/// `_dl_debug_state` (libraries loaded later, docs/api.md).
-pub const PROBES_PER_CLIENT: usize = 7;
+/// `cuCtxCreate_v4`, `cudaMalloc`), entry and return each, its dynamic linker's
+/// `_dl_debug_state` (libraries loaded later, docs/api.md), and an entry probe on each distinct
+/// `dlsym`/`dlvsym` function of its libc (the lookups, docs/api.md), counted here from
+/// `nm -D` of the libc the dynamic linker finds.
+pub fn probes_per_client() -> usize {
+    7 + libc_lookups()
+}
+
+/// Distinct addresses of `dlsym` and `dlvsym` in the libc `ldconfig -p` names (versions of one
+/// function share an address).
+pub fn libc_lookups() -> usize {
+    let out = ["ldconfig", "/sbin/ldconfig", "/usr/sbin/ldconfig"]
+        .iter()
+        .find_map(|l| Command::new(l).arg("-p").output().ok())
+        .expect("ldconfig -p");
+    let listing = String::from_utf8_lossy(&out.stdout).into_owned();
+    let libc = listing
+        .lines()
+        .find(|l| l.trim_start().starts_with("libc.so.6 "))
+        .and_then(|l| l.rsplit(" => ").next())
+        .map(|p| p.trim().to_string())
+        .expect("libc.so.6 in ldconfig -p");
+    let nm = Command::new("nm")
+        .args(["-D", "--defined-only", &libc])
+        .output()
+        .expect("nm");
+    let mut addrs: Vec<String> = String::from_utf8_lossy(&nm.stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (addr, kind, name) = (f.next()?, f.next()?, f.next()?);
+            let name = name.split('@').next()?;
+            (matches!(kind, "T" | "W" | "i") && (name == "dlsym" || name == "dlvsym"))
+                .then(|| addr.to_string())
+        })
+        .collect();
+    addrs.sort();
+    addrs.dedup();
+    addrs.len()
+}
 
 /// The uprobes process `pid` holds, from its BPF links' `fdinfo`: a link of type `perf` is one
 /// uprobe; a batched link (`uprobe_multi`, `uretprobe_multi`) holds `uprobe_cnt` of them (the
@@ -166,14 +203,19 @@ pub fn bpf_links(pid: u32) -> usize {
         .sum()
 }
 
-/// Waits (30 s at most, a liveness bound) until process `pid` holds `n` uprobes.
+/// Waits (30 s at most, a liveness bound) until process `pid` holds exactly `n` uprobes (more
+/// fails at once).
 pub fn wait_links(pid: u32, n: usize) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
         let held = bpf_links(pid);
-        if held >= n {
+        if held == n {
             return;
         }
+        assert!(
+            held < n,
+            "gpu-trace {pid} holds {held} probes, more than {n}"
+        );
         assert!(
             std::time::Instant::now() < deadline,
             "gpu-trace {pid} holds {held} probes after 30 s, not {n}"
