@@ -55,6 +55,7 @@ fn bench_quick_runs_end_to_end() {
         "## 4. Userspace: decode + model + output",
         "## 5. Sustained event rate",
         "## 6. The API layer: a library call under uprobes",
+        "## 6b. The API layer: attaching and removing 200 probes",
     ] {
         assert!(
             stdout.contains(heading),

@@ -14,7 +14,8 @@
 //! - `knee`: the highest event rate gpu-trace sustains with zero drops at the default ring size,
 //!   and what happens past it;
 //! - `api`: a library call untraced, under a bare uprobe (and uretprobe), and under
-//!   `gpu-trace api` (the API layer's cost per hit, issue 28).
+//!   `gpu-trace api` (the API layer's cost per hit, issue 28); 200 probes attached and removed
+//!   with each attach method, a run and one right after it (issue 37).
 //!
 //! The workloads are the C program `bench/syscall_loop.c`, compiled here with `cc -O2`; gpu-trace
 //! is the real binary, started in the background as a user would.
