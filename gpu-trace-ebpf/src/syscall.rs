@@ -7,7 +7,10 @@ use aya_ebpf::helpers::{bpf_get_current_pid_tgid, generated};
 use gpu_trace_common::{amd, counter, nv_entry_bits, nvidia, record_kind, wire_syscall};
 
 use crate::{
-    config::{cgroup_wanted, config, is_kfd, is_watched, kfd_served_by_deep_hook, nv_entry_serves},
+    config::{
+        cgroup_wanted, config, is_kfd, is_watched, kfd_served_by_deep_hook, nv_entry_serves,
+        tgid_wanted,
+    },
     kernel::{fd_file_rdev, kread},
     kfd, maps, nv,
     pipe::{bump, emit_task},
@@ -58,7 +61,7 @@ pub(crate) fn handle_ioctl(fd: u64, ioctl_cmd: u64, arg: u64, ret: i64) {
         return;
     }
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    if cfg.filter_tgid != 0 && cfg.filter_tgid != tgid {
+    if !tgid_wanted(&cfg, tgid) {
         return;
     }
     if !cgroup_wanted(&cfg) {

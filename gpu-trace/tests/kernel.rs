@@ -137,6 +137,71 @@ const CONTROL: u32 = 0xC020_462A;
 const FREE: u32 = 0xC010_4629;
 const XFER: u32 = 0xC010_46D3;
 
+/// The tracer's own process (`ignore_tgid`, which the product sets to itself: its NVML sampler
+/// opens the GPU) is never traced: its RM call is not captured, the same call from a child is.
+#[test]
+fn the_tracers_own_process_is_never_traced() {
+    let _serial = serial();
+    let test = "the_tracers_own_process_is_never_traced";
+    let dev_null = system::char_device_kernel_dev("/dev/null".as_ref()).expect("/dev/null");
+    let options = LoadOptions {
+        extra_device: Some(dev_null),
+        ignore_tgid: Some(std::process::id()),
+        ..Default::default()
+    };
+    let (_tracer, mut ring) = match Tracer::load(&options) {
+        Ok(mut t) => {
+            let ring = t.take_ring_buffer().expect("ring buffer");
+            (t, ring)
+        }
+        Err(e @ (LoadError::System(_) | LoadError::NoHook { .. })) => {
+            common::skipped(test, &e);
+            return;
+        }
+        Err(e) => panic!("{test}: loading failed: {e}"),
+    };
+    let null = File::open("/dev/null").unwrap();
+    let fd = null.as_raw_fd();
+    let params: [u32; 5] = [0xcaf0_0001, 0, 0xcaf0_0002, 1, 0];
+    let alloc = Nvos64 {
+        h_root: 0xc1d0_0001,
+        h_parent: 0xc1d0_0002,
+        h_new: 0x5c00_0010,
+        h_class: 0xA06C,
+        p_alloc: params.as_ptr() as u64,
+        p_rights: 0,
+        params_size: 0,
+        flags: 0,
+        status: 0,
+        _pad: 0,
+    };
+    assert_eq!(ioctl(fd, ALLOC64, (&raw const alloc).cast()), -ENOTTY);
+    // SAFETY: the child makes one system call and leaves with _exit.
+    let child = unsafe { libc::fork() };
+    if child == 0 {
+        // SAFETY: as above.
+        unsafe {
+            libc::ioctl(fd, ALLOC64 as _, &raw const alloc);
+            libc::_exit(0);
+        }
+    }
+    let mut status = 0;
+    // SAFETY: our own child.
+    assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+    let own = std::process::id();
+    let recs = common::collect_until(
+        &mut ring,
+        |r| matches!(r, RawRecord::NvIoctl(_)) && [own, child as u32].contains(&r.header().tgid),
+        |out| !out.is_empty(),
+    );
+    let tgids: Vec<u32> = recs.iter().map(|r| r.header().tgid).collect();
+    assert_eq!(
+        tgids,
+        [child as u32],
+        "the child's call only, not the tracer's own"
+    );
+}
+
 #[test]
 fn rm_shaped_ioctls_on_a_watched_device_are_captured_and_decoded() {
     let _serial = serial();
