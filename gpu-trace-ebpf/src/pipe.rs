@@ -83,3 +83,27 @@ pub(crate) fn emit_task(kind: u32, value: i32) {
         _pad: 0,
     });
 }
+
+const SIGSTOP: u32 = 19;
+const SIGCONT: u32 = 18;
+
+/// Stops the current process (SIGSTOP) when `hold`, **before** its record goes out: userspace,
+/// woken by the record on another CPU, may continue the process (SIGCONT) before this program
+/// ends, and a stop generated after that continue would never be undone (a `-- CMD` left
+/// stopped, found by a CI run). Returns whether the process is stopped; the caller puts that
+/// in the record, sends it, and calls [`unhold`] if the record could not go.
+#[inline(always)]
+pub(crate) fn hold(hold: bool) -> bool {
+    // SAFETY: the helper signals the current process; no pointers.
+    hold && unsafe { generated::bpf_send_signal(SIGSTOP) } == 0
+}
+
+/// Undoes [`hold`] for a record that could not be sent (nobody would continue the process): a
+/// SIGCONT generated before the stop is delivered discards it.
+#[inline(always)]
+pub(crate) fn unhold(held: bool, sent: bool) {
+    if held && !sent {
+        // SAFETY: as in `hold`.
+        unsafe { generated::bpf_send_signal(SIGCONT) };
+    }
+}

@@ -27,9 +27,7 @@ use gpu_trace_common::api::{
 
 use super::api_call::{RETURN_SP_ADJ, user_sp};
 use crate::maps::{API_HOLD, API_LOOKUPS};
-
-const SIGSTOP: u32 = 19;
-use crate::pipe::{header, send};
+use crate::pipe::{header, hold, send, unhold};
 
 #[uprobe]
 pub fn api_lookup(ctx: ProbeContext) -> u32 {
@@ -115,10 +113,8 @@ fn report(cookie: u64, name: u64, addr: u64, may_hold: bool) {
         || (rec.name[0] == b'h' && rec.name[1] == b'i' && rec.name[2] == b'p');
     let tgid = rec.hdr.tgid;
     // SAFETY: a map lookup by value.
-    let held = may_hold && addr != 0 && gpu_name && unsafe { API_HOLD.get(&tgid) }.is_some();
+    let held = hold(may_hold && addr != 0 && gpu_name && unsafe { API_HOLD.get(&tgid) }.is_some());
     rec.held = u32::from(held);
-    if send(&rec) && held {
-        // SAFETY: the helper signals the current process; no pointers.
-        unsafe { generated::bpf_send_signal(SIGSTOP) };
-    }
+    let sent = send(&rec);
+    unhold(held, sent);
 }
