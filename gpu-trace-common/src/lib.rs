@@ -478,10 +478,6 @@ pub struct KernelConfig {
     pub stack_regs: u16,
     /// gpu-trace's own process, never traced (its NVML sampler opens the GPU too); 0 = none.
     pub ignore_tgid: u32,
-    /// Explicit, zero: the size stays a multiple of 8, so that no program's copy of this
-    /// struct ends in stack bytes never written (Linux 5.10's verifier refused an 8-byte read
-    /// of the 92-byte copy's tail in the gpu_ext hooks).
-    pub _pad: u32,
 }
 
 #[cfg(feature = "user")]
@@ -551,7 +547,7 @@ pub const fn kernel_dev_minor(dev: u32) -> u32 {
 const _: () = assert!(size_of::<RecordHeader>() == 40);
 const _: () = assert!(size_of::<NvIoctlRecord>() == 264);
 const _: () = assert!(size_of::<TaskRecord>() == 48);
-const _: () = assert!(size_of::<KernelConfig>() == 96);
+const _: () = assert!(size_of::<KernelConfig>() == 92);
 const _: () = assert!(size_of::<TaskCgroupRecord>() == 56);
 const _: () = assert!(size_of::<AttributionHead>() == 56);
 const _: () = assert!(size_of::<CgroupMatch>() == 16);

@@ -36,7 +36,6 @@ static CONFIG: KernelConfig = KernelConfig {
     task_stack: 0,
     stack_regs: 0,
     ignore_tgid: 0,
-    _pad: 0,
 };
 
 /// The AMD deep hooks' offsets and argument positions, filled in by userspace before load from

@@ -1249,7 +1249,6 @@ mod tests {
             task_stack: 0,
             stack_regs: 0,
             ignore_tgid: 0,
-            _pad: 0,
         };
         assert_eq!(cfg, only_offsets);
         assert_eq!(
