@@ -476,8 +476,6 @@ pub struct KernelConfig {
     /// (`THREAD_SIZE - sizeof(struct pt_regs)`), where the kernel has no `bpf_task_pt_regs`
     /// (before Linux 5.15); 0: the programs use that helper.
     pub stack_regs: u16,
-    /// gpu-trace's own process, never traced (its NVML sampler opens the GPU too); 0 = none.
-    pub ignore_tgid: u32,
 }
 
 #[cfg(feature = "user")]
@@ -547,7 +545,7 @@ pub const fn kernel_dev_minor(dev: u32) -> u32 {
 const _: () = assert!(size_of::<RecordHeader>() == 40);
 const _: () = assert!(size_of::<NvIoctlRecord>() == 264);
 const _: () = assert!(size_of::<TaskRecord>() == 48);
-const _: () = assert!(size_of::<KernelConfig>() == 92);
+const _: () = assert!(size_of::<KernelConfig>() == 88);
 const _: () = assert!(size_of::<TaskCgroupRecord>() == 56);
 const _: () = assert!(size_of::<AttributionHead>() == 56);
 const _: () = assert!(size_of::<CgroupMatch>() == 16);

@@ -35,7 +35,6 @@ static CONFIG: KernelConfig = KernelConfig {
     upid_size: 0,
     task_stack: 0,
     stack_regs: 0,
-    ignore_tgid: 0,
 };
 
 /// The AMD deep hooks' offsets and argument positions, filled in by userspace before load from
@@ -143,11 +142,8 @@ pub(crate) fn cgroup_denied(cfg: &KernelConfig) -> bool {
 #[inline(always)]
 pub(crate) fn kfd_deep_wanted(tgid: u32) -> bool {
     let cfg = config();
-    cfg.ready != 0 && deep_config().ready != 0 && tgid_wanted(&cfg, tgid) && cgroup_wanted(&cfg)
-}
-
-/// Whether process `tgid` passes `--pid` and is not gpu-trace itself.
-#[inline(always)]
-pub(crate) fn tgid_wanted(cfg: &KernelConfig, tgid: u32) -> bool {
-    tgid != cfg.ignore_tgid && (cfg.filter_tgid == 0 || cfg.filter_tgid == tgid)
+    cfg.ready != 0
+        && deep_config().ready != 0
+        && (cfg.filter_tgid == 0 || cfg.filter_tgid == tgid)
+        && cgroup_wanted(&cfg)
 }

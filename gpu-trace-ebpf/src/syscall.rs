@@ -7,10 +7,7 @@ use aya_ebpf::helpers::{bpf_get_current_pid_tgid, generated};
 use gpu_trace_common::{amd, counter, nv_entry_bits, nvidia, record_kind, wire_syscall};
 
 use crate::{
-    config::{
-        cgroup_wanted, config, is_kfd, is_watched, kfd_served_by_deep_hook, nv_entry_serves,
-        tgid_wanted,
-    },
+    config::{cgroup_wanted, config, is_kfd, is_watched, kfd_served_by_deep_hook, nv_entry_serves},
     kernel::{fd_file_rdev, kread},
     kfd, maps, nv,
     pipe::{bump, emit_task},
@@ -61,7 +58,7 @@ pub(crate) fn handle_ioctl(fd: u64, ioctl_cmd: u64, arg: u64, ret: i64) {
         return;
     }
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    if !tgid_wanted(&cfg, tgid) {
+    if cfg.filter_tgid != 0 && cfg.filter_tgid != tgid {
         return;
     }
     if !cgroup_wanted(&cfg) {

@@ -838,8 +838,6 @@ fn load_options(
             [one] => Some(*one),
             _ => None,
         },
-        // Its own NVML sampler opens the GPU: gpu-trace is never a GPU process of its trace.
-        ignore_tgid: Some(std::process::id()),
         ring_bytes: args.ring_size,
         syscall_hook: args.syscall_hook,
         deny_pids: args.deny_pids.clone(),

@@ -19,7 +19,7 @@ use gpu_trace_common::{
 
 use crate::{
     cgroup,
-    config::{cgroup_wanted, config, tgid_wanted},
+    config::{cgroup_wanted, config},
     pipe::{header, reserve, submit},
     syscall::current_syscall,
 };
@@ -29,7 +29,11 @@ use crate::{
 fn try_hook_ran(hook: u32, ctx_ptr: u64, source: u32) -> Option<()> {
     let cfg = config();
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    if cfg.ready == 0 || cfg.nv_major == 0 || !tgid_wanted(&cfg, tgid) || !cgroup_wanted(&cfg) {
+    if cfg.ready == 0
+        || cfg.nv_major == 0
+        || (cfg.filter_tgid != 0 && cfg.filter_tgid != tgid)
+        || !cgroup_wanted(&cfg)
+    {
         return None;
     }
     let (syscall_nr, syscall_arg0) = current_syscall();

@@ -17,7 +17,7 @@ use aya_ebpf::{
 use gpu_trace_common::{counter, nvidia, wire_syscall};
 
 use crate::{
-    config::{cgroup_wanted, config, is_watched, tgid_wanted},
+    config::{cgroup_wanted, config, is_watched},
     kernel::file_rdev,
     maps::{NV_ENTRY_ARGS, NvEntryArgs},
     nv::handle_nv_ioctl,
@@ -83,7 +83,7 @@ fn try_ioctl_exit(file: u64, cmd: u64, arg: u64, ret: i64) -> Option<()> {
         return None;
     }
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    if !tgid_wanted(&cfg, tgid) || !cgroup_wanted(&cfg) {
+    if (cfg.filter_tgid != 0 && cfg.filter_tgid != tgid) || !cgroup_wanted(&cfg) {
         return None;
     }
     let Ok(rdev) = file_rdev(&cfg, file) else {

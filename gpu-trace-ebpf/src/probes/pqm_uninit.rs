@@ -10,7 +10,7 @@ use aya_ebpf::{
 use gpu_trace_common::{counter, deep_hook, hook_source};
 
 use crate::{
-    config::{config, deep_config, tgid_wanted},
+    config::{config, deep_config},
     kernel::kread,
     kfd::emit_deep,
     pipe::bump,
@@ -51,7 +51,7 @@ fn try_kfd_release(pqm: u64, source: u32) -> Option<()> {
         bump(counter::READ_FAILED);
         return None;
     };
-    if !tgid_wanted(&cfg, owner) {
+    if cfg.filter_tgid != 0 && cfg.filter_tgid != owner {
         return None;
     }
     emit_deep(deep_hook::KFD_RELEASE, owner, 0, source);

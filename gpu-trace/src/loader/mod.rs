@@ -128,9 +128,6 @@ pub struct LoadOptions {
     pub extra_device: Option<u32>,
     /// Only this process (kernel-side filter).
     pub filter_tgid: Option<u32>,
-    /// Never this process (the tracer's own: its NVML sampler opens the GPU). `None` in tests
-    /// that make the calls from the process that loads the programs.
-    pub ignore_tgid: Option<u32>,
     /// Ring-buffer size in bytes.
     pub ring_bytes: u32,
     /// Use only this attach type for the syscall hook (default: the cheapest that works).
@@ -183,7 +180,6 @@ impl Default for LoadOptions {
         Self {
             extra_device: None,
             filter_tgid: None,
-            ignore_tgid: None,
             ring_bytes: DEFAULT_RING_BYTES,
             syscall_hook: None,
             deny_pids: Vec::new(),
@@ -644,7 +640,6 @@ fn kernel_config(options: &LoadOptions, kernel_btf: &KernelBtf) -> Result<Kernel
         kfd_major: options.kfd_major.unwrap_or(0),
         extra_kfd_rdev: options.extra_kfd_device.unwrap_or(0),
         filter_tgid: options.filter_tgid.unwrap_or(0),
-        ignore_tgid: options.ignore_tgid.unwrap_or(0),
         filter_cgroups: options.filter_cgroups.len() as u32,
         deny_cgroups: options.deny_cgroups.len() as u32,
         ready: 1,

@@ -1248,7 +1248,6 @@ mod tests {
             upid_size: cfg.upid_size,
             task_stack: 0,
             stack_regs: 0,
-            ignore_tgid: 0,
         };
         assert_eq!(cfg, only_offsets);
         assert_eq!(
