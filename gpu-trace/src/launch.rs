@@ -313,25 +313,32 @@ pub fn resolve_command(cmd: &OsStr) -> Result<PathBuf, (String, u8)> {
     Ok(path)
 }
 
-/// A script's `#!` line names a program that exists and is executable (the kernel's exec
-/// would fail with ENOENT or EACCES, which a shell reports as a bad interpreter, 126).
-fn check_interpreter(path: &Path) -> Result<(), (String, u8)> {
+/// The program a script's `#!` line names (its first word), from the file's first 256 bytes
+/// (the kernel reads no more); `None` for a file that is not a script or cannot be read. The one
+/// reader of `#!` lines: [`resolve_command`]'s check and the API layer's search for the
+/// dynamic linker a script ends up running.
+pub fn shebang(path: &Path) -> Option<std::path::PathBuf> {
     use std::io::Read as _;
-    use std::os::unix::fs::PermissionsExt as _;
     let mut head = [0u8; 256];
     let n = std::fs::File::open(path)
         .and_then(|mut f| f.read(&mut head))
-        .unwrap_or(0);
-    let Some(line) = head[..n].strip_prefix(b"#!") else {
-        return Ok(());
-    };
+        .ok()?;
+    let line = head[..n].strip_prefix(b"#!")?;
     let line = line.split(|&b| b == b'\n').next().unwrap_or_default();
-    let Some(interp) = line
+    let word = line
         .split(|b| b.is_ascii_whitespace())
-        .find(|w| !w.is_empty())
-    else {
+        .find(|w| !w.is_empty())?;
+    Some(std::path::PathBuf::from(OsStr::from_bytes(word)))
+}
+
+/// A script's `#!` line names a program that exists and is executable (the kernel's exec
+/// would fail with ENOENT or EACCES, which a shell reports as a bad interpreter, 126).
+fn check_interpreter(path: &Path) -> Result<(), (String, u8)> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let Some(interp) = shebang(path) else {
         return Ok(());
     };
+    let interp = interp.as_os_str().as_bytes();
     let shown = escape_text(&decode_lossless(interp)).into_owned();
     let bad = |what: &str| {
         Err((

@@ -1318,25 +1318,12 @@ pub fn launch_candidates(table: &SymbolTable, cmd: &OsString) -> Vec<(String, Op
 fn program_interpreter(exe: &std::path::Path, table: &SymbolTable) -> Option<String> {
     let mut exe = exe.to_path_buf();
     for _ in 0..4 {
-        match shebang(&exe) {
+        match crate::launch::shebang(&exe) {
             Some(next) => exe = next,
             None => return libraries::host_file(&exe, table)?.facts.interp,
         }
     }
     None
-}
-
-/// The interpreter a script names on its `#!` line (the first word after it), if it is one.
-fn shebang(path: &std::path::Path) -> Option<std::path::PathBuf> {
-    use std::io::Read as _;
-    let mut head = [0u8; 256];
-    let n = std::fs::File::open(path).ok()?.read(&mut head).ok()?;
-    let line = head[..n].strip_prefix(b"#!")?;
-    let line = &line[..line.iter().position(|&b| b == b'\n')?];
-    let word = line
-        .split(|b| b.is_ascii_whitespace())
-        .find(|w| !w.is_empty())?;
-    Some(std::path::PathBuf::from(std::ffi::OsStr::from_bytes(word)))
 }
 
 fn runs_this_program(pid: u32) -> bool {
