@@ -10,7 +10,11 @@ use super::*;
 use crate::{
     inventory::{GpuNode, Inventory, InventoryProcess},
     metrics::{Metrics, MetricsConfig},
-    output::{Format, TimestampMode, clock::Clock, perfetto::PerfettoWriter},
+    output::{
+        Format, TimestampMode,
+        clock::Clock,
+        perfetto::{PerfettoSink, PerfettoWriter},
+    },
     pipeline::{Pipeline, PipelineConfig},
     source::amd::decode::testing::{CreateArgs, soc15_doorbell},
     wire::RawRecord,
@@ -322,20 +326,22 @@ fn run(name: &[u8]) -> Outputs {
         let out = Shared::default();
         let perfetto = Shared::default();
         let mut p = Pipeline::new(config, out.clone());
+        let mut registry = None;
         if extras {
+            let m = Metrics::new(MetricsConfig::default());
+            registry = Some(m.registry());
+            let writer =
+                PerfettoWriter::new(Box::new(perfetto.clone()) as Box<dyn Write>, Clock::new(0))
+                    .unwrap();
             p = p
-                .with_metrics(Metrics::new(MetricsConfig::default()))
-                .with_perfetto(
-                    PerfettoWriter::new(
-                        Box::new(perfetto.clone()) as Box<dyn Write>,
-                        Clock::new(0),
-                    )
-                    .unwrap(),
-                );
+                .with_output(Box::new(m))
+                .with_output(Box::new(PerfettoSink::new(writer, Clock::new(0))));
         }
         p.inventory(&inv).unwrap();
         p.feed(RawRecord::KfdIoctl(created).as_bytes()).unwrap();
-        let metrics = p.metrics_mut().map(|m| m.encode()).unwrap_or_default();
+        let metrics = registry
+            .map(|r| crate::metrics::encode(&r))
+            .unwrap_or_default();
         p.finish(Default::default(), Default::default()).unwrap();
         let text = |b: &Shared| String::from_utf8(b.0.borrow().clone()).unwrap();
         (text(&out), metrics, text(&perfetto))

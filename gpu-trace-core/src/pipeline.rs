@@ -8,7 +8,6 @@ use crate::{
     api::names::ApiEvent,
     event::{Event, EventKind, Origin, TaskKey},
     inventory::Inventory,
-    metrics::Metrics,
     model::{
         bounded::PidMap,
         gpus::{GpuDirectory, GpuIdentity},
@@ -20,10 +19,9 @@ use crate::{
         Format, Lines,
         clock::Clock,
         json::JsonSink,
-        perfetto::{PerfettoSink, PerfettoWriter},
         text::{TextFormatter, TextSink, TimestampMode},
     },
-    sink::{ApiEnriched, Enriched, RunEnd, Sink, SinkError},
+    sink::{ApiEnriched, Enriched, Outputs, RunEnd, ShareBatch, ShareEnriched, Sink, SinkError},
     source::{Fact, Sources},
     wire::{self, RawRecord},
 };
@@ -64,12 +62,11 @@ pub struct PipelineConfig {
 /// What [`Pipeline::finish_all`] ended with.
 pub struct Finished<W> {
     pub summary: Summary,
-    /// The output writer, flushed (or not: see `output`).
+    /// The output writer, flushed (or not: see `errors`).
     pub out: W,
-    /// Closing the Perfetto timeline, when there was one.
-    pub perfetto: Option<Result<(), SinkError>>,
-    /// Writing the statistics to the output and flushing it.
-    pub output: Result<(), SinkError>,
+    /// The outputs that failed to end (the statistics not written, the timeline not closed),
+    /// each by its own kind; empty when all ended.
+    pub errors: Vec<SinkError>,
     /// The statistics block as text (`None` with `--no-stats`).
     pub stats_text: Option<String>,
 }
@@ -95,14 +92,10 @@ pub struct Pipeline<W: Write> {
     task_devices: HashMap<TaskKey, u32>,
     first_ts: Option<u64>,
     last_ts: Option<u64>,
-    /// The event lines (text or JSON).
-    lines: Lines<W>,
-    /// `--perfetto`: the timeline, written alongside the output.
-    perfetto: Option<PerfettoSink>,
+    /// Where the events go: the lines (text or JSON) and the outputs the caller added.
+    outputs: Outputs<W>,
     /// `--interval`: periodic statistics.
     interval: Option<Periodic>,
-    /// `--metrics`: the same events as Prometheus metrics.
-    metrics: Option<Metrics>,
     /// `gpu-trace -- CMD`: only these processes (the command and those it created), as the
     /// caller follows them ([`Pipeline::follow`]); `None`: no such filter.
     followed: Option<std::collections::HashSet<u32>>,
@@ -158,10 +151,8 @@ impl<W: Write> Pipeline<W> {
             gpu_unknown: 0,
             first_ts: None,
             last_ts: None,
-            lines,
-            perfetto: None,
+            outputs: Outputs::new(lines),
             interval: None,
-            metrics: None,
             pods: None,
             api_names: Default::default(),
         }
@@ -190,11 +181,7 @@ impl<W: Write> Pipeline<W> {
             by_record_time,
             next_ns: period_ns,
         });
-        // Text blocks go to `side` (standard error), so that the event stream stays one line
-        // per event; JSON `STATS` objects go to the output with the events.
-        if let Lines::Text(text) = &mut self.lines {
-            text.set_side(side);
-        }
+        self.outputs.set_side(side);
         self
     }
 
@@ -221,7 +208,7 @@ impl<W: Write> Pipeline<W> {
             counters.map(|c| std::mem::replace(&mut self.stats.kernel, c)),
             std::mem::replace(&mut self.stats.unreported, unreported),
         );
-        let result = self.lines.periodic(&self.stats);
+        let result = self.outputs.periodic(&self.stats);
         self.stats.elapsed = saved.0;
         if let Some(k) = saved.1 {
             self.stats.kernel = k;
@@ -253,21 +240,17 @@ impl<W: Write> Pipeline<W> {
         self.periodic(Duration::from_nanos(due), None)
     }
 
-    /// Also counts every selected event in `metrics` (`--metrics`).
-    pub fn with_metrics(mut self, metrics: Metrics) -> Self {
-        self.metrics = Some(metrics);
+    /// One more output (`--metrics`, `--perfetto`, …): every selected record reaches it,
+    /// before the lines.
+    pub fn with_output(mut self, sink: Box<dyn Sink>) -> Self {
+        self.outputs.push(sink);
         self
     }
 
-    /// The metrics, when `--metrics` is on (the live loop refreshes the kernel's counters).
-    pub fn metrics_mut(&mut self) -> Option<&mut Metrics> {
-        self.metrics.as_mut()
-    }
-
-    /// Also writes every selected event to a Perfetto timeline (`--perfetto`).
-    pub fn with_perfetto(mut self, writer: PerfettoWriter<Box<dyn Write>>) -> Self {
-        self.perfetto = Some(PerfettoSink::new(writer, self.config.clock.clone()));
-        self
+    /// The kernel side's counters as read now (live runs, on their health timer), to every
+    /// output that shows them.
+    pub fn kernel_counters(&mut self, counters: &KernelCounters) {
+        self.outputs.kernel(counters);
     }
 
     /// The start-up inventory (late attach): its processes are known to hold driver objects
@@ -290,24 +273,9 @@ impl<W: Write> Pipeline<W> {
         }
         // The processes the filters select, as the text form on stderr shows them.
         let shown = inv.selected(&self.config.pids, &self.config.comms);
-        let sinks = self.sinks();
-        sinks
-            .into_iter()
-            .try_for_each(|s| s.inventory(inv, &shown))
+        self.outputs
+            .inventory(inv, &shown)
             .map_err(SinkError::into_io)
-    }
-
-    /// The sinks, in the order each event reaches them: metrics, Perfetto, the lines.
-    fn sinks(&mut self) -> Vec<&mut dyn Sink> {
-        let mut sinks: Vec<&mut dyn Sink> = Vec::with_capacity(3);
-        if let Some(m) = self.metrics.as_mut() {
-            sinks.push(m);
-        }
-        if let Some(p) = self.perfetto.as_mut() {
-            sinks.push(p);
-        }
-        sinks.push(&mut self.lines);
-        sinks
     }
 
     /// Feeds one ring-buffer record (or one record of a recording file); prints the events it
@@ -390,9 +358,7 @@ impl<W: Write> Pipeline<W> {
         if matches!(record, RawRecord::ProcessExit(_)) {
             self.process_names.remove(&pid);
             self.attributions.remove(&pid);
-            for sink in self.sinks() {
-                sink.process_exited(pid);
-            }
+            self.outputs.process_exited(pid);
         }
         Ok(())
     }
@@ -527,17 +493,11 @@ impl<W: Write> Pipeline<W> {
             cgroup: self.attributions.get(&pid),
         };
         self.stats.api(&ev)?;
-        if let Some(metrics) = self.metrics.as_mut() {
-            metrics.api(&ev)?;
-        }
-        if let Some(perfetto) = self.perfetto.as_mut() {
-            perfetto.api(&ev)?;
-        }
-        self.lines.api(&ev)
+        self.outputs.api(&ev)
     }
 
     /// Adds what is known of the event's process and task, and hands it to each sink: the
-    /// statistics, metrics, Perfetto, the lines.
+    /// statistics, then the outputs.
     fn emit(&mut self, event: &Event, gpu: Option<&GpuIdentity>) -> Result<(), SinkError> {
         if matches!(
             event.kind,
@@ -557,13 +517,7 @@ impl<W: Write> Pipeline<W> {
             trace_start_ns: self.first_ts.unwrap_or(event.origin.ts_ns),
         };
         self.stats.event(&ev)?;
-        if let Some(metrics) = self.metrics.as_mut() {
-            metrics.event(&ev)?;
-        }
-        if let Some(perfetto) = self.perfetto.as_mut() {
-            perfetto.event(&ev)?;
-        }
-        self.lines.event(&ev)
+        self.outputs.event(&ev)
     }
 
     /// The event's scheduling parameters, for the share before/after each change.
@@ -575,67 +529,34 @@ impl<W: Write> Pipeline<W> {
     }
 
     /// NVML per-process utilization samples (the live sampler, or a recording): counted for
-    /// the statistics and `top`, a `GPU_SHARE` line each (JSON),
-    /// `--pid`/`--comm` select them as they select events.
+    /// the statistics and `top`, and handed to the outputs (a `GPU_SHARE` line each, gauges,
+    /// counters); `--pid`/`--comm`/`-- CMD` select them as they select events.
     pub fn share_samples(&mut self, samples: &[ShareSample]) -> Result<(), SinkError> {
+        let mut selected = Vec::with_capacity(samples.len());
         for s in samples {
-            let comm = self.process_names.get(&s.pid).map(String::as_str);
+            let process = self.process_names.get(&s.pid).map(String::as_str);
             let pid_ok = (self.config.pids.is_empty() || self.config.pids.contains(&s.pid))
                 && self.followed(s.pid);
             let comm_ok = self.config.comms.is_empty()
-                || comm.is_some_and(|c| self.config.comms.iter().any(|x| x == c));
+                || process.is_some_and(|c| self.config.comms.iter().any(|x| x == c));
             if !(pid_ok && comm_ok) {
                 continue;
             }
             self.stats.share.add(s);
-            let attribution = self.attributions.get(&s.pid);
-            self.lines
-                .json_line(|| crate::output::share::share_json(s, comm, attribution))?;
+            selected.push(ShareEnriched {
+                sample: s,
+                process,
+                cgroup: self.attributions.get(&s.pid),
+            });
         }
-        if self.metrics.is_some() {
-            self.share_metrics();
-        }
-        if self.perfetto.is_some() {
-            self.share_perfetto(samples)?;
-        }
-        Ok(())
-    }
-
-    /// The Perfetto timeline's per-process share counters: at the batch's newest sample, each
-    /// process's share over the last second (5 sampling points on an H100).
-    fn share_perfetto(&mut self, samples: &[ShareSample]) -> Result<(), SinkError> {
-        let Some(newest) = samples.iter().map(|s| s.ts_us).max() else {
-            return Ok(());
+        let batch = ShareBatch {
+            samples: &selected,
+            model: &self.stats.share,
+            window_us: self.share_window_us(),
+            processes: &self.process_names,
+            cgroups: &self.attributions,
         };
-        let recent = self.stats.share.recent(1_000_000);
-        if let Some(p) = self.perfetto.as_mut() {
-            for (gpu, pid, ratio) in recent {
-                p.share(newest, gpu, pid, ratio)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// The metrics' share gauge: each process's share over the last window.
-    fn share_metrics(&mut self) {
-        let window = self.share_window_us();
-        let shares: Vec<_> = self
-            .stats
-            .share
-            .recent(window)
-            .into_iter()
-            .map(|(gpu, pid, ratio)| {
-                let comm = self.process_names.get(&pid).cloned().unwrap_or_default();
-                let workload = self
-                    .attributions
-                    .get(&pid)
-                    .map(crate::metrics::Workload::of);
-                (gpu, comm, workload, ratio)
-            })
-            .collect();
-        if let Some(m) = self.metrics.as_mut() {
-            m.set_shares(&shares);
-        }
+        self.outputs.shares(&batch)
     }
 
     /// The share's window: `--interval`, else 10 s.
@@ -647,12 +568,7 @@ impl<W: Write> Pipeline<W> {
 
     pub fn flush(&mut self) -> std::io::Result<()> {
         let untracked = self.untracked_handles();
-        if let Some(metrics) = self.metrics.as_mut() {
-            metrics
-                .flush(&self.stats, untracked)
-                .map_err(SinkError::into_io)?;
-        }
-        self.lines
+        self.outputs
             .flush(&self.stats, untracked)
             .map_err(SinkError::into_io)
     }
@@ -668,10 +584,10 @@ impl<W: Write> Pipeline<W> {
     /// Ends the run: prints the statistics (with the kernel's counters) and returns the summary.
     pub fn finish(self, counters: KernelCounters, duration: Duration) -> std::io::Result<Summary> {
         let f = self.finish_all(counters, duration);
-        if let Some(Err(e)) = f.perfetto {
-            return Err(e.into_io());
+        match f.errors.into_iter().next() {
+            Some(e) => Err(e.into_io()),
+            None => Ok(f.summary),
         }
-        f.output.map(|()| f.summary).map_err(SinkError::into_io)
     }
 
     /// Ends the run like [`finish`](Self::finish), but goes on past a failing output: the
@@ -683,42 +599,26 @@ impl<W: Write> Pipeline<W> {
         self.stats.elapsed = Some(duration);
         let untracked = self.untracked_handles();
         let last_ts = self.last_ts.unwrap_or(0);
-        if let Some(metrics) = self.metrics.as_mut() {
-            // Before the tasks alive at exit are counted, as it always was.
-            let _ = metrics.finish(&RunEnd {
-                stats: &self.stats,
-                counters,
-                last_ts,
-                untracked,
-                stats_text: None,
-            });
-        }
         self.stats.live_at_exit = self.sources.live_tasks() as u64;
         self.stats.unreported = self.unreported();
+        let share_window_us = self.share_window_us();
         let stats_text = self.config.stats.then(|| {
             let mut text = self.stats.render_text(self.config.verbose);
-            for line in self.stats.share.render_lines(self.share_window_us()) {
+            for line in self.stats.share.render_lines(share_window_us) {
                 text.push_str(&line);
                 text.push('\n');
             }
             text
         });
-        if self.config.stats && !self.stats.share.is_empty() {
-            let window = self.share_window_us();
-            let share = &self.stats.share;
-            let _ = self
-                .lines
-                .json_line(|| crate::output::share::share_stats_json(share, window));
-        }
         let end = RunEnd {
             stats: &self.stats,
             counters,
             last_ts,
             untracked,
             stats_text: stats_text.as_deref(),
+            share_window_us,
         };
-        let perfetto = self.perfetto.as_mut().map(|p| p.finish(&end));
-        let output = self.lines.finish(&end);
+        let errors = self.outputs.finish_each(&end);
         Finished {
             summary: Summary {
                 events: self.stats.events(),
@@ -726,16 +626,15 @@ impl<W: Write> Pipeline<W> {
                 truncated: self.stats.kernel_unknown,
                 ..Summary::default()
             },
-            out: self.lines.into_out(),
-            perfetto,
-            output,
+            out: self.outputs.into_out(),
+            errors,
             stats_text,
         }
     }
 
     /// The output writer (live runs check their output queue through it).
     pub fn output(&self) -> &W {
-        self.lines.out()
+        self.outputs.out()
     }
 
     /// The statistics, for counters the caller knows (records lost on the way, output lost).

@@ -12,7 +12,9 @@ use crate::{
     event::{Event, Origin},
     inventory::Inventory,
     model::{
+        bounded::PidMap,
         gpus::GpuIdentity,
+        share::{ShareModel, ShareSample},
         stats::{KernelCounters, Stats},
         workload::Attribution,
     },
@@ -48,6 +50,33 @@ pub struct ApiEnriched<'a> {
     pub cgroup: Option<&'a Attribution>,
 }
 
+/// One NVML per-process utilization sample that passed the filters, with what the pipeline
+/// knows of its process.
+#[derive(Clone, Copy, Debug)]
+pub struct ShareEnriched<'a> {
+    pub sample: &'a ShareSample,
+    /// The process's name, when one of its records named it.
+    pub process: Option<&'a str>,
+    /// Who the process is (cgroup, container, pod), when known.
+    pub cgroup: Option<&'a Attribution>,
+}
+
+/// A batch of share samples (one read of the sampler, or of a recording) and the share model
+/// after it: each sink takes what it shows (a line per sample, a counter per process over a
+/// window, a gauge).
+pub struct ShareBatch<'a> {
+    /// The samples `--pid`/`--comm`/`-- CMD` select, in the sampler's order.
+    pub samples: &'a [ShareEnriched<'a>],
+    /// Every sample kept so far (the figures over a window are read from it).
+    pub model: &'a ShareModel,
+    /// The share's window for gauges: `--interval`, else 10 s.
+    pub window_us: u64,
+    /// The processes' names, as in [`ShareEnriched::process`], for figures over a window.
+    pub processes: &'a PidMap<String>,
+    /// The processes' attributions, as in [`ShareEnriched::cgroup`].
+    pub cgroups: &'a PidMap<Attribution>,
+}
+
 /// How the run ended, for [`Sink::finish`].
 #[derive(Clone, Copy, Debug)]
 pub struct RunEnd<'a> {
@@ -60,6 +89,8 @@ pub struct RunEnd<'a> {
     pub untracked: u64,
     /// The statistics block as text; `None` with `--no-stats` (then no sink prints statistics).
     pub stats_text: Option<&'a str>,
+    /// The share's window (as [`ShareBatch::window_us`]) for the share statistics.
+    pub share_window_us: u64,
 }
 
 /// A sink's failure, by sink: the session tells a broken timeline from a broken output by the
@@ -105,8 +136,16 @@ pub trait Sink {
         Ok(())
     }
 
+    /// NVML share samples (see [`ShareBatch`]).
+    fn shares(&mut self, _batch: &ShareBatch<'_>) -> Result<(), SinkError> {
+        Ok(())
+    }
+
     /// A process exited (after its last events).
     fn process_exited(&mut self, _pid: u32) {}
+
+    /// The kernel side's counters as read now (live runs, on the health timer).
+    fn kernel(&mut self, _counters: &KernelCounters) {}
 
     /// `--interval`: the statistics so far.
     fn periodic(&mut self, _stats: &Stats) -> Result<(), SinkError> {
@@ -120,6 +159,97 @@ pub trait Sink {
 
     /// The end of the run.
     fn finish(&mut self, end: &RunEnd<'_>) -> Result<(), SinkError>;
+}
+
+/// The outputs of a run, built by the caller from the flags: any number of sinks (`--metrics`,
+/// `--perfetto`, …, in the order given) and last the event lines (text or JSON, into `W`), whose
+/// writer the caller gets back at the end. Each call reaches every output in turn, so the
+/// pipeline names none of them; adding an output is one sink and one line where they are built.
+pub struct Outputs<W> {
+    others: Vec<Box<dyn Sink>>,
+    lines: crate::output::Lines<W>,
+}
+
+impl<W: io::Write> Outputs<W> {
+    pub fn new(lines: crate::output::Lines<W>) -> Self {
+        Self {
+            others: Vec::new(),
+            lines,
+        }
+    }
+
+    /// One more output, before the lines.
+    pub fn push(&mut self, sink: Box<dyn Sink>) {
+        self.others.push(sink);
+    }
+
+    /// The lines' writer (live runs check their output queue through it).
+    pub fn out(&self) -> &W {
+        self.lines.out()
+    }
+
+    pub fn into_out(self) -> W {
+        self.lines.into_out()
+    }
+
+    /// Where the text lines' `--interval` blocks go (standard error: the event stream stays
+    /// one line per event); JSON's go with the events.
+    pub fn set_side(&mut self, side: Box<dyn io::Write>) {
+        self.lines.set_side(side);
+    }
+
+    fn each(&mut self) -> impl Iterator<Item = &mut dyn Sink> {
+        (self.others.iter_mut().map(|s| &mut **s as &mut dyn Sink))
+            .chain(std::iter::once(&mut self.lines as &mut dyn Sink))
+    }
+
+    /// Ends every output, also past one that fails (a broken output still lets the timeline
+    /// close, and the reverse): each failure, in the outputs' order.
+    pub fn finish_each(&mut self, end: &RunEnd<'_>) -> Vec<SinkError> {
+        self.each().filter_map(|s| s.finish(end).err()).collect()
+    }
+}
+
+impl<W: io::Write> Sink for Outputs<W> {
+    fn inventory(&mut self, inv: &Inventory, selected: &Inventory) -> Result<(), SinkError> {
+        self.each().try_for_each(|s| s.inventory(inv, selected))
+    }
+
+    fn event(&mut self, ev: &Enriched<'_>) -> Result<(), SinkError> {
+        for s in &mut self.others {
+            s.event(ev)?;
+        }
+        // Last and static: the one call every event makes.
+        self.lines.event(ev)
+    }
+
+    fn api(&mut self, ev: &ApiEnriched<'_>) -> Result<(), SinkError> {
+        self.each().try_for_each(|s| s.api(ev))
+    }
+
+    fn shares(&mut self, batch: &ShareBatch<'_>) -> Result<(), SinkError> {
+        self.each().try_for_each(|s| s.shares(batch))
+    }
+
+    fn process_exited(&mut self, pid: u32) {
+        self.each().for_each(|s| s.process_exited(pid));
+    }
+
+    fn kernel(&mut self, counters: &KernelCounters) {
+        self.each().for_each(|s| s.kernel(counters));
+    }
+
+    fn periodic(&mut self, stats: &Stats) -> Result<(), SinkError> {
+        self.each().try_for_each(|s| s.periodic(stats))
+    }
+
+    fn flush(&mut self, stats: &Stats, untracked: u64) -> Result<(), SinkError> {
+        self.each().try_for_each(|s| s.flush(stats, untracked))
+    }
+
+    fn finish(&mut self, end: &RunEnd<'_>) -> Result<(), SinkError> {
+        self.finish_each(end).into_iter().next().map_or(Ok(()), Err)
+    }
 }
 
 /// The statistics are a sink too: every event counted, the GPU names learned from the events'

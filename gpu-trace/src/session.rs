@@ -29,7 +29,7 @@ use crate::{
     output::{
         clock::Clock,
         files::{self, Staged, Untouched},
-        perfetto::PerfettoWriter,
+        perfetto::{PerfettoSink, PerfettoWriter},
     },
     pipeline::{Finished, Pipeline, PipelineConfig},
     probe::{
@@ -325,7 +325,8 @@ fn new_pipeline(
             let what = || "writing the Perfetto timeline";
             let file = staged.file().try_clone().map_err(io_err(what()))?;
             let out: Box<dyn Write> = Box::new(BufWriter::new(file));
-            pipeline.with_perfetto(PerfettoWriter::new(out, clock).map_err(io_err(what()))?)
+            let writer = PerfettoWriter::new(out, clock.clone()).map_err(io_err(what()))?;
+            pipeline.with_output(Box::new(PerfettoSink::new(writer, clock)))
         }
         None => pipeline,
     };
@@ -553,14 +554,17 @@ pub async fn run_live_with(
         perfetto.as_ref().map(|(s, _)| s),
         false,
     )?;
-    let (mut pipeline, metrics_server) = match metrics {
-        Some((m, server)) => (pipeline.with_metrics(m), Some(server)),
-        None => (pipeline, None),
+    let (mut pipeline, metrics_server, ring_fill) = match metrics {
+        Some((m, server)) => {
+            let fill = m.ring_fill_slot();
+            (pipeline.with_output(Box::new(m)), Some(server), Some(fill))
+        }
+        None => (pipeline, None, None),
     };
     pipeline
         .inventory(&inventory)
         .map_err(io_err("writing the output"))?;
-    let ring = watch_ring_buffer(&mut tracer, &mut pipeline)?;
+    let ring = watch_ring_buffer(&mut tracer, ring_fill)?;
     let (command, descendants) = release_command(launched, &mut pipeline);
     let mut live = LiveRun {
         ring,
@@ -930,13 +934,13 @@ fn start_recording(
 /// records; `--metrics` reads its fill from the kernel's pages.
 fn watch_ring_buffer(
     tracer: &mut Tracer,
-    pipeline: &mut Pipeline<QueueWriter>,
+    metrics: Option<gpu_trace_core::metrics::RingFillSlot>,
 ) -> Result<AsyncFd<RingBuf<MapData>>, RunError> {
     let ring = tracer.take_ring_buffer()?;
-    if let Some(m) = pipeline.metrics_mut() {
+    if let Some(slot) = metrics {
         use std::os::fd::AsFd as _;
         match crate::metrics::ring::RingFill::new(ring.as_fd()) {
-            Ok(fill) => m.set_ring_fill(move || fill.used_bytes()),
+            Ok(fill) => slot.set(move || fill.used_bytes()),
             Err(e) => eprintln!("gpu-trace: (metrics: ring-buffer fill not available: {e})"),
         }
     }
@@ -1054,9 +1058,7 @@ impl LiveRun<'_> {
                 }
                 _ = health.tick(), if metrics_served => {
                     let counters = self.tracer.counters()?;
-                    if let Some(m) = self.pipeline.metrics_mut() {
-                        m.set_kernel(&counters);
-                    }
+                    self.pipeline.kernel_counters(&counters);
                 }
                 guard = self.ring.readable_mut() => {
                     let mut guard = guard.map_err(io_err("waiting for the ring buffer"))?;
@@ -1798,15 +1800,19 @@ fn end_outputs(
     let Finished {
         mut summary,
         out,
-        perfetto: perfetto_result,
-        output: _,
+        errors,
         stats_text,
     } = finished;
     let perfetto_broken = matches!(failure, Some(RunError::Perfetto { .. }));
+    // The output's own end is judged by its queue below; a timeline that did not close is
+    // the run's failure.
+    let perfetto_error = errors
+        .into_iter()
+        .find(|e| matches!(e, SinkError::Perfetto(_)));
     if let Some((staged, path)) = perfetto {
         let staged_name = staged.is_staged();
-        match perfetto_result {
-            Some(Ok(())) if !perfetto_broken => {
+        match perfetto_error {
+            None if !perfetto_broken => {
                 if let Err(e) = staged.commit() {
                     failure.get_or_insert(RunError::Perfetto {
                         what: format!("renaming the Perfetto timeline into {}", path.display()),
@@ -1814,10 +1820,10 @@ fn end_outputs(
                     });
                 }
             }
-            Some(Err(e)) => {
+            Some(e) => {
                 failure.get_or_insert(sink_error(e));
             }
-            _ => {}
+            None => {}
         }
         if let Some(RunError::Perfetto { what, .. }) = failure.as_mut()
             && !what.contains(&*path.to_string_lossy())

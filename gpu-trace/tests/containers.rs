@@ -737,13 +737,14 @@ fn a_recorded_pytorch_run_in_a_pod_is_labelled_everywhere() {
         .collect();
 
     for format in [Format::Json, Format::Text] {
-        let mut p = Pipeline::new(pipeline_config(format), Vec::new())
-            .with_metrics(Metrics::new(MetricsConfig::default()));
+        let m = Metrics::new(MetricsConfig::default());
+        let registry = m.registry();
+        let mut p = Pipeline::new(pipeline_config(format), Vec::new()).with_output(Box::new(m));
         for r in &injected {
             p.feed(r).unwrap();
         }
         p.flush().unwrap();
-        let metrics = p.metrics_mut().unwrap().encode();
+        let metrics = gpu_trace::metrics::encode(&registry);
         let f = p.finish_all(Default::default(), Duration::from_secs(1));
         let out = String::from_utf8(f.out).unwrap();
         match format {

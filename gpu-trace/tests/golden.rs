@@ -139,7 +139,7 @@ fn metrics_and_top(recording: &str) -> (String, String) {
     };
     let metrics = Metrics::new(MetricsConfig::default());
     let registry = metrics.registry();
-    let mut p = Pipeline::new(config, std::io::sink()).with_metrics(metrics);
+    let mut p = Pipeline::new(config, std::io::sink()).with_output(Box::new(metrics));
     if let Some(inv) = reader.header.inventory.clone() {
         p.inventory(&inv).unwrap();
     }

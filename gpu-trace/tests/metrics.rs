@@ -52,7 +52,8 @@ fn a_real_recording_shows_the_jobs_tsgs_by_engine() {
         RecordReader::new(std::io::BufReader::new(std::fs::File::open(&path).unwrap())).unwrap();
     let metrics = Metrics::new(MetricsConfig::default());
     let registry = metrics.registry();
-    let mut p = Pipeline::new(pipeline_config(Format::Text), std::io::sink()).with_metrics(metrics);
+    let mut p = Pipeline::new(pipeline_config(Format::Text), std::io::sink())
+        .with_output(Box::new(metrics));
     let mut before_exit = None;
     while let Some(bytes) = reader.next_record().unwrap() {
         p.feed(&bytes).unwrap();

@@ -144,7 +144,7 @@ fn run_with(
     };
     let metrics = Metrics::new(MetricsConfig::default());
     let registry = metrics.registry();
-    let mut p = Pipeline::new(config, Vec::new()).with_metrics(metrics);
+    let mut p = Pipeline::new(config, Vec::new()).with_output(Box::new(metrics));
     if let Some(r) = resolver {
         p = p.with_pod_names(Box::new(r));
     }

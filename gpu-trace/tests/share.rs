@@ -122,6 +122,35 @@ fn text_statistics_show_the_share_per_process() {
     }
 }
 
+/// Text shows the samples too, with `-v` only (a line each: the capture's 64, the first pid
+/// 532's sm 87 %); without it none (several a second would drown the events).
+#[test]
+fn text_verbose_shows_a_line_per_sample() {
+    if !root("text_verbose_shows_a_line_per_sample") {
+        return;
+    }
+    let count = |out: &Output| {
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let lines: Vec<String> = (text.lines())
+            .filter(|l| l.contains("] GPU_SHARE "))
+            .map(str::to_string)
+            .collect();
+        lines
+    };
+    let quiet = replayed("4", &[]);
+    assert!(quiet.status.success());
+    assert_eq!(count(&quiet).len(), 0, "no sample line without -v");
+    let verbose = replayed("4", &["-v"]);
+    let stderr = String::from_utf8_lossy(&verbose.stderr);
+    assert!(verbose.status.success(), "{stderr}");
+    let lines = count(&verbose);
+    assert_eq!(lines.len(), 64, "{stderr}");
+    let first = &lines[0];
+    for part in ["[CPU??] GPU_SHARE    PID=532 ", " gpu=0 sm=87% "] {
+        assert!(first.contains(part), "{part} not in {first}");
+    }
+}
+
 #[test]
 fn without_the_library_one_line_and_tracing_goes_on() {
     if !root("without_the_library_one_line_and_tracing_goes_on") {

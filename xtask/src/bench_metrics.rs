@@ -68,7 +68,7 @@ pub fn measure(records: &[Vec<u8>], clock: &Clock, reps: usize) -> Result<Metric
             let registry = if metrics_on {
                 let m = Metrics::new(MetricsConfig::default());
                 let r = m.registry();
-                p = p.with_metrics(m);
+                p = p.with_output(Box::new(m));
                 Some(r)
             } else {
                 None

@@ -32,7 +32,7 @@ use prometheus_client::{
 };
 
 use crate::model::gpus::GpuIdentity;
-use crate::sink::{ApiEnriched, Enriched, RunEnd, Sink, SinkError};
+use crate::sink::{ApiEnriched, Enriched, RunEnd, ShareBatch, Sink, SinkError};
 use crate::{
     event::{DestroyCause, Engine, Event, EventKind, SchedChange, TaskId},
     model::stats::{KernelCounters, Stats},
@@ -876,7 +876,13 @@ impl Metrics {
     /// Where the ring buffer's fill is read at each scrape (a live run's `RingFill`, in `gpu-trace`);
     /// without it, `gpu_trace_ring_buffer_used_bytes` is not served. Set once.
     pub fn set_ring_fill(&self, used_bytes: impl Fn() -> u64 + Send + Sync + 'static) {
-        let _ = self.ring_fill.0.set(Box::new(used_bytes));
+        self.ring_fill_slot().set(used_bytes);
+    }
+
+    /// Where `gpu_trace_ring_buffer_used_bytes` will be read from: a handle the caller keeps
+    /// after handing the metrics to the pipeline (the ring buffer is taken later).
+    pub fn ring_fill_slot(&self) -> RingFillSlot {
+        RingFillSlot(self.ring_fill.clone())
     }
 
     /// `--ring-size` of the live run.
@@ -1290,6 +1296,17 @@ impl Metrics {
     }
 }
 
+/// See [`Metrics::ring_fill_slot`].
+#[derive(Clone, Debug)]
+pub struct RingFillSlot(RingCollector);
+
+impl RingFillSlot {
+    /// The reader of the ring buffer's fill (the first one set stays).
+    pub fn set(&self, used_bytes: impl Fn() -> u64 + Send + Sync + 'static) {
+        let _ = self.0.0.set(Box::new(used_bytes));
+    }
+}
+
 /// Serves `gpu_trace_ring_buffer_used_bytes` once a reader is set.
 #[derive(Clone, Default)]
 struct RingCollector(Arc<std::sync::OnceLock<Box<dyn Fn() -> u64 + Send + Sync>>>);
@@ -1352,8 +1369,25 @@ impl Sink for Metrics {
         Ok(())
     }
 
+    /// The share gauge: each process's share over the last window.
+    fn shares(&mut self, batch: &ShareBatch<'_>) -> Result<(), SinkError> {
+        let shares: Vec<_> = (batch.model.recent(batch.window_us).into_iter())
+            .map(|(gpu, pid, ratio)| {
+                let comm = batch.processes.get(&pid).cloned().unwrap_or_default();
+                let workload = batch.cgroups.get(&pid).map(Workload::of);
+                (gpu, comm, workload, ratio)
+            })
+            .collect();
+        self.set_shares(&shares);
+        Ok(())
+    }
+
     fn process_exited(&mut self, pid: u32) {
         Metrics::process_exited(self, pid);
+    }
+
+    fn kernel(&mut self, counters: &KernelCounters) {
+        self.set_kernel(counters);
     }
 
     fn flush(&mut self, stats: &Stats, untracked: u64) -> Result<(), SinkError> {

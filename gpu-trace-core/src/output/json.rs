@@ -346,7 +346,7 @@ use crate::model::gpus::GpuIdentity;
 use crate::model::stats::{EngineStats, KernelCounters, ProcessStats, Stats, TaskStats};
 use crate::model::workload::Attribution;
 use crate::output::clock::Clock;
-use crate::sink::{ApiEnriched, Enriched, RunEnd, Sink, SinkError};
+use crate::sink::{ApiEnriched, Enriched, RunEnd, ShareBatch, Sink, SinkError};
 
 /// Appends the JSON line of `ev` to `out` (no newline), as described in the
 /// [module documentation](self): with the GPU the task is on and the process's cgroup, each when
@@ -558,11 +558,6 @@ impl<W: std::io::Write> JsonSink<W> {
         }
         Ok(())
     }
-
-    /// A line made elsewhere (`GPU_SHARE`, [`super::share`]).
-    pub fn other_line(&mut self, line: &str) -> Result<(), SinkError> {
-        self.line(line)
-    }
 }
 
 impl<W: std::io::Write> Sink for JsonSink<W> {
@@ -587,6 +582,14 @@ impl<W: std::io::Write> Sink for JsonSink<W> {
         self.out.write_all(&self.buf).map_err(SinkError::Output)
     }
 
+    /// A `GPU_SHARE` line per sample ([`super::share`]).
+    fn shares(&mut self, batch: &ShareBatch<'_>) -> Result<(), SinkError> {
+        for s in batch.samples {
+            self.line(&super::share::share_json(s.sample, s.process, s.cgroup))?;
+        }
+        Ok(())
+    }
+
     fn periodic(&mut self, stats: &Stats) -> Result<(), SinkError> {
         self.api_stats_lines(stats, false)?;
         self.line(&stats_json(stats, false))
@@ -598,6 +601,11 @@ impl<W: std::io::Write> Sink for JsonSink<W> {
 
     fn finish(&mut self, end: &RunEnd<'_>) -> Result<(), SinkError> {
         if end.stats_text.is_some() {
+            let share = &end.stats.share;
+            if !share.is_empty() {
+                let line = super::share::share_stats_json(share, end.share_window_us);
+                self.line(&line)?;
+            }
             self.api_stats_lines(end.stats, true)?;
             self.line(&stats_json(end.stats, true))?;
         }

@@ -12,7 +12,7 @@ use std::io;
 use crate::{
     inventory::Inventory,
     model::stats::Stats,
-    sink::{ApiEnriched, Enriched, RunEnd, Sink, SinkError},
+    sink::{ApiEnriched, Enriched, RunEnd, ShareBatch, Sink, SinkError},
 };
 use json::JsonSink;
 use text::TextSink;
@@ -43,11 +43,10 @@ impl<W: io::Write> Lines<W> {
         }
     }
 
-    /// JSON: writes `line` (built by the caller) as a line; text: nothing.
-    pub fn json_line(&mut self, line: impl FnOnce() -> String) -> Result<(), SinkError> {
-        match self {
-            Self::Text(_) => Ok(()),
-            Self::Json(s) => s.other_line(&line()),
+    /// Text: where the `--interval` blocks go; JSON writes them with the events.
+    pub fn set_side(&mut self, side: Box<dyn io::Write>) {
+        if let Self::Text(text) = self {
+            text.set_side(side);
         }
     }
 
@@ -81,6 +80,10 @@ impl<W: io::Write> Sink for Lines<W> {
 
     fn api(&mut self, ev: &ApiEnriched<'_>) -> Result<(), SinkError> {
         self.sink().api(ev)
+    }
+
+    fn shares(&mut self, batch: &ShareBatch<'_>) -> Result<(), SinkError> {
+        self.sink().shares(batch)
     }
 
     fn periodic(&mut self, stats: &Stats) -> Result<(), SinkError> {

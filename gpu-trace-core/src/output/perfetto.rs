@@ -72,7 +72,7 @@ use serde_json::{Map, Value, json};
 use crate::api::names::ApiEvent;
 use crate::inventory::{Inventory, MpsRole};
 use crate::model::workload::Attribution;
-use crate::sink::{ApiEnriched, Enriched, RunEnd, Sink, SinkError};
+use crate::sink::{ApiEnriched, Enriched, RunEnd, ShareBatch, Sink, SinkError};
 use crate::{
     event::{Event, EventKind, TaskId},
     output::clock::Clock,
@@ -253,21 +253,6 @@ impl PerfettoSink {
     }
 }
 
-impl PerfettoSink {
-    /// A point of process `pid`'s GPU-share counter track (`GPU share (gpu N)`, percent) at
-    /// `wall_us` (an NVML sample time, CPU real-time clock).
-    pub fn share(&mut self, wall_us: u64, gpu: u32, pid: u32, ratio: f64) -> Result<(), SinkError> {
-        let Some(w) = self.writer.as_mut() else {
-            return Ok(());
-        };
-        // On the driver events' clock (monotonic): a sample older than this machine's boot
-        // (a capture replayed days later) gets a negative time rather than none.
-        let mono_ns = i128::from(wall_us) * 1000 - self.clock.offset_ns();
-        w.share_counter(mono_ns, gpu, pid, ratio)
-            .map_err(SinkError::Perfetto)
-    }
-}
-
 impl Sink for PerfettoSink {
     /// Names and labels the processes that had a GPU open before tracing.
     fn inventory(&mut self, inv: &Inventory, _selected: &Inventory) -> Result<(), SinkError> {
@@ -300,6 +285,25 @@ impl Sink for PerfettoSink {
             None => w.event(ev.event, ev.process, ev.trace_start_ns),
         };
         written.map_err(SinkError::Perfetto)
+    }
+
+    /// Each process's GPU-share counter track (`GPU share (gpu N)`, percent): at the batch's
+    /// newest sample, its share over the last second (5 sampling points on an H100).
+    fn shares(&mut self, batch: &ShareBatch<'_>) -> Result<(), SinkError> {
+        let (Some(w), Some(newest)) = (
+            self.writer.as_mut(),
+            batch.samples.iter().map(|s| s.sample.ts_us).max(),
+        ) else {
+            return Ok(());
+        };
+        // On the driver events' clock (monotonic): a sample older than this machine's boot
+        // (a capture replayed days later) gets a negative time rather than none.
+        let mono_ns = i128::from(newest) * 1000 - self.clock.offset_ns();
+        for (gpu, pid, ratio) in batch.model.recent(1_000_000) {
+            w.share_counter(mono_ns, gpu, pid, ratio)
+                .map_err(SinkError::Perfetto)?;
+        }
+        Ok(())
     }
 
     fn api(&mut self, ev: &ApiEnriched<'_>) -> Result<(), SinkError> {

@@ -1,7 +1,8 @@
 //! The GPU share figures as JSON lines: a `GPU_SHARE` line per NVML sample and, at the end, a
-//! `GPU_SHARE_STATS` line (schema: docs/json-schema.md). Text output prints no line per sample
-//! (several a second would drown the scheduling events); its statistics block gets the share
-//! lines ([`ShareModel::render_lines`]).
+//! `GPU_SHARE_STATS` line (schema: docs/json-schema.md). Text output prints a line per sample
+//! with `-v` only (several a second would drown the scheduling events,
+//! [`super::text::TextSink`]); its statistics block gets the share lines
+//! ([`ShareModel::render_lines`]).
 
 use serde::Serialize;
 

@@ -24,7 +24,7 @@ use crate::event::{
 };
 use crate::model::stats::Stats;
 pub use crate::output::clock::Clock;
-use crate::sink::{ApiEnriched, Enriched, RunEnd, Sink, SinkError};
+use crate::sink::{ApiEnriched, Enriched, RunEnd, ShareBatch, ShareEnriched, Sink, SinkError};
 
 /// How the time at the start of each line is shown.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -186,6 +186,55 @@ impl TextFormatter {
     }
 }
 
+impl TextFormatter {
+    /// `-v`: the line of one NVML share sample, e.g.
+    /// `23:00:25.104012 [CPU??] GPU_SHARE    PID=637320 python3          gpu=0 sm=87% mem=31% enc=0% dec=0%`
+    /// (no CPU: the driver took the sample, not a thread of the process). Its time is the
+    /// sample's own, on the events' clock.
+    fn write_share_cached<Tz: TimeZone<Offset: Display>>(
+        &self,
+        s: &ShareEnriched<'_>,
+        clock: &Clock,
+        tz: &Tz,
+        line: &mut String,
+        seconds: &mut SecondCache,
+    ) {
+        let sample = s.sample;
+        let mono = i128::from(sample.ts_us) * 1000 - clock.offset_ns();
+        let ts_ns = u64::try_from(mono.max(0)).unwrap_or(u64::MAX);
+        let wall = i64::try_from(sample.ts_us)
+            .ok()
+            .and_then(chrono::DateTime::from_timestamp_micros);
+        match (self.timestamps, wall) {
+            // From the sample's own real time: a capture replayed after a reboot is older than
+            // the events' clock can say.
+            (TimestampMode::Wall, Some(t)) => {
+                let _ = write!(line, "{}", t.with_timezone(tz).format("%H:%M:%S%.6f"));
+            }
+            (TimestampMode::Wall, None) => write_wall(line, clock, tz, ts_ns, seconds),
+            (TimestampMode::Relative, _) => {
+                let rel = format_relative(clock.relative_ns(ts_ns));
+                let _ = write!(line, "{rel:>TIME_WIDTH$}");
+            }
+        }
+        line.push_str(" [CPU??] ");
+        push_left(line, "GPU_SHARE", 12);
+        line.push_str(" PID=");
+        push_left(line, itoa::Buffer::new().format(sample.pid), 6);
+        line.push(' ');
+        push_left(
+            line,
+            &crate::escape::escape_text(s.process.unwrap_or("?")),
+            16,
+        );
+        let _ = write!(
+            line,
+            " gpu={} sm={}% mem={}% enc={}% dec={}%",
+            sample.gpu, sample.sm, sample.mem, sample.enc, sample.dec
+        );
+    }
+}
+
 /// The last wall-clock second a [`TextSink`] wrote (`HH:MM:SS`, by its Unix second): the lines
 /// of one second convert the time to the time zone once. (A time zone's offset changes on a
 /// whole second.)
@@ -335,6 +384,24 @@ impl<W: std::io::Write> Sink for TextSink<W> {
         self.out
             .write_all(line.as_bytes())
             .map_err(SinkError::Output)
+    }
+
+    /// `-v`: a `GPU_SHARE` line per sample (without it, several a second would drown the
+    /// scheduling events; the statistics block has the share figures either way).
+    fn shares(&mut self, batch: &ShareBatch<'_>) -> Result<(), SinkError> {
+        if !self.formatter.verbose {
+            return Ok(());
+        }
+        for s in batch.samples {
+            let line = &mut self.line;
+            line.clear();
+            (self.formatter).write_share_cached(s, &self.clock, &Local, line, &mut self.seconds);
+            end_line(line, s.cgroup, self.show_container);
+            self.out
+                .write_all(line.as_bytes())
+                .map_err(SinkError::Output)?;
+        }
+        Ok(())
     }
 
     fn periodic(&mut self, stats: &Stats) -> Result<(), SinkError> {
