@@ -16,12 +16,12 @@ use crate::{
         workload::{Attribution, PodResolver},
     },
     output::{
-        Format, Lines,
+        Format, Lines, Outputs,
         clock::Clock,
         json::JsonSink,
         text::{TextFormatter, TextSink, TimestampMode},
     },
-    sink::{ApiEnriched, Enriched, Outputs, RunEnd, ShareBatch, ShareEnriched, Sink, SinkError},
+    sink::{ApiEnriched, Enriched, RunEnd, ShareBatch, ShareEnriched, Sink, SinkError},
     source::{Fact, Sources},
     wire::{self, RawRecord},
 };

@@ -14,7 +14,7 @@
 //!   its programs (one table for the loader, doctor and the benchmark);
 //! - [`loader`]: loading the kernel programs and attaching the best hook per event;
 //! - [`cli`]: the command line (clap), adapted to the core's types;
-//! - [`session`]: the live loop (tokio) and replay, tying the core to the kernel and the CLI;
+//! - [`run`]: the live loop (tokio) and replay, one concern per file, tying the core to the kernel and the CLI;
 //! - [`metrics`]'s HTTP server and ring-buffer fill reader; [`top`], the terminal view;
 //! - [`doctor`]: `gpu-trace doctor`, what this machine allows and why not;
 //! - [`api`]: `gpu-trace api`, the GPU API layer (so far `--resolve`);
@@ -27,7 +27,7 @@ pub mod loader;
 pub mod metrics;
 pub mod probe;
 pub mod queue;
-pub mod session;
+pub mod run;
 pub mod targets;
 pub mod top;
 

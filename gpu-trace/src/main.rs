@@ -7,7 +7,7 @@ use gpu_trace::{
     cli::{Cli, Command, Vendor},
     launch::LaunchError,
     loader::LoadError,
-    session::{self, RunError},
+    run::{self, RunError},
 };
 
 /// Exit codes (documented in `--help` and docs/troubleshooting.md).
@@ -27,7 +27,7 @@ const _: () = assert!(
 
 fn main() -> ExitCode {
     let mut cli = gpu_trace::cli::parse();
-    session::set_quiet(match &cli.command {
+    run::set_quiet(match &cli.command {
         Some(Command::Replay { output, .. }) => output.quiet,
         Some(Command::Top { trace, .. }) => trace.output.quiet,
         _ => cli.trace.output.quiet,
@@ -56,7 +56,7 @@ fn main() -> ExitCode {
             let result = if top {
                 replay_top(&file, output)
             } else {
-                session::replay(&file, &output)
+                run::replay(&file, &output)
             };
             result
                 .map_err(replay_error)
@@ -83,7 +83,7 @@ fn main() -> ExitCode {
 /// keep the default (Ctrl-C ends them at once).
 fn install_stop_signals(cli: &Cli) -> Result<(), ExitCode> {
     if matches!(cli.command, None | Some(Command::Top { .. }))
-        && let Err(e) = session::install_stop_signals()
+        && let Err(e) = run::install_stop_signals()
     {
         eprintln!("gpu-trace: installing the signal handlers: {e}");
         return Err(ExitCode::from(EXIT_RUNTIME));
@@ -94,14 +94,12 @@ fn install_stop_signals(cli: &Cli) -> Result<(), ExitCode> {
 /// Outputs that would overwrite the input or each other: refused before anything is opened.
 fn check_output_paths(cli: &Cli) -> Result<(), ExitCode> {
     let paths = match &cli.command {
-        Some(Command::Replay { file, output, .. }) => {
-            session::check_paths(Some(file), output, None)
-        }
+        Some(Command::Replay { file, output, .. }) => run::check_paths(Some(file), output, None),
         Some(Command::Doctor { .. } | Command::Completions { .. } | Command::Api(_)) => Ok(()),
         Some(Command::Top { trace, .. }) => {
-            session::check_paths(None, &trace.output, trace.record.as_deref())
+            run::check_paths(None, &trace.output, trace.record.as_deref())
         }
-        None => session::check_paths(None, &cli.trace.output, cli.trace.record.as_deref()),
+        None => run::check_paths(None, &cli.trace.output, cli.trace.record.as_deref()),
     };
     paths.map_err(|why| {
         eprintln!("gpu-trace: {}", plain_words(&why.to_string()));
@@ -182,13 +180,13 @@ fn closed_pipe(e: &gpu_trace::api::ApiError) -> bool {
 /// own). `None`: no stop, or the tracing already collected the command's status.
 fn command_status_after_stop() -> Option<Option<i32>> {
     use gpu_trace::launch;
-    if !session::stop_requested() {
+    if !run::stop_requested() {
         return None;
     }
     let pid = launch::unreaped()?;
     let status = launch::reap_within(pid, launch::STOP_GRACE);
     if status.is_none() {
-        eprintln!("gpu-trace: {}", session::still_runs(pid));
+        eprintln!("gpu-trace: {}", run::still_runs(pid));
     }
     Some(status)
 }
@@ -249,7 +247,7 @@ fn completions(shell: clap_complete::Shell) -> ExitCode {
 
 /// The exit status of a run or replay: with `-- CMD`, the command's (when it ended while
 /// traced; gpu-trace's own troubles are said on stderr), else gpu-trace's own ([`own_exit_code`]).
-fn exit_code(result: anyhow::Result<session::Summary>) -> ExitCode {
+fn exit_code(result: anyhow::Result<run::Summary>) -> ExitCode {
     let child = result.as_ref().ok().and_then(|s| s.child_status);
     let own = own_exit_code(result);
     child.map_or(own, |s| {
@@ -259,7 +257,7 @@ fn exit_code(result: anyhow::Result<session::Summary>) -> ExitCode {
 
 /// gpu-trace's own exit status (and its last words on stderr): records or output lines lost, a
 /// metrics endpoint that died, or the error and what kind it is.
-fn own_exit_code(result: anyhow::Result<session::Summary>) -> ExitCode {
+fn own_exit_code(result: anyhow::Result<run::Summary>) -> ExitCode {
     // A metrics endpoint that died during the run (said on stderr when it happened; tracing went
     // on and the statistics are complete): the run did not do all it was asked, exit 1.
     if result.is_ok() && gpu_trace::metrics::server::endpoint_failed() {
@@ -269,7 +267,7 @@ fn own_exit_code(result: anyhow::Result<session::Summary>) -> ExitCode {
         return ExitCode::from(EXIT_RUNTIME);
     }
     match result {
-        // A recording cut short has said so (session::replay_with): its counts are incomplete.
+        // A recording cut short has said so (run::replay_with): its counts are incomplete.
         Ok(summary) if summary.dropped > 0 || summary.output_lost > 0 || summary.truncated => {
             if summary.dropped > 0 {
                 eprintln!(
@@ -352,12 +350,12 @@ fn doctor(json: bool) -> ExitCode {
 
 /// `gpu-trace top`: the live run with the terminal view; event lines and statistics go only
 /// to an `-o FILE` (the view owns the terminal).
-fn top(mut args: gpu_trace::cli::TraceArgs, expire: f64) -> anyhow::Result<session::Summary> {
+fn top(mut args: gpu_trace::cli::TraceArgs, expire: f64) -> anyhow::Result<run::Summary> {
     if args.output.output.is_none() {
         args.output.quiet = true;
     }
     if args.vendor == Vendor::Auto {
-        args.vendor = session::detect_vendor()?;
+        args.vendor = run::detect_vendor()?;
     }
     let what = match args.vendor {
         Vendor::Amd => "AMD KFD queues",
@@ -368,7 +366,7 @@ fn top(mut args: gpu_trace::cli::TraceArgs, expire: f64) -> anyhow::Result<sessi
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let result = runtime.block_on(session::run_live_with(&args, Some(&mut view)));
+    let result = runtime.block_on(run::run_live_with(&args, Some(&mut view)));
     view.stop();
     Ok(result?)
 }
@@ -378,7 +376,7 @@ fn top(mut args: gpu_trace::cli::TraceArgs, expire: f64) -> anyhow::Result<sessi
 fn replay_top(
     file: &std::path::Path,
     mut output: gpu_trace::cli::OutputArgs,
-) -> Result<session::Summary, RunError> {
+) -> Result<run::Summary, RunError> {
     if output.output.is_none() {
         output.quiet = true;
     }
@@ -389,12 +387,12 @@ fn replay_top(
         escape_text(&decode_lossless(file.as_os_str().as_bytes())).into_owned()
     };
     let mut view = gpu_trace::top::Top::stepping(format!("replay of {name}"));
-    let result = session::replay_with(file, &output, Some(&mut view));
+    let result = run::replay_with(file, &output, Some(&mut view));
     view.stop();
     result
 }
 
-fn trace(mut args: gpu_trace::cli::TraceArgs) -> anyhow::Result<session::Summary> {
+fn trace(mut args: gpu_trace::cli::TraceArgs) -> anyhow::Result<run::Summary> {
     if let Err(e) = gpu_trace::metrics::server::check_args(&args.metrics) {
         // A usage error (exit 2), before anything loads.
         <Cli as clap::CommandFactory>::command()
@@ -406,13 +404,13 @@ fn trace(mut args: gpu_trace::cli::TraceArgs) -> anyhow::Result<session::Summary
     }
     // Resolved before anything loads: with no GPU driver at all, `auto` stops here.
     if args.vendor == Vendor::Auto {
-        args.vendor = session::detect_vendor()?;
+        args.vendor = run::detect_vendor()?;
     }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    Ok(runtime.block_on(session::run_live(&args))?)
+    Ok(runtime.block_on(run::run_live(&args))?)
 }
 
 /// The error and its causes on one line, leaving out a cause whose text the line already

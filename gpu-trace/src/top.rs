@@ -30,7 +30,7 @@ use ratatui::{
 use crate::{
     model::stats::{KernelCounters, Stats},
     output::top::{Action, Frame, Key, SortBy, TopModel, View},
-    session::Viewer,
+    run::Viewer,
 };
 
 /// What the screen shows, shared by the frames and (live) the key thread, which redraws at
@@ -266,7 +266,7 @@ impl Top {
             let _ = execute!(t.backend_mut(), LeaveAlternateScreen);
             let _ = disable_raw_mode();
         }
-        crate::session::print_report(std::mem::take(&mut self.report));
+        crate::run::print_report(std::mem::take(&mut self.report));
     }
 }
 

@@ -11,6 +11,7 @@ use std::io;
 
 use crate::{
     inventory::Inventory,
+    model::stats::KernelCounters,
     model::stats::Stats,
     sink::{ApiEnriched, Enriched, RunEnd, ShareBatch, Sink, SinkError},
 };
@@ -96,5 +97,96 @@ impl<W: io::Write> Sink for Lines<W> {
 
     fn finish(&mut self, end: &RunEnd<'_>) -> Result<(), SinkError> {
         self.sink().finish(end)
+    }
+}
+
+/// The outputs of a run, built by the caller from the flags: any number of sinks (`--metrics`,
+/// `--perfetto`, …, in the order given) and last the event lines (text or JSON, into `W`), whose
+/// writer the caller gets back at the end. Each call reaches every output in turn, so the
+/// pipeline names none of them; adding an output is one sink and one line where they are built.
+pub struct Outputs<W> {
+    others: Vec<Box<dyn Sink>>,
+    lines: Lines<W>,
+}
+
+impl<W: io::Write> Outputs<W> {
+    pub fn new(lines: Lines<W>) -> Self {
+        Self {
+            others: Vec::new(),
+            lines,
+        }
+    }
+
+    /// One more output, before the lines.
+    pub fn push(&mut self, sink: Box<dyn Sink>) {
+        self.others.push(sink);
+    }
+
+    /// The lines' writer (live runs check their output queue through it).
+    pub fn out(&self) -> &W {
+        self.lines.out()
+    }
+
+    pub fn into_out(self) -> W {
+        self.lines.into_out()
+    }
+
+    /// Where the text lines' `--interval` blocks go (standard error: the event stream stays
+    /// one line per event); JSON's go with the events.
+    pub fn set_side(&mut self, side: Box<dyn io::Write>) {
+        self.lines.set_side(side);
+    }
+
+    fn each(&mut self) -> impl Iterator<Item = &mut dyn Sink> {
+        (self.others.iter_mut().map(|s| &mut **s as &mut dyn Sink))
+            .chain(std::iter::once(&mut self.lines as &mut dyn Sink))
+    }
+
+    /// Ends every output, also past one that fails (a broken output still lets the timeline
+    /// close, and the reverse): each failure, in the outputs' order.
+    pub fn finish_each(&mut self, end: &RunEnd<'_>) -> Vec<SinkError> {
+        self.each().filter_map(|s| s.finish(end).err()).collect()
+    }
+}
+
+impl<W: io::Write> Sink for Outputs<W> {
+    fn inventory(&mut self, inv: &Inventory, selected: &Inventory) -> Result<(), SinkError> {
+        self.each().try_for_each(|s| s.inventory(inv, selected))
+    }
+
+    fn event(&mut self, ev: &Enriched<'_>) -> Result<(), SinkError> {
+        for s in &mut self.others {
+            s.event(ev)?;
+        }
+        // Last and static: the one call every event makes.
+        self.lines.event(ev)
+    }
+
+    fn api(&mut self, ev: &ApiEnriched<'_>) -> Result<(), SinkError> {
+        self.each().try_for_each(|s| s.api(ev))
+    }
+
+    fn shares(&mut self, batch: &ShareBatch<'_>) -> Result<(), SinkError> {
+        self.each().try_for_each(|s| s.shares(batch))
+    }
+
+    fn process_exited(&mut self, pid: u32) {
+        self.each().for_each(|s| s.process_exited(pid));
+    }
+
+    fn kernel(&mut self, counters: &KernelCounters) {
+        self.each().for_each(|s| s.kernel(counters));
+    }
+
+    fn periodic(&mut self, stats: &Stats) -> Result<(), SinkError> {
+        self.each().try_for_each(|s| s.periodic(stats))
+    }
+
+    fn flush(&mut self, stats: &Stats, untracked: u64) -> Result<(), SinkError> {
+        self.each().try_for_each(|s| s.flush(stats, untracked))
+    }
+
+    fn finish(&mut self, end: &RunEnd<'_>) -> Result<(), SinkError> {
+        self.finish_each(end).into_iter().next().map_or(Ok(()), Err)
     }
 }

@@ -91,7 +91,7 @@ impl Tracer {
             .and_then(|m| RingBuf::try_from(m).ok());
         Ok(Self {
             ebpf,
-            at: Attacher::new(table, crate::session::stop_requested, method),
+            at: Attacher::new(table, crate::run::stop_requested, method),
             ring,
             symbolizer: Symbolizer::default(),
             stuck_seen: HashSet::new(),
@@ -261,7 +261,7 @@ impl Tracer {
             let mut symbolizer = std::mem::take(&mut self.symbolizer);
             let Some((symbolizer, t)) = untrusted::bounded(
                 untrusted::TARGET_DEADLINE,
-                &crate::session::stop_requested,
+                &crate::run::stop_requested,
                 move || {
                     let t = symbolizer.thread(pid, tid);
                     (symbolizer, t)
@@ -348,7 +348,7 @@ pub fn trace(args: &ApiArgs) -> Result<Traced, TraceError> {
         return Err(TraceError::NoTarget);
     }
     let subtrees = subtrees(args)?;
-    let _ = crate::session::install_stop_signals();
+    let _ = crate::run::install_stop_signals();
     raise_open_file_limit();
     let mut tracer = Tracer::load(table.clone(), args)?;
     let attach_start = std::time::Instant::now();
@@ -484,7 +484,7 @@ fn run_loop(
     let mut next = Instant::now() + every;
     let mut next_stuck = Instant::now() + STUCK_POLL;
     loop {
-        if crate::session::stop_requested() {
+        if crate::run::stop_requested() {
             // Like strace: the command goes on untraced (it got the terminal's SIGINT too).
             return child.map(|c| reap(c).unwrap_or(128 + libc::SIGINT));
         }

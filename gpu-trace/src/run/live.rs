@@ -1,0 +1,556 @@
+//! The live run: start, attach, the loop that reads the ring buffer until a stop, and the end.
+
+use std::{
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use aya::maps::{MapData, RingBuf};
+use tokio::io::unix::AsyncFd;
+
+use super::{
+    error::{RunError, detect_vendor, io_err},
+    late_attach::{announce_inventory, kernel_tracking, traced_inventory},
+    outputs::{OutputFiles, end_outputs, interval, new_pipeline, prepare_output_files, sink_error},
+    plan::{CgroupSelection, api_layer, check_api_targets, check_kfd, load_options},
+    reader::{CHILD_POLL, DRAIN_SLICE, Drained, Reader, follow_changes},
+    record::{end_recording, start_recording},
+    report::{
+        Viewer, announce_hooks, describe_missed_runs, describe_program_stats, print_report,
+        still_runs, warn_before_start,
+    },
+    share::{start_nvml, start_share_sampler},
+    signals::{StopSignals, note, stop_requested},
+};
+use crate::pipeline::Summary;
+use crate::{
+    cli::{TraceArgs, Vendor},
+    escape,
+    loader::{LoadError, Tracer},
+    model::stats::KernelCounters,
+    output::{clock::Clock, files::Staged},
+    pipeline::Pipeline,
+    probe::{cgroup::CgroupResolver, system},
+    queue::{Overflow, QueueWriter},
+    record::RecordWriter,
+};
+
+/// Trace live until Ctrl-C, SIGTERM or `--duration`.
+pub async fn run_live(args: &TraceArgs) -> Result<Summary, RunError> {
+    run_live_with(args, None).await
+}
+
+/// [`run_live`], with a live view drawn once a second instead of `--interval` statistics.
+pub async fn run_live_with(
+    args: &TraceArgs,
+    viewer: Option<&mut dyn Viewer>,
+) -> Result<Summary, RunError> {
+    let started = Instant::now();
+    // --duration counts from attach (below); before, it bounds the start-up waits (a FIFO).
+    let startup_deadline = args.duration.map(|d| started + Duration::from_secs_f64(d));
+    // Before anything is reported on stderr: a Ctrl-C right after the start-up report (or
+    // during the inventory) stops tracing cleanly through the loop below.
+    let mut signals = StopSignals::install()?;
+    check_api_targets(args)?;
+    let vendor = match args.vendor {
+        Vendor::Auto => detect_vendor()?,
+        v => v,
+    };
+    let amd = vendor == Vendor::Amd;
+    warn_before_start(args, amd);
+    let watched = match &args.watch_device {
+        Some(path) => Some(system::char_device_kernel_dev(path).map_err(LoadError::from)?),
+        None => None,
+    };
+    // Every output is opened before anything is attached (a FIFO waits for its reader here),
+    // but an existing file is emptied only once every start-up check below passed: a busy
+    // metrics port, a bad --cgroup or a refused program leaves yesterday's files as they were.
+    let wake = Arc::new(tokio::sync::Notify::new());
+    let (files, pending) = prepare_output_files(
+        &args.output,
+        args.record.as_deref(),
+        startup_deadline,
+        Overflow::Drop,
+        &wake,
+    )?;
+    // Containers: the cgroup2 tree, for --cgroup/--container and to name each process's
+    // cgroup; a bad argument stops the run before anything is attached.
+    let mut cgroups = CgroupResolver::for_host();
+    let subtrees = CgroupSelection::resolve(args, cgroups.as_mut())?;
+    for line in subtrees.describe() {
+        note(line);
+    }
+    let kfd = amd.then(crate::probe::kfd::KfdPresence::probe);
+    check_kfd(args, kfd.as_ref())?;
+    let options = load_options(args, amd, kfd.as_ref(), watched, &subtrees);
+    // NVML's own driver calls (it opens the GPU) are made before the programs attach, so that
+    // gpu-trace does not trace itself; the walk comes after attaching.
+    // On a thread of its own, within a time limit: a wedged library costs a line, not the run.
+    let (nvml, share_sampler) = start_nvml(args, amd);
+    // Bound before loading: a busy port or a refused address stops the run before any hook.
+    let metrics = crate::metrics::server::serve(&args.metrics, args.ring_size)?;
+    let (launched, mut tracer) = (start_command(args)?, Tracer::load(&options)?);
+    // Attached: tracing time (the deadline and the statistics' duration) starts here.
+    let tracing_since = Instant::now();
+    let deadline = args
+        .duration
+        .map(|d| tracing_since + Duration::from_secs_f64(d));
+    // Late attach: the processes that have a GPU open already (after attaching, so that a
+    // process opening the GPU now is seen by the hooks or by the walk), tracked from now on.
+    let inventory = traced_inventory(args, amd, nvml, &subtrees, launched.as_ref());
+    tracer.track(&kernel_tracking(&inventory, &args.output))?;
+    let api = api_layer(&mut tracer, args, launched.as_ref().map(|(c, _)| c.pid))?;
+    let clock = Clock::from_system().map_err(io_err("reading the clocks"))?;
+    announce_hooks(&tracer, kfd.as_ref());
+    announce_inventory(&inventory, &args.output);
+    // Started: the -o and --record files may now lose their old contents.
+    pending.commit()?;
+    let OutputFiles {
+        out,
+        out_is_stdout,
+        perfetto,
+        record,
+    } = files;
+    let sampled = (amd, share_sampler.is_some());
+    let recorder = record
+        .map(|queue| start_recording(queue, &clock, &tracer, &inventory, sampled))
+        .transpose()?;
+    let pipeline = new_pipeline(
+        &args.output,
+        clock,
+        out,
+        perfetto.as_ref().map(|(s, _)| s),
+        false,
+    )?;
+    let (mut pipeline, metrics_server, ring_fill) = match metrics {
+        Some((m, server)) => {
+            let fill = m.ring_fill_slot();
+            (pipeline.with_output(Box::new(m)), Some(server), Some(fill))
+        }
+        None => (pipeline, None, None),
+    };
+    pipeline
+        .inventory(&inventory)
+        .map_err(io_err("writing the output"))?;
+    let ring = watch_ring_buffer(&mut tracer, ring_fill)?;
+    let (command, descendants) = release_command(launched, &mut pipeline);
+    let mut live = LiveRun {
+        ring,
+        tracer,
+        reader: Reader {
+            descendants,
+            ..Reader::new(cgroups, api)
+        },
+        command,
+        pipeline,
+        recorder,
+        viewer,
+        tracing_since,
+        share: start_share_sampler(share_sampler, args.share_interval),
+    };
+    live.trace_until_stopped(
+        &mut signals,
+        deadline,
+        interval(&args.output),
+        &wake,
+        metrics_server.is_some(),
+    )
+    .await?;
+    // Before detaching, which unloads the programs.
+    live.report_program_runs(args.bpf_stats);
+    let counters = live.drain_after_detach().await?;
+    // A denial that did not hold is said on stderr too, whatever the output and its format.
+    if let Some(warning) = counters.deny_unfollowed_warning() {
+        live.report(vec![warning]);
+    }
+    live.end(counters, args.record.as_deref(), perfetto, out_is_stdout)
+}
+
+/// `-- CMD`: the pipeline follows the command, which is let go (everything is attached);
+/// returns its pid and the follower of its descendants.
+pub(super) fn release_command(
+    launched: Option<(crate::launch::Launched, crate::launch::Descendants)>,
+    pipeline: &mut Pipeline<QueueWriter>,
+) -> (Option<CommandRun>, Option<crate::launch::Descendants>) {
+    let Some((child, descendants)) = launched else {
+        return (None, None);
+    };
+    pipeline.follow(child.pid, true);
+    let pid = child.pid;
+    child.release();
+    (Some(CommandRun { pid, status: None }), Some(descendants))
+}
+
+/// `-- CMD` while traced: its process id, and its exit status once it ended.
+pub(super) struct CommandRun {
+    pub(super) pid: u32,
+    pub(super) status: Option<i32>,
+}
+
+/// `-- CMD`: the command forked and waiting for [`crate::launch::Launched::release`], and the
+/// follower of the processes it creates (subscribed before it runs); `None` without `-- CMD`.
+pub(super) fn start_command(
+    args: &TraceArgs,
+) -> Result<Option<(crate::launch::Launched, crate::launch::Descendants)>, RunError> {
+    if args.launch.is_empty() {
+        return Ok(None);
+    }
+    let user = match args.launch_user.as_deref() {
+        Some(name) => Some(crate::launch::User::lookup(name)?),
+        None => None,
+    };
+    let (child, descendants) = crate::launch::Descendants::launch(&args.launch, user.as_ref())?;
+    let shown = escape::escape_text(&escape::decode_lossless(
+        std::os::unix::ffi::OsStrExt::as_bytes(args.launch[0].as_os_str()),
+    ))
+    .into_owned();
+    note(format_args!(
+        "starting {shown} (pid {}) once attached; tracing it and every process it creates \
+         until it exits",
+        child.pid
+    ));
+    if let Some(why) = &descendants.degraded {
+        eprintln!("gpu-trace: warning: {why}");
+    }
+    Ok(Some((child, descendants)))
+}
+
+/// The ring buffer, taken from the tracer and registered with tokio to be read when it holds
+/// records; `--metrics` reads its fill from the kernel's pages.
+pub(super) fn watch_ring_buffer(
+    tracer: &mut Tracer,
+    metrics: Option<gpu_trace_core::metrics::RingFillSlot>,
+) -> Result<AsyncFd<RingBuf<MapData>>, RunError> {
+    let ring = tracer.take_ring_buffer()?;
+    if let Some(slot) = metrics {
+        use std::os::fd::AsFd as _;
+        match crate::metrics::ring::RingFill::new(ring.as_fd()) {
+            Ok(fill) => slot.set(move || fill.used_bytes()),
+            Err(e) => eprintln!("gpu-trace: (metrics: ring-buffer fill not available: {e})"),
+        }
+    }
+    // SAFETY: the ring buffer owns its map fd and keeps it open for as long as the AsyncFd
+    // that owns the ring buffer lives; nothing else closes it.
+    unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }.map_err(|e| {
+        RunError::Io {
+            what: "polling the ring buffer".into(),
+            source: e.into(),
+        }
+    })
+}
+
+/// A live run once attached: the ring buffer and its reader, the pipeline, the recording and
+/// the live view.
+pub(super) struct LiveRun<'v> {
+    // Declared (so dropped) before the tracer whose map it was.
+    pub(super) ring: AsyncFd<RingBuf<MapData>>,
+    pub(super) tracer: Tracer,
+    pub(super) reader: Reader,
+    pub(super) pipeline: Pipeline<QueueWriter>,
+    pub(super) recorder: Option<RecordWriter<QueueWriter>>,
+    pub(super) viewer: Option<&'v mut dyn Viewer>,
+    pub(super) tracing_since: Instant,
+    /// `--share-interval`: the GPU share sampler's thread, while tracing.
+    pub(super) share: Option<crate::probe::share::ShareThread>,
+    /// `-- CMD`: the command, and its exit status once it ended.
+    pub(super) command: Option<CommandRun>,
+}
+
+impl LiveRun<'_> {
+    /// Reads the ring buffer as it fills until a stop signal, the deadline or an output's
+    /// failure; `period`: `--interval`'s statistics (the live view instead draws a frame once a
+    /// second); `metrics_served`: the kernel's counters go to the metrics once a second.
+    pub(super) async fn trace_until_stopped(
+        &mut self,
+        signals: &mut StopSignals,
+        deadline: Option<Instant>,
+        period: Option<Duration>,
+        wake: &tokio::sync::Notify,
+        metrics_served: bool,
+    ) -> Result<(), RunError> {
+        let mut health = tokio::time::interval(Duration::from_secs(1));
+        // `-- CMD`: whether the command ended, looked at this often.
+        let mut child_tick = tokio::time::interval(CHILD_POLL);
+        let mut share_tick = tokio::time::interval(Duration::from_millis(100));
+        let mut api_rescan = tokio::time::interval(Duration::from_secs(1));
+        let sleep = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(sleep);
+        // The live view draws its first frame at once; --interval statistics after a period.
+        let now = tokio::time::Instant::now();
+        let mut ticker = match self.viewer {
+            Some(_) => Some(tokio::time::interval_at(now, Duration::from_secs(1))),
+            None => period.map(|period| tokio::time::interval_at(now + period, period)),
+        };
+        // A stop requested during start-up (before the handlers above existed) is not lost.
+        // The deadline is also looked at here, not only by its timer: under a storm the timer
+        // is served only between two slices of reading.
+        let past_deadline = || deadline.is_some_and(|d| Instant::now() >= d);
+        while !stop_requested()
+            && !past_deadline()
+            && !self.reader.outputs_failed(&self.pipeline, &self.recorder)
+        {
+            // Whether the ring still held records when the last slice of reading ended.
+            let mut more = Drained::Empty;
+            tokio::select! {
+                () = signals.recv() => break,
+                _ = &mut sleep => break,
+                _ = async {
+                    match ticker.as_mut() {
+                        Some(t) => {
+                            t.tick().await;
+                        }
+                        None => std::future::pending::<()>().await,
+                    }
+                } => {
+                    // What the ring holds first (one slice of it under a storm), so that the
+                    // statistics count it.
+                    more = self.reader.drain(
+                        self.ring.get_mut(),
+                        &mut self.pipeline,
+                        &mut self.recorder,
+                        Some(DRAIN_SLICE),
+                    );
+                    self.show_stats()?;
+                }
+                () = wake.notified() => {} // an output failed: the loop condition sees it
+                _ = share_tick.tick(), if self.share.is_some() => self.take_share()?,
+                _ = child_tick.tick(), if self.command.is_some() => {
+                    if let Some(c) = self.command.as_mut() {
+                        c.status = crate::launch::reap(c.pid);
+                        if c.status.is_some() {
+                            break;
+                        }
+                    }
+                }
+                // --api: new --comm processes and newly mapped libraries.
+                _ = api_rescan.tick(), if self.reader.api.is_some() => {
+                    if let Some(api) = self.reader.api.as_mut() {
+                        // The command's processes as of now (fork events read first: a child
+                        // that made no driver call yet is known only from them).
+                        let followed = self.reader.descendants.as_mut().map(|d| {
+                            follow_changes(&mut self.pipeline, d.refresh());
+                            d.pids()
+                        });
+                        api.rescan(&mut self.tracer, followed.into_iter().flatten());
+                    }
+                    let (reader, tracer) = (&mut self.reader, &self.tracer);
+                    reader.send_api_sums(tracer, &mut self.pipeline, &mut self.recorder);
+                }
+                _ = health.tick(), if metrics_served => {
+                    let counters = self.tracer.counters()?;
+                    self.pipeline.kernel_counters(&counters);
+                }
+                guard = self.ring.readable_mut() => {
+                    let mut guard = guard.map_err(io_err("waiting for the ring buffer"))?;
+                    more = self.reader.drain(
+                        guard.get_inner_mut(),
+                        &mut self.pipeline,
+                        &mut self.recorder,
+                        Some(DRAIN_SLICE),
+                    );
+                    // Still ready while records are left: the next turn reads on.
+                    if more == Drained::Empty {
+                        guard.clear_ready();
+                    }
+                }
+            }
+            self.attach_loaded();
+            if more == Drained::More {
+                // Let the runtime serve its timers and signals before the next slice.
+                tokio::task::yield_now().await;
+            }
+        }
+        // Sampling stops with tracing: the samples taken so far are counted, the thread is let
+        // go (never waited for).
+        self.take_share()?;
+        self.share = None;
+        Ok(())
+    }
+
+    /// `--api`: reads and attaches at once the targets whose link map changed (a library
+    /// `dlopen`ed), and lets the ones the kernel stopped go on.
+    pub(super) fn attach_loaded(&mut self) {
+        if self.reader.loaded.is_empty() {
+            return;
+        }
+        let loaded = std::mem::take(&mut self.reader.loaded);
+        if let Some(api) = self.reader.api.as_mut() {
+            for signal in &loaded {
+                api.attacher.signal(self.tracer.ebpf_mut(), signal);
+            }
+            // Hand-outs are `gpu-trace api -v`'s lines; the main trace keeps none.
+            api.attacher.take_handouts();
+        }
+    }
+
+    /// `-- CMD`: the command's exit status (128 + N for a signal), looked at for 0.2 s more
+    /// after a stop that came first (Ctrl-C reaches the command too); a command still running
+    /// then is said on stderr and left to run, untraced.
+    pub(super) fn child_end(&mut self) -> Option<i32> {
+        let c = self.command.as_mut()?;
+        let pid = c.pid;
+        // A Ctrl-C reached the command too: a moment for it to end.
+        c.status = c
+            .status
+            .or_else(|| crate::launch::reap_within(pid, crate::launch::STOP_GRACE));
+        let status = c.status;
+        if status.is_none() {
+            self.report(vec![still_runs(pid)]);
+        }
+        status
+    }
+
+    /// The GPU share samples the sampler's thread has taken, into the pipeline.
+    pub(super) fn take_share(&mut self) -> Result<(), RunError> {
+        let Some(share) = &self.share else {
+            return Ok(());
+        };
+        let batch = match share.take() {
+            Ok(batch) => batch,
+            Err(stalled) => {
+                // Dropped, never joined: the stuck poll is left to itself.
+                eprintln!("gpu-trace: GPU share sampling stopped: {stalled}; tracing goes on");
+                self.share = None;
+                return Ok(());
+            }
+        };
+        if batch.is_empty() {
+            return Ok(());
+        }
+        if let Some(recorder) = self.recorder.as_mut() {
+            // A failing recording shows through its queue (the loop's output check).
+            let _ = recorder.share(&batch);
+            recorder.get_mut().mark_unit();
+        }
+        self.pipeline.share_samples(&batch).map_err(sink_error)
+    }
+
+    /// A frame of the live view, or `--interval`'s statistics on the output.
+    pub(super) fn show_stats(&mut self) -> Result<(), RunError> {
+        match self.viewer.as_mut() {
+            Some(v) => v
+                .frame(
+                    self.pipeline.stats(),
+                    self.tracing_since.elapsed(),
+                    self.tracer.counters().ok(),
+                )
+                .map_err(io_err("drawing the live view")),
+            None => self
+                .pipeline
+                .periodic_stats(self.tracing_since.elapsed(), self.tracer.counters().ok())
+                .and_then(|()| self.pipeline.flush())
+                .map_err(io_err("writing the output")),
+        }
+    }
+
+    /// Report lines of the run's end: to the live view, which may hold the terminal, else on
+    /// stderr.
+    pub(super) fn report(&mut self, lines: Vec<String>) {
+        match self.viewer.as_mut() {
+            Some(v) => v.report(lines),
+            None => print_report(lines),
+        }
+    }
+
+    /// The programs' runs (`--bpf-stats`) and those the kernel skipped; before detaching,
+    /// which unloads the programs.
+    pub(super) fn report_program_runs(&mut self, bpf_stats: bool) {
+        let program_stats = self.tracer.program_stats();
+        let mut lines = if bpf_stats {
+            describe_program_stats(&program_stats)
+        } else {
+            Vec::new()
+        };
+        lines.extend(describe_missed_runs(&program_stats));
+        if !lines.is_empty() {
+            self.report(lines);
+        }
+    }
+
+    /// Detaches first, then reads until every record the kernel counted as sent has been read
+    /// (a program running at the moment of detaching may still submit one), for at most a
+    /// second; records sent but never read are counted as lost; then (`--api`) the calls' final
+    /// sums. Returns the kernel's counters.
+    pub(super) async fn drain_after_detach(&mut self) -> Result<KernelCounters, RunError> {
+        self.tracer.detach();
+        let mut counters = self.tracer.counters()?;
+        let settle = Instant::now();
+        loop {
+            // Detached: what is left is at most a ring's worth, read whole.
+            self.reader.drain(
+                self.ring.get_mut(),
+                &mut self.pipeline,
+                &mut self.recorder,
+                None,
+            );
+            let now = self.tracer.counters()?;
+            let done = self.reader.read >= now.emitted && now == counters;
+            counters = now;
+            if done || settle.elapsed() > Duration::from_secs(1) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        if self.reader.read < counters.emitted {
+            self.pipeline.stats_mut().lost_samples = Some(counters.emitted - self.reader.read);
+        }
+        // --api: the calls' final sums, after the ring's last records; a process the kernel
+        // stopped at a change of its link map that was not read any more goes on.
+        self.reader
+            .send_api_sums(&self.tracer, &mut self.pipeline, &mut self.recorder);
+        if let Some(api) = self.reader.api.as_mut() {
+            api.attacher.release_held();
+            api.attacher.report_skipped();
+        }
+        Ok(counters)
+    }
+
+    /// Ends the recording (`record_path`: where it goes) and the outputs; returns the
+    /// summary, or the first failure of the run.
+    pub(super) fn end(
+        mut self,
+        counters: KernelCounters,
+        record_path: Option<&Path>,
+        perfetto: Option<(Staged, PathBuf)>,
+        out_is_stdout: bool,
+    ) -> Result<Summary, RunError> {
+        let child_status = self.child_end();
+        let LiveRun {
+            mut reader,
+            mut pipeline,
+            recorder,
+            tracing_since,
+            tracer,
+            ..
+        } = self;
+        // Detached already; `--api`'s perf-event uprobes go in the background, not before the
+        // results (batched links go here, in milliseconds).
+        let per_probe = reader
+            .api
+            .as_ref()
+            .is_some_and(|api| *api.method() != crate::api::attach::AttachMethod::Batched);
+        tracer.release(per_probe);
+        let duration = tracing_since.elapsed();
+        let mut failure = reader.failure.take();
+        let recording_lost = match recorder {
+            Some(recorder) => {
+                end_recording(recorder, counters, duration, record_path, &mut failure)
+            }
+            None => 0,
+        };
+        pipeline.stats_mut().recording_lost = recording_lost;
+        pipeline.stats_mut().output_lost = pipeline.output().lost();
+        let finished = pipeline.finish_all(counters, duration);
+        let summary = end_outputs(finished, perfetto, out_is_stdout, failure)?;
+        Ok(Summary {
+            child_status,
+            ..summary
+        })
+    }
+}

@@ -1,0 +1,32 @@
+//! Live tracing and replay: the loops around [`Pipeline`], one concern per file.
+//!
+//! Live ([`live`]): load and attach ([`Tracer`]) what [`plan`] chose, report the hooks on stderr
+//! ([`report`]), read the ring buffer as it fills ([`reader`]), stop on Ctrl-C, SIGTERM or
+//! `--duration` ([`signals`]), drain what is left, then print the statistics with the kernel's
+//! counters through the outputs ([`outputs`]); `--record` ([`record`]), the late-attach inventory
+//! ([`late_attach`]) and NVML's share sampler ([`share`]) beside it. Replay ([`replay`]): the same
+//! pipeline over a recording.
+
+mod error;
+mod late_attach;
+mod live;
+mod outputs;
+mod plan;
+mod reader;
+mod record;
+mod replay;
+mod report;
+mod share;
+mod signals;
+
+pub use crate::pipeline::Summary;
+pub use error::{RunError, detect_vendor};
+pub use late_attach::kernel_tracking;
+pub use live::{run_live, run_live_with};
+pub use outputs::check_paths;
+pub use replay::{replay, replay_with};
+pub use report::{Viewer, pid_warnings, print_report, still_runs};
+pub use signals::{install_stop_signals, set_quiet, stop_requested};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,76 @@
+//! Stop requests (SIGINT, SIGTERM) and `-q`: the flags the whole run reads, and the live loop's
+//! tokio handlers.
+
+use std::{
+    io::{self},
+    sync::atomic::{AtomicBool, Ordering},
+};
+
+use tokio::signal::unix::SignalKind;
+
+use super::error::{RunError, io_err};
+
+pub(super) static STOP: AtomicBool = AtomicBool::new(false);
+
+/// Installs SIGINT and SIGTERM handlers that only note the request ([`stop_requested`]). A live
+/// run calls this first, before anything is validated, opened or attached, so that a signal
+/// that comes during start-up ends the run cleanly as soon as it can instead of being lost.
+pub fn install_stop_signals() -> io::Result<()> {
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the action only stores to an atomic, which is async-signal-safe.
+        unsafe {
+            signal_hook_registry::register(signal, || STOP.store(true, Ordering::SeqCst))?;
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// `-q`: warnings only.
+
+pub(super) static QUIET: AtomicBool = AtomicBool::new(false);
+
+/// `-q` on the command line: from now on stderr gets warnings and errors only, besides the
+/// line that says tracing started (`tracing …; hooks: …`, which scripts wait for) and where
+/// `--metrics` serves; the start-up notes (what runs, what is not used, the inventory) are left
+/// out.
+pub fn set_quiet(quiet: bool) {
+    QUIET.store(quiet, Ordering::SeqCst);
+}
+
+/// A start-up note on stderr, after `gpu-trace: `, unless `-q` ([`set_quiet`]).
+pub(super) fn note(line: impl std::fmt::Display) {
+    if !QUIET.load(Ordering::SeqCst) {
+        eprintln!("gpu-trace: {line}");
+    }
+}
+
+/// A SIGINT or SIGTERM came (after [`install_stop_signals`]).
+pub fn stop_requested() -> bool {
+    STOP.load(Ordering::SeqCst)
+}
+
+/// SIGINT and SIGTERM as the live loop waits for them (tokio's handlers).
+pub(super) struct StopSignals {
+    pub(super) interrupt: tokio::signal::unix::Signal,
+    pub(super) terminate: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    pub(super) fn install() -> Result<Self, RunError> {
+        Ok(Self {
+            interrupt: tokio::signal::unix::signal(SignalKind::interrupt())
+                .map_err(io_err("installing the SIGINT handler"))?,
+            terminate: tokio::signal::unix::signal(SignalKind::terminate())
+                .map_err(io_err("installing the SIGTERM handler"))?,
+        })
+    }
+
+    /// Returns when a SIGINT or a SIGTERM came.
+    pub(super) async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.interrupt.recv() => {}
+            _ = self.terminate.recv() => {}
+        }
+    }
+}
