@@ -1,5 +1,6 @@
 //! Builds the kernel programs (`gpu-trace-ebpf`) with the nightly toolchain and bpf-linker, and
-//! leaves the object in OUT_DIR for `include_bytes!`. Needs the set-up in the README.
+//! leaves the object in OUT_DIR, named after its binary target (`OUT_DIR/gpu-trace-ebpf`), for
+//! `include_bytes!`. Needs the set-up in the README.
 use anyhow::{Context as _, anyhow};
 use aya_build::Toolchain;
 

@@ -348,7 +348,7 @@ fn helper_calls(code: &[u8]) -> Vec<i32> {
 #[test]
 fn kernel_programs_never_write_user_memory() {
     use object::{Object, ObjectSection, SectionKind};
-    static PROGRAMS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/gpu-trace"));
+    static PROGRAMS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/gpu-trace-ebpf"));
     const BPF_FUNC_PROBE_WRITE_USER: i32 = 36;
     let elf = object::File::parse(PROGRAMS).expect("the kernel object is ELF");
     let mut helpers = std::collections::BTreeMap::<i32, Vec<String>>::new();

@@ -37,7 +37,7 @@ use crate::{
 
 /// The compiled kernel programs (built by build.rs).
 pub(crate) static PROGRAMS: &[u8] =
-    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gpu-trace"));
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/gpu-trace-ebpf"));
 
 /// Default ring-buffer size in bytes.
 pub const DEFAULT_RING_BYTES: u32 = 1 << 22;

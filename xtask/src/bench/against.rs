@@ -49,39 +49,51 @@ pub(super) fn head_commit(root: &Path) -> String {
     }
 }
 
-/// Removes the workspace's own crates from the release build of `target`, before REV's build
-/// and again before this checkout's: both trees' crates have the same names and fingerprints
-/// (cargo names a workspace crate by its path inside the workspace) and each records its own
-/// tree's sources, unchanged, so without this cargo finds the other tree's build fresh: REV's
-/// bench ran this tree's code, or every later build here ran REV's.
-fn forget_workspace_crates(root: &Path, target: &Path) -> Result<()> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.current_dir(root).args(["clean", "--release"]);
-    for krate in ["gpu-trace", "gpu-trace-common", "gpu-trace-core", "xtask"] {
-        cmd.args(["-p", krate]);
+/// Where `--against` keeps a revision, all under the bench's work dir (`<target>/xtask-bench`).
+#[derive(Debug, PartialEq)]
+struct Places {
+    /// REV's checkout: a detached `git worktree`, kept for the next run.
+    tree: PathBuf,
+    /// REV's own target directory, inside its checkout. Never this checkout's: both trees' crates
+    /// have the same names and fingerprints (cargo names a workspace crate by its path inside the
+    /// workspace), so sharing one target directory made cargo take either tree's build for the
+    /// other's, and keeping them apart by `cargo clean -p` deleted this checkout's release build
+    /// (`target/release/gpu-trace` included) on every `--against` of a new revision.
+    target: PathBuf,
+    /// REV's xtask, copied out of its build.
+    xtask: PathBuf,
+}
+
+impl Places {
+    fn new(work: &Path, commit: &str) -> Self {
+        let tree = work.join(format!("against-{commit}"));
+        Self {
+            target: tree.join("target"),
+            xtask: work.join(format!("against-{commit}.xtask")),
+            tree,
+        }
     }
-    let status = cmd
-        .env("CARGO_TARGET_DIR", target)
-        .status()
-        .context("running cargo clean")?;
-    if !status.success() {
-        bail!(
-            "cargo clean --release -p ... in {} failed ({status})",
-            root.display()
-        );
-    }
-    Ok(())
 }
 
 impl Before {
     /// Checks REV out in `<target>/xtask-bench/against-<commit>` (a detached `git worktree`,
-    /// kept for the next run) and builds its xtask in release into the same target directory
-    /// (the dependencies are shared), then copies the binary out and rebuilds this checkout's
-    /// xtask so that `target/release/xtask` is this one again.
+    /// kept for the next run) and builds its xtask in release into that checkout's own
+    /// `target/` (see [`Places`]), then copies the binary out. This checkout's target directory
+    /// is left as it was.
     pub fn prepare(ctx: &Ctx, rev: &str) -> Result<Self> {
+        Self::prepare_with(&ctx.root, &ctx.work, rev, cargo_build_xtask)
+    }
+
+    /// [`Before::prepare`] with the build (`cargo build --release -p xtask` in the checkout
+    /// `dir`, into the target directory `target`) passed in, so that a test can stand in for it.
+    fn prepare_with(
+        root: &Path,
+        work: &Path,
+        rev: &str,
+        mut build: impl FnMut(&Path, &Path) -> Result<()>,
+    ) -> Result<Self> {
         let commit = git(
-            &ctx.root,
+            root,
             &[
                 "rev-parse",
                 "--verify",
@@ -89,22 +101,21 @@ impl Before {
                 &format!("{rev}^{{commit}}"),
             ],
         )
-        .with_context(|| format!("--against {rev}: not a commit of {}", ctx.root.display()))?;
-        let tree = ctx.work.join(format!("against-{commit}"));
-        let target = ctx
-            .work
-            .parent()
-            .context("the bench's work dir is not in a target dir")?
-            .to_path_buf();
+        .with_context(|| format!("--against {rev}: not a commit of {}", root.display()))?;
+        let Places {
+            tree,
+            target,
+            xtask,
+        } = Places::new(work, &commit);
         if !tree.join("Cargo.toml").exists() {
             progress(format!(
                 "--against {rev}: git worktree add {}",
                 tree.display()
             ));
-            let _ = git(&ctx.root, &["worktree", "prune"]);
+            let _ = git(root, &["worktree", "prune"]);
             let _ = fs::remove_dir_all(&tree);
             git(
-                &ctx.root,
+                root,
                 &[
                     "worktree",
                     "add",
@@ -114,19 +125,16 @@ impl Before {
                 ],
             )?;
         }
-        let xtask = ctx.work.join(format!("against-{commit}.xtask"));
         if !xtask.exists() {
             progress(format!(
-                "--against {rev}: building its xtask (cargo build --release -p xtask in {})",
-                tree.display()
+                "--against {rev}: building its xtask (cargo build --release -p xtask in {}, \
+                 into {})",
+                tree.display(),
+                target.display()
             ));
-            forget_workspace_crates(&ctx.root, &target)?;
-            cargo_build_xtask(&tree, &target)?;
+            build(&tree, &target)?;
             fs::copy(target.join("release/xtask"), &xtask)
                 .with_context(|| format!("copying {rev}'s xtask to {}", xtask.display()))?;
-            progress("rebuilding this checkout's xtask (target/release/xtask is ours again)");
-            forget_workspace_crates(&ctx.root, &target)?;
-            cargo_build_xtask(&ctx.root, &target)?;
         }
         let help = Command::new(&xtask)
             .args(["bench", "--help"])
@@ -138,7 +146,7 @@ impl Before {
             commit,
             xtask,
             emits,
-            work: ctx.work.clone(),
+            work: work.to_path_buf(),
         })
     }
 
@@ -191,5 +199,90 @@ impl Before {
             );
         }
         Ok(figures)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    #[test]
+    fn rev_builds_into_its_own_target_dir() {
+        let work = Path::new("/src/target/xtask-bench");
+        let places = Places::new(work, "0123456789ab");
+        assert_eq!(
+            places,
+            Places {
+                tree: work.join("against-0123456789ab"),
+                target: work.join("against-0123456789ab/target"),
+                xtask: work.join("against-0123456789ab.xtask"),
+            }
+        );
+        // Not this checkout's target directory, nor anything that holds its release build.
+        assert!(!Path::new("/src/target/release").starts_with(&places.target));
+        assert_ne!(
+            places.target.join("release"),
+            work.with_file_name("release")
+        );
+    }
+
+    /// A repository of one commit, REV's build stood in for by a closure: the build goes into
+    /// REV's own checkout and target directory, and this checkout's release build (here two
+    /// placeholder files) is left as it was, on the first run and on the next.
+    #[test]
+    fn prepare_leaves_this_checkouts_build_alone() {
+        let dir = std::env::temp_dir().join(format!("xtask-against-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let root = dir.join("repo");
+        fs::create_dir_all(&root).unwrap();
+        fs::write(root.join("Cargo.toml"), "[workspace]\n").unwrap();
+        for args in [
+            &["init", "-q"][..],
+            &["add", "Cargo.toml"],
+            &[
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "commit",
+                "-q",
+                "-m",
+                "one",
+            ],
+        ] {
+            git(&root, args).unwrap();
+        }
+        let target = root.join("target");
+        let work = target.join("xtask-bench");
+        fs::create_dir_all(target.join("release")).unwrap();
+        fs::create_dir_all(&work).unwrap();
+        let ours = ["release/gpu-trace", "release/xtask"];
+        for f in ours {
+            fs::write(target.join(f), f).unwrap();
+        }
+
+        let mut builds = Vec::new();
+        let mut build = |tree: &Path, target: &Path| {
+            builds.push((tree.to_path_buf(), target.to_path_buf()));
+            assert!(tree.join("Cargo.toml").exists(), "REV's checkout");
+            let xtask = target.join("release/xtask");
+            fs::create_dir_all(xtask.parent().unwrap())?;
+            fs::write(&xtask, "#!/bin/sh\necho '      --emit <PATH>'\n")?;
+            fs::set_permissions(&xtask, fs::Permissions::from_mode(0o755))?;
+            Ok(())
+        };
+        let before = Before::prepare_with(&root, &work, "HEAD", &mut build).unwrap();
+        let again = Before::prepare_with(&root, &work, "HEAD", &mut build).unwrap();
+
+        let places = Places::new(&work, &before.commit);
+        assert_eq!(builds, [(places.tree.clone(), places.target.clone())]);
+        assert_eq!((&before.xtask, before.emits), (&places.xtask, true));
+        assert_eq!((again.commit, again.emits), (before.commit, true));
+        for f in ours {
+            assert_eq!(fs::read_to_string(target.join(f)).unwrap(), f, "{f}");
+        }
+        fs::remove_dir_all(&dir).unwrap();
     }
 }
