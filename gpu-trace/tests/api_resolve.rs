@@ -4,8 +4,17 @@
 //! built the processes and from the dynamic linker itself (`LD_TRACE_LOADED_OBJECTS=1` lists
 //! the link map in the order ld.so binds), never from gpu-trace's own output.
 //!
-//! Without the HIP runtime or a C compiler the tests print `SKIPPED: <why>` and return.
+//! The interposer flags (issue 39): tests/api/handout_shim.c built with `-fvisibility=hidden`,
+//! exporting only `dlsym`, its hidden hooks renamed after the table symbols they stand in for
+//! (`-Dhook_launch=hooked_cuLaunchKernel`, …), preloaded into the same client. The expected
+//! answers come from the built files themselves (`nm -D`, `nm`, `readelf -S`): the shim is
+//! flagged `dlsym_override` and its hidden hooks are listed; the same shim stripped keeps the
+//! flag and lists none; libc, which defines `dlsym` for real, is never flagged.
+//!
+//! Without the HIP runtime, a C compiler (or binutils, for the interposer flags) the tests print
+//! `SKIPPED: <why>` and return.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -357,4 +366,276 @@ fn a_shim_with_the_real_librarys_name_is_resolved_by_the_file_it_is() {
             "{case}: {v}"
         );
     }
+}
+
+/// The table symbols the shim's hidden hooks are named after, and the macro that renames each
+/// (handout_shim.c's own names hold none).
+const RENAMES: [(&str, &str); 3] = [
+    ("hook_launch", "hooked_cuLaunchKernel"),
+    ("hook_alloc", "hook_cuMemAlloc_v2"),
+    ("hook_getproc", "my_cuGetProcAddress_v2"),
+];
+const SYMBOLS: [&str; 3] = ["cuLaunchKernel", "cuMemAlloc_v2", "cuGetProcAddress_v2"];
+
+fn tool(args: &[&str], file: &Path) -> Option<String> {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .arg(file)
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// `nm`'s defined symbols of `file` (`-D`: the dynamic ones): (address, type letter, name).
+fn nm(file: &Path, dynamic: bool) -> Vec<(u64, char, String)> {
+    let args: &[&str] = if dynamic {
+        &["nm", "-D", "--defined-only"]
+    } else {
+        &["nm", "--defined-only"]
+    };
+    tool(args, file)
+        .expect("nm")
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let addr = u64::from_str_radix(f.next()?, 16).ok()?;
+            let kind = f.next()?.chars().next()?;
+            Some((addr, kind, f.next()?.to_string()))
+        })
+        .collect()
+}
+
+/// The file offset of address `addr` of `file`, by its section headers (`readelf -SW`).
+fn file_offset(file: &Path, addr: u64) -> u64 {
+    let text = tool(&["readelf", "-SW"], file).expect("readelf");
+    for line in text.lines() {
+        // "  [14] .text  PROGBITS  0000000000001040 001040 000123 00  AX  0   0 16"
+        let Some((_, rest)) = line.split_once(']') else {
+            continue;
+        };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let (Some(a), Some(o), Some(s)) = (f.get(2), f.get(3), f.get(4)) else {
+            continue;
+        };
+        let hex = |s: &str| u64::from_str_radix(s, 16).ok();
+        if let (Some(a), Some(o), Some(s)) = (hex(a), hex(o), hex(s))
+            && f[1] != "NOBITS"
+            && (a..a + s).contains(&addr)
+        {
+            return addr - a + o;
+        }
+    }
+    panic!("no section of {} holds {addr:#x}", file.display());
+}
+
+/// The hidden hooks `nm` shows in `shim`: its local functions (type `t`) whose names hold one
+/// of [`SYMBOLS`], as (symbol, function, file offset).
+fn hooks_by_nm(shim: &Path) -> BTreeSet<(String, String, u64)> {
+    nm(shim, false)
+        .into_iter()
+        .filter(|(_, kind, _)| *kind == 't')
+        .filter_map(|(addr, _, name)| {
+            let symbol = SYMBOLS
+                .iter()
+                .filter(|s| name.contains(*s))
+                .max_by_key(|s| s.len())?;
+            Some((symbol.to_string(), name, file_offset(shim, addr)))
+        })
+        .collect()
+}
+
+/// `--resolve`'s JSON object and text of `pid`.
+fn resolve(pid: u32) -> (Value, String) {
+    let (code, text, err) = gpu_trace(&["api", "--resolve", "--pid", &pid.to_string()]);
+    assert_eq!(code, Some(0), "{err}");
+    (resolve_json(pid), text)
+}
+
+fn library<'a>(v: &'a Value, path: &Path) -> &'a Value {
+    v["libraries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["path"] == path.to_str().unwrap())
+        .unwrap_or_else(|| panic!("no {} in {v}", path.display()))
+}
+
+/// The hooks a library object lists, as (symbol, function, offset).
+fn listed(lib: &Value) -> BTreeSet<(String, String, u64)> {
+    lib["probable_hidden_hooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            (
+                h["symbol"].as_str().unwrap().to_string(),
+                h["function"].as_str().unwrap().to_string(),
+                h["offset"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// libc's mapped file in a report, and that it defines `dlsym` (`nm -D`): a real provider.
+fn libc_of(v: &Value) -> PathBuf {
+    let libc = v["libraries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| PathBuf::from(l["path"].as_str().unwrap()))
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("libc.so."))
+        })
+        .unwrap_or_else(|| panic!("no libc in {v}"));
+    assert!(
+        nm(&libc, true)
+            .iter()
+            .any(|(_, k, n)| *k == 'T' && (n == "dlsym" || n.starts_with("dlsym@"))),
+        "{} defines dlsym",
+        libc.display()
+    );
+    libc
+}
+
+#[test]
+fn a_hidden_shim_exporting_dlsym_is_flagged_with_its_hidden_hooks() {
+    let test = "a_hidden_shim_exporting_dlsym_is_flagged_with_its_hidden_hooks";
+    let Some(b) = build(test) else { return };
+    let root = b.client.parent().unwrap();
+    for t in ["nm", "strip", "readelf"] {
+        if Command::new(t).arg("--version").output().is_err() {
+            skipped(test, format!("no `{t}` (binutils)"));
+            return;
+        }
+    }
+    let renames: Vec<String> = RENAMES.iter().map(|(a, b)| format!("-D{a}={b}")).collect();
+    let mut flags = vec!["-shared", "-fPIC", "-fvisibility=hidden"];
+    flags.extend(renames.iter().map(String::as_str));
+    let shim = cc(root, "handout_shim.c", "libhooks.so", &flags);
+    let stripped = root.join("libhooks.stripped.so");
+    let status = Command::new("strip")
+        .arg("--strip-all")
+        .arg(&shim)
+        .arg("-o")
+        .arg(&stripped)
+        .status()
+        .unwrap();
+    assert!(status.success());
+
+    // What the files are: the shim exports dlsym and no table symbol; the stripped copy too,
+    // without local symbols.
+    for s in [&shim, &stripped] {
+        let exports: Vec<String> = nm(s, true)
+            .into_iter()
+            .filter(|(_, k, _)| *k == 'T')
+            .map(|(_, _, n)| n)
+            .collect();
+        assert_eq!(exports, ["dlsym"], "{}", s.display());
+    }
+    let hooks = hooks_by_nm(&shim);
+    assert_eq!(
+        hooks.iter().map(|h| h.0.as_str()).collect::<BTreeSet<_>>(),
+        SYMBOLS.into_iter().collect(),
+        "nm shows a hidden hook per renamed function: {hooks:?}"
+    );
+    assert!(tool(&["nm"], &stripped).is_none_or(|o| o.trim().is_empty()));
+
+    for (s, expected) in [(&shim, hooks), (&stripped, BTreeSet::new())] {
+        let c = client_under(&b, s);
+        let (v, text) = resolve(c.0.id());
+        let lib = library(&v, s);
+        assert_eq!(lib["origin"], "preload", "{lib}");
+        assert_eq!(lib["dlsym_override"], true, "{lib}");
+        assert_eq!(lib["procaddress_override"], false, "{lib}");
+        assert_eq!(lib["overrides"], serde_json::json!(["dlsym"]), "{lib}");
+        assert_eq!(listed(lib), expected, "{}: {lib}", s.display());
+        assert_eq!(lib["symtab"], s == &shim, "{lib}");
+        assert_eq!(lib["probable_hidden_hooks_capped"], false);
+        // libc defines dlsym (and dlopen) for real: never flagged, no line.
+        let libc = libc_of(&v);
+        let l = library(&v, &libc);
+        assert_eq!(
+            (&l["dlsym_override"], &l["procaddress_override"]),
+            (&Value::Bool(false), &Value::Bool(false)),
+            "{l}"
+        );
+        assert!(!text.contains(&format!("  {}: ", libc.display())), "{text}");
+        // The text: one line for the shim.
+        let prefix = format!("  {}: overrides dlsym (dlsym_override); ", s.display());
+        let lines: Vec<&str> = text.lines().filter(|l| l.starts_with(&prefix)).collect();
+        assert_eq!(lines.len(), 1, "{text}");
+        if expected.is_empty() {
+            assert!(lines[0].contains("no .symtab"), "{}", lines[0]);
+        } else {
+            assert!(lines[0].contains("probable hidden hooks: "), "{}", lines[0]);
+            for (symbol, function, _) in &expected {
+                assert!(
+                    lines[0].contains(&format!("{symbol} ({function})")),
+                    "{}",
+                    lines[0]
+                );
+            }
+        }
+    }
+}
+
+/// The same shim with its `cuGetProcAddress_v2` hook exported under that name
+/// (`-DEXPORT_GETPROC`): a `procaddress_override` as well; the HIP runtime, which is no
+/// interposer, is not flagged.
+#[test]
+fn a_shim_exporting_cugetprocaddress_is_a_procaddress_override() {
+    let test = "a_shim_exporting_cugetprocaddress_is_a_procaddress_override";
+    let Some(b) = build(test) else { return };
+    let root = b.client.parent().unwrap();
+    if Command::new("nm").arg("--version").output().is_err() {
+        skipped(test, "no `nm` (binutils)");
+        return;
+    }
+    let shim = cc(
+        root,
+        "handout_shim.c",
+        "libgetproc.so",
+        &[
+            "-shared",
+            "-fPIC",
+            "-fvisibility=hidden",
+            "-DEXPORT_GETPROC",
+            "-Dhook_launch=hooked_cuLaunchKernel",
+        ],
+    );
+    let exports: BTreeSet<String> = nm(&shim, true)
+        .into_iter()
+        .filter(|(_, k, _)| *k == 'T')
+        .map(|(_, _, n)| n)
+        .collect();
+    assert_eq!(
+        exports,
+        ["cuGetProcAddress_v2", "dlsym"].map(String::from).into()
+    );
+    let c = client_under(&b, &shim);
+    let (v, text) = resolve(c.0.id());
+    let lib = library(&v, &shim);
+    assert_eq!(
+        (&lib["dlsym_override"], &lib["procaddress_override"]),
+        (&Value::Bool(true), &Value::Bool(true)),
+        "{lib}"
+    );
+    assert_eq!(listed(lib), hooks_by_nm(&shim), "{lib}");
+    assert!(
+        text.contains(&format!(
+            "  {}: overrides dlsym (dlsym_override); overrides cuGetProcAddress_v2 \
+             (procaddress_override); probable hidden hooks: ",
+            shim.display()
+        )),
+        "{text}"
+    );
+    let h = library(&v, &b.hip);
+    assert_eq!(
+        (&h["dlsym_override"], &h["procaddress_override"]),
+        (&Value::Bool(false), &Value::Bool(false)),
+        "{h}"
+    );
 }

@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 
 use serde_json::{Value, json};
 
+use super::interposer::{HIDDEN_HOOKS_CAP, Lookup, lookup_kind};
 use super::resolve::{Library, Origin, Resolution, Warning};
 use crate::escape::{escape_text, json_terminal_safe, lossy};
 
@@ -121,6 +122,11 @@ pub fn text(r: &ProcessReport) -> String {
             let _ = writeln!(out, "        {}", lib_text(lib));
         }
     }
+    for lib in &r.libraries {
+        if let Some(line) = interposer_text(lib) {
+            let _ = writeln!(out, "  {line}");
+        }
+    }
     symbols_text(r, &mut out);
     for w in &r.resolution.warnings {
         let (_, lib, _) = warning_parts(w);
@@ -128,6 +134,49 @@ pub fn text(r: &ProcessReport) -> String {
         let _ = writeln!(out, "  warning: {}", warning_message(w, &path));
     }
     out
+}
+
+/// What a library's files say of it as an interposer, for a library that overrides a lookup
+/// function or has probable hidden hooks (`None` for the others).
+fn interposer_text(lib: &Library) -> Option<String> {
+    let overrides = lib.overrides();
+    let hooks = lib.hidden_hooks.as_ref();
+    if overrides.is_empty() && hooks.is_none_or(|h| h.hooks.is_empty()) {
+        return None;
+    }
+    let mut parts = Vec::new();
+    for (kind, flag) in [
+        (Lookup::Dlsym, "dlsym_override"),
+        (Lookup::ProcAddress, "procaddress_override"),
+    ] {
+        let names: Vec<&str> = overrides
+            .iter()
+            .copied()
+            .filter(|f| lookup_kind(f) == Some(kind))
+            .collect();
+        if !names.is_empty() {
+            parts.push(format!("overrides {} ({flag})", names.join(", ")));
+        }
+    }
+    parts.push(match hooks {
+        None => "hidden hooks not looked for (its .symtab was not read)".to_string(),
+        Some(h) if !h.symtab => "no .symtab (stripped): its hidden functions are unnamed".into(),
+        Some(h) if h.hooks.is_empty() => "no probable hidden hooks in its .symtab".into(),
+        Some(h) => {
+            let list: Vec<String> = h
+                .hooks
+                .iter()
+                .map(|k| format!("{} ({})", escape_text(&k.symbol), escape_text(&k.function)))
+                .collect();
+            let more = if h.capped {
+                format!(" (the first {HIDDEN_HOOKS_CAP}; more not listed)")
+            } else {
+                String::new()
+            };
+            format!("probable hidden hooks: {}{more}", list.join(", "))
+        }
+    });
+    Some(format!("{}: {}", escape_text(&lib.path), parts.join("; ")))
 }
 
 fn symbols_text(r: &ProcessReport, out: &mut String) {
@@ -191,6 +240,21 @@ pub fn json(r: &ProcessReport) -> String {
                 "origin": l.origin.name(),
                 "dynsym": l.has_dynsym,
                 "imports_dlsym": l.imports_dlsym,
+                "overrides": l.overrides(),
+                "dlsym_override": l.dlsym_override(),
+                "procaddress_override": l.procaddress_override(),
+                "symtab": l.hidden_hooks.as_ref().map(|h| h.symtab),
+                "probable_hidden_hooks": l.hidden_hooks.as_ref().map_or_else(Vec::new, |h| {
+                    h.hooks
+                        .iter()
+                        .map(|k| json!({
+                            "symbol": lossy(&k.symbol),
+                            "function": lossy(&k.function),
+                            "offset": k.offset,
+                        }))
+                        .collect()
+                }),
+                "probable_hidden_hooks_capped": l.hidden_hooks.as_ref().is_some_and(|h| h.capped),
             })
         })
         .collect();
@@ -248,6 +312,7 @@ pub fn json(r: &ProcessReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::interposer::{HiddenHook, HiddenHooks};
     use crate::api::resolve::{Binding, resolve};
     use crate::api::symbols::SymbolTable;
 
@@ -260,6 +325,8 @@ mod tests {
                 has_dynsym: true,
                 defines: [("hipMalloc".to_string(), Binding::Global)].into(),
                 imports_dlsym: true,
+                exports_lookups: vec![],
+                hidden_hooks: None,
             },
             Library {
                 path: "/usr/lib/libamdhip64.so.5.2".into(),
@@ -268,6 +335,8 @@ mod tests {
                 has_dynsym: true,
                 defines: [("hipMalloc".to_string(), Binding::Global)].into(),
                 imports_dlsym: false,
+                exports_lookups: vec![],
+                hidden_hooks: None,
             },
         ];
         let resolution = resolve(&SymbolTable::builtin(), &libraries, Some(true));
@@ -303,5 +372,78 @@ mod tests {
         assert_eq!(v["symbols"][0]["winner"], "/tmp/shim\x1b.so");
         assert_eq!(v["symbols"][0]["next"][0], "/usr/lib/libamdhip64.so.5.2");
         assert_eq!(v["warnings"][0]["kind"], "dlsym_interposer");
+        assert_eq!(v["libraries"][0]["dlsym_override"], false);
+        assert_eq!(v["libraries"][0]["probable_hidden_hooks"], json!([]));
+    }
+
+    fn hooked(hooks: HiddenHooks) -> ProcessReport {
+        let mut r = report("/tmp/vgpu.so");
+        r.libraries[0].exports_lookups = vec!["dlsym".into(), "dlopen".into()];
+        r.libraries[0].hidden_hooks = Some(hooks);
+        r
+    }
+
+    #[test]
+    fn an_interposer_gets_a_line_of_its_overrides_and_hidden_hooks() {
+        let hook = |symbol: &str, function: &str, offset| HiddenHook {
+            symbol: symbol.into(),
+            function: function.into(),
+            offset,
+        };
+        let r = hooked(HiddenHooks {
+            symtab: true,
+            hooks: vec![
+                hook("cuLaunchKernel", "hooked_cuLaunchKernel", 0x1139),
+                hook("cuMemAlloc_v2", "my_cuMemAlloc_v2\x1b[2J", 0x1200),
+            ],
+            capped: false,
+        });
+        let t = text(&r);
+        assert!(!t.contains('\x1b'), "{t:?}");
+        assert!(
+            t.contains(
+                "\n  /tmp/vgpu.so: overrides dlsym, dlopen (dlsym_override); probable hidden \
+                 hooks: cuLaunchKernel (hooked_cuLaunchKernel), cuMemAlloc_v2 \
+                 (my_cuMemAlloc_v2\\x1b[2J)\n"
+            ),
+            "{t}"
+        );
+        // The real runtime is no interposer: no line.
+        assert!(!t.contains("  /usr/lib/libamdhip64.so.5.2:"), "{t}");
+        let v: Value = serde_json::from_str(&json(&r)).unwrap();
+        let l = &v["libraries"][0];
+        assert_eq!(
+            (&l["dlsym_override"], &l["procaddress_override"]),
+            (&json!(true), &json!(false))
+        );
+        assert_eq!(l["overrides"], json!(["dlsym", "dlopen"]));
+        assert_eq!(l["symtab"], true);
+        assert_eq!(
+            l["probable_hidden_hooks"][1],
+            json!({"symbol": "cuMemAlloc_v2", "function": "my_cuMemAlloc_v2\x1b[2J", "offset": 0x1200})
+        );
+        assert_eq!(v["libraries"][1]["symtab"], Value::Null);
+    }
+
+    #[test]
+    fn a_stripped_or_capped_interposer_says_so() {
+        let t = text(&hooked(HiddenHooks::default()));
+        assert!(
+            t.contains("/tmp/vgpu.so: overrides dlsym, dlopen (dlsym_override); no .symtab"),
+            "{t}"
+        );
+        let hooks = HiddenHooks {
+            symtab: true,
+            hooks: vec![HiddenHook {
+                symbol: "cuInit".into(),
+                function: "my_cuInit".into(),
+                offset: 1,
+            }],
+            capped: true,
+        };
+        let r = hooked(hooks);
+        assert!(text(&r).contains("cuInit (my_cuInit) (the first 256; more not listed)\n"));
+        let v: Value = serde_json::from_str(&json(&r)).unwrap();
+        assert_eq!(v["libraries"][0]["probable_hidden_hooks_capped"], true);
     }
 }

@@ -4,7 +4,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::symbols::{SymbolTable, library_matches};
+use super::interposer::{self, HiddenHooks, Lookup};
+use super::symbols::SymbolTable;
 
 /// How a library came into the process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,6 +54,11 @@ pub struct Library {
     pub defines: BTreeMap<String, Binding>,
     /// Imports `dlsym` or `dlvsym` (undefined in its dynamic symbol table).
     pub imports_dlsym: bool,
+    /// The lookup functions it exports (`dlsym`, `dlvsym`, `dlopen`, `cuGetProcAddress*`,
+    /// `cudaGetDriverEntryPoint*`, `hipGetProcAddress`), their real providers' included.
+    pub exports_lookups: Vec<String>,
+    /// Its probable hidden hooks (`None`: not looked for: it does not interpose).
+    pub hidden_hooks: Option<HiddenHooks>,
 }
 
 impl Library {
@@ -63,14 +69,32 @@ impl Library {
 
     /// The name a table row's library matches: the soname or the file name.
     pub fn is(&self, library: &str) -> bool {
-        if library.contains('/') {
-            return self.path == library;
-        }
-        library_matches(library, self.file_name())
-            || self
-                .soname
-                .as_deref()
-                .is_some_and(|s| library_matches(library, s))
+        interposer::provides(library, &self.path, self.soname.as_deref())
+    }
+
+    /// The lookup functions it overrides (exports, and is not their real provider).
+    pub fn overrides(&self) -> Vec<&str> {
+        interposer::overrides(
+            self.exports_lookups.iter().map(String::as_str),
+            &self.path,
+            self.soname.as_deref(),
+        )
+    }
+
+    /// It overrides `dlsym`, `dlvsym` or `dlopen`.
+    pub fn dlsym_override(&self) -> bool {
+        self.overrides_a(Lookup::Dlsym)
+    }
+
+    /// It overrides `cuGetProcAddress*`, `cudaGetDriverEntryPoint*` or `hipGetProcAddress`.
+    pub fn procaddress_override(&self) -> bool {
+        self.overrides_a(Lookup::ProcAddress)
+    }
+
+    fn overrides_a(&self, kind: Lookup) -> bool {
+        self.overrides()
+            .iter()
+            .any(|f| interposer::lookup_kind(f) == Some(kind))
     }
 
     fn in_global_scope(&self) -> bool {
@@ -248,6 +272,8 @@ mod tests {
                 .map(|(s, b)| ((*s).to_string(), *b))
                 .collect(),
             imports_dlsym: dlsym,
+            exports_lookups: vec![],
+            hidden_hooks: None,
         }
     }
 
@@ -379,5 +405,25 @@ mod tests {
         assert!(leak(Some(false)));
         assert!(!leak(Some(true)));
         assert!(!leak(None));
+    }
+
+    #[test]
+    fn a_library_is_flagged_by_the_lookups_it_overrides() {
+        let with = |path: &str, lookups: &[&str]| Library {
+            exports_lookups: lookups.iter().map(|s| (*s).to_string()).collect(),
+            ..lib(path, Origin::Needed, &[], false)
+        };
+        let shim = with("/tmp/libvgpu.so", &["dlsym"]);
+        assert!(shim.dlsym_override() && !shim.procaddress_override());
+        let getproc = with("/tmp/libvgpu.so", &["cuGetProcAddress_v2", "dlopen"]);
+        assert!(getproc.dlsym_override() && getproc.procaddress_override());
+        assert_eq!(getproc.overrides(), ["cuGetProcAddress_v2", "dlopen"]);
+        let libc = with("/usr/lib/libc.so.6", &["dlsym", "dlvsym", "dlopen"]);
+        assert!(!libc.dlsym_override() && libc.overrides().is_empty());
+        let cuda = with(
+            "/usr/lib/libcuda.so.1",
+            &["cuGetProcAddress", "cuGetProcAddress_v2"],
+        );
+        assert!(!cuda.procaddress_override());
     }
 }

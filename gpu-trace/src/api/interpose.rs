@@ -8,28 +8,14 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
+use gpu_trace_core::api::interposer;
 use gpu_trace_core::api::path::{ApiPath, PathSymbol};
 use gpu_trace_core::api::resolve::Library;
-use gpu_trace_core::api::symbols::{SymbolTable, library_matches};
+use gpu_trace_core::api::symbols::SymbolTable;
 
-/// The libraries that provide a lookup function for real (file name or soname prefixes).
-fn real_lookup_provider(function: &str) -> &'static [&'static str] {
-    if function.starts_with("dl") {
-        &["libc.so", "libdl.so", "ld-linux", "ld-musl", "libc.musl"]
-    } else if function.starts_with("cuGetProcAddress") {
-        &["libcuda.so"]
-    } else if function.starts_with("cudaGetDriverEntryPoint") {
-        &["libcudart.so"]
-    } else {
-        &["libamdhip64.so"]
-    }
-}
-
-/// Whether `path` (with `soname`) is what a table row's or a lookup's library names.
-pub fn provides(library: &str, path: &str, soname: Option<&str>) -> bool {
-    let file = path.rsplit('/').next().unwrap_or(path);
-    library_matches(library, file) || soname.is_some_and(|s| library_matches(library, s))
-}
+/// Whether `path` (with `soname`) is what a table row's or a lookup's library names (the
+/// core's decision, which `--resolve` makes too).
+pub use gpu_trace_core::api::interposer::provides;
 
 /// Why one library of one process is an interposer.
 #[derive(Default)]
@@ -84,17 +70,17 @@ impl Interposers {
                         .insert(symbol.clone());
                 }
             }
-            for f in lookups {
-                let real = real_lookup_provider(f)
-                    .iter()
-                    .any(|r| provides(r, &lib.path, lib.soname.as_deref()));
-                if !real {
-                    self.found
-                        .entry((pid, *id))
-                        .or_default()
-                        .overrides
-                        .insert(f.clone());
-                }
+            let overrides = interposer::overrides(
+                lookups.iter().map(String::as_str),
+                &lib.path,
+                lib.soname.as_deref(),
+            );
+            for f in overrides {
+                self.found
+                    .entry((pid, *id))
+                    .or_default()
+                    .overrides
+                    .insert(f.to_string());
             }
         }
     }

@@ -7,7 +7,7 @@
 //! section of a million `DT_NEEDED`): it is read by ranges through the `object` crate's
 //! low-level ELF reader, every read charged to one budget per file ([`Limit::Elf`]), so a
 //! claim past it fails that read instead of allocating it; `.symtab` is read only for
-//! `API_STUCK`; `DT_NEEDED` entries are capped ([`Limit::Needed`]). What was left out is said
+//! `API_STUCK` and an interposer's probable hidden hooks; `DT_NEEDED` entries are capped ([`Limit::Needed`]). What was left out is said
 //! in [`Facts::skipped`].
 
 use std::cell::Cell;
@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::ops::Range;
 
+use gpu_trace_core::api::interposer::{self, HiddenHooks};
 use gpu_trace_core::api::resolve::Binding;
 use gpu_trace_core::api::symbols::SymbolTable;
 use gpu_trace_core::escape::decode_lossless;
@@ -25,18 +26,8 @@ use object::{Endianness, SectionIndex};
 
 use super::untrusted::Limit;
 
-/// The functions a runtime or an interposer finds entry points with, and whether each has
-/// `cuGetProcAddress`'s shape (the name first, the address written through the second
-/// argument) rather than `dlsym`'s (the name second, the address returned).
-pub const LOOKUPS: [(&str, bool); 7] = [
-    ("dlsym", false),
-    ("dlvsym", false),
-    ("cuGetProcAddress", true),
-    ("cuGetProcAddress_v2", true),
-    ("cudaGetDriverEntryPoint", true),
-    ("cudaGetDriverEntryPointByVersion", true),
-    ("hipGetProcAddress", true),
-];
+/// The lookup functions (the core's list: `attach` probes them by their shape).
+pub use gpu_trace_core::api::interposer::LOOKUPS;
 
 /// One table symbol an ELF file defines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +56,8 @@ pub struct Facts {
     /// The lookup functions it defines ([`LOOKUPS`]), with their file offsets (one per
     /// distinct offset: libc's `dlsym` has two versions).
     pub lookups: Vec<(String, u64)>,
+    /// The lookup functions and `dlopen` it exports, by name (`--resolve`'s override flags).
+    pub exports_lookups: Vec<String>,
     /// What was not read past a limit (`None`: the file was read whole).
     pub skipped: Option<String>,
 }
@@ -171,18 +164,11 @@ fn facts_of<Elf: FileHeader<Endian = Endianness>>(
             }
         }
     }
-    let Some((_, dynsym)) = sections
-        .enumerate()
-        .find(|(_, s)| s.sh_type(endian) == elf::SHT_DYNSYM)
-    else {
+    let Some(dynsym) = symbol_table(&sections, endian, data, elf::SHT_DYNSYM) else {
         return Some(facts);
     };
     facts.has_dynsym = true;
-    let Some(strings) = whole_strings(&sections, endian, data, dynsym.sh_link(endian)) else {
-        facts.skipped = Some(past_budget("its dynamic symbols"));
-        return Some(facts);
-    };
-    let Ok(symbols) = dynsym.data_as_array::<Elf::Sym, _>(endian, data) else {
+    let Some((symbols, strings)) = dynsym else {
         facts.skipped = Some(past_budget("its dynamic symbols"));
         return Some(facts);
     };
@@ -204,6 +190,13 @@ fn facts_of<Elf: FileHeader<Endian = Endianness>>(
             facts.dl_debug_state =
                 file_offset(&sections, endian, shndx, sym.st_value(endian).into());
             continue;
+        }
+        if is_code
+            && sym.st_bind() != elf::STB_LOCAL
+            && interposer::lookup_kind(name).is_some()
+            && !facts.exports_lookups.iter().any(|l| l == name)
+        {
+            facts.exports_lookups.push(name.to_string());
         }
         if is_code
             && sym.st_bind() != elf::STB_LOCAL
@@ -262,6 +255,26 @@ fn past_budget(what: &str) -> String {
     format!("{what} (past the {})", Limit::Elf.describe())
 }
 
+/// A symbol table and its names.
+type Symbols<'a, Elf> = (&'a [<Elf as FileHeader>::Sym], StringTable<'a, &'a [u8]>);
+
+/// The file's symbol table of section type `kind` (`SHT_DYNSYM`, `SHT_SYMTAB`) with its
+/// names, each read whole (charged). `None`: the file has none; `Some(None)`: it is past the
+/// budget (or malformed).
+fn symbol_table<'a, Elf: FileHeader<Endian = Endianness>>(
+    sections: &object::read::elf::SectionTable<'a, Elf, &'a Capped<'_>>,
+    endian: Endianness,
+    data: &'a Capped<'_>,
+    kind: u32,
+) -> Option<Option<Symbols<'a, Elf>>> {
+    let (_, table) = sections
+        .enumerate()
+        .find(|(_, s)| s.sh_type(endian) == kind)?;
+    let strings = whole_strings(sections, endian, data, table.sh_link(endian));
+    let symbols = table.data_as_array::<Elf::Sym, _>(endian, data).ok();
+    Some(symbols.zip(strings))
+}
+
 /// A string table read whole (one charged read), for symbol names read by the thousand.
 fn whole_strings<'a, Elf: FileHeader<Endian = Endianness>>(
     sections: &object::read::elf::SectionTable<'a, Elf, &'a Capped<'_>>,
@@ -287,6 +300,63 @@ fn file_offset<'a, Elf: FileHeader<Endian = Endianness>>(
     let addr: u64 = s.sh_addr(endian).into();
     let off: u64 = s.sh_offset(endian).into();
     value.checked_sub(addr)?.checked_add(off)
+}
+
+/// The probable hidden hooks of an interposer's file (`interposer::HiddenHooks`): the local
+/// functions of its `.symtab` (bound `STB_LOCAL`, or hidden) whose names hold a table symbol,
+/// at most `HIDDEN_HOOKS_CAP`, read under the same budget as [`facts`]. Also what was left
+/// out past the budget. `None`: not an ELF object.
+pub fn hidden_hooks(file: &File, table: &SymbolTable) -> Option<(HiddenHooks, Option<String>)> {
+    let data = Capped::new(file);
+    let hooks = match object::FileKind::parse(&data).ok()? {
+        object::FileKind::Elf64 => hidden_hooks_of::<elf::FileHeader64<Endianness>>(&data, table)?,
+        object::FileKind::Elf32 => hidden_hooks_of::<elf::FileHeader32<Endianness>>(&data, table)?,
+        _ => return None,
+    };
+    let skipped = data.over.get().then(|| past_budget("its .symtab"));
+    Some((hooks, skipped))
+}
+
+fn hidden_hooks_of<Elf: FileHeader<Endian = Endianness>>(
+    data: &Capped<'_>,
+    table: &SymbolTable,
+) -> Option<HiddenHooks> {
+    let header = Elf::parse(data).ok()?;
+    let endian = header.endian().ok()?;
+    let sections = header.sections(endian, data).ok()?;
+    let mut hooks = HiddenHooks::default();
+    let Some(symtab) = symbol_table(&sections, endian, data, elf::SHT_SYMTAB) else {
+        return Some(hooks);
+    };
+    hooks.symtab = true;
+    let Some((symbols, strings)) = symtab else {
+        return Some(hooks);
+    };
+    for sym in symbols {
+        let shndx = sym.st_shndx(endian);
+        let local = sym.st_bind() == elf::STB_LOCAL
+            || matches!(sym.st_visibility(), elf::STV_HIDDEN | elf::STV_INTERNAL);
+        if sym.st_type() != elf::STT_FUNC
+            || !local
+            || shndx == elf::SHN_UNDEF
+            || shndx >= elf::SHN_LORESERVE
+        {
+            continue;
+        }
+        let Ok(name) = sym.name(endian, strings) else {
+            continue;
+        };
+        let Some(offset) = file_offset(&sections, endian, Some(shndx), sym.st_value(endian).into())
+        else {
+            continue;
+        };
+        let name = std::str::from_utf8(name)
+            .map_or_else(|_| decode_lossless(name).into(), std::borrow::Cow::Borrowed);
+        if !hooks.add(table, &name, offset) {
+            break;
+        }
+    }
+    Some(hooks)
 }
 
 /// Function symbols (address, size, name; sorted by address, one per address) and loadable
@@ -326,16 +396,7 @@ fn text_symbols_of<Elf: FileHeader<Endian = Endianness>>(data: &Capped<'_>) -> O
     let sections = header.sections(endian, data).ok()?;
     let mut syms = Vec::new();
     for kind in [elf::SHT_DYNSYM, elf::SHT_SYMTAB] {
-        let Some((_, table)) = sections
-            .enumerate()
-            .find(|(_, s)| s.sh_type(endian) == kind)
-        else {
-            continue;
-        };
-        let Some(strings) = whole_strings(&sections, endian, data, table.sh_link(endian)) else {
-            continue;
-        };
-        let Ok(symbols) = table.data_as_array::<Elf::Sym, _>(endian, data) else {
+        let Some(Some((symbols, strings))) = symbol_table(&sections, endian, data, kind) else {
             continue;
         };
         for s in symbols {

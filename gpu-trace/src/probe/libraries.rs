@@ -1,5 +1,6 @@
 //! What `gpu-trace api --resolve` reads of a process: /proc/PID/{maps,environ,exe,fd,comm} and
-//! the ELF files it maps (DT_NEEDED, DT_SONAME and the dynamic symbol table, `probe::elf`).
+//! the ELF files it maps (DT_NEEDED, DT_SONAME and the dynamic symbol table, `probe::elf`; an
+//! interposer's `.symtab` for its probable hidden hooks).
 //! Everything a process controls is opened and read by `probe::untrusted`'s rules (inside its
 //! root, regular files only, capped). The resolution itself is pure: `gpu_trace_core::api`.
 
@@ -8,6 +9,7 @@ use std::io;
 use std::path::Path;
 use std::sync::Arc;
 
+use gpu_trace_core::api::interposer::{self, HiddenHooks};
 use gpu_trace_core::api::render::ProcessReport;
 use gpu_trace_core::api::resolve::{Library, Origin, resolve};
 use gpu_trace_core::api::symbols::SymbolTable;
@@ -56,6 +58,8 @@ pub enum ReadError {
 pub struct Opened {
     pub file: Option<Verified>,
     pub facts: Facts,
+    /// Its probable hidden hooks, read from its `.symtab` where it interposes (`--resolve`).
+    pub hidden_hooks: Option<HiddenHooks>,
 }
 
 impl Opened {
@@ -76,7 +80,11 @@ impl Opened {
             || !facts.lookups.is_empty()
             || facts.dl_debug_state.is_some();
         let file = keep.then_some(file);
-        Self { file, facts }
+        Self {
+            file,
+            facts,
+            hidden_hooks: None,
+        }
     }
 }
 
@@ -254,13 +262,30 @@ impl Reader {
         }
         let opened = match untrusted::open_mapping(pid, &m.range, &m.path) {
             Ok(file) => elf::facts(file.file(), &self.table).map(|facts| {
-                if let Some(what) = &facts.skipped {
+                let interposes = interposer::interposes(
+                    &self.table,
+                    &m.path,
+                    facts.soname.as_deref(),
+                    facts.defines.keys().map(String::as_str),
+                    facts.exports_lookups.iter().map(String::as_str),
+                );
+                let hidden = interposes
+                    .then(|| elf::hidden_hooks(file.file(), &self.table))
+                    .flatten();
+                let skipped = [
+                    ("", facts.skipped.as_ref()),
+                    (" symtab", hidden.as_ref().and_then(|h| h.1.as_ref())),
+                ];
+                for (part, what) in skipped {
+                    let Some(what) = what else { continue };
                     self.note(
-                        format!("{}:{}", m.dev, m.inode),
+                        format!("{}:{}{part}", m.dev, m.inode),
                         format!("{} (process {pid}): {what} not read", escape_text(&m.path)),
                     );
                 }
-                Arc::new(Opened::new(file, facts))
+                let mut opened = Opened::new(file, facts);
+                opened.hidden_hooks = hidden.map(|h| h.0);
+                Arc::new(opened)
             }),
             Err(e @ UntrustedError::NotRegular { .. }) => {
                 self.note(
@@ -439,6 +464,8 @@ fn binding_order(
                     .map(|(name, d)| (name.clone(), d.binding))
                     .collect(),
                 imports_dlsym: info.imports_dlsym,
+                exports_lookups: info.exports_lookups.clone(),
+                hidden_hooks: opened.hidden_hooks.clone(),
             }
         })
         .collect();
