@@ -475,6 +475,13 @@ impl<W: Write> Pipeline<W> {
         pid_ok && comm_ok
     }
 
+    /// An API record made in userspace, not read from the ring (`API_PATH` verdicts,
+    /// `API_HANDOUT`s): the same filters and sinks as the kernel's records. `origin`: when it
+    /// was made, and its process.
+    pub fn api_event(&mut self, event: &ApiEvent, origin: &Origin) -> Result<(), SinkError> {
+        self.emit_api(event, origin)
+    }
+
     /// Hands an API record that passes `--pid`/`--comm`/`-- CMD` to each sink (`--gpu` does
     /// not apply: an API call is on no GPU).
     fn emit_api(&mut self, event: &ApiEvent, origin: &Origin) -> Result<(), SinkError> {

@@ -79,10 +79,17 @@ fn fields(line: &str) -> HashMap<String, u64> {
         .collect()
 }
 
-/// `gpu-trace api -v --format json -- env LD_PRELOAD=SHIM client MODE`.
-fn run(root: &Path, shim: &str, mode: &str) -> Run {
+/// `gpu-trace api -v --format json -- env LD_PRELOAD=SHIM client MODE`; with `main`, the main
+/// trace instead (`gpu-trace --watch-device /dev/full --api -v --format json -- …`: the same
+/// API records among the driver's).
+fn run(root: &Path, shim: &str, mode: &str, main: bool) -> Run {
+    let command: &[&str] = match main {
+        false => &["api"],
+        true => &["--watch-device", "/dev/full", "--api"],
+    };
     let out = Command::new(env!("CARGO_BIN_EXE_gpu-trace"))
-        .args(["api", "-v", "--format", "json", "--", "env"])
+        .args(command)
+        .args(["-v", "--format", "json", "--", "env"])
         .arg(format!("LD_PRELOAD={}", root.join(shim).display()))
         .arg(root.join("client"))
         .arg(mode)
@@ -150,9 +157,9 @@ impl Run {
 
 /// The shim's hooks are on the path of every call: `through` is the shim's own count, `total`
 /// the client's (each hook calls the driver's copy once).
-fn on_the_path(test: &str, shim: &str) -> Option<Run> {
+fn on_the_path(test: &str, shim: &str, main: bool) -> Option<Run> {
     let (_dir, root) = build(test)?;
-    let r = run(&root, shim, "runtime");
+    let r = run(&root, shim, "runtime", main);
     assert_eq!(r.client["launch"], 1000, "{}", r.out);
     assert_eq!(r.client["alloc"], 100, "{}", r.out);
     assert_eq!(r.shim["launch"], 1000, "{}", r.out);
@@ -199,6 +206,7 @@ fn hooks_handed_out_through_dlsym_and_cugetprocaddress_are_counted_on_the_path()
     on_the_path(
         "hooks_handed_out_through_dlsym_and_cugetprocaddress_are_counted_on_the_path",
         "libshim.so",
+        false,
     );
 }
 
@@ -207,6 +215,7 @@ fn a_stripped_shims_hooks_are_counted_the_same() {
     on_the_path(
         "a_stripped_shims_hooks_are_counted_the_same",
         "libshim_stripped.so",
+        false,
     );
 }
 
@@ -216,7 +225,7 @@ fn a_stripped_shims_hooks_are_counted_the_same() {
 #[test]
 fn hooks_handed_out_by_an_exported_cugetprocaddress_are_probed_with_their_names() {
     let test = "hooks_handed_out_by_an_exported_cugetprocaddress_are_probed_with_their_names";
-    let Some(r) = on_the_path(test, "libshim_getproc.so") else {
+    let Some(r) = on_the_path(test, "libshim_getproc.so", false) else {
         return;
     };
     let hooks = r.hidden("cuLaunchKernel");
@@ -252,7 +261,7 @@ fn a_client_that_binds_the_driver_directly_bypasses_the_shim() {
     let Some((_dir, root)) = build(test) else {
         return;
     };
-    let r = run(&root, "libshim.so", "direct");
+    let r = run(&root, "libshim.so", "direct", false);
     assert_eq!(r.shim["launch"], 0, "{}", r.out);
     let syms = r.symbols("libshim.so");
     assert_eq!(syms["cuLaunchKernel"], (0, r.client["launch"]), "{}", r.out);
@@ -267,7 +276,7 @@ fn a_shim_that_hooks_some_symbols_is_partial() {
     let Some((_dir, root)) = build(test) else {
         return;
     };
-    let r = run(&root, "libshim_partial.so", "runtime");
+    let r = run(&root, "libshim_partial.so", "runtime", false);
     assert_eq!(r.shim["alloc"], 0, "{}", r.out);
     let syms = r.symbols("libshim_partial.so");
     assert_eq!(
@@ -283,4 +292,24 @@ fn a_shim_that_hooks_some_symbols_is_partial() {
         "{}",
         r.out
     );
+}
+
+/// The main trace (`gpu-trace --api`) gives the same records through its one stream: the
+/// verdict and counts on the path (the programs' own counts), the hidden hook's hand-out with
+/// `-v`, and `bypassed` for the client that binds the driver directly.
+#[test]
+fn the_main_trace_gives_the_same_verdicts_and_hand_outs() {
+    let test = "the_main_trace_gives_the_same_verdicts_and_hand_outs";
+    let Some(r) = on_the_path(test, "libshim_getproc.so", true) else {
+        return;
+    };
+    let hooks = r.hidden("cuLaunchKernel");
+    assert_eq!(hooks.len(), 1, "{}", r.out);
+    assert_eq!(hooks[0]["function"], "hook_launch", "{}", r.out);
+    let (_dir, root) = build(test).expect("built above");
+    let r = run(&root, "libshim.so", "direct", true);
+    assert_eq!(r.shim["launch"], 0, "{}", r.out);
+    let syms = r.symbols("libshim.so");
+    assert_eq!(syms["cuLaunchKernel"], (0, r.client["launch"]), "{}", r.out);
+    assert_eq!(r.path("libshim.so")["verdict"], "bypassed", "{}", r.out);
 }

@@ -268,6 +268,8 @@ pub(crate) mod samples {
             ApiEvent::Call(e) => (e.tid, e.comm.as_str()),
             ApiEvent::Recursion(e) => (e.tid, e.comm.as_str()),
             ApiEvent::Stats(s) => (s.pid, ""),
+            ApiEvent::Path(p) => (p.pid, p.comm.as_str()),
+            ApiEvent::Handout(h) => (h.pid, h.comm.as_str()),
         };
         crate::event::Origin {
             ts_ns,

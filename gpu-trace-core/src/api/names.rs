@@ -27,26 +27,34 @@ pub enum ApiEvent {
     /// A process's calls of one library's symbol so far (the kernel's sums, read each second
     /// and at the end).
     Stats(CallStats),
+    /// An interposer's verdict: on the path of the process's calls, or bypassed (at the end
+    /// and each `--interval`).
+    Path(super::path::ApiPath),
+    /// A lookup handed a table symbol out (`-v`).
+    Handout(super::path::Handout),
 }
 
 impl ApiEvent {
-    /// The name of its line (`API_CALL`, `API_RECURSION`); `None` for a process's sums, which
+    /// The name of its line (`API_CALL`, `API_RECURSION`, `API_PATH`, `API_HANDOUT`); `None`
+    /// for a process's sums, which
     /// the statistics print rather than a line of their own.
     pub fn name(&self) -> Option<&'static str> {
         match self {
             Self::Call(_) => Some("API_CALL"),
             Self::Recursion(_) => Some("API_RECURSION"),
+            Self::Path(_) => Some("API_PATH"),
+            Self::Handout(_) => Some("API_HANDOUT"),
             Self::Stats(_) => None,
         }
     }
 
     /// The call the line is about (a recursion's: the call that re-entered); `None` for a
-    /// process's sums.
+    /// process's sums, a verdict and a hand-out.
     pub fn site(&self) -> Option<&Site> {
         match self {
             Self::Call(e) => Some(&e.site),
             Self::Recursion(e) => Some(&e.site),
-            Self::Stats(_) => None,
+            Self::Stats(_) | Self::Path(_) | Self::Handout(_) => None,
         }
     }
 
@@ -56,6 +64,8 @@ impl ApiEvent {
             Self::Call(e) => e.pid,
             Self::Recursion(e) => e.pid,
             Self::Stats(s) => s.pid,
+            Self::Path(p) => p.pid,
+            Self::Handout(h) => h.pid,
         }
     }
 }

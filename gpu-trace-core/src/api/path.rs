@@ -119,10 +119,14 @@ impl ApiPath {
     /// (cuLaunchKernel, cuMemAlloc_v2) passed through it; its dlsym saw 93 lookups, none for a
     /// GPU API symbol`.
     pub fn text(&self) -> String {
+        format!("PATH pid {} {}", self.pid, self.sentence())
+    }
+
+    /// The sentence after `PATH pid N ` (the main trace's line puts its own head before it).
+    pub fn sentence(&self) -> String {
         let (through, total) = self.sums();
         let mut s = format!(
-            "PATH pid {} {}{}: {} — {through} of {total} calls",
-            self.pid,
+            "{}{}: {} — {through} of {total} calls",
             escape_text(&self.library),
             if self.preload { " (LD_PRELOAD)" } else { "" },
             self.verdict().name(),
@@ -184,12 +188,18 @@ pub struct Handout {
 
 impl Handout {
     pub fn text(&self) -> String {
-        let mut s = format!(
-            "API_HANDOUT  PID={} {} {} -> ",
+        format!(
+            "API_HANDOUT  PID={} {} {}",
             self.pid,
             escape_text(&self.comm),
-            escape_text(&self.symbol)
-        );
+            self.fields()
+        )
+    }
+
+    /// What follows the process in its line: `SYMBOL -> LIBRARY+OFFSET (FUNCTION) … by
+    /// LOOKUP@LIBRARY`.
+    pub fn fields(&self) -> String {
+        let mut s = format!("{} -> ", escape_text(&self.symbol));
         match &self.library {
             Some(l) => {
                 let _ = write!(s, "{}+{:#x}", escape_text(l), self.offset);

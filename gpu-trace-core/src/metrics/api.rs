@@ -41,6 +41,16 @@ pub const ERRORS: MetricDoc = MetricDoc {
     labels: API_LABELS,
     help: "Of gpu_trace_api_calls_total, the calls that returned a status other than 0 (CUresult, cudaError_t, hipError_t).",
 };
+/// See [`CALLS`]: the calls that passed through an interposer (`API_PATH`).
+pub const INTERPOSER: MetricDoc = MetricDoc {
+    name: "gpu_trace_api_interposer_calls_total",
+    kind: "counter",
+    labels: "comm, container, container_user (a user's container only), pod, namespace, pod_uid, library, verdict",
+    help: "GPU API calls that entered an interposer (a library other than the runtime that exports, looks up or hands out its symbols) in the processes with these labels, under its latest verdict: on_path, partial, bypassed or idle (--api; API_PATH, at the end and each --interval).",
+};
+/// (process, interposer) rows followed at most for [`INTERPOSER`].
+pub const MAX_PATH_ROWS: usize = 4096;
+
 /// See [`CALLS`].
 pub const SECONDS: MetricDoc = MetricDoc {
     name: "gpu_trace_api_call_seconds_total",
@@ -65,6 +75,84 @@ struct ApiLabels {
 /// Calls, errors, nanoseconds.
 type Figures = [u64; 3];
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+struct PathLabels {
+    comm: String,
+    container: String,
+    #[prometheus(flatten)]
+    container_user: super::UserLabel,
+    pod: String,
+    namespace: String,
+    pod_uid: String,
+    library: String,
+    verdict: String,
+}
+
+/// [`INTERPOSER`]: per (process, interposer) its labels (with the latest verdict) and the calls
+/// through it so far, summed by label set when served; empty: nothing served.
+#[derive(Clone, Debug, Default)]
+pub(super) struct PathCollector(Arc<Mutex<PathRows>>);
+
+/// (process, interposer's path) → its labels and calls through it.
+type PathRows = HashMap<(u32, String), (PathLabels, u64)>;
+
+impl PathCollector {
+    /// An `API_PATH`: process `process` (where it runs: `workload`) and its interposer's
+    /// calls so far. A row past [`MAX_PATH_ROWS`], or a label set past `max_label_sets`,
+    /// counts under `library` `__overflow__`.
+    pub fn set(
+        &self,
+        path: &crate::api::path::ApiPath,
+        process: &str,
+        workload: Option<&Workload>,
+        max_label_sets: usize,
+    ) {
+        let through = path.symbols.iter().map(|s| s.through).sum();
+        let w = workload.cloned().unwrap_or_default();
+        let mut labels = PathLabels {
+            comm: sanitize_label(process),
+            container: sanitize_label(&w.container),
+            container_user: super::UserLabel::of(&w),
+            pod: sanitize_label(&w.pod),
+            namespace: sanitize_label(&w.namespace),
+            pod_uid: sanitize_label(&w.pod_uid),
+            library: sanitize_label(&path.library),
+            verdict: path.verdict().name().to_string(),
+        };
+        let mut rows = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (path.pid, path.library.clone());
+        let sets: std::collections::HashSet<&PathLabels> = rows.values().map(|(l, _)| l).collect();
+        let known = rows.contains_key(&key);
+        if (!known && rows.len() >= MAX_PATH_ROWS)
+            || (!sets.contains(&labels) && sets.len() >= max_label_sets)
+        {
+            labels.library = OVERFLOW.into();
+            labels.comm = OVERFLOW.into();
+        }
+        rows.insert(key, (labels, through));
+    }
+}
+
+impl prometheus_client::collector::Collector for PathCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let rows = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let mut sums: BTreeMap<&PathLabels, u64> = BTreeMap::new();
+        for (labels, through) in rows.values() {
+            *sums.entry(labels).or_default() += through;
+        }
+        let help = INTERPOSER.help.trim_end_matches('.');
+        let kind = ConstCounter::new(0u64).metric_type();
+        let mut m = encoder.encode_descriptor(family_name(&INTERPOSER), help, None, kind)?;
+        for (labels, v) in sums {
+            ConstCounter::new(v).encode(m.encode_family(labels)?)?;
+        }
+        Ok(())
+    }
+}
+
 /// The counters as last set; empty: nothing served.
 #[derive(Clone, Debug, Default)]
 pub(super) struct ApiCollector(Arc<Mutex<BTreeMap<ApiLabels, Figures>>>);
@@ -77,6 +165,8 @@ pub(super) struct ApiRows {
     /// New rows not followed because [`MAX_ROWS`] were.
     pub rows_dropped: u64,
     pub collector: ApiCollector,
+    /// [`INTERPOSER`].
+    pub paths: PathCollector,
 }
 
 impl ApiRows {

@@ -323,6 +323,7 @@ pub const REFERENCE: &[MetricDoc] = &[
     api::CALLS,
     api::ERRORS,
     api::SECONDS,
+    api::INTERPOSER,
     BUILD,
     CPU,
     RSS,
@@ -787,6 +788,7 @@ impl Metrics {
         registry.register_collector(Box::new(share.clone()));
         let api = api::ApiRows::default();
         registry.register_collector(Box::new(api.collector.clone()));
+        registry.register_collector(Box::new(api.paths.clone()));
         Self {
             registry: Arc::new(registry),
             fam,
@@ -1361,10 +1363,16 @@ impl Sink for Metrics {
     }
 
     fn api(&mut self, ev: &ApiEnriched<'_>) -> Result<(), SinkError> {
-        if let crate::api::names::ApiEvent::Stats(row) = ev.event {
-            let workload = ev.cgroup.map(Workload::of);
-            self.api
-                .add(row, ev.process, workload.as_ref(), self.max_series);
+        use crate::api::names::ApiEvent;
+        let workload = ev.cgroup.map(Workload::of);
+        match ev.event {
+            ApiEvent::Stats(row) => {
+                (self.api).add(row, ev.process, workload.as_ref(), self.max_series);
+            }
+            ApiEvent::Path(path) => {
+                (self.api.paths).set(path, ev.process, workload.as_ref(), self.max_series);
+            }
+            _ => {}
         }
         Ok(())
     }

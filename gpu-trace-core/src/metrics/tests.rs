@@ -830,3 +830,58 @@ fn a_users_copy_of_a_container_id_is_its_own_series_with_container_user() {
         "{t}"
     );
 }
+
+/// Issue 39, item 3: each `API_PATH` sets its (process, interposer) row; served summed per
+/// label set with the latest verdict, never by pid; a verdict that changes moves the row to
+/// its new series (no old series left behind).
+#[test]
+fn interposer_calls_are_summed_per_label_set_under_the_latest_verdict() {
+    use crate::api::path::{ApiPath, PathSymbol};
+    let mut m = Metrics::new(MetricsConfig::default());
+    let path = |pid, through: u64, total: u64| {
+        crate::api::names::ApiEvent::Path(ApiPath {
+            pid,
+            comm: "python3".into(),
+            library: "/opt/vgpu/libvgpu.so".into(),
+            preload: true,
+            symbols: vec![PathSymbol {
+                symbol: "cuLaunchKernel".into(),
+                through,
+                total,
+            }],
+            lookups: 0,
+            api_lookups: 0,
+            overrides: vec!["dlsym".into()],
+            last: false,
+        })
+    };
+    let feed = |m: &mut Metrics, event: &crate::api::names::ApiEvent| {
+        let origin = crate::api::events::samples::origin_of(event, 0, 0);
+        let ev = crate::sink::ApiEnriched {
+            event,
+            origin: &origin,
+            process: "python3",
+            cgroup: None,
+        };
+        m.api(&ev).unwrap();
+    };
+    let series = |verdict: &str| {
+        format!(
+            "gpu_trace_api_interposer_calls_total{{comm=\"python3\",container=\"\",pod=\"\",\
+             namespace=\"\",pod_uid=\"\",library=\"/opt/vgpu/libvgpu.so\",verdict=\"{verdict}\"}}"
+        )
+    };
+    assert!(!m.encode().contains("gpu_trace_api_interposer"));
+    feed(&mut m, &path(10, 0, 40));
+    feed(&mut m, &path(11, 0, 2));
+    assert_eq!(sample(&m.encode(), &series("bypassed")), Some(0.0));
+    // Process 10's hook comes on the path: its row moves to on_path with its count.
+    feed(&mut m, &path(10, 50, 50));
+    let t = m.encode();
+    assert_eq!(sample(&t, &series("on_path")), Some(50.0), "{t}");
+    assert_eq!(sample(&t, &series("bypassed")), Some(0.0), "{t}");
+    feed(&mut m, &path(11, 7, 7));
+    let t = m.encode();
+    assert_eq!(sample(&t, &series("on_path")), Some(57.0), "{t}");
+    assert_eq!(sample(&t, &series("bypassed")), None, "{t}");
+}

@@ -408,6 +408,18 @@ pub fn write_event(
 /// (module documentation, "API records of the main trace"). False (nothing appended) for a
 /// process's sums (`API_STATS`: the statistics carry them).
 pub fn write_api(out: &mut Vec<u8>, ev: &ApiEnriched<'_>, clock: &Clock) -> bool {
+    // The same lines as `gpu-trace api`'s (docs/api.md).
+    match ev.event {
+        ApiEvent::Path(p) => {
+            out.extend_from_slice(p.json().as_bytes());
+            return true;
+        }
+        ApiEvent::Handout(h) => {
+            out.extend_from_slice(h.json().as_bytes());
+            return true;
+        }
+        _ => {}
+    }
     let (Some(name), Some(site)) = (ev.event.name(), ev.event.site()) else {
         return false;
     };
@@ -432,7 +444,7 @@ pub fn write_api(out: &mut Vec<u8>, ev: &ApiEnriched<'_>, clock: &Clock) -> bool
             let chain: Vec<SiteJson<'_>> = e.chain.iter().map(SiteJson::of).collect();
             field(out, "chain", &chain);
         }
-        ApiEvent::Stats(_) => {}
+        ApiEvent::Stats(_) | ApiEvent::Path(_) | ApiEvent::Handout(_) => {}
     }
     if let Some(a) = ev.cgroup {
         field(out, "cgroup", &a.json_fields());

@@ -839,7 +839,8 @@ impl<W: Write> PerfettoWriter<W> {
     /// group. A process's sums (`API_STATS`) are not drawn.
     pub fn api(&mut self, ev: &ApiEnriched<'_>, process_name: &str) -> io::Result<()> {
         use crate::api::events::site_text;
-        if ev.event.name().is_none() {
+        // A call or a recursion (a verdict or a hand-out is no moment of a thread).
+        if ev.event.site().is_none() {
             return Ok(());
         }
         let o = ev.origin;
@@ -874,7 +875,7 @@ impl<W: Write> PerfettoWriter<W> {
                 args["chain"] = chain.join(" > ").into();
                 self.thread_instant(ts_ns, (pid, tid), "API_RECURSION", args)
             }
-            ApiEvent::Stats(_) => Ok(()),
+            ApiEvent::Stats(_) | ApiEvent::Path(_) | ApiEvent::Handout(_) => Ok(()),
         }
     }
 

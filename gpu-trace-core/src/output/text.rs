@@ -177,7 +177,10 @@ impl TextFormatter {
         let fields = match ev.event {
             ApiEvent::Call(e) => api_events::call_fields(e),
             ApiEvent::Recursion(e) => api_events::recursion_fields(e),
-            ApiEvent::Stats(_) => return false,
+            ApiEvent::Path(p) => p.sentence(),
+            // `-v` only: one a process and symbol, mostly at its start.
+            ApiEvent::Handout(h) if self.verbose => h.fields(),
+            ApiEvent::Handout(_) | ApiEvent::Stats(_) => return false,
         };
         self.write_head(line, clock, tz, seconds, ev.origin, name);
         line.push(' ');

@@ -140,6 +140,7 @@ pub async fn run_live_with(
         tracer,
         reader: Reader {
             descendants,
+            api_verbose: args.output.verbose,
             ..Reader::new(cgroups, api)
         },
         command,
@@ -316,6 +317,8 @@ impl LiveRun<'_> {
                         &mut self.recorder,
                         Some(DRAIN_SLICE),
                     );
+                    let (reader, tracer) = (&mut self.reader, &self.tracer);
+                    reader.send_api_paths(tracer, &mut self.pipeline, false);
                     self.show_stats()?;
                 }
                 () = wake.notified() => {} // an output failed: the loop condition sees it
@@ -384,9 +387,8 @@ impl LiveRun<'_> {
             for signal in &loaded {
                 api.attacher.signal(self.tracer.ebpf_mut(), signal);
             }
-            // Hand-outs are `gpu-trace api -v`'s lines; the main trace keeps none.
-            api.attacher.take_handouts();
         }
+        self.reader.send_handouts(&mut self.pipeline);
     }
 
     /// `-- CMD`: the command's exit status (128 + N for a signal), looked at for 0.2 s more
@@ -504,6 +506,9 @@ impl LiveRun<'_> {
         // stopped at a change of its link map that was not read any more goes on.
         self.reader
             .send_api_sums(&self.tracer, &mut self.pipeline, &mut self.recorder);
+        self.reader.send_handouts(&mut self.pipeline);
+        self.reader
+            .send_api_paths(&self.tracer, &mut self.pipeline, true);
         if let Some(api) = self.reader.api.as_mut() {
             api.attacher.release_held();
             api.attacher.report_skipped();

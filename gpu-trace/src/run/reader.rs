@@ -6,10 +6,13 @@ use std::time::{Duration, Instant};
 use aya::maps::{MapData, RingBuf};
 use gpu_trace_common::record_kind;
 
+use gpu_trace_core::api::names::ApiEvent;
+
 use super::{
     error::RunError, late_attach::monotonic_now_ns, outputs::sink_error, signals::stop_requested,
 };
 use crate::{
+    event::Origin,
     loader::Tracer,
     pipeline::Pipeline,
     probe::{cgroup::CgroupResolver, system},
@@ -32,6 +35,8 @@ pub(super) struct Reader {
     pub(super) descendants: Option<crate::launch::Descendants>,
     /// `--api`: the probes and the names behind the kernel's `API_TAG` cookies.
     pub(super) api: Option<crate::api::attach::TraceApi>,
+    /// `--api -v`: the hand-outs are shown (`API_HANDOUT`).
+    pub(super) api_verbose: bool,
     /// `--api`: targets whose link map changed (`API_LOADED`) or that were handed an address
     /// (`API_HANDOUT`), and whether the kernel stopped them, to attach at once, in ring order.
     pub(super) loaded: Vec<crate::api::attach::ApiSignal>,
@@ -176,6 +181,64 @@ impl Reader {
         };
         for rec in api.stats_records(sums, monotonic_now_ns()) {
             self.inject(&RawRecord::ApiStats(rec), pipeline, recorder);
+        }
+    }
+
+    /// `--api -v`: the hand-outs seen since the last call, an `API_HANDOUT` each (without
+    /// `-v` they are dropped).
+    pub(super) fn send_handouts(&mut self, pipeline: &mut Pipeline<QueueWriter>) {
+        let Some(api) = self.api.as_mut() else {
+            return;
+        };
+        let handouts = api.attacher.take_handouts();
+        if self.api_verbose {
+            for h in handouts {
+                let (pid, comm) = (h.pid, h.comm.clone());
+                self.api_event(pipeline, &ApiEvent::Handout(h), pid, &comm);
+            }
+        }
+    }
+
+    /// `--api`: one `API_PATH` per (process, interposer) from the kernel's sums so far
+    /// (`last`: the run's end; else `--interval`'s), into the pipeline — not the recording:
+    /// they are made from maps a replay does not have.
+    pub(super) fn send_api_paths(
+        &mut self,
+        tracer: &Tracer,
+        pipeline: &mut Pipeline<QueueWriter>,
+        last: bool,
+    ) {
+        let Some(api) = self.api.as_ref() else {
+            return;
+        };
+        let sums = crate::api::attach::read_sums(tracer.ebpf());
+        let through = crate::api::attach::read_through(tracer.ebpf());
+        for p in api.attacher.paths(&sums, &through, last) {
+            let (pid, comm) = (p.pid, p.comm.clone());
+            self.api_event(pipeline, &ApiEvent::Path(p), pid, &comm);
+        }
+    }
+
+    /// An API record made here, at this moment, about process `pid` (`comm`).
+    fn api_event(
+        &mut self,
+        pipeline: &mut Pipeline<QueueWriter>,
+        event: &ApiEvent,
+        pid: u32,
+        comm: &str,
+    ) {
+        if self.failure.is_some() {
+            return;
+        }
+        let origin = Origin {
+            ts_ns: monotonic_now_ns(),
+            cpu: 0,
+            pid,
+            tid: pid,
+            comm: comm.into(),
+        };
+        if let Err(e) = pipeline.api_event(event, &origin) {
+            self.failure = Some(sink_error(e));
         }
     }
 
