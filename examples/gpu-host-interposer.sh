@@ -4,7 +4,8 @@
 # cuMemAlloc hooks) preloaded under PyTorch, traced by `gpu-trace api -v -- env LD_PRELOAD=…`,
 # with tracefs uprobes on the shim's hidden hooks (offsets from its .symtab) and on libcuda's
 # cuLaunchKernel in the same run as the truth; then the same with SHIM_OFF=1 (the shim loaded,
-# overriding dlsym, on no call's path).
+# overriding dlsym, on no call's path). Each twice: `gpu-trace api` and the main trace
+# (`gpu-trace --api`, the same records through its one stream, among the driver's events).
 #   examples/gpu-host-interposer.sh BIN OUT
 set -u
 B=$1; O=$2/interposer
@@ -50,11 +51,13 @@ big = [torch.empty(256 << 20, device="cuda") for _ in range(3)]
 torch.cuda.synchronize()
 print("done 1000", flush=True)
 PY
-one() {  # $1: name, then env assignments
-  local n=$1; shift
+one() {  # $1: name, $2: api (gpu-trace api) or main (gpu-trace --api), then env assignments
+  local n=$1 mode=$2; shift 2
+  local cmd=(api -v --format json)
+  [ "$mode" = main ] && cmd=(--api -v --format json)
   echo > $T/trace; echo 1 > $T/events/gti/enable
   local t0=$(date +%s.%N)
-  timeout -s INT 90 "$B" api -v --format json -- env "$@" LD_PRELOAD="$SHIM" python3 "$O/w.py" > "$O/$n.jsonl" 2> "$O/$n.stderr"
+  timeout -s INT 90 "$B" "${cmd[@]}" -- env "$@" LD_PRELOAD="$SHIM" python3 "$O/w.py" > "$O/$n.jsonl" 2> "$O/$n.stderr"
   echo "$n: exit $? in $(python3 -c "print(round($(date +%s.%N)-$t0,2))") s"
   echo 0 > $T/events/gti/enable; cat $T/trace > "$O/$n.tracefs.txt"
   grep -E '^shim |uprobes attached|cannot|gpu-trace:' "$O/$n.stderr" | head -8
@@ -75,11 +78,15 @@ for l in open(base + ".jsonl"):
         for s in e["symbols"][:8]: print(f"    {s['symbol']:28} through {s['through']:6} total {s['total']:6}")
 hand = [e for e in map(lambda l: json.loads(l) if l.startswith("{") else {}, open(base + ".jsonl")) if e.get("event") == "API_HANDOUT"]
 print(f"  API_HANDOUT lines: {len(hand)}, hidden: {[(h['symbol'], h['function']) for h in hand if h['hidden']]}")
+kinds = collections.Counter(e.get("event") for e in map(lambda l: json.loads(l) if l.startswith("{") else {}, open(base + ".jsonl")))
+print("  records by kind:", dict(kinds))
 PY
 }
 echo "== control: the shim under PyTorch, untraced $(date -u +%T)"
 timeout 60 env LD_PRELOAD="$SHIM" python3 "$O/w.py"; echo "control exit $?"
-echo "== on the path $(date -u +%T)"; one on_path -u SHIM_OFF
-echo "== SHIM_OFF=1: loaded, bypassed $(date -u +%T)"; one bypassed SHIM_OFF=1
+echo "== on the path $(date -u +%T)"; one on_path api -u SHIM_OFF
+echo "== SHIM_OFF=1: loaded, bypassed $(date -u +%T)"; one bypassed api SHIM_OFF=1
+echo "== main trace --api, on the path $(date -u +%T)"; one main_on_path main -u SHIM_OFF
+echo "== main trace --api, SHIM_OFF=1 $(date -u +%T)"; one main_bypassed main SHIM_OFF=1
 echo > $T/uprobe_events
 date -u

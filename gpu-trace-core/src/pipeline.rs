@@ -103,6 +103,8 @@ pub struct Pipeline<W: Write> {
     gpu_filter: Vec<String>,
     /// Events `--gpu` left out because their GPU was not known (yet).
     gpu_unknown: u64,
+    /// Records of the tracer's own process the live run left out ([`Self::own_process_record`]).
+    own_process: u64,
     /// Names pods by UID (live runs: the node's /var/log/pods; `--pods-dir`).
     pods: Option<Box<dyn PodResolver>>,
     /// `--api`: the names behind the API records' cookies.
@@ -149,6 +151,7 @@ impl<W: Write> Pipeline<W> {
             followed: None,
             gpu_filter: Vec::new(),
             gpu_unknown: 0,
+            own_process: 0,
             first_ts: None,
             last_ts: None,
             outputs: Outputs::new(lines),
@@ -290,6 +293,12 @@ impl<W: Write> Pipeline<W> {
                 Ok(())
             }
         }
+    }
+
+    /// Counts one record of the tracer's own process, which a live run does not feed (its
+    /// NVML thread's driver calls): `own_process` among the statistics' unreported reasons.
+    pub fn own_process_record(&mut self) {
+        self.own_process += 1;
     }
 
     /// Counts one ring-buffer item that was not a record (see [`feed`](Self::feed)).
@@ -660,6 +669,9 @@ impl<W: Write> Pipeline<W> {
         if self.gpu_unknown > 0 {
             reasons.insert("gpu_unknown", self.gpu_unknown);
         }
+        if self.own_process > 0 {
+            reasons.insert("own_process", self.own_process);
+        }
         reasons
     }
 
@@ -767,5 +779,34 @@ mod tests {
         assert_eq!(titles.len(), 3, "{titles:#?}");
         assert!(titles[0].contains("(0.0 s)"), "{titles:#?}");
         assert!(titles[1].contains("(1000.0 s)"), "{titles:#?}");
+    }
+
+    /// Records of the tracer's own process are counted where the statistics and `STATS` show
+    /// the calls that gave no event (`own_process`), and only when there were some.
+    #[test]
+    fn the_tracers_own_records_are_counted_as_unreported() {
+        let config = PipelineConfig {
+            verbose: false,
+            pids: Vec::new(),
+            comms: Vec::new(),
+            format: Format::Json,
+            timestamps: TimestampMode::default(),
+            stats: true,
+            clock: Clock::new(0),
+            show_container: false,
+        };
+        let stats_of = |own: u64| {
+            let mut p = Pipeline::new(config.clone(), Vec::new());
+            for _ in 0..own {
+                p.own_process_record();
+            }
+            let f = p.finish_all(KernelCounters::default(), Duration::from_secs(1));
+            let out = String::from_utf8(f.out).unwrap();
+            let last: serde_json::Value =
+                serde_json::from_str(out.lines().last().unwrap()).unwrap();
+            last["unreported"]["own_process"].clone()
+        };
+        assert_eq!(stats_of(4), 4);
+        assert!(stats_of(0).is_null());
     }
 }

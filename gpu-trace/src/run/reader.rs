@@ -40,6 +40,9 @@ pub(super) struct Reader {
     /// `--api`: targets whose link map changed (`API_LOADED`) or that were handed an address
     /// (`API_HANDOUT`), and whether the kernel stopped them, to attach at once, in ring order.
     pub(super) loaded: Vec<crate::api::attach::ApiSignal>,
+    /// gpu-trace's own process: its records are left out (its NVML thread opens the GPU and
+    /// frees, at the end, RM objects it made before the programs attached).
+    pub(super) own_tgid: u32,
 }
 
 /// How long one slice of reading may last before the live loop looks at signals, the deadline,
@@ -70,6 +73,7 @@ impl Reader {
         Self {
             cgroups,
             api,
+            own_tgid: std::process::id(),
             ..Self::default()
         }
     }
@@ -114,6 +118,15 @@ impl Reader {
             // Parsed once: the value serves the decisions below and the pipeline; the recording
             // gets the bytes as the kernel wrote them.
             let parsed = wire::parse_record(&item);
+            // Never gpu-trace itself (filtered here, not in the kernel programs: a tgid check
+            // there made Linux 5.10's verifier refuse them); counted, not recorded.
+            if parsed
+                .as_ref()
+                .is_ok_and(|r| r.header().tgid == self.own_tgid)
+            {
+                pipeline.own_process_record();
+                continue;
+            }
             if let (Some(d), Ok(r)) = (self.descendants.as_mut(), parsed.as_ref())
                 && !d.contains(r.header().tgid)
             {
