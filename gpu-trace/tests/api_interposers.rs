@@ -184,6 +184,8 @@ fn on_the_path(test: &str, shim: &str, main: bool) -> Option<Run> {
         r.out
     );
     assert_eq!(r.path(shim)["verdict"], "on_path", "{}", r.out);
+    // `env LD_PRELOAD=…` inside the command preloaded it (it exports no table symbol).
+    assert_eq!(r.path(shim)["preload"], true, "{}", r.out);
     // Its lookups: the client's calls of its dlsym (one, for a GPU API symbol) and, where the
     // hook is exported (a lookup function of its own), the client's calls of it.
     let exported = shim.contains("getproc");
@@ -267,6 +269,7 @@ fn a_client_that_binds_the_driver_directly_bypasses_the_shim() {
     assert_eq!(syms["cuLaunchKernel"], (0, r.client["launch"]), "{}", r.out);
     assert_eq!(syms["cuMemAlloc_v2"], (0, r.client["alloc"]), "{}", r.out);
     assert_eq!(r.path("libshim.so")["verdict"], "bypassed", "{}", r.out);
+    assert_eq!(r.path("libshim.so")["preload"], true, "{}", r.out);
     assert!(r.hidden("cuLaunchKernel").is_empty(), "{}", r.out);
 }
 

@@ -661,13 +661,15 @@ impl Attacher {
         self.set_ranges(ebpf, pid);
         let mut with_symbols = 0;
         for lib in &report.libraries {
+            // Every preload, also one that exports no table symbol (a HAMi-shaped shim exports
+            // only `dlsym`): its `API_PATH` says `LD_PRELOAD`.
+            if lib.origin == Origin::Preload {
+                self.mark_preload(pid, &lib.path);
+            }
             if lib.defines.is_empty() {
                 continue;
             }
             with_symbols += 1;
-            if lib.origin == Origin::Preload {
-                self.mark_preload(pid, &lib.path);
-            }
             if let Some(opened) = files.get(&lib.path) {
                 self.attach_file(ebpf, pid, &lib.path, opened);
             }
