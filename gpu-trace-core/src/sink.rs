@@ -174,9 +174,14 @@ impl Sink for Stats {
     }
 
     fn api(&mut self, ev: &ApiEnriched<'_>) -> Result<(), SinkError> {
-        if let ApiEvent::Stats(row) = ev.event {
-            self.record_api(row, ev.origin.ts_ns);
-            self.name_api_process(row.pid, ev.process);
+        match ev.event {
+            ApiEvent::Stats(row) => {
+                self.record_api(row, ev.origin.ts_ns);
+                self.name_api_process(row.pid, ev.process);
+            }
+            ApiEvent::Path(path) => self.record_api_path(path),
+            ApiEvent::Handout(h) => self.record_handout(h),
+            _ => {}
         }
         Ok(())
     }

@@ -312,7 +312,17 @@ pub struct Stats {
     /// `--api`: each process's calls (summed over its rows) at the last two reads that sent
     /// it records, `[previous, latest]` as (read time ns, calls): `top`'s rate.
     api_reads: BTreeMap<u32, [(u64, u64); 2]>,
+    /// `--api`: the latest `API_PATH` per (process, interposer). At most [`MAX_API_PATHS`].
+    api_paths: BTreeMap<(u32, String), crate::api::path::ApiPath>,
+    /// `--api -v`: per process, its hand-outs counted and the hidden ones (at most
+    /// [`MAX_HIDDEN_SHOWN`] a process) as `symbol -> library (function)`.
+    handouts: BTreeMap<u32, (u64, Vec<String>)>,
 }
+
+/// (process, interposer) verdicts kept for the statistics; processes whose hand-outs are kept.
+pub const MAX_API_PATHS: usize = 4096;
+/// Hidden hand-outs listed per process in the statistics (all are counted).
+pub const MAX_HIDDEN_SHOWN: usize = 16;
 
 /// The engine label of an event's task: the NVIDIA engine or the AMD queue type.
 fn engine_label(ev: &Event) -> Option<String> {
@@ -902,14 +912,61 @@ impl Stats {
     }
 
     /// `--api`: the API calls table of [`render_text`](Self::render_text) (the rows of each
-    /// process together), only when there is a row.
+    /// process together), only when there is a row; then the interposers' verdicts and the
+    /// hand-outs per process, when there are some.
     fn render_api(&self, out: &mut String) {
-        if self.api.is_empty() {
+        if !self.api.is_empty() {
+            out.push('\n');
+            let rows: Vec<CallStats> = self.api.values().cloned().collect();
+            out.push_str(&crate::api::stats::text("API calls:", &rows));
+        }
+        if !self.api_paths.is_empty() {
+            out.push_str("\nAPI interposers (on the path or bypassed):\n");
+            for p in self.api_paths.values() {
+                let _ = writeln!(out, "  {}", p.text());
+            }
+        }
+        if !self.handouts.is_empty() {
+            out.push_str("\nAPI hand-outs (lookups that answered with a GPU API entry point):\n");
+            for (pid, (count, hidden)) in &self.handouts {
+                let _ = write!(out, "  pid {pid}: {count}, hidden {}", hidden.len());
+                if !hidden.is_empty() {
+                    let _ = write!(out, ": {}", hidden.join(", "));
+                }
+                out.push('\n');
+            }
+        }
+    }
+
+    /// `--api`: an interposer's verdict so far (the latest per process and library is kept).
+    pub fn record_api_path(&mut self, path: &crate::api::path::ApiPath) {
+        let key = (path.pid, path.library.clone());
+        if self.api_paths.len() < MAX_API_PATHS || self.api_paths.contains_key(&key) {
+            self.api_paths.insert(key, path.clone());
+        }
+    }
+
+    /// `--api -v`: a hand-out, counted for its process (a hidden one listed, up to
+    /// [`MAX_HIDDEN_SHOWN`]).
+    pub fn record_handout(&mut self, h: &crate::api::path::Handout) {
+        if self.handouts.len() >= MAX_API_PATHS && !self.handouts.contains_key(&h.pid) {
             return;
         }
-        out.push('\n');
-        let rows: Vec<CallStats> = self.api.values().cloned().collect();
-        out.push_str(&crate::api::stats::text("API calls:", &rows));
+        let (count, hidden) = self.handouts.entry(h.pid).or_default();
+        *count += 1;
+        if h.hidden && hidden.len() < MAX_HIDDEN_SHOWN {
+            let lib = h.library.as_deref().unwrap_or("?");
+            let lib = lib.rsplit('/').next().unwrap_or(lib);
+            let mut s = format!(
+                "{} -> {}",
+                crate::escape::escape_text(&h.symbol),
+                crate::escape::escape_text(lib)
+            );
+            if let Some(f) = &h.function {
+                let _ = write!(s, " ({})", crate::escape::escape_text(f));
+            }
+            hidden.push(s);
+        }
     }
 
     /// The per-container / pod table of [`render_text`](Self::render_text).
@@ -1479,6 +1536,62 @@ mod tests {
         assert_eq!(s.live_at_exit, 1);
         assert!(s.process(7).is_none());
         assert_eq!(s.duration(), Duration::ZERO);
+    }
+
+    /// `--api`: the statistics list each interposer's latest verdict and each process's
+    /// hand-outs (the hidden ones by name), escaped; nothing of the kind without them.
+    #[test]
+    fn renders_interposer_verdicts_and_hand_outs() {
+        use crate::api::path::{ApiPath, Handout, PathSymbol};
+        let mut stats = Stats::new();
+        assert!(!stats.render_text(false).contains("API interposers"));
+        let path = |through| ApiPath {
+            pid: 42,
+            comm: "python3".into(),
+            library: "/opt/libvgpu.so".into(),
+            preload: true,
+            symbols: vec![PathSymbol {
+                symbol: "cuLaunchKernel".into(),
+                through,
+                total: 10,
+            }],
+            lookups: 1,
+            api_lookups: 1,
+            overrides: vec!["dlsym".into()],
+            last: false,
+        };
+        stats.record_api_path(&path(3));
+        stats.record_api_path(&path(10));
+        let handout = |symbol: &str, hidden| Handout {
+            pid: 42,
+            comm: "python3".into(),
+            symbol: symbol.into(),
+            lookup: "cuGetProcAddress_v2".into(),
+            lookup_library: "/opt/libvgpu.so".into(),
+            library: Some("/opt/libvgpu.so".into()),
+            offset: 0x1196,
+            address: 0x7f00_0000_1196,
+            function: Some("hook\u{1b}[31m".into()),
+            hidden,
+        };
+        stats.record_handout(&handout("cuLaunchKernel", true));
+        stats.record_handout(&handout("cuMemAlloc_v2", false));
+        let text = stats.render_text(false);
+        let paths: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("  PATH pid 42 "))
+            .collect();
+        assert_eq!(
+            paths,
+            [
+                "  PATH pid 42 /opt/libvgpu.so (LD_PRELOAD): on_path — 10 of 10 calls (cuLaunchKernel) passed through it; its dlsym saw 1 lookup, 1 for GPU API symbols"
+            ],
+            "{text}"
+        );
+        assert!(
+            text.contains("  pid 42: 2, hidden 1: cuLaunchKernel -> libvgpu.so (hook\\x1b[31m)\n"),
+            "{text}"
+        );
     }
 
     #[test]
