@@ -4,6 +4,7 @@ pub mod files;
 pub mod json;
 pub mod perfetto;
 pub mod share;
+pub mod stats_text;
 pub mod text;
 pub mod top;
 
