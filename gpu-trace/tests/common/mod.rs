@@ -4,10 +4,14 @@
 pub mod prometheus;
 
 use std::{
-    io::Write,
     path::{Path, PathBuf},
     sync::OnceLock,
 };
+
+/// Says loudly that a test could not run (or could only partly run), and why: the workspace's
+/// one way, past libtest's output capture (gpu_trace_core::skip says how; `.ci/run` judges
+/// these lines).
+pub use gpu_trace_core::skip::skipped;
 
 /// This test binary's scratch directory, `target/tmp/<test crate>`: emptied the first time it is
 /// asked for in the process, so what a run leaves behind stays inside `target/` and is replaced
@@ -21,13 +25,6 @@ pub fn scratch() -> &'static Path {
         std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
         dir
     })
-}
-
-/// Says loudly that a test could not run (or could only partly run), and why. Written straight
-/// to the process's stderr, past libtest's output capture, so that it shows in `cargo test`
-/// output even when the test passes; `.ci/run` collects these lines.
-pub fn skipped(test: &str, why: impl std::fmt::Display) {
-    let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {why}");
 }
 
 /// The calling thread's id.
