@@ -27,6 +27,16 @@ pub fn scratch() -> &'static Path {
     })
 }
 
+/// Whether setpriv (util-linux) switched user but could not execute the program: its errexec
+/// exits 126 (127: not found) with `setpriv: failed to execute PATH: WHY` as its only output.
+/// The one reason a test that runs a binary as another user may skip; a crash, a signal or any
+/// other exit of the program is the program's own outcome, to be judged (a crash is never a
+/// skip).
+#[allow(dead_code)]
+pub fn setpriv_could_not_exec(status: std::process::ExitStatus, stderr: &str) -> bool {
+    matches!(status.code(), Some(126 | 127)) && stderr.starts_with("setpriv: failed to execute ")
+}
+
 /// The calling thread's id.
 #[allow(dead_code)] // not every test crate that includes this module uses every helper
 pub fn gettid() -> u32 {
