@@ -219,11 +219,9 @@ fn general_categories_cf_zl_zp_cc_match_unicode_data() {
         ])
         .output();
     let Some(out) = out.ok().filter(|o| o.status.success()) else {
-        // Straight to stderr, past the test harness's capture, so that CI's log shows it.
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED: general_categories_cf_zl_zp_cc_match_unicode_data: no python3 with \
-             unicodedata to read Unicode's general categories"
+        crate::skip::skipped(
+            "general_categories_cf_zl_zp_cc_match_unicode_data",
+            "no python3 with unicodedata to read Unicode's general categories",
         );
         return;
     };

@@ -213,21 +213,27 @@ fn the_walk_counts_the_processes_it_may_not_read() {
         }
     };
     let stdout = String::from_utf8_lossy(&out.stdout);
-    // libtest prints `test walk_child_body ... ` before the body's line.
-    let Some(line) = stdout
-        .lines()
-        .find_map(|l| l.split_once("WALK ").map(|x| x.1))
-    else {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // The one skip: setpriv could not execute the test binary as nobody (a checkout nobody
+    // cannot reach). Anything else (the body crashed, was killed, failed, or printed no walk)
+    // is a failure of the code under test.
+    if common::setpriv_could_not_exec(out.status, &stderr) {
         common::skipped(
             test,
-            format!(
-                "the test binary did not run as nobody ({:?}): {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            ),
+            format!("user nobody cannot run the test binary: {}", stderr.trim()),
         );
         return;
-    };
+    }
+    // libtest prints `test walk_child_body ... ` before the body's line.
+    let line = stdout
+        .lines()
+        .find_map(|l| l.split_once("WALK ").map(|x| x.1))
+        .unwrap_or_else(|| {
+            panic!(
+                "the walk as nobody printed no WALK line ({:?}): {stdout}\n{stderr}",
+                out.status
+            )
+        });
     let f: Vec<&str> = line.split(' ').collect();
     let denied: u32 = f[1].parse().unwrap();
     assert!(
@@ -242,6 +248,51 @@ fn the_walk_counts_the_processes_it_may_not_read() {
         "the root holder cannot be seen by nobody: {line}"
     );
     assert!(out.status.success(), "{stdout}");
+}
+
+/// The skip of the tests that run a binary as nobody (`common::setpriv_could_not_exec`) is
+/// setpriv's real refusal to execute, and nothing else: a program that crashes, is killed, or
+/// exits 126 of its own accord under nobody is judged, not skipped.
+#[test]
+fn only_a_refused_exec_as_nobody_is_a_skip() {
+    let test = "only_a_refused_exec_as_nobody_is_a_skip";
+    // SAFETY: no arguments.
+    if unsafe { libc::geteuid() } != 0 {
+        common::skipped(test, "needs root (setpriv switches to nobody)");
+        return;
+    }
+    let as_nobody = |args: &[&str]| {
+        let out = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .args(["--inh-caps=-all", "--"])
+            .args(args)
+            .output()
+            .expect("setpriv runs");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        (
+            common::setpriv_could_not_exec(out.status, &stderr),
+            out.status,
+            stderr,
+        )
+    };
+    // A file without an execute bit: no capability lets it be executed (126); a missing one (127).
+    let plain = common::scratch().join("not-executable");
+    std::fs::write(&plain, "#!/bin/sh\n").unwrap();
+    let plain = plain.to_str().unwrap();
+    for refused in [plain, "/nonexistent/test-binary"] {
+        let (skip, status, stderr) = as_nobody(&[refused]);
+        assert!(skip, "{refused}: {status:?} {stderr}");
+    }
+    // What the program does once it runs is never the skip.
+    for ran in [
+        "kill -SEGV $$",
+        "kill -KILL $$",
+        "echo 'sh: failed to execute x' >&2; exit 126",
+        "echo 'setpriv: failed to execute x' >&2; exit 101",
+    ] {
+        let (skip, status, stderr) = as_nobody(&["/bin/sh", "-c", ran]);
+        assert!(!skip, "{ran}: {status:?} {stderr}");
+    }
 }
 
 /// `--pid` of a process that does not exist: one warning, and the run goes on (exit 0).

@@ -395,7 +395,10 @@ fn metrics_tls_files_are_checked_before_the_run() {
         .arg(&cert)
         .output();
     if !made.as_ref().is_ok_and(|o| o.status.success()) {
-        println!("SKIPPED: {test}: openssl cannot make a test certificate: {made:?}");
+        common::skipped(
+            test,
+            format!("openssl cannot make a test certificate: {made:?}"),
+        );
         return;
     }
     let busy = TcpListener::bind("127.0.0.1:0").unwrap();

@@ -837,6 +837,7 @@ fn check_emulated(
 mod tests {
     use super::*;
     use clap::Parser as _;
+    use gpu_trace_core::skip::skipped;
 
     /// A fresh scratch directory for one test.
     fn scratch(name: &str) -> PathBuf {
@@ -909,7 +910,10 @@ mod tests {
     #[test]
     fn deb_carries_debian_policy_metadata() {
         if !have("dpkg-deb") {
-            println!("SKIPPED: dpkg-deb is not installed (a Debian machine has it)");
+            skipped(
+                "deb_carries_debian_policy_metadata",
+                "dpkg-deb is not installed (a Debian machine has it)",
+            );
             return;
         }
         let dir = scratch("deb");
@@ -1135,7 +1139,10 @@ mod tests {
         if !parsed.status.success()
             && String::from_utf8_lossy(&parsed.stderr).contains("No module named")
         {
-            println!("SKIPPED: python3 has no PyYAML (apt-get install python3-yaml)");
+            skipped(
+                "release_workflow_runs_only_real_xtask_commands",
+                "python3 has no PyYAML (apt-get install python3-yaml)",
+            );
             return;
         }
         assert!(parsed.status.success(), "{parsed:?}");

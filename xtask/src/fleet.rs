@@ -731,15 +731,16 @@ mod tests {
 
     use super::*;
 
-    /// python3 with PyYAML, or `None` after a SKIPPED line.
-    fn python() -> Option<PathBuf> {
+    /// python3 with PyYAML, or `None` after a skip of `test`.
+    fn python(test: &str) -> Option<PathBuf> {
         let ok = Command::new("python3")
             .args(["-c", "import yaml"])
             .status()
             .is_ok_and(|s| s.success());
         if !ok {
-            println!(
-                "SKIPPED: python3 with PyYAML is not installed (apt-get install python3-yaml)"
+            gpu_trace_core::skip::skipped(
+                test,
+                "python3 with PyYAML is not installed (apt-get install python3-yaml)",
             );
         }
         ok.then(|| PathBuf::from("python3"))
@@ -755,7 +756,9 @@ mod tests {
 
     #[test]
     fn namespace_admits_the_daemonsets_pods() {
-        let Some(py) = python() else { return };
+        let Some(py) = python("namespace_admits_the_daemonsets_pods") else {
+            return;
+        };
         let docs = deploy(&py, "daemonset.yaml");
         let refused = pod_security(&docs).unwrap();
         // Exactly what the DaemonSet's header comment says it needs, nothing else.
@@ -909,7 +912,9 @@ mod tests {
 
     #[test]
     fn monitors_scrape_the_daemonsets_metrics_port() {
-        let Some(py) = python() else { return };
+        let Some(py) = python("monitors_scrape_the_daemonsets_metrics_port") else {
+            return;
+        };
         let docs = deploy(&py, "daemonset.yaml");
         let pm = the(&deploy(&py, "podmonitor.yaml"), "PodMonitor")
             .unwrap()
@@ -945,7 +950,9 @@ mod tests {
     /// The pod-name resolver reads the kubelet's /var/log/pods: mounted there, read-only.
     #[test]
     fn daemonset_mounts_pod_logs_read_only_at_the_kubelets_path() {
-        let Some(py) = python() else { return };
+        let Some(py) = python("daemonset_mounts_pod_logs_read_only_at_the_kubelets_path") else {
+            return;
+        };
         let docs = deploy(&py, "daemonset.yaml");
         let spec = &the(&docs, "DaemonSet").unwrap()["spec"]["template"]["spec"];
         let mount = spec["containers"][0]["volumeMounts"]

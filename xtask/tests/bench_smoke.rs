@@ -7,16 +7,12 @@
 //! Needs root (it loads BPF programs) and the gpu-trace binary that the workspace's `cargo test`
 //! builds beside the xtask binary; without them it prints `SKIPPED: why`.
 
-use std::{io::Write as _, path::Path, process::Command};
+use std::{path::Path, process::Command};
 
-/// Says loudly that the test could not run: written straight to the process's stderr, past
-/// libtest's output capture (an `eprintln!` would be swallowed when the test passes), the way
-/// gpu-trace's `tests/common::skipped` does; `.ci/run` collects these lines.
+/// Says loudly that the test could not run, past libtest's output capture (the workspace's one
+/// way: gpu_trace_core::skip); `.ci/run` judges these lines.
 fn skipped(why: impl std::fmt::Display) {
-    let _ = writeln!(
-        std::io::stderr(),
-        "SKIPPED: bench_quick_runs_end_to_end: {why}"
-    );
+    gpu_trace_core::skip::skipped("bench_quick_runs_end_to_end", why);
 }
 
 #[test]

@@ -177,12 +177,9 @@ mod kernel_tests {
     use aya::{EbpfLoader, maps::HashMap as BpfHashMap};
     use gpu_trace_common::KernelConfig;
 
-    use crate::probe::btf::{self, KernelBtf};
+    use gpu_trace_core::skip::skipped;
 
-    /// `SKIPPED: TEST: WHY`, written past libtest's capture (CI's log and judge see it).
-    fn skipped(test: &str, why: impl std::fmt::Display) {
-        let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {why}");
-    }
+    use crate::probe::btf::{self, KernelBtf};
 
     /// gpu-trace's kernel object loaded on this kernel as the loader loads it, or `None` (said
     /// as a skip of `test`) where this process cannot load it (not root, no kernel BTF).

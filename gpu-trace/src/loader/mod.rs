@@ -1086,12 +1086,9 @@ mod tests {
     #[test]
     fn a_verifier_refusal_of_our_program_is_an_error_never_a_missing_hook() {
         let Some(verifier) = real_verifier_refusal() else {
-            // Straight to stderr, past the test harness's capture, so that CI's log shows it.
-            use std::io::Write as _;
-            let _ = writeln!(
-                std::io::stderr(),
-                "SKIPPED: a_verifier_refusal_of_our_program_is_an_error_never_a_missing_hook: \
-                 this process may not load BPF programs (run the tests as root)"
+            gpu_trace_core::skip::skipped(
+                "a_verifier_refusal_of_our_program_is_an_error_never_a_missing_hook",
+                "this process may not load BPF programs (run the tests as root)",
             );
             return;
         };

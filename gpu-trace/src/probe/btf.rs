@@ -1126,12 +1126,9 @@ mod tests {
             Err(e) => panic!("{VMLINUX_BTF_PATH} exists but cannot be read: {e}"),
         });
         if bytes.is_none() {
-            // Straight to stderr, past the test harness's capture, so that CI's log shows it.
-            use std::io::Write as _;
-            let _ = writeln!(
-                std::io::stderr(),
-                "SKIPPED: {test}: no {VMLINUX_BTF_PATH}: this kernel exposes no BTF, nothing was \
-                 checked"
+            gpu_trace_core::skip::skipped(
+                test,
+                format!("no {VMLINUX_BTF_PATH}: this kernel exposes no BTF, nothing was checked"),
             );
         }
         bytes.as_deref()
@@ -1601,12 +1598,10 @@ mod tests {
             })
             .unwrap_or_default();
         if modules.is_empty() {
-            // Straight to stderr, past the test harness's capture, so that CI's log shows it.
-            use std::io::Write as _;
-            let _ = writeln!(
-                std::io::stderr(),
-                "SKIPPED: live_module_btf_parses_on_vmlinux: no module BTF in /sys/kernel/btf \
-                 (this kernel has no modules with BTF); the lab checks amdgpu's (f.deep_select)"
+            gpu_trace_core::skip::skipped(
+                "live_module_btf_parses_on_vmlinux",
+                "no module BTF in /sys/kernel/btf (this kernel has no modules with BTF); the lab \
+                 checks amdgpu's (f.deep_select)",
             );
             return;
         }

@@ -322,8 +322,9 @@ mod tests {
     fn absent_library_is_an_error_not_a_crash() {
         // This machine has no NVIDIA driver: the library cannot be loaded.
         if std::path::Path::new("/proc/driver/nvidia").exists() {
-            eprintln!(
-                "SKIPPED: an NVIDIA driver is present; the absent-library path is not reachable"
+            gpu_trace_core::skip::skipped(
+                "absent_library_is_an_error_not_a_crash",
+                "an NVIDIA driver is present; the absent-library path is not reachable",
             );
             return;
         }

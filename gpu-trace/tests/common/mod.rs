@@ -4,10 +4,14 @@
 pub mod prometheus;
 
 use std::{
-    io::Write,
     path::{Path, PathBuf},
     sync::OnceLock,
 };
+
+/// Says loudly that a test could not run (or could only partly run), and why: the workspace's
+/// one way, past libtest's output capture (gpu_trace_core::skip says how; `.ci/run` judges
+/// these lines).
+pub use gpu_trace_core::skip::skipped;
 
 /// This test binary's scratch directory, `target/tmp/<test crate>`: emptied the first time it is
 /// asked for in the process, so what a run leaves behind stays inside `target/` and is replaced
@@ -23,11 +27,14 @@ pub fn scratch() -> &'static Path {
     })
 }
 
-/// Says loudly that a test could not run (or could only partly run), and why. Written straight
-/// to the process's stderr, past libtest's output capture, so that it shows in `cargo test`
-/// output even when the test passes; `.ci/run` collects these lines.
-pub fn skipped(test: &str, why: impl std::fmt::Display) {
-    let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {why}");
+/// Whether setpriv (util-linux) switched user but could not execute the program: its errexec
+/// exits 126 (127: not found) with `setpriv: failed to execute PATH: WHY` as its only output.
+/// The one reason a test that runs a binary as another user may skip; a crash, a signal or any
+/// other exit of the program is the program's own outcome, to be judged (a crash is never a
+/// skip).
+#[allow(dead_code)]
+pub fn setpriv_could_not_exec(status: std::process::ExitStatus, stderr: &str) -> bool {
+    matches!(status.code(), Some(126 | 127)) && stderr.starts_with("setpriv: failed to execute ")
 }
 
 /// The calling thread's id.

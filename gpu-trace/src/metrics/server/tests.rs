@@ -7,7 +7,10 @@ use std::{
 };
 
 use super::*;
-use gpu_trace_core::metrics::{CONTENT_TYPE, Metrics, MetricsConfig};
+use gpu_trace_core::{
+    metrics::{CONTENT_TYPE, Metrics, MetricsConfig},
+    skip::skipped,
+};
 
 fn server(limits: Limits) -> (MetricsServer, Metrics) {
     let m = Metrics::new(MetricsConfig::default());
@@ -582,7 +585,10 @@ fn tls_serves_https_with_the_configured_certificate() {
         .arg(&cert)
         .output();
     if !made.as_ref().is_ok_and(|o| o.status.success()) {
-        println!("SKIPPED: {test}: openssl cannot make a test certificate: {made:?}");
+        skipped(
+            test,
+            format!("openssl cannot make a test certificate: {made:?}"),
+        );
         return;
     }
     let web = dir.path().join("web.yml");
@@ -606,7 +612,7 @@ fn tls_serves_https_with_the_configured_certificate() {
         .arg(format!("https://127.0.0.1:{}/metrics", s.addr.port()))
         .output();
     let Ok(curl) = curl else {
-        println!("SKIPPED: {test}: curl is not installed");
+        skipped(test, "curl is not installed");
         return;
     };
     let body = String::from_utf8_lossy(&curl.stdout);

@@ -1082,3 +1082,36 @@ fn every_run_of_the_real_logs_reads_into_typed_values() {
         assert_eq!(sched.allowed, Some(false), "{name}");
     }
 }
+
+/// `.ci/expected-skips` lets the arm64 kernel's N/A through one check at a time: exactly the
+/// checks that need KFD, with the reason `Kfd::cannot_serve` gives a kernel without it, so that
+/// a check that needs no KFD, or one that comes to need it, cannot be N/A there unjudged.
+#[test]
+fn ci_expects_arm64_na_for_exactly_the_checks_that_need_kfd() {
+    let path = crate::host::workspace_root().join(".ci/expected-skips");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let reason = Kfd::NotBuilt {
+        config: String::new(),
+    }
+    .cannot_serve(Needs::KfdCalls)
+    .unwrap();
+    let mut listed: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("na "))
+        .map(|l| {
+            let glob = l.split(" | ").next().unwrap();
+            let rest = glob
+                .strip_prefix("lab Debian * in QEMU (aarch64 *): ")
+                .unwrap_or_else(|| panic!("an N/A glob not pinned to arm64: {l}"));
+            let (id, why) = rest
+                .split_once(": ")
+                .unwrap_or_else(|| panic!("no check id: {l}"));
+            assert_eq!(why, format!("{reason}; as judged: *"), "{l}");
+            id
+        })
+        .collect();
+    listed.sort_unstable();
+    let mut want = every_kfd_check();
+    want.sort_unstable();
+    assert_eq!(listed, want);
+}
