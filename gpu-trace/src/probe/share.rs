@@ -10,7 +10,8 @@
 //!
 //! Test-only: [`REPLAY_ENV`] names a capture of NVML samples (`nvml.jsonl`, as written by
 //! `examples/gpu-host-share-capture.py`) replayed one line per period instead of asking NVML,
-//! so that the outputs can be checked on a machine without a GPU.
+//! so that the outputs can be checked on a machine without a GPU. Debug builds only: the
+//! release binary ignores it.
 
 use std::{
     sync::{
@@ -114,9 +115,14 @@ impl ShareSampler for ReplaySampler {
     }
 }
 
-/// Test-only: the capture [`REPLAY_ENV`] names, if set.
+/// Test-only: the capture [`REPLAY_ENV`] names, if set — in debug builds (what `cargo test`
+/// runs) only: a release build never lets an environment variable swap NVML for a file.
 pub fn replay_capture() -> Option<String> {
-    std::env::var(REPLAY_ENV).ok()
+    if cfg!(debug_assertions) {
+        std::env::var(REPLAY_ENV).ok()
+    } else {
+        None
+    }
 }
 
 /// How long one poll of the sampler may take before sampling is given up (the poll is left to
