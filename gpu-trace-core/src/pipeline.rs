@@ -103,8 +103,8 @@ pub struct Pipeline<W: Write> {
     gpu_filter: Vec<String>,
     /// Events `--gpu` left out because their GPU was not known (yet).
     gpu_unknown: u64,
-    /// Records of the tracer's own process the live run left out ([`Self::own_process_record`]).
-    own_process: u64,
+    /// What the live run left out before the pipeline, by reason ([`Self::left_out`]).
+    left_out: std::collections::BTreeMap<&'static str, u64>,
     /// Names pods by UID (live runs: the node's /var/log/pods; `--pods-dir`).
     pods: Option<Box<dyn PodResolver>>,
     /// `--api`: the names behind the API records' cookies.
@@ -151,7 +151,7 @@ impl<W: Write> Pipeline<W> {
             followed: None,
             gpu_filter: Vec::new(),
             gpu_unknown: 0,
-            own_process: 0,
+            left_out: Default::default(),
             first_ts: None,
             last_ts: None,
             outputs: Outputs::new(lines),
@@ -295,10 +295,12 @@ impl<W: Write> Pipeline<W> {
         }
     }
 
-    /// Counts one record of the tracer's own process, which a live run does not feed (its
-    /// NVML thread's driver calls): `own_process` among the statistics' unreported reasons.
-    pub fn own_process_record(&mut self) {
-        self.own_process += 1;
+    /// Counts `n` more of what the live run left out before the pipeline, under `reason`
+    /// among the statistics' unreported reasons: `own_process` (records of the tracer's own
+    /// process, its NVML thread's driver calls), `unfollowed` (`-- CMD`'s processes created
+    /// past the bound of those followed).
+    pub fn left_out(&mut self, reason: &'static str, n: u64) {
+        *self.left_out.entry(reason).or_default() += n;
     }
 
     /// Counts one ring-buffer item that was not a record (see [`feed`](Self::feed)).
@@ -669,8 +671,8 @@ impl<W: Write> Pipeline<W> {
         if self.gpu_unknown > 0 {
             reasons.insert("gpu_unknown", self.gpu_unknown);
         }
-        if self.own_process > 0 {
-            reasons.insert("own_process", self.own_process);
+        for (&reason, &n) in &self.left_out {
+            *reasons.entry(reason).or_default() += n;
         }
         reasons
     }
@@ -798,7 +800,7 @@ mod tests {
         let stats_of = |own: u64| {
             let mut p = Pipeline::new(config.clone(), Vec::new());
             for _ in 0..own {
-                p.own_process_record();
+                p.left_out("own_process", 1);
             }
             let f = p.finish_all(KernelCounters::default(), Duration::from_secs(1));
             let out = String::from_utf8(f.out).unwrap();
@@ -807,6 +809,7 @@ mod tests {
             last["unreported"]["own_process"].clone()
         };
         assert_eq!(stats_of(4), 4);
+        // Only the reasons with a count.
         assert!(stats_of(0).is_null());
     }
 }

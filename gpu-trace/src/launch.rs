@@ -705,3 +705,44 @@ fn subscribe() -> std::io::Result<OwnedFd> {
     }
     Ok(sock)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A process connector datagram of one fork: `parent` (a process) created `child`.
+    fn fork(parent: u32, child: u32) -> Vec<u8> {
+        let mut msg = vec![0u8; NLMSG_HDR + CN_MSG + 32];
+        let ev = NLMSG_HDR + CN_MSG;
+        let mut put = |at: usize, v: u32| msg[at..at + 4].copy_from_slice(&v.to_ne_bytes());
+        put(ev, PROC_EVENT_FORK);
+        put(ev + 16, parent);
+        put(ev + 20, parent);
+        put(ev + 24, child);
+        put(ev + 28, child);
+        msg
+    }
+
+    /// Past [`MAX_FOLLOWED`] a new descendant is not followed and is counted (the run's end
+    /// says so and `unfollowed` shows it); below it, followed.
+    #[test]
+    fn descendants_past_the_bound_are_counted_not_followed() {
+        let mut d = Descendants {
+            root: 1,
+            members: HashSet::from([1]),
+            sock: None,
+            degraded: None,
+            unfollowed: 0,
+        };
+        let mut changes = Vec::new();
+        assert_eq!(d.fork_events(&fork(1, 2), &mut changes), Some(2));
+        assert_eq!(changes, [Change::Follow(2)]);
+        d.members.extend(10..(10 + MAX_FOLLOWED as u32));
+        changes.clear();
+        d.fork_events(&fork(2, 5), &mut changes);
+        d.fork_events(&fork(1, 6), &mut changes);
+        assert!(changes.is_empty(), "{changes:?}");
+        assert_eq!(d.unfollowed, 2);
+        assert!(!d.members.contains(&5));
+    }
+}

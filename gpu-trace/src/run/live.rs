@@ -551,6 +551,19 @@ impl LiveRun<'_> {
         };
         pipeline.stats_mut().recording_lost = recording_lost;
         pipeline.stats_mut().output_lost = pipeline.output().lost();
+        // `-- CMD`: processes it created past the bound of those followed were not traced:
+        // said, and counted (`unfollowed`), never silent.
+        if let Some(n) = (reader.descendants.as_ref())
+            .map(|d| d.unfollowed)
+            .filter(|&n| n > 0)
+        {
+            eprintln!(
+                "gpu-trace: warning: {n} processes the command created were not traced: it had \
+                 created {} already, the most gpu-trace follows",
+                crate::launch::MAX_FOLLOWED
+            );
+            pipeline.left_out("unfollowed", n);
+        }
         let finished = pipeline.finish_all(counters, duration);
         let summary = end_outputs(finished, perfetto, out_is_stdout, failure)?;
         Ok(Summary {

@@ -124,7 +124,7 @@ impl Reader {
                 .as_ref()
                 .is_ok_and(|r| r.header().tgid == self.own_tgid)
             {
-                pipeline.own_process_record();
+                pipeline.left_out("own_process", 1);
                 continue;
             }
             if let (Some(d), Ok(r)) = (self.descendants.as_mut(), parsed.as_ref())
