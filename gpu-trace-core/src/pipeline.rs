@@ -430,6 +430,36 @@ impl<W: Write> Pipeline<W> {
         self
     }
 
+    /// `--gpu` selectors that name none of the GPUs the inventory found (after
+    /// [`inventory`](Self::inventory)), each with the GPUs there are (`0 GPU-… 0000:00:06.0`);
+    /// empty when every selector names one, or when no GPU is known (then nothing can be said).
+    pub fn unmatched_gpu_selectors(&self) -> Vec<String> {
+        let gpus = self.gpus.all();
+        if gpus.is_empty() {
+            return Vec::new();
+        }
+        let known: Vec<String> = (gpus.iter())
+            .map(|g| {
+                format!(
+                    "{} {} {}",
+                    g.index,
+                    g.uuid.as_deref().unwrap_or("?"),
+                    g.bus_id
+                )
+            })
+            .collect();
+        (self.gpu_filter.iter())
+            .filter(|sel| !gpus.iter().any(|g| gpu_matches(g, sel)))
+            .map(|sel| {
+                format!(
+                    "--gpu {} names none of the GPUs ({}): no event will pass it",
+                    crate::escape::escape_text(sel),
+                    known.join(", ")
+                )
+            })
+            .collect()
+    }
+
     /// From now on, only the events of `pid` (with `true`) and of the processes
     /// [`follow`](Self::follow) adds pass; `false` forgets `pid` again (its id was reused by a
     /// process the caller does not follow).

@@ -152,3 +152,43 @@ fn gpu_filter_refuses_what_names_no_gpu() {
         );
     }
 }
+
+/// `--gpu` naming no GPU of the recording says so on stderr, with the GPUs there are (as
+/// nvidia-smi named them, `smi.csv`); a selector that names one (index, UUID, bus id) says
+/// nothing.
+#[test]
+fn a_gpu_selector_that_names_no_gpu_of_the_run_is_said() {
+    let stderr = |sel: &str| {
+        let path = fixture("gpu1_only.gtrace");
+        let out = Command::new(gpu_trace_bin())
+            .args(["replay", path.to_str().unwrap(), "--gpu", sel])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{sel}: {out:?}");
+        String::from_utf8(out.stderr).unwrap()
+    };
+    let smi = smi();
+    for sel in [
+        "3",
+        "GPU-00000000-0000-0000-0000-000000000000",
+        "0000:00:1f.0",
+    ] {
+        let err = stderr(sel);
+        let warning = err
+            .lines()
+            .find(|l| l.starts_with(&format!("gpu-trace: warning: --gpu {sel} names none")))
+            .unwrap_or_else(|| panic!("--gpu {sel}: no warning in {err}"));
+        for (index, uuid, bus) in &smi {
+            let bus = bus.trim_start_matches("0000");
+            assert!(
+                warning.contains(&format!("{index} {uuid} ")) && warning.contains(bus),
+                "{warning} does not name GPU {index} {uuid} {bus}"
+            );
+        }
+    }
+    for (index, uuid, bus) in &smi {
+        for sel in [index.to_string(), uuid.clone(), bus.clone()] {
+            assert!(!stderr(&sel).contains("names none"), "--gpu {sel}");
+        }
+    }
+}

@@ -122,12 +122,23 @@ impl GpuDirectory {
                 _ => return None,
             },
         };
-        Some(GpuIdentity {
-            index: k.index,
-            uuid: k.uuid.clone(),
-            bus_id: k.bus_id.clone(),
+        Some(k.identity(rm_device))
+    }
+
+    /// Every GPU known (the RM device instance unknown: 0), in nvidia-smi's order.
+    pub fn all(&self) -> Vec<GpuIdentity> {
+        self.gpus.iter().map(|k| k.identity(0)).collect()
+    }
+}
+
+impl Known {
+    fn identity(&self, rm_device: u32) -> GpuIdentity {
+        GpuIdentity {
+            index: self.index,
+            uuid: self.uuid.clone(),
+            bus_id: self.bus_id.clone(),
             rm_device,
-        })
+        }
     }
 }
 

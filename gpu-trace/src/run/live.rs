@@ -18,7 +18,7 @@ use super::{
     record::{end_recording, start_recording},
     report::{
         Viewer, announce_hooks, describe_missed_runs, describe_program_stats, print_report,
-        still_runs, warn_before_start,
+        still_runs, warn_before_start, warn_unmatched_gpus,
     },
     share::{start_nvml, start_share_sampler},
     signals::{StopSignals, note, stop_requested},
@@ -133,6 +133,7 @@ pub async fn run_live_with(
     pipeline
         .inventory(&inventory)
         .map_err(io_err("writing the output"))?;
+    warn_unmatched_gpus(&pipeline);
     let ring = watch_ring_buffer(&mut tracer, ring_fill)?;
     let (command, descendants) = release_command(launched, &mut pipeline);
     let mut live = LiveRun {

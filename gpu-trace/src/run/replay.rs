@@ -6,7 +6,7 @@ use super::{
     error::{RunError, io_err},
     late_attach::announce_inventory,
     outputs::{OutputFiles, end_outputs, new_pipeline, open_output_files, sink_error},
-    report::Viewer,
+    report::{Viewer, warn_unmatched_gpus},
 };
 use crate::pipeline::Summary;
 use crate::{
@@ -49,6 +49,7 @@ pub fn replay_with(
         pipeline
             .inventory(inv)
             .map_err(io_err("writing the output"))?;
+        warn_unmatched_gpus(&pipeline);
     }
     let mut failure = None;
     let mut next_frame = Duration::from_secs(1);

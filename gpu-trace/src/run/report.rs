@@ -142,3 +142,11 @@ pub(super) fn announce_hooks(tracer: &Tracer, kfd: Option<&crate::probe::kfd::Kf
         note(format_args!("(not used: {refused})"));
     }
 }
+
+/// `--gpu` selectors that name none of the run's GPUs, a warning each (the run goes on: its
+/// events would all be left out).
+pub(super) fn warn_unmatched_gpus<W: std::io::Write>(pipeline: &crate::pipeline::Pipeline<W>) {
+    for line in pipeline.unmatched_gpu_selectors() {
+        eprintln!("gpu-trace: warning: {line}");
+    }
+}
