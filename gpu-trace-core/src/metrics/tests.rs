@@ -458,6 +458,7 @@ fn the_reference_lists_exactly_the_metrics_served() {
     m.set_ring_fill(|| 4096);
     m.set_shares(&[(0, "p".into(), None, 0.5)]);
     api_sums(&mut m, 5, "p", "cuInit", [1, 0, 10]);
+    api_path(&mut m, 5, "p", 1, 1);
     see(&mut m, S, 5, "p", init(1, Engine::Copy, 0, Some(100)));
     see(&mut m, S + 1, 5, "p", schedule(1, true, None));
     see(&mut m, S + 2, 5, "p", schedule(1, false, None));
@@ -684,6 +685,35 @@ fn api_sums(m: &mut Metrics, pid: u32, comm: &str, symbol: &str, v: [u64; 3]) {
     m.api(&ev).unwrap();
 }
 
+/// An `API_PATH` of process `pid` (`comm`): `/opt/vgpu/libvgpu.so`, `cuLaunchKernel` entered
+/// `through` times of `total`.
+fn api_path(m: &mut Metrics, pid: u32, comm: &str, through: u64, total: u64) {
+    use crate::api::path::{ApiPath, PathSymbol};
+    let event = crate::api::names::ApiEvent::Path(ApiPath {
+        pid,
+        comm: comm.into(),
+        library: "/opt/vgpu/libvgpu.so".into(),
+        preload: true,
+        symbols: vec![PathSymbol {
+            symbol: "cuLaunchKernel".into(),
+            through,
+            total,
+        }],
+        lookups: 0,
+        api_lookups: 0,
+        overrides: vec!["dlsym".into()],
+        last: false,
+    });
+    let origin = crate::api::events::samples::origin_of(&event, 0, 0);
+    let ev = crate::sink::ApiEnriched {
+        event: &event,
+        origin: &origin,
+        process: comm,
+        cgroup: None,
+    };
+    m.api(&ev).unwrap();
+}
+
 fn api_series(name: &str, comm: &str, symbol: &str) -> String {
     format!(
         "{name}{{comm=\"{comm}\",container=\"\",pod=\"\",namespace=\"\",pod_uid=\"\",\
@@ -836,35 +866,7 @@ fn a_users_copy_of_a_container_id_is_its_own_series_with_container_user() {
 /// its new series (no old series left behind).
 #[test]
 fn interposer_calls_are_summed_per_label_set_under_the_latest_verdict() {
-    use crate::api::path::{ApiPath, PathSymbol};
     let mut m = Metrics::new(MetricsConfig::default());
-    let path = |pid, through: u64, total: u64| {
-        crate::api::names::ApiEvent::Path(ApiPath {
-            pid,
-            comm: "python3".into(),
-            library: "/opt/vgpu/libvgpu.so".into(),
-            preload: true,
-            symbols: vec![PathSymbol {
-                symbol: "cuLaunchKernel".into(),
-                through,
-                total,
-            }],
-            lookups: 0,
-            api_lookups: 0,
-            overrides: vec!["dlsym".into()],
-            last: false,
-        })
-    };
-    let feed = |m: &mut Metrics, event: &crate::api::names::ApiEvent| {
-        let origin = crate::api::events::samples::origin_of(event, 0, 0);
-        let ev = crate::sink::ApiEnriched {
-            event,
-            origin: &origin,
-            process: "python3",
-            cgroup: None,
-        };
-        m.api(&ev).unwrap();
-    };
     let series = |verdict: &str| {
         format!(
             "gpu_trace_api_interposer_calls_total{{comm=\"python3\",container=\"\",pod=\"\",\
@@ -872,15 +874,15 @@ fn interposer_calls_are_summed_per_label_set_under_the_latest_verdict() {
         )
     };
     assert!(!m.encode().contains("gpu_trace_api_interposer"));
-    feed(&mut m, &path(10, 0, 40));
-    feed(&mut m, &path(11, 0, 2));
+    api_path(&mut m, 10, "python3", 0, 40);
+    api_path(&mut m, 11, "python3", 0, 2);
     assert_eq!(sample(&m.encode(), &series("bypassed")), Some(0.0));
     // Process 10's hook comes on the path: its row moves to on_path with its count.
-    feed(&mut m, &path(10, 50, 50));
+    api_path(&mut m, 10, "python3", 50, 50);
     let t = m.encode();
     assert_eq!(sample(&t, &series("on_path")), Some(50.0), "{t}");
     assert_eq!(sample(&t, &series("bypassed")), Some(0.0), "{t}");
-    feed(&mut m, &path(11, 7, 7));
+    api_path(&mut m, 11, "python3", 7, 7);
     let t = m.encode();
     assert_eq!(sample(&t, &series("on_path")), Some(57.0), "{t}");
     assert_eq!(sample(&t, &series("bypassed")), None, "{t}");
