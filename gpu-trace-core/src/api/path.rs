@@ -85,7 +85,9 @@ impl ApiPath {
         verdict(&self.symbols)
     }
 
-    fn sums(&self) -> (u64, u64) {
+    /// (through, total): the calls that went through it, and those that reached the real
+    /// providers (at least as many), over its symbols.
+    pub fn calls(&self) -> (u64, u64) {
         let through = self.symbols.iter().map(|s| s.through).sum();
         let total = self.symbols.iter().map(|s| s.total.max(s.through)).sum();
         (through, total)
@@ -124,7 +126,7 @@ impl ApiPath {
 
     /// The sentence after `PATH pid N ` (the main trace's line puts its own head before it).
     pub fn sentence(&self) -> String {
-        let (through, total) = self.sums();
+        let (through, total) = self.calls();
         let mut s = format!(
             "{}{}: {} — {through} of {total} calls",
             escape_text(&self.library),

@@ -59,8 +59,10 @@ pub const SECONDS: MetricDoc = MetricDoc {
     help: "Time spent in the calls of gpu_trace_api_calls_total, entry to return.",
 };
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
-struct ApiLabels {
+/// Who made the calls, the first labels of every API series (never a pid: the processes
+/// with the same labels are summed).
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+struct Who {
     comm: String,
     container: String,
     #[prometheus(flatten)]
@@ -68,6 +70,35 @@ struct ApiLabels {
     pod: String,
     namespace: String,
     pod_uid: String,
+}
+
+impl Who {
+    /// Process `process` (its name), running in `workload` (none known: `None`).
+    fn of(process: &str, workload: Option<&Workload>) -> Self {
+        let w = workload.cloned().unwrap_or_default();
+        Self {
+            comm: sanitize_label(process),
+            container: sanitize_label(&w.container),
+            container_user: super::UserLabel::of(&w),
+            pod: sanitize_label(&w.pod),
+            namespace: sanitize_label(&w.namespace),
+            pod_uid: sanitize_label(&w.pod_uid),
+        }
+    }
+
+    /// A label set past the cap: `comm` `__overflow__`, no workload.
+    fn overflow() -> Self {
+        Self {
+            comm: OVERFLOW.into(),
+            ..Self::default()
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+struct ApiLabels {
+    #[prometheus(flatten)]
+    who: Who,
     library: String,
     symbol: String,
 }
@@ -77,13 +108,8 @@ type Figures = [u64; 3];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 struct PathLabels {
-    comm: String,
-    container: String,
     #[prometheus(flatten)]
-    container_user: super::UserLabel,
-    pod: String,
-    namespace: String,
-    pod_uid: String,
+    who: Who,
     library: String,
     verdict: String,
 }
@@ -99,7 +125,8 @@ type PathRows = HashMap<(u32, String), (PathLabels, u64)>;
 impl PathCollector {
     /// An `API_PATH`: process `process` (where it runs: `workload`) and its interposer's
     /// calls so far. A row past [`MAX_PATH_ROWS`], or a label set past `max_label_sets`,
-    /// counts under `library` `__overflow__`.
+    /// counts under `comm` and `library` `__overflow__` without workload labels, as the call
+    /// counters' overflow does.
     pub fn set(
         &self,
         path: &crate::api::path::ApiPath,
@@ -107,15 +134,9 @@ impl PathCollector {
         workload: Option<&Workload>,
         max_label_sets: usize,
     ) {
-        let through = path.symbols.iter().map(|s| s.through).sum();
-        let w = workload.cloned().unwrap_or_default();
+        let (through, _) = path.calls();
         let mut labels = PathLabels {
-            comm: sanitize_label(process),
-            container: sanitize_label(&w.container),
-            container_user: super::UserLabel::of(&w),
-            pod: sanitize_label(&w.pod),
-            namespace: sanitize_label(&w.namespace),
-            pod_uid: sanitize_label(&w.pod_uid),
+            who: Who::of(process, workload),
             library: sanitize_label(&path.library),
             verdict: path.verdict().name().to_string(),
         };
@@ -126,8 +147,8 @@ impl PathCollector {
         if (!known && rows.len() >= MAX_PATH_ROWS)
             || (!sets.contains(&labels) && sets.len() >= max_label_sets)
         {
+            labels.who = Who::overflow();
             labels.library = OVERFLOW.into();
-            labels.comm = OVERFLOW.into();
         }
         rows.insert(key, (labels, through));
     }
@@ -212,14 +233,8 @@ impl ApiRows {
 }
 
 fn labels(row: &CallStats, process: &str, workload: Option<&Workload>) -> ApiLabels {
-    let w = workload.cloned().unwrap_or_default();
     ApiLabels {
-        comm: sanitize_label(process),
-        container: sanitize_label(&w.container),
-        container_user: super::UserLabel::of(&w),
-        pod: sanitize_label(&w.pod),
-        namespace: sanitize_label(&w.namespace),
-        pod_uid: sanitize_label(&w.pod_uid),
+        who: Who::of(process, workload),
         library: sanitize_label(&row.library),
         symbol: sanitize_label(&row.symbol),
     }
@@ -227,12 +242,7 @@ fn labels(row: &CallStats, process: &str, workload: Option<&Workload>) -> ApiLab
 
 fn overflow() -> ApiLabels {
     ApiLabels {
-        comm: OVERFLOW.into(),
-        container: String::new(),
-        container_user: super::UserLabel::default(),
-        pod: String::new(),
-        namespace: String::new(),
-        pod_uid: String::new(),
+        who: Who::overflow(),
         library: OVERFLOW.into(),
         symbol: OVERFLOW.into(),
     }

@@ -674,10 +674,14 @@ fn api_sums(m: &mut Metrics, pid: u32, comm: &str, symbol: &str, v: [u64; 3]) {
         total_ns: v[2],
         ..crate::api::stats::CallStats::for_test(pid, symbol, v[0])
     };
-    let event = crate::api::names::ApiEvent::Stats(row);
-    let origin = crate::api::events::samples::origin_of(&event, 0, 0);
+    feed_api(m, &crate::api::names::ApiEvent::Stats(row), comm);
+}
+
+/// One API record of process `comm` into the metrics, as the pipeline hands it.
+fn feed_api(m: &mut Metrics, event: &crate::api::names::ApiEvent, comm: &str) {
+    let origin = crate::api::events::samples::origin_of(event, 0, 0);
     let ev = crate::sink::ApiEnriched {
-        event: &event,
+        event,
         origin: &origin,
         process: comm,
         cgroup: None,
@@ -704,14 +708,7 @@ fn api_path(m: &mut Metrics, pid: u32, comm: &str, through: u64, total: u64) {
         overrides: vec!["dlsym".into()],
         last: false,
     });
-    let origin = crate::api::events::samples::origin_of(&event, 0, 0);
-    let ev = crate::sink::ApiEnriched {
-        event: &event,
-        origin: &origin,
-        process: comm,
-        cgroup: None,
-    };
-    m.api(&ev).unwrap();
+    feed_api(m, &event, comm);
 }
 
 fn api_series(name: &str, comm: &str, symbol: &str) -> String {
@@ -886,4 +883,16 @@ fn interposer_calls_are_summed_per_label_set_under_the_latest_verdict() {
     let t = m.encode();
     assert_eq!(sample(&t, &series("on_path")), Some(57.0), "{t}");
     assert_eq!(sample(&t, &series("bypassed")), None, "{t}");
+    // Past the cap on label sets: comm and library __overflow__, no workload labels (as the
+    // call counters' overflow).
+    let mut m = Metrics::new(MetricsConfig {
+        max_label_sets: 1,
+        ..MetricsConfig::default()
+    });
+    api_path(&mut m, 10, "a", 1, 1);
+    api_path(&mut m, 11, "b", 2, 2);
+    let t = m.encode();
+    let over = "gpu_trace_api_interposer_calls_total{comm=\"__overflow__\",container=\"\",pod=\"\",\
+                namespace=\"\",pod_uid=\"\",library=\"__overflow__\",verdict=\"on_path\"}";
+    assert_eq!(sample(&t, over), Some(2.0), "{t}");
 }
