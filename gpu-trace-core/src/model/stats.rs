@@ -3,7 +3,6 @@
 //! ([`Stats::render_text`], or `output::json::stats_json`).
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -314,9 +313,17 @@ pub struct Stats {
     api_reads: BTreeMap<u32, [(u64, u64); 2]>,
     /// `--api`: the latest `API_PATH` per (process, interposer). At most [`MAX_API_PATHS`].
     pub(crate) api_paths: BTreeMap<(u32, String), crate::api::path::ApiPath>,
-    /// `--api -v`: per process, its hand-outs counted and the hidden ones (at most
-    /// [`MAX_HIDDEN_SHOWN`] a process) as `symbol -> library (function)`.
-    pub(crate) handouts: BTreeMap<u32, (u64, Vec<String>)>,
+    /// `--api -v`: per process, its hand-outs.
+    pub(crate) handouts: BTreeMap<u32, HandoutTally>,
+}
+
+/// A process's hand-outs: all counted, the hidden ones too, the first
+/// [`MAX_HIDDEN_SHOWN`] hidden ones kept to be named.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HandoutTally {
+    pub count: u64,
+    pub hidden: u64,
+    pub shown: Vec<crate::api::path::Handout>,
 }
 
 /// (process, interposer) verdicts kept for the statistics; processes whose hand-outs are kept.
@@ -749,26 +756,19 @@ impl Stats {
         }
     }
 
-    /// `--api -v`: a hand-out, counted for its process (a hidden one listed, up to
+    /// `--api -v`: a hand-out, counted for its process (a hidden one kept to be named, up to
     /// [`MAX_HIDDEN_SHOWN`]).
     pub fn record_handout(&mut self, h: &crate::api::path::Handout) {
         if self.handouts.len() >= MAX_API_PATHS && !self.handouts.contains_key(&h.pid) {
             return;
         }
-        let (count, hidden) = self.handouts.entry(h.pid).or_default();
-        *count += 1;
-        if h.hidden && hidden.len() < MAX_HIDDEN_SHOWN {
-            let lib = h.library.as_deref().unwrap_or("?");
-            let lib = lib.rsplit('/').next().unwrap_or(lib);
-            let mut s = format!(
-                "{} -> {}",
-                crate::escape::escape_text(&h.symbol),
-                crate::escape::escape_text(lib)
-            );
-            if let Some(f) = &h.function {
-                let _ = write!(s, " ({})", crate::escape::escape_text(f));
+        let tally = self.handouts.entry(h.pid).or_default();
+        tally.count += 1;
+        if h.hidden {
+            tally.hidden += 1;
+            if tally.shown.len() < MAX_HIDDEN_SHOWN {
+                tally.shown.push(h.clone());
             }
-            hidden.push(s);
         }
     }
 }
@@ -1228,6 +1228,14 @@ mod tests {
             text.contains("  pid 42: 2, hidden 1: cuLaunchKernel -> libvgpu.so (hook\\x1b[31m)\n"),
             "{text}"
         );
+        // Every hidden one counted, the first MAX_HIDDEN_SHOWN named.
+        for _ in 0..MAX_HIDDEN_SHOWN + 3 {
+            stats.record_handout(&handout("cuMemFree_v2", true));
+        }
+        let text = stats.render_text(false);
+        let line = text.lines().find(|l| l.starts_with("  pid 42: ")).unwrap();
+        assert!(line.starts_with("  pid 42: 21, hidden 20: "), "{line}");
+        assert_eq!(line.matches(" -> ").count(), MAX_HIDDEN_SHOWN, "{line}");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 use std::fmt::Write as _;
 
 use crate::api::stats::CallStats;
+use crate::escape::escape_text;
 use crate::event::Interleave;
 use crate::model::stats::{
     MAX_LIVE_TASKS, MAX_LIVE_TASKS_PER_PROCESS, MAX_TASKS_KEPT, MAX_TASKS_PRINTED, Stats,
@@ -197,10 +198,21 @@ impl Stats {
         }
         if !self.handouts.is_empty() {
             out.push_str("\nAPI hand-outs (lookups that answered with a GPU API entry point):\n");
-            for (pid, (count, hidden)) in &self.handouts {
-                let _ = write!(out, "  pid {pid}: {count}, hidden {}", hidden.len());
-                if !hidden.is_empty() {
-                    let _ = write!(out, ": {}", hidden.join(", "));
+            for (pid, tally) in &self.handouts {
+                let _ = write!(out, "  pid {pid}: {}, hidden {}", tally.count, tally.hidden);
+                for (i, h) in tally.shown.iter().enumerate() {
+                    let lib = h.library.as_deref().unwrap_or("?");
+                    let lib = lib.rsplit('/').next().unwrap_or(lib);
+                    let sep = if i == 0 { ": " } else { ", " };
+                    let _ = write!(
+                        out,
+                        "{sep}{} -> {}",
+                        escape_text(&h.symbol),
+                        escape_text(lib)
+                    );
+                    if let Some(f) = &h.function {
+                        let _ = write!(out, " ({})", escape_text(f));
+                    }
                 }
                 out.push('\n');
             }
