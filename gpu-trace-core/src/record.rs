@@ -283,8 +283,21 @@ impl<R: BufRead> RecordReader<R> {
             let samples = serde_json::from_slice(&bytes).map_err(RecordError::Share)?;
             return Ok(Some(Item::Share(samples)));
         }
-        Ok(Some(Item::Record(bytes)))
+        Ok(Some(Item::Record(current_layout(bytes))))
     }
+}
+
+/// A record as an earlier version's recording holds it, in today's layout: `TASK_CGROUP`'s
+/// first layout (48 bytes, before `ns_pid`; the project's own H200 recordings have it)
+/// widened with `ns_pid` 0 (not known). Any other item as it is: the wire format itself stays
+/// exact ([`crate::wire::parse_record`] refuses every other length).
+fn current_layout(mut bytes: Vec<u8>) -> Vec<u8> {
+    use gpu_trace_common::{TaskCgroupRecord, record_kind};
+    const FIRST: usize = std::mem::offset_of!(TaskCgroupRecord, ns_pid);
+    if bytes.len() == FIRST && bytes.get(..4) == Some(&record_kind::TASK_CGROUP.to_le_bytes()[..]) {
+        bytes.resize(size_of::<TaskCgroupRecord>(), 0);
+    }
+    bytes
 }
 
 #[cfg(test)]
@@ -354,6 +367,45 @@ mod tests {
         let mut r = RecordReader::new(&bytes[..]).unwrap();
         assert_eq!(r.next_item().unwrap(), Some(Item::Record(vec![5])));
         assert_eq!(r.next_item().unwrap(), None);
+    }
+
+    /// A `TASK_CGROUP` of the first layout (48 bytes, before `ns_pid`) reads back in today's
+    /// layout with `ns_pid` 0, and parses; the wire format refuses the 48 bytes themselves;
+    /// a 48-byte item of another kind is left as it is.
+    #[test]
+    fn a_first_layout_task_cgroup_reads_back_widened() {
+        use gpu_trace_common::{RecordHeader, TaskCgroupRecord, record_kind, zerocopy::IntoBytes};
+        let rec = TaskCgroupRecord {
+            hdr: RecordHeader {
+                kind: record_kind::TASK_CGROUP,
+                cpu: 1,
+                ts_ns: 5,
+                tgid: 4242,
+                tid: 4242,
+                comm: [0; 16],
+            },
+            cgroup_id: 0x1234,
+            ns_pid: 7,
+            _pad: 0,
+        };
+        let first = &rec.as_bytes()[..48];
+        assert!(crate::wire::parse_record(first).is_err());
+        let mut other = first.to_vec();
+        other[0] = record_kind::PROCESS_EXIT as u8;
+        let mut w = RecordWriter::new(Vec::new(), &header()).unwrap();
+        w.record(first).unwrap();
+        w.record(&other).unwrap();
+        let bytes = w.finish(&RecordingTrailer::default()).unwrap();
+        let mut r = RecordReader::new(&bytes[..]).unwrap();
+        let widened = r.next_record().unwrap().unwrap();
+        assert_eq!(widened.len(), 56);
+        match crate::wire::parse_record(&widened) {
+            Ok(crate::wire::RawRecord::TaskCgroup(t)) => {
+                assert_eq!((t.hdr.tgid, t.cgroup_id, t.ns_pid), (4242, 0x1234, 0));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(r.next_record().unwrap(), Some(other));
     }
 
     #[test]

@@ -175,19 +175,6 @@ fn read<T: FromBytes>(kind: u32, bytes: &[u8]) -> Result<T, WireError> {
     })
 }
 
-/// `TASK_CGROUP`, also in its first layout (48 bytes: no `ns_pid` yet), which recordings made
-/// before it grew hold (the project's own H200 recordings among them): `ns_pid` 0, not known.
-/// Every other length is a layout disagreement, as for any kind.
-fn task_cgroup(bytes: &[u8]) -> Result<TaskCgroupRecord, WireError> {
-    const FIRST_LAYOUT: usize = offset_of!(TaskCgroupRecord, ns_pid);
-    if bytes.len() == FIRST_LAYOUT {
-        let mut full = [0u8; size_of::<TaskCgroupRecord>()];
-        full[..FIRST_LAYOUT].copy_from_slice(bytes);
-        return read(record_kind::TASK_CGROUP, &full);
-    }
-    read(record_kind::TASK_CGROUP, bytes)
-}
-
 /// Parses one ring-buffer item (or one record of a recording file).
 ///
 /// The length must equal the size of the kind's struct exactly: a mismatch means userspace and
@@ -206,7 +193,7 @@ pub fn parse_record(bytes: &[u8]) -> Result<RawRecord, WireError> {
         record_kind::KFD_QUEUE => RawRecord::KfdQueue(read(kind, bytes)?),
         record_kind::DEEP => RawRecord::Deep(read(kind, bytes)?),
         record_kind::NV_SCHED => RawRecord::NvSched(read(kind, bytes)?),
-        record_kind::TASK_CGROUP => RawRecord::TaskCgroup(task_cgroup(bytes)?),
+        record_kind::TASK_CGROUP => RawRecord::TaskCgroup(read(kind, bytes)?),
         record_kind::ATTRIBUTION => RawRecord::Attribution(attribution(bytes)?),
         record_kind::API_TAG => RawRecord::ApiTag(read(kind, bytes)?),
         record_kind::API_CONTEXT => RawRecord::ApiContext(read(kind, bytes)?),
@@ -455,36 +442,6 @@ mod tests {
             tgid: 4242,
             tid: 4243,
             comm,
-        }
-    }
-
-    /// A `TASK_CGROUP` of the first layout (48 bytes, as recordings made before `ns_pid`
-    /// hold) parses with `ns_pid` 0; the current one keeps it; any other length is refused.
-    #[test]
-    fn task_cgroup_in_both_layouts() {
-        let rec = TaskCgroupRecord {
-            hdr: header(record_kind::TASK_CGROUP),
-            cgroup_id: 0x1234,
-            ns_pid: 7,
-            _pad: 0,
-        };
-        let bytes = gpu_trace_common::zerocopy::IntoBytes::as_bytes(&rec).to_vec();
-        assert_eq!(bytes.len(), 56);
-        let Ok(RawRecord::TaskCgroup(now)) = parse_record(&bytes) else {
-            panic!("the current layout");
-        };
-        assert_eq!((now.cgroup_id, now.ns_pid), (0x1234, 7));
-        let Ok(RawRecord::TaskCgroup(first)) = parse_record(&bytes[..48]) else {
-            panic!("the first layout");
-        };
-        assert_eq!(
-            (first.hdr.tgid, first.cgroup_id, first.ns_pid),
-            (4242, 0x1234, 0)
-        );
-        for len in [40, 47, 52, 64] {
-            let mut b = bytes.clone();
-            b.resize(len, 0);
-            assert!(parse_record(&b).is_err(), "{len} bytes");
         }
     }
 
