@@ -12,6 +12,8 @@ use serde::Serialize;
 pub struct Origin {
     /// CLOCK_MONOTONIC nanoseconds (`bpf_ktime_get_ns`).
     pub ts_ns: u64,
+    /// The CPU the thread ran on; [`Origin::NO_CPU`] for a record userspace made about a
+    /// process (an interposer's verdict, a stuck call): text `[CPU??]`, JSON `null`.
     pub cpu: u32,
     /// Process id (tgid).
     pub pid: u32,
@@ -23,6 +25,14 @@ pub struct Origin {
 }
 
 impl Origin {
+    /// [`Origin::cpu`] of a record no thread made on a CPU.
+    pub const NO_CPU: u32 = u32::MAX;
+
+    /// The CPU, `None` for [`Origin::NO_CPU`].
+    pub fn cpu(&self) -> Option<u32> {
+        (self.cpu != Self::NO_CPU).then_some(self.cpu)
+    }
+
     /// The caller's thread name, as an untrusted [`Comm`].
     pub fn comm(&self) -> Comm<'_> {
         Comm(&self.comm)
@@ -35,7 +45,7 @@ impl Serialize for Origin {
         let comm = self.comm().json();
         let mut st = s.serialize_struct("Origin", 5 + usize::from(comm.comm_bytes.is_some()))?;
         st.serialize_field("ts_ns", &self.ts_ns)?;
-        st.serialize_field("cpu", &self.cpu)?;
+        st.serialize_field("cpu", &self.cpu())?;
         st.serialize_field("pid", &self.pid)?;
         st.serialize_field("tid", &self.tid)?;
         st.serialize_field("comm", &comm.comm)?;

@@ -195,6 +195,9 @@ fn api_trace_reports_a_recursing_shim_and_ends_on_sigint() {
     assert_eq!(v["symbol"], "hipMalloc");
     assert_eq!(v["library"], recursive.to_string_lossy().as_ref());
     assert_eq!(v["depth"], 2);
+    // The main trace's shape (one JSON shape per record kind): when and on which CPU.
+    assert!(v["time"].is_string() && v["cpu"].is_u64(), "{v}");
+    assert!(v["tid"].is_u64() && v["ts_ns"].is_u64(), "{v}");
     assert_eq!(
         v["chain"][0]["library"],
         recursive.to_string_lossy().as_ref()
@@ -269,6 +272,8 @@ fn api_trace_reports_a_call_stuck_in_a_shim_with_its_stack() {
     assert_eq!(v["pid"], target);
     assert_eq!(v["symbol"], "hipDeviceSynchronize");
     assert_eq!(v["library"], block.as_ref());
+    // Found by userspace: a time, no CPU.
+    assert!(v["time"].is_string() && v["cpu"].is_null(), "{v}");
     assert!(v["open_ns"].as_u64().unwrap() >= 1_000_000_000, "{v}");
     // Asleep in the shim's sleep(): state S, in a system call.
     assert_eq!(v["state"], "S", "{v}");
@@ -461,4 +466,68 @@ fn api_trace_is_not_starved_by_a_low_soft_open_file_limit() {
     assert!(!err.contains("cannot probe"), "{err}");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains(" hipMalloc "), "{text}");
+}
+
+/// `gpu-trace api -v`'s text lines take the main trace's shape: the driver lines' head (time,
+/// `[CPUnn]`, name, `PID=`, process name), then `tid=T SYMBOL@LIBRARY = RET <DUR us> depth=D
+/// caller=…`, one line per call the client made (its own count), the shim's `[preload]` mark.
+#[test]
+fn api_trace_text_lines_have_the_main_traces_shape() {
+    let test = "api_trace_text_lines_have_the_main_traces_shape";
+    let Some((_dir, client, shim, hip)) = prepare(test) else {
+        return;
+    };
+    let out = Command::new(env!("CARGO_BIN_EXE_gpu-trace"))
+        .args(["api", "-v", "--"])
+        .arg(&client)
+        .args(["5", "0"])
+        .env("LD_PRELOAD", &shim)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let own = text
+        .lines()
+        .map(fields)
+        .find(|f| f.contains_key("hipMalloc"))
+        .unwrap_or_else(|| panic!("the client's line in {text}"));
+    let (pid, calls) = (own["pid"], own["hipMalloc"]);
+    let (shim, hip) = (shim.to_string_lossy(), hip.to_string_lossy());
+    // `HH:MM:SS.ffffff [CPUnn] API_CALL     PID=<pid>` then the fields.
+    let head = |l: &str| -> Option<String> {
+        let (time, rest) = l.split_once(' ')?;
+        let ok = time.len() == 15
+            && time.as_bytes()[2] == b':'
+            && time.as_bytes()[8] == b'.'
+            && rest.starts_with("[CPU")
+            && rest[4..6].bytes().all(|b| b.is_ascii_digit())
+            && rest[6..].starts_with("] API_CALL     PID=");
+        ok.then(|| rest[25..].to_string())
+    };
+    let lines: Vec<String> = text.lines().filter_map(head).collect();
+    let of = |lib: &str| {
+        lines
+            .iter()
+            .filter(|l| {
+                l.starts_with(&format!("{pid} ")) && l.contains(&format!(" hipMalloc@{lib} = "))
+            })
+            .collect::<Vec<_>>()
+    };
+    // The shim's outermost calls (preloaded), and the runtime's, called by the shim.
+    let outer = of(&shim);
+    assert_eq!(outer.len() as u64, calls, "{text}");
+    assert!(
+        outer
+            .iter()
+            .all(|l| l.contains(" depth=0 caller=- [preload]")),
+        "{outer:#?}"
+    );
+    let inner = of(&hip);
+    assert_eq!(inner.len() as u64, calls, "{text}");
+    let caller = format!(" depth=1 caller=hipMalloc@{shim}");
+    assert!(inner.iter().all(|l| l.ends_with(&caller)), "{inner:#?}");
 }

@@ -1,11 +1,12 @@
-//! `gpu-trace api`'s per-call events: `API_CALL` (one per completed call, `-v`, ltrace-like)
-//! and `API_RECURSION` (a symbol re-entered on a thread through the same library, or a thread
-//! past `--max-depth`), as text lines and JSON objects (docs/events.md). Library paths and
-//! process names come from the traced process: text escapes them, JSON carries them as UTF-8.
+//! The API layer's per-call events, the same in `gpu-trace api` and the main trace's `--api`:
+//! `API_CALL` (one per completed call), `API_RECURSION` (a symbol re-entered on a thread
+//! through the same library, or a thread past `--max-depth`) and `API_STUCK` (a call open
+//! longer than `--stuck-after`). Each renders its own text fields here (after the line's time,
+//! CPU, name and `PID=… comm` columns, which `output::text` writes as for every event); the
+//! JSON fields are written by `output::json` (docs/events.md). Library paths and process names
+//! come from the traced process: text escapes them, JSON carries them as UTF-8.
 
-use serde_json::{Value, json};
-
-use crate::escape::{escape_text, lossy};
+use crate::escape::escape_text;
 
 /// A library and symbol (a traced attach point).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -21,47 +22,29 @@ pub struct CallEvent {
     pub tid: u32,
     pub comm: String,
     pub site: Site,
-    /// The library came through `LD_PRELOAD` in this process (text `[preload]` after the
-    /// library, JSON `preload`).
-    pub preload: bool,
-    /// The call one level out on the thread (its library is the caller's).
+    /// The library came through `LD_PRELOAD` in this process (text `[preload]` at the end,
+    /// JSON `preload`); `None` where the run does not know (the main trace: its recording
+    /// names libraries, not how they were loaded).
+    pub preload: Option<bool>,
+    /// The call one level out on the thread.
     pub caller: Option<Site>,
     pub duration_ns: u64,
     pub ret: u64,
     pub depth: u32,
 }
 
-/// `API_CALL` as one text line (no newline).
-pub fn call_text(e: &CallEvent) -> String {
-    format!(
-        "API_CALL pid={} tid={} comm={} {}() = {} <{}.{:03} us> depth={} library={}{} caller={}",
-        e.pid,
-        e.tid,
-        escape_text(&e.comm),
-        escape_text(&e.site.symbol),
-        e.ret as u32 as i32,
-        e.duration_ns / 1000,
-        e.duration_ns % 1000,
-        e.depth,
-        escape_text(&e.site.library),
-        crate::api::stats::preload_mark(e.preload),
-        e.caller
-            .as_ref()
-            .map_or("-".into(), |c| escape_text(&c.library).into_owned()),
-    )
-}
-
-/// `SYMBOL@LIBRARY`, escaped: a call site as the main trace spells it (`api=` of the driver
-/// events, `gpu-trace --api`'s `API_CALL` and `API_RECURSION` lines).
+/// `SYMBOL@LIBRARY`, escaped: a call site as the lines spell it (`api=` of the driver events,
+/// `API_CALL`, `API_RECURSION`, `API_STUCK`).
 pub fn site_text(s: &Site) -> String {
     format!("{}@{}", escape_text(&s.symbol), escape_text(&s.library))
 }
 
-/// The main trace's `API_CALL` fields (after its `PID=… comm` columns, no newline):
-/// `tid=T SYM@LIB = RET <DUR us> depth=D caller=SYM@LIB` (`caller=-` for an outermost call).
+/// `API_CALL`'s fields (after the `PID=… comm` columns, no newline):
+/// `tid=T SYM@LIB = RET <DUR us> depth=D caller=SYM@LIB` (`caller=-` for an outermost call),
+/// then ` [preload]` for a library that came through `LD_PRELOAD`.
 pub fn call_fields(e: &CallEvent) -> String {
     format!(
-        "tid={} {} = {} <{}.{:03} us> depth={} caller={}",
+        "tid={} {} = {} <{}.{:03} us> depth={} caller={}{}",
         e.tid,
         site_text(&e.site),
         e.ret as u32 as i32,
@@ -69,10 +52,11 @@ pub fn call_fields(e: &CallEvent) -> String {
         e.duration_ns % 1000,
         e.depth,
         e.caller.as_ref().map_or_else(|| "-".into(), site_text),
+        crate::api::stats::preload_mark(e.preload == Some(true)),
     )
 }
 
-/// The main trace's `API_RECURSION` fields (after its `PID=… comm` columns, no newline):
+/// `API_RECURSION`'s fields (after the `PID=… comm` columns, no newline):
 /// `tid=T SYM@LIB why=re-entered|max-depth depth=D chain=SYM@LIB > SYM@LIB …` (outermost
 /// first).
 pub fn recursion_fields(e: &RecursionEvent) -> String {
@@ -100,34 +84,6 @@ pub fn why(e: &RecursionEvent) -> &'static str {
     }
 }
 
-/// The fields every API event has, then `rest`'s, as one JSON object (no newline).
-fn json_line(event: &str, pid: u32, tid: u32, comm: &str, site: &Site, rest: Value) -> String {
-    let mut v = json!({
-        "event": event,
-        "pid": pid,
-        "tid": tid,
-        "comm": lossy(comm),
-        "library": lossy(&site.library),
-        "symbol": lossy(&site.symbol),
-    });
-    if let (Some(m), Value::Object(r)) = (v.as_object_mut(), rest) {
-        m.extend(r);
-    }
-    v.to_string()
-}
-
-/// `API_CALL` as one JSON object (no newline).
-pub fn call_json(e: &CallEvent) -> String {
-    let rest = json!({
-        "duration_ns": e.duration_ns,
-        "ret": e.ret as u32 as i32,
-        "depth": e.depth,
-        "preload": e.preload,
-        "caller_library": e.caller.as_ref().map(|c| lossy(&c.library)),
-    });
-    json_line("API_CALL", e.pid, e.tid, &e.comm, &e.site, rest)
-}
-
 /// A recursion or a thread past the depth cap.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RecursionEvent {
@@ -140,41 +96,6 @@ pub struct RecursionEvent {
     pub past_cap: bool,
     /// The thread's open calls, outermost first (as many as the kernel keeps).
     pub chain: Vec<Site>,
-}
-
-/// `API_RECURSION` as one text line (no newline).
-pub fn recursion_text(e: &RecursionEvent) -> String {
-    let chain: Vec<String> = e
-        .chain
-        .iter()
-        .map(|s| format!("{}:{}", escape_text(&s.library), escape_text(&s.symbol)))
-        .collect();
-    format!(
-        "API_RECURSION pid={} tid={} comm={} {}() library={} depth={} why={} chain={}",
-        e.pid,
-        e.tid,
-        escape_text(&e.comm),
-        escape_text(&e.site.symbol),
-        escape_text(&e.site.library),
-        e.depth,
-        why(e),
-        chain.join(" > ")
-    )
-}
-
-/// `API_RECURSION` as one JSON object (no newline).
-pub fn recursion_json(e: &RecursionEvent) -> String {
-    let chain: Vec<_> = e
-        .chain
-        .iter()
-        .map(|s| json!({"library": lossy(&s.library), "symbol": lossy(&s.symbol)}))
-        .collect();
-    let rest = json!({
-        "depth": e.depth,
-        "why": why(e),
-        "chain": chain,
-    });
-    json_line("API_RECURSION", e.pid, e.tid, &e.comm, &e.site, rest)
 }
 
 /// A call open longer than `--stuck-after`, with what /proc said about its thread.
@@ -194,16 +115,14 @@ pub struct StuckEvent {
     pub stack: Vec<String>,
 }
 
-/// `API_STUCK` as text: a line, then the stack's frames indented (newline-terminated).
-pub fn stuck_text(e: &StuckEvent) -> String {
+/// `API_STUCK`'s fields (after the `PID=… comm` columns):
+/// `tid=T SYM@LIB open_for=S.MMMs state=S wchan=W syscall=N`, then the stack's frames, each
+/// on a line of its own, indented (no newline after the last).
+pub fn stuck_fields(e: &StuckEvent) -> String {
     let mut out = format!(
-        "API_STUCK pid={} tid={} comm={} {}() library={} open_for={}.{:03}s state={} wchan={} \
-         syscall={}\n",
-        e.pid,
+        "tid={} {} open_for={}.{:03}s state={} wchan={} syscall={}",
         e.tid,
-        escape_text(&e.comm),
-        escape_text(&e.site.symbol),
-        escape_text(&e.site.library),
+        site_text(&e.site),
         e.open_ns / 1_000_000_000,
         e.open_ns / 1_000_000 % 1000,
         escape_text(&e.state),
@@ -211,21 +130,10 @@ pub fn stuck_text(e: &StuckEvent) -> String {
         escape_text(&e.syscall),
     );
     for f in &e.stack {
-        out += &format!("    {}\n", escape_text(f));
+        out.push_str("\n    ");
+        out.push_str(&escape_text(f));
     }
     out
-}
-
-/// `API_STUCK` as one JSON object (no newline).
-pub fn stuck_json(e: &StuckEvent) -> String {
-    let rest = json!({
-        "open_ns": e.open_ns,
-        "state": lossy(&e.state),
-        "wchan": lossy(&e.wchan),
-        "syscall": lossy(&e.syscall),
-        "stack": e.stack.iter().map(|f| lossy(f)).collect::<Vec<_>>(),
-    });
-    json_line("API_STUCK", e.pid, e.tid, &e.comm, &e.site, rest)
 }
 
 /// API events for the output modules' tests.
@@ -248,7 +156,7 @@ pub(crate) mod samples {
             tid: 4243,
             comm: comm.into(),
             site: site("cuCtxCreate_v4", library),
-            preload: false,
+            preload: None,
             caller: Some(site("cudaMalloc", "libcudart.so.12")),
             duration_ns: 12_345,
             ret: 0,
@@ -270,6 +178,7 @@ pub(crate) mod samples {
             ApiEvent::Stats(s) => (s.pid, ""),
             ApiEvent::Path(p) => (p.pid, p.comm.as_str()),
             ApiEvent::Handout(h) => (h.pid, h.comm.as_str()),
+            ApiEvent::Stuck(e) => (e.tid, e.comm.as_str()),
         };
         crate::event::Origin {
             ts_ns,
@@ -306,30 +215,33 @@ mod tests {
     }
 
     #[test]
-    fn call_lines_escape_untrusted_strings() {
-        let e = CallEvent {
+    fn call_fields_escape_untrusted_strings_and_mark_a_preload() {
+        let mut e = CallEvent {
             pid: 1,
             tid: 2,
             comm: "a\u{1b}]0;x".into(),
             site: site("/tmp/\u{7}shim.so"),
-            preload: true,
+            preload: Some(true),
             caller: Some(site("/x/\u{1b}lib.so")),
             duration_ns: 12_345,
             ret: 0xffff_ffff,
             depth: 1,
         };
-        let t = call_text(&e);
+        let t = call_fields(&e);
         assert!(!t.contains('\u{1b}') && !t.contains('\u{7}'), "{t}");
-        assert!(t.contains("hipMalloc() = -1 <12.345 us> depth=1"), "{t}");
-        assert!(t.contains("shim.so [preload] caller="), "{t}");
-        let v: serde_json::Value = serde_json::from_str(&call_json(&e)).unwrap();
-        assert_eq!(v["library"], "/tmp/\u{7}shim.so");
-        assert_eq!(v["ret"], -1);
-        assert_eq!(v["preload"], true);
+        assert!(
+            t.contains("= -1 <12.345 us> depth=1 caller=hipMalloc@"),
+            "{t}"
+        );
+        assert!(t.ends_with(" [preload]"), "{t}");
+        e.preload = Some(false);
+        assert!(!call_fields(&e).contains("preload"));
+        e.preload = None;
+        assert!(!call_fields(&e).contains("preload"));
     }
 
     #[test]
-    fn recursion_lines_name_the_chain_outermost_first() {
+    fn recursion_fields_name_the_chain_outermost_first() {
         let e = RecursionEvent {
             pid: 1,
             tid: 1,
@@ -337,14 +249,36 @@ mod tests {
             site: site("/s.so"),
             depth: 2,
             past_cap: false,
-            chain: vec![site("/s.so"), site("/s.so")],
+            chain: vec![site("/s.so"), site("/t.so")],
         };
-        let t = recursion_text(&e);
+        let t = recursion_fields(&e);
         assert!(
-            t.ends_with("why=re-entered chain=/s.so:hipMalloc > /s.so:hipMalloc"),
+            t.ends_with("why=re-entered depth=2 chain=hipMalloc@/s.so > hipMalloc@/t.so"),
             "{t}"
         );
-        let v: serde_json::Value = serde_json::from_str(&recursion_json(&e)).unwrap();
-        assert_eq!(v["chain"].as_array().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn stuck_fields_indent_each_frame_on_its_own_line_escaped() {
+        let e = StuckEvent {
+            pid: 1,
+            tid: 3,
+            comm: "c".into(),
+            site: site("/s.so"),
+            open_ns: 2_345_000_000,
+            state: "S".into(),
+            wchan: "futex_wait_queue".into(),
+            syscall: "202".into(),
+            stack: vec!["/s.so+0x10 f+0x4".into(), "/x\u{1b}[2J+0x0".into()],
+        };
+        let t = stuck_fields(&e);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(
+            lines[0],
+            "tid=3 hipMalloc@/s.so open_for=2.345s state=S wchan=futex_wait_queue syscall=202"
+        );
+        assert_eq!(lines[1], "    /s.so+0x10 f+0x4");
+        assert!(lines[2].starts_with("    /x") && !lines[2].contains('\u{1b}'));
+        assert_eq!(lines.len(), 3);
     }
 }

@@ -32,6 +32,8 @@ pub enum ApiEvent {
     Path(super::path::ApiPath),
     /// A lookup handed a table symbol out (`-v`).
     Handout(super::path::Handout),
+    /// A call open longer than `--stuck-after` (`gpu-trace api`).
+    Stuck(super::events::StuckEvent),
 }
 
 impl ApiEvent {
@@ -44,16 +46,19 @@ impl ApiEvent {
             Self::Recursion(_) => Some("API_RECURSION"),
             Self::Path(_) => Some("API_PATH"),
             Self::Handout(_) => Some("API_HANDOUT"),
+            Self::Stuck(_) => Some("API_STUCK"),
             Self::Stats(_) => None,
         }
     }
 
-    /// The call the line is about (a recursion's: the call that re-entered); `None` for a
+    /// The call the line is about (a recursion's: the call that re-entered; a stuck call's:
+    /// the call open); `None` for a
     /// process's sums, a verdict and a hand-out.
     pub fn site(&self) -> Option<&Site> {
         match self {
             Self::Call(e) => Some(&e.site),
             Self::Recursion(e) => Some(&e.site),
+            Self::Stuck(e) => Some(&e.site),
             Self::Stats(_) | Self::Path(_) | Self::Handout(_) => None,
         }
     }
@@ -66,6 +71,7 @@ impl ApiEvent {
             Self::Stats(s) => s.pid,
             Self::Path(p) => p.pid,
             Self::Handout(h) => h.pid,
+            Self::Stuck(e) => e.pid,
         }
     }
 }
@@ -108,10 +114,10 @@ impl Names {
             })
     }
 
-    /// `API_CALL` by name (the main trace does not carry the `LD_PRELOAD` mark: `gpu-trace
+    /// `API_CALL` by name (the main trace does not know the `LD_PRELOAD` mark: `gpu-trace
     /// api` does).
     pub fn call(&self, origin: &Origin, r: &ApiCallRecord) -> ApiEvent {
-        ApiEvent::Call(call_event(origin, r, |c| self.site(c), false))
+        ApiEvent::Call(call_event(origin, r, |c| self.site(c), None))
     }
 
     /// `API_RECURSION` by name.
@@ -141,7 +147,7 @@ pub fn call_event(
     origin: &Origin,
     r: &ApiCallRecord,
     site: impl Fn(u64) -> Site,
-    preload: bool,
+    preload: Option<bool>,
 ) -> CallEvent {
     CallEvent {
         pid: origin.pid,

@@ -181,26 +181,38 @@
 //! | `depth`   | integer | traced calls open on the thread (1: this one alone) |
 //! | `caller`  | object  | only when `depth` > 1: the call one level out, `symbol` and `library` |
 //!
-//! ## `API_CALL`, `API_RECURSION`: the API records of the main trace (`gpu-trace --api`)
+//! ## `API_CALL`, `API_RECURSION`, `API_STUCK`: the API records (`gpu-trace --api`, `gpu-trace api`)
 //!
 //! With `--api`, `API_RECURSION`: once per (thread, symbol of one library) re-entered on the
 //! thread, and once per thread past 16 open calls; with `--api-calls` also `API_CALL`: one per
 //! completed traced call (a ring record each: see [api.md](api.md#cost)). Among the driver
-//! events, in the order the ring delivered them (a call's line comes at its return). Both have
-//! `event`, `time`, `ts_ns`, `cpu`, `pid`, `tid`, `comm` (and `comm_bytes`) as every event
-//! (`ts_ns`: the call's return, the re-entry), then:
+//! events, in the order the ring delivered them (a call's line comes at its return).
+//! `gpu-trace api` writes the same objects (`API_CALL` with `-v`), and `API_STUCK` once per call
+//! open `--stuck-after` seconds or longer. All have `event`, `time`, `ts_ns`, `cpu`, `pid`,
+//! `tid`, `comm` (and `comm_bytes`) as every event (`ts_ns`: the call's return, the re-entry,
+//! the moment userspace found the call stuck; `cpu`: null for `API_STUCK`, which no thread
+//! made on a CPU), then:
 //!
 //! | field         | type    | meaning |
 //! |---------------|---------|---------|
 //! | `symbol`      | string  | the call's symbol (`cuCtxCreate_v4`; `#N` when the recording named no such probe) |
-//! | `library`     | string  | its library's file name (`libcuda.so.1`; at most 64 bytes) |
+//! | `library`     | string  | its library: the file name in the main trace (`libcuda.so.1`; at most 64 bytes), the path as `/proc/PID/maps` shows it in `gpu-trace api` |
 //! | `duration_ns` | integer | `API_CALL`: entry to return (the call began at `ts_ns − duration_ns`) |
 //! | `ret`         | integer | `API_CALL`: the return value as a 32-bit signed status (`CUresult`, `cudaError_t`, `hipError_t`) |
 //! | `depth`       | integer | `API_CALL`: traced calls open on the thread when it began (0: outermost); `API_RECURSION`: open calls, this one included |
 //! | `caller`      | object  | `API_CALL`, only when `depth` > 0: the call one level out, `symbol` and `library` |
+//! | `preload`     | boolean | `API_CALL` of `gpu-trace api` only: its library came through `LD_PRELOAD` in this process (the main trace does not know) |
 //! | `why`         | string  | `API_RECURSION`: `"re-entered"` or `"max-depth"` |
 //! | `chain`       | array   | `API_RECURSION`: the open calls before this one, outermost first (at most 16): `symbol`, `library` each |
+//! | `open_ns`     | integer | `API_STUCK`: how long the call had been open when seen |
+//! | `state`       | string  | `API_STUCK`: `/proc/PID/task/TID/stat`'s state letter (`?` unknown) |
+//! | `wchan`       | string  | `API_STUCK`: the kernel function the thread waits in (`/proc/…/wchan`; `0` when running) |
+//! | `syscall`     | string  | `API_STUCK`: `/proc/…/syscall`'s first field: the system call's number, `running`, or empty |
+//! | `stack`       | array of strings | `API_STUCK`: the scanned user stack, innermost first: `path+0xOFFSET` and, where a symbol covers it, ` symbol+0xOFF` |
 //! | `cgroup`      | object  | as for the driver events, when known |
+//!
+//! (Until this version `gpu-trace api` wrote objects of its own: no `time`, `ts_ns`, `cpu`;
+//! `caller_library` instead of `caller`.)
 //!
 //! ## `GPU_SHARE`: one NVML per-process utilization sample (live runs with NVML)
 //!
@@ -266,12 +278,10 @@
 //! | `tasks_omitted`         | integer         | left out of `tasks`: ended tasks beyond the 10000 kept, and events of new tasks while 100000 were alive (or 4096 of the same process) |
 //! | `diagnostics`           | object or null  | null with a null `kernel`; kernel-internal counters (also in `kernel`; the text output shows them with `-v`): `emitted`, `ignored` |
 //!
-//! ## `API_STATS`, `API_CALL`, `API_RECURSION` (`gpu-trace api`)
+//! ## `API_STATS` (`gpu-trace api`, `gpu-trace --api`)
 //!
-//! (and `API_STUCK`, below)
-//!
-//! `gpu-trace api`'s tracing ([api.md](api.md#tracing)) writes its own lines, one JSON object each,
-//! with `--format json`. Strings from the traced process (`library`, `symbol`, `comm`) are UTF-8, a
+//! `gpu-trace api`'s tracing ([api.md](api.md#tracing)) writes one JSON object per line with
+//! `--format json`: the records above, and these sums. Strings from the traced process (`library`, `symbol`, `comm`) are UTF-8, a
 //! byte that is not as U+FFFD.
 //!
 //! `API_STATS`: one per (process, library, symbol) with completed calls, every `--interval` and at
@@ -295,44 +305,6 @@
 //! | `p50_ns_below`, `p99_ns_below` | integer | the upper bound of the histogram bucket holding the quantile |
 //! | `hist_log2_ns` | array of 40 integers | bucket `i`: calls of `2^(i-1) ≤ ns < 2^i` (bucket 0: 0 ns; the last: everything longer) |
 //!
-//! `API_CALL` (`-v`): one per completed call.
-//!
-//! | field            | type           | meaning |
-//! |------------------|----------------|---------|
-//! | `event`          | string         | `"API_CALL"` |
-//! | `pid`, `tid`     | integer        | process and thread |
-//! | `comm`           | string         | the thread's name |
-//! | `library`, `symbol` | string      | the copy called |
-//! | `preload`        | boolean        | the library came through `LD_PRELOAD` in this process |
-//! | `duration_ns`    | integer        | entry to return |
-//! | `ret`            | integer        | the return value as a 32-bit signed status |
-//! | `depth`          | integer        | traced calls open on the thread when it started (0: outermost) |
-//! | `caller_library` | string or null | the library of the traced call one level out; null for an outermost call |
-//!
-//! `API_RECURSION`: once per (thread, library and symbol) re-entered, and once per thread past
-//! `--max-depth`.
-//!
-//! | field            | type    | meaning |
-//! |------------------|---------|---------|
-//! | `event`          | string  | `"API_RECURSION"` |
-//! | `pid`, `tid`, `comm` | | as above |
-//! | `library`, `symbol` | string | the call that re-entered (or went past the cap) |
-//! | `depth`          | integer | traced calls open on the thread, this one included |
-//! | `why`            | string  | `"re-entered"` or `"max-depth"` |
-//! | `chain`          | array   | the open calls, outermost first (at most 16): `library`, `symbol` each |
-//!
-//! `API_STUCK`: once per call open `--stuck-after` seconds or longer.
-//!
-//! | field            | type    | meaning |
-//! |------------------|---------|---------|
-//! | `event`          | string  | `"API_STUCK"` |
-//! | `pid`, `tid`, `comm` | | as above |
-//! | `library`, `symbol` | string | the open call |
-//! | `open_ns`        | integer | how long it had been open when seen |
-//! | `state`          | string  | `/proc/PID/task/TID/stat`'s state letter (`?` unknown) |
-//! | `wchan`          | string  | the kernel function the thread waits in (`/proc/…/wchan`; `0` when running) |
-//! | `syscall`        | string  | `/proc/…/syscall`'s first field: the system call's number, `running`, or empty |
-//! | `stack`          | array of strings | the scanned user stack, innermost first: `path+0xOFFSET` and, where a symbol covers it, ` symbol+0xOFF` |
 
 use chrono::{Datelike as _, SecondsFormat, Timelike as _};
 use serde::Serialize;
@@ -437,12 +409,23 @@ pub fn write_api(out: &mut Vec<u8>, ev: &ApiEnriched<'_>, clock: &Clock) -> bool
             if let Some(c) = &e.caller {
                 field(out, "caller", &SiteJson::of(c));
             }
+            if let Some(preload) = e.preload {
+                field(out, "preload", &preload);
+            }
         }
         ApiEvent::Recursion(e) => {
             field(out, "why", crate::api::events::why(e));
             field(out, "depth", &e.depth);
             let chain: Vec<SiteJson<'_>> = e.chain.iter().map(SiteJson::of).collect();
             field(out, "chain", &chain);
+        }
+        ApiEvent::Stuck(e) => {
+            field(out, "open_ns", &e.open_ns);
+            field(out, "state", &escape::lossy(&e.state));
+            field(out, "wchan", &escape::lossy(&e.wchan));
+            field(out, "syscall", &escape::lossy(&e.syscall));
+            let stack: Vec<_> = e.stack.iter().map(|f| escape::lossy(f)).collect();
+            field(out, "stack", &stack);
         }
         ApiEvent::Stats(_) | ApiEvent::Path(_) | ApiEvent::Handout(_) => {}
     }
@@ -505,7 +488,10 @@ fn write_origin(out: &mut Vec<u8>, o: &Origin) {
     out.extend_from_slice(b",\"ts_ns\":");
     out.extend_from_slice(n.format(o.ts_ns).as_bytes());
     out.extend_from_slice(b",\"cpu\":");
-    out.extend_from_slice(n.format(o.cpu).as_bytes());
+    match o.cpu() {
+        Some(cpu) => out.extend_from_slice(n.format(cpu).as_bytes()),
+        None => out.extend_from_slice(b"null"),
+    }
     out.extend_from_slice(b",\"pid\":");
     out.extend_from_slice(n.format(o.pid).as_bytes());
     out.extend_from_slice(b",\"tid\":");
@@ -1679,5 +1665,51 @@ mod tests {
             hist: vec![],
         });
         assert_eq!(line(&stats), None);
+    }
+
+    /// `API_STUCK` as JSON: `cpu` null (made in userspace, on no CPU), the /proc fields and the
+    /// stack; an `API_CALL` whose run knows the `LD_PRELOAD` mark carries `preload`.
+    #[test]
+    fn a_stuck_call_has_a_null_cpu_and_its_stack() {
+        use crate::api::events::{StuckEvent, samples};
+        use crate::api::names::ApiEvent;
+        let render = |event: &ApiEvent, cpu: u32| {
+            let mut origin = samples::origin_of(event, 1_000, 3);
+            origin.cpu = cpu;
+            let ev = ApiEnriched {
+                event,
+                origin: &origin,
+                process: "c",
+                cgroup: None,
+            };
+            let mut out = Vec::new();
+            assert!(write_api(&mut out, &ev, &clock()));
+            parse(std::str::from_utf8(&out).unwrap())
+        };
+        let v = render(
+            &ApiEvent::Stuck(StuckEvent {
+                pid: 7,
+                tid: 8,
+                comm: "c".into(),
+                site: samples::site("cuInit", "libcuda.so.1"),
+                open_ns: 2_000_000_000,
+                state: "D".into(),
+                wchan: "w".into(),
+                syscall: "16".into(),
+                stack: vec!["a+0x1".into(), "b+0x2".into()],
+            }),
+            Origin::NO_CPU,
+        );
+        assert_eq!(v["event"], "API_STUCK");
+        assert!(v["cpu"].is_null(), "{v}");
+        assert_eq!(
+            (v["tid"] == 8, v["open_ns"] == 2_000_000_000u64),
+            (true, true)
+        );
+        assert_eq!(v["stack"], serde_json::json!(["a+0x1", "b+0x2"]));
+        let mut call = samples::call("c", "/opt/shim.so");
+        call.preload = Some(true);
+        let v = render(&ApiEvent::Call(call), 3);
+        assert_eq!((v["preload"] == true, v["cpu"] == 3), (true, true));
     }
 }

@@ -467,7 +467,7 @@ impl<W: Write> PerfettoWriter<W> {
         if let Ok(Value::Object(ids)) = serde_json::to_value(ev.identity()) {
             m.extend(ids);
         }
-        m.insert("cpu".into(), o.cpu.into());
+        m.insert("cpu".into(), o.cpu().into());
         m.insert("tid".into(), o.tid.into());
         let comm = o.comm().json();
         m.insert("comm".into(), comm.comm.into());
@@ -850,7 +850,7 @@ impl<W: Write> PerfettoWriter<W> {
         let mut args = json!({
             "time": self.clock.utc(ts_ns).to_rfc3339_opts(SecondsFormat::Micros, true),
             "ts_ns": ts_ns,
-            "cpu": o.cpu,
+            "cpu": o.cpu(),
             "tid": tid,
             "comm": crate::escape::lossy(&o.comm),
         });
@@ -874,6 +874,12 @@ impl<W: Write> PerfettoWriter<W> {
                 let chain: Vec<String> = e.chain.iter().map(site_text).collect();
                 args["chain"] = chain.join(" > ").into();
                 self.thread_instant(ts_ns, (pid, tid), "API_RECURSION", args)
+            }
+            ApiEvent::Stuck(e) => {
+                args["symbol"] = crate::escape::lossy(&e.site.symbol).into();
+                args["library"] = crate::escape::lossy(&e.site.library).into();
+                args["open_ns"] = e.open_ns.into();
+                self.thread_instant(ts_ns, (pid, tid), "API_STUCK", args)
             }
             ApiEvent::Stats(_) | ApiEvent::Path(_) | ApiEvent::Handout(_) => Ok(()),
         }

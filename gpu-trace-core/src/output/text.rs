@@ -133,9 +133,14 @@ impl TextFormatter {
                 let _ = write!(line, "{rel:>TIME_WIDTH$}");
             }
         }
-        line.push_str(" [CPU");
-        push_zero_padded(line, o.cpu, 2);
-        line.push_str("] ");
+        match o.cpu() {
+            Some(cpu) => {
+                line.push_str(" [CPU");
+                push_zero_padded(line, cpu, 2);
+                line.push_str("] ");
+            }
+            None => line.push_str(" [CPU??] "),
+        }
         push_left(line, name, 12);
         line.push_str(" PID=");
         push_left(line, itoa::Buffer::new().format(o.pid), 6);
@@ -177,6 +182,7 @@ impl TextFormatter {
         let fields = match ev.event {
             ApiEvent::Call(e) => api_events::call_fields(e),
             ApiEvent::Recursion(e) => api_events::recursion_fields(e),
+            ApiEvent::Stuck(e) => api_events::stuck_fields(e),
             ApiEvent::Path(p) => p.sentence(),
             // `-v` only: one a process and symbol, mostly at its start.
             ApiEvent::Handout(h) if self.verbose => h.fields(),
@@ -1479,5 +1485,40 @@ mod tests {
             hist: vec![0; 40],
         });
         assert_eq!(line(&stats), None);
+    }
+
+    /// A record made in userspace (a stuck call, a verdict) has no CPU: `[CPU??]`, not a
+    /// CPU number it did not run on; a stuck call's frames follow on lines of their own.
+    #[test]
+    fn a_stuck_call_has_no_cpu_and_its_frames_follow() {
+        use crate::api::events::{StuckEvent, samples};
+        let (clock, tz) = fixed();
+        let event = ApiEvent::Stuck(StuckEvent {
+            pid: 4242,
+            tid: 4243,
+            comm: "python3".into(),
+            site: samples::site("cuStreamSynchronize", "libcuda.so.1"),
+            open_ns: 5_000_000_000,
+            state: "S".into(),
+            wchan: "futex_wait_queue".into(),
+            syscall: "202".into(),
+            stack: vec!["libcuda.so.1+0x1000 cuStreamSynchronize+0x10".into()],
+        });
+        let mut origin = samples::origin_of(&event, T0, 1);
+        origin.cpu = crate::event::Origin::NO_CPU;
+        let ev = ApiEnriched {
+            event: &event,
+            origin: &origin,
+            process: "python3",
+            cgroup: None,
+        };
+        let mut line = String::new();
+        assert!(TextFormatter::default().write_api(&ev, &clock, &tz, &mut line));
+        assert_eq!(
+            line,
+            "23:00:24.561798 [CPU??] API_STUCK    PID=4242   python3          tid=4243 \
+             cuStreamSynchronize@libcuda.so.1 open_for=5.000s state=S wchan=futex_wait_queue \
+             syscall=202\n    libcuda.so.1+0x1000 cuStreamSynchronize+0x10"
+        );
     }
 }

@@ -4,9 +4,13 @@
 //! the kernel adds the calls up (`probes/api_call.rs`) and this reads the sums each interval
 //! and at exit. Launch mode (`-- CMD`) attaches by path before the child execs, so that the
 //! first calls are seen; every interval rescans each target's maps and attaches new libraries.
+//!
+//! Its records (`API_CALL`, `API_RECURSION`, `API_STUCK`, `API_PATH`, `API_HANDOUT`) leave
+//! through the core's [`Pipeline`] and its line outputs, as the main trace's `--api` records
+//! do: one text shape and one JSON shape per record kind for both commands.
 
 use std::collections::HashSet;
-use std::io::Write as _;
+use std::io::{BufWriter, Stdout, Write as _};
 use std::os::fd::{AsFd as _, AsRawFd as _};
 use std::time::{Duration, Instant};
 
@@ -16,11 +20,15 @@ use aya::{
 };
 use gpu_trace_common::api::{API_STACK_MAX, ApiStack};
 use gpu_trace_common::zerocopy::FromBytes as _;
-use gpu_trace_core::api::events::{self, Site, StuckEvent};
-use gpu_trace_core::api::names;
+use gpu_trace_core::api::events::{Site, StuckEvent};
+use gpu_trace_core::api::names::{self, ApiEvent};
 use gpu_trace_core::api::stats::{self, CallStats};
 use gpu_trace_core::api::symbols::SymbolTable;
 use gpu_trace_core::escape::{decode_lossless, escape_text};
+use gpu_trace_core::event::Origin;
+use gpu_trace_core::output::{Format, clock::Clock, text::TimestampMode};
+use gpu_trace_core::pipeline::{Pipeline, PipelineConfig};
+use gpu_trace_core::sink::SinkError;
 use gpu_trace_core::wire::{self, RawRecord};
 
 use super::attach::{Attacher, load_programs};
@@ -64,6 +72,50 @@ pub enum TraceError {
     NoGpuLibrary(String),
     #[error(transparent)]
     Launch(#[from] crate::launch::LaunchError),
+    #[error("reading the clocks: {0}")]
+    Clock(std::io::Error),
+}
+
+/// Where the records go: the core's pipeline, its lines on standard output.
+type Lines = Pipeline<BufWriter<Stdout>>;
+
+/// The pipeline of `args`' format: every record a line, no driver statistics (the call
+/// tables are this command's own).
+fn lines(args: &ApiArgs) -> Result<Lines, TraceError> {
+    let config = PipelineConfig {
+        verbose: args.verbose,
+        pids: Vec::new(),
+        comms: Vec::new(),
+        format: match args.format {
+            ApiFormat::Text => Format::Text,
+            ApiFormat::Json => Format::Json,
+        },
+        timestamps: TimestampMode::Wall,
+        stats: false,
+        clock: Clock::from_system().map_err(TraceError::Clock)?,
+        show_container: false,
+    };
+    Ok(Pipeline::new(config, BufWriter::new(std::io::stdout())))
+}
+
+/// The origin of a record made here, now, about `pid`'s thread `tid` (no CPU).
+fn made_here(pid: u32, tid: u32, comm: &str) -> Origin {
+    Origin {
+        ts_ns: monotonic_ns(),
+        cpu: Origin::NO_CPU,
+        pid,
+        tid,
+        comm: comm.into(),
+    }
+}
+
+/// Standard output failed: a closed pipe (`| head`) ends the run quietly, as coreutils do;
+/// anything else is said once.
+fn output_failed(e: &SinkError) {
+    let closed = matches!(e, SinkError::Output(io) if io.kind() == std::io::ErrorKind::BrokenPipe);
+    if !closed {
+        eprintln!("gpu-trace: api: writing the output: {e}; tracing stops");
+    }
 }
 
 /// The loaded programs and what is attached.
@@ -170,9 +222,9 @@ impl Tracer {
         unsafe { libc::poll(&mut fd, 1, at_most.as_millis() as i32) };
     }
 
-    /// The records the ring holds now, as lines (text or JSON). A target whose link map
-    /// changed (`API_LOADED`) is read and attached at once, then continued if it was held.
-    fn drain(&mut self, json: bool) -> Vec<String> {
+    /// The records the ring holds now, into `out`. A target whose link map changed
+    /// (`API_LOADED`) is read and attached at once, then continued if it was held.
+    fn drain(&mut self, out: &mut Lines) -> Result<(), SinkError> {
         let mut raw = Vec::new();
         if let Some(ring) = self.ring.as_mut() {
             while let Some(item) = ring.next() {
@@ -182,51 +234,42 @@ impl Tracer {
         for signal in raw.iter().filter_map(|b| super::attach::signal_of(b)) {
             self.at.signal(&mut self.ebpf, &signal);
         }
-        let mut lines: Vec<String> = raw.iter().filter_map(|b| self.decode(b, json)).collect();
-        if self.verbose {
-            lines.extend(
-                self.at
-                    .take_handouts()
-                    .iter()
-                    .map(|h| if json { h.json() } else { h.text() }),
-            );
-        } else {
-            self.at.take_handouts();
+        for b in &raw {
+            if let Some((event, origin)) = self.decode(b) {
+                out.api_event(&event, &origin)?;
+            }
         }
-        lines
+        // `-v` only (the interposer verdicts count them all).
+        let handouts = self.at.take_handouts();
+        for h in handouts.into_iter().filter(|_| self.verbose) {
+            let origin = made_here(h.pid, h.pid, &h.comm);
+            out.api_event(&ApiEvent::Handout(h), &origin)?;
+        }
+        out.flush().map_err(SinkError::Output)
     }
 
-    /// One ring item as a line: an `API_CALL` or `API_RECURSION` (the same records and the
-    /// same events as the main trace's, named by this run's attacher).
-    fn decode(&self, b: &[u8], json: bool) -> Option<String> {
+    /// One ring item as an event: an `API_CALL` or `API_RECURSION` (the same records and the
+    /// same events as the main trace's, named by this run's attacher, which knows the
+    /// library's path and whether it came through `LD_PRELOAD`).
+    fn decode(&self, b: &[u8]) -> Option<(ApiEvent, Origin)> {
         let record = wire::parse_record(b).ok()?;
         let origin = record.origin();
         let site = |c| self.site(c);
-        Some(match &record {
+        let event = match &record {
             RawRecord::ApiCall(r) => {
                 let preload = self.at.is_preload(r.hdr.tgid, r.cookie);
-                let e = names::call_event(&origin, r, site, preload);
-                if json {
-                    events::call_json(&e)
-                } else {
-                    events::call_text(&e)
-                }
+                ApiEvent::Call(names::call_event(&origin, r, site, Some(preload)))
             }
             RawRecord::ApiRecursion(r) => {
-                let e = names::recursion_event(&origin, r, site);
-                if json {
-                    events::recursion_json(&e)
-                } else {
-                    events::recursion_text(&e)
-                }
+                ApiEvent::Recursion(names::recursion_event(&origin, r, site))
             }
             _ => return None,
-        })
+        };
+        Some((event, origin))
     }
 
-    /// `API_STUCK` lines (text or JSON, newline-terminated) for the calls of `targets` open
-    /// `after_ns` or longer and not reported yet.
-    fn stuck(&mut self, targets: &HashSet<u32>, after_ns: u64, json: bool) -> Vec<String> {
+    /// The calls of `targets` open `after_ns` or longer and not reported yet.
+    fn stuck(&mut self, targets: &HashSet<u32>, after_ns: u64) -> Vec<StuckEvent> {
         let now = monotonic_ns();
         let mut found = Vec::new();
         if let Some(map) = self.ebpf.map("API_OPEN")
@@ -248,7 +291,7 @@ impl Tracer {
                 }
             }
         }
-        let mut lines = Vec::new();
+        let mut events = Vec::new();
         for (id, cookie, frame_sp, open_ns) in found {
             let (pid, tid) = ((id >> 32) as u32, id as u32);
             let dir = format!("/proc/{pid}/task/{tid}");
@@ -274,7 +317,7 @@ impl Tracer {
                 // A frame the thread has left: not a call it is in.
                 continue;
             }
-            let e = StuckEvent {
+            events.push(StuckEvent {
                 pid,
                 tid,
                 comm: decode_lossless(comm.strip_suffix(b"\n").unwrap_or(&comm)),
@@ -284,14 +327,9 @@ impl Tracer {
                 wchan: t.wchan,
                 syscall: t.syscall,
                 stack: t.stack,
-            };
-            lines.push(if json {
-                events::stuck_json(&e) + "\n"
-            } else {
-                events::stuck_text(&e)
             });
         }
-        lines
+        events
     }
 
     /// The sums the kernel holds for `pids`.
@@ -414,13 +452,17 @@ pub fn trace(args: &ApiArgs) -> Result<Traced, TraceError> {
     } else {
         None
     };
-    let status = run_loop(&mut tracer, args, &mut targets, child, &subtrees);
+    let mut out = lines(args)?;
+    let status = run_loop(&mut tracer, args, &mut targets, child, &subtrees, &mut out);
     tracer.release_held();
     tracer.at.report_skipped();
-    emit_events(&mut tracer, args);
-    let final_rows = tracer.read(&targets);
-    print(args, &final_rows, true);
-    print_paths(&tracer, args, &targets, true);
+    let ended = tracer
+        .drain(&mut out)
+        .and_then(|()| print(args, &tracer.read(&targets), true, &mut out))
+        .and_then(|()| send_paths(&tracer, &targets, true, &mut out));
+    if let Err(e) = ended {
+        output_failed(&e);
+    }
     if run_stats.is_some() {
         eprintln!("gpu-trace: bpf-stats {}", tracer.runs());
     }
@@ -479,6 +521,7 @@ fn run_loop(
     targets: &mut HashSet<u32>,
     child: Option<u32>,
     subtrees: &[Subtree],
+    out: &mut Lines,
 ) -> Option<i32> {
     let every = Duration::from_secs_f64(args.interval.unwrap_or(1.0));
     let mut next = Instant::now() + every;
@@ -501,63 +544,84 @@ fn run_loop(
         {
             return None;
         }
-        if Instant::now() >= next {
-            next += every;
-            targets.extend(cgroup_members(subtrees));
-            for &pid in targets.iter() {
-                let _ = tracer.scan(pid);
-            }
-            if args.interval.is_some() {
-                print(args, &tracer.read(targets), false);
-                print_paths(tracer, args, targets, false);
-            }
-        }
-        emit_events(tracer, args);
-        if Instant::now() >= next_stuck {
-            next_stuck += STUCK_POLL;
-            let after = (args.stuck_after * 1e9) as u64;
-            let lines = tracer.stuck(targets, after, args.format == ApiFormat::Json);
-            let mut out = std::io::stdout().lock();
-            for l in lines {
-                let _ = out.write_all(l.as_bytes());
-            }
-            let _ = out.flush();
+        if let Err(e) = step(
+            tracer,
+            args,
+            targets,
+            subtrees,
+            out,
+            &mut next,
+            &mut next_stuck,
+        ) {
+            // Nowhere to write: the command goes on untraced, as after a Ctrl-C.
+            output_failed(&e);
+            return child.map(|c| reap(c).unwrap_or(128 + libc::SIGPIPE));
         }
         tracer.wait(Duration::from_millis(20));
     }
 }
 
-/// The `API_PATH` verdicts of the targets' interposers (text: one sentence each).
-fn print_paths(tracer: &Tracer, args: &ApiArgs, targets: &HashSet<u32>, last: bool) {
+/// One turn of the loop: the interval's rescan and tables when due, the ring's records, the
+/// stuck calls when due.
+fn step(
+    tracer: &mut Tracer,
+    args: &ApiArgs,
+    targets: &mut HashSet<u32>,
+    subtrees: &[Subtree],
+    out: &mut Lines,
+    next: &mut Instant,
+    next_stuck: &mut Instant,
+) -> Result<(), SinkError> {
+    if Instant::now() >= *next {
+        *next += Duration::from_secs_f64(args.interval.unwrap_or(1.0));
+        targets.extend(cgroup_members(subtrees));
+        for &pid in targets.iter() {
+            let _ = tracer.scan(pid);
+        }
+        if args.interval.is_some() {
+            print(args, &tracer.read(targets), false, out)?;
+            send_paths(tracer, targets, false, out)?;
+        }
+    }
+    tracer.drain(out)?;
+    if Instant::now() >= *next_stuck {
+        *next_stuck += STUCK_POLL;
+        let after = (args.stuck_after * 1e9) as u64;
+        for e in tracer.stuck(targets, after) {
+            let origin = made_here(e.pid, e.tid, &e.comm);
+            out.api_event(&ApiEvent::Stuck(e), &origin)?;
+        }
+        out.flush().map_err(SinkError::Output)?;
+    }
+    Ok(())
+}
+
+/// The `API_PATH` verdicts of the targets' interposers.
+fn send_paths(
+    tracer: &Tracer,
+    targets: &HashSet<u32>,
+    last: bool,
+    out: &mut Lines,
+) -> Result<(), SinkError> {
     let sums = super::attach::read_sums(&tracer.ebpf);
     let through = super::attach::read_through(&tracer.ebpf);
-    let paths = tracer.at.paths(&sums, &through, last);
-    let mut out = std::io::stdout().lock();
-    for p in paths.iter().filter(|p| targets.contains(&p.pid)) {
-        let line = match args.format {
-            ApiFormat::Text => p.text(),
-            ApiFormat::Json => p.json(),
-        };
-        let _ = writeln!(out, "{line}");
+    for p in tracer.at.paths(&sums, &through, last) {
+        if targets.contains(&p.pid) {
+            let origin = made_here(p.pid, p.pid, &p.comm);
+            out.api_event(&ApiEvent::Path(p), &origin)?;
+        }
     }
-    let _ = out.flush();
+    out.flush().map_err(SinkError::Output)
 }
 
-/// Prints the ring's `API_CALL` / `API_RECURSION` records.
-fn emit_events(tracer: &mut Tracer, args: &ApiArgs) {
-    let lines = tracer.drain(args.format == ApiFormat::Json);
-    if lines.is_empty() {
-        return;
-    }
-    let mut out = std::io::stdout().lock();
-    for l in lines {
-        let _ = writeln!(out, "{l}");
-    }
-    let _ = out.flush();
-}
-
-fn print(args: &ApiArgs, rows: &[CallStats], final_: bool) {
-    let mut out = std::io::stdout().lock();
+/// The call table (text) or `API_STATS` objects (JSON), after the lines written so far.
+fn print(
+    args: &ApiArgs,
+    rows: &[CallStats],
+    final_: bool,
+    out: &mut Lines,
+) -> Result<(), SinkError> {
+    out.flush().map_err(SinkError::Output)?;
     let text = match args.format {
         ApiFormat::Text => {
             let title = if final_ {
@@ -569,6 +633,9 @@ fn print(args: &ApiArgs, rows: &[CallStats], final_: bool) {
         }
         ApiFormat::Json => rows.iter().map(|r| stats::json(r, final_) + "\n").collect(),
     };
-    let _ = out.write_all(text.as_bytes());
-    let _ = out.flush();
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+        .map_err(SinkError::Output)
 }

@@ -245,7 +245,8 @@ impl Reader {
         }
         let origin = Origin {
             ts_ns: monotonic_now_ns(),
-            cpu: 0,
+            // Made here, not by a thread on a CPU: `[CPU??]`, JSON `null`.
+            cpu: Origin::NO_CPU,
             pid,
             tid: pid,
             comm: comm.into(),
