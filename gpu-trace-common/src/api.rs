@@ -98,6 +98,21 @@ pub mod api_switch {
     pub const COUNT: u32 = 2;
 }
 
+/// `API_COUNTERS` indexes (`PerCpuArray<u64>`, added up by userspace): what the API layer's
+/// programs could not count.
+pub mod api_counter {
+    /// Calls not counted: their (process, symbol) had no entry in `API_STATS` and the map
+    /// was full.
+    pub const UNCOUNTED: u32 = 0;
+    /// Calls through an interposer not counted: `API_THROUGH` was full.
+    pub const THROUGH_UNCOUNTED: u32 = 1;
+    pub const COUNT: u32 = 2;
+}
+
+/// Entries of `API_STATS` and `API_THROUGH` (per (process, symbol)) unless the run sets
+/// another size (`--api-sums`).
+pub const API_SUMS_DEFAULT: u32 = 16_384;
+
 /// [`ApiLoadedRecord`]'s type tag.
 pub const API_LOADED: u32 = 0x22;
 

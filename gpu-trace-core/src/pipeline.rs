@@ -298,8 +298,13 @@ impl<W: Write> Pipeline<W> {
     /// Counts `n` more of what the live run left out before the pipeline, under `reason`
     /// among the statistics' unreported reasons: `own_process` (records of the tracer's own
     /// process, its NVML thread's driver calls), `unfollowed` (`-- CMD`'s processes created
-    /// past the bound of those followed).
+    /// past the bound of those followed), `api_uncounted`/`api_through_uncounted` (API calls
+    /// the kernel could not count: its sums were full).
     pub fn left_out(&mut self, reason: &'static str, n: u64) {
+        if n == 0 {
+            // The statistics list non-zero reasons only.
+            return;
+        }
         *self.left_out.entry(reason).or_default() += n;
     }
 

@@ -7,7 +7,10 @@ use aya_ebpf::{
 };
 use gpu_trace_common::{
     CGROUP_MATCH_MAX, CgroupMatch,
-    api::{ApiKey, ApiLookupFrame, ApiRanges, ApiStack, ApiStat, ApiThroughKey, api_switch},
+    api::{
+        API_SUMS_DEFAULT, ApiKey, ApiLookupFrame, ApiRanges, ApiStack, ApiStat, ApiThroughKey,
+        api_counter, api_switch,
+    },
     counter, switch,
 };
 
@@ -153,10 +156,18 @@ pub(crate) static API_OPEN: LruHashMap<u64, ApiStack> = LruHashMap::with_max_ent
 pub(crate) static API_EMPTY: Array<ApiStack> = Array::with_max_entries(1, 0);
 
 /// The API layer's completed calls, by process and attach cookie (library and symbol), per CPU
-/// (no atomics needed; userspace adds the CPUs up). Read by `gpu-trace api` each interval.
+/// (no atomics needed; userspace adds the CPUs up). Read by `gpu-trace api` each interval;
+/// sized by userspace at load (`--api-sums`), which removes the entries of processes that
+/// ended once their sums are read when the map fills up. A call whose entry cannot be made
+/// (full) is counted in `API_COUNTERS`.
 #[map]
 pub(crate) static API_STATS: PerCpuHashMap<ApiKey, ApiStat> =
-    PerCpuHashMap::with_max_entries(16384, 0);
+    PerCpuHashMap::with_max_entries(API_SUMS_DEFAULT, 0);
+
+/// What the API layer could not count (`api_counter`), per CPU.
+#[map]
+pub(crate) static API_COUNTERS: PerCpuArray<u64> =
+    PerCpuArray::with_max_entries(api_counter::COUNT, 0);
 
 /// The API layer's switches (`gpu_trace_common::api::api_switch`), set by userspace.
 #[map]
@@ -189,4 +200,4 @@ pub(crate) static API_RANGES: LruHashMap<u32, ApiRanges> = LruHashMap::with_max_
 /// (the path verdict's `through` for hooks no symbol table shows).
 #[map]
 pub(crate) static API_THROUGH: PerCpuHashMap<ApiThroughKey, u64> =
-    PerCpuHashMap::with_max_entries(16384, 0);
+    PerCpuHashMap::with_max_entries(API_SUMS_DEFAULT, 0);

@@ -444,6 +444,12 @@ pub struct ApiArgs {
     #[arg(long = "max-depth", value_name = "N", default_value_t = 16,
           value_parser = clap::value_parser!(u32).range(1..=16), allow_negative_numbers = true)]
     pub max_depth: u32,
+    /// Tracing: (process, symbol) sums the kernel keeps at once (16384; the entries of
+    /// processes that ended are moved out once it is half full; each costs 352 bytes of
+    /// kernel memory per CPU). Calls past it are counted as not counted and said at exit.
+    #[arg(long = "api-sums", value_name = "N", default_value_t = API_SUMS_DEFAULT,
+          value_parser = clap::value_parser!(u32).range(1..=API_SUMS_MAX))]
+    pub api_sums: u32,
     /// Tracing: report a call open longer than TIME (seconds, or 500ms, 5s, 1m…; API_STUCK:
     /// thread state, wait channel, system call, user stack), once per call.
     #[arg(long = "stuck-after", value_name = "TIME", default_value_t = 5.0,
@@ -458,6 +464,12 @@ pub struct ApiArgs {
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<std::ffi::OsString>,
 }
+
+/// `--api-sums`' default: the kernel programs' own size of the maps.
+pub const API_SUMS_DEFAULT: u32 = gpu_trace_common::api::API_SUMS_DEFAULT;
+/// `--api-sums`' largest value: the kernel allocates the per-CPU sums up front, 352 bytes per
+/// entry and CPU (131 072 entries on 16 CPUs: 738 MiB).
+pub const API_SUMS_MAX: i64 = 1 << 17;
 
 /// `api --interval`, `api --stuck-after`: a time ([`parse_time`]) from 0.01 s to a day.
 fn parse_api_interval(s: &str) -> Result<f64, String> {
@@ -794,6 +806,14 @@ pub struct TraceArgs {
     #[arg(long, requires = "api")]
     #[arg(help_heading = heading::OUTPUT)]
     pub api_calls: bool,
+
+    /// With --api: (process, symbol) sums the kernel keeps at once (16384; the entries of
+    /// processes that ended are moved out once it is half full). Calls past it are counted as
+    /// not counted (STATS `unreported.api_uncounted`) and said at exit.
+    #[arg(long = "api-sums", value_name = "N", default_value_t = API_SUMS_DEFAULT,
+          value_parser = clap::value_parser!(u32).range(1..=API_SUMS_MAX), requires = "api")]
+    #[arg(help_heading = heading::OUTPUT)]
+    pub api_sums: u32,
 
     #[command(flatten)]
     pub metrics: MetricsArgs,

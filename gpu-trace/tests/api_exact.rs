@@ -222,27 +222,32 @@ fn attaching_to_a_thread_inside_a_call_loop_counts_every_later_call() {
     assert_eq!(line, "ready\n");
     let pid = target.id();
     let mut tracer = Command::new(env!("CARGO_BIN_EXE_gpu-trace"))
-        .args(["api", "--format", "json", "--pid", &pid.to_string()])
+        .args(["api", "--format", "json", "--interval", "20ms"])
+        .args(["--pid", &pid.to_string()])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Attached (the client is inside its loop of launches all along): then the client stops
-    // looping and makes its 1000 allocations.
-    let mut err = BufReader::new(tracer.stderr.take().unwrap());
-    let mut said = String::new();
-    while !said.contains("uprobes attached") {
+    // Attached and counting (a read shows launches made inside the loop the client was in
+    // all along: waiting for it, not for time, so a loaded machine cannot leave the window
+    // empty): then the client stops looping and makes its 1000 allocations.
+    let mut out = BufReader::new(tracer.stdout.take().unwrap());
+    let mut stdout = String::new();
+    loop {
         let mut l = String::new();
-        assert!(err.read_line(&mut l).unwrap() > 0, "tracer ended: {said}");
-        said += &l;
+        assert!(out.read_line(&mut l).unwrap() > 0, "tracer ended: {stdout}");
+        stdout += &l;
+        if l.contains("\"symbol\":\"cuLaunchKernel\"") {
+            break;
+        }
     }
     // SAFETY: our own child.
     unsafe { libc::kill(pid as i32, libc::SIGUSR1) };
     let mut rest = String::new();
     target_out.read_to_string(&mut rest).unwrap();
     assert!(target.wait().unwrap().success());
-    let out = tracer.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    out.read_to_string(&mut stdout).unwrap();
+    assert!(tracer.wait().unwrap().success());
     let (rows, recursions) = final_rows(&stdout, &lib_of(&client));
     let truth = client_counts(&rest);
     assert_eq!(truth["cuMemAlloc_v2"], 1000);
@@ -488,4 +493,160 @@ fn two_runs_of_200_per_probe_uprobes_are_both_exact() {
         "two_runs_of_200_per_probe_uprobes_are_both_exact",
         Some("per-probe"),
     );
+}
+
+/// The kernel's sums hold `--api-sums` (process, symbol) pairs: a run with more at once counts
+/// the calls past it as not counted and says how many, so the table's calls and the warning's
+/// add up to the client's own count (nothing lost silently). 20 symbols × 10 calls in one
+/// process, sums of 8.
+#[test]
+fn calls_past_a_full_sums_map_are_counted_as_not_counted() {
+    let test = "calls_past_a_full_sums_map_are_counted_as_not_counted";
+    if !uprobes(test) || !c_compiler(test) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let client = wide_library(&root, 20);
+    let out = Command::new(env!("CARGO_BIN_EXE_gpu-trace"))
+        .args(["api", "--format", "json", "--api-sums", "8", "--"])
+        .arg(&client)
+        .arg("10")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    let own: u64 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("calls="))
+        .expect("the client's line")
+        .parse()
+        .unwrap();
+    assert_eq!(own, 200);
+    let (rows, _) = final_rows(&stdout, &lib_of(&client));
+    let counted: u64 = rows.values().map(|r| r["calls"].as_u64().unwrap()).sum();
+    // At most 8 pairs: the other 12 symbols' calls are not in the table.
+    assert!(rows.len() <= 8, "{stdout}");
+    let said: u64 = stderr
+        .lines()
+        .find_map(|l| l.split("warning: ").nth(1)?.strip_suffix_with_calls())
+        .unwrap_or_else(|| panic!("no warning of calls not counted: {stderr}"));
+    assert_eq!(counted + said, own, "{stdout}{stderr}");
+    assert!(said >= 120, "12 symbols × 10 calls at least: {said}");
+}
+
+/// `N API calls were not counted` → N.
+trait NotCounted {
+    fn strip_suffix_with_calls(&self) -> Option<u64>;
+}
+
+impl NotCounted for str {
+    fn strip_suffix_with_calls(&self) -> Option<u64> {
+        let (n, rest) = self.split_once(' ')?;
+        rest.starts_with("API calls were not counted")
+            .then(|| n.parse().ok())
+            .flatten()
+    }
+}
+
+/// Once the kernel's sums are half full, the entries of processes that ended move out of the
+/// kernel after they were read, and every later process is counted exactly: four clients
+/// traced by `--pid`, each let go by the test only once a read began after the previous one
+/// exited; `--api-sums 2` (one pair each: without the move, the third and the fourth would
+/// find it full).
+#[test]
+fn ended_processes_sums_leave_room_for_later_ones() {
+    use std::io::Write as _;
+    let test = "ended_processes_sums_leave_room_for_later_ones";
+    let Some((_dir, client)) = build(test) else {
+        return;
+    };
+    // Each client waits for a line on stdin (GT_WAIT), makes 5 cuLaunchKernel calls (3 that
+    // succeed, 2 that fail) and prints its own count.
+    let mut clients: Vec<_> = (0..4)
+        .map(|_| {
+            Command::new(&client)
+                .args(["errors", "3", "2"])
+                .env("GT_WAIT", "1")
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpu-trace"));
+    cmd.args(["api", "--api-sums", "2", "--interval", "20ms"]);
+    for c in &clients {
+        cmd.args(["--pid", &c.id().to_string()]);
+    }
+    let mut tracer = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(tracer.stderr.take().unwrap());
+    let mut said = String::new();
+    while !said.contains("uprobes attached") {
+        said.clear();
+        assert!(err.read_line(&mut said).unwrap() > 0, "gpu-trace ended");
+    }
+    let mut lines = BufReader::new(tracer.stdout.take().unwrap()).lines();
+    let mut own = Vec::new();
+    let last = clients.len() - 1;
+    for (i, c) in clients.iter_mut().enumerate() {
+        writeln!(c.stdin.take().unwrap(), "go").unwrap();
+        let out = c.wait_with_output_ref();
+        own.push(out);
+        // Exited and reaped: two tables after that, the second's read began after it (after
+        // the last one the tracer ends by itself: its targets are gone).
+        let mut tables = 0;
+        while i < last && tables < 2 {
+            let line = lines.next().expect("gpu-trace's tables").unwrap();
+            tables += usize::from(line == "API calls so far:");
+        }
+    }
+    let rest: Vec<String> = lines.map(Result::unwrap).collect();
+    let status = tracer.wait().unwrap();
+    let mut stderr = String::new();
+    err.read_to_string(&mut stderr).unwrap();
+    assert!(status.success(), "{stderr}");
+    assert!(
+        own.iter().all(|c| c.contains("cuLaunchKernel=5 ")),
+        "{own:?}"
+    );
+    // The final table: one cuLaunchKernel row per client, 5 calls and 2 errors each.
+    let at_exit = rest
+        .iter()
+        .position(|l| l == "API calls (at exit):")
+        .unwrap_or_else(|| panic!("no final table: {rest:#?}"));
+    let rows: Vec<Vec<&str>> = rest[at_exit + 1..]
+        .iter()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|f| f.len() > 3 && f[1] == "cuLaunchKernel")
+        .collect();
+    assert_eq!(rows.len(), 4, "a row per client: {rest:#?}\n{stderr}");
+    assert!(
+        rows.iter().all(|f| f[2] == "5" && f[3] == "2"),
+        "{rows:?}\n{stderr}"
+    );
+    assert!(!stderr.contains("not counted"), "{stderr}");
+}
+
+/// A child's whole standard output once it exited.
+trait Finish {
+    fn wait_with_output_ref(&mut self) -> String;
+}
+
+impl Finish for std::process::Child {
+    fn wait_with_output_ref(&mut self) -> String {
+        let mut out = String::new();
+        self.stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut out)
+            .unwrap();
+        assert!(self.wait().unwrap().success());
+        out
+    }
 }

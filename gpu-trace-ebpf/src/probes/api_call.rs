@@ -29,11 +29,13 @@ use aya_ebpf::{
 };
 use gpu_trace_common::api::{
     API_CALL, API_HIST_BUCKETS, API_RANGES_MAX, API_RECURSION, API_STACK_MAX, ApiCallRecord,
-    ApiFrame, ApiKey, ApiRecursionRecord, ApiStack, ApiStat, ApiThroughKey, api_switch,
+    ApiFrame, ApiKey, ApiRecursionRecord, ApiStack, ApiStat, ApiThroughKey, api_counter,
+    api_switch,
 };
 
 use crate::maps::{
-    API_EMPTY, API_OPEN, API_RANGES, API_REPORTED, API_STATS, API_SWITCHES, API_THROUGH,
+    API_COUNTERS, API_EMPTY, API_OPEN, API_RANGES, API_REPORTED, API_STATS, API_SWITCHES,
+    API_THROUGH,
 };
 use crate::pipe::{header, reserve, send, submit};
 
@@ -153,15 +155,25 @@ fn try_api_entry(ctx: &ProbeContext) -> Option<()> {
     Some(())
 }
 
-/// The process's sums for `cookie` (made at its first call).
+/// One more call `API_COUNTERS[index]` says was not counted.
 #[inline(always)]
-fn sums(id: u64, cookie: u64) -> Option<&'static mut ApiStat> {
+fn uncounted(index: u32) {
+    if let Some(p) = API_COUNTERS.get_ptr_mut(index) {
+        // SAFETY: this CPU's slot; programs on one CPU do not run concurrently.
+        unsafe { *p += 1 };
+    }
+}
+
+/// The process's sums for `cookie`; `entry`: a call's entry, which makes them at the first
+/// call (a return only adds to sums its entry made: a call not counted stays out).
+#[inline(always)]
+fn sums(id: u64, cookie: u64, entry: bool) -> Option<&'static mut ApiStat> {
     let key = ApiKey {
         tgid: (id >> 32) as u32,
         _pad: 0,
         cookie,
     };
-    if API_STATS.get_ptr_mut(&key).is_none() {
+    if entry && API_STATS.get_ptr_mut(&key).is_none() {
         let zero = ApiStat {
             count: 0,
             timed: 0,
@@ -169,7 +181,11 @@ fn sums(id: u64, cookie: u64) -> Option<&'static mut ApiStat> {
             total_ns: 0,
             hist: [0; API_HIST_BUCKETS],
         };
-        let _ = API_STATS.insert(&key, &zero, 0);
+        if API_STATS.insert(&key, &zero, 0).is_err() {
+            // Full: the call is counted as not counted, never lost silently.
+            uncounted(api_counter::UNCOUNTED);
+            return None;
+        }
     }
     let stat = API_STATS.get_ptr_mut(&key)?;
     // SAFETY: this CPU's copy of the map value (per-CPU map: programs on one CPU do not run
@@ -201,7 +217,9 @@ fn through(id: u64, cookie: u64, ret_addr: u64) {
                 // SAFETY: this CPU's copy of the value (per-CPU map, as in `sums`).
                 Some(n) => unsafe { *n += 1 },
                 None => {
-                    let _ = API_THROUGH.insert(&key, &1, 0);
+                    if API_THROUGH.insert(&key, &1, 0).is_err() {
+                        uncounted(api_counter::THROUGH_UNCOUNTED);
+                    }
                 }
             }
             return;
@@ -212,7 +230,7 @@ fn through(id: u64, cookie: u64, ret_addr: u64) {
 /// One more call of `cookie` in the process.
 #[inline(always)]
 fn count(id: u64, cookie: u64) {
-    if let Some(stat) = sums(id, cookie) {
+    if let Some(stat) = sums(id, cookie, true) {
         stat.count += 1;
     }
 }
@@ -293,7 +311,7 @@ fn try_api_return(ctx: &RetProbeContext) -> Option<()> {
         0
     };
     let ret: u64 = ctx.ret();
-    let stat = sums(id, frame.cookie)?;
+    let stat = sums(id, frame.cookie, false)?;
     let ns = now.saturating_sub(frame.entry_ns);
     let bucket = (64 - ns.leading_zeros() as usize).min(API_HIST_BUCKETS - 1);
     stat.timed += 1;

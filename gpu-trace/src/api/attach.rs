@@ -11,15 +11,15 @@ use std::os::unix::fs::MetadataExt as _;
 
 use aya::{
     Ebpf,
-    maps::{Array, PerCpuHashMap},
+    maps::Array,
     programs::{
         UProbe,
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
     },
 };
 use gpu_trace_common::api::{
-    API_HIST_BUCKETS, ApiContextRecord, ApiKey, ApiStat, ApiStatsRecord, ApiSymbolRecord,
-    ApiTagRecord, ApiThroughKey, LOOKUP_PROCADDRESS, api_switch,
+    ApiContextRecord, ApiKey, ApiStat, ApiStatsRecord, ApiSymbolRecord, ApiTagRecord,
+    ApiThroughKey, LOOKUP_PROCADDRESS, api_switch,
 };
 use gpu_trace_common::record_kind;
 use gpu_trace_common::zerocopy::FromBytes as _;
@@ -242,62 +242,6 @@ fn chain(e: &dyn std::error::Error) -> String {
         source = s.source();
     }
     why
-}
-
-/// The kernel's `API_STATS` map of `ebpf` summed over CPUs: per (process, cookie), the calls
-/// completed so far (`gpu-trace api`'s tables, the main trace's `API_STATS` records). Empty
-/// when the object has no such map (the programs not loaded).
-pub fn read_sums(ebpf: &Ebpf) -> Vec<(ApiKey, ApiStat)> {
-    const KEY_LEN: usize = size_of::<ApiKey>();
-    const STAT_LEN: usize = size_of::<ApiStat>();
-    let Some(map) = ebpf.map("API_STATS") else {
-        return Vec::new();
-    };
-    let Ok(map) = PerCpuHashMap::<_, [u8; KEY_LEN], [u8; STAT_LEN]>::try_from(map) else {
-        return Vec::new();
-    };
-    let mut sums = Vec::new();
-    for (k, per_cpu) in map.iter().flatten() {
-        let Ok(key) = ApiKey::read_from_bytes(&k) else {
-            continue;
-        };
-        let mut stat = ApiStat {
-            count: 0,
-            timed: 0,
-            errors: 0,
-            total_ns: 0,
-            hist: [0; API_HIST_BUCKETS],
-        };
-        for s in per_cpu
-            .iter()
-            .filter_map(|v| ApiStat::read_from_bytes(v).ok())
-        {
-            stat.count += s.count;
-            stat.timed += s.timed;
-            stat.errors += s.errors;
-            stat.total_ns += s.total_ns;
-            for (a, b) in stat.hist.iter_mut().zip(s.hist) {
-                *a += b;
-            }
-        }
-        sums.push((key, stat));
-    }
-    sums
-}
-
-/// The kernel's `API_THROUGH` map summed over CPUs.
-pub fn read_through(ebpf: &Ebpf) -> Vec<(ApiThroughKey, u64)> {
-    let Some(map) = ebpf.map("API_THROUGH") else {
-        return Vec::new();
-    };
-    const KEY_LEN: usize = size_of::<ApiThroughKey>();
-    let Ok(map) = PerCpuHashMap::<_, [u8; KEY_LEN], u64>::try_from(map) else {
-        return Vec::new();
-    };
-    map.iter()
-        .filter_map(Result::ok)
-        .filter_map(|(k, v)| Some((ApiThroughKey::read_from_bytes(&k).ok()?, v.iter().sum())))
-        .collect()
 }
 
 /// (pid, device, inode, what: a symbol, or a lookup's or a hook's offset) of one attach.
@@ -898,8 +842,8 @@ impl Attacher {
         std::mem::take(&mut self.handouts)
     }
 
-    /// One `API_PATH` per (process, interposer) from the kernel's sums (`read_sums`).
-    /// `through`: `API_THROUGH`'s calls entered from an interposer's code ([`read_through`]).
+    /// One `API_PATH` per (process, interposer) from the kernel's sums ([`super::sums::Sums::read`]).
+    /// `through`: `API_THROUGH`'s calls entered from an interposer's code (the same read).
     pub fn paths(
         &self,
         sums: &[(ApiKey, ApiStat)],
@@ -1116,6 +1060,9 @@ fn comm_of(pid: u32) -> Option<[u8; 16]> {
 /// `gpu-trace --api`: the attached probes and which processes they are for.
 pub struct TraceApi {
     pub attacher: Attacher,
+    /// The kernel's sums as read (one owner: ended processes' entries moved out, calls not
+    /// counted).
+    pub sums: super::sums::Sums,
     pids: Vec<u32>,
     comms: Vec<String>,
     /// The count last sent per (process, cookie): the keys of the kernel map's last read, so
@@ -1168,7 +1115,7 @@ impl TraceApi {
         (targets.len(), with)
     }
 
-    /// The `API_STATS` records of the kernel's sums `sums` ([`read_sums`]) whose count changed
+    /// The `API_STATS` records of the kernel's sums `sums` ([`super::sums::Sums::read`]) whose count changed
     /// since the last call, and once more those that changed at the last call and not since
     /// (their growth over this read is 0: `top`'s rate falls to 0 when calls stop); a process
     /// that exited keeps its last record. `now_ns`: CLOCK_MONOTONIC, the records' time.
@@ -1222,7 +1169,8 @@ impl TraceApi {
 
 /// `gpu-trace --api`: the uprobes loaded into the main trace's object and attached to the
 /// processes `pids`/`comms` name (again at each [`TraceApi::rescan`]); says on stderr how many
-/// map a GPU API library. `calls` (`--api-calls`): an `API_CALL` record per completed call.
+/// map a GPU API library. `calls` (`--api-calls`): an `API_CALL` record per completed call;
+/// `sums` (`--api-sums`): the size the kernel's sums were loaded with.
 ///
 /// `command`: `-- CMD`'s process, forked and held before its exec, and the command line: the
 /// libraries it loads at start get their probes by path now ([`Attacher::attach_launch`]),
@@ -1235,6 +1183,7 @@ pub fn for_trace(
     command: Option<(u32, &OsString)>,
     stop: fn() -> bool,
     calls: bool,
+    sums: u32,
 ) -> Result<TraceApi, TraceApiError> {
     if pids.is_empty() && comms.is_empty() && command.is_none() {
         return Err(TraceApiError::NoTarget);
@@ -1245,6 +1194,7 @@ pub fn for_trace(
     let start = std::time::Instant::now();
     let mut api = TraceApi {
         attacher: Attacher::new(SymbolTable::builtin(), stop, method),
+        sums: super::sums::Sums::new(sums),
         pids: pids.to_vec(),
         comms: comms.to_vec(),
         sent: HashMap::new(),

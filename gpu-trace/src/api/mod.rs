@@ -8,6 +8,7 @@
 pub mod attach;
 pub mod interpose;
 pub mod stuck;
+pub mod sums;
 pub mod trace;
 
 use std::io::Write as _;

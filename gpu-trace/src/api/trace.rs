@@ -128,14 +128,19 @@ struct Tracer {
     symbolizer: Symbolizer,
     /// Stuck calls reported: (pid_tgid, cookie, entry time).
     stuck_seen: HashSet<(u64, u64, u64)>,
+    /// The kernel's sums as read.
+    sums: super::sums::Sums,
     /// `-v`: `API_HANDOUT` lines too.
     verbose: bool,
 }
 
 impl Tracer {
     fn load(table: SymbolTable, args: &ApiArgs) -> Result<Self, TraceError> {
-        let mut ebpf =
-            Ebpf::load(crate::loader::PROGRAMS).map_err(|e| TraceError::Load(e.to_string()))?;
+        let mut ebpf = aya::EbpfLoader::new()
+            .map_max_entries("API_STATS", args.api_sums)
+            .map_max_entries("API_THROUGH", args.api_sums)
+            .load(crate::loader::PROGRAMS)
+            .map_err(|e| TraceError::Load(e.to_string()))?;
         let method =
             load_programs(&mut ebpf, args.verbose, args.max_depth).map_err(TraceError::Load)?;
         let ring = ebpf
@@ -147,6 +152,7 @@ impl Tracer {
             ring,
             symbolizer: Symbolizer::default(),
             stuck_seen: HashSet::new(),
+            sums: super::sums::Sums::new(args.api_sums),
             verbose: args.verbose,
         })
     }
@@ -333,8 +339,9 @@ impl Tracer {
     }
 
     /// The sums the kernel holds for `pids`.
-    fn read(&self, pids: &HashSet<u32>) -> Vec<CallStats> {
-        let mut rows: Vec<CallStats> = super::attach::read_sums(&self.ebpf)
+    fn read(&mut self, pids: &HashSet<u32>) -> Vec<CallStats> {
+        let sums = self.sums.read(&mut self.ebpf).sums;
+        let mut rows: Vec<CallStats> = sums
             .into_iter()
             .filter(|(key, _)| pids.contains(&key.tgid))
             .map(|(key, stat)| {
@@ -456,12 +463,26 @@ pub fn trace(args: &ApiArgs) -> Result<Traced, TraceError> {
     let status = run_loop(&mut tracer, args, &mut targets, child, &subtrees, &mut out);
     tracer.release_held();
     tracer.at.report_skipped();
-    let ended = tracer
-        .drain(&mut out)
-        .and_then(|()| print(args, &tracer.read(&targets), true, &mut out))
-        .and_then(|()| send_paths(&tracer, &targets, true, &mut out));
+    let ended = tracer.drain(&mut out).and_then(|()| {
+        let rows = tracer.read(&targets);
+        print(args, &rows, true, &mut out)
+    });
+    let ended = ended.and_then(|()| send_paths(&mut tracer, &targets, true, &mut out));
     if let Err(e) = ended {
         output_failed(&e);
+    }
+    // What the kernel's sums could not hold, said (never a silent gap in the table).
+    let uncounted = super::sums::Sums::uncounted(&tracer.ebpf);
+    if let Some(w) = uncounted.warning(args.api_sums) {
+        eprintln!("gpu-trace: api: {w}");
+    }
+    if tracer.sums.forgotten > 0 {
+        eprintln!(
+            "gpu-trace: api: warning: the sums of {} (process, symbol) pairs of processes that \
+             ended are not in the table: more ended than the {} kept",
+            tracer.sums.forgotten,
+            super::sums::KEPT_MAX
+        );
     }
     if run_stats.is_some() {
         eprintln!("gpu-trace: bpf-stats {}", tracer.runs());
@@ -579,7 +600,8 @@ fn step(
             let _ = tracer.scan(pid);
         }
         if args.interval.is_some() {
-            print(args, &tracer.read(targets), false, out)?;
+            let rows = tracer.read(targets);
+            print(args, &rows, false, out)?;
             send_paths(tracer, targets, false, out)?;
         }
     }
@@ -598,14 +620,13 @@ fn step(
 
 /// The `API_PATH` verdicts of the targets' interposers.
 fn send_paths(
-    tracer: &Tracer,
+    tracer: &mut Tracer,
     targets: &HashSet<u32>,
     last: bool,
     out: &mut Lines,
 ) -> Result<(), SinkError> {
-    let sums = super::attach::read_sums(&tracer.ebpf);
-    let through = super::attach::read_through(&tracer.ebpf);
-    for p in tracer.at.paths(&sums, &through, last) {
+    let read = tracer.sums.read(&mut tracer.ebpf);
+    for p in tracer.at.paths(&read.sums, &read.through, last) {
         if targets.contains(&p.pid) {
             let origin = made_here(p.pid, p.pid, &p.comm);
             out.api_event(&ApiEvent::Path(p), &origin)?;

@@ -154,6 +154,8 @@ pub struct LoadOptions {
     /// `--bpf-stats`: the kernel counts every run of a BPF program (and its run time) while
     /// the tracer lives ([`Tracer::program_stats`]).
     pub bpf_stats: bool,
+    /// Entries of the API layer's per-process sums (`--api-sums`).
+    pub api_sums: u32,
 }
 
 /// The attach types the deep hooks may use.
@@ -191,6 +193,7 @@ impl Default for LoadOptions {
             deep_hooks: true,
             deep_attach: DeepAttach::Auto,
             bpf_stats: false,
+            api_sums: gpu_trace_common::api::API_SUMS_DEFAULT,
         }
     }
 }
@@ -694,6 +697,8 @@ fn load_programs(
         .override_global("CONFIG", config, true)
         .override_global("KFD_DEEP", &deep_config, true)
         .map_max_entries("EVENTS", options.ring_bytes)
+        .map_max_entries("API_STATS", options.api_sums)
+        .map_max_entries("API_THROUGH", options.api_sums)
         .load(PROGRAMS)
         .map_err(LoadError::Load)?;
     fill_cgroup_map(&mut ebpf, "CGROUP_FILTER", &options.filter_cgroups)?;

@@ -318,7 +318,7 @@ impl LiveRun<'_> {
                         &mut self.recorder,
                         Some(DRAIN_SLICE),
                     );
-                    let (reader, tracer) = (&mut self.reader, &self.tracer);
+                    let (reader, tracer) = (&mut self.reader, &mut self.tracer);
                     reader.send_api_paths(tracer, &mut self.pipeline, false);
                     self.show_stats()?;
                 }
@@ -343,7 +343,7 @@ impl LiveRun<'_> {
                         });
                         api.rescan(&mut self.tracer, followed.into_iter().flatten());
                     }
-                    let (reader, tracer) = (&mut self.reader, &self.tracer);
+                    let (reader, tracer) = (&mut self.reader, &mut self.tracer);
                     reader.send_api_sums(tracer, &mut self.pipeline, &mut self.recorder);
                 }
                 _ = health.tick(), if metrics_served => {
@@ -506,13 +506,20 @@ impl LiveRun<'_> {
         // --api: the calls' final sums, after the ring's last records; a process the kernel
         // stopped at a change of its link map that was not read any more goes on.
         self.reader
-            .send_api_sums(&self.tracer, &mut self.pipeline, &mut self.recorder);
+            .send_api_sums(&mut self.tracer, &mut self.pipeline, &mut self.recorder);
         self.reader.send_handouts(&mut self.pipeline);
         self.reader
-            .send_api_paths(&self.tracer, &mut self.pipeline, true);
+            .send_api_paths(&mut self.tracer, &mut self.pipeline, true);
         if let Some(api) = self.reader.api.as_mut() {
             api.attacher.release_held();
             api.attacher.report_skipped();
+            // Calls the kernel could not count: in the statistics and said, never silent.
+            let uncounted = crate::api::sums::Sums::uncounted(self.tracer.ebpf());
+            let warning = uncounted.warning(api.sums.capacity());
+            self.pipeline.left_out("api_uncounted", uncounted.calls);
+            self.pipeline
+                .left_out("api_through_uncounted", uncounted.through);
+            self.report(warning.into_iter().collect());
         }
         Ok(counters)
     }

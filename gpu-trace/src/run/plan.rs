@@ -40,6 +40,7 @@ pub(super) fn api_layer(
         command,
         stop_requested,
         args.api_calls,
+        args.api_sums,
     )
     .map(Some)
     .map_err(|e| RunError::Unsupported(e.to_string()))
@@ -94,6 +95,7 @@ pub(super) fn load_options(
         deep_hooks: !args.no_deep_hooks,
         deep_attach: args.deep_attach,
         bpf_stats: args.bpf_stats,
+        api_sums: args.api_sums,
     }
 }
 

@@ -180,7 +180,7 @@ impl Reader {
     /// end), after the names of their cookies.
     pub(super) fn send_api_sums(
         &mut self,
-        tracer: &Tracer,
+        tracer: &mut Tracer,
         pipeline: &mut Pipeline<QueueWriter>,
         recorder: &mut Option<RecordWriter<QueueWriter>>,
     ) {
@@ -188,10 +188,10 @@ impl Reader {
             return;
         }
         self.name_api_cookies(pipeline, recorder);
-        let sums = crate::api::attach::read_sums(tracer.ebpf());
         let Some(api) = self.api.as_mut() else {
             return;
         };
+        let sums = api.sums.read(tracer.ebpf_mut()).sums;
         for rec in api.stats_records(sums, monotonic_now_ns()) {
             self.inject(&RawRecord::ApiStats(rec), pipeline, recorder);
         }
@@ -217,16 +217,15 @@ impl Reader {
     /// they are made from maps a replay does not have.
     pub(super) fn send_api_paths(
         &mut self,
-        tracer: &Tracer,
+        tracer: &mut Tracer,
         pipeline: &mut Pipeline<QueueWriter>,
         last: bool,
     ) {
-        let Some(api) = self.api.as_ref() else {
+        let Some(api) = self.api.as_mut() else {
             return;
         };
-        let sums = crate::api::attach::read_sums(tracer.ebpf());
-        let through = crate::api::attach::read_through(tracer.ebpf());
-        for p in api.attacher.paths(&sums, &through, last) {
+        let read = api.sums.read(tracer.ebpf_mut());
+        for p in api.attacher.paths(&read.sums, &read.through, last) {
             let (pid, comm) = (p.pid, p.comm.clone());
             self.api_event(pipeline, &ApiEvent::Path(p), pid, &comm);
         }
