@@ -650,3 +650,74 @@ impl Finish for std::process::Child {
         out
     }
 }
+
+/// `gpu-trace api -- sh -c 'A; B'`: the processes the command creates are traced too (the
+/// shell's two children, each exact): each client waits for a line (GT_WAIT) that the test
+/// writes once gpu-trace said it attached to it.
+#[test]
+fn the_processes_the_command_creates_are_traced_too() {
+    use std::io::Write as _;
+    let test = "the_processes_the_command_creates_are_traced_too";
+    let Some((_dir, client)) = build(test) else {
+        return;
+    };
+    let c = client.display();
+    let script = format!("GT_WAIT=1 {c} errors 3 2; GT_WAIT=1 {c} errors 4 1");
+    let mut tracer = Command::new(env!("CARGO_BIN_EXE_gpu-trace"))
+        .args(["api", "--format", "json", "--", "sh", "-c"])
+        .arg(&script)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut go = tracer.stdin.take().unwrap();
+    let mut err = BufReader::new(tracer.stderr.take().unwrap());
+    let mut said = String::new();
+    let mut children = Vec::new();
+    while children.len() < 2 {
+        let mut l = String::new();
+        assert!(
+            err.read_line(&mut l).unwrap() > 0,
+            "gpu-trace ended: {said}"
+        );
+        said += &l;
+        // `gpu-trace: api: pid P (client): N more uprobes attached`
+        if let Some(rest) = l.strip_prefix("gpu-trace: api: pid ")
+            && let Some((pid, rest)) = rest.split_once(' ')
+            && rest.starts_with("(client):")
+        {
+            children.push(pid.parse::<u64>().unwrap());
+            writeln!(go, "go").unwrap();
+        }
+    }
+    let out = tracer.wait_with_output().unwrap();
+    assert!(out.status.success(), "{said}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<Value> = stdout
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|v| v["event"] == "API_STATS" && v["final"] == true)
+        .filter(|v| v["symbol"] == "cuLaunchKernel")
+        .collect();
+    let row = |pid: u64| {
+        rows.iter()
+            .find(|v| v["pid"] == pid)
+            .unwrap_or_else(|| panic!("no row of child {pid}: {stdout}"))
+    };
+    // The clients' own counts: 3 + 2 and 4 + 1 calls; 2 and 1 failed.
+    let (a, b) = (row(children[0]), row(children[1]));
+    assert_eq!(
+        (a["calls"].as_u64(), a["errors"].as_u64()),
+        (Some(5), Some(2))
+    );
+    assert_eq!(
+        (b["calls"].as_u64(), b["errors"].as_u64()),
+        (Some(5), Some(1))
+    );
+    assert!(
+        stdout.contains("cuLaunchKernel=5 ") && stdout.matches("calls cuMemAlloc").count() == 2,
+        "{stdout}"
+    );
+}

@@ -161,6 +161,21 @@ impl Tracer {
         self.at.scan(&mut self.ebpf, pid)
     }
 
+    /// [`Self::scan`] while tracing: a process that got probes says so on stderr (a target
+    /// started since, a library it loaded since).
+    fn scan_saying(&mut self, pid: u32) {
+        let before = self.at.probes();
+        let _ = self.scan(pid);
+        let added = self.at.probes().saturating_sub(before);
+        if added > 0 {
+            let comm = libraries::comm_of(pid).unwrap_or_default();
+            eprintln!(
+                "gpu-trace: api: pid {pid} ({}): {added} more uprobes attached",
+                escape_text(&decode_lossless(&comm))
+            );
+        }
+    }
+
     fn site(&self, cookie: u64) -> Site {
         self.at.site(cookie)
     }
@@ -399,8 +414,14 @@ pub fn trace(args: &ApiArgs) -> Result<Traced, TraceError> {
     let attach_start = std::time::Instant::now();
     let mut targets: HashSet<u32> = args.pids.iter().copied().collect();
     let mut child = None;
+    let mut descendants = None;
     if !args.command.is_empty() {
-        let launched = launch::fork_waiting(&args.command, None)?;
+        // The command and every process it creates (the main trace's follower).
+        let (launched, followed) = launch::Descendants::launch(&args.command, None)?;
+        if let Some(why) = &followed.degraded {
+            eprintln!("gpu-trace: api: warning: {why}");
+        }
+        descendants = Some(followed);
         tracer
             .at
             .attach_launch(&mut tracer.ebpf, launched.pid, &args.command[0]);
@@ -460,7 +481,20 @@ pub fn trace(args: &ApiArgs) -> Result<Traced, TraceError> {
         None
     };
     let mut out = lines(args)?;
-    let status = run_loop(&mut tracer, args, &mut targets, child, &subtrees, &mut out);
+    let mut follow = Follow {
+        subtrees: &subtrees,
+        descendants,
+    };
+    let status = run_loop(
+        &mut tracer,
+        args,
+        &mut targets,
+        child,
+        &mut follow,
+        &mut out,
+    );
+    // A process the command created since the last turn: its sums are read too.
+    follow.new_targets(&mut tracer, &mut targets);
     tracer.release_held();
     tracer.at.report_skipped();
     let ended = tracer.drain(&mut out).and_then(|()| {
@@ -491,6 +525,31 @@ pub fn trace(args: &ApiArgs) -> Result<Traced, TraceError> {
     Ok(Traced {
         child_status: status,
     })
+}
+
+/// Where new targets come from while tracing: `-- CMD`'s processes (each turn) and the
+/// `--cgroup`/`--container` subtrees (each interval).
+struct Follow<'a> {
+    subtrees: &'a [Subtree],
+    descendants: Option<launch::Descendants>,
+}
+
+impl Follow<'_> {
+    /// The processes the command created since the last call: targets from now on, held at
+    /// each change of their link map like the command (a library they load is attached
+    /// before they call it), and read now.
+    fn new_targets(&mut self, tracer: &mut Tracer, targets: &mut HashSet<u32>) {
+        let Some(d) = self.descendants.as_mut() else {
+            return;
+        };
+        d.refresh();
+        for pid in d.pids() {
+            if targets.insert(pid) {
+                tracer.at.hold(&mut tracer.ebpf, pid);
+                tracer.scan_saying(pid);
+            }
+        }
+    }
 }
 
 /// The cgroup v2 subtrees `--cgroup` and `--container` name (none without them).
@@ -541,7 +600,7 @@ fn run_loop(
     args: &ApiArgs,
     targets: &mut HashSet<u32>,
     child: Option<u32>,
-    subtrees: &[Subtree],
+    follow: &mut Follow<'_>,
     out: &mut Lines,
 ) -> Option<i32> {
     let every = Duration::from_secs_f64(args.interval.unwrap_or(1.0));
@@ -569,7 +628,7 @@ fn run_loop(
             tracer,
             args,
             targets,
-            subtrees,
+            follow,
             out,
             &mut next,
             &mut next_stuck,
@@ -588,16 +647,18 @@ fn step(
     tracer: &mut Tracer,
     args: &ApiArgs,
     targets: &mut HashSet<u32>,
-    subtrees: &[Subtree],
+    follow: &mut Follow<'_>,
     out: &mut Lines,
     next: &mut Instant,
     next_stuck: &mut Instant,
 ) -> Result<(), SinkError> {
+    follow.new_targets(tracer, targets);
     if Instant::now() >= *next {
         *next += Duration::from_secs_f64(args.interval.unwrap_or(1.0));
-        targets.extend(cgroup_members(subtrees));
-        for &pid in targets.iter() {
-            let _ = tracer.scan(pid);
+        targets.extend(cgroup_members(follow.subtrees));
+        let pids: Vec<u32> = targets.iter().copied().collect();
+        for pid in pids {
+            tracer.scan_saying(pid);
         }
         if args.interval.is_some() {
             let rows = tracer.read(targets);
