@@ -1,8 +1,9 @@
 //! The CLI's edges, through the real binary (issue 41 items 3 and 7): a mistyped subcommand gets
 //! "did you mean", a program typed without `--` gets the line with `--`, a negative time its own
 //! message (never a tip that would start a command named `-1`), every option that takes a time
-//! takes units, `top` refuses the options it would ignore, and messages carry no stray source
-//! indentation, no doubled prefix and no Rust error text. None of these needs root.
+//! takes units, `top` refuses the options it would ignore, options typed before a subcommand are
+//! not ignored, and messages carry no stray source indentation, no doubled prefix and no Rust
+//! error text (nor a panic on a closed pipe). Only the `-q` and `--pid` tests need root.
 
 #[allow(dead_code)]
 mod common;
@@ -135,6 +136,72 @@ fn a_negative_value_gets_its_own_message_and_no_tip_to_start_it() {
         format!(
             "error: unexpected argument '-x' found\n\nUsage: gpu-trace api [OPTIONS] [-- \
              <CMD>...]\n\n{MORE}\n"
+        )
+    );
+}
+
+/// Options typed before a subcommand are gpu-trace's own, which the subcommand never reads: they
+/// are not ignored in silence but answered with the line that has them after the subcommand's
+/// name, or with the subcommand's own error for them.
+#[test]
+fn options_before_a_subcommand_are_not_ignored() {
+    for (args, before, meant, usage) in [
+        (
+            &["-v", "replay", FIXTURE][..],
+            "-v",
+            format!("gpu-trace replay -v {FIXTURE}"),
+            "Usage: gpu-trace replay [OPTIONS] <FILE>",
+        ),
+        (
+            &[
+                "--format",
+                "json",
+                "-o",
+                "/dev/null",
+                "replay",
+                FIXTURE,
+                "--pid",
+                "4",
+            ],
+            "--format json -o /dev/null",
+            format!("gpu-trace replay --format json -o /dev/null {FIXTURE} --pid 4"),
+            "Usage: gpu-trace replay [OPTIONS] <FILE>",
+        ),
+        (
+            &["-p", "5", "api", "--resolve"],
+            "-p 5",
+            "gpu-trace api -p 5 --resolve".to_string(),
+            "Usage: gpu-trace api [OPTIONS] [-- <CMD>...]",
+        ),
+    ] {
+        assert_eq!(
+            usage_error(args),
+            format!(
+                "error: `{before}` before `{}` would be ignored: a subcommand's options go after \
+                 its name\n\n  tip: did you mean `{meant}`?\n\n{usage}\n\n{MORE}\n",
+                meant.split(' ').nth(1).unwrap()
+            ),
+            "{args:?}"
+        );
+    }
+    // The line it suggests does what the options ask: -v there adds the WORK_SUBMIT lines.
+    let (code, out, err) = run(&["replay", "-v", FIXTURE]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains(" WORK_SUBMIT "), "{out}");
+    // Where the subcommand refuses them, its own error says why.
+    assert_eq!(
+        usage_error(&["-v", "top"]),
+        format!(
+            "error: `gpu-trace top` shows its view instead of event lines: -v/--verbose shapes \
+             only the events it writes to -o FILE; add -o FILE, or leave -v/--verbose out\n\n\
+             Usage: gpu-trace top [OPTIONS]\n\n{MORE}\n"
+        )
+    );
+    assert_eq!(
+        usage_error(&["--duration", "5", "doctor"]),
+        format!(
+            "error: unexpected argument '--duration' found\n\nUsage: gpu-trace doctor \
+             [OPTIONS]\n\n{MORE}\n"
         )
     );
 }
