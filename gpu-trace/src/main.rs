@@ -238,11 +238,17 @@ fn replay_error(e: RunError) -> anyhow::Error {
 fn completions(shell: clap_complete::Shell) -> ExitCode {
     use std::io::Write as _;
     let script = gpu_trace::cli::completion_script(shell);
-    if let Err(e) = std::io::stdout().write_all(&script) {
-        eprintln!("gpu-trace: writing the {shell} completions: {e}");
-        return ExitCode::from(EXIT_RUNTIME);
+    match std::io::stdout().lock().write_all(&script) {
+        // `| head`: the reader took what it wanted, a quiet end (as coreutils).
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            eprintln!(
+                "gpu-trace: writing the {shell} completions to standard output: {}",
+                plain_words(&e.to_string())
+            );
+            ExitCode::from(EXIT_RUNTIME)
+        }
+        _ => ExitCode::SUCCESS,
     }
-    ExitCode::SUCCESS
 }
 
 /// The exit status of a run or replay: with `-- CMD`, the command's (when it ended while
@@ -339,13 +345,25 @@ fn error_exit_code(err: &anyhow::Error) -> ExitCode {
 /// `gpu-trace doctor`: the report on stdout; the exit status is the verdict (see
 /// `gpu_trace::doctor::exit`).
 fn doctor(json: bool) -> ExitCode {
+    use std::io::Write as _;
     let report = gpu_trace::doctor::evaluate(&gpu_trace::doctor::Facts::gather());
-    if json {
-        println!("{}", report.render_json());
+    let text = if json {
+        report.render_json() + "\n"
     } else {
-        print!("{}", report.render_text());
+        report.render_text()
+    };
+    // `doctor | head`: a reader that closed the pipe took what it wanted; the verdict stands
+    // (a panic on the closed pipe was the answer before).
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            eprintln!(
+                "gpu-trace: writing the report to standard output: {}",
+                plain_words(&e.to_string())
+            );
+            ExitCode::from(EXIT_RUNTIME)
+        }
+        _ => ExitCode::from(report.exit_code),
     }
-    ExitCode::from(report.exit_code)
 }
 
 /// `gpu-trace top`: the live run with the terminal view; event lines and statistics go only

@@ -206,6 +206,44 @@ fn options_before_a_subcommand_are_not_ignored() {
     );
 }
 
+/// Exit status and stderr of `gpu-trace ARGS` writing into a pipe whose reader is gone (as
+/// after `| head` read what it wanted): its first write fails with EPIPE.
+fn into_closed_pipe(args: &[&str]) -> (Option<i32>, String) {
+    use std::os::fd::{FromRawFd as _, OwnedFd};
+    let mut fds = [0; 2];
+    // SAFETY: a two-int array.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: the new pipe's ends, ours alone.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(read);
+    let out = Command::new(BIN)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::from(write))
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `gpu-trace completions bash | head`, `gpu-trace doctor | head`: a quiet end, as coreutils
+/// (doctor had panicked: "failed printing to stdout: Broken pipe (os error 32)"); doctor's exit
+/// status is still its verdict, the one it gives with its whole report written.
+#[test]
+fn completions_and_doctor_into_a_closed_pipe_end_quietly() {
+    assert_eq!(
+        into_closed_pipe(&["completions", "bash"]),
+        (Some(0), String::new())
+    );
+    for args in [&["doctor"][..], &["doctor", "--json"]] {
+        let (whole, _, err) = run(args);
+        assert!(matches!(whole, Some(0 | 3 | 5)), "{args:?}: {err}");
+        assert_eq!(into_closed_pipe(args), (whole, String::new()), "{args:?}");
+    }
+}
+
 /// stderr of a replay of the fixture with `args` (it must succeed).
 fn replay_stderr(args: &[&str]) -> String {
     let mut all = vec!["replay", FIXTURE];
