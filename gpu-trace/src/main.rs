@@ -59,7 +59,7 @@ fn main() -> ExitCode {
                 run::replay(&file, &output)
             };
             result
-                .map_err(replay_error)
+                .map_err(|e| replay_error(e, &file))
                 .with_context(|| format!("replaying {}", file.display()))
         }
         Some(Command::Top { mut trace, expire }) => {
@@ -214,9 +214,12 @@ fn plain_words(text: &str) -> String {
 }
 
 /// A replay's error in words that say what to do, where Rust's alone would not: a file cut
-/// short inside its header ("failed to fill whole buffer"), a file that is not there.
-fn replay_error(e: RunError) -> anyhow::Error {
+/// short inside its header ("failed to fill whole buffer"), a recording that is not there, an
+/// output that cannot be created there.
+fn replay_error(e: RunError, file: &std::path::Path) -> anyhow::Error {
     use gpu_trace_core::record::RecordError;
+    // What run::replay says when the recording itself cannot be opened.
+    let opening = format!("opening {}", file.display());
     match &e {
         RunError::Record(RecordError::Io(io)) if io.kind() == std::io::ErrorKind::UnexpectedEof => {
             anyhow::anyhow!(
@@ -225,10 +228,22 @@ fn replay_error(e: RunError) -> anyhow::Error {
             )
         }
         RunError::Io { what, source } if source.kind() == std::io::ErrorKind::NotFound => {
-            anyhow::anyhow!(
-                "{what}: No such file or directory; check the path (`gpu-trace --record FILE` \
-                 makes a recording)"
-            )
+            if *what == opening {
+                anyhow::anyhow!(
+                    "{what}: No such file or directory; check the path (`gpu-trace --record \
+                     FILE` makes a recording)"
+                )
+            } else {
+                anyhow::anyhow!(
+                    "{what}: No such file or directory; name a file in a directory where files \
+                     can be created"
+                )
+            }
+        }
+        RunError::Io { what, source }
+            if source.kind() == std::io::ErrorKind::IsADirectory && *what == opening =>
+        {
+            anyhow::anyhow!("{what}: Is a directory; name a recording file in it")
         }
         _ => e.into(),
     }

@@ -415,6 +415,37 @@ fn replay_errors_say_what_to_do_without_rust_s_words() {
             absent.display()
         )
     );
+    // A recording that is a directory: the system's words, and what to give instead.
+    let (code, _, err) = run(&["replay", dir.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(
+        err,
+        format!(
+            "gpu-trace: replaying {0}: opening {0}: Is a directory; name a recording file in it\n",
+            dir.display()
+        )
+    );
+    // An output that is a directory: refused before anything runs, a usage error.
+    let (code, _, err) = run(&["replay", FIXTURE, "-o", dir.to_str().unwrap()]);
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(
+        err,
+        format!(
+            "gpu-trace: -o {}: is a directory; name a file in it to write\n",
+            dir.display()
+        )
+    );
+    // An output that cannot be created where it is named (/proc takes no new files): not the
+    // recording's "--record makes a recording" hint, which is for the input.
+    let (code, _, err) = run(&["replay", FIXTURE, "--perfetto", "/proc/gpu-trace-test.json"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(
+        err,
+        format!(
+            "gpu-trace: replaying {FIXTURE}: creating /proc/gpu-trace-test.json: No such file or \
+             directory; name a file in a directory where files can be created\n"
+        )
+    );
     // An output in a directory that does not exist: the system's words, without `(os error 2)`.
     let (code, _, err) = run(&[
         "replay",
