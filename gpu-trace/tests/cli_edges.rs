@@ -514,6 +514,19 @@ fn quiet_prints_warnings_only() {
         err.contains("warning: --pid 8388608: no such process now"),
         "{err}"
     );
+    // --api says what it attached, unless -q.
+    let me = std::process::id().to_string();
+    let api = [&live[..], &["--api", "--pid", &me]].concat();
+    let (code, _, err) = run(&api);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("gpu-trace: --api: 0 of 1 target process(es) map a GPU API library; "),
+        "{err}"
+    );
+    let (code, out, err) = run(&[&["-q"][..], &api].concat());
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.is_empty(), "{out}");
+    assert!(err.lines().all(quiet_may_print), "{err}");
 }
 
 /// The `--pid` warnings, one line each, without source indentation: a pid that names no
