@@ -529,6 +529,37 @@ fn quiet_prints_warnings_only() {
     assert!(err.lines().all(quiet_may_print), "{err}");
 }
 
+/// `--watch-device` naming nothing: what it needs, not the system's "cannot read … (os error 2)".
+#[test]
+fn a_watch_device_that_is_not_there_says_what_it_needs() {
+    let test = "a_watch_device_that_is_not_there_says_what_it_needs";
+    if !can_trace(test) {
+        return;
+    }
+    let absent = common::scratch().join("no-such-device");
+    let (code, out, err) = run(&[
+        "--watch-device",
+        absent.to_str().unwrap(),
+        "--no-share",
+        "-d",
+        "0.2",
+    ]);
+    assert_eq!(code, Some(3), "{err}");
+    assert!(out.is_empty(), "{out}");
+    assert_eq!(
+        err.lines().last(),
+        Some(
+            format!(
+                "gpu-trace: {}: no such file; --watch-device needs a character device (e.g. \
+                 /dev/null)",
+                absent.display()
+            )
+            .as_str()
+        ),
+        "{err}"
+    );
+}
+
 /// The `--pid` warnings, one line each, without source indentation: a pid that names no
 /// process, and a thread's id (named with its process).
 #[test]
