@@ -59,7 +59,7 @@ fn main() -> ExitCode {
                 run::replay(&file, &output)
             };
             result
-                .map_err(replay_error)
+                .map_err(|e| replay_error(e, &file))
                 .with_context(|| format!("replaying {}", file.display()))
         }
         Some(Command::Top { mut trace, expire }) => {
@@ -214,9 +214,12 @@ fn plain_words(text: &str) -> String {
 }
 
 /// A replay's error in words that say what to do, where Rust's alone would not: a file cut
-/// short inside its header ("failed to fill whole buffer"), a file that is not there.
-fn replay_error(e: RunError) -> anyhow::Error {
+/// short inside its header ("failed to fill whole buffer"), a recording that is not there, an
+/// output that cannot be created there.
+fn replay_error(e: RunError, file: &std::path::Path) -> anyhow::Error {
     use gpu_trace_core::record::RecordError;
+    // What run::replay says when the recording itself cannot be opened.
+    let opening = format!("opening {}", file.display());
     match &e {
         RunError::Record(RecordError::Io(io)) if io.kind() == std::io::ErrorKind::UnexpectedEof => {
             anyhow::anyhow!(
@@ -225,10 +228,22 @@ fn replay_error(e: RunError) -> anyhow::Error {
             )
         }
         RunError::Io { what, source } if source.kind() == std::io::ErrorKind::NotFound => {
-            anyhow::anyhow!(
-                "{what}: No such file or directory; check the path (`gpu-trace --record FILE` \
-                 makes a recording)"
-            )
+            if *what == opening {
+                anyhow::anyhow!(
+                    "{what}: No such file or directory; check the path (`gpu-trace --record \
+                     FILE` makes a recording)"
+                )
+            } else {
+                anyhow::anyhow!(
+                    "{what}: No such file or directory; name a file in a directory where files \
+                     can be created"
+                )
+            }
+        }
+        RunError::Io { what, source }
+            if source.kind() == std::io::ErrorKind::IsADirectory && *what == opening =>
+        {
+            anyhow::anyhow!("{what}: Is a directory; name a recording file in it")
         }
         _ => e.into(),
     }
@@ -238,11 +253,17 @@ fn replay_error(e: RunError) -> anyhow::Error {
 fn completions(shell: clap_complete::Shell) -> ExitCode {
     use std::io::Write as _;
     let script = gpu_trace::cli::completion_script(shell);
-    if let Err(e) = std::io::stdout().write_all(&script) {
-        eprintln!("gpu-trace: writing the {shell} completions: {e}");
-        return ExitCode::from(EXIT_RUNTIME);
+    match std::io::stdout().lock().write_all(&script) {
+        // `| head`: the reader took what it wanted, a quiet end (as coreutils).
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            eprintln!(
+                "gpu-trace: writing the {shell} completions to standard output: {}",
+                plain_words(&e.to_string())
+            );
+            ExitCode::from(EXIT_RUNTIME)
+        }
+        _ => ExitCode::SUCCESS,
     }
-    ExitCode::SUCCESS
 }
 
 /// The exit status of a run or replay: with `-- CMD`, the command's (when it ended while
@@ -339,13 +360,25 @@ fn error_exit_code(err: &anyhow::Error) -> ExitCode {
 /// `gpu-trace doctor`: the report on stdout; the exit status is the verdict (see
 /// `gpu_trace::doctor::exit`).
 fn doctor(json: bool) -> ExitCode {
+    use std::io::Write as _;
     let report = gpu_trace::doctor::evaluate(&gpu_trace::doctor::Facts::gather());
-    if json {
-        println!("{}", report.render_json());
+    let text = if json {
+        report.render_json() + "\n"
     } else {
-        print!("{}", report.render_text());
+        report.render_text()
+    };
+    // `doctor | head`: a reader that closed the pipe took what it wanted; the verdict stands
+    // (a panic on the closed pipe was the answer before).
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            eprintln!(
+                "gpu-trace: writing the report to standard output: {}",
+                plain_words(&e.to_string())
+            );
+            ExitCode::from(EXIT_RUNTIME)
+        }
+        _ => ExitCode::from(report.exit_code),
     }
-    ExitCode::from(report.exit_code)
 }
 
 /// `gpu-trace top`: the live run with the terminal view; event lines and statistics go only

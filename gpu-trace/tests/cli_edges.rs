@@ -1,8 +1,9 @@
 //! The CLI's edges, through the real binary (issue 41 items 3 and 7): a mistyped subcommand gets
 //! "did you mean", a program typed without `--` gets the line with `--`, a negative time its own
 //! message (never a tip that would start a command named `-1`), every option that takes a time
-//! takes units, `top` refuses the options it would ignore, and messages carry no stray source
-//! indentation, no doubled prefix and no Rust error text. None of these needs root.
+//! takes units, `top` refuses the options it would ignore, options typed before a subcommand are
+//! not ignored, and messages carry no stray source indentation, no doubled prefix and no Rust
+//! error text (nor a panic on a closed pipe). Only the `-q` and `--pid` tests need root.
 
 #[allow(dead_code)]
 mod common;
@@ -137,6 +138,110 @@ fn a_negative_value_gets_its_own_message_and_no_tip_to_start_it() {
              <CMD>...]\n\n{MORE}\n"
         )
     );
+}
+
+/// Options typed before a subcommand are gpu-trace's own, which the subcommand never reads: they
+/// are not ignored in silence but answered with the line that has them after the subcommand's
+/// name, or with the subcommand's own error for them.
+#[test]
+fn options_before_a_subcommand_are_not_ignored() {
+    for (args, before, meant, usage) in [
+        (
+            &["-v", "replay", FIXTURE][..],
+            "-v",
+            format!("gpu-trace replay -v {FIXTURE}"),
+            "Usage: gpu-trace replay [OPTIONS] <FILE>",
+        ),
+        (
+            &[
+                "--format",
+                "json",
+                "-o",
+                "/dev/null",
+                "replay",
+                FIXTURE,
+                "--pid",
+                "4",
+            ],
+            "--format json -o /dev/null",
+            format!("gpu-trace replay --format json -o /dev/null {FIXTURE} --pid 4"),
+            "Usage: gpu-trace replay [OPTIONS] <FILE>",
+        ),
+        (
+            &["-p", "5", "api", "--resolve"],
+            "-p 5",
+            "gpu-trace api -p 5 --resolve".to_string(),
+            "Usage: gpu-trace api [OPTIONS] [-- <CMD>...]",
+        ),
+    ] {
+        assert_eq!(
+            usage_error(args),
+            format!(
+                "error: `{before}` before `{}` would be ignored: a subcommand's options go after \
+                 its name\n\n  tip: did you mean `{meant}`?\n\n{usage}\n\n{MORE}\n",
+                meant.split(' ').nth(1).unwrap()
+            ),
+            "{args:?}"
+        );
+    }
+    // The line it suggests does what the options ask: -v there adds the WORK_SUBMIT lines.
+    let (code, out, err) = run(&["replay", "-v", FIXTURE]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains(" WORK_SUBMIT "), "{out}");
+    // Where the subcommand refuses them, its own error says why.
+    assert_eq!(
+        usage_error(&["-v", "top"]),
+        format!(
+            "error: `gpu-trace top` shows its view instead of event lines: -v/--verbose shapes \
+             only the events it writes to -o FILE; add -o FILE, or leave -v/--verbose out\n\n\
+             Usage: gpu-trace top [OPTIONS]\n\n{MORE}\n"
+        )
+    );
+    assert_eq!(
+        usage_error(&["--duration", "5", "doctor"]),
+        format!(
+            "error: unexpected argument '--duration' found\n\nUsage: gpu-trace doctor \
+             [OPTIONS]\n\n{MORE}\n"
+        )
+    );
+}
+
+/// Exit status and stderr of `gpu-trace ARGS` writing into a pipe whose reader is gone (as
+/// after `| head` read what it wanted): its first write fails with EPIPE.
+fn into_closed_pipe(args: &[&str]) -> (Option<i32>, String) {
+    use std::os::fd::{FromRawFd as _, OwnedFd};
+    let mut fds = [0; 2];
+    // SAFETY: a two-int array.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: the new pipe's ends, ours alone.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(read);
+    let out = Command::new(BIN)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::from(write))
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `gpu-trace completions bash | head`, `gpu-trace doctor | head`: a quiet end, as coreutils
+/// (doctor had panicked: "failed printing to stdout: Broken pipe (os error 32)"); doctor's exit
+/// status is still its verdict, the one it gives with its whole report written.
+#[test]
+fn completions_and_doctor_into_a_closed_pipe_end_quietly() {
+    assert_eq!(
+        into_closed_pipe(&["completions", "bash"]),
+        (Some(0), String::new())
+    );
+    for args in [&["doctor"][..], &["doctor", "--json"]] {
+        let (whole, _, err) = run(args);
+        assert!(matches!(whole, Some(0 | 3 | 5)), "{args:?}: {err}");
+        assert_eq!(into_closed_pipe(args), (whole, String::new()), "{args:?}");
+    }
 }
 
 /// stderr of a replay of the fixture with `args` (it must succeed).
@@ -310,6 +415,37 @@ fn replay_errors_say_what_to_do_without_rust_s_words() {
             absent.display()
         )
     );
+    // A recording that is a directory: the system's words, and what to give instead.
+    let (code, _, err) = run(&["replay", dir.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(
+        err,
+        format!(
+            "gpu-trace: replaying {0}: opening {0}: Is a directory; name a recording file in it\n",
+            dir.display()
+        )
+    );
+    // An output that is a directory: refused before anything runs, a usage error.
+    let (code, _, err) = run(&["replay", FIXTURE, "-o", dir.to_str().unwrap()]);
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(
+        err,
+        format!(
+            "gpu-trace: -o {}: is a directory; name a file in it to write\n",
+            dir.display()
+        )
+    );
+    // An output that cannot be created where it is named (/proc takes no new files): not the
+    // recording's "--record makes a recording" hint, which is for the input.
+    let (code, _, err) = run(&["replay", FIXTURE, "--perfetto", "/proc/gpu-trace-test.json"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(
+        err,
+        format!(
+            "gpu-trace: replaying {FIXTURE}: creating /proc/gpu-trace-test.json: No such file or \
+             directory; name a file in a directory where files can be created\n"
+        )
+    );
     // An output in a directory that does not exist: the system's words, without `(os error 2)`.
     let (code, _, err) = run(&[
         "replay",
@@ -376,6 +512,50 @@ fn quiet_prints_warnings_only() {
     assert!(err.lines().all(quiet_may_print), "{err}");
     assert!(
         err.contains("warning: --pid 8388608: no such process now"),
+        "{err}"
+    );
+    // --api says what it attached, unless -q.
+    let me = std::process::id().to_string();
+    let api = [&live[..], &["--api", "--pid", &me]].concat();
+    let (code, _, err) = run(&api);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("gpu-trace: --api: 0 of 1 target process(es) map a GPU API library; "),
+        "{err}"
+    );
+    let (code, out, err) = run(&[&["-q"][..], &api].concat());
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.is_empty(), "{out}");
+    assert!(err.lines().all(quiet_may_print), "{err}");
+}
+
+/// `--watch-device` naming nothing: what it needs, not the system's "cannot read … (os error 2)".
+#[test]
+fn a_watch_device_that_is_not_there_says_what_it_needs() {
+    let test = "a_watch_device_that_is_not_there_says_what_it_needs";
+    if !can_trace(test) {
+        return;
+    }
+    let absent = common::scratch().join("no-such-device");
+    let (code, out, err) = run(&[
+        "--watch-device",
+        absent.to_str().unwrap(),
+        "--no-share",
+        "-d",
+        "0.2",
+    ]);
+    assert_eq!(code, Some(3), "{err}");
+    assert!(out.is_empty(), "{out}");
+    assert_eq!(
+        err.lines().last(),
+        Some(
+            format!(
+                "gpu-trace: {}: no such file; --watch-device needs a character device (e.g. \
+                 /dev/null)",
+                absent.display()
+            )
+            .as_str()
+        ),
         "{err}"
     );
 }

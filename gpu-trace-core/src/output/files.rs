@@ -51,12 +51,18 @@ fn identity(path: &Path) -> io::Result<Option<Identity>> {
     }
 }
 
-/// Refuses an output that is an input or another output. `inputs` and `outputs` are
-/// `(option, path)` pairs, e.g. `("--perfetto", path)`; the error names both.
+/// Refuses an output that is an input or another output, or a directory. `inputs` and `outputs` are `(option, path)` pairs, e.g.
+/// `("--perfetto", path)`; the error names both.
 pub fn check_distinct(inputs: &[(&str, &Path)], outputs: &[(&str, &Path)]) -> Result<(), String> {
     let mut seen: Vec<(&str, &Path, Identity, bool)> = Vec::new();
     for (is_input, list) in [(true, inputs), (false, outputs)] {
         for &(what, path) in list {
+            if !is_input && fs::metadata(path).is_ok_and(|m| m.is_dir()) {
+                return Err(format!(
+                    "{what} {}: is a directory; name a file in it to write",
+                    path.display()
+                ));
+            }
             let id = identity(path).map_err(|e| {
                 format!(
                     "{what} {}: {e}; name a file in an existing directory",

@@ -1212,14 +1212,17 @@ pub fn for_trace(
         String::new()
     };
     let libraries = api.attacher.libraries();
-    eprintln!(
-        "gpu-trace: --api: {with} of {targets} target process(es) map a GPU API library; {} \
-         uprobes attached in {libraries} librar{} in {} ms{launch}: {}",
-        api.attacher.probes(),
-        if libraries == 1 { "y" } else { "ies" },
-        start.elapsed().as_millis(),
-        api.attacher.method()
-    );
+    // A start-up report line: not with -q (warnings only).
+    if !crate::run::quiet() {
+        eprintln!(
+            "gpu-trace: --api: {with} of {targets} target process(es) map a GPU API library; \
+             {} uprobes attached in {libraries} librar{} in {} ms{launch}: {}",
+            api.attacher.probes(),
+            if libraries == 1 { "y" } else { "ies" },
+            start.elapsed().as_millis(),
+            api.attacher.method()
+        );
+    }
     Ok(api)
 }
 

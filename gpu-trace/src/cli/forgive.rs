@@ -5,8 +5,9 @@
 //! would go as a stray positional and says only "unexpected argument": no "did you mean" for a
 //! mistyped subcommand (`replya`), no hint for a command typed without `--` (`gpu-trace sleep
 //! 1`). Its tip for an unknown option, "to pass '-x' as a value, use '-- -x'", would start a
-//! command named `-x`. This module answers those three, and refuses the tracing options `top`
-//! would ignore.
+//! command named `-x`. This module answers those three, refuses the tracing options `top`
+//! would ignore, and answers options typed before a subcommand (gpu-trace's own, which the
+//! subcommand never reads) with the line that has them after it.
 
 use std::ffi::OsString;
 
@@ -37,6 +38,9 @@ where
         Ok(m) => m,
         Err(e) => return Err(forgive(e, &args, &cmd)),
     };
+    if let Some((name, _)) = matches.subcommand() {
+        options_before_subcommand(&matches, name, &args, &mut cmd)?;
+    }
     if let Some(top) = matches.subcommand_matches("top") {
         refuse_ignored_by_top(top, &mut cmd)?;
     }
@@ -198,6 +202,41 @@ fn edits(a: &str, b: &str) -> usize {
         }
     }
     d[a.len()][b.len()]
+}
+
+/// `gpu-trace -v replay FILE`: clap takes the options before a subcommand as gpu-trace's own (live
+/// tracing's), which the subcommand never reads, so they would be ignored without a word. The
+/// same words moved after the subcommand's name: a "did you mean" with that line when it parses,
+/// else the subcommand's own error for them (`doctor` takes no `--duration`).
+fn options_before_subcommand(
+    matches: &ArgMatches,
+    name: &str,
+    args: &[OsString],
+    cmd: &mut clap::Command,
+) -> Result<(), clap::Error> {
+    let given = cmd
+        .get_arguments()
+        .any(|a| matches.value_source(a.get_id().as_str()) == Some(ValueSource::CommandLine));
+    let Some(slot) = subcommand_slot(cmd, args).filter(|&i| i > 1 && given) else {
+        return Ok(());
+    };
+    let mut moved = vec![args[0].clone(), args[slot].clone()];
+    moved.extend_from_slice(&args[1..slot]);
+    moved.extend_from_slice(&args[slot + 1..]);
+    parse_from(&moved)?;
+    let before: Vec<String> = args[1..slot].iter().map(shell_word).collect();
+    let mut line = vec![crate::cli::BIN_NAME.to_string()];
+    line.extend(moved[1..].iter().map(shell_word));
+    let why = format!(
+        "`{}` before `{name}` would be ignored: a subcommand's options go after its name\n\n  \
+         tip: did you mean `{}`?",
+        before.join(" "),
+        line.join(" ")
+    );
+    let sub = cmd
+        .find_subcommand_mut(name)
+        .expect("clap matched this subcommand");
+    Err(sub.error(ErrorKind::ArgumentConflict, why))
 }
 
 /// `word` as a shell would need it typed: as is when it is plain, else in single quotes.

@@ -30,6 +30,8 @@ pub enum SystemError {
     TracefsUnreadable { path: String },
     #[error("{path} is not a character device; --watch-device needs one (e.g. /dev/null)")]
     NotACharDevice { path: String },
+    #[error("{path}: no such file; --watch-device needs a character device (e.g. /dev/null)")]
+    NoSuchDevice { path: String },
 }
 
 /// Effective capability mask of this process (`CapEff` in /proc/self/status).
@@ -112,9 +114,14 @@ pub struct DevNode {
 /// The node at `path`, when it is a character device.
 pub fn char_device(path: &Path) -> Result<DevNode, SystemError> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
-    let meta = fs::metadata(path).map_err(|source| SystemError::Read {
-        path: path.display().to_string(),
-        source,
+    let meta = fs::metadata(path).map_err(|source| match source.kind() {
+        io::ErrorKind::NotFound => SystemError::NoSuchDevice {
+            path: path.display().to_string(),
+        },
+        _ => SystemError::Read {
+            path: path.display().to_string(),
+            source,
+        },
     })?;
     if !meta.file_type().is_char_device() {
         return Err(SystemError::NotACharDevice {

@@ -26,7 +26,7 @@ pub use live::{run_live, run_live_with};
 pub use outputs::check_paths;
 pub use replay::{replay, replay_with};
 pub use report::{Viewer, pid_warnings, print_report, still_runs};
-pub use signals::{install_stop_signals, set_quiet, stop_requested};
+pub use signals::{install_stop_signals, quiet, set_quiet, stop_requested};
 
 #[cfg(test)]
 mod tests;

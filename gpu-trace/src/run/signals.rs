@@ -38,6 +38,11 @@ pub fn set_quiet(quiet: bool) {
     QUIET.store(quiet, Ordering::SeqCst);
 }
 
+/// Whether `-q` was given ([`set_quiet`]): for the start-up lines printed outside this module.
+pub fn quiet() -> bool {
+    QUIET.load(Ordering::SeqCst)
+}
+
 /// A start-up note on stderr, after `gpu-trace: `, unless `-q` ([`set_quiet`]).
 pub(super) fn note(line: impl std::fmt::Display) {
     if !QUIET.load(Ordering::SeqCst) {
