@@ -15,11 +15,12 @@ use super::{
     outputs::{OutputFiles, end_outputs, interval, new_pipeline, prepare_output_files, sink_error},
     plan::{CgroupSelection, api_layer, check_api_targets, check_kfd, load_options},
     reader::{CHILD_POLL, DRAIN_SLICE, Drained, Reader, follow_changes},
-    record::{end_recording, start_recording},
+    record::{RecordTo, Recording, end_recordings, start_recording},
     report::{
         Viewer, announce_hooks, describe_missed_runs, describe_program_stats, print_report,
         still_runs, warn_before_start, warn_unmatched_gpus,
     },
+    rotate::PieceFiles,
     share::{start_nvml, start_share_sampler},
     signals::{StopSignals, note, stop_requested},
 };
@@ -33,7 +34,6 @@ use crate::{
     pipeline::Pipeline,
     probe::{cgroup::CgroupResolver, system},
     queue::{Overflow, QueueWriter},
-    record::RecordWriter,
 };
 
 /// Trace live until Ctrl-C, SIGTERM or `--duration`.
@@ -67,9 +67,11 @@ pub async fn run_live_with(
     // but an existing file is emptied only once every start-up check below passed: a busy
     // metrics port, a bad --cgroup or a refused program leaves yesterday's files as they were.
     let wake = Arc::new(tokio::sync::Notify::new());
+    // With --record-rotate the pieces are files of their own, made as the run goes.
+    let rotate = args.recording.record_rotate;
     let (files, pending) = prepare_output_files(
         &args.output,
-        args.record.as_deref(),
+        args.record.as_deref().filter(|_| rotate.is_none()),
         startup_deadline,
         Overflow::Drop,
         &wake,
@@ -113,9 +115,22 @@ pub async fn run_live_with(
         record,
     } = files;
     let sampled = (amd, share_sampler.is_some());
-    let recorder = record
-        .map(|queue| start_recording(queue, &clock, &tracer, &inventory, sampled))
+    let to = match (record, rotate, args.record.as_deref()) {
+        (Some(queue), _, _) => Some(RecordTo::One(queue)),
+        (None, Some(rotate), Some(path)) => {
+            let on_failure = {
+                let wake = wake.clone();
+                Arc::new(move || wake.notify_one()) as Arc<dyn Fn() + Send + Sync>
+            };
+            let files = PieceFiles::new(path, on_failure);
+            Some(RecordTo::Pieces(files, rotate, args.recording.record_keep))
+        }
+        _ => None,
+    };
+    let file = to
+        .map(|to| start_recording(to, &clock, &tracer, &inventory, sampled))
         .transpose()?;
+    let recorder = Recording { file };
     let pipeline = new_pipeline(
         &args.output,
         clock,
@@ -250,7 +265,7 @@ pub(super) struct LiveRun<'v> {
     pub(super) tracer: Tracer,
     pub(super) reader: Reader,
     pub(super) pipeline: Pipeline<QueueWriter>,
-    pub(super) recorder: Option<RecordWriter<QueueWriter>>,
+    pub(super) recorder: Recording,
     pub(super) viewer: Option<&'v mut dyn Viewer>,
     pub(super) tracing_since: Instant,
     /// `--share-interval`: the GPU share sampler's thread, while tracing.
@@ -272,6 +287,9 @@ impl LiveRun<'_> {
         metrics_served: bool,
     ) -> Result<(), RunError> {
         let mut health = tokio::time::interval(Duration::from_secs(1));
+        // --record-rotate TIME: a piece ends on time even when no record comes to end it.
+        let mut piece_clock = tokio::time::interval(Duration::from_secs(1));
+        let by_time = self.recorder.rotates_by_time();
         // `-- CMD`: whether the command ended, looked at this often.
         let mut child_tick = tokio::time::interval(CHILD_POLL);
         let mut share_tick = tokio::time::interval(Duration::from_millis(100));
@@ -299,6 +317,7 @@ impl LiveRun<'_> {
         {
             // Whether the ring still held records when the last slice of reading ended.
             let mut more = Drained::Empty;
+            let mut rotate_tick_due = false;
             tokio::select! {
                 () = signals.recv() => break,
                 _ = &mut sleep => break,
@@ -346,6 +365,7 @@ impl LiveRun<'_> {
                     let (reader, tracer) = (&mut self.reader, &self.tracer);
                     reader.send_api_sums(tracer, &mut self.pipeline, &mut self.recorder);
                 }
+                _ = piece_clock.tick(), if by_time => rotate_tick_due = true,
                 _ = health.tick(), if metrics_served => {
                     let counters = self.tracer.counters()?;
                     self.pipeline.kernel_counters(&counters);
@@ -365,6 +385,8 @@ impl LiveRun<'_> {
                 }
             }
             self.attach_loaded();
+            // A full recording piece ends here, between two records.
+            self.recorder.turn(&self.tracer, rotate_tick_due)?;
             if more == Drained::More {
                 // Let the runtime serve its timers and signals before the next slice.
                 tokio::task::yield_now().await;
@@ -426,11 +448,7 @@ impl LiveRun<'_> {
         if batch.is_empty() {
             return Ok(());
         }
-        if let Some(recorder) = self.recorder.as_mut() {
-            // A failing recording shows through its queue (the loop's output check).
-            let _ = recorder.share(&batch);
-            recorder.get_mut().mark_unit();
-        }
+        self.recorder.share(&batch);
         self.pipeline.share_samples(&batch).map_err(sink_error)
     }
 
@@ -485,13 +503,18 @@ impl LiveRun<'_> {
         let mut counters = self.tracer.counters()?;
         let settle = Instant::now();
         loop {
-            // Detached: what is left is at most a ring's worth, read whole.
-            self.reader.drain(
+            // Detached: what is left is at most a ring's worth, read whole (in turns when
+            // recording pieces fill up on the way).
+            let more = self.reader.drain(
                 self.ring.get_mut(),
                 &mut self.pipeline,
                 &mut self.recorder,
                 None,
             );
+            self.recorder.turn(&self.tracer, false)?;
+            if more == Drained::More {
+                continue;
+            }
             let now = self.tracer.counters()?;
             let done = self.reader.read >= now.emitted && now == counters;
             counters = now;
@@ -544,12 +567,8 @@ impl LiveRun<'_> {
         tracer.release(per_probe);
         let duration = tracing_since.elapsed();
         let mut failure = reader.failure.take();
-        let recording_lost = match recorder {
-            Some(recorder) => {
-                end_recording(recorder, counters, duration, record_path, &mut failure)
-            }
-            None => 0,
-        };
+        let recording_lost =
+            end_recordings(recorder, counters, duration, record_path, &mut failure);
         pipeline.stats_mut().recording_lost = recording_lost;
         pipeline.stats_mut().output_lost = pipeline.output().lost();
         // `-- CMD`: processes it created past the bound of those followed were not traced:

@@ -16,6 +16,7 @@ mod reader;
 mod record;
 mod replay;
 mod report;
+mod rotate;
 mod share;
 mod signals;
 
