@@ -26,6 +26,7 @@
 pub mod api;
 pub mod escape;
 pub mod event;
+pub mod flight;
 pub mod inventory;
 pub mod live_set;
 pub mod metrics;

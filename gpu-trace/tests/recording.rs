@@ -186,3 +186,203 @@ fn rotated_pieces_replay_alone_and_add_up_to_the_run() {
         );
     }
 }
+
+/// The dump files in `dir` (complete ones: a dump is renamed into place once written).
+fn dumps_in(dir: &Path) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "gtrace"))
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .starts_with("gpu-trace-")
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+/// `--flight-recorder 1h --flight-recorder-bytes 8K --dump-on refused --dump-max-per-hour 1`
+/// beside `--record FILE` of the same run: 100 frees (records, no event), then 3 schedules,
+/// each refused (a trigger). One dump, named after the trigger; it holds exactly the window
+/// the rule gives over the full recording up to the first schedule (the longest run of the
+/// last records that fits in 8 KiB), its header's inventory names this process (alive at the
+/// window's start), and it replays alone with that one schedule; STATS counts 3 triggers, 1
+/// dump and 2 not written.
+#[test]
+fn a_refused_schedule_dumps_exactly_its_window() {
+    let _serial = serial();
+    let test = "a_refused_schedule_dumps_exactly_its_window";
+    if skip_unless_root(test) {
+        return;
+    }
+    const TSG: u32 = 0x5EED_0043;
+    const CAP: u64 = 8192;
+    let dir = fresh_dir("flight-refused");
+    let full = dir.join("full.rec");
+    let traced = Traced::start(&[
+        "--watch-device",
+        WATCHED,
+        "--format",
+        "json",
+        "--record",
+        full.to_str().unwrap(),
+        "--flight-recorder",
+        "1h",
+        "--flight-recorder-bytes",
+        "8K",
+        "--dump-on",
+        "refused",
+        "--dump-max-per-hour",
+        "1",
+        "--dump-dir",
+        dir.to_str().unwrap(),
+    ])
+    .unwrap_or_else(|e| panic!("{test}: {e}"));
+    let dev = watched();
+    for i in 0..100 {
+        free(&dev, 0x5EED_0002, 0x5EED_1000 + i);
+    }
+    let call = Schedule::new(0x5EED_0002, TSG);
+    for _ in 0..3 {
+        call.issue(&dev);
+    }
+    let f = traced.interrupt();
+    let stats = json_stats(&f.stdout);
+    let flight = &stats["flight_recorder"];
+    assert_eq!(flight["triggers"]["refused"], 3, "{}", f.stderr);
+    assert_eq!(flight["dumps"], 1, "{}", f.stderr);
+    assert_eq!(flight["not_written"], 2, "{}", f.stderr);
+    let dumps = dumps_in(&dir);
+    assert_eq!(dumps.len(), 1, "{dumps:?}");
+    let name = dumps[0].file_name().unwrap().to_str().unwrap();
+    assert!(name.ends_with("-refused.gtrace"), "{name}");
+    let (_, all, _) = read(&full);
+    let (h, window, trailer) = read(&dumps[0]);
+    assert!(trailer.is_some(), "the dump has its trailer");
+    // The first schedule's record in the full recording: the dump ends there.
+    let me = std::process::id();
+    let k = (0..all.len())
+        .find(|&i| schedules_of(&all[i..=i], TSG) == 1)
+        .expect("the schedule is recorded");
+    let mut s = 0;
+    while all[s..=k].iter().map(|r| r.len() as u64).sum::<u64>() > CAP {
+        s += 1;
+    }
+    assert!(
+        s > 0,
+        "the 100 frees fill more than 8 KiB: the window lost its oldest"
+    );
+    assert_eq!(window, all[s..=k], "the dump holds exactly its window");
+    let inv = h.inventory.expect("a dump has an inventory");
+    assert!(
+        inv.processes.iter().any(|p| p.pid == me),
+        "this process was alive at the window's start"
+    );
+    let (status, out, err) = replay_json(&dumps[0]);
+    assert_eq!(status, Some(0), "the dump replays alone: {err}");
+    assert_eq!(schedule_lines(&out, TSG), 1);
+}
+
+/// SIGUSR1 dumps the window (no --dump-on needed) and tracing goes on: the dump appears while
+/// gpu-trace runs, replays alone, and holds the schedules made before the signal (each once).
+#[test]
+fn sigusr1_dumps_and_tracing_goes_on() {
+    let _serial = serial();
+    let test = "sigusr1_dumps_and_tracing_goes_on";
+    if skip_unless_root(test) {
+        return;
+    }
+    const TSG: u32 = 0x5EED_0044;
+    let dir = fresh_dir("flight-usr1");
+    let traced = Traced::start(&[
+        "--watch-device",
+        WATCHED,
+        "--format",
+        "json",
+        "--flight-recorder",
+        "10m",
+        "--dump-dir",
+        dir.to_str().unwrap(),
+    ])
+    .unwrap_or_else(|e| panic!("{test}: {e}"));
+    let dev = watched();
+    let call = Schedule::new(0x5EED_0003, TSG);
+    for _ in 0..5 {
+        call.issue(&dev);
+    }
+    traced.signal(libc::SIGUSR1);
+    // Waiting for the effect (the file renamed into place), not setting the scenario up.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while dumps_in(&dir).is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // Still tracing after the dump.
+    for _ in 0..2 {
+        call.issue(&dev);
+    }
+    let f = traced.interrupt();
+    assert_eq!(f.status.code(), Some(0), "{}", f.stderr);
+    assert_eq!(
+        schedule_lines(&f.stdout, TSG),
+        7,
+        "tracing went on after the dump"
+    );
+    let stats = json_stats(&f.stdout);
+    assert_eq!(stats["flight_recorder"]["triggers"]["signal"], 1);
+    assert_eq!(stats["flight_recorder"]["dumps"], 1);
+    let dumps = dumps_in(&dir);
+    assert_eq!(dumps.len(), 1, "{dumps:?}");
+    assert!(dumps[0].to_str().unwrap().ends_with("-signal.gtrace"));
+    let (_, recs, _) = read(&dumps[0]);
+    let held = schedules_of(&recs, TSG);
+    assert!(held <= 5, "only what came before the signal: {held}");
+    let (status, out, err) = replay_json(&dumps[0]);
+    assert_eq!(status, Some(0), "{err}");
+    assert_eq!(schedule_lines(&out, TSG), held);
+}
+
+/// `--dump-on signal-exit` with `-- CMD`: a command killed by a signal dumps the window
+/// before gpu-trace ends (with the command's status, 128 + 9); one that exits normally does
+/// not.
+#[test]
+fn a_command_killed_by_a_signal_dumps() {
+    let _serial = serial();
+    let test = "a_command_killed_by_a_signal_dumps";
+    if skip_unless_root(test) {
+        return;
+    }
+    for (script, code, dumped) in [("kill -KILL $$", 137, 1), ("exit 3", 3, 0)] {
+        let dir = fresh_dir("flight-exit");
+        let out = Command::new(gpu_trace_bin())
+            .args([
+                "--watch-device",
+                WATCHED,
+                "-q",
+                "--flight-recorder",
+                "1m",
+                "--dump-on",
+                "signal-exit",
+                "--dump-dir",
+                dir.to_str().unwrap(),
+                "--",
+                "sh",
+                "-c",
+                script,
+            ])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{script}: {stderr}");
+        let dumps = dumps_in(&dir);
+        assert_eq!(dumps.len(), dumped, "{script}: {dumps:?} {stderr}");
+        for d in dumps {
+            assert!(d.to_str().unwrap().ends_with("-signal-exit.gtrace"));
+            let (status, _, err) = replay_json(&d);
+            assert_eq!(status, Some(0), "{err}");
+        }
+    }
+}

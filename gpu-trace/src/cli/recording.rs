@@ -2,7 +2,12 @@
 //! recording in pieces) and the flight recorder (`--flight-recorder` and its triggers), with
 //! their own small parsers of sizes and times.
 
-use clap::Args;
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+
+/// Default `--flight-recorder-bytes`: 32 MiB, well under the DaemonSet's memory limit.
+pub const DEFAULT_FLIGHT_BYTES: u64 = 32 << 20;
 
 /// The help heading of these options.
 pub const HEADING: &str = "Bounded recordings";
@@ -22,6 +27,48 @@ pub struct RecordingArgs {
           requires = "record_rotate")]
     #[arg(help_heading = HEADING)]
     pub record_keep: Option<u32>,
+
+    /// Keep the last TIME of records in memory (at most --flight-recorder-bytes) and write
+    /// them only when a trigger comes (SIGUSR1, --dump-on) as a recording that replays alone:
+    /// DIR/gpu-trace-HOST-YYYYmmddTHHMMSSZ-TRIGGER.gtrace (--dump-dir).
+    #[arg(long, value_name = "TIME", value_parser = parse_window)]
+    #[arg(help_heading = HEADING)]
+    pub flight_recorder: Option<f64>,
+
+    /// With --flight-recorder: the most bytes of records kept in memory (K, M, G; default
+    /// 32M); the oldest go first.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, requires = "flight_recorder")]
+    #[arg(help_heading = HEADING)]
+    pub flight_recorder_bytes: Option<u64>,
+
+    /// With --flight-recorder: where dumps are written (default: the current directory).
+    #[arg(long, value_name = "DIR", requires = "flight_recorder")]
+    #[arg(help_heading = HEADING)]
+    pub dump_dir: Option<PathBuf>,
+
+    /// With --flight-recorder: also dump on these (comma-separated): refused (a SCHEDULE the
+    /// driver refused), recursion (API_RECURSION, with --api), dropped (records lost to a
+    /// full ring), signal-exit (`-- CMD` ended by a signal). SIGUSR1 always dumps.
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_enum,
+        value_delimiter = ',',
+        requires = "flight_recorder"
+    )]
+    #[arg(help_heading = HEADING)]
+    pub dump_on: Vec<DumpOn>,
+
+    /// With --flight-recorder: at most N dumps in any hour; later triggers are counted, not
+    /// written (default 6).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 6,
+        requires = "flight_recorder"
+    )]
+    #[arg(help_heading = HEADING)]
+    pub dump_max_per_hour: u32,
 }
 
 /// `--record-rotate`: a size or a time.
@@ -29,6 +76,29 @@ pub struct RecordingArgs {
 pub enum Rotate {
     Bytes(u64),
     Seconds(f64),
+}
+
+/// A `--dump-on` trigger (SIGUSR1 always dumps). `API_STUCK` is `gpu-trace api`'s, which has
+/// no flight recorder: not offered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, ValueEnum)]
+pub enum DumpOn {
+    Refused,
+    Recursion,
+    Dropped,
+    SignalExit,
+}
+
+impl DumpOn {
+    /// The core's trigger.
+    pub fn trigger(self) -> gpu_trace_core::flight::Trigger {
+        use gpu_trace_core::flight::Trigger;
+        match self {
+            DumpOn::Refused => Trigger::Refused,
+            DumpOn::Recursion => Trigger::Recursion,
+            DumpOn::Dropped => Trigger::Dropped,
+            DumpOn::SignalExit => Trigger::SignalExit,
+        }
+    }
 }
 
 /// A size: bytes, or a number with K, M, G (powers of 1024; `KiB`, `MB`… read the same);
@@ -87,6 +157,20 @@ pub fn parse_rotate(s: &str) -> Result<Rotate, String> {
     })
 }
 
+/// `--flight-recorder`: a time with its unit (`30s`, `5m`), or seconds.
+pub fn parse_window(s: &str) -> Result<f64, String> {
+    parse_unit_time(s)
+        .or_else(|| {
+            s.trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|v| *v > 0.0 && *v <= 86_400.0)
+        })
+        .ok_or_else(|| {
+            format!("`{s}` is not a window: give a time (30s, 5m, 1h; at most 24h) or seconds")
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,5 +189,8 @@ mod tests {
         assert_eq!(parse_rotate("10M"), Ok(Rotate::Bytes(10 << 20)));
         assert_eq!(parse_rotate("1h"), Ok(Rotate::Seconds(3600.0)));
         assert!(parse_rotate("25h").is_err());
+        assert_eq!(parse_window("30s"), Ok(30.0));
+        assert_eq!(parse_window("2"), Ok(2.0));
+        assert!(parse_window("0").is_err());
     }
 }

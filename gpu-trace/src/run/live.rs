@@ -11,11 +11,12 @@ use tokio::io::unix::AsyncFd;
 
 use super::{
     error::{RunError, detect_vendor, io_err},
+    flight::Flight,
     late_attach::{announce_inventory, kernel_tracking, traced_inventory},
     outputs::{OutputFiles, end_outputs, interval, new_pipeline, prepare_output_files, sink_error},
     plan::{CgroupSelection, api_layer, check_api_targets, check_kfd, load_options},
     reader::{CHILD_POLL, DRAIN_SLICE, Drained, Reader, follow_changes},
-    record::{RecordTo, Recording, end_recordings, start_recording},
+    record::{RecordTo, Recording, end_recordings, recording_header, start_recording},
     report::{
         Viewer, announce_hooks, describe_missed_runs, describe_program_stats, print_report,
         still_runs, warn_before_start, warn_unmatched_gpus,
@@ -52,6 +53,15 @@ pub async fn run_live_with(
     // Before anything is reported on stderr: a Ctrl-C right after the start-up report (or
     // during the inventory) stops tracing cleanly through the loop below.
     let mut signals = StopSignals::install()?;
+    // --flight-recorder: SIGUSR1 dumps (its default action, ending the process, is replaced
+    // before the line that says tracing started).
+    let mut usr1 = match args.recording.flight_recorder {
+        Some(_) => Some(
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())
+                .map_err(io_err("installing the SIGUSR1 handler"))?,
+        ),
+        None => None,
+    };
     check_api_targets(args)?;
     let vendor = match args.vendor {
         Vendor::Auto => detect_vendor()?,
@@ -130,7 +140,12 @@ pub async fn run_live_with(
     let file = to
         .map(|to| start_recording(to, &clock, &tracer, &inventory, sampled))
         .transpose()?;
-    let recorder = Recording { file };
+    let flight = Flight::new(
+        &args.recording,
+        recording_header(&clock, &tracer, &inventory, amd),
+    );
+    let (flight, trigger_sink) = flight.map_or((None, None), |(f, s)| (Some(f), Some(s)));
+    let recorder = Recording { file, flight };
     let pipeline = new_pipeline(
         &args.output,
         clock,
@@ -138,6 +153,10 @@ pub async fn run_live_with(
         perfetto.as_ref().map(|(s, _)| s),
         false,
     )?;
+    let pipeline = match trigger_sink {
+        Some(sink) => pipeline.with_output(sink),
+        None => pipeline,
+    };
     let (mut pipeline, metrics_server, ring_fill) = match metrics {
         Some((m, server)) => {
             let fill = m.ring_fill_slot();
@@ -168,6 +187,7 @@ pub async fn run_live_with(
     };
     live.trace_until_stopped(
         &mut signals,
+        usr1.as_mut(),
         deadline,
         interval(&args.output),
         &wake,
@@ -281,6 +301,7 @@ impl LiveRun<'_> {
     pub(super) async fn trace_until_stopped(
         &mut self,
         signals: &mut StopSignals,
+        mut usr1: Option<&mut tokio::signal::unix::Signal>,
         deadline: Option<Instant>,
         period: Option<Duration>,
         wake: &tokio::sync::Notify,
@@ -290,6 +311,7 @@ impl LiveRun<'_> {
         // --record-rotate TIME: a piece ends on time even when no record comes to end it.
         let mut piece_clock = tokio::time::interval(Duration::from_secs(1));
         let by_time = self.recorder.rotates_by_time();
+        let flight_on = self.recorder.flight.is_some();
         // `-- CMD`: whether the command ended, looked at this often.
         let mut child_tick = tokio::time::interval(CHILD_POLL);
         let mut share_tick = tokio::time::interval(Duration::from_millis(100));
@@ -345,8 +367,14 @@ impl LiveRun<'_> {
                 _ = share_tick.tick(), if self.share.is_some() => self.take_share()?,
                 _ = child_tick.tick(), if self.command.is_some() => {
                     if let Some(c) = self.command.as_mut() {
-                        c.status = crate::launch::reap(c.pid);
-                        if c.status.is_some() {
+                        let ended = crate::launch::reap_signaled(c.pid);
+                        c.status = ended.map(|(code, _)| code);
+                        if let Some((_, signaled)) = ended {
+                            // --dump-on signal-exit: the window before the command's end.
+                            if let (true, Some(f)) = (signaled, self.recorder.flight.as_ref()) {
+                                f.note(gpu_trace_core::flight::Trigger::SignalExit);
+                                self.recorder.turn(&self.tracer, false)?;
+                            }
                             break;
                         }
                     }
@@ -365,7 +393,25 @@ impl LiveRun<'_> {
                     let (reader, tracer) = (&mut self.reader, &self.tracer);
                     reader.send_api_sums(tracer, &mut self.pipeline, &mut self.recorder);
                 }
-                _ = piece_clock.tick(), if by_time => rotate_tick_due = true,
+                _ = piece_clock.tick(), if by_time || flight_on => {
+                    rotate_tick_due = by_time;
+                    if let Some(f) = self.recorder.flight.as_mut() {
+                        f.tick(&self.tracer);
+                    }
+                }
+                // --flight-recorder: SIGUSR1 dumps the window.
+                _ = async {
+                    match usr1.as_mut() {
+                        Some(s) => {
+                            s.recv().await;
+                        }
+                        None => std::future::pending::<()>().await,
+                    }
+                } => {
+                    if let Some(f) = self.recorder.flight.as_ref() {
+                        f.note(gpu_trace_core::flight::Trigger::Signal);
+                    }
+                }
                 _ = health.tick(), if metrics_served => {
                     let counters = self.tracer.counters()?;
                     self.pipeline.kernel_counters(&counters);
@@ -567,6 +613,8 @@ impl LiveRun<'_> {
         tracer.release(per_probe);
         let duration = tracing_since.elapsed();
         let mut failure = reader.failure.take();
+        let mut recorder = recorder;
+        pipeline.stats_mut().flight = recorder.flight.take().map(Flight::finish);
         let recording_lost =
             end_recordings(recorder, counters, duration, record_path, &mut failure);
         pipeline.stats_mut().recording_lost = recording_lost;

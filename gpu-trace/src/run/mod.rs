@@ -8,6 +8,7 @@
 //! pipeline over a recording.
 
 mod error;
+mod flight;
 mod late_attach;
 mod live;
 mod outputs;

@@ -14,7 +14,8 @@ use gpu_trace_core::{
 };
 
 use super::{
-    error::RunError, late_attach::monotonic_now_ns, outputs::OUTPUT_STALL, rotate::PieceFiles,
+    error::RunError, flight::Flight, late_attach::monotonic_now_ns, outputs::OUTPUT_STALL,
+    rotate::PieceFiles,
 };
 use crate::{
     cli::recording::Rotate,
@@ -26,10 +27,12 @@ use crate::{
     record::{RecordWriter, RecordingHeader, RecordingTrailer},
 };
 
-/// Where the run's records are recorded: `--record` (one file, or pieces).
+/// Where the run's records are recorded: `--record` (one file, or pieces) and the flight
+/// recorder's window.
 #[derive(Default)]
 pub(super) struct Recording {
     pub(super) file: Option<FileRecording>,
+    pub(super) flight: Option<Flight>,
 }
 
 /// `--record FILE`: one file, or (`--record-rotate`) its pieces.
@@ -41,6 +44,9 @@ pub(super) enum FileRecording {
 impl Recording {
     /// One record, as the kernel (or userspace) wrote it.
     pub(super) fn record(&mut self, bytes: &[u8]) -> Result<(), RunError> {
+        if let Some(f) = self.flight.as_mut() {
+            f.push(bytes);
+        }
         match self.file.as_mut() {
             Some(FileRecording::One(w)) => {
                 w.record(bytes)?;
@@ -101,15 +107,20 @@ impl Recording {
         matches!(&self.file, Some(FileRecording::Pieces(r)) if r.by_time())
     }
 
-    /// Something is to be done between two records ([`Self::turn`]): a piece is full.
+    /// Something is to be done between two records ([`Self::turn`]): a piece is full, or a
+    /// flight-recorder trigger came.
     pub(super) fn needs_turn(&self) -> bool {
         matches!(&self.file, Some(FileRecording::Pieces(r)) if r.due())
+            || self.flight.as_ref().is_some_and(Flight::pending)
     }
 
     /// Between two records: a full piece is ended (its trailer with the kernel's counters read
     /// now) and the next one started; `by_time`: also a piece that lasted its time without a
     /// record to end it.
     pub(super) fn turn(&mut self, tracer: &Tracer, by_time: bool) -> Result<(), RunError> {
+        if let Some(f) = self.flight.as_mut() {
+            f.serve(tracer)?;
+        }
         if let Some(FileRecording::Pieces(r)) = self.file.as_mut() {
             let now = monotonic_now_ns();
             if r.due() || (by_time && r.due_at(now)) {
