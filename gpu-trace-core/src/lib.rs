@@ -26,12 +26,15 @@
 pub mod api;
 pub mod escape;
 pub mod event;
+pub mod flight;
 pub mod inventory;
+pub mod live_set;
 pub mod metrics;
 pub mod model;
 pub mod output;
 pub mod pipeline;
 pub mod record;
+pub mod rotate;
 pub mod sink;
 pub mod skip;
 pub mod source;

@@ -96,6 +96,12 @@ fn is_zero(v: &u64) -> bool {
     *v == 0
 }
 
+/// The bytes a recording's start takes with `header` (magic, version, the JSON header).
+pub fn header_len(header: &RecordingHeader) -> Result<u64, RecordError> {
+    let json = serde_json::to_vec(header).map_err(RecordError::Header)?;
+    Ok(16 + json.len() as u64)
+}
+
 pub struct RecordWriter<W: Write> {
     out: W,
     version: u32,

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 mod forgive;
+pub mod recording;
 pub use forgive::{parse, parse_from};
 
 /// What a command's `--help` says after its options, and the EXAMPLES, EXIT STATUS and further
@@ -877,6 +878,10 @@ pub struct TraceArgs {
 
     #[command(flatten)]
     pub output: OutputArgs,
+
+    /// `--record-rotate`, `--flight-recorder` and their options (cli/recording.rs).
+    #[command(flatten)]
+    pub recording: recording::RecordingArgs,
 
     /// `gpu-trace -- CMD` (from [`Cli::launch`]): the command to start and trace.
     #[arg(skip)]

@@ -408,6 +408,11 @@ pub fn reap_within(pid: u32, grace: std::time::Duration) -> Option<i32> {
 
 /// The child's exit status (shell style: 128 + signal) once it ended; `None` while it runs.
 pub fn reap(pid: u32) -> Option<i32> {
+    reap_signaled(pid).map(|(code, _)| code)
+}
+
+/// [`reap`], and whether a signal ended it (`true`: the code is 128 + the signal).
+pub fn reap_signaled(pid: u32) -> Option<(i32, bool)> {
     let mut status = 0;
     // SAFETY: our own child; status is a valid int.
     let r = unsafe { libc::waitpid(pid as i32, &mut status, libc::WNOHANG) };
@@ -416,9 +421,9 @@ pub fn reap(pid: u32) -> Option<i32> {
     }
     let _ = UNREAPED.compare_exchange(pid, 0, Ordering::SeqCst, Ordering::SeqCst);
     if libc::WIFEXITED(status) {
-        Some(libc::WEXITSTATUS(status))
+        Some((libc::WEXITSTATUS(status), false))
     } else if libc::WIFSIGNALED(status) {
-        Some(128 + libc::WTERMSIG(status))
+        Some((128 + libc::WTERMSIG(status), true))
     } else {
         None
     }

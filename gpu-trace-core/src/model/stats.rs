@@ -270,6 +270,8 @@ pub struct Stats {
     pub output_lost: u64,
     /// Records of `--record` dropped because the recording's reader did not keep up.
     pub recording_lost: u64,
+    /// `--flight-recorder`: its triggers and dumps (`None` without it).
+    pub flight: Option<crate::flight::FlightStats>,
     /// Driver calls of interest that produced no event, by reason (e.g. `schedule_disable`,
     /// `schedule_unreadable`, `unknown_handle`): set from the trackers' counters at the end, so
     /// that nothing the tracer saw disappears without a count. Zero entries are left out.

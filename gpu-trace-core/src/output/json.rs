@@ -269,6 +269,7 @@
 //! | `lost_samples`          | integer or null | live runs: records the kernel sent (`emitted`) that were never read; null when none were lost |
 //! | `output_lost`           | integer         | only when not 0: output lines dropped because the output's reader did not keep up (a stalled pipe, FIFO or disk) |
 //! | `recording_lost`        | integer         | only when not 0: records of `--record` dropped because the recording's reader did not keep up |
+//! | `flight_recorder`       | object          | only with `--flight-recorder`: `triggers` (object: the triggers that came by name, `signal`, `refused`, `recursion`, `dropped`, `signal-exit`, integers, whether a dump followed or not), `dumps` (dumps written), `not_written` (triggers past `--dump-max-per-hour`), `failed` (dumps that could not be written) ([recording.md](recording.md#flight-recorder---flight-recorder)) |
 //! | `processes`             | array           | one object per process, by ascending pid: `pid`, `comm` (first seen; `comm_bytes` as in events), `task_init`, `schedule`, `schedule_refused`, `sched_update`, `preempt`, `work_submit`, `task_destroy` |
 //! | `containers`            | array           | only when a traced process ran in a container or pod: per container / pod, `group` (its label: runtime and short id, `pod UID (qos)`; null for the processes outside containers, last), `processes`, and the event counts of `processes` summed |
 //! | `engines`               | array           | per engine, by name: `engine` (NVIDIA `"GRAPHICS"`, `"COPY"`, ...; AMD queue type; `"?"` not known), `task_init`, `schedule`, `sched_update`, `preempt` |
@@ -807,6 +808,8 @@ struct StatsLine<'a> {
     output_lost: u64,
     #[serde(skip_serializing_if = "is_zero")]
     recording_lost: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    flight_recorder: Option<&'a crate::flight::FlightStats>,
     processes: Vec<ProcessLine<'a>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     containers: Vec<GroupLine<'a>>,
@@ -940,6 +943,7 @@ pub fn stats_json(stats: &Stats, is_final: bool) -> String {
         lost_samples: stats.lost_samples,
         output_lost: stats.output_lost,
         recording_lost: stats.recording_lost,
+        flight_recorder: stats.flight.as_ref(),
         containers: stats
             .groups()
             .into_iter()

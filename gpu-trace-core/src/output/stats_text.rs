@@ -128,6 +128,9 @@ impl Stats {
         if let Some(lost) = self.lost_samples {
             rows.push(("lost_samples", lost, String::new()));
         }
+        if let Some(f) = &self.flight {
+            rows.push(("dumps", f.dumps, f.note()));
+        }
         rows.extend(
             self.unreported
                 .iter()

@@ -11,15 +11,17 @@ use tokio::io::unix::AsyncFd;
 
 use super::{
     error::{RunError, detect_vendor, io_err},
+    flight::Flight,
     late_attach::{announce_inventory, kernel_tracking, traced_inventory},
     outputs::{OutputFiles, end_outputs, interval, new_pipeline, prepare_output_files, sink_error},
     plan::{CgroupSelection, api_layer, check_api_targets, check_kfd, load_options},
     reader::{CHILD_POLL, DRAIN_SLICE, Drained, Reader, follow_changes},
-    record::{end_recording, start_recording},
+    record::{RecordTo, Recording, end_recordings, recording_header, start_recording},
     report::{
         Viewer, announce_hooks, describe_missed_runs, describe_program_stats, print_report,
         still_runs, warn_before_start, warn_unmatched_gpus,
     },
+    rotate::PieceFiles,
     share::{start_nvml, start_share_sampler},
     signals::{StopSignals, note, stop_requested},
 };
@@ -33,7 +35,6 @@ use crate::{
     pipeline::Pipeline,
     probe::{cgroup::CgroupResolver, system},
     queue::{Overflow, QueueWriter},
-    record::RecordWriter,
 };
 
 /// Trace live until Ctrl-C, SIGTERM or `--duration`.
@@ -52,6 +53,15 @@ pub async fn run_live_with(
     // Before anything is reported on stderr: a Ctrl-C right after the start-up report (or
     // during the inventory) stops tracing cleanly through the loop below.
     let mut signals = StopSignals::install()?;
+    // --flight-recorder: SIGUSR1 dumps (its default action, ending the process, is replaced
+    // before the line that says tracing started).
+    let mut usr1 = match args.recording.flight_recorder {
+        Some(_) => Some(
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())
+                .map_err(io_err("installing the SIGUSR1 handler"))?,
+        ),
+        None => None,
+    };
     check_api_targets(args)?;
     let vendor = match args.vendor {
         Vendor::Auto => detect_vendor()?,
@@ -67,9 +77,11 @@ pub async fn run_live_with(
     // but an existing file is emptied only once every start-up check below passed: a busy
     // metrics port, a bad --cgroup or a refused program leaves yesterday's files as they were.
     let wake = Arc::new(tokio::sync::Notify::new());
+    // With --record-rotate the pieces are files of their own, made as the run goes.
+    let rotate = args.recording.record_rotate;
     let (files, pending) = prepare_output_files(
         &args.output,
-        args.record.as_deref(),
+        args.record.as_deref().filter(|_| rotate.is_none()),
         startup_deadline,
         Overflow::Drop,
         &wake,
@@ -113,9 +125,27 @@ pub async fn run_live_with(
         record,
     } = files;
     let sampled = (amd, share_sampler.is_some());
-    let recorder = record
-        .map(|queue| start_recording(queue, &clock, &tracer, &inventory, sampled))
+    let to = match (record, rotate, args.record.as_deref()) {
+        (Some(queue), _, _) => Some(RecordTo::One(queue)),
+        (None, Some(rotate), Some(path)) => {
+            let on_failure = {
+                let wake = wake.clone();
+                Arc::new(move || wake.notify_one()) as Arc<dyn Fn() + Send + Sync>
+            };
+            let files = PieceFiles::new(path, on_failure);
+            Some(RecordTo::Pieces(files, rotate, args.recording.record_keep))
+        }
+        _ => None,
+    };
+    let file = to
+        .map(|to| start_recording(to, &clock, &tracer, &inventory, sampled))
         .transpose()?;
+    let flight = Flight::new(
+        &args.recording,
+        recording_header(&clock, &tracer, &inventory, amd),
+    );
+    let (flight, trigger_sink) = flight.map_or((None, None), |(f, s)| (Some(f), Some(s)));
+    let recorder = Recording { file, flight };
     let pipeline = new_pipeline(
         &args.output,
         clock,
@@ -123,6 +153,10 @@ pub async fn run_live_with(
         perfetto.as_ref().map(|(s, _)| s),
         false,
     )?;
+    let pipeline = match trigger_sink {
+        Some(sink) => pipeline.with_output(sink),
+        None => pipeline,
+    };
     let (mut pipeline, metrics_server, ring_fill) = match metrics {
         Some((m, server)) => {
             let fill = m.ring_fill_slot();
@@ -153,6 +187,7 @@ pub async fn run_live_with(
     };
     live.trace_until_stopped(
         &mut signals,
+        usr1.as_mut(),
         deadline,
         interval(&args.output),
         &wake,
@@ -250,7 +285,7 @@ pub(super) struct LiveRun<'v> {
     pub(super) tracer: Tracer,
     pub(super) reader: Reader,
     pub(super) pipeline: Pipeline<QueueWriter>,
-    pub(super) recorder: Option<RecordWriter<QueueWriter>>,
+    pub(super) recorder: Recording,
     pub(super) viewer: Option<&'v mut dyn Viewer>,
     pub(super) tracing_since: Instant,
     /// `--share-interval`: the GPU share sampler's thread, while tracing.
@@ -266,12 +301,17 @@ impl LiveRun<'_> {
     pub(super) async fn trace_until_stopped(
         &mut self,
         signals: &mut StopSignals,
+        mut usr1: Option<&mut tokio::signal::unix::Signal>,
         deadline: Option<Instant>,
         period: Option<Duration>,
         wake: &tokio::sync::Notify,
         metrics_served: bool,
     ) -> Result<(), RunError> {
         let mut health = tokio::time::interval(Duration::from_secs(1));
+        // --record-rotate TIME: a piece ends on time even when no record comes to end it.
+        let mut piece_clock = tokio::time::interval(Duration::from_secs(1));
+        let by_time = self.recorder.rotates_by_time();
+        let flight_on = self.recorder.flight.is_some();
         // `-- CMD`: whether the command ended, looked at this often.
         let mut child_tick = tokio::time::interval(CHILD_POLL);
         let mut share_tick = tokio::time::interval(Duration::from_millis(100));
@@ -299,6 +339,7 @@ impl LiveRun<'_> {
         {
             // Whether the ring still held records when the last slice of reading ended.
             let mut more = Drained::Empty;
+            let mut rotate_tick_due = false;
             tokio::select! {
                 () = signals.recv() => break,
                 _ = &mut sleep => break,
@@ -326,8 +367,14 @@ impl LiveRun<'_> {
                 _ = share_tick.tick(), if self.share.is_some() => self.take_share()?,
                 _ = child_tick.tick(), if self.command.is_some() => {
                     if let Some(c) = self.command.as_mut() {
-                        c.status = crate::launch::reap(c.pid);
-                        if c.status.is_some() {
+                        let ended = crate::launch::reap_signaled(c.pid);
+                        c.status = ended.map(|(code, _)| code);
+                        if let Some((_, signaled)) = ended {
+                            // --dump-on signal-exit: the window before the command's end.
+                            if let (true, Some(f)) = (signaled, self.recorder.flight.as_ref()) {
+                                f.note(gpu_trace_core::flight::Trigger::SignalExit);
+                                self.recorder.turn(&self.tracer, false)?;
+                            }
                             break;
                         }
                     }
@@ -345,6 +392,25 @@ impl LiveRun<'_> {
                     }
                     let (reader, tracer) = (&mut self.reader, &mut self.tracer);
                     reader.send_api_sums(tracer, &mut self.pipeline, &mut self.recorder);
+                }
+                _ = piece_clock.tick(), if by_time || flight_on => {
+                    rotate_tick_due = by_time;
+                    if let Some(f) = self.recorder.flight.as_mut() {
+                        f.tick(&self.tracer);
+                    }
+                }
+                // --flight-recorder: SIGUSR1 dumps the window.
+                _ = async {
+                    match usr1.as_mut() {
+                        Some(s) => {
+                            s.recv().await;
+                        }
+                        None => std::future::pending::<()>().await,
+                    }
+                } => {
+                    if let Some(f) = self.recorder.flight.as_ref() {
+                        f.note(gpu_trace_core::flight::Trigger::Signal);
+                    }
                 }
                 _ = health.tick(), if metrics_served => {
                     let counters = self.tracer.counters()?;
@@ -365,6 +431,8 @@ impl LiveRun<'_> {
                 }
             }
             self.attach_loaded();
+            // A full recording piece ends here, between two records.
+            self.recorder.turn(&self.tracer, rotate_tick_due)?;
             if more == Drained::More {
                 // Let the runtime serve its timers and signals before the next slice.
                 tokio::task::yield_now().await;
@@ -426,11 +494,7 @@ impl LiveRun<'_> {
         if batch.is_empty() {
             return Ok(());
         }
-        if let Some(recorder) = self.recorder.as_mut() {
-            // A failing recording shows through its queue (the loop's output check).
-            let _ = recorder.share(&batch);
-            recorder.get_mut().mark_unit();
-        }
+        self.recorder.share(&batch);
         self.pipeline.share_samples(&batch).map_err(sink_error)
     }
 
@@ -485,13 +549,18 @@ impl LiveRun<'_> {
         let mut counters = self.tracer.counters()?;
         let settle = Instant::now();
         loop {
-            // Detached: what is left is at most a ring's worth, read whole.
-            self.reader.drain(
+            // Detached: what is left is at most a ring's worth, read whole (in turns when
+            // recording pieces fill up on the way).
+            let more = self.reader.drain(
                 self.ring.get_mut(),
                 &mut self.pipeline,
                 &mut self.recorder,
                 None,
             );
+            self.recorder.turn(&self.tracer, false)?;
+            if more == Drained::More {
+                continue;
+            }
             let now = self.tracer.counters()?;
             let done = self.reader.read >= now.emitted && now == counters;
             counters = now;
@@ -551,12 +620,10 @@ impl LiveRun<'_> {
         tracer.release(per_probe);
         let duration = tracing_since.elapsed();
         let mut failure = reader.failure.take();
-        let recording_lost = match recorder {
-            Some(recorder) => {
-                end_recording(recorder, counters, duration, record_path, &mut failure)
-            }
-            None => 0,
-        };
+        let mut recorder = recorder;
+        pipeline.stats_mut().flight = recorder.flight.take().map(Flight::finish);
+        let recording_lost =
+            end_recordings(recorder, counters, duration, record_path, &mut failure);
         pipeline.stats_mut().recording_lost = recording_lost;
         pipeline.stats_mut().output_lost = pipeline.output().lost();
         // `-- CMD`: processes it created past the bound of those followed were not traced:

@@ -8,6 +8,7 @@
 //! pipeline over a recording.
 
 mod error;
+mod flight;
 mod late_attach;
 mod live;
 mod outputs;
@@ -16,6 +17,7 @@ mod reader;
 mod record;
 mod replay;
 mod report;
+mod rotate;
 mod share;
 mod signals;
 

@@ -9,7 +9,8 @@ use gpu_trace_common::record_kind;
 use gpu_trace_core::api::names::ApiEvent;
 
 use super::{
-    error::RunError, late_attach::monotonic_now_ns, outputs::sink_error, signals::stop_requested,
+    error::RunError, late_attach::monotonic_now_ns, outputs::sink_error, record::Recording,
+    signals::stop_requested,
 };
 use crate::{
     event::Origin,
@@ -17,7 +18,6 @@ use crate::{
     pipeline::Pipeline,
     probe::{cgroup::CgroupResolver, system},
     queue::QueueWriter,
-    record::RecordWriter,
     wire::{self, RawRecord},
 };
 
@@ -86,7 +86,7 @@ impl Reader {
         &mut self,
         ring: &mut RingBuf<MapData>,
         pipeline: &mut Pipeline<QueueWriter>,
-        recorder: &mut Option<RecordWriter<QueueWriter>>,
+        recorder: &mut Recording,
         slice: Option<Duration>,
     ) -> Drained {
         let until = slice.map(|s| Instant::now() + s);
@@ -151,10 +151,14 @@ impl Reader {
                     break;
                 }
             }
+            // A full recording piece is ended between two records, by the live loop (which
+            // reads the kernel's counters for its trailer): this slice ends here.
+            if recorder.needs_turn() {
+                drained = Drained::More;
+                break;
+            }
         }
-        if let Some(rec) = recorder.as_mut() {
-            let _ = rec.flush();
-        }
+        recorder.flush();
         let _ = pipeline.flush();
         drained
     }
@@ -164,7 +168,7 @@ impl Reader {
     pub(super) fn name_api_cookies(
         &mut self,
         pipeline: &mut Pipeline<QueueWriter>,
-        recorder: &mut Option<RecordWriter<QueueWriter>>,
+        recorder: &mut Recording,
     ) {
         let Some(api) = self.api.as_mut() else {
             return;
@@ -182,7 +186,7 @@ impl Reader {
         &mut self,
         tracer: &mut Tracer,
         pipeline: &mut Pipeline<QueueWriter>,
-        recorder: &mut Option<RecordWriter<QueueWriter>>,
+        recorder: &mut Recording,
     ) {
         if self.api.is_none() {
             return;
@@ -260,7 +264,7 @@ impl Reader {
         &mut self,
         raw: &RawRecord,
         pipeline: &mut Pipeline<QueueWriter>,
-        recorder: &mut Option<RecordWriter<QueueWriter>>,
+        recorder: &mut Recording,
     ) {
         if self.failure.is_none() {
             self.pass(raw.as_bytes(), Some(raw), pipeline, recorder);
@@ -275,14 +279,11 @@ impl Reader {
         bytes: &[u8],
         record: Option<&RawRecord>,
         pipeline: &mut Pipeline<QueueWriter>,
-        recorder: &mut Option<RecordWriter<QueueWriter>>,
+        recorder: &mut Recording,
     ) -> bool {
-        if let Some(rec) = recorder.as_mut() {
-            if let Err(e) = rec.record(bytes) {
-                self.failure = Some(e.into());
-                return false;
-            }
-            rec.get_mut().mark_unit();
+        if let Err(e) = recorder.record(bytes) {
+            self.failure = Some(e);
+            return false;
         }
         let fed = match record {
             Some(r) => pipeline.feed_record(r),
@@ -359,11 +360,9 @@ impl Reader {
     pub(super) fn outputs_failed(
         &self,
         pipeline: &Pipeline<QueueWriter>,
-        recorder: &Option<RecordWriter<QueueWriter>>,
+        recorder: &Recording,
     ) -> bool {
-        self.failure.is_some()
-            || pipeline.output().failed()
-            || recorder.as_ref().is_some_and(|r| r.get_ref().failed())
+        self.failure.is_some() || pipeline.output().failed() || recorder.failed()
     }
 }
 

@@ -1,0 +1,454 @@
+//! `--flight-recorder`: the last TIME of records in memory, written only when a trigger comes,
+//! as a recording that replays alone.
+//!
+//! [`FlightWindow`] keeps the records it is given, in order, and lets the oldest go: a record
+//! leaves the front of the window while it is older than the newest record's time less the
+//! window (the records' own clock, CLOCK_MONOTONIC; at a dump, the time of the dump) or while
+//! the records kept take more than the byte cap (each record counts its length). So the window
+//! is the longest run of the last records whose first record is within the window and whose
+//! bytes fit the cap (records of several CPUs come a little out of time order: one older than
+//! the window may stay behind a newer first one). The records
+//! that leave are fed to a [`LiveSet`] started from the run's inventory, so that the window's
+//! start always knows the processes alive there: a dump's header carries them as its inventory
+//! (replay treats them as late attach does, as for a `--record-rotate` piece). A dump
+//! ([`FlightWindow::write`]) is the run's header with that inventory, the window's records, and
+//! a trailer with the kernel counters counted since the sample of them nearest before the
+//! window's start ([`FlightWindow::note_counters`]).
+//!
+//! [`TriggerSink`] is the pipeline's output that notices the events that trigger a dump (a
+//! refused `SCHEDULE`, `API_RECURSION`, `API_STUCK`), for the live loop to take
+//! ([`Triggers::take`]).
+
+use std::{
+    collections::VecDeque,
+    io::Write,
+    sync::{
+        Arc,
+        atomic::{AtomicU32, Ordering},
+    },
+};
+
+use crate::{
+    api::names::ApiEvent,
+    event::EventKind,
+    live_set::LiveSet,
+    model::stats::KernelCounters,
+    record::{RecordError, RecordWriter, RecordingHeader, RecordingTrailer},
+    rotate::counters_since,
+    sink::{ApiEnriched, Enriched, RunEnd, Sink, SinkError},
+};
+
+/// What made a dump, as its file name and the statistics name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Trigger {
+    /// SIGUSR1.
+    Signal,
+    /// A `SCHEDULE` the driver refused (or `--deny-*` did).
+    Refused,
+    /// An `API_RECURSION`.
+    Recursion,
+    /// An `API_STUCK`.
+    Stuck,
+    /// Records lost to a full ring buffer (the kernel's `dropped` grew).
+    Dropped,
+    /// `-- CMD` ended by a signal.
+    SignalExit,
+}
+
+impl Trigger {
+    pub const ALL: [Trigger; 6] = [
+        Trigger::Signal,
+        Trigger::Refused,
+        Trigger::Recursion,
+        Trigger::Stuck,
+        Trigger::Dropped,
+        Trigger::SignalExit,
+    ];
+
+    /// Its name in file names, the statistics and `--dump-on`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Trigger::Signal => "signal",
+            Trigger::Refused => "refused",
+            Trigger::Recursion => "recursion",
+            Trigger::Stuck => "stuck",
+            Trigger::Dropped => "dropped",
+            Trigger::SignalExit => "signal-exit",
+        }
+    }
+
+    fn bit(self) -> u32 {
+        1 << self as u32
+    }
+}
+
+/// The flight recorder's counts, for the statistics (text and JSON `STATS`
+/// `flight_recorder`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct FlightStats {
+    /// Triggers that came, by name ([`Trigger::name`]), whether a dump followed or not.
+    pub triggers: std::collections::BTreeMap<&'static str, u64>,
+    /// Dumps written.
+    pub dumps: u64,
+    /// Triggers not written because `--dump-max-per-hour` dumps were written in the last hour.
+    pub not_written: u64,
+    /// Dumps that could not be written (the error was said on stderr).
+    pub failed: u64,
+}
+
+impl FlightStats {
+    /// The statistics block's note: the triggers by name, what was not written.
+    pub fn note(&self) -> String {
+        let triggers: Vec<String> = (self.triggers.iter())
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        format!(
+            "(flight recorder; triggers: {}; not written {} (--dump-max-per-hour); failed {})",
+            if triggers.is_empty() {
+                "none".to_string()
+            } else {
+                triggers.join(", ")
+            },
+            self.not_written,
+            self.failed
+        )
+    }
+}
+
+/// The triggers the pipeline's [`TriggerSink`] noticed, shared with the live loop.
+#[derive(Clone, Debug, Default)]
+pub struct Triggers(Arc<AtomicU32>);
+
+impl Triggers {
+    /// Notes `t`.
+    pub fn note(&self, t: Trigger) {
+        self.0.fetch_or(t.bit(), Ordering::Relaxed);
+    }
+
+    /// A trigger was noted and not taken yet.
+    pub fn pending(&self) -> bool {
+        self.0.load(Ordering::Relaxed) != 0
+    }
+
+    /// The triggers noted since the last call, in [`Trigger::ALL`]'s order.
+    pub fn take(&self) -> Vec<Trigger> {
+        let bits = self.0.swap(0, Ordering::Relaxed);
+        Trigger::ALL
+            .into_iter()
+            .filter(|t| bits & t.bit() != 0)
+            .collect()
+    }
+}
+
+/// The pipeline output that notes the events that trigger a dump, among `wanted` (the
+/// events the `--pid`/`--comm` filters select).
+pub struct TriggerSink {
+    pub triggers: Triggers,
+    pub wanted: Vec<Trigger>,
+}
+
+impl TriggerSink {
+    fn note(&self, t: Trigger) {
+        if self.wanted.contains(&t) {
+            self.triggers.note(t);
+        }
+    }
+}
+
+impl Sink for TriggerSink {
+    fn event(&mut self, ev: &Enriched<'_>) -> Result<(), SinkError> {
+        if let EventKind::Schedule { allowed: false, .. } = ev.event.kind {
+            self.note(Trigger::Refused);
+        }
+        Ok(())
+    }
+
+    fn api(&mut self, ev: &ApiEnriched<'_>) -> Result<(), SinkError> {
+        match ev.event {
+            ApiEvent::Recursion(_) => self.note(Trigger::Recursion),
+            ApiEvent::Stuck(_) => self.note(Trigger::Stuck),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, _end: &RunEnd<'_>) -> Result<(), SinkError> {
+        Ok(())
+    }
+}
+
+/// The last records of a run (see the module documentation).
+pub struct FlightWindow {
+    window_ns: u64,
+    max_bytes: u64,
+    /// (time, record), oldest first.
+    records: VecDeque<(u64, Box<[u8]>)>,
+    bytes: u64,
+    newest_ns: u64,
+    /// The processes alive at the window's start.
+    start: LiveSet,
+    /// The kernel counters sampled over time (time, counters), oldest first: the window's
+    /// start and later, and the one sample just before it.
+    counters: VecDeque<(u64, KernelCounters)>,
+}
+
+impl FlightWindow {
+    /// A window of `window_ns` (record time) and at most `max_bytes` of records, over a run
+    /// whose start-up inventory is `inventory`.
+    pub fn new(inventory: &crate::inventory::Inventory, window_ns: u64, max_bytes: u64) -> Self {
+        Self {
+            window_ns,
+            max_bytes,
+            records: VecDeque::new(),
+            bytes: 0,
+            newest_ns: 0,
+            start: LiveSet::new(inventory),
+            counters: VecDeque::new(),
+        }
+    }
+
+    /// One more record (as the recording gets it); the oldest leave as the window says.
+    pub fn push(&mut self, bytes: &[u8]) {
+        let ts = crate::wire::header_of(bytes).map_or(self.newest_ns, |h| h.ts_ns);
+        self.newest_ns = self.newest_ns.max(ts);
+        self.records.push_back((ts, bytes.into()));
+        self.bytes += bytes.len() as u64;
+        self.expire(self.newest_ns);
+    }
+
+    /// Lets the records older than `now_ns` less the window go (and any over the byte cap).
+    pub fn expire(&mut self, now_ns: u64) {
+        let oldest = now_ns.saturating_sub(self.window_ns);
+        while let Some((ts, _)) = self.records.front() {
+            if *ts >= oldest && self.bytes <= self.max_bytes {
+                break;
+            }
+            let (_, rec) = self.records.pop_front().expect("a front record");
+            self.bytes -= rec.len() as u64;
+            self.start.observe(&rec);
+        }
+        let start = self.records.front().map_or(now_ns, |(ts, _)| *ts);
+        // Keep the last sample at or before the window's start, and those after it.
+        while self.counters.len() > 1 && self.counters[1].0 <= start {
+            self.counters.pop_front();
+        }
+    }
+
+    /// The kernel's counters as read at `now_ns` (once a second while tracing).
+    pub fn note_counters(&mut self, now_ns: u64, counters: KernelCounters) {
+        self.counters.push_back((now_ns, counters));
+        let start = self.records.front().map_or(now_ns, |(ts, _)| *ts);
+        while self.counters.len() > 1 && self.counters[1].0 <= start {
+            self.counters.pop_front();
+        }
+    }
+
+    /// The records in the window, oldest first.
+    pub fn records(&self) -> impl Iterator<Item = &[u8]> {
+        self.records.iter().map(|(_, r)| &r[..])
+    }
+
+    /// Records in the window.
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    /// No record in the window.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    /// The bytes of the records in the window.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Writes the window as a recording to `out`: `header` (the run's) with the processes
+    /// alive at the window's start as its inventory, the records, a trailer with the kernel
+    /// counters `now` (read at `now_ns`) less the sample nearest before the window's start, and
+    /// the window's time. The window itself is left as it is (recording goes on).
+    pub fn write<W: Write>(
+        &self,
+        out: W,
+        header: &RecordingHeader,
+        now: KernelCounters,
+        now_ns: u64,
+    ) -> Result<W, RecordError> {
+        let start_ns = self.records.front().map_or(now_ns, |(ts, _)| *ts);
+        let header = RecordingHeader {
+            inventory: Some(self.start.snapshot(start_ns)),
+            ..header.clone()
+        };
+        let mut w = RecordWriter::new(out, &header)?;
+        for (_, rec) in &self.records {
+            w.record(rec)?;
+        }
+        let before = self.counters.front().map(|(_, c)| *c).unwrap_or_default();
+        w.finish(&RecordingTrailer {
+            kernel_counters: counters_since(&now, &before),
+            duration_ns: now_ns.saturating_sub(start_ns),
+            recording_lost: 0,
+        })
+    }
+}
+
+/// A dump's file name: `gpu-trace-HOST-YYYYmmddTHHMMSSZ-TRIGGER.gtrace` (`utc`: the time in
+/// that form; the host's characters other than letters, digits, `.` and `-` become `_`).
+pub fn dump_name(host: &str, utc: &str, trigger: Trigger) -> String {
+    let host: String = host
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("gpu-trace-{host}-{utc}-{}.gtrace", trigger.name())
+}
+
+/// The UTC time of `mono_ns` (CLOCK_MONOTONIC) as a dump's name has it (`YYYYmmddTHHMMSSZ`),
+/// through the run's clock offset (`header`).
+pub fn dump_stamp(header: &RecordingHeader, mono_ns: u64) -> String {
+    crate::output::clock::Clock::new(header.realtime_offset_ns)
+        .utc(mono_ns)
+        .format("%Y%m%dT%H%M%SZ")
+        .to_string()
+}
+
+/// At most `max` dumps in any hour: whether one may be written at `now_s` (seconds on any
+/// monotonic clock), noting it if so.
+#[derive(Clone, Debug, Default)]
+pub struct HourlyBound {
+    written: VecDeque<f64>,
+}
+
+impl HourlyBound {
+    pub fn allow(&mut self, now_s: f64, max: u32) -> bool {
+        while self.written.front().is_some_and(|&t| now_s - t >= 3600.0) {
+            self.written.pop_front();
+        }
+        if self.written.len() >= max as usize {
+            return false;
+        }
+        self.written.push_back(now_s);
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{record::RecordReader, source::nvidia::decode::testrec::header};
+    use gpu_trace_common::{TaskRecord, record_kind, zerocopy::IntoBytes};
+
+    /// A 48-byte record of process `pid` at `ts`.
+    fn rec(kind: u32, ts: u64, pid: u32) -> Vec<u8> {
+        TaskRecord {
+            hdr: header(kind, ts, pid, pid, "p"),
+            value: 3,
+            _pad: 0,
+        }
+        .as_bytes()
+        .to_vec()
+    }
+
+    /// The window as the documentation says, derived apart: the longest suffix of `all[..=k]`
+    /// whose first record is within the window of the newest time and whose bytes fit the cap.
+    fn expected(all: &[Vec<u8>], k: usize, window: u64, cap: u64) -> Vec<Vec<u8>> {
+        let ts = |r: &Vec<u8>| crate::wire::header_of(r).unwrap().ts_ns;
+        let newest = all[..=k].iter().map(ts).max().unwrap();
+        let fits = |i: usize| {
+            ts(&all[i]) >= newest.saturating_sub(window)
+                && all[i..=k].iter().map(|r| r.len() as u64).sum::<u64>() <= cap
+        };
+        let s = (0..=k).find(|&i| fits(i)).unwrap_or(k + 1);
+        all[s..=k].to_vec()
+    }
+
+    /// Records come in with times out of order (several CPUs); at every point the window
+    /// holds exactly the records the rule selects.
+    #[test]
+    fn the_window_holds_exactly_its_records() {
+        let times = [
+            10, 20, 15, 40, 41, 39, 100, 101, 150, 149, 160, 300, 301, 302, 303,
+        ];
+        let all: Vec<Vec<u8>> = (times.iter().enumerate())
+            .map(|(i, &t)| rec(record_kind::FD_CLOSE, t, 100 + i as u32 % 3))
+            .collect();
+        for (window, cap) in [(50, 1 << 20), (1000, 48 * 4), (60, 48 * 3)] {
+            let mut w = FlightWindow::new(&Default::default(), window, cap);
+            for (k, r) in all.iter().enumerate() {
+                w.push(r);
+                let got: Vec<Vec<u8>> = w.records().map(<[u8]>::to_vec).collect();
+                assert_eq!(got, expected(&all, k, window, cap), "{window} {cap} at {k}");
+                assert!(w.bytes() <= cap);
+            }
+        }
+    }
+
+    /// A dump replays alone: its inventory is the processes alive at the window's start (the
+    /// one whose exit left the window with it is not), its records the window's, its trailer
+    /// the counters since the sample before the window.
+    #[test]
+    fn a_dump_carries_the_processes_alive_at_its_start() {
+        let mut w = FlightWindow::new(&Default::default(), 100, 1 << 20);
+        w.note_counters(0, KernelCounters::default());
+        w.push(&rec(record_kind::FD_CLOSE, 10, 1));
+        w.push(&rec(record_kind::FD_CLOSE, 20, 2));
+        w.push(&rec(record_kind::PROCESS_EXIT, 30, 2));
+        let at_50 = KernelCounters {
+            emitted: 3,
+            ..Default::default()
+        };
+        w.note_counters(50, at_50);
+        w.push(&rec(record_kind::FD_CLOSE, 200, 3));
+        let now = KernelCounters {
+            emitted: 7,
+            dropped: 1,
+            ..Default::default()
+        };
+        let bytes = w.write(Vec::new(), &Default::default(), now, 210).unwrap();
+        let mut r = RecordReader::new(&bytes[..]).unwrap();
+        let pids: Vec<u32> = (r.header.inventory.as_ref().unwrap().processes.iter())
+            .map(|p| p.pid)
+            .collect();
+        assert_eq!(pids, [1], "process 2 exited before the window's start");
+        assert_eq!(
+            r.next_record().unwrap(),
+            Some(rec(record_kind::FD_CLOSE, 200, 3))
+        );
+        assert_eq!(r.next_record().unwrap(), None);
+        let t = r.trailer.unwrap();
+        assert_eq!(
+            (t.kernel_counters.emitted, t.kernel_counters.dropped),
+            (4, 1)
+        );
+        assert_eq!(t.duration_ns, 10);
+    }
+
+    #[test]
+    fn the_hourly_bound_counts_the_last_hour() {
+        let mut b = HourlyBound::default();
+        assert!(b.allow(0.0, 2));
+        assert!(b.allow(10.0, 2));
+        assert!(!b.allow(20.0, 2));
+        assert!(b.allow(3600.0, 2), "the first left the hour");
+        assert!(!b.allow(3605.0, 2));
+    }
+
+    #[test]
+    fn triggers_are_taken_once() {
+        let t = Triggers::default();
+        t.note(Trigger::Refused);
+        t.note(Trigger::Signal);
+        t.note(Trigger::Refused);
+        assert_eq!(t.take(), [Trigger::Signal, Trigger::Refused]);
+        assert!(t.take().is_empty());
+        assert_eq!(
+            dump_name("node 1", "20260101T000000Z", Trigger::SignalExit),
+            "gpu-trace-node_1-20260101T000000Z-signal-exit.gtrace"
+        );
+    }
+}

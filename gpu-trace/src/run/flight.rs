@@ -1,0 +1,191 @@
+//! `--flight-recorder`: the core's window of the last records ([`FlightWindow`]), the triggers
+//! the live loop sees (SIGUSR1, the pipeline's [`TriggerSink`], the kernel's `dropped`, `-- CMD`
+//! ended by a signal), the hourly bound, and the dumps: serialized in the loop, written by a
+//! thread of their own to `DIR/.NAME.tmp`, renamed to `DIR/NAME` once complete.
+
+use std::{
+    path::PathBuf,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    thread::JoinHandle,
+    time::Instant,
+};
+
+use gpu_trace_core::flight::{
+    FlightStats, FlightWindow, HourlyBound, Trigger, TriggerSink, Triggers, dump_name, dump_stamp,
+};
+
+use super::{error::RunError, late_attach::monotonic_now_ns, signals::note};
+use crate::{cli::recording::RecordingArgs, loader::Tracer, record::RecordingHeader};
+
+/// The flight recorder of a live run.
+pub(super) struct Flight {
+    window: FlightWindow,
+    header: RecordingHeader,
+    dir: PathBuf,
+    max_per_hour: u32,
+    bound: HourlyBound,
+    started: Instant,
+    /// Noted by the pipeline's [`TriggerSink`], SIGUSR1 and the loop's checks.
+    pub(super) triggers: Triggers,
+    wanted: Vec<Trigger>,
+    stats: FlightStats,
+    writers: Vec<JoinHandle<()>>,
+    written: Arc<AtomicU64>,
+    failed: Arc<AtomicU64>,
+    last_dropped: u64,
+}
+
+impl Flight {
+    /// The flight recorder `args` ask for (`None` without `--flight-recorder`), and the
+    /// pipeline output that notices its event triggers.
+    pub(super) fn new(
+        args: &RecordingArgs,
+        header: RecordingHeader,
+    ) -> Option<(Self, Box<TriggerSink>)> {
+        let window_s = args.flight_recorder?;
+        let max_bytes =
+            (args.flight_recorder_bytes).unwrap_or(crate::cli::recording::DEFAULT_FLIGHT_BYTES);
+        let inventory = header.inventory.clone().unwrap_or_default();
+        let wanted: Vec<Trigger> = std::iter::once(Trigger::Signal)
+            .chain(args.dump_on.iter().map(|d| d.trigger()))
+            .collect();
+        let triggers = Triggers::default();
+        let sink = Box::new(TriggerSink {
+            triggers: triggers.clone(),
+            wanted: wanted.clone(),
+        });
+        let flight = Self {
+            window: FlightWindow::new(&inventory, (window_s * 1e9) as u64, max_bytes),
+            header,
+            dir: args.dump_dir.clone().unwrap_or_else(|| PathBuf::from(".")),
+            max_per_hour: args.dump_max_per_hour,
+            bound: HourlyBound::default(),
+            started: Instant::now(),
+            triggers,
+            wanted,
+            stats: FlightStats::default(),
+            writers: Vec::new(),
+            written: Arc::default(),
+            failed: Arc::default(),
+            last_dropped: 0,
+        };
+        Some((flight, sink))
+    }
+
+    /// One record into the window.
+    pub(super) fn push(&mut self, bytes: &[u8]) {
+        self.window.push(bytes);
+    }
+
+    /// `t` came, when it is one of `--dump-on`'s (SIGUSR1 always is).
+    pub(super) fn note(&self, t: Trigger) {
+        if self.wanted.contains(&t) {
+            self.triggers.note(t);
+        }
+    }
+
+    /// A trigger waits to be served ([`Self::serve`]).
+    pub(super) fn pending(&self) -> bool {
+        self.triggers.pending()
+    }
+
+    /// Once a second: the kernel's counters for the dumps' trailers, and `dropped`'s growth.
+    pub(super) fn tick(&mut self, tracer: &Tracer) {
+        let Ok(c) = tracer.counters() else { return };
+        self.window.note_counters(monotonic_now_ns(), c);
+        if c.dropped > self.last_dropped {
+            self.note(Trigger::Dropped);
+        }
+        self.last_dropped = c.dropped;
+    }
+
+    /// Serves the triggers that came: each counted, and dumped unless the hour's dumps were
+    /// written already.
+    pub(super) fn serve(&mut self, tracer: &Tracer) -> Result<(), RunError> {
+        for t in self.triggers.take() {
+            *self.stats.triggers.entry(t.name()).or_default() += 1;
+            if !self
+                .bound
+                .allow(self.started.elapsed().as_secs_f64(), self.max_per_hour)
+            {
+                self.stats.not_written += 1;
+                eprintln!(
+                    "gpu-trace: flight recorder: {} came, not dumped: {} dumps in the last \
+                     hour already (--dump-max-per-hour)",
+                    t.name(),
+                    self.max_per_hour
+                );
+                continue;
+            }
+            self.dump(t, tracer)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the window now, on a thread of its own (the loop only serializes it).
+    fn dump(&mut self, t: Trigger, tracer: &Tracer) -> Result<(), RunError> {
+        let now = monotonic_now_ns();
+        self.window.expire(now);
+        let counters = tracer.counters()?;
+        let bytes = self.window.write(Vec::new(), &self.header, counters, now)?;
+        let utc = dump_stamp(&self.header, now);
+        let mut name = dump_name(&self.header.host, &utc, t);
+        // Two dumps of one trigger in one second: the second gets a number.
+        let mut n = 1;
+        while self.dir.join(&name).exists() {
+            n += 1;
+            name = dump_name(&self.header.host, &format!("{utc}-{n}"), t);
+        }
+        let path = self.dir.join(&name);
+        let tmp = self.dir.join(format!(".{name}.tmp"));
+        let records = self.window.len();
+        note(format_args!(
+            "flight recorder: {} came; writing the last {} records to {}",
+            t.name(),
+            records,
+            path.display()
+        ));
+        let (written, failed) = (self.written.clone(), self.failed.clone());
+        let writer = std::thread::Builder::new()
+            .name("gpu-trace-dump".into())
+            .spawn(move || {
+                match std::fs::write(&tmp, &bytes).and_then(|()| std::fs::rename(&tmp, &path)) {
+                    Ok(()) => {
+                        written.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Err(e) => {
+                        let _ = std::fs::remove_file(&tmp);
+                        failed.fetch_add(1, Ordering::SeqCst);
+                        eprintln!(
+                            "gpu-trace: flight recorder: could not write {}: {e}; check that \
+                             --dump-dir exists and has room (tracing goes on)",
+                            path.display()
+                        );
+                    }
+                }
+            });
+        match writer {
+            Ok(w) => self.writers.push(w),
+            Err(e) => {
+                self.stats.failed += 1;
+                eprintln!("gpu-trace: flight recorder: no thread to write the dump: {e}");
+            }
+        }
+        Ok(())
+    }
+
+    /// The end: the dumps being written are waited for; returns the counts.
+    pub(super) fn finish(self) -> FlightStats {
+        for w in self.writers {
+            let _ = w.join();
+        }
+        FlightStats {
+            dumps: self.written.load(Ordering::SeqCst),
+            failed: self.stats.failed + self.failed.load(Ordering::SeqCst),
+            ..self.stats
+        }
+    }
+}
