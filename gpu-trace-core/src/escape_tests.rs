@@ -83,6 +83,7 @@ const CLASSES: &[(&str, &[char])] = &[
             '\u{115f}',
             '\u{1160}',
             '\u{17b4}',
+            '\u{17b5}',
             '\u{3164}',
             '\u{fe00}',
             '\u{fe0f}',
@@ -108,6 +109,8 @@ const VISIBLE: &[char] = &[
     '\u{34e}',
     '\u{350}',
     '\u{606}',
+    '\u{17b3}',
+    '\u{17b6}',
     '\u{61b}',
     '\u{61d}',
     '\u{200a}',
@@ -202,6 +205,69 @@ fn the_rule_holds_every_class_and_spares_visible_characters() {
     for &(lo, hi) in HIDDEN {
         for u in [lo, hi] {
             assert!(is_hidden(char::from_u32(u).unwrap()), "{u:x}");
+        }
+    }
+}
+
+/// The code point ranges the module docs' table lists (escape.rs, "The rule"), every row.
+fn documented_ranges() -> Vec<(u32, u32)> {
+    let source = include_str!("escape.rs");
+    let table: Vec<&str> = source
+        .lines()
+        .skip_while(|l| !l.starts_with("//! | class | characters |"))
+        .skip(2)
+        .take_while(|l| l.starts_with("//! | "))
+        .collect();
+    assert_eq!(table.len(), 5, "the table's rows: {table:#?}");
+    let hex = |s: &str| -> (u32, usize) {
+        let n = s.bytes().take_while(u8::is_ascii_hexdigit).count();
+        (u32::from_str_radix(&s[..n], 16).unwrap(), n)
+    };
+    let mut ranges = Vec::new();
+    for row in table {
+        let mut rest = row;
+        while let Some(at) = rest.find("U+") {
+            let (lo, n) = hex(&rest[at + 2..]);
+            rest = &rest[at + 2 + n..];
+            let hi = match rest.strip_prefix("..U+") {
+                Some(tail) => {
+                    let (hi, n) = hex(tail);
+                    rest = &tail[n..];
+                    hi
+                }
+                None => lo,
+            };
+            ranges.push((lo, hi));
+        }
+    }
+    ranges
+}
+
+// The rule is its documented table, code point by code point: every character the table lists
+// is hidden and no other is. (Unicode's own data checks the Cf, Zl, Zp and Cc rows below, where
+// the machine has Python; the default-ignorable row, U+17B4 and U+17B5 among it, is beyond
+// those categories and is held to the table here.)
+#[test]
+fn the_rule_is_the_documented_table_code_point_by_code_point() {
+    let ranges = documented_ranges();
+    assert!(ranges.contains(&(0x17B5, 0x17B5)), "{ranges:x?}");
+    for u in 0..=0x10FFFFu32 {
+        let Some(c) = char::from_u32(u) else {
+            continue;
+        };
+        let listed = ranges.iter().any(|&(lo, hi)| (lo..=hi).contains(&u));
+        assert_eq!(
+            is_hidden(c),
+            listed,
+            "U+{u:04X}: listed in the table: {listed}"
+        );
+    }
+    // In text output each listed character is spelled as its bytes, never written raw.
+    for &(lo, hi) in &ranges {
+        for u in [lo, hi, lo + (hi - lo) / 2] {
+            let c = char::from_u32(u).unwrap();
+            let name = format!("x{c}y");
+            assert_eq!(escape_text(&name), format!("x{}y", text_of(c)), "U+{u:04X}");
         }
     }
 }

@@ -247,3 +247,160 @@ fn time_ordered_slices_give_the_plain_scans_figures_with_samples_out_of_order() 
         }
     }
 }
+
+/// Process 7's event `kind` (at `ts_ns`), as the pipeline hands it to the model.
+fn event(ts_ns: u64, kind: crate::event::EventKind) -> Event {
+    Event {
+        origin: crate::event::Origin {
+            ts_ns,
+            cpu: 0,
+            pid: 7,
+            tid: 7,
+            comm: "app".into(),
+        },
+        kind,
+        amd: None,
+        key: None,
+        api: None,
+    }
+}
+
+fn schedule(allowed: bool, timeslice_us: u64, interleave: Interleave) -> EventKind {
+    EventKind::Schedule {
+        task: crate::event::TaskId::RmHandle(0x5c00_0015),
+        client: 0xc1d0_0001,
+        channels: Some(1),
+        timeslice_us: Some(timeslice_us),
+        interleave: Some(interleave),
+        allowed,
+        rm_status: Some(if allowed { 0 } else { 0x1f }),
+        errno: if allowed { 0 } else { -1 },
+        via_channel: false,
+    }
+}
+
+fn update(allowed: bool, change: SchedChange) -> EventKind {
+    EventKind::SchedUpdate {
+        task: crate::event::TaskId::RmHandle(0x5c00_0015),
+        client: 0xc1d0_0001,
+        change,
+        allowed,
+        rm_status: Some(if allowed { 0 } else { 0x1f }),
+        errno: 0,
+        via_channel: false,
+    }
+}
+
+fn timeslice(new_us: u64) -> SchedChange {
+    SchedChange::Timeslice {
+        old_us: None,
+        old_source: None,
+        new_us,
+    }
+}
+
+fn interleave(new: Interleave) -> SchedChange {
+    SchedChange::Interleave {
+        old: None,
+        old_source: None,
+        new: Some(new),
+        new_raw: new as u32,
+    }
+}
+
+// ShareModel::observe driven by events: an allowed SCHEDULE sets the parameters in force, a
+// refused SCHEDULE or SCHED_UPDATE (the driver said no: nothing changed on the GPU) changes
+// neither them nor the list of changes, and an allowed SCHED_UPDATE after them is measured
+// from the allowed SCHEDULE's values. The event's time is asked for exactly at each change.
+#[test]
+fn refused_schedules_and_updates_leave_the_parameters_in_force() {
+    let mut m = ShareModel::new();
+    // One sample, so that GPU 0 has a span for around_changes.
+    m.add(&ShareSample {
+        gpu: 0,
+        uuid: None,
+        pid: 7,
+        ts_us: 1,
+        sm: 99,
+        mem: 0,
+        enc: 0,
+        dec: 0,
+    });
+    let asked = std::cell::Cell::new(0);
+    let mut see = |ts_ns: u64, kind| {
+        m.observe(&event(ts_ns, kind), || {
+            asked.set(asked.get() + 1);
+            ts_ns / 1000
+        })
+    };
+    see(1_000, schedule(true, 2048, Interleave::Medium));
+    see(2_000, schedule(false, 8192, Interleave::High));
+    see(3_000, update(false, timeslice(4096)));
+    see(4_000, update(false, interleave(Interleave::Low)));
+    see(5_000, update(true, timeslice(512)));
+    see(6_000, schedule(false, 16_384, Interleave::Low));
+    see(7_000, update(false, interleave(Interleave::High)));
+    assert_eq!(
+        asked.get(),
+        2,
+        "the allowed SCHEDULE and the allowed SCHED_UPDATE"
+    );
+    assert_eq!(
+        m.params_now(7),
+        Some("timeslice=512 us interleave=MEDIUM"),
+        "after the allowed update, the refused ones ignored"
+    );
+    let changes: Vec<(u64, Option<String>, String)> = m
+        .around_changes(0, 7)
+        .into_iter()
+        .map(|c| (c.at_us, c.before_params, c.after_params))
+        .collect();
+    assert_eq!(
+        changes,
+        [(
+            5,
+            Some("timeslice=2048 us interleave=MEDIUM".to_string()),
+            "timeslice=512 us interleave=MEDIUM".to_string()
+        )]
+    );
+}
+
+// Before/after each change reach only as far as the neighbouring changes. GPU 0 is sampled at
+// 100, 200, … 1000 µs (10 points, one sample each at 100 %): process 1 at 100, 200, 300 and
+// 800, 900, 1000; process 2 at 400 … 700. Process 1's parameters change at 400 and at 700:
+//   at 400: before [100, 400) 3 points, 3 of process 1 → 1.0; after [400, 700) 3 points, 0.
+//   at 700: before [400, 700) 3 points, 0; after [700, 1001) 4 points, 3 → 0.75.
+// (Windows unbounded by the neighbours would read 3/7 after 400 and 3/6 before 700.)
+#[test]
+fn before_and_after_each_change_end_at_the_neighbouring_changes() {
+    let samples: Vec<ShareSample> = (1..=10u64)
+        .map(|i| ShareSample {
+            gpu: 0,
+            uuid: None,
+            pid: if (4..=7).contains(&i) { 2 } else { 1 },
+            ts_us: i * 100,
+            sm: 100,
+            mem: 0,
+            enc: 0,
+            dec: 0,
+        })
+        .collect();
+    let mut m = model(&samples);
+    m.params(1, 0, "timeslice=1024 us".into());
+    m.params(1, 400, "timeslice=2048 us".into());
+    m.params(1, 700, "timeslice=4096 us".into());
+    // (at, (samples, points) before, (samples, points) after)
+    type Figures = (u64, (u64, u64), (u64, u64));
+    let figures: Vec<Figures> = m
+        .around_changes(0, 1)
+        .iter()
+        .map(|c| {
+            let (b, a) = (c.before.unwrap(), c.after.unwrap());
+            (c.at_us, (b.samples, b.points), (a.samples, a.points))
+        })
+        .collect();
+    assert_eq!(figures, [(400, (3, 3), (0, 3)), (700, (0, 3), (3, 4))]);
+    let c = m.around_changes(0, 1);
+    assert!(close(c[0].before.unwrap().ratio, 1.0), "{:?}", c[0]);
+    assert!(close(c[1].after.unwrap().ratio, 0.75), "{:?}", c[1]);
+}

@@ -226,3 +226,82 @@ impl ShareThread {
         Ok(batches)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stand-in `libnvidia-ml.so.1` with one GPU whose driver holds samples at 100, 200 and
+    /// 300 µs, and a fourth at 400 µs from the first read of samples on (taken after it). Its
+    /// `nvmlDeviceGetProcessUtilization` keeps NVML's contract: only the samples newer than
+    /// `lastSeenTimeStamp`; with no buffer, their count (`INSUFFICIENT_SIZE`); none newer,
+    /// `NOT_FOUND`.
+    const STAND_IN: &str = r#"
+typedef struct { unsigned pid; unsigned long long ts; unsigned sm, mem, enc, dec; } sample;
+static const sample all[4] = {
+    {11, 100, 90, 1, 0, 0}, {12, 200, 80, 2, 0, 0}, {11, 300, 70, 3, 0, 0}, {12, 400, 60, 4, 0, 0},
+};
+static int reads;
+int nvmlInit_v2(void) { return 0; }
+int nvmlShutdown(void) { return 0; }
+int nvmlDeviceGetHandleByIndex_v2(unsigned i, void **dev) { *dev = (void *)(unsigned long)(i + 1); return 0; }
+int nvmlDeviceGetProcessUtilization(void *dev, sample *out, unsigned *count,
+                                    unsigned long long last_seen) {
+    unsigned n = 0, held = reads ? 4 : 3;
+    (void)dev;
+    for (unsigned i = 0; i < held; i++)
+        if (all[i].ts > last_seen) {
+            if (out && n < *count)
+                out[n] = all[i];
+            n++;
+        }
+    if (n == 0)
+        return 6; /* NVML_ERROR_NOT_FOUND */
+    if (!out || *count < n) {
+        *count = n;
+        return 7; /* NVML_ERROR_INSUFFICIENT_SIZE */
+    }
+    *count = n;
+    reads++;
+    return 0;
+}
+"#;
+
+    // Each poll returns only what the previous polls did not: the samples at 100, 200 and 300,
+    // then the one taken since (400), then nothing. A sampler that never advanced its last
+    // seen time would hand all of them out again on every poll, and the share figures would
+    // count them twice.
+    #[test]
+    fn a_poll_returns_only_the_samples_newer_than_the_last_poll() {
+        let test = "a_poll_returns_only_the_samples_newer_than_the_last_poll";
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("nvml.c");
+        let lib = dir.path().join("libnvidia-ml.so.1");
+        std::fs::write(&src, STAND_IN).unwrap();
+        let Ok(built) = std::process::Command::new("cc")
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(&lib)
+            .arg(&src)
+            .output()
+        else {
+            gpu_trace_core::skip::skipped(test, "no C compiler (cc) to build a stand-in NVML");
+            return;
+        };
+        assert!(
+            built.status.success(),
+            "{}",
+            String::from_utf8_lossy(&built.stderr)
+        );
+        let nvml = Nvml::builder().lib_path(lib.as_os_str()).init().unwrap();
+        let mut sampler = NvmlSampler::new(nvml, vec![(0, Some("GPU-test".into()))]);
+        let seen = |batch: Vec<ShareSample>| -> Vec<(u32, u64, u32)> {
+            batch.iter().map(|s| (s.pid, s.ts_us, s.sm)).collect()
+        };
+        assert_eq!(
+            seen(sampler.poll().unwrap()),
+            [(11, 100, 90), (12, 200, 80), (11, 300, 70)]
+        );
+        assert_eq!(seen(sampler.poll().unwrap()), [(12, 400, 60)]);
+        assert_eq!(seen(sampler.poll().unwrap()), []);
+    }
+}
