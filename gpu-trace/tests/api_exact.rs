@@ -721,3 +721,54 @@ fn the_processes_the_command_creates_are_traced_too() {
         "{stdout}"
     );
 }
+
+/// A process gpu-trace held (`-- CMD`) is let go for good at the end: one that loads a library
+/// after the tracer ended — its `_dl_debug_state` probe still on, removed in the background
+/// (per-probe uprobes) — is not stopped by it. Before, it stayed stopped (SIGSTOP) for ever.
+#[test]
+fn a_held_command_is_not_stopped_after_the_tracer_ended() {
+    use std::io::Write as _;
+    let test = "a_held_command_is_not_stopped_after_the_tracer_ended";
+    if !uprobes(test) || !c_compiler(test) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let lib = cc(&root, "nop.c", "libnop.so", &["-shared", "-fPIC"]);
+    let late = cc(&root, "late_dlopen.c", "late", &["-ldl"]);
+    let mut tracer = Command::new(env!("CARGO_BIN_EXE_gpu-trace"))
+        .env("GPU_TRACE_UPROBE_ATTACH", "per-probe")
+        .args(["api", "--"])
+        .arg(&late)
+        .arg(&lib)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut go = tracer.stdin.take().unwrap();
+    let mut out = BufReader::new(tracer.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(
+        line, "ready\n",
+        "the command started (held at its start-up, let go)"
+    );
+    // SIGINT to gpu-trace alone: it ends, the command goes on untraced.
+    // SAFETY: our own child.
+    unsafe { libc::kill(tracer.id() as i32, libc::SIGINT) };
+    assert!(tracer.wait().unwrap().success());
+    // Now the command loads a library: its link map changes under the probe still on.
+    writeln!(go, "go").unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut rest = String::new();
+        let _ = out.read_to_string(&mut rest);
+        let _ = tx.send(rest);
+    });
+    // A liveness bound (not a measurement): a stopped command never writes its line.
+    let rest = rx
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .unwrap_or_else(|_| panic!("the command did not go on after the tracer ended (stopped?)"));
+    assert!(rest.contains("loaded 1"), "{rest}");
+}

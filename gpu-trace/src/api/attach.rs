@@ -34,6 +34,18 @@ use crate::launch::executable_of;
 use crate::probe::libraries::{self, Opened, ReadError, Reader};
 use crate::probe::untrusted::TARGET_DEADLINE;
 
+/// Waits until every BPF program running now has ended (they run under RCU): the kernel's
+/// `membarrier(MEMBARRIER_CMD_GLOBAL)` is a `synchronize_rcu()`. Where it is refused (CPUs in
+/// `nohz_full`), 50 ms, far more than a uprobe program runs.
+fn rcu_grace_period() {
+    const MEMBARRIER_CMD_GLOBAL: libc::c_long = 1;
+    // SAFETY: membarrier takes no pointers.
+    let r = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) };
+    if r != 0 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 /// Whether `pid` still exists (an attach that failed because its process went is no failure).
 fn process_exists(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
@@ -676,9 +688,25 @@ impl Attacher {
         self.attached.len() - before
     }
 
-    /// Lets every held process go on (the end of the run: one stopped by a change of its
-    /// link map that was not read any more must not stay stopped).
-    pub fn release_held(&mut self) {
+    /// Lets every held process go on for good (the end of the run: one stopped by a change
+    /// of its link map that was not read any more must not stay stopped, nor one stopped
+    /// later). First out of the kernel's `API_HOLD` (the probes stay on until they are
+    /// removed in the background: a later change of the link map must stop no one), then a
+    /// grace period, so that a program that found the process held just before has sent its
+    /// stop, then SIGCONT.
+    pub fn release_held(&mut self, ebpf: &mut Ebpf) {
+        if self.held.is_empty() {
+            return;
+        }
+        if let Some(Ok(mut map)) = ebpf
+            .map_mut("API_HOLD")
+            .map(aya::maps::HashMap::<_, u32, u32>::try_from)
+        {
+            for pid in &self.held {
+                let _ = map.remove(pid);
+            }
+        }
+        rcu_grace_period();
         for pid in self.held.drain() {
             // SAFETY: a process this run started.
             unsafe { libc::kill(pid as i32, libc::SIGCONT) };

@@ -199,7 +199,7 @@ impl Tracer {
 
     /// Lets the processes held at a change of their link map go on (the end of the run).
     fn release_held(&mut self) {
-        self.at.release_held();
+        self.at.release_held(&mut self.ebpf);
     }
 
     /// Detaches everything now (the fallback of [`Self::release_in_background`]).

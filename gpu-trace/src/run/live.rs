@@ -580,7 +580,7 @@ impl LiveRun<'_> {
         self.reader
             .send_api_paths(&mut self.tracer, &mut self.pipeline, true);
         if let Some(api) = self.reader.api.as_mut() {
-            api.attacher.release_held();
+            api.attacher.release_held(self.tracer.ebpf_mut());
             api.attacher.report_skipped();
             // Calls the kernel could not count: in the statistics and said, never silent.
             let uncounted = crate::api::sums::Sums::uncounted(self.tracer.ebpf());
