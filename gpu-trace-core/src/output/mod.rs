@@ -1,6 +1,5 @@
 //! Rendering events and statistics: text lines, JSON lines, Perfetto timelines, `top` frames.
 pub mod clock;
-pub mod files;
 pub mod json;
 pub mod perfetto;
 pub mod share;

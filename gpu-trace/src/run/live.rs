@@ -11,6 +11,7 @@ use tokio::io::unix::AsyncFd;
 
 use super::{
     error::{RunError, detect_vendor, io_err},
+    files::Staged,
     flight::Flight,
     late_attach::{announce_inventory, kernel_tracking, traced_inventory},
     outputs::{OutputFiles, end_outputs, interval, new_pipeline, prepare_output_files, sink_error},
@@ -31,7 +32,7 @@ use crate::{
     escape,
     loader::{LoadError, Tracer},
     model::stats::KernelCounters,
-    output::{clock::Clock, files::Staged},
+    output::clock::Clock,
     pipeline::Pipeline,
     probe::{cgroup::CgroupResolver, system},
     queue::{Overflow, QueueWriter},

@@ -8,6 +8,7 @@
 //! pipeline over a recording.
 
 mod error;
+mod files;
 mod flight;
 mod late_attach;
 mod live;

@@ -11,6 +11,7 @@ use std::{
 
 use super::{
     error::{RunError, io_err},
+    files::{self, Staged, Untouched},
     signals::stop_requested,
 };
 use crate::pipeline::Summary;
@@ -18,7 +19,6 @@ use crate::{
     cli::OutputArgs,
     output::{
         clock::Clock,
-        files::{self, Staged, Untouched},
         perfetto::{PerfettoSink, PerfettoWriter},
     },
     pipeline::{Finished, Pipeline, PipelineConfig},

@@ -4,19 +4,14 @@ use std::{io::BufReader, path::Path, sync::Arc, time::Duration};
 
 use super::{
     error::{RunError, io_err},
+    files,
     late_attach::announce_inventory,
     outputs::{OutputFiles, end_outputs, new_pipeline, open_output_files, sink_error},
     report::{Viewer, warn_unmatched_gpus},
 };
 use crate::pipeline::Summary;
 use crate::{
-    cli::OutputArgs,
-    model::stats::KernelCounters,
-    output::{
-        clock::Clock,
-        files::{self},
-    },
-    queue::Overflow,
+    cli::OutputArgs, model::stats::KernelCounters, output::clock::Clock, queue::Overflow,
     record::RecordReader,
 };
 
