@@ -851,15 +851,7 @@ fn check_with(ops: &[Op], mut plant: impl FnMut(usize, &mut Vec<Event>)) -> Resu
             }
         }
     }
-    // At the end, every live TSG is listed once, then nothing is left.
-    let live = t.live_tasks();
-    let listed: usize = t.finish().iter().map(|l| l.tasks.len()).sum();
-    if listed != live || t.live_tasks() != 0 {
-        return Err(format!(
-            "finish listed {listed} of {live} live TSGs, {} left",
-            t.live_tasks()
-        ));
-    }
+    // (What is alive at the end: the tracker's unit tests list it, `finish`.)
     Ok(())
 }
 

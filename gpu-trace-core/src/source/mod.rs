@@ -10,10 +10,8 @@ pub mod nvidia;
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
-
 use crate::{
-    event::{DestroyCause, Event, EventKind, Origin, TaskId},
+    event::{Event, Origin},
     inventory::InventoryProcess,
     wire::RawRecord,
 };
@@ -46,8 +44,6 @@ pub trait Source {
     fn inventoried(&mut self, _process: &InventoryProcess) {}
     /// Tasks alive now.
     fn live_tasks(&self) -> usize;
-    /// Ends tracing: the tasks still alive, per process (ascending pid), and forgets all state.
-    fn finish(&mut self) -> Vec<LiveAtEnd>;
     /// Calls that produced no event, by reason, for the statistics (zeros included).
     fn unreported(&self) -> Vec<(&'static str, u64)>;
     /// Calls and events on handles the source did not remember (its caps were reached).
@@ -190,11 +186,6 @@ impl Sources {
         }
         out
     }
-
-    /// Ends tracing: the tasks still alive, over all sources.
-    pub fn finish(&mut self) -> Vec<LiveAtEnd> {
-        self.all().into_iter().flat_map(|s| s.finish()).collect()
-    }
 }
 
 /// The events of one record observed by one source alone, as [`Sources::observe`] hands it
@@ -209,47 +200,58 @@ pub(crate) fn observe_one(source: &mut dyn Source, record: &RawRecord) -> Vec<Ev
     events
 }
 
-/// Tasks a process still held when tracing stopped.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct LiveAtEnd {
-    /// Process id.
-    pub pid: u32,
-    /// Last thread name seen from the process.
-    pub comm: String,
-    /// `(client, task)` of each live task (`client` 0 where the source has none).
-    pub tasks: Vec<(u32, TaskId)>,
-}
+/// Tasks alive when tracing stopped, as the trackers' unit tests list them (`finish`): test
+/// code, not in the product.
+#[cfg(test)]
+mod at_end {
+    use serde::Serialize;
 
-impl LiveAtEnd {
-    /// `TASK_DESTROY` events with [`DestroyCause::TracerExit`], one per live task, for the
-    /// statistics (never printed). `ts_ns` is the time tracing stopped; the thread is the
-    /// process's main thread.
-    pub fn tracer_exit_events(&self, ts_ns: u64) -> Vec<Event> {
-        let origin = Origin {
-            ts_ns,
-            cpu: 0,
-            pid: self.pid,
-            tid: self.pid,
-            comm: self.comm.as_str().into(),
-        };
-        self.tasks
-            .iter()
-            .map(|&(client, task)| Event {
-                amd: None,
-                api: None,
-                key: None,
-                origin: origin.clone(),
-                kind: EventKind::TaskDestroy {
-                    task,
-                    client,
-                    cause: DestroyCause::TracerExit,
-                    implicit: true,
-                    final_params: None,
-                },
-            })
-            .collect()
+    use crate::event::{DestroyCause, Event, EventKind, Origin, TaskId};
+
+    /// Tasks a process still held when tracing stopped (the trackers' unit tests: `finish`).
+    #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+    pub struct LiveAtEnd {
+        /// Process id.
+        pub pid: u32,
+        /// Last thread name seen from the process.
+        pub comm: String,
+        /// `(client, task)` of each live task (`client` 0 where the source has none).
+        pub tasks: Vec<(u32, TaskId)>,
+    }
+
+    impl LiveAtEnd {
+        /// `TASK_DESTROY` events with [`DestroyCause::TracerExit`], one per live task, for the
+        /// statistics (never printed). `ts_ns` is the time tracing stopped; the thread is the
+        /// process's main thread.
+        pub fn tracer_exit_events(&self, ts_ns: u64) -> Vec<Event> {
+            let origin = Origin {
+                ts_ns,
+                cpu: 0,
+                pid: self.pid,
+                tid: self.pid,
+                comm: self.comm.as_str().into(),
+            };
+            self.tasks
+                .iter()
+                .map(|&(client, task)| Event {
+                    amd: None,
+                    api: None,
+                    key: None,
+                    origin: origin.clone(),
+                    kind: EventKind::TaskDestroy {
+                        task,
+                        client,
+                        cause: DestroyCause::TracerExit,
+                        implicit: true,
+                        final_params: None,
+                    },
+                })
+                .collect()
+        }
     }
 }
+#[cfg(test)]
+pub use at_end::LiveAtEnd;
 
 #[cfg(test)]
 mod tests {
@@ -321,7 +323,6 @@ mod tests {
             .collect();
         assert_eq!(ended, [("TASK_DESTROY", false), ("TASK_DESTROY", true)]);
         assert_eq!(s.live_tasks(), 0);
-        assert!(s.finish().is_empty());
     }
 
     /// `GPU_GET_ID_INFO_V2`'s answer names the GPU of a device instance only when the call

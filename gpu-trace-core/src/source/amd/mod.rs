@@ -7,7 +7,7 @@ pub mod model;
 
 use crate::{
     event::{Event, Origin},
-    source::{Fact, LiveAtEnd, Source},
+    source::{Fact, Source},
     wire::RawRecord,
 };
 use decode::KfdCall;
@@ -49,10 +49,6 @@ impl Source for KfdTracker {
 
     fn live_tasks(&self) -> usize {
         KfdTracker::live_tasks(self)
-    }
-
-    fn finish(&mut self) -> Vec<LiveAtEnd> {
-        KfdTracker::finish(self)
     }
 
     fn unreported(&self) -> Vec<(&'static str, u64)> {

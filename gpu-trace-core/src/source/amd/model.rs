@@ -54,6 +54,7 @@ use crate::event::{
     ValueSource,
 };
 use crate::model::bounded::{Generations, PidMap};
+#[cfg(test)]
 use crate::source::LiveAtEnd;
 use crate::source::amd::decode::{
     self, CreateQueue, DeepStep, KfdCall, KfdMalformed, QueueBuilt, QueueParams, UpdateQueue,
@@ -274,6 +275,7 @@ impl KfdTracker {
 
     /// Ends tracing: the queues still alive, per process (ascending pid; processes without
     /// live queues left out; `client` is 0), and forgets all state.
+    #[cfg(test)]
     pub fn finish(&mut self) -> Vec<LiveAtEnd> {
         let mut out: Vec<LiveAtEnd> = self
             .procs

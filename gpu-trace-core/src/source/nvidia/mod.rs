@@ -7,7 +7,7 @@ pub mod model;
 use crate::{
     event::{Event, Origin},
     inventory::{InventoryProcess, MpsRole},
-    source::{Fact, LiveAtEnd, Source},
+    source::{Fact, Source},
     wire::RawRecord,
 };
 use decode::{ControlParams, RmCall};
@@ -75,10 +75,6 @@ impl Source for NvTracker {
 
     fn live_tasks(&self) -> usize {
         NvTracker::live_tasks(self)
-    }
-
-    fn finish(&mut self) -> Vec<LiveAtEnd> {
-        NvTracker::finish(self)
     }
 
     fn unreported(&self) -> Vec<(&'static str, u64)> {

@@ -119,6 +119,7 @@ pub struct NvTrackerCounters {
     pub untracked_handles: u64,
 }
 
+#[cfg(test)]
 pub use crate::source::LiveAtEnd;
 
 /// What the tracker knows about one live TSG ([`NvTracker::task`]).
@@ -859,7 +860,8 @@ impl NvTracker {
     }
 
     /// Ends tracing: returns the TSGs still alive, per process (ascending pid; processes
-    /// without live TSGs are left out), and forgets all state.
+    /// without live TSGs are left out), and forgets all state (unit tests).
+    #[cfg(test)]
     pub fn finish(&mut self) -> Vec<LiveAtEnd> {
         let mut out: Vec<LiveAtEnd> = self
             .procs
