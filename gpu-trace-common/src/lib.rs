@@ -25,6 +25,8 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 /// Type tags (first `u32` of every record).
 pub mod record_kind {
+    // 0x100..=0x1ff: kinds written by userspace, never by the kernel
+    // (gpu_trace_core::user_records::user_kind).
     /// [`crate::NvIoctlRecord`]: one completed ioctl on a watched NVIDIA device.
     pub const NV_IOCTL: u32 = 1;
     /// [`crate::TaskRecord`]: the last thread of a process that used a watched device exited.
@@ -48,15 +50,6 @@ pub mod record_kind {
     /// before the driver record of the same call (same header time and thread) when the thread
     /// has one open (`gpu-trace --api`; never without it).
     pub const API_TAG: u32 = 9;
-    /// [`crate::AttributionHead`] and a path: written by userspace, never by the kernel. A live
-    /// run resolves each [`TASK_CGROUP`] record (cgroup path, the process's own PID in its PID
-    /// namespace) and puts this record after it in the recording and in the pipeline, so that
-    /// a replay on another machine attributes events as the live run did.
-    pub const ATTRIBUTION: u32 = 0x100;
-    /// [`crate::api::ApiContextRecord`]: written by userspace, never by the kernel. A live run
-    /// resolves each [`API_TAG`] (its cookies) into the symbol and library names and puts this
-    /// record after it, so that a replay names the calls as the live run did.
-    pub const API_CONTEXT: u32 = 0x101;
     /// [`crate::api::ApiCallRecord`]: one completed API call (`gpu-trace --api-calls`,
     /// `gpu-trace api -v`).
     pub const API_CALL: u32 = crate::api::API_CALL;
@@ -69,12 +62,6 @@ pub mod record_kind {
     /// [`crate::api::ApiHandoutRecord`]: a lookup handed out an address (consumed by the live
     /// run, never recorded).
     pub const API_HANDOUT: u32 = crate::api::API_HANDOUT;
-    /// [`crate::api::ApiSymbolRecord`]: written by userspace: the names behind an attach
-    /// cookie, before any record that carries it.
-    pub const API_SYMBOL: u32 = 0x102;
-    /// [`crate::api::ApiStatsRecord`]: written by userspace: a process's calls of one
-    /// cookie so far, as the kernel summed them.
-    pub const API_STATS: u32 = 0x103;
 }
 
 /// Which hook produced a record that several hooks can produce ([`KfdIoctlRecord::source`],
@@ -358,26 +345,6 @@ pub struct TaskCgroupRecord {
     pub _pad: u32,
 }
 
-/// What userspace learnt about a [`TaskCgroupRecord`]'s process (the head of a
-/// [`record_kind::ATTRIBUTION`] record; `path_len` bytes of cgroup path follow, 56 bytes).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "wire", derive(FromBytes, IntoBytes, KnownLayout, Immutable))]
-pub struct AttributionHead {
-    /// A copy of the [`TaskCgroupRecord`]'s header with `kind` set to ATTRIBUTION.
-    pub hdr: RecordHeader,
-    pub cgroup_id: u64,
-    /// The process's PID in its own PID namespace (`NSpid` in /proc), 0 when it is the host
-    /// PID or could not be read.
-    pub ns_pid: u32,
-    /// Bytes of the cgroup path (relative to the cgroup2 root, starting with `/`) that follow;
-    /// 0 when it could not be resolved (the cgroup was gone).
-    pub path_len: u32,
-}
-
-/// Longest cgroup path an [`record_kind::ATTRIBUTION`] record carries.
-pub const ATTRIBUTION_PATH_MAX: usize = 4096;
-
 /// One cgroup subtree for the kernel-side filters (`--cgroup`, `--container`) and denial
 /// (`--deny-cgroup`, `--deny-container`): a task matches when its cgroup's ancestor at `level`
 /// is `id` (16 bytes).
@@ -547,7 +514,6 @@ const _: () = assert!(size_of::<NvIoctlRecord>() == 264);
 const _: () = assert!(size_of::<TaskRecord>() == 48);
 const _: () = assert!(size_of::<KernelConfig>() == 88);
 const _: () = assert!(size_of::<TaskCgroupRecord>() == 56);
-const _: () = assert!(size_of::<AttributionHead>() == 56);
 const _: () = assert!(size_of::<CgroupMatch>() == 16);
 const _: () = assert!(size_of::<KfdIoctlRecord>() == 176);
 const _: () = assert!(size_of::<KfdQueueRecord>() == 104);

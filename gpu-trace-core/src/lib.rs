@@ -38,4 +38,5 @@ pub mod rotate;
 pub mod sink;
 pub mod skip;
 pub mod source;
+pub mod user_records;
 pub mod wire;

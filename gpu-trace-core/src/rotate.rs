@@ -480,7 +480,11 @@ mod tests {
                 if h.kind == record_kind::PROCESS_EXIT {
                     alive.remove(&h.tgid);
                     checked_exit = true;
-                } else if !matches!(h.kind, record_kind::API_SYMBOL | record_kind::API_STATS) {
+                } else if !matches!(
+                    h.kind,
+                    crate::user_records::user_kind::API_SYMBOL
+                        | crate::user_records::user_kind::API_STATS
+                ) {
                     alive.insert(h.tgid);
                 }
             }

@@ -15,14 +15,16 @@ use compact_str::CompactString;
 use std::mem::{offset_of, size_of};
 
 use gpu_trace_common::{
-    ATTRIBUTION_PATH_MAX, AttributionHead, DeepRecord, KfdIoctlRecord, KfdQueueRecord,
-    NvIoctlRecord, NvSchedRecord, RecordHeader, TaskCgroupRecord, TaskRecord,
-    api::{
-        ApiCallRecord, ApiContextRecord, ApiRecursionRecord, ApiStatsRecord, ApiSymbolRecord,
-        ApiTagRecord,
-    },
+    DeepRecord, KfdIoctlRecord, KfdQueueRecord, NvIoctlRecord, NvSchedRecord, RecordHeader,
+    TaskCgroupRecord, TaskRecord,
+    api::{ApiCallRecord, ApiRecursionRecord, ApiTagRecord},
     record_kind,
     zerocopy::{FromBytes, IntoBytes},
+};
+
+use crate::user_records::{
+    ATTRIBUTION_PATH_MAX, ApiContextRecord, ApiStatsRecord, ApiSymbolRecord, AttributionHead,
+    user_kind,
 };
 use thiserror::Error;
 
@@ -50,26 +52,26 @@ pub enum RawRecord {
     NvSched(NvSchedRecord),
     /// The cgroup a process runs in ([`record_kind::TASK_CGROUP`]).
     TaskCgroup(TaskCgroupRecord),
-    /// What userspace resolved a [`RawRecord::TaskCgroup`] to ([`record_kind::ATTRIBUTION`]).
+    /// What userspace resolved a [`RawRecord::TaskCgroup`] to ([`user_kind::ATTRIBUTION`]).
     Attribution(Attribution),
     /// The API calls open on a thread, by cookie, before its driver record
     /// ([`record_kind::API_TAG`], `gpu-trace --api`).
     ApiTag(ApiTagRecord),
     /// What userspace resolved a [`RawRecord::ApiTag`] to: the calls' names
-    /// ([`record_kind::API_CONTEXT`]).
+    /// ([`user_kind::API_CONTEXT`]).
     ApiContext(ApiContextRecord),
     /// One completed API call ([`record_kind::API_CALL`], `--api-calls`).
     ApiCall(ApiCallRecord),
     /// An API call re-entered on a thread, or a thread past the depth cap
     /// ([`record_kind::API_RECURSION`]).
     ApiRecursion(ApiRecursionRecord),
-    /// The names behind an attach cookie ([`record_kind::API_SYMBOL`], userspace).
+    /// The names behind an attach cookie ([`user_kind::API_SYMBOL`], userspace).
     ApiSymbol(ApiSymbolRecord),
-    /// A process's calls of one cookie so far ([`record_kind::API_STATS`], userspace).
+    /// A process's calls of one cookie so far ([`user_kind::API_STATS`], userspace).
     ApiStats(ApiStatsRecord),
 }
 
-/// A [`record_kind::ATTRIBUTION`] record: its head and the cgroup path that follows it.
+/// A [`user_kind::ATTRIBUTION`] record: its head and the cgroup path that follows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Attribution {
     pub head: AttributionHead,
@@ -86,7 +88,7 @@ impl Attribution {
         });
         let head = AttributionHead {
             hdr: RecordHeader {
-                kind: record_kind::ATTRIBUTION,
+                kind: user_kind::ATTRIBUTION,
                 ..task_cgroup.hdr
             },
             cgroup_id: task_cgroup.cgroup_id,
@@ -194,13 +196,13 @@ pub fn parse_record(bytes: &[u8]) -> Result<RawRecord, WireError> {
         record_kind::DEEP => RawRecord::Deep(read(kind, bytes)?),
         record_kind::NV_SCHED => RawRecord::NvSched(read(kind, bytes)?),
         record_kind::TASK_CGROUP => RawRecord::TaskCgroup(read(kind, bytes)?),
-        record_kind::ATTRIBUTION => RawRecord::Attribution(attribution(bytes)?),
+        user_kind::ATTRIBUTION => RawRecord::Attribution(attribution(bytes)?),
         record_kind::API_TAG => RawRecord::ApiTag(read(kind, bytes)?),
-        record_kind::API_CONTEXT => RawRecord::ApiContext(read(kind, bytes)?),
+        user_kind::API_CONTEXT => RawRecord::ApiContext(read(kind, bytes)?),
         record_kind::API_CALL => RawRecord::ApiCall(read(kind, bytes)?),
         record_kind::API_RECURSION => RawRecord::ApiRecursion(read(kind, bytes)?),
-        record_kind::API_SYMBOL => RawRecord::ApiSymbol(read(kind, bytes)?),
-        record_kind::API_STATS => RawRecord::ApiStats(read(kind, bytes)?),
+        user_kind::API_SYMBOL => RawRecord::ApiSymbol(read(kind, bytes)?),
+        user_kind::API_STATS => RawRecord::ApiStats(read(kind, bytes)?),
         _ => {
             return Err(WireError::UnknownKind {
                 kind,
@@ -212,7 +214,7 @@ pub fn parse_record(bytes: &[u8]) -> Result<RawRecord, WireError> {
 
 /// An `ATTRIBUTION` record: its head, then `path_len` (at most [`ATTRIBUTION_PATH_MAX`]) bytes.
 fn attribution(bytes: &[u8]) -> Result<Attribution, WireError> {
-    let kind = record_kind::ATTRIBUTION;
+    let kind = user_kind::ATTRIBUTION;
     let head = size_of::<AttributionHead>();
     let Ok((h, _)) = AttributionHead::read_from_prefix(bytes) else {
         return Err(WireError::BadLength {
@@ -559,12 +561,12 @@ mod tests {
         let h = header_of(&shifted[3..]).expect("a whole header");
         assert_eq!((h.kind, h.tgid, h.tid), (record_kind::NV_IOCTL, 4242, 4243));
         assert_eq!(header_of(&shifted[3..42]), None);
-        let mut short = record_kind::ATTRIBUTION.to_le_bytes().to_vec();
+        let mut short = user_kind::ATTRIBUTION.to_le_bytes().to_vec();
         short.resize(55, 0);
         assert_eq!(
             parse_record(&short),
             Err(WireError::BadLength {
-                kind: record_kind::ATTRIBUTION,
+                kind: user_kind::ATTRIBUTION,
                 len: 55,
                 expected: 56
             })
@@ -618,12 +620,12 @@ mod tests {
                 chain: [3; API_STACK_MAX],
             }),
             RawRecord::ApiSymbol(ApiSymbolRecord {
-                hdr: header(record_kind::API_SYMBOL),
+                hdr: header(user_kind::API_SYMBOL),
                 cookie: 3,
                 names: crate::api::open::names("hipMalloc", "/tmp/shim.so"),
             }),
             RawRecord::ApiStats(ApiStatsRecord {
-                hdr: header(record_kind::API_STATS),
+                hdr: header(user_kind::API_STATS),
                 cookie: 3,
                 count: 7,
                 errors: 1,
@@ -658,7 +660,7 @@ mod tests {
         assert_eq!(parse_record(raw.as_bytes()), Ok(raw.clone()));
         assert_eq!(raw.header().tid, 4243);
         let ctx = ApiContextRecord {
-            hdr: header(record_kind::API_CONTEXT),
+            hdr: header(user_kind::API_CONTEXT),
             depth: 1,
             has_outer: 0,
             inner: crate::api::open::names("cuInit", "/lib/libcuda.so.1"),
@@ -670,7 +672,7 @@ mod tests {
         assert!(matches!(
             parse_record(short),
             Err(WireError::BadLength {
-                kind: record_kind::API_CONTEXT,
+                kind: user_kind::API_CONTEXT,
                 ..
             })
         ));

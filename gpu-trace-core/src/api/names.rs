@@ -5,13 +5,12 @@
 
 use std::collections::HashMap;
 
-use gpu_trace_common::api::{
-    API_STACK_MAX, ApiCallRecord, ApiRecursionRecord, ApiStatsRecord, ApiSymbolRecord,
-};
+use gpu_trace_common::api::{API_STACK_MAX, ApiCallRecord, ApiRecursionRecord};
 
 use super::events::{CallEvent, RecursionEvent, Site};
 use super::stats::CallStats;
 use crate::event::Origin;
+use crate::user_records::{ApiStatsRecord, ApiSymbolRecord};
 
 /// Cookies named at most (a run attaches a few hundred); past it a new one is not kept and
 /// its calls are named `#N` (counted in [`Names::dropped`]).
@@ -200,7 +199,7 @@ mod tests {
 
     fn symbol(cookie: u64, sym: &str, lib: &str) -> ApiSymbolRecord {
         ApiSymbolRecord {
-            hdr: hdr(record_kind::API_SYMBOL),
+            hdr: hdr(crate::user_records::user_kind::API_SYMBOL),
             cookie,
             names: super::super::open::names(sym, lib),
         }

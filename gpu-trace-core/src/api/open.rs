@@ -5,7 +5,9 @@
 
 use std::collections::HashMap;
 
-use gpu_trace_common::api::{API_NAME_MAX, ApiContextRecord, ApiNames};
+use gpu_trace_common::api::API_NAME_MAX;
+
+use crate::user_records::{ApiContextRecord, ApiNames};
 
 use crate::event::{ApiCall, ApiOpen, Origin};
 
@@ -92,12 +94,12 @@ fn padded(s: &str) -> [u8; API_NAME_MAX] {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpu_trace_common::{RecordHeader, record_kind};
+    use gpu_trace_common::RecordHeader;
 
     fn rec(tid: u32, ts_ns: u64, outer: bool) -> ApiContextRecord {
         ApiContextRecord {
             hdr: RecordHeader {
-                kind: record_kind::API_CONTEXT,
+                kind: crate::user_records::user_kind::API_CONTEXT,
                 cpu: 0,
                 ts_ns,
                 tgid: 10,

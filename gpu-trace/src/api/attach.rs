@@ -18,8 +18,7 @@ use aya::{
     },
 };
 use gpu_trace_common::api::{
-    ApiContextRecord, ApiKey, ApiStat, ApiStatsRecord, ApiSymbolRecord, ApiTagRecord,
-    ApiThroughKey, LOOKUP_PROCADDRESS, api_switch,
+    ApiKey, ApiStat, ApiTagRecord, ApiThroughKey, LOOKUP_PROCADDRESS, api_switch,
 };
 use gpu_trace_common::record_kind;
 use gpu_trace_common::zerocopy::FromBytes as _;
@@ -29,6 +28,7 @@ use gpu_trace_core::api::path::{ApiPath, Handout};
 use gpu_trace_core::api::resolve::Origin;
 use gpu_trace_core::api::symbols::SymbolTable;
 use gpu_trace_core::escape::{decode_lossless, escape_text};
+use gpu_trace_core::user_records::{ApiContextRecord, ApiStatsRecord, ApiSymbolRecord, user_kind};
 
 use crate::launch::executable_of;
 use crate::probe::libraries::{self, Opened, ReadError, Reader};
@@ -1002,7 +1002,7 @@ impl Attacher {
                 let s = self.site(cookie);
                 ApiSymbolRecord {
                     hdr: gpu_trace_common::RecordHeader {
-                        kind: record_kind::API_SYMBOL,
+                        kind: user_kind::API_SYMBOL,
                         cpu: 0,
                         ts_ns: now_ns,
                         tgid: pid,
@@ -1025,7 +1025,7 @@ impl Attacher {
         };
         ApiContextRecord {
             hdr: gpu_trace_common::RecordHeader {
-                kind: record_kind::API_CONTEXT,
+                kind: user_kind::API_CONTEXT,
                 ..tag.hdr
             },
             depth: tag.depth,
@@ -1168,7 +1168,7 @@ impl TraceApi {
             if changed || self.grew.contains(&k) {
                 out.push(ApiStatsRecord {
                     hdr: gpu_trace_common::RecordHeader {
-                        kind: record_kind::API_STATS,
+                        kind: user_kind::API_STATS,
                         cpu: 0,
                         ts_ns: now_ns,
                         tgid: key.tgid,
