@@ -12,7 +12,7 @@ use crate::{maps::API_OPEN, pipe::send};
 
 /// `gpu-trace --api`: the API calls open on this thread (`API_OPEN`, kept by the uprobes of
 /// `probes/api_call.rs`), the innermost and the one outside it, sent as an `API_TAG` with the
-/// driver record's header just before that record (NVIDIA's `nv.rs`, AMD's `kfd.rs`). A plain lookup and a bounded copy, sent
+/// driver record's header just before that record (NVIDIA's `nvidia.rs`, AMD's `amd.rs`). A plain lookup and a bounded copy, sent
 /// without a reservation (`pipe::send`: none is held on the way to the record's own), and the
 /// cookies copied are never branched on, so that the verifier's paths join again after it.
 /// Without `--api` the map is empty and nothing is sent.

@@ -2,7 +2,7 @@
 //! around a `try_*` body), on a few shared parts: every map in `maps.rs`, what userspace
 //! configures and the filters built on it in `config.rs`, the one way to the ring buffer in
 //! `pipe.rs` (reserve a record or count the drop), kernel reads in `kernel.rs`, and what a
-//! vendor's call becomes whichever hook saw it in `nv.rs` (NVIDIA RM escapes) and `kfd.rs`
+//! vendor's call becomes whichever hook saw it in `nvidia.rs` (NVIDIA RM escapes) and `amd.rs`
 //! (AMD KFD commands), the syscall layer's shared path in `syscall.rs`, cgroup attribution in
 //! `cgroup.rs`.
 //!
@@ -31,13 +31,13 @@
 #![no_std]
 #![no_main]
 
+mod amd;
 mod api_tag;
 mod cgroup;
 mod config;
 mod kernel;
-mod kfd;
 mod maps;
-mod nv;
+mod nvidia;
 mod pipe;
 mod syscall;
 

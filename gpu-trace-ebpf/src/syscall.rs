@@ -9,7 +9,7 @@ use gpu_trace_common::{amd, counter, nv_entry_bits, nvidia, record_kind, wire_sy
 use crate::{
     config::{cgroup_wanted, config, is_kfd, is_watched, kfd_served_by_deep_hook, nv_entry_serves},
     kernel::{fd_file_rdev, kread},
-    kfd, maps, nv,
+    maps,
     pipe::{bump, emit_task},
 };
 
@@ -73,14 +73,14 @@ pub(crate) fn handle_ioctl(fd: u64, ioctl_cmd: u64, arg: u64, ret: i64) {
     };
     if kfd {
         if is_kfd(&cfg, rdev) {
-            kfd::handle_kfd_ioctl(fd, ioctl_cmd, arg, ret, rdev, tgid);
+            crate::amd::handle_kfd_ioctl(fd, ioctl_cmd, arg, ret, rdev, tgid);
         }
         return;
     }
     if !is_watched(&cfg, rdev) {
         return;
     }
-    nv::handle_nv_ioctl(fd as i32, ioctl_cmd, arg, ret, rdev, tgid, file);
+    crate::nvidia::handle_nv_ioctl(fd as i32, ioctl_cmd, arg, ret, rdev, tgid, file);
 }
 
 /// `close(fd)` returned 0 in a tracked process.

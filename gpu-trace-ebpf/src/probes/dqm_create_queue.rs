@@ -13,10 +13,10 @@ use aya_ebpf::{
 use gpu_trace_common::{KfdQueueRecord, hook_source, kfd_queue_flags, record_kind};
 
 use crate::{
+    amd::{fexit_arg3, probe_arg},
     cgroup,
     config::{deep_config, kfd_deep_wanted},
     kernel::kread,
-    kfd::{fexit_arg3, probe_arg},
     maps::DQM_CREATE_ARGS,
     pipe::{header, reserve, submit},
 };

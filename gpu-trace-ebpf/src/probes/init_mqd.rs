@@ -9,9 +9,9 @@ use aya_ebpf::{
 use gpu_trace_common::{counter, deep_hook, hook_source};
 
 use crate::{
+    amd::{emit_deep, probe_arg},
     config::{deep_config, kfd_deep_wanted},
     kernel::kread,
-    kfd::{emit_deep, probe_arg},
     pipe::bump,
 };
 

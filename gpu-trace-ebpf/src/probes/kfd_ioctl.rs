@@ -17,9 +17,9 @@ use gpu_trace_common::{
 };
 
 use crate::{
+    amd::{KfdCallHead, emit_kfd},
     config::{config, deep_config, kfd_deep_wanted},
     kernel::kread,
-    kfd::{KfdCallHead, emit_kfd},
     maps::{KFD_HANDLER_ARGS, KfdEntryArgs},
 };
 

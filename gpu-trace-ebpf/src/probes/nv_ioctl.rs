@@ -20,7 +20,7 @@ use crate::{
     config::{cgroup_wanted, config, is_watched},
     kernel::file_rdev,
     maps::{NV_ENTRY_ARGS, NvEntryArgs},
-    nv::handle_nv_ioctl,
+    nvidia::handle_nv_ioctl,
     pipe::bump,
     syscall::current_syscall,
 };

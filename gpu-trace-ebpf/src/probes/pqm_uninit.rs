@@ -10,9 +10,9 @@ use aya_ebpf::{
 use gpu_trace_common::{counter, deep_hook, hook_source};
 
 use crate::{
+    amd::emit_deep,
     config::{config, deep_config},
     kernel::kread,
-    kfd::emit_deep,
     pipe::bump,
 };
 

@@ -7,7 +7,7 @@ use std::{collections::BTreeMap, path::Path};
 use crate::{
     loader::{LoadError, LoadOptions, Tracer},
     probe::{
-        btf, devices, kallsyms, kfd, system,
+        amd, btf, devices, kallsyms, system,
         trial::{self, Refusal, TrialHook},
     },
     targets,
@@ -213,7 +213,7 @@ impl Facts {
         };
         let kprobe_events = tracefs_dir.as_deref().is_some_and(system::kprobe_events);
 
-        let kfd_node = devices::char_device(Path::new(kfd::KFD_PATH)).ok();
+        let kfd_node = devices::char_device(Path::new(amd::KFD_PATH)).ok();
         let kfd_version = kfd_node.as_ref().map(devices::kfd_version);
 
         let mut hooks = base_trials();

@@ -841,7 +841,7 @@ fn amd_rows(ctx: &Ctx<'_>) -> Vec<Row> {
             "load it: sudo modprobe amdgpu (needs CONFIG_HSA_AMD=y)",
         ),
     });
-    let kfd_major = devices::char_major_in(&f.proc_devices, crate::probe::kfd::KFD_DEVICE_NAME);
+    let kfd_major = devices::char_major_in(&f.proc_devices, crate::probe::amd::KFD_DEVICE_NAME);
     rows.push(match (kfd_major, &f.kfd_node) {
         (Some(m), Some(n)) if n.major == m => yes(
             s,

@@ -2,11 +2,11 @@
 //! allows. Every refusal is kept, so that the start-up report and the final error say what was
 //! tried and why it failed.
 
-pub mod deep;
+pub mod amd;
 pub mod deny;
-pub mod gpu_ext;
 pub mod hold;
-pub mod nv_entry;
+pub mod module_hooks;
+pub mod nvidia;
 pub mod trampoline;
 
 use std::{
@@ -220,7 +220,7 @@ pub const TRACK_KFD: u32 = 2;
 /// The loaded, attached programs. Dropping it detaches everything (nothing is pinned).
 pub struct Tracer {
     /// Dropped after `ebpf`'s programs are no longer needed: declared first, so dropped first.
-    _deep: deep::DeepHooks,
+    _deep: module_hooks::ModuleHooks,
     ebpf: Ebpf,
     pub hooks: Vec<Hook>,
     /// Attach points that were tried and refused before the chosen one, with the reason.
@@ -665,11 +665,11 @@ fn kfd_deep_plan(
     options: &LoadOptions,
     kernel_btf: &KernelBtf,
     refused: &mut Vec<String>,
-) -> Option<deep::KfdDeepPlan> {
+) -> Option<amd::KfdDeepPlan> {
     if options.kfd_major.is_none() || !options.deep_hooks || options.extra_kfd_device.is_some() {
         return None;
     }
-    match deep::KfdDeepPlan::prepare(&kernel_btf.vmlinux) {
+    match amd::KfdDeepPlan::prepare(&kernel_btf.vmlinux) {
         Ok(plan) => Some(plan),
         Err(why) => {
             refused.push(format!("AMD deep hooks: {why}"));
@@ -684,7 +684,7 @@ fn load_programs(
     options: &LoadOptions,
     kernel_btf: &KernelBtf,
     config: &KernelConfig,
-    deep_plan: Option<&deep::KfdDeepPlan>,
+    deep_plan: Option<&amd::KfdDeepPlan>,
 ) -> Result<Ebpf, LoadError> {
     let deep_config = deep_plan.map_or_else(KfdDeepConfig::default, |p| p.config);
     // Relocations use the BTF parsed once at start, as every other step does (without it,
@@ -713,11 +713,11 @@ fn attach_driver_hooks(
     ebpf: &mut Ebpf,
     options: &LoadOptions,
     kernel_btf: &KernelBtf,
-    deep_plan: Option<&deep::KfdDeepPlan>,
-) -> (deep::DeepHooks, u32) {
+    deep_plan: Option<&amd::KfdDeepPlan>,
+) -> (module_hooks::ModuleHooks, u32) {
     let mut deep_hooks = match deep_plan {
-        Some(plan) => deep::attach(ebpf, plan, !options.denies(), options.deep_attach),
-        None => deep::DeepHooks::default(),
+        Some(plan) => amd::attach(ebpf, plan, !options.denies(), options.deep_attach),
+        None => module_hooks::ModuleHooks::default(),
     };
     let mut nv_bits = 0;
     if !(options.nvidia && options.deep_hooks) {
@@ -725,17 +725,20 @@ fn attach_driver_hooks(
     }
     // NVIDIA: the driver's own entry points, where the kernel lets them be hooked and the
     // syscall layer is not needed for what the driver never sees.
-    match nv_entry_refusal(options).map_or_else(|| nv_entry::prepare(&kernel_btf.vmlinux), Err) {
+    match nv_entry_refusal(options).map_or_else(|| nvidia::entry::prepare(&kernel_btf.vmlinux), Err)
+    {
         Ok(targets) => {
-            nv_bits = nv_entry::attach(ebpf, &targets, &mut deep_hooks, options.deep_attach)
+            nv_bits = nvidia::entry::attach(ebpf, &targets, &mut deep_hooks, options.deep_attach)
         }
         Err(why) => deep_hooks
             .refused
             .push(format!("NVIDIA driver entry points: {why}")),
     }
     // NVIDIA: the scheduling hooks of a gpu_ext-patched driver, where one is loaded.
-    match gpu_ext::prepare(&kernel_btf.vmlinux) {
-        Ok(targets) => gpu_ext::attach(ebpf, &targets, &mut deep_hooks, options.deep_attach),
+    match nvidia::gpu_ext::prepare(&kernel_btf.vmlinux) {
+        Ok(targets) => {
+            nvidia::gpu_ext::attach(ebpf, &targets, &mut deep_hooks, options.deep_attach)
+        }
         Err(why) => deep_hooks
             .refused
             .push(format!("NVIDIA gpu_ext hooks: {why}")),
@@ -768,7 +771,7 @@ fn nv_entry_refusal(options: &LoadOptions) -> Option<String> {
 /// Tells the syscall layer's programs which calls the driver hooks serve (`SWITCHES`).
 fn set_switches(
     ebpf: &mut Ebpf,
-    deep_hooks: &deep::DeepHooks,
+    deep_hooks: &module_hooks::ModuleHooks,
     nv_bits: u32,
 ) -> Result<(), LoadError> {
     let mut switches: Array<_, u32> = Array::try_from(
@@ -796,7 +799,11 @@ fn set_switches(
 /// Whether some call is left to the syscall layer: every call served by the driver's own
 /// hooks (all KFD commands for AMD; ioctls and releases for NVIDIA) needs no program on every
 /// syscall.
-fn syscall_layer_needed(options: &LoadOptions, deep_hooks: &deep::DeepHooks, nv_bits: u32) -> bool {
+fn syscall_layer_needed(
+    options: &LoadOptions,
+    deep_hooks: &module_hooks::ModuleHooks,
+    nv_bits: u32,
+) -> bool {
     let all_kfd = [
         nr::CREATE_QUEUE,
         nr::DESTROY_QUEUE,

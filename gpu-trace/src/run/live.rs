@@ -94,7 +94,7 @@ pub async fn run_live_with(
     for line in subtrees.describe() {
         note(line);
     }
-    let kfd = amd.then(crate::probe::kfd::KfdPresence::probe);
+    let kfd = amd.then(crate::probe::amd::KfdPresence::probe);
     check_kfd(args, kfd.as_ref())?;
     let options = load_options(args, amd, kfd.as_ref(), watched, &subtrees);
     // NVML's own driver calls (it opens the GPU) are made before the programs attach, so that

@@ -51,7 +51,7 @@ pub(super) fn api_layer(
 /// stands in for it (--watch-device).
 pub(super) fn check_kfd(
     args: &TraceArgs,
-    kfd: Option<&crate::probe::kfd::KfdPresence>,
+    kfd: Option<&crate::probe::amd::KfdPresence>,
 ) -> Result<(), RunError> {
     if let Some(kfd) = kfd
         && let Some(warning) = kfd.warning()
@@ -69,7 +69,7 @@ pub(super) fn check_kfd(
 pub(super) fn load_options(
     args: &TraceArgs,
     amd: bool,
-    kfd: Option<&crate::probe::kfd::KfdPresence>,
+    kfd: Option<&crate::probe::amd::KfdPresence>,
     watched: Option<u32>,
     subtrees: &CgroupSelection,
 ) -> LoadOptions {

@@ -187,7 +187,7 @@ pub(super) fn recording_header(
         host: system::host_name(),
         kernel: system::kernel_release(),
         driver: if amd {
-            crate::probe::kfd::driver_description()
+            crate::probe::amd::driver_description()
         } else {
             system::nvidia_driver()
         },

@@ -125,7 +125,7 @@ pub(super) fn warn_before_start(args: &TraceArgs, amd: bool) {
 }
 
 /// The start-up report on stderr: what is traced, the hooks attached and those not used.
-pub(super) fn announce_hooks(tracer: &Tracer, kfd: Option<&crate::probe::kfd::KfdPresence>) {
+pub(super) fn announce_hooks(tracer: &Tracer, kfd: Option<&crate::probe::amd::KfdPresence>) {
     let what = match kfd {
         Some(k) => format!(
             "AMD KFD queue calls on /dev/kfd (char major {})",

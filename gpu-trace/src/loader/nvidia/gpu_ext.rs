@@ -8,9 +8,9 @@
 use aya::Ebpf;
 use gpu_trace_common::nvidia::gpu_ext::{FUNCTIONS, OLD_NAMES};
 
-use super::{
+use super::super::{
     DeepAttach,
-    deep::{DeepHooks, ModuleTargets},
+    module_hooks::{ModuleHooks, ModuleTargets},
     trampoline::Trampoline,
 };
 use crate::{
@@ -34,7 +34,7 @@ pub fn prepare(vmlinux: &Btf) -> Result<ModuleTargets, String> {
 }
 
 /// Attaches a program to every hook function `targets` defines.
-pub fn attach(ebpf: &mut Ebpf, targets: &ModuleTargets, out: &mut DeepHooks, via: DeepAttach) {
+pub fn attach(ebpf: &mut Ebpf, targets: &ModuleTargets, out: &mut ModuleHooks, via: DeepAttach) {
     let a = targets.attacher(ebpf, via);
     let list: Vec<DeepTarget> = GPU_EXT
         .into_iter()

@@ -12,9 +12,9 @@
 use aya::Ebpf;
 use gpu_trace_common::nv_entry_bits;
 
-use super::{
+use super::super::{
     DeepAttach,
-    deep::{DeepHooks, ModuleTargets},
+    module_hooks::{ModuleHooks, ModuleTargets},
     trampoline::Trampoline,
 };
 use crate::{
@@ -45,7 +45,7 @@ pub fn prepare(vmlinux: &Btf) -> Result<ModuleTargets, String> {
 pub fn attach(
     ebpf: &mut Ebpf,
     targets: &ModuleTargets,
-    out: &mut DeepHooks,
+    out: &mut ModuleHooks,
     via: DeepAttach,
 ) -> u32 {
     let a = targets.attacher(ebpf, via);
