@@ -142,19 +142,14 @@ fn draw_help(f: &mut ratatui::Frame, stepping: bool) {
     );
 }
 
-/// The GPUs table: RM instance, nvidia-smi index and UUID, live tasks, GPU share (80 columns
+/// The GPUs table: the GPU as nvidia-smi numbers it (`?` until the run knows which GPU RM's
+/// device instance is; AMD: its KFD `gpu_id`), its UUID, live tasks, GPU share (80 columns
 /// wide).
 fn draw_gpus(f: &mut ratatui::Frame, frame: &Frame, area: Rect, bold: Style) {
     let rows = frame.gpus.iter().map(|g| {
         Row::new(vec![
             g.gpu.map_or_else(|| "?".into(), |v| v.to_string()),
-            g.name
-                .as_ref()
-                .map_or_else(|| "?".into(), |(i, _)| i.to_string()),
-            g.name
-                .as_ref()
-                .and_then(|(_, u)| u.clone())
-                .unwrap_or_else(|| "?".into()),
+            g.uuid.clone().unwrap_or_else(|| "?".into()),
             g.live.to_string(),
             g.max_live.to_string(),
             percent(g.share),
@@ -165,16 +160,13 @@ fn draw_gpus(f: &mut ratatui::Frame, frame: &Frame, area: Rect, bold: Style) {
             rows,
             [
                 Constraint::Length(6),
-                Constraint::Length(10),
                 Constraint::Length(40),
                 Constraint::Length(5),
                 Constraint::Length(8),
                 Constraint::Length(6),
             ],
         )
-        .header(
-            Row::new(["RM GPU", "NVIDIA-SMI", "UUID", "LIVE", "MAX_LIVE", "SHARE%"]).style(bold),
-        )
+        .header(Row::new(["GPU", "UUID", "LIVE", "MAX_LIVE", "SHARE%"]).style(bold))
         .block(Block::default().borders(Borders::TOP).title("GPUs")),
         area,
     );
