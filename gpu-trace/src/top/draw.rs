@@ -6,7 +6,7 @@ use ratatui::{
     layout::{Constraint, Layout, Rect},
     style::{Color, Modifier, Style},
     text::Line,
-    widgets::{Block, Borders, Cell, Clear, Paragraph, Row, Table},
+    widgets::{Block, Borders, Cell, Clear, Paragraph, Row, Table, Wrap},
 };
 
 use crate::output::top::{
@@ -22,18 +22,39 @@ pub(super) struct Context<'a> {
     /// Exited processes no longer shown ([`TopModel::expired`](crate::output::top::TopModel::expired)).
     pub expired: u64,
     pub colour: bool,
+    /// A warning under the title ([`Top::notice`](super::Top::notice)).
+    pub notice: Option<&'a str>,
 }
 
 /// Draws `frame`; the rows the process table has room for (a page).
 pub(super) fn draw(f: &mut ratatui::Frame, frame: &Frame, view: &mut View, ctx: &Context) -> usize {
     let gpu_rows = frame.gpus.len().max(1) as u16;
-    let [head, gpus, procs] = Layout::vertical([
+    // The notice's lines at this width (it wraps at words: a line more than its length needs).
+    let width = usize::from(f.area().width.max(1));
+    let notice_rows = ctx.notice.map_or(0, |n| {
+        let chars = n.chars().count();
+        chars.div_ceil(width) + usize::from(chars > width)
+    }) as u16;
+    let [head, notice, gpus, procs] = Layout::vertical([
         Constraint::Length(3),
+        Constraint::Length(notice_rows),
         Constraint::Length(gpu_rows + 3),
         Constraint::Min(4),
     ])
     .areas(f.area());
     let bold = Style::default().add_modifier(Modifier::BOLD);
+    if let Some(n) = ctx.notice {
+        // Red like the refusals, or bold without colours.
+        let style = if ctx.colour {
+            bold.fg(Color::Red)
+        } else {
+            bold
+        };
+        f.render_widget(
+            Paragraph::new(Line::styled(n, style)).wrap(Wrap { trim: false }),
+            notice,
+        );
+    }
     let health = if frame.dropped > 0 {
         format!("DROPPED {} (raise --ring-size)", frame.dropped)
     } else {
