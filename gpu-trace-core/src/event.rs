@@ -703,7 +703,11 @@ pub enum EventKind {
         interleave: Option<Interleave>,
         interleave_source: ValueSource,
         runlist: Option<u32>,
-        /// GPU index (NVIDIA `deviceId` of the parent device object), when seen.
+        /// The GPU's number in the driver's calls, when seen: NVIDIA RM's device instance
+        /// (`deviceId` of the parent device object; not nvidia-smi's index, which the pipeline
+        /// resolves: `model::gpus`), AMD's KFD `gpu_id`. Written by the outputs, not by serde
+        /// (JSON `gpu` and `rm_device`: [`EventKind::driver_gpu`]).
+        #[serde(skip)]
         gpu: Option<u32>,
     },
     /// The task was put on the runlist / made active: the admission point.
@@ -734,6 +738,9 @@ pub enum EventKind {
         chid: Option<u32>,
         runlist: Option<u32>,
         token: u32,
+        /// As `TaskInit`'s `gpu`: the driver's number of the GPU (RM device instance, KFD
+        /// `gpu_id`).
+        #[serde(skip)]
         gpu: Option<u32>,
     },
     /// The task ended.
@@ -802,6 +809,16 @@ impl EventKind {
             Self::SchedUpdate { .. } => "SCHED_UPDATE",
             Self::PretraceEnd { .. } => "PRETRACE_END",
             Self::MpsShared { .. } => "MPS_SHARED",
+        }
+    }
+
+    /// The driver's own number of the task's GPU, for the kinds that carry one (`TASK_INIT`,
+    /// `WORK_SUBMIT`; the inner `None`: not seen): NVIDIA RM's device instance, AMD's KFD
+    /// `gpu_id`. `None` for the other kinds.
+    pub fn driver_gpu(&self) -> Option<Option<u32>> {
+        match self {
+            Self::TaskInit { gpu, .. } | Self::WorkSubmit { gpu, .. } => Some(*gpu),
+            _ => None,
         }
     }
 

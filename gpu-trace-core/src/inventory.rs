@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::escape::escape_text;
+use crate::model::gpus::GpuDirectory;
 
 /// What an fd of a process points at, as far as the inventory cares.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -146,8 +147,17 @@ impl Inventory {
     }
 }
 
-/// The start-up report's line of one inventoried process (without prefix).
-fn process_line(p: &InventoryProcess, cmdlines: bool) -> String {
+/// nvidia-smi's index of the GPU at `bus_id` among the inventory's GPUs (`gpus`), as text;
+/// `?` when it is not one of them.
+fn smi_index(gpus: &GpuDirectory, bus_id: Option<&str>) -> String {
+    bus_id
+        .and_then(|b| gpus.index_of_bus(b))
+        .map_or_else(|| "?".to_string(), |i| i.to_string())
+}
+
+/// The start-up report's line of one inventoried process (without prefix); `gpus` numbers its
+/// GPUs as nvidia-smi does.
+fn process_line(p: &InventoryProcess, gpus: &GpuDirectory, cmdlines: bool) -> String {
     let mut line = format!("  PID {} {}", p.pid, escape_text(&p.comm));
     if let Some(role) = p.mps {
         line.push_str(match role {
@@ -158,7 +168,7 @@ fn process_line(p: &InventoryProcess, cmdlines: bool) -> String {
     for g in &p.gpus {
         line.push_str(&format!(
             " gpu={}({} {}",
-            g.minor,
+            smi_index(gpus, g.bus_id.as_deref()),
             g.bus_id.as_deref().unwrap_or("?"),
             g.uuid.as_deref().unwrap_or("?")
         ));
@@ -219,15 +229,18 @@ pub fn render_text(inv: &Inventory) -> Vec<String> {
 /// (`cmd="..."`), which can carry what a log should not (pod logs of the DaemonSet).
 pub fn render_text_with(inv: &Inventory, cmdlines: bool) -> Vec<String> {
     let mut out = Vec::new();
+    // GPUs by nvidia-smi's index (what `gpu=` and `--gpu` say), the device node beside it.
+    let gpus = GpuDirectory::new(&inv.gpus);
     for g in &inv.gpus {
         out.push(format!(
-            "GPU minor {}: {} bus {} {}",
-            g.minor,
+            "GPU {}: {} bus {} {} (/dev/nvidia{})",
+            smi_index(&gpus, g.bus_id.as_deref()),
             g.name
                 .as_deref()
                 .map_or("?".into(), |t| escape_text(t).into_owned()),
             g.bus_id.as_deref().unwrap_or("?"),
             g.uuid.as_deref().unwrap_or("?"),
+            g.minor,
         ));
     }
     let n = inv.processes.len();
@@ -242,7 +255,7 @@ pub fn render_text_with(inv: &Inventory, cmdlines: bool) -> Vec<String> {
         }
     ));
     for p in &inv.processes {
-        out.push(process_line(p, cmdlines));
+        out.push(process_line(p, &gpus, cmdlines));
     }
     if inv.denied != 0 {
         let n = inv.denied;

@@ -437,11 +437,24 @@ impl<W: Write> Pipeline<W> {
 
     /// `--gpu` selectors that name none of the GPUs the inventory found (after
     /// [`inventory`](Self::inventory)), each with the GPUs there are (`0 GPU-… 0000:00:06.0`);
-    /// empty when every selector names one, or when no GPU is known (then nothing can be said).
+    /// empty when every selector names one. When the run lists no GPU at all (a recording made
+    /// before recordings listed the host's GPUs, a host without the NVIDIA driver), no event
+    /// can pass any selector: one line says so.
     pub fn unmatched_gpu_selectors(&self) -> Vec<String> {
         let gpus = self.gpus.all();
         if gpus.is_empty() {
-            return Vec::new();
+            if self.gpu_filter.is_empty() {
+                return Vec::new();
+            }
+            let sels: Vec<String> = (self.gpu_filter.iter())
+                .map(|s| crate::escape::escape_text(s).into_owned())
+                .collect();
+            return vec![format!(
+                "--gpu {}: this run lists no NVIDIA GPU (a recording made before gpu-trace \
+                 recorded the host's GPUs, or no NVIDIA driver), so it cannot tell which GPU an \
+                 event is on: no event will pass it",
+                sels.join(", --gpu ")
+            )];
         }
         let known: Vec<String> = (gpus.iter())
             .map(|g| {

@@ -395,6 +395,10 @@ fn top(mut args: gpu_trace::cli::TraceArgs, expire: f64) -> anyhow::Result<run::
         _ => "NVIDIA RM calls",
     };
     let mut view = gpu_trace::top::Top::new(what).expire(expire);
+    // No driver to trace: said on screen from the first frame (issue 41 item 6).
+    if let Some(notice) = gpu_trace::top::driver_notice(args.vendor) {
+        view = view.notice(notice);
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

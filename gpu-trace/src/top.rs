@@ -55,6 +55,8 @@ struct Screen {
     colour: bool,
     /// Rows the process table showed last (a page for PgUp/PgDn).
     page: usize,
+    /// A warning shown under the title from the first frame on (no GPU driver to trace).
+    notice: Option<String>,
 }
 
 impl Screen {
@@ -75,6 +77,7 @@ impl Screen {
             expire_s: self.expire_s,
             expired: self.expired,
             colour: self.colour,
+            notice: self.notice.as_deref(),
         };
         let view = &mut self.view;
         let mut page = self.page;
@@ -136,6 +139,7 @@ impl Top {
                 expired: 0,
                 colour,
                 page: 1,
+                notice: None,
             })),
             model,
             stepping: false,
@@ -160,6 +164,13 @@ impl Top {
     pub fn expire(mut self, seconds: f64) -> Self {
         self.model.expire_s = seconds;
         self.screen().expire_s = seconds;
+        self
+    }
+
+    /// Shows `line` under the title on every frame, from the first (a warning the start-up
+    /// report printed on stderr, which the view would hide until it quits).
+    pub fn notice(self, line: impl Into<String>) -> Self {
+        self.screen().notice = Some(line.into());
         self
     }
 
@@ -375,4 +386,14 @@ fn open_terminal() -> io::Result<Terminal<CrosstermBackend<Stdout>>> {
     terminal.hide_cursor()?;
     terminal.clear()?;
     Ok(terminal)
+}
+
+/// What `top` says on screen when the driver of `vendor` is not there to trace (`None`: it is):
+/// the start-up warning's words, which stderr alone shows only after the view quits.
+pub fn driver_notice(vendor: crate::cli::Vendor) -> Option<String> {
+    match vendor {
+        crate::cli::Vendor::Amd => crate::probe::kfd::KfdPresence::probe().warning(),
+        _ => crate::probe::system::nvidia_not_loaded_warning(),
+    }
+    .map(|w| format!("warning: {w}"))
 }

@@ -192,3 +192,88 @@ fn a_gpu_selector_that_names_no_gpu_of_the_run_is_said() {
         }
     }
 }
+
+/// The text lines' own `gpu=` (`-v`'s `WORK_SUBMIT`) of the replay with `extra` options.
+fn text_gpus(name: &str, extra: &[&str]) -> Vec<(String, String)> {
+    let path = fixture(name);
+    let out = Command::new(gpu_trace_bin())
+        .args(["replay", path.to_str().unwrap(), "-v"])
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{name} {extra:?}: {out:?}");
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter(|l| l.split_whitespace().nth(2) == Some("WORK_SUBMIT"))
+        .map(|l| {
+            let gpu = l
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("gpu="))
+                .unwrap_or_else(|| panic!("{name}: no gpu= in {l}"));
+            (gpu.to_string(), l.to_string())
+        })
+        .collect()
+}
+
+/// One GPU numbering (issue 41 item 1): the `gpu=` a text line prints is the number `--gpu`
+/// takes, nvidia-smi's index (`smi.csv`): on the two-H200 recordings `--gpu N` keeps exactly the
+/// unfiltered replay's lines that print `gpu=N`, and only numbers nvidia-smi lists (or `?`)
+/// are printed. The CUDA_VISIBLE_DEVICES=1 run's lines all print `gpu=1`, the GPU its README
+/// says it ran on, though RM's device instance of its tasks is not what decides that.
+#[test]
+fn the_printed_gpu_is_the_one_gpu_selects() {
+    let indexes: Vec<String> = smi().iter().map(|(i, _, _)| i.to_string()).collect();
+    for name in ["each", "gpu1_only", "allreduce"] {
+        let file = format!("h200x2_gpu_ids/{name}.gtrace");
+        let all = text_gpus(&file, &[]);
+        assert!(!all.is_empty(), "{name}: no WORK_SUBMIT line");
+        for (gpu, line) in &all {
+            assert!(
+                indexes.contains(gpu) || gpu == "?",
+                "{name}: gpu={gpu} is not an nvidia-smi index: {line}"
+            );
+        }
+        for index in &indexes {
+            let want: Vec<&String> = (all.iter())
+                .filter(|(g, _)| g == index)
+                .map(|(_, l)| l)
+                .collect();
+            let got = text_gpus(&file, &["--gpu", index]);
+            let got: Vec<&String> = got.iter().map(|(_, l)| l).collect();
+            assert_eq!(got, want, "{name} --gpu {index}");
+        }
+    }
+    let only = text_gpus("h200x2_gpu_ids/gpu1_only.gtrace", &[]);
+    assert!(only.iter().all(|(g, _)| g == "1"), "{only:?}");
+}
+
+/// A recording made before recordings listed the host's GPUs (two_streams.gtrace, the issue's
+/// example): nvidia-smi's index of its GPU is not known, so its lines print `gpu=?` (not RM's
+/// device instance, which used to print as `gpu=0` although `--gpu 0` selected nothing), and
+/// `--gpu 0` says on stderr that no event can pass it.
+#[test]
+fn a_recording_without_its_gpus_prints_question_marks_and_says_gpu_selects_nothing() {
+    let all = text_gpus("./two_streams.gtrace", &[]);
+    assert!(!all.is_empty());
+    assert!(all.iter().all(|(g, _)| g == "?"), "{all:?}");
+    let path = fixture("./two_streams.gtrace");
+    let out = Command::new(gpu_trace_bin())
+        .args(["replay", path.to_str().unwrap(), "-v", "--gpu", "0"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        !(stdout.lines()).any(|l| l.split_whitespace().nth(2) == Some("WORK_SUBMIT")),
+        "{stdout}"
+    );
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with("gpu-trace: warning: --gpu 0: ")
+                && l.ends_with("no event will pass it")),
+        "{stderr}"
+    );
+}

@@ -178,7 +178,8 @@ fn samples(text: &str, name: &str) -> Vec<(BTreeMap<String, String>, f64)> {
 
 /// (event, gpu, engine, process name) → count, from the JSON lines alone: a task's events count
 /// under the GPU and engine of its TASK_INIT when it was seen created, else under the GPU the
-/// line names (`gpu_device.index`, else its own `gpu`) and no engine; a process's name is the
+/// line names (`gpu_device.index`, else `?` for an RM device instance, else its own `gpu`) and
+/// no engine; a process's name is the
 /// first `comm` seen of it (the inventory's, else its first record's, `names`); a TASK_DESTROY
 /// at the tracer's exit is not an event.
 fn expected_series(
@@ -203,8 +204,11 @@ fn expected_series(
         }
         let pid = l["pid"].as_u64().unwrap();
         let id = format!("{pid}/{}/{}", l["client"], l["task"]);
+        // nvidia-smi's index where the line names the GPU; an RM device instance without it
+        // is `?` (not an index), no number at all the empty label.
         let own = match l.get("gpu_device") {
             Some(d) => text(&d["index"]),
+            None if l["rm_device"].is_u64() => "?".to_string(),
             None => text(&l["gpu"]),
         };
         let (gpu, engine) = match event {

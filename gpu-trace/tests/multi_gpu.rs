@@ -98,6 +98,15 @@ fn checked(name: &str) -> (Vec<u64>, BTreeMap<u64, Vec<u64>>) {
             format!("{:04x}:{:02x}:{:02x}.0", pci.0, pci.1, pci.2),
             "{name}: {e}"
         );
+        // The event's own numbers (TASK_INIT, WORK_SUBMIT): `gpu` nvidia-smi's index, the
+        // driver's device instance apart as `rm_device`.
+        if let Some(gpu) = e.get("gpu") {
+            assert_eq!(
+                (gpu.as_u64(), e["rm_device"].as_u64()),
+                (Some(index), Some(rm)),
+                "{name}: {e}"
+            );
+        }
         if e["event"] == "TASK_INIT" {
             inits.push(index);
         }
@@ -131,8 +140,8 @@ fn one_process_on_both_gpus_names_each() {
     let rows = stats["gpus"].as_array().unwrap();
     assert_eq!(rows.len(), 2, "{rows:?}");
     for row in rows {
-        let rm = row["gpu"].as_u64().unwrap();
-        let index = row["index"].as_u64().unwrap();
+        let rm = row["rm_device"].as_u64().unwrap();
+        let index = row["gpu"].as_u64().unwrap();
         let (uuid, pci) = &smi[&index];
         assert_eq!(wit.get(&rm), Some(pci), "{row}");
         assert_eq!(row["uuid"], **uuid, "{row}");
@@ -206,4 +215,13 @@ fn without_the_driver_s_answer_no_gpu_is_guessed() {
         events.iter().all(|e| e.get("gpu_device").is_none()),
         "a GPU named without the driver's answer"
     );
+    // The events that carry a GPU number keep RM's and say nvidia-smi's is not known.
+    let numbered: Vec<_> = events.iter().filter(|e| e.get("gpu").is_some()).collect();
+    assert!(!numbered.is_empty());
+    for e in numbered {
+        assert!(
+            e["gpu"].is_null() && e["rm_device"].is_u64(),
+            "RM's number passed for nvidia-smi's: {e}"
+        );
+    }
 }

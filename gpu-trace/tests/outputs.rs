@@ -333,8 +333,9 @@ fn perfetto_timeline_of_two_streams_imports_and_matches_the_events() {
     );
     assert_eq!(
         processes.remove(&u64::from(GPU_GROUP_PID_BASE)),
-        Some("GPU 0".to_string()),
-        "the fixture's TSGs are all on RM device 0 (its README)"
+        Some("GPU ? (RM device 0)".to_string()),
+        "the fixture's TSGs are all on RM device 0 (its README); the recording does not list \
+         the host's GPUs, so nvidia-smi's index is not known"
     );
     let pids: BTreeSet<u64> = events.iter().map(|e| e["pid"].as_u64().unwrap()).collect();
     assert_eq!(processes.keys().copied().collect::<BTreeSet<_>>(), pids);
@@ -359,9 +360,9 @@ fn perfetto_timeline_of_two_streams_imports_and_matches_the_events() {
         let g = on_gpu.iter().find(|g| g.name == name).unwrap();
         assert_eq!((g.begin, g.end), (s.begin, s.end), "{name}");
     }
-    // GPU 0's live-task counter climbs to 4 and returns to 0 with the TSGs' ends.
+    // RM device 0's live-task counter climbs to 4 and returns to 0 with the TSGs' ends.
     let c = counters(&text);
-    let live = &c["live tasks GPU 0"];
+    let live = &c["live tasks GPU ? (RM device 0)"];
     assert_eq!(live.iter().map(|&(_, n)| n).max(), Some(4));
     assert_eq!(live.last().map(|&(_, n)| n), Some(0));
 
@@ -441,11 +442,11 @@ fn perfetto_timeline_of_two_streams_imports_and_matches_the_events() {
     flow_ids.sort();
     flow_ids.dedup();
     assert_eq!(flow_ids.len(), 4, "each lifetime its own flow");
-    // schedules/s GPU 0: at every point, the SCHEDULEs of the JSON output in the second up to
+    // schedules/s of RM device 0: at every point, the SCHEDULEs of the JSON output in the second up to
     // it, (ts − 1 s, ts] (the last point of a timestamp is the value); it steps at each
     // SCHEDULE (the first point is the first SCHEDULE, never earlier) and a second after each,
     // ending at 0.
-    let rate = &c["schedules/s GPU 0"];
+    let rate = &c["schedules/s GPU ? (RM device 0)"];
     let ns = |ts: f64| (ts * 1000.0).round() as u64;
     let scheds: Vec<u64> = events
         .iter()
@@ -466,7 +467,10 @@ fn perfetto_timeline_of_two_streams_imports_and_matches_the_events() {
         assert_eq!(n, want, "at {ts} µs: {rate:?}");
     }
     assert_eq!(rate.len(), 2 * 4, "a step up and a step down per SCHEDULE");
-    assert_eq!(c["schedules/s GPU 0"].last().map(|&(_, n)| n), Some(0));
+    assert_eq!(
+        c["schedules/s GPU ? (RM device 0)"].last().map(|&(_, n)| n),
+        Some(0)
+    );
 }
 
 #[test]
@@ -480,8 +484,9 @@ fn a_live_gpu_host_run_s_timeline_and_lines_are_what_its_recording_replays_to() 
     let replayed: Value = serde_json::from_str(&text).unwrap();
     // The live file was written before two changes of issue 30 (item 7): slices named with
     // their engine (`TSG 0x5c000015 GRAPHICS`, was `TSG 0x5c000015`) and the schedules/s
-    // counter stepped at each SCHEDULE (was binned per second). Apart from those, event for
-    // event.
+    // counter stepped at each SCHEDULE (was binned per second), and before issue 41 put RM's
+    // device instance in the args as `rm_device` beside `gpu` (then that instance, now
+    // nvidia-smi's index: both 0 on this one-GPU host). Apart from those, event for event.
     let before_issue_30 = |v: &Value| -> Vec<Value> {
         v.as_array()
             .unwrap()
@@ -493,6 +498,14 @@ fn a_live_gpu_host_run_s_timeline_and_lines_are_what_its_recording_replays_to() 
             })
             .map(|e| {
                 let mut e = e.clone();
+                if let Some(args) = e["args"].as_object_mut() {
+                    args.remove("rm_device");
+                    for inner in args.values_mut() {
+                        if let Some(o) = inner.as_object_mut() {
+                            o.remove("rm_device");
+                        }
+                    }
+                }
                 if let Some(n) = e["name"].as_str() {
                     for engine in [" GRAPHICS", " COPY"] {
                         if let Some(old) = n.strip_suffix(engine) {
@@ -531,13 +544,55 @@ fn a_live_gpu_host_run_s_timeline_and_lines_are_what_its_recording_replays_to() 
         assert_eq!(s.flows[0].map(|f| (f.1, f.2)), Some((false, true)));
         assert!(s.flows[1..].iter().all(|f| f.is_some_and(|f| f.1 && f.2)));
     }
-    // And the JSON lines replay to what the live run printed, byte for byte.
+    // And the JSON lines replay to what the live run printed, but for the `rm_device` that
+    // issue 41 added after it (RM's device instance, the live run's `gpu`; `gpu` is now
+    // nvidia-smi's index, the same 0 on this one-GPU host); byte for byte without it.
     let path = fixture("h100_live/two_streams_live.gtrace");
     let replayed_lines = gpu_trace(&["replay", path.to_str().unwrap(), "--format", "json", "-v"]);
-    assert_eq!(
-        replayed_lines,
-        std::fs::read_to_string(fixture("h100_live/two_streams_live.jsonl")).unwrap()
-    );
+    let live_text = std::fs::read_to_string(fixture("h100_live/two_streams_live.jsonl")).unwrap();
+    assert_eq!(replayed_lines.lines().count(), live_text.lines().count());
+    for (replayed, live) in replayed_lines.lines().zip(live_text.lines()) {
+        let live_v: Value = serde_json::from_str(live).unwrap();
+        let mut r: Value = serde_json::from_str(replayed).unwrap();
+        if let Some(rm) = r.as_object_mut().unwrap().remove("rm_device") {
+            assert_eq!(rm, live_v["gpu"], "{replayed}");
+            let cut = format!(",\"rm_device\":{rm}");
+            assert_eq!(replayed.replacen(&cut, "", 1), live);
+        } else if live_v["event"] == "STATS" {
+            // Its GPU numbers renamed: `gpu` was RM's instance (now `rm_device`) and `index`
+            // nvidia-smi's (now `gpu`), in the per-GPU, per-runlist and per-task rows.
+            assert_eq!(r, stats_renumbered(live_v), "{replayed}");
+        } else {
+            assert_eq!(replayed, live);
+        }
+    }
+}
+
+/// A `STATS` line written before issue 41 in its numbering: each row's `gpu` (RM's device
+/// instance) as `rm_device`, nvidia-smi's index (the per-GPU rows' `index`) as `gpu`.
+fn stats_renumbered(mut v: Value) -> Value {
+    let mut index_of = std::collections::HashMap::new();
+    for row in v["gpus"].as_array_mut().unwrap() {
+        let o = row.as_object_mut().unwrap();
+        let rm = o.remove("gpu").unwrap();
+        let index = o.remove("index").unwrap_or(Value::Null);
+        index_of.insert(rm.to_string(), index.clone());
+        o.insert("gpu".into(), index);
+        o.insert("rm_device".into(), rm);
+    }
+    for rows in ["runlists", "tasks"] {
+        for row in v[rows].as_array_mut().unwrap() {
+            let o = row.as_object_mut().unwrap();
+            let rm = o.remove("gpu").unwrap();
+            let index = index_of
+                .get(&rm.to_string())
+                .cloned()
+                .unwrap_or(Value::Null);
+            o.insert("gpu".into(), index);
+            o.insert("rm_device".into(), rm);
+        }
+    }
+    v
 }
 
 #[test]

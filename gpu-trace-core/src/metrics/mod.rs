@@ -510,14 +510,18 @@ const ENGINES: [&str; 15] = [
 ];
 
 /// The key of a GPU in [`Metrics::gpus`]: nvidia-smi's `index` when the pipeline named the GPU
-/// (its UUID then comes with it), else the event's own number (`raw`: RM's device instance or
-/// AMD's `gpu_id`), the two kept apart.
+/// (its UUID then comes with it), else the event's own number (`raw`: AMD's `gpu_id`), the two
+/// kept apart.
 fn gpu_key(index: Option<u32>, raw: Option<u32>) -> u64 {
     match index {
         Some(i) => 1 << 32 | u64::from(i),
         None => u64::from(raw.unwrap_or(0)),
     }
 }
+
+/// The key of the NVIDIA GPUs the pipeline could not name (`gpu="?"`): RM's device instance is
+/// not nvidia-smi's index, so it is not shown as one.
+const UNNAMED_GPU_KEY: u64 = 2 << 32;
 
 /// The `event` label values, in the order of [`Series::events`].
 const EVENT_NAMES: [&str; 7] = [
@@ -1031,7 +1035,8 @@ impl Metrics {
     /// The series of `who`'s event on `gpu` (the event's own number) and `engine`.
     fn key_of(&mut self, who: Who<'_>, gpu: Option<u32>, engine: Option<Engine>) -> SeriesKey {
         let engine = engine_label(engine, who.amd);
-        self.key(gpu, who.named, engine, who.process, who.workload)
+        let gpu = self.gpu_slot(gpu, who.named, who.amd.is_some());
+        self.key_on(gpu, engine, who.process, who.workload)
     }
 
     /// A `TASK_INIT`: the task `id` counts as live in its series (and its timeslice in the
@@ -1102,25 +1107,16 @@ impl Metrics {
         }
     }
 
-    fn key(
-        &mut self,
-        gpu: Option<u32>,
-        named: Option<&GpuIdentity>,
-        engine: u8,
-        process_name: &str,
-        workload: Option<&Workload>,
-    ) -> SeriesKey {
-        let gpu = self.gpu_slot(gpu, named);
-        self.key_on(gpu, engine, process_name, workload)
-    }
-
-    /// The `gpu` label index of a GPU named by nvidia-smi's index and UUID (`named`), else by
-    /// the event's own number.
-    fn gpu_slot(&mut self, gpu: Option<u32>, named: Option<&GpuIdentity>) -> u32 {
+    /// The `gpu` label index of a GPU named by nvidia-smi's index and UUID (`named`), else
+    /// AMD's by the event's own number (its `gpu_id`), NVIDIA's as `?`.
+    fn gpu_slot(&mut self, gpu: Option<u32>, named: Option<&GpuIdentity>, amd: bool) -> u32 {
         match (named, gpu) {
             (Some(id), _) => self.gpus.slot(&gpu_key(Some(id.index), None), || {
                 let uuid = id.uuid.as_deref().map(sanitize_label).unwrap_or_default();
                 (gpu_key(Some(id.index), None), (id.index.to_string(), uuid))
+            }),
+            (None, Some(_)) if !amd => self.gpus.slot(&UNNAMED_GPU_KEY, || {
+                (UNNAMED_GPU_KEY, ("?".to_string(), String::new()))
             }),
             (None, Some(g)) => self.gpus.slot(&gpu_key(None, Some(g)), || {
                 (gpu_key(None, Some(g)), (g.to_string(), String::new()))

@@ -87,7 +87,8 @@ impl Metrics {
             let named = super::gpu_key(Some(*gpu), None);
             let gpu = match self.gpus.contains(&named) {
                 true => self.gpus.slot(&named, || unreachable!("contained")),
-                false => self.gpu_slot(Some(*gpu), None),
+                // Labelled by that number as it is (the path of a number that is not RM's).
+                false => self.gpu_slot(Some(*gpu), None, true),
             };
             let key = self.key_on(gpu, 0, comm, workload.as_ref());
             let l = self.labels_of(key);

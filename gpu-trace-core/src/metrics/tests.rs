@@ -4,7 +4,10 @@
 use super::*;
 use crate::event::{Interleave, Origin, ValueSource};
 
-/// Observes `kind` from thread `thread` of process `process` (pid `pid`) at `ts_ns`.
+/// Observes `kind` from thread `thread` of process `process` (pid `pid`) at `ts_ns`. An event
+/// that carries RM's device instance D comes as the pipeline hands it on a host where D is
+/// nvidia-smi's GPU D (UUID not known): these tests are about the series, not the numbering
+/// (`gpus_are_labelled_by_nvidia_smi_s_index_or_question_mark` is).
 fn see_as(m: &mut Metrics, ts_ns: u64, pid: u32, thread: &str, process: &str, kind: EventKind) {
     let origin = Origin {
         ts_ns,
@@ -13,7 +16,13 @@ fn see_as(m: &mut Metrics, ts_ns: u64, pid: u32, thread: &str, process: &str, ki
         tid: pid,
         comm: thread.into(),
     };
-    m.observe(
+    let named = kind.driver_gpu().flatten().map(|d| GpuIdentity {
+        index: d,
+        uuid: None,
+        bus_id: format!("0000:{d:02x}:00.0"),
+        rm_device: d,
+    });
+    m.observe_on(
         &Event {
             amd: None,
             api: None,
@@ -23,6 +32,7 @@ fn see_as(m: &mut Metrics, ts_ns: u64, pid: u32, thread: &str, process: &str, ki
         },
         process,
         None,
+        named.as_ref(),
     );
 }
 
@@ -120,6 +130,23 @@ fn event_series(event: &str, gpu: &str, engine: &str, comm: &str) -> String {
 }
 
 const S: u64 = 1_000_000_000;
+
+/// Event `kind` of process `pid` (`python3`, its main thread) at 1 s.
+fn python3_at_1s(pid: u32, kind: EventKind) -> Event {
+    Event {
+        amd: None,
+        api: None,
+        key: None,
+        origin: Origin {
+            ts_ns: S,
+            cpu: 0,
+            pid,
+            tid: pid,
+            comm: "python3".into(),
+        },
+        kind,
+    }
+}
 
 #[test]
 fn a_task_life_is_counted_timed_and_leaves_the_gauges_at_zero() {
@@ -804,22 +831,17 @@ fn a_users_copy_of_a_container_id_is_its_own_series_with_container_user() {
     );
 
     let mut m = Metrics::new(MetricsConfig::default());
-    let ev = |pid| Event {
-        amd: None,
-        api: None,
-        key: None,
-        origin: Origin {
-            ts_ns: S,
-            cpu: 0,
-            pid,
-            tid: pid,
-            comm: "python3".into(),
-        },
-        kind: init(pid, Engine::Graphics, 0, None),
+    let ev = |pid| python3_at_1s(pid, init(pid, Engine::Graphics, 0, None));
+    // On nvidia-smi's GPU 0, the GPU of the share samples below.
+    let gpu0 = GpuIdentity {
+        index: 0,
+        uuid: None,
+        bus_id: "0000:00:06.0".into(),
+        rm_device: 0,
     };
-    m.observe(&ev(10), "python3", Some(&wr));
-    m.observe(&ev(11), "python3", Some(&wu));
-    m.observe(&ev(12), "python3", Some(&wu));
+    m.observe_on(&ev(10), "python3", Some(&wr), Some(&gpu0));
+    m.observe_on(&ev(11), "python3", Some(&wu), Some(&gpu0));
+    m.observe_on(&ev(12), "python3", Some(&wu), Some(&gpu0));
     m.set_shares(&[
         (0, "python3".into(), Some(wr), 0.5),
         (0, "python3".into(), Some(wu), 0.25),
@@ -895,4 +917,36 @@ fn interposer_calls_are_summed_per_label_set_under_the_latest_verdict() {
     let over = "gpu_trace_api_interposer_calls_total{comm=\"__overflow__\",container=\"\",pod=\"\",\
                 namespace=\"\",pod_uid=\"\",library=\"__overflow__\",verdict=\"on_path\"}";
     assert_eq!(sample(&t, over), Some(2.0), "{t}");
+}
+
+/// The `gpu` label is nvidia-smi's index of the GPU the pipeline named, whatever RM's device
+/// instance was; an NVIDIA GPU it could not name is `gpu="?"` (RM's number is not shown as an
+/// index: devices 0 and 3 unnamed are one `?` series), never the device instance.
+#[test]
+fn gpus_are_labelled_by_nvidia_smi_s_index_or_question_mark() {
+    let mut m = Metrics::new(MetricsConfig::default());
+    let ev = |task, gpu| python3_at_1s(10, init(task, Engine::Graphics, gpu, None));
+    // RM's device instance 0 is nvidia-smi's GPU 1 (RM numbers GPUs as it initialized them).
+    let second = GpuIdentity {
+        index: 1,
+        uuid: Some("GPU-b".into()),
+        bus_id: "0000:41:00.0".into(),
+        rm_device: 0,
+    };
+    m.observe_on(&ev(1, 0), "python3", None, Some(&second));
+    m.observe_on(&ev(2, 0), "python3", None, None);
+    m.observe_on(&ev(3, 3), "python3", None, None);
+    let t = m.encode();
+    let series = |gpu: &str, uuid: &str| {
+        format!(
+            "gpu_trace_events_total{{event=\"TASK_INIT\",gpu=\"{gpu}\",UUID=\"{uuid}\",\
+             engine=\"GRAPHICS\",comm=\"python3\",container=\"\",pod=\"\",namespace=\"\",\
+             pod_uid=\"\"}}"
+        )
+    };
+    assert_eq!(sample(&t, &series("1", "GPU-b")), Some(1.0), "{t}");
+    assert_eq!(sample(&t, &series("?", "")), Some(2.0), "{t}");
+    for raw in ["0", "3"] {
+        assert_eq!(sample(&t, &series(raw, "")), None, "{t}");
+    }
 }

@@ -125,6 +125,13 @@ impl GpuDirectory {
         Some(k.identity(rm_device))
     }
 
+    /// nvidia-smi's index of the GPU at PCI bus id `bus_id` (any of its spellings), when it is
+    /// one of the GPUs known.
+    pub fn index_of_bus(&self, bus_id: &str) -> Option<u32> {
+        let pci = parse_bus_id(bus_id)?;
+        self.gpus.iter().find(|k| k.pci == pci).map(|k| k.index)
+    }
+
     /// Every GPU known (the RM device instance unknown: 0), in nvidia-smi's order.
     pub fn all(&self) -> Vec<GpuIdentity> {
         self.gpus.iter().map(|k| k.identity(0)).collect()

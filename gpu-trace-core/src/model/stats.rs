@@ -41,6 +41,9 @@ pub struct TaskStats {
     pub task: String,
     /// NVIDIA engine (`GRAPHICS`, `COPY`, ...) or AMD queue type; `None` when not known.
     pub engine: Option<String>,
+    /// The driver's number of the task's GPU (NVIDIA RM device instance, AMD KFD `gpu_id`);
+    /// the JSON row writes the number users read ([`Stats::shown_gpu`]) and RM's apart.
+    #[serde(skip)]
     pub gpu: Option<u32>,
     pub runlist: Option<u32>,
     /// `TASK_INIT` (`None`: created before tracing).
@@ -286,6 +289,9 @@ pub struct Stats {
     groups: BTreeMap<u32, String>,
     /// RM device instance → nvidia-smi's index and the UUID, where known (`model::gpus`).
     pub(crate) gpu_names: BTreeMap<u32, (u32, Option<String>)>,
+    /// The GPU numbers are AMD's KFD `gpu_id`s (an AMD event was counted; one vendor per run),
+    /// not RM device instances.
+    kfd_gpus: bool,
     /// Tasks alive (as far as the events go), by key.
     pub(crate) live_tasks: BTreeMap<TaskKey, TaskStats>,
     /// Live tasks followed per process (for [`MAX_LIVE_TASKS_PER_PROCESS`]).
@@ -373,6 +379,7 @@ impl Stats {
         if !matches!(ev.kind, EventKind::TaskDestroy { .. }) {
             proc.exited_ns = None;
         }
+        self.kfd_gpus |= ev.amd.is_some();
         match &ev.kind {
             EventKind::TaskInit { .. } => {
                 self.task_init += 1;
@@ -645,6 +652,23 @@ impl Stats {
     /// nvidia-smi's index and the UUID of RM device instance `rm_device`, where known.
     pub fn gpu_name(&self, rm_device: u32) -> Option<&(u32, Option<String>)> {
         self.gpu_names.get(&rm_device)
+    }
+
+    /// The number users read and `--gpu` takes for the GPU the driver numbers `driver` (a
+    /// task's `gpu`, a key of [`gpu_concurrency`](Self::gpu_concurrency)): NVIDIA, nvidia-smi's
+    /// index where the run learned it (`None`: not known, printed `?`); AMD, the KFD `gpu_id`.
+    pub fn shown_gpu(&self, driver: Option<u32>) -> Option<u32> {
+        if self.kfd_gpus {
+            return driver;
+        }
+        driver.and_then(|g| self.gpu_name(g)).map(|n| n.0)
+    }
+
+    /// RM's device instance behind a GPU the driver numbers `driver`, for the outputs that
+    /// keep it apart (JSON `rm_device`): `None` (not written) for AMD, whose `gpu` is the
+    /// driver's number already; `Some(None)`: NVIDIA, not seen.
+    pub fn rm_device(&self, driver: Option<u32>) -> Option<Option<u32>> {
+        (!self.kfd_gpus).then_some(driver)
     }
 
     /// Process `pid` runs in container / pod `group` (a row label: `podman 3f2a9c1b7d0e`).

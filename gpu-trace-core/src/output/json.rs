@@ -25,7 +25,7 @@
 //! | `client_hex` | string | `client` in hex, 8 digits (`"0xc1d0001c"`) |
 //! | `task`   | object  | `{"kind": K, "value": N}`: K is `"hw_tsg"` (hardware TSG id), `"rm_handle"` (RM object handle of the TSG), `"pre_trace"` (RM handle of a TSG — or, when even the channel was never seen, of the channel — created before tracing started: late attach), `"shared"` (RM handle of a TSG the process never created although its RM client was seen: one shared into it, e.g. the MPS server's) or `"kfd_queue"` (AMD KFD queue id); N an unsigned 32-bit integer. `{"kind": "kfd_no_queue"}` (no `value`): an AMD `CREATE_QUEUE` the driver refused; `{"kind": "unknown"}`: no single task (`PRETRACE_END`) |
 //! | `client` | integer | RM client handle (NVIDIA), 0 otherwise |
-//! | `gpu_device` | object | NVIDIA: the GPU the task is on, as `nvidia-smi` names it, when known: `index` (nvidia-smi's, PCI bus order), `uuid` (string or null), `bus_id` (`"0000:00:06.0"`), `rm_device` (RM's device instance, the `gpu` of `TASK_INIT`/`WORK_SUBMIT`). Known once the task's device instance is (its `TASK_INIT` or `WORK_SUBMIT`) and the driver said which GPU that instance is (a traced process's `NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2`, which CUDA issues for each GPU it uses), or on a host with one GPU; before the `cgroup` object (docs/events.md) |
+//! | `gpu_device` | object | NVIDIA: the GPU the task is on, as `nvidia-smi` names it, when known: `index` (nvidia-smi's, PCI bus order: the `gpu` of `TASK_INIT`/`WORK_SUBMIT` and of the text lines, what `--gpu` takes), `uuid` (string or null), `bus_id` (`"0000:00:06.0"`), `rm_device` (RM's device instance, the `rm_device` of `TASK_INIT`/`WORK_SUBMIT`). Known once the task's device instance is (its `TASK_INIT` or `WORK_SUBMIT`) and the driver said which GPU that instance is (a traced process's `NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2`, which CUDA issues for each GPU it uses), or on a host with one GPU; before the `cgroup` object (docs/events.md) |
 //! | `cgroup` | object  | who the process is, once its cgroup is known (live runs and their recordings, from the kernel's cgroup record or, for processes of the start-up inventory and where that record was lost, from /proc; absent in recordings made before it existed), last field of the line: `id` (cgroup v2 id; null when the path came from the start-up inventory), `path` (below the cgroup2 root; null when it could not be resolved), `container_runtime` (`"docker"`, `"containerd"`, `"cri_o"`, `"podman"`, `"kubernetes"`) and `container_id` (64 hex digits), `container_user` (the UID whose delegated subtree, `user@UID.service`, holds the container: a rootless container, that user's own claim), `pod_uid` and `qos` (`"guaranteed"`, `"burstable"`, `"best_effort"`), `pod_name`, `namespace` and `container_name` (what the node's kubelet log directory, `/var/log/pods`, names that pod and container: live runs, or replay with `--pods-dir`; docs/fleet.md), `unit` (the outermost systemd service or scope, outside containers), `ns_pid` (PID inside the process's own PID namespace); each only when known (docs/containers.md) |
 //!
 //! ## `TASK_INIT`: a TSG / queue was created
@@ -39,7 +39,8 @@
 //! | `interleave`        | string or null  | `"LOW"`, `"MEDIUM"`, `"HIGH"` |
 //! | `interleave_source` | string          | `"observed"` or `"driver_default"` |
 //! | `runlist`           | integer or null | runlist id |
-//! | `gpu`               | integer or null | GPU index (NVIDIA `deviceId`) |
+//! | `gpu`               | integer or null | NVIDIA: the GPU's index as `nvidia-smi` shows it (what `--gpu` takes, `gpu_device.index`); null until the run knows which GPU the task's device instance is (a recording made before the start-up inventory listed GPUs never does). AMD: the KFD `gpu_id` |
+//! | `rm_device`         | integer or null | NVIDIA only: RM's own number of the GPU, the device instance (`deviceId`) of the task's parent device object, when seen (until this version the `gpu` field); not nvidia-smi's index in general (RM numbers GPUs in the order it initialized them) |
 //!
 //! ## `SCHEDULE`: the task was put on the runlist (the admission point)
 //!
@@ -90,7 +91,8 @@
 //! | `chid`           | integer or null | hardware channel id |
 //! | `runlist`        | integer or null | runlist id |
 //! | `token`          | integer         | the work-submit token |
-//! | `gpu`            | integer or null | GPU index |
+//! | `gpu`            | integer or null | as in `TASK_INIT`: nvidia-smi's index (AMD: KFD `gpu_id`) |
+//! | `rm_device`      | integer or null | as in `TASK_INIT`: RM's device instance (NVIDIA only) |
 //!
 //! ## `TASK_DESTROY`: the task ended
 //!
@@ -273,9 +275,9 @@
 //! | `processes`             | array           | one object per process, by ascending pid: `pid`, `comm` (first seen; `comm_bytes` as in events), `task_init`, `schedule`, `schedule_refused`, `sched_update`, `preempt`, `work_submit`, `task_destroy` |
 //! | `containers`            | array           | only when a traced process ran in a container or pod: per container / pod, `group` (its label: runtime and short id, `pod UID (qos)`; null for the processes outside containers, last), `processes`, and the event counts of `processes` summed |
 //! | `engines`               | array           | per engine, by name: `engine` (NVIDIA `"GRAPHICS"`, `"COPY"`, ...; AMD queue type; `"?"` not known), `task_init`, `schedule`, `sched_update`, `preempt` |
-//! | `gpus`                  | array           | per GPU: `gpu` (RM device instance, null when not known), `index` and `uuid` (nvidia-smi's, only where known: see `gpu_device`), `live` (tasks alive now), `max_live` (most alive at once) |
-//! | `runlists`              | array           | per GPU and runlist: `gpu`, `runlist`, `live`, `max_live`; a task counts on its runlist from the first event that names it (NVIDIA: its first `WORK_SUBMIT`) |
-//! | `tasks`                 | array           | per task, ended ones first in the order they ended, then the live ones: `key`, `pid`, `task` (as `tsg`), `engine`, `gpu`, `runlist`, `init_ns`, `first_schedule_ns` (first allowed `SCHEDULE`), `first_submit_ns` (first `WORK_SUBMIT`), `end_ns`, `end_cause` (a `cause`; null while alive), `schedule_refused`, `timeslice_us` and `interleave` (the last known values, the final ones once ended), `preemptions`, `param_changes` (accepted changes), `updates_refused`, and the derived `lifetime_ns`, `init_to_schedule_ns`, `init_to_submit_ns`; times are CLOCK_MONOTONIC ns, null where not known |
+//! | `gpus`                  | array           | per GPU: `gpu` (as in `TASK_INIT`: nvidia-smi's index, null when not known; AMD the KFD `gpu_id`), `rm_device` (NVIDIA only: RM's device instance, null when not seen; two rows whose `gpu` is null are two device instances), `uuid` (nvidia-smi's, only where known: see `gpu_device`), `live` (tasks alive now), `max_live` (most alive at once). Until this version `gpu` was RM's device instance and `index` nvidia-smi's |
+//! | `runlists`              | array           | per GPU and runlist: `gpu`, `rm_device` (as in `gpus`), `runlist`, `live`, `max_live`; a task counts on its runlist from the first event that names it (NVIDIA: its first `WORK_SUBMIT`) |
+//! | `tasks`                 | array           | per task, ended ones first in the order they ended, then the live ones: `key`, `pid`, `task` (as `tsg`), `engine`, `runlist`, `init_ns`, `first_schedule_ns` (first allowed `SCHEDULE`), `first_submit_ns` (first `WORK_SUBMIT`), `end_ns`, `end_cause` (a `cause`; null while alive), `schedule_refused`, `timeslice_us` and `interleave` (the last known values, the final ones once ended), `preemptions`, `param_changes` (accepted changes), `updates_refused`, and the derived `lifetime_ns`, `init_to_schedule_ns`, `init_to_submit_ns`, then `gpu` and `rm_device` (as in `gpus`); times are CLOCK_MONOTONIC ns, null where not known |
 //! | `tasks_omitted`         | integer         | left out of `tasks`: ended tasks beyond the 10000 kept, and events of new tasks while 100000 were alive (or 4096 of the same process) |
 //! | `diagnostics`           | object or null  | null with a null `kernel`; kernel-internal counters (also in `kernel`; the text output shows them with `-v`): `emitted`, `ignored` |
 //!
@@ -360,6 +362,17 @@ pub fn write_event(
     );
     plain_field(out, "client_hex", Some(&id.client_hex.text()[..]));
     splice_object(out, &ev.kind);
+    // The kinds that name their GPU end with it (where the derive wrote it until the numbers
+    // split): nvidia-smi's index and RM's own number apart, AMD's `gpu_id` as it is.
+    if let Some(driver) = ev.kind.driver_gpu() {
+        match &ev.amd {
+            Some(_) => field(out, "gpu", &driver),
+            None => {
+                field(out, "gpu", &gpu.map(|g| g.index));
+                field(out, "rm_device", &driver);
+            }
+        }
+    }
     if let Some(amd) = &ev.amd {
         field(out, "amd", amd);
     }
@@ -872,12 +885,29 @@ struct EngineLine<'a> {
     counts: &'a EngineStats,
 }
 
+/// A GPU's numbers in the `STATS` rows: `gpu` as users read it ([`Stats::shown_gpu`]), then
+/// RM's device instance (NVIDIA only).
+#[derive(Serialize)]
+struct GpuNumbers {
+    gpu: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rm_device: Option<Option<u32>>,
+}
+
+impl GpuNumbers {
+    fn of(stats: &Stats, driver: Option<u32>) -> Self {
+        Self {
+            gpu: stats.shown_gpu(driver),
+            rm_device: stats.rm_device(driver),
+        }
+    }
+}
+
 #[derive(Serialize)]
 struct GpuLine {
-    gpu: Option<u32>,
-    /// nvidia-smi's index and the UUID, where known.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    index: Option<u32>,
+    #[serde(flatten)]
+    gpu: GpuNumbers,
+    /// The UUID, where known.
     #[serde(skip_serializing_if = "Option::is_none")]
     uuid: Option<String>,
     live: u64,
@@ -886,7 +916,8 @@ struct GpuLine {
 
 #[derive(Serialize)]
 struct RunlistLine {
-    gpu: Option<u32>,
+    #[serde(flatten)]
+    gpu: GpuNumbers,
     runlist: u32,
     live: u64,
     max_live: u64,
@@ -896,6 +927,8 @@ struct RunlistLine {
 struct TaskLine<'a> {
     #[serde(flatten)]
     task: &'a TaskStats,
+    #[serde(flatten)]
+    gpu: GpuNumbers,
     lifetime_ns: Option<u64>,
     init_to_schedule_ns: Option<u64>,
     init_to_submit_ns: Option<u64>,
@@ -968,8 +1001,7 @@ pub fn stats_json(stats: &Stats, is_final: bool) -> String {
         gpus: stats
             .gpu_concurrency()
             .map(|(gpu, c)| GpuLine {
-                gpu,
-                index: gpu.and_then(|g| stats.gpu_name(g)).map(|n| n.0),
+                gpu: GpuNumbers::of(stats, gpu),
                 uuid: gpu
                     .and_then(|g| stats.gpu_name(g))
                     .and_then(|n| n.1.clone()),
@@ -980,7 +1012,7 @@ pub fn stats_json(stats: &Stats, is_final: bool) -> String {
         runlists: stats
             .runlist_concurrency()
             .map(|((gpu, runlist), c)| RunlistLine {
-                gpu,
+                gpu: GpuNumbers::of(stats, gpu),
                 runlist,
                 live: c.live,
                 max_live: c.max_live,
@@ -990,6 +1022,7 @@ pub fn stats_json(stats: &Stats, is_final: bool) -> String {
             .tasks()
             .map(|t| TaskLine {
                 task: t,
+                gpu: GpuNumbers::of(stats, t.gpu),
                 lifetime_ns: t.lifetime_ns(),
                 init_to_schedule_ns: t.init_to_schedule_ns(),
                 init_to_submit_ns: t.init_to_submit_ns(),
@@ -1037,12 +1070,23 @@ mod tests {
         identity: crate::event::Identity,
         #[serde(flatten)]
         kind: &'a EventKind,
+        /// The kinds that name their GPU: `gpu` (nvidia-smi's index; AMD's `gpu_id`) and
+        /// NVIDIA's `rm_device`.
+        #[serde(flatten)]
+        numbers: Option<FlatGpu>,
         #[serde(skip_serializing_if = "Option::is_none")]
         amd: Option<&'a crate::event::AmdDetail>,
         #[serde(skip_serializing_if = "Option::is_none")]
         gpu_device: Option<&'a GpuIdentity>,
         #[serde(skip_serializing_if = "Option::is_none")]
         cgroup: Option<crate::model::workload::CgroupFields<'a>>,
+    }
+
+    #[derive(Serialize)]
+    struct FlatGpu {
+        gpu: Option<u32>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        rm_device: Option<Option<u32>>,
     }
 
     fn flat_line(
@@ -1052,12 +1096,23 @@ mod tests {
         a: Option<&Attribution>,
     ) -> Vec<u8> {
         let mut out = Vec::new();
+        let numbers = ev.kind.driver_gpu().map(|driver| match ev.amd {
+            Some(_) => FlatGpu {
+                gpu: driver,
+                rm_device: None,
+            },
+            None => FlatGpu {
+                gpu: gpu.map(|g| g.index),
+                rm_device: Some(driver),
+            },
+        });
         let line = FlatLine {
             event: ev.kind.name(),
             time: UtcMicros::at(clock, ev.origin.ts_ns),
             origin: &ev.origin,
             identity: ev.identity(),
             kind: &ev.kind,
+            numbers,
             amd: ev.amd.as_ref(),
             gpu_device: gpu,
             cgroup: a.map(Attribution::json_fields),
@@ -1211,6 +1266,7 @@ mod tests {
         assert_eq!(v["interleave_source"], "observed");
         assert_eq!(v["runlist"], 0);
         assert_eq!(v["gpu"], Value::Null);
+        assert_eq!(v["rm_device"], Value::Null);
         let mut k = keys(&v);
         k.sort_unstable();
         assert_eq!(
@@ -1229,6 +1285,7 @@ mod tests {
                 "interleave_source",
                 "key",
                 "pid",
+                "rm_device",
                 "runlist",
                 "task",
                 "tid",
@@ -1334,7 +1391,31 @@ mod tests {
         assert_eq!(v["chid"], 2);
         assert_eq!(v["runlist"], Value::Null);
         assert_eq!(v["token"], 1_073_741_826u32);
+        // RM's device instance 0, the GPU not known: `gpu` null, never the instance.
+        assert_eq!(v["gpu"], Value::Null);
+        assert_eq!(v["rm_device"], 0);
+        // Known as nvidia-smi's GPU 1: `gpu` is that index, `rm_device` still RM's number.
+        let second = GpuIdentity {
+            index: 1,
+            uuid: None,
+            bus_id: "0000:41:00.0".into(),
+            rm_device: 0,
+        };
+        let mut out = Vec::new();
+        write_event(&mut out, &submit, &clock(), Some(&second), None);
+        let v = parse(std::str::from_utf8(&out).unwrap());
+        assert_eq!(
+            (&v["gpu"], &v["rm_device"], &v["gpu_device"]["index"]),
+            (&json!(1), &json!(0), &json!(1))
+        );
+        // AMD: `gpu` is the KFD gpu_id as it is, no `rm_device`.
+        let amd = Event {
+            amd: Some(crate::event::AmdDetail::default()),
+            ..submit.clone()
+        };
+        let v = parse(&event_json(&amd, &clock()));
         assert_eq!(v["gpu"], 0);
+        assert!(v.get("rm_device").is_none(), "{v}");
 
         for (cause, name) in [
             (DestroyCause::Free, "free"),

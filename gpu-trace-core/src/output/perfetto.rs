@@ -10,8 +10,9 @@
 //!   contexts it made one after another. Their `tid` is synthetic: [`TRACK_TID_BASE`] plus a
 //!   counter, above any real Linux thread id (`PID_MAX_LIMIT` is 2²²); tasks alive at once never
 //!   share a track, so slices always nest;
-//! - a **`GPUs` process** ([`GPU_PID`]) with two counter tracks per GPU (N the RM device
-//!   instance of `TASK_INIT`): `live tasks GPU N`, the tasks alive on it over time, and
+//! - a **`GPUs` process** ([`GPU_PID`]) with two counter tracks per GPU (N its index as
+//!   `nvidia-smi` shows it, what `--gpu` takes; `? (RM device D)` while the run does not know
+//!   which GPU RM's device instance D of `TASK_INIT` is; AMD: the KFD `gpu_id`): `live tasks GPU N`, the tasks alive on it over time, and
 //!   `schedules/s GPU N`, its `SCHEDULE`s over the last second: a step up at each `SCHEDULE`
 //!   and a step down one second after it (the count of `SCHEDULE`s in `(t − 1 s, t]` at every
 //!   moment `t`, never ahead of the events);
@@ -71,6 +72,7 @@ use serde_json::{Map, Value, json};
 
 use crate::api::names::ApiEvent;
 use crate::inventory::{Inventory, MpsRole};
+use crate::model::gpus::GpuIdentity;
 use crate::model::workload::Attribution;
 use crate::sink::{ApiEnriched, Enriched, RunEnd, ShareBatch, Sink, SinkError};
 use crate::{
@@ -169,6 +171,11 @@ pub struct PerfettoWriter<W: Write> {
     live_per_gpu: HashMap<u32, u64>,
     /// The track group of each (GPU, runlist) seen, by first use.
     gpu_groups: HashMap<(u32, Option<u32>), u32>,
+    /// RM device instance → nvidia-smi's index, as the events' GPU identities said: the GPU
+    /// groups and counters are keyed by the driver's number and named by this index.
+    gpu_index: HashMap<u32, u32>,
+    /// The GPU numbers are AMD's KFD `gpu_id`s (shown as they are).
+    kfd_gpus: bool,
     /// Per GPU (`None`: not known): the `SCHEDULE`s of the last second, oldest first (their
     /// timestamps), and the latest written.
     schedules: BTreeMap<Option<u32>, RateWindow>,
@@ -277,12 +284,13 @@ impl Sink for PerfettoSink {
         };
         let written = match ev.cgroup.and_then(Attribution::group) {
             // The process track's name says where it runs.
-            Some(group) => w.event(
+            Some(group) => w.event_on(
                 ev.event,
+                ev.gpu,
                 &format!("{} [{group}]", ev.process),
                 ev.trace_start_ns,
             ),
-            None => w.event(ev.event, ev.process, ev.trace_start_ns),
+            None => w.event_on(ev.event, ev.gpu, ev.process, ev.trace_start_ns),
         };
         written.map_err(SinkError::Perfetto)
     }
@@ -367,6 +375,8 @@ impl<W: Write> PerfettoWriter<W> {
             gpu_slices_not_drawn: 0,
             live_per_gpu: HashMap::new(),
             gpu_groups: HashMap::new(),
+            gpu_index: HashMap::new(),
+            kfd_gpus: false,
             schedules: BTreeMap::new(),
             rate_window_full: 0,
             next_flow: 0,
@@ -448,11 +458,23 @@ impl<W: Write> PerfettoWriter<W> {
     }
 
     /// The event's fields as in the JSON lines output, plus the calling thread.
-    fn fields(&self, ev: &Event) -> Value {
+    fn fields(&self, ev: &Event, gpu: Option<&GpuIdentity>) -> Value {
         let mut m = match serde_json::to_value(&ev.kind) {
             Ok(Value::Object(m)) => m,
             _ => Map::new(),
         };
+        // `gpu` (and NVIDIA's `rm_device`) as the JSON lines write them.
+        if let Some(driver) = ev.kind.driver_gpu() {
+            match &ev.amd {
+                Some(_) => {
+                    m.insert("gpu".into(), driver.into());
+                }
+                None => {
+                    m.insert("gpu".into(), gpu.map(|g| g.index).into());
+                    m.insert("rm_device".into(), driver.into());
+                }
+            }
+        }
         // The timeline's args carry the errno as a number only.
         m.remove("errno_name");
         let o = &ev.origin;
@@ -604,9 +626,10 @@ impl<W: Write> PerfettoWriter<W> {
         // one group and are not remembered (a real host has a few GPUs, a few dozen runlists).
         let n = self.gpu_groups.len() as u32;
         let (pid, name) = if n < MAX_GPU_GROUPS {
+            let label = self.gpu_label(gpu);
             let name = match runlist {
-                Some(r) => format!("GPU {gpu} runlist {r}"),
-                None => format!("GPU {gpu}"),
+                Some(r) => format!("GPU {label} runlist {r}"),
+                None => format!("GPU {label}"),
             };
             self.gpu_groups
                 .insert((gpu, runlist), GPU_GROUP_PID_BASE + n);
@@ -671,7 +694,19 @@ impl<W: Write> PerfettoWriter<W> {
         let n = self.live_per_gpu.entry(gpu).or_default();
         *n = n.saturating_add_signed(delta);
         let value = *n;
-        self.counter(ts_ns, &format!("live tasks GPU {gpu}"), "live", value)
+        let name = format!("live tasks GPU {}", self.gpu_label(gpu));
+        self.counter(ts_ns, &name, "live", value)
+    }
+
+    /// How the timeline names GPU `driver` (the driver's number: RM device instance, KFD
+    /// `gpu_id`): NVIDIA by nvidia-smi's index, `? (RM device N)` while that is not known
+    /// (never a guess; two such GPUs stay apart); AMD by its `gpu_id`.
+    fn gpu_label(&self, driver: u32) -> String {
+        match self.gpu_index.get(&driver) {
+            _ if self.kfd_gpus => driver.to_string(),
+            Some(index) => index.to_string(),
+            None => format!("? (RM device {driver})"),
+        }
     }
 
     /// A point of counter `name` (series `series`) in the `GPUs` process, named at first use.
@@ -740,11 +775,27 @@ impl<W: Write> PerfettoWriter<W> {
     /// Writes one event. `process_name` names the process's track group; `trace_start_ns` is
     /// the timestamp of the first record of the trace.
     pub fn event(&mut self, ev: &Event, process_name: &str, trace_start_ns: u64) -> io::Result<()> {
+        self.event_on(ev, None, process_name, trace_start_ns)
+    }
+
+    /// [`event`](Self::event) of a task on GPU `gpu`, as the pipeline named it (`None`: not
+    /// known): the GPU's group, counters and the event's `gpu` go by its nvidia-smi index.
+    pub fn event_on(
+        &mut self,
+        ev: &Event,
+        gpu: Option<&GpuIdentity>,
+        process_name: &str,
+        trace_start_ns: u64,
+    ) -> io::Result<()> {
+        if let Some(g) = gpu {
+            self.gpu_index.insert(g.rm_device, g.index);
+        }
+        self.kfd_gpus |= ev.amd.is_some();
         let pid = ev.origin.pid;
         let ts = ev.origin.ts_ns;
         self.name_process(pid, process_name)?;
         let task = ev.kind.task();
-        let fields = self.fields(ev);
+        let fields = self.fields(ev, gpu);
         if ev.api.is_some() {
             // Inside an API call: also on the thread's own track, where the call's slice is.
             let o = &ev.origin;
@@ -906,7 +957,7 @@ impl<W: Write> PerfettoWriter<W> {
     /// Writes points of GPU `gpu`'s `schedules/s` counter.
     fn rate_points(&mut self, gpu: Option<u32>, points: &[(u64, u64)]) -> io::Result<()> {
         let name = match gpu {
-            Some(g) => format!("schedules/s GPU {g}"),
+            Some(g) => format!("schedules/s GPU {}", self.gpu_label(g)),
             None => "schedules/s GPU ?".to_string(),
         };
         for &(ts, n) in points {
@@ -1050,10 +1101,25 @@ mod tests {
         }
     }
 
+    /// The timeline of `events`, each on the GPU the pipeline would name on a host where RM's
+    /// device instance D is nvidia-smi's GPU D (these tests are about the layout;
+    /// `gpus_are_named_by_nvidia_smi_s_index_or_question_mark` about the numbering).
     fn write(events: &[Event], start: u64, end: u64) -> Value {
         let mut w = PerfettoWriter::new(Vec::new(), Clock::new(0)).unwrap();
+        let mut devices = HashMap::new();
         for e in events {
-            w.event(e, "python3", start).unwrap();
+            if let Some(Some(d)) = e.kind.driver_gpu() {
+                devices.insert(task_key(e.origin.pid, e.kind.task()), d);
+            }
+            let named = devices
+                .get(&task_key(e.origin.pid, e.kind.task()))
+                .map(|&d| GpuIdentity {
+                    index: d,
+                    uuid: None,
+                    bus_id: format!("0000:{d:02x}:00.0"),
+                    rm_device: d,
+                });
+            w.event_on(e, named.as_ref(), "python3", start).unwrap();
         }
         let bytes = w.finish(end, &[("tool", "test".into())]).unwrap();
         let text = String::from_utf8(bytes).unwrap();
@@ -1248,6 +1314,71 @@ mod tests {
         assert_eq!(sched["args"]["api"]["symbol"], "cuCtxCreate_v4");
         let init = evs.iter().find(|e| e["name"] == "TASK_INIT").unwrap();
         assert!(init["args"].get("api").is_none());
+    }
+
+    /// A GPU's group and counters are named by nvidia-smi's index of the GPU the pipeline
+    /// named (RM's device instance 0 here being nvidia-smi's GPU 1), `? (RM device N)` where it
+    /// could not: RM's number never passes for an index. The event's args carry both numbers,
+    /// as the JSON lines do.
+    #[test]
+    fn gpus_are_named_by_nvidia_smi_s_index_or_question_mark() {
+        let second = GpuIdentity {
+            index: 1,
+            uuid: None,
+            bus_id: "0000:41:00.0".into(),
+            rm_device: 0,
+        };
+        let mut w = PerfettoWriter::new(Vec::new(), Clock::new(0)).unwrap();
+        // Process 42's task on RM device 0 (named), process 43's on RM device 3 (not named).
+        w.event_on(&init(1_000, 42, 1), Some(&second), "a", 0)
+            .unwrap();
+        w.event_on(&schedule(1_500, 42, 1), Some(&second), "a", 0)
+            .unwrap();
+        let mut other = init(2_000, 43, 2);
+        if let EventKind::TaskInit { gpu, .. } = &mut other.kind {
+            *gpu = Some(3);
+        }
+        w.event_on(&other, None, "b", 0).unwrap();
+        w.event_on(&schedule(2_500, 43, 2), None, "b", 0).unwrap();
+        let bytes = w.finish(3_000, &[]).unwrap();
+        let v: Value = serde_json::from_slice(&bytes).unwrap();
+        let names: HashSet<String> = v["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["ph"] == "C" || e["name"] == "process_name")
+            .map(|e| match e["ph"].as_str() {
+                Some("C") => e["name"].as_str().unwrap().to_string(),
+                _ => e["args"]["name"].as_str().unwrap().to_string(),
+            })
+            .collect();
+        for want in [
+            "GPU 1",
+            "live tasks GPU 1",
+            "schedules/s GPU 1",
+            "GPU ? (RM device 3)",
+            "live tasks GPU ? (RM device 3)",
+            "schedules/s GPU ? (RM device 3)",
+        ] {
+            assert!(names.contains(want), "{want}: {names:?}");
+        }
+        for never in ["GPU 0", "GPU 3", "live tasks GPU 0", "live tasks GPU 3"] {
+            assert!(!names.contains(never), "{never}: {names:?}");
+        }
+        let inits: Vec<&Value> = v["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["name"] == "TASK_INIT" && e["ph"] == "X")
+            .collect();
+        let numbers: Vec<(Value, Value)> = (inits.iter())
+            .map(|e| (e["args"]["gpu"].clone(), e["args"]["rm_device"].clone()))
+            .collect();
+        assert_eq!(
+            numbers,
+            [(json!(1), json!(0)), (Value::Null, json!(3))],
+            "{inits:?}"
+        );
     }
 
     #[test]

@@ -295,16 +295,16 @@ impl Stats {
             let _ = writeln!(out, "\n{:<4} {:<7} {:>8}", "GPU", "RUNLIST", "MAX_LIVE");
             let opt = |v: Option<u32>| v.map_or_else(|| "?".to_string(), |v| v.to_string());
             for (gpu, c) in self.gpu_concurrency() {
-                // The GPU's names, where known: nvidia-smi's index and the UUID.
-                let name = gpu.and_then(|g| self.gpu_names.get(&g)).map_or_else(
-                    String::new,
-                    |(index, uuid)| {
-                        format!("   nvidia-smi {index} {}", uuid.as_deref().unwrap_or("?"))
-                    },
-                );
-                let _ = writeln!(out, "{:<4} {:<7} {:>8}{name}", opt(gpu), "*", c.max_live);
+                // The GPU as users name it (nvidia-smi's index, `?` where not known; AMD's
+                // gpu_id), then its UUID where known.
+                let shown = opt(self.shown_gpu(gpu));
+                let uuid = gpu
+                    .and_then(|g| self.gpu_names.get(&g))
+                    .and_then(|(_, uuid)| uuid.as_deref())
+                    .map_or_else(String::new, |u| format!("   {u}"));
+                let _ = writeln!(out, "{shown:<4} {:<7} {:>8}{uuid}", "*", c.max_live);
                 for ((_, r), c) in self.runlist_concurrency().filter(|((g, _), _)| *g == gpu) {
-                    let _ = writeln!(out, "{:<4} {:<7} {:>8}", opt(gpu), r, c.max_live);
+                    let _ = writeln!(out, "{shown:<4} {:<7} {:>8}", r, c.max_live);
                 }
             }
         }

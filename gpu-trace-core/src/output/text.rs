@@ -10,7 +10,9 @@
 //!
 //! A value that is not known prints as `?` (without its unit), except the interleave level of a
 //! `TASK_INIT`, which prints as `UNKNOWN` (the allocation does not carry one). Lines carry no
-//! trailing spaces. AMD KFD events keep the same columns, with the queue id in the TSG column,
+//! trailing spaces. An NVIDIA `gpu=` is the GPU's index as `nvidia-smi` shows it (what `--gpu`
+//! takes), `?` until the run knows which GPU the task's RM device instance is (the driver's own
+//! number is in the JSON output only, `rm_device`). AMD KFD events keep the same columns, with the queue id in the TSG column,
 //! and their own fields (see `write_amd_fields`).
 
 use std::fmt::{self, Display, Write as _};
@@ -22,6 +24,7 @@ use crate::event::{
     AmdDetail, AmdQueueType, AmdVia, DestroyCause, Engine, Event, EventKind, Interleave, RunState,
     SchedChange, TaskId,
 };
+use crate::model::gpus::GpuIdentity;
 use crate::model::stats::Stats;
 pub use crate::output::clock::Clock;
 use crate::sink::{ApiEnriched, Enriched, RunEnd, ShareBatch, ShareEnriched, Sink, SinkError};
@@ -57,30 +60,42 @@ impl TextFormatter {
     }
 
     /// Like [`format_event`](Self::format_event), with wall-clock times in the time zone `tz`.
+    /// The GPU of the event is not known here: an NVIDIA `gpu=` prints `?` (see
+    /// [`format_event_on`](Self::format_event_on)).
     pub fn format_event_in_tz<Tz>(&self, ev: &Event, clock: &Clock, tz: &Tz) -> Option<String>
     where
         Tz: TimeZone,
         Tz::Offset: Display,
     {
-        let mut line = String::with_capacity(160);
-        self.write_event(ev, clock, tz, &mut line).then_some(line)
+        self.format_event_on(ev, None, clock, tz)
     }
 
-    /// Appends the line for `ev` (no newline) to `line`; false (nothing appended) when this
-    /// formatter does not print it. Wall-clock times in the time zone `tz`.
-    pub fn write_event<Tz>(&self, ev: &Event, clock: &Clock, tz: &Tz, line: &mut String) -> bool
+    /// Like [`format_event_in_tz`](Self::format_event_in_tz), for an event on GPU `gpu` (as the
+    /// pipeline named it: its nvidia-smi index is what `gpu=` prints).
+    pub fn format_event_on<Tz>(
+        &self,
+        ev: &Event,
+        gpu: Option<&GpuIdentity>,
+        clock: &Clock,
+        tz: &Tz,
+    ) -> Option<String>
     where
         Tz: TimeZone,
         Tz::Offset: Display,
     {
-        self.write_event_cached(ev, clock, tz, line, &mut SecondCache::default())
+        let mut line = String::with_capacity(160);
+        self.write_event_cached(ev, gpu, clock, tz, &mut line, &mut SecondCache::default())
+            .then_some(line)
     }
 
-    /// [`write_event`](Self::write_event), the wall-clock second kept in `seconds` for the
-    /// next line.
+    /// Appends the line for `ev` (no newline) to `line`; false (nothing appended) when this
+    /// formatter does not print it. Wall-clock times in the time zone `tz`, the wall-clock
+    /// second kept in `seconds` for the next line; `gpu` as in
+    /// [`format_event_on`](Self::format_event_on).
     fn write_event_cached<Tz>(
         &self,
         ev: &Event,
+        gpu: Option<&GpuIdentity>,
         clock: &Clock,
         tz: &Tz,
         line: &mut String,
@@ -103,7 +118,7 @@ impl TextFormatter {
         line.push(' ');
         match &ev.amd {
             Some(amd) => write_amd_fields(line, &ev.kind, amd),
-            None => write_fields(line, &ev.kind),
+            None => write_fields(line, &ev.kind, gpu.map(|g| g.index)),
         }
         let end = start + line[start..].trim_end().len();
         line.truncate(end);
@@ -367,6 +382,7 @@ impl<W: std::io::Write> Sink for TextSink<W> {
         line.clear();
         if !self.formatter.write_event_cached(
             ev.event,
+            ev.gpu,
             &self.clock,
             &Local,
             line,
@@ -451,7 +467,9 @@ fn end_line(
     line.push('\n');
 }
 
-fn write_fields(line: &mut String, kind: &EventKind) {
+/// The NVIDIA fields of `kind`; `gpu_index`: nvidia-smi's index of the task's GPU, where known
+/// (`WORK_SUBMIT`'s `gpu=`).
+fn write_fields(line: &mut String, kind: &EventKind, gpu_index: Option<u32>) {
     let _ = match kind {
         EventKind::TaskInit {
             engine,
@@ -504,16 +522,16 @@ fn write_fields(line: &mut String, kind: &EventKind) {
             chid,
             runlist,
             token,
-            gpu,
             ..
         } => {
-            // `channel={} token={} gpu={} runlist={}` (the `-v` lines, most of them).
+            // `channel={} token={} gpu={} runlist={}` (the `-v` lines, most of them). `gpu=`
+            // is nvidia-smi's index, not the event's RM device instance.
             line.push_str("channel=");
             push_opt(line, *chid);
             line.push_str(" token=");
             line.push_str(itoa::Buffer::new().format(*token));
             line.push_str(" gpu=");
-            push_opt(line, *gpu);
+            push_opt(line, gpu_index);
             line.push_str(" runlist=");
             push_opt(line, *runlist);
             Ok(())
@@ -779,7 +797,7 @@ fn write_amd_fields(line: &mut String, kind: &EventKind, a: &AmdDetail) {
         }
         EventKind::TaskDestroy { .. }
         | EventKind::PretraceEnd { .. }
-        | EventKind::MpsShared { .. } => write_fields(line, kind),
+        | EventKind::MpsShared { .. } => write_fields(line, kind, None),
     }
 }
 
@@ -1000,9 +1018,18 @@ mod tests {
         }
     }
 
+    /// The line of `ev` on the GPU nvidia-smi shows as 0 (RM's device instance 0).
     fn line(ev: &Event) -> String {
         let (clock, tz) = fixed();
-        wall(true).format_event_in_tz(ev, &clock, &tz).unwrap()
+        let gpu = GpuIdentity {
+            index: 0,
+            uuid: None,
+            bus_id: "0000:00:06.0".into(),
+            rm_device: 0,
+        };
+        wall(true)
+            .format_event_on(ev, Some(&gpu), &clock, &tz)
+            .unwrap()
     }
 
     const SAMPLE_INIT: &str = "23:00:24.561798 [CPU01] TASK_INIT    PID=637320 python3          TSG=1    engine=COPY     timeslice=1024 us interleave=UNKNOWN runlist=0";
@@ -1133,11 +1160,52 @@ mod tests {
             token: 0,
             gpu: None,
         };
+        // The GPU not known to the run: `gpu=?`.
+        let (clock, tz) = fixed();
+        let l = wall(true).format_event_in_tz(&submit, &clock, &tz).unwrap();
         assert!(
-            line(&submit).ends_with("TSG=7    channel=? token=0 gpu=? runlist=?"),
-            "{}",
-            line(&submit)
+            l.ends_with("TSG=7    channel=? token=0 gpu=? runlist=?"),
+            "{l}"
         );
+    }
+
+    /// `gpu=` is nvidia-smi's index of the GPU the pipeline named, not RM's device instance the
+    /// event carries (which may differ: RM numbers GPUs in the order it initialized them), and
+    /// `?` when the GPU is not known, whatever the instance.
+    #[test]
+    fn gpu_is_nvidia_smi_s_index_not_the_rm_device_instance() {
+        let (clock, tz) = fixed();
+        let submit = work_submit();
+        assert!(matches!(
+            submit.kind,
+            EventKind::WorkSubmit { gpu: Some(0), .. }
+        ));
+        let second = GpuIdentity {
+            index: 1,
+            uuid: Some("GPU-b".into()),
+            bus_id: "0000:41:00.0".into(),
+            rm_device: 0,
+        };
+        let on = |gpu| {
+            wall(true)
+                .format_event_on(&submit, gpu, &clock, &tz)
+                .unwrap()
+        };
+        assert_eq!(
+            on(Some(&second)),
+            format!("{} runlist=0", SAMPLE_SUBMIT.replace("gpu=0", "gpu=1"))
+        );
+        assert_eq!(
+            on(None),
+            format!("{} runlist=0", SAMPLE_SUBMIT.replace("gpu=0", "gpu=?"))
+        );
+        // The other lines have no `gpu=` field, known GPU or not.
+        for ev in [task_init(), schedule(), task_destroy()] {
+            let l = wall(true)
+                .format_event_on(&ev, Some(&second), &clock, &tz)
+                .unwrap();
+            assert!(!l.contains("gpu="), "{l}");
+        }
     }
 
     #[test]
@@ -1397,7 +1465,14 @@ mod tests {
                 let mut ev = task_destroy();
                 ev.origin.ts_ns = ts;
                 let mut line = String::new();
-                assert!(wall(false).write_event_cached(&ev, &clock, tz, &mut line, &mut seconds));
+                assert!(wall(false).write_event_cached(
+                    &ev,
+                    None,
+                    &clock,
+                    tz,
+                    &mut line,
+                    &mut seconds
+                ));
                 let want = clock.in_tz(ts, tz).format("%H:%M:%S%.6f").to_string();
                 assert_eq!(&line[..15], want, "ts {ts}");
             }

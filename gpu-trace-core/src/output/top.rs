@@ -130,7 +130,8 @@ impl std::fmt::Debug for GpuRow {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut d = f.debug_struct("GpuRow");
         d.field("gpu", &self.gpu)
-            .field("name", &self.name)
+            .field("rm_device", &self.rm_device)
+            .field("uuid", &self.uuid)
             .field("live", &self.live)
             .field("max_live", &self.max_live);
         if let Some(share) = self.share {
@@ -146,10 +147,12 @@ pub const SHARE_WINDOW_US: u64 = 5_000_000;
 /// One GPU row.
 #[derive(Clone, PartialEq)]
 pub struct GpuRow {
-    /// RM device instance (`None`: not known).
+    /// The GPU as users name it: nvidia-smi's index (`None`: not known), AMD's KFD `gpu_id`.
     pub gpu: Option<u32>,
-    /// nvidia-smi's index and UUID, where known.
-    pub name: Option<(u32, Option<String>)>,
+    /// The driver's own number, RM's device instance (AMD: its `gpu_id`; `None`: not seen).
+    pub rm_device: Option<u32>,
+    /// nvidia-smi's UUID, where known.
+    pub uuid: Option<String>,
     pub live: u64,
     pub max_live: u64,
     /// Sum of the processes' GPU shares over the last [`SHARE_WINDOW_US`] (NVML index =
@@ -377,12 +380,15 @@ impl TopModel {
         self.previous_s = elapsed_s;
         let gpus = stats
             .gpu_concurrency()
-            .map(|(gpu, c)| GpuRow {
-                gpu,
-                name: gpu.and_then(|g| stats.gpu_name(g)).cloned(),
+            .map(|(driver, c)| GpuRow {
+                gpu: stats.shown_gpu(driver),
+                rm_device: driver,
+                uuid: driver
+                    .and_then(|g| stats.gpu_name(g))
+                    .and_then(|(_, uuid)| uuid.clone()),
                 live: c.live,
                 max_live: c.max_live,
-                share: gpu
+                share: driver
                     .and_then(|g| stats.gpu_name(g))
                     .and_then(|&(index, _)| share_of(&|g, _| g == index)),
             })

@@ -540,7 +540,29 @@ GPU Excluded:\t No\n";
             nvml_note: Some("NVML unavailable (x)".into()),
             ..Inventory::default()
         };
+        // Without the host's GPU list, nvidia-smi's index of the process's GPU is not known.
+        assert!(render_text(&inv)[1].contains(" gpu=?(0000:00:06.0 ? 666 MiB) "));
+        // With it (the host's GPUs, two, listed out of bus order), the GPU at 0000:00:06.0
+        // is nvidia-smi's 0 and shows so, its device node beside it.
+        let gpu = |minor, bus: &str| GpuInfo {
+            minor,
+            bus_id: Some(bus.into()),
+            uuid: None,
+            name: None,
+        };
+        let inv = Inventory {
+            gpus: vec![gpu(0, "0000:41:00.0"), gpu(1, "0000:00:06.0")],
+            ..inv
+        };
         let lines = render_text(&inv);
+        assert_eq!(
+            lines[..2],
+            [
+                "GPU 1: ? bus 0000:41:00.0 ? (/dev/nvidia0)",
+                "GPU 0: ? bus 0000:00:06.0 ? (/dev/nvidia1)"
+            ]
+        );
+        let lines = &lines[2..];
         assert_eq!(
             lines[0],
             "2 processes had a GPU open before tracing started (driver objects they made \

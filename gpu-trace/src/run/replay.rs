@@ -44,8 +44,9 @@ pub fn replay_with(
         pipeline
             .inventory(inv)
             .map_err(io_err("writing the output"))?;
-        warn_unmatched_gpus(&pipeline);
     }
+    // Also without an inventory: a recording that lists no GPU passes no event through --gpu.
+    warn_unmatched_gpus(&pipeline);
     let mut failure = None;
     let mut next_frame = Duration::from_secs(1);
     let mut quit = false;

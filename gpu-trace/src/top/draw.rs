@@ -6,7 +6,7 @@ use ratatui::{
     layout::{Constraint, Layout, Rect},
     style::{Color, Modifier, Style},
     text::Line,
-    widgets::{Block, Borders, Cell, Clear, Paragraph, Row, Table},
+    widgets::{Block, Borders, Cell, Clear, Paragraph, Row, Table, Wrap},
 };
 
 use crate::output::top::{
@@ -22,18 +22,39 @@ pub(super) struct Context<'a> {
     /// Exited processes no longer shown ([`TopModel::expired`](crate::output::top::TopModel::expired)).
     pub expired: u64,
     pub colour: bool,
+    /// A warning under the title ([`Top::notice`](super::Top::notice)).
+    pub notice: Option<&'a str>,
 }
 
 /// Draws `frame`; the rows the process table has room for (a page).
 pub(super) fn draw(f: &mut ratatui::Frame, frame: &Frame, view: &mut View, ctx: &Context) -> usize {
     let gpu_rows = frame.gpus.len().max(1) as u16;
-    let [head, gpus, procs] = Layout::vertical([
+    // The notice's lines at this width (it wraps at words: a line more than its length needs).
+    let width = usize::from(f.area().width.max(1));
+    let notice_rows = ctx.notice.map_or(0, |n| {
+        let chars = n.chars().count();
+        chars.div_ceil(width) + usize::from(chars > width)
+    }) as u16;
+    let [head, notice, gpus, procs] = Layout::vertical([
         Constraint::Length(3),
+        Constraint::Length(notice_rows),
         Constraint::Length(gpu_rows + 3),
         Constraint::Min(4),
     ])
     .areas(f.area());
     let bold = Style::default().add_modifier(Modifier::BOLD);
+    if let Some(n) = ctx.notice {
+        // Red like the refusals, or bold without colours.
+        let style = if ctx.colour {
+            bold.fg(Color::Red)
+        } else {
+            bold
+        };
+        f.render_widget(
+            Paragraph::new(Line::styled(n, style)).wrap(Wrap { trim: false }),
+            notice,
+        );
+    }
     let health = if frame.dropped > 0 {
         format!("DROPPED {} (raise --ring-size)", frame.dropped)
     } else {
@@ -142,19 +163,14 @@ fn draw_help(f: &mut ratatui::Frame, stepping: bool) {
     );
 }
 
-/// The GPUs table: RM instance, nvidia-smi index and UUID, live tasks, GPU share (80 columns
+/// The GPUs table: the GPU as nvidia-smi numbers it (`?` until the run knows which GPU RM's
+/// device instance is; AMD: its KFD `gpu_id`), its UUID, live tasks, GPU share (80 columns
 /// wide).
 fn draw_gpus(f: &mut ratatui::Frame, frame: &Frame, area: Rect, bold: Style) {
     let rows = frame.gpus.iter().map(|g| {
         Row::new(vec![
             g.gpu.map_or_else(|| "?".into(), |v| v.to_string()),
-            g.name
-                .as_ref()
-                .map_or_else(|| "?".into(), |(i, _)| i.to_string()),
-            g.name
-                .as_ref()
-                .and_then(|(_, u)| u.clone())
-                .unwrap_or_else(|| "?".into()),
+            g.uuid.clone().unwrap_or_else(|| "?".into()),
             g.live.to_string(),
             g.max_live.to_string(),
             percent(g.share),
@@ -165,16 +181,13 @@ fn draw_gpus(f: &mut ratatui::Frame, frame: &Frame, area: Rect, bold: Style) {
             rows,
             [
                 Constraint::Length(6),
-                Constraint::Length(10),
                 Constraint::Length(40),
                 Constraint::Length(5),
                 Constraint::Length(8),
                 Constraint::Length(6),
             ],
         )
-        .header(
-            Row::new(["RM GPU", "NVIDIA-SMI", "UUID", "LIVE", "MAX_LIVE", "SHARE%"]).style(bold),
-        )
+        .header(Row::new(["GPU", "UUID", "LIVE", "MAX_LIVE", "SHARE%"]).style(bold))
         .block(Block::default().borders(Borders::TOP).title("GPUs")),
         area,
     );
