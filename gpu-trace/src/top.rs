@@ -392,7 +392,7 @@ fn open_terminal() -> io::Result<Terminal<CrosstermBackend<Stdout>>> {
 /// the start-up warning's words, which stderr alone shows only after the view quits.
 pub fn driver_notice(vendor: crate::cli::Vendor) -> Option<String> {
     match vendor {
-        crate::cli::Vendor::Amd => crate::probe::kfd::KfdPresence::probe().warning(),
+        crate::cli::Vendor::Amd => crate::probe::amd::KfdPresence::probe().warning(),
         _ => crate::probe::system::nvidia_not_loaded_warning(),
     }
     .map(|w| format!("warning: {w}"))
