@@ -82,38 +82,7 @@ impl Trigger {
     }
 }
 
-/// The flight recorder's counts, for the statistics (text and JSON `STATS`
-/// `flight_recorder`).
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct FlightStats {
-    /// Triggers that came, by name ([`Trigger::name`]), whether a dump followed or not.
-    pub triggers: std::collections::BTreeMap<&'static str, u64>,
-    /// Dumps written.
-    pub dumps: u64,
-    /// Triggers not written because `--dump-max-per-hour` dumps were written in the last hour.
-    pub not_written: u64,
-    /// Dumps that could not be written (the error was said on stderr).
-    pub failed: u64,
-}
-
-impl FlightStats {
-    /// The statistics block's note: the triggers by name, what was not written.
-    pub fn note(&self) -> String {
-        let triggers: Vec<String> = (self.triggers.iter())
-            .map(|(k, v)| format!("{k} {v}"))
-            .collect();
-        format!(
-            "(flight recorder; triggers: {}; not written {} (--dump-max-per-hour); failed {})",
-            if triggers.is_empty() {
-                "none".to_string()
-            } else {
-                triggers.join(", ")
-            },
-            self.not_written,
-            self.failed
-        )
-    }
-}
+pub use crate::model::stats::FlightStats;
 
 /// The triggers the pipeline's [`TriggerSink`] noticed, shared with the live loop.
 #[derive(Clone, Debug, Default)]

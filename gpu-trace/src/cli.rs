@@ -181,16 +181,10 @@ pub const DOCTOR_EPILOGUE: Epilogue = Epilogue {
       case $? in 0) echo all;; 5) echo no deny;; *) echo none;; esac",
     notes: None,
     exit_status: &[
-        (
-            crate::doctor::exit::READY,
-            "tracing and --deny-pid can both work",
-        ),
+        (doctor_exit::READY, "tracing and --deny-pid can both work"),
         (exit::USAGE, "bad usage"),
-        (crate::doctor::exit::UNSUPPORTED, "tracing cannot work"),
-        (
-            crate::doctor::exit::NO_DENY,
-            "tracing can work, --deny-pid cannot",
-        ),
+        (doctor_exit::UNSUPPORTED, "tracing cannot work"),
+        (doctor_exit::NO_DENY, "tracing can work, --deny-pid cannot"),
     ],
     see_also: "See docs/cli.md#doctor for each row and docs/troubleshooting.md for the fixes.",
 };
@@ -1200,4 +1194,15 @@ mod tests {
         assert_eq!(parse_ring_size("4096"), Ok(4096));
         assert_eq!(parse_ring_size("2147483648"), Ok(1 << 31));
     }
+}
+
+/// Exit status of `gpu-trace doctor`.
+pub mod doctor_exit {
+    /// Tracing and `--deny-pid` can both work.
+    pub const READY: u8 = 0;
+    /// Tracing cannot work (the same code `gpu-trace` exits with when the system cannot support
+    /// it).
+    pub const UNSUPPORTED: u8 = 3;
+    /// Tracing can work; `--deny-pid` cannot.
+    pub const NO_DENY: u8 = 5;
 }

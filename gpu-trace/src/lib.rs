@@ -22,6 +22,7 @@
 pub mod api;
 pub mod cli;
 pub mod doctor;
+pub mod flags;
 pub mod launch;
 pub mod loader;
 pub mod metrics;

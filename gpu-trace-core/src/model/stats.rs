@@ -274,7 +274,7 @@ pub struct Stats {
     /// Records of `--record` dropped because the recording's reader did not keep up.
     pub recording_lost: u64,
     /// `--flight-recorder`: its triggers and dumps (`None` without it).
-    pub flight: Option<crate::flight::FlightStats>,
+    pub flight: Option<FlightStats>,
     /// Driver calls of interest that produced no event, by reason (e.g. `schedule_disable`,
     /// `schedule_unreadable`, `unknown_handle`): set from the trackers' counters at the end, so
     /// that nothing the tracer saw disappears without a count. Zero entries are left out.
@@ -1402,4 +1402,18 @@ warning: 123456 events were dropped because the ring buffer was full; raise --ri
         assert!(!text.contains("ring-size"));
         assert!(text.lines().all(|l| l.trim_end() == l));
     }
+}
+
+/// The flight recorder's counts, for the statistics (text and JSON `STATS`
+/// `flight_recorder`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct FlightStats {
+    /// Triggers that came, by name (`flight::Trigger::name`), whether a dump followed or not.
+    pub triggers: std::collections::BTreeMap<&'static str, u64>,
+    /// Dumps written.
+    pub dumps: u64,
+    /// Triggers not written because `--dump-max-per-hour` dumps were written in the last hour.
+    pub not_written: u64,
+    /// Dumps that could not be written (the error was said on stderr).
+    pub failed: u64,
 }

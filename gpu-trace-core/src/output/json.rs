@@ -822,7 +822,7 @@ struct StatsLine<'a> {
     #[serde(skip_serializing_if = "is_zero")]
     recording_lost: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
-    flight_recorder: Option<&'a crate::flight::FlightStats>,
+    flight_recorder: Option<&'a crate::model::stats::FlightStats>,
     processes: Vec<ProcessLine<'a>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     containers: Vec<GroupLine<'a>>,

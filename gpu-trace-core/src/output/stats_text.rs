@@ -129,7 +129,7 @@ impl Stats {
             rows.push(("lost_samples", lost, String::new()));
         }
         if let Some(f) = &self.flight {
-            rows.push(("dumps", f.dumps, f.note()));
+            rows.push(("dumps", f.dumps, flight_note(f)));
         }
         rows.extend(
             self.unreported
@@ -388,4 +388,22 @@ fn write_rows<V: std::fmt::Display>(out: &mut String, rows: &[(&str, V, String)]
         let line = format!("{label:<16} {value:>width$}   {note}");
         let _ = writeln!(out, "{}", line.trim_end());
     }
+}
+
+/// The statistics block's note of the flight recorder: the triggers by name, what was not
+/// written.
+fn flight_note(f: &crate::model::stats::FlightStats) -> String {
+    let triggers: Vec<String> = (f.triggers.iter())
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
+    format!(
+        "(flight recorder; triggers: {}; not written {} (--dump-max-per-hour); failed {})",
+        if triggers.is_empty() {
+            "none".to_string()
+        } else {
+            triggers.join(", ")
+        },
+        f.not_written,
+        f.failed
+    )
 }

@@ -1241,7 +1241,7 @@ pub fn for_trace(
     };
     let libraries = api.attacher.libraries();
     // A start-up report line: not with -q (warnings only).
-    if !crate::run::quiet() {
+    if !crate::flags::quiet() {
         eprintln!(
             "gpu-trace: --api: {with} of {targets} target process(es) map a GPU API library; \
              {} uprobes attached in {libraries} librar{} in {} ms{launch}: {}",

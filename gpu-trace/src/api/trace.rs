@@ -148,7 +148,7 @@ impl Tracer {
             .and_then(|m| RingBuf::try_from(m).ok());
         Ok(Self {
             ebpf,
-            at: Attacher::new(table, crate::run::stop_requested, method),
+            at: Attacher::new(table, crate::flags::stop_requested, method),
             ring,
             symbolizer: Symbolizer::default(),
             stuck_seen: HashSet::new(),
@@ -325,7 +325,7 @@ impl Tracer {
             let mut symbolizer = std::mem::take(&mut self.symbolizer);
             let Some((symbolizer, t)) = untrusted::bounded(
                 untrusted::TARGET_DEADLINE,
-                &crate::run::stop_requested,
+                &crate::flags::stop_requested,
                 move || {
                     let t = symbolizer.thread(pid, tid);
                     (symbolizer, t)
@@ -408,7 +408,7 @@ pub fn trace(args: &ApiArgs) -> Result<Traced, TraceError> {
         return Err(TraceError::NoTarget);
     }
     let subtrees = subtrees(args)?;
-    let _ = crate::run::install_stop_signals();
+    let _ = crate::flags::install_stop_signals();
     raise_open_file_limit();
     let mut tracer = Tracer::load(table.clone(), args)?;
     let attach_start = std::time::Instant::now();
@@ -607,7 +607,7 @@ fn run_loop(
     let mut next = Instant::now() + every;
     let mut next_stuck = Instant::now() + STUCK_POLL;
     loop {
-        if crate::run::stop_requested() {
+        if crate::flags::stop_requested() {
             // Like strace: the command goes on untraced (it got the terminal's SIGINT too).
             return child.map(|c| reap(c).unwrap_or(128 + libc::SIGINT));
         }

@@ -18,16 +18,8 @@ use crate::{
     targets::{self, KFD_ENTRY, MQD_INIT, NVIDIA_ENTRY},
 };
 
-/// Exit status of `gpu-trace doctor`.
-pub mod exit {
-    /// Tracing and `--deny-pid` can both work.
-    pub const READY: u8 = 0;
-    /// Tracing cannot work (the same code `gpu-trace` exits with when the system cannot support
-    /// it).
-    pub const UNSUPPORTED: u8 = 3;
-    /// Tracing can work; `--deny-pid` cannot.
-    pub const NO_DENY: u8 = 5;
-}
+/// `gpu-trace doctor`'s exit codes (defined beside the command line that documents them).
+pub use crate::cli::doctor_exit as exit;
 
 /// Which part of the machine a row is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

@@ -1,59 +1,12 @@
-//! Stop requests (SIGINT, SIGTERM) and `-q`: the flags the whole run reads, and the live loop's
-//! tokio handlers.
-
-use std::{
-    io::{self},
-    sync::atomic::{AtomicBool, Ordering},
-};
+//! The live loop's tokio handlers of SIGINT and SIGTERM; the flags they and the rest of the
+//! binary read (a stop was requested, `-q`) are [`crate::flags`]'s, re-exported here.
 
 use tokio::signal::unix::SignalKind;
 
+pub(super) use crate::flags::{QUIET, note};
+pub use crate::flags::{install_stop_signals, quiet, set_quiet, stop_requested};
+
 use super::error::{RunError, io_err};
-
-pub(super) static STOP: AtomicBool = AtomicBool::new(false);
-
-/// Installs SIGINT and SIGTERM handlers that only note the request ([`stop_requested`]). A live
-/// run calls this first, before anything is validated, opened or attached, so that a signal
-/// that comes during start-up ends the run cleanly as soon as it can instead of being lost.
-pub fn install_stop_signals() -> io::Result<()> {
-    for signal in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: the action only stores to an atomic, which is async-signal-safe.
-        unsafe {
-            signal_hook_registry::register(signal, || STOP.store(true, Ordering::SeqCst))?;
-        }
-    }
-    Ok(())
-}
-
-// ---------------------------------------------------------------------------------------------
-// `-q`: warnings only.
-
-pub(super) static QUIET: AtomicBool = AtomicBool::new(false);
-
-/// `-q` on the command line: from now on stderr gets warnings and errors only, besides the
-/// line that says tracing started (`tracing …; hooks: …`, which scripts wait for) and where
-/// `--metrics` serves; the start-up notes (what runs, what is not used, the inventory) are left
-/// out.
-pub fn set_quiet(quiet: bool) {
-    QUIET.store(quiet, Ordering::SeqCst);
-}
-
-/// Whether `-q` was given ([`set_quiet`]): for the start-up lines printed outside this module.
-pub fn quiet() -> bool {
-    QUIET.load(Ordering::SeqCst)
-}
-
-/// A start-up note on stderr, after `gpu-trace: `, unless `-q` ([`set_quiet`]).
-pub(super) fn note(line: impl std::fmt::Display) {
-    if !QUIET.load(Ordering::SeqCst) {
-        eprintln!("gpu-trace: {line}");
-    }
-}
-
-/// A SIGINT or SIGTERM came (after [`install_stop_signals`]).
-pub fn stop_requested() -> bool {
-    STOP.load(Ordering::SeqCst)
-}
 
 /// SIGINT and SIGTERM as the live loop waits for them (tokio's handlers).
 pub(super) struct StopSignals {
