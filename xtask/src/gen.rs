@@ -524,6 +524,7 @@ mod tests {
         )];
         for (sub, codes) in [
             ("replay", vec![0, 1, 2, 4]),
+            ("merge", vec![0, 1, 2, 4]),
             ("top", vec![0, 1, 2, 3, 4]),
             ("doctor", vec![0, 2, 3, 5]),
             ("completions", vec![0, 1, 2]),
