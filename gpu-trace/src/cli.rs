@@ -772,6 +772,13 @@ pub struct MetricsArgs {
     /// Require `Authorization: Bearer TOKEN` on --metrics, the token read from FILE (one line).
     #[arg(long, value_name = "FILE", requires = "addr")]
     pub metrics_bearer_token_file: Option<std::path::PathBuf>,
+
+    /// Take a label set (comm, pod, GPU, engine) out of --metrics once it has counted no event
+    /// for TIME and holds no live task (default 5m), freeing its room under the label caps; one
+    /// that comes back starts its counters from 0.
+    #[arg(long, value_name = "TIME", value_parser = positive_seconds, requires = "addr")]
+    #[arg(help_heading = heading::METRICS)]
+    pub metrics_expire: Option<f64>,
 }
 
 #[derive(Clone, Debug, Args)]
