@@ -15,6 +15,7 @@ use std::{
 
 use gpu_trace_core::flight::{
     FlightStats, FlightWindow, HourlyBound, Trigger, TriggerSink, Triggers, dump_name, dump_stamp,
+    dumps_to_remove,
 };
 
 use super::{error::RunError, late_attach::monotonic_now_ns, signals::note};
@@ -26,6 +27,8 @@ pub(super) struct Flight {
     header: RecordingHeader,
     dir: PathBuf,
     max_per_hour: u32,
+    /// `--dump-keep`: this host's dumps left in `dir` at most.
+    keep: Option<u32>,
     bound: HourlyBound,
     started: Instant,
     /// Noted by the pipeline's [`TriggerSink`], SIGUSR1 and the loop's checks.
@@ -62,6 +65,7 @@ impl Flight {
             header,
             dir: args.dump_dir.clone().unwrap_or_else(|| PathBuf::from(".")),
             max_per_hour: args.dump_max_per_hour,
+            keep: args.dump_keep,
             bound: HourlyBound::default(),
             started: Instant::now(),
             triggers,
@@ -139,6 +143,7 @@ impl Flight {
             n += 1;
             name = dump_name(&self.header.host, &format!("{utc}-{n}"), t);
         }
+        let (keep, dir, host) = (self.keep, self.dir.clone(), self.header.host.clone());
         let path = self.dir.join(&name);
         let tmp = self.dir.join(format!(".{name}.tmp"));
         let records = self.window.len();
@@ -155,6 +160,11 @@ impl Flight {
                 match std::fs::write(&tmp, &bytes).and_then(|()| std::fs::rename(&tmp, &path)) {
                     Ok(()) => {
                         written.fetch_add(1, Ordering::SeqCst);
+                        // After its rename: whichever dump's thread ends last leaves the newest
+                        // `keep`, this one among them or not.
+                        if let Some(keep) = keep {
+                            remove_oldest(&dir, &host, keep);
+                        }
                     }
                     Err(e) => {
                         let _ = std::fs::remove_file(&tmp);
@@ -186,6 +196,38 @@ impl Flight {
             dumps: self.written.load(Ordering::SeqCst),
             failed: self.stats.failed + self.failed.load(Ordering::SeqCst),
             ..self.stats
+        }
+    }
+}
+
+/// `--dump-keep`: removes `host`'s oldest dumps in `dir` so that `keep` are left (a dump
+/// another thread is still writing is not named yet: its thread prunes after its own rename).
+/// A failure is said on stderr; tracing goes on.
+fn remove_oldest(dir: &std::path::Path, host: &str, keep: u32) {
+    let names: Vec<String> = match std::fs::read_dir(dir) {
+        Ok(entries) => (entries.flatten())
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect(),
+        Err(e) => {
+            eprintln!(
+                "gpu-trace: flight recorder: could not list {} for --dump-keep: {e}; older \
+                 dumps stay (tracing goes on)",
+                dir.display()
+            );
+            return;
+        }
+    };
+    for name in dumps_to_remove(&names, host, keep as usize) {
+        let path = dir.join(&name);
+        // Gone already: another dump's thread pruned it.
+        if let Err(e) = std::fs::remove_file(&path)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            eprintln!(
+                "gpu-trace: flight recorder: could not remove {} (--dump-keep {keep}): {e}; \
+                 check the directory's permissions (tracing goes on)",
+                path.display()
+            );
         }
     }
 }
