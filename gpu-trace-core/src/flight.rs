@@ -264,6 +264,11 @@ impl FlightWindow {
 /// A dump's file name: `gpu-trace-HOST-YYYYmmddTHHMMSSZ-TRIGGER.gtrace` (`utc`: the time in
 /// that form; the host's characters other than letters, digits, `.` and `-` become `_`).
 pub fn dump_name(host: &str, utc: &str, trigger: Trigger) -> String {
+    format!("{}{utc}-{}.gtrace", dump_prefix(host), trigger.name())
+}
+
+/// `gpu-trace-HOST-`: what every dump name of `host` starts with.
+fn dump_prefix(host: &str) -> String {
     let host: String = host
         .chars()
         .map(|c| {
@@ -274,7 +279,43 @@ pub fn dump_name(host: &str, utc: &str, trigger: Trigger) -> String {
             }
         })
         .collect();
-    format!("gpu-trace-{host}-{utc}-{}.gtrace", trigger.name())
+    format!("gpu-trace-{host}-")
+}
+
+/// `--dump-keep N`: of the file names in the dump directory (`names`), the dumps of `host` to
+/// remove so that N are left: all but the newest N, by the time in their names (and, within
+/// one second, their number: `STAMP-TRIGGER` is the first, `STAMP-2-TRIGGER` the second).
+/// Only names [`dump_name`] makes for `host` count (another host's dumps, `node-1`'s beside
+/// `node`'s, and anything else there are left alone).
+pub fn dumps_to_remove(names: &[String], host: &str, keep: usize) -> Vec<String> {
+    let prefix = dump_prefix(host);
+    let is_stamp = |s: &str| {
+        let b = s.as_bytes();
+        b.len() >= 16
+            && b[..8].iter().all(u8::is_ascii_digit)
+            && b[8] == b'T'
+            && b[9..15].iter().all(u8::is_ascii_digit)
+            && b[15] == b'Z'
+    };
+    let mut mine: Vec<(&str, u64, &String)> = (names.iter())
+        .filter(|n| n.ends_with(".gtrace"))
+        .filter_map(|n| {
+            let rest = n.strip_prefix(&prefix).filter(|r| is_stamp(r))?;
+            let (stamp, after) = rest.split_at(16);
+            // `-N-` after the stamp: the N-th dump of that second; none: the first.
+            let nth = (after.strip_prefix('-')?.split('-').next())
+                .filter(|w| !w.is_empty() && w.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|w| w.parse().ok())
+                .unwrap_or(1);
+            Some((stamp, nth, n))
+        })
+        .collect();
+    mine.sort();
+    let excess = mine.len().saturating_sub(keep);
+    mine.into_iter()
+        .take(excess)
+        .map(|(_, _, n)| n.clone())
+        .collect()
 }
 
 /// The UTC time of `mono_ns` (CLOCK_MONOTONIC) as a dump's name has it (`YYYYmmddTHHMMSSZ`),
@@ -418,6 +459,48 @@ mod tests {
         assert_eq!(
             dump_name("node 1", "20260101T000000Z", Trigger::SignalExit),
             "gpu-trace-node_1-20260101T000000Z-signal-exit.gtrace"
+        );
+    }
+
+    /// `--dump-keep 2` over five dumps of `node`: its two newest stay (by the time in their
+    /// names, then their number within a second — `-refused` is the first of its second,
+    /// `-2-`, `-10-` later ones — not the order listed nor the names' sort); another host's
+    /// dumps (`node-1`, whose names also start with `gpu-trace-node-`), a dump being written
+    /// (`.NAME.tmp`) and other files stay.
+    #[test]
+    fn dump_keep_removes_this_host_s_oldest_dumps_only() {
+        let names: Vec<String> = [
+            "gpu-trace-node-20260101T000003Z-10-dropped.gtrace",
+            "gpu-trace-node-20260101T000001Z-signal.gtrace",
+            "gpu-trace-node-1-20250101T000000Z-signal.gtrace",
+            ".gpu-trace-node-20250101T000000Z-signal.gtrace.tmp",
+            "gpu-trace-node-20260101T000003Z-refused.gtrace",
+            "gpu-trace-node-20260101T000003Z-2-signal-exit.gtrace",
+            "gpu-trace-node-20260101T000002Z-signal.gtrace",
+            "notes.txt",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(
+            dumps_to_remove(&names, "node", 2),
+            [
+                "gpu-trace-node-20260101T000001Z-signal.gtrace",
+                "gpu-trace-node-20260101T000002Z-signal.gtrace",
+                "gpu-trace-node-20260101T000003Z-refused.gtrace",
+            ]
+        );
+        assert_eq!(dumps_to_remove(&names, "node", 5), Vec::<String>::new());
+        assert_eq!(dumps_to_remove(&names, "node", 1).len(), 4);
+        assert_eq!(
+            dumps_to_remove(&names, "node-1", 0),
+            ["gpu-trace-node-1-20250101T000000Z-signal.gtrace"]
+        );
+        // The names dump_name makes are those dumps_to_remove counts, in their order.
+        let first = dump_name("node 1", "20260101T000000Z", Trigger::Signal);
+        let second = dump_name("node 1", "20260101T000000Z-2", Trigger::SignalExit);
+        assert_eq!(
+            dumps_to_remove(&[second.clone(), first.clone()], "node 1", 1),
+            [first]
         );
     }
 }

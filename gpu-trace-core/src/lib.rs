@@ -17,7 +17,8 @@
 //!   [`output`] (text, JSON lines, Perfetto timelines, `top` frames) and [`metrics`]
 //!   (Prometheus) are the sinks;
 //! - [`pipeline`]: parse → sources → enrich → sinks (shared by live runs and replay);
-//! - [`record`]: the recording file format (`--record`, `replay`);
+//! - [`record`]: the recording file format (`--record`, `replay`); [`merge`]: several
+//!   nodes' recordings replayed on one timeline (`gpu-trace merge`);
 //! - [`api`]: the GPU API layer's pure part (the symbol table; which library serves each call);
 //! - [`inventory`]: what the start-up inventory found (processes with a GPU open before
 //!   tracing), as data.
@@ -29,6 +30,7 @@ pub mod event;
 pub mod flight;
 pub mod inventory;
 pub mod live_set;
+pub mod merge;
 pub mod metrics;
 pub mod model;
 pub mod output;

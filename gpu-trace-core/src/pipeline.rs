@@ -109,6 +109,8 @@ pub struct Pipeline<W: Write> {
     pods: Option<Box<dyn PodResolver>>,
     /// `--api`: the names behind the API records' cookies.
     api_names: crate::api::names::Names,
+    /// `gpu-trace merge`: the node whose recording this pipeline reads ([`Self::with_host`]).
+    host: Option<String>,
 }
 
 /// `--interval`: when and where the periodic statistics go.
@@ -158,7 +160,17 @@ impl<W: Write> Pipeline<W> {
             interval: None,
             pods: None,
             api_names: Default::default(),
+            host: None,
         }
+    }
+
+    /// `gpu-trace merge`: this pipeline reads node `host`'s recording; every line it writes
+    /// names the node (text: `host=NAME` at the end; JSON: a first `host` key), and the text
+    /// statistics block is titled with it.
+    pub fn with_host(mut self, host: &str) -> Self {
+        self.outputs.set_host(host);
+        self.host = Some(host.to_string());
+        self
     }
 
     /// Names the pods of the attributed processes with `resolver` (their `pod_name`,
@@ -639,6 +651,11 @@ impl<W: Write> Pipeline<W> {
             .map_err(SinkError::into_io)
     }
 
+    /// The CLOCK_MONOTONIC times of the first and the last record seen (`None`: none yet).
+    pub fn record_times(&self) -> Option<(u64, u64)> {
+        self.first_ts.zip(self.last_ts)
+    }
+
     /// Time between the first and the last record seen.
     pub fn span(&self) -> Duration {
         match (self.first_ts, self.last_ts) {
@@ -669,7 +686,16 @@ impl<W: Write> Pipeline<W> {
         self.stats.unreported = self.unreported();
         let share_window_us = self.share_window_us();
         let stats_text = self.config.stats.then(|| {
-            let mut text = self.stats.render_text(self.config.verbose);
+            let mut text = match &self.host {
+                Some(host) => self.stats.render_text_titled(
+                    self.config.verbose,
+                    &format!(
+                        "gpu-trace statistics of {}",
+                        crate::escape::escape_text(host)
+                    ),
+                ),
+                None => self.stats.render_text(self.config.verbose),
+            };
             for line in self.stats.share.render_lines(share_window_us) {
                 text.push_str(&line);
                 text.push('\n');

@@ -161,6 +161,36 @@ pub const REPLAY_EPILOGUE: Epilogue = Epilogue {
     see_also: SEE_ALSO,
 };
 
+/// `gpu-trace merge`'s epilogue.
+pub const MERGE_EPILOGUE: Epilogue = Epilogue {
+    examples: "  The recordings (or flight-recorder dumps) of two nodes on one timeline:
+      gpu-trace merge node-a.gtrace node-b.gtrace
+  As JSON lines, each with a host key; and a Perfetto timeline of all nodes:
+      gpu-trace merge dumps/*.gtrace --format json -o all.jsonl
+      gpu-trace merge dumps/*.gtrace --perfetto all.json -o /dev/null",
+    notes: Some((
+        "Order",
+        "ORDER",
+        "each recording is replayed as `gpu-trace replay` replays it alone (its own processes, \
+         tasks and statistics), and the next record printed is, of the recordings' next \
+         records, the earliest in real time (its monotonic time plus its recording's realtime \
+         offset); a recording's own records keep their order. Text lines end with host=NAME, \
+         JSON lines start with a host key (the recording's host; NAME#2 for a second recording \
+         of one host). At the end, each node's statistics, then a table of every node and all \
+         together. --pid, --comm and --gpu select on every node.",
+    )),
+    exit_status: &[
+        (exit::SUCCESS, "success"),
+        (exit::RUNTIME, "a file cannot be read or decoded"),
+        (exit::USAGE, "bad usage"),
+        (
+            exit::DROPPED,
+            "a live run had dropped records, or a recording was cut short",
+        ),
+    ],
+    see_also: SEE_ALSO,
+};
+
 /// `gpu-trace top`'s epilogue.
 pub const TOP_EPILOGUE: Epilogue = Epilogue {
     examples: "  Every process on the NVIDIA driver:
@@ -254,6 +284,7 @@ pub fn epilogue(name: Option<&str>) -> Option<&'static Epilogue> {
     Some(match name {
         None => &MAIN_EPILOGUE,
         Some("replay") => &REPLAY_EPILOGUE,
+        Some("merge") => &MERGE_EPILOGUE,
         Some("top") => &TOP_EPILOGUE,
         Some("doctor") => &DOCTOR_EPILOGUE,
         Some("completions") => &COMPLETIONS_EPILOGUE,
@@ -325,6 +356,17 @@ pub enum Command {
         #[arg(long, conflicts_with_all = ["quiet", "interval"])]
         #[arg(display_order = 9)]
         top: bool,
+        #[command(flatten)]
+        output: OutputArgs,
+    },
+    /// Put recordings of several nodes on one timeline (no root needed): each replayed as
+    /// replay would, their events interleaved by real time, each line naming its node.
+    #[command(after_long_help = MERGE_EPILOGUE.long_help())]
+    Merge {
+        /// The recordings, one per node: --record files, --record-rotate pieces,
+        /// flight-recorder dumps.
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
         #[command(flatten)]
         output: OutputArgs,
     },
@@ -724,6 +766,13 @@ pub struct MetricsArgs {
     /// Require `Authorization: Bearer TOKEN` on --metrics, the token read from FILE (one line).
     #[arg(long, value_name = "FILE", requires = "addr")]
     pub metrics_bearer_token_file: Option<std::path::PathBuf>,
+
+    /// Take a label set (comm, pod, GPU, engine) out of --metrics once it has counted no event
+    /// for TIME and holds no live task (default 5m), freeing its room under the label caps; one
+    /// that comes back starts its counters from 0.
+    #[arg(long, value_name = "TIME", value_parser = positive_seconds, requires = "addr")]
+    #[arg(help_heading = heading::METRICS)]
+    pub metrics_expire: Option<f64>,
 }
 
 #[derive(Clone, Debug, Args)]

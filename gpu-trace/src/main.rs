@@ -29,6 +29,7 @@ fn main() -> ExitCode {
     let mut cli = gpu_trace::cli::parse();
     run::set_quiet(match &cli.command {
         Some(Command::Replay { output, .. }) => output.quiet,
+        Some(Command::Merge { output, .. }) => output.quiet,
         Some(Command::Top { trace, .. }) => trace.output.quiet,
         _ => cli.trace.output.quiet,
     });
@@ -61,6 +62,12 @@ fn main() -> ExitCode {
             result
                 .map_err(|e| replay_error(e, &file))
                 .with_context(|| format!("replaying {}", file.display()))
+        }
+        Some(Command::Merge { files, mut output }) => {
+            for warning in output.normalize_comms() {
+                eprintln!("gpu-trace: warning: {warning}");
+            }
+            run::merge(&files, &output).context("merging the recordings")
         }
         Some(Command::Top { mut trace, expire }) => {
             for warning in trace.output.normalize_comms() {
@@ -95,6 +102,9 @@ fn install_stop_signals(cli: &Cli) -> Result<(), ExitCode> {
 fn check_output_paths(cli: &Cli) -> Result<(), ExitCode> {
     let paths = match &cli.command {
         Some(Command::Replay { file, output, .. }) => run::check_paths(Some(file), output, None),
+        Some(Command::Merge { files, output }) => {
+            (files.iter()).try_for_each(|file| run::check_paths(Some(file), output, None))
+        }
         Some(Command::Doctor { .. } | Command::Completions { .. } | Command::Api(_)) => Ok(()),
         Some(Command::Top { trace, .. }) => {
             run::check_paths(None, &trace.output, trace.record.as_deref())

@@ -42,7 +42,12 @@ fn usage_error(args: &[&str]) -> String {
 
 #[test]
 fn a_mistyped_subcommand_gets_did_you_mean() {
-    for (typed, meant) in [("replya", "replay"), ("topp", "top"), ("docter", "doctor")] {
+    for (typed, meant) in [
+        ("replya", "replay"),
+        ("merg", "merge"),
+        ("topp", "top"),
+        ("docter", "doctor"),
+    ] {
         assert_eq!(
             usage_error(&[typed]),
             format!(
@@ -64,7 +69,7 @@ fn a_mistyped_subcommand_gets_did_you_mean() {
         usage_error(&["no-such-command"]),
         format!(
             "error: unrecognized subcommand 'no-such-command'\n\n  tip: subcommands: replay, \
-             doctor, top, api, completions; to start and trace a command: gpu-trace [OPTIONS] \
+             merge, doctor, top, api, completions; to start and trace a command: gpu-trace [OPTIONS] \
              -- CMD\n\n{USAGE}\n\n{MORE}\n"
         )
     );

@@ -900,3 +900,213 @@ fn a_live_run_writes_complete_output_and_timeline_files() {
             .starts_with("gpu-trace ")
     );
 }
+
+/// A GPU-host recording as another node's: its header's host and realtime offset rewritten
+/// (the offset moved by `shift_ns`), the records and trailer as they are. Returns the path and
+/// the new offset.
+fn as_node(gtrace: &str, host: &str, shift_ns: i128) -> (PathBuf, i128) {
+    use gpu_trace_core::record::{Item, RecordReader, RecordWriter};
+    let bytes = std::fs::read(fixture(gtrace)).unwrap();
+    let mut r = RecordReader::new(&bytes[..]).unwrap();
+    let mut header = r.header.clone();
+    header.host = host.to_string();
+    header.realtime_offset_ns += shift_ns;
+    let mut w = RecordWriter::with_share(Vec::new(), &header).unwrap();
+    while let Some(item) = r.next_item().unwrap() {
+        match item {
+            Item::Record(b) => w.record(&b).unwrap(),
+            Item::Share(s) => assert!(w.share(&s).unwrap()),
+        }
+    }
+    let path = tmp(&format!("{host}.gtrace"));
+    std::fs::write(&path, w.finish(r.trailer.as_ref().unwrap()).unwrap()).unwrap();
+    (path, header.realtime_offset_ns)
+}
+
+/// The lines of a text output before its statistics block, and the block.
+fn events_and_block(text: &str) -> (Vec<&str>, &str) {
+    let at = text.find("--- gpu-trace statistics").unwrap();
+    (text[..at].lines().collect(), &text[at..])
+}
+
+/// `gpu-trace merge` of two nodes (the GPU-host recordings, their host and clock rewritten:
+/// B's real times 0.4 s after A's), as text: each node's lines (their `host=` field taken off)
+/// are exactly the lines `gpu-trace replay` prints for its recording alone, in the same order —
+/// every event of both once — and its statistics block is replay's, titled with the node; the
+/// event lines are in wall-clock order (the time each line prints, under TZ=UTC) and really
+/// interleaved; the table at the end adds the nodes' events up.
+#[test]
+fn merge_of_two_nodes_is_each_node_s_replay_interleaved_by_real_time() {
+    for gtrace in ["two_streams.gtrace", "ctx_churn.gtrace"] {
+        let (a, _) = as_node(gtrace, "node-a", 0);
+        let (b, _) = as_node(gtrace, "node-b", 400_000_123);
+        let merged = gpu_trace(&["merge", a.to_str().unwrap(), b.to_str().unwrap(), "-v"]);
+        let (mut merged_events, tail) = events_and_block(&merged);
+        let mut totals = 0;
+        for (host, path) in [("node-a", &a), ("node-b", &b)] {
+            let alone = gpu_trace(&["replay", path.to_str().unwrap(), "-v"]);
+            let (events, block) = events_and_block(&alone);
+            let suffix = format!(" host={host}");
+            let mine: Vec<&str> = merged_events
+                .iter()
+                .filter_map(|l| l.strip_suffix(&suffix))
+                .collect();
+            assert_eq!(mine, events, "{gtrace} {host}");
+            let titled = block.replacen(
+                "--- gpu-trace statistics (",
+                &format!("--- gpu-trace statistics of {host} ("),
+                1,
+            );
+            assert!(tail.contains(&titled), "{gtrace} {host}:\n{tail}");
+            totals += events.len();
+        }
+        // Nothing else: every line is one of the two nodes'.
+        assert_eq!(merged_events.len(), totals);
+        merged_events.retain(|l| l.as_bytes().get(2) == Some(&b':'));
+        assert_eq!(
+            merged_events.len(),
+            totals,
+            "every event line starts with its time"
+        );
+        let times: Vec<&str> = merged_events.iter().map(|l| &l[..15]).collect();
+        assert!(
+            times.windows(2).all(|w| w[0] <= w[1]),
+            "{gtrace}: {times:?}"
+        );
+        let switches = merged_events
+            .windows(2)
+            .filter(|w| w[0].ends_with("node-a") != w[1].ends_with("node-a"))
+            .count();
+        assert!(
+            switches >= 2,
+            "{gtrace}: the nodes' events did not interleave"
+        );
+        let all = tail
+            .lines()
+            .find(|l| l.starts_with("all "))
+            .unwrap_or_else(|| panic!("no `all` row:\n{tail}"));
+        assert_eq!(
+            all.split_whitespace().nth(1),
+            Some(totals.to_string().as_str()),
+            "{all}"
+        );
+    }
+}
+
+/// As JSON: each node's `STATS` line is its replay's with a `host` key first, and
+/// `MERGE_STATS` has each node's event count as its replay's lines show it.
+#[test]
+fn merge_json_has_each_node_s_replay_statistics() {
+    let (a, _) = as_node("two_streams.gtrace", "node-a", 0);
+    let (b, _) = as_node("ctx_churn.gtrace", "node-b", -3_000_000_000);
+    let merged = gpu_trace(&[
+        "merge",
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+        "-v",
+        "--format",
+        "json",
+    ]);
+    let lines: Vec<Value> = merged
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        merged
+            .lines()
+            .all(|l| l.starts_with("{\"host\":\"node-")
+                || l.starts_with("{\"event\":\"MERGE_STATS\""))
+    );
+    let table = lines.last().unwrap();
+    assert_eq!(table["event"], "MERGE_STATS");
+    let mut total = 0;
+    for (i, (host, path)) in [("node-a", &a), ("node-b", &b)].into_iter().enumerate() {
+        let alone = json_lines(path);
+        let mut stats = lines
+            .iter()
+            .find(|l| l["event"] == "STATS" && l["host"] == host)
+            .unwrap()
+            .clone();
+        stats.as_object_mut().unwrap().remove("host");
+        assert_eq!(&stats, alone.last().unwrap(), "{host}");
+        let events = alone.iter().filter(|l| l["ts_ns"].is_u64()).count() as u64;
+        assert_eq!(table["nodes"][i]["host"], host);
+        assert_eq!(table["nodes"][i]["events"], events, "{host}");
+        total += events;
+    }
+    assert_eq!(table["all"]["events"], total);
+}
+
+/// The merged Perfetto timeline passes the importer's rules (as the single-recording ones
+/// do: thread ids unique, slices nested, flows begun before taken in), keeps the nodes apart
+/// (each node's processes, GPU groups and counters are groups of their own, named with the
+/// node; no flow id is shared), and puts each lifetime at its real time less the file's base
+/// (the smaller offset), derived from the replays' `ts_ns` and the headers' offsets.
+#[test]
+fn merged_perfetto_timeline_imports_and_keeps_the_nodes_apart() {
+    let (a, off_a) = as_node("two_streams.gtrace", "node-a", 0);
+    let (b, off_b) = as_node("two_streams.gtrace", "node-b", 400_000_123);
+    let out = tmp("merged.json");
+    gpu_trace(&[
+        "merge",
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+        "--perfetto",
+        out.to_str().unwrap(),
+        "-o",
+        "/dev/null",
+    ]);
+    let text = std::fs::read_to_string(&out).unwrap();
+    let (slices, processes, _threads) = import_like_perfetto(&text).unwrap();
+    let mut names: Vec<&str> = processes.values().map(String::as_str).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            // two_streams lists no GPU: nvidia-smi's index is not known (RM's device is).
+            "node-a: GPU ? (RM device 0)",
+            "node-a: GPUs",
+            "node-a: python3 pid 427",
+            "node-b: GPU ? (RM device 0)",
+            "node-b: GPUs",
+            "node-b: python3 pid 427",
+        ]
+    );
+    let doc: Value = serde_json::from_str(&text).unwrap();
+    let base = off_a.min(off_b);
+    assert_eq!(doc["otherData"]["realtime_base_ns"], base.to_string());
+    let events = json_lines(&a);
+    let inits: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["event"] == "TASK_INIT")
+        .collect();
+    let mut flows: BTreeMap<&str, BTreeSet<u64>> = BTreeMap::new();
+    for (host, offset) in [("node-a", off_a), ("node-b", off_b)] {
+        let pid = processes
+            .iter()
+            .find(|(_, n)| *n == &format!("{host}: python3 pid 427"))
+            .map(|(p, _)| *p)
+            .unwrap();
+        let mine: Vec<&Slice> = slices.iter().filter(|s| s.pid == pid).collect();
+        assert_eq!(mine.len(), inits.len(), "{host}");
+        for init in &inits {
+            let handle = init["task"]["value"].as_u64().unwrap();
+            let s = mine
+                .iter()
+                .find(|s| s.name.starts_with(&format!("TSG 0x{handle:08x}")))
+                .unwrap();
+            let real = i128::from(init["ts_ns"].as_u64().unwrap()) + offset - base;
+            assert_eq!(
+                (s.begin * 1000.0).round() as i128,
+                real,
+                "{host} {}",
+                s.name
+            );
+            for f in s.flows.iter().flatten() {
+                flows.entry(host).or_default().insert(f.0);
+            }
+        }
+    }
+    assert!(flows["node-a"].is_disjoint(&flows["node-b"]), "{flows:?}");
+    assert_eq!(flows["node-a"].len(), inits.len());
+}

@@ -287,6 +287,53 @@ fn a_refused_schedule_dumps_exactly_its_window() {
     assert_eq!(schedule_lines(&out, TSG), 1);
 }
 
+/// `--dump-keep 2` with three refused schedules, each a trigger and a dump (the window is
+/// the whole run): three dumps were written, two are left, and they are the newest — the
+/// dumps ending at the second and the third schedule (they hold 2 and 3 of them).
+#[test]
+fn dump_keep_leaves_the_newest_dumps() {
+    let _serial = serial();
+    let test = "dump_keep_leaves_the_newest_dumps";
+    if skip_unless_root(test) {
+        return;
+    }
+    const TSG: u32 = 0x5EED_0045;
+    let dir = fresh_dir("flight-keep");
+    let traced = Traced::start(&[
+        "--watch-device",
+        WATCHED,
+        "--format",
+        "json",
+        "--flight-recorder",
+        "1h",
+        "--dump-on",
+        "refused",
+        "--dump-max-per-hour",
+        "10",
+        "--dump-keep",
+        "2",
+        "--dump-dir",
+        dir.to_str().unwrap(),
+    ])
+    .unwrap_or_else(|e| panic!("{test}: {e}"));
+    let dev = watched();
+    let call = Schedule::new(0x5EED_0004, TSG);
+    for _ in 0..3 {
+        call.issue(&dev);
+    }
+    let f = traced.interrupt();
+    let stats = json_stats(&f.stdout);
+    assert_eq!(stats["flight_recorder"]["dumps"], 3, "{}", f.stderr);
+    let dumps = dumps_in(&dir);
+    assert_eq!(dumps.len(), 2, "{dumps:?}");
+    let mut held: Vec<usize> = dumps
+        .iter()
+        .map(|d| schedules_of(&read(d).1, TSG))
+        .collect();
+    held.sort();
+    assert_eq!(held, [2, 3], "{dumps:?}");
+}
+
 /// SIGUSR1 dumps the window (no --dump-on needed) and tracing goes on: the dump appears while
 /// gpu-trace runs, replays alone, and holds the schedules made before the signal (each once).
 #[test]

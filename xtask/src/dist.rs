@@ -1162,6 +1162,7 @@ mod tests {
             ".github/workflows/release.yml",
             "Containerfile",
             "deploy/daemonset.yaml",
+            "deploy/daemonset-flight-recorder.yaml",
             "deploy/podmonitor.yaml",
             "docs/install.md",
             "docs/fleet.md",

@@ -1,7 +1,11 @@
 //! `cargo xtask fleet`: the pieces of docs/fleet.md checked with real tools.
 //!
-//! - deploy/daemonset.yaml against the Kubernetes schema (`kubernetes-validate` from PyPI, in a
-//!   virtual environment under target/), deploy/prometheus-kubernetes.yml parsed as YAML;
+//! - deploy/daemonset.yaml and deploy/daemonset-flight-recorder.yaml against the Kubernetes
+//!   schema (`kubernetes-validate` from PyPI, in a virtual environment under target/),
+//!   deploy/prometheus-kubernetes.yml parsed as YAML;
+//! - offline, the flight-recorder variant is deploy/daemonset.yaml plus its flight recorder
+//!   only, with its dumps in a read-write hostPath at `--dump-dir`, bounded on disk by
+//!   `--dump-keep` × `--flight-recorder-bytes` and in memory within the container's limit;
 //! - offline, Pod Security admission (the namespace's levels against the standard's baseline
 //!   controls the pods break) and deploy/podmonitor.yaml, deploy/servicemonitor.yaml against
 //!   the DaemonSet and Service they scrape (the operator's CRD schemas are not available);
@@ -129,12 +133,14 @@ fn manifests(root: &Path) -> Result<()> {
         return offline_checks(Path::new("python3"), root);
     };
     offline_checks(&bin.join("python"), root)?;
-    let text = check(
-        Command::new(bin.join("kubernetes-validate"))
-            .arg("--strict")
-            .arg(root.join("deploy/daemonset.yaml")),
-    )?;
-    print!("{text}");
+    for file in ["deploy/daemonset.yaml", FLIGHT_VARIANT] {
+        let text = check(
+            Command::new(bin.join("kubernetes-validate"))
+                .arg("--strict")
+                .arg(root.join(file)),
+        )?;
+        print!("{text}");
+    }
     // Debian's promtool has no Kubernetes service discovery: this file is parsed only.
     let k8s = root.join("deploy/prometheus-kubernetes.yml");
     check(
@@ -704,6 +710,142 @@ fn monitors(docs: &[Value], podmonitor: &Value, servicemonitor: &Value) -> Resul
     Ok(())
 }
 
+/// The DaemonSet with its flight recorder on.
+const FLIGHT_VARIANT: &str = "deploy/daemonset-flight-recorder.yaml";
+
+/// The flight recorder's arguments the variant must give (`--dump-on` and
+/// `--dump-max-per-hour` too, but they bound neither disk nor memory).
+const FLIGHT_ARGS: [&str; 4] = [
+    "--flight-recorder",
+    "--flight-recorder-bytes",
+    "--dump-keep",
+    "--dump-dir",
+];
+
+/// The most the variant's dumps may take on a node's disk.
+const MAX_DUMP_DISK: u64 = 1 << 30;
+
+/// `16Mi`, `128Mi`, `1Gi` (a Kubernetes quantity in powers of 1024) in bytes.
+fn quantity(q: &str) -> Option<u64> {
+    let (n, unit) = q.split_at(q.find(|c: char| !c.is_ascii_digit()).unwrap_or(q.len()));
+    let shift = match unit {
+        "" => 0,
+        "Ki" => 10,
+        "Mi" => 20,
+        "Gi" => 30,
+        _ => return None,
+    };
+    n.parse::<u64>().ok().map(|n| n << shift)
+}
+
+/// `variant` (deploy/daemonset-flight-recorder.yaml) is `plain` (deploy/daemonset.yaml) with
+/// the flight recorder's arguments appended to the container's, and one more volume, a
+/// hostPath at `--dump-dir` mounted read-write there; every other document and field the
+/// same. Its dumps are bounded on disk (`--dump-keep` × `--flight-recorder-bytes` at most
+/// [`MAX_DUMP_DISK`]) and the window in memory (twice the bytes, for the copy a dump writes,
+/// plus the 4 MiB ring buffer and 32 MiB for the tracer itself, within the memory limit).
+/// Returns the bounds, for the report.
+fn flight_variant(plain: &[Value], variant: &[Value]) -> Result<String> {
+    ensure!(
+        plain.len() == variant.len(),
+        "{FLIGHT_VARIANT}: {} documents, deploy/daemonset.yaml {}",
+        variant.len(),
+        plain.len()
+    );
+    for (p, v) in plain.iter().zip(variant) {
+        if p["kind"] != "DaemonSet" {
+            ensure!(p == v, "{FLIGHT_VARIANT}: its {} differs", v["kind"]);
+        }
+    }
+    let mut ds = the(variant, "DaemonSet")?.clone();
+    let want = the(plain, "DaemonSet")?;
+    let spec = &mut ds["spec"]["template"]["spec"];
+    let container = &mut spec["containers"][0];
+    let base_args = want["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .context("deploy/daemonset.yaml: no args")?;
+    let args = container["args"].as_array_mut().context("no args")?;
+    ensure!(
+        args.len() > base_args.len() && args[..base_args.len()] == base_args[..],
+        "{FLIGHT_VARIANT}: the container's args are not deploy/daemonset.yaml's plus more"
+    );
+    let extra: Vec<(String, String)> = args
+        .split_off(base_args.len())
+        .iter()
+        .map(|a| {
+            let a = a.as_str().unwrap_or_default();
+            let (k, v) = a.split_once('=').unwrap_or((a, ""));
+            (k.to_string(), v.to_string())
+        })
+        .collect();
+    let arg = |name: &str| {
+        extra
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    };
+    for name in FLIGHT_ARGS {
+        ensure!(arg(name).is_some(), "{FLIGHT_VARIANT}: no {name}=VALUE");
+    }
+    ensure!(
+        extra.iter().all(|(k, _)| FLIGHT_ARGS.contains(&k.as_str())
+            || ["--dump-on", "--dump-max-per-hour"].contains(&k.as_str())),
+        "{FLIGHT_VARIANT}: arguments other than the flight recorder's: {extra:?}"
+    );
+    let dir = arg("--dump-dir").unwrap_or_default();
+    let mounts = container["volumeMounts"]
+        .as_array_mut()
+        .context("no mounts")?;
+    let at = mounts
+        .iter()
+        .position(|m| m["mountPath"] == dir)
+        .with_context(|| format!("{FLIGHT_VARIANT}: nothing mounted at --dump-dir {dir}"))?;
+    let mount = mounts.remove(at);
+    ensure!(
+        mount["readOnly"] != true,
+        "{FLIGHT_VARIANT}: the dump directory is mounted read-only"
+    );
+    let volumes = spec["volumes"].as_array_mut().context("no volumes")?;
+    let at = volumes
+        .iter()
+        .position(|v| v["name"] == mount["name"])
+        .context("the dump mount's volume")?;
+    let volume = volumes.remove(at);
+    ensure!(
+        volume["hostPath"]["path"] == dir,
+        "{FLIGHT_VARIANT}: the dumps' volume is not the node's {dir} (a hostPath)"
+    );
+    ensure!(
+        &ds == want,
+        "{FLIGHT_VARIANT}: its DaemonSet differs from deploy/daemonset.yaml's in more than the \
+         flight recorder's arguments and volume"
+    );
+    let window =
+        gpu_trace::cli::recording::parse_size(arg("--flight-recorder-bytes").unwrap_or(""))
+            .map_err(anyhow::Error::msg)?;
+    let keep: u64 = arg("--dump-keep").unwrap_or("").parse()?;
+    ensure!(
+        keep * window <= MAX_DUMP_DISK,
+        "{FLIGHT_VARIANT}: {keep} dumps of {window} bytes may take more than 1 GiB of the node's disk"
+    );
+    let limit = want["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"]
+        .as_str()
+        .and_then(quantity)
+        .context("a memory limit in Ki, Mi or Gi")?;
+    let need = 2 * window + (4 << 20) + (32 << 20);
+    ensure!(
+        need <= limit,
+        "{FLIGHT_VARIANT}: the window ({window} bytes, twice while a dump is written) with the \
+         ring and the tracer ({need} bytes) does not fit the memory limit ({limit} bytes)"
+    );
+    Ok(format!(
+        "at most {keep} dumps of {} MiB on the node's {dir}; {} MiB of {} MiB memory",
+        window >> 20,
+        need >> 20,
+        limit >> 20
+    ))
+}
+
 /// The offline checks of deploy/: Pod Security admission and the monitors (`python`: one
 /// with PyYAML).
 fn offline_checks(python: &Path, root: &Path) -> Result<()> {
@@ -715,6 +857,9 @@ fn offline_checks(python: &Path, root: &Path) -> Result<()> {
          labelled privileged, as the DaemonSet's pods need ({})",
         refused.join("; ")
     );
+    let variant = yaml_documents(python, &root.join(FLIGHT_VARIANT))?;
+    let bounds = flight_variant(&docs, &variant)?;
+    println!("fleet: {FLIGHT_VARIANT} is deploy/daemonset.yaml with its flight recorder: {bounds}");
     let pm = yaml_documents(python, &deploy.join("podmonitor.yaml"))?;
     let sm = yaml_documents(python, &deploy.join("servicemonitor.yaml"))?;
     monitors(&docs, the(&pm, "PodMonitor")?, the(&sm, "ServiceMonitor")?)?;
@@ -945,6 +1090,59 @@ mod tests {
             bad["spec"]["endpoints"][0]["port"] = json!("http");
             assert!(monitors(&docs, &pm, &bad).is_err());
         }
+    }
+
+    /// The flight-recorder variant is the DaemonSet plus a bounded dump directory; the check
+    /// refuses a variant without `--dump-keep` (unbounded disk), with the dumps' mount
+    /// read-only or elsewhere than `--dump-dir`, with a window the memory limit cannot hold, or
+    /// that changed anything else.
+    #[test]
+    fn flight_recorder_variant_is_the_daemonset_plus_a_bounded_dump_directory() {
+        let test = "flight_recorder_variant_is_the_daemonset_plus_a_bounded_dump_directory";
+        let Some(py) = python(test) else {
+            return;
+        };
+        let plain = deploy(&py, "daemonset.yaml");
+        let variant = deploy(&py, "daemonset-flight-recorder.yaml");
+        let bounds = flight_variant(&plain, &variant).unwrap();
+        assert!(bounds.starts_with("at most 16 dumps of 16 MiB"), "{bounds}");
+        let container = "/spec/template/spec/containers/0";
+        let change = |f: &dyn Fn(&mut Value)| {
+            let mut docs = variant.clone();
+            f(kind_mut(&mut docs, "DaemonSet"));
+            flight_variant(&plain, &docs).unwrap_err().to_string()
+        };
+        let args = format!("{container}/args");
+        let err = change(&|d| {
+            let a = d.pointer_mut(&args).unwrap().as_array_mut().unwrap();
+            a.retain(|a| !a.as_str().unwrap().starts_with("--dump-keep"));
+        });
+        assert!(err.contains("no --dump-keep"), "{err}");
+        let err = change(&|d| {
+            let a = d.pointer_mut(&args).unwrap().as_array_mut().unwrap();
+            for a in a.iter_mut() {
+                if a.as_str().unwrap().starts_with("--flight-recorder-bytes") {
+                    *a = json!("--flight-recorder-bytes=64M");
+                }
+            }
+        });
+        assert!(err.contains("memory limit"), "{err}");
+        let mounts = format!("{container}/volumeMounts");
+        let err = change(&|d| {
+            let m = d.pointer_mut(&mounts).unwrap().as_array_mut().unwrap();
+            m.last_mut().unwrap()["readOnly"] = json!(true);
+        });
+        assert!(err.contains("read-only"), "{err}");
+        let err = change(&|d| {
+            let m = d.pointer_mut(&mounts).unwrap().as_array_mut().unwrap();
+            m.last_mut().unwrap()["mountPath"] = json!("/tmp/dumps");
+        });
+        assert!(err.contains("nothing mounted at --dump-dir"), "{err}");
+        let err = change(&|d| {
+            *d.pointer_mut(&format!("{container}/resources/limits/cpu"))
+                .unwrap() = json!("2");
+        });
+        assert!(err.contains("more than the flight recorder"), "{err}");
     }
 
     /// The pod-name resolver reads the kubelet's /var/log/pods: mounted there, read-only.

@@ -101,13 +101,21 @@ fn reference_markdown() -> String {
     }
     let _ = writeln!(
         s,
-        "\nLabel caps (distinct values over the tracer's life, except `comm` values no live \
-         process holds, which are evicted for new ones; later ones are counted under \
+        "\nLabel caps (distinct values held at once, a `gpu` value for the tracer's life; later ones are counted under \
          `{OVERFLOW}`): `comm` {}, `gpu` (with its `UUID`) {}, workloads (`container`, \
          `container_user`, `pod`, `namespace`, `pod_uid`) {}; and {} label sets (gpu, UUID, \
          engine, comm, container, container_user, pod, namespace, pod_uid) in all, past which \
-         new combinations share one series with every label but `engine` = `{OVERFLOW}`.",
-        c.max_comms, c.max_gpus, c.max_workloads, c.max_label_sets
+         new combinations share one series with every label but `engine` = `{OVERFLOW}`. A \
+         label set that counted no event for `--metrics-expire` (default {} s) and holds no live \
+         task leaves the scrape (`gpu_trace_label_sets_expired_total`), and its values free \
+         their room: a workload's at once, a `comm` once no live process holds it (a `comm` no \
+         live process holds is also evicted for a new one when the cap is reached). A label \
+         set that comes back starts its counters from 0.",
+        c.max_comms,
+        c.max_gpus,
+        c.max_workloads,
+        c.max_label_sets,
+        c.expire.map_or(0, |d| d.as_secs())
     );
     s
 }
@@ -524,6 +532,7 @@ mod tests {
         )];
         for (sub, codes) in [
             ("replay", vec![0, 1, 2, 4]),
+            ("merge", vec![0, 1, 2, 4]),
             ("top", vec![0, 1, 2, 3, 4]),
             ("doctor", vec![0, 2, 3, 5]),
             ("completions", vec![0, 1, 2]),

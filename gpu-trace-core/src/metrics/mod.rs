@@ -11,12 +11,24 @@
 //!
 //! Label cardinality is bounded: PIDs are never a label; at most [`MetricsConfig::max_comms`]
 //! distinct process names, [`MetricsConfig::max_gpus`] distinct GPUs and
-//! [`MetricsConfig::max_workloads`] distinct container/pod pairs get their own series over the
-//! life of the tracer, and every later one is counted under the value [`OVERFLOW`]
+//! [`MetricsConfig::max_workloads`] distinct container/pod pairs get their own series at once
+//! (a GPU for the tracer's life), and every later one is counted under the value [`OVERFLOW`]
 //! (`comm="__overflow__"`), so a fork storm of uniquely named processes cannot grow the scrape;
 //! [`MetricsConfig::max_label_sets`] caps the combinations.
+//!
+//! Label sets expire ([`MetricsConfig::expire`], `--metrics-expire`): the series of a label set
+//! (gpu, engine, comm, workload) that has counted no event for that long and holds no live task
+//! leave the scrape, and the label values no series holds any more — a pod's, a name no live
+//! process has — give their room under the caps to new ones. Time is the events' own clock
+//! (CLOCK_MONOTONIC; a live run also looks at the clock each second, [`Metrics::tick`]), so a
+//! replay expires exactly as the run did. A label set that comes back starts its counters
+//! from 0 (a counter reset, which Prometheus's `rate()` and `increase()` handle).
 
-use std::{collections::HashMap, sync::Arc};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+    time::Duration,
+};
 
 use prometheus_client::{
     collector::Collector,
@@ -53,7 +65,13 @@ pub struct MetricsConfig {
     /// Distinct (gpu, engine, comm, container, pod) label sets: each label is capped, this caps
     /// their combinations (the series of every per-task metric).
     pub max_label_sets: usize,
+    /// A label set that counted no event for this long and holds no live task leaves the
+    /// scrape, and its label values their room under the caps (`None`: never).
+    pub expire: Option<Duration>,
 }
+
+/// [`MetricsConfig::expire`] by default (`--metrics-expire`).
+pub const DEFAULT_EXPIRE: Duration = Duration::from_secs(300);
 
 impl Default for MetricsConfig {
     fn default() -> Self {
@@ -62,6 +80,7 @@ impl Default for MetricsConfig {
             max_gpus: 64,
             max_workloads: 256,
             max_label_sets: 1024,
+            expire: Some(DEFAULT_EXPIRE),
         }
     }
 }
@@ -261,6 +280,13 @@ doc!(
     "Calls on handles never seen created that the tracer did not remember because its per-process or total cap was reached (docs/events.md, Bounded state); their events are still counted."
 );
 doc!(
+    EXPIRED,
+    "gpu_trace_label_sets_expired_total",
+    "counter",
+    "",
+    "Label sets (gpu, engine, comm, container, pod) taken out of the scrape because they counted no event for --metrics-expire and held no live task; their label values free room under the label caps. One that comes back starts its counters from 0."
+);
+doc!(
     RING,
     "gpu_trace_ring_buffer_bytes",
     "gauge",
@@ -317,6 +343,7 @@ pub const REFERENCE: &[MetricDoc] = &[
     DENY_UNFOLLOWED,
     OVERFLOWED,
     UNTRACKED,
+    EXPIRED,
     RING,
     RING_USED,
     SHARE,
@@ -582,6 +609,8 @@ struct Series {
     /// Microseconds behind `timeslice` (kept exact, set as seconds).
     timeslice_us: u64,
     overflow: bool,
+    /// The time of its latest event (CLOCK_MONOTONIC ns), for [`MetricsConfig::expire`].
+    last_ns: u64,
 }
 
 impl Series {
@@ -696,10 +725,27 @@ pub struct Metrics {
     /// `comm` label indices no live process holds any more, oldest first: evicted (their
     /// series removed, the index reused) when a new name meets the full cap.
     ended_comms: std::collections::VecDeque<u32>,
+    /// [`MetricsConfig::expire`] in ns.
+    expire_ns: Option<u64>,
+    /// The latest time seen (events', or [`Metrics::tick`]'s), CLOCK_MONOTONIC ns.
+    now_ns: u64,
+    /// When idle label sets are looked for next.
+    next_sweep_ns: u64,
+    /// The live run's CLOCK_MONOTONIC, read on its health timer ([`Metrics::with_clock`]).
+    clock: Option<MonotonicClock>,
     /// `gpu_trace_gpu_share_ratio` ([`share`]).
     share: share::ShareCollector,
     /// `--api`'s call counters ([`api`]).
     api: api::ApiRows,
+}
+
+/// See [`Metrics::with_clock`].
+struct MonotonicClock(Box<dyn Fn() -> u64 + Send + Sync>);
+
+impl std::fmt::Debug for MonotonicClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MonotonicClock")
+    }
 }
 
 #[derive(Debug, Default)]
@@ -716,6 +762,7 @@ struct Health {
     deny_unfollowed: Counter,
     overflowed: Counter,
     untracked: Counter,
+    expired: Counter,
     ring: Gauge,
     /// Last values set, to turn absolute counts into increments.
     last_kernel: KernelCounters,
@@ -772,6 +819,7 @@ impl Metrics {
             (&DENY_UNFOLLOWED, &health.deny_unfollowed),
             (&OVERFLOWED, &health.overflowed),
             (&UNTRACKED, &health.untracked),
+            (&EXPIRED, &health.expired),
         ] {
             reg(&mut registry, d, c.clone());
         }
@@ -810,6 +858,10 @@ impl Metrics {
             comm_of_pid: HashMap::new(),
             comm_pids: HashMap::new(),
             ended_comms: std::collections::VecDeque::new(),
+            expire_ns: (config.expire).map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+            now_ns: 0,
+            next_sweep_ns: 0,
+            clock: None,
             share,
             api,
         }
@@ -869,6 +921,65 @@ impl Metrics {
         }
     }
 
+    /// A live run's clock (CLOCK_MONOTONIC ns, the events' clock), read each second on its
+    /// health timer ([`Sink::kernel`]) to expire label sets while no event comes. The binary
+    /// gives it: this core reads nothing of the system.
+    pub fn with_clock(mut self, now_ns: impl Fn() -> u64 + Send + Sync + 'static) -> Self {
+        self.clock = Some(MonotonicClock(Box::new(now_ns)));
+        self
+    }
+
+    /// The time is `now_ns` (CLOCK_MONOTONIC), or later: the label sets idle for
+    /// [`MetricsConfig::expire`] leave the scrape (looked for at most every eighth of it, and
+    /// at least every minute, of this clock). Events move the clock themselves; a live run also
+    /// calls this each second, so that label sets expire while no event comes.
+    pub fn tick(&mut self, now_ns: u64) {
+        self.now_ns = self.now_ns.max(now_ns);
+        let Some(expire) = self.expire_ns else {
+            return;
+        };
+        if self.now_ns < self.next_sweep_ns {
+            return;
+        }
+        self.expire_idle(expire);
+        let period = (expire / 8).clamp(1, 60_000_000_000);
+        self.next_sweep_ns = self.now_ns.saturating_add(period);
+    }
+
+    /// Removes the series of every label set whose latest event is `expire` or more before
+    /// now and that holds no live task; then gives back the label values no series holds any
+    /// more (a `comm` only once no live process has it).
+    fn expire_idle(&mut self, expire: u64) {
+        let Some(before) = self.now_ns.checked_sub(expire) else {
+            return;
+        };
+        let held: HashSet<SeriesKey> = self.tasks.values().map(|t| t.key).collect();
+        let doomed: Vec<SeriesKey> = (self.series.iter())
+            .filter(|(k, s)| s.last_ns <= before && !held.contains(k))
+            .map(|(k, _)| *k)
+            .collect();
+        if doomed.is_empty() {
+            return;
+        }
+        for key in &doomed {
+            if let Some(s) = self.series.remove(key) {
+                self.fam.remove(&s.labels);
+            }
+        }
+        self.health.expired.inc_by(doomed.len() as u64);
+        let comms: HashSet<u32> = self.series.keys().map(|k| k.comm).collect();
+        let workloads: HashSet<u32> = self.series.keys().map(|k| k.workload).collect();
+        for key in doomed {
+            if !comms.contains(&key.comm) && !self.comm_pids.contains_key(&key.comm) {
+                self.comms.release(key.comm);
+                self.ended_comms.retain(|&c| c != key.comm);
+            }
+            if !workloads.contains(&key.workload) {
+                self.workloads.release(key.workload);
+            }
+        }
+    }
+
     /// The registry to serve (shared with the HTTP server).
     pub fn registry(&self) -> Arc<Registry> {
         self.registry.clone()
@@ -911,6 +1022,8 @@ impl Metrics {
         workload: Option<&Workload>,
         gpu: Option<&GpuIdentity>,
     ) {
+        // Idle label sets go first: their room is free for this event's.
+        self.tick(ev.origin.ts_ns);
         let amd = ev.amd.as_ref();
         let who = Who {
             named: gpu,
@@ -1017,7 +1130,9 @@ impl Metrics {
                 key
             }
         };
-        if self.series[&key].overflow {
+        let s = self.series_mut(key);
+        s.last_ns = s.last_ns.max(ev.origin.ts_ns);
+        if s.overflow {
             self.health.overflowed.inc();
         }
         self.note_comm(pid, key.comm);
@@ -1209,6 +1324,7 @@ impl Metrics {
                 timeslice: None,
                 timeslice_us: 0,
                 overflow: [key.gpu, key.comm, key.workload].contains(&OVERFLOW_IX),
+                last_ns: self.now_ns,
             };
             self.series.insert(key, series);
         }
@@ -1392,6 +1508,11 @@ impl Sink for Metrics {
 
     fn kernel(&mut self, counters: &KernelCounters) {
         self.set_kernel(counters);
+        // The live run's health timer, each second: idle label sets expire while no event
+        // comes too.
+        if let Some(now) = self.clock.as_ref().map(|c| (c.0)()) {
+            self.tick(now);
+        }
     }
 
     fn flush(&mut self, stats: &Stats, untracked: u64) -> Result<(), SinkError> {

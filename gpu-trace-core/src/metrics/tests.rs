@@ -950,3 +950,169 @@ fn gpus_are_labelled_by_nvidia_smi_s_index_or_question_mark() {
         assert_eq!(sample(&t, &series(raw, "")), None, "{t}");
     }
 }
+
+/// Observes `kind` of process `pid` (`comm` "w") running in pod `pod`, at record time `ts_ns`
+/// (the clock label expiry reads).
+fn see_in_pod(m: &mut Metrics, ts_ns: u64, pid: u32, pod: &str, kind: EventKind) {
+    let w = Workload {
+        pod: pod.into(),
+        namespace: "ns".into(),
+        pod_uid: format!("uid-{pod}"),
+        container: "c".into(),
+        container_user: String::new(),
+    };
+    let origin = Origin {
+        ts_ns,
+        cpu: 0,
+        pid,
+        tid: pid,
+        comm: "w".into(),
+    };
+    let ev = Event {
+        amd: None,
+        api: None,
+        key: None,
+        origin,
+        kind,
+    };
+    m.observe(&ev, "w", Some(&w));
+}
+
+/// A pod's whole life at `t` (s): its process creates a TSG, frees it half a second later and
+/// exits.
+fn pod_life(m: &mut Metrics, t: u64, pid: u32, pod: &str) {
+    see_in_pod(m, t * S, pid, pod, init(pid, Engine::Graphics, 0, None));
+    see_in_pod(
+        m,
+        t * S + S / 2,
+        pid,
+        pod,
+        destroy(pid, DestroyCause::ProcessExit),
+    );
+    m.process_exited(pid);
+}
+
+/// `gpu_trace_events_total`'s `TASK_INIT` sample of pod `pod` (its own label set).
+fn pod_inits(t: &str, pod: &str) -> Option<f64> {
+    let series = format!(
+        "gpu_trace_events_total{{event=\"TASK_INIT\",gpu=\"?\",UUID=\"\",engine=\"GRAPHICS\",\
+         comm=\"w\",container=\"c\",pod=\"{pod}\",namespace=\"ns\",pod_uid=\"uid-{pod}\"}}"
+    );
+    sample(t, &series)
+}
+
+/// Label expiry with the records' clock: under a cap of 2 workloads, a third pod lands in
+/// `__overflow__`; once the first two have counted nothing for the expiry (60 s) they leave
+/// the scrape, and a pod that comes after gets a label set of its own. A label set holding a
+/// live task is never taken out, however idle. One that comes back counts from 0 again.
+#[test]
+fn a_label_set_past_the_cap_is_served_once_older_ones_expired() {
+    let mut m = Metrics::new(MetricsConfig {
+        max_workloads: 3,
+        expire: Some(Duration::from_secs(60)),
+        ..MetricsConfig::default()
+    });
+    // A pod whose task lives on (created at 1 s, never freed).
+    see_in_pod(&mut m, S, 50, "live", init(50, Engine::Graphics, 0, None));
+    pod_life(&mut m, 1, 100, "p0");
+    pod_life(&mut m, 2, 101, "p1");
+    pod_life(&mut m, 10, 102, "p2");
+    let t = m.encode();
+    assert_eq!(pod_inits(&t, "p0"), Some(1.0), "{t}");
+    assert_eq!(pod_inits(&t, "p2"), None, "{t}");
+    let over = |t: &str| {
+        t.lines()
+            .filter(|l| {
+                l.starts_with("gpu_trace_events_total{event=\"TASK_INIT\"")
+                    && l.contains("pod=\"__overflow__\"")
+            })
+            .count()
+    };
+    assert_eq!(over(&t), 1, "p2 past the cap: {t}");
+    // 62.5 s: p0 and p1 idle for 60 s (their last event at 1.5 and 2.5 s), p2 not yet.
+    pod_life(&mut m, 63, 103, "p3");
+    let t = m.encode();
+    assert_eq!(pod_inits(&t, "p0"), None, "{t}");
+    assert_eq!(pod_inits(&t, "p1"), None, "{t}");
+    assert_eq!(pod_inits(&t, "p3"), Some(1.0), "room freed for p3: {t}");
+    assert_eq!(
+        over(&t),
+        1,
+        "p2's overflow series not idle long enough: {t}"
+    );
+    assert_eq!(
+        pod_inits(&t, "live"),
+        Some(1.0),
+        "a live task's label set stays: {t}"
+    );
+    let live = "gpu_trace_live_tasks{gpu=\"?\",UUID=\"\",engine=\"GRAPHICS\",comm=\"w\",\
+                container=\"c\",pod=\"live\",namespace=\"ns\",pod_uid=\"uid-live\"}";
+    assert_eq!(sample(&t, live), Some(1.0), "{t}");
+    assert_eq!(sample(&t, "gpu_trace_label_sets_expired_total"), Some(2.0));
+    // p0 again at 64 s: its counter starts from 0 (a reset), not from its old 1.
+    pod_life(&mut m, 64, 104, "p0");
+    let t = m.encode();
+    assert_eq!(pod_inits(&t, "p0"), Some(1.0), "{t}");
+    // Past 10.5 + 60 s, p2's overflow series goes too: p4, past the cap again (live, p3 and
+    // p0 hold the 3 workloads), starts it from 0.
+    pod_life(&mut m, 80, 105, "p4");
+    let t = m.encode();
+    assert_eq!(over(&t), 1, "{t}");
+    let overflow_inits = t
+        .lines()
+        .find(|l| {
+            l.starts_with("gpu_trace_events_total{event=\"TASK_INIT\"")
+                && l.contains("pod=\"__overflow__\"")
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .map(|v| v.parse::<f64>().unwrap());
+    assert_eq!(overflow_inits, Some(1.0), "{t}");
+    assert_eq!(sample(&t, "gpu_trace_label_sets_expired_total"), Some(3.0));
+    assert_eq!(pod_inits(&t, "live"), Some(1.0), "{t}");
+}
+
+/// A node that runs one short pod a second for 3 hours, under the default caps (256
+/// workloads, 1024 label sets) and a 60 s expiry: the scrape holds every pod of the last 60 s
+/// (none taken out early) and never more than those of the last 60 s plus one look at idle
+/// label sets (an eighth of the expiry, 7.5 s) and the pod in flight; nothing ever lands in
+/// `__overflow__`. Without expiry, pod 257 would.
+#[test]
+fn label_sets_stay_bounded_in_steady_state() {
+    let mut m = Metrics::new(MetricsConfig {
+        expire: Some(Duration::from_secs(60)),
+        ..MetricsConfig::default()
+    });
+    let pods = 3 * 3600u64;
+    for t in 1..=pods {
+        pod_life(&mut m, t, 1000 + t as u32, &format!("p{t}"));
+        if t % 500 == 0 || t == pods {
+            let text = m.encode();
+            let inits = text
+                .lines()
+                .filter(|l| l.starts_with("gpu_trace_events_total{event=\"TASK_INIT\""))
+                .count() as u64;
+            // Pods t-59 ..= t: their last event is less than 60 s old.
+            for recent in t - 59..=t {
+                assert_eq!(
+                    pod_inits(&text, &format!("p{recent}")),
+                    Some(1.0),
+                    "t={t} p{recent}:\n{}",
+                    text.lines()
+                        .filter(|l| l.contains("TASK_INIT"))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                );
+            }
+            assert!(inits <= 60 + 8 + 1, "t={t}: {inits} label sets");
+            assert!(!text.contains(&format!("=\"{OVERFLOW}\"")), "t={t}");
+        }
+    }
+    let text = m.encode();
+    let expired = sample(&text, "gpu_trace_label_sets_expired_total").unwrap();
+    let inits = text
+        .lines()
+        .filter(|l| l.starts_with("gpu_trace_events_total{event=\"TASK_INIT\""))
+        .count() as f64;
+    // Every pod's label set is either still served or was expired, once.
+    assert_eq!(expired + inits, pods as f64);
+}

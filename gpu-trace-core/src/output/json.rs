@@ -308,6 +308,30 @@
 //! | `p50_ns_below`, `p99_ns_below` | integer | the upper bound of the histogram bucket holding the quantile |
 //! | `hist_log2_ns` | array of 40 integers | bucket `i`: calls of `2^(i-1) ≤ ns < 2^i` (bucket 0: 0 ns; the last: everything longer) |
 //!
+//! ## `host` and `MERGE_STATS` (`gpu-trace merge`)
+//!
+//! `gpu-trace merge` replays several nodes' recordings on one timeline ([recording.md](recording.md#merge-several-nodes-on-one-timeline)).
+//! Every line a node's recording gives (its `INVENTORY`, events, `GPU_SHARE`, `STATS`, …,
+//! each as `replay` writes it) starts with one more field, before `event`:
+//!
+//! | field  | type   | meaning |
+//! |--------|--------|---------|
+//! | `host` | string | the node: its recording's host name (`"NAME#2"` for a second recording of one host, `"?"` for none) |
+//!
+//! The last line is one `MERGE_STATS` object, without `host`:
+//!
+//! | field     | type    | meaning |
+//! |-----------|---------|---------|
+//! | `event`   | string  | `"MERGE_STATS"` |
+//! | `nodes`   | array of objects | one per node, in the order the recordings were given: `host` and the counts below |
+//! | `all`     | object  | the counts of every node added up (no `host`) |
+//! | `span_ns` | integer | real time from the earliest first record to the latest last record of the nodes |
+//!
+//! Counts (each node's `STATS` has the same ones): `events` (the events its pipeline counted),
+//! `task_init`, `schedule`, `schedule_refused`, `sched_update`, `work_submit`, `task_destroy`,
+//! `pretrace_end`, `mps_shared`, and `dropped` (the kernel's drops from the recording's
+//! trailer; null when a recording has none, and in `all` when any node's is null).
+//!
 
 use chrono::{Datelike as _, SecondsFormat, Timelike as _};
 use serde::Serialize;
@@ -539,6 +563,8 @@ pub struct JsonSink<W> {
     out: W,
     /// The line being written (kept to reuse its allocation).
     buf: Vec<u8>,
+    /// `gpu-trace merge`: `"host":"NAME",`, the first key of every line of this node's.
+    host: Option<Vec<u8>>,
 }
 
 impl<W: std::io::Write> JsonSink<W> {
@@ -547,7 +573,29 @@ impl<W: std::io::Write> JsonSink<W> {
             clock,
             out,
             buf: Vec::with_capacity(1024),
+            host: None,
         }
+    }
+
+    /// `gpu-trace merge`: every line (events, `INVENTORY`, `STATS`, …) starts with a `host`
+    /// key.
+    pub fn set_host(&mut self, host: &str) {
+        let mut key = b"\"host\":".to_vec();
+        let name = serde_json::Value::from(crate::escape::lossy(host).into_owned()).to_string();
+        key.extend_from_slice(crate::escape::json_terminal_safe(name).as_bytes());
+        key.push(b',');
+        self.host = Some(key);
+    }
+
+    /// Writes the line in `self.buf` (an object, with its newline), with the `host` key
+    /// first where set.
+    fn write_buf(&mut self) -> Result<(), SinkError> {
+        if let Some(key) = &self.host
+            && self.buf.first() == Some(&b'{')
+        {
+            self.buf.splice(1..1, key.iter().copied());
+        }
+        self.out.write_all(&self.buf).map_err(SinkError::Output)
     }
 
     pub fn out(&self) -> &W {
@@ -559,7 +607,13 @@ impl<W: std::io::Write> JsonSink<W> {
     }
 
     fn line(&mut self, line: &str) -> Result<(), SinkError> {
-        writeln!(self.out, "{line}").map_err(SinkError::Output)
+        if self.host.is_none() {
+            return writeln!(self.out, "{line}").map_err(SinkError::Output);
+        }
+        self.buf.clear();
+        self.buf.extend_from_slice(line.as_bytes());
+        self.buf.push(b'\n');
+        self.write_buf()
     }
 
     /// `--api`: one `API_STATS` line per (process, library, symbol) with figures, before a
@@ -582,7 +636,7 @@ impl<W: std::io::Write> Sink for JsonSink<W> {
         self.buf.clear();
         write_event(&mut self.buf, ev.event, &self.clock, ev.gpu, ev.cgroup);
         self.buf.push(b'\n');
-        self.out.write_all(&self.buf).map_err(SinkError::Output)
+        self.write_buf()
     }
 
     fn api(&mut self, ev: &ApiEnriched<'_>) -> Result<(), SinkError> {
@@ -591,7 +645,7 @@ impl<W: std::io::Write> Sink for JsonSink<W> {
             return Ok(());
         }
         self.buf.push(b'\n');
-        self.out.write_all(&self.buf).map_err(SinkError::Output)
+        self.write_buf()
     }
 
     /// A `GPU_SHARE` line per sample ([`super::share`]).

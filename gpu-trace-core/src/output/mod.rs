@@ -7,7 +7,7 @@ pub mod stats_text;
 pub mod text;
 pub mod top;
 
-use std::io;
+use std::{cell::RefCell, io, rc::Rc};
 
 use crate::{
     inventory::Inventory,
@@ -18,6 +18,49 @@ use crate::{
 use json::JsonSink;
 use text::TextSink;
 pub use text::TimestampMode;
+
+/// One writer that several outputs write to in turn (`gpu-trace merge`: every node's lines,
+/// or every node's timeline, into one file). Each write goes through at once: the outputs
+/// write whole lines, so lines of different outputs never mix.
+pub struct Shared<W>(Rc<RefCell<W>>);
+
+impl<W> Shared<W> {
+    pub fn new(out: W) -> Self {
+        Self(Rc::new(RefCell::new(out)))
+    }
+
+    /// `f` of the writer (e.g. whether it failed).
+    pub fn with<T>(&self, f: impl FnOnce(&W) -> T) -> T {
+        f(&self.0.borrow())
+    }
+
+    /// The writer back, once every other handle is gone (else this handle again).
+    pub fn into_inner(self) -> Result<W, Self> {
+        Rc::try_unwrap(self.0)
+            .map(RefCell::into_inner)
+            .map_err(Self)
+    }
+}
+
+impl<W> Clone for Shared<W> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
+
+impl<W: io::Write> io::Write for Shared<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.borrow_mut().write(buf)
+    }
+
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.0.borrow_mut().write_all(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.borrow_mut().flush()
+    }
+}
 
 /// The event lines' format (`--format`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -55,6 +98,15 @@ impl<W: io::Write> Lines<W> {
         match self {
             Self::Text(s) => s.into_out(),
             Self::Json(s) => s.into_out(),
+        }
+    }
+
+    /// `gpu-trace merge`: every line names node `host` (text: a `host=` field at its end;
+    /// JSON: a first `host` key).
+    pub fn set_host(&mut self, host: &str) {
+        match self {
+            Self::Text(s) => s.set_host(host),
+            Self::Json(s) => s.set_host(host),
         }
     }
 
@@ -129,6 +181,11 @@ impl<W: io::Write> Outputs<W> {
 
     pub fn into_out(self) -> W {
         self.lines.into_out()
+    }
+
+    /// `gpu-trace merge`: see [`Lines::set_host`].
+    pub fn set_host(&mut self, host: &str) {
+        self.lines.set_host(host);
     }
 
     /// Where the text lines' `--interval` blocks go (standard error: the event stream stays

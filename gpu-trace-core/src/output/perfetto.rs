@@ -63,8 +63,10 @@
 //! `traceEvents` comes first and no event holds an array (arrays in args are written as strings).
 
 use std::{
+    cell::RefCell,
     collections::{BTreeMap, HashMap, HashSet},
     io::{self, Write},
+    rc::Rc,
 };
 
 use chrono::SecondsFormat;
@@ -153,6 +155,8 @@ pub struct PerfettoWriter<W: Write> {
     out: W,
     clock: Clock,
     wrote_any: bool,
+    /// `gpu-trace merge`: this node's place in a file that several nodes' writers share.
+    node: Option<NodePlace>,
     /// Events placed at their track's begin because they came earlier (live ring order is not
     /// timestamp order across CPUs).
     clamped: u64,
@@ -249,6 +253,9 @@ pub struct PerfettoSink {
     /// `None` once finished.
     writer: Option<PerfettoWriter<Box<dyn Write>>>,
     clock: Clock,
+    /// A node of a merged file: where its end goes (the file is closed by
+    /// [`MergedTimeline::finish`]).
+    merged: Option<(String, Rc<RefCell<Vec<NodeEnd>>>)>,
 }
 
 impl PerfettoSink {
@@ -256,7 +263,124 @@ impl PerfettoSink {
         Self {
             writer: Some(writer),
             clock,
+            merged: None,
         }
+    }
+}
+
+/// What the writers of a merged file share: whether an event was written yet (the commas),
+/// the next pid/tid and the next flow id.
+#[derive(Default)]
+struct MergedIds {
+    wrote_any: bool,
+    next_id: u32,
+    next_flow: u64,
+}
+
+/// One node's place in a merged file.
+struct NodePlace {
+    /// The node's name (escaped), leading its track groups' names.
+    host: String,
+    /// Added to the node's CLOCK_MONOTONIC timestamps: its realtime offset less the file's
+    /// base, so that `ts` is real time less the base on every node.
+    shift_ns: u64,
+    /// The node's pids and tids (real ones and the writer's synthetic ones) → the file's.
+    ids: HashMap<u32, u32>,
+    shared: Rc<RefCell<MergedIds>>,
+}
+
+/// How a node's part of a merged file ended, for `otherData`.
+struct NodeEnd {
+    host: String,
+    offset_ns: i128,
+    dropped: String,
+    counts: Vec<(&'static str, u64)>,
+}
+
+/// `gpu-trace merge --perfetto`: one timeline of several nodes' recordings. Each node gets a
+/// [`PerfettoSink`] of its own ([`Self::node`]; its pipeline's events, as a single run's
+/// writer draws them) writing into the one file, where
+/// - `ts` is real time (the node's CLOCK_MONOTONIC plus its realtime offset) less `base_ns`,
+///   the same axis for every node (`otherData.realtime_base_ns`);
+/// - every pid and tid (real or synthetic) is a number of the file's own per node, from 1 up
+///   in order of first use, so that two nodes' processes, tracks, GPU groups and counters never
+///   share one; flow ids are unique in the file;
+/// - every track group's name leads with its node's (`node-a: python3 [pod ns/name] pid 427`,
+///   `node-a: GPU 0 runlist 1`, `node-a: GPUs`), and a traced process's name ends with its real
+///   pid. Chrome's JSON format has no nested groups: node → pod → process is in the name, the
+///   tasks are the tracks inside.
+pub struct MergedTimeline {
+    out: super::Shared<Box<dyn Write>>,
+    ids: Rc<RefCell<MergedIds>>,
+    base_ns: i128,
+    ends: Rc<RefCell<Vec<NodeEnd>>>,
+}
+
+impl MergedTimeline {
+    /// Starts the file. `base_ns`: the real time (ns) that `ts` 0 stands for, at most every
+    /// node's realtime offset (so that no `ts` is negative).
+    pub fn new(mut out: Box<dyn Write>, base_ns: i128) -> io::Result<Self> {
+        out.write_all(b"{\"traceEvents\":[")?;
+        Ok(Self {
+            out: super::Shared::new(out),
+            ids: Rc::default(),
+            base_ns,
+            ends: Rc::default(),
+        })
+    }
+
+    /// The sink of node `host`, whose recording's clock is `clock`.
+    pub fn node(&self, host: &str, clock: Clock) -> PerfettoSink {
+        let shift = clock.offset_ns().saturating_sub(self.base_ns).max(0);
+        let place = NodePlace {
+            host: crate::escape::escape_text(host).into_owned(),
+            shift_ns: u64::try_from(shift).unwrap_or(u64::MAX),
+            ids: HashMap::new(),
+            shared: self.ids.clone(),
+        };
+        let out: Box<dyn Write> = Box::new(self.out.clone());
+        let writer = PerfettoWriter::for_node(out, clock.clone(), place);
+        PerfettoSink {
+            writer: Some(writer),
+            clock,
+            merged: Some((host.to_string(), self.ends.clone())),
+        }
+    }
+
+    /// Closes the file once every node's sink has finished: `otherData` says the nodes, the
+    /// base and each node's offset, drops and counts (keys `HOST.dropped`, …).
+    pub fn finish(self) -> io::Result<Box<dyn Write>> {
+        let mut other = Map::new();
+        other.insert(
+            "tool".into(),
+            format!("gpu-trace {} merge", env!("CARGO_PKG_VERSION")).into(),
+        );
+        other.insert(
+            "clock".into(),
+            "real time less realtime_base_ns (ts in microseconds)".into(),
+        );
+        other.insert("realtime_base_ns".into(), self.base_ns.to_string().into());
+        let ends = std::mem::take(&mut *self.ends.borrow_mut());
+        let hosts: Vec<&str> = ends.iter().map(|e| e.host.as_str()).collect();
+        other.insert("nodes".into(), hosts.join(", ").into());
+        for end in &ends {
+            let h = &end.host;
+            other.insert(
+                format!("{h}.realtime_offset_ns"),
+                end.offset_ns.to_string().into(),
+            );
+            other.insert(format!("{h}.dropped"), end.dropped.clone().into());
+            for (k, v) in &end.counts {
+                other.insert(format!("{h}.{k}"), v.to_string().into());
+            }
+        }
+        let mut out = self
+            .out
+            .into_inner()
+            .map_err(|_| io::Error::other("a node's timeline writer is still open"))?;
+        write!(out, "\n],\n\"otherData\":{}}}\n", Value::Object(other))?;
+        out.flush()?;
+        Ok(out)
     }
 }
 
@@ -329,18 +453,26 @@ impl Sink for PerfettoSink {
         let Some(w) = self.writer.take() else {
             return Ok(());
         };
+        let dropped = if end.stats.kernel_unknown {
+            "unknown".to_string()
+        } else {
+            end.counters.dropped.to_string()
+        };
+        if let Some((host, ends)) = &self.merged {
+            let counts = w.finish_node(end.last_ts).map_err(SinkError::Perfetto)?;
+            ends.borrow_mut().push(NodeEnd {
+                host: host.clone(),
+                offset_ns: self.clock.offset_ns(),
+                dropped,
+                counts,
+            });
+            return Ok(());
+        }
         let other = [
             ("tool", format!("gpu-trace {}", env!("CARGO_PKG_VERSION"))),
             ("clock", "CLOCK_MONOTONIC (ts in microseconds)".to_string()),
             ("realtime_offset_ns", self.clock.offset_ns().to_string()),
-            (
-                "dropped",
-                if end.stats.kernel_unknown {
-                    "unknown".to_string()
-                } else {
-                    end.counters.dropped.to_string()
-                },
-            ),
+            ("dropped", dropped),
         ];
         w.finish(end.last_ts, &other)
             .map(drop)
@@ -361,10 +493,15 @@ impl<W: Write> PerfettoWriter<W> {
     /// Starts the file. `clock` converts timestamps to wall-clock time for the args.
     pub fn new(mut out: W, clock: Clock) -> io::Result<Self> {
         out.write_all(b"{\"traceEvents\":[")?;
-        Ok(Self {
+        Ok(Self::new_unstarted(out, clock))
+    }
+
+    fn new_unstarted(out: W, clock: Clock) -> Self {
+        Self {
             out,
             clock,
             wrote_any: false,
+            node: None,
             clamped: 0,
             open: HashMap::new(),
             named: HashSet::new(),
@@ -381,13 +518,67 @@ impl<W: Write> PerfettoWriter<W> {
             rate_window_full: 0,
             next_flow: 0,
             threads_named: HashSet::new(),
-        })
+        }
+    }
+
+    /// The file's id of this node's pid or tid `raw` (real, or synthetic as [`GPU_PID`]): itself
+    /// in a file of one run; in a merged file, a number of its own per node and id, so that
+    /// no two nodes' processes or tracks share one.
+    fn id(&mut self, raw: u32) -> u32 {
+        match &mut self.node {
+            None => raw,
+            Some(n) => *n.ids.entry(raw).or_insert_with(|| {
+                let mut shared = n.shared.borrow_mut();
+                shared.next_id += 1;
+                shared.next_id
+            }),
+        }
+    }
+
+    /// The next flow id (`bind_id`): unique in the file, across nodes too.
+    fn new_flow(&mut self) -> u64 {
+        match &self.node {
+            None => {
+                self.next_flow += 1;
+                self.next_flow - 1
+            }
+            Some(n) => {
+                let mut shared = n.shared.borrow_mut();
+                shared.next_flow += 1;
+                shared.next_flow - 1
+            }
+        }
+    }
+
+    /// `ts` of an event at `ns` (this node's CLOCK_MONOTONIC): on a merged file's time axis,
+    /// shifted by the node's [`NodePlace::shift_ns`].
+    fn ts(&self, ns: u64) -> String {
+        ts_us(ns.saturating_add(self.node.as_ref().map_or(0, |n| n.shift_ns)))
+    }
+
+    /// The name of a traced process's track group: in a merged file, with its real pid (the
+    /// file's pid is a number of its own).
+    fn process_title(&self, pid: u32, name: &str) -> String {
+        match &self.node {
+            None => name.to_string(),
+            Some(_) => format!("{name} pid {pid}"),
+        }
+    }
+
+    /// A writer of node `host`'s events into a merged file ([`MergedTimeline::node`]): the
+    /// file's start is not written again, and its pids, tids, flows and times are the file's.
+    fn for_node(out: W, clock: Clock, place: NodePlace) -> Self {
+        let mut w = Self::new_unstarted(out, clock);
+        w.node = Some(place);
+        w
     }
 
     fn write_event(&mut self, fields: &str) -> io::Result<()> {
-        self.out
-            .write_all(if self.wrote_any { b",\n" } else { b"\n" })?;
-        self.wrote_any = true;
+        let first = match &self.node {
+            Some(n) => !std::mem::replace(&mut n.shared.borrow_mut().wrote_any, true),
+            None => !std::mem::replace(&mut self.wrote_any, true),
+        };
+        self.out.write_all(if first { b"\n" } else { b",\n" })?;
         // The one escaping rule (output/escape.rs): no bidi, invisible or control character
         // reaches the file raw, whatever field holds it.
         let line = crate::escape::json_terminal_safe(fields.to_string());
@@ -398,8 +589,10 @@ impl<W: Write> PerfettoWriter<W> {
     /// `process_labels` next to the process name).
     pub fn process_label(&mut self, pid: u32, comm: &str, label: &str) -> io::Result<()> {
         if self.named.insert(pid) {
-            self.metadata("process_name", pid, 0, &crate::escape::escape_text(comm))?;
+            let title = self.process_title(pid, &crate::escape::escape_text(comm));
+            self.metadata("process_name", pid, 0, &title)?;
         }
+        let pid = self.id(pid);
         let line = format!(
             "{{\"ph\":\"M\",\"name\":\"process_labels\",\"pid\":{pid},\"tid\":0,\"args\":{{\"labels\":{}}}}}",
             Value::from(label)
@@ -408,6 +601,12 @@ impl<W: Write> PerfettoWriter<W> {
     }
 
     fn metadata(&mut self, name: &str, pid: u32, tid: u32, value: &str) -> io::Result<()> {
+        // A merged file: each process's name leads with its node's.
+        let value = match &self.node {
+            Some(n) if name == "process_name" => format!("{}: {value}", n.host),
+            _ => value.to_string(),
+        };
+        let (pid, tid) = (self.id(pid), if tid == 0 { 0 } else { self.id(tid) });
         let line = format!(
             "{{\"ph\":\"M\",\"name\":\"{name}\",\"pid\":{pid},\"tid\":{tid},\"args\":{{\"name\":{}}}}}",
             Value::from(value)
@@ -438,8 +637,10 @@ impl<W: Write> PerfettoWriter<W> {
         args: Value,
     ) -> io::Result<()> {
         let line = format!(
-            "{{\"ph\":\"{ph}\",\"ts\":{},\"pid\":{pid},\"tid\":{tid},\"name\":{},\"cat\":\"{CATEGORY}\",{extra}\"args\":{}}}",
-            ts_us(ts_ns),
+            "{{\"ph\":\"{ph}\",\"ts\":{},\"pid\":{},\"tid\":{},\"name\":{},\"cat\":\"{CATEGORY}\",{extra}\"args\":{}}}",
+            self.ts(ts_ns),
+            self.id(pid),
+            self.id(tid),
             Value::from(name),
             without_arrays(args)
         );
@@ -448,9 +649,10 @@ impl<W: Write> PerfettoWriter<W> {
 
     /// An event of process `pid` that belongs to no task: a process-scoped instant.
     fn process_instant(&mut self, ts_ns: u64, pid: u32, name: &str, args: Value) -> io::Result<()> {
+        let pid = self.id(pid);
         let line = format!(
             "{{\"ph\":\"i\",\"ts\":{},\"pid\":{pid},\"tid\":{pid},\"name\":{},\"cat\":\"{CATEGORY}\",\"s\":\"p\",\"args\":{}}}",
-            ts_us(ts_ns),
+            self.ts(ts_ns),
             Value::from(name),
             without_arrays(args)
         );
@@ -507,7 +709,8 @@ impl<W: Write> PerfettoWriter<W> {
 
     fn name_process(&mut self, pid: u32, process_name: &str) -> io::Result<()> {
         if self.named.insert(pid) {
-            self.metadata_escaped("process_name", (pid, pid), process_name)?;
+            let title = self.process_title(pid, process_name);
+            self.metadata_escaped("process_name", (pid, pid), &title)?;
         }
         Ok(())
     }
@@ -596,8 +799,7 @@ impl<W: Write> PerfettoWriter<W> {
                 self.gpu_slices_not_drawn += 1;
             }
         }
-        let flow = self.next_flow;
-        self.next_flow += 1;
+        let flow = self.new_flow();
         self.open.insert(
             task_key(pid, task),
             Track {
@@ -679,9 +881,10 @@ impl<W: Write> PerfettoWriter<W> {
         let (tid, flow, flow_in, begin) = (track.tid, track.flow, track.flowing, track.begin_ns);
         track.flowing = true;
         let ts = self.not_before(ts_ns, begin);
+        let (pid, tid) = (self.id(pid), self.id(tid));
         let line = format!(
             "{{\"ph\":\"X\",\"ts\":{},\"dur\":0,\"pid\":{pid},\"tid\":{tid},\"name\":{},\"cat\":\"{CATEGORY}\",\"bind_id\":{flow},{}\"flow_out\":true,\"args\":{}}}",
-            ts_us(ts),
+            self.ts(ts),
             Value::from(name),
             if flow_in { "\"flow_in\":true," } else { "" },
             without_arrays(args)
@@ -715,8 +918,9 @@ impl<W: Write> PerfettoWriter<W> {
             self.metadata("process_name", GPU_PID, 0, "GPUs")?;
         }
         let line = format!(
-            "{{\"ph\":\"C\",\"ts\":{},\"pid\":{GPU_PID},\"tid\":0,\"name\":{},\"cat\":\"{CATEGORY}\",\"args\":{{\"{series}\":{value}}}}}",
-            ts_us(ts_ns),
+            "{{\"ph\":\"C\",\"ts\":{},\"pid\":{},\"tid\":0,\"name\":{},\"cat\":\"{CATEGORY}\",\"args\":{{\"{series}\":{value}}}}}",
+            self.ts(ts_ns),
+            self.id(GPU_PID),
             Value::from(name)
         );
         self.write_event(&line)
@@ -724,6 +928,8 @@ impl<W: Write> PerfettoWriter<W> {
 
     /// A point of process `pid`'s counter track `GPU share (gpu N)`: the share in percent.
     pub fn share_counter(&mut self, ts_ns: i128, gpu: u32, pid: u32, ratio: f64) -> io::Result<()> {
+        let ts_ns = ts_ns + i128::from(self.node.as_ref().map_or(0, |n| n.shift_ns));
+        let pid = self.id(pid);
         let abs = u64::try_from(ts_ns.unsigned_abs()).unwrap_or(u64::MAX);
         let sign = if ts_ns < 0 { "-" } else { "" };
         let line = format!(
@@ -984,6 +1190,30 @@ impl<W: Write> PerfettoWriter<W> {
     /// Ends every slice still open at `end_ns` (the last record of the trace), closes the JSON
     /// and flushes. `other` goes to `otherData` (strings, shown by Perfetto as trace metadata).
     pub fn finish(mut self, end_ns: u64, other: &[(&str, String)]) -> io::Result<W> {
+        let counts = self.end_slices(end_ns)?;
+        let mut other: Map<String, Value> = other
+            .iter()
+            .map(|(k, v)| (k.to_string(), Value::from(v.as_str())))
+            .collect();
+        for (k, v) in counts {
+            other.insert(k.into(), Value::from(v.to_string()));
+        }
+        write!(self.out, "\n],\n\"otherData\":{}}}\n", Value::Object(other))?;
+        self.out.flush()?;
+        Ok(self.out)
+    }
+
+    /// A merged file's node ([`MergedTimeline::node`]): ends its slices as
+    /// [`finish`](Self::finish) does, without closing the file; returns its `otherData` counts.
+    fn finish_node(mut self, end_ns: u64) -> io::Result<Vec<(&'static str, u64)>> {
+        let counts = self.end_slices(end_ns)?;
+        self.out.flush()?;
+        Ok(counts)
+    }
+
+    /// Ends every slice still open at `end_ns` and the schedule counters; returns the counts
+    /// of what was placed or left out, non-zero only, for `otherData`.
+    fn end_slices(&mut self, end_ns: u64) -> io::Result<Vec<(&'static str, u64)>> {
         self.schedule_counters()?;
         let mut still_open: Vec<(TaskKey, Track)> = self.open.drain().collect();
         still_open.sort_by_key(|(_, t)| t.tid);
@@ -995,15 +1225,9 @@ impl<W: Write> PerfettoWriter<W> {
                 json!({"note": "still alive when the trace ended"}),
             )?;
         }
-        let mut other: Map<String, Value> = other
-            .iter()
-            .map(|(k, v)| (k.to_string(), Value::from(v.as_str())))
-            .collect();
+        let mut counts = Vec::new();
         if self.clamped > 0 {
-            other.insert(
-                "placed_at_slice_begin".into(),
-                Value::from(self.clamped.to_string()),
-            );
+            counts.push(("placed_at_slice_begin", self.clamped));
         }
         if self.events_not_drawn > 0 || self.gpu_slices_not_drawn > 0 {
             eprintln!(
@@ -1020,12 +1244,10 @@ impl<W: Write> PerfettoWriter<W> {
             ("schedules_without_step_down", self.rate_window_full),
         ] {
             if v > 0 {
-                other.insert(k.into(), Value::from(v.to_string()));
+                counts.push((k, v));
             }
         }
-        write!(self.out, "\n],\n\"otherData\":{}}}\n", Value::Object(other))?;
-        self.out.flush()?;
-        Ok(self.out)
+        Ok(counts)
     }
 }
 

@@ -347,6 +347,8 @@ pub struct TextSink<W> {
     /// The line being written (kept to reuse its allocation).
     line: String,
     seconds: SecondCache,
+    /// `gpu-trace merge`: ` host=NAME`, ending every line of this node's.
+    host: Option<String>,
 }
 
 impl<W: std::io::Write> TextSink<W> {
@@ -359,7 +361,13 @@ impl<W: std::io::Write> TextSink<W> {
             side: None,
             line: String::with_capacity(256),
             seconds: SecondCache::default(),
+            host: None,
         }
+    }
+
+    /// `gpu-trace merge`: every line ends with ` host=NAME` (after the container fields).
+    pub fn set_host(&mut self, host: &str) {
+        self.host = Some(format!(" host={}", crate::escape::escape_text(host)));
     }
 
     /// Where the `--interval` blocks go.
@@ -390,7 +398,7 @@ impl<W: std::io::Write> Sink for TextSink<W> {
         ) {
             return Ok(());
         }
-        end_line(line, ev.cgroup, self.show_container);
+        end_line(line, ev.cgroup, self.show_container, self.host.as_deref());
         self.out
             .write_all(line.as_bytes())
             .map_err(SinkError::Output)
@@ -405,7 +413,7 @@ impl<W: std::io::Write> Sink for TextSink<W> {
         {
             return Ok(());
         }
-        end_line(line, ev.cgroup, self.show_container);
+        end_line(line, ev.cgroup, self.show_container, self.host.as_deref());
         self.out
             .write_all(line.as_bytes())
             .map_err(SinkError::Output)
@@ -421,7 +429,7 @@ impl<W: std::io::Write> Sink for TextSink<W> {
             let line = &mut self.line;
             line.clear();
             (self.formatter).write_share_cached(s, &self.clock, &Local, line, &mut self.seconds);
-            end_line(line, s.cgroup, self.show_container);
+            end_line(line, s.cgroup, self.show_container, self.host.as_deref());
             self.out
                 .write_all(line.as_bytes())
                 .map_err(SinkError::Output)?;
@@ -453,16 +461,21 @@ impl<W: std::io::Write> Sink for TextSink<W> {
     }
 }
 
-/// The container fields (`--show-container`: `container=?` when not known) and the newline.
+/// The container fields (`--show-container`: `container=?` when not known), the node's
+/// `host=` field (`gpu-trace merge`) and the newline.
 fn end_line(
     line: &mut String,
     cgroup: Option<&crate::model::workload::Attribution>,
     show_container: bool,
+    host: Option<&str>,
 ) {
     match cgroup {
         Some(a) => line.push_str(&a.text_fields(show_container)),
         None if show_container => line.push_str(" container=?"),
         None => {}
+    }
+    if let Some(host) = host {
+        line.push_str(host);
     }
     line.push('\n');
 }

@@ -69,6 +69,14 @@ pub struct RecordingArgs {
     )]
     #[arg(help_heading = HEADING)]
     pub dump_max_per_hour: u32,
+
+    /// With --flight-recorder: keep this host's last N dumps in --dump-dir; the oldest are
+    /// removed when a new one is written (default: keep all). N times --flight-recorder-bytes
+    /// bounds the directory.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..),
+          requires = "flight_recorder")]
+    #[arg(help_heading = HEADING)]
+    pub dump_keep: Option<u32>,
 }
 
 /// `--record-rotate`: a size or a time.

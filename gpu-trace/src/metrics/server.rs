@@ -609,7 +609,13 @@ pub fn serve(
     } else {
         "http"
     };
-    let metrics = super::process::metrics(MetricsConfig::default());
+    let config = MetricsConfig {
+        expire: (args.metrics_expire)
+            .map(std::time::Duration::from_secs_f64)
+            .or(MetricsConfig::default().expire),
+        ..MetricsConfig::default()
+    };
+    let metrics = super::process::metrics(config).with_clock(super::process::monotonic_ns);
     metrics.set_ring_bytes(u64::from(ring_bytes));
     let server = MetricsServer::start_with(addr, metrics.registry(), Limits::default(), access)?;
     eprintln!("gpu-trace: metrics at {scheme}://{}/metrics", server.addr);

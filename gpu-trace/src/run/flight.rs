@@ -15,6 +15,7 @@ use std::{
 
 use gpu_trace_core::flight::{
     FlightStats, FlightWindow, HourlyBound, Trigger, TriggerSink, Triggers, dump_name, dump_stamp,
+    dumps_to_remove,
 };
 
 use super::{error::RunError, late_attach::monotonic_now_ns, signals::note};
@@ -26,6 +27,12 @@ pub(super) struct Flight {
     header: RecordingHeader,
     dir: PathBuf,
     max_per_hour: u32,
+    /// `--dump-keep`: this host's dumps left in `dir` at most.
+    keep: Option<u32>,
+    /// The names this run gave its dumps: one still being written by its thread is not in
+    /// `dir` under its name yet, and a second dump in the same second must not take it (the
+    /// names of this second only).
+    named: std::collections::HashSet<String>,
     bound: HourlyBound,
     started: Instant,
     /// Noted by the pipeline's [`TriggerSink`], SIGUSR1 and the loop's checks.
@@ -62,6 +69,8 @@ impl Flight {
             header,
             dir: args.dump_dir.clone().unwrap_or_else(|| PathBuf::from(".")),
             max_per_hour: args.dump_max_per_hour,
+            keep: args.dump_keep,
+            named: std::collections::HashSet::new(),
             bound: HourlyBound::default(),
             started: Instant::now(),
             triggers,
@@ -133,12 +142,16 @@ impl Flight {
         let bytes = self.window.write(Vec::new(), &self.header, counters, now)?;
         let utc = dump_stamp(&self.header, now);
         let mut name = dump_name(&self.header.host, &utc, t);
-        // Two dumps of one trigger in one second: the second gets a number.
+        // Two dumps of one trigger in one second: the second gets a number (also while the
+        // first is still being written).
+        self.named.retain(|n| n.contains(&utc));
         let mut n = 1;
-        while self.dir.join(&name).exists() {
+        while self.named.contains(&name) || self.dir.join(&name).exists() {
             n += 1;
             name = dump_name(&self.header.host, &format!("{utc}-{n}"), t);
         }
+        self.named.insert(name.clone());
+        let (keep, dir, host) = (self.keep, self.dir.clone(), self.header.host.clone());
         let path = self.dir.join(&name);
         let tmp = self.dir.join(format!(".{name}.tmp"));
         let records = self.window.len();
@@ -155,6 +168,11 @@ impl Flight {
                 match std::fs::write(&tmp, &bytes).and_then(|()| std::fs::rename(&tmp, &path)) {
                     Ok(()) => {
                         written.fetch_add(1, Ordering::SeqCst);
+                        // After its rename: whichever dump's thread ends last leaves the newest
+                        // `keep`, this one among them or not.
+                        if let Some(keep) = keep {
+                            remove_oldest(&dir, &host, keep);
+                        }
                     }
                     Err(e) => {
                         let _ = std::fs::remove_file(&tmp);
@@ -186,6 +204,38 @@ impl Flight {
             dumps: self.written.load(Ordering::SeqCst),
             failed: self.stats.failed + self.failed.load(Ordering::SeqCst),
             ..self.stats
+        }
+    }
+}
+
+/// `--dump-keep`: removes `host`'s oldest dumps in `dir` so that `keep` are left (a dump
+/// another thread is still writing is not named yet: its thread prunes after its own rename).
+/// A failure is said on stderr; tracing goes on.
+fn remove_oldest(dir: &std::path::Path, host: &str, keep: u32) {
+    let names: Vec<String> = match std::fs::read_dir(dir) {
+        Ok(entries) => (entries.flatten())
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect(),
+        Err(e) => {
+            eprintln!(
+                "gpu-trace: flight recorder: could not list {} for --dump-keep: {e}; older \
+                 dumps stay (tracing goes on)",
+                dir.display()
+            );
+            return;
+        }
+    };
+    for name in dumps_to_remove(&names, host, keep as usize) {
+        let path = dir.join(&name);
+        // Gone already: another dump's thread pruned it.
+        if let Err(e) = std::fs::remove_file(&path)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            eprintln!(
+                "gpu-trace: flight recorder: could not remove {} (--dump-keep {keep}): {e}; \
+                 check the directory's permissions (tracing goes on)",
+                path.display()
+            );
         }
     }
 }

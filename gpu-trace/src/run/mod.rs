@@ -5,13 +5,14 @@
 //! `--duration` ([`signals`]), drain what is left, then print the statistics with the kernel's
 //! counters through the outputs ([`outputs`]); `--record` ([`record`]), the late-attach inventory
 //! ([`late_attach`]) and NVML's share sampler ([`share`]) beside it. Replay ([`replay`]): the same
-//! pipeline over a recording.
+//! pipeline over a recording; [`merge`](mod@merge): over several nodes' recordings at once.
 
 mod error;
 mod files;
 mod flight;
 mod late_attach;
 mod live;
+mod merge;
 mod outputs;
 mod plan;
 mod reader;
@@ -26,6 +27,7 @@ pub use crate::pipeline::Summary;
 pub use error::{RunError, detect_vendor};
 pub use late_attach::kernel_tracking;
 pub use live::{run_live, run_live_with};
+pub use merge::merge;
 pub use outputs::check_paths;
 pub use replay::{replay, replay_with};
 pub use report::{Viewer, pid_warnings, print_report, still_runs};
