@@ -20,6 +20,9 @@ nvidia-smi --query-gpu=index,uuid,pci.bus_id --format=csv,noheader | tee "$O/smi
 cat > "$O/mm.py" <<'PY'
 import sys, time, torch
 x = torch.randn(2048, 2048, device="cuda")
+y = x @ x
+torch.cuda.synchronize()
+print("ready", flush=True)
 t = time.time()
 while time.time() - t < float(sys.argv[1] if len(sys.argv) > 1 else 4):
     y = x @ x
@@ -39,16 +42,18 @@ g = collections.Counter(m.group(1) for l in open(o + "/num.txt") if (m := re.sea
 print("text gpu= values:", dict(g))
 pairs = collections.Counter()
 for l in open(o + "/num.jsonl"):
+    if not l.startswith("{"):
+        continue  # the workload's own lines
     v = json.loads(l)
     if "gpu" in v and v.get("event") in ("WORK_SUBMIT", "TASK_INIT", "SCHEDULE"):
         pairs[(v.get("gpu"), v.get("rm_device"), (v.get("gpu_device") or {}).get("uuid"))] += 1
 print("JSON (gpu, rm_device, uuid):", dict(pairs))
-print("stats gpus rows:", [json.loads(l).get("gpus") for l in open(o + "/num.jsonl") if '"STATS"' in l][-1:])
+print("stats gpus rows:", [json.loads(l).get("gpus") for l in open(o + "/num.jsonl") if l.startswith('{"event":"STATS"')][-1:])
 PY
 
-echo "== 2. --record-rotate 256K $(date -u +%T)"
+echo "== 2. --record-rotate 8K $(date -u +%T)"
 rm -f "$O"/rot.gtrace*
-"$B" --record "$O/rot.gtrace" --record-rotate 256K -- python3 "$O/mm.py" 4 > "$O/rot.txt" 2> "$O/rot.stderr"; echo "exit $?"
+"$B" --record "$O/rot.gtrace" --record-rotate 8K -- python3 "$O/mm.py" 4 > "$O/rot.txt" 2> "$O/rot.stderr"; echo "exit $?"
 ls -la "$O"/rot.gtrace.* | head -20
 for p in "$O"/rot.gtrace.*; do "$B" replay "$p" > "$p.txt" 2>&1; echo "$p replay exit $?"; done
 python3 - "$O" <<'PY'
@@ -72,7 +77,8 @@ echo "== 3. --flight-recorder 60s, SIGUSR1 mid-run $(date -u +%T)"
 rm -rf "$O/dumps"; mkdir -p "$O/dumps"
 "$B" --flight-recorder 60s --dump-dir "$O/dumps" -- python3 "$O/mm.py" 6 > "$O/flight.txt" 2> "$O/flight.stderr" &
 P=$!
-sleep 4; kill -USR1 $P
+# Once the workload has its CUDA context (its "ready" line): its tasks are in the window.
+timeout 60 grep -q ready <(tail -f "$O/flight.txt" --pid=$P) ; kill -USR1 $P
 wait $P; echo "exit $?"
 ls -la "$O/dumps"
 for d in "$O"/dumps/*.gtrace; do "$B" replay "$d" > "$d.txt" 2>&1; echo "replay exit $?"; grep -E "^(task_init|schedule|work_submit|task_destroy) " "$d.txt" | head; done
@@ -101,7 +107,7 @@ for pid, r in rows.items():
 PY
 "$B" api -v -- python3 "$O/small.py" > "$O/api_v.txt" 2> "$O/api_v.stderr"; echo "exit $?"
 grep -m3 " API_CALL " "$O/api_v.txt"
-"$B" api --format json --api-sums 8 -- python3 "$O/small.py" > "$O/api_sums.jsonl" 2> "$O/api_sums.stderr"; echo "exit $?"
+"$B" api --format json --api-sums 4 -- python3 "$O/small.py" > "$O/api_sums.jsonl" 2> "$O/api_sums.stderr"; echo "exit $?"
 grep "not counted" "$O/api_sums.stderr"
 python3 - "$O/api_sums.jsonl" <<'PY'
 import json, sys
