@@ -329,6 +329,7 @@ pub struct Cli {
 
     /// With `-- CMD`: run CMD as this user (name from the password database: its uid, group
     /// and supplementary groups). Without it, CMD runs as gpu-trace's own user, which is root.
+    #[arg(hide_short_help = true)]
     #[arg(long, value_name = "NAME", requires = "launch")]
     #[arg(help_heading = heading::LAUNCH)]
     pub user: Option<String>,
@@ -336,16 +337,19 @@ pub struct Cli {
     #[command(flatten)]
     pub trace: TraceArgs,
 
-    /// Start CMD with its arguments, trace it and every process it creates from its first
-    /// instruction, stop when it exits and exit with its status (a signal N: 128 + N). Not with
-    /// --pid; with --comm, only the command's processes of that name.
+    /// Start CMD, trace it and its children, exit with its status.
+    ///
+    /// From its first instruction; stop when it exits (a signal N: 128 + N). Not with --pid; with
+    /// --comm, only the command's processes of that name.
     #[arg(last = true, value_name = "CMD", conflicts_with = "pids")]
     pub launch: Vec<std::ffi::OsString>,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Decode a recording made with --record and print it as the live run did (no root needed).
+    /// Decode a --record recording as the live run printed it.
+    ///
+    /// The same decoding, model and outputs as the live run; no root needed.
     #[command(after_long_help = REPLAY_EPILOGUE.long_help())]
     Replay {
         /// The recording file.
@@ -359,8 +363,10 @@ pub enum Command {
         #[command(flatten)]
         output: OutputArgs,
     },
-    /// Put recordings of several nodes on one timeline (no root needed): each replayed as
-    /// replay would, their events interleaved by real time, each line naming its node.
+    /// Put several nodes' recordings on one timeline (no root).
+    ///
+    /// Each replayed as replay would, their events interleaved by real time, each line naming
+    /// its node; no root needed.
     #[command(after_long_help = MERGE_EPILOGUE.long_help())]
     Merge {
         /// The recordings, one per node: --record files, --record-rotate pieces,
@@ -370,9 +376,9 @@ pub enum Command {
         #[command(flatten)]
         output: OutputArgs,
     },
-    /// Show what this machine allows, per vendor and per hook, and why not (each "no" names
-    /// the fix).
+    /// What this machine allows, per vendor and hook, and why not.
     ///
+    /// Each "no" names the fix.
     /// Checks privileges, kernel BTF (vmlinux and per module), tracefs, kprobes, BPF
     /// trampolines, the active LSMs, lockdown, kallsyms and ftrace's function list, the NVIDIA
     /// and AMD KFD drivers (flavour, version, device nodes and majors), tries every hook with a
@@ -384,10 +390,11 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// A live view, refreshed every second: per GPU and per process (container where known),
-    /// live TSGs / queues by engine, schedules, refusals and scheduling updates per second,
-    /// timeslice, the latest TASK_INIT → SCHEDULE latency, and the tracer's health (drops).
+    /// A live view, per GPU and per process, refreshed every second.
     ///
+    /// Per GPU and per process (container where known): live TSGs / queues by engine,
+    /// schedules, refusals and scheduling updates per second, timeslice, the latest TASK_INIT →
+    /// SCHEDULE latency, and the tracer's health (drops).
     /// Takes the tracing options that choose what is traced (--pid, --comm, --container,
     /// --vendor, ...); no event lines are printed, so the options that only shape them work
     /// only with -o FILE, and periodic statistics and quiet are refused. Keys: s sorts
@@ -405,17 +412,19 @@ pub enum Command {
         #[arg(display_order = 9)]
         expire: f64,
     },
+    /// The GPU API layer: who serves each call, the calls traced.
+    ///
     /// Which library serves each GPU API call (CUDA driver, CUDA runtime, HIP) in a process:
     /// the dynamic linker's binding order and whose copy of each symbol wins.
-    ///
     /// --resolve reads /proc/PID/maps and environ and the mapped ELF files' dynamic sections
     /// and attaches nothing; its targets: --pid, --comm, or every process that maps a library
     /// defining a GPU API symbol. Without --resolve: traces the calls of --pid, --comm or
     /// `-- CMD` with uprobes, counted in the kernel. Run it as root.
     #[command(after_long_help = API_EPILOGUE.long_help())]
     Api(ApiArgs),
-    /// Print the shell completion script for SHELL on standard output.
+    /// Print the shell completion script for SHELL.
     ///
+    /// On standard output.
     /// bash: `gpu-trace completions bash > /etc/bash_completion.d/gpu-trace`; zsh: save it as
     /// `_gpu-trace` in a directory of `$fpath`; fish: as
     /// `~/.config/fish/completions/gpu-trace.fish`. The .deb installs all three.
@@ -452,6 +461,7 @@ pub struct ApiArgs {
     pub comm: Option<String>,
     /// Tracing: every process in this cgroup v2 subtree (a path below the cgroup2 mount, or
     /// under it), those that enter it later at the next rescan (repeatable).
+    #[arg(hide_short_help = true)]
     #[arg(long = "cgroup", value_name = "PATH", conflicts_with = "resolve")]
     pub cgroups: Vec<String>,
     /// Tracing: every process of this running container (a prefix of ≥ 4 hex digits of its
@@ -463,6 +473,7 @@ pub struct ApiArgs {
     #[arg(long = "probe", value_name = "LIB:SYMBOL")]
     pub probes: Vec<String>,
     /// Read more probes from FILE: one LIB:SYMBOL a line, `#` starts a comment.
+    #[arg(hide_short_help = true)]
     #[arg(long = "probe-file", value_name = "FILE")]
     pub probe_files: Vec<PathBuf>,
     /// text (one block per process) or json (one object per process and line; docs/api.md).
@@ -478,12 +489,14 @@ pub struct ApiArgs {
     pub verbose: bool,
     /// Tracing: calls open at once on a thread past which API_RECURSION is reported and the
     /// kernel stops keeping them (1 to 16).
+    #[arg(hide_short_help = true)]
     #[arg(long = "max-depth", value_name = "N", default_value_t = 16,
           value_parser = clap::value_parser!(u32).range(1..=16), allow_negative_numbers = true)]
     pub max_depth: u32,
     /// Tracing: (process, symbol) sums the kernel keeps at once (16384; the entries of
     /// processes that ended are moved out once it is half full; each costs 352 bytes of
     /// kernel memory per CPU). Calls past it are counted as not counted and said at exit.
+    #[arg(hide_short_help = true)]
     #[arg(long = "api-sums", value_name = "N", default_value_t = API_SUMS_DEFAULT,
           value_parser = clap::value_parser!(u32).range(1..=API_SUMS_MAX))]
     pub api_sums: u32,
@@ -494,6 +507,7 @@ pub struct ApiArgs {
     pub stuck_after: f64,
     /// Tracing: at exit, print on stderr how many times the kernel ran the entry and return
     /// programs (BPF statistics on for the run), the whole cost's count.
+    #[arg(hide_short_help = true)]
     #[arg(long = "bpf-stats")]
     pub bpf_stats: bool,
     /// Tracing: start CMD with its arguments, trace it from its first call, and exit with its
@@ -599,29 +613,36 @@ pub mod heading {
 /// Filters and output options shared by live tracing and replay.
 #[derive(Clone, Debug, Args)]
 pub struct OutputArgs {
-    /// Also print WORK_SUBMIT events (work-submit tokens handed out).
+    /// Also WORK_SUBMIT events (work-submit tokens).
+    ///
+    /// The work-submit tokens the driver hands out.
     #[arg(short, long)]
     #[arg(display_order = 3)]
     pub verbose: bool,
 
-    /// Only this process (repeatable). Live runs: with exactly one, the kernel filters too, and
-    /// a PID that does not exist yet is warned about once and waited for (a process started
-    /// later with that id is traced).
+    /// Only this process (repeatable).
+    ///
+    /// Live runs: with exactly one, the kernel filters too, and a PID that does not exist yet is
+    /// warned about once and waited for (a process started later with that id is traced).
     #[arg(short, long = "pid", value_name = "PID", value_parser = parse_pid,
           allow_negative_numbers = true)]
     #[arg(display_order = 1)]
     pub pids: Vec<u32>,
 
-    /// Only threads or processes with this name (exact `comm`; repeatable). The kernel keeps 15
-    /// characters of a name: a longer NAME is cut to its first 15, with a warning.
+    /// Only processes or threads named NAME.
+    ///
+    /// The exact `comm` name; repeatable. The kernel keeps 15 characters of a name: a longer
+    /// NAME is cut to its first 15, with a warning.
     #[arg(short, long = "comm", value_name = "NAME")]
     #[arg(display_order = 2)]
     pub comms: Vec<String>,
 
-    /// Only events on this GPU (repeatable): its index as nvidia-smi numbers it (0), its UUID
-    /// (GPU-…) or its PCI bus id (0000:17:00.0). NVIDIA; an event whose GPU is not known yet
-    /// (before its task's first TASK_INIT or WORK_SUBMIT names one) is left out and counted
-    /// as `gpu_unknown` in the statistics.
+    /// Only this GPU: nvidia-smi index, UUID or bus id.
+    ///
+    /// Repeatable: its index as nvidia-smi numbers it (0), its UUID (GPU-…) or its PCI bus id
+    /// (0000:17:00.0). NVIDIA; an event whose GPU is not known yet (before its task's first
+    /// TASK_INIT or WORK_SUBMIT names one) is left out and counted as `gpu_unknown` in the
+    /// statistics.
     #[arg(long = "gpu", value_name = "INDEX|UUID|BUS", value_parser = parse_gpu)]
     #[arg(display_order = 2)]
     pub gpus: Vec<String>,
@@ -631,41 +652,52 @@ pub struct OutputArgs {
     #[arg(display_order = 4)]
     pub format: Format,
 
-    /// Write events and statistics to FILE instead of standard output (any --format).
+    /// Write events and statistics to FILE.
+    ///
+    /// Instead of standard output (any --format).
     #[arg(short, long, value_name = "FILE")]
     #[arg(display_order = 5)]
     pub output: Option<PathBuf>,
 
-    /// Also write a timeline to FILE for the Perfetto UI (Chrome JSON trace format): a track
-    /// group per process, a slice per TSG/queue lifetime with a point for its TASK_INIT,
-    /// SCHEDULE, SCHED_UPDATE and WORK_SUBMIT events (always, -v or not; every field as args)
-    /// joined by flow arrows, a track group per GPU showing every process's lifetimes on it, and
-    /// live-task and schedules-per-second counters per GPU. Filters apply.
+    /// Also a timeline in FILE for ui.perfetto.dev.
+    ///
+    /// Chrome JSON trace format: a track group per process, a slice per TSG/queue lifetime with a
+    /// point for its TASK_INIT, SCHEDULE, SCHED_UPDATE and WORK_SUBMIT events (always, -v or not;
+    /// every field as args) joined by flow arrows, a track group per GPU showing every process's
+    /// lifetimes on it, and live-task and schedules-per-second counters per GPU.
+    ///
+    /// Filters apply.
     #[arg(long, value_name = "FILE")]
     #[arg(help_heading = heading::OUTPUT)]
     pub perfetto: Option<PathBuf>,
 
     /// Timestamp style of the text output (JSON lines always carry both `time`, UTC wall clock,
     /// and `ts_ns`, CLOCK_MONOTONIC).
+    #[arg(hide_short_help = true)]
     #[arg(long, value_parser = choices(TIMESTAMPS), default_value = "wall")]
     #[arg(help_heading = heading::OUTPUT)]
     pub timestamps: Timestamps,
 
     /// Do not print the statistics block at exit.
+    #[arg(hide_short_help = true)]
     #[arg(long)]
     #[arg(help_heading = heading::OUTPUT)]
     pub no_stats: bool,
 
-    /// Also print the statistics so far every TIME (seconds, or 500ms, 5s, 1m…): with --format
-    /// json as a STATS object with "final": false among the events; as text, a block on
-    /// standard error, so that the event stream stays one line per event. Replay counts TIME in
-    /// the recording's own time.
+    /// Also print the statistics so far every TIME (seconds, or 500ms, 5s, 1m…).
+    ///
+    /// With --format json as a STATS object with "final": false among the events; as text, a
+    /// block on standard error, so that the event stream stays one line per event. Replay counts
+    /// TIME in the recording's own time.
+    #[arg(hide_short_help = true)]
     #[arg(long, value_name = "TIME", value_parser = positive_seconds, allow_hyphen_values = true)]
     #[arg(display_order = 7)]
     pub interval: Option<f64>,
 
-    /// Print no events and no statistics (e.g. with --metrics, or with only --perfetto or
-    /// --record), and on standard error warnings only (and the line saying tracing started).
+    /// No events, no statistics; on stderr, warnings only.
+    ///
+    /// E.g. with --metrics, or with only --perfetto or --record; standard error keeps the
+    /// warnings and the line saying tracing started.
     #[arg(short, long, conflicts_with_all = ["output", "interval"])]
     #[arg(help_heading = heading::OUTPUT)]
     pub quiet: bool,
@@ -673,12 +705,14 @@ pub struct OutputArgs {
     /// Text output: a `container=` field on every line (`-` outside containers, `?` not known
     /// yet). Without it, only lines of processes in a container or Kubernetes pod carry
     /// `container=ID pod=UID nspid=N` (each when known). JSON always carries a `cgroup` object.
+    #[arg(hide_short_help = true)]
     #[arg(long)]
     #[arg(help_heading = heading::OUTPUT)]
     pub show_container: bool,
 
     /// The kubelet's pod log directory, which names pods by UID (docs/fleet.md, "Pods by
     /// name"). Live runs read /var/log/pods without it; replay names pods only with it.
+    #[arg(hide_short_help = true)]
     #[arg(long, value_name = "DIR", hide = true)]
     pub pods_dir: Option<PathBuf>,
 }
@@ -743,9 +777,11 @@ impl OutputArgs {
 /// `--metrics`: Prometheus metrics while tracing (docs/fleet.md).
 #[derive(Clone, Debug, Default, Args)]
 pub struct MetricsArgs {
-    /// Serve Prometheus metrics at http://ADDR/metrics while tracing, e.g. 127.0.0.1:9464 or
-    /// localhost:9464 (port 0: any free port); `:9464` is every interface (0.0.0.0:9464), as
-    /// for Prometheus exporters. A loopback address unless --metrics-allow-remote.
+    /// Serve Prometheus metrics at http://ADDR/metrics.
+    ///
+    /// E.g. 127.0.0.1:9464 or localhost:9464 (port 0: any free port); `:9464` is every interface
+    /// (0.0.0.0:9464), as for Prometheus exporters. A loopback address unless
+    /// --metrics-allow-remote.
     #[arg(long = "metrics", value_name = "ADDR", value_parser = parse_metrics_addr)]
     #[arg(help_heading = heading::METRICS)]
     pub addr: Option<std::net::SocketAddr>,
@@ -753,6 +789,7 @@ pub struct MetricsArgs {
     /// Allow --metrics on a non-loopback address (e.g. 0.0.0.0:9464 in a Kubernetes pod)
     /// without authentication: anyone who can reach it reads process names. Not needed when
     /// --metrics-web-config sets basic_auth_users or --metrics-bearer-token-file is given.
+    #[arg(hide_short_help = true)]
     #[arg(long, requires = "addr")]
     #[arg(help_heading = heading::METRICS)]
     pub metrics_allow_remote: bool,
@@ -760,16 +797,19 @@ pub struct MetricsArgs {
     /// TLS and basic authentication of --metrics, in the Prometheus exporter-toolkit's web
     /// configuration format (YAML): `tls_server_config: {cert_file, key_file}` and
     /// `basic_auth_users: {NAME: BCRYPT_HASH}`.
+    #[arg(hide_short_help = true)]
     #[arg(long, value_name = "FILE", requires = "addr")]
     pub metrics_web_config: Option<std::path::PathBuf>,
 
     /// Require `Authorization: Bearer TOKEN` on --metrics, the token read from FILE (one line).
+    #[arg(hide_short_help = true)]
     #[arg(long, value_name = "FILE", requires = "addr")]
     pub metrics_bearer_token_file: Option<std::path::PathBuf>,
 
     /// Take a label set (comm, pod, GPU, engine) out of --metrics once it has counted no event
     /// for TIME and holds no live task (default 5m), freeing its room under the label caps; one
     /// that comes back starts its counters from 0.
+    #[arg(hide_short_help = true)]
     #[arg(long, value_name = "TIME", value_parser = positive_seconds, requires = "addr")]
     #[arg(help_heading = heading::METRICS)]
     pub metrics_expire: Option<f64>,
@@ -782,13 +822,17 @@ pub struct TraceArgs {
     #[arg(display_order = 8)]
     pub vendor: Vendor,
 
-    /// Stop after tracing this long, counted from attach (default: until Ctrl-C or SIGTERM):
-    /// seconds (30, 1.5) or with units (250ms, 90s, 5m, 1m30s, 1h); > 0, at most a year.
+    /// Stop after this long (30, 250ms, 5m, 1m30s).
+    ///
+    /// Counted from attach (default: until Ctrl-C or SIGTERM): seconds (30, 1.5) or with units
+    /// (250ms, 90s, 5m, 1m30s, 1h); > 0, at most a year.
     #[arg(short, long, value_name = "TIME", value_parser = parse_duration, allow_hyphen_values = true)]
     #[arg(display_order = 6)]
     pub duration: Option<f64>,
 
-    /// Also write the raw driver calls to FILE, for `gpu-trace replay FILE`.
+    /// Also the raw driver calls to FILE, for replay.
+    ///
+    /// `gpu-trace replay FILE` decodes them anywhere, without root.
     #[arg(long, value_name = "FILE")]
     #[arg(help_heading = heading::OUTPUT)]
     pub record: Option<PathBuf>,
@@ -797,23 +841,30 @@ pub struct TraceArgs {
     /// all): a path below the cgroup2 mount (`/kubepods.slice/…/kubepods-pod<uid>.slice`) or
     /// under it (`/sys/fs/cgroup/machine.slice`). Filtered in the kernel: other processes cost
     /// no records. Cgroups created below it later are included.
+    #[arg(hide_short_help = true)]
     #[arg(long = "cgroup", value_name = "PATH")]
     #[arg(help_heading = heading::CONTAINERS)]
     pub cgroups: Vec<String>,
 
-    /// Trace only this running container (repeatable): a prefix (≥ 4 hex digits) of its id as
-    /// `podman ps`, `docker ps` or `crictl ps` show it (docker, containerd, CRI-O, podman; both
-    /// cgroup drivers). Filtered in the kernel, like --cgroup.
+    /// Trace only this running container (repeatable): a prefix of its id.
+    ///
+    /// A prefix (≥ 4 hex digits) of its id as `podman ps`, `docker ps` or `crictl ps` show it
+    /// (docker, containerd, CRI-O, podman; both cgroup drivers). Filtered in the kernel, like
+    /// --cgroup.
+    #[arg(hide_short_help = true)]
     #[arg(long = "container", value_name = "ID")]
     #[arg(help_heading = heading::CONTAINERS)]
     pub containers: Vec<String>,
 
-    /// Refuse scheduling requests (GPFIFO_SCHEDULE with bEnable, or whose bEnable cannot be
-    /// read, e.g. FINN-serialized) from this process, all its threads and every process it
-    /// creates (also after it exits) and its descendants alive at start, while gpu-trace runs
-    /// (repeatable). Needs a kernel with an active BPF LSM
-    /// (`bpf` in /sys/kernel/security/lsm); otherwise gpu-trace stops at start-up and says why.
-    /// Refused requests show as `SCHEDULE … allowed=no errno=EPERM`, counted as `denied`.
+    /// Refuse the GPU scheduling requests of this process and those it creates (BPF LSM).
+    ///
+    /// Requests are GPFIFO_SCHEDULE with bEnable, or whose bEnable cannot be read (e.g.
+    /// FINN-serialized), from this process, all its threads and every process it creates (also
+    /// after it exits) and its descendants alive at start, while gpu-trace runs (repeatable).
+    /// Needs a kernel with an active BPF LSM (`bpf` in /sys/kernel/security/lsm); otherwise
+    /// gpu-trace stops at start-up and says why. Refused requests show as `SCHEDULE … allowed=no
+    /// errno=EPERM`, counted as `denied`.
+    #[arg(hide_short_help = true)]
     #[arg(long = "deny-pid", value_name = "PID", value_parser = parse_pid,
           allow_negative_numbers = true)]
     #[arg(help_heading = heading::REFUSING)]
@@ -822,22 +873,26 @@ pub struct TraceArgs {
     /// Refuse scheduling requests, like --deny-pid, from every task in this cgroup v2 subtree,
     /// including processes that enter it after gpu-trace started (repeatable, at most 8 with
     /// --deny-container). Needs an active BPF LSM.
+    #[arg(hide_short_help = true)]
     #[arg(long = "deny-cgroup", value_name = "PATH")]
     #[arg(help_heading = heading::REFUSING)]
     pub deny_cgroups: Vec<String>,
 
     /// Refuse scheduling requests from every task of this running container (id prefix, as
     /// for --container), including processes it starts later. Needs an active BPF LSM.
+    #[arg(hide_short_help = true)]
     #[arg(long = "deny-container", value_name = "ID")]
     #[arg(help_heading = heading::REFUSING)]
     pub deny_containers: Vec<String>,
 
-    /// Also trace the GPU API calls (CUDA driver and runtime, HIP; `gpu-trace api`'s table)
-    /// of the --pid/--comm processes, or of `-- CMD` and the processes it creates (the command
-    /// from its first call), with uprobes on every library they map that exports them: each
-    /// driver event of a thread inside such a call carries it, innermost first
-    /// (`api=cuCtxCreate_v4@libcuda.so.1<cudaMalloc@libcudart.so.12`; JSON `api`). The
-    /// targets and their libraries are looked up again every second (docs/api.md).
+    /// Also the GPU API calls (CUDA, HIP) of the targets.
+    ///
+    /// The CUDA driver and runtime and HIP calls (`gpu-trace api`'s table) of the --pid/--comm
+    /// processes, or of `-- CMD` and the processes it creates (the command from its first call),
+    /// with uprobes on every library they map that exports them: each driver event of a thread
+    /// inside such a call carries it, innermost first
+    /// (`api=cuCtxCreate_v4@libcuda.so.1<cudaMalloc@libcudart.so.12`; JSON `api`). The targets and
+    /// their libraries are looked up again every second (docs/api.md).
     #[arg(long)]
     #[arg(help_heading = heading::OUTPUT)]
     pub api: bool,
@@ -847,6 +902,7 @@ pub struct TraceArgs {
     /// ring record per call: a launch-bound loop (10⁵ calls/s and more) floods the ring and
     /// drops records (`dropped`); without it the calls are only summed in the kernel
     /// (docs/api.md, Cost). API_RECURSION lines are printed with --api alone.
+    #[arg(hide_short_help = true)]
     #[arg(long, requires = "api")]
     #[arg(help_heading = heading::OUTPUT)]
     pub api_calls: bool,
@@ -854,6 +910,7 @@ pub struct TraceArgs {
     /// With --api: (process, symbol) sums the kernel keeps at once (16384; the entries of
     /// processes that ended are moved out once it is half full). Calls past it are counted as
     /// not counted (STATS `unreported.api_uncounted`) and said at exit.
+    #[arg(hide_short_help = true)]
     #[arg(long = "api-sums", value_name = "N", default_value_t = API_SUMS_DEFAULT,
           value_parser = clap::value_parser!(u32).range(1..=API_SUMS_MAX), requires = "api")]
     #[arg(help_heading = heading::OUTPUT)]
@@ -863,6 +920,7 @@ pub struct TraceArgs {
     pub metrics: MetricsArgs,
 
     /// Ring-buffer size in bytes (power of two, ≥ 4096). Raise it if `dropped` is not 0.
+    #[arg(hide_short_help = true)]
     #[arg(long, value_name = "BYTES", default_value_t = crate::loader::DEFAULT_RING_BYTES,
           value_parser = parse_ring_size, allow_negative_numbers = true)]
     #[arg(help_heading = heading::KERNEL)]
@@ -871,12 +929,14 @@ pub struct TraceArgs {
     /// Treat this character device as a device of the traced vendor too: an NVIDIA device, or
     /// /dev/kfd with --vendor amd (experiments and tests; e.g. /dev/null to watch RM- or
     /// KFD-shaped ioctls a test program issues).
+    #[arg(hide_short_help = true)]
     #[arg(long, value_name = "PATH")]
     #[arg(help_heading = heading::KERNEL)]
     pub watch_device: Option<PathBuf>,
 
     /// Attach type for the syscall hook (default: the cheapest the kernel allows). For
     /// comparisons and for kernels where the automatic choice misbehaves.
+    #[arg(hide_short_help = true)]
     #[arg(long, value_enum, value_name = "TYPE")]
     #[arg(help_heading = heading::KERNEL)]
     pub syscall_hook: Option<crate::loader::SyscallHook>,
@@ -887,12 +947,14 @@ pub struct TraceArgs {
     /// system call on the machine. By default gpu-trace attaches to the drivers' functions
     /// where the kernel allows it (then unrelated system calls pay nothing), and the start-up
     /// report says which it uses and why not the others.
+    #[arg(hide_short_help = true)]
     #[arg(long)]
     #[arg(help_heading = heading::KERNEL)]
     pub no_deep_hooks: bool,
 
     /// Attach types the deep hooks may use: auto (a trampoline through the module's BTF, else a
     /// kprobe), kprobe, or trampoline. For comparisons, and for kernels where one misbehaves.
+    #[arg(hide_short_help = true)]
     #[arg(long, value_enum, value_name = "TYPE", default_value_t = crate::loader::DeepAttach::Auto)]
     #[arg(help_heading = heading::KERNEL)]
     pub deep_attach: crate::loader::DeepAttach,
@@ -902,6 +964,7 @@ pub struct TraceArgs {
     /// unrelated system calls with the drivers' own hooks. Turns on the kernel's BPF
     /// statistics (BPF_ENABLE_STATS) while gpu-trace runs, which adds two clock reads to every
     /// run of every BPF program on the machine.
+    #[arg(hide_short_help = true)]
     #[arg(long)]
     #[arg(help_heading = heading::KERNEL)]
     pub bpf_stats: bool,
@@ -909,13 +972,15 @@ pub struct TraceArgs {
     /// How often to read each process's GPU share from NVML (per-process utilization samples;
     /// NVIDIA only): seconds, or a time like 500ms. The driver keeps only the latest sample per
     /// process (about every 200 ms on an H100), so a period longer than that loses samples and
-    /// undercounts the shares: the default is 0.2 s. The shares go to the statistics, JSON (`GPU_SHARE`),
-    /// `top`; see docs/events.md.
+    /// undercounts the shares: the default is 0.2 s. The shares go to the statistics, JSON
+    /// (`GPU_SHARE`), `top`; see docs/events.md.
+    #[arg(hide_short_help = true)]
     #[arg(long, value_name = "TIME", value_parser = positive_seconds, default_value_t = 0.2,
           allow_hyphen_values = true)]
     pub share_interval: f64,
 
     /// Do not sample the processes' GPU share (no NVML calls while tracing).
+    #[arg(hide_short_help = true)]
     #[arg(long)]
     pub no_share: bool,
 

@@ -17,31 +17,37 @@ pub struct RecordingArgs {
     /// With --record FILE: write it in pieces FILE.0001, FILE.0002, …, each a complete
     /// recording that replays alone; a piece ends after the record that takes it to SIZE
     /// (bytes, or with K, M, G: 64M) or that comes TIME after its first record (10m, 1h).
+    #[arg(hide_short_help = true)]
     #[arg(long, value_name = "SIZE|TIME", value_parser = parse_rotate, requires = "record")]
     #[arg(help_heading = HEADING)]
     pub record_rotate: Option<Rotate>,
 
     /// With --record-rotate: keep the last N pieces; an older one is removed when a new one
     /// starts (default: keep all).
+    #[arg(hide_short_help = true)]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..),
           requires = "record_rotate")]
     #[arg(help_heading = HEADING)]
     pub record_keep: Option<u32>,
 
-    /// Keep the last TIME of records in memory (at most --flight-recorder-bytes) and write
-    /// them only when a trigger comes (SIGUSR1, --dump-on) as a recording that replays alone:
-    /// DIR/gpu-trace-HOST-YYYYmmddTHHMMSSZ-TRIGGER.gtrace (--dump-dir).
+    /// Keep the last TIME of records in memory; write them on SIGUSR1 or a --dump-on trigger.
+    ///
+    /// At most --flight-recorder-bytes, written only when a trigger comes, as a recording that
+    /// replays alone: DIR/gpu-trace-HOST-YYYYmmddTHHMMSSZ-TRIGGER.gtrace (--dump-dir).
+    #[arg(hide_short_help = true)]
     #[arg(long, value_name = "TIME", value_parser = parse_window)]
     #[arg(help_heading = HEADING)]
     pub flight_recorder: Option<f64>,
 
     /// With --flight-recorder: the most bytes of records kept in memory (K, M, G; default
     /// 32M); the oldest go first.
+    #[arg(hide_short_help = true)]
     #[arg(long, value_name = "SIZE", value_parser = parse_size, requires = "flight_recorder")]
     #[arg(help_heading = HEADING)]
     pub flight_recorder_bytes: Option<u64>,
 
     /// With --flight-recorder: where dumps are written (default: the current directory).
+    #[arg(hide_short_help = true)]
     #[arg(long, value_name = "DIR", requires = "flight_recorder")]
     #[arg(help_heading = HEADING)]
     pub dump_dir: Option<PathBuf>,
@@ -49,6 +55,7 @@ pub struct RecordingArgs {
     /// With --flight-recorder: also dump on these (comma-separated): refused (a SCHEDULE the
     /// driver refused), recursion (API_RECURSION, with --api), dropped (records lost to a
     /// full ring), signal-exit (`-- CMD` ended by a signal). SIGUSR1 always dumps.
+    #[arg(hide_short_help = true)]
     #[arg(
         long,
         value_name = "LIST",
@@ -61,6 +68,7 @@ pub struct RecordingArgs {
 
     /// With --flight-recorder: at most N dumps in any hour; later triggers are counted, not
     /// written (default 6).
+    #[arg(hide_short_help = true)]
     #[arg(
         long,
         value_name = "N",
@@ -73,6 +81,7 @@ pub struct RecordingArgs {
     /// With --flight-recorder: keep this host's last N dumps in --dump-dir; the oldest are
     /// removed when a new one is written (default: keep all). N times --flight-recorder-bytes
     /// bounds the directory.
+    #[arg(hide_short_help = true)]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..),
           requires = "flight_recorder")]
     #[arg(help_heading = HEADING)]
