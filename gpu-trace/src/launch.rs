@@ -615,6 +615,27 @@ impl Descendants {
         Some(child)
     }
 
+    /// Without the connector (it sent nothing, or lost events): the processes now in /proc
+    /// whose parent chain reaches the command, not followed yet, join (the connector's set
+    /// otherwise). A process that makes no driver call — an API-only child under `--api` or
+    /// `gpu-trace api` — is found only so; called at the rescans (each second), not per record.
+    pub fn scan_proc(&mut self) -> Vec<Change> {
+        let mut changes = Vec::new();
+        if self.sock.is_some() {
+            return changes;
+        }
+        for pid in crate::probe::libraries::all_pids() {
+            if self.members.len() >= MAX_FOLLOWED {
+                break;
+            }
+            if !self.members.contains(&pid) && descends_from(pid, self.root) {
+                self.members.insert(pid);
+                changes.push(Change::Follow(pid));
+            }
+        }
+        changes
+    }
+
     /// Decides on a process not in the set: the queued fork events first; without the
     /// connector, its parent chain in /proc. Returns the changes (with `tgid`'s own, if it
     /// joined).
@@ -749,5 +770,29 @@ mod tests {
         assert!(changes.is_empty(), "{changes:?}");
         assert_eq!(d.unfollowed, 2);
         assert!(!d.members.contains(&5));
+    }
+
+    /// Without the connector, the processes the command created are found in /proc: a child
+    /// of this test process (the root here) that makes no record joins at the scan, once.
+    #[test]
+    fn without_the_connector_children_are_found_in_proc() {
+        let own = std::process::id();
+        let mut d = Descendants {
+            root: own,
+            members: HashSet::from([own]),
+            sock: None,
+            degraded: Some("test".into()),
+            unfollowed: 0,
+        };
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let changes = d.scan_proc();
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(changes.contains(&Change::Follow(child.id())), "{changes:?}");
+        assert!(d.contains(child.id()));
+        assert!(!d.scan_proc().contains(&Change::Follow(child.id())));
     }
 }

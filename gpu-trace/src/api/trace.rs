@@ -656,6 +656,11 @@ fn step(
     if Instant::now() >= *next {
         *next += Duration::from_secs_f64(args.interval.unwrap_or(1.0));
         targets.extend(cgroup_members(follow.subtrees));
+        // Without the kernel's fork events: the command's processes from /proc.
+        if let Some(d) = follow.descendants.as_mut() {
+            d.scan_proc();
+        }
+        follow.new_targets(tracer, targets);
         let pids: Vec<u32> = targets.iter().copied().collect();
         for pid in pids {
             tracer.scan_saying(pid);

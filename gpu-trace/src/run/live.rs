@@ -387,6 +387,8 @@ impl LiveRun<'_> {
                         // that made no driver call yet is known only from them).
                         let followed = self.reader.descendants.as_mut().map(|d| {
                             follow_changes(&mut self.pipeline, d.refresh());
+                            // Without the connector: found in /proc (no record may name them).
+                            follow_changes(&mut self.pipeline, d.scan_proc());
                             d.pids()
                         });
                         api.rescan(&mut self.tracer, followed.into_iter().flatten());
