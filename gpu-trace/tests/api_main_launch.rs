@@ -28,7 +28,7 @@ fn build(test: &str) -> Option<(tempfile::TempDir, PathBuf)> {
 /// `api` object of each of the client's three SCHEDULEs (`Null` where none), and stderr.
 /// `go`: a file created once the tracer holds `links` probes (the client waits for it).
 fn traced(command: &[&str], go: Option<(&Path, usize)>) -> ([serde_json::Value; 3], String) {
-    let tracer = Command::new(gpu_trace_bin())
+    let mut tracer = Command::new(gpu_trace_bin())
         .args([
             "--watch-device",
             "/dev/full",
@@ -43,7 +43,24 @@ fn traced(command: &[&str], go: Option<(&Path, usize)>) -> ([serde_json::Value; 
         .spawn()
         .unwrap();
     if let Some((go, links)) = go {
-        api_support::wait_links(tracer.id(), links);
+        // As api_support::wait_links, but a run that never gets there shows its stderr (what
+        // it attached, and whether it followed the command's processes).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let held = api_support::bpf_links(tracer.id());
+            if held == links {
+                break;
+            }
+            if held > links || std::time::Instant::now() > deadline {
+                let _ = tracer.kill();
+                let out = tracer.wait_with_output().unwrap();
+                panic!(
+                    "gpu-trace holds {held} probes, not {links}:\n{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
         std::fs::write(go, "").unwrap();
     }
     let out = tracer.wait_with_output().unwrap();
