@@ -891,7 +891,7 @@ pub struct TraceArgs {
     /// processes, or of `-- CMD` and the processes it creates (the command from its first call),
     /// with uprobes on every library they map that exports them: each driver event of a thread
     /// inside such a call carries it, innermost first
-    /// (`api=cuCtxCreate_v4@libcuda.so.1<cudaMalloc@libcudart.so.12`; JSON `api`). The targets and
+    /// (text `api=SYMBOL@LIBRARY<CALLER@LIBRARY`; JSON `api`). The targets and
     /// their libraries are looked up again every second (docs/api.md).
     #[arg(long)]
     #[arg(help_heading = heading::OUTPUT)]

@@ -335,10 +335,11 @@ fn tracing_a_hostile_target_ends_on_sigint() {
         "peak RSS {} KiB",
         ran.max_rss_kib
     );
-    // The main trace's --api: SIGTERM once it says what it attached.
+    // The main trace's --api: SIGTERM once it says tracing started (after the API layer's
+    // attach; `-q` leaves out the line that says what it attached).
     let ran = run(
         &["--api", "--pid", &pid, "-q"],
-        Some(("uprobes attached", libc::SIGTERM)),
+        Some(("tracing NVIDIA RM calls", libc::SIGTERM)),
     );
     // The main trace is ended by SIGTERM as a matter of course (exit 0, statistics out).
     assert_eq!(ran.code, Some(0), "ended by SIGTERM: {}", ran.err);
