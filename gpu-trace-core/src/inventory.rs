@@ -157,7 +157,12 @@ fn smi_index(gpus: &GpuDirectory, bus_id: Option<&str>) -> String {
 
 /// The start-up report's line of one inventoried process (without prefix); `gpus` numbers its
 /// GPUs as nvidia-smi does.
-fn process_line(p: &InventoryProcess, gpus: &GpuDirectory, cmdlines: bool) -> String {
+fn process_line(
+    p: &InventoryProcess,
+    gpus: &GpuDirectory,
+    cmdlines: bool,
+    names: &mut PodNamer<'_>,
+) -> String {
     let mut line = format!("  PID {} {}", p.pid, escape_text(&p.comm));
     if let Some(role) = p.mps {
         line.push_str(match role {
@@ -199,8 +204,17 @@ fn process_line(p: &InventoryProcess, gpus: &GpuDirectory, cmdlines: bool) -> St
                 line.push_str(&format!(" container_user={uid}"));
             }
         }
+        // The pod by name where the node names it (as the event lines show it), else its UID.
         if let Some((uid, _)) = &w.pod {
-            line.push_str(&format!(" pod={uid}"));
+            let id = w.container.as_ref().map(|(_, id)| id.as_str());
+            match names(uid, id) {
+                Some(n) => line.push_str(&format!(
+                    " pod={} namespace={}",
+                    escape_text(&n.pod),
+                    escape_text(&n.namespace)
+                )),
+                None => line.push_str(&format!(" pod={uid}")),
+            }
         }
     }
     line.push_str(&format!(
@@ -228,6 +242,17 @@ pub fn render_text(inv: &Inventory) -> Vec<String> {
 /// [`render_text`]; with `cmdlines` false (`--quiet`) without the processes' command lines
 /// (`cmd="..."`), which can carry what a log should not (pod logs of the DaemonSet).
 pub fn render_text_with(inv: &Inventory, cmdlines: bool) -> Vec<String> {
+    render_text_named(inv, cmdlines, &mut |_, _| None)
+}
+
+/// What names a pod for the inventory's text: pod UID and container id → the node's names
+/// ([`crate::model::workload::PodResolver`]); `None`: not named (the UID is shown).
+pub type PodNamer<'a> =
+    dyn FnMut(&str, Option<&str>) -> Option<crate::model::workload::PodNames> + 'a;
+
+/// [`render_text_with`], each pod named by `names` where it can (` pod=NAME namespace=NS`, as
+/// the event lines show it).
+pub fn render_text_named(inv: &Inventory, cmdlines: bool, names: &mut PodNamer<'_>) -> Vec<String> {
     let mut out = Vec::new();
     // GPUs by nvidia-smi's index (what `gpu=` and `--gpu` say), the device node beside it.
     let gpus = GpuDirectory::new(&inv.gpus);
@@ -255,7 +280,7 @@ pub fn render_text_with(inv: &Inventory, cmdlines: bool) -> Vec<String> {
         }
     ));
     for p in &inv.processes {
-        out.push(process_line(p, &gpus, cmdlines));
+        out.push(process_line(p, &gpus, cmdlines, names));
     }
     if inv.denied != 0 {
         let n = inv.denied;

@@ -107,6 +107,8 @@ pub struct Pipeline<W: Write> {
     left_out: std::collections::BTreeMap<&'static str, u64>,
     /// Names pods by UID (live runs: the node's /var/log/pods; `--pods-dir`).
     pods: Option<Box<dyn PodResolver>>,
+    /// `--pod`, `--namespace`: only the processes of these pods and namespaces.
+    pod_filter: PodFilter,
     /// `--api`: the names behind the API records' cookies.
     api_names: crate::api::names::Names,
     /// `gpu-trace merge`: the node whose recording this pipeline reads ([`Self::with_host`]).
@@ -159,6 +161,7 @@ impl<W: Write> Pipeline<W> {
             outputs: Outputs::new(lines),
             interval: None,
             pods: None,
+            pod_filter: PodFilter::default(),
             api_names: Default::default(),
             host: None,
         }
@@ -272,8 +275,8 @@ impl<W: Write> Pipeline<W> {
     /// made before tracing started (their end becomes `PRETRACE_END`); with `--format json`
     /// one `{"event":"INVENTORY",...}` line is written before any event; the Perfetto timeline
     /// names and labels the processes. The JSON line lists only the processes `--pid`/`--comm`
-    /// select. The text form goes to standard error (the session prints it with
-    /// [`inventory::render_text_with`]).
+    /// and `--pod`/`--namespace` select. The text form goes to standard error (the session
+    /// prints it with [`inventory::render_text_named`]).
     pub fn inventory(&mut self, inv: &Inventory) -> std::io::Result<()> {
         self.gpus = GpuDirectory::new(&inv.gpus);
         for p in &inv.processes {
@@ -287,7 +290,15 @@ impl<W: Write> Pipeline<W> {
             }
         }
         // The processes the filters select, as the text form on stderr shows them.
-        let shown = inv.selected(&self.config.pids, &self.config.comms);
+        let mut shown = inv.selected(&self.config.pids, &self.config.comms);
+        if !self.pod_filter.is_empty() {
+            let pids: Vec<u32> = shown.processes.iter().map(|p| p.pid).collect();
+            let keep: std::collections::HashSet<u32> = pids
+                .into_iter()
+                .filter(|&pid| self.pod_selected(pid))
+                .collect();
+            shown.processes.retain(|p| keep.contains(&p.pid));
+        }
         self.outputs
             .inventory(inv, &shown)
             .map_err(SinkError::into_io)
@@ -418,16 +429,21 @@ impl<W: Write> Pipeline<W> {
 
     /// Process `pid` runs in the cgroup `a` describes (from now on).
     fn attribute(&mut self, pid: u32, a: Attribution) {
-        if let Some(group) = a.group() {
-            self.stats.set_group(pid, group);
-        }
         self.attributions.insert(pid, a);
         self.name_pod(pid);
+        let Some(a) = self.attributions.get(&pid) else {
+            return;
+        };
+        self.pod_filter.saw(a);
+        if let Some(group) = a.group() {
+            self.stats.set_group(pid, group, a.row_label());
+        }
     }
 
     /// Names the pod of process `pid` when it is in one not named yet (asked again at its
     /// events until the resolver knows it: a pod's directory may appear after its process; the
-    /// resolver bounds how often it rereads).
+    /// resolver bounds how often it rereads). Once named, its row label (statistics, `top`)
+    /// names it too.
     fn name_pod(&mut self, pid: u32) {
         let (Some(r), Some(a)) = (self.pods.as_mut(), self.attributions.get_mut(&pid)) else {
             return;
@@ -437,6 +453,32 @@ impl<W: Write> Pipeline<W> {
         };
         let container = a.workload.container.as_ref().map(|(_, id)| id.as_str());
         a.names = r.resolve(uid, container);
+        if a.names.is_some() {
+            self.pod_filter.saw(a);
+            if let Some(group) = a.group() {
+                self.stats.set_group(pid, group, a.row_label());
+            }
+        }
+    }
+
+    /// `--pod`, `--namespace`: only the processes in one of `pods` (a pod's name, or its UID)
+    /// and, when `namespaces` is not empty, in one of `namespaces`, as the node names them
+    /// ([`with_pod_names`](Self::with_pod_names)); they apply where `--pid`/`--comm` do.
+    /// A process whose pod is not named (yet) is left out.
+    pub fn with_pod_filter(mut self, pods: Vec<String>, namespaces: Vec<String>) -> Self {
+        self.pod_filter = PodFilter {
+            pods,
+            namespaces,
+            ..PodFilter::default()
+        };
+        self
+    }
+
+    /// `--pod`/`--namespace` values that named none of the pods of the run's processes, each
+    /// a warning line naming the pods there were; empty when each matched one (call at the end
+    /// of the run).
+    pub fn unmatched_pod_selectors(&self) -> Vec<String> {
+        self.pod_filter.unmatched(self.pods.is_some())
     }
 
     /// `--gpu`: only the events on one of `gpus` (each an nvidia-smi index, a UUID or a PCI bus
@@ -529,13 +571,23 @@ impl<W: Write> Pipeline<W> {
         Ok(())
     }
 
-    fn selected(&self, event: &Event) -> bool {
+    fn selected(&mut self, event: &Event) -> bool {
         self.process_selected(event.origin.pid, &event.origin.comm)
     }
 
-    /// Whether `--pid`/`--comm`/`-- CMD` select process `pid`, whose record's thread name is
-    /// `comm`.
-    fn process_selected(&self, pid: u32, comm: &str) -> bool {
+    /// Whether `--pod`/`--namespace` select process `pid` (named first, when its pod was not
+    /// yet: its directory may have come since).
+    fn pod_selected(&mut self, pid: u32) -> bool {
+        if self.pod_filter.is_empty() {
+            return true;
+        }
+        self.name_pod(pid);
+        self.pod_filter.selects(self.attributions.get(&pid))
+    }
+
+    /// Whether `--pid`/`--comm`/`-- CMD`/`--pod`/`--namespace` select process `pid`, whose
+    /// record's thread name is `comm`.
+    fn process_selected(&mut self, pid: u32, comm: &str) -> bool {
         let pid_ok =
             (self.config.pids.is_empty() || self.config.pids.contains(&pid)) && self.followed(pid);
         let comm_ok =
@@ -543,7 +595,7 @@ impl<W: Write> Pipeline<W> {
                 || self.config.comms.iter().any(|c| {
                     *c == comm || self.process_names.get(&pid).is_some_and(|name| name == c)
                 });
-        pid_ok && comm_ok
+        pid_ok && comm_ok && self.pod_selected(pid)
     }
 
     /// An API record made in userspace, not read from the ring (`API_PATH` verdicts,
@@ -610,14 +662,16 @@ impl<W: Write> Pipeline<W> {
     /// the statistics and `top`, and handed to the outputs (a `GPU_SHARE` line each, gauges,
     /// counters); `--pid`/`--comm`/`-- CMD` select them as they select events.
     pub fn share_samples(&mut self, samples: &[ShareSample]) -> Result<(), SinkError> {
+        // `--pod`/`--namespace` first: naming a pod needs the pipeline itself.
+        let by_pod: Vec<bool> = samples.iter().map(|s| self.pod_selected(s.pid)).collect();
         let mut selected = Vec::with_capacity(samples.len());
-        for s in samples {
+        for (s, pod_ok) in samples.iter().zip(by_pod) {
             let process = self.process_names.get(&s.pid).map(String::as_str);
             let pid_ok = (self.config.pids.is_empty() || self.config.pids.contains(&s.pid))
                 && self.followed(s.pid);
             let comm_ok = self.config.comms.is_empty()
                 || process.is_some_and(|c| self.config.comms.iter().any(|x| x == c));
-            if !(pid_ok && comm_ok) {
+            if !(pid_ok && comm_ok && pod_ok) {
                 continue;
             }
             self.stats.share.add(s);
@@ -753,6 +807,93 @@ impl<W: Write> Pipeline<W> {
 
     pub fn stats(&self) -> &Stats {
         &self.stats
+    }
+}
+
+/// `--pod`, `--namespace` ([`Pipeline::with_pod_filter`]), and the pods the run's processes
+/// were in, for the warning about a value that named none.
+#[derive(Default)]
+struct PodFilter {
+    pods: Vec<String>,
+    namespaces: Vec<String>,
+    /// The pods of the run's processes: UID → `namespace/name` where named (at most
+    /// [`PodFilter::MAX_SEEN`]).
+    seen: std::collections::BTreeMap<String, Option<(String, String)>>,
+}
+
+impl PodFilter {
+    /// Pods remembered for the warning (a node runs at most a few hundred).
+    const MAX_SEEN: usize = 4096;
+
+    fn is_empty(&self) -> bool {
+        self.pods.is_empty() && self.namespaces.is_empty()
+    }
+
+    /// Remembers the pod of `a` (only with a filter: nothing to warn about otherwise).
+    fn saw(&mut self, a: &Attribution) {
+        if self.is_empty() {
+            return;
+        }
+        let Some((uid, _)) = a.workload.pod.as_ref() else {
+            return;
+        };
+        let names = (a.names.as_ref()).map(|n| (n.namespace.clone(), n.pod.clone()));
+        if self.seen.len() < Self::MAX_SEEN || self.seen.contains_key(uid) {
+            let known = self.seen.entry(uid.clone()).or_default();
+            if names.is_some() {
+                *known = names;
+            }
+        }
+    }
+
+    /// Whether the process `a` describes passes: its pod's name (or UID) is one of `pods`, its
+    /// namespace one of `namespaces` (each list where given).
+    fn selects(&self, a: Option<&Attribution>) -> bool {
+        a.is_some_and(|a| a.in_pods(&self.pods, &self.namespaces))
+    }
+
+    /// A warning for each value that named none of the pods seen; `resolver`: pods could be
+    /// named at all.
+    fn unmatched(&self, resolver: bool) -> Vec<String> {
+        use crate::escape::escape_text;
+        let named = || self.seen.values().flatten();
+        let mut seen: Vec<String> = (self.seen.iter())
+            .map(|(uid, n)| match n {
+                Some((ns, pod)) => format!("{}/{} ({uid})", escape_text(ns), escape_text(pod)),
+                None => format!("{uid} (not named)"),
+            })
+            .take(8)
+            .collect();
+        if self.seen.len() > seen.len() {
+            seen.push(format!("{} more", self.seen.len() - seen.len()));
+        }
+        let there = if self.seen.is_empty() {
+            "no traced process was in a Kubernetes pod".to_string()
+        } else {
+            format!("the traced processes' pods: {}", seen.join(", "))
+        };
+        let why = if resolver {
+            String::new()
+        } else {
+            " (a replay names pods only with --pods-dir DIR)".to_string()
+        };
+        let mut out = Vec::new();
+        for p in &self.pods {
+            if !(self.seen.iter()).any(|(uid, n)| uid == p || n.as_ref().is_some_and(|n| n.1 == *p))
+            {
+                let p = escape_text(p);
+                out.push(format!("--pod {p} named no pod of the run ({there}){why}"));
+            }
+        }
+        for ns in &self.namespaces {
+            if !named().any(|n| n.0 == *ns) {
+                let ns = escape_text(ns);
+                out.push(format!(
+                    "--namespace {ns} named no pod's namespace of the run ({there}){why}"
+                ));
+            }
+        }
+        out
     }
 }
 

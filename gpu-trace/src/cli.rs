@@ -647,6 +647,26 @@ pub struct OutputArgs {
     #[arg(display_order = 2)]
     pub gpus: Vec<String>,
 
+    /// Only processes of this Kubernetes pod: its name (or UID).
+    ///
+    /// Repeatable. The name the node's kubelet gives the pod (/var/log/pods, or --pods-dir),
+    /// as text lines show it (`pod=NAME namespace=NS`), or its UID; a process whose pod is not
+    /// named is left out. Filtered in userspace (every process's calls still reach it: for a
+    /// kernel filter, --cgroup with the pod's cgroup). Replay names pods only with --pods-dir.
+    #[arg(hide_short_help = true)]
+    #[arg(long = "pod", value_name = "NAME")]
+    #[arg(display_order = 2)]
+    pub pods: Vec<String>,
+
+    /// Only processes of pods in this Kubernetes namespace.
+    ///
+    /// Repeatable; with --pod, both must match. As the node's kubelet names it
+    /// (/var/log/pods, or --pods-dir); filtered in userspace, like --pod.
+    #[arg(hide_short_help = true)]
+    #[arg(long = "namespace", value_name = "NS")]
+    #[arg(display_order = 2)]
+    pub namespaces: Vec<String>,
+
     /// Output format.
     #[arg(long, value_parser = choices(FORMATS), default_value = "text")]
     #[arg(display_order = 4)]
@@ -704,16 +724,21 @@ pub struct OutputArgs {
 
     /// Text output: a `container=` field on every line (`-` outside containers, `?` not known
     /// yet). Without it, only lines of processes in a container or Kubernetes pod carry
-    /// `container=ID pod=UID nspid=N` (each when known). JSON always carries a `cgroup` object.
+    /// `container=ID pod=NAME namespace=NS nspid=N` (each when known; `pod=UID` where the node
+    /// does not name the pod). JSON always carries a `cgroup` object.
     #[arg(hide_short_help = true)]
     #[arg(long)]
     #[arg(help_heading = heading::OUTPUT)]
     pub show_container: bool,
 
-    /// The kubelet's pod log directory, which names pods by UID (docs/fleet.md, "Pods by
-    /// name"). Live runs read /var/log/pods without it; replay names pods only with it.
+    /// The kubelet's pod log directory, which names pods by UID.
+    ///
+    /// Its `<namespace>_<pod>_<uid>/` directories (docs/fleet.md, "Pods by name"). Live runs
+    /// read /var/log/pods without it; replay names pods (text, JSON, --pod, --namespace) only
+    /// with it.
     #[arg(hide_short_help = true)]
-    #[arg(long, value_name = "DIR", hide = true)]
+    #[arg(long, value_name = "DIR")]
+    #[arg(help_heading = heading::OUTPUT)]
     pub pods_dir: Option<PathBuf>,
 }
 

@@ -8,6 +8,8 @@
 //!   gpu-trace prints.
 //! - `--cgroup` / `--container` filter in the kernel: the recording of a filtered run holds no
 //!   record at all of the processes outside the selection.
+//! - `--pod` / `--namespace` with a kubelet-shaped `--pods-dir`, in a live run: only the
+//!   processes of the pods named pass, and their events carry the names.
 //! - A real podman container (image `FROM scratch` with a static test client, runc) is traced
 //!   with `--container ID-PREFIX` while a host process makes the same calls.
 //!
@@ -360,6 +362,55 @@ fn real_cgroups_are_attributed_and_filtered_in_the_kernel() {
         records >= wanted.len() * (2 + CALLS as usize),
         "{records} records"
     );
+
+    // 3. --pod / --namespace (issue 41 item 2), in userspace, by the names of a kubelet-shaped
+    // --pods-dir: U1 is ml-team/trainer-0, U2 other/web-1 (here by its UID), U3's directory is
+    // no Kubernetes name (not named). Only the first two shapes' processes pass.
+    assert_eq!(
+        (common::pods::POD_UID, common::pods::CONTAINER_ID),
+        (U1, C1)
+    );
+    let kubelet = common::pods::kubelet_tree(&common::scratch().join("kubelet"));
+    let traced = Traced::start(&[
+        "--watch-device",
+        WATCHED,
+        "--format",
+        "json",
+        "--pods-dir",
+        kubelet.to_str().unwrap(),
+        "--pod",
+        "trainer-0",
+        "--pod",
+        U2,
+        "--namespace",
+        "ml-team",
+        "--namespace",
+        "other",
+    ])
+    .unwrap_or_else(|e| panic!("{test}: {e}"));
+    let pids = run_children(&tree, &shapes, CALLS);
+    let f = traced.interrupt();
+    assert!(f.status.success(), "{test}: {:?} {}", f.status, f.stderr);
+    assert!(!f.stderr.contains("named no pod"), "{test}: {}", f.stderr);
+    let objects = cgroup_objects(&f.stdout);
+    let seen: Vec<u64> = objects.keys().copied().collect();
+    let mut want = vec![u64::from(pids[0]), u64::from(pids[1])];
+    want.sort();
+    assert_eq!(seen, want, "{test}: --pod/--namespace kept other processes");
+    for (pid, pod, ns) in [
+        (pids[0], "trainer-0", "ml-team"),
+        (pids[1], "web-1", "other"),
+    ] {
+        let cg = &objects[&u64::from(pid)];
+        assert_eq!(
+            (
+                opt(cg, "pod_name").as_deref(),
+                opt(cg, "namespace").as_deref()
+            ),
+            (Some(pod), Some(ns)),
+            "{test}: {cg}"
+        );
+    }
     drop(tree);
 }
 

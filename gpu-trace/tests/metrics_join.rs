@@ -21,7 +21,10 @@ use std::{
     time::Duration,
 };
 
-use common::prometheus::{PROMETHEUS, free_port, query, start_prometheus, wait_for};
+use common::{
+    pods::{CONTAINER_ID, POD_UID, in_cgroups, kubelet_tree, pod_cgroup},
+    prometheus::{PROMETHEUS, free_port, query, start_prometheus, wait_for},
+};
 use gpu_trace::{
     cli::Format,
     metrics::{Metrics, MetricsConfig, encode},
@@ -54,8 +57,6 @@ fn recordings() -> Vec<String> {
     out
 }
 
-const POD_UID: &str = "11111111-2222-4333-8444-555555555501";
-const CONTAINER_ID: &str = "c1c1c1c1aaaa000000000000000000000000000000000000000000000000c1c1";
 /// The H100 recording's GPU (its inventory; `nvidia-smi -L` on that host).
 const H100_UUID: &str = "GPU-68238f7a-fa6f-b6b8-6132-63c29858a94f";
 
@@ -87,25 +88,8 @@ fn load(name: &str) -> Recording {
 /// The records with the first process put in a Kubernetes pod (containerd, systemd driver):
 /// its kernel cgroup record and their resolution first, as a live run in that pod has them.
 fn in_a_pod(rec: &Recording) -> Vec<Vec<u8>> {
-    let pid = pid_of(rec);
-    let first = (rec.records.iter())
-        .map(|r| wire::parse_record(r).unwrap())
-        .find(|r| r.header().tgid == pid)
-        .unwrap();
-    let path = format!(
-        "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{CONTAINER_ID}.scope",
-        POD_UID.replace('-', "_")
-    );
-    let mut out = common::cgroup_records(first.header(), 4242, &path, None).to_vec();
-    // The recording's own cgroup records of the process (a later run's) are left out.
-    let own = |r: &&Vec<u8>| {
-        matches!(
-            wire::parse_record(r),
-            Ok(wire::RawRecord::TaskCgroup(_) | wire::RawRecord::Attribution(_))
-        )
-    };
-    out.extend(rec.records.iter().filter(|r| !own(r)).cloned());
-    out
+    let path = pod_cgroup(POD_UID, CONTAINER_ID);
+    in_cgroups(&rec.records, &[(pid_of(rec), &path)])
 }
 
 /// The process with the most records (the PyTorch process).
@@ -278,25 +262,6 @@ fn no_event_series_sits_at_zero_and_each_is_a_label_set_of_the_json_lines() {
         }
     }
     assert!(all > names.len(), "{all}");
-}
-
-/// A kubelet-shaped `/var/log/pods` tree (and `/var/log/containers` links) under `root`.
-fn kubelet_tree(root: &Path) -> PathBuf {
-    let _ = fs::remove_dir_all(root);
-    let pods = root.join("pods");
-    fs::create_dir_all(pods.join(format!("ml-team_trainer-0_{POD_UID}/cuda"))).unwrap();
-    fs::create_dir_all(pods.join(format!("ml-team_trainer-0_{POD_UID}/init-data"))).unwrap();
-    fs::create_dir_all(root.join("containers")).unwrap();
-    fs::File::create(root.join(format!(
-        "containers/trainer-0_ml-team_cuda-{CONTAINER_ID}.log"
-    )))
-    .unwrap();
-    // Another pod, and a directory that is no Kubernetes name: skipped, never shown.
-    fs::create_dir_all(pods.join("other_web-1_22222222-2222-4333-8444-555555555502/nginx"))
-        .unwrap();
-    fs::create_dir_all(pods.join("evil\u{1b}[2J_x_33333333-2222-4333-8444-555555555503/c"))
-        .unwrap();
-    pods
 }
 
 #[test]

@@ -438,7 +438,7 @@ mod tests {
         assert!(main.starts_with(".ie \\n(.g .ds Aq"), "roff output");
         assert!(main.contains(".TH gpu-trace 1"));
         // Every option of the main command, every subcommand, the examples and exit codes.
-        // Hidden options (test and expert knobs such as --pods-dir) are left out of the page.
+        // Hidden options (test and expert knobs; none today) are left out of the page.
         for arg in cmd
             .get_arguments()
             .filter(|a| !a.is_hide_set())

@@ -287,6 +287,9 @@ pub struct Stats {
     /// The container / pod each process runs in (its statistics row label), for processes in
     /// one.
     groups: BTreeMap<u32, String>,
+    /// `top`'s label of each process in a pod the node named (`NAMESPACE/NAME` first: the
+    /// column is narrow), where it differs from its group label.
+    row_labels: BTreeMap<u32, String>,
     /// RM device instance → nvidia-smi's index and the UUID, where known (`model::gpus`).
     pub(crate) gpu_names: BTreeMap<u32, (u32, Option<String>)>,
     /// The GPU numbers are AMD's KFD `gpu_id`s (an AMD event was counted; one vendor per run),
@@ -671,9 +674,20 @@ impl Stats {
         (!self.kfd_gpus).then_some(driver)
     }
 
-    /// Process `pid` runs in container / pod `group` (a row label: `podman 3f2a9c1b7d0e`).
-    pub fn set_group(&mut self, pid: u32, group: String) {
+    /// Process `pid` runs in container / pod `group` (a row label: `podman 3f2a9c1b7d0e`);
+    /// `top` shows it as `row` where given (a pod's name first).
+    pub fn set_group(&mut self, pid: u32, group: String, row: Option<String>) {
         self.groups.insert(pid, group);
+        match row {
+            Some(row) => self.row_labels.insert(pid, row),
+            None => self.row_labels.remove(&pid),
+        };
+    }
+
+    /// `top`'s container / pod label of process `pid`: the pod's name first where the node
+    /// named it, else [`group_of`](Self::group_of).
+    pub fn row_label_of(&self, pid: u32) -> Option<&str> {
+        (self.row_labels.get(&pid).map(String::as_str)).or_else(|| self.group_of(pid))
     }
 
     /// Event counts per container / pod, by label, with how many processes each had; the

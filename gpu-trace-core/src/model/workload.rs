@@ -440,15 +440,32 @@ impl Attribution {
         }
     }
 
+    /// `--pod`, `--namespace`: whether this process is in one of `pods` (its pod's name as the
+    /// node names it, or its UID) and in one of `namespaces`, each list where it is not empty.
+    /// Outside pods, never; in a pod the node did not name, only by `--pod UID`.
+    pub fn in_pods(&self, pods: &[String], namespaces: &[String]) -> bool {
+        let Some((uid, _)) = self.workload.pod.as_ref() else {
+            return false;
+        };
+        let names = self.names.as_ref();
+        let pod_ok = pods.is_empty()
+            || (pods.iter()).any(|p| p == uid || names.is_some_and(|n| n.pod == *p));
+        let ns_ok =
+            namespaces.is_empty() || names.is_some_and(|n| namespaces.contains(&n.namespace));
+        pod_ok && ns_ok
+    }
+
     /// In a container or a Kubernetes pod.
     pub fn contained(&self) -> bool {
         self.workload.container.is_some() || self.workload.pod.is_some()
     }
 
-    /// The fields the text output appends to a line: ` container=ID12`, ` pod=UID`,
-    /// ` nspid=N`, each only when known; with `always`, ` container=-` for a process outside
-    /// containers. Empty when there is nothing to say. (Values are hex ids, UUIDs and numbers:
-    /// nothing a traced process chose.)
+    /// The fields the text output appends to a line: ` container=ID12`, then the pod:
+    /// ` pod=NAME namespace=NS` when the node named it ([`Self::names`]), else ` pod=UID`
+    /// (the UID stays in JSON's `pod_uid` either way), then ` nspid=N`; each only when known;
+    /// with `always`, ` container=-` for a process outside containers. Empty when there is
+    /// nothing to say. (Hex ids, UUIDs and numbers are nothing a traced process chose; the
+    /// names are Kubernetes names the resolver checked, escaped all the same.)
     pub fn text_fields(&self, always: bool) -> String {
         let mut out = String::new();
         match self.workload.short_container_id() {
@@ -459,8 +476,14 @@ impl Attribution {
         if let (Some(_), Some(uid)) = (&self.workload.container, self.workload.user) {
             out.push_str(&format!(" container_user={uid}"));
         }
-        if let Some((uid, _)) = &self.workload.pod {
-            out.push_str(&format!(" pod={uid}"));
+        match (&self.workload.pod, &self.names) {
+            (Some(_), Some(n)) => out.push_str(&format!(
+                " pod={} namespace={}",
+                escape_text(&n.pod),
+                escape_text(&n.namespace)
+            )),
+            (Some((uid, _)), None) => out.push_str(&format!(" pod={uid}")),
+            (None, _) => {}
         }
         if let Some(n) = self.ns_pid {
             out.push_str(&format!(" nspid={n}"));
@@ -468,15 +491,44 @@ impl Attribution {
         out
     }
 
-    /// The row label of the statistics' per-container table (`None` outside containers and
-    /// pods).
+    /// The pod as the labels show it: `NAMESPACE/NAME` (kubectl's way) when the node named
+    /// it, else its UID; `None` outside pods.
+    pub fn pod_label(&self) -> Option<String> {
+        let (uid, _) = self.workload.pod.as_ref()?;
+        Some(match &self.names {
+            Some(n) => format!("{}/{}", escape_text(&n.namespace), escape_text(&n.pod)),
+            None => uid.clone(),
+        })
+    }
+
+    /// `top`'s label of a process in a pod the node named: `NAMESPACE/NAME`, then the runtime
+    /// and short id of its container where known (its column is narrow: the name first);
+    /// `None` otherwise (`top` shows [`Self::group`]).
+    pub fn row_label(&self) -> Option<String> {
+        self.names.as_ref()?;
+        let pod = self.pod_label()?;
+        Some(match &self.workload.container {
+            Some((rt, _)) => format!(
+                "{pod} {} {}",
+                rt.name(),
+                self.workload.short_container_id().unwrap_or("?")
+            ),
+            None => pod,
+        })
+    }
+
+    /// The row label of the statistics' per-container table, `top`'s container column and the
+    /// Perfetto process tracks (`None` outside containers and pods): the pod by
+    /// [`Self::pod_label`].
     pub fn group(&self) -> Option<String> {
         let w = &self.workload;
+        let pod = self.pod_label();
         match (&w.container, &w.pod) {
-            (Some((rt, _)), Some((uid, qos))) => Some(format!(
-                "{} {} pod {uid} ({})",
+            (Some((rt, _)), Some((_, qos))) => Some(format!(
+                "{} {} pod {} ({})",
                 rt.name(),
                 w.short_container_id().unwrap_or("?"),
+                pod.unwrap_or_default(),
                 qos.name()
             )),
             (Some((rt, _)), None) => Some(format!(
@@ -486,7 +538,9 @@ impl Attribution {
                 w.user
                     .map_or_else(String::new, |uid| format!(" (user {uid})"))
             )),
-            (None, Some((uid, qos))) => Some(format!("pod {uid} ({})", qos.name())),
+            (None, Some((_, qos))) => {
+                Some(format!("pod {} ({})", pod.unwrap_or_default(), qos.name()))
+            }
             (None, None) => None,
         }
     }
@@ -795,6 +849,33 @@ mod tests {
             a.group().unwrap(),
             format!("containerd {} pod {UID} (burstable)", &ID[..12])
         );
+        // Named by the node: the names where the UID was (JSON keeps the UID), escaped.
+        let mut named = a.clone();
+        named.names = Some(PodNames {
+            namespace: "ml-team".into(),
+            pod: "trainer-0".into(),
+            container: Some("cuda".into()),
+        });
+        assert_eq!(
+            named.text_fields(false),
+            format!(
+                " container={} pod=trainer-0 namespace=ml-team nspid=12",
+                &ID[..12]
+            )
+        );
+        assert_eq!(
+            named.group().unwrap(),
+            format!("containerd {} pod ml-team/trainer-0 (burstable)", &ID[..12])
+        );
+        assert_eq!(
+            named.row_label().unwrap(),
+            format!("ml-team/trainer-0 containerd {}", &ID[..12])
+        );
+        assert_eq!(a.row_label(), None, "not named: top shows the group");
+        assert_eq!(named.json_fields().pod_uid, Some(UID));
+        named.names.as_mut().unwrap().pod = "x\u{1b}[2Jy".into();
+        assert!(!named.text_fields(false).contains('\u{1b}'));
+        assert!(!named.group().unwrap().contains('\u{1b}'));
         let host = Attribution::new(
             1,
             Some("/user.slice/user-0.slice/session-1.scope".into()),

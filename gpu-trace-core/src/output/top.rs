@@ -334,7 +334,7 @@ impl TopModel {
                 ProcessRow {
                     pid,
                     comm: crate::event::Comm(&p.comm).to_string(),
-                    group: stats.group_of(pid).map(str::to_string),
+                    group: stats.row_label_of(pid).map(str::to_string),
                     live_total: by_engine.values().sum(),
                     live: by_engine,
                     schedules_per_s: rate(c.schedule, before.schedule),
@@ -357,7 +357,7 @@ impl TopModel {
                     .api_process_name(pid)
                     .map(|n| crate::event::Comm(n).to_string());
                 processes.push(ProcessRow {
-                    group: stats.group_of(pid).map(str::to_string),
+                    group: stats.row_label_of(pid).map(str::to_string),
                     api_per_s: stats.api_rate(pid),
                     ..ProcessRow::idle(pid, comm.as_deref().unwrap_or("?"))
                 });
@@ -368,7 +368,7 @@ impl TopModel {
         for &(_, pid, _) in &shares {
             if !processes.iter().any(|p| p.pid == pid) {
                 processes.push(ProcessRow {
-                    group: stats.group_of(pid).map(str::to_string),
+                    group: stats.row_label_of(pid).map(str::to_string),
                     gpu_share: share_of(&|_, p| p == pid),
                     ..ProcessRow::idle(pid, "?")
                 });
@@ -1146,6 +1146,59 @@ mod tests {
         let p = f.processes.iter().find(|p| p.pid == 500).unwrap();
         assert!(!p.exited, "{p:?}");
         assert_eq!(m.expired(), 0);
+    }
+
+    /// A process in a pod the node named: its row shows `NAMESPACE/NAME` first (where the
+    /// narrow column shows it), the `/` filter finds it by name and by container id; a pod not
+    /// named keeps the statistics' label (runtime, short id, UID).
+    #[test]
+    fn a_named_pods_row_shows_its_name_and_the_filter_finds_it() {
+        use crate::model::workload::{Attribution, PodNames};
+        const UID: &str = "11111111-2222-4333-8444-555555555501";
+        let id = "c1c1c1c1aaaa000000000000000000000000000000000000000000000000c1c1";
+        let path = format!(
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{id}.scope",
+            UID.replace('-', "_")
+        );
+        let mut s = Stats::new();
+        s.record(&ev(100, 7, 0xa, schedule(0xa, true)));
+        s.record(&ev(100, 8, 0xb, schedule(0xb, true)));
+        let mut named = Attribution::new(1, Some(path.clone()), None);
+        named.names = Some(PodNames {
+            namespace: "ml-team".into(),
+            pod: "trainer-0".into(),
+            container: Some("cuda".into()),
+        });
+        s.set_group(7, named.group().unwrap(), named.row_label());
+        let unnamed = Attribution::new(2, Some(path), None);
+        s.set_group(8, unnamed.group().unwrap(), unnamed.row_label());
+        let f = TopModel::default().frame(&s, 1.0, None);
+        let row = |pid: u32| f.processes.iter().find(|p| p.pid == pid).unwrap();
+        let cell = Column::Group.cell_in(row(7), Column::Group.width());
+        assert!(cell.starts_with("ml-team/trainer"), "{cell}");
+        assert_eq!(
+            row(7).group.as_deref(),
+            Some("ml-team/trainer-0 containerd c1c1c1c1aaaa")
+        );
+        assert_eq!(
+            row(8).group.as_deref(),
+            Some(&*format!("containerd c1c1c1c1aaaa pod {UID} (burstable)"))
+        );
+        // The statistics' label names the pod as well (kept apart from top's shorter one).
+        assert_eq!(
+            s.group_of(7),
+            Some("containerd c1c1c1c1aaaa pod ml-team/trainer-0 (burstable)")
+        );
+        let mut v = View::default();
+        for (text, want) in [
+            ("trainer-0", vec![7]),
+            ("ML-TEAM", vec![7]),
+            ("c1c1", vec![7, 8]),
+        ] {
+            v.filter = text.into();
+            let pids: Vec<u32> = v.rows(&f).iter().map(|p| p.pid).collect();
+            assert_eq!(pids, want, "{text}");
+        }
     }
 
     #[test]

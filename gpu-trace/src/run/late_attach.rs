@@ -3,7 +3,10 @@
 
 use std::{path::Path, sync::atomic::Ordering};
 
-use gpu_trace_core::inventory::{GpuNode, Inventory, render_text_with};
+use gpu_trace_core::{
+    inventory::{GpuNode, Inventory, render_text_named},
+    model::workload::Attribution,
+};
 
 use super::{
     plan::CgroupSelection,
@@ -113,11 +116,27 @@ pub(super) fn take_inventory(
 
 /// The inventory on standard error, before the first event (standard output, or `-o`, holds
 /// only events and statistics in text mode).
-/// The start-up inventory on stderr: the processes the `--pid`/`--comm` filters select (the
-/// `--cgroup` filter was applied to the walk), without command lines under `--quiet`.
-pub(super) fn announce_inventory(inv: &Inventory, filters: &OutputArgs) {
-    let shown = inv.selected(&filters.pids, &filters.comms);
-    for line in render_text_with(&shown, !filters.quiet) {
+/// The start-up inventory on stderr: the processes the `--pid`/`--comm`/`--pod`/`--namespace`
+/// filters select (the `--cgroup` filter was applied to the walk), their pods named as the
+/// event lines name them (`live`: from the node's directory; replay: only with `--pods-dir`),
+/// without command lines under `--quiet`.
+pub(super) fn announce_inventory(inv: &Inventory, filters: &OutputArgs, live: bool) {
+    let mut shown = inv.selected(&filters.pids, &filters.comms);
+    let mut dir =
+        super::outputs::pods_dir(filters, live).map(crate::probe::pods::PodDirectory::new);
+    let mut names = |uid: &str, id: Option<&str>| dir.as_mut().and_then(|d| d.lookup(uid, id));
+    if !(filters.pods.is_empty() && filters.namespaces.is_empty()) {
+        shown.processes.retain(|p| {
+            let path = p.cgroup.clone().filter(|c| c.starts_with('/'));
+            let mut a = Attribution::new(0, path, None);
+            if let Some((uid, _)) = &a.workload.pod {
+                let id = a.workload.container.as_ref().map(|(_, id)| id.as_str());
+                a.names = names(uid, id);
+            }
+            a.in_pods(&filters.pods, &filters.namespaces)
+        });
+    }
+    for line in render_text_named(&shown, !filters.quiet, &mut names) {
         // Under -q only what could not be read, a warning.
         match line.trim_start().strip_prefix("(not inventoried: ") {
             Some(why) if QUIET.load(Ordering::SeqCst) => eprintln!(

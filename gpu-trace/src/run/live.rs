@@ -20,7 +20,7 @@ use super::{
     record::{RecordTo, Recording, end_recordings, recording_header, start_recording},
     report::{
         Viewer, announce_hooks, describe_missed_runs, describe_program_stats, print_report,
-        still_runs, warn_before_start, warn_unmatched_gpus,
+        still_runs, warn_before_start, warn_unmatched_gpus, warn_unmatched_pods,
     },
     rotate::PieceFiles,
     share::{start_nvml, start_share_sampler},
@@ -116,7 +116,7 @@ pub async fn run_live_with(
     let api = api_layer(&mut tracer, args, launched.as_ref().map(|(c, _)| c.pid))?;
     let clock = Clock::from_system().map_err(io_err("reading the clocks"))?;
     announce_hooks(&tracer, kfd.as_ref());
-    announce_inventory(&inventory, &args.output);
+    announce_inventory(&inventory, &args.output, true);
     // Started: the -o and --record files may now lose their old contents.
     pending.commit()?;
     let OutputFiles {
@@ -642,6 +642,7 @@ impl LiveRun<'_> {
             );
             pipeline.left_out("unfollowed", n);
         }
+        warn_unmatched_pods(&pipeline);
         let finished = pipeline.finish_all(counters, duration);
         let summary = end_outputs(finished, perfetto, out_is_stdout, failure)?;
         Ok(Summary {

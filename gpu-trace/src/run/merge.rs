@@ -24,6 +24,14 @@ pub fn merge(paths: &[PathBuf], args: &OutputArgs) -> Result<Summary, RunError> 
                 .into(),
         ));
     }
+    if !args.pods.is_empty() || !args.namespaces.is_empty() {
+        return Err(RunError::Usage(
+            "merge does not take --pod or --namespace (it names no pods: one node's pod \
+             directory names no other node's); replay each node's recording with --pods-dir \
+             and --pod or --namespace"
+                .into(),
+        ));
+    }
     let mut readers = Vec::with_capacity(paths.len());
     for path in paths {
         let what = || format!("opening {}", path.display());

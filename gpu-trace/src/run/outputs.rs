@@ -189,13 +189,10 @@ pub(super) fn new_pipeline(
     perfetto: Option<&Staged>,
     by_record_time: bool,
 ) -> Result<Pipeline<QueueWriter>, RunError> {
-    let pipeline =
-        Pipeline::new(pipeline_config(args, clock.clone()), out).with_gpu_filter(args.gpus.clone());
-    // Pods by name: the node's kubelet directory in a live run; replay only where told
-    // (a recording's pods are another node's).
-    let pods_dir = (args.pods_dir.clone())
-        .or_else(|| (!by_record_time).then(|| crate::probe::pods::DEFAULT_DIR.into()));
-    let pipeline = match pods_dir {
+    let pipeline = Pipeline::new(pipeline_config(args, clock.clone()), out)
+        .with_gpu_filter(args.gpus.clone())
+        .with_pod_filter(args.pods.clone(), args.namespaces.clone());
+    let pipeline = match pods_dir(args, !by_record_time) {
         Some(dir) => pipeline.with_pod_names(Box::new(crate::probe::pods::PodDirectory::new(dir))),
         None => pipeline,
     };
@@ -213,6 +210,12 @@ pub(super) fn new_pipeline(
         Some(period) => pipeline.with_interval(period, by_record_time, Box::new(io::stderr())),
         None => pipeline,
     })
+}
+
+/// Where pods get their names: the node's kubelet directory in a live run (`live`), `--pods-dir`
+/// where given; a replay names pods only where told (a recording's pods are another node's).
+pub(super) fn pods_dir(args: &OutputArgs, live: bool) -> Option<PathBuf> {
+    (args.pods_dir.clone()).or_else(|| live.then(|| crate::probe::pods::DEFAULT_DIR.into()))
 }
 
 /// `--interval`, kept from [`cli::MIN_INTERVAL_SECS`] to [`cli::MAX_INTERVAL_SECS`] (a zero

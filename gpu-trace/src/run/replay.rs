@@ -7,7 +7,7 @@ use super::{
     files,
     late_attach::announce_inventory,
     outputs::{OutputFiles, end_outputs, new_pipeline, open_output_files, sink_error},
-    report::{Viewer, warn_unmatched_gpus},
+    report::{Viewer, warn_unmatched_gpus, warn_unmatched_pods},
 };
 use crate::pipeline::Summary;
 use crate::{
@@ -40,7 +40,7 @@ pub fn replay_with(
     } = open_output_files(args, None, None, Overflow::Block, &wake)?;
     let mut pipeline = new_pipeline(args, clock, out, perfetto.as_ref().map(|(s, _)| s), true)?;
     if let Some(inv) = &reader.header.inventory {
-        announce_inventory(inv, args);
+        announce_inventory(inv, args, false);
         pipeline
             .inventory(inv)
             .map_err(io_err("writing the output"))?;
@@ -134,6 +134,7 @@ pub fn replay_with(
             failure = Some(io_err("drawing the view")(e));
         }
     }
+    warn_unmatched_pods(&pipeline);
     let finished = pipeline.finish_all(counters, duration);
     end_outputs(finished, perfetto, out_is_stdout, failure)
 }

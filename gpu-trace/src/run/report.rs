@@ -143,6 +143,14 @@ pub(super) fn announce_hooks(tracer: &Tracer, kfd: Option<&crate::probe::amd::Kf
     }
 }
 
+/// `--pod`/`--namespace` values that named no pod of the run's processes, a warning each (at
+/// the end: a pod's processes may come at any time).
+pub(super) fn warn_unmatched_pods<W: std::io::Write>(pipeline: &crate::pipeline::Pipeline<W>) {
+    for line in pipeline.unmatched_pod_selectors() {
+        eprintln!("gpu-trace: warning: {line}");
+    }
+}
+
 /// `--gpu` selectors that name none of the run's GPUs, a warning each (the run goes on: its
 /// events would all be left out).
 pub(super) fn warn_unmatched_gpus<W: std::io::Write>(pipeline: &crate::pipeline::Pipeline<W>) {

@@ -1,5 +1,7 @@
 //! Helpers shared by the integration tests.
 
+#[allow(dead_code)] // only the tests with Kubernetes pods use it
+pub mod pods;
 #[allow(dead_code)] // only the tests that scrape use it
 pub mod prometheus;
 
