@@ -371,6 +371,12 @@ fn real_cgroups_are_attributed_and_filtered_in_the_kernel() {
         (U1, C1)
     );
     let kubelet = common::pods::kubelet_tree(&common::scratch().join("kubelet"));
+    // The tree's other/web-1 is U2 here (its UID there is another's).
+    std::fs::rename(
+        kubelet.join("other_web-1_22222222-2222-4333-8444-555555555502"),
+        kubelet.join(format!("other_web-1_{U2}")),
+    )
+    .unwrap();
     let traced = Traced::start(&[
         "--watch-device",
         WATCHED,
