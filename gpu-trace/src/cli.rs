@@ -3,7 +3,9 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap_complete::engine::{ArgValueCandidates, ArgValueCompleter};
 
+pub mod complete;
 mod forgive;
 pub mod recording;
 pub use forgive::{parse, parse_from};
@@ -353,6 +355,7 @@ pub enum Command {
     #[command(after_long_help = REPLAY_EPILOGUE.long_help())]
     Replay {
         /// The recording file.
+        #[arg(add = ArgValueCompleter::new(complete::recordings()))]
         file: PathBuf,
         /// Step through the recording in `gpu-trace top`'s view: one frame per second of the
         /// recording's own time; n, space or → shows the next second, p plays (a second per
@@ -371,7 +374,7 @@ pub enum Command {
     Merge {
         /// The recordings, one per node: --record files, --record-rotate pieces,
         /// flight-recorder dumps.
-        #[arg(required = true, value_name = "FILE")]
+        #[arg(add = ArgValueCompleter::new(complete::recordings()), required = true, value_name = "FILE")]
         files: Vec<PathBuf>,
         #[command(flatten)]
         output: OutputArgs,
@@ -453,11 +456,11 @@ pub struct ApiArgs {
     #[arg(long)]
     pub resolve: bool,
     /// Only this process (repeat for more).
-    #[arg(short = 'p', long = "pid", value_name = "PID", value_parser = parse_pid,
+    #[arg(add = ArgValueCandidates::new(complete::pids), short = 'p', long = "pid", value_name = "PID", value_parser = parse_pid,
           allow_negative_numbers = true)]
     pub pids: Vec<u32>,
     /// Only processes with this name (as the kernel keeps it: 15 bytes).
-    #[arg(short = 'c', long, value_name = "NAME")]
+    #[arg(add = ArgValueCandidates::new(complete::comms), short = 'c', long, value_name = "NAME")]
     pub comm: Option<String>,
     /// Tracing: every process in this cgroup v2 subtree (a path below the cgroup2 mount, or
     /// under it), those that enter it later at the next rescan (repeatable).
@@ -466,7 +469,7 @@ pub struct ApiArgs {
     pub cgroups: Vec<String>,
     /// Tracing: every process of this running container (a prefix of ≥ 4 hex digits of its
     /// id, as for the main command's --container), rescanned like --cgroup (repeatable).
-    #[arg(long = "container", value_name = "ID", conflicts_with = "resolve")]
+    #[arg(add = ArgValueCandidates::new(complete::containers), long = "container", value_name = "ID", conflicts_with = "resolve")]
     pub containers: Vec<String>,
     /// Also resolve SYMBOL, whose real provider is the library LIB (file name or soname;
     /// SYMBOL may hold one `*`). Repeatable.
@@ -624,7 +627,7 @@ pub struct OutputArgs {
     ///
     /// Live runs: with exactly one, the kernel filters too, and a PID that does not exist yet is
     /// warned about once and waited for (a process started later with that id is traced).
-    #[arg(short, long = "pid", value_name = "PID", value_parser = parse_pid,
+    #[arg(add = ArgValueCandidates::new(complete::pids), short, long = "pid", value_name = "PID", value_parser = parse_pid,
           allow_negative_numbers = true)]
     #[arg(display_order = 1)]
     pub pids: Vec<u32>,
@@ -633,7 +636,7 @@ pub struct OutputArgs {
     ///
     /// The exact `comm` name; repeatable. The kernel keeps 15 characters of a name: a longer
     /// NAME is cut to its first 15, with a warning.
-    #[arg(short, long = "comm", value_name = "NAME")]
+    #[arg(add = ArgValueCandidates::new(complete::comms), short, long = "comm", value_name = "NAME")]
     #[arg(display_order = 2)]
     pub comms: Vec<String>,
 
@@ -643,7 +646,7 @@ pub struct OutputArgs {
     /// (0000:17:00.0). NVIDIA; an event whose GPU is not known yet (before its task's first
     /// TASK_INIT or WORK_SUBMIT names one) is left out and counted as `gpu_unknown` in the
     /// statistics.
-    #[arg(long = "gpu", value_name = "INDEX|UUID|BUS", value_parser = parse_gpu)]
+    #[arg(add = ArgValueCandidates::new(complete::gpus), long = "gpu", value_name = "INDEX|UUID|BUS", value_parser = parse_gpu)]
     #[arg(display_order = 2)]
     pub gpus: Vec<String>,
 
@@ -654,7 +657,7 @@ pub struct OutputArgs {
     /// named is left out. Filtered in userspace (every process's calls still reach it: for a
     /// kernel filter, --cgroup with the pod's cgroup). Replay names pods only with --pods-dir.
     #[arg(hide_short_help = true)]
-    #[arg(long = "pod", value_name = "NAME")]
+    #[arg(add = ArgValueCandidates::new(complete::pod_candidates), long = "pod", value_name = "NAME")]
     #[arg(display_order = 2)]
     pub pods: Vec<String>,
 
@@ -663,7 +666,7 @@ pub struct OutputArgs {
     /// Repeatable; with --pod, both must match. As the node's kubelet names it
     /// (/var/log/pods, or --pods-dir); filtered in userspace, like --pod.
     #[arg(hide_short_help = true)]
-    #[arg(long = "namespace", value_name = "NS")]
+    #[arg(add = ArgValueCandidates::new(complete::namespaces), long = "namespace", value_name = "NS")]
     #[arg(display_order = 2)]
     pub namespaces: Vec<String>,
 
@@ -877,7 +880,7 @@ pub struct TraceArgs {
     /// (docker, containerd, CRI-O, podman; both cgroup drivers). Filtered in the kernel, like
     /// --cgroup.
     #[arg(hide_short_help = true)]
-    #[arg(long = "container", value_name = "ID")]
+    #[arg(add = ArgValueCandidates::new(complete::containers), long = "container", value_name = "ID")]
     #[arg(help_heading = heading::CONTAINERS)]
     pub containers: Vec<String>,
 
@@ -890,7 +893,7 @@ pub struct TraceArgs {
     /// gpu-trace stops at start-up and says why. Refused requests show as `SCHEDULE … allowed=no
     /// errno=EPERM`, counted as `denied`.
     #[arg(hide_short_help = true)]
-    #[arg(long = "deny-pid", value_name = "PID", value_parser = parse_pid,
+    #[arg(add = ArgValueCandidates::new(complete::pids), long = "deny-pid", value_name = "PID", value_parser = parse_pid,
           allow_negative_numbers = true)]
     #[arg(help_heading = heading::REFUSING)]
     pub deny_pids: Vec<u32>,
@@ -906,7 +909,7 @@ pub struct TraceArgs {
     /// Refuse scheduling requests from every task of this running container (id prefix, as
     /// for --container), including processes it starts later. Needs an active BPF LSM.
     #[arg(hide_short_help = true)]
-    #[arg(long = "deny-container", value_name = "ID")]
+    #[arg(add = ArgValueCandidates::new(complete::containers), long = "deny-container", value_name = "ID")]
     #[arg(help_heading = heading::REFUSING)]
     pub deny_containers: Vec<String>,
 
@@ -1189,24 +1192,37 @@ fn parse_ring_size(s: &str) -> Result<u32, String> {
 pub const BIN_NAME: &str = "gpu-trace";
 
 /// The completion script for `shell`, as `gpu-trace completions SHELL` prints it and the
-/// packages install it (`cargo xtask gen`).
-///
-/// clap_complete's bash script names its per-subcommand `case` arms after the binary name with
-/// `-` spelled `__subcmd__` (`gpu__subcmd__trace__subcmd__replay`) but sets `cmd` with `-`
-/// spelled `__` (`gpu__trace__subcmd__replay`), so for a hyphenated binary name nothing after a
-/// subcommand completed (`gpu-trace replay --perf<TAB>`). The arms are renamed to what the
-/// script looks up. zsh and fish scripts need no change.
+/// packages install it (`cargo xtask gen`): it registers a function that asks `gpu-trace`
+/// itself (on `PATH`) at each TAB, so option values complete from the machine (live PIDs,
+/// GPUs, recordings: [`complete`]) and the options are always the binary's own.
 pub fn completion_script(shell: clap_complete::Shell) -> Vec<u8> {
-    use clap::CommandFactory as _;
+    use clap_complete::env::{Bash, Elvish, EnvCompleter, Fish, Powershell, Zsh};
+    let completer: &dyn EnvCompleter = match shell {
+        clap_complete::Shell::Bash => &Bash,
+        clap_complete::Shell::Zsh => &Zsh,
+        clap_complete::Shell::Fish => &Fish,
+        clap_complete::Shell::Elvish => &Elvish,
+        clap_complete::Shell::PowerShell => &Powershell,
+        _ => &Bash,
+    };
     let mut out = Vec::new();
-    clap_complete::generate(shell, &mut Cli::command(), BIN_NAME, &mut out);
-    if shell != clap_complete::Shell::Bash {
-        return out;
+    completer
+        .write_registration(complete::VAR, BIN_NAME, BIN_NAME, BIN_NAME, &mut out)
+        .expect("writing to a Vec cannot fail");
+    if shell == clap_complete::Shell::Zsh {
+        // Installed in $fpath as `_gpu-trace`, the file is the body of an autoloaded function
+        // that the first TAB runs: it then defines the completer but would offer nothing that
+        // first time. Completing at once is what clap_complete's own zsh script does.
+        let fpath_name = format!("_{BIN_NAME}");
+        let function = format!("_clap_dynamic_completer_{}", BIN_NAME.replace('-', "_"));
+        out.extend_from_slice(
+            format!(
+                "\nif [ \"$funcstack[1]\" = \"{fpath_name}\" ]; then\n    {function} \"$@\"\nfi\n"
+            )
+            .as_bytes(),
+        );
     }
-    let script = String::from_utf8(out).expect("clap_complete writes UTF-8");
-    let wrong = format!("{}__subcmd__", BIN_NAME.replace('-', "__subcmd__"));
-    let right = format!("{}__subcmd__", BIN_NAME.replace('-', "__"));
-    script.replace(&wrong, &right).into_bytes()
+    out
 }
 
 #[cfg(test)]

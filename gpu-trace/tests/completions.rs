@@ -12,6 +12,16 @@ use std::{
     time::Instant,
 };
 
+/// `PATH` with the binary under test first: the scripts ask `gpu-trace` on `PATH` for candidates.
+fn path_with_binary() -> std::ffi::OsString {
+    let bin = Path::new(env!("CARGO_BIN_EXE_gpu-trace")).parent().unwrap();
+    let mut dirs = vec![bin.to_path_buf()];
+    dirs.extend(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    ));
+    std::env::join_paths(dirs).unwrap()
+}
+
 fn completions(shell: &str) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_gpu-trace"))
         .args(["completions", shell])
@@ -20,20 +30,25 @@ fn completions(shell: &str) -> std::process::Output {
 }
 
 #[test]
-fn each_shell_gets_a_script_naming_the_real_subcommands_and_options() {
-    // What each generator writes to hook itself into its shell.
+fn each_shell_gets_a_script_that_asks_the_binary() {
+    // What each script writes to hook itself into its shell, and how it asks `gpu-trace` for
+    // the words at a TAB (the words themselves are the binary's: the tests below).
     for (shell, marker) in [
-        ("bash", "complete -F"),
+        ("bash", "complete -o nospace -o bashdefault -o nosort -F"),
         ("zsh", "#compdef gpu-trace"),
-        ("fish", "complete -c gpu-trace"),
+        (
+            "fish",
+            "complete --keep-order --exclusive --command gpu-trace",
+        ),
     ] {
         let out = completions(shell);
         assert!(out.status.success(), "{shell}: {out:?}");
         let script = String::from_utf8(out.stdout).unwrap();
-        assert!(script.contains(marker), "{shell}: no {marker:?}");
-        for word in ["replay", "doctor", "completions", "deny-pid", "ring-size"] {
-            assert!(script.contains(word), "{shell}: {word} missing");
-        }
+        assert!(script.contains(marker), "{shell}: no {marker:?}: {script}");
+        assert!(
+            script.contains("GPU_TRACE_COMPLETE=") || script.contains("GPU_TRACE_COMPLETE "),
+            "{shell}: {script}"
+        );
     }
 }
 
@@ -73,6 +88,11 @@ fn shell_runs(shell: &str, test: &str) -> bool {
 /// last word), by the function the script registered for `gpu-trace` with `complete -F`, called
 /// as bash's programmable completion calls it.
 fn bash_completes(script: &Path, words: &[&str]) -> Vec<String> {
+    bash_completes_in(script, words, Path::new("/"))
+}
+
+/// [`bash_completes`] with `dir` as the working directory.
+fn bash_completes_in(script: &Path, words: &[&str], dir: &Path) -> Vec<String> {
     let quoted: Vec<String> = words.iter().map(|w| format!("'{w}'")).collect();
     let cword = words.len() - 1;
     let prog = format!(
@@ -91,6 +111,8 @@ printf '%s\n' "${{COMPREPLY[@]}}"
     );
     let out = Command::new("bash")
         .args(["--norc", "--noprofile", "-c", &prog])
+        .env("PATH", path_with_binary())
+        .current_dir(dir)
         .output()
         .unwrap();
     assert!(out.status.success(), "bash: {out:?}");
@@ -133,6 +155,69 @@ fn bash_completes_options_after_a_subcommand() {
     );
 }
 
+/// Values complete from the machine (issue 41): recordings for `replay` and `merge`, live
+/// processes for `--pid` and `--deny-pid`, their names for `--comm`. The expected values come
+/// from what the test made: files it wrote, a child it started from a copy of `sleep` under a
+/// name of its own.
+#[test]
+fn bash_completes_values_from_the_machine() {
+    const TEST: &str = "bash_completes_values_from_the_machine";
+    if !shell_runs("bash", TEST) {
+        return;
+    }
+    let (dir, script) = saved_script("bash", "gpu-trace.bash");
+    let work = dir.join("values");
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(work.join("older")).unwrap();
+    for f in [
+        "run.gtrace",
+        "run.gtrace.0002",
+        "notes.json",
+        "run.gtrace.x",
+    ] {
+        std::fs::write(work.join(f), b"").unwrap();
+    }
+    let files = |words: &[&str]| -> Vec<String> {
+        let mut got = bash_completes_in(&script, words, &work);
+        got.retain(|w| !w.starts_with('-'));
+        got
+    };
+    // (The engine offers `.` too: a directory.)
+    let want = [".", "older/", "run.gtrace", "run.gtrace.0002"];
+    assert_eq!(files(&["gpu-trace", "replay", ""]), want);
+    assert_eq!(files(&["gpu-trace", "merge", "run.gtrace", ""]), want);
+    assert_eq!(
+        files(&["gpu-trace", "replay", "run.gtrace."]),
+        ["run.gtrace.0002"]
+    );
+
+    // A process of a name no other has: a copy of sleep, started here, waited on after.
+    let name = "gtcompl8sleep";
+    let exe = work.join(name);
+    std::fs::copy(which("sleep"), &exe).unwrap();
+    let mut child = Command::new(&exe).arg("600").spawn().unwrap();
+    let pid = child.id().to_string();
+    let offered = bash_completes(&script, &["gpu-trace", "--pid", &pid]);
+    let deny = bash_completes(&script, &["gpu-trace", "--deny-pid", &pid]);
+    let comm = bash_completes(&script, &["gpu-trace", "--comm", "gtcompl8"]);
+    let api_comm = bash_completes(&script, &["gpu-trace", "api", "--comm", "gtcompl8"]);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(offered.contains(&pid), "--pid {pid}: {offered:?}");
+    assert!(offered.iter().all(|p| p.starts_with(&pid)), "{offered:?}");
+    assert!(deny.contains(&pid), "--deny-pid {pid}: {deny:?}");
+    assert_eq!(comm, [name]);
+    assert_eq!(api_comm, [name]);
+}
+
+/// The absolute path of `prog` on `PATH`.
+fn which(prog: &str) -> PathBuf {
+    std::env::split_paths(&std::env::var_os("PATH").unwrap())
+        .map(|d| d.join(prog))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("{prog} is not on PATH"))
+}
+
 #[test]
 fn fish_completes_options_after_a_subcommand() {
     const TEST: &str = "fish_completes_options_after_a_subcommand";
@@ -141,6 +226,7 @@ fn fish_completes_options_after_a_subcommand() {
     }
     let (_, script) = saved_script("fish", "gpu-trace.fish");
     let out = Command::new("fish")
+        .env("PATH", path_with_binary())
         .args(["--no-config", "-c"])
         .arg(format!(
             "source '{}'; and complete -C 'gpu-trace replay --perf'",
@@ -191,6 +277,7 @@ zpty -d z
     );
     let started = Instant::now();
     let out = Command::new("zsh")
+        .env("PATH", path_with_binary())
         .args(["-f", "-c", &driver])
         .output()
         .unwrap();

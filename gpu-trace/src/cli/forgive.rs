@@ -23,6 +23,9 @@ use super::Cli;
 /// The command line of this process, parsed; a usage error is printed and exits 2 (help and
 /// version exit 0), as `Cli::parse` does.
 pub fn parse() -> Cli {
+    clap_complete::CompleteEnv::with_factory(Cli::command)
+        .var(super::complete::VAR)
+        .complete();
     parse_from(std::env::args_os()).unwrap_or_else(|e| e.exit())
 }
 
