@@ -164,12 +164,14 @@ fn api_figures_in_metrics_stats_json_and_replay_equal_the_clients_own_counts() {
     let mut client = Client::start(&root, &["37", "23"]);
     let pid = client.pid;
     let rec = root.join("figures.gtrace");
+    let lines = root.join("figures.jsonl");
     let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     // The temporary directory's path has no space.
     let line_args = format!(
         "--watch-device /dev/full --api --pid {pid} --format json --interval 0.25 --metrics {metrics} \
-         --record {}",
-        rec.display()
+         --record {} -o {}",
+        rec.display(),
+        lines.display()
     );
     let args: Vec<&str> = line_args.split(' ').collect();
     let traced = Traced::start(&args).unwrap_or_else(|e| panic!("{test}: {e}"));
@@ -190,13 +192,19 @@ fn api_figures_in_metrics_stats_json_and_replay_equal_the_clients_own_counts() {
     assert!(!body.contains("pid=\""), "no pid label: {body}");
     assert!(body.contains("gpu_trace_api_call_seconds_total{"), "{body}");
 
-    // A periodic block (--interval) after that read has the same figures, not final.
-    std::thread::sleep(Duration::from_millis(400));
+    // A periodic block (--interval) after that read has the same figures, not final: waited
+    // for in the output file (each block is written out as it is made).
+    let written = || std::fs::read_to_string(&lines).unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while json_rows(&written(), pid, false) != expected && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     client.end();
     let f = traced.interrupt();
     assert_eq!(f.status.code(), Some(0), "{}", f.stderr);
-    assert_eq!(json_final(&f.stdout, pid), expected, "{}", f.stdout);
-    assert_eq!(json_rows(&f.stdout, pid, false), expected, "{}", f.stdout);
+    let out = written();
+    assert_eq!(json_final(&out, pid), expected, "{out}");
+    assert_eq!(json_rows(&out, pid, false), expected, "{out}");
 
     // The recording replays the same figures: in JSON, and in the text statistics' table.
     let replay = |format: &str| {
