@@ -44,7 +44,7 @@ pub fn quiet() -> bool {
 /// A start-up note on stderr, after `gpu-trace: `, unless `-q` ([`set_quiet`]).
 pub(crate) fn note(line: impl std::fmt::Display) {
     if !QUIET.load(Ordering::SeqCst) {
-        eprintln!("gpu-trace: {line}");
+        crate::say!("gpu-trace: {line}");
     }
 }
 

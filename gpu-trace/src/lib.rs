@@ -19,6 +19,18 @@
 //! - [`doctor`]: `gpu-trace doctor`, what this machine allows and why not;
 //! - [`api`]: `gpu-trace api`, the GPU API layer (so far `--resolve`);
 //! - [`launch`]: starting a command to trace (`-- CMD`) and following its children.
+/// `eprintln!` that never panics: a line to stderr, dropped when it cannot be written. With
+/// `gpu-trace … 2>&1 | head`, stderr is a closed pipe once head has gone, and `eprintln!`
+/// would stop the run with a panic (exit 101) at its next note, leaving whatever it had not
+/// finished (a recording's trailer, a held process); stdout's end decides when a run stops.
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 pub mod api;
 pub mod cli;
 pub mod doctor;

@@ -34,7 +34,7 @@ fn main() -> ExitCode {
         _ => cli.trace.output.quiet,
     });
     for warning in cli.trace.output.normalize_comms() {
-        eprintln!("gpu-trace: warning: {warning}");
+        gpu_trace::say!("gpu-trace: warning: {warning}");
     }
     if let Err(code) = install_stop_signals(&cli)
         .and_then(|()| check_output_paths(&cli))
@@ -52,7 +52,7 @@ fn main() -> ExitCode {
             mut output,
         }) => {
             for warning in output.normalize_comms() {
-                eprintln!("gpu-trace: warning: {warning}");
+                gpu_trace::say!("gpu-trace: warning: {warning}");
             }
             let result = if top {
                 replay_top(&file, output)
@@ -65,13 +65,13 @@ fn main() -> ExitCode {
         }
         Some(Command::Merge { files, mut output }) => {
             for warning in output.normalize_comms() {
-                eprintln!("gpu-trace: warning: {warning}");
+                gpu_trace::say!("gpu-trace: warning: {warning}");
             }
             run::merge(&files, &output).context("merging the recordings")
         }
         Some(Command::Top { mut trace, expire }) => {
             for warning in trace.output.normalize_comms() {
-                eprintln!("gpu-trace: warning: {warning}");
+                gpu_trace::say!("gpu-trace: warning: {warning}");
             }
             top(*trace, expire)
         }
@@ -92,7 +92,7 @@ fn install_stop_signals(cli: &Cli) -> Result<(), ExitCode> {
     if matches!(cli.command, None | Some(Command::Top { .. }))
         && let Err(e) = run::install_stop_signals()
     {
-        eprintln!("gpu-trace: installing the signal handlers: {e}");
+        gpu_trace::say!("gpu-trace: installing the signal handlers: {e}");
         return Err(ExitCode::from(EXIT_RUNTIME));
     }
     Ok(())
@@ -112,7 +112,7 @@ fn check_output_paths(cli: &Cli) -> Result<(), ExitCode> {
         None => run::check_paths(None, &cli.trace.output, cli.trace.record.as_deref()),
     };
     paths.map_err(|why| {
-        eprintln!("gpu-trace: {}", plain_words(&why.to_string()));
+        gpu_trace::say!("gpu-trace: {}", plain_words(&why.to_string()));
         ExitCode::from(EXIT_USAGE)
     })
 }
@@ -128,7 +128,7 @@ fn check_terminal(cli: &Cli) -> Result<(), ExitCode> {
     if let Some(view) = view {
         use std::io::IsTerminal as _;
         if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
-            eprintln!(
+            gpu_trace::say!(
                 "gpu-trace: {view} draws in a terminal and reads its keys, but standard input or \
                  output is not one; without the view, gpu-trace prints one line per event \
                  (add -o FILE to keep them)"
@@ -151,7 +151,7 @@ fn api(args: &gpu_trace::cli::ApiArgs) -> ExitCode {
             // Standard output closed by its reader (`| head`): a quiet end, as coreutils.
             Err(TraceError::Api(e)) if closed_pipe(&e) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("gpu-trace: {}", plain_words(&e.to_string()));
+                gpu_trace::say!("gpu-trace: {}", plain_words(&e.to_string()));
                 if let TraceError::Launch(LaunchError::CannotRun { code, .. }) = &e {
                     return ExitCode::from(*code);
                 }
@@ -167,7 +167,7 @@ fn api(args: &gpu_trace::cli::ApiArgs) -> ExitCode {
         // `api --resolve | head -1`: a quiet, successful end, as `replay | head -1` is.
         Err(e) if closed_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("gpu-trace: {}", plain_words(&e.to_string()));
+            gpu_trace::say!("gpu-trace: {}", plain_words(&e.to_string()));
             ExitCode::from(if e.is_usage() {
                 EXIT_USAGE
             } else {
@@ -196,7 +196,7 @@ fn command_status_after_stop() -> Option<Option<i32>> {
     let pid = launch::unreaped()?;
     let status = launch::reap_within(pid, launch::STOP_GRACE);
     if status.is_none() {
-        eprintln!("gpu-trace: {}", run::still_runs(pid));
+        gpu_trace::say!("gpu-trace: {}", run::still_runs(pid));
     }
     Some(status)
 }
@@ -266,7 +266,7 @@ fn completions(shell: clap_complete::Shell) -> ExitCode {
     match std::io::stdout().lock().write_all(&script) {
         // `| head`: the reader took what it wanted, a quiet end (as coreutils).
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-            eprintln!(
+            gpu_trace::say!(
                 "gpu-trace: writing the {shell} completions to standard output: {}",
                 plain_words(&e.to_string())
             );
@@ -292,7 +292,7 @@ fn own_exit_code(result: anyhow::Result<run::Summary>) -> ExitCode {
     // A metrics endpoint that died during the run (said on stderr when it happened; tracing went
     // on and the statistics are complete): the run did not do all it was asked, exit 1.
     if result.is_ok() && gpu_trace::metrics::server::endpoint_failed() {
-        eprintln!(
+        gpu_trace::say!(
             "gpu-trace: the metrics endpoint stopped serving during the run (see above); exit 1"
         );
         return ExitCode::from(EXIT_RUNTIME);
@@ -301,14 +301,14 @@ fn own_exit_code(result: anyhow::Result<run::Summary>) -> ExitCode {
         // A recording cut short has said so (run::replay_with): its counts are incomplete.
         Ok(summary) if summary.dropped > 0 || summary.output_lost > 0 || summary.truncated => {
             if summary.dropped > 0 {
-                eprintln!(
+                gpu_trace::say!(
                     "gpu-trace: {} records were dropped (ring buffer full); the counts above \
                      are incomplete. Raise --ring-size.",
                     summary.dropped
                 );
             }
             if summary.output_lost > 0 {
-                eprintln!(
+                gpu_trace::say!(
                     "gpu-trace: {} output lines were dropped because the output's reader did \
                      not keep up (a stalled pipe, FIFO or disk); the statistics count them.",
                     summary.output_lost
@@ -318,7 +318,7 @@ fn own_exit_code(result: anyhow::Result<run::Summary>) -> ExitCode {
         }
         Ok(_) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("gpu-trace: {}", plain_words(&chain_without_repeats(&err)));
+            gpu_trace::say!("gpu-trace: {}", plain_words(&chain_without_repeats(&err)));
             error_exit_code(&err)
         }
     }
@@ -381,7 +381,7 @@ fn doctor(json: bool) -> ExitCode {
     // (a panic on the closed pipe was the answer before).
     match std::io::stdout().lock().write_all(text.as_bytes()) {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-            eprintln!(
+            gpu_trace::say!(
                 "gpu-trace: writing the report to standard output: {}",
                 plain_words(&e.to_string())
             );

@@ -309,7 +309,7 @@ mod tests {
         assert!(got.lock().unwrap().is_empty());
         let lost = q.lost();
         assert!(lost > 0, "the queue overflowed");
-        eprintln!(
+        crate::say!(
             "{lines} lines written in {:?}, {lost} lost",
             started.elapsed()
         );

@@ -233,6 +233,41 @@ fn into_closed_pipe(args: &[&str]) -> (Option<i32>, String) {
     )
 }
 
+/// Exit status of `gpu-trace ARGS 2>&1 | head` once head has gone: stdout and stderr one pipe
+/// whose reader is gone before the first write.
+fn both_into_closed_pipe(args: &[&str]) -> Option<i32> {
+    use std::os::fd::{FromRawFd as _, OwnedFd};
+    let mut fds = [0; 2];
+    // SAFETY: a two-int array.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: the new pipe's ends, ours alone.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(read);
+    let err = write.try_clone().unwrap();
+    Command::new(BIN)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::from(write))
+        .stderr(std::process::Stdio::from(err))
+        .status()
+        .unwrap()
+        .code()
+}
+
+/// `gpu-trace … 2>&1 | head`: a closed stderr is no reason to stop with a panic (exit 101,
+/// "failed printing to stderr") in the middle of a run: warnings and notes that cannot be
+/// written are dropped, as the events are, and the run ends as it would have.
+#[test]
+fn a_closed_stderr_ends_no_run_with_a_panic() {
+    // A replay that warns (--gpu 3 names no GPU of the recording) and notes its inventory.
+    assert_eq!(
+        both_into_closed_pipe(&["replay", FIXTURE, "--gpu", "3"]),
+        Some(0)
+    );
+    // A usage error is still one (its message has nowhere to go).
+    assert_eq!(both_into_closed_pipe(&["replya", FIXTURE]), Some(2));
+}
+
 /// `gpu-trace completions bash | head`, `gpu-trace doctor | head`: a quiet end, as coreutils
 /// (doctor had panicked: "failed printing to stdout: Broken pipe (os error 32)"); doctor's exit
 /// status is still its verdict, the one it gives with its whole report written.

@@ -1166,7 +1166,7 @@ mod tests {
             return;
         };
         let off = kernel_offsets(btf).expect("all 8 offsets must resolve");
-        eprintln!("kernel offsets: {off:?} ({} types)", btf.type_count());
+        crate::say!("kernel offsets: {off:?} ({} types)", btf.type_count());
 
         // Each offset, plus the member's size, lies inside its struct.
         let pairs = [
@@ -1366,7 +1366,7 @@ mod tests {
                 nested2 += usize::from(depth >= 2);
             }
         }
-        eprintln!(
+        crate::say!(
             "anonymous members checked: {checked} in {names:?} ({nonzero_base} at a non-zero \
              offset, {nested2} nested two or more deep)"
         );
@@ -1837,7 +1837,7 @@ mod tests {
                 _ => {}
             }
         }
-        eprintln!(
+        crate::say!(
             "live BTF: {} types, {members} struct/union members, count by kind: {kinds:?}",
             btf.type_count()
         );

@@ -304,7 +304,7 @@ impl Reader {
     fn note(&mut self, key: String, line: String) {
         if self.noted.insert(key) {
             self.skipped += 1;
-            eprintln!("gpu-trace: api: {line}");
+            crate::say!("gpu-trace: api: {line}");
         }
     }
 

@@ -201,7 +201,7 @@ fn sample_loop(
                 Err(TrySendError::Disconnected(_)) => return,
             },
             Err(why) => {
-                eprintln!("gpu-trace: GPU share sampling stopped: {why}; tracing goes on");
+                crate::say!("gpu-trace: GPU share sampling stopped: {why}; tracing goes on");
                 return;
             }
         }

@@ -189,7 +189,7 @@ pub fn open_for_reading(path: &Path) -> io::Result<File> {
         .open(path)?;
     set_blocking(&file)?;
     if !wait_readable(&file, 0)? {
-        eprintln!(
+        crate::say!(
             "gpu-trace: waiting for a writer on the FIFO {} (Ctrl-C to give up)",
             path.display()
         );

@@ -77,7 +77,7 @@ pub fn merge(paths: &[PathBuf], args: &OutputArgs) -> Result<Summary, RunError> 
     let merged = merge.run(|out| out.failed());
     for (node, path) in merged.nodes.iter().zip(paths) {
         if node.recording_lost > 0 {
-            eprintln!(
+            crate::say!(
                 "gpu-trace: {} ({}) misses {} records: its reader did not keep up during the \
                  live run (its trailer says so)",
                 path.display(),
@@ -86,7 +86,7 @@ pub fn merge(paths: &[PathBuf], args: &OutputArgs) -> Result<Summary, RunError> 
             );
         }
         if node.truncated && merged.failure.is_none() {
-            eprintln!(
+            crate::say!(
                 "gpu-trace: WARNING: {} ({}) ends without its trailer (the run was cut short, \
                  e.g. killed): what it holds was merged, but its counts may be incomplete and \
                  its kernel counters (dropped, read_failed) are unknown (shown as ?); exit \

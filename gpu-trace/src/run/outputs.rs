@@ -62,7 +62,7 @@ pub(super) fn open_waiting(
             Ok(f) => return Ok(f),
             Err(e) if files::is_no_reader(&e) => {
                 if !told {
-                    eprintln!(
+                    crate::say!(
                         "gpu-trace: waiting for a reader of the FIFO {} ({what}); Ctrl-C or \
                          --duration end the wait",
                         path.display()
@@ -313,8 +313,8 @@ pub(super) fn end_outputs(
         out_is_stdout && matches!(&closed.error, Some(e) if e.kind() == io::ErrorKind::BrokenPipe);
     if !closed.complete && !reader_left {
         if let Some(text) = &stats_text {
-            eprintln!("gpu-trace: the output did not take the statistics; they are:");
-            eprint!("{text}");
+            crate::say!("gpu-trace: the output did not take the statistics; they are:");
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), text.as_bytes());
         }
         if failure.is_none() {
             failure = Some(RunError::Io {

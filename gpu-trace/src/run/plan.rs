@@ -59,7 +59,7 @@ pub(super) fn check_kfd(
         if kfd.major.is_none() && args.watch_device.is_none() {
             return Err(RunError::Unsupported(warning));
         }
-        eprintln!("gpu-trace: warning: {warning}");
+        crate::say!("gpu-trace: warning: {warning}");
     }
     Ok(())
 }

@@ -101,7 +101,7 @@ pub fn replay_with(
     let (counters, duration) = match &reader.trailer {
         Some(t) => {
             if t.recording_lost > 0 {
-                eprintln!(
+                crate::say!(
                     "gpu-trace: {} misses {} records: its reader did not keep up during the \
                      live run (its trailer says so)",
                     path.display(),
@@ -112,7 +112,7 @@ pub fn replay_with(
         }
         None => {
             if failure.is_none() && !pipeline.output().failed() && !quit {
-                eprintln!(
+                crate::say!(
                     "gpu-trace: WARNING: {} ends without its trailer (the run was cut short, \
                      e.g. killed): what it holds was replayed, but its counts may be \
                      incomplete and the kernel counters (dropped, read_failed) are unknown \

@@ -65,7 +65,7 @@ pub fn still_runs(pid: u32) -> String {
 /// Report lines on stderr, each after `gpu-trace: `.
 pub fn print_report(lines: Vec<String>) {
     for line in lines {
-        eprintln!("gpu-trace: {line}");
+        crate::say!("gpu-trace: {line}");
     }
 }
 
@@ -116,11 +116,11 @@ pub(super) fn describe_missed_runs(stats: &[crate::loader::ProgramStats]) -> Opt
 /// NVIDIA driver that is not loaded.
 pub(super) fn warn_before_start(args: &TraceArgs, amd: bool) {
     for warning in pid_warnings(&args.output.pids, system::thread_group_of) {
-        eprintln!("gpu-trace: warning: {warning}");
+        crate::say!("gpu-trace: warning: {warning}");
     }
     // AMD without /dev/kfd is reported below (KfdPresence).
     if let Some(warning) = (!amd).then(system::nvidia_not_loaded_warning).flatten() {
-        eprintln!("gpu-trace: warning: {warning}");
+        crate::say!("gpu-trace: warning: {warning}");
     }
 }
 
@@ -134,7 +134,7 @@ pub(super) fn announce_hooks(tracer: &Tracer, kfd: Option<&crate::probe::amd::Kf
         ),
         None => "NVIDIA RM calls".to_string(),
     };
-    eprintln!(
+    crate::say!(
         "gpu-trace: tracing {what}; hooks: {}",
         tracer.describe_hooks()
     );
@@ -147,7 +147,7 @@ pub(super) fn announce_hooks(tracer: &Tracer, kfd: Option<&crate::probe::amd::Kf
 /// the end: a pod's processes may come at any time).
 pub(super) fn warn_unmatched_pods<W: std::io::Write>(pipeline: &crate::pipeline::Pipeline<W>) {
     for line in pipeline.unmatched_pod_selectors() {
-        eprintln!("gpu-trace: warning: {line}");
+        crate::say!("gpu-trace: warning: {line}");
     }
 }
 
@@ -155,6 +155,6 @@ pub(super) fn warn_unmatched_pods<W: std::io::Write>(pipeline: &crate::pipeline:
 /// events would all be left out).
 pub(super) fn warn_unmatched_gpus<W: std::io::Write>(pipeline: &crate::pipeline::Pipeline<W>) {
     for line in pipeline.unmatched_gpu_selectors() {
-        eprintln!("gpu-trace: warning: {line}");
+        crate::say!("gpu-trace: warning: {line}");
     }
 }

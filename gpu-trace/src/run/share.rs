@@ -38,7 +38,7 @@ pub(super) fn start_nvml(
         }
         Err(why) => {
             if why.is_broken() {
-                eprintln!("gpu-trace: {why}: GPU shares and UUIDs are not sampled this run");
+                crate::say!("gpu-trace: {why}: GPU shares and UUIDs are not sampled this run");
             }
             (Err(why.to_string()), Err(why))
         }
@@ -65,7 +65,7 @@ pub(super) fn open_share_sampler(
         (None, Err(why)) if why.is_broken() => return None,
         (None, Err(why)) => why.to_string(),
     };
-    eprintln!(
+    crate::say!(
         "gpu-trace: warning: GPU share not sampled: {why}; tracing goes on (--no-share silences \
          this)"
     );
@@ -81,7 +81,9 @@ pub(super) fn start_share_sampler(
     match crate::probe::share::start(sampler?, period) {
         Ok(t) => Some(t),
         Err(e) => {
-            eprintln!("gpu-trace: GPU share not sampled: no thread for it ({e}); tracing goes on");
+            crate::say!(
+                "gpu-trace: GPU share not sampled: no thread for it ({e}); tracing goes on"
+            );
             None
         }
     }
