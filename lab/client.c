@@ -14,6 +14,7 @@
  *   nvdev           the same on /dev/nvidiactl of the lab's test module nvlab, after an RM client
  *                   and device (all succeed)
  *   nvdeny          every form of GPFIFO_SCHEDULE a --deny-* policy must refuse, on nvlab
+ *   nvdeny32        becomes lab/client32.c (32-bit x86): schedules through the compat ioctl path
  *   nvdeny-finn     FINN-serialized GPFIFO_SCHEDULEs (NVOS54 flags 0x4), whose first byte is not
  *                   bEnable, a plain disabling one, and an enabling one sent with _IOC_TYPE 0
  *                   (the driver ignores the type), on nvlab
@@ -1138,6 +1139,17 @@ static int cmd_lsm(void)
 
 static int cmd_fork(const char *sub);
 
+/* `nvdeny32`: becomes the 32-bit x86 client (lab/client32.c, /bin/lab-client32), the same
+ * process: its schedules take the compat ioctl path (LSM hook file_ioctl_compat). */
+static int cmd_exec32(void)
+{
+	char *argv[] = {"lab-client32", NULL};
+	fflush(stdout);
+	execv("/bin/lab-client32", argv);
+	printf("LAB nvdeny32 exec_errno=%d\n", errno);
+	return 1;
+}
+
 static int run(const char *c)
 {
 	if (!strcmp(c, "facts")) return cmd_facts();
@@ -1153,6 +1165,7 @@ static int run(const char *c)
 	if (!strcmp(c, "kprobe")) return cmd_kprobe();
 	if (!strcmp(c, "fentry")) return cmd_fentry();
 	if (!strcmp(c, "lsm")) return cmd_lsm();
+	if (!strcmp(c, "nvdeny32")) return cmd_exec32();
 	fprintf(stderr, "unknown subcommand %s\n", c);
 	return 2;
 }
@@ -1233,7 +1246,7 @@ int main(int argc, char **argv)
 	if (argc == 3 && !strcmp(argv[1], "storm"))
 		return cmd_storm(argv[2]);
 	if (argc != 2) {
-		fprintf(stderr, "usage: %s [wait FILE | storm] facts|nv|nvdev|nvdeny|nvobj|kfd-create|kfd-deny|kfd-ops|kprobe|fentry|lsm\n",
+		fprintf(stderr, "usage: %s [wait FILE | storm] facts|nv|nvdev|nvdeny|nvdeny32|nvobj|kfd-create|kfd-deny|kfd-ops|kprobe|fentry|lsm\n",
 			argv[0]);
 		return 2;
 	}

@@ -281,6 +281,16 @@ else
   out "LAB deny_finn_nv=no_device"
 fi
 
+# --deny-pid on the compat ioctl path (issue 40): the same three roles, each becoming the 32-bit
+# x86 client (lab/client32.c), whose schedules reach the LSM hook file_ioctl_compat, not
+# file_ioctl. x86-64 guests only (the arm64 kernel's compat processes are AArch32).
+step deny_compat
+if [ -c /dev/nvidiactl ] && [ -x /bin/lab-client32 ]; then
+  deny_trace deny_compat_nv nvdeny32
+else
+  out "LAB deny_compat_nv=no_client32 arch=$(uname -m)"
+fi
+
 # --deny-cgroup (issue 14): NAME SUB gpu-trace-args. gpu-trace denies the cgroup gt-denied, which
 # is empty when it starts; then one client joins it and waits on /tmp/go, an identical client
 # stays outside. Only the one that entered the cgroup after the start is refused.

@@ -7,57 +7,62 @@ use std::{
 };
 
 use super::{arch::Arch, run_quiet};
-use anyhow::{Context as _, Result, ensure};
+use anyhow::{Context as _, Result};
 
-const HOST_TRIPLE: &str = "x86_64-unknown-linux-gnu";
-
-/// `cargo build --release --target x86_64-unknown-linux-gnu` with `+crt-static`: glibc linked
-/// statically (the musl target is not installable here). The flag goes in the per-target
-/// variable so that build scripts and the eBPF build are not affected.
-fn build_static_gpu_trace(root: &Path) -> Result<PathBuf> {
-    eprintln!("lab: building a static gpu-trace (release)");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
-        .current_dir(root)
-        .args([
-            "build",
-            "--release",
-            "--target",
-            HOST_TRIPLE,
-            "-p",
-            "gpu-trace",
-            "--bin",
-            "gpu-trace",
-        ])
-        .env(
-            "CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS",
-            "-C target-feature=+crt-static",
-        )
-        .status()?;
-    ensure!(
-        status.success(),
-        "building the static gpu-trace failed (see the cargo output above)"
-    );
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
-    Ok(target.join(HOST_TRIPLE).join("release/gpu-trace"))
-}
-
-/// The static gpu-trace for the guest: on x86-64 the glibc build above; on another
-/// architecture `cargo xtask dist`'s static musl build for it (cross-linked with rust-lld, the
-/// kernel programs built for its register layout).
+/// The static gpu-trace for the guest (the guest has no libc): `cargo xtask dist`'s static musl
+/// build for its architecture (cross-linked with rust-lld for another one, the kernel programs
+/// built for its register layout). One build serves `dist --check` and every lab run, so CI
+/// builds the release binary once per architecture, not once per stage.
 pub(super) fn guest_gpu_trace(root: &Path, arch: Arch) -> Result<PathBuf> {
-    if arch == Arch::X86_64 {
-        return build_static_gpu_trace(root);
-    }
     eprintln!(
-        "lab: building a static gpu-trace for {} (dist's musl build)",
+        "lab: the static gpu-trace for {} (dist's musl build)",
         arch.machine()
     );
     crate::dist::static_binary_for(root, arch.machine())
 }
 
-pub(super) fn build_client(root: &Path, out_dir: &Path, arch: Arch) -> Result<PathBuf> {
+/// The guest's test clients: (name under `/bin`, the built file).
+pub(super) type Clients = Vec<(&'static str, PathBuf)>;
+
+/// `lab-client` (`lab/client.c`, static, for the guest's architecture) and, on x86-64, the
+/// 32-bit `lab-client32` (`lab/client32.c`) whose calls take the compat ioctl path.
+pub(super) fn build_clients(root: &Path, out_dir: &Path, arch: Arch) -> Result<Clients> {
+    let mut clients = vec![("lab-client", build_client(root, out_dir, arch)?)];
+    if arch == Arch::X86_64 {
+        clients.push(("lab-client32", build_client32(root, out_dir)?));
+    }
+    Ok(clients)
+}
+
+/// `lab/client32.c` for i386 without a 32-bit libc (freestanding, its own system calls), by the
+/// host's gcc, which builds 32-bit code without gcc-multilib as long as nothing links a libc.
+fn build_client32(root: &Path, out_dir: &Path) -> Result<PathBuf> {
+    let out = out_dir.join("lab-client32");
+    let cc = Arch::X86_64.cc();
+    run_quiet(
+        Command::new(&cc)
+            .args([
+                "-m32",
+                "-ffreestanding",
+                "-nostdlib",
+                "-static",
+                "-fno-pie",
+                "-no-pie",
+                "-fno-stack-protector",
+                "-O2",
+                "-Wall",
+                "-Wextra",
+                "-Werror",
+                "-o",
+            ])
+            .arg(&out)
+            .arg(root.join("lab/client32.c")),
+    )
+    .with_context(|| format!("building the 32-bit test client with {cc} -m32 (needs gcc)"))?;
+    Ok(out)
+}
+
+fn build_client(root: &Path, out_dir: &Path, arch: Arch) -> Result<PathBuf> {
     let out = out_dir.join(format!("lab-client-{}", arch.machine()));
     let cc = arch.cc();
     run_quiet(

@@ -86,7 +86,7 @@ pub(super) fn write_initramfs(
     kernel: &Kernel,
     busybox: &Path,
     gpu_trace: &Path,
-    client: &Path,
+    clients: &super::builds::Clients,
     test_modules: &[PathBuf],
 ) -> Result<()> {
     let file = fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
@@ -108,7 +108,9 @@ pub(super) fn write_initramfs(
     cpio.file("init", 0o755, &fs::read(root.join("lab/init.sh"))?)?;
     cpio.file("bin/busybox", 0o755, &fs::read(busybox)?)?;
     cpio.file("bin/gpu-trace", 0o755, &fs::read(gpu_trace)?)?;
-    cpio.file("bin/lab-client", 0o755, &fs::read(client)?)?;
+    for (name, built) in clients {
+        cpio.file(&format!("bin/{name}"), 0o755, &fs::read(built)?)?;
+    }
     let mut order = String::new();
     for m in &kernel.modules {
         let name = m

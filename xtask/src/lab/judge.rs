@@ -92,7 +92,7 @@ impl Check {
     }
 }
 
-/// What a check needs of the kernel's KFD (see [`Kfd`]).
+/// What a check needs of the guest: the kernel's KFD (see [`Kfd`]), or 32-bit x86 processes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Needs {
     /// Nothing: judged on every kernel.
@@ -102,6 +102,28 @@ enum Needs {
     /// KFD calls that succeed (the client's `kprobe` and `lsm` steps open /dev/kfd before
     /// anything else).
     KfdCalls,
+    /// A 32-bit x86 process (`lab/client32.c`): the compat ioctl path of an x86-64 kernel.
+    X86Compat,
+}
+
+/// Why a check that needs a 32-bit x86 client is not applicable on a guest of another
+/// architecture.
+const NOT_X86: &str =
+    "this guest is not x86-64: no 32-bit x86 client (its compat processes are AArch32)";
+
+impl Needs {
+    /// Why a check with these needs is not applicable in `g` (KFD as `kfd` found it), or
+    /// `None` when it is judged.
+    fn unmet(self, g: &Guest, kfd: &Kfd) -> Option<&'static str> {
+        match self {
+            // (A guest that said nothing of its architecture is judged: its checks fail.)
+            Needs::X86Compat => g
+                .fact("arch")
+                .is_some_and(|a| a != "x86_64")
+                .then_some(NOT_X86),
+            _ => kfd.cannot_serve(self),
+        }
+    }
 }
 
 /// One check: its id (what the lab prints, `.ci/expected-skips` and docs/lab.md name), what it
@@ -138,7 +160,7 @@ macro_rules! checks {
     };
 }
 
-use Needs::{KfdCalls, KfdFunctions, Nothing};
+use Needs::{KfdCalls, KfdFunctions, Nothing, X86Compat};
 
 checks! {
     a_boot = "a.boot", Nothing, kernel::boot;
@@ -169,6 +191,7 @@ checks! {
     e_deny_amd = "e.deny_amd", KfdCalls, deny::amd;
     e_deny_fork_nv = "e.deny_fork_nv", Nothing, deny::fork_nv;
     e_deny_finn_nv = "e.deny_finn_nv", Nothing, deny::finn_nv;
+    e_deny_compat_nv = "e.deny_compat_nv", X86Compat, deny::compat_nv;
     e_deny_cgroup_nv = "e.deny_cgroup_nv", Nothing, deny::cgroup_nv;
     e_deny_cgroup_amd = "e.deny_cgroup_amd", KfdCalls, deny::cgroup_amd;
     z_nv_entry = "z.nv_entry", Nothing, entry::nv_entry;
@@ -189,7 +212,7 @@ pub(super) fn judge(r: &Results) -> Vec<Check> {
                 status: j.status,
                 detail: j.detail,
             };
-            if let Some(why) = kfd.cannot_serve(e.needs) {
+            if let Some(why) = e.needs.unmet(&g, &kfd) {
                 ch.status = Status::NotApplicable;
                 ch.detail = format!("{why}; as judged: {}", ch.detail);
             }

@@ -10,7 +10,7 @@
 //! 2. the kernel: `apt-get download` of `linux-image-<ver>-amd64-unsigned` through a private apt
 //!    configuration (never installed on the host), `dpkg -x`, `depmod -b`, and the `amdgpu`
 //!    module chain from `modprobe --show-depends`, decompressed;
-//! 3. a static gpu-trace (`+crt-static`, glibc) and the static test client (`lab/client.c`);
+//! 3. a static gpu-trace (`cargo xtask dist`'s musl build) and the static test client (`lab/client.c`);
 //! 4. an initramfs (newc, uncompressed: decompressing under TCG is slow) with `lab/init.sh` as
 //!    `/init`;
 //! 5. QEMU (KVM where it boots, else single-threaded TCG), `-nographic -no-reboot`, console on
@@ -41,7 +41,7 @@ use crate::elf;
 use crate::host::{have, is_root, which, workspace_root};
 use anyhow::{Context as _, Result, bail, ensure};
 pub use arch::Arch;
-use builds::{build_client, guest_gpu_trace};
+use builds::{Clients, build_clients, guest_gpu_trace};
 use clap::{Args, ValueEnum};
 use debian::{Kernel, build_test_modules};
 use initramfs::write_initramfs;
@@ -152,8 +152,8 @@ pub fn run(args: LabArgs) -> Result<()> {
     let bytes = fs::read(&gpu_trace).with_context(|| format!("reading {}", gpu_trace.display()))?;
     ensure!(
         elf::is_static(&bytes)?,
-        "{} is dynamically linked: the guest has no libc. Build it with \
-         CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS='-C target-feature=+crt-static'",
+        "{} is dynamically linked: the guest has no libc. Give a static build (`cargo xtask \
+         dist` makes one: target/<arch>-unknown-linux-musl/release/gpu-trace)",
         gpu_trace.display()
     );
     ensure!(
@@ -163,7 +163,7 @@ pub fn run(args: LabArgs) -> Result<()> {
         args.arch.machine(),
         args.arch.deb()
     );
-    let client = build_client(&root, &build, args.arch)?;
+    let clients = build_clients(&root, &build, args.arch)?;
     phases.push(("static gpu-trace and client".into(), t.elapsed()));
 
     let mut reports = Vec::new();
@@ -172,7 +172,7 @@ pub fn run(args: LabArgs) -> Result<()> {
             root: &root,
             cache: &cache,
             gpu_trace: &gpu_trace,
-            client: &client,
+            clients: &clients,
         };
         let (what, checks, logs) = match run_kernel(&bins, wanted, &args, &mut phases) {
             Ok(r) => r,
@@ -212,7 +212,7 @@ struct Binaries<'a> {
     root: &'a Path,
     cache: &'a Path,
     gpu_trace: &'a Path,
-    client: &'a Path,
+    clients: &'a Clients,
 }
 
 /// One kernel: fetch, test modules, initramfs, boot, judge. Returns the report's title, the
@@ -259,7 +259,7 @@ fn run_kernel(
         &kernel,
         &busybox,
         bins.gpu_trace,
-        bins.client,
+        bins.clients,
         &test_modules,
     )?;
     phases.push((format!("{r}: initramfs"), t.elapsed()));

@@ -159,6 +159,22 @@ pub(super) fn finn_nv(g: &Guest) -> Judged {
     )
 }
 
+/// Issue 40: the compat ioctl path (LSM hook `file_ioctl_compat`) refuses as the native one.
+pub(super) fn compat_nv(g: &Guest) -> Judged {
+    judge_deny_run(
+        g,
+        &DenyRun::pid(
+            "deny_compat_nv",
+            "--deny-pid refuses GPFIFO_SCHEDULE (nvlab; direct and XFER-wrapped) from a 32-bit x86 \
+                process (compat ioctl, file_ioctl_compat) for the denied process only, not for \
+                a later process with its PID",
+            2,
+            Calls::Own,
+            deny_compat_expect,
+        ),
+    )
+}
+
 pub(super) fn cgroup_nv(g: &Guest) -> Judged {
     if !has_cgroup_ancestor(g) {
         return judge_deny_cgroup_refused(g, "deny_cgroup_nv");
@@ -469,6 +485,36 @@ fn deny_nv_expect(c: &DenyClient, events: &[&Event], problems: &mut Vec<String>)
     calls_reached(c, "nvdeny", &allocs, "must not be denied", problems);
     // One SCHEDULE per request; the channel-level one says so.
     schedules_shown(c, events, (4, want_allowed, want_errno, 1), problems);
+}
+
+/// RM's answer to a control naming no RM client (nvlab, as rmapi/control.c).
+const NV_ERR_INVALID_CLIENT: i64 = 0x23;
+
+/// The `nvdeny32` client (lab/client32.c, 32-bit x86, no RM client allocated): a TSG schedule
+/// direct and XFER-wrapped through the compat ioctl path. Denied: both refused before the
+/// driver (EPERM, the preset status left). Not denied: both reach nvlab, which answers
+/// NV_ERR_INVALID_CLIENT with rc 0. The client says it ran as a 32-bit process (`bits=32`).
+/// (Its events are not judged: the syscall-layer hooks leave compat ioctls out.)
+fn deny_compat_expect(c: &DenyClient, _events: &[&Event], problems: &mut Vec<String>) {
+    if c.out
+        .with_key("nvdeny32", "bits")
+        .and_then(|f| f.int("bits"))
+        != Some(32)
+    {
+        problems.push(format!("{} client: the 32-bit client did not run", c.role));
+    }
+    let want = if c.denied {
+        (Some(-EPERM), Some(0xffff_ffff))
+    } else {
+        (Some(0), Some(NV_ERR_INVALID_CLIENT))
+    };
+    schedules_answered(
+        c,
+        "nvdeny32",
+        &["schedule", "schedule_xfer"],
+        want,
+        problems,
+    );
 }
 
 /// The `nvdeny-finn` client: FINN-serialized GPFIFO_SCHEDULEs on the TSG (direct) and on the

@@ -54,7 +54,7 @@ impl Kfd {
     /// or `None` when it is judged.
     pub(super) fn cannot_serve(&self, needs: Needs) -> Option<&'static str> {
         match (self, needs) {
-            (Kfd::Usable, _) | (_, Needs::Nothing) => None,
+            (Kfd::Usable, _) | (_, Needs::Nothing | Needs::X86Compat) => None,
             (Kfd::NotBuilt { .. }, _) => Some("this kernel has no KFD (a.kfd)"),
             (Kfd::NoGpuNode { .. }, Needs::KfdCalls) => {
                 Some("this kernel's KFD serves no process without a GPU (a.kfd)")

@@ -82,7 +82,10 @@ const DENY_FORK_CHECKS: [&str; 2] = ["e.deny_fork_nv", "e.deny_finn_nv"];
 /// Whether `id` is a check that `text` was recorded before (so it fails: the run is
 /// missing, and a missing run never passes).
 fn predates(text: &str, id: &str) -> bool {
-    DENY_FORK_CHECKS.contains(&id) && !text.contains("LAB step deny_fork")
+    (DENY_FORK_CHECKS.contains(&id) && !text.contains("LAB step deny_fork"))
+        || (id == "e.deny_compat_nv"
+            && !text.contains("LAB step deny_compat")
+            && !text.contains("LAB fact arch=aarch64"))
 }
 
 /// `judge` of `text` without the checks `text` was recorded before (for the tests of other
@@ -114,7 +117,7 @@ fn all_pass(text: &str) -> BTreeMap<&'static str, Status> {
 
 #[test]
 fn a_current_guest_log_passes_every_check() {
-    assert_eq!(all_pass(GOOD).len(), 32);
+    assert_eq!(all_pass(GOOD).len(), CHECKS.len());
 }
 
 /// Debian 11's kernel (5.10.0-46, upstream 5.10.262) as its guest wrote it: `cargo xtask
@@ -126,7 +129,7 @@ const OLD: &str = include_str!("../../../testdata/lab-5.10-results.log");
 #[test]
 fn an_old_kernel_passes_on_its_documented_fallbacks() {
     let s = all_pass(OLD);
-    assert_eq!(s.len(), 32);
+    assert_eq!(s.len(), CHECKS.len());
     // The same checks, not fewer: the ids are those of a current kernel's log.
     let current: Vec<_> = statuses(GOOD).into_keys().collect();
     assert_eq!(s.into_keys().collect::<Vec<_>>(), current);
@@ -904,8 +907,9 @@ fn a_failure_in_a_guest_whose_kernel_skipped_runs_names_them() {
     );
 }
 
-/// Debian 6.12.117+deb12 as its guest wrote it with issue 26's `deny_fork` step (`cargo
-/// xtask lab --kernel 6.12` of this tree, 2026-11-26, 32 checks passed), copied from
+/// Debian 6.12.117+deb12 as its guest wrote it with issue 26's `deny_fork` step and issue
+/// 40's `deny_compat` step (`cargo xtask lab --kernel 6.12` of this tree, 2026-11-29, 33
+/// checks passed; gpu-trace the static musl build), copied from
 /// `target/lab-cache/run/6.12.117+deb12-amd64/results.log` (CRs removed).
 const DENY_FORK: &str = include_str!("../../../testdata/lab-6.12-results.log");
 
@@ -919,9 +923,9 @@ fn in_block(text: &str, block: &str, from: &str, to: &str) -> String {
 }
 
 #[test]
-fn deny_fork_and_finn_runs_pass_and_each_escape_fails() {
+fn deny_fork_finn_and_compat_runs_pass_and_each_escape_fails() {
     let s = all_pass(DENY_FORK);
-    assert_eq!(s.len(), 32);
+    assert_eq!(s.len(), CHECKS.len());
     let current: Vec<_> = statuses(GOOD).into_keys().collect();
     assert_eq!(s.into_keys().collect::<Vec<_>>(), current);
     let refused = "rc=-1 status=4294967295";
@@ -976,6 +980,35 @@ fn deny_fork_and_finn_runs_pass_and_each_escape_fails() {
             format!("call=disable {refused}"),
             "e.deny_finn_nv",
         ),
+        // The compat hook let the denied 32-bit client's schedule through (the mutant of issue
+        // 40: file_ioctl_compat allowing everything); nvlab answered it.
+        (
+            "deny_compat_nv.denied",
+            format!("call=schedule {refused}"),
+            "call=schedule rc=0 status=35".into(),
+            "e.deny_compat_nv",
+        ),
+        // ... or its XFER-wrapped one.
+        (
+            "deny_compat_nv.denied",
+            format!("call=schedule_xfer {refused}"),
+            "call=schedule_xfer rc=0 status=35".into(),
+            "e.deny_compat_nv",
+        ),
+        // The other 32-bit client was refused.
+        (
+            "deny_compat_nv.other",
+            "call=schedule rc=0 status=35".into(),
+            format!("call=schedule {refused}"),
+            "e.deny_compat_nv",
+        ),
+        // The client that ran was not the 32-bit one.
+        (
+            "deny_compat_nv.other",
+            "bits=32".into(),
+            "bits=64".into(),
+            "e.deny_compat_nv",
+        ),
     ];
     for (block, from, to, id) in cases {
         let broken = in_block(DENY_FORK, block, &from, &to);
@@ -999,6 +1032,13 @@ const ARM64: &str = include_str!("../../../testdata/lab-arm64-6.12-results.log")
 fn every_kfd_check() -> Vec<&'static str> {
     let mut ids = needing(Needs::KfdCalls);
     ids.extend(needing(Needs::KfdFunctions));
+    ids
+}
+
+/// The checks not applicable on the arm64 guest: those that need KFD or a 32-bit x86 client.
+fn every_arm64_na() -> Vec<&'static str> {
+    let mut ids = every_kfd_check();
+    ids.extend(needing(Needs::X86Compat));
     ids
 }
 
@@ -1035,7 +1075,7 @@ fn sid_passes_with_the_checks_that_make_kfd_calls_not_applicable() {
 
 #[test]
 fn arm64_passes_with_every_kfd_check_not_applicable() {
-    passes_but(ARM64, &every_kfd_check());
+    passes_but(ARM64, &every_arm64_na());
     assert_eq!(
         Guest::read(&Results::parse(ARM64)).fact("arch"),
         Some("aarch64")
@@ -1084,10 +1124,11 @@ fn every_run_of_the_real_logs_reads_into_typed_values() {
 }
 
 /// `.ci/expected-skips` lets the arm64 kernel's N/A through one check at a time: exactly the
-/// checks that need KFD, with the reason `Kfd::cannot_serve` gives a kernel without it, so that
-/// a check that needs no KFD, or one that comes to need it, cannot be N/A there unjudged.
+/// checks that need KFD, with the reason `Kfd::cannot_serve` gives a kernel without it, and
+/// those that need a 32-bit x86 client, with theirs, so that a check that needs neither, or one
+/// that comes to need one, cannot be N/A there unjudged.
 #[test]
-fn ci_expects_arm64_na_for_exactly_the_checks_that_need_kfd() {
+fn ci_expects_arm64_na_for_exactly_the_checks_that_need_kfd_or_x86_compat() {
     let path = crate::host::workspace_root().join(".ci/expected-skips");
     let text = std::fs::read_to_string(&path).unwrap();
     let reason = Kfd::NotBuilt {
@@ -1106,12 +1147,17 @@ fn ci_expects_arm64_na_for_exactly_the_checks_that_need_kfd() {
             let (id, why) = rest
                 .split_once(": ")
                 .unwrap_or_else(|| panic!("no check id: {l}"));
+            let reason = if needing(Needs::X86Compat).contains(&id) {
+                super::NOT_X86
+            } else {
+                reason
+            };
             assert_eq!(why, format!("{reason}; as judged: *"), "{l}");
             id
         })
         .collect();
     listed.sort_unstable();
-    let mut want = every_kfd_check();
+    let mut want = every_arm64_na();
     want.sort_unstable();
     assert_eq!(listed, want);
 }
