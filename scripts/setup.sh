@@ -54,12 +54,13 @@ for t in x86_64-unknown-linux-musl aarch64-unknown-linux-musl; do
     rustup target add --toolchain "$pinned" "$t"
   fi
 done
-# debootstrap: dist --check's fresh Debian root; qemu-user-static: runs the arm64 build here.
-if { ! command -v debootstrap || ! command -v qemu-aarch64-static; } >/dev/null 2>&1 \
-   && [ -x /usr/bin/apt-get ]; then
-  log "installing debootstrap and qemu-user-static (cargo xtask dist --check)"
-  $SUDO apt-get install -y -qq debootstrap qemu-user-static >/dev/null 2>&1 \
-    || { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq debootstrap qemu-user-static >/dev/null; }
+# debootstrap: dist --check's fresh Debian root; qemu-user-static: runs the arm64 build here;
+# lintian: dist --check runs it on each .deb.
+if { ! command -v debootstrap || ! command -v qemu-aarch64-static || ! command -v lintian; } \
+   >/dev/null 2>&1 && [ -x /usr/bin/apt-get ]; then
+  log "installing debootstrap, qemu-user-static and lintian (cargo xtask dist --check)"
+  $SUDO apt-get install -y -qq debootstrap qemu-user-static lintian >/dev/null 2>&1 \
+    || { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq debootstrap qemu-user-static lintian >/dev/null; }
 fi
 # The lab's arm64 guest (cargo xtask lab --arch arm64): QEMU for aarch64 and the cross compiler
 # for its test client and test modules (and for ring's C code in dist's aarch64 musl build:

@@ -482,6 +482,20 @@ fn deb(
 ) -> Result<PathBuf> {
     let dir = staging.join("deb");
     lay_out(&dir.join("usr"), bin, generated, "share/doc/gpu-trace")?;
+    // Debian policy 10.1: binaries are stripped (the tarball keeps its symbols). The binutils
+    // strip of the target's architecture: the build machine's own, or the cross one that ships
+    // with the cross gcc.
+    let ar = target.c_compiler.1;
+    let strip = format!("{}strip", ar.strip_suffix("ar").unwrap_or(ar));
+    run_cmd(
+        Command::new(&strip)
+            .args(["--strip-unneeded", "--remove-section=.comment"])
+            .arg(dir.join("usr/bin/gpu-trace")),
+    )
+    .with_context(|| format!("stripping the packaged binary with {strip}"))?;
+    let overrides = dir.join("usr/share/lintian/overrides");
+    fs::create_dir_all(&overrides)?;
+    fs::write(overrides.join("gpu-trace"), LINTIAN_OVERRIDES)?;
     // Debian policy: man pages are gzip-compressed.
     run_cmd(
         Command::new("gzip").arg("-9n").args(
@@ -530,6 +544,56 @@ fn deb(
             .arg(&path),
     )?;
     Ok(path)
+}
+
+/// What lintian says of the package that is so by design, each with the reason
+/// (`/usr/share/lintian/overrides/gpu-trace`).
+const LINTIAN_OVERRIDES: &str = "\
+# A static binary by design (no runtime dependency, the kernel programs embedded): the Rust port
+# of libyaml that serde_yaml_ng uses (unsafe-libyaml) is compiled in; no copy of the C library.
+gpu-trace: embedded-library libyaml [usr/bin/gpu-trace]
+# A static executable by design: on x86-64 static-pie (ELF type DYN without an interpreter, not
+# a shared library), on arm64 a plain static ELF.
+gpu-trace: shared-library-lacks-prerequisites [usr/bin/gpu-trace]
+gpu-trace: statically-linked-binary [usr/bin/gpu-trace]
+# Built outside Debian's archive: there is no ITP bug for the first upload to close.
+gpu-trace: initial-upload-closes-no-bugs [usr/share/doc/gpu-trace/changelog.Debian.gz:1]
+";
+
+/// `lintian` on `deb` when lintian is installed (scripts/setup.sh installs it): any error or
+/// warning it gives, beyond the overrides above, fails.
+fn lintian(deb: &Path) -> Result<()> {
+    if !have("lintian") {
+        eprintln!(
+            "dist: lintian not installed: {} not checked by it",
+            deb.display()
+        );
+        return Ok(());
+    }
+    let out = Command::new("lintian")
+        .args(["--fail-on", "error,warning", "--tag-display-limit", "0"])
+        .arg(deb)
+        .env("LC_ALL", "C.UTF-8")
+        .output()
+        .context("running lintian")?;
+    let said = String::from_utf8_lossy(&out.stdout);
+    ensure!(
+        out.status.success(),
+        "lintian on {}: {}{}",
+        deb.display(),
+        said.trim(),
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    eprintln!(
+        "dist: lintian: {} clean{}",
+        deb.display(),
+        if said.trim().is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", said.trim())
+        }
+    );
+    Ok(())
 }
 
 /// `DEBIAN/md5sums`: every file under usr/ (dpkg --verify and debsums read it).
@@ -613,6 +677,9 @@ fn check(root: &Path, out: &Path, args: &DistArgs, built: &[Built]) -> Result<()
         .find(|b| b.target.qemu.is_none())
         .context("no build for this machine's architecture (--arch host builds it)")?;
     let (tarball, deb) = (&native.tarball, &native.deb);
+    for b in built {
+        lintian(&b.deb)?;
+    }
     if !is_root() {
         bail!("dist --check needs root (debootstrap and chroot)");
     }
@@ -906,7 +973,8 @@ mod tests {
     }
 
     /// The .deb as `dist` builds it (a stand-in for the static binary, which takes minutes to
-    /// build: the packaging is what is checked), read back with dpkg-deb.
+    /// build: a C program built here, with its symbols; the packaging is what is checked), read back with
+    /// dpkg-deb.
     #[test]
     fn deb_carries_debian_policy_metadata() {
         if !have("dpkg-deb") {
@@ -918,7 +986,10 @@ mod tests {
         }
         let dir = scratch("deb");
         let bin = dir.join("gpu-trace");
-        fs::write(&bin, "#!/bin/sh\n").unwrap();
+        let source = dir.join("main.c");
+        fs::write(&source, "int main(void) { return 0; }\n").unwrap();
+        stdout(Command::new("cc").arg("-o").arg(&bin).arg(&source));
+        assert!(symbol_table(&bin), "the stand-in has symbols to strip");
         let generated = crate::r#gen::generate(&dir.join("gen")).unwrap();
         let deb = deb(
             &dir,
@@ -1021,6 +1092,15 @@ mod tests {
             );
         }
 
+        // Stripped (policy 10.1), and lintian's overrides installed where lintian reads them.
+        assert!(
+            !symbol_table(&root.join("usr/bin/gpu-trace")),
+            "not stripped"
+        );
+        let overrides =
+            fs::read_to_string(root.join("usr/share/lintian/overrides/gpu-trace")).unwrap();
+        assert_eq!(overrides, LINTIAN_OVERRIDES);
+
         // DEBIAN/md5sums lists every file and matches.
         let sums = fs::read_to_string(root.join("DEBIAN/md5sums")).unwrap();
         assert!(sums.contains("  usr/bin/gpu-trace\n"));
@@ -1030,6 +1110,11 @@ mod tests {
                 .args(["--quiet", "-c", "DEBIAN/md5sums"]),
         );
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Whether the ELF file `path` has a symbol table (`readelf -S` lists `.symtab`).
+    fn symbol_table(path: &Path) -> bool {
+        stdout(Command::new("readelf").arg("-SW").arg(path)).contains(".symtab")
     }
 
     /// A README linking to a directory installs the directory's files; a link out of the tree
