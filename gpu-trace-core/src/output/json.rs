@@ -337,24 +337,27 @@ use chrono::{Datelike as _, SecondsFormat, Timelike as _};
 use serde::Serialize;
 use std::borrow::Cow;
 
-use crate::api::names::ApiEvent;
 use crate::escape;
 use crate::event::{Event, Hex8, Origin};
+use crate::event_fields::EventFields;
 use crate::inventory::Inventory;
 use crate::model::gpus::GpuIdentity;
 use crate::model::stats::{EngineStats, KernelCounters, ProcessStats, Stats, TaskStats};
 use crate::model::workload::Attribution;
 use crate::output::clock::Clock;
+use crate::section::{Section, field, plain_field};
 use crate::sink::{ApiEnriched, Enriched, RunEnd, ShareBatch, Sink, SinkError};
 
 /// Appends the JSON line of `ev` to `out` (no newline), as described in the
 /// [module documentation](self): with the GPU the task is on and the process's cgroup, each when
 /// known. Strings are written terminal-safe ([`escape::TerminalSafeJson`]).
 ///
-/// The documented order, written by hand (this runs for every event): `event`, `time`, the
-/// origin's fields, the identity fields, the kind's fields (the kind serializes itself as an
-/// object, spliced in), then (each when there is one) `amd`, `gpu_device` and `cgroup`. Every
-/// value goes through serde_json and the terminal-safe escaper, as a flattened serde line did.
+/// The documented order, written by hand (this runs for every event): the frame (`event`,
+/// `time`, the origin's fields, the identity fields), then the event's sections, which write
+/// their own fields ([`EventFields`]: the kind's, its `gpu` numbering and its vendor detail's;
+/// then the API call it happened in), then (each when there is one) `gpu_device` and `cgroup`.
+/// Every value goes through serde_json and the terminal-safe escaper, as a flattened serde line
+/// did.
 pub fn write_event(
     out: &mut Vec<u8>,
     ev: &Event,
@@ -385,23 +388,9 @@ pub fn write_event(
         id.handle.map(Hex8::text).as_ref().map(|h| &h[..]),
     );
     plain_field(out, "client_hex", Some(&id.client_hex.text()[..]));
-    splice_object(out, &ev.kind);
-    // The kinds that name their GPU end with it (where the derive wrote it until the numbers
-    // split): nvidia-smi's index and RM's own number apart, AMD's `gpu_id` as it is.
-    if let Some(driver) = ev.kind.driver_gpu() {
-        match &ev.amd {
-            Some(_) => field(out, "gpu", &driver),
-            None => {
-                field(out, "gpu", &gpu.map(|g| g.index));
-                field(out, "rm_device", &driver);
-            }
-        }
-    }
-    if let Some(amd) = &ev.amd {
-        field(out, "amd", amd);
-    }
+    EventFields::new(ev, gpu).json(out);
     if let Some(api) = &ev.api {
-        field(out, "api", api);
+        api.json(out);
     }
     if let Some(gpu) = gpu {
         field(out, "gpu_device", gpu);
@@ -413,24 +402,17 @@ pub fn write_event(
 }
 
 /// Appends the JSON line of an API record of the main trace (`gpu-trace --api`; no newline):
-/// `event` (`"API_CALL"` or `"API_RECURSION"`), `time` and the origin's fields as for a driver
-/// event, then `symbol` and `library` and the record's own fields, and `cgroup` when known
-/// (module documentation, "API records of the main trace"). False (nothing appended) for a
-/// process's sums (`API_STATS`: the statistics carry them).
+/// `event`, `time` and the origin's fields as for a driver event, then the record's own fields
+/// (its [`Section`]), and `cgroup` when known (module documentation, "API records of the main
+/// trace"); or the record's own line where it has no frame ([`ApiEvent::own_json_line`](crate::api::names::ApiEvent::own_json_line)). False
+/// (nothing appended) for a process's sums (`API_STATS`: the statistics carry them).
 pub fn write_api(out: &mut Vec<u8>, ev: &ApiEnriched<'_>, clock: &Clock) -> bool {
     // The same lines as `gpu-trace api`'s (docs/api.md).
-    match ev.event {
-        ApiEvent::Path(p) => {
-            out.extend_from_slice(p.json().as_bytes());
-            return true;
-        }
-        ApiEvent::Handout(h) => {
-            out.extend_from_slice(h.json().as_bytes());
-            return true;
-        }
-        _ => {}
+    if let Some(line) = ev.event.own_json_line() {
+        out.extend_from_slice(line.as_bytes());
+        return true;
     }
-    let (Some(name), Some(site)) = (ev.event.name(), ev.event.site()) else {
+    let Some(name) = ev.event.name() else {
         return false;
     };
     out.extend_from_slice(b"{\"event\":\"");
@@ -438,85 +420,12 @@ pub fn write_api(out: &mut Vec<u8>, ev: &ApiEnriched<'_>, clock: &Clock) -> bool
     out.extend_from_slice(b"\",\"time\":");
     UtcMicros::at(clock, ev.origin.ts_ns).write_quoted(out);
     write_origin(out, ev.origin);
-    splice_object(out, &SiteJson::of(site));
-    match ev.event {
-        ApiEvent::Call(e) => {
-            field(out, "duration_ns", &e.duration_ns);
-            field(out, "ret", &(e.ret as u32 as i32));
-            field(out, "depth", &e.depth);
-            if let Some(c) = &e.caller {
-                field(out, "caller", &SiteJson::of(c));
-            }
-            if let Some(preload) = e.preload {
-                field(out, "preload", &preload);
-            }
-        }
-        ApiEvent::Recursion(e) => {
-            field(out, "why", crate::api::events::why(e));
-            field(out, "depth", &e.depth);
-            let chain: Vec<SiteJson<'_>> = e.chain.iter().map(SiteJson::of).collect();
-            field(out, "chain", &chain);
-        }
-        ApiEvent::Stuck(e) => {
-            field(out, "open_ns", &e.open_ns);
-            field(out, "state", &escape::lossy(&e.state));
-            field(out, "wchan", &escape::lossy(&e.wchan));
-            field(out, "syscall", &escape::lossy(&e.syscall));
-            let stack: Vec<_> = e.stack.iter().map(|f| escape::lossy(f)).collect();
-            field(out, "stack", &stack);
-        }
-        ApiEvent::Stats(_) | ApiEvent::Path(_) | ApiEvent::Handout(_) => {}
-    }
+    ev.event.json(out);
     if let Some(a) = ev.cgroup {
         field(out, "cgroup", &a.json_fields());
     }
     out.push(b'}');
     true
-}
-
-/// A call site as JSON, `symbol` then `library` (names from the traced process: UTF-8 shown
-/// lossily; [`escape::write_json`] writes them terminal-safe).
-#[derive(Serialize)]
-struct SiteJson<'a> {
-    symbol: Cow<'a, str>,
-    library: Cow<'a, str>,
-}
-
-impl<'a> SiteJson<'a> {
-    fn of(site: &'a crate::api::events::Site) -> Self {
-        Self {
-            symbol: escape::lossy(&site.symbol),
-            library: escape::lossy(&site.library),
-        }
-    }
-}
-
-/// `,"KEY":` and `value` (`key` is one of this file's ASCII names: nothing to escape).
-fn field<T: Serialize + ?Sized>(out: &mut Vec<u8>, key: &str, value: &T) {
-    out.extend_from_slice(b",\"");
-    out.extend_from_slice(key.as_bytes());
-    out.extend_from_slice(b"\":");
-    escape::write_json(out, value);
-}
-
-/// `,"KEY":"TEXT"`, or `,"KEY":null` for `None`, where TEXT is one this crate spells in
-/// printable ASCII without quotes or backslashes (keys, handles, labels): the bytes serde_json and
-/// the terminal-safe escaper write for it, without scanning it twice.
-fn plain_field(out: &mut Vec<u8>, key: &str, text: Option<&[u8]>) {
-    out.extend_from_slice(b",\"");
-    out.extend_from_slice(key.as_bytes());
-    match text {
-        Some(t) => {
-            debug_assert!(
-                t.iter()
-                    .all(|&b| (0x20..0x7f).contains(&b) && !b"\"\\".contains(&b))
-            );
-            out.extend_from_slice(b"\":\"");
-            out.extend_from_slice(t);
-            out.push(b'"');
-        }
-        None => out.extend_from_slice(b"\":null"),
-    }
 }
 
 /// The origin's fields, as [`Origin`]'s `Serialize` writes them: `ts_ns`, `cpu`, `pid`, `tid`,
@@ -538,21 +447,6 @@ fn write_origin(out: &mut Vec<u8>, o: &Origin) {
     field(out, "comm", &comm.comm);
     if let Some(bytes) = &comm.comm_bytes {
         field(out, "comm_bytes", bytes);
-    }
-}
-
-/// `value`'s fields after the ones written so far: `value` serializes as an object, whose
-/// braces are dropped (what `#[serde(flatten)]` does).
-fn splice_object<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
-    let at = out.len();
-    escape::write_json(out, value);
-    debug_assert!(out[at] == b'{' && out.last() == Some(&b'}'));
-    if out.len() - at == 2 {
-        // `{}`: no fields.
-        out.truncate(at);
-    } else {
-        out[at] = b',';
-        out.pop();
     }
 }
 
