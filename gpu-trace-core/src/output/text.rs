@@ -242,11 +242,8 @@ impl TextFormatter {
             &crate::escape::escape_text(s.process.unwrap_or("?")),
             16,
         );
-        let _ = write!(
-            line,
-            " gpu={} sm={}% mem={}% enc={}% dec={}%",
-            sample.gpu, sample.sm, sample.mem, sample.enc, sample.dec
-        );
+        line.push(' ');
+        sample.text(line);
     }
 }
 
