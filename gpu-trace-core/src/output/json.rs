@@ -335,7 +335,6 @@
 
 use chrono::{Datelike as _, SecondsFormat, Timelike as _};
 use serde::Serialize;
-use std::borrow::Cow;
 
 use crate::escape;
 use crate::event::{Event, Hex8, Origin};
@@ -649,90 +648,15 @@ impl Serialize for UtcMicros {
 
 /// The `{"event":"INVENTORY",...}` line (no newline): the processes that had a GPU open when
 /// tracing started, as the start-up inventory found them (`taken_ns`: when, CLOCK_MONOTONIC).
-pub fn inventory_json(inv: &crate::inventory::Inventory, clock: &Clock) -> String {
-    let ts_ns = inv.taken_ns;
-    let line = InventoryLine {
-        taken_ns: inv.taken_ns,
-        gpus: &inv.gpus,
-        processes: inv.processes.iter().map(InventoryProcessLine::of).collect(),
-        vanished: inv.vanished,
-        denied: inv.denied,
-        nvml_note: inv.nvml_note.as_deref(),
-    };
-    // `event` first, like every other line; then the inventory's fields in their order.
-    let line = InventoryHead {
-        event: "INVENTORY",
-        time: UtcMicros::at(clock, ts_ns),
-        line,
-    };
+/// `event` and `time` first, like every other line; then the inventory's own fields
+/// ([`Inventory::write_json_fields`]).
+pub fn inventory_json(inv: &Inventory, clock: &Clock) -> String {
     let mut out = Vec::new();
-    escape::write_json(&mut out, &line);
+    out.extend_from_slice(b"{\"event\":\"INVENTORY\",\"time\":");
+    UtcMicros::at(clock, inv.taken_ns).write_quoted(&mut out);
+    inv.write_json_fields(&mut out);
+    out.push(b'}');
     String::from_utf8(out).expect("serde_json writes UTF-8")
-}
-
-#[derive(Serialize)]
-struct InventoryHead<'a> {
-    event: &'static str,
-    time: UtcMicros,
-    #[serde(flatten)]
-    line: InventoryLine<'a>,
-}
-
-/// The inventory as the `INVENTORY` line shows it: [`crate::inventory::Inventory`]'s fields in
-/// its order, the strings from /proc as UTF-8 text (U+FFFD for a byte that is not UTF-8) and,
-/// where that is not exact, their bytes (`comm_bytes`, ... as events' `comm_bytes`).
-#[derive(Serialize)]
-struct InventoryLine<'a> {
-    taken_ns: u64,
-    gpus: &'a [crate::inventory::GpuInfo],
-    processes: Vec<InventoryProcessLine<'a>>,
-    vanished: u32,
-    denied: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    nvml_note: Option<&'a str>,
-}
-
-#[derive(Serialize)]
-struct InventoryProcessLine<'a> {
-    pid: u32,
-    comm: Cow<'a, str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    comm_bytes: Option<Cow<'a, [u8]>>,
-    cmdline: Vec<Cow<'a, str>>,
-    /// Every argument's bytes, when one of them is not UTF-8.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    cmdline_bytes: Option<Vec<Cow<'a, [u8]>>>,
-    exe: Option<Cow<'a, str>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    exe_bytes: Option<Cow<'a, [u8]>>,
-    cgroup: Option<Cow<'a, str>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    cgroup_bytes: Option<Cow<'a, [u8]>>,
-    gpus: &'a [crate::inventory::ProcessGpu],
-    fds: &'a [(i32, crate::inventory::GpuNode)],
-    mps: Option<crate::inventory::MpsRole>,
-}
-
-impl<'a> InventoryProcessLine<'a> {
-    fn of(p: &'a crate::inventory::InventoryProcess) -> Self {
-        use escape::{is_exact, lossy, raw_bytes};
-        let bytes = |s: &'a str| (!is_exact(s)).then(|| raw_bytes(s));
-        Self {
-            pid: p.pid,
-            comm: lossy(&p.comm),
-            comm_bytes: bytes(&p.comm),
-            cmdline: p.cmdline.iter().map(|a| lossy(a)).collect(),
-            cmdline_bytes: (!p.cmdline.iter().all(|a| is_exact(a)))
-                .then(|| p.cmdline.iter().map(|a| raw_bytes(a)).collect()),
-            exe: p.exe.as_deref().map(lossy),
-            exe_bytes: p.exe.as_deref().and_then(bytes),
-            cgroup: p.cgroup.as_deref().map(lossy),
-            cgroup_bytes: p.cgroup.as_deref().and_then(bytes),
-            gpus: &p.gpus,
-            fds: &p.fds,
-            mps: p.mps,
-        }
-    }
 }
 
 fn is_zero(v: &u64) -> bool {
