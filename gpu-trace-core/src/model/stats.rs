@@ -1,6 +1,6 @@
 //! Statistics of a trace: event counts, per-process counts, and the health counters of the
 //! kernel side and of the userspace reader. Printed at the end of a trace
-//! ([`Stats::render_text`], or `output::json::stats_json`).
+//! ([`Stats::render_text`], or `output::stats_json::stats_json`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
