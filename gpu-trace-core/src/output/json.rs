@@ -403,8 +403,9 @@ pub fn write_event(
 /// Appends the JSON line of an API record of the main trace (`gpu-trace --api`; no newline):
 /// `event`, `time` and the origin's fields as for a driver event, then the record's own fields
 /// (its [`Section`]), and `cgroup` when known (module documentation, "API records of the main
-/// trace"); or the record's own line where it has no frame ([`ApiEvent::own_json_line`](crate::api::names::ApiEvent::own_json_line)). False
-/// (nothing appended) for a process's sums (`API_STATS`: the statistics carry them).
+/// trace"); or the record's own line where it has no frame
+/// ([`crate::api::names::ApiEvent::own_json_line`]). False (nothing appended) for a process's
+/// sums (`API_STATS`: the statistics carry them).
 pub fn write_api(out: &mut Vec<u8>, ev: &ApiEnriched<'_>, clock: &Clock) -> bool {
     // The same lines as `gpu-trace api`'s (docs/api.md).
     if let Some(line) = ev.event.own_json_line() {
