@@ -407,8 +407,8 @@ pub struct Event {
     pub origin: Origin,
     pub kind: EventKind,
     /// AMD KFD events only: the queue's properties. `None` for NVIDIA events, whose text and
-    /// JSON lines do not change. Rendered after the common fields (text) and as an `amd`
-    /// object (JSON).
+    /// JSON lines do not change. Renders itself (`source::amd::render`): its text fields in
+    /// place of the kind's, an `amd` object in JSON.
     pub amd: Option<AmdDetail>,
     /// The run-unique identity of the task ([`TaskKey`]); `None` where there is none (a refused
     /// AMD `CREATE_QUEUE`). JSON only.
@@ -473,6 +473,19 @@ impl Serialize for ApiOpen {
     }
 }
 
+/// The section after a driver event's own fields: text ` api=SYMBOL@LIBRARY<CALLER@LIBRARY`,
+/// JSON an `api` object.
+impl crate::section::Section for ApiOpen {
+    fn text(&self, line: &mut String) {
+        use std::fmt::Write as _;
+        let _ = write!(line, "{self}");
+    }
+
+    fn json(&self, out: &mut Vec<u8>) {
+        crate::section::field(out, "api", self);
+    }
+}
+
 /// Text: ` api=SYMBOL@LIBRARY` and `<CALLER@LIBRARY` where there is one.
 impl std::fmt::Display for ApiOpen {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -484,7 +497,26 @@ impl std::fmt::Display for ApiOpen {
     }
 }
 
+/// Which number an event's `gpu` is: its vendor's choice ([`Event::gpu_numbering`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GpuNumbering {
+    /// NVIDIA: RM's device instance, which the run maps to the GPU as nvidia-smi names it
+    /// (JSON `gpu` the nvidia-smi index, `rm_device` the instance; `gpu_device`).
+    RmDevice,
+    /// The driver's own id, written as it is (AMD: the KFD `gpu_id`); no `rm_device`.
+    Driver,
+}
+
 impl Event {
+    /// Which number the event's `gpu` is: the vendor detail's choice, RM's device instance
+    /// where there is no detail (NVIDIA).
+    #[inline]
+    pub fn gpu_numbering(&self) -> GpuNumbering {
+        self.amd
+            .as_ref()
+            .map_or(GpuNumbering::RmDevice, AmdDetail::gpu_numbering)
+    }
+
     /// The RM client the event names (NVIDIA), 0 where none.
     pub fn client(&self) -> u32 {
         match self.kind {
@@ -810,6 +842,12 @@ impl EventKind {
             Self::PretraceEnd { .. } => "PRETRACE_END",
             Self::MpsShared { .. } => "MPS_SHARED",
         }
+    }
+
+    /// The text output prints it with `-v` only (`WORK_SUBMIT`: one per channel, numerous).
+    #[inline]
+    pub fn verbose_only(&self) -> bool {
+        matches!(self, Self::WorkSubmit { .. })
     }
 
     /// The driver's own number of the task's GPU, for the kinds that carry one (`TASK_INIT`,

@@ -1,11 +1,13 @@
 //! What the start-up inventory found: every process that had a GPU device open when tracing
 //! started, and the NVIDIA driver's GPUs (`gpu-trace`'s `probe::inventory` walks `/proc` to
-//! make one; recordings carry it in their header). Plain data, and its text for the start-up
-//! report.
+//! make one; recordings carry it in their header). Plain data, its text for the start-up
+//! report, and its fields of the JSON `INVENTORY` line (`output::json` writes the frame).
 
 use serde::{Deserialize, Serialize};
 
-use crate::escape::escape_text;
+use std::borrow::Cow;
+
+use crate::escape::{self, escape_text};
 use crate::model::gpus::GpuDirectory;
 
 /// What an fd of a process points at, as far as the inventory cares.
@@ -316,4 +318,81 @@ pub fn render_text_named(inv: &Inventory, cmdlines: bool, names: &mut PodNamer<'
         out.push(format!("  (no GPU memory per process: {note})"));
     }
     out
+}
+
+impl Inventory {
+    /// Appends the `INVENTORY` line's own fields (after its `event` and `time`), each as
+    /// `,"KEY":VALUE`: `taken_ns`, `gpus`, `processes`, `vanished`, `denied`, `nvml_note`.
+    pub fn write_json_fields(&self, out: &mut Vec<u8>) {
+        let line = InventoryLine {
+            taken_ns: self.taken_ns,
+            gpus: &self.gpus,
+            processes: self
+                .processes
+                .iter()
+                .map(InventoryProcessLine::of)
+                .collect(),
+            vanished: self.vanished,
+            denied: self.denied,
+            nvml_note: self.nvml_note.as_deref(),
+        };
+        crate::section::splice_object(out, &line);
+    }
+}
+
+/// The inventory as the `INVENTORY` line shows it: [`Inventory`]'s fields in
+/// its order, the strings from /proc as UTF-8 text (U+FFFD for a byte that is not UTF-8) and,
+/// where that is not exact, their bytes (`comm_bytes`, ... as events' `comm_bytes`).
+#[derive(Serialize)]
+struct InventoryLine<'a> {
+    taken_ns: u64,
+    gpus: &'a [GpuInfo],
+    processes: Vec<InventoryProcessLine<'a>>,
+    vanished: u32,
+    denied: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    nvml_note: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct InventoryProcessLine<'a> {
+    pid: u32,
+    comm: Cow<'a, str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    comm_bytes: Option<Cow<'a, [u8]>>,
+    cmdline: Vec<Cow<'a, str>>,
+    /// Every argument's bytes, when one of them is not UTF-8.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cmdline_bytes: Option<Vec<Cow<'a, [u8]>>>,
+    exe: Option<Cow<'a, str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    exe_bytes: Option<Cow<'a, [u8]>>,
+    cgroup: Option<Cow<'a, str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cgroup_bytes: Option<Cow<'a, [u8]>>,
+    gpus: &'a [ProcessGpu],
+    fds: &'a [(i32, GpuNode)],
+    mps: Option<MpsRole>,
+}
+
+impl<'a> InventoryProcessLine<'a> {
+    fn of(p: &'a InventoryProcess) -> Self {
+        use escape::{is_exact, lossy, raw_bytes};
+        let bytes = |s: &'a str| (!is_exact(s)).then(|| raw_bytes(s));
+        Self {
+            pid: p.pid,
+            comm: lossy(&p.comm),
+            comm_bytes: bytes(&p.comm),
+            cmdline: p.cmdline.iter().map(|a| lossy(a)).collect(),
+            cmdline_bytes: (!p.cmdline.iter().all(|a| is_exact(a)))
+                .then(|| p.cmdline.iter().map(|a| raw_bytes(a)).collect()),
+            exe: p.exe.as_deref().map(lossy),
+            exe_bytes: p.exe.as_deref().and_then(bytes),
+            cgroup: p.cgroup.as_deref().map(lossy),
+            cgroup_bytes: p.cgroup.as_deref().and_then(bytes),
+            gpus: &p.gpus,
+            fds: &p.fds,
+            mps: p.mps,
+        }
+    }
 }

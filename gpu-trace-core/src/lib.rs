@@ -27,6 +27,7 @@
 pub mod api;
 pub mod escape;
 pub mod event;
+pub mod event_fields;
 pub mod flight;
 pub mod inventory;
 pub mod live_set;
@@ -37,6 +38,7 @@ pub mod output;
 pub mod pipeline;
 pub mod record;
 pub mod rotate;
+pub mod section;
 pub mod sink;
 pub mod skip;
 pub mod source;

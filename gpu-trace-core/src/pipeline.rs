@@ -6,7 +6,7 @@ use std::{collections::HashMap, io::Write, time::Duration};
 
 use crate::{
     api::names::ApiEvent,
-    event::{Event, EventKind, Origin, TaskKey},
+    event::{Event, EventKind, GpuNumbering, Origin, TaskKey},
     inventory::Inventory,
     model::{
         bounded::PidMap,
@@ -402,15 +402,12 @@ impl<W: Write> Pipeline<W> {
         Ok(())
     }
 
-    /// The GPU an NVIDIA event's task is on, as nvidia-smi names it, when known: its RM device
-    /// instance from the event itself (`TASK_INIT`, `WORK_SUBMIT`) or from the task's earlier
-    /// events.
+    /// The GPU an event's task is on, as nvidia-smi names it, when known and when the event's
+    /// vendor numbers GPUs by RM device instance ([`GpuNumbering::RmDevice`]): that instance
+    /// from the event itself (`TASK_INIT`, `WORK_SUBMIT`) or from the task's earlier events.
     fn gpu_of(&mut self, event: &Event) -> Option<GpuIdentity> {
-        let own = match &event.kind {
-            EventKind::TaskInit { gpu, .. } | EventKind::WorkSubmit { gpu, .. } => *gpu,
-            _ => None,
-        };
-        if event.amd.is_some() {
+        let own = event.kind.driver_gpu().flatten();
+        if event.gpu_numbering() != GpuNumbering::RmDevice {
             return None;
         }
         let key = event.key?;

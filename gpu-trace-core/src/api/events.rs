@@ -1,12 +1,18 @@
 //! The API layer's per-call events, the same in `gpu-trace api` and the main trace's `--api`:
 //! `API_CALL` (one per completed call), `API_RECURSION` (a symbol re-entered on a thread
 //! through the same library, or a thread past `--max-depth`) and `API_STUCK` (a call open
-//! longer than `--stuck-after`). Each renders its own text fields here (after the line's time,
-//! CPU, name and `PID=… comm` columns, which `output::text` writes as for every event); the
-//! JSON fields are written by `output::json` (docs/events.md). Library paths and process names
+//! longer than `--stuck-after`). Each is a [`Section`]: it renders its own text fields here
+//! (after the line's time, CPU, name and `PID=… comm` columns, which `output::text` writes as
+//! for every event) and its own JSON fields (after the frame `output::json` writes as for every
+//! event: `event`, `time`, the origin's fields; docs/events.md). Library paths and process names
 //! come from the traced process: text escapes them, JSON carries them as UTF-8.
 
-use crate::escape::escape_text;
+use std::borrow::Cow;
+
+use serde::Serialize;
+
+use crate::escape::{self, escape_text};
+use crate::section::{Section, field, splice_object};
 
 /// A library and symbol (a traced attach point).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -134,6 +140,77 @@ pub fn stuck_fields(e: &StuckEvent) -> String {
         out.push_str(&escape_text(f));
     }
     out
+}
+
+/// A call site as JSON, `symbol` then `library` (names from the traced process: UTF-8 shown
+/// lossily; [`escape::write_json`] writes them terminal-safe).
+#[derive(Serialize)]
+struct SiteJson<'a> {
+    symbol: Cow<'a, str>,
+    library: Cow<'a, str>,
+}
+
+impl<'a> SiteJson<'a> {
+    fn of(site: &'a Site) -> Self {
+        Self {
+            symbol: escape::lossy(&site.symbol),
+            library: escape::lossy(&site.library),
+        }
+    }
+}
+
+/// `API_CALL`: [`call_fields`]; JSON `symbol`, `library`, `duration_ns`, `ret`, `depth`,
+/// `caller` (an inner call's), `preload` (where known).
+impl Section for CallEvent {
+    fn text(&self, line: &mut String) {
+        line.push_str(&call_fields(self));
+    }
+
+    fn json(&self, out: &mut Vec<u8>) {
+        splice_object(out, &SiteJson::of(&self.site));
+        field(out, "duration_ns", &self.duration_ns);
+        field(out, "ret", &(self.ret as u32 as i32));
+        field(out, "depth", &self.depth);
+        if let Some(c) = &self.caller {
+            field(out, "caller", &SiteJson::of(c));
+        }
+        if let Some(preload) = self.preload {
+            field(out, "preload", &preload);
+        }
+    }
+}
+
+/// `API_RECURSION`: [`recursion_fields`]; JSON `symbol`, `library`, `why`, `depth`, `chain`.
+impl Section for RecursionEvent {
+    fn text(&self, line: &mut String) {
+        line.push_str(&recursion_fields(self));
+    }
+
+    fn json(&self, out: &mut Vec<u8>) {
+        splice_object(out, &SiteJson::of(&self.site));
+        field(out, "why", why(self));
+        field(out, "depth", &self.depth);
+        let chain: Vec<SiteJson<'_>> = self.chain.iter().map(SiteJson::of).collect();
+        field(out, "chain", &chain);
+    }
+}
+
+/// `API_STUCK`: [`stuck_fields`]; JSON `symbol`, `library`, `open_ns`, `state`, `wchan`,
+/// `syscall`, `stack`.
+impl Section for StuckEvent {
+    fn text(&self, line: &mut String) {
+        line.push_str(&stuck_fields(self));
+    }
+
+    fn json(&self, out: &mut Vec<u8>) {
+        splice_object(out, &SiteJson::of(&self.site));
+        field(out, "open_ns", &self.open_ns);
+        field(out, "state", &escape::lossy(&self.state));
+        field(out, "wchan", &escape::lossy(&self.wchan));
+        field(out, "syscall", &escape::lossy(&self.syscall));
+        let stack: Vec<_> = self.stack.iter().map(|f| escape::lossy(f)).collect();
+        field(out, "stack", &stack);
+    }
 }
 
 /// API events for the output modules' tests.

@@ -10,6 +10,7 @@ use gpu_trace_common::api::{API_STACK_MAX, ApiCallRecord, ApiRecursionRecord};
 use super::events::{CallEvent, RecursionEvent, Site};
 use super::stats::CallStats;
 use crate::event::Origin;
+use crate::section::Section;
 use crate::user_records::{ApiStatsRecord, ApiSymbolRecord};
 
 /// Cookies named at most (a run attaches a few hundred); past it a new one is not kept and
@@ -62,6 +63,23 @@ impl ApiEvent {
         }
     }
 
+    /// The whole JSON line (no newline) of a record that has no common frame (`API_PATH`,
+    /// `API_HANDOUT`: the objects `gpu-trace api` writes, without `time` and the origin's
+    /// fields); `None` for the others, whose [`Section`] fields follow the frame.
+    pub fn own_json_line(&self) -> Option<String> {
+        match self {
+            Self::Path(p) => Some(p.json()),
+            Self::Handout(h) => Some(h.json()),
+            Self::Call(_) | Self::Recursion(_) | Self::Stuck(_) | Self::Stats(_) => None,
+        }
+    }
+
+    /// Its text line is printed with `-v` only (`API_HANDOUT`: one a process and symbol,
+    /// mostly at its start).
+    pub fn verbose_only(&self) -> bool {
+        matches!(self, Self::Handout(_))
+    }
+
     /// The process the event is about.
     pub fn pid(&self) -> u32 {
         match self {
@@ -71,6 +89,32 @@ impl ApiEvent {
             Self::Path(p) => p.pid,
             Self::Handout(h) => h.pid,
             Self::Stuck(e) => e.pid,
+        }
+    }
+}
+
+/// Each record's own fields, as its module writes them ([`CallEvent`], [`RecursionEvent`],
+/// [`StuckEvent`](super::events::StuckEvent) in `events.rs`; `API_PATH`'s sentence and
+/// `API_HANDOUT`'s fields in `path.rs`, whose JSON is a line of its own:
+/// [`ApiEvent::own_json_line`]). Nothing for a process's sums (the statistics carry them).
+impl Section for ApiEvent {
+    fn text(&self, line: &mut String) {
+        match self {
+            Self::Call(e) => e.text(line),
+            Self::Recursion(e) => e.text(line),
+            Self::Stuck(e) => e.text(line),
+            Self::Path(p) => line.push_str(&p.sentence()),
+            Self::Handout(h) => line.push_str(&h.fields()),
+            Self::Stats(_) => {}
+        }
+    }
+
+    fn json(&self, out: &mut Vec<u8>) {
+        match self {
+            Self::Call(e) => e.json(out),
+            Self::Recursion(e) => e.json(out),
+            Self::Stuck(e) => e.json(out),
+            Self::Path(_) | Self::Handout(_) | Self::Stats(_) => {}
         }
     }
 }

@@ -46,7 +46,7 @@ use prometheus_client::{
 use crate::model::gpus::GpuIdentity;
 use crate::sink::{ApiEnriched, Enriched, RunEnd, ShareBatch, Sink, SinkError};
 use crate::{
-    event::{DestroyCause, Engine, Event, EventKind, SchedChange, TaskId},
+    event::{DestroyCause, Engine, Event, EventKind, GpuNumbering, SchedChange, TaskId},
     model::stats::{KernelCounters, Stats},
 };
 
@@ -665,11 +665,12 @@ struct TaskState {
     timeslice_us: Option<u64>,
 }
 
-/// Who an event is of, besides its task: the GPU the pipeline named, AMD's detail, the process's
-/// name and workload.
+/// Who an event is of, besides its task: the GPU the pipeline named, its GPU numbering, AMD's
+/// detail, the process's name and workload.
 #[derive(Clone, Copy)]
 struct Who<'a> {
     named: Option<&'a GpuIdentity>,
+    numbering: GpuNumbering,
     amd: Option<&'a crate::event::AmdDetail>,
     process: &'a str,
     workload: Option<&'a Workload>,
@@ -1027,6 +1028,7 @@ impl Metrics {
         let amd = ev.amd.as_ref();
         let who = Who {
             named: gpu,
+            numbering: ev.gpu_numbering(),
             amd,
             process: process_name,
             workload,
@@ -1150,7 +1152,7 @@ impl Metrics {
     /// The series of `who`'s event on `gpu` (the event's own number) and `engine`.
     fn key_of(&mut self, who: Who<'_>, gpu: Option<u32>, engine: Option<Engine>) -> SeriesKey {
         let engine = engine_label(engine, who.amd);
-        let gpu = self.gpu_slot(gpu, who.named, who.amd.is_some());
+        let gpu = self.gpu_slot(gpu, who.named, who.numbering);
         self.key_on(gpu, engine, who.process, who.workload)
     }
 
@@ -1222,17 +1224,25 @@ impl Metrics {
         }
     }
 
-    /// The `gpu` label index of a GPU named by nvidia-smi's index and UUID (`named`), else
-    /// AMD's by the event's own number (its `gpu_id`), NVIDIA's as `?`.
-    fn gpu_slot(&mut self, gpu: Option<u32>, named: Option<&GpuIdentity>, amd: bool) -> u32 {
+    /// The `gpu` label index of a GPU named by nvidia-smi's index and UUID (`named`), else by
+    /// the event's own number where that is the driver's id (AMD's `gpu_id`), else (an RM
+    /// device instance not named yet) as `?`.
+    fn gpu_slot(
+        &mut self,
+        gpu: Option<u32>,
+        named: Option<&GpuIdentity>,
+        numbering: GpuNumbering,
+    ) -> u32 {
         match (named, gpu) {
             (Some(id), _) => self.gpus.slot(&gpu_key(Some(id.index), None), || {
                 let uuid = id.uuid.as_deref().map(sanitize_label).unwrap_or_default();
                 (gpu_key(Some(id.index), None), (id.index.to_string(), uuid))
             }),
-            (None, Some(_)) if !amd => self.gpus.slot(&UNNAMED_GPU_KEY, || {
-                (UNNAMED_GPU_KEY, ("?".to_string(), String::new()))
-            }),
+            (None, Some(_)) if numbering == GpuNumbering::RmDevice => {
+                self.gpus.slot(&UNNAMED_GPU_KEY, || {
+                    (UNNAMED_GPU_KEY, ("?".to_string(), String::new()))
+                })
+            }
             (None, Some(g)) => self.gpus.slot(&gpu_key(None, Some(g)), || {
                 (gpu_key(None, Some(g)), (g.to_string(), String::new()))
             }),

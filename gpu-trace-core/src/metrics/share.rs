@@ -11,6 +11,7 @@ use std::{
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 
 use super::{MetricDoc, Metrics, Workload};
+use crate::event::GpuNumbering;
 
 /// The reference entry (docs/fleet.md).
 pub const SHARE: MetricDoc = MetricDoc {
@@ -88,7 +89,7 @@ impl Metrics {
             let gpu = match self.gpus.contains(&named) {
                 true => self.gpus.slot(&named, || unreachable!("contained")),
                 // Labelled by that number as it is (the path of a number that is not RM's).
-                false => self.gpu_slot(Some(*gpu), None, true),
+                false => self.gpu_slot(Some(*gpu), None, GpuNumbering::Driver),
             };
             let key = self.key_on(gpu, 0, comm, workload.as_ref());
             let l = self.labels_of(key);

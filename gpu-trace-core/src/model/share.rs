@@ -12,6 +12,7 @@
 use std::collections::BTreeMap;
 
 use crate::event::{Event, EventKind, Interleave, SchedChange};
+use crate::section::{Section, field};
 
 /// One NVML process utilization sample.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -31,6 +32,29 @@ pub struct ShareSample {
     pub enc: u32,
     /// Decoder utilization, %.
     pub dec: u32,
+}
+
+/// A `GPU_SHARE` line's own fields (after its frame: the time, the process; `output::share`,
+/// `output::text`): text `gpu=N sm=P% mem=P% enc=P% dec=P%`, JSON `gpu`, `uuid`, `sm`, `mem`,
+/// `enc`, `dec`.
+impl Section for ShareSample {
+    fn text(&self, line: &mut String) {
+        use std::fmt::Write as _;
+        let _ = write!(
+            line,
+            "gpu={} sm={}% mem={}% enc={}% dec={}%",
+            self.gpu, self.sm, self.mem, self.enc, self.dec
+        );
+    }
+
+    fn json(&self, out: &mut Vec<u8>) {
+        field(out, "gpu", &self.gpu);
+        field(out, "uuid", &self.uuid);
+        field(out, "sm", &self.sm);
+        field(out, "mem", &self.mem);
+        field(out, "enc", &self.enc);
+        field(out, "dec", &self.dec);
+    }
 }
 
 /// Samples kept for the windowed figures; beyond this the run's totals still count them.

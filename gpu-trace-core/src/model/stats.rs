@@ -1,6 +1,6 @@
 //! Statistics of a trace: event counts, per-process counts, and the health counters of the
 //! kernel side and of the userspace reader. Printed at the end of a trace
-//! ([`Stats::render_text`], or `output::json::stats_json`).
+//! ([`Stats::render_text`], or `output::stats_json::stats_json`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -292,9 +292,9 @@ pub struct Stats {
     row_labels: BTreeMap<u32, String>,
     /// RM device instance → nvidia-smi's index and the UUID, where known (`model::gpus`).
     pub(crate) gpu_names: BTreeMap<u32, (u32, Option<String>)>,
-    /// The GPU numbers are AMD's KFD `gpu_id`s (an AMD event was counted; one vendor per run),
-    /// not RM device instances.
-    kfd_gpus: bool,
+    /// The GPU numbers are the driver's own ids (an event numbered so was counted, AMD's KFD
+    /// `gpu_id`s; one vendor per run), not RM device instances.
+    driver_gpu_ids: bool,
     /// Tasks alive (as far as the events go), by key.
     pub(crate) live_tasks: BTreeMap<TaskKey, TaskStats>,
     /// Live tasks followed per process (for [`MAX_LIVE_TASKS_PER_PROCESS`]).
@@ -382,7 +382,7 @@ impl Stats {
         if !matches!(ev.kind, EventKind::TaskDestroy { .. }) {
             proc.exited_ns = None;
         }
-        self.kfd_gpus |= ev.amd.is_some();
+        self.driver_gpu_ids |= ev.gpu_numbering() == crate::event::GpuNumbering::Driver;
         match &ev.kind {
             EventKind::TaskInit { .. } => {
                 self.task_init += 1;
@@ -661,7 +661,7 @@ impl Stats {
     /// task's `gpu`, a key of [`gpu_concurrency`](Self::gpu_concurrency)): NVIDIA, nvidia-smi's
     /// index where the run learned it (`None`: not known, printed `?`); AMD, the KFD `gpu_id`.
     pub fn shown_gpu(&self, driver: Option<u32>) -> Option<u32> {
-        if self.kfd_gpus {
+        if self.driver_gpu_ids {
             return driver;
         }
         driver.and_then(|g| self.gpu_name(g)).map(|n| n.0)
@@ -671,7 +671,7 @@ impl Stats {
     /// keep it apart (JSON `rm_device`): `None` (not written) for AMD, whose `gpu` is the
     /// driver's number already; `Some(None)`: NVIDIA, not seen.
     pub fn rm_device(&self, driver: Option<u32>) -> Option<Option<u32>> {
-        (!self.kfd_gpus).then_some(driver)
+        (!self.driver_gpu_ids).then_some(driver)
     }
 
     /// Process `pid` runs in container / pod `group` (a row label: `podman 3f2a9c1b7d0e`);

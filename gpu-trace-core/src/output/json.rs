@@ -335,26 +335,28 @@
 
 use chrono::{Datelike as _, SecondsFormat, Timelike as _};
 use serde::Serialize;
-use std::borrow::Cow;
 
-use crate::api::names::ApiEvent;
-use crate::escape;
 use crate::event::{Event, Hex8, Origin};
+use crate::event_fields::EventFields;
 use crate::inventory::Inventory;
 use crate::model::gpus::GpuIdentity;
-use crate::model::stats::{EngineStats, KernelCounters, ProcessStats, Stats, TaskStats};
+use crate::model::stats::Stats;
 use crate::model::workload::Attribution;
 use crate::output::clock::Clock;
+use crate::output::stats_json::stats_json;
+use crate::section::{Section, field, plain_field};
 use crate::sink::{ApiEnriched, Enriched, RunEnd, ShareBatch, Sink, SinkError};
 
 /// Appends the JSON line of `ev` to `out` (no newline), as described in the
 /// [module documentation](self): with the GPU the task is on and the process's cgroup, each when
-/// known. Strings are written terminal-safe ([`escape::TerminalSafeJson`]).
+/// known. Strings are written terminal-safe ([`crate::escape::TerminalSafeJson`]).
 ///
-/// The documented order, written by hand (this runs for every event): `event`, `time`, the
-/// origin's fields, the identity fields, the kind's fields (the kind serializes itself as an
-/// object, spliced in), then (each when there is one) `amd`, `gpu_device` and `cgroup`. Every
-/// value goes through serde_json and the terminal-safe escaper, as a flattened serde line did.
+/// The documented order, written by hand (this runs for every event): the frame (`event`,
+/// `time`, the origin's fields, the identity fields), then the event's sections, which write
+/// their own fields ([`EventFields`]: the kind's, its `gpu` numbering and its vendor detail's;
+/// then the API call it happened in), then (each when there is one) `gpu_device` and `cgroup`.
+/// Every value goes through serde_json and the terminal-safe escaper, as a flattened serde line
+/// did.
 pub fn write_event(
     out: &mut Vec<u8>,
     ev: &Event,
@@ -385,23 +387,9 @@ pub fn write_event(
         id.handle.map(Hex8::text).as_ref().map(|h| &h[..]),
     );
     plain_field(out, "client_hex", Some(&id.client_hex.text()[..]));
-    splice_object(out, &ev.kind);
-    // The kinds that name their GPU end with it (where the derive wrote it until the numbers
-    // split): nvidia-smi's index and RM's own number apart, AMD's `gpu_id` as it is.
-    if let Some(driver) = ev.kind.driver_gpu() {
-        match &ev.amd {
-            Some(_) => field(out, "gpu", &driver),
-            None => {
-                field(out, "gpu", &gpu.map(|g| g.index));
-                field(out, "rm_device", &driver);
-            }
-        }
-    }
-    if let Some(amd) = &ev.amd {
-        field(out, "amd", amd);
-    }
+    EventFields::new(ev, gpu).json(out);
     if let Some(api) = &ev.api {
-        field(out, "api", api);
+        api.json(out);
     }
     if let Some(gpu) = gpu {
         field(out, "gpu_device", gpu);
@@ -413,24 +401,18 @@ pub fn write_event(
 }
 
 /// Appends the JSON line of an API record of the main trace (`gpu-trace --api`; no newline):
-/// `event` (`"API_CALL"` or `"API_RECURSION"`), `time` and the origin's fields as for a driver
-/// event, then `symbol` and `library` and the record's own fields, and `cgroup` when known
-/// (module documentation, "API records of the main trace"). False (nothing appended) for a
-/// process's sums (`API_STATS`: the statistics carry them).
+/// `event`, `time` and the origin's fields as for a driver event, then the record's own fields
+/// (its [`Section`]), and `cgroup` when known (module documentation, "API records of the main
+/// trace"); or the record's own line where it has no frame
+/// ([`crate::api::names::ApiEvent::own_json_line`]). False (nothing appended) for a process's
+/// sums (`API_STATS`: the statistics carry them).
 pub fn write_api(out: &mut Vec<u8>, ev: &ApiEnriched<'_>, clock: &Clock) -> bool {
     // The same lines as `gpu-trace api`'s (docs/api.md).
-    match ev.event {
-        ApiEvent::Path(p) => {
-            out.extend_from_slice(p.json().as_bytes());
-            return true;
-        }
-        ApiEvent::Handout(h) => {
-            out.extend_from_slice(h.json().as_bytes());
-            return true;
-        }
-        _ => {}
+    if let Some(line) = ev.event.own_json_line() {
+        out.extend_from_slice(line.as_bytes());
+        return true;
     }
-    let (Some(name), Some(site)) = (ev.event.name(), ev.event.site()) else {
+    let Some(name) = ev.event.name() else {
         return false;
     };
     out.extend_from_slice(b"{\"event\":\"");
@@ -438,85 +420,12 @@ pub fn write_api(out: &mut Vec<u8>, ev: &ApiEnriched<'_>, clock: &Clock) -> bool
     out.extend_from_slice(b"\",\"time\":");
     UtcMicros::at(clock, ev.origin.ts_ns).write_quoted(out);
     write_origin(out, ev.origin);
-    splice_object(out, &SiteJson::of(site));
-    match ev.event {
-        ApiEvent::Call(e) => {
-            field(out, "duration_ns", &e.duration_ns);
-            field(out, "ret", &(e.ret as u32 as i32));
-            field(out, "depth", &e.depth);
-            if let Some(c) = &e.caller {
-                field(out, "caller", &SiteJson::of(c));
-            }
-            if let Some(preload) = e.preload {
-                field(out, "preload", &preload);
-            }
-        }
-        ApiEvent::Recursion(e) => {
-            field(out, "why", crate::api::events::why(e));
-            field(out, "depth", &e.depth);
-            let chain: Vec<SiteJson<'_>> = e.chain.iter().map(SiteJson::of).collect();
-            field(out, "chain", &chain);
-        }
-        ApiEvent::Stuck(e) => {
-            field(out, "open_ns", &e.open_ns);
-            field(out, "state", &escape::lossy(&e.state));
-            field(out, "wchan", &escape::lossy(&e.wchan));
-            field(out, "syscall", &escape::lossy(&e.syscall));
-            let stack: Vec<_> = e.stack.iter().map(|f| escape::lossy(f)).collect();
-            field(out, "stack", &stack);
-        }
-        ApiEvent::Stats(_) | ApiEvent::Path(_) | ApiEvent::Handout(_) => {}
-    }
+    ev.event.json(out);
     if let Some(a) = ev.cgroup {
         field(out, "cgroup", &a.json_fields());
     }
     out.push(b'}');
     true
-}
-
-/// A call site as JSON, `symbol` then `library` (names from the traced process: UTF-8 shown
-/// lossily; [`escape::write_json`] writes them terminal-safe).
-#[derive(Serialize)]
-struct SiteJson<'a> {
-    symbol: Cow<'a, str>,
-    library: Cow<'a, str>,
-}
-
-impl<'a> SiteJson<'a> {
-    fn of(site: &'a crate::api::events::Site) -> Self {
-        Self {
-            symbol: escape::lossy(&site.symbol),
-            library: escape::lossy(&site.library),
-        }
-    }
-}
-
-/// `,"KEY":` and `value` (`key` is one of this file's ASCII names: nothing to escape).
-fn field<T: Serialize + ?Sized>(out: &mut Vec<u8>, key: &str, value: &T) {
-    out.extend_from_slice(b",\"");
-    out.extend_from_slice(key.as_bytes());
-    out.extend_from_slice(b"\":");
-    escape::write_json(out, value);
-}
-
-/// `,"KEY":"TEXT"`, or `,"KEY":null` for `None`, where TEXT is one this crate spells in
-/// printable ASCII without quotes or backslashes (keys, handles, labels): the bytes serde_json and
-/// the terminal-safe escaper write for it, without scanning it twice.
-fn plain_field(out: &mut Vec<u8>, key: &str, text: Option<&[u8]>) {
-    out.extend_from_slice(b",\"");
-    out.extend_from_slice(key.as_bytes());
-    match text {
-        Some(t) => {
-            debug_assert!(
-                t.iter()
-                    .all(|&b| (0x20..0x7f).contains(&b) && !b"\"\\".contains(&b))
-            );
-            out.extend_from_slice(b"\":\"");
-            out.extend_from_slice(t);
-            out.push(b'"');
-        }
-        None => out.extend_from_slice(b"\":null"),
-    }
 }
 
 /// The origin's fields, as [`Origin`]'s `Serialize` writes them: `ts_ns`, `cpu`, `pid`, `tid`,
@@ -538,21 +447,6 @@ fn write_origin(out: &mut Vec<u8>, o: &Origin) {
     field(out, "comm", &comm.comm);
     if let Some(bytes) = &comm.comm_bytes {
         field(out, "comm_bytes", bytes);
-    }
-}
-
-/// `value`'s fields after the ones written so far: `value` serializes as an object, whose
-/// braces are dropped (what `#[serde(flatten)]` does).
-fn splice_object<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
-    let at = out.len();
-    escape::write_json(out, value);
-    debug_assert!(out[at] == b'{' && out.last() == Some(&b'}'));
-    if out.len() - at == 2 {
-        // `{}`: no fields.
-        out.truncate(at);
-    } else {
-        out[at] = b',';
-        out.pop();
     }
 }
 
@@ -755,347 +649,21 @@ impl Serialize for UtcMicros {
 
 /// The `{"event":"INVENTORY",...}` line (no newline): the processes that had a GPU open when
 /// tracing started, as the start-up inventory found them (`taken_ns`: when, CLOCK_MONOTONIC).
-pub fn inventory_json(inv: &crate::inventory::Inventory, clock: &Clock) -> String {
-    let ts_ns = inv.taken_ns;
-    let line = InventoryLine {
-        taken_ns: inv.taken_ns,
-        gpus: &inv.gpus,
-        processes: inv.processes.iter().map(InventoryProcessLine::of).collect(),
-        vanished: inv.vanished,
-        denied: inv.denied,
-        nvml_note: inv.nvml_note.as_deref(),
-    };
-    // `event` first, like every other line; then the inventory's fields in their order.
-    let line = InventoryHead {
-        event: "INVENTORY",
-        time: UtcMicros::at(clock, ts_ns),
-        line,
-    };
+/// `event` and `time` first, like every other line; then the inventory's own fields
+/// ([`Inventory::write_json_fields`]).
+pub fn inventory_json(inv: &Inventory, clock: &Clock) -> String {
     let mut out = Vec::new();
-    escape::write_json(&mut out, &line);
-    String::from_utf8(out).expect("serde_json writes UTF-8")
-}
-
-#[derive(Serialize)]
-struct InventoryHead<'a> {
-    event: &'static str,
-    time: UtcMicros,
-    #[serde(flatten)]
-    line: InventoryLine<'a>,
-}
-
-/// The inventory as the `INVENTORY` line shows it: [`crate::inventory::Inventory`]'s fields in
-/// its order, the strings from /proc as UTF-8 text (U+FFFD for a byte that is not UTF-8) and,
-/// where that is not exact, their bytes (`comm_bytes`, ... as events' `comm_bytes`).
-#[derive(Serialize)]
-struct InventoryLine<'a> {
-    taken_ns: u64,
-    gpus: &'a [crate::inventory::GpuInfo],
-    processes: Vec<InventoryProcessLine<'a>>,
-    vanished: u32,
-    denied: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    nvml_note: Option<&'a str>,
-}
-
-#[derive(Serialize)]
-struct InventoryProcessLine<'a> {
-    pid: u32,
-    comm: Cow<'a, str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    comm_bytes: Option<Cow<'a, [u8]>>,
-    cmdline: Vec<Cow<'a, str>>,
-    /// Every argument's bytes, when one of them is not UTF-8.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    cmdline_bytes: Option<Vec<Cow<'a, [u8]>>>,
-    exe: Option<Cow<'a, str>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    exe_bytes: Option<Cow<'a, [u8]>>,
-    cgroup: Option<Cow<'a, str>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    cgroup_bytes: Option<Cow<'a, [u8]>>,
-    gpus: &'a [crate::inventory::ProcessGpu],
-    fds: &'a [(i32, crate::inventory::GpuNode)],
-    mps: Option<crate::inventory::MpsRole>,
-}
-
-impl<'a> InventoryProcessLine<'a> {
-    fn of(p: &'a crate::inventory::InventoryProcess) -> Self {
-        use escape::{is_exact, lossy, raw_bytes};
-        let bytes = |s: &'a str| (!is_exact(s)).then(|| raw_bytes(s));
-        Self {
-            pid: p.pid,
-            comm: lossy(&p.comm),
-            comm_bytes: bytes(&p.comm),
-            cmdline: p.cmdline.iter().map(|a| lossy(a)).collect(),
-            cmdline_bytes: (!p.cmdline.iter().all(|a| is_exact(a)))
-                .then(|| p.cmdline.iter().map(|a| raw_bytes(a)).collect()),
-            exe: p.exe.as_deref().map(lossy),
-            exe_bytes: p.exe.as_deref().and_then(bytes),
-            cgroup: p.cgroup.as_deref().map(lossy),
-            cgroup_bytes: p.cgroup.as_deref().and_then(bytes),
-            gpus: &p.gpus,
-            fds: &p.fds,
-            mps: p.mps,
-        }
-    }
-}
-
-fn is_zero(v: &u64) -> bool {
-    *v == 0
-}
-
-#[derive(Serialize)]
-struct StatsLine<'a> {
-    event: &'static str,
-    #[serde(rename = "final")]
-    is_final: bool,
-    duration_s: f64,
-    task_init: u64,
-    schedule: u64,
-    schedule_refused: u64,
-    sched_update: u64,
-    sched_update_refused: u64,
-    preempt: u64,
-    work_submit: u64,
-    task_destroy: u64,
-    task_destroy_implicit: u64,
-    /// Null when not known (a recording without its trailer).
-    kernel: Option<KernelCounters>,
-    malformed: u64,
-    decode_errors: u64,
-    live_at_exit: u64,
-    #[serde(skip_serializing_if = "is_zero")]
-    pretrace_end: u64,
-    #[serde(skip_serializing_if = "is_zero")]
-    mps_shared: u64,
-    unreported: std::collections::BTreeMap<&'static str, u64>,
-    lost_samples: Option<u64>,
-    #[serde(skip_serializing_if = "is_zero")]
-    output_lost: u64,
-    #[serde(skip_serializing_if = "is_zero")]
-    recording_lost: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    flight_recorder: Option<&'a crate::model::stats::FlightStats>,
-    processes: Vec<ProcessLine<'a>>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    containers: Vec<GroupLine<'a>>,
-    engines: Vec<EngineLine<'a>>,
-    gpus: Vec<GpuLine>,
-    runlists: Vec<RunlistLine>,
-    tasks: Vec<TaskLine<'a>>,
-    tasks_omitted: u64,
-    diagnostics: Option<Diagnostics>,
-}
-
-#[derive(Serialize)]
-struct ProcessLine<'a> {
-    pid: u32,
-    #[serde(flatten)]
-    comm: crate::event::CommFields<'a>,
-    #[serde(flatten)]
-    counts: CountsLine,
-}
-
-/// The event counts of a process, or of a container's processes summed.
-#[derive(Serialize)]
-struct CountsLine {
-    task_init: u64,
-    schedule: u64,
-    schedule_refused: u64,
-    sched_update: u64,
-    preempt: u64,
-    work_submit: u64,
-    task_destroy: u64,
-}
-
-impl From<&ProcessStats> for CountsLine {
-    fn from(p: &ProcessStats) -> Self {
-        Self {
-            task_init: p.task_init,
-            schedule: p.schedule,
-            schedule_refused: p.schedule_refused,
-            sched_update: p.sched_update,
-            preempt: p.preempt,
-            work_submit: p.work_submit,
-            task_destroy: p.task_destroy,
-        }
-    }
-}
-
-#[derive(Serialize)]
-struct GroupLine<'a> {
-    /// null: the processes outside containers.
-    group: Option<&'a str>,
-    processes: u64,
-    #[serde(flatten)]
-    counts: CountsLine,
-}
-
-#[derive(Serialize)]
-struct EngineLine<'a> {
-    engine: &'a str,
-    #[serde(flatten)]
-    counts: &'a EngineStats,
-}
-
-/// A GPU's numbers in the `STATS` rows: `gpu` as users read it ([`Stats::shown_gpu`]), then
-/// RM's device instance (NVIDIA only).
-#[derive(Serialize)]
-struct GpuNumbers {
-    gpu: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    rm_device: Option<Option<u32>>,
-}
-
-impl GpuNumbers {
-    fn of(stats: &Stats, driver: Option<u32>) -> Self {
-        Self {
-            gpu: stats.shown_gpu(driver),
-            rm_device: stats.rm_device(driver),
-        }
-    }
-}
-
-#[derive(Serialize)]
-struct GpuLine {
-    #[serde(flatten)]
-    gpu: GpuNumbers,
-    /// The UUID, where known.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    uuid: Option<String>,
-    live: u64,
-    max_live: u64,
-}
-
-#[derive(Serialize)]
-struct RunlistLine {
-    #[serde(flatten)]
-    gpu: GpuNumbers,
-    runlist: u32,
-    live: u64,
-    max_live: u64,
-}
-
-#[derive(Serialize)]
-struct TaskLine<'a> {
-    #[serde(flatten)]
-    task: &'a TaskStats,
-    #[serde(flatten)]
-    gpu: GpuNumbers,
-    lifetime_ns: Option<u64>,
-    init_to_schedule_ns: Option<u64>,
-    init_to_submit_ns: Option<u64>,
-}
-
-#[derive(Serialize)]
-struct Diagnostics {
-    emitted: u64,
-    ignored: u64,
-}
-
-/// The `{"event":"STATS", ...}` line (no newline), final or periodic, as described in the
-/// [module documentation](self); strings terminal-safe.
-///
-/// # Panics
-///
-/// Never: the statistics always serialize.
-pub fn stats_json(stats: &Stats, is_final: bool) -> String {
-    let k = &stats.kernel;
-    let line = StatsLine {
-        event: "STATS",
-        is_final,
-        duration_s: stats.duration().as_secs_f64(),
-        task_init: stats.task_init,
-        schedule: stats.schedule,
-        schedule_refused: stats.schedule_refused,
-        sched_update: stats.sched_update,
-        sched_update_refused: stats.sched_update_refused,
-        preempt: stats.preempt,
-        work_submit: stats.work_submit,
-        task_destroy: stats.task_destroy,
-        task_destroy_implicit: stats.task_destroy_implicit,
-        kernel: (!stats.kernel_unknown).then_some(*k),
-        malformed: stats.malformed,
-        decode_errors: stats.decode_errors,
-        live_at_exit: stats.live_at_exit,
-        pretrace_end: stats.pretrace_end,
-        mps_shared: stats.mps_shared,
-        unreported: stats
-            .unreported
-            .iter()
-            .filter(|&(_, &v)| v != 0)
-            .map(|(&k, &v)| (k, v))
-            .collect(),
-        lost_samples: stats.lost_samples,
-        output_lost: stats.output_lost,
-        recording_lost: stats.recording_lost,
-        flight_recorder: stats.flight.as_ref(),
-        containers: stats
-            .groups()
-            .into_iter()
-            .map(|(group, processes, p)| GroupLine {
-                group,
-                processes,
-                counts: (&p).into(),
-            })
-            .collect(),
-        processes: stats
-            .processes()
-            .map(|(pid, p)| ProcessLine {
-                pid,
-                comm: crate::event::Comm(&p.comm).json(),
-                counts: p.into(),
-            })
-            .collect(),
-        engines: stats
-            .engines()
-            .map(|(engine, counts)| EngineLine { engine, counts })
-            .collect(),
-        gpus: stats
-            .gpu_concurrency()
-            .map(|(gpu, c)| GpuLine {
-                gpu: GpuNumbers::of(stats, gpu),
-                uuid: gpu
-                    .and_then(|g| stats.gpu_name(g))
-                    .and_then(|n| n.1.clone()),
-                live: c.live,
-                max_live: c.max_live,
-            })
-            .collect(),
-        runlists: stats
-            .runlist_concurrency()
-            .map(|((gpu, runlist), c)| RunlistLine {
-                gpu: GpuNumbers::of(stats, gpu),
-                runlist,
-                live: c.live,
-                max_live: c.max_live,
-            })
-            .collect(),
-        tasks: stats
-            .tasks()
-            .map(|t| TaskLine {
-                task: t,
-                gpu: GpuNumbers::of(stats, t.gpu),
-                lifetime_ns: t.lifetime_ns(),
-                init_to_schedule_ns: t.init_to_schedule_ns(),
-                init_to_submit_ns: t.init_to_submit_ns(),
-            })
-            .collect(),
-        tasks_omitted: stats.tasks_omitted,
-        diagnostics: (!stats.kernel_unknown).then_some(Diagnostics {
-            emitted: k.emitted,
-            ignored: k.ignored,
-        }),
-    };
-    let mut out = Vec::with_capacity(1024);
-    escape::write_json(&mut out, &line);
+    out.extend_from_slice(b"{\"event\":\"INVENTORY\",\"time\":");
+    UtcMicros::at(clock, inv.taken_ns).write_quoted(&mut out);
+    inv.write_json_fields(&mut out);
+    out.push(b'}');
     String::from_utf8(out).expect("serde_json writes UTF-8")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::escape;
     use crate::event::{
         DestroyCause, Engine, EventKind, FinalParams, Interleave, Origin, RunState, SchedChange,
         SchedParams, TaskId, TaskKey, ValueSource,

@@ -3,6 +3,7 @@ pub mod clock;
 pub mod json;
 pub mod perfetto;
 pub mod share;
+pub mod stats_json;
 pub mod stats_text;
 pub mod text;
 pub mod top;

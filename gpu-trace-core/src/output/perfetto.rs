@@ -178,8 +178,8 @@ pub struct PerfettoWriter<W: Write> {
     /// RM device instance → nvidia-smi's index, as the events' GPU identities said: the GPU
     /// groups and counters are keyed by the driver's number and named by this index.
     gpu_index: HashMap<u32, u32>,
-    /// The GPU numbers are AMD's KFD `gpu_id`s (shown as they are).
-    kfd_gpus: bool,
+    /// The GPU numbers are the driver's own ids (AMD's KFD `gpu_id`s; shown as they are).
+    driver_gpu_ids: bool,
     /// Per GPU (`None`: not known): the `SCHEDULE`s of the last second, oldest first (their
     /// timestamps), and the latest written.
     schedules: BTreeMap<Option<u32>, RateWindow>,
@@ -513,7 +513,7 @@ impl<W: Write> PerfettoWriter<W> {
             live_per_gpu: HashMap::new(),
             gpu_groups: HashMap::new(),
             gpu_index: HashMap::new(),
-            kfd_gpus: false,
+            driver_gpu_ids: false,
             schedules: BTreeMap::new(),
             rate_window_full: 0,
             next_flow: 0,
@@ -906,7 +906,7 @@ impl<W: Write> PerfettoWriter<W> {
     /// (never a guess; two such GPUs stay apart); AMD by its `gpu_id`.
     fn gpu_label(&self, driver: u32) -> String {
         match self.gpu_index.get(&driver) {
-            _ if self.kfd_gpus => driver.to_string(),
+            _ if self.driver_gpu_ids => driver.to_string(),
             Some(index) => index.to_string(),
             None => format!("? (RM device {driver})"),
         }
@@ -996,7 +996,7 @@ impl<W: Write> PerfettoWriter<W> {
         if let Some(g) = gpu {
             self.gpu_index.insert(g.rm_device, g.index);
         }
-        self.kfd_gpus |= ev.amd.is_some();
+        self.driver_gpu_ids |= ev.gpu_numbering() == crate::event::GpuNumbering::Driver;
         let pid = ev.origin.pid;
         let ts = ev.origin.ts_ns;
         self.name_process(pid, process_name)?;

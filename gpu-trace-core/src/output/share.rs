@@ -10,28 +10,10 @@ use crate::{
     escape,
     model::{
         share::{ShareModel, ShareSample},
-        workload::{Attribution, CgroupFields},
+        workload::Attribution,
     },
+    section::{Section as _, field},
 };
-
-#[derive(Serialize)]
-struct ShareLine<'a> {
-    event: &'static str,
-    /// When the driver took the sample (RFC 3339, UTC, µs).
-    time: String,
-    ts_us: u64,
-    pid: u32,
-    /// The process name as gpu-trace knows it (untrusted: escaped by the writer).
-    comm: Option<&'a str>,
-    gpu: u32,
-    uuid: Option<&'a str>,
-    sm: u32,
-    mem: u32,
-    enc: u32,
-    dec: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    cgroup: Option<CgroupFields<'a>>,
-}
 
 /// RFC 3339 UTC with microseconds of a wall-clock µs count.
 fn utc_micros(ts_us: u64) -> String {
@@ -43,24 +25,22 @@ fn utc_micros(ts_us: u64) -> String {
     )
 }
 
-/// The `{"event":"GPU_SHARE",...}` line of one sample (no newline).
+/// The `{"event":"GPU_SHARE",...}` line of one sample (no newline): the frame (`event`,
+/// `time`, `ts_us`, `pid`, `comm`), the sample's own fields (its [`Section`]), `cgroup` when
+/// known. `comm` is the process name as gpu-trace knows it (untrusted: written terminal-safe).
 pub fn share_json(s: &ShareSample, comm: Option<&str>, a: Option<&Attribution>) -> String {
-    let line = ShareLine {
-        event: "GPU_SHARE",
-        time: utc_micros(s.ts_us),
-        ts_us: s.ts_us,
-        pid: s.pid,
-        comm,
-        gpu: s.gpu,
-        uuid: s.uuid.as_deref(),
-        sm: s.sm,
-        mem: s.mem,
-        enc: s.enc,
-        dec: s.dec,
-        cgroup: a.map(Attribution::json_fields),
-    };
     let mut out = Vec::with_capacity(256);
-    escape::write_json(&mut out, &line);
+    out.extend_from_slice(b"{\"event\":\"GPU_SHARE\"");
+    // When the driver took the sample (RFC 3339, UTC, µs).
+    field(&mut out, "time", &utc_micros(s.ts_us));
+    field(&mut out, "ts_us", &s.ts_us);
+    field(&mut out, "pid", &s.pid);
+    field(&mut out, "comm", &comm);
+    s.json(&mut out);
+    if let Some(a) = a {
+        field(&mut out, "cgroup", &a.json_fields());
+    }
+    out.push(b'}');
     String::from_utf8(out).expect("serde_json writes UTF-8")
 }
 
@@ -135,4 +115,74 @@ pub fn share_stats_json(m: &ShareModel, window_us: u64) -> String {
     let mut out = Vec::with_capacity(512);
     escape::write_json(&mut out, &line);
     String::from_utf8(out).expect("serde_json writes UTF-8")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::workload::CgroupFields;
+
+    /// The line as the serde struct wrote it before the sample wrote its own fields.
+    #[derive(Serialize)]
+    struct ShareLine<'a> {
+        event: &'static str,
+        time: String,
+        ts_us: u64,
+        pid: u32,
+        comm: Option<&'a str>,
+        gpu: u32,
+        uuid: Option<&'a str>,
+        sm: u32,
+        mem: u32,
+        enc: u32,
+        dec: u32,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cgroup: Option<CgroupFields<'a>>,
+    }
+
+    fn serde_line(s: &ShareSample, comm: Option<&str>, a: Option<&Attribution>) -> String {
+        let line = ShareLine {
+            event: "GPU_SHARE",
+            time: utc_micros(s.ts_us),
+            ts_us: s.ts_us,
+            pid: s.pid,
+            comm,
+            gpu: s.gpu,
+            uuid: s.uuid.as_deref(),
+            sm: s.sm,
+            mem: s.mem,
+            enc: s.enc,
+            dec: s.dec,
+            cgroup: a.map(Attribution::json_fields),
+        };
+        let mut out = Vec::new();
+        escape::write_json(&mut out, &line);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn the_share_line_is_the_serde_line_byte_for_byte() {
+        let hostile = Attribution::new(
+            7,
+            Some("/system.slice/docker-\u{1b}[31m.scope".into()),
+            Some(3),
+        );
+        for uuid in [None, Some("GPU-\u{202e}1234".to_string())] {
+            let s = ShareSample {
+                gpu: 1,
+                uuid,
+                pid: 532,
+                ts_us: 1_714_597_224_561_798,
+                sm: 87,
+                mem: 31,
+                enc: 0,
+                dec: 2,
+            };
+            for comm in [None, Some("py\u{1b}thon"), Some("ok")] {
+                for a in [None, Some(&hostile)] {
+                    assert_eq!(share_json(&s, comm, a), serde_line(&s, comm, a));
+                }
+            }
+        }
+    }
 }

@@ -13,20 +13,20 @@
 //! trailing spaces. An NVIDIA `gpu=` is the GPU's index as `nvidia-smi` shows it (what `--gpu`
 //! takes), `?` until the run knows which GPU the task's RM device instance is (the driver's own
 //! number is in the JSON output only, `rm_device`). AMD KFD events keep the same columns, with the queue id in the TSG column,
-//! and their own fields (see `write_amd_fields`).
+//! and their own fields (their detail's section, `source::amd::render`). The line is a
+//! frame (time, CPU, name, PID, thread, TSG column) around the record's sections
+//! ([`crate::section`]): this module names no vendor and no record kind's fields.
 
-use std::fmt::{self, Display, Write as _};
+use std::fmt::{Display, Write as _};
 
 use chrono::{Local, TimeZone, Timelike};
 
-use crate::api::{events as api_events, names::ApiEvent};
-use crate::event::{
-    AmdDetail, AmdQueueType, AmdVia, DestroyCause, Engine, Event, EventKind, Interleave, RunState,
-    SchedChange, TaskId,
-};
+use crate::event::Event;
+use crate::event_fields::EventFields;
 use crate::model::gpus::GpuIdentity;
 use crate::model::stats::Stats;
 pub use crate::output::clock::Clock;
+use crate::section::Section as _;
 use crate::sink::{ApiEnriched, Enriched, RunEnd, ShareBatch, ShareEnriched, Sink, SinkError};
 
 /// How the time at the start of each line is shown.
@@ -105,7 +105,7 @@ impl TextFormatter {
         Tz: TimeZone,
         Tz::Offset: Display,
     {
-        if matches!(ev.kind, EventKind::WorkSubmit { .. }) && !self.verbose {
+        if ev.kind.verbose_only() && !self.verbose {
             return false;
         }
         let start = line.len();
@@ -116,14 +116,11 @@ impl TextFormatter {
         line.push_str(" TSG=");
         push_left(line, ev.kind.task().label().as_str(), 4);
         line.push(' ');
-        match &ev.amd {
-            Some(amd) => write_amd_fields(line, &ev.kind, amd),
-            None => write_fields(line, &ev.kind, gpu.map(|g| g.index)),
-        }
+        EventFields::new(ev, gpu).text(line);
         let end = start + line[start..].trim_end().len();
         line.truncate(end);
         if let Some(api) = &ev.api {
-            let _ = write!(line, "{api}");
+            api.text(line);
         }
         true
     }
@@ -194,18 +191,12 @@ impl TextFormatter {
         let Some(name) = ev.event.name() else {
             return false;
         };
-        let fields = match ev.event {
-            ApiEvent::Call(e) => api_events::call_fields(e),
-            ApiEvent::Recursion(e) => api_events::recursion_fields(e),
-            ApiEvent::Stuck(e) => api_events::stuck_fields(e),
-            ApiEvent::Path(p) => p.sentence(),
-            // `-v` only: one a process and symbol, mostly at its start.
-            ApiEvent::Handout(h) if self.verbose => h.fields(),
-            ApiEvent::Handout(_) | ApiEvent::Stats(_) => return false,
-        };
+        if ev.event.verbose_only() && !self.verbose {
+            return false;
+        }
         self.write_head(line, clock, tz, seconds, ev.origin, name);
         line.push(' ');
-        line.push_str(&fields);
+        ev.event.text(line);
         true
     }
 }
@@ -251,11 +242,8 @@ impl TextFormatter {
             &crate::escape::escape_text(s.process.unwrap_or("?")),
             16,
         );
-        let _ = write!(
-            line,
-            " gpu={} sm={}% mem={}% enc={}% dec={}%",
-            sample.gpu, sample.sm, sample.mem, sample.enc, sample.dec
-        );
+        line.push(' ');
+        sample.text(line);
     }
 }
 
@@ -313,14 +301,6 @@ fn push_zero_padded(line: &mut String, v: u32, width: usize) {
     let digits = digits.format(v);
     line.extend(std::iter::repeat_n('0', width.saturating_sub(digits.len())));
     line.push_str(digits);
-}
-
-/// Appends `v` in decimal, `?` when unknown (as [`Opt`] shows it).
-fn push_opt(line: &mut String, v: Option<u32>) {
-    match v {
-        Some(v) => line.push_str(itoa::Buffer::new().format(v)),
-        None => line.push('?'),
-    }
 }
 
 /// Appends `s` left-aligned in `width` characters (`{s:<width$}`: spaces after it).
@@ -480,351 +460,6 @@ fn end_line(
     line.push('\n');
 }
 
-/// The NVIDIA fields of `kind`; `gpu_index`: nvidia-smi's index of the task's GPU, where known
-/// (`WORK_SUBMIT`'s `gpu=`).
-fn write_fields(line: &mut String, kind: &EventKind, gpu_index: Option<u32>) {
-    let _ = match kind {
-        EventKind::TaskInit {
-            engine,
-            timeslice_us,
-            interleave,
-            runlist,
-            ..
-        } => write!(
-            line,
-            "engine={:<8} timeslice={} interleave={} runlist={}",
-            engine.map_or("?", engine_name),
-            Timeslice(*timeslice_us),
-            interleave.map_or("UNKNOWN", interleave_name),
-            Opt(*runlist),
-        ),
-        EventKind::Schedule {
-            channels,
-            timeslice_us,
-            interleave,
-            allowed,
-            rm_status,
-            errno,
-            via_channel,
-            ..
-        } => {
-            let _ = write!(
-                line,
-                "channels={} timeslice={} interleave={} ",
-                Opt(*channels),
-                Timeslice(*timeslice_us),
-                interleave.map_or("?", interleave_name),
-            );
-            write_verdict(line, *allowed, *rm_status, *errno, *via_channel);
-            Ok(())
-        }
-        EventKind::SchedUpdate {
-            change,
-            allowed,
-            rm_status,
-            errno,
-            via_channel,
-            ..
-        } => {
-            write_change(line, change);
-            line.push(' ');
-            write_verdict(line, *allowed, *rm_status, *errno, *via_channel);
-            Ok(())
-        }
-        EventKind::WorkSubmit {
-            chid,
-            runlist,
-            token,
-            ..
-        } => {
-            // `channel={} token={} gpu={} runlist={}` (the `-v` lines, most of them). `gpu=`
-            // is nvidia-smi's index, not the event's RM device instance.
-            line.push_str("channel=");
-            push_opt(line, *chid);
-            line.push_str(" token=");
-            line.push_str(itoa::Buffer::new().format(*token));
-            line.push_str(" gpu=");
-            push_opt(line, gpu_index);
-            line.push_str(" runlist=");
-            push_opt(line, *runlist);
-            Ok(())
-        }
-        EventKind::TaskDestroy {
-            cause, implicit, ..
-        } => {
-            let _ = write!(line, "cause={}", cause_name(*cause));
-            if *implicit {
-                line.push_str(" (implicit)");
-            }
-            Ok(())
-        }
-        EventKind::PretraceEnd {
-            client,
-            fd,
-            cause,
-            tsgs,
-        } => {
-            let _ = write!(line, "tsgs={} cause={}", Opt(*tsgs), cause_name(*cause));
-            if let Some(fd) = fd {
-                let _ = write!(line, " fd={fd}");
-            }
-            if let Some(c) = client {
-                let _ = write!(line, " client=0x{c:08x}");
-            }
-            line.push_str(" (TSGs created before tracing started)");
-            Ok(())
-        }
-        EventKind::MpsShared {
-            server_pid,
-            server_task,
-            runlist,
-            ..
-        } => write!(
-            line,
-            "server_pid={server_pid} server_tsg={} runlist={runlist}",
-            server_task.label()
-        ),
-    };
-    // Late attach and MPS: the TSG column names an object this tracer never saw created.
-    match kind.task() {
-        TaskId::PreTrace(_) => line.push_str(" [pre-trace]"),
-        TaskId::Shared(_) if !matches!(kind, EventKind::MpsShared { .. }) => {
-            line.push_str(" [shared]");
-        }
-        _ => {}
-    }
-}
-
-/// `allowed=yes|no`, ` (channel)` for a request sent to a channel, and for a refused one its RM
-/// status (when not `NV_OK`) and errno (when not 0).
-fn write_verdict(
-    line: &mut String,
-    allowed: bool,
-    rm_status: Option<u32>,
-    errno: i32,
-    via_channel: bool,
-) {
-    let _ = write!(line, "allowed={}", if allowed { "yes" } else { "no" });
-    if via_channel {
-        line.push_str(" (channel)");
-    }
-    if !allowed {
-        if let Some(status) = rm_status.filter(|&s| s != 0) {
-            let _ = write!(line, " status=0x{status:08x}");
-        }
-        if errno != 0 {
-            let _ = write!(line, " errno={}", Errno(errno));
-        }
-    }
-}
-
-/// What a `SCHED_UPDATE` changes, old → new (`->`; `?` for an old value not known):
-///
-/// ```text
-/// SCHED_UPDATE … TSG=0x5c000015 timeslice=1024 us -> 2048 us allowed=yes
-/// SCHED_UPDATE … TSG=0x5c000015 interleave=MEDIUM -> HIGH allowed=yes (channel)
-/// SCHED_UPDATE … TSG=0x5c000015 preempt wait=yes timeout=default allowed=yes
-/// SCHED_UPDATE … TSG=0x5c000015 run_state=enabled -> disabled allowed=yes
-/// SCHED_UPDATE … TSG=2    via=update priority=7 -> 2 percent=100 -> 30 ring=4096 active=yes allowed=yes
-/// ```
-fn write_change(line: &mut String, change: &SchedChange) {
-    let _ = match change {
-        SchedChange::Timeslice { old_us, new_us, .. } => write!(
-            line,
-            "timeslice={} -> {}",
-            Timeslice(*old_us),
-            Timeslice(Some(*new_us))
-        ),
-        SchedChange::Interleave {
-            old, new, new_raw, ..
-        } => {
-            let _ = write!(line, "interleave={} -> ", old.map_or("?", interleave_name));
-            match new {
-                Some(level) => write!(line, "{}", interleave_name(*level)),
-                None => write!(line, "INVALID({new_raw})"),
-            }
-        }
-        SchedChange::Preempt {
-            wait,
-            manual_timeout,
-            timeout_us,
-        } => {
-            let _ = write!(line, "preempt wait={}", if *wait { "yes" } else { "no" });
-            if *manual_timeout {
-                write!(line, " timeout={timeout_us} us")
-            } else {
-                write!(line, " timeout=default")
-            }
-        }
-        SchedChange::RunState {
-            old,
-            new,
-            skip_submit,
-            skip_enable,
-        } => {
-            let _ = write!(
-                line,
-                "run_state={} -> {}",
-                old.map_or("?", run_state_name),
-                run_state_name(*new)
-            );
-            if *skip_submit {
-                line.push_str(" skip_submit");
-            }
-            if *skip_enable {
-                line.push_str(" skip_enable");
-            }
-            Ok(())
-        }
-        SchedChange::AmdQueue {
-            old_priority,
-            new_priority,
-            old_percentage,
-            new_percentage,
-        } => write!(
-            line,
-            "priority={} -> {new_priority} percent={} -> {new_percentage}",
-            Opt(*old_priority),
-            Opt(*old_percentage)
-        ),
-        SchedChange::CuMask { old_bits, new_bits } => {
-            write!(line, "cu_mask={} -> {new_bits}", Opt(*old_bits))
-        }
-    };
-}
-
-fn run_state_name(s: RunState) -> &'static str {
-    match s {
-        RunState::Unscheduled => "unscheduled",
-        RunState::Enabled => "enabled",
-        RunState::Disabled => "disabled",
-    }
-}
-
-/// The fields of an AMD KFD event (the TSG column holds the queue id):
-///
-/// ```text
-/// TASK_INIT    … TSG=2    type=COMPUTE_AQL priority=7 percent=100 ring=1048576 gpu=48879 doorbell=0xefbbc00000000010
-/// WORK_SUBMIT  … TSG=2    doorbell=0xefbbc00000000010 offset=16 gpu=48879
-/// SCHEDULE     … TSG=2    via=create type=COMPUTE_AQL priority=7 percent=100 ring=1048576 gpu=48879 active=yes allowed=yes
-/// SCHEDULE     … TSG=?    via=create type=COMPUTE_AQL priority=7 percent=100 ring=1048576 gpu=48879 active=yes allowed=no errno=EINVAL
-/// SCHED_UPDATE … TSG=2    via=update priority=7 -> 2 percent=100 -> 30 ring=4096 active=yes allowed=yes
-/// SCHED_UPDATE … TSG=2    via=cu_mask cu_mask=? -> 64 priority=2 percent=30 ring=4096 active=yes allowed=yes
-/// TASK_DESTROY … TSG=2    cause=free
-/// ```
-///
-/// `TASK_INIT` adds `xcc=N` when `pm4_target_xcc` is not 0 and `sdma_engine=N` for
-/// `SDMA_BY_ENG_ID` queues, and, where the deep hooks ran, `hw_doorbell=`, `vmid=`,
-/// `driver_active=` and `mqd_init=` (what only the driver's own functions show). `TASK_DESTROY` prints as for NVIDIA.
-fn write_amd_fields(line: &mut String, kind: &EventKind, a: &AmdDetail) {
-    let queue_type = || a.queue_type.map_or("?", amd_queue_type_name);
-    let hex = |v: Option<u64>| v.map_or_else(|| "?".to_string(), |v| format!("0x{v:x}"));
-    let params = |line: &mut String| {
-        let _ = write!(
-            line,
-            "priority={} percent={} ring={}",
-            Opt(a.priority),
-            Opt(a.percentage),
-            Opt(a.ring_size)
-        );
-    };
-    match kind {
-        EventKind::TaskInit { .. } => {
-            let _ = write!(line, "type={} ", queue_type());
-            params(line);
-            let _ = write!(
-                line,
-                " gpu={} doorbell={}",
-                Opt(a.gpu_id),
-                hex(a.doorbell_offset)
-            );
-            if let Some(xcc) = a.pm4_target_xcc.filter(|&x| x != 0) {
-                let _ = write!(line, " xcc={xcc}");
-            }
-            if a.queue_type == Some(AmdQueueType::SdmaByEngId) {
-                let _ = write!(line, " sdma_engine={}", Opt(a.sdma_engine_id));
-            }
-            // What only the deep hooks see, when they ran.
-            if let Some(db) = a.hw_doorbell {
-                let _ = write!(line, " hw_doorbell={db}");
-            }
-            if let Some(vmid) = a.vmid {
-                let _ = write!(line, " vmid={vmid}");
-            }
-            if let Some(active) = a.driver_active {
-                let _ = write!(line, " driver_active={}", if active { "yes" } else { "no" });
-            }
-            if let Some(addr) = a.mqd_init_addr {
-                let _ = write!(line, " mqd_init=0x{addr:x}");
-            }
-        }
-        EventKind::WorkSubmit { token, .. } => {
-            let _ = write!(
-                line,
-                "doorbell={} offset={token} gpu={}",
-                hex(a.doorbell_offset),
-                Opt(a.gpu_id)
-            );
-        }
-        EventKind::Schedule { allowed, errno, .. }
-        | EventKind::SchedUpdate { allowed, errno, .. } => {
-            match (kind, a.via) {
-                (
-                    EventKind::SchedUpdate {
-                        change: change @ SchedChange::AmdQueue { .. },
-                        ..
-                    },
-                    _,
-                ) => {
-                    line.push_str("via=update ");
-                    write_change(line, change);
-                    let _ = write!(line, " ring={}", Opt(a.ring_size));
-                }
-                (EventKind::SchedUpdate { change, .. }, _) => {
-                    line.push_str("via=cu_mask ");
-                    write_change(line, change);
-                    line.push(' ');
-                    params(line);
-                }
-                (_, Some(AmdVia::Create)) => {
-                    let _ = write!(line, "via=create type={} ", queue_type());
-                    params(line);
-                    let _ = write!(line, " gpu={}", Opt(a.gpu_id));
-                }
-                // An UPDATE_QUEUE that made a queue created inactive active.
-                _ => {
-                    line.push_str("via=update ");
-                    params(line);
-                }
-            }
-            let active = a.active.map(|v| if v { "yes" } else { "no" });
-            let _ = write!(
-                line,
-                " active={} allowed={}",
-                Opt(active),
-                if *allowed { "yes" } else { "no" }
-            );
-            if !*allowed && *errno != 0 {
-                let _ = write!(line, " errno={}", Errno(*errno));
-            }
-        }
-        EventKind::TaskDestroy { .. }
-        | EventKind::PretraceEnd { .. }
-        | EventKind::MpsShared { .. } => write_fields(line, kind, None),
-    }
-}
-
-fn amd_queue_type_name(t: AmdQueueType) -> &'static str {
-    match t {
-        AmdQueueType::Compute => "COMPUTE",
-        AmdQueueType::ComputeAql => "COMPUTE_AQL",
-        AmdQueueType::Sdma => "SDMA",
-        AmdQueueType::SdmaXgmi => "SDMA_XGMI",
-        AmdQueueType::SdmaByEngId => "SDMA_BY_ENG_ID",
-        AmdQueueType::Unknown => "UNKNOWN",
-    }
-}
-
 /// `S.ffffff` seconds, with a `-` for negative values.
 fn format_relative(ns: i128) -> String {
     let sign = if ns < 0 { "-" } else { "" };
@@ -836,92 +471,13 @@ fn format_relative(ns: i128) -> String {
     )
 }
 
-/// The TSG column: the hardware id in decimal, an RM handle in hex, a KFD queue id in decimal
-/// (`?` for a refused `CREATE_QUEUE`, which has none).
-fn engine_name(engine: Engine) -> &'static str {
-    match engine {
-        Engine::Graphics => "GRAPHICS",
-        Engine::Copy => "COPY",
-        Engine::Nvdec => "NVDEC",
-        Engine::Nvenc => "NVENC",
-        Engine::Nvjpeg => "NVJPEG",
-        Engine::Ofa => "OFA",
-        Engine::Sec2 => "SEC2",
-        Engine::Other => "OTHER",
-    }
-}
-
-fn interleave_name(level: Interleave) -> &'static str {
-    match level {
-        Interleave::Low => "LOW",
-        Interleave::Medium => "MEDIUM",
-        Interleave::High => "HIGH",
-    }
-}
-
-fn cause_name(cause: DestroyCause) -> &'static str {
-    match cause {
-        DestroyCause::Free => "free",
-        DestroyCause::ParentFree => "parent_free",
-        DestroyCause::FdClose => "fd_close",
-        DestroyCause::ProcessExit => "process_exit",
-        DestroyCause::TracerExit => "tracer_exit",
-        DestroyCause::KfdRelease => "kfd_release",
-    }
-}
-
-/// A value or `?`.
-struct Opt<T>(Option<T>);
-
-impl<T: Display> Display for Opt<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.0 {
-            Some(v) => v.fmt(f),
-            None => f.write_str("?"),
-        }
-    }
-}
-
-/// `1024 us`, or `?` without the unit.
-struct Timeslice(Option<u64>);
-
-impl Display for Timeslice {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            Some(us) => write!(f, "{us} us"),
-            None => f.write_str("?"),
-        }
-    }
-}
-
-/// An errno (either sign) by name when it is a common one, else its positive number (the text
-/// line's format: a fixed list, narrower than [`crate::event::errno_name`]'s).
-struct Errno(i32);
-
-impl Display for Errno {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let e = self.0.unsigned_abs();
-        let name = match i32::try_from(e).unwrap_or(i32::MAX) {
-            libc::EPERM => "EPERM",
-            libc::ENOENT => "ENOENT",
-            libc::EIO => "EIO",
-            libc::EAGAIN => "EAGAIN",
-            libc::ENOMEM => "ENOMEM",
-            libc::EFAULT => "EFAULT",
-            libc::EBUSY => "EBUSY",
-            libc::ENODEV => "ENODEV",
-            libc::EINVAL => "EINVAL",
-            libc::ENOTTY => "ENOTTY",
-            _ => return write!(f, "{e}"),
-        };
-        f.write_str(name)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{Origin, RunState, SchedChange, ValueSource};
+    use crate::event::{
+        DestroyCause, Engine, EventKind, Interleave, Origin, RunState, SchedChange, TaskId,
+        ValueSource,
+    };
     use chrono::{FixedOffset, NaiveDate, Utc};
 
     /// Monotonic time of the first sample line.
@@ -1529,7 +1085,7 @@ mod tests {
     /// print nothing here (the statistics do).
     #[test]
     fn api_lines_take_the_driver_lines_columns_and_escape_names() {
-        use crate::api::events::samples;
+        use crate::api::{events::samples, names::ApiEvent};
         let (clock, tz) = fixed();
         let f = TextFormatter::default();
         let line = |event: &ApiEvent| {
@@ -1579,7 +1135,10 @@ mod tests {
     /// CPU number it did not run on; a stuck call's frames follow on lines of their own.
     #[test]
     fn a_stuck_call_has_no_cpu_and_its_frames_follow() {
-        use crate::api::events::{StuckEvent, samples};
+        use crate::api::{
+            events::{StuckEvent, samples},
+            names::ApiEvent,
+        };
         let (clock, tz) = fixed();
         let event = ApiEvent::Stuck(StuckEvent {
             pid: 4242,

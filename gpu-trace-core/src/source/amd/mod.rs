@@ -1,9 +1,10 @@
-//! AMD KFD (`/dev/kfd`): decoding of the ioctl records ([`decode`]) and the queue tracker
-//! ([`model`]). (The facts about the
+//! AMD KFD (`/dev/kfd`): decoding of the ioctl records ([`decode`]), the queue tracker
+//! ([`model`]) and how its events' detail renders itself ([`render`]). (The facts about the
 //! running system, such as the device's dynamic character major, are `gpu-trace`'s
 //! `probe::kfd`.)
 pub mod decode;
 pub mod model;
+pub mod render;
 
 use crate::{
     event::{Event, Origin},
