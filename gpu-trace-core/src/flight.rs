@@ -36,6 +36,7 @@ use crate::{
     record::{RecordError, RecordWriter, RecordingHeader, RecordingTrailer},
     rotate::counters_since,
     sink::{ApiEnriched, Enriched, RunEnd, Sink, SinkError},
+    state_log::{StateLog, start_header, write_state},
 };
 
 /// What made a dump, as its file name and the statistics name it.
@@ -156,6 +157,8 @@ pub struct FlightWindow {
     newest_ns: u64,
     /// The processes alive at the window's start.
     start: LiveSet,
+    /// The records that made the driver objects alive at the window's start.
+    state: StateLog,
     /// The kernel counters sampled over time (time, counters), oldest first: the window's
     /// start and later, and the one sample just before it.
     counters: VecDeque<(u64, KernelCounters)>,
@@ -172,6 +175,7 @@ impl FlightWindow {
             bytes: 0,
             newest_ns: 0,
             start: LiveSet::new(inventory),
+            state: StateLog::new(),
             counters: VecDeque::new(),
         }
     }
@@ -195,6 +199,7 @@ impl FlightWindow {
             let (_, rec) = self.records.pop_front().expect("a front record");
             self.bytes -= rec.len() as u64;
             self.start.observe(&rec);
+            self.state.observe(&rec);
         }
         let start = self.records.front().map_or(now_ns, |(ts, _)| *ts);
         // Keep the last sample at or before the window's start, and those after it.
@@ -244,11 +249,9 @@ impl FlightWindow {
         now_ns: u64,
     ) -> Result<W, RecordError> {
         let start_ns = self.records.front().map_or(now_ns, |(ts, _)| *ts);
-        let header = RecordingHeader {
-            inventory: Some(self.start.snapshot(start_ns)),
-            ..header.clone()
-        };
+        let header = start_header(header, &self.start, &self.state, start_ns);
         let mut w = RecordWriter::new(out, &header)?;
+        write_state(&mut w, &self.state)?;
         for (_, rec) in &self.records {
             w.record(rec)?;
         }
@@ -436,6 +439,48 @@ mod tests {
             (4, 1)
         );
         assert_eq!(t.duration_ns, 10);
+    }
+
+    /// A dump of a GPU host's recording replays alone, its state records first: the tasks
+    /// created before its window end in it as `TASK_DESTROY`s, not `PRETRACE_END`s, and its
+    /// counts of events are the whole recording's less those of the records before the window
+    /// (each replayed alone).
+    #[test]
+    fn a_dump_replays_alone_with_the_tasks_made_before_its_window() {
+        use crate::rotate::tests::{fixture, replay_counts};
+        let (header, records) = fixture("two_streams.gtrace");
+        let ts: Vec<u64> = (records.iter())
+            .map(|r| crate::wire::header_of(r).unwrap().ts_ns)
+            .collect();
+        let newest = *ts.iter().max().unwrap();
+        let whole = replay_counts(&header, &[], &records);
+        let mut checked = 0;
+        for k in (1..records.len()).step_by(records.len() / 16 + 1) {
+            let mut w = FlightWindow::new(&Default::default(), newest - ts[k], 1 << 30);
+            for r in &records {
+                w.push(r);
+            }
+            let bytes = w
+                .write(Vec::new(), &header, KernelCounters::default(), newest)
+                .unwrap();
+            let mut r = RecordReader::new(&bytes[..]).unwrap();
+            let mut window = Vec::new();
+            while let Some(rec) = r.next_record().unwrap() {
+                window.push(rec);
+            }
+            let before = &records[..records.len() - window.len()];
+            assert_eq!(
+                window,
+                records[before.len()..],
+                "the window is the last records"
+            );
+            let got = replay_counts(&r.header, &r.state, &window);
+            let prefix = replay_counts(&header, &[], before);
+            let expected: Vec<u64> = whole.iter().zip(prefix).map(|(w, p)| w - p).collect();
+            assert_eq!(got.to_vec(), expected, "window from record {k}");
+            checked += usize::from(!r.state.is_empty() && got[7] > 0);
+        }
+        assert!(checked > 0, "some dump ends tasks made before its window");
     }
 
     #[test]

@@ -40,5 +40,6 @@ pub mod rotate;
 pub mod sink;
 pub mod skip;
 pub mod source;
+pub mod state_log;
 pub mod user_records;
 pub mod wire;
