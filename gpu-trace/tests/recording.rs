@@ -392,6 +392,87 @@ fn sigusr1_dumps_and_tracing_goes_on() {
     assert_eq!(schedule_lines(&out, TSG), held);
 }
 
+/// `POST /dump` on `--metrics` with `--dump-token-file` dumps the window as SIGUSR1 does, through
+/// a real HTTP client (std's TcpStream): a wrong token is answered 401 and dumps nothing, the
+/// token 202; the one dump holds the schedules made before it and replays alone with them.
+#[test]
+fn post_dump_with_the_token_dumps_the_window() {
+    let _serial = serial();
+    let test = "post_dump_with_the_token_dumps_the_window";
+    if skip_unless_root(test) {
+        return;
+    }
+    const TSG: u32 = 0x5EED_0046;
+    let dir = fresh_dir("flight-http");
+    let token = dir.join("token");
+    std::fs::write(&token, "sesame-42\n").unwrap();
+    let dumps = dir.join("dumps");
+    std::fs::create_dir(&dumps).unwrap();
+    let traced = Traced::start(&[
+        "--watch-device",
+        WATCHED,
+        "--format",
+        "json",
+        "--flight-recorder",
+        "10m",
+        "--dump-dir",
+        dumps.to_str().unwrap(),
+        "--metrics",
+        "127.0.0.1:0",
+        "--dump-token-file",
+        token.to_str().unwrap(),
+    ])
+    .unwrap_or_else(|e| panic!("{test}: {e}"));
+    let addr = (traced.stderr_so_far().iter())
+        .find_map(|l| l.split("metrics at http://").nth(1))
+        .and_then(|rest| rest.strip_suffix("/metrics"))
+        .unwrap_or_else(|| panic!("no metrics address: {:?}", traced.stderr_so_far()))
+        .to_string();
+    let post = |auth: &str| {
+        use std::io::{Read, Write};
+        let mut c = std::net::TcpStream::connect(&addr).unwrap();
+        let head = format!("POST /dump HTTP/1.0\r\nAuthorization: Bearer {auth}\r\n\r\n");
+        c.write_all(head.as_bytes()).unwrap();
+        let mut r = String::new();
+        let _ = c.read_to_string(&mut r);
+        r
+    };
+    let dev = watched();
+    let call = Schedule::new(0x5EED_0003, TSG);
+    for _ in 0..3 {
+        call.issue(&dev);
+    }
+    let r = post("sesame-4");
+    assert!(r.starts_with("HTTP/1.0 401"), "{r}");
+    let r = post("sesame-42");
+    assert!(r.starts_with("HTTP/1.0 202"), "{r}");
+    // Waiting for the effect (the file renamed into place), not setting the scenario up.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while dumps_in(&dumps).is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let f = traced.interrupt();
+    assert_eq!(f.status.code(), Some(0), "{}", f.stderr);
+    let stats = json_stats(&f.stdout);
+    assert_eq!(
+        stats["flight_recorder"]["triggers"]["signal"], 1,
+        "{}",
+        f.stderr
+    );
+    assert_eq!(stats["flight_recorder"]["dumps"], 1);
+    let found = dumps_in(&dumps);
+    assert_eq!(found.len(), 1, "{found:?}");
+    let (_, recs, _) = read(&found[0]);
+    assert_eq!(
+        schedules_of(&recs, TSG),
+        3,
+        "the schedules before the request"
+    );
+    let (status, out, err) = replay_json(&found[0]);
+    assert_eq!(status, Some(0), "{err}");
+    assert_eq!(schedule_lines(&out, TSG), 3);
+}
+
 /// `--dump-on signal-exit` with `-- CMD`: a command killed by a signal dumps the window
 /// before gpu-trace ends (with the command's status, 128 + 9); one that exits normally does
 /// not.

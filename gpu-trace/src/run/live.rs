@@ -402,15 +402,24 @@ impl LiveRun<'_> {
                         f.tick(&self.tracer);
                     }
                 }
-                // --flight-recorder: SIGUSR1 dumps the window.
+                // --flight-recorder: SIGUSR1 (or an authenticated POST /dump) dumps the window.
                 _ = async {
                     match usr1.as_mut() {
-                        Some(s) => {
-                            s.recv().await;
-                        }
+                        Some(s) => tokio::select! {
+                            _ = s.recv() => {}
+                            () = crate::flags::dump_requested() => {}
+                        },
                         None => std::future::pending::<()>().await,
                     }
                 } => {
+                    // What the ring holds first (one slice of it under a storm), so that the
+                    // window ends with the records made before the request.
+                    more = self.reader.drain(
+                        self.ring.get_mut(),
+                        &mut self.pipeline,
+                        &mut self.recorder,
+                        Some(DRAIN_SLICE),
+                    );
                     if let Some(f) = self.recorder.flight.as_ref() {
                         f.note(gpu_trace_core::flight::Trigger::Signal);
                     }
