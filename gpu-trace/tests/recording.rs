@@ -394,7 +394,9 @@ fn sigusr1_dumps_and_tracing_goes_on() {
 
 /// `POST /dump` on `--metrics` with `--dump-token-file` dumps the window as SIGUSR1 does, through
 /// a real HTTP client (std's TcpStream): a wrong token is answered 401 and dumps nothing, the
-/// token 202; the one dump holds the schedules made before it and replays alone with them.
+/// token 202; the one dump holds the schedules made before it and replays alone with them. A
+/// second request past `--dump-max-per-hour 1` is counted and not written: the scrape's
+/// `gpu_trace_flight_*` counters and the final STATS say 2 triggers, 1 dump, 1 suppressed.
 #[test]
 fn post_dump_with_the_token_dumps_the_window() {
     let _serial = serial();
@@ -421,6 +423,8 @@ fn post_dump_with_the_token_dumps_the_window() {
         "127.0.0.1:0",
         "--dump-token-file",
         token.to_str().unwrap(),
+        "--dump-max-per-hour",
+        "1",
     ])
     .unwrap_or_else(|e| panic!("{test}: {e}"));
     let addr = (traced.stderr_so_far().iter())
@@ -428,14 +432,30 @@ fn post_dump_with_the_token_dumps_the_window() {
         .and_then(|rest| rest.strip_suffix("/metrics"))
         .unwrap_or_else(|| panic!("no metrics address: {:?}", traced.stderr_so_far()))
         .to_string();
-    let post = |auth: &str| {
+    let exchange = |head: String| {
         use std::io::{Read, Write};
         let mut c = std::net::TcpStream::connect(&addr).unwrap();
-        let head = format!("POST /dump HTTP/1.0\r\nAuthorization: Bearer {auth}\r\n\r\n");
         c.write_all(head.as_bytes()).unwrap();
         let mut r = String::new();
         let _ = c.read_to_string(&mut r);
         r
+    };
+    let post = |auth: &str| {
+        exchange(format!(
+            "POST /dump HTTP/1.0\r\nAuthorization: Bearer {auth}\r\n\r\n"
+        ))
+    };
+    // The scrape's line of `series`, once it reads `want` (waiting for the state, not a time).
+    let scraped = |series: &str, want: &str| {
+        let line = format!("\n{series} {want}\n");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let t = exchange("GET /metrics HTTP/1.0\r\n\r\n".into());
+            if t.contains(&line) || std::time::Instant::now() > deadline {
+                return t.contains(&line);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
     };
     let dev = watched();
     let call = Schedule::new(0x5EED_0003, TSG);
@@ -451,15 +471,28 @@ fn post_dump_with_the_token_dumps_the_window() {
     while dumps_in(&dumps).is_empty() && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+    assert!(
+        scraped("gpu_trace_flight_dumps_total", "1"),
+        "the dump counted"
+    );
+    // A second request within the hour: counted, suppressed by --dump-max-per-hour 1.
+    let r = post("sesame-42");
+    assert!(r.starts_with("HTTP/1.0 202"), "{r}");
+    assert!(scraped("gpu_trace_flight_dumps_suppressed_total", "1"));
+    assert!(scraped(
+        r#"gpu_trace_flight_triggers_total{trigger="signal"}"#,
+        "2"
+    ));
+    assert!(scraped("gpu_trace_flight_dumps_total", "1"));
     let f = traced.interrupt();
     assert_eq!(f.status.code(), Some(0), "{}", f.stderr);
     let stats = json_stats(&f.stdout);
+    let flight = &stats["flight_recorder"];
+    assert_eq!(flight["triggers"]["signal"], 2, "{}", f.stderr);
     assert_eq!(
-        stats["flight_recorder"]["triggers"]["signal"], 1,
-        "{}",
-        f.stderr
+        (&flight["dumps"], &flight["not_written"]),
+        (&1.into(), &1.into())
     );
-    assert_eq!(stats["flight_recorder"]["dumps"], 1);
     let found = dumps_in(&dumps);
     assert_eq!(found.len(), 1, "{found:?}");
     let (_, recs, _) = read(&found[0]);

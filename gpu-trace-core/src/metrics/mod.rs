@@ -301,6 +301,34 @@ doc!(
     "Bytes the kernel programs wrote to the ring buffer and gpu-trace has not read yet, at scrape time (near gpu_trace_ring_buffer_bytes: records are about to be dropped). Absent in replay."
 );
 doc!(
+    FLIGHT_TRIGGERS,
+    "gpu_trace_flight_triggers_total",
+    "counter",
+    "trigger",
+    "Flight-recorder triggers that came, by name (signal: SIGUSR1 or POST /dump; refused, recursion, dropped, signal-exit: --dump-on), whether a dump followed or not."
+);
+doc!(
+    FLIGHT_DUMPS,
+    "gpu_trace_flight_dumps_total",
+    "counter",
+    "",
+    "Flight-recorder dumps written (renamed into place in --dump-dir)."
+);
+doc!(
+    FLIGHT_SUPPRESSED,
+    "gpu_trace_flight_dumps_suppressed_total",
+    "counter",
+    "",
+    "Flight-recorder triggers not dumped because --dump-max-per-hour dumps were written in the last hour."
+);
+doc!(
+    FLIGHT_FAILED,
+    "gpu_trace_flight_dumps_failed_total",
+    "counter",
+    "",
+    "Flight-recorder dumps that could not be written (the reason is on stderr)."
+);
+doc!(
     BUILD,
     "gpu_trace_build_info",
     "info",
@@ -351,6 +379,10 @@ pub const REFERENCE: &[MetricDoc] = &[
     api::ERRORS,
     api::SECONDS,
     api::INTERPOSER,
+    FLIGHT_TRIGGERS,
+    FLIGHT_DUMPS,
+    FLIGHT_SUPPRESSED,
+    FLIGHT_FAILED,
     BUILD,
     CPU,
     RSS,
@@ -737,6 +769,8 @@ pub struct Metrics {
     share: share::ShareCollector,
     /// `--api`'s call counters ([`api`]).
     api: api::ApiRows,
+    /// `--flight-recorder`'s counters ([`flight`]).
+    flight: flight::FlightMetrics,
 }
 
 /// See [`Metrics::with_clock`].
@@ -831,6 +865,7 @@ impl Metrics {
                 version: env!("CARGO_PKG_VERSION"),
             }),
         );
+        let flight = flight::FlightMetrics::register(&mut registry);
         let ring_fill = RingCollector::default();
         for c in extra {
             registry.register_collector(c);
@@ -864,7 +899,13 @@ impl Metrics {
             clock: None,
             share,
             api,
+            flight,
         }
+    }
+
+    /// The flight recorder's counters, for the live run's flight recorder to count into.
+    pub fn flight(&self) -> flight::FlightMetrics {
+        self.flight.clone()
     }
 
     /// Process `pid` exited: when no live process holds its name any more, the name's label
@@ -1458,6 +1499,7 @@ pub fn encode(registry: &Registry) -> String {
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 mod api;
+pub mod flight;
 mod share;
 pub use api::{CALLS as API_CALLS, ERRORS as API_ERRORS, SECONDS as API_SECONDS};
 pub use share::SHARE;

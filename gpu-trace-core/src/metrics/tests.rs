@@ -476,6 +476,39 @@ fn health_counters_follow_absolute_readings() {
     );
 }
 
+/// The flight recorder's counters, counted through the handle it is given (a clone), are the
+/// scrape's: triggers by name (no series for a trigger that never came), dumps written,
+/// suppressed and failed.
+#[test]
+fn the_flight_recorder_counts_into_the_scrape() {
+    let m = Metrics::new(MetricsConfig::default());
+    let t = m.encode();
+    assert!(!t.contains("gpu_trace_flight_triggers_total{"), "{t}");
+    assert_eq!(sample(&t, "gpu_trace_flight_dumps_total"), Some(0.0));
+    let f = m.flight();
+    for name in ["signal", "refused", "refused", "refused"] {
+        f.trigger(name);
+    }
+    f.dumps.inc_by(2);
+    f.suppressed.inc();
+    f.failed.inc();
+    let t = m.encode();
+    let trig = |n: &str| {
+        sample(
+            &t,
+            &format!("gpu_trace_flight_triggers_total{{trigger=\"{n}\"}}"),
+        )
+    };
+    assert_eq!((trig("signal"), trig("refused")), (Some(1.0), Some(3.0)));
+    assert_eq!(trig("dropped"), None);
+    assert_eq!(sample(&t, "gpu_trace_flight_dumps_total"), Some(2.0));
+    assert_eq!(
+        sample(&t, "gpu_trace_flight_dumps_suppressed_total"),
+        Some(1.0)
+    );
+    assert_eq!(sample(&t, "gpu_trace_flight_dumps_failed_total"), Some(1.0));
+}
+
 /// Every metric of the reference is in a scrape under its documented name and type, and the
 /// scrape has no metric the reference does not list. [`CPU`] and [`RSS`] are served by the
 /// binary's collector (gpu-trace's `metrics::process`, tested there), not by this pure core.
@@ -490,6 +523,7 @@ fn the_reference_lists_exactly_the_metrics_served() {
     see(&mut m, S + 1, 5, "p", schedule(1, true, None));
     see(&mut m, S + 2, 5, "p", schedule(1, false, None));
     see(&mut m, 2 * S, 5, "p", destroy(1, DestroyCause::Free));
+    m.flight().trigger("signal");
     let t = m.encode();
     let types: Vec<(String, String)> = t
         .lines()

@@ -17,6 +17,7 @@ use gpu_trace_core::flight::{
     FlightStats, FlightWindow, HourlyBound, Trigger, TriggerSink, Triggers, dump_name, dump_stamp,
     dumps_to_remove,
 };
+use gpu_trace_core::metrics::flight::FlightMetrics;
 
 use super::{error::RunError, late_attach::monotonic_now_ns, signals::note};
 use crate::{cli::recording::RecordingArgs, loader::Tracer, record::RecordingHeader};
@@ -43,6 +44,8 @@ pub(super) struct Flight {
     written: Arc<AtomicU64>,
     failed: Arc<AtomicU64>,
     last_dropped: u64,
+    /// `--metrics`: the counters the statistics' figures also go to as the run goes.
+    pub(super) metrics: Option<FlightMetrics>,
 }
 
 impl Flight {
@@ -80,6 +83,7 @@ impl Flight {
             written: Arc::default(),
             failed: Arc::default(),
             last_dropped: 0,
+            metrics: None,
         };
         Some((flight, sink))
     }
@@ -116,11 +120,17 @@ impl Flight {
     pub(super) fn serve(&mut self, tracer: &Tracer) -> Result<(), RunError> {
         for t in self.triggers.take() {
             *self.stats.triggers.entry(t.name()).or_default() += 1;
+            if let Some(m) = &self.metrics {
+                m.trigger(t.name());
+            }
             if !self
                 .bound
                 .allow(self.started.elapsed().as_secs_f64(), self.max_per_hour)
             {
                 self.stats.not_written += 1;
+                if let Some(m) = &self.metrics {
+                    m.suppressed.inc();
+                }
                 eprintln!(
                     "gpu-trace: flight recorder: {} came, not dumped: {} dumps in the last \
                      hour already (--dump-max-per-hour)",
@@ -162,12 +172,16 @@ impl Flight {
             path.display()
         ));
         let (written, failed) = (self.written.clone(), self.failed.clone());
+        let counted = self.metrics.clone();
         let writer = std::thread::Builder::new()
             .name("gpu-trace-dump".into())
             .spawn(move || {
                 match std::fs::write(&tmp, &bytes).and_then(|()| std::fs::rename(&tmp, &path)) {
                     Ok(()) => {
                         written.fetch_add(1, Ordering::SeqCst);
+                        if let Some(m) = &counted {
+                            m.dumps.inc();
+                        }
                         // After its rename: whichever dump's thread ends last leaves the newest
                         // `keep`, this one among them or not.
                         if let Some(keep) = keep {
@@ -177,6 +191,9 @@ impl Flight {
                     Err(e) => {
                         let _ = std::fs::remove_file(&tmp);
                         failed.fetch_add(1, Ordering::SeqCst);
+                        if let Some(m) = &counted {
+                            m.failed.inc();
+                        }
                         eprintln!(
                             "gpu-trace: flight recorder: could not write {}: {e}; check that \
                              --dump-dir exists and has room (tracing goes on)",
@@ -189,6 +206,9 @@ impl Flight {
             Ok(w) => self.writers.push(w),
             Err(e) => {
                 self.stats.failed += 1;
+                if let Some(m) = &self.metrics {
+                    m.failed.inc();
+                }
                 eprintln!("gpu-trace: flight recorder: no thread to write the dump: {e}");
             }
         }

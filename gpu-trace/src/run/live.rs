@@ -146,7 +146,7 @@ pub async fn run_live_with(
         recording_header(&clock, &tracer, &inventory, amd),
     );
     let (flight, trigger_sink) = flight.map_or((None, None), |(f, s)| (Some(f), Some(s)));
-    let recorder = Recording { file, flight };
+    let mut recorder = Recording { file, flight };
     let pipeline = new_pipeline(
         &args.output,
         clock,
@@ -161,6 +161,9 @@ pub async fn run_live_with(
     let (mut pipeline, metrics_server, ring_fill) = match metrics {
         Some((m, server)) => {
             let fill = m.ring_fill_slot();
+            if let Some(f) = recorder.flight.as_mut() {
+                f.metrics = Some(m.flight());
+            }
             (pipeline.with_output(Box::new(m)), Some(server), Some(fill))
         }
         None => (pipeline, None, None),
