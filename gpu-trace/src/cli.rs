@@ -839,7 +839,8 @@ pub struct MetricsArgs {
 
     /// Take a label set (comm, pod, GPU, engine) out of --metrics once it has counted no event
     /// for TIME and holds no live task (default 5m), freeing its room under the label caps; one
-    /// that comes back starts its counters from 0.
+    /// that comes back starts its counters from 0. --api's label sets likewise once their
+    /// counters stop growing.
     #[arg(hide_short_help = true)]
     #[arg(long, value_name = "TIME", value_parser = positive_seconds, requires = "addr")]
     #[arg(help_heading = heading::METRICS)]
