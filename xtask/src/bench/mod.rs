@@ -15,7 +15,9 @@
 //!   and what happens past it;
 //! - `api`: a library call untraced, under a bare uprobe (and uretprobe), and under
 //!   `gpu-trace api` (the API layer's cost per hit, issue 28); 200 probes attached and removed
-//!   with each attach method, a run and one right after it (issue 37).
+//!   with each attach method, a run and one right after it (issue 37);
+//! - `flight` (only with `--only flight`): gpu-trace's peak RSS with and without
+//!   `--flight-recorder` under a hostile load, and a scrape's CPU time with many series.
 //!
 //! The workloads are the C program `bench/syscall_loop.c`, compiled here with `cc -O2`; gpu-trace
 //! is the real binary, started in the background as a user would.
@@ -49,6 +51,7 @@ mod against;
 mod api;
 mod bpf;
 mod figures;
+mod flight;
 mod floor;
 mod knee;
 mod pipeline;
@@ -123,6 +126,9 @@ pub enum Part {
     Pipeline,
     Knee,
     Api,
+    /// `--flight-recorder`'s peak RSS under a hostile load, and a scrape with many series (not
+    /// in the default set: `--only flight`).
+    Flight,
 }
 
 /// One system call per iteration of `bench/syscall_loop.c`.
@@ -465,6 +471,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
             .unwrap_or(if ctx.quick { 20_000 } else { 200_000 });
         api::api_part(&ctx, calls, &mut out)?;
         print_now(&mut out);
+    }
+    if parts.contains(&Part::Flight) {
+        flight::flight_part(&ctx, &mut out)?;
     }
     writeln!(out, "\nload average at the end: {}", load_average())?;
     if !ctx.interference.is_empty() {
