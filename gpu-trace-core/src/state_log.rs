@@ -5,7 +5,8 @@
 //! `TASK_DESTROY`, as in one unrotated recording, not a `PRETRACE_END`).
 //!
 //! A [`StateLog`] is fed every record before that point, in order, and keeps, in their order:
-//! - NVIDIA: each successful `RM_ALLOC` whose object is alive: until a successful `RM_FREE` of
+//! - NVIDIA: each successful `RM_ALLOC` of an object the tracker follows (a client, a device, a
+//!   TSG, a channel; not memory) while it is alive: until a successful `RM_FREE` of
 //!   it, of an object above it or of its client, the `close()` of the fd its client was
 //!   allocated on (or, where that allocation was not seen, of the fd the object was allocated
 //!   on), or its process's exit; and of each such object the last successful `RM_CONTROL` of
@@ -171,12 +172,20 @@ impl StateLog {
             nvidia::decode::RmCall::Alloc { class, handle, .. } if class::is_client(class) => {
                 self.nv_client(pid, handle, fd, bytes)
             }
+            // Only the objects the tracker follows (devices, TSGs, channels): not memory.
             nvidia::decode::RmCall::Alloc {
                 client,
                 parent,
                 handle,
+                class,
                 ..
-            } => self.nv_alloc(pid, (client, parent, handle), fd, bytes),
+            } if class == class::NV01_DEVICE_0
+                || class == class::KEPLER_CHANNEL_GROUP_A
+                || class::is_channel(class) =>
+            {
+                self.nv_alloc(pid, (client, parent, handle), fd, bytes)
+            }
+            nvidia::decode::RmCall::Alloc { .. } => {}
             nvidia::decode::RmCall::Control {
                 client,
                 object,
