@@ -399,3 +399,96 @@ pub fn write_state<W: std::io::Write>(
     }
     Ok(bytes)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::nvidia::decode::testrec::{self, alloc, free};
+    use gpu_trace_common::{TaskRecord, record_kind, zerocopy::IntoBytes};
+
+    const C: u32 = 0xc1d0_0001;
+
+    fn bytes(r: testrec::Rec) -> Vec<u8> {
+        r.rec.as_bytes().to_vec()
+    }
+
+    fn task(kind: u32, pid: u32, value: i32) -> Vec<u8> {
+        let hdr = testrec::header(kind, 9, pid, pid, "p");
+        TaskRecord {
+            hdr,
+            value,
+            _pad: 0,
+        }
+        .as_bytes()
+        .to_vec()
+    }
+
+    /// Process `pid`'s client on `fd`, a device, two TSGs and a memory object under it.
+    fn made(pid: u32, fd: i32) -> Vec<Vec<u8>> {
+        vec![
+            bytes(alloc(pid, fd, true, 0, 0, C, class::NV01_ROOT, 0, &[])),
+            bytes(alloc(pid, fd, true, C, C, 2, class::NV01_DEVICE_0, 0, &[])),
+            bytes(alloc(pid, fd, true, C, 2, 10, 0xA06C, 0, &[])),
+            bytes(alloc(pid, fd, true, C, 2, 11, 0xA06C, 0, &[])),
+            bytes(alloc(pid, fd, true, C, 2, 12, 0x003E, 0, &[])),
+        ]
+    }
+
+    fn log(records: &[Vec<u8>]) -> StateLog {
+        let mut l = StateLog::new();
+        for r in records {
+            l.observe(r);
+        }
+        l
+    }
+
+    /// What is kept is the records that made the objects alive, in order: not memory, not a
+    /// failed call; a freed TSG's record goes, a freed device takes its TSGs with it; a
+    /// `close()` of the client's fd, or the process's exit, takes the whole client.
+    #[test]
+    fn the_log_keeps_the_records_of_the_objects_alive() {
+        let m = made(7, 3);
+        let l = log(&m);
+        let kept: Vec<Vec<u8>> = l.records().map(<[u8]>::to_vec).collect();
+        assert_eq!(
+            kept,
+            m[..4],
+            "client, device, two TSGs; not the memory object"
+        );
+        assert!(l.complete(7));
+        let mut failed = m.clone();
+        failed.push(bytes(alloc(7, 3, true, C, 2, 13, 0xA06C, 0x1f, &[])));
+        assert_eq!(log(&failed).len(), 4, "a failed alloc makes nothing");
+        let mut tsg_freed = m.clone();
+        tsg_freed.push(bytes(free(7, 3, C, 2, 10, 0)));
+        let kept: Vec<Vec<u8>> = log(&tsg_freed).records().map(<[u8]>::to_vec).collect();
+        assert_eq!(kept, [&m[..2], &m[3..4]].concat(), "TSG 10 freed");
+        let mut device_freed = m.clone();
+        device_freed.push(bytes(free(7, 3, C, C, 2, 0)));
+        assert_eq!(log(&device_freed).len(), 1, "the client alone");
+        for end in [
+            task(record_kind::FD_CLOSE, 7, 3),
+            task(record_kind::PROCESS_EXIT, 7, -1),
+        ] {
+            let mut ended = m.clone();
+            ended.extend(made(8, 4));
+            ended.push(end);
+            let kept: Vec<Vec<u8>> = log(&ended).records().map(<[u8]>::to_vec).collect();
+            assert_eq!(kept, made(8, 4)[..4], "process 8's stay");
+        }
+        let mut other_fd = m.clone();
+        other_fd.push(task(record_kind::FD_CLOSE, 7, 5));
+        assert_eq!(log(&other_fd).len(), 4, "another fd's close ends nothing");
+    }
+
+    /// A call on a client whose allocation was not seen (made before tracing): the process is
+    /// not complete (replay takes it as pre-trace), until it exits.
+    #[test]
+    fn a_client_made_before_tracing_leaves_its_process_incomplete() {
+        let pre = bytes(alloc(9, 3, true, C, C, 2, class::NV01_DEVICE_0, 0, &[]));
+        let mut l = log(&[pre]);
+        assert!(!l.complete(9));
+        l.observe(&task(record_kind::PROCESS_EXIT, 9, 0));
+        assert!(l.complete(9) && l.is_empty());
+    }
+}
