@@ -209,7 +209,7 @@ fn dumps_in(dir: &Path) -> Vec<PathBuf> {
 /// beside `--record FILE` of the same run: 100 frees (records, no event), then 3 schedules,
 /// each refused (a trigger). One dump, named after the trigger; it holds exactly the window
 /// the rule gives over the full recording up to the first schedule (the longest run of the
-/// last records that fits in 8 KiB), its header's inventory names this process (alive at the
+/// last records that fits in 8 KiB, each record with its index entry), its header's inventory names this process (alive at the
 /// window's start), and it replays alone with that one schedule; STATS counts 3 triggers, 1
 /// dump and 2 not written.
 #[test]
@@ -269,7 +269,14 @@ fn a_refused_schedule_dumps_exactly_its_window() {
         .find(|&i| schedules_of(&all[i..=i], TSG) == 1)
         .expect("the schedule is recorded");
     let mut s = 0;
-    while all[s..=k].iter().map(|r| r.len() as u64).sum::<u64>() > CAP {
+    // Each record counts its length and its index entry.
+    let entry = gpu_trace_core::flight::INDEX_ENTRY;
+    while all[s..=k]
+        .iter()
+        .map(|r| r.len() as u64 + entry)
+        .sum::<u64>()
+        > CAP
+    {
         s += 1;
     }
     assert!(
