@@ -6,8 +6,9 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
-/// Default `--flight-recorder-bytes`: 32 MiB, well under the DaemonSet's memory limit.
-pub const DEFAULT_FLIGHT_BYTES: u64 = 32 << 20;
+/// Default `--flight-recorder-bytes`: 16 MiB, so that gpu-trace stays under 64 MiB resident
+/// with the flight recorder on under a hostile load (docs/performance.md, part 7).
+pub const DEFAULT_FLIGHT_BYTES: u64 = 16 << 20;
 
 /// The help heading of these options.
 pub const HEADING: &str = "Bounded recordings";
@@ -40,7 +41,7 @@ pub struct RecordingArgs {
     pub flight_recorder: Option<f64>,
 
     /// With --flight-recorder: the most bytes of records kept in memory (K, M, G; default
-    /// 32M); the oldest go first.
+    /// 16M; each record counts its length and 16 bytes of index); the oldest go first.
     #[arg(hide_short_help = true)]
     #[arg(long, value_name = "SIZE", value_parser = parse_size, requires = "flight_recorder")]
     #[arg(help_heading = HEADING)]
