@@ -2,11 +2,14 @@
 //! costs with many series (issue 42).
 //!
 //! - **Memory.** gpu-trace (default hook, `--watch-device /dev/null`) without and with
-//!   `--flight-recorder 10m` (its default 32 MiB byte cap), under [`PROCESSES`] processes of
+//!   `--flight-recorder 10m` (its default byte cap), under [`PROCESSES`] processes of
 //!   `bench/syscall_loop.c`'s `rm-handles` at once (RM-shaped calls on a new handle every four
 //!   calls, never freed: distinct handles, a storm, many processes); with the flight recorder,
 //!   a SIGUSR1 dump at the end (its serialized copy counts). The figure is gpu-trace's peak
-//!   resident memory (`VmHWM` of /proc/PID/status) read just before it is stopped.
+//!   resident memory (`VmHWM` of /proc/PID/status) read just before it is stopped, and with
+//!   the flight recorder its ratio to the run without, paired by repetition. The untraced
+//!   baseline of the other parts has no gpu-trace process, so it is no RSS comparison: the
+//!   ratio is against gpu-trace itself without `--flight-recorder`.
 //! - **Scrape.** The library's `Metrics` with [`SERIES`] share-gauge series (distinct process
 //!   names) and as many `--api` call-counter label sets (three counters each): the CPU time of
 //!   encoding the registry (what `GET /metrics` does besides the socket), and its size.
@@ -33,8 +36,16 @@ pub(super) fn flight_part(ctx: &Ctx, out: &mut String) -> Result<()> {
     )?;
     writeln!(
         out,
-        "| gpu-trace | peak RSS (MiB) | records emitted | dropped |\n|---|---|---|---|"
+        "The RSS is gpu-trace's own: the untraced baseline of the other parts runs no gpu-trace, \
+         so it is no RSS comparison; the ratio is against gpu-trace without --flight-recorder \
+         (paired by repetition).\n"
     )?;
+    writeln!(
+        out,
+        "| gpu-trace | peak RSS (MiB) | × without | records emitted | dropped |\n\
+         |---|---|---|---|---|"
+    )?;
+    let mut without: Vec<f64> = Vec::new();
     for flight in [false, true] {
         let mut rss = Vec::new();
         let (mut emitted, mut dropped) = (Vec::new(), Vec::new());
@@ -45,14 +56,24 @@ pub(super) fn flight_part(ctx: &Ctx, out: &mut String) -> Result<()> {
             dropped.push(end.dropped as f64);
         }
         let label = if flight {
-            "--flight-recorder 10m (32 MiB cap), a SIGUSR1 dump at the end"
+            format!(
+                "--flight-recorder 10m ({} MiB cap), a SIGUSR1 dump at the end",
+                gpu_trace::cli::recording::DEFAULT_FLIGHT_BYTES >> 20
+            )
         } else {
-            "without --flight-recorder"
+            "without --flight-recorder".to_string()
+        };
+        let ratio = if flight {
+            let r: Vec<f64> = rss.iter().zip(&without).map(|(w, o)| w / o).collect();
+            fmt_ratio(spread(&r))
+        } else {
+            without = rss.clone();
+            "1×".to_string()
         };
         let med = |v: &[f64]| spread(v).map_or(0.0, |s| s.median);
         writeln!(
             out,
-            "| {label} | {} | {:.0} | {:.0} |",
+            "| {label} | {} | {ratio} | {:.0} | {:.0} |",
             fmt_ns(spread(&rss)),
             med(&emitted),
             med(&dropped)
