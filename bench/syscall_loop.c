@@ -40,7 +40,7 @@
 #include <time.h>
 #include <unistd.h>
 
-enum mode { GETPPID, IOCTL_PIPE, IOCTL_UNWATCHED, RM_EMIT, RM_IGNORED };
+enum mode { GETPPID, IOCTL_PIPE, IOCTL_UNWATCHED, RM_EMIT, RM_IGNORED, RM_HANDLES };
 
 /* RM parameter blocks (open-gpu-kernel-modules nvos.h); same layouts as gpu-trace/tests/kernel.rs. */
 struct nvos64 { uint32_t h_root, h_parent, h_new, h_class; uint64_t p_alloc, p_rights;
@@ -137,6 +137,15 @@ static inline void one_call(struct worker *w, long i) {
     case RM_IGNORED:
         ioctl(w->fd, RM_CONTROL, &w->other);
         break;
+    case RM_HANDLES:
+        /* A new handle each four calls, never freed: alloc, schedule, schedule, token. */
+        w->alloc.h_new = w->schedule.h_object = 0x5c000000u + (uint32_t)(i >> 2);
+        switch (i & 3) {
+        case 0: ioctl(w->fd, RM_ALLOC64, &w->alloc); break;
+        case 3: ioctl(w->fd, RM_CONTROL, &w->submit); break;
+        default: ioctl(w->fd, RM_CONTROL, &w->schedule); break;
+        }
+        break;
     case RM_EMIT:
         switch (i & 3) {
         case 0: ioctl(w->fd, RM_ALLOC64, &w->alloc); break;
@@ -183,7 +192,7 @@ static void run_loop(struct worker *w) {
 }
 
 static void usage(void) {
-    fprintf(stderr, "usage: syscall_loop getppid|ioctl-pipe|ioctl-unwatched|rm-emit|rm-ignored "
+    fprintf(stderr, "usage: syscall_loop getppid|ioctl-pipe|ioctl-unwatched|rm-emit|rm-ignored|rm-handles "
                     "[--iters N] [--threads T] [--rate CALLS_PER_S] [--seconds S] [--cpu C] "
                     "[--wait-stdin 1]\n");
     exit(2);
@@ -197,6 +206,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(m, "ioctl-unwatched")) g_mode = IOCTL_UNWATCHED;
     else if (!strcmp(m, "rm-emit")) g_mode = RM_EMIT;
     else if (!strcmp(m, "rm-ignored")) g_mode = RM_IGNORED;
+    else if (!strcmp(m, "rm-handles")) g_mode = RM_HANDLES;
     else usage();
     for (int a = 2; a < argc; a += 2) {
         if (a + 1 >= argc) usage();

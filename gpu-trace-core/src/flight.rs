@@ -4,7 +4,8 @@
 //! [`FlightWindow`] keeps the records it is given, in order, and lets the oldest go: a record
 //! leaves the front of the window while it is older than the newest record's time less the
 //! window (the records' own clock, CLOCK_MONOTONIC; at a dump, the time of the dump) or while
-//! the records kept take more than the byte cap (each record counts its length). So the window
+//! the records kept take more than the byte cap (each record counts its length plus its index
+//! entry, [`INDEX_ENTRY`] bytes). So the window
 //! is the longest run of the last records whose first record is within the window and whose
 //! bytes fit the cap (records of several CPUs come a little out of time order: one older than
 //! the window may stay behind a newer first one). The records
@@ -36,6 +37,7 @@ use crate::{
     record::{RecordError, RecordWriter, RecordingHeader, RecordingTrailer},
     rotate::counters_since,
     sink::{ApiEnriched, Enriched, RunEnd, Sink, SinkError},
+    state_log::{StateLog, start_header, write_state},
 };
 
 /// What made a dump, as its file name and the statistics name it.
@@ -146,16 +148,37 @@ impl Sink for TriggerSink {
     }
 }
 
+/// Bytes of one chunk of the window's records (a record longer than this gets a chunk of its
+/// own).
+const CHUNK: usize = 64 << 10;
+
+/// What a record costs the byte cap besides its own bytes: its entry in the index (time,
+/// length).
+pub const INDEX_ENTRY: u64 = std::mem::size_of::<(u64, u32)>() as u64;
+
 /// The last records of a run (see the module documentation).
+///
+/// The records' bytes lie one after another in chunks of [`CHUNK`] bytes (no allocation per
+/// record; a record never straddles two chunks, so a chunk's tail may stay unused), with an
+/// index of (time, length) per record. Each record counts its length plus its index entry
+/// ([`INDEX_ENTRY`]) against the byte cap; besides, at most the unused tail of each chunk and
+/// the front chunk's consumed part (a chunk or two in all) are held.
 pub struct FlightWindow {
     window_ns: u64,
     max_bytes: u64,
-    /// (time, record), oldest first.
-    records: VecDeque<(u64, Box<[u8]>)>,
+    /// The records' bytes, oldest first; the first record starts at `front` in `chunks[0]`.
+    chunks: VecDeque<Vec<u8>>,
+    front: usize,
+    /// A chunk emptied at the front, kept for the next one needed.
+    spare: Option<Vec<u8>>,
+    /// (time, length) of each record, oldest first.
+    index: VecDeque<(u64, u32)>,
     bytes: u64,
     newest_ns: u64,
     /// The processes alive at the window's start.
     start: LiveSet,
+    /// The records that made the driver objects alive at the window's start.
+    state: StateLog,
     /// The kernel counters sampled over time (time, counters), oldest first: the window's
     /// start and later, and the one sample just before it.
     counters: VecDeque<(u64, KernelCounters)>,
@@ -168,10 +191,14 @@ impl FlightWindow {
         Self {
             window_ns,
             max_bytes,
-            records: VecDeque::new(),
+            chunks: VecDeque::new(),
+            front: 0,
+            spare: None,
+            index: VecDeque::new(),
             bytes: 0,
             newest_ns: 0,
             start: LiveSet::new(inventory),
+            state: StateLog::new(),
             counters: VecDeque::new(),
         }
     }
@@ -180,33 +207,67 @@ impl FlightWindow {
     pub fn push(&mut self, bytes: &[u8]) {
         let ts = crate::wire::header_of(bytes).map_or(self.newest_ns, |h| h.ts_ns);
         self.newest_ns = self.newest_ns.max(ts);
-        self.records.push_back((ts, bytes.into()));
-        self.bytes += bytes.len() as u64;
+        let fits = (self.chunks.back()).is_some_and(|c| c.capacity() - c.len() >= bytes.len());
+        if !fits {
+            let chunk = match self.spare.take() {
+                Some(c) if c.capacity() >= bytes.len() => c,
+                _ => Vec::with_capacity(CHUNK.max(bytes.len())),
+            };
+            self.chunks.push_back(chunk);
+        }
+        let last = self.chunks.back_mut().expect("a chunk");
+        last.extend_from_slice(bytes);
+        self.index.push_back((ts, bytes.len() as u32));
+        self.bytes += bytes.len() as u64 + INDEX_ENTRY;
         self.expire(self.newest_ns);
     }
 
     /// Lets the records older than `now_ns` less the window go (and any over the byte cap).
     pub fn expire(&mut self, now_ns: u64) {
         let oldest = now_ns.saturating_sub(self.window_ns);
-        while let Some((ts, _)) = self.records.front() {
-            if *ts >= oldest && self.bytes <= self.max_bytes {
+        while let Some(&(ts, len)) = self.index.front() {
+            if ts >= oldest && self.bytes <= self.max_bytes {
                 break;
             }
-            let (_, rec) = self.records.pop_front().expect("a front record");
-            self.bytes -= rec.len() as u64;
-            self.start.observe(&rec);
+            self.index.pop_front();
+            let len = len as usize;
+            // A record that did not fit the rest of its predecessor's chunk starts the next.
+            if self.front + len > self.chunks[0].len() {
+                self.next_chunk();
+            }
+            let rec = &self.chunks[0][self.front..self.front + len];
+            self.start.observe(rec);
+            self.state.observe(rec);
+            self.front += len;
+            self.bytes -= len as u64 + INDEX_ENTRY;
         }
-        let start = self.records.front().map_or(now_ns, |(ts, _)| *ts);
+        if self.index.is_empty() {
+            while !self.chunks.is_empty() {
+                self.next_chunk();
+            }
+        }
+        let start = self.index.front().map_or(now_ns, |(ts, _)| *ts);
         // Keep the last sample at or before the window's start, and those after it.
         while self.counters.len() > 1 && self.counters[1].0 <= start {
             self.counters.pop_front();
         }
     }
 
+    /// Lets the front chunk go (its records are gone), keeping it as the spare.
+    fn next_chunk(&mut self) {
+        if let Some(mut c) = self.chunks.pop_front() {
+            c.clear();
+            if c.capacity() == CHUNK {
+                self.spare = Some(c);
+            }
+        }
+        self.front = 0;
+    }
+
     /// The kernel's counters as read at `now_ns` (once a second while tracing).
     pub fn note_counters(&mut self, now_ns: u64, counters: KernelCounters) {
         self.counters.push_back((now_ns, counters));
-        let start = self.records.front().map_or(now_ns, |(ts, _)| *ts);
+        let start = self.index.front().map_or(now_ns, |(ts, _)| *ts);
         while self.counters.len() > 1 && self.counters[1].0 <= start {
             self.counters.pop_front();
         }
@@ -214,20 +275,30 @@ impl FlightWindow {
 
     /// The records in the window, oldest first.
     pub fn records(&self) -> impl Iterator<Item = &[u8]> {
-        self.records.iter().map(|(_, r)| &r[..])
+        let (mut chunk, mut at) = (0, self.front);
+        self.index.iter().map(move |&(_, len)| {
+            let len = len as usize;
+            if at + len > self.chunks[chunk].len() {
+                (chunk, at) = (chunk + 1, 0);
+            }
+            let rec = &self.chunks[chunk][at..at + len];
+            at += len;
+            rec
+        })
     }
 
     /// Records in the window.
     pub fn len(&self) -> usize {
-        self.records.len()
+        self.index.len()
     }
 
     /// No record in the window.
     pub fn is_empty(&self) -> bool {
-        self.records.is_empty()
+        self.index.is_empty()
     }
 
-    /// The bytes of the records in the window.
+    /// The bytes the window's records count against the cap: their lengths plus their index
+    /// entries ([`INDEX_ENTRY`] each).
     pub fn bytes(&self) -> u64 {
         self.bytes
     }
@@ -243,13 +314,11 @@ impl FlightWindow {
         now: KernelCounters,
         now_ns: u64,
     ) -> Result<W, RecordError> {
-        let start_ns = self.records.front().map_or(now_ns, |(ts, _)| *ts);
-        let header = RecordingHeader {
-            inventory: Some(self.start.snapshot(start_ns)),
-            ..header.clone()
-        };
+        let start_ns = self.index.front().map_or(now_ns, |(ts, _)| *ts);
+        let header = start_header(header, &self.start, &self.state, start_ns);
         let mut w = RecordWriter::new(out, &header)?;
-        for (_, rec) in &self.records {
+        write_state(&mut w, &self.state)?;
+        for rec in self.records() {
             w.record(rec)?;
         }
         let before = self.counters.front().map(|(_, c)| *c).unwrap_or_default();
@@ -365,13 +434,17 @@ mod tests {
     }
 
     /// The window as the documentation says, derived apart: the longest suffix of `all[..=k]`
-    /// whose first record is within the window of the newest time and whose bytes fit the cap.
+    /// whose first record is within the window of the newest time and whose bytes (each its
+    /// length and its index entry) fit the cap.
     fn expected(all: &[Vec<u8>], k: usize, window: u64, cap: u64) -> Vec<Vec<u8>> {
         let ts = |r: &Vec<u8>| crate::wire::header_of(r).unwrap().ts_ns;
         let newest = all[..=k].iter().map(ts).max().unwrap();
         let fits = |i: usize| {
             ts(&all[i]) >= newest.saturating_sub(window)
-                && all[i..=k].iter().map(|r| r.len() as u64).sum::<u64>() <= cap
+                && (all[i..=k].iter())
+                    .map(|r| r.len() as u64 + INDEX_ENTRY)
+                    .sum::<u64>()
+                    <= cap
         };
         let s = (0..=k).find(|&i| fits(i)).unwrap_or(k + 1);
         all[s..=k].to_vec()
@@ -387,13 +460,58 @@ mod tests {
         let all: Vec<Vec<u8>> = (times.iter().enumerate())
             .map(|(i, &t)| rec(record_kind::FD_CLOSE, t, 100 + i as u32 % 3))
             .collect();
-        for (window, cap) in [(50, 1 << 20), (1000, 48 * 4), (60, 48 * 3)] {
+        let each = 48 + INDEX_ENTRY;
+        for (window, cap) in [(50, 1 << 20), (1000, each * 4), (60, each * 3)] {
             let mut w = FlightWindow::new(&Default::default(), window, cap);
             for (k, r) in all.iter().enumerate() {
                 w.push(r);
                 let got: Vec<Vec<u8>> = w.records().map(<[u8]>::to_vec).collect();
                 assert_eq!(got, expected(&all, k, window, cap), "{window} {cap} at {k}");
                 assert!(w.bytes() <= cap);
+            }
+        }
+    }
+
+    /// Records of many lengths over many chunks (a record never straddles two): at every
+    /// point checked the window holds exactly the records the rule selects, byte for byte,
+    /// and the chunks held are those the cap needs and two more at most.
+    #[test]
+    fn the_window_holds_exactly_its_records_across_chunks() {
+        let all: Vec<Vec<u8>> = (0..6000u64)
+            .map(|i| {
+                let ts = i * 10 + (i * 7919) % 25;
+                let mut r = rec(record_kind::FD_CLOSE, ts, 100 + i as u32 % 5);
+                r.extend((0..(i * 37) % 217).map(|b| (b ^ i) as u8));
+                r
+            })
+            .collect();
+        let ts = |r: &Vec<u8>| crate::wire::header_of(r).unwrap().ts_ns;
+        for (window, cap) in [(20_000, 150_000), (1 << 40, 300_000), (5_000, 1 << 30)] {
+            let mut w = FlightWindow::new(&Default::default(), window, cap);
+            let mut newest = 0;
+            for (k, r) in all.iter().enumerate() {
+                w.push(r);
+                newest = newest.max(ts(r));
+                assert!(w.bytes() <= cap);
+                if k % 211 != 0 && k != all.len() - 1 {
+                    continue;
+                }
+                // The longest suffix whose bytes fit, then its first record within the window.
+                let mut j = k + 1;
+                let mut sum = 0;
+                while j > 0 && sum + all[j - 1].len() as u64 + INDEX_ENTRY <= cap {
+                    j -= 1;
+                    sum += all[j].len() as u64 + INDEX_ENTRY;
+                }
+                let s = (j..=k)
+                    .find(|&i| ts(&all[i]) >= newest.saturating_sub(window))
+                    .unwrap_or(k + 1);
+                let got: Vec<&[u8]> = w.records().collect();
+                assert_eq!(got.len(), k + 1 - s, "{window} {cap} at {k}");
+                assert!(got.iter().zip(&all[s..=k]).all(|(g, a)| *g == &a[..]));
+            }
+            if cap < 1 << 20 {
+                assert!(w.chunks.len() <= (cap as usize).div_ceil(CHUNK) + 2);
             }
         }
     }
@@ -436,6 +554,48 @@ mod tests {
             (4, 1)
         );
         assert_eq!(t.duration_ns, 10);
+    }
+
+    /// A dump of a GPU host's recording replays alone, its state records first: the tasks
+    /// created before its window end in it as `TASK_DESTROY`s, not `PRETRACE_END`s, and its
+    /// counts of events are the whole recording's less those of the records before the window
+    /// (each replayed alone).
+    #[test]
+    fn a_dump_replays_alone_with_the_tasks_made_before_its_window() {
+        use crate::rotate::tests::{fixture, replay_counts};
+        let (header, records) = fixture("two_streams.gtrace");
+        let ts: Vec<u64> = (records.iter())
+            .map(|r| crate::wire::header_of(r).unwrap().ts_ns)
+            .collect();
+        let newest = *ts.iter().max().unwrap();
+        let whole = replay_counts(&header, &[], &records);
+        let mut checked = 0;
+        for k in (1..records.len()).step_by(records.len() / 16 + 1) {
+            let mut w = FlightWindow::new(&Default::default(), newest - ts[k], 1 << 30);
+            for r in &records {
+                w.push(r);
+            }
+            let bytes = w
+                .write(Vec::new(), &header, KernelCounters::default(), newest)
+                .unwrap();
+            let mut r = RecordReader::new(&bytes[..]).unwrap();
+            let mut window = Vec::new();
+            while let Some(rec) = r.next_record().unwrap() {
+                window.push(rec);
+            }
+            let before = &records[..records.len() - window.len()];
+            assert_eq!(
+                window,
+                records[before.len()..],
+                "the window is the last records"
+            );
+            let got = replay_counts(&r.header, &r.state, &window);
+            let prefix = replay_counts(&header, &[], before);
+            let expected: Vec<u64> = whole.iter().zip(prefix).map(|(w, p)| w - p).collect();
+            assert_eq!(got.to_vec(), expected, "window from record {k}");
+            checked += usize::from(!r.state.is_empty() && got[7] > 0);
+        }
+        assert!(checked > 0, "some dump ends tasks made before its window");
     }
 
     #[test]

@@ -42,5 +42,6 @@ pub mod section;
 pub mod sink;
 pub mod skip;
 pub mod source;
+pub mod state_log;
 pub mod user_records;
 pub mod wire;

@@ -30,17 +30,22 @@ pub struct LiveSet {
     /// The run's start-up inventory (its GPUs and counts are every snapshot's).
     base: Inventory,
     alive: BTreeMap<u32, InventoryProcess>,
+    /// The processes of the start-up inventory still alive (the others were traced from their
+    /// start).
+    from_base: std::collections::BTreeSet<u32>,
 }
 
 impl LiveSet {
     /// The processes of the run's start-up inventory, alive at its start.
     pub fn new(base: &Inventory) -> Self {
-        let alive = base.processes.iter().map(|p| (p.pid, p.clone())).collect();
+        let alive: BTreeMap<u32, InventoryProcess> =
+            base.processes.iter().map(|p| (p.pid, p.clone())).collect();
         Self {
             base: Inventory {
                 processes: Vec::new(),
                 ..base.clone()
             },
+            from_base: alive.keys().copied().collect(),
             alive,
         }
     }
@@ -58,6 +63,7 @@ impl LiveSet {
         let pid = hdr.tgid;
         if let RawRecord::ProcessExit(_) = record {
             self.alive.remove(&pid);
+            self.from_base.remove(&pid);
             return;
         }
         // Userspace's records about a process (API sums, names) do not make it alive.
@@ -102,6 +108,12 @@ impl LiveSet {
             processes: self.alive.values().cloned().collect(),
             ..self.base.clone()
         }
+    }
+
+    /// The processes alive now that were traced from their start (not of the start-up
+    /// inventory), ascending.
+    pub fn traced(&self) -> impl Iterator<Item = u32> + '_ {
+        (self.alive.keys().copied()).filter(|p| !self.from_base.contains(p))
     }
 
     /// How many processes are alive now.

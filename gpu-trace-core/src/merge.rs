@@ -278,9 +278,8 @@ impl<R: BufRead, W: Write> Merge<R, W> {
             if let Some(t) = &timeline {
                 p = p.with_output(Box::new(t.node(&host, clock)));
             }
-            if let Some(inv) = &reader.header.inventory {
-                p.inventory(inv).map_err(SinkError::Output)?;
-            }
+            p.start(&reader.header, &reader.state)
+                .map_err(SinkError::Output)?;
             nodes.push(Node {
                 host,
                 reader,

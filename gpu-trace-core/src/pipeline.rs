@@ -21,6 +21,7 @@ use crate::{
         json::JsonSink,
         text::{TextFormatter, TextSink, TimestampMode},
     },
+    record::RecordingHeader,
     sink::{ApiEnriched, Enriched, RunEnd, ShareBatch, ShareEnriched, Sink, SinkError},
     source::{Fact, Sources},
     wire::{self, RawRecord},
@@ -57,6 +58,23 @@ pub struct PipelineConfig {
     /// Text: the `container=` field on every line, `-` outside containers (`--show-container`);
     /// otherwise only on lines of processes in a container or pod.
     pub show_container: bool,
+}
+
+#[cfg(test)]
+impl PipelineConfig {
+    /// JSON lines and statistics, no filter, clock offset 0 (the unit tests' pipeline).
+    pub(crate) fn json_for_tests(verbose: bool) -> Self {
+        Self {
+            verbose,
+            pids: Vec::new(),
+            comms: Vec::new(),
+            format: Format::Json,
+            timestamps: TimestampMode::default(),
+            stats: true,
+            clock: Clock::new(0),
+            show_container: false,
+        }
+    }
 }
 
 /// What [`Pipeline::finish_all`] ended with.
@@ -278,9 +296,52 @@ impl<W: Write> Pipeline<W> {
     /// and `--pod`/`--namespace` select. The text form goes to standard error (the session
     /// prints it with [`inventory::render_text_named`]).
     pub fn inventory(&mut self, inv: &Inventory) -> std::io::Result<()> {
+        self.inventory_of(inv, &[])
+    }
+
+    /// The start of a recording: its inventory ([`Self::inventory`]; the processes of
+    /// `header.state_pids` are not taken as pre-trace) and its state records ([`crate::state_log`]),
+    /// fed to the trackers alone: no event is written or counted for them.
+    pub fn start(&mut self, header: &RecordingHeader, state: &[Vec<u8>]) -> std::io::Result<()> {
+        if let Some(inv) = &header.inventory {
+            self.inventory_of(inv, &header.state_pids)?;
+        }
+        for bytes in state {
+            self.state_record(bytes);
+        }
+        Ok(())
+    }
+
+    /// One state record (see [`Self::start`]).
+    fn state_record(&mut self, bytes: &[u8]) {
+        let Ok(record) = wire::parse_record(bytes) else {
+            return;
+        };
+        if let RawRecord::ApiSymbol(rec) = &record {
+            self.api_names.note(rec);
+            return;
+        }
+        let origin = self.comms.origin(record.header());
+        let mut events = Vec::new();
+        if let Some(Fact::DeviceIsGpu {
+            device_instance,
+            gpu_id,
+        }) = self.sources.observe_state(origin, &record, &mut events)
+        {
+            self.gpus.learn(device_instance, gpu_id);
+        }
+        // The tasks' GPUs, for their later events.
+        for ev in &events {
+            self.gpu_of(ev);
+        }
+    }
+
+    fn inventory_of(&mut self, inv: &Inventory, traced: &[u32]) -> std::io::Result<()> {
         self.gpus = GpuDirectory::new(&inv.gpus);
         for p in &inv.processes {
-            self.sources.preexisting(p);
+            if !traced.contains(&p.pid) {
+                self.sources.preexisting(p);
+            }
             self.process_names
                 .entry(p.pid)
                 .or_insert_with(|| p.comm.clone());
@@ -999,16 +1060,7 @@ mod tests {
     /// the calls that gave no event (`own_process`), and only when there were some.
     #[test]
     fn the_tracers_own_records_are_counted_as_unreported() {
-        let config = PipelineConfig {
-            verbose: false,
-            pids: Vec::new(),
-            comms: Vec::new(),
-            format: Format::Json,
-            timestamps: TimestampMode::default(),
-            stats: true,
-            clock: Clock::new(0),
-            show_container: false,
-        };
+        let config = PipelineConfig::json_for_tests(false);
         let stats_of = |own: u64| {
             let mut p = Pipeline::new(config.clone(), Vec::new());
             for _ in 0..own {

@@ -16,6 +16,10 @@
 //! its top bit set ([`SHARE_FLAG`]) announces a batch of NVML share samples, that many bytes
 //! (without the bit) of JSON (`[ShareSample, ...]`), in the order the live run got them. A
 //! reader of version 1 only refuses a version-2 file (its version check), never misreads it.
+//! A recording that starts in the middle of a run (a `--record-rotate` piece, a
+//! `--flight-recorder` dump) begins with *state records* (as many as its header's
+//! `state_records`): the records that made the driver objects alive at its start
+//! ([`crate::state_log`]), which [`RecordReader`] hands apart ([`RecordReader::state`]).
 //! Replaying feeds the same bytes through the same decoder, model and output as the live run,
 //! so it prints what the live run printed.
 
@@ -79,6 +83,17 @@ pub struct RecordingHeader {
     /// started. Absent in recordings made before it existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inventory: Option<crate::inventory::Inventory>,
+    /// A recording that starts in the middle of a run (a `--record-rotate` piece, a
+    /// `--flight-recorder` dump): its first this many records are *state records*, not events
+    /// of its time: the records that made the driver objects alive at its start
+    /// ([`crate::state_log`]). [`RecordReader`] hands them apart ([`RecordReader::state`]);
+    /// replay feeds them to the trackers alone, counting nothing.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub state_records: u64,
+    /// The inventory's processes whose driver objects alive at the start are all among the
+    /// state records (traced from their start): replay does not take them as pre-trace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub state_pids: Vec<u32>,
 }
 
 /// Written when the run ends cleanly.
@@ -184,6 +199,9 @@ impl<W: Write> RecordWriter<W> {
 pub struct RecordReader<R: BufRead> {
     input: R,
     pub header: RecordingHeader,
+    /// The state records ([`RecordingHeader::state_records`]), read with the header; the
+    /// records [`Self::next_record`] hands out come after them.
+    pub state: Vec<Vec<u8>>,
     pub trailer: Option<RecordingTrailer>,
     offset: u64,
     /// The file's format version.
@@ -230,14 +248,23 @@ impl<R: BufRead> RecordReader<R> {
         }
         let mut json = vec![0u8; len as usize];
         input.read_exact(&mut json)?;
-        let header = serde_json::from_slice(&json).map_err(RecordError::Header)?;
-        Ok(Self {
+        let header: RecordingHeader = serde_json::from_slice(&json).map_err(RecordError::Header)?;
+        let mut reader = Self {
             input,
             header,
+            state: Vec::new(),
             trailer: None,
             offset: 16 + len as u64,
             version,
-        })
+        };
+        while (reader.state.len() as u64) < reader.header.state_records {
+            match reader.next_item()? {
+                Some(Item::Record(r)) => reader.state.push(r),
+                Some(Item::Share(_)) => {}
+                None => break,
+            }
+        }
+        Ok(reader)
     }
 
     /// The next record's bytes, or `None` at the end (the trailer, if any, is then in
@@ -320,6 +347,7 @@ mod tests {
             hooks: vec!["ioctl+close → raw_tp/sys_exit".into()],
             argv: vec!["gpu-trace".into()],
             inventory: None,
+            ..Default::default()
         }
     }
 

@@ -24,6 +24,7 @@ use crate::{
     live_set::LiveSet,
     model::stats::KernelCounters,
     record::{RecordError, RecordWriter, RecordingHeader, RecordingTrailer},
+    state_log::{StateLog, start_header, write_state},
 };
 
 /// When a piece ends.
@@ -96,6 +97,8 @@ pub struct Rotating<S: PieceStore> {
     header: RecordingHeader,
     share: bool,
     live: LiveSet,
+    /// The records that made the driver objects alive now: each piece's state records.
+    state: StateLog,
     piece: Option<Piece<S::Out>>,
     index: u32,
     due: bool,
@@ -118,12 +121,14 @@ impl<S: PieceStore> Rotating<S> {
     ) -> Result<Self, RecordError> {
         let base = header.inventory.clone().unwrap_or_default();
         let out = store.create(1)?;
-        let piece = open(out, &header, share, start_ns, KernelCounters::default())?;
+        let state = StateLog::new();
+        let piece = open(out, &header, &state, share, start_ns, Default::default())?;
         Ok(Self {
             store,
             limit,
             keep,
             live: LiveSet::new(&base),
+            state,
             header: RecordingHeader {
                 inventory: None,
                 ..header
@@ -145,6 +150,7 @@ impl<S: PieceStore> Rotating<S> {
         piece.bytes += 4 + bytes.len() as u64;
         piece.records += 1;
         self.live.observe(bytes);
+        self.state.observe(bytes);
         let ts = crate::wire::header_of(bytes).map(|h| h.ts_ns);
         if let Some(ts) = ts {
             piece.first_ts.get_or_insert(ts);
@@ -204,12 +210,10 @@ impl<S: PieceStore> Rotating<S> {
         };
         self.end_piece(old, counters, boundary)?;
         self.index += 1;
-        let header = RecordingHeader {
-            inventory: Some(self.live.snapshot(boundary)),
-            ..self.header.clone()
-        };
+        let header = start_header(&self.header, &self.live, &self.state, boundary);
         let out = self.store.create(self.index)?;
-        self.piece = Some(open(out, &header, self.share, boundary, counters)?);
+        let piece = open(out, &header, &self.state, self.share, boundary, counters)?;
+        self.piece = Some(piece);
         if let Some(keep) = self.keep
             && self.index > keep
         {
@@ -276,15 +280,19 @@ impl<S: PieceStore> Rotating<S> {
 fn open<W: Write>(
     out: W,
     header: &RecordingHeader,
+    state: &StateLog,
     share: bool,
     start_ns: u64,
     counters_at_start: KernelCounters,
 ) -> Result<Piece<W>, RecordError> {
-    let writer = if share {
+    let mut writer = if share {
         RecordWriter::with_share(out, header)?
     } else {
         RecordWriter::new(out, header)?
     };
+    // The state records come on top of the size limit (a piece of them alone would be due at
+    // once, every piece after it too).
+    write_state(&mut writer, state)?;
     Ok(Piece {
         writer,
         bytes: crate::record::header_len(header)?,
@@ -296,7 +304,7 @@ fn open<W: Write>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
@@ -332,7 +340,7 @@ mod tests {
     }
 
     /// A GPU host's recording: its header and its records.
-    fn fixture(name: &str) -> (RecordingHeader, Vec<Vec<u8>>) {
+    pub(crate) fn fixture(name: &str) -> (RecordingHeader, Vec<Vec<u8>>) {
         let path = format!(
             "{}/../gpu-trace/tests/fixtures/{name}",
             env!("CARGO_MANIFEST_DIR")
@@ -412,7 +420,7 @@ mod tests {
     /// The pieces, read one by one, hold the run's records in order, each once; each has its
     /// header and a trailer whose counters are its own records' (the made-up `emitted` is one
     /// per record) and whose durations add up to the run's; no piece passes the size limit
-    /// by more than its last record.
+    /// (its state records apart) by more than its last record.
     #[test]
     fn pieces_hold_every_record_once_and_their_counters_add_up() {
         let (header, records) = fixture("ctx_churn.gtrace");
@@ -436,8 +444,11 @@ mod tests {
             duration += trailer.duration_ns;
             let last = recs.last().map_or(0, |r| 4 + r.len() as u64);
             let trailer_len = 8 + serde_json::to_vec(&trailer).unwrap().len() as u64;
+            // The state records come on top of the limit.
+            let state = RecordReader::new(&bytes[..]).unwrap().state;
+            let state_len: u64 = state.iter().map(|r| 4 + r.len() as u64).sum();
             assert!(
-                bytes.len() as u64 - trailer_len < LIMIT + last,
+                bytes.len() as u64 - trailer_len - state_len < LIMIT + last,
                 "piece {i}: {} bytes",
                 bytes.len()
             );
@@ -502,9 +513,10 @@ mod tests {
         );
     }
 
-    /// Every piece replays alone through the pipeline: nothing malformed, and the pieces'
-    /// statistics add up to the whole recording's for the events that need no earlier state
-    /// (a task's creation, a schedule request).
+    /// Every piece replays alone through the pipeline, its state records first: nothing
+    /// malformed, and the pieces' counts of events add up exactly to the whole recording's,
+    /// `TASK_DESTROY` of the tasks created in an earlier piece included (their state records
+    /// count no event), and no `PRETRACE_END` where the whole recording has none.
     #[test]
     fn each_piece_replays_alone() {
         for name in ["two_streams.gtrace", "ctx_churn.gtrace"] {
@@ -512,43 +524,57 @@ mod tests {
         }
     }
 
+    /// The counts of one replay: malformed, decode errors, then the events by kind.
+    pub(crate) fn replay_counts(
+        h: &RecordingHeader,
+        state: &[Vec<u8>],
+        recs: &[Vec<u8>],
+    ) -> [u64; 10] {
+        use crate::pipeline::{Pipeline, PipelineConfig};
+        let config = PipelineConfig::json_for_tests(true);
+        let mut p = Pipeline::new(config, Vec::new());
+        p.start(h, state).unwrap();
+        for r in recs {
+            p.feed(r).unwrap();
+        }
+        let s = p.stats();
+        [
+            s.malformed,
+            s.decode_errors,
+            s.task_init,
+            s.schedule,
+            s.schedule_refused,
+            s.work_submit,
+            s.sched_update,
+            s.task_destroy,
+            s.task_destroy_implicit,
+            s.pretrace_end,
+        ]
+    }
+
     fn pieces_replay_alone(name: &str) {
-        use crate::{
-            output::{Format, TimestampMode, clock::Clock},
-            pipeline::{Pipeline, PipelineConfig},
-        };
         let (header, records) = fixture(name);
-        let replay = |inv: Option<&Inventory>, recs: &[Vec<u8>]| {
-            let config = PipelineConfig {
-                verbose: true,
-                pids: Vec::new(),
-                comms: Vec::new(),
-                format: Format::Json,
-                timestamps: TimestampMode::default(),
-                stats: true,
-                clock: Clock::new(0),
-                show_container: false,
-            };
-            let mut p = Pipeline::new(config, Vec::new());
-            if let Some(inv) = inv {
-                p.inventory(inv).unwrap();
-            }
-            for r in recs {
-                p.feed(r).unwrap();
-            }
-            let s = p.stats();
-            (s.malformed, s.decode_errors, s.task_init, s.schedule)
-        };
-        let whole = replay(header.inventory.as_ref(), &records);
-        assert!(whole.2 > 0 && whole.3 > 0, "{name}: {whole:?}");
+        let whole = replay_counts(&header, &[], &records);
+        // Tasks made and ended, in pieces apart once cut.
+        assert!(
+            whole[2] > 0 && whole[3] > 0 && whole[7] > 0,
+            "{name}: {whole:?}"
+        );
         let w = write(&header, &records, RotateLimit::Bytes(4096), None);
         assert!(w.pieces > 3);
-        let mut sum = (0, 0, 0, 0);
+        let mut sum = [0; 10];
+        let mut carried = 0;
         for bytes in w.store.pieces.values() {
+            let r = RecordReader::new(&bytes[..]).unwrap();
+            assert_eq!(r.state.len() as u64, r.header.state_records);
+            carried += r.state.len();
             let (h, recs, _) = read(bytes);
-            let got = replay(h.inventory.as_ref(), &recs);
-            sum = (sum.0 + got.0, sum.1 + got.1, sum.2 + got.2, sum.3 + got.3);
+            let got = replay_counts(&h, &r.state, &recs);
+            for (s, g) in sum.iter_mut().zip(got) {
+                *s += g;
+            }
         }
+        assert!(carried > 0, "{name}: some piece starts with live tasks");
         assert_eq!(sum, whole, "{name}");
     }
 

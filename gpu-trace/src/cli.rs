@@ -834,9 +834,16 @@ pub struct MetricsArgs {
     #[arg(long, value_name = "FILE", requires = "addr")]
     pub metrics_bearer_token_file: Option<std::path::PathBuf>,
 
+    /// With --flight-recorder: POST /dump on --metrics dumps the window as SIGUSR1 does, when
+    /// it carries `Authorization: Bearer TOKEN`, the token read from FILE (one line).
+    #[arg(hide_short_help = true)]
+    #[arg(long, value_name = "FILE", requires_all = ["addr", "flight_recorder"])]
+    pub dump_token_file: Option<std::path::PathBuf>,
+
     /// Take a label set (comm, pod, GPU, engine) out of --metrics once it has counted no event
     /// for TIME and holds no live task (default 5m), freeing its room under the label caps; one
-    /// that comes back starts its counters from 0.
+    /// that comes back starts its counters from 0. --api's label sets likewise once their
+    /// counters stop growing.
     #[arg(hide_short_help = true)]
     #[arg(long, value_name = "TIME", value_parser = positive_seconds, requires = "addr")]
     #[arg(help_heading = heading::METRICS)]

@@ -52,3 +52,20 @@ pub(crate) fn note(line: impl std::fmt::Display) {
 pub fn stop_requested() -> bool {
     STOP.load(Ordering::SeqCst)
 }
+
+// ---------------------------------------------------------------------------------------------
+// `POST /dump` on the metrics endpoint: a dump asked for, as SIGUSR1 asks.
+
+static DUMP_REQUEST: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+/// The metrics endpoint's `POST /dump` came (authenticated): the live loop dumps the flight
+/// recorder's window as on SIGUSR1 (one request waiting at most: more before the loop takes it
+/// are one dump).
+pub fn request_dump() {
+    DUMP_REQUEST.notify_one();
+}
+
+/// Returns when a dump was asked for over HTTP ([`request_dump`]).
+pub async fn dump_requested() {
+    DUMP_REQUEST.notified().await;
+}

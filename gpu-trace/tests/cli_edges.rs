@@ -728,3 +728,27 @@ fn help_lists_the_exit_codes_of_a_command_that_cannot_run() {
         }
     }
 }
+
+/// `--dump-on stuck` is refused with the reason (no `API_STUCK` reaches the main trace: only
+/// `gpu-trace api` finds stuck calls), before anything is traced; an unknown trigger names the
+/// ones there are; the known ones are taken (no usage error: the run then needs root).
+#[test]
+fn dump_on_stuck_is_refused_with_the_reason() {
+    let err = usage_error(&["--flight-recorder", "1m", "--dump-on", "refused,stuck"]);
+    assert!(err.contains("`stuck` cannot trigger a dump"), "{err}");
+    assert!(err.contains("only by `gpu-trace api`"), "{err}");
+    let err = usage_error(&["--flight-recorder", "1m", "--dump-on", "bogus"]);
+    assert!(
+        err.contains("give refused, recursion, dropped or signal-exit"),
+        "{err}"
+    );
+    // The known triggers parse (--help then stops the run at the help).
+    let (code, _, err) = run(&[
+        "--flight-recorder",
+        "1m",
+        "--dump-on",
+        "refused,recursion,dropped,signal-exit",
+        "--help",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+}

@@ -209,7 +209,7 @@ fn dumps_in(dir: &Path) -> Vec<PathBuf> {
 /// beside `--record FILE` of the same run: 100 frees (records, no event), then 3 schedules,
 /// each refused (a trigger). One dump, named after the trigger; it holds exactly the window
 /// the rule gives over the full recording up to the first schedule (the longest run of the
-/// last records that fits in 8 KiB), its header's inventory names this process (alive at the
+/// last records that fits in 8 KiB, each record with its index entry), its header's inventory names this process (alive at the
 /// window's start), and it replays alone with that one schedule; STATS counts 3 triggers, 1
 /// dump and 2 not written.
 #[test]
@@ -269,7 +269,14 @@ fn a_refused_schedule_dumps_exactly_its_window() {
         .find(|&i| schedules_of(&all[i..=i], TSG) == 1)
         .expect("the schedule is recorded");
     let mut s = 0;
-    while all[s..=k].iter().map(|r| r.len() as u64).sum::<u64>() > CAP {
+    // Each record counts its length and its index entry.
+    let entry = gpu_trace_core::flight::INDEX_ENTRY;
+    while all[s..=k]
+        .iter()
+        .map(|r| r.len() as u64 + entry)
+        .sum::<u64>()
+        > CAP
+    {
         s += 1;
     }
     assert!(
@@ -390,6 +397,120 @@ fn sigusr1_dumps_and_tracing_goes_on() {
     let (status, out, err) = replay_json(&dumps[0]);
     assert_eq!(status, Some(0), "{err}");
     assert_eq!(schedule_lines(&out, TSG), held);
+}
+
+/// `POST /dump` on `--metrics` with `--dump-token-file` dumps the window as SIGUSR1 does, through
+/// a real HTTP client (std's TcpStream): a wrong token is answered 401 and dumps nothing, the
+/// token 202; the one dump holds the schedules made before it and replays alone with them. A
+/// second request past `--dump-max-per-hour 1` is counted and not written: the scrape's
+/// `gpu_trace_flight_*` counters and the final STATS say 2 triggers, 1 dump, 1 suppressed.
+#[test]
+fn post_dump_with_the_token_dumps_the_window() {
+    let _serial = serial();
+    let test = "post_dump_with_the_token_dumps_the_window";
+    if skip_unless_root(test) {
+        return;
+    }
+    const TSG: u32 = 0x5EED_0046;
+    let dir = fresh_dir("flight-http");
+    let token = dir.join("token");
+    std::fs::write(&token, "sesame-42\n").unwrap();
+    let dumps = dir.join("dumps");
+    std::fs::create_dir(&dumps).unwrap();
+    let traced = Traced::start(&[
+        "--watch-device",
+        WATCHED,
+        "--format",
+        "json",
+        "--flight-recorder",
+        "10m",
+        "--dump-dir",
+        dumps.to_str().unwrap(),
+        "--metrics",
+        "127.0.0.1:0",
+        "--dump-token-file",
+        token.to_str().unwrap(),
+        "--dump-max-per-hour",
+        "1",
+    ])
+    .unwrap_or_else(|e| panic!("{test}: {e}"));
+    let addr = (traced.stderr_so_far().iter())
+        .find_map(|l| l.split("metrics at http://").nth(1))
+        .and_then(|rest| rest.strip_suffix("/metrics"))
+        .unwrap_or_else(|| panic!("no metrics address: {:?}", traced.stderr_so_far()))
+        .to_string();
+    let exchange = |head: String| {
+        use std::io::{Read, Write};
+        let mut c = std::net::TcpStream::connect(&addr).unwrap();
+        c.write_all(head.as_bytes()).unwrap();
+        let mut r = String::new();
+        let _ = c.read_to_string(&mut r);
+        r
+    };
+    let post = |auth: &str| {
+        exchange(format!(
+            "POST /dump HTTP/1.0\r\nAuthorization: Bearer {auth}\r\n\r\n"
+        ))
+    };
+    // The scrape's line of `series`, once it reads `want` (waiting for the state, not a time).
+    let scraped = |series: &str, want: &str| {
+        let line = format!("\n{series} {want}\n");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let t = exchange("GET /metrics HTTP/1.0\r\n\r\n".into());
+            if t.contains(&line) || std::time::Instant::now() > deadline {
+                return t.contains(&line);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    let dev = watched();
+    let call = Schedule::new(0x5EED_0003, TSG);
+    for _ in 0..3 {
+        call.issue(&dev);
+    }
+    let r = post("sesame-4");
+    assert!(r.starts_with("HTTP/1.0 401"), "{r}");
+    let r = post("sesame-42");
+    assert!(r.starts_with("HTTP/1.0 202"), "{r}");
+    // Waiting for the effect (the file renamed into place), not setting the scenario up.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while dumps_in(&dumps).is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(
+        scraped("gpu_trace_flight_dumps_total", "1"),
+        "the dump counted"
+    );
+    // A second request within the hour: counted, suppressed by --dump-max-per-hour 1.
+    let r = post("sesame-42");
+    assert!(r.starts_with("HTTP/1.0 202"), "{r}");
+    assert!(scraped("gpu_trace_flight_dumps_suppressed_total", "1"));
+    assert!(scraped(
+        r#"gpu_trace_flight_triggers_total{trigger="signal"}"#,
+        "2"
+    ));
+    assert!(scraped("gpu_trace_flight_dumps_total", "1"));
+    let f = traced.interrupt();
+    assert_eq!(f.status.code(), Some(0), "{}", f.stderr);
+    let stats = json_stats(&f.stdout);
+    let flight = &stats["flight_recorder"];
+    assert_eq!(flight["triggers"]["signal"], 2, "{}", f.stderr);
+    assert_eq!(
+        (&flight["dumps"], &flight["not_written"]),
+        (&1.into(), &1.into())
+    );
+    let found = dumps_in(&dumps);
+    assert_eq!(found.len(), 1, "{found:?}");
+    let (_, recs, _) = read(&found[0]);
+    assert_eq!(
+        schedules_of(&recs, TSG),
+        3,
+        "the schedules before the request"
+    );
+    let (status, out, err) = replay_json(&found[0]);
+    assert_eq!(status, Some(0), "{err}");
+    assert_eq!(schedule_lines(&out, TSG), 3);
 }
 
 /// `--dump-on signal-exit` with `-- CMD`: a command killed by a signal dumps the window

@@ -742,8 +742,10 @@ fn quantity(q: &str) -> Option<u64> {
 /// the flight recorder's arguments appended to the container's, and one more volume, a
 /// hostPath at `--dump-dir` mounted read-write there; every other document and field the
 /// same. Its dumps are bounded on disk (`--dump-keep` × `--flight-recorder-bytes` at most
-/// [`MAX_DUMP_DISK`]) and the window in memory (twice the bytes, for the copy a dump writes,
-/// plus the 4 MiB ring buffer and 32 MiB for the tracer itself, within the memory limit).
+/// [`MAX_DUMP_DISK`]) and the window in memory (twice the bytes, a margin for its index, its
+/// chunks' slack and the state log — a dump copies nothing since the window is written
+/// straight to its file — plus the 4 MiB ring buffer and 32 MiB for the tracer itself, within
+/// the memory limit).
 /// Returns the bounds, for the report.
 fn flight_variant(plain: &[Value], variant: &[Value]) -> Result<String> {
     ensure!(
@@ -835,7 +837,7 @@ fn flight_variant(plain: &[Value], variant: &[Value]) -> Result<String> {
     let need = 2 * window + (4 << 20) + (32 << 20);
     ensure!(
         need <= limit,
-        "{FLIGHT_VARIANT}: the window ({window} bytes, twice while a dump is written) with the \
+        "{FLIGHT_VARIANT}: the window ({window} bytes, counted twice for a margin) with the \
          ring and the tracer ({need} bytes) does not fit the memory limit ({limit} bytes)"
     );
     Ok(format!(

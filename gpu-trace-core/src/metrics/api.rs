@@ -119,8 +119,17 @@ struct PathLabels {
 #[derive(Clone, Debug, Default)]
 pub(super) struct PathCollector(Arc<Mutex<PathRows>>);
 
-/// (process, interposer's path) → its labels and calls through it.
-type PathRows = HashMap<(u32, String), (PathLabels, u64)>;
+/// (process, interposer's path) → its labels, calls through it, and whether it is served (a row
+/// whose calls did not grow for the expiry is not, until they grow) with when they last grew.
+type PathRows = HashMap<(u32, String), PathRow>;
+
+#[derive(Clone, Debug)]
+struct PathRow {
+    labels: PathLabels,
+    through: u64,
+    shown: bool,
+    grew_ns: u64,
+}
 
 impl PathCollector {
     /// An `API_PATH`: process `process` (where it runs: `workload`) and its interposer's
@@ -132,7 +141,7 @@ impl PathCollector {
         path: &crate::api::path::ApiPath,
         process: &str,
         workload: Option<&Workload>,
-        max_label_sets: usize,
+        (max_label_sets, now_ns): (usize, u64),
     ) {
         let (through, _) = path.calls();
         let mut labels = PathLabels {
@@ -142,15 +151,50 @@ impl PathCollector {
         };
         let mut rows = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let key = (path.pid, path.library.clone());
-        let sets: std::collections::HashSet<&PathLabels> = rows.values().map(|(l, _)| l).collect();
-        let known = rows.contains_key(&key);
-        if (!known && rows.len() >= MAX_PATH_ROWS)
+        let old = rows.get(&key).map(|r| (r.through, r.shown, r.grew_ns));
+        // An expired row stays out until its calls grow.
+        if old.is_some_and(|(t, shown, _)| !shown && t >= through) {
+            return;
+        }
+        let sets: std::collections::HashSet<&PathLabels> = (rows.values())
+            .filter(|r| r.shown)
+            .map(|r| &r.labels)
+            .collect();
+        if (old.is_none() && rows.len() >= MAX_PATH_ROWS)
             || (!sets.contains(&labels) && sets.len() >= max_label_sets)
         {
             labels.who = Who::overflow();
             labels.library = OVERFLOW.into();
         }
-        rows.insert(key, (labels, through));
+        let grew_ns = match old {
+            Some((t, true, at)) if t == through => at,
+            _ => now_ns,
+        };
+        let row = PathRow {
+            labels,
+            through,
+            shown: true,
+            grew_ns,
+        };
+        rows.insert(key, row);
+    }
+
+    /// Takes out of the scrape the rows whose calls did not grow since `before_ns`; returns how
+    /// many label sets left it.
+    fn expire(&self, before_ns: u64) -> u64 {
+        let mut rows = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut gone = std::collections::BTreeSet::new();
+        for r in rows
+            .values_mut()
+            .filter(|r| r.shown && r.grew_ns <= before_ns)
+        {
+            r.shown = false;
+            gone.insert(r.labels.clone());
+        }
+        for r in rows.values().filter(|r| r.shown) {
+            gone.remove(&r.labels);
+        }
+        gone.len() as u64
     }
 }
 
@@ -161,8 +205,11 @@ impl prometheus_client::collector::Collector for PathCollector {
             return Ok(());
         }
         let mut sums: BTreeMap<&PathLabels, u64> = BTreeMap::new();
-        for (labels, through) in rows.values() {
-            *sums.entry(labels).or_default() += through;
+        for r in rows.values().filter(|r| r.shown) {
+            *sums.entry(&r.labels).or_default() += r.through;
+        }
+        if sums.is_empty() {
+            return Ok(());
         }
         let help = INTERPOSER.help.trim_end_matches('.');
         let kind = ConstCounter::new(0u64).metric_type();
@@ -188,6 +235,8 @@ pub(super) struct ApiRows {
     pub collector: ApiCollector,
     /// [`INTERPOSER`].
     pub paths: PathCollector,
+    /// When each served label set's counters last grew (or it came), for the expiry.
+    grew_ns: HashMap<ApiLabels, u64>,
 }
 
 impl ApiRows {
@@ -198,37 +247,62 @@ impl ApiRows {
         row: &CallStats,
         process: &str,
         workload: Option<&Workload>,
-        max_label_sets: usize,
+        (max_label_sets, now_ns): (usize, u64),
     ) {
         let key = (row.pid, row.library.clone(), row.symbol.clone());
         let now = [row.calls, row.errors, row.total_ns];
         let mut totals = self.collector.0.lock().unwrap_or_else(|e| e.into_inner());
         let full = self.rows.len() >= MAX_ROWS;
         let (labels, last) = match self.rows.get_mut(&key) {
-            Some((labels, last)) => (labels.clone(), std::mem::replace(last, now)),
+            Some((labels, last)) => (labels.clone(), Some(std::mem::replace(last, now))),
             None if full => {
                 self.rows_dropped += 1;
                 return;
             }
             None => {
-                let mut labels = labels(row, process, workload);
-                if !totals.contains_key(&labels) && totals.len() >= max_label_sets {
-                    labels = overflow();
-                }
+                let labels = labels(row, process, workload);
                 self.rows.insert(key, (labels.clone(), now));
-                (labels, [0; 3])
+                (labels, None)
             }
         };
-        let sum = totals.entry(labels).or_default();
-        for i in 0..3 {
-            // Sums that went down are a new row of the kernel's (a pid reused): all of it.
-            let grew = if now[i] >= last[i] {
-                now[i] - last[i]
-            } else {
-                now[i]
-            };
-            sum[i] = sum[i].saturating_add(grew);
+        // Sums that went down are a new row of the kernel's (a pid reused): all of it.
+        let grew: Figures = std::array::from_fn(|i| match last {
+            Some(l) if now[i] >= l[i] => now[i] - l[i],
+            _ => now[i],
+        });
+        // An expired label set stays out of the scrape until its rows grow.
+        if last.is_some() && grew == [0; 3] {
+            return;
         }
+        // A label set not served (new, or expired) takes room under the cap, or counts under
+        // the overflow labels.
+        let labels = if !totals.contains_key(&labels) && totals.len() >= max_label_sets {
+            overflow()
+        } else {
+            labels
+        };
+        let sum = totals.entry(labels.clone()).or_default();
+        for i in 0..3 {
+            sum[i] = sum[i].saturating_add(grew[i]);
+        }
+        self.grew_ns.insert(labels, now_ns);
+    }
+
+    /// Takes out of the scrape the label sets (of the call counters and of the interposer
+    /// counter) whose counters did not grow since `before_ns`, giving their room back under
+    /// the cap; a row that grows later counts from 0 under its label set. Returns how many
+    /// label sets left.
+    pub fn expire(&mut self, before_ns: u64) -> u64 {
+        let doomed: Vec<ApiLabels> = (self.grew_ns.iter())
+            .filter(|(_, t)| **t <= before_ns)
+            .map(|(l, _)| l.clone())
+            .collect();
+        let mut totals = self.collector.0.lock().unwrap_or_else(|e| e.into_inner());
+        for l in &doomed {
+            totals.remove(l);
+            self.grew_ns.remove(l);
+        }
+        doomed.len() as u64 + self.paths.expire(before_ns)
     }
 }
 

@@ -22,7 +22,9 @@
 //! process has — give their room under the caps to new ones. Time is the events' own clock
 //! (CLOCK_MONOTONIC; a live run also looks at the clock each second, [`Metrics::tick`]), so a
 //! replay expires exactly as the run did. A label set that comes back starts its counters
-//! from 0 (a counter reset, which Prometheus's `rate()` and `increase()` handle).
+//! from 0 (a counter reset, which Prometheus's `rate()` and `increase()` handle). `--api`'s
+//! label sets expire the same way once their counters stop growing ([`api`]), and the share
+//! gauge's label values once no sample names them.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -284,7 +286,7 @@ doc!(
     "gpu_trace_label_sets_expired_total",
     "counter",
     "",
-    "Label sets (gpu, engine, comm, container, pod) taken out of the scrape because they counted no event for --metrics-expire and held no live task; their label values free room under the label caps. One that comes back starts its counters from 0."
+    "Label sets taken out of the scrape because they counted nothing for --metrics-expire: the events' (gpu, engine, comm, container, pod; holding no live task) and --api's (call counters, interposer counter); their label values free room under the label caps. One that comes back starts its counters from 0."
 );
 doc!(
     RING,
@@ -299,6 +301,34 @@ doc!(
     "gauge",
     "",
     "Bytes the kernel programs wrote to the ring buffer and gpu-trace has not read yet, at scrape time (near gpu_trace_ring_buffer_bytes: records are about to be dropped). Absent in replay."
+);
+doc!(
+    FLIGHT_TRIGGERS,
+    "gpu_trace_flight_triggers_total",
+    "counter",
+    "trigger",
+    "Flight-recorder triggers that came, by name (signal: SIGUSR1 or POST /dump; refused, recursion, dropped, signal-exit: --dump-on), whether a dump followed or not."
+);
+doc!(
+    FLIGHT_DUMPS,
+    "gpu_trace_flight_dumps_total",
+    "counter",
+    "",
+    "Flight-recorder dumps written (renamed into place in --dump-dir)."
+);
+doc!(
+    FLIGHT_SUPPRESSED,
+    "gpu_trace_flight_dumps_suppressed_total",
+    "counter",
+    "",
+    "Flight-recorder triggers not dumped because --dump-max-per-hour dumps were written in the last hour."
+);
+doc!(
+    FLIGHT_FAILED,
+    "gpu_trace_flight_dumps_failed_total",
+    "counter",
+    "",
+    "Flight-recorder dumps that could not be written (the reason is on stderr)."
 );
 doc!(
     BUILD,
@@ -351,6 +381,10 @@ pub const REFERENCE: &[MetricDoc] = &[
     api::ERRORS,
     api::SECONDS,
     api::INTERPOSER,
+    FLIGHT_TRIGGERS,
+    FLIGHT_DUMPS,
+    FLIGHT_SUPPRESSED,
+    FLIGHT_FAILED,
     BUILD,
     CPU,
     RSS,
@@ -738,6 +772,11 @@ pub struct Metrics {
     share: share::ShareCollector,
     /// `--api`'s call counters ([`api`]).
     api: api::ApiRows,
+    /// `--flight-recorder`'s counters ([`flight`]).
+    flight: flight::FlightMetrics,
+    /// The label values of the share gauge's samples and when they were last sampled, for the
+    /// expiry (the gauge itself holds the last window's processes only).
+    share_keys: HashMap<SeriesKey, u64>,
 }
 
 /// See [`Metrics::with_clock`].
@@ -770,6 +809,29 @@ struct Health {
     last_decode: u64,
     last_malformed: u64,
     last_untracked: u64,
+}
+
+impl Health {
+    /// Registers the health counters (not the ring gauge) in `r`.
+    fn register(&self, r: &mut Registry) {
+        for (d, c) in [
+            (&DROPPED, &self.dropped),
+            (&READ_FAILED, &self.read_failed),
+            (&DECODE, &self.decode),
+            (&MALFORMED, &self.malformed),
+            (&RECORDS, &self.records),
+            (&FD_LOOKUP, &self.fd_lookup),
+            (&SKIPPED, &self.skipped),
+            (&DENIED, &self.denied),
+            (&DENIED_UNREAD, &self.denied_unread),
+            (&DENY_UNFOLLOWED, &self.deny_unfollowed),
+            (&OVERFLOWED, &self.overflowed),
+            (&UNTRACKED, &self.untracked),
+            (&EXPIRED, &self.expired),
+        ] {
+            r.register(family_name(d), d.help.trim_end_matches('.'), c.clone());
+        }
+    }
 }
 
 fn lifetime_histogram() -> Histogram {
@@ -807,23 +869,7 @@ impl Metrics {
         reg(&mut registry, &TIMESLICE, fam.timeslice.clone());
         reg(&mut registry, &LIFETIME, lifetime.clone());
         reg(&mut registry, &LATENCY, latency.clone());
-        for (d, c) in [
-            (&DROPPED, &health.dropped),
-            (&READ_FAILED, &health.read_failed),
-            (&DECODE, &health.decode),
-            (&MALFORMED, &health.malformed),
-            (&RECORDS, &health.records),
-            (&FD_LOOKUP, &health.fd_lookup),
-            (&SKIPPED, &health.skipped),
-            (&DENIED, &health.denied),
-            (&DENIED_UNREAD, &health.denied_unread),
-            (&DENY_UNFOLLOWED, &health.deny_unfollowed),
-            (&OVERFLOWED, &health.overflowed),
-            (&UNTRACKED, &health.untracked),
-            (&EXPIRED, &health.expired),
-        ] {
-            reg(&mut registry, d, c.clone());
-        }
+        health.register(&mut registry);
         reg(&mut registry, &RING, health.ring.clone());
         reg(
             &mut registry,
@@ -832,6 +878,7 @@ impl Metrics {
                 version: env!("CARGO_PKG_VERSION"),
             }),
         );
+        let flight = flight::FlightMetrics::register(&mut registry);
         let ring_fill = RingCollector::default();
         for c in extra {
             registry.register_collector(c);
@@ -865,7 +912,14 @@ impl Metrics {
             clock: None,
             share,
             api,
+            flight,
+            share_keys: HashMap::new(),
         }
+    }
+
+    /// The flight recorder's counters, for the live run's flight recorder to count into.
+    pub fn flight(&self) -> flight::FlightMetrics {
+        self.flight.clone()
     }
 
     /// Process `pid` exited: when no live process holds its name any more, the name's label
@@ -954,23 +1008,37 @@ impl Metrics {
         let Some(before) = self.now_ns.checked_sub(expire) else {
             return;
         };
+        let api = self.api.expire(before);
+        self.health.expired.inc_by(api);
         let held: HashSet<SeriesKey> = self.tasks.values().map(|t| t.key).collect();
         let doomed: Vec<SeriesKey> = (self.series.iter())
             .filter(|(k, s)| s.last_ns <= before && !held.contains(k))
             .map(|(k, _)| *k)
             .collect();
-        if doomed.is_empty() {
-            return;
-        }
         for key in &doomed {
             if let Some(s) = self.series.remove(key) {
                 self.fam.remove(&s.labels);
             }
         }
         self.health.expired.inc_by(doomed.len() as u64);
-        let comms: HashSet<u32> = self.series.keys().map(|k| k.comm).collect();
-        let workloads: HashSet<u32> = self.series.keys().map(|k| k.workload).collect();
-        for key in doomed {
+        // The share gauge's label values not sampled since: their room goes back too.
+        let shares: Vec<SeriesKey> = (self.share_keys.iter())
+            .filter(|(_, t)| **t <= before)
+            .map(|(k, _)| *k)
+            .collect();
+        for k in &shares {
+            self.share_keys.remove(k);
+        }
+        self.release_unheld(doomed.into_iter().chain(shares));
+    }
+
+    /// Gives back the label values of `keys` that no series and no recent share sample holds
+    /// any more (a `comm` only once no live process has it).
+    fn release_unheld(&mut self, keys: impl Iterator<Item = SeriesKey>) {
+        let all = || self.series.keys().chain(self.share_keys.keys());
+        let comms: HashSet<u32> = all().map(|k| k.comm).collect();
+        let workloads: HashSet<u32> = all().map(|k| k.workload).collect();
+        for key in keys {
             if !comms.contains(&key.comm) && !self.comm_pids.contains_key(&key.comm) {
                 self.comms.release(key.comm);
                 self.ended_comms.retain(|&c| c != key.comm);
@@ -1468,6 +1536,7 @@ pub fn encode(registry: &Registry) -> String {
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 mod api;
+pub mod flight;
 mod share;
 pub use api::{CALLS as API_CALLS, ERRORS as API_ERRORS, SECONDS as API_SECONDS};
 pub use share::SHARE;
@@ -1489,13 +1558,16 @@ impl Sink for Metrics {
         let workload = ev.cgroup.map(Workload::of);
         match ev.event {
             ApiEvent::Stats(row) => {
-                (self.api).add(row, ev.process, workload.as_ref(), self.max_series);
+                let at = (self.max_series, ev.origin.ts_ns.max(self.now_ns));
+                (self.api).add(row, ev.process, workload.as_ref(), at);
             }
             ApiEvent::Path(path) => {
-                (self.api.paths).set(path, ev.process, workload.as_ref(), self.max_series);
+                let at = (self.max_series, ev.origin.ts_ns.max(self.now_ns));
+                (self.api.paths).set(path, ev.process, workload.as_ref(), at);
             }
-            _ => {}
+            _ => return Ok(()),
         }
+        self.tick(ev.origin.ts_ns);
         Ok(())
     }
 

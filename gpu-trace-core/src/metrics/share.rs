@@ -92,6 +92,7 @@ impl Metrics {
                 false => self.gpu_slot(Some(*gpu), None, GpuNumbering::Driver),
             };
             let key = self.key_on(gpu, 0, comm, workload.as_ref());
+            self.share_keys.insert(key, self.now_ns);
             let l = self.labels_of(key);
             let labels = ShareLabels {
                 gpu: l.gpu,

@@ -476,6 +476,39 @@ fn health_counters_follow_absolute_readings() {
     );
 }
 
+/// The flight recorder's counters, counted through the handle it is given (a clone), are the
+/// scrape's: triggers by name (no series for a trigger that never came), dumps written,
+/// suppressed and failed.
+#[test]
+fn the_flight_recorder_counts_into_the_scrape() {
+    let m = Metrics::new(MetricsConfig::default());
+    let t = m.encode();
+    assert!(!t.contains("gpu_trace_flight_triggers_total{"), "{t}");
+    assert_eq!(sample(&t, "gpu_trace_flight_dumps_total"), Some(0.0));
+    let f = m.flight();
+    for name in ["signal", "refused", "refused", "refused"] {
+        f.trigger(name);
+    }
+    f.dumps.inc_by(2);
+    f.suppressed.inc();
+    f.failed.inc();
+    let t = m.encode();
+    let trig = |n: &str| {
+        sample(
+            &t,
+            &format!("gpu_trace_flight_triggers_total{{trigger=\"{n}\"}}"),
+        )
+    };
+    assert_eq!((trig("signal"), trig("refused")), (Some(1.0), Some(3.0)));
+    assert_eq!(trig("dropped"), None);
+    assert_eq!(sample(&t, "gpu_trace_flight_dumps_total"), Some(2.0));
+    assert_eq!(
+        sample(&t, "gpu_trace_flight_dumps_suppressed_total"),
+        Some(1.0)
+    );
+    assert_eq!(sample(&t, "gpu_trace_flight_dumps_failed_total"), Some(1.0));
+}
+
 /// Every metric of the reference is in a scrape under its documented name and type, and the
 /// scrape has no metric the reference does not list. [`CPU`] and [`RSS`] are served by the
 /// binary's collector (gpu-trace's `metrics::process`, tested there), not by this pure core.
@@ -490,6 +523,7 @@ fn the_reference_lists_exactly_the_metrics_served() {
     see(&mut m, S + 1, 5, "p", schedule(1, true, None));
     see(&mut m, S + 2, 5, "p", schedule(1, false, None));
     see(&mut m, 2 * S, 5, "p", destroy(1, DestroyCause::Free));
+    m.flight().trigger("signal");
     let t = m.encode();
     let types: Vec<(String, String)> = t
         .lines()
@@ -696,17 +730,27 @@ fn share_gauge_sums_same_labels_and_is_absent_without_samples() {
 /// Hands the metrics process `pid`'s (named `comm`) sums so far of libcuda's `symbol`:
 /// calls, errors, ns.
 fn api_sums(m: &mut Metrics, pid: u32, comm: &str, symbol: &str, v: [u64; 3]) {
+    api_sums_at(m, 0, (pid, comm), symbol, v);
+}
+
+/// [`api_sums`] read at `ts_ns` (the record's time).
+fn api_sums_at(m: &mut Metrics, ts_ns: u64, (pid, comm): (u32, &str), symbol: &str, v: [u64; 3]) {
     let row = crate::api::stats::CallStats {
         errors: v[1],
         total_ns: v[2],
         ..crate::api::stats::CallStats::for_test(pid, symbol, v[0])
     };
-    feed_api(m, &crate::api::names::ApiEvent::Stats(row), comm);
+    feed_api_at(m, ts_ns, &crate::api::names::ApiEvent::Stats(row), comm);
 }
 
 /// One API record of process `comm` into the metrics, as the pipeline hands it.
 fn feed_api(m: &mut Metrics, event: &crate::api::names::ApiEvent, comm: &str) {
-    let origin = crate::api::events::samples::origin_of(event, 0, 0);
+    feed_api_at(m, 0, event, comm);
+}
+
+/// [`feed_api`] of a record made at `ts_ns`.
+fn feed_api_at(m: &mut Metrics, ts_ns: u64, event: &crate::api::names::ApiEvent, comm: &str) {
+    let origin = crate::api::events::samples::origin_of(event, ts_ns, 0);
     let ev = crate::sink::ApiEnriched {
         event,
         origin: &origin,
@@ -803,6 +847,89 @@ fn api_label_sets_are_capped_and_escaped() {
     let over = "gpu_trace_api_calls_total{comm=\"__overflow__\",container=\"\",pod=\"\",\
                 namespace=\"\",pod_uid=\"\",library=\"__overflow__\",symbol=\"__overflow__\"}";
     assert_eq!(sample(&t, over), Some(9.0), "{t}");
+}
+
+/// `--metrics-expire` for `--api`'s label sets (issue 40 item 4): under a cap of 2, a third
+/// process name counts under `__overflow__`; once the label sets of `b` and of the overflow
+/// have not grown for the expiry they leave the scrape (counted as expired) and give their
+/// room back, so a new name `d` gets its own label set; `a`, which grew, stays with its
+/// counts; `b` coming back counts from 0 (only what it added since), and a row that reports
+/// unchanged sums does not bring its label set back.
+#[test]
+fn api_label_sets_expire_and_give_their_room_back() {
+    let mut m = Metrics::new(MetricsConfig {
+        max_label_sets: 2,
+        expire: Some(Duration::from_secs(10)),
+        ..MetricsConfig::default()
+    });
+    let calls = |m: &Metrics, comm| {
+        sample(
+            &m.encode(),
+            &api_series("gpu_trace_api_calls_total", comm, "cuInit"),
+        )
+    };
+    let over = "gpu_trace_api_calls_total{comm=\"__overflow__\",container=\"\",pod=\"\",\
+                namespace=\"\",pod_uid=\"\",library=\"__overflow__\",symbol=\"__overflow__\"}";
+    api_sums_at(&mut m, S, (1, "a"), "cuInit", [1, 0, 0]);
+    api_sums_at(&mut m, S, (2, "b"), "cuInit", [2, 0, 0]);
+    api_sums_at(&mut m, S, (3, "c"), "cuInit", [3, 0, 0]);
+    assert_eq!(sample(&m.encode(), over), Some(3.0));
+    // `a` grows at 15 s; nothing else does. `b` reports the same sums (no growth).
+    api_sums_at(&mut m, 15 * S, (1, "a"), "cuInit", [5, 0, 0]);
+    api_sums_at(&mut m, 15 * S, (2, "b"), "cuInit", [2, 0, 0]);
+    m.tick(20 * S);
+    let t = m.encode();
+    assert_eq!(calls(&m, "a"), Some(5.0), "{t}");
+    assert_eq!((calls(&m, "b"), sample(&t, over)), (None, None), "{t}");
+    assert_eq!(sample(&t, "gpu_trace_label_sets_expired_total"), Some(2.0));
+    api_sums_at(&mut m, 21 * S, (4, "d"), "cuInit", [7, 0, 0]);
+    assert_eq!(calls(&m, "d"), Some(7.0), "room under the cap again");
+    // `b` unchanged: stays out; `b` grows by 1: back with 1, not its 3 calls (the cap is full
+    // again: a and d).
+    api_sums_at(&mut m, 22 * S, (2, "b"), "cuInit", [2, 0, 0]);
+    assert_eq!(calls(&m, "b"), None);
+    m.tick(40 * S);
+    assert_eq!(calls(&m, "a"), None, "a expired too: {}", m.encode());
+    api_sums_at(&mut m, 41 * S, (2, "b"), "cuInit", [3, 0, 0]);
+    assert_eq!(calls(&m, "b"), Some(1.0));
+}
+
+/// `--metrics-expire` for the interposer counter: a (process, interposer) row whose calls did
+/// not grow for the expiry leaves the scrape; the same figures again do not bring it back, more
+/// calls do.
+#[test]
+fn api_interposer_rows_expire() {
+    let mut m = Metrics::new(MetricsConfig {
+        expire: Some(Duration::from_secs(10)),
+        ..MetricsConfig::default()
+    });
+    let served = |m: &Metrics| m.encode().contains("gpu_trace_api_interposer_calls_total{");
+    api_path(&mut m, 5, "p", 3, 4);
+    assert!(served(&m));
+    m.tick(20 * S);
+    assert!(!served(&m), "{}", m.encode());
+    api_path(&mut m, 5, "p", 3, 4);
+    assert!(!served(&m));
+    api_path(&mut m, 5, "p", 4, 5);
+    assert!(served(&m));
+}
+
+/// `--metrics-expire` for the share gauge's label values: a name only the share gauge used gives
+/// its room under the `comm` cap back once not sampled for the expiry.
+#[test]
+fn share_only_names_give_their_room_back() {
+    let mut m = Metrics::new(MetricsConfig {
+        max_comms: 1,
+        expire: Some(Duration::from_secs(10)),
+        ..MetricsConfig::default()
+    });
+    m.set_shares(&[(0, "first".into(), None, 0.5)]);
+    m.set_shares(&[]);
+    m.tick(20 * S);
+    m.set_shares(&[(0, "second".into(), None, 0.25)]);
+    let t = m.encode();
+    assert!(t.contains("comm=\"second\""), "{t}");
+    assert!(!t.contains("comm=\"__overflow__\""), "{t}");
 }
 
 /// Issue 36, item 5: a user's copy of a container id (a cgroup below its own

@@ -146,6 +146,21 @@ impl Sources {
         fact
     }
 
+    /// A state record of a recording ([`crate::state_log`]): observed as any record, but what
+    /// the sources count of it is put back (its events are the caller's to drop).
+    pub fn observe_state(
+        &mut self,
+        origin: Origin,
+        record: &RawRecord,
+        events: &mut Vec<Event>,
+    ) -> Option<Fact> {
+        let saved = (self.nvidia.counters().clone(), self.amd.counters().clone());
+        let fact = self.observe(origin, record, events);
+        self.nvidia.set_counters(saved.0);
+        self.amd.set_counters(saved.1);
+        fact
+    }
+
     /// The events of one record ([`observe`](Self::observe) into a new `Vec`; tests).
     pub fn events_of(&mut self, record: &RawRecord) -> Vec<Event> {
         let mut events = Vec::new();

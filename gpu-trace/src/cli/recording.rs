@@ -6,8 +6,9 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
-/// Default `--flight-recorder-bytes`: 32 MiB, well under the DaemonSet's memory limit.
-pub const DEFAULT_FLIGHT_BYTES: u64 = 32 << 20;
+/// Default `--flight-recorder-bytes`: 16 MiB, so that gpu-trace stays under 64 MiB resident
+/// with the flight recorder on under a hostile load (docs/performance.md, part 7).
+pub const DEFAULT_FLIGHT_BYTES: u64 = 16 << 20;
 
 /// The help heading of these options.
 pub const HEADING: &str = "Bounded recordings";
@@ -40,7 +41,7 @@ pub struct RecordingArgs {
     pub flight_recorder: Option<f64>,
 
     /// With --flight-recorder: the most bytes of records kept in memory (K, M, G; default
-    /// 32M); the oldest go first.
+    /// 16M; each record counts its length and 16 bytes of index); the oldest go first.
     #[arg(hide_short_help = true)]
     #[arg(long, value_name = "SIZE", value_parser = parse_size, requires = "flight_recorder")]
     #[arg(help_heading = HEADING)]
@@ -54,12 +55,13 @@ pub struct RecordingArgs {
 
     /// With --flight-recorder: also dump on these (comma-separated): refused (a SCHEDULE the
     /// driver refused), recursion (API_RECURSION, with --api), dropped (records lost to a
-    /// full ring), signal-exit (`-- CMD` ended by a signal). SIGUSR1 always dumps.
+    /// full ring), signal-exit (`-- CMD` ended by a signal). SIGUSR1 always dumps. Not
+    /// stuck: API_STUCK is found only by `gpu-trace api`, never in this trace.
     #[arg(hide_short_help = true)]
     #[arg(
         long,
         value_name = "LIST",
-        value_enum,
+        value_parser = parse_dump_on,
         value_delimiter = ',',
         requires = "flight_recorder"
     )]
@@ -96,7 +98,7 @@ pub enum Rotate {
 }
 
 /// A `--dump-on` trigger (SIGUSR1 always dumps). `API_STUCK` is `gpu-trace api`'s, which has
-/// no flight recorder: not offered.
+/// no flight recorder, and never reaches the main trace: refused ([`parse_dump_on`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, ValueEnum)]
 pub enum DumpOn {
     Refused,
@@ -116,6 +118,21 @@ impl DumpOn {
             DumpOn::SignalExit => Trigger::SignalExit,
         }
     }
+}
+
+/// One `--dump-on` trigger; `stuck` refused with the reason (no `API_STUCK` reaches this trace).
+pub fn parse_dump_on(s: &str) -> Result<DumpOn, String> {
+    if s.trim().eq_ignore_ascii_case("stuck") {
+        return Err(
+            "`stuck` cannot trigger a dump: API_STUCK (a GPU API call stuck in the \
+                    driver) is found only by `gpu-trace api`, which has no flight recorder; the \
+                    main trace never sees one. Give refused, recursion, dropped or signal-exit"
+                .into(),
+        );
+    }
+    DumpOn::from_str(s.trim(), true).map_err(|_| {
+        format!("`{s}` is not a --dump-on trigger: give refused, recursion, dropped or signal-exit")
+    })
 }
 
 /// A size: bytes, or a number with K, M, G (powers of 1024; `KiB`, `MB`… read the same);

@@ -40,6 +40,11 @@ pub enum AccessError {
          Prometheus sends it with `authorization: {{credentials_file: FILE}}`)"
     )]
     Token { path: PathBuf, why: String },
+    #[error(
+        "--dump-token-file {path}: {why} (the file holds the token on one line; a client sends \
+         it with `Authorization: Bearer TOKEN` on POST /dump)"
+    )]
+    DumpToken { path: PathBuf, why: String },
 }
 
 /// The web configuration file (the exporter-toolkit's fields that gpu-trace implements).
@@ -72,6 +77,18 @@ pub struct Access {
     pause_until: Mutex<Option<std::time::Instant>>,
     /// TLS, when configured.
     pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// `--dump-token-file`: the token `POST /dump` must carry (`None`: `POST /dump` is off).
+    dump_token: Option<Vec<u8>>,
+}
+
+/// What a `POST /dump` may do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DumpAccess {
+    /// No `--dump-token-file`: the endpoint takes no dump.
+    Off,
+    /// No token, or another one.
+    Refused,
+    Allowed,
 }
 
 impl std::fmt::Debug for Access {
@@ -80,8 +97,22 @@ impl std::fmt::Debug for Access {
             .field("users", &self.users.keys().collect::<Vec<_>>())
             .field("bearer", &self.bearer.is_some())
             .field("tls", &self.tls.is_some())
+            .field("dump_token", &self.dump_token.is_some())
             .finish()
     }
+}
+
+/// A token file: one line of characters an HTTP header can carry.
+fn read_token(path: &Path) -> Result<Vec<u8>, String> {
+    let raw = read_bounded(path).map_err(|e| e.to_string())?;
+    let token = raw.trim_ascii();
+    if token.is_empty() {
+        return Err("the file is empty".into());
+    }
+    if token.iter().any(|b| !b.is_ascii_graphic() && *b != b' ') {
+        return Err("the token has characters an HTTP header cannot carry".into());
+    }
+    Ok(token.to_vec())
 }
 
 fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
@@ -220,19 +251,38 @@ impl Access {
                 path: path.to_owned(),
                 why,
             };
-            let raw = read_bounded(path).map_err(|e| err(e.to_string()))?;
-            let token = raw.trim_ascii();
-            if token.is_empty() {
-                return Err(err("the file is empty".into()));
-            }
-            if token.iter().any(|b| !b.is_ascii_graphic() && *b != b' ') {
-                return Err(err(
-                    "the token has characters an HTTP header cannot carry".into()
-                ));
-            }
-            access.bearer = Some(token.to_vec());
+            access.bearer = Some(read_token(path).map_err(err)?);
         }
         Ok(access)
+    }
+
+    /// `--dump-token-file`: `POST /dump` takes a dump when it carries the token in `path`.
+    pub fn with_dump_token(mut self, path: &Path) -> Result<Self, AccessError> {
+        let token = read_token(path).map_err(|why| AccessError::DumpToken {
+            path: path.to_owned(),
+            why,
+        })?;
+        self.dump_token = Some(token);
+        Ok(self)
+    }
+
+    /// Whether a `POST /dump` with this `Authorization` header value (`Bearer TOKEN`) may take a
+    /// dump; the token compared in constant time. The metrics' own credentials grant nothing
+    /// here.
+    pub fn dump(&self, authorization: Option<&[u8]>) -> DumpAccess {
+        let Some(token) = self.dump_token.as_deref() else {
+            return DumpAccess::Off;
+        };
+        let given = authorization.and_then(|v| {
+            let i = v.iter().position(|&b| b == b' ')?;
+            v[..i]
+                .eq_ignore_ascii_case(b"bearer")
+                .then(|| v[i + 1..].trim_ascii())
+        });
+        match given {
+            Some(g) if bool::from(token.ct_eq(g)) => DumpAccess::Allowed,
+            _ => DumpAccess::Refused,
+        }
     }
 
     /// Whether requests must authenticate (basic users or a bearer token configured).

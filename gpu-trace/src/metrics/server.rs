@@ -51,7 +51,7 @@ use prometheus_client::{metrics::counter::Counter, registry::Registry};
 use thiserror::Error;
 use tokio::sync::Notify;
 
-use super::access::{Access, AccessError};
+use super::access::{Access, AccessError, DumpAccess};
 use slots::{Admission, Notice, Slots};
 
 #[derive(Debug, Error)]
@@ -90,6 +90,10 @@ pub fn check_args(args: &crate::cli::MetricsArgs) -> Result<Option<Access>, Serv
         args.metrics_bearer_token_file.as_deref(),
     )?;
     check_addr(addr, args.metrics_allow_remote || access.required())?;
+    let access = match args.dump_token_file.as_deref() {
+        Some(path) => access.with_dump_token(path)?,
+        None => access,
+    };
     Ok(Some(access))
 }
 
@@ -568,6 +572,9 @@ fn respond(request: &Request<Incoming>, serving: &Serving, slot: &Slot) -> Respo
         .headers()
         .get(header::AUTHORIZATION)
         .map(|v| v.as_bytes());
+    if request.uri().path() == "/dump" {
+        return dump(request.method(), serving.access.dump(authorization), slot);
+    }
     if !serving.access.allows(authorization) {
         let mut r = text(StatusCode::UNAUTHORIZED, PLAIN, "authentication required\n");
         r.headers_mut().insert(
@@ -593,6 +600,42 @@ fn respond(request: &Request<Incoming>, serving: &Serving, slot: &Slot) -> Respo
         (true, _) => text(StatusCode::NOT_FOUND, PLAIN, "not found\n"),
         (false, _) => text(StatusCode::METHOD_NOT_ALLOWED, PLAIN, "GET only\n"),
     }
+}
+
+/// `POST /dump` (`--dump-token-file`): the flight recorder's window dumped as on SIGUSR1
+/// (202), with `Authorization: Bearer TOKEN`; without the token 401, and 403 when no token is
+/// configured (the endpoint takes no dump). Its own token only: the metrics' credentials grant
+/// nothing here.
+fn dump(method: &Method, access: DumpAccess, slot: &Slot) -> Response<Full<Bytes>> {
+    if access == DumpAccess::Off {
+        return text(
+            StatusCode::FORBIDDEN,
+            PLAIN,
+            "POST /dump is off: start gpu-trace with --flight-recorder and --dump-token-file\n",
+        );
+    }
+    if access == DumpAccess::Refused {
+        let mut r = text(
+            StatusCode::UNAUTHORIZED,
+            PLAIN,
+            "POST /dump needs Authorization: Bearer TOKEN (--dump-token-file)\n",
+        );
+        r.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            header::HeaderValue::from_static("Bearer"),
+        );
+        return r;
+    }
+    slot.answering();
+    if *method != Method::POST {
+        return text(StatusCode::METHOD_NOT_ALLOWED, PLAIN, "POST only\n");
+    }
+    crate::flags::request_dump();
+    text(
+        StatusCode::ACCEPTED,
+        PLAIN,
+        "dump requested: the window is written to --dump-dir as on SIGUSR1\n",
+    )
 }
 
 /// `--metrics` of a live run: checks the address, listens, and returns the metrics (for the

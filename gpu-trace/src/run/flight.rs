@@ -1,15 +1,12 @@
 //! `--flight-recorder`: the core's window of the last records ([`FlightWindow`]), the triggers
 //! the live loop sees (SIGUSR1, the pipeline's [`TriggerSink`], the kernel's `dropped`, `-- CMD`
-//! ended by a signal), the hourly bound, and the dumps: serialized in the loop, written by a
-//! thread of their own to `DIR/.NAME.tmp`, renamed to `DIR/NAME` once complete.
+//! ended by a signal), the hourly bound, and the dumps: written by the loop straight from the
+//! window through a buffer to `DIR/.NAME.tmp` (no copy of the window in memory), renamed to
+//! `DIR/NAME` once complete.
 
 use std::{
+    io::{BufWriter, Write},
     path::PathBuf,
-    sync::{
-        Arc,
-        atomic::{AtomicU64, Ordering},
-    },
-    thread::JoinHandle,
     time::Instant,
 };
 
@@ -17,6 +14,7 @@ use gpu_trace_core::flight::{
     FlightStats, FlightWindow, HourlyBound, Trigger, TriggerSink, Triggers, dump_name, dump_stamp,
     dumps_to_remove,
 };
+use gpu_trace_core::metrics::flight::FlightMetrics;
 
 use super::{error::RunError, late_attach::monotonic_now_ns, signals::note};
 use crate::{cli::recording::RecordingArgs, loader::Tracer, record::RecordingHeader};
@@ -29,9 +27,8 @@ pub(super) struct Flight {
     max_per_hour: u32,
     /// `--dump-keep`: this host's dumps left in `dir` at most.
     keep: Option<u32>,
-    /// The names this run gave its dumps: one still being written by its thread is not in
-    /// `dir` under its name yet, and a second dump in the same second must not take it (the
-    /// names of this second only).
+    /// The names this run gave its dumps this second: a second dump in the same second must
+    /// not take one (even one that failed, or that --dump-keep removed already).
     named: std::collections::HashSet<String>,
     bound: HourlyBound,
     started: Instant,
@@ -39,10 +36,9 @@ pub(super) struct Flight {
     pub(super) triggers: Triggers,
     wanted: Vec<Trigger>,
     stats: FlightStats,
-    writers: Vec<JoinHandle<()>>,
-    written: Arc<AtomicU64>,
-    failed: Arc<AtomicU64>,
     last_dropped: u64,
+    /// `--metrics`: the counters the statistics' figures also go to as the run goes.
+    pub(super) metrics: Option<FlightMetrics>,
 }
 
 impl Flight {
@@ -76,10 +72,8 @@ impl Flight {
             triggers,
             wanted,
             stats: FlightStats::default(),
-            writers: Vec::new(),
-            written: Arc::default(),
-            failed: Arc::default(),
             last_dropped: 0,
+            metrics: None,
         };
         Some((flight, sink))
     }
@@ -116,11 +110,17 @@ impl Flight {
     pub(super) fn serve(&mut self, tracer: &Tracer) -> Result<(), RunError> {
         for t in self.triggers.take() {
             *self.stats.triggers.entry(t.name()).or_default() += 1;
+            if let Some(m) = &self.metrics {
+                m.trigger(t.name());
+            }
             if !self
                 .bound
                 .allow(self.started.elapsed().as_secs_f64(), self.max_per_hour)
             {
                 self.stats.not_written += 1;
+                if let Some(m) = &self.metrics {
+                    m.suppressed.inc();
+                }
                 eprintln!(
                     "gpu-trace: flight recorder: {} came, not dumped: {} dumps in the last \
                      hour already (--dump-max-per-hour)",
@@ -134,16 +134,18 @@ impl Flight {
         Ok(())
     }
 
-    /// Writes the window now, on a thread of its own (the loop only serializes it).
+    /// Writes the window now, in the loop: straight from the window through a buffer to the
+    /// temporary file, then renamed. No copy of the window is made (at the byte cap, a copy
+    /// would double the flight recorder's memory). The loop reads no records meanwhile: the
+    /// writes go to the page cache, by estimate tens of milliseconds for tens of MiB (not
+    /// measured); what the ring cannot hold meanwhile is dropped and counted as ever.
     fn dump(&mut self, t: Trigger, tracer: &Tracer) -> Result<(), RunError> {
         let now = monotonic_now_ns();
         self.window.expire(now);
         let counters = tracer.counters()?;
-        let bytes = self.window.write(Vec::new(), &self.header, counters, now)?;
         let utc = dump_stamp(&self.header, now);
         let mut name = dump_name(&self.header.host, &utc, t);
-        // Two dumps of one trigger in one second: the second gets a number (also while the
-        // first is still being written).
+        // Two dumps of one trigger in one second: the second gets a number.
         self.named.retain(|n| n.contains(&utc));
         let mut n = 1;
         while self.named.contains(&name) || self.dir.join(&name).exists() {
@@ -151,65 +153,58 @@ impl Flight {
             name = dump_name(&self.header.host, &format!("{utc}-{n}"), t);
         }
         self.named.insert(name.clone());
-        let (keep, dir, host) = (self.keep, self.dir.clone(), self.header.host.clone());
         let path = self.dir.join(&name);
         let tmp = self.dir.join(format!(".{name}.tmp"));
-        let records = self.window.len();
         note(format_args!(
             "flight recorder: {} came; writing the last {} records to {}",
             t.name(),
-            records,
+            self.window.len(),
             path.display()
         ));
-        let (written, failed) = (self.written.clone(), self.failed.clone());
-        let writer = std::thread::Builder::new()
-            .name("gpu-trace-dump".into())
-            .spawn(move || {
-                match std::fs::write(&tmp, &bytes).and_then(|()| std::fs::rename(&tmp, &path)) {
-                    Ok(()) => {
-                        written.fetch_add(1, Ordering::SeqCst);
-                        // After its rename: whichever dump's thread ends last leaves the newest
-                        // `keep`, this one among them or not.
-                        if let Some(keep) = keep {
-                            remove_oldest(&dir, &host, keep);
-                        }
-                    }
-                    Err(e) => {
-                        let _ = std::fs::remove_file(&tmp);
-                        failed.fetch_add(1, Ordering::SeqCst);
-                        eprintln!(
-                            "gpu-trace: flight recorder: could not write {}: {e}; check that \
-                             --dump-dir exists and has room (tracing goes on)",
-                            path.display()
-                        );
-                    }
+        let written = std::fs::File::create(&tmp)
+            .map_err(|e| e.to_string())
+            .and_then(|f| {
+                (self.window)
+                    .write(BufWriter::new(f), &self.header, counters, now)
+                    .map_err(|e| e.to_string())
+            })
+            .and_then(|w| w.into_inner().map_err(|e| e.error().to_string()))
+            .and_then(|mut f| f.flush().map_err(|e| e.to_string()))
+            .and_then(|()| std::fs::rename(&tmp, &path).map_err(|e| e.to_string()));
+        match written {
+            Ok(()) => {
+                self.stats.dumps += 1;
+                if let Some(m) = &self.metrics {
+                    m.dumps.inc();
                 }
-            });
-        match writer {
-            Ok(w) => self.writers.push(w),
+                // After its rename: the newest `keep` are left, this one among them.
+                if let Some(keep) = self.keep {
+                    remove_oldest(&self.dir, &self.header.host, keep);
+                }
+            }
             Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
                 self.stats.failed += 1;
-                eprintln!("gpu-trace: flight recorder: no thread to write the dump: {e}");
+                if let Some(m) = &self.metrics {
+                    m.failed.inc();
+                }
+                eprintln!(
+                    "gpu-trace: flight recorder: could not write {}: {e}; check that \
+                     --dump-dir exists and has room (tracing goes on)",
+                    path.display()
+                );
             }
         }
         Ok(())
     }
 
-    /// The end: the dumps being written are waited for; returns the counts.
+    /// The end: returns the counts.
     pub(super) fn finish(self) -> FlightStats {
-        for w in self.writers {
-            let _ = w.join();
-        }
-        FlightStats {
-            dumps: self.written.load(Ordering::SeqCst),
-            failed: self.stats.failed + self.failed.load(Ordering::SeqCst),
-            ..self.stats
-        }
+        self.stats
     }
 }
 
-/// `--dump-keep`: removes `host`'s oldest dumps in `dir` so that `keep` are left (a dump
-/// another thread is still writing is not named yet: its thread prunes after its own rename).
+/// `--dump-keep`: removes `host`'s oldest dumps in `dir` so that `keep` are left.
 /// A failure is said on stderr; tracing goes on.
 fn remove_oldest(dir: &std::path::Path, host: &str, keep: u32) {
     let names: Vec<String> = match std::fs::read_dir(dir) {
@@ -227,7 +222,7 @@ fn remove_oldest(dir: &std::path::Path, host: &str, keep: u32) {
     };
     for name in dumps_to_remove(&names, host, keep as usize) {
         let path = dir.join(&name);
-        // Gone already: another dump's thread pruned it.
+        // Gone already: someone else removed it.
         if let Err(e) = std::fs::remove_file(&path)
             && e.kind() != std::io::ErrorKind::NotFound
         {

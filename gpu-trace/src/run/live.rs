@@ -146,7 +146,7 @@ pub async fn run_live_with(
         recording_header(&clock, &tracer, &inventory, amd),
     );
     let (flight, trigger_sink) = flight.map_or((None, None), |(f, s)| (Some(f), Some(s)));
-    let recorder = Recording { file, flight };
+    let mut recorder = Recording { file, flight };
     let pipeline = new_pipeline(
         &args.output,
         clock,
@@ -161,6 +161,9 @@ pub async fn run_live_with(
     let (mut pipeline, metrics_server, ring_fill) = match metrics {
         Some((m, server)) => {
             let fill = m.ring_fill_slot();
+            if let Some(f) = recorder.flight.as_mut() {
+                f.metrics = Some(m.flight());
+            }
             (pipeline.with_output(Box::new(m)), Some(server), Some(fill))
         }
         None => (pipeline, None, None),
@@ -402,15 +405,24 @@ impl LiveRun<'_> {
                         f.tick(&self.tracer);
                     }
                 }
-                // --flight-recorder: SIGUSR1 dumps the window.
+                // --flight-recorder: SIGUSR1 (or an authenticated POST /dump) dumps the window.
                 _ = async {
                     match usr1.as_mut() {
-                        Some(s) => {
-                            s.recv().await;
-                        }
+                        Some(s) => tokio::select! {
+                            _ = s.recv() => {}
+                            () = crate::flags::dump_requested() => {}
+                        },
                         None => std::future::pending::<()>().await,
                     }
                 } => {
+                    // What the ring holds first (one slice of it under a storm), so that the
+                    // window ends with the records made before the request.
+                    more = self.reader.drain(
+                        self.ring.get_mut(),
+                        &mut self.pipeline,
+                        &mut self.recorder,
+                        Some(DRAIN_SLICE),
+                    );
                     if let Some(f) = self.recorder.flight.as_ref() {
                         f.note(gpu_trace_core::flight::Trigger::Signal);
                     }

@@ -195,6 +195,7 @@ pub(super) fn recording_header(
         hooks: tracer.hooks.iter().map(ToString::to_string).collect(),
         argv: std::env::args().collect(),
         inventory: Some(inventory.clone()),
+        ..Default::default()
     }
 }
 

@@ -41,10 +41,11 @@ pub fn replay_with(
     let mut pipeline = new_pipeline(args, clock, out, perfetto.as_ref().map(|(s, _)| s), true)?;
     if let Some(inv) = &reader.header.inventory {
         announce_inventory(inv, args, false);
-        pipeline
-            .inventory(inv)
-            .map_err(io_err("writing the output"))?;
     }
+    // The inventory, and a piece's or a dump's state records: the tasks alive at its start.
+    pipeline
+        .start(&reader.header, &reader.state)
+        .map_err(io_err("writing the output"))?;
     // Also without an inventory: a recording that lists no GPU passes no event through --gpu.
     warn_unmatched_gpus(&pipeline);
     let mut failure = None;

@@ -393,6 +393,11 @@ impl Traced {
         self.child.id()
     }
 
+    /// The stderr lines read so far (up to the one that said the hooks attached).
+    pub fn stderr_so_far(&self) -> &[String] {
+        &self.stderr_seen
+    }
+
     pub fn signal(&self, sig: i32) {
         // SAFETY: kill(2) on our own child.
         unsafe { libc::kill(self.child.id() as i32, sig) };

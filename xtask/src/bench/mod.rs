@@ -15,7 +15,9 @@
 //!   and what happens past it;
 //! - `api`: a library call untraced, under a bare uprobe (and uretprobe), and under
 //!   `gpu-trace api` (the API layer's cost per hit, issue 28); 200 probes attached and removed
-//!   with each attach method, a run and one right after it (issue 37).
+//!   with each attach method, a run and one right after it (issue 37);
+//! - `flight` (only with `--only flight`): gpu-trace's peak RSS with and without
+//!   `--flight-recorder` under a hostile load, and a scrape's CPU time with many series.
 //!
 //! The workloads are the C program `bench/syscall_loop.c`, compiled here with `cc -O2`; gpu-trace
 //! is the real binary, started in the background as a user would.
@@ -49,6 +51,7 @@ mod against;
 mod api;
 mod bpf;
 mod figures;
+mod flight;
 mod floor;
 mod knee;
 mod pipeline;
@@ -123,6 +126,21 @@ pub enum Part {
     Pipeline,
     Knee,
     Api,
+    /// `--flight-recorder`'s peak RSS under a hostile load, and a scrape with many series (not
+    /// in the default set: `--only flight`).
+    Flight,
+}
+
+impl Part {
+    /// The parts run without `--only` (all but `flight`).
+    const DEFAULT: [Part; 6] = [
+        Part::Syscalls,
+        Part::Ioctls,
+        Part::Bpf,
+        Part::Pipeline,
+        Part::Knee,
+        Part::Api,
+    ];
 }
 
 /// One system call per iteration of `bench/syscall_loop.c`.
@@ -375,14 +393,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
 
     let parts: Vec<Part> = if args.only.is_empty() {
-        vec![
-            Part::Syscalls,
-            Part::Ioctls,
-            Part::Bpf,
-            Part::Pipeline,
-            Part::Knee,
-            Part::Api,
-        ]
+        Part::DEFAULT.to_vec()
     } else {
         args.only.clone()
     };
@@ -407,8 +418,35 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let ncpu = thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
-    let mut ctx = Ctx {
-        root: root.clone(),
+    let mut ctx = new_ctx(&args, root.clone(), (loop_bin, gpu_trace, work), ncpu)?;
+
+    let mut out = String::new();
+    writeln!(out, "{}", machine_header(&ctx, &args, ncpu))?;
+    print_now(&mut out);
+    run_parts(&mut ctx, &args, &parts, ncpu, &mut out)?;
+    writeln!(out, "\nload average at the end: {}", load_average())?;
+    if !ctx.interference.is_empty() {
+        writeln!(
+            out,
+            "\nWARNING: other BPF programs appeared during untraced runs (another user of this \
+             machine): {}. Their hooks add to every syscall: re-run on a quiet machine.",
+            ctx.interference.join(", ")
+        )?;
+    }
+    print_now(&mut out);
+    Ok(())
+}
+
+/// The context of a run: the binaries (`loop_bin`, `gpu_trace`), the work directory, the counts
+/// `args` give, and the BPF programs loaded before it.
+fn new_ctx(
+    args: &BenchArgs,
+    root: PathBuf,
+    (loop_bin, gpu_trace, work): (PathBuf, PathBuf, PathBuf),
+    ncpu: usize,
+) -> Result<Ctx> {
+    Ok(Ctx {
+        root,
         loop_bin,
         gpu_trace,
         baseline: args.baseline.clone(),
@@ -430,16 +468,22 @@ pub fn run(args: BenchArgs) -> Result<()> {
         interference: Vec::new(),
         own_progs: Default::default(),
         floor_cpu: BTreeMap::new(),
-    };
+    })
+}
 
-    let mut out = String::new();
-    writeln!(out, "{}", machine_header(&ctx, &args, ncpu))?;
-    print_now(&mut out);
+/// The parts asked for, in their order, each appending its tables to `out`.
+fn run_parts(
+    ctx: &mut Ctx,
+    args: &BenchArgs,
+    parts: &[Part],
+    ncpu: usize,
+    out: &mut String,
+) -> Result<()> {
     if parts.contains(&Part::Syscalls) || parts.contains(&Part::Ioctls) {
-        syscall_parts(&mut ctx, &parts, &mut out)?;
+        syscall_parts(ctx, parts, out)?;
     }
     if parts.contains(&Part::Bpf) {
-        bpf_part(&ctx, &mut out)?;
+        bpf_part(ctx, out)?;
     }
     if parts.contains(&Part::Pipeline) {
         let opts = PipelineOpts {
@@ -451,31 +495,24 @@ pub fn run(args: BenchArgs) -> Result<()> {
             emit: args.emit.clone(),
             margin: args.noise_margin / 100.0,
         };
-        pipeline_part(&ctx, &opts, &mut out)?;
+        pipeline_part(ctx, &opts, out)?;
     }
     if parts.contains(&Part::Knee) {
         let seconds = args
             .knee_seconds
             .unwrap_or(if ctx.quick { 0.5 } else { 2.0 });
-        knee_part(&ctx, seconds, ncpu, &mut out)?;
+        knee_part(ctx, seconds, ncpu, out)?;
     }
     if parts.contains(&Part::Api) {
         let calls = args
             .api_calls
             .unwrap_or(if ctx.quick { 20_000 } else { 200_000 });
-        api::api_part(&ctx, calls, &mut out)?;
-        print_now(&mut out);
+        api::api_part(ctx, calls, out)?;
+        print_now(out);
     }
-    writeln!(out, "\nload average at the end: {}", load_average())?;
-    if !ctx.interference.is_empty() {
-        writeln!(
-            out,
-            "\nWARNING: other BPF programs appeared during untraced runs (another user of this \
-             machine): {}. Their hooks add to every syscall: re-run on a quiet machine.",
-            ctx.interference.join(", ")
-        )?;
+    if parts.contains(&Part::Flight) {
+        flight::flight_part(ctx, out)?;
     }
-    print_now(&mut out);
     Ok(())
 }
 

@@ -166,6 +166,11 @@ impl KfdTracker {
         Self::default()
     }
 
+    /// Puts the counters back to `c` (a state record's calls are not counted).
+    pub(crate) fn set_counters(&mut self, c: KfdTrackerCounters) {
+        self.counters = c;
+    }
+
     pub fn counters(&self) -> &KfdTrackerCounters {
         &self.counters
     }

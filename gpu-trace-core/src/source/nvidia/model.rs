@@ -496,6 +496,11 @@ impl NvTracker {
     }
 
     /// The counters so far.
+    /// Puts the counters back to `c` (a state record's calls are not counted).
+    pub(crate) fn set_counters(&mut self, c: NvTrackerCounters) {
+        self.counters = c;
+    }
+
     pub fn counters(&self) -> &NvTrackerCounters {
         &self.counters
     }

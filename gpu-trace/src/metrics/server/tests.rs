@@ -652,3 +652,69 @@ fn counter_tls(cert: &std::path::Path, s: &MetricsServer, name: &str) -> u64 {
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no {name}_total in {body}"))
 }
+
+/// Whether a dump was asked for over HTTP since the last look (the flag the live loop waits
+/// on; looked at without waiting).
+fn dump_was_requested() -> bool {
+    use std::{future::Future, task::Context};
+    let fut = std::pin::pin!(crate::flags::dump_requested());
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    fut.poll(&mut cx).is_ready()
+}
+
+/// `POST /dump`, through a real client over loopback: without `--dump-token-file` 403 with the
+/// reason (the metrics' own bearer token grants nothing); with one, no token or a wrong one 401
+/// (a bearer challenge), `GET` with the token 405; the token asks the live loop for a dump
+/// (202) and only it does. The metrics stay readable with their own token.
+#[test]
+fn post_dump_needs_its_own_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, token) = crate::metrics::access::tests::credentials(dir.path());
+    let dump_token = dir.path().join("dump-token");
+    std::fs::write(&dump_token, "dump-456\n").unwrap();
+    let post = |s: &MetricsServer, auth: &str| {
+        let head = format!("POST /dump HTTP/1.0\r\nContent-Length: 0\r\n{auth}\r\n");
+        exchange(s, head.as_bytes())
+    };
+    let start = |access: Access| {
+        let m = Metrics::new(MetricsConfig::default());
+        let addr = "127.0.0.1:0".parse().unwrap();
+        (MetricsServer::start_with(addr, m.registry(), Limits::default(), access)).unwrap()
+    };
+    let off = start(Access::load(None, Some(&token)).unwrap());
+    let r = post(&off, "Authorization: Bearer tok-123\r\n");
+    assert!(r.starts_with("HTTP/1.0 403"), "{r}");
+    assert!(r.contains("--dump-token-file"), "{r}");
+    assert!(!dump_was_requested(), "no dump without a dump token");
+    drop(off);
+
+    let access = Access::load(None, Some(&token)).unwrap();
+    let on = start(access.with_dump_token(&dump_token).unwrap());
+    for auth in [
+        "",
+        "Authorization: Bearer tok-123\r\n",
+        "Authorization: Bearer dump-45\r\n",
+    ] {
+        let r = post(&on, auth);
+        assert!(r.starts_with("HTTP/1.0 401"), "{auth:?}: {r}");
+        assert!(
+            r.to_ascii_lowercase().contains("www-authenticate: bearer"),
+            "{r}"
+        );
+    }
+    let get = exchange(
+        &on,
+        b"GET /dump HTTP/1.0\r\nAuthorization: Bearer dump-456\r\n\r\n",
+    );
+    assert!(get.starts_with("HTTP/1.0 405"), "{get}");
+    assert!(!dump_was_requested(), "refused requests ask for nothing");
+    let r = post(&on, "Authorization: Bearer dump-456\r\n");
+    assert!(r.starts_with("HTTP/1.0 202"), "{r}");
+    assert!(dump_was_requested(), "the token asks for a dump");
+    assert!(!dump_was_requested(), "once");
+    let scrape = exchange(
+        &on,
+        b"GET /metrics HTTP/1.0\r\nAuthorization: Bearer tok-123\r\n\r\n",
+    );
+    assert!(scrape.starts_with("HTTP/1.0 200"), "{scrape}");
+}
