@@ -343,14 +343,14 @@ fn supervise(
         if failures >= MAX_RESTARTS {
             shared.dead.store(true, Ordering::SeqCst);
             ENDPOINT_FAILED.store(true, Ordering::SeqCst);
-            eprintln!(
+            crate::say!(
                 "gpu-trace: the metrics endpoint http://{addr}/metrics is dead after {failures} \
                  failures (last: {why}); tracing goes on, and the run will exit 1. Scrapes of it \
                  fail until gpu-trace is restarted"
             );
             return;
         }
-        eprintln!(
+        crate::say!(
             "gpu-trace: the metrics endpoint http://{addr}/metrics failed ({why}); restarting it \
              ({failures} of {MAX_RESTARTS} failures before it is given up)"
         );
@@ -419,7 +419,7 @@ fn serve_until_stopped(
 /// Prints the line about evicted and refused connections, if one is due.
 fn report(notice: &mut Notice, limit: usize) {
     if let Some(line) = notice.take(Instant::now(), limit) {
-        eprintln!("{line}");
+        crate::say!("{line}");
     }
 }
 
@@ -661,7 +661,7 @@ pub fn serve(
     let metrics = super::process::metrics(config).with_clock(super::process::monotonic_ns);
     metrics.set_ring_bytes(u64::from(ring_bytes));
     let server = MetricsServer::start_with(addr, metrics.registry(), Limits::default(), access)?;
-    eprintln!("gpu-trace: metrics at {scheme}://{}/metrics", server.addr);
+    crate::say!("gpu-trace: metrics at {scheme}://{}/metrics", server.addr);
     Ok(Some((metrics, server)))
 }
 

@@ -121,7 +121,7 @@ impl Flight {
                 if let Some(m) = &self.metrics {
                     m.suppressed.inc();
                 }
-                eprintln!(
+                crate::say!(
                     "gpu-trace: flight recorder: {} came, not dumped: {} dumps in the last \
                      hour already (--dump-max-per-hour)",
                     t.name(),
@@ -188,7 +188,7 @@ impl Flight {
                 if let Some(m) = &self.metrics {
                     m.failed.inc();
                 }
-                eprintln!(
+                crate::say!(
                     "gpu-trace: flight recorder: could not write {}: {e}; check that \
                      --dump-dir exists and has room (tracing goes on)",
                     path.display()
@@ -212,7 +212,7 @@ fn remove_oldest(dir: &std::path::Path, host: &str, keep: u32) {
             .filter_map(|e| e.file_name().into_string().ok())
             .collect(),
         Err(e) => {
-            eprintln!(
+            crate::say!(
                 "gpu-trace: flight recorder: could not list {} for --dump-keep: {e}; older \
                  dumps stay (tracing goes on)",
                 dir.display()
@@ -226,7 +226,7 @@ fn remove_oldest(dir: &std::path::Path, host: &str, keep: u32) {
         if let Err(e) = std::fs::remove_file(&path)
             && e.kind() != std::io::ErrorKind::NotFound
         {
-            eprintln!(
+            crate::say!(
                 "gpu-trace: flight recorder: could not remove {} (--dump-keep {keep}): {e}; \
                  check the directory's permissions (tracing goes on)",
                 path.display()
