@@ -18,8 +18,9 @@ use gpu_trace_core::flight::{
     dumps_to_remove,
 };
 
-use super::{error::RunError, late_attach::monotonic_now_ns, signals::note};
+use super::{error::RunError, signals::note};
 use crate::{cli::recording::RecordingArgs, loader::Tracer, record::RecordingHeader};
+use gpu_trace_core::event::monotonic_ns;
 
 /// The flight recorder of a live run.
 pub(super) struct Flight {
@@ -104,7 +105,7 @@ impl Flight {
     /// Once a second: the kernel's counters for the dumps' trailers, and `dropped`'s growth.
     pub(super) fn tick(&mut self, tracer: &Tracer) {
         let Ok(c) = tracer.counters() else { return };
-        self.window.note_counters(monotonic_now_ns(), c);
+        self.window.note_counters(monotonic_ns(), c);
         if c.dropped > self.last_dropped {
             self.note(Trigger::Dropped);
         }
@@ -136,7 +137,7 @@ impl Flight {
 
     /// Writes the window now, on a thread of its own (the loop only serializes it).
     fn dump(&mut self, t: Trigger, tracer: &Tracer) -> Result<(), RunError> {
-        let now = monotonic_now_ns();
+        let now = monotonic_ns();
         self.window.expire(now);
         let counters = tracer.counters()?;
         let bytes = self.window.write(Vec::new(), &self.header, counters, now)?;
