@@ -401,6 +401,7 @@ pub fn trace(args: &ApiArgs) -> Result<Traced, TraceError> {
     raise_open_file_limit();
     let mut tracer = Tracer::load(table.clone(), args)?;
     let attach_start = std::time::Instant::now();
+    tracer.at.begin_progress("api");
     let mut targets: HashSet<u32> = args.pids.iter().copied().collect();
     let mut child = None;
     let mut descendants = None;
@@ -434,11 +435,8 @@ pub fn trace(args: &ApiArgs) -> Result<Traced, TraceError> {
     }
     targets.extend(cgroup_members(&subtrees));
     if child.is_none() {
-        let mut any = false;
-        for &pid in &targets {
-            any |= tracer.scan(pid).is_some_and(|n| n > 0);
-        }
-        if !any {
+        let with = (tracer.at).attach_pids(&mut tracer.ebpf, targets.iter().copied());
+        if with == 0 {
             return Err(TraceError::NoGpuLibrary(format!(
                 "no target maps a library that defines a GPU API symbol (see `gpu-trace api \
                  --resolve` for what each maps; add your library with --probe LIB:SYMBOL): {} \
@@ -447,6 +445,7 @@ pub fn trace(args: &ApiArgs) -> Result<Traced, TraceError> {
             )));
         }
     }
+    tracer.at.end_progress();
     eprintln!(
         "gpu-trace: api: {} uprobes attached in {} librar{} for {} target process(es) in {} ms: \
          {}",
