@@ -8,6 +8,12 @@
 
 use crate::escape::escape_text;
 
+/// ` [preload]` after a library path that came through `LD_PRELOAD` (text outputs: the call
+/// lines and the call tables).
+pub fn preload_mark(preload: bool) -> &'static str {
+    if preload { " [preload]" } else { "" }
+}
+
 /// A library and symbol (a traced attach point).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Site {
@@ -52,7 +58,7 @@ pub fn call_fields(e: &CallEvent) -> String {
         e.duration_ns % 1000,
         e.depth,
         e.caller.as_ref().map_or_else(|| "-".into(), site_text),
-        crate::api::stats::preload_mark(e.preload == Some(true)),
+        preload_mark(e.preload == Some(true)),
     )
 }
 

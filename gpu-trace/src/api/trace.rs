@@ -349,17 +349,15 @@ impl Tracer {
             .into_iter()
             .filter(|(key, _)| pids.contains(&key.tgid))
             .map(|(key, stat)| {
-                let site = self.site(key.cookie);
-                CallStats {
-                    pid: key.tgid,
-                    library: site.library,
-                    preload: self.at.is_preload(key.tgid, key.cookie),
-                    symbol: site.symbol,
-                    calls: stat.count,
-                    errors: stat.errors,
-                    total_ns: stat.total_ns,
-                    hist: stat.hist.to_vec(),
-                }
+                CallStats::new(
+                    key.tgid,
+                    self.site(key.cookie),
+                    self.at.is_preload(key.tgid, key.cookie),
+                    stat.count,
+                    stat.errors,
+                    stat.total_ns,
+                    &stat.hist,
+                )
             })
             .collect();
         stats::sort(&mut rows);
