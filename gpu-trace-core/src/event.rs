@@ -4,6 +4,21 @@
 use compact_str::CompactString;
 use serde::Serialize;
 
+/// CLOCK_MONOTONIC now, in ns (the clock of `bpf_ktime_get_ns`, so of [`Origin::ts_ns`]); 0 if
+/// it cannot be read. The one reading of it for every record, recording and label userspace
+/// times.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
+    if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) } != 0 {
+        return 0;
+    }
+    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
+}
+
 /// Where an event happened: the calling thread at the time of the driver call.
 ///
 /// Serializes as `ts_ns`, `cpu`, `pid`, `tid`, `comm` (UTF-8, bytes that are not UTF-8 as
@@ -27,6 +42,19 @@ pub struct Origin {
 impl Origin {
     /// [`Origin::cpu`] of a record no thread made on a CPU.
     pub const NO_CPU: u32 = u32::MAX;
+
+    /// The origin of a record userspace makes now about process `pid`'s thread `tid` (an
+    /// interposer's verdict, a hand-out, a stuck call): no CPU (`[CPU??]`, JSON `null`),
+    /// stamped with CLOCK_MONOTONIC now. The one constructor for both commands.
+    pub fn made_here(pid: u32, tid: u32, comm: &str) -> Self {
+        Self {
+            ts_ns: monotonic_ns(),
+            cpu: Self::NO_CPU,
+            pid,
+            tid,
+            comm: comm.into(),
+        }
+    }
 
     /// The CPU, `None` for [`Origin::NO_CPU`].
     pub fn cpu(&self) -> Option<u32> {

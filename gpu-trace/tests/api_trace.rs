@@ -531,3 +531,45 @@ fn api_trace_text_lines_have_the_main_traces_shape() {
     let caller = format!(" depth=1 caller=hipMalloc@{shim}");
     assert!(inner.iter().all(|l| l.ends_with(&caller)), "{inner:#?}");
 }
+
+/// Issue 41, item 5: an attach that runs past a second says how far it got on stderr, in both
+/// commands, before the line that sums it up; not under `-q`. The test hook makes the first
+/// line due at the first probe (no attach lasting a second, no clock read here).
+#[test]
+fn attach_progress_is_said_on_stderr_in_both_commands_and_not_under_quiet() {
+    let test = "attach_progress_is_said_on_stderr_in_both_commands_and_not_under_quiet";
+    let Some((_dir, client, shim, _hip)) = prepare(test) else {
+        return;
+    };
+    let stderr_of = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_gpu-trace"))
+            .args(args)
+            .arg(&client)
+            .args(["1", "0", "0"])
+            .env("LD_PRELOAD", &shim)
+            .env("GPU_TRACE_TEST_PROGRESS_AT_ONCE", "1")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{:?}: {err}", out.status);
+        err
+    };
+    for (args, who) in [
+        (&["api", "--"][..], "api"),
+        (&["--watch-device", "/dev/full", "--api", "--"][..], "--api"),
+    ] {
+        let err = stderr_of(args);
+        let progress = format!("gpu-trace: {who}: attaching: ");
+        let at = err
+            .find(&progress)
+            .unwrap_or_else(|| panic!("no {progress:?} line: {err}"));
+        let line = err[at..].lines().next().unwrap();
+        assert!(line.contains(" uprobes so far"), "{line}");
+        let summary = err
+            .find("uprobes attached")
+            .unwrap_or_else(|| panic!("no summary line: {err}"));
+        assert!(at < summary, "progress after the summary: {err}");
+    }
+    let quiet = stderr_of(&["-q", "--watch-device", "/dev/full", "--api", "--"]);
+    assert!(!quiet.contains("attaching:"), "{quiet}");
+}

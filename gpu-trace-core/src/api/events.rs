@@ -14,6 +14,12 @@ use serde::Serialize;
 use crate::escape::{self, escape_text};
 use crate::section::{Section, field, splice_object};
 
+/// ` [preload]` after a library path that came through `LD_PRELOAD` (text outputs: the call
+/// lines and the call tables).
+pub fn preload_mark(preload: bool) -> &'static str {
+    if preload { " [preload]" } else { "" }
+}
+
 /// A library and symbol (a traced attach point).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Site {
@@ -58,7 +64,7 @@ pub fn call_fields(e: &CallEvent) -> String {
         e.duration_ns % 1000,
         e.depth,
         e.caller.as_ref().map_or_else(|| "-".into(), site_text),
-        crate::api::stats::preload_mark(e.preload == Some(true)),
+        preload_mark(e.preload == Some(true)),
     )
 }
 

@@ -171,16 +171,9 @@ impl Names {
     /// `API_STATS` by name.
     pub fn stats(&self, r: &ApiStatsRecord) -> ApiEvent {
         let site = self.site(r.cookie);
-        ApiEvent::Stats(CallStats {
-            pid: r.hdr.tgid,
-            library: site.library,
-            preload: false,
-            symbol: site.symbol,
-            calls: r.count,
-            errors: r.errors,
-            total_ns: r.total_ns,
-            hist: r.hist.to_vec(),
-        })
+        ApiEvent::Stats(CallStats::new(
+            r.hdr.tgid, site, false, r.count, r.errors, r.total_ns, &r.hist,
+        ))
     }
 }
 

@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 
 use serde_json::json;
 
+use super::events::{Site, preload_mark};
 use crate::escape::{escape_text, lossy};
 
 /// One process's calls of one symbol of one library.
@@ -28,6 +29,32 @@ pub struct CallStats {
 }
 
 impl CallStats {
+    /// Process `pid`'s calls of `site` (named from the cookie by the run's attacher or by the
+    /// recording's `API_SYMBOL`s), from the kernel's sums of that cookie: the one constructor
+    /// for both commands (`gpu-trace api`'s table, read from the maps, and the main trace's
+    /// statistics, from `API_STATS` records). `preload`: its library came through `LD_PRELOAD`
+    /// in that process (known to `gpu-trace api`'s attacher only).
+    pub fn new(
+        pid: u32,
+        site: Site,
+        preload: bool,
+        calls: u64,
+        errors: u64,
+        total_ns: u64,
+        hist: &[u64],
+    ) -> Self {
+        Self {
+            pid,
+            library: site.library,
+            preload,
+            symbol: site.symbol,
+            calls,
+            errors,
+            total_ns,
+            hist: hist.to_vec(),
+        }
+    }
+
     /// The upper bound (ns) of the bucket that holds the `q`-quantile call (0 without calls).
     pub fn quantile_ns(&self, q: f64) -> u64 {
         let want = (self.timed() as f64 * q).ceil().max(1.0) as u64;
@@ -47,16 +74,11 @@ impl CallStats {
     pub(crate) fn for_test(pid: u32, symbol: &str, calls: u64) -> Self {
         let mut hist = vec![0; 40];
         hist[10] = calls;
-        Self {
-            pid,
+        let site = Site {
             library: "libcuda.so.1".into(),
-            preload: false,
             symbol: symbol.into(),
-            calls,
-            errors: 0,
-            total_ns: calls * 1000,
-            hist,
-        }
+        };
+        Self::new(pid, site, false, calls, 0, calls * 1000, &hist)
     }
 
     /// Calls whose duration is known (the histogram's): a call is counted at its entry, and
@@ -119,11 +141,6 @@ pub fn text(title: &str, rows: &[CallStats]) -> String {
         );
     }
     out
-}
-
-/// ` [preload]` after a library path that came through `LD_PRELOAD` (text outputs).
-pub fn preload_mark(preload: bool) -> &'static str {
-    if preload { " [preload]" } else { "" }
 }
 
 /// One row as a JSON object (one line, no newline); `final_` marks the last read at exit.

@@ -8,6 +8,7 @@ use std::ffi::OsString;
 use std::num::NonZeroU32;
 use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::MetadataExt as _;
+use std::time::Instant;
 
 use aya::{
     Ebpf,
@@ -30,6 +31,7 @@ use gpu_trace_core::api::symbols::SymbolTable;
 use gpu_trace_core::escape::{decode_lossless, escape_text};
 use gpu_trace_core::user_records::{ApiContextRecord, ApiStatsRecord, ApiSymbolRecord, user_kind};
 
+use super::progress::Progress;
 use crate::launch::executable_of;
 use crate::probe::libraries::{self, Opened, ReadError, Reader};
 use crate::probe::untrusted::TARGET_DEADLINE;
@@ -304,6 +306,8 @@ pub struct Attacher {
     symbolizer: super::stuck::Symbolizer,
     /// `API_HANDOUT`s not taken yet ([`Self::take_handouts`]).
     handouts: Vec<Handout>,
+    /// The start-up attach's progress on stderr, while it lasts ([`Self::begin_progress`]).
+    progress: Option<Progress>,
 }
 
 impl Attacher {
@@ -333,6 +337,32 @@ impl Attacher {
             files: HashMap::new(),
             symbolizer: super::stuck::Symbolizer::default(),
             handouts: Vec::new(),
+            progress: None,
+        }
+    }
+
+    /// The start-up attach begins: once it runs past a second, a line on stderr each second
+    /// says how far it got (not under `-q`), until [`Self::end_progress`]. `who`: the
+    /// command's prefix (`api`, `--api`).
+    pub fn begin_progress(&mut self, who: &'static str) {
+        if !crate::flags::quiet() {
+            self.progress = Some(Progress::new(who, Instant::now(), super::progress::after()));
+        }
+    }
+
+    /// The start-up attach ended: no more progress lines.
+    pub fn end_progress(&mut self) {
+        self.progress = None;
+    }
+
+    /// A progress line on stderr, when one is due.
+    fn progress_tick(&mut self) {
+        let now = Instant::now();
+        if self.progress.as_mut().is_some_and(|p| p.due(now)) {
+            let (libraries, probes) = (self.libraries(), self.probes);
+            if let Some(p) = self.progress.as_ref() {
+                eprintln!("{}", p.line(now, libraries, probes));
+            }
         }
     }
 
@@ -473,6 +503,7 @@ impl Attacher {
         if kind == Probes::Calls && self.named.insert(cookie) {
             self.unnamed.push((pid, cookie));
         }
+        self.progress_tick();
     }
 
     /// Says once per (library, symbol) why a probe could not go on.
@@ -924,10 +955,21 @@ impl Attacher {
 
     /// [`Self::scan`] of each of `pids` (the main trace's targets, or a launched child):
     /// how many of them map a library that defines table symbols.
+    /// During the start-up attach each process read counts in its progress.
     pub fn attach_pids(&mut self, ebpf: &mut Ebpf, pids: impl IntoIterator<Item = u32>) -> usize {
-        pids.into_iter()
-            .filter(|&pid| self.scan(ebpf, pid).is_some_and(|n| n > 0))
-            .count()
+        let pids: Vec<u32> = pids.into_iter().collect();
+        if let Some(p) = self.progress.as_mut() {
+            p.targets(pids.len());
+        }
+        let mut with = 0;
+        for pid in pids {
+            with += usize::from(self.scan(ebpf, pid).is_some_and(|n| n > 0));
+            if let Some(p) = self.progress.as_mut() {
+                p.read_one();
+            }
+            self.progress_tick();
+        }
+        with
     }
 
     /// Detaches everything now.
@@ -1230,10 +1272,12 @@ pub fn for_trace(
         targets: HashSet::new(),
         grew: HashSet::new(),
     };
+    api.attacher.begin_progress("--api");
     let before_exec = command.map_or(0, |(pid, cmd)| {
         api.attacher.attach_launch(tracer.ebpf_mut(), pid, cmd)
     });
     let (targets, with) = api.rescan(tracer, command.map(|(pid, _)| pid));
+    api.attacher.end_progress();
     let launch = if before_exec > 0 {
         format!(" ({before_exec} symbols of the command's start-up libraries before its exec)")
     } else {

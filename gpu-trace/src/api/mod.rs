@@ -7,6 +7,7 @@
 
 pub mod attach;
 pub mod interpose;
+pub mod progress;
 pub mod stuck;
 pub mod sums;
 pub mod trace;

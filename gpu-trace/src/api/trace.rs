@@ -25,7 +25,7 @@ use gpu_trace_core::api::names::{self, ApiEvent};
 use gpu_trace_core::api::stats::{self, CallStats};
 use gpu_trace_core::api::symbols::SymbolTable;
 use gpu_trace_core::escape::{decode_lossless, escape_text};
-use gpu_trace_core::event::Origin;
+use gpu_trace_core::event::{Origin, monotonic_ns};
 use gpu_trace_core::output::{Format, clock::Clock, text::TimestampMode};
 use gpu_trace_core::pipeline::{Pipeline, PipelineConfig};
 use gpu_trace_core::sink::SinkError;
@@ -96,17 +96,6 @@ fn lines(args: &ApiArgs) -> Result<Lines, TraceError> {
         show_container: false,
     };
     Ok(Pipeline::new(config, BufWriter::new(std::io::stdout())))
-}
-
-/// The origin of a record made here, now, about `pid`'s thread `tid` (no CPU).
-fn made_here(pid: u32, tid: u32, comm: &str) -> Origin {
-    Origin {
-        ts_ns: monotonic_ns(),
-        cpu: Origin::NO_CPU,
-        pid,
-        tid,
-        comm: comm.into(),
-    }
 }
 
 /// Standard output failed: a closed pipe (`| head`) ends the run quietly, as coreutils do;
@@ -263,7 +252,7 @@ impl Tracer {
         // `-v` only (the interposer verdicts count them all).
         let handouts = self.at.take_handouts();
         for h in handouts.into_iter().filter(|_| self.verbose) {
-            let origin = made_here(h.pid, h.pid, &h.comm);
+            let origin = Origin::made_here(h.pid, h.pid, &h.comm);
             out.api_event(&ApiEvent::Handout(h), &origin)?;
         }
         out.flush().map_err(SinkError::Output)
@@ -360,17 +349,15 @@ impl Tracer {
             .into_iter()
             .filter(|(key, _)| pids.contains(&key.tgid))
             .map(|(key, stat)| {
-                let site = self.site(key.cookie);
-                CallStats {
-                    pid: key.tgid,
-                    library: site.library,
-                    preload: self.at.is_preload(key.tgid, key.cookie),
-                    symbol: site.symbol,
-                    calls: stat.count,
-                    errors: stat.errors,
-                    total_ns: stat.total_ns,
-                    hist: stat.hist.to_vec(),
-                }
+                CallStats::new(
+                    key.tgid,
+                    self.site(key.cookie),
+                    self.at.is_preload(key.tgid, key.cookie),
+                    stat.count,
+                    stat.errors,
+                    stat.total_ns,
+                    &stat.hist,
+                )
             })
             .collect();
         stats::sort(&mut rows);
@@ -412,6 +399,7 @@ pub fn trace(args: &ApiArgs) -> Result<Traced, TraceError> {
     raise_open_file_limit();
     let mut tracer = Tracer::load(table.clone(), args)?;
     let attach_start = std::time::Instant::now();
+    tracer.at.begin_progress("api");
     let mut targets: HashSet<u32> = args.pids.iter().copied().collect();
     let mut child = None;
     let mut descendants = None;
@@ -445,11 +433,8 @@ pub fn trace(args: &ApiArgs) -> Result<Traced, TraceError> {
     }
     targets.extend(cgroup_members(&subtrees));
     if child.is_none() {
-        let mut any = false;
-        for &pid in &targets {
-            any |= tracer.scan(pid).is_some_and(|n| n > 0);
-        }
-        if !any {
+        let with = (tracer.at).attach_pids(&mut tracer.ebpf, targets.iter().copied());
+        if with == 0 {
             return Err(TraceError::NoGpuLibrary(format!(
                 "no target maps a library that defines a GPU API symbol (see `gpu-trace api \
                  --resolve` for what each maps; add your library with --probe LIB:SYMBOL): {} \
@@ -458,6 +443,7 @@ pub fn trace(args: &ApiArgs) -> Result<Traced, TraceError> {
             )));
         }
     }
+    tracer.at.end_progress();
     eprintln!(
         "gpu-trace: api: {} uprobes attached in {} librar{} for {} target process(es) in {} ms: \
          {}",
@@ -494,7 +480,7 @@ pub fn trace(args: &ApiArgs) -> Result<Traced, TraceError> {
         &mut out,
     );
     // A process the command created since the last turn: its sums are read too.
-    follow.new_targets(&mut tracer, &mut targets);
+    follow.new_targets(&mut tracer, &mut targets, false);
     tracer.release_held();
     tracer.at.report_skipped();
     let ended = tracer.drain(&mut out).and_then(|()| {
@@ -537,12 +523,16 @@ struct Follow<'a> {
 impl Follow<'_> {
     /// The processes the command created since the last call: targets from now on, held at
     /// each change of their link map like the command (a library they load is attached
-    /// before they call it), and read now.
-    fn new_targets(&mut self, tracer: &mut Tracer, targets: &mut HashSet<u32>) {
+    /// before they call it), and read now. `from_proc` (each interval): without the kernel's
+    /// fork events, the command's processes are looked for in /proc too.
+    fn new_targets(&mut self, tracer: &mut Tracer, targets: &mut HashSet<u32>, from_proc: bool) {
         let Some(d) = self.descendants.as_mut() else {
             return;
         };
         d.refresh();
+        if from_proc {
+            d.scan_proc();
+        }
         for pid in d.pids() {
             if targets.insert(pid) {
                 tracer.at.hold(&mut tracer.ebpf, pid);
@@ -581,17 +571,6 @@ fn cgroup_members(subtrees: &[Subtree]) -> Vec<u32> {
                 && process_v2_path(pid).is_some_and(|p| subtrees.iter().any(|s| s.contains(&p)))
         })
         .collect()
-}
-
-/// CLOCK_MONOTONIC in ns (the clock of `bpf_ktime_get_ns`).
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Rescans and prints each interval until the end; returns the child's exit status.
@@ -652,15 +631,11 @@ fn step(
     next: &mut Instant,
     next_stuck: &mut Instant,
 ) -> Result<(), SinkError> {
-    follow.new_targets(tracer, targets);
-    if Instant::now() >= *next {
+    let due = Instant::now() >= *next;
+    follow.new_targets(tracer, targets, due);
+    if due {
         *next += Duration::from_secs_f64(args.interval.unwrap_or(1.0));
         targets.extend(cgroup_members(follow.subtrees));
-        // Without the kernel's fork events: the command's processes from /proc.
-        if let Some(d) = follow.descendants.as_mut() {
-            d.scan_proc();
-        }
-        follow.new_targets(tracer, targets);
         let pids: Vec<u32> = targets.iter().copied().collect();
         for pid in pids {
             tracer.scan_saying(pid);
@@ -676,7 +651,7 @@ fn step(
         *next_stuck += STUCK_POLL;
         let after = (args.stuck_after * 1e9) as u64;
         for e in tracer.stuck(targets, after) {
-            let origin = made_here(e.pid, e.tid, &e.comm);
+            let origin = Origin::made_here(e.pid, e.tid, &e.comm);
             out.api_event(&ApiEvent::Stuck(e), &origin)?;
         }
         out.flush().map_err(SinkError::Output)?;
@@ -694,7 +669,7 @@ fn send_paths(
     let read = tracer.sums.read(&mut tracer.ebpf);
     for p in tracer.at.paths(&read.sums, &read.through, last) {
         if targets.contains(&p.pid) {
-            let origin = made_here(p.pid, p.pid, &p.comm);
+            let origin = Origin::made_here(p.pid, p.pid, &p.comm);
             out.api_event(&ApiEvent::Path(p), &origin)?;
         }
     }

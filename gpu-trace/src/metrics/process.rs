@@ -52,20 +52,6 @@ impl Collector for ProcessCollector {
     }
 }
 
-/// CLOCK_MONOTONIC in ns (the clock of the kernel's records), for the metrics' label expiry
-/// ([`Metrics::with_clock`]); 0 if it cannot be read.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
-    if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) } != 0 {
-        return 0;
-    }
-    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
-}
-
 /// The core's metrics with gpu-trace's own process's CPU time and memory (what `--metrics`
 /// serves).
 pub fn metrics(config: MetricsConfig) -> Metrics {

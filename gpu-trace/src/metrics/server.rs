@@ -658,7 +658,7 @@ pub fn serve(
             .or(MetricsConfig::default().expire),
         ..MetricsConfig::default()
     };
-    let metrics = super::process::metrics(config).with_clock(super::process::monotonic_ns);
+    let metrics = super::process::metrics(config).with_clock(gpu_trace_core::event::monotonic_ns);
     metrics.set_ring_bytes(u64::from(ring_bytes));
     let server = MetricsServer::start_with(addr, metrics.registry(), Limits::default(), access)?;
     crate::say!("gpu-trace: metrics at {scheme}://{}/metrics", server.addr);

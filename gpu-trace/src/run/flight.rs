@@ -16,8 +16,9 @@ use gpu_trace_core::flight::{
 };
 use gpu_trace_core::metrics::flight::FlightMetrics;
 
-use super::{error::RunError, late_attach::monotonic_now_ns, signals::note};
+use super::{error::RunError, signals::note};
 use crate::{cli::recording::RecordingArgs, loader::Tracer, record::RecordingHeader};
+use gpu_trace_core::event::monotonic_ns;
 
 /// The flight recorder of a live run.
 pub(super) struct Flight {
@@ -98,7 +99,7 @@ impl Flight {
     /// Once a second: the kernel's counters for the dumps' trailers, and `dropped`'s growth.
     pub(super) fn tick(&mut self, tracer: &Tracer) {
         let Ok(c) = tracer.counters() else { return };
-        self.window.note_counters(monotonic_now_ns(), c);
+        self.window.note_counters(monotonic_ns(), c);
         if c.dropped > self.last_dropped {
             self.note(Trigger::Dropped);
         }
@@ -140,7 +141,7 @@ impl Flight {
     /// writes go to the page cache, by estimate tens of milliseconds for tens of MiB (not
     /// measured); what the ring cannot hold meanwhile is dropped and counted as ever.
     fn dump(&mut self, t: Trigger, tracer: &Tracer) -> Result<(), RunError> {
-        let now = monotonic_now_ns();
+        let now = monotonic_ns();
         self.window.expire(now);
         let counters = tracer.counters()?;
         let utc = dump_stamp(&self.header, now);

@@ -67,17 +67,6 @@ pub fn kernel_tracking(inv: &Inventory, filters: &crate::cli::OutputArgs) -> Vec
         .collect()
 }
 
-/// CLOCK_MONOTONIC now, in ns (the clock of the records' timestamps).
-pub(super) fn monotonic_now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes into the timespec it is given.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// Walks `/proc` for processes with a device of the traced vendor open (and the watched node),
 /// adding NVML's figures (`nvml`: queried before attaching) where the library is present.
 pub(super) fn take_inventory(
@@ -95,7 +84,7 @@ pub(super) fn take_inventory(
             .map(|m| m.rdev()),
         self_pid: Some(std::process::id()),
     };
-    let taken_ns = monotonic_now_ns();
+    let taken_ns = gpu_trace_core::event::monotonic_ns();
     let mut inv = inventory::walk(Path::new("/proc"), &opts);
     inv.taken_ns = taken_ns;
     if amd {

@@ -590,10 +590,7 @@ impl LiveRun<'_> {
         // --api: the calls' final sums, after the ring's last records; a process the kernel
         // stopped at a change of its link map that was not read any more goes on.
         self.reader
-            .send_api_sums(&mut self.tracer, &mut self.pipeline, &mut self.recorder);
-        self.reader.send_handouts(&mut self.pipeline);
-        self.reader
-            .send_api_paths(&mut self.tracer, &mut self.pipeline, true);
+            .send_api_end(&mut self.tracer, &mut self.pipeline, &mut self.recorder);
         if let Some(api) = self.reader.api.as_mut() {
             api.attacher.release_held(self.tracer.ebpf_mut());
             api.attacher.report_skipped();

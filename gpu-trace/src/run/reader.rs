@@ -6,12 +6,11 @@ use std::time::{Duration, Instant};
 use aya::maps::{MapData, RingBuf};
 use gpu_trace_common::record_kind;
 
+use gpu_trace_common::api::{ApiKey, ApiStat};
 use gpu_trace_core::api::names::ApiEvent;
+use gpu_trace_core::event::monotonic_ns;
 
-use super::{
-    error::RunError, late_attach::monotonic_now_ns, outputs::sink_error, record::Recording,
-    signals::stop_requested,
-};
+use super::{error::RunError, outputs::sink_error, record::Recording, signals::stop_requested};
 use crate::{
     event::Origin,
     loader::Tracer,
@@ -173,32 +172,74 @@ impl Reader {
         let Some(api) = self.api.as_mut() else {
             return;
         };
-        for rec in api.attacher.take_symbol_records(monotonic_now_ns()) {
+        for rec in api.attacher.take_symbol_records(monotonic_ns()) {
             let raw = RawRecord::ApiSymbol(rec);
             self.inject(&raw, pipeline, recorder);
         }
     }
 
     /// `--api`: the kernel's per-process call sums that changed since the last read, as
-    /// `API_STATS` records into the recording and the pipeline (each second and once at the
-    /// end), after the names of their cookies.
+    /// `API_STATS` records into the recording and the pipeline (each second), after the names
+    /// of their cookies.
     pub(super) fn send_api_sums(
         &mut self,
         tracer: &mut Tracer,
         pipeline: &mut Pipeline<QueueWriter>,
         recorder: &mut Recording,
     ) {
-        if self.api.is_none() {
-            return;
+        if let Some(read) = self.read_api_sums(tracer, pipeline, recorder) {
+            self.send_stats(read.sums, pipeline, recorder);
         }
+    }
+
+    /// `--api`: the names of the cookies attached since the last read, then one read of the
+    /// kernel's sums (`None` without `--api`).
+    fn read_api_sums(
+        &mut self,
+        tracer: &mut Tracer,
+        pipeline: &mut Pipeline<QueueWriter>,
+        recorder: &mut Recording,
+    ) -> Option<crate::api::sums::Read> {
+        self.api.as_ref()?;
         self.name_api_cookies(pipeline, recorder);
+        let api = self.api.as_mut()?;
+        Some(api.sums.read(tracer.ebpf_mut()))
+    }
+
+    /// `API_STATS` records of `sums` (those that changed since the last read) into the
+    /// recording and the pipeline.
+    fn send_stats(
+        &mut self,
+        sums: Vec<(ApiKey, ApiStat)>,
+        pipeline: &mut Pipeline<QueueWriter>,
+        recorder: &mut Recording,
+    ) {
         let Some(api) = self.api.as_mut() else {
             return;
         };
-        let sums = api.sums.read(tracer.ebpf_mut()).sums;
-        for rec in api.stats_records(sums, monotonic_now_ns()) {
+        for rec in api.stats_records(sums, monotonic_ns()) {
             self.inject(&RawRecord::ApiStats(rec), pipeline, recorder);
         }
+    }
+
+    /// `--api` at the run's end, from one read of the kernel's sums: the final `API_STATS`
+    /// (after the names of their cookies), the hand-outs not sent yet (`-v`), then each
+    /// interposer's `API_PATH` verdict (into the pipeline only, as [`Self::send_api_paths`]).
+    pub(super) fn send_api_end(
+        &mut self,
+        tracer: &mut Tracer,
+        pipeline: &mut Pipeline<QueueWriter>,
+        recorder: &mut Recording,
+    ) {
+        let Some(read) = self.read_api_sums(tracer, pipeline, recorder) else {
+            return;
+        };
+        let paths = (self.api.as_ref())
+            .map(|api| api.attacher.paths(&read.sums, &read.through, true))
+            .unwrap_or_default();
+        self.send_stats(read.sums, pipeline, recorder);
+        self.send_handouts(pipeline);
+        self.send_paths(pipeline, paths);
     }
 
     /// `--api -v`: the hand-outs seen since the last call, an `API_HANDOUT` each (without
@@ -229,7 +270,17 @@ impl Reader {
             return;
         };
         let read = api.sums.read(tracer.ebpf_mut());
-        for p in api.attacher.paths(&read.sums, &read.through, last) {
+        let paths = api.attacher.paths(&read.sums, &read.through, last);
+        self.send_paths(pipeline, paths);
+    }
+
+    /// The interposers' `API_PATH` verdicts into the pipeline.
+    fn send_paths(
+        &mut self,
+        pipeline: &mut Pipeline<QueueWriter>,
+        paths: Vec<gpu_trace_core::api::path::ApiPath>,
+    ) {
+        for p in paths {
             let (pid, comm) = (p.pid, p.comm.clone());
             self.api_event(pipeline, &ApiEvent::Path(p), pid, &comm);
         }
@@ -246,14 +297,8 @@ impl Reader {
         if self.failure.is_some() {
             return;
         }
-        let origin = Origin {
-            ts_ns: monotonic_now_ns(),
-            // Made here, not by a thread on a CPU: `[CPU??]`, JSON `null`.
-            cpu: Origin::NO_CPU,
-            pid,
-            tid: pid,
-            comm: comm.into(),
-        };
+        // Made here, not by a thread on a CPU: `[CPU??]`, JSON `null`.
+        let origin = Origin::made_here(pid, pid, comm);
         if let Err(e) = pipeline.api_event(event, &origin) {
             self.failure = Some(sink_error(e));
         }

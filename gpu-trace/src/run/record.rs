@@ -13,12 +13,10 @@ use gpu_trace_core::{
     rotate::{RotateLimit, Rotating},
 };
 
-use super::{
-    error::RunError, flight::Flight, late_attach::monotonic_now_ns, outputs::OUTPUT_STALL,
-    rotate::PieceFiles,
-};
+use super::{error::RunError, flight::Flight, outputs::OUTPUT_STALL, rotate::PieceFiles};
 use crate::{
     cli::recording::Rotate,
+    event::monotonic_ns,
     loader::Tracer,
     model::stats::KernelCounters,
     output::clock::Clock,
@@ -122,7 +120,7 @@ impl Recording {
             f.serve(tracer)?;
         }
         if let Some(FileRecording::Pieces(r)) = self.file.as_mut() {
-            let now = monotonic_now_ns();
+            let now = monotonic_ns();
             if r.due() || (by_time && r.due_at(now)) {
                 let counters = tracer.counters()?;
                 r.rotate(counters, now)?;
@@ -212,7 +210,7 @@ pub(super) fn end_recordings(
         Some(FileRecording::One(w)) => end_recording(w, counters, duration, path, failure),
         Some(FileRecording::Pieces(r)) => {
             let lost_now = r.writer().map_or(0, QueueWriter::lost);
-            match r.finish(counters, monotonic_now_ns()) {
+            match r.finish(counters, monotonic_ns()) {
                 Ok((files, _)) => files.lost,
                 Err(e) => {
                     failure.get_or_insert(e.into());
