@@ -19,6 +19,9 @@
 //! - [`doctor`]: `gpu-trace doctor`, what this machine allows and why not;
 //! - [`api`]: `gpu-trace api`, the GPU API layer (so far `--resolve`);
 //! - [`launch`]: starting a command to trace (`-- CMD`) and following its children.
+// Every line to stderr goes through `say!` (below): `eprintln!` panics on a closed stderr.
+#![deny(clippy::print_stderr)]
+
 /// `eprintln!` that never panics: a line to stderr, dropped when it cannot be written. With
 /// `gpu-trace … 2>&1 | head`, stderr is a closed pipe once head has gone, and `eprintln!`
 /// would stop the run with a panic (exit 101) at its next note, leaving whatever it had not

@@ -1,5 +1,8 @@
 //! `gpu-trace` binary: the CLI edge. Errors become one clear message and a documented exit code.
 
+// Every line to stderr goes through `gpu_trace::say!`: `eprintln!` panics on a closed stderr.
+#![deny(clippy::print_stderr)]
+
 use std::process::ExitCode;
 
 use anyhow::Context as _;

@@ -361,7 +361,7 @@ impl Attacher {
         if self.progress.as_mut().is_some_and(|p| p.due(now)) {
             let (libraries, probes) = (self.libraries(), self.probes);
             if let Some(p) = self.progress.as_ref() {
-                eprintln!("{}", p.line(now, libraries, probes));
+                crate::say!("{}", p.line(now, libraries, probes));
             }
         }
     }
@@ -511,7 +511,7 @@ impl Attacher {
         if !self.failed.insert((path.to_string(), sym.to_string())) {
             return;
         }
-        eprintln!(
+        crate::say!(
             "gpu-trace: cannot probe {} in {}: {}",
             escape_text(sym),
             escape_text(path),
@@ -871,7 +871,7 @@ impl Attacher {
             };
             if n == API_RANGES_MAX {
                 if self.failed.insert((m.path.clone(), "\0ranges".into())) {
-                    eprintln!(
+                    crate::say!(
                         "gpu-trace: api: process {pid}: more than {API_RANGES_MAX} code \
                          mappings of interposers; calls from {} are not attributed to it",
                         escape_text(&m.path)
@@ -940,12 +940,12 @@ impl Attacher {
     /// A process whose reading did not end by its deadline: said once, never read again.
     fn give_up(&mut self, pid: u32) {
         self.given_up.insert(pid);
-        eprintln!(
+        crate::say!(
             "gpu-trace: api: {}: its calls are not traced",
             ReadError::TimedOut(pid)
         );
         if self.given_up.len() == MAX_GIVEN_UP {
-            eprintln!(
+            crate::say!(
                 "gpu-trace: api: {MAX_GIVEN_UP} processes did not answer within {} s: no \
                  further process is read this run (docs/reliability.md)",
                 TARGET_DEADLINE.as_secs()
@@ -993,7 +993,7 @@ impl Attacher {
     pub fn report_skipped(&self) {
         let n = self.skipped();
         if n > 0 {
-            eprintln!(
+            crate::say!(
                 "gpu-trace: api: {n} file(s) or process(es) a target controls were left out \
                  (past a read limit, not a regular file, or not answering in time): see the \
                  lines above and docs/reliability.md, section 13"
@@ -1286,7 +1286,7 @@ pub fn for_trace(
     let libraries = api.attacher.libraries();
     // A start-up report line: not with -q (warnings only).
     if !crate::flags::quiet() {
-        eprintln!(
+        crate::say!(
             "gpu-trace: --api: {with} of {targets} target process(es) map a GPU API library; \
              {} uprobes attached in {libraries} librar{} in {} ms{launch}: {}",
             api.attacher.probes(),

@@ -93,7 +93,7 @@ pub fn resolve(args: &ApiArgs) -> Result<bool, ApiError> {
             match read(pid) {
                 Ok(report) => emit(&report)?,
                 Err(e) => {
-                    eprintln!("gpu-trace: {e}");
+                    crate::say!("gpu-trace: {e}");
                     all_read = false;
                 }
             }
@@ -123,7 +123,7 @@ pub fn resolve(args: &ApiArgs) -> Result<bool, ApiError> {
             // Gone since the listing: nothing to resolve.
             Err(ReadError::NoProcess(_) | ReadError::Exited(_)) => continue,
             Err(e) => {
-                eprintln!("gpu-trace: {e}");
+                crate::say!("gpu-trace: {e}");
                 continue;
             }
         };
@@ -143,7 +143,7 @@ pub fn resolve(args: &ApiArgs) -> Result<bool, ApiError> {
         } else {
             "run as root to see every process"
         };
-        eprintln!("gpu-trace: {denied} processes could not be read (permission denied): {fix}");
+        crate::say!("gpu-trace: {denied} processes could not be read (permission denied): {fix}");
     }
     if let Some(c) = args.comm.as_deref()
         && shown == 0
@@ -153,7 +153,7 @@ pub fn resolve(args: &ApiArgs) -> Result<bool, ApiError> {
         ));
     }
     if shown == 0 {
-        eprintln!("gpu-trace: no process maps a library that defines a GPU API symbol");
+        crate::say!("gpu-trace: no process maps a library that defines a GPU API symbol");
     }
     if args.format == ApiFormat::Text && !leaks.is_empty() {
         let mut text = format!(

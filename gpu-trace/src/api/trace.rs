@@ -103,7 +103,7 @@ fn lines(args: &ApiArgs) -> Result<Lines, TraceError> {
 fn output_failed(e: &SinkError) {
     let closed = matches!(e, SinkError::Output(io) if io.kind() == std::io::ErrorKind::BrokenPipe);
     if !closed {
-        eprintln!("gpu-trace: api: writing the output: {e}; tracing stops");
+        crate::say!("gpu-trace: api: writing the output: {e}; tracing stops");
     }
 }
 
@@ -158,7 +158,7 @@ impl Tracer {
         let added = self.at.probes().saturating_sub(before);
         if added > 0 {
             let comm = libraries::comm_of(pid).unwrap_or_default();
-            eprintln!(
+            crate::say!(
                 "gpu-trace: api: pid {pid} ({}): {added} more uprobes attached",
                 escape_text(&decode_lossless(&comm))
             );
@@ -407,7 +407,7 @@ pub fn trace(args: &ApiArgs) -> Result<Traced, TraceError> {
         // The command and every process it creates (the main trace's follower).
         let (launched, followed) = launch::Descendants::launch(&args.command, None)?;
         if let Some(why) = &followed.degraded {
-            eprintln!("gpu-trace: api: warning: {why}");
+            crate::say!("gpu-trace: api: warning: {why}");
         }
         descendants = Some(followed);
         tracer
@@ -444,7 +444,7 @@ pub fn trace(args: &ApiArgs) -> Result<Traced, TraceError> {
         }
     }
     tracer.at.end_progress();
-    eprintln!(
+    crate::say!(
         "gpu-trace: api: {} uprobes attached in {} librar{} for {} target process(es) in {} ms: \
          {}",
         tracer.at.probes(),
@@ -494,10 +494,10 @@ pub fn trace(args: &ApiArgs) -> Result<Traced, TraceError> {
     // What the kernel's sums could not hold, said (never a silent gap in the table).
     let uncounted = super::sums::Sums::uncounted(&tracer.ebpf);
     if let Some(w) = uncounted.warning(args.api_sums) {
-        eprintln!("gpu-trace: api: {w}");
+        crate::say!("gpu-trace: api: {w}");
     }
     if tracer.sums.forgotten > 0 {
-        eprintln!(
+        crate::say!(
             "gpu-trace: api: warning: the sums of {} (process, symbol) pairs of processes that \
              ended are not in the table: more ended than the {} kept",
             tracer.sums.forgotten,
@@ -505,7 +505,7 @@ pub fn trace(args: &ApiArgs) -> Result<Traced, TraceError> {
         );
     }
     if run_stats.is_some() {
-        eprintln!("gpu-trace: bpf-stats {}", tracer.runs());
+        crate::say!("gpu-trace: bpf-stats {}", tracer.runs());
     }
     tracer.release_in_background();
     Ok(Traced {

@@ -128,7 +128,7 @@ pub(super) fn announce_inventory(inv: &Inventory, filters: &OutputArgs, live: bo
     for line in render_text_named(&shown, !filters.quiet, &mut names) {
         // Under -q only what could not be read, a warning.
         match line.trim_start().strip_prefix("(not inventoried: ") {
-            Some(why) if QUIET.load(Ordering::SeqCst) => eprintln!(
+            Some(why) if QUIET.load(Ordering::SeqCst) => crate::say!(
                 "gpu-trace: warning: not inventoried: {}",
                 why.strip_suffix(')').unwrap_or(why)
             ),

@@ -252,7 +252,7 @@ pub(super) fn start_command(
         child.pid
     ));
     if let Some(why) = &descendants.degraded {
-        eprintln!("gpu-trace: warning: {why}");
+        crate::say!("gpu-trace: warning: {why}");
     }
     Ok(Some((child, descendants)))
 }
@@ -268,7 +268,7 @@ pub(super) fn watch_ring_buffer(
         use std::os::fd::AsFd as _;
         match crate::metrics::ring::RingFill::new(ring.as_fd()) {
             Ok(fill) => slot.set(move || fill.used_bytes()),
-            Err(e) => eprintln!("gpu-trace: (metrics: ring-buffer fill not available: {e})"),
+            Err(e) => crate::say!("gpu-trace: (metrics: ring-buffer fill not available: {e})"),
         }
     }
     // SAFETY: the ring buffer owns its map fd and keeps it open for as long as the AsyncFd
@@ -501,7 +501,7 @@ impl LiveRun<'_> {
             Ok(batch) => batch,
             Err(stalled) => {
                 // Dropped, never joined: the stuck poll is left to itself.
-                eprintln!("gpu-trace: GPU share sampling stopped: {stalled}; tracing goes on");
+                crate::say!("gpu-trace: GPU share sampling stopped: {stalled}; tracing goes on");
                 self.share = None;
                 return Ok(());
             }
@@ -644,7 +644,7 @@ impl LiveRun<'_> {
             .map(|d| d.unfollowed)
             .filter(|&n| n > 0)
         {
-            eprintln!(
+            crate::say!(
                 "gpu-trace: warning: {n} processes the command created were not traced: it had \
                  created {} already, the most gpu-trace follows",
                 crate::launch::MAX_FOLLOWED
