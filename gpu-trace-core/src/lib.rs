@@ -28,6 +28,7 @@ pub mod api;
 pub mod escape;
 pub mod event;
 pub mod event_fields;
+pub mod event_section;
 pub mod flight;
 pub mod inventory;
 pub mod live_set;

@@ -337,7 +337,7 @@ use chrono::{Datelike as _, SecondsFormat, Timelike as _};
 use serde::Serialize;
 
 use crate::event::{Event, Hex8, Origin};
-use crate::event_fields::EventFields;
+use crate::event_section::EventFields;
 use crate::inventory::Inventory;
 use crate::model::gpus::GpuIdentity;
 use crate::model::stats::Stats;

@@ -22,7 +22,7 @@ use std::fmt::{Display, Write as _};
 use chrono::{Local, TimeZone, Timelike};
 
 use crate::event::Event;
-use crate::event_fields::EventFields;
+use crate::event_section::EventFields;
 use crate::model::gpus::GpuIdentity;
 use crate::model::stats::Stats;
 pub use crate::output::clock::Clock;
