@@ -17,7 +17,7 @@ use gpu_trace_core::{
     model::{gpus::GpuDirectory, workload},
 };
 
-use crate::probe::{inventory, libraries, pods};
+use crate::probe::{cgroup, inventory, libraries, pods};
 
 /// The environment variable the completion scripts set to ask for candidates.
 pub const VAR: &str = "GPU_TRACE_COMPLETE";
@@ -88,16 +88,11 @@ pub fn recordings() -> clap_complete::engine::PathCompleter {
 
 /// `(namespace, pod)` of each pod directory in the kubelet's log directory.
 fn pod_names() -> Vec<(String, String)> {
-    let Ok(dir) = std::fs::read_dir(pods::DEFAULT_DIR) else {
-        return Vec::new();
-    };
-    dir.flatten()
-        .filter_map(|e| {
-            let name = e.file_name().into_string().ok()?;
-            let (ns, pod, _) = pods::parse_pod_dir(&name)?;
+    (pods::entries(Path::new(pods::DEFAULT_DIR), pods::MAX_PODS).iter())
+        .filter_map(|name| {
+            let (ns, pod, _) = pods::parse_pod_dir(name)?;
             Some((ns.to_string(), pod.to_string()))
         })
-        .take(pods::MAX_PODS)
         .collect()
 }
 
@@ -121,13 +116,11 @@ pub fn namespaces() -> Vec<CompletionCandidate> {
 pub fn containers() -> Vec<CompletionCandidate> {
     let mut ids = BTreeSet::new();
     for pid in libraries::all_pids() {
-        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
+        let Some(path) = cgroup::process_v2_path(pid) else {
             continue;
         };
-        for path in text.lines().filter_map(|l| l.strip_prefix("0::")) {
-            if let Some(c) = workload::container_cgroup(path) {
-                ids.insert((c.id[..12].to_string(), c.runtime.name()));
-            }
+        if let Some(c) = workload::container_cgroup(&path) {
+            ids.insert((c.id[..12].to_string(), c.runtime.name()));
         }
     }
     (ids.into_iter())

@@ -99,7 +99,7 @@ pub fn parse_container_link(name: &str) -> Option<(&str, &str, &str, &str)> {
 }
 
 /// The names of the entries of `dir` (those that are UTF-8), at most `max`.
-fn entries(dir: &Path, max: usize) -> Vec<String> {
+pub fn entries(dir: &Path, max: usize) -> Vec<String> {
     let Ok(rd) = fs::read_dir(dir) else {
         return Vec::new();
     };
