@@ -146,7 +146,7 @@ fn check_terminal(cli: &Cli) -> Result<(), ExitCode> {
 fn api(args: &gpu_trace::cli::ApiArgs) -> ExitCode {
     use gpu_trace::api::trace::TraceError;
     if !args.resolve {
-        return match gpu_trace::api::trace::trace(args) {
+        return match run::run_api(args) {
             Ok(t) => {
                 let status = command_status_after_stop().unwrap_or(t.child_status);
                 status.map_or(ExitCode::SUCCESS, |s| ExitCode::from(s.clamp(0, 255) as u8))

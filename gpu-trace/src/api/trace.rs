@@ -12,7 +12,6 @@
 use std::collections::HashSet;
 use std::io::{BufWriter, Stdout, Write as _};
 use std::os::fd::{AsFd as _, AsRawFd as _};
-use std::time::{Duration, Instant};
 
 use aya::{
     Ebpf,
@@ -31,19 +30,16 @@ use gpu_trace_core::pipeline::{Pipeline, PipelineConfig};
 use gpu_trace_core::sink::SinkError;
 use gpu_trace_core::wire::{self, RawRecord};
 
+use super::ApiError;
 use super::attach::{Attacher, load_programs};
 use super::stuck::Symbolizer;
-use super::{ApiError, symbol_table};
-use crate::cli::{ApiArgs, ApiFormat, kernel_comm};
-use crate::launch::{self, reap};
+use crate::cli::{ApiArgs, ApiFormat};
 use crate::loader::trampoline::run_stats;
 use crate::probe::cgroup::{CgroupResolver, Subtree, process_v2_path};
 use crate::probe::libraries;
 use crate::probe::untrusted;
 
 const STACK_LEN: usize = size_of::<ApiStack>();
-/// How often the open calls are checked for `--stuck-after`.
-const STUCK_POLL: Duration = Duration::from_millis(250);
 
 /// How the tracing ended: the launched command's exit status (`None` in `--pid`/`--comm` mode).
 pub struct Traced {
@@ -74,14 +70,17 @@ pub enum TraceError {
     Launch(#[from] crate::launch::LaunchError),
     #[error("reading the clocks: {0}")]
     Clock(std::io::Error),
+    /// The event loop could not start or wait (the runtime, the signal handlers, the ring).
+    #[error("{0}")]
+    Loop(String),
 }
 
 /// Where the records go: the core's pipeline, its lines on standard output.
-type Lines = Pipeline<BufWriter<Stdout>>;
+pub(crate) type Lines = Pipeline<BufWriter<Stdout>>;
 
 /// The pipeline of `args`' format: every record a line, no driver statistics (the call
 /// tables are this command's own).
-fn lines(args: &ApiArgs) -> Result<Lines, TraceError> {
+pub(crate) fn lines(args: &ApiArgs) -> Result<Lines, TraceError> {
     let config = PipelineConfig {
         verbose: args.verbose,
         pids: Vec::new(),
@@ -100,7 +99,7 @@ fn lines(args: &ApiArgs) -> Result<Lines, TraceError> {
 
 /// Standard output failed: a closed pipe (`| head`) ends the run quietly, as coreutils do;
 /// anything else is said once.
-fn output_failed(e: &SinkError) {
+pub(crate) fn output_failed(e: &SinkError) {
     let closed = matches!(e, SinkError::Output(io) if io.kind() == std::io::ErrorKind::BrokenPipe);
     if !closed {
         crate::say!("gpu-trace: api: writing the output: {e}; tracing stops");
@@ -108,23 +107,23 @@ fn output_failed(e: &SinkError) {
 }
 
 /// The loaded programs and what is attached.
-struct Tracer {
-    ebpf: Ebpf,
+pub(crate) struct Tracer {
+    pub(crate) ebpf: Ebpf,
     /// The probes attached and the names behind their cookies.
-    at: Attacher,
-    /// `API_CALL` and `API_RECURSION` records.
-    ring: Option<RingBuf<MapData>>,
+    pub(crate) at: Attacher,
+    /// `API_CALL` and `API_RECURSION` records (the event loop's while it runs).
+    pub(crate) ring: Option<RingBuf<MapData>>,
     symbolizer: Symbolizer,
     /// Stuck calls reported: (pid_tgid, cookie, entry time).
     stuck_seen: HashSet<(u64, u64, u64)>,
     /// The kernel's sums as read.
-    sums: super::sums::Sums,
+    pub(crate) sums: super::sums::Sums,
     /// `-v`: `API_HANDOUT` lines too.
     verbose: bool,
 }
 
 impl Tracer {
-    fn load(table: SymbolTable, args: &ApiArgs) -> Result<Self, TraceError> {
+    pub(crate) fn load(table: SymbolTable, args: &ApiArgs) -> Result<Self, TraceError> {
         let mut ebpf = aya::EbpfLoader::new()
             .map_max_entries("API_STATS", args.api_sums)
             .map_max_entries("API_THROUGH", args.api_sums)
@@ -134,11 +133,12 @@ impl Tracer {
             load_programs(&mut ebpf, args.verbose, args.max_depth).map_err(TraceError::Load)?;
         let ring = ebpf
             .take_map("EVENTS")
-            .and_then(|m| RingBuf::try_from(m).ok());
+            .and_then(|m| RingBuf::try_from(m).ok())
+            .ok_or_else(|| TraceError::Load("no EVENTS ring buffer in the programs".into()))?;
         Ok(Self {
             ebpf,
             at: Attacher::new(table, crate::flags::stop_requested, method),
-            ring,
+            ring: Some(ring),
             symbolizer: Symbolizer::default(),
             stuck_seen: HashSet::new(),
             sums: super::sums::Sums::new(args.api_sums),
@@ -152,7 +152,7 @@ impl Tracer {
 
     /// [`Self::scan`] while tracing: a process that got probes says so on stderr (a target
     /// started since, a library it loaded since).
-    fn scan_saying(&mut self, pid: u32) {
+    pub(crate) fn scan_saying(&mut self, pid: u32) {
         let before = self.at.probes();
         let _ = self.scan(pid);
         let added = self.at.probes().saturating_sub(before);
@@ -176,7 +176,7 @@ impl Tracer {
     /// background; this process then lets its own copies go without detaching (the last
     /// holder's close is the slow one). Where fork fails, detaches here.
     /// Batched links are removed here: milliseconds each, nothing left to the kernel.
-    fn release_in_background(mut self) {
+    pub(crate) fn release_in_background(mut self) {
         if *self.at.method() == super::attach::AttachMethod::Batched {
             self.detach();
         } else if crate::loader::hold::hold_in_background() {
@@ -187,7 +187,7 @@ impl Tracer {
     }
 
     /// Lets the processes held at a change of their link map go on (the end of the run).
-    fn release_held(&mut self) {
+    pub(crate) fn release_held(&mut self) {
         self.at.release_held(&mut self.ebpf);
     }
 
@@ -198,7 +198,7 @@ impl Tracer {
 
     /// `api_entry runs=N api_return runs=M`: the kernel's run counts (BPF statistics on).
     /// Each program's batched copy counts with it.
-    fn runs(&self) -> String {
+    pub(crate) fn runs(&self) -> String {
         super::attach::PROGRAMS
             .iter()
             .zip(super::attach::PROGRAMS_MULTI)
@@ -216,30 +216,16 @@ impl Tracer {
             .join(" ")
     }
 
-    /// Waits until the ring has a record or `at_most` has passed (a process stopped at a
-    /// change of its link map or a hand-out waits only for this).
-    fn wait(&self, at_most: Duration) {
-        let Some(ring) = self.ring.as_ref() else {
-            std::thread::sleep(at_most);
-            return;
-        };
-        let mut fd = libc::pollfd {
-            fd: ring.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd; the ring's descriptor lives as long as `self`.
-        unsafe { libc::poll(&mut fd, 1, at_most.as_millis() as i32) };
-    }
-
     /// The records the ring holds now, into `out`. A target whose link map changed
     /// (`API_LOADED`) is read and attached at once, then continued if it was held.
-    fn drain(&mut self, out: &mut Lines) -> Result<(), SinkError> {
+    pub(crate) fn drain(
+        &mut self,
+        ring: &mut RingBuf<MapData>,
+        out: &mut Lines,
+    ) -> Result<(), SinkError> {
         let mut raw = Vec::new();
-        if let Some(ring) = self.ring.as_mut() {
-            while let Some(item) = ring.next() {
-                raw.push(item.to_vec());
-            }
+        while let Some(item) = ring.next() {
+            raw.push(item.to_vec());
         }
         for signal in raw.iter().filter_map(|b| super::attach::signal_of(b)) {
             self.at.signal(&mut self.ebpf, &signal);
@@ -279,7 +265,7 @@ impl Tracer {
     }
 
     /// The calls of `targets` open `after_ns` or longer and not reported yet.
-    fn stuck(&mut self, targets: &HashSet<u32>, after_ns: u64) -> Vec<StuckEvent> {
+    pub(crate) fn stuck(&mut self, targets: &HashSet<u32>, after_ns: u64) -> Vec<StuckEvent> {
         let now = monotonic_ns();
         let mut found = Vec::new();
         if let Some(map) = self.ebpf.map("API_OPEN")
@@ -343,7 +329,7 @@ impl Tracer {
     }
 
     /// The sums the kernel holds for `pids`.
-    fn read(&mut self, pids: &HashSet<u32>) -> Vec<CallStats> {
+    pub(crate) fn read(&mut self, pids: &HashSet<u32>) -> Vec<CallStats> {
         let sums = self.sums.read(&mut self.ebpf).sums;
         let mut rows: Vec<CallStats> = sums
             .into_iter()
@@ -368,7 +354,7 @@ impl Tracer {
 /// Two descriptors per probed symbol (entry and return), a hundred symbols in libcuda alone: a
 /// soft limit of 1024 open files (a common default) leaves no room for PyTorch's runtimes. The
 /// soft limit goes up to the hard one, as other tracers do.
-fn raise_open_file_limit() {
+pub(crate) fn raise_open_file_limit() {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -382,168 +368,8 @@ fn raise_open_file_limit() {
     }
 }
 
-/// `gpu-trace api [--pid P]… [--comm NAME] [-- CMD]`: trace until the targets are gone, the
-/// command exits, or SIGINT/SIGTERM; print the counts every `--interval` and at the end.
-pub fn trace(args: &ApiArgs) -> Result<Traced, TraceError> {
-    let table = symbol_table(args)?;
-    if args.pids.is_empty()
-        && args.comm.is_none()
-        && args.command.is_empty()
-        && args.cgroups.is_empty()
-        && args.containers.is_empty()
-    {
-        return Err(TraceError::NoTarget);
-    }
-    let subtrees = subtrees(args)?;
-    let _ = crate::flags::install_stop_signals();
-    raise_open_file_limit();
-    let mut tracer = Tracer::load(table.clone(), args)?;
-    let attach_start = std::time::Instant::now();
-    tracer.at.begin_progress("api");
-    let mut targets: HashSet<u32> = args.pids.iter().copied().collect();
-    let mut child = None;
-    let mut descendants = None;
-    if !args.command.is_empty() {
-        // The command and every process it creates (the main trace's follower).
-        let (launched, followed) = launch::Descendants::launch(&args.command, None)?;
-        if let Some(why) = &followed.degraded {
-            crate::say!("gpu-trace: api: warning: {why}");
-        }
-        descendants = Some(followed);
-        tracer
-            .at
-            .attach_launch(&mut tracer.ebpf, launched.pid, &args.command[0]);
-        targets.insert(launched.pid);
-        child = Some(launched.pid);
-        launched.release();
-    }
-    if let Some(c) = args.comm.as_deref() {
-        let c = kernel_comm(c);
-        let own = std::process::id();
-        targets.extend(
-            libraries::all_pids()
-                .into_iter()
-                .filter(|&p| p != own && libraries::comm_of(p).as_deref() == Some(c.as_bytes())),
-        );
-        if targets.is_empty() {
-            return Err(
-                ApiError::NoComm(escape_text(&decode_lossless(c.as_bytes())).into_owned()).into(),
-            );
-        }
-    }
-    targets.extend(cgroup_members(&subtrees));
-    if child.is_none() {
-        let with = (tracer.at).attach_pids(&mut tracer.ebpf, targets.iter().copied());
-        if with == 0 {
-            return Err(TraceError::NoGpuLibrary(format!(
-                "no target maps a library that defines a GPU API symbol (see `gpu-trace api \
-                 --resolve` for what each maps; add your library with --probe LIB:SYMBOL): {} \
-                 process(es) checked",
-                targets.len()
-            )));
-        }
-    }
-    tracer.at.end_progress();
-    crate::say!(
-        "gpu-trace: api: {} uprobes attached in {} librar{} for {} target process(es) in {} ms: \
-         {}",
-        tracer.at.probes(),
-        tracer.at.libraries(),
-        if tracer.at.libraries() == 1 {
-            "y"
-        } else {
-            "ies"
-        },
-        targets.len(),
-        attach_start.elapsed().as_millis(),
-        tracer.at.method()
-    );
-    let run_stats = if args.bpf_stats {
-        Some(
-            aya::sys::enable_stats(aya::sys::Stats::RunTime)
-                .map_err(|e| TraceError::Load(format!("BPF statistics: {}", e.io_error)))?,
-        )
-    } else {
-        None
-    };
-    let mut out = lines(args)?;
-    let mut follow = Follow {
-        subtrees: &subtrees,
-        descendants,
-    };
-    let status = run_loop(
-        &mut tracer,
-        args,
-        &mut targets,
-        child,
-        &mut follow,
-        &mut out,
-    );
-    // A process the command created since the last turn: its sums are read too.
-    follow.new_targets(&mut tracer, &mut targets, false);
-    tracer.release_held();
-    tracer.at.report_skipped();
-    let ended = tracer.drain(&mut out).and_then(|()| {
-        let rows = tracer.read(&targets);
-        print(args, &rows, true, &mut out)
-    });
-    let ended = ended.and_then(|()| send_paths(&mut tracer, &targets, true, &mut out));
-    if let Err(e) = ended {
-        output_failed(&e);
-    }
-    // What the kernel's sums could not hold, said (never a silent gap in the table).
-    let uncounted = super::sums::Sums::uncounted(&tracer.ebpf);
-    if let Some(w) = uncounted.warning(args.api_sums) {
-        crate::say!("gpu-trace: api: {w}");
-    }
-    if tracer.sums.forgotten > 0 {
-        crate::say!(
-            "gpu-trace: api: warning: the sums of {} (process, symbol) pairs of processes that \
-             ended are not in the table: more ended than the {} kept",
-            tracer.sums.forgotten,
-            super::sums::KEPT_MAX
-        );
-    }
-    if run_stats.is_some() {
-        crate::say!("gpu-trace: bpf-stats {}", tracer.runs());
-    }
-    tracer.release_in_background();
-    Ok(Traced {
-        child_status: status,
-    })
-}
-
-/// Where new targets come from while tracing: `-- CMD`'s processes (each turn) and the
-/// `--cgroup`/`--container` subtrees (each interval).
-struct Follow<'a> {
-    subtrees: &'a [Subtree],
-    descendants: Option<launch::Descendants>,
-}
-
-impl Follow<'_> {
-    /// The processes the command created since the last call: targets from now on, held at
-    /// each change of their link map like the command (a library they load is attached
-    /// before they call it), and read now. `from_proc` (each interval): without the kernel's
-    /// fork events, the command's processes are looked for in /proc too.
-    fn new_targets(&mut self, tracer: &mut Tracer, targets: &mut HashSet<u32>, from_proc: bool) {
-        let Some(d) = self.descendants.as_mut() else {
-            return;
-        };
-        d.refresh();
-        if from_proc {
-            d.scan_proc();
-        }
-        for pid in d.pids() {
-            if targets.insert(pid) {
-                tracer.at.hold(&mut tracer.ebpf, pid);
-                tracer.scan_saying(pid);
-            }
-        }
-    }
-}
-
 /// The cgroup v2 subtrees `--cgroup` and `--container` name (none without them).
-fn subtrees(args: &ApiArgs) -> Result<Vec<Subtree>, TraceError> {
+pub(crate) fn subtrees(args: &ApiArgs) -> Result<Vec<Subtree>, TraceError> {
     if args.cgroups.is_empty() && args.containers.is_empty() {
         return Ok(Vec::new());
     }
@@ -559,7 +385,7 @@ fn subtrees(args: &ApiArgs) -> Result<Vec<Subtree>, TraceError> {
 }
 
 /// The running processes whose cgroup v2 is in one of `subtrees` (this one aside).
-fn cgroup_members(subtrees: &[Subtree]) -> Vec<u32> {
+pub(crate) fn cgroup_members(subtrees: &[Subtree]) -> Vec<u32> {
     if subtrees.is_empty() {
         return Vec::new();
     }
@@ -573,94 +399,8 @@ fn cgroup_members(subtrees: &[Subtree]) -> Vec<u32> {
         .collect()
 }
 
-/// Rescans and prints each interval until the end; returns the child's exit status.
-fn run_loop(
-    tracer: &mut Tracer,
-    args: &ApiArgs,
-    targets: &mut HashSet<u32>,
-    child: Option<u32>,
-    follow: &mut Follow<'_>,
-    out: &mut Lines,
-) -> Option<i32> {
-    let every = Duration::from_secs_f64(args.interval.unwrap_or(1.0));
-    let mut next = Instant::now() + every;
-    let mut next_stuck = Instant::now() + STUCK_POLL;
-    loop {
-        if crate::flags::stop_requested() {
-            // Like strace: the command goes on untraced (it got the terminal's SIGINT too).
-            return child.map(|c| reap(c).unwrap_or(128 + libc::SIGINT));
-        }
-        if let Some(c) = child
-            && let Some(status) = reap(c)
-        {
-            return Some(status);
-        }
-        // The targets stay in the set when they exit: the final read is of their sums too.
-        if child.is_none()
-            && !targets
-                .iter()
-                .any(|&p| std::path::Path::new(&format!("/proc/{p}")).exists())
-        {
-            return None;
-        }
-        if let Err(e) = step(
-            tracer,
-            args,
-            targets,
-            follow,
-            out,
-            &mut next,
-            &mut next_stuck,
-        ) {
-            // Nowhere to write: the command goes on untraced, as after a Ctrl-C.
-            output_failed(&e);
-            return child.map(|c| reap(c).unwrap_or(128 + libc::SIGPIPE));
-        }
-        tracer.wait(Duration::from_millis(20));
-    }
-}
-
-/// One turn of the loop: the interval's rescan and tables when due, the ring's records, the
-/// stuck calls when due.
-fn step(
-    tracer: &mut Tracer,
-    args: &ApiArgs,
-    targets: &mut HashSet<u32>,
-    follow: &mut Follow<'_>,
-    out: &mut Lines,
-    next: &mut Instant,
-    next_stuck: &mut Instant,
-) -> Result<(), SinkError> {
-    let due = Instant::now() >= *next;
-    follow.new_targets(tracer, targets, due);
-    if due {
-        *next += Duration::from_secs_f64(args.interval.unwrap_or(1.0));
-        targets.extend(cgroup_members(follow.subtrees));
-        let pids: Vec<u32> = targets.iter().copied().collect();
-        for pid in pids {
-            tracer.scan_saying(pid);
-        }
-        if args.interval.is_some() {
-            let rows = tracer.read(targets);
-            print(args, &rows, false, out)?;
-            send_paths(tracer, targets, false, out)?;
-        }
-    }
-    tracer.drain(out)?;
-    if Instant::now() >= *next_stuck {
-        *next_stuck += STUCK_POLL;
-        let after = (args.stuck_after * 1e9) as u64;
-        for e in tracer.stuck(targets, after) {
-            let origin = Origin::made_here(e.pid, e.tid, &e.comm);
-            out.api_event(&ApiEvent::Stuck(e), &origin)?;
-        }
-        out.flush().map_err(SinkError::Output)?;
-    }
-    Ok(())
-}
-
 /// The `API_PATH` verdicts of the targets' interposers.
-fn send_paths(
+pub(crate) fn send_paths(
     tracer: &mut Tracer,
     targets: &HashSet<u32>,
     last: bool,
@@ -677,7 +417,7 @@ fn send_paths(
 }
 
 /// The call table (text) or `API_STATS` objects (JSON), after the lines written so far.
-fn print(
+pub(crate) fn print(
     args: &ApiArgs,
     rows: &[CallStats],
     final_: bool,

@@ -11,6 +11,7 @@ use tokio::io::unix::AsyncFd;
 
 use super::{
     error::{RunError, detect_vendor, io_err},
+    event_loop::{self, Flow, Turns, Waits, every, every_after},
     files::Staged,
     flight::Flight,
     late_attach::{announce_inventory, kernel_tracking, traced_inventory},
@@ -24,13 +25,14 @@ use super::{
     },
     rotate::PieceFiles,
     share::{start_nvml, start_share_sampler},
-    signals::{StopSignals, note, stop_requested},
+    signals::{StopSignals, note},
 };
+use crate::metrics::server::MetricsServer;
 use crate::pipeline::Summary;
 use crate::{
     cli::{TraceArgs, Vendor},
     escape,
-    loader::{LoadError, Tracer},
+    loader::{LoadError, LoadOptions, Tracer},
     model::stats::KernelCounters,
     output::clock::Clock,
     pipeline::Pipeline,
@@ -54,49 +56,16 @@ pub async fn run_live_with(
     // Before anything is reported on stderr: a Ctrl-C right after the start-up report (or
     // during the inventory) stops tracing cleanly through the loop below.
     let mut signals = StopSignals::install()?;
-    // --flight-recorder: SIGUSR1 dumps (its default action, ending the process, is replaced
-    // before the line that says tracing started).
-    let mut usr1 = match args.recording.flight_recorder {
-        Some(_) => Some(
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())
-                .map_err(io_err("installing the SIGUSR1 handler"))?,
-        ),
-        None => None,
-    };
+    let mut usr1 = usr1_handler(args)?;
     check_api_targets(args)?;
-    let vendor = match args.vendor {
-        Vendor::Auto => detect_vendor()?,
-        v => v,
-    };
-    let amd = vendor == Vendor::Amd;
-    warn_before_start(args, amd);
-    let watched = match &args.watch_device {
-        Some(path) => Some(system::char_device_kernel_dev(path).map_err(LoadError::from)?),
-        None => None,
-    };
+    let (amd, watched) = vendor_and_watched(args)?;
     // Every output is opened before anything is attached (a FIFO waits for its reader here),
     // but an existing file is emptied only once every start-up check below passed: a busy
     // metrics port, a bad --cgroup or a refused program leaves yesterday's files as they were.
     let wake = Arc::new(tokio::sync::Notify::new());
-    // With --record-rotate the pieces are files of their own, made as the run goes.
-    let rotate = args.recording.record_rotate;
-    let (files, pending) = prepare_output_files(
-        &args.output,
-        args.record.as_deref().filter(|_| rotate.is_none()),
-        startup_deadline,
-        Overflow::Drop,
-        &wake,
-    )?;
-    // Containers: the cgroup2 tree, for --cgroup/--container and to name each process's
-    // cgroup; a bad argument stops the run before anything is attached.
-    let mut cgroups = CgroupResolver::for_host();
-    let subtrees = CgroupSelection::resolve(args, cgroups.as_mut())?;
-    for line in subtrees.describe() {
-        note(line);
-    }
-    let kfd = amd.then(crate::probe::amd::KfdPresence::probe);
-    check_kfd(args, kfd.as_ref())?;
-    let options = load_options(args, amd, kfd.as_ref(), watched, &subtrees);
+    let (files, pending) = open_outputs(args, startup_deadline, &wake)?;
+    let (cgroups, subtrees) = cgroup_selection(args)?;
+    let (kfd, options) = kfd_and_options(args, amd, watched, &subtrees)?;
     // NVML's own driver calls (it opens the GPU) are made before the programs attach, so that
     // gpu-trace does not trace itself; the walk comes after attaching.
     // On a thread of its own, within a time limit: a wedged library costs a line, not the run.
@@ -119,63 +88,23 @@ pub async fn run_live_with(
     announce_inventory(&inventory, &args.output, true);
     // Started: the -o and --record files may now lose their old contents.
     pending.commit()?;
-    let OutputFiles {
-        out,
-        out_is_stdout,
-        perfetto,
-        record,
-    } = files;
     let sampled = (amd, share_sampler.is_some());
-    let to = match (record, rotate, args.record.as_deref()) {
-        (Some(queue), _, _) => Some(RecordTo::One(queue)),
-        (None, Some(rotate), Some(path)) => {
-            let on_failure = {
-                let wake = wake.clone();
-                Arc::new(move || wake.notify_one()) as Arc<dyn Fn() + Send + Sync>
-            };
-            let files = PieceFiles::new(path, on_failure);
-            Some(RecordTo::Pieces(files, rotate, args.recording.record_keep))
-        }
-        _ => None,
-    };
-    let file = to
-        .map(|to| start_recording(to, &clock, &tracer, &inventory, sampled))
-        .transpose()?;
-    let flight = Flight::new(
-        &args.recording,
-        recording_header(&clock, &tracer, &inventory, amd),
-    );
-    let (flight, trigger_sink) = flight.map_or((None, None), |(f, s)| (Some(f), Some(s)));
-    let mut recorder = Recording { file, flight };
-    let pipeline = new_pipeline(
-        &args.output,
-        clock,
-        out,
-        perfetto.as_ref().map(|(s, _)| s),
-        false,
+    let (recorder, trigger) = start_recorder(
+        args,
+        files.record,
+        &wake,
+        &clock,
+        &tracer,
+        &inventory,
+        sampled,
     )?;
-    let pipeline = match trigger_sink {
-        Some(sink) => pipeline.with_output(sink),
-        None => pipeline,
-    };
-    let (mut pipeline, metrics_server, ring_fill) = match metrics {
-        Some((m, server)) => {
-            let fill = m.ring_fill_slot();
-            if let Some(f) = recorder.flight.as_mut() {
-                f.metrics = Some(m.flight());
-            }
-            (pipeline.with_output(Box::new(m)), Some(server), Some(fill))
-        }
-        None => (pipeline, None, None),
-    };
-    pipeline
-        .inventory(&inventory)
-        .map_err(io_err("writing the output"))?;
-    warn_unmatched_gpus(&pipeline);
+    let perfetto = files.perfetto.as_ref().map(|(s, _)| s);
+    let pipeline = new_pipeline(&args.output, clock, files.out, perfetto, false)?;
+    let (mut pipeline, metrics_server, ring_fill) =
+        with_outputs(pipeline, trigger, metrics, &inventory)?;
     let ring = watch_ring_buffer(&mut tracer, ring_fill)?;
     let (command, descendants) = release_command(launched, &mut pipeline);
-    let mut live = LiveRun {
-        ring,
+    let live = LiveRun {
         tracer,
         reader: Reader {
             descendants,
@@ -188,24 +117,161 @@ pub async fn run_live_with(
         viewer,
         tracing_since,
         share: start_share_sampler(share_sampler, args.share_interval),
+        rotate_due: false,
     };
-    live.trace_until_stopped(
-        &mut signals,
-        usr1.as_mut(),
-        deadline,
-        interval(&args.output),
-        &wake,
-        metrics_server.is_some(),
-    )
-    .await?;
-    // Before detaching, which unloads the programs.
-    live.report_program_runs(args.bpf_stats);
-    let counters = live.drain_after_detach().await?;
-    // A denial that did not hold is said on stderr too, whatever the output and its format.
-    if let Some(warning) = counters.deny_unfollowed_warning() {
-        live.report(vec![warning]);
+    let waits = Waits::new(&mut signals, usr1.as_mut(), deadline, Some(&wake));
+    let ended = (files.perfetto, files.out_is_stdout);
+    live.run_to_end(ring, waits, args, metrics_server.is_some(), ended)
+        .await
+}
+
+/// Containers: the cgroup2 tree, for --cgroup/--container and to name each process's cgroup,
+/// and the subtrees selected (said on stderr); a bad argument stops the run before anything
+/// is attached.
+fn cgroup_selection(
+    args: &TraceArgs,
+) -> Result<(Option<CgroupResolver>, CgroupSelection), RunError> {
+    let mut cgroups = CgroupResolver::for_host();
+    let subtrees = CgroupSelection::resolve(args, cgroups.as_mut())?;
+    for line in subtrees.describe() {
+        note(line);
     }
-    live.end(counters, args.record.as_deref(), perfetto, out_is_stdout)
+    Ok((cgroups, subtrees))
+}
+
+/// AMD: KFD here (checked against what was asked); the programs to load and their options.
+fn kfd_and_options(
+    args: &TraceArgs,
+    amd: bool,
+    watched: Option<u32>,
+    subtrees: &CgroupSelection,
+) -> Result<(Option<crate::probe::amd::KfdPresence>, LoadOptions), RunError> {
+    let kfd = amd.then(crate::probe::amd::KfdPresence::probe);
+    check_kfd(args, kfd.as_ref())?;
+    let options = load_options(args, amd, kfd.as_ref(), watched, subtrees);
+    Ok((kfd, options))
+}
+
+/// `-o`, `--perfetto` and `--record` opened, not emptied yet (with `--record-rotate` the
+/// pieces are files of their own, made as the run goes).
+fn open_outputs(
+    args: &TraceArgs,
+    startup_deadline: Option<Instant>,
+    wake: &Arc<tokio::sync::Notify>,
+) -> Result<(OutputFiles, super::outputs::Pending), RunError> {
+    prepare_output_files(
+        &args.output,
+        (args.record.as_deref()).filter(|_| args.recording.record_rotate.is_none()),
+        startup_deadline,
+        Overflow::Drop,
+        wake,
+    )
+}
+
+/// --flight-recorder: SIGUSR1 dumps (its default action, ending the process, is replaced
+/// before the line that says tracing started).
+fn usr1_handler(args: &TraceArgs) -> Result<Option<tokio::signal::unix::Signal>, RunError> {
+    args.recording
+        .flight_recorder
+        .map(|_| {
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined1())
+                .map_err(io_err("installing the SIGUSR1 handler"))
+        })
+        .transpose()
+}
+
+/// The vendor traced (`true`: AMD) and `--watch-device`'s kernel device number; the warnings
+/// said before the start.
+fn vendor_and_watched(args: &TraceArgs) -> Result<(bool, Option<u32>), RunError> {
+    let vendor = match args.vendor {
+        Vendor::Auto => detect_vendor()?,
+        v => v,
+    };
+    let amd = vendor == Vendor::Amd;
+    warn_before_start(args, amd);
+    let watched = match &args.watch_device {
+        Some(path) => Some(system::char_device_kernel_dev(path).map_err(LoadError::from)?),
+        None => None,
+    };
+    Ok((amd, watched))
+}
+
+/// `--record` and `--flight-recorder` started: the recording's header written, the flight
+/// window ready; returns the trigger sink the pipeline feeds. `sampled`: (AMD, share
+/// sampling on).
+fn start_recorder(
+    args: &TraceArgs,
+    record: Option<QueueWriter>,
+    wake: &Arc<tokio::sync::Notify>,
+    clock: &Clock,
+    tracer: &Tracer,
+    inventory: &gpu_trace_core::inventory::Inventory,
+    sampled: (bool, bool),
+) -> Result<(Recording, Option<Box<gpu_trace_core::flight::TriggerSink>>), RunError> {
+    let file = recording_to(record, args, wake)
+        .map(|to| start_recording(to, clock, tracer, inventory, sampled))
+        .transpose()?;
+    let flight = Flight::new(
+        &args.recording,
+        recording_header(clock, tracer, inventory, sampled.0),
+    );
+    let (flight, trigger_sink) = flight.map_or((None, None), |(f, s)| (Some(f), Some(s)));
+    Ok((Recording { file, flight }, trigger_sink))
+}
+
+/// Where `--record` goes: the file opened (`record`), or with `--record-rotate` pieces made as
+/// the run goes (a piece that cannot be made wakes the loop through `wake`).
+fn recording_to(
+    record: Option<QueueWriter>,
+    args: &TraceArgs,
+    wake: &Arc<tokio::sync::Notify>,
+) -> Option<RecordTo> {
+    match (record, args.recording.record_rotate, args.record.as_deref()) {
+        (Some(queue), _, _) => Some(RecordTo::One(queue)),
+        (None, Some(rotate), Some(path)) => {
+            let on_failure = {
+                let wake = wake.clone();
+                Arc::new(move || wake.notify_one()) as Arc<dyn Fn() + Send + Sync>
+            };
+            let files = PieceFiles::new(path, on_failure);
+            Some(RecordTo::Pieces(files, rotate, args.recording.record_keep))
+        }
+        _ => None,
+    }
+}
+
+/// The pipeline and its outputs: the flight recorder's trigger sink and `--metrics`
+/// (returned: the metrics server and the slot of the ring's fill), fed the inventory first.
+type Outputs = (
+    Pipeline<QueueWriter>,
+    Option<MetricsServer>,
+    Option<gpu_trace_core::metrics::RingFillSlot>,
+);
+
+/// The pipeline with the flight recorder's trigger sink and `--metrics` as outputs, fed the
+/// start-up inventory.
+fn with_outputs(
+    pipeline: Pipeline<QueueWriter>,
+    trigger_sink: Option<Box<gpu_trace_core::flight::TriggerSink>>,
+    metrics: Option<(gpu_trace_core::metrics::Metrics, MetricsServer)>,
+    inventory: &gpu_trace_core::inventory::Inventory,
+) -> Result<Outputs, RunError> {
+    let pipeline = match trigger_sink {
+        Some(sink) => pipeline.with_output(sink),
+        None => pipeline,
+    };
+    let (mut pipeline, server, fill) = match metrics {
+        Some((m, server)) => {
+            let fill = m.ring_fill_slot();
+            (pipeline.with_output(Box::new(m)), Some(server), Some(fill))
+        }
+        None => (pipeline, None, None),
+    };
+    pipeline
+        .inventory(inventory)
+        .map_err(io_err("writing the output"))?;
+    warn_unmatched_gpus(&pipeline);
+    Ok((pipeline, server, fill))
 }
 
 /// `-- CMD`: the pipeline follows the command, which is let go (everything is attached);
@@ -271,21 +337,12 @@ pub(super) fn watch_ring_buffer(
             Err(e) => crate::say!("gpu-trace: (metrics: ring-buffer fill not available: {e})"),
         }
     }
-    // SAFETY: the ring buffer owns its map fd and keeps it open for as long as the AsyncFd
-    // that owns the ring buffer lives; nothing else closes it.
-    unsafe { AsyncFd::register_with_interest(ring, tokio::io::Interest::READABLE) }.map_err(|e| {
-        RunError::Io {
-            what: "polling the ring buffer".into(),
-            source: e.into(),
-        }
-    })
+    event_loop::watch(ring)
 }
 
 /// A live run once attached: the ring buffer and its reader, the pipeline, the recording and
 /// the live view.
 pub(super) struct LiveRun<'v> {
-    // Declared (so dropped) before the tracer whose map it was.
-    pub(super) ring: AsyncFd<RingBuf<MapData>>,
     pub(super) tracer: Tracer,
     pub(super) reader: Reader,
     pub(super) pipeline: Pipeline<QueueWriter>,
@@ -296,168 +353,114 @@ pub(super) struct LiveRun<'v> {
     pub(super) share: Option<crate::probe::share::ShareThread>,
     /// `-- CMD`: the command, and its exit status once it ended.
     pub(super) command: Option<CommandRun>,
+    /// `--record-rotate TIME`: the clock said a piece is due (ended after the turn).
+    pub(super) rotate_due: bool,
 }
 
 impl LiveRun<'_> {
+    /// Traces until stopped, then detaches, reads what is left and ends the outputs
+    /// (`ended`: the Perfetto file to finish, whether `-o` is standard output).
+    pub(super) async fn run_to_end(
+        mut self,
+        mut ring: AsyncFd<RingBuf<MapData>>,
+        waits: Waits<'_>,
+        args: &TraceArgs,
+        metrics_served: bool,
+        ended: (Option<(Staged, PathBuf)>, bool),
+    ) -> Result<Summary, RunError> {
+        let period = interval(&args.output);
+        (self.trace_until_stopped(&mut ring, waits, period, metrics_served)).await?;
+        // Before detaching, which unloads the programs.
+        self.report_program_runs(args.bpf_stats);
+        let counters = self.drain_after_detach(ring.get_mut()).await?;
+        // Dropped before the tracer whose map it was.
+        drop(ring);
+        // A denial that did not hold is said on stderr too, whatever the output and its format.
+        if let Some(warning) = counters.deny_unfollowed_warning() {
+            self.report(vec![warning]);
+        }
+        self.end(counters, args.record.as_deref(), ended.0, ended.1)
+    }
+
     /// Reads the ring buffer as it fills until a stop signal, the deadline or an output's
-    /// failure; `period`: `--interval`'s statistics (the live view instead draws a frame once a
-    /// second); `metrics_served`: the kernel's counters go to the metrics once a second.
+    /// failure, in the one event loop ([`event_loop`]) with this run's pieces; `period`:
+    /// `--interval`'s statistics (the live view instead draws a frame once a second);
+    /// `metrics_served`: the kernel's counters go to the metrics once a second.
     pub(super) async fn trace_until_stopped(
         &mut self,
-        signals: &mut StopSignals,
-        mut usr1: Option<&mut tokio::signal::unix::Signal>,
-        deadline: Option<Instant>,
+        ring: &mut AsyncFd<RingBuf<MapData>>,
+        waits: Waits<'_>,
         period: Option<Duration>,
-        wake: &tokio::sync::Notify,
         metrics_served: bool,
     ) -> Result<(), RunError> {
-        let mut health = tokio::time::interval(Duration::from_secs(1));
-        // --record-rotate TIME: a piece ends on time even when no record comes to end it.
-        let mut piece_clock = tokio::time::interval(Duration::from_secs(1));
-        let by_time = self.recorder.rotates_by_time();
-        let flight_on = self.recorder.flight.is_some();
-        // `-- CMD`: whether the command ended, looked at this often.
-        let mut child_tick = tokio::time::interval(CHILD_POLL);
-        let mut share_tick = tokio::time::interval(Duration::from_millis(100));
-        let mut api_rescan = tokio::time::interval(Duration::from_secs(1));
-        let sleep = async {
-            match deadline {
-                Some(d) => tokio::time::sleep_until(d.into()).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::pin!(sleep);
+        let second = Duration::from_secs(1);
         // The live view draws its first frame at once; --interval statistics after a period.
-        let now = tokio::time::Instant::now();
-        let mut ticker = match self.viewer {
-            Some(_) => Some(tokio::time::interval_at(now, Duration::from_secs(1))),
-            None => period.map(|period| tokio::time::interval_at(now + period, period)),
+        let mut pieces = match (self.viewer.is_some(), period) {
+            (true, _) => vec![every(LivePiece::Stats, second)],
+            (false, Some(p)) => vec![every_after(LivePiece::Stats, p, p)],
+            (false, None) => Vec::new(),
         };
-        // A stop requested during start-up (before the handlers above existed) is not lost.
-        // The deadline is also looked at here, not only by its timer: under a storm the timer
-        // is served only between two slices of reading.
-        let past_deadline = || deadline.is_some_and(|d| Instant::now() >= d);
-        while !stop_requested()
-            && !past_deadline()
-            && !self.reader.outputs_failed(&self.pipeline, &self.recorder)
-        {
-            // Whether the ring still held records when the last slice of reading ended.
-            let mut more = Drained::Empty;
-            let mut rotate_tick_due = false;
-            tokio::select! {
-                () = signals.recv() => break,
-                _ = &mut sleep => break,
-                _ = async {
-                    match ticker.as_mut() {
-                        Some(t) => {
-                            t.tick().await;
-                        }
-                        None => std::future::pending::<()>().await,
-                    }
-                } => {
-                    // What the ring holds first (one slice of it under a storm), so that the
-                    // statistics count it.
-                    more = self.reader.drain(
-                        self.ring.get_mut(),
-                        &mut self.pipeline,
-                        &mut self.recorder,
-                        Some(DRAIN_SLICE),
-                    );
-                    let (reader, tracer) = (&mut self.reader, &mut self.tracer);
-                    reader.send_api_paths(tracer, &mut self.pipeline, false);
-                    self.show_stats()?;
-                }
-                () = wake.notified() => {} // an output failed: the loop condition sees it
-                _ = share_tick.tick(), if self.share.is_some() => self.take_share()?,
-                _ = child_tick.tick(), if self.command.is_some() => {
-                    if let Some(c) = self.command.as_mut() {
-                        let ended = crate::launch::reap_signaled(c.pid);
-                        c.status = ended.map(|(code, _)| code);
-                        if let Some((_, signaled)) = ended {
-                            // --dump-on signal-exit: the window before the command's end.
-                            if let (true, Some(f)) = (signaled, self.recorder.flight.as_ref()) {
-                                f.note(gpu_trace_core::flight::Trigger::SignalExit);
-                                self.recorder.turn(&self.tracer, false)?;
-                            }
-                            break;
-                        }
-                    }
-                }
-                // --api: new --comm processes and newly mapped libraries.
-                _ = api_rescan.tick(), if self.reader.api.is_some() => {
-                    if let Some(api) = self.reader.api.as_mut() {
-                        // The command's processes as of now (fork events read first: a child
-                        // that made no driver call yet is known only from them).
-                        let followed = self.reader.descendants.as_mut().map(|d| {
-                            follow_changes(&mut self.pipeline, d.refresh());
-                            // Without the connector: found in /proc (no record may name them).
-                            follow_changes(&mut self.pipeline, d.scan_proc());
-                            d.pids()
-                        });
-                        api.rescan(&mut self.tracer, followed.into_iter().flatten());
-                    }
-                    let (reader, tracer) = (&mut self.reader, &mut self.tracer);
-                    reader.send_api_sums(tracer, &mut self.pipeline, &mut self.recorder);
-                }
-                _ = piece_clock.tick(), if by_time || flight_on => {
-                    rotate_tick_due = by_time;
-                    if let Some(f) = self.recorder.flight.as_mut() {
-                        f.tick(&self.tracer);
-                    }
-                }
-                // --flight-recorder: SIGUSR1 (or an authenticated POST /dump) dumps the window.
-                _ = async {
-                    match usr1.as_mut() {
-                        Some(s) => tokio::select! {
-                            _ = s.recv() => {}
-                            () = crate::flags::dump_requested() => {}
-                        },
-                        None => std::future::pending::<()>().await,
-                    }
-                } => {
-                    // What the ring holds first (one slice of it under a storm), so that the
-                    // window ends with the records made before the request.
-                    more = self.reader.drain(
-                        self.ring.get_mut(),
-                        &mut self.pipeline,
-                        &mut self.recorder,
-                        Some(DRAIN_SLICE),
-                    );
-                    if let Some(f) = self.recorder.flight.as_ref() {
-                        f.note(gpu_trace_core::flight::Trigger::Signal);
-                    }
-                }
-                _ = health.tick(), if metrics_served => {
-                    let counters = self.tracer.counters()?;
-                    self.pipeline.kernel_counters(&counters);
-                }
-                guard = self.ring.readable_mut() => {
-                    let mut guard = guard.map_err(io_err("waiting for the ring buffer"))?;
-                    more = self.reader.drain(
-                        guard.get_inner_mut(),
-                        &mut self.pipeline,
-                        &mut self.recorder,
-                        Some(DRAIN_SLICE),
-                    );
-                    // Still ready while records are left: the next turn reads on.
-                    if more == Drained::Empty {
-                        guard.clear_ready();
-                    }
-                }
-            }
-            self.attach_loaded();
-            // A full recording piece ends here, between two records.
-            self.recorder.turn(&self.tracer, rotate_tick_due)?;
-            if more == Drained::More {
-                // Let the runtime serve its timers and signals before the next slice.
-                tokio::task::yield_now().await;
-            }
-        }
+        let on = [
+            (
+                self.share.is_some(),
+                LivePiece::Share,
+                Duration::from_millis(100),
+            ),
+            // `-- CMD`: whether the command ended, looked at this often.
+            (self.command.is_some(), LivePiece::Child, CHILD_POLL),
+            (self.reader.api.is_some(), LivePiece::ApiRescan, second),
+            // --record-rotate TIME: a piece ends on time even when no record comes to end it.
+            (
+                self.recorder.rotates_by_time() || self.recorder.flight.is_some(),
+                LivePiece::Clock,
+                second,
+            ),
+            (metrics_served, LivePiece::Health, second),
+        ];
+        let on = on.into_iter().filter(|&(on, _, _)| on);
+        pieces.extend(on.map(|(_, p, t)| every(p, t)));
+        let looped = event_loop::run(ring, waits, pieces, self).await;
         // Sampling stops with tracing: the samples taken so far are counted, the thread is let
         // go (never waited for).
+        looped?;
         self.take_share()?;
         self.share = None;
         Ok(())
+    }
+
+    /// `-- CMD` ended? (`Flow::Stop` then; with `--dump-on signal-exit`, the flight recorder's
+    /// window before the command's end is dumped.)
+    fn child_tick(&mut self) -> Result<Flow, RunError> {
+        let Some(c) = self.command.as_mut() else {
+            return Ok(Flow::Go);
+        };
+        let ended = crate::launch::reap_signaled(c.pid);
+        c.status = ended.map(|(code, _)| code);
+        let Some((_, signaled)) = ended else {
+            return Ok(Flow::Go);
+        };
+        if let (true, Some(f)) = (signaled, self.recorder.flight.as_ref()) {
+            f.note(gpu_trace_core::flight::Trigger::SignalExit);
+            self.recorder.turn(&self.tracer, false)?;
+        }
+        Ok(Flow::Stop)
+    }
+
+    /// `--api`, each second: new --comm processes and newly mapped libraries, then the sums.
+    fn api_rescan(&mut self) {
+        if let Some(api) = self.reader.api.as_mut() {
+            // The command's processes as of now (fork events read first: a child that made
+            // no driver call yet is known only from them).
+            let followed = self.reader.descendants.as_mut().map(|d| {
+                follow_changes(&mut self.pipeline, d.refresh());
+                // Without the connector: found in /proc (no record may name them).
+                follow_changes(&mut self.pipeline, d.scan_proc());
+                d.pids()
+            });
+            api.rescan(&mut self.tracer, followed.into_iter().flatten());
+        }
+        let (reader, tracer) = (&mut self.reader, &mut self.tracer);
+        reader.send_api_sums(tracer, &mut self.pipeline, &mut self.recorder);
     }
 
     /// `--api`: reads and attaches at once the targets whose link map changed (a library
@@ -559,19 +562,19 @@ impl LiveRun<'_> {
     /// (a program running at the moment of detaching may still submit one), for at most a
     /// second; records sent but never read are counted as lost; then (`--api`) the calls' final
     /// sums. Returns the kernel's counters.
-    pub(super) async fn drain_after_detach(&mut self) -> Result<KernelCounters, RunError> {
+    pub(super) async fn drain_after_detach(
+        &mut self,
+        ring: &mut RingBuf<MapData>,
+    ) -> Result<KernelCounters, RunError> {
         self.tracer.detach();
         let mut counters = self.tracer.counters()?;
         let settle = Instant::now();
         loop {
             // Detached: what is left is at most a ring's worth, read whole (in turns when
             // recording pieces fill up on the way).
-            let more = self.reader.drain(
-                self.ring.get_mut(),
-                &mut self.pipeline,
-                &mut self.recorder,
-                None,
-            );
+            let more = self
+                .reader
+                .drain(ring, &mut self.pipeline, &mut self.recorder, None);
             self.recorder.turn(&self.tracer, false)?;
             if more == Drained::More {
                 continue;
@@ -658,5 +661,83 @@ impl LiveRun<'_> {
             child_status,
             ..summary
         })
+    }
+}
+
+/// The main trace's periodic pieces in the event loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum LivePiece {
+    /// `--interval`'s statistics, or a frame of the live view.
+    Stats,
+    /// `--share-interval`: the samples the sampler's thread took.
+    Share,
+    /// `-- CMD`: whether the command ended.
+    Child,
+    /// `--api`: the rescan and the sums.
+    ApiRescan,
+    /// `--record-rotate TIME` and the flight recorder's clock.
+    Clock,
+    /// `--metrics`: the kernel's counters.
+    Health,
+}
+
+impl Turns for LiveRun<'_> {
+    type Piece = LivePiece;
+
+    fn failed(&self) -> bool {
+        self.reader.outputs_failed(&self.pipeline, &self.recorder)
+    }
+
+    fn read(&mut self, ring: &mut RingBuf<MapData>) -> Result<Drained, RunError> {
+        Ok(self.reader.drain(
+            ring,
+            &mut self.pipeline,
+            &mut self.recorder,
+            Some(DRAIN_SLICE),
+        ))
+    }
+
+    fn piece(&mut self, piece: LivePiece, ring: &mut RingBuf<MapData>) -> Result<Flow, RunError> {
+        match piece {
+            LivePiece::Stats => {
+                // What the ring holds first (one slice of it under a storm), so that the
+                // statistics count it.
+                let more = self.read(ring)?;
+                let (reader, tracer) = (&mut self.reader, &mut self.tracer);
+                reader.send_api_paths(tracer, &mut self.pipeline, false);
+                self.show_stats()?;
+                if more == Drained::More {
+                    return Ok(Flow::More);
+                }
+            }
+            LivePiece::Share => self.take_share()?,
+            LivePiece::Child => return self.child_tick(),
+            LivePiece::ApiRescan => self.api_rescan(),
+            LivePiece::Clock => {
+                self.rotate_due = self.recorder.rotates_by_time();
+                if let Some(f) = self.recorder.flight.as_mut() {
+                    f.tick(&self.tracer);
+                }
+            }
+            LivePiece::Health => {
+                let counters = self.tracer.counters()?;
+                self.pipeline.kernel_counters(&counters);
+            }
+        }
+        Ok(Flow::Go)
+    }
+
+    /// --flight-recorder: SIGUSR1 dumps the window.
+    fn usr1(&mut self) {
+        if let Some(f) = self.recorder.flight.as_ref() {
+            f.note(gpu_trace_core::flight::Trigger::Signal);
+        }
+    }
+
+    fn after_turn(&mut self) -> Result<(), RunError> {
+        self.attach_loaded();
+        // A full recording piece ends here, between two records.
+        let rotate_due = std::mem::take(&mut self.rotate_due);
+        self.recorder.turn(&self.tracer, rotate_due)
     }
 }

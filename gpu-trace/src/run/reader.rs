@@ -52,14 +52,14 @@ pub(super) const DRAIN_SLICE: Duration = Duration::from_millis(50);
 
 /// How often the live loop looks whether `-- CMD` ended (its end stops tracing this much later
 /// at most).
-pub(super) const CHILD_POLL: Duration = Duration::from_millis(20);
+pub(crate) const CHILD_POLL: Duration = Duration::from_millis(20);
 
 /// Records read between two looks at the clock and at a stop request.
 pub(super) const DRAIN_CHECK_EVERY: u64 = 256;
 
 /// Whether a slice of reading left records in the ring.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Drained {
+pub(crate) enum Drained {
     Empty,
     More,
 }

@@ -9,13 +9,13 @@ pub use crate::flags::{install_stop_signals, quiet, set_quiet, stop_requested};
 use super::error::{RunError, io_err};
 
 /// SIGINT and SIGTERM as the live loop waits for them (tokio's handlers).
-pub(super) struct StopSignals {
+pub(crate) struct StopSignals {
     pub(super) interrupt: tokio::signal::unix::Signal,
     pub(super) terminate: tokio::signal::unix::Signal,
 }
 
 impl StopSignals {
-    pub(super) fn install() -> Result<Self, RunError> {
+    pub(crate) fn install() -> Result<Self, RunError> {
         Ok(Self {
             interrupt: tokio::signal::unix::signal(SignalKind::interrupt())
                 .map_err(io_err("installing the SIGINT handler"))?,
@@ -25,7 +25,7 @@ impl StopSignals {
     }
 
     /// Returns when a SIGINT or a SIGTERM came.
-    pub(super) async fn recv(&mut self) {
+    pub(crate) async fn recv(&mut self) {
         tokio::select! {
             _ = self.interrupt.recv() => {}
             _ = self.terminate.recv() => {}
