@@ -17,7 +17,7 @@ use aya::{
     Ebpf,
     maps::{HashMap as BpfHashMap, MapData, RingBuf},
 };
-use gpu_trace_common::api::{API_STACK_MAX, ApiStack};
+use gpu_trace_common::api::{API_STACK_MAX, ApiKey, ApiStack, ApiStat};
 use gpu_trace_common::zerocopy::FromBytes as _;
 use gpu_trace_core::api::events::{Site, StuckEvent};
 use gpu_trace_core::api::names::{self, ApiEvent};
@@ -328,9 +328,8 @@ impl Tracer {
         events
     }
 
-    /// The sums the kernel holds for `pids`.
-    pub(crate) fn read(&mut self, pids: &HashSet<u32>) -> Vec<CallStats> {
-        let sums = self.sums.read(&mut self.ebpf).sums;
+    /// The rows of `pids` in `sums` (a read of the kernel's sums), sorted.
+    fn rows(&self, sums: Vec<(ApiKey, ApiStat)>, pids: &HashSet<u32>) -> Vec<CallStats> {
         let mut rows: Vec<CallStats> = sums
             .into_iter()
             .filter(|(key, _)| pids.contains(&key.tgid))
@@ -399,15 +398,19 @@ pub(crate) fn cgroup_members(subtrees: &[Subtree]) -> Vec<u32> {
         .collect()
 }
 
-/// The `API_PATH` verdicts of the targets' interposers.
-pub(crate) fn send_paths(
+/// The targets' call table, then the `API_PATH` verdicts of their interposers, from one read
+/// of the kernel's sums (`last`: at exit).
+pub(crate) fn send_tables(
+    args: &ApiArgs,
     tracer: &mut Tracer,
     targets: &HashSet<u32>,
     last: bool,
     out: &mut Lines,
 ) -> Result<(), SinkError> {
     let read = tracer.sums.read(&mut tracer.ebpf);
-    for p in tracer.at.paths(&read.sums, &read.through, last) {
+    let paths = tracer.at.paths(&read.sums, &read.through, last);
+    print(args, &tracer.rows(read.sums, targets), last, out)?;
+    for p in paths {
         if targets.contains(&p.pid) {
             let origin = Origin::made_here(p.pid, p.pid, &p.comm);
             out.api_event(&ApiEvent::Path(p), &origin)?;
@@ -417,7 +420,7 @@ pub(crate) fn send_paths(
 }
 
 /// The call table (text) or `API_STATS` objects (JSON), after the lines written so far.
-pub(crate) fn print(
+fn print(
     args: &ApiArgs,
     rows: &[CallStats],
     final_: bool,

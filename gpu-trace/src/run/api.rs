@@ -21,8 +21,8 @@ use super::event_loop::{
     self, CHILD_POLL, Drained, Flow, StopSignals, Turns, Waits, every, every_after,
 };
 use crate::api::trace::{
-    Lines, TraceError, Traced, Tracer, cgroup_members, lines, output_failed, print,
-    raise_open_file_limit, send_paths, subtrees,
+    Lines, TraceError, Traced, Tracer, cgroup_members, lines, output_failed, raise_open_file_limit,
+    send_tables, subtrees,
 };
 use crate::api::{ApiError, symbol_table};
 use crate::cli::{ApiArgs, kernel_comm};
@@ -178,11 +178,7 @@ fn finish(run: ApiRun<'_>, bpf_stats: bool) {
         None => Ok(()),
     };
     tracer.ring = ring;
-    let ended = drained.and_then(|()| {
-        let rows = tracer.read(&targets);
-        print(args, &rows, true, &mut out)
-    });
-    let ended = ended.and_then(|()| send_paths(&mut tracer, &targets, true, &mut out));
+    let ended = drained.and_then(|()| send_tables(args, &mut tracer, &targets, true, &mut out));
     if let Err(e) = ended {
         output_failed(&e);
     }
@@ -329,9 +325,13 @@ impl<'a> ApiRun<'a> {
             self.tracer.scan_saying(pid);
         }
         if self.args.interval.is_some() {
-            let rows = self.tracer.read(&self.targets);
-            print(self.args, &rows, false, &mut self.out)?;
-            send_paths(&mut self.tracer, &self.targets, false, &mut self.out)?;
+            send_tables(
+                self.args,
+                &mut self.tracer,
+                &self.targets,
+                false,
+                &mut self.out,
+            )?;
         }
         Ok(())
     }
