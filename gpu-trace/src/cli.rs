@@ -951,6 +951,16 @@ pub struct TraceArgs {
     #[arg(help_heading = heading::OUTPUT)]
     pub api_sums: u32,
 
+    /// With --api: report a traced call open longer than TIME (seconds, or 500ms, 5s, 1m…)
+    /// as an API_STUCK line (thread state, wait channel, system call, user stack), once per
+    /// call, as `gpu-trace api` does; `--dump-on stuck` dumps the flight recorder's window
+    /// then.
+    #[arg(hide_short_help = true)]
+    #[arg(long = "stuck-after", value_name = "TIME", default_value_t = 5.0,
+          value_parser = parse_api_interval, allow_hyphen_values = true, requires = "api")]
+    #[arg(help_heading = heading::OUTPUT)]
+    pub stuck_after: f64,
+
     #[command(flatten)]
     pub metrics: MetricsArgs,
 

@@ -443,6 +443,12 @@ fn replay_top(
 }
 
 fn trace(mut args: gpu_trace::cli::TraceArgs) -> anyhow::Result<run::Summary> {
+    let dump_on = &args.recording.dump_on;
+    if let Some(why) = gpu_trace::cli::recording::dump_on_without_api(dump_on, args.api) {
+        <Cli as clap::CommandFactory>::command()
+            .error(clap::error::ErrorKind::ArgumentConflict, why)
+            .exit();
+    }
     if let Err(e) = gpu_trace::metrics::server::check_args(&args.metrics) {
         // A usage error (exit 2), before anything loads.
         <Cli as clap::CommandFactory>::command()

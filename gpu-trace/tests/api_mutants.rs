@@ -314,20 +314,14 @@ fn a_thread_past_max_depth_without_recursion_is_reported_once() {
     assert_eq!((&r["pid"], &r["tid"]), (&pid.into(), &pid.into()), "{r}");
 }
 
-/// cuCtxSynchronize is open around cuStreamSynchronize, which waits on stdin: with
-/// `--stuck-after 0.05` both calls are reported stuck, the outer one first (the frames are
-/// checked outermost first), each once. A mutant that checks only the outermost open call
-/// never reports cuStreamSynchronize (the test ends at its liveness bound); one that checks
-/// only the innermost never reports cuCtxSynchronize.
-#[test]
-fn a_call_stuck_inside_another_open_call_is_reported_with_it() {
-    let test = "a_call_stuck_inside_another_open_call_is_reported_with_it";
-    let Some((_dir, client, lib)) = build(test, MUTANTS.0, MUTANTS.1) else {
-        return;
-    };
+/// `gpu-trace ARGS -- client stuck`: the `API_STUCK` records until one of cuStreamSynchronize
+/// (the inner open call) came or [`LIVENESS`] passed, then the client released; (the stuck
+/// records, every stdout line, stderr, the tracer's exit status, whether it timed out).
+fn stuck_run(args: &[&str], client: &Path) -> (Vec<Value>, Vec<String>, String, Option<i32>, bool) {
     let mut tracer = Command::new(env!("CARGO_BIN_EXE_gpu-trace"))
-        .args(["api", "--format", "json", "--stuck-after", "0.05", "--"])
-        .arg(&client)
+        .args(args)
+        .arg("--")
+        .arg(client)
         .arg("stuck")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -352,6 +346,15 @@ fn a_call_stuck_inside_another_open_call_is_reported_with_it() {
     });
     let mut seen = Vec::new();
     let mut stuck = Vec::new();
+    let mut keep = |line: String, stuck: &mut Vec<Value>| {
+        if line.starts_with('{') {
+            let v: Value = serde_json::from_str(&line).unwrap();
+            if v["event"] == "API_STUCK" {
+                stuck.push(v);
+            }
+        }
+        seen.push(line);
+    };
     let mut timed_out = false;
     while !stuck
         .iter()
@@ -361,13 +364,7 @@ fn a_call_stuck_inside_another_open_call_is_reported_with_it() {
             timed_out = true;
             break;
         };
-        if line.starts_with('{') {
-            let v: Value = serde_json::from_str(&line).unwrap();
-            if v["event"] == "API_STUCK" {
-                stuck.push(v);
-            }
-        }
-        seen.push(line);
+        keep(line, &mut stuck);
     }
     // The client may go on (also where the record never came: the run ends either way): its
     // inner call returns, then its outer one, then it ends.
@@ -377,20 +374,14 @@ fn a_call_stuck_inside_another_open_call_is_reported_with_it() {
     reader.join().unwrap();
     let err = errors.join().unwrap();
     for line in rx.try_iter() {
-        if line.starts_with('{') {
-            let v: Value = serde_json::from_str(&line).unwrap();
-            if v["event"] == "API_STUCK" {
-                stuck.push(v);
-            }
-        }
-        seen.push(line);
+        keep(line, &mut stuck);
     }
-    assert!(
-        !timed_out,
-        "no API_STUCK of cuStreamSynchronize (the inner open call) within {LIVENESS:?}: \
-         {seen:#?}\n{err}"
-    );
-    assert_eq!(status.code(), Some(0), "{seen:#?}\n{err}");
+    (stuck, seen, err, status.code(), timed_out)
+}
+
+/// The stuck records of a `stuck` run: each open call once, the outer first, of the client's
+/// main thread in `lib`; the client's own counts say it made each call once.
+fn check_stuck(stuck: &[Value], seen: &[String], lib: &Path) {
     let out = seen.join("\n");
     let pid = fields(&out, "client ")["pid"];
     let truth = fields(&out, "calls ");
@@ -408,10 +399,97 @@ fn a_call_stuck_inside_another_open_call_is_reported_with_it() {
         ["cuCtxSynchronize", "cuStreamSynchronize"],
         "each open call once, the outer first: {stuck:#?}"
     );
-    for v in &stuck {
+    for v in stuck {
         assert_eq!(v["pid"], pid, "{v}");
         // The client's main thread.
         assert_eq!(v["tid"], pid, "{v}");
-        assert!(is_lib(v, &lib), "{v}");
+        assert!(is_lib(v, lib), "{v}");
     }
+}
+
+/// cuCtxSynchronize is open around cuStreamSynchronize, which waits on stdin: with
+/// `--stuck-after 0.05` both calls are reported stuck, the outer one first (the frames are
+/// checked outermost first), each once. A mutant that checks only the outermost open call
+/// never reports cuStreamSynchronize (the test ends at its liveness bound); one that checks
+/// only the innermost never reports cuCtxSynchronize.
+#[test]
+fn a_call_stuck_inside_another_open_call_is_reported_with_it() {
+    let test = "a_call_stuck_inside_another_open_call_is_reported_with_it";
+    let Some((_dir, client, lib)) = build(test, MUTANTS.0, MUTANTS.1) else {
+        return;
+    };
+    let args = ["api", "--format", "json", "--stuck-after", "0.05"];
+    let (stuck, seen, err, status, timed_out) = stuck_run(&args, &client);
+    assert!(
+        !timed_out,
+        "no API_STUCK of cuStreamSynchronize (the inner open call) within {LIVENESS:?}: \
+         {seen:#?}\n{err}"
+    );
+    assert_eq!(status, Some(0), "{seen:#?}\n{err}");
+    check_stuck(&stuck, &seen, &lib);
+}
+
+/// The same in the main trace (`gpu-trace --api`, issue 42's last trigger): both open calls
+/// are an `API_STUCK` each, and with `--flight-recorder --dump-on stuck` the first one dumps
+/// the window: one dump named after the trigger (`--dump-max-per-hour 1`: the second stuck
+/// call is counted, not written), which replays alone; the statistics count 2 triggers.
+#[test]
+fn the_main_trace_reports_stuck_calls_and_dumps_on_them() {
+    let test = "the_main_trace_reports_stuck_calls_and_dumps_on_them";
+    let Some((dir, client, lib)) = build(test, MUTANTS.0, MUTANTS.1) else {
+        return;
+    };
+    let dumps = dir.path().join("dumps");
+    std::fs::create_dir(&dumps).unwrap();
+    let args = [
+        "--watch-device",
+        "/dev/full",
+        "--api",
+        "--stuck-after",
+        "0.05",
+        "--format",
+        "json",
+        "--flight-recorder",
+        "1h",
+        "--dump-on",
+        "stuck",
+        "--dump-max-per-hour",
+        "1",
+        "--dump-dir",
+        dumps.to_str().unwrap(),
+    ];
+    let (stuck, seen, err, status, timed_out) = stuck_run(&args, &client);
+    assert!(
+        !timed_out,
+        "no API_STUCK of cuStreamSynchronize within {LIVENESS:?}: {seen:#?}\n{err}"
+    );
+    assert_eq!(status, Some(0), "{seen:#?}\n{err}");
+    check_stuck(&stuck, &seen, &lib);
+    let stats = json(&seen.join("\n"))
+        .into_iter()
+        .find(|v| v["event"] == "STATS")
+        .unwrap_or_else(|| panic!("no STATS: {seen:#?}"));
+    let flight = &stats["flight_recorder"];
+    assert_eq!(
+        (&flight["triggers"]["stuck"], &flight["dumps"]),
+        (&2.into(), &1.into()),
+        "{flight}"
+    );
+    let written: Vec<PathBuf> = std::fs::read_dir(&dumps)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(written.len(), 1, "{written:?}");
+    let name = written[0].file_name().unwrap().to_str().unwrap();
+    assert!(name.ends_with("-stuck.gtrace"), "{name}");
+    let replay = Command::new(env!("CARGO_BIN_EXE_gpu-trace"))
+        .args(["replay", "--format", "json"])
+        .arg(&written[0])
+        .output()
+        .unwrap();
+    assert!(
+        replay.status.success(),
+        "the dump replays alone: {}",
+        String::from_utf8_lossy(&replay.stderr)
+    );
 }

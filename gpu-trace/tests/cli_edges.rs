@@ -729,17 +729,26 @@ fn help_lists_the_exit_codes_of_a_command_that_cannot_run() {
     }
 }
 
-/// `--dump-on stuck` is refused with the reason (no `API_STUCK` reaches the main trace: only
-/// `gpu-trace api` finds stuck calls), before anything is traced; an unknown trigger names the
-/// ones there are; the known ones are taken (no usage error: the run then needs root).
+/// `--dump-on stuck` and `--dump-on recursion` fire only on `--api`'s records: without
+/// `--api` each is refused with the reason, before anything is traced (a trigger that could
+/// never fire would be a silent promise); an unknown trigger names the ones there are; with
+/// `--api` and targets every trigger is taken (no usage error: the run then needs root).
 #[test]
-fn dump_on_stuck_is_refused_with_the_reason() {
-    let err = usage_error(&["--flight-recorder", "1m", "--dump-on", "refused,stuck"]);
-    assert!(err.contains("`stuck` cannot trigger a dump"), "{err}");
-    assert!(err.contains("only by `gpu-trace api`"), "{err}");
+fn dump_on_an_api_trigger_without_api_is_refused_with_the_reason() {
+    for (trigger, record) in [("stuck", "API_STUCK"), ("recursion", "API_RECURSION")] {
+        let list = format!("refused,{trigger}");
+        let err = usage_error(&["--flight-recorder", "1m", "--dump-on", &list]);
+        assert!(
+            err.contains(&format!(
+                "`--dump-on {trigger}` fires on an API record ({record})"
+            )),
+            "{err}"
+        );
+        assert!(err.contains("add --api"), "{err}");
+    }
     let err = usage_error(&["--flight-recorder", "1m", "--dump-on", "bogus"]);
     assert!(
-        err.contains("give refused, recursion, dropped or signal-exit"),
+        err.contains("give refused, recursion, stuck, dropped or signal-exit"),
         "{err}"
     );
     // The known triggers parse (--help then stops the run at the help).
@@ -747,7 +756,10 @@ fn dump_on_stuck_is_refused_with_the_reason() {
         "--flight-recorder",
         "1m",
         "--dump-on",
-        "refused,recursion,dropped,signal-exit",
+        "refused,recursion,stuck,dropped,signal-exit",
+        "--api",
+        "--stuck-after",
+        "2s",
         "--help",
     ]);
     assert_eq!(code, Some(0), "{err}");

@@ -1147,12 +1147,25 @@ pub struct TraceApi {
     /// The (process, cookie) sums that changed at the last read: sent once more at the next
     /// read if they did not change (a rate over the reads then falls to 0).
     grew: HashSet<(u32, u64)>,
+    /// `API_STUCK`'s finder.
+    stuck: super::stuck::StuckFinder,
 }
 
 impl TraceApi {
     /// How the probes go on in this run.
     pub fn method(&self) -> &AttachMethod {
         self.attacher.method()
+    }
+
+    /// The calls of the targets (as of the last rescan) open `after_ns` or longer and not
+    /// reported yet (`--stuck-after`).
+    pub fn stuck(
+        &mut self,
+        ebpf: &aya::Ebpf,
+        after_ns: u64,
+    ) -> Vec<gpu_trace_core::api::events::StuckEvent> {
+        let (targets, at) = (&self.targets, &self.attacher);
+        (self.stuck).find(ebpf, |p| targets.contains(&p), after_ns, |c| at.site(c))
     }
 
     /// Attaches to the targets running now what is not attached yet: a process that took a
@@ -1271,6 +1284,7 @@ pub fn for_trace(
         names: HashMap::new(),
         targets: HashSet::new(),
         grew: HashSet::new(),
+        stuck: Default::default(),
     };
     api.attacher.begin_progress("--api");
     let before_exec = command.map_or(0, |(pid, cmd)| {

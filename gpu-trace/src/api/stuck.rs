@@ -5,11 +5,118 @@
 //! the mapped files' ELF symbol tables (the nearest symbol at or below; the address where
 //! none). A scan, not an unwind: a word that happens to point into code shows as a frame too.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{Read as _, Seek as _, SeekFrom};
+
+use aya::{Ebpf, maps::HashMap as BpfHashMap};
+use gpu_trace_common::api::{API_STACK_MAX, ApiStack};
+use gpu_trace_common::zerocopy::FromBytes as _;
+use gpu_trace_core::api::events::{Site, StuckEvent};
+use gpu_trace_core::escape::decode_lossless;
+use gpu_trace_core::event::monotonic_ns;
 
 use crate::probe::elf::{TextSymbols, text_symbols};
 use crate::probe::untrusted::{self, Limit};
+
+/// How often the live loops look for calls open past the threshold.
+pub const STUCK_POLL: std::time::Duration = std::time::Duration::from_millis(250);
+/// Symbol tables kept between two looks; past it they are read again (a long run meets many
+/// processes: the cache is not kept for its whole life).
+const FILES_KEPT: usize = 256;
+const STACK_LEN: usize = size_of::<ApiStack>();
+
+/// The stuck calls of both live commands (`gpu-trace api`, the main trace's `--api`): the
+/// kernel's open-call stacks read, each call open past the threshold reported once, described
+/// from /proc. What it remembers is bounded by the calls open now.
+#[derive(Default)]
+pub struct StuckFinder {
+    symbolizer: Symbolizer,
+    /// Reported and still open: (pid_tgid, cookie, entry time).
+    seen: HashSet<(u64, u64, u64)>,
+}
+
+impl StuckFinder {
+    /// The calls of the processes `is_target` takes, open `after_ns` or longer and not reported
+    /// yet (`site`: the names behind a cookie).
+    pub fn find(
+        &mut self,
+        ebpf: &Ebpf,
+        is_target: impl Fn(u32) -> bool,
+        after_ns: u64,
+        site: impl Fn(u64) -> Site,
+    ) -> Vec<StuckEvent> {
+        let now = monotonic_ns();
+        let mut open = HashSet::new();
+        let mut found = Vec::new();
+        if let Some(map) = ebpf.map("API_OPEN")
+            && let Ok(map) = BpfHashMap::<_, u64, [u8; STACK_LEN]>::try_from(map)
+        {
+            for (id, raw) in map.iter().flatten() {
+                let Ok(stack) = ApiStack::read_from_bytes(&raw) else {
+                    continue;
+                };
+                if !is_target((id >> 32) as u32) {
+                    continue;
+                }
+                let kept = (stack.depth as usize).min(API_STACK_MAX);
+                for f in &stack.frames[..kept] {
+                    let key = (id, f.cookie, f.entry_ns);
+                    open.insert(key);
+                    let long = now.saturating_sub(f.entry_ns);
+                    if long >= after_ns && self.seen.insert(key) {
+                        found.push((id, f.cookie, f.sp, long));
+                    }
+                }
+            }
+        }
+        // A call that returned is forgotten (a later call is a new one: new entry time).
+        self.seen.retain(|k| open.contains(k));
+        if self.symbolizer.files.len() > FILES_KEPT {
+            self.symbolizer = Symbolizer::default();
+        }
+        found
+            .into_iter()
+            .filter_map(|(id, cookie, frame_sp, open_ns)| {
+                self.describe(id, frame_sp, open_ns, site(cookie))
+            })
+            .collect()
+    }
+
+    /// The call of thread `id` whose frame returns to `frame_sp`, described from /proc;
+    /// `None` if the thread ended or has left the frame.
+    fn describe(&mut self, id: u64, frame_sp: u64, open_ns: u64, site: Site) -> Option<StuckEvent> {
+        let (pid, tid) = ((id >> 32) as u32, id as u32);
+        // A thread that ended inside the call: nothing to report.
+        let comm = std::fs::read(format!("/proc/{pid}/task/{tid}/comm")).ok()?;
+        // Its /proc entries and the files it maps are read on a worker under the deadline
+        // (docs/reliability.md, section 13).
+        let mut symbolizer = std::mem::take(&mut self.symbolizer);
+        let (symbolizer, t) = untrusted::bounded(
+            untrusted::TARGET_DEADLINE,
+            &crate::flags::stop_requested,
+            move || {
+                let t = symbolizer.thread(pid, tid);
+                (symbolizer, t)
+            },
+        )?;
+        self.symbolizer = symbolizer;
+        if t.sp.is_some_and(|sp| frame_sp <= sp) {
+            // A frame the thread has left: not a call it is in.
+            return None;
+        }
+        Some(StuckEvent {
+            pid,
+            tid,
+            comm: decode_lossless(comm.strip_suffix(b"\n").unwrap_or(&comm)),
+            site,
+            open_ns,
+            state: t.state,
+            wchan: t.wchan,
+            syscall: t.syscall,
+            stack: t.stack,
+        })
+    }
+}
 
 /// Bytes of stack read from the stack pointer up.
 const SCAN_BYTES: usize = 32 * 1024;

@@ -15,16 +15,15 @@ use std::os::fd::{AsFd as _, AsRawFd as _};
 
 use aya::{
     Ebpf,
-    maps::{HashMap as BpfHashMap, MapData, RingBuf},
+    maps::{MapData, RingBuf},
 };
-use gpu_trace_common::api::{API_STACK_MAX, ApiKey, ApiStack, ApiStat};
-use gpu_trace_common::zerocopy::FromBytes as _;
+use gpu_trace_common::api::{ApiKey, ApiStat};
 use gpu_trace_core::api::events::{Site, StuckEvent};
 use gpu_trace_core::api::names::{self, ApiEvent};
 use gpu_trace_core::api::stats::{self, CallStats};
 use gpu_trace_core::api::symbols::SymbolTable;
 use gpu_trace_core::escape::{decode_lossless, escape_text};
-use gpu_trace_core::event::{Origin, monotonic_ns};
+use gpu_trace_core::event::Origin;
 use gpu_trace_core::output::{Format, clock::Clock, text::TimestampMode};
 use gpu_trace_core::pipeline::{Pipeline, PipelineConfig};
 use gpu_trace_core::sink::SinkError;
@@ -32,14 +31,11 @@ use gpu_trace_core::wire::{self, RawRecord};
 
 use super::ApiError;
 use super::attach::{Attacher, load_programs};
-use super::stuck::Symbolizer;
+use super::stuck::StuckFinder;
 use crate::cli::{ApiArgs, ApiFormat};
 use crate::loader::trampoline::run_stats;
 use crate::probe::cgroup::{CgroupResolver, Subtree, process_v2_path};
 use crate::probe::libraries;
-use crate::probe::untrusted;
-
-const STACK_LEN: usize = size_of::<ApiStack>();
 
 /// How the tracing ended: the launched command's exit status (`None` in `--pid`/`--comm` mode).
 pub struct Traced {
@@ -113,9 +109,8 @@ pub(crate) struct Tracer {
     pub(crate) at: Attacher,
     /// `API_CALL` and `API_RECURSION` records (the event loop's while it runs).
     pub(crate) ring: Option<RingBuf<MapData>>,
-    symbolizer: Symbolizer,
-    /// Stuck calls reported: (pid_tgid, cookie, entry time).
-    stuck_seen: HashSet<(u64, u64, u64)>,
+    /// `API_STUCK`'s finder.
+    stuck: StuckFinder,
     /// The kernel's sums as read.
     pub(crate) sums: super::sums::Sums,
     /// `-v`: `API_HANDOUT` lines too.
@@ -139,8 +134,7 @@ impl Tracer {
             ebpf,
             at: Attacher::new(table, crate::flags::stop_requested, method),
             ring: Some(ring),
-            symbolizer: Symbolizer::default(),
-            stuck_seen: HashSet::new(),
+            stuck: StuckFinder::default(),
             sums: super::sums::Sums::new(args.api_sums),
             verbose: args.verbose,
         })
@@ -266,66 +260,13 @@ impl Tracer {
 
     /// The calls of `targets` open `after_ns` or longer and not reported yet.
     pub(crate) fn stuck(&mut self, targets: &HashSet<u32>, after_ns: u64) -> Vec<StuckEvent> {
-        let now = monotonic_ns();
-        let mut found = Vec::new();
-        if let Some(map) = self.ebpf.map("API_OPEN")
-            && let Ok(map) = BpfHashMap::<_, u64, [u8; STACK_LEN]>::try_from(map)
-        {
-            for (id, raw) in map.iter().flatten() {
-                let Ok(stack) = ApiStack::read_from_bytes(&raw) else {
-                    continue;
-                };
-                if !targets.contains(&((id >> 32) as u32)) {
-                    continue;
-                }
-                let kept = (stack.depth as usize).min(API_STACK_MAX);
-                for f in &stack.frames[..kept] {
-                    let open = now.saturating_sub(f.entry_ns);
-                    if open >= after_ns && self.stuck_seen.insert((id, f.cookie, f.entry_ns)) {
-                        found.push((id, f.cookie, f.sp, open));
-                    }
-                }
-            }
-        }
-        let mut events = Vec::new();
-        for (id, cookie, frame_sp, open_ns) in found {
-            let (pid, tid) = ((id >> 32) as u32, id as u32);
-            let dir = format!("/proc/{pid}/task/{tid}");
-            // A thread that ended inside the call: nothing to report.
-            let Ok(comm) = std::fs::read(format!("{dir}/comm")) else {
-                continue;
-            };
-            // Its /proc entries and the files it maps are read on a worker under the
-            // deadline (docs/reliability.md, section 13).
-            let mut symbolizer = std::mem::take(&mut self.symbolizer);
-            let Some((symbolizer, t)) = untrusted::bounded(
-                untrusted::TARGET_DEADLINE,
-                &crate::flags::stop_requested,
-                move || {
-                    let t = symbolizer.thread(pid, tid);
-                    (symbolizer, t)
-                },
-            ) else {
-                continue;
-            };
-            self.symbolizer = symbolizer;
-            if t.sp.is_some_and(|sp| frame_sp <= sp) {
-                // A frame the thread has left: not a call it is in.
-                continue;
-            }
-            events.push(StuckEvent {
-                pid,
-                tid,
-                comm: decode_lossless(comm.strip_suffix(b"\n").unwrap_or(&comm)),
-                site: self.site(cookie),
-                open_ns,
-                state: t.state,
-                wchan: t.wchan,
-                syscall: t.syscall,
-                stack: t.stack,
-            });
-        }
-        events
+        let at = &self.at;
+        (self.stuck).find(
+            &self.ebpf,
+            |p| targets.contains(&p),
+            after_ns,
+            |c| at.site(c),
+        )
     }
 
     /// The rows of `pids` in `sums` (a read of the kernel's sums), sorted.

@@ -54,9 +54,9 @@ pub struct RecordingArgs {
     pub dump_dir: Option<PathBuf>,
 
     /// With --flight-recorder: also dump on these (comma-separated): refused (a SCHEDULE the
-    /// driver refused), recursion (API_RECURSION, with --api), dropped (records lost to a
-    /// full ring), signal-exit (`-- CMD` ended by a signal). SIGUSR1 always dumps. Not
-    /// stuck: API_STUCK is found only by `gpu-trace api`, never in this trace.
+    /// driver refused), recursion (API_RECURSION, with --api), stuck (API_STUCK: a traced
+    /// call open past --stuck-after, with --api), dropped (records lost to a full ring),
+    /// signal-exit (`-- CMD` ended by a signal). SIGUSR1 and POST /dump always dump.
     #[arg(hide_short_help = true)]
     #[arg(
         long,
@@ -97,12 +97,13 @@ pub enum Rotate {
     Seconds(f64),
 }
 
-/// A `--dump-on` trigger (SIGUSR1 always dumps). `API_STUCK` is `gpu-trace api`'s, which has
-/// no flight recorder, and never reaches the main trace: refused ([`parse_dump_on`]).
+/// A `--dump-on` trigger (SIGUSR1 always dumps). `recursion` and `stuck` need `--api`
+/// ([`DumpOn::needs_api`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, ValueEnum)]
 pub enum DumpOn {
     Refused,
     Recursion,
+    Stuck,
     Dropped,
     SignalExit,
 }
@@ -114,24 +115,39 @@ impl DumpOn {
         match self {
             DumpOn::Refused => Trigger::Refused,
             DumpOn::Recursion => Trigger::Recursion,
+            DumpOn::Stuck => Trigger::Stuck,
             DumpOn::Dropped => Trigger::Dropped,
             DumpOn::SignalExit => Trigger::SignalExit,
         }
     }
 }
 
-/// One `--dump-on` trigger; `stuck` refused with the reason (no `API_STUCK` reaches this trace).
+/// One `--dump-on` trigger.
 pub fn parse_dump_on(s: &str) -> Result<DumpOn, String> {
-    if s.trim().eq_ignore_ascii_case("stuck") {
-        return Err(
-            "`stuck` cannot trigger a dump: API_STUCK (a GPU API call stuck in the \
-                    driver) is found only by `gpu-trace api`, which has no flight recorder; the \
-                    main trace never sees one. Give refused, recursion, dropped or signal-exit"
-                .into(),
-        );
-    }
     DumpOn::from_str(s.trim(), true).map_err(|_| {
-        format!("`{s}` is not a --dump-on trigger: give refused, recursion, dropped or signal-exit")
+        format!(
+            "`{s}` is not a --dump-on trigger: give refused, recursion, stuck, dropped or \
+             signal-exit"
+        )
+    })
+}
+
+/// A `--dump-on` trigger that only `--api`'s records can fire, refused without it (a trigger
+/// that can never fire would be a silent promise): the usage error's words.
+pub fn dump_on_without_api(dump_on: &[DumpOn], api: bool) -> Option<String> {
+    let needs = dump_on
+        .iter()
+        .find(|d| matches!(d, DumpOn::Recursion | DumpOn::Stuck))?;
+    let name = DumpOn::to_possible_value(needs)?.get_name().to_string();
+    (!api).then(|| {
+        format!(
+            "`--dump-on {name}` fires on an API record ({}), which only --api traces: add --api",
+            if *needs == DumpOn::Stuck {
+                "API_STUCK"
+            } else {
+                "API_RECURSION"
+            }
+        )
     })
 }
 

@@ -20,6 +20,7 @@ use super::error::RunError;
 use super::event_loop::{
     self, CHILD_POLL, Drained, Flow, StopSignals, Turns, Waits, every, every_after,
 };
+use crate::api::stuck::STUCK_POLL;
 use crate::api::trace::{
     Lines, TraceError, Traced, Tracer, cgroup_members, lines, output_failed, raise_open_file_limit,
     send_tables, subtrees,
@@ -96,7 +97,7 @@ fn attach_targets(
         // The command and every process it creates (the main trace's follower).
         let (launched, followed) = launch::Descendants::launch(&args.command, None)?;
         if let Some(why) = &followed.degraded {
-            eprintln!("gpu-trace: api: warning: {why}");
+            crate::say!("gpu-trace: api: warning: {why}");
         }
         descendants = Some(followed);
         tracer
@@ -141,7 +142,7 @@ fn attach_targets(
 
 /// What was attached, on stderr: probes, libraries, target processes, time, method.
 fn say_attached(tracer: &Tracer, targets: usize, since: Instant) {
-    eprintln!(
+    crate::say!(
         "gpu-trace: api: {} uprobes attached in {} librar{} for {} target process(es) in {} ms: \
          {}",
         tracer.at.probes(),
@@ -185,10 +186,10 @@ fn finish(run: ApiRun<'_>, bpf_stats: bool) {
     // What the kernel's sums could not hold, said (never a silent gap in the table).
     let uncounted = crate::api::sums::Sums::uncounted(&tracer.ebpf);
     if let Some(w) = uncounted.warning(args.api_sums) {
-        eprintln!("gpu-trace: api: {w}");
+        crate::say!("gpu-trace: api: {w}");
     }
     if tracer.sums.forgotten > 0 {
-        eprintln!(
+        crate::say!(
             "gpu-trace: api: warning: the sums of {} (process, symbol) pairs of processes that \
              ended are not in the table: more ended than the {} kept",
             tracer.sums.forgotten,
@@ -196,13 +197,10 @@ fn finish(run: ApiRun<'_>, bpf_stats: bool) {
         );
     }
     if bpf_stats {
-        eprintln!("gpu-trace: bpf-stats {}", tracer.runs());
+        crate::say!("gpu-trace: bpf-stats {}", tracer.runs());
     }
     tracer.release_in_background();
 }
-
-/// How often the open calls are checked for `--stuck-after`.
-const STUCK_POLL: Duration = Duration::from_millis(250);
 
 /// `gpu-trace api`'s periodic pieces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

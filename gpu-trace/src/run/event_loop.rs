@@ -46,8 +46,11 @@ pub(crate) trait Turns {
     /// `piece` is due (`ring`: for a piece that reads what the ring holds first).
     fn piece(&mut self, piece: Self::Piece, ring: &mut RingBuf<MapData>) -> Result<Flow, RunError>;
 
-    /// SIGUSR1 came (only where the loop was given it).
-    fn usr1(&mut self) {}
+    /// SIGUSR1 or `POST /dump` came (only where the loop was given SIGUSR1; `ring`: to read
+    /// what it holds first).
+    fn usr1(&mut self, _ring: &mut RingBuf<MapData>) -> Result<Flow, RunError> {
+        Ok(Flow::Go)
+    }
 
     /// After each turn, whatever ended it.
     fn after_turn(&mut self) -> Result<(), RunError> {
@@ -127,7 +130,7 @@ pub(crate) async fn run<T: Turns>(
             _ = &mut sleep => break,
             piece = due(&mut pieces, &mut last) => flow = turns.piece(piece, ring.get_mut())?,
             () = notified(waits.wake) => {} // an output failed: the loop condition sees it
-            () = signal(waits.usr1.as_deref_mut()) => turns.usr1(),
+            () = signal(waits.usr1.as_deref_mut()) => flow = turns.usr1(ring.get_mut())?,
             guard = ring.readable_mut() => {
                 let mut guard = guard.map_err(io_err("waiting for the ring buffer"))?;
                 if turns.read(guard.get_inner_mut())? == Drained::More {
@@ -175,11 +178,14 @@ async fn notified(wake: Option<&tokio::sync::Notify>) {
     }
 }
 
+/// SIGUSR1, or an authenticated `POST /dump` on the metrics endpoint (asked for the same way);
+/// never where the loop was not given SIGUSR1.
 async fn signal(s: Option<&mut tokio::signal::unix::Signal>) {
     match s {
-        Some(s) => {
-            s.recv().await;
-        }
+        Some(s) => tokio::select! {
+            _ = s.recv() => {}
+            () = crate::flags::dump_requested() => {}
+        },
         None => std::future::pending().await,
     }
 }

@@ -27,6 +27,7 @@ use super::{
     share::{start_nvml, start_share_sampler},
     signals::{StopSignals, note},
 };
+use crate::api::stuck::STUCK_POLL;
 use crate::metrics::server::MetricsServer;
 use crate::pipeline::Summary;
 use crate::{
@@ -89,7 +90,7 @@ pub async fn run_live_with(
     // Started: the -o and --record files may now lose their old contents.
     pending.commit()?;
     let sampled = (amd, share_sampler.is_some());
-    let (recorder, trigger) = start_recorder(
+    let (mut recorder, trigger) = start_recorder(
         args,
         files.record,
         &wake,
@@ -101,7 +102,7 @@ pub async fn run_live_with(
     let perfetto = files.perfetto.as_ref().map(|(s, _)| s);
     let pipeline = new_pipeline(&args.output, clock, files.out, perfetto, false)?;
     let (mut pipeline, metrics_server, ring_fill) =
-        with_outputs(pipeline, trigger, metrics, &inventory)?;
+        with_outputs(pipeline, trigger, metrics, &inventory, &mut recorder)?;
     let ring = watch_ring_buffer(&mut tracer, ring_fill)?;
     let (command, descendants) = release_command(launched, &mut pipeline);
     let live = LiveRun {
@@ -109,6 +110,7 @@ pub async fn run_live_with(
         reader: Reader {
             descendants,
             api_verbose: args.output.verbose,
+            stuck_after_ns: (args.stuck_after * 1e9) as u64,
             ..Reader::new(cgroups, api)
         },
         command,
@@ -255,6 +257,7 @@ fn with_outputs(
     trigger_sink: Option<Box<gpu_trace_core::flight::TriggerSink>>,
     metrics: Option<(gpu_trace_core::metrics::Metrics, MetricsServer)>,
     inventory: &gpu_trace_core::inventory::Inventory,
+    recorder: &mut Recording,
 ) -> Result<Outputs, RunError> {
     let pipeline = match trigger_sink {
         Some(sink) => pipeline.with_output(sink),
@@ -263,6 +266,10 @@ fn with_outputs(
     let (mut pipeline, server, fill) = match metrics {
         Some((m, server)) => {
             let fill = m.ring_fill_slot();
+            // The flight recorder's triggers and dumps go to the metrics too.
+            if let Some(f) = recorder.flight.as_mut() {
+                f.metrics = Some(m.flight());
+            }
             (pipeline.with_output(Box::new(m)), Some(server), Some(fill))
         }
         None => (pipeline, None, None),
@@ -409,6 +416,7 @@ impl LiveRun<'_> {
             // `-- CMD`: whether the command ended, looked at this often.
             (self.command.is_some(), LivePiece::Child, CHILD_POLL),
             (self.reader.api.is_some(), LivePiece::ApiRescan, second),
+            (self.reader.api.is_some(), LivePiece::Stuck, STUCK_POLL),
             // --record-rotate TIME: a piece ends on time even when no record comes to end it.
             (
                 self.recorder.rotates_by_time() || self.recorder.flight.is_some(),
@@ -675,6 +683,8 @@ pub(super) enum LivePiece {
     Child,
     /// `--api`: the rescan and the sums.
     ApiRescan,
+    /// `--api`: the calls open past `--stuck-after`.
+    Stuck,
     /// `--record-rotate TIME` and the flight recorder's clock.
     Clock,
     /// `--metrics`: the kernel's counters.
@@ -713,6 +723,10 @@ impl Turns for LiveRun<'_> {
             LivePiece::Share => self.take_share()?,
             LivePiece::Child => return self.child_tick(),
             LivePiece::ApiRescan => self.api_rescan(),
+            LivePiece::Stuck => {
+                let (tracer, pipeline) = (&self.tracer, &mut self.pipeline);
+                (self.reader).send_stuck(tracer, pipeline, &mut self.recorder)?;
+            }
             LivePiece::Clock => {
                 self.rotate_due = self.recorder.rotates_by_time();
                 if let Some(f) = self.recorder.flight.as_mut() {
@@ -727,11 +741,19 @@ impl Turns for LiveRun<'_> {
         Ok(Flow::Go)
     }
 
-    /// --flight-recorder: SIGUSR1 dumps the window.
-    fn usr1(&mut self) {
+    /// --flight-recorder: SIGUSR1 (or an authenticated POST /dump) dumps the window, after
+    /// what the ring holds (one slice of it under a storm): the window ends with the records
+    /// made before the request.
+    fn usr1(&mut self, ring: &mut RingBuf<MapData>) -> Result<Flow, RunError> {
+        let more = self.read(ring)?;
         if let Some(f) = self.recorder.flight.as_ref() {
             f.note(gpu_trace_core::flight::Trigger::Signal);
         }
+        Ok(if more == Drained::More {
+            Flow::More
+        } else {
+            Flow::Go
+        })
     }
 
     fn after_turn(&mut self) -> Result<(), RunError> {

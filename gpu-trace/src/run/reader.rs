@@ -10,7 +10,12 @@ use gpu_trace_common::api::{ApiKey, ApiStat};
 use gpu_trace_core::api::names::ApiEvent;
 use gpu_trace_core::event::monotonic_ns;
 
-use super::{error::RunError, outputs::sink_error, record::Recording, signals::stop_requested};
+use super::{
+    error::{RunError, io_err},
+    outputs::sink_error,
+    record::Recording,
+    signals::stop_requested,
+};
 use crate::{
     event::Origin,
     loader::Tracer,
@@ -36,6 +41,8 @@ pub(super) struct Reader {
     pub(super) api: Option<crate::api::attach::TraceApi>,
     /// `--api -v`: the hand-outs are shown (`API_HANDOUT`).
     pub(super) api_verbose: bool,
+    /// `--api`'s `--stuck-after`, in nanoseconds.
+    pub(super) stuck_after_ns: u64,
     /// `--api`: targets whose link map changed (`API_LOADED`) or that were handed an address
     /// (`API_HANDOUT`), and whether the kernel stopped them, to attach at once, in ring order.
     pub(super) loaded: Vec<crate::api::attach::ApiSignal>,
@@ -252,7 +259,7 @@ impl Reader {
         if self.api_verbose {
             for h in handouts {
                 let (pid, comm) = (h.pid, h.comm.clone());
-                self.api_event(pipeline, &ApiEvent::Handout(h), pid, &comm);
+                self.api_event(pipeline, &ApiEvent::Handout(h), (pid, pid), &comm);
             }
         }
     }
@@ -282,23 +289,55 @@ impl Reader {
     ) {
         for p in paths {
             let (pid, comm) = (p.pid, p.comm.clone());
-            self.api_event(pipeline, &ApiEvent::Path(p), pid, &comm);
+            self.api_event(pipeline, &ApiEvent::Path(p), (pid, pid), &comm);
         }
     }
 
-    /// An API record made here, at this moment, about process `pid` (`comm`).
+    /// `--api`: an `API_STUCK` per call of the targets open `--stuck-after` or longer, into
+    /// the pipeline (a `--dump-on stuck` trigger there, served after each: every stuck call
+    /// is a trigger, as every refused schedule is) — not the recording: found in a map a
+    /// replay does not have.
+    pub(super) fn send_stuck(
+        &mut self,
+        tracer: &Tracer,
+        pipeline: &mut Pipeline<QueueWriter>,
+        recorder: &mut Recording,
+    ) -> Result<(), RunError> {
+        let Some(api) = self.api.as_mut() else {
+            return Ok(());
+        };
+        let found = api.stuck(tracer.ebpf(), self.stuck_after_ns);
+        if found.is_empty() {
+            return Ok(());
+        }
+        for e in found {
+            let (ids, comm) = ((e.pid, e.tid), e.comm.clone());
+            self.api_event(pipeline, &ApiEvent::Stuck(e), ids, &comm);
+            if recorder.needs_turn() {
+                recorder.turn(tracer, false)?;
+            }
+        }
+        if self.failure.is_none()
+            && let Err(e) = pipeline.flush()
+        {
+            self.failure = Some(io_err("writing the output")(e));
+        }
+        Ok(())
+    }
+
+    /// An API record made here, at this moment, about thread `(pid, tid)` (`comm`).
     fn api_event(
         &mut self,
         pipeline: &mut Pipeline<QueueWriter>,
         event: &ApiEvent,
-        pid: u32,
+        (pid, tid): (u32, u32),
         comm: &str,
     ) {
         if self.failure.is_some() {
             return;
         }
         // Made here, not by a thread on a CPU: `[CPU??]`, JSON `null`.
-        let origin = Origin::made_here(pid, pid, comm);
+        let origin = Origin::made_here(pid, tid, comm);
         if let Err(e) = pipeline.api_event(event, &origin) {
             self.failure = Some(sink_error(e));
         }
