@@ -535,7 +535,85 @@ pub enum GpuNumbering {
     Driver,
 }
 
+/// The engine an event's task runs on, whichever vendor names it: NVIDIA's engine (a
+/// `TASK_INIT`'s) or AMD's queue type (every event of a queue). The statistics and the metrics
+/// label by it ([`Event::engine`]) and name no vendor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskEngine {
+    Nvidia(Engine),
+    Amd(AmdQueueType),
+}
+
+impl TaskEngine {
+    /// Every engine, in a fixed order: [`Self::id`] is the position from 1 (0: none).
+    pub const ALL: [TaskEngine; 14] = [
+        TaskEngine::Nvidia(Engine::Graphics),
+        TaskEngine::Nvidia(Engine::Copy),
+        TaskEngine::Nvidia(Engine::Nvdec),
+        TaskEngine::Nvidia(Engine::Nvenc),
+        TaskEngine::Nvidia(Engine::Nvjpeg),
+        TaskEngine::Nvidia(Engine::Ofa),
+        TaskEngine::Nvidia(Engine::Sec2),
+        TaskEngine::Nvidia(Engine::Other),
+        TaskEngine::Amd(AmdQueueType::Compute),
+        TaskEngine::Amd(AmdQueueType::ComputeAql),
+        TaskEngine::Amd(AmdQueueType::Sdma),
+        TaskEngine::Amd(AmdQueueType::SdmaXgmi),
+        TaskEngine::Amd(AmdQueueType::SdmaByEngId),
+        TaskEngine::Amd(AmdQueueType::Unknown),
+    ];
+
+    /// The JSON output's name (`GRAPHICS`, `COMPUTE_AQL`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            TaskEngine::Nvidia(e) => match e {
+                Engine::Graphics => "GRAPHICS",
+                Engine::Copy => "COPY",
+                Engine::Nvdec => "NVDEC",
+                Engine::Nvenc => "NVENC",
+                Engine::Nvjpeg => "NVJPEG",
+                Engine::Ofa => "OFA",
+                Engine::Sec2 => "SEC2",
+                Engine::Other => "OTHER",
+            },
+            TaskEngine::Amd(q) => match q {
+                AmdQueueType::Compute => "COMPUTE",
+                AmdQueueType::ComputeAql => "COMPUTE_AQL",
+                AmdQueueType::Sdma => "SDMA",
+                AmdQueueType::SdmaXgmi => "SDMA_XGMI",
+                AmdQueueType::SdmaByEngId => "SDMA_BY_ENG_ID",
+                AmdQueueType::Unknown => "UNKNOWN",
+            },
+        }
+    }
+
+    /// A small number for it (a label's slot): its position in [`Self::ALL`] from 1.
+    pub fn id(self) -> u8 {
+        (Self::ALL.iter().position(|&e| e == self)).map_or(0, |i| i as u8 + 1)
+    }
+}
+
 impl Event {
+    /// The engine of the event's task where its vendor says it ([`TaskEngine`]).
+    pub fn engine(&self) -> Option<TaskEngine> {
+        match &self.kind {
+            EventKind::TaskInit {
+                engine: Some(e), ..
+            } => Some(TaskEngine::Nvidia(*e)),
+            _ => (self.amd.as_ref()?.queue_type).map(TaskEngine::Amd),
+        }
+    }
+
+    /// The GPU number a `TASK_INIT` or `WORK_SUBMIT` names, else the vendor detail's (AMD's
+    /// `gpu_id` on every event of a queue); its numbering is [`Self::gpu_numbering`].
+    pub fn gpu_number(&self) -> Option<u32> {
+        let own = match &self.kind {
+            EventKind::TaskInit { gpu, .. } | EventKind::WorkSubmit { gpu, .. } => *gpu,
+            _ => None,
+        };
+        own.or_else(|| self.amd.as_ref()?.gpu_id)
+    }
+
     /// Which number the event's `gpu` is: the vendor detail's choice, RM's device instance
     /// where there is no detail (NVIDIA).
     #[inline]
@@ -947,6 +1025,22 @@ pub fn errno_name(errno: i32) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An engine's label is the JSON output's name of the vendor's own value (serde's, an
+    /// independent spelling), each engine's slot is its own, and a slot names its engine back.
+    #[test]
+    fn task_engine_names_are_the_json_names_and_slots_are_distinct() {
+        let mut slots = std::collections::HashSet::new();
+        for e in TaskEngine::ALL {
+            let json = match e {
+                TaskEngine::Nvidia(x) => serde_json::to_value(x),
+                TaskEngine::Amd(x) => serde_json::to_value(x),
+            };
+            assert_eq!(json.unwrap(), e.name(), "{e:?}");
+            assert!(e.id() >= 1 && slots.insert(e.id()), "{e:?}");
+            assert_eq!(TaskEngine::ALL[e.id() as usize - 1], e);
+        }
+    }
 
     /// The JSON `key` (written digit by digit) is the Display form, for NVIDIA and AMD keys,
     /// the first generation and later ones, the widest numbers included.

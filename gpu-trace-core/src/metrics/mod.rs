@@ -48,7 +48,7 @@ use prometheus_client::{
 use crate::model::gpus::GpuIdentity;
 use crate::sink::{ApiEnriched, Enriched, RunEnd, ShareBatch, Sink, SinkError};
 use crate::{
-    event::{DestroyCause, Engine, Event, EventKind, GpuNumbering, SchedChange, TaskId},
+    event::{DestroyCause, Event, EventKind, GpuNumbering, SchedChange, TaskEngine, TaskId},
     model::stats::{KernelCounters, Stats},
 };
 
@@ -524,52 +524,6 @@ pub fn sanitize_label(raw: &str) -> String {
     crate::escape::escape_text(raw).into_owned()
 }
 
-/// The `engine` label of a task.
-fn engine_label(ev_engine: Option<Engine>, amd: Option<&crate::event::AmdDetail>) -> u8 {
-    use crate::event::AmdQueueType as Q;
-    if let Some(e) = ev_engine {
-        return match e {
-            Engine::Graphics => 1,
-            Engine::Copy => 2,
-            Engine::Nvdec => 3,
-            Engine::Nvenc => 4,
-            Engine::Nvjpeg => 5,
-            Engine::Ofa => 6,
-            Engine::Sec2 => 7,
-            Engine::Other => 8,
-        };
-    }
-    match amd.and_then(|a| a.queue_type) {
-        Some(Q::Compute) => 9,
-        Some(Q::ComputeAql) => 10,
-        Some(Q::Sdma) => 11,
-        Some(Q::SdmaXgmi) => 12,
-        Some(Q::SdmaByEngId) => 13,
-        Some(Q::Unknown) => 14,
-        None => 0,
-    }
-}
-
-/// Label text of [`engine_label`]'s values: the JSON output's names of engines and AMD queue
-/// types.
-const ENGINES: [&str; 15] = [
-    "",
-    "GRAPHICS",
-    "COPY",
-    "NVDEC",
-    "NVENC",
-    "NVJPEG",
-    "OFA",
-    "SEC2",
-    "OTHER",
-    "COMPUTE",
-    "COMPUTE_AQL",
-    "SDMA",
-    "SDMA_XGMI",
-    "SDMA_BY_ENG_ID",
-    "UNKNOWN",
-];
-
 /// The key of a GPU in [`Metrics::gpus`]: nvidia-smi's `index` when the pipeline named the GPU
 /// (its UUID then comes with it), else the event's own number (`raw`: AMD's `gpu_id`), the two
 /// kept apart.
@@ -699,13 +653,13 @@ struct TaskState {
     timeslice_us: Option<u64>,
 }
 
-/// Who an event is of, besides its task: the GPU the pipeline named, its GPU numbering, AMD's
-/// detail, the process's name and workload.
+/// Who an event is of, besides its task: the GPU the pipeline named, its GPU numbering, the
+/// engine its vendor names, the process's name and workload.
 #[derive(Clone, Copy)]
 struct Who<'a> {
     named: Option<&'a GpuIdentity>,
     numbering: GpuNumbering,
-    amd: Option<&'a crate::event::AmdDetail>,
+    engine: Option<TaskEngine>,
     process: &'a str,
     workload: Option<&'a Workload>,
 }
@@ -1093,11 +1047,10 @@ impl Metrics {
     ) {
         // Idle label sets go first: their room is free for this event's.
         self.tick(ev.origin.ts_ns);
-        let amd = ev.amd.as_ref();
         let who = Who {
             named: gpu,
             numbering: ev.gpu_numbering(),
-            amd,
+            engine: ev.engine(),
             process: process_name,
             workload,
         };
@@ -1106,13 +1059,10 @@ impl Metrics {
             EventKind::TaskInit {
                 task,
                 client,
-                engine,
                 timeslice_us,
-                gpu,
                 ..
             } => {
-                let gpu = gpu.or(amd.and_then(|a| a.gpu_id));
-                let key = self.key_of(who, gpu, *engine);
+                let key = self.key_of(who, ev.gpu_number());
                 let state = TaskState::new(key, ev.origin.ts_ns, *timeslice_us);
                 self.task_created((pid, *client, tid(*task)), state);
                 key
@@ -1130,15 +1080,10 @@ impl Metrics {
                 self.scheduled(id, key, state, *allowed, *timeslice_us, ev.origin.ts_ns);
                 key
             }
-            EventKind::WorkSubmit {
-                task, client, gpu, ..
-            } => {
+            EventKind::WorkSubmit { task, client, .. } => {
                 let key = match self.tasks.get(&(pid, *client, tid(*task))) {
                     Some(t) => t.key,
-                    None => {
-                        let gpu = gpu.or(amd.and_then(|a| a.gpu_id));
-                        self.key_of(who, gpu, None)
-                    }
+                    None => self.key_of(who, ev.gpu_number()),
                 };
                 self.series_mut(key).count(2);
                 key
@@ -1189,7 +1134,7 @@ impl Metrics {
                 key
             }
             EventKind::PretraceEnd { .. } => {
-                let key = self.key_of(who, None, None);
+                let key = self.key_of(who, None);
                 self.series_mut(key).count(5);
                 key
             }
@@ -1213,13 +1158,13 @@ impl Metrics {
     fn task_key(&mut self, id: (u32, u32, (u8, u32)), who: Who<'_>) -> SeriesKey {
         match self.tasks.get(&id) {
             Some(t) => t.key,
-            None => self.key_of(who, None, None),
+            None => self.key_of(who, None),
         }
     }
 
-    /// The series of `who`'s event on `gpu` (the event's own number) and `engine`.
-    fn key_of(&mut self, who: Who<'_>, gpu: Option<u32>, engine: Option<Engine>) -> SeriesKey {
-        let engine = engine_label(engine, who.amd);
+    /// The series of `who`'s event on `gpu` (the event's own number) and its engine.
+    fn key_of(&mut self, who: Who<'_>, gpu: Option<u32>) -> SeriesKey {
+        let engine = who.engine.map_or(0, TaskEngine::id);
         let gpu = self.gpu_slot(gpu, who.named, who.numbering);
         self.key_on(gpu, engine, who.process, who.workload)
     }
@@ -1381,7 +1326,7 @@ impl Metrics {
         TaskLabels {
             gpu,
             UUID: uuid,
-            engine: ENGINES[key.engine as usize],
+            engine: engine_name(key.engine),
             comm: self.comms.label(key.comm, over()),
             container_user: UserLabel(w.container_user),
             container: w.container,
@@ -1416,7 +1361,7 @@ impl Metrics {
             let labels = HwLabels {
                 gpu,
                 UUID: uuid,
-                engine: ENGINES[key.engine as usize],
+                engine: engine_name(key.engine),
             };
             let h = Hist {
                 lifetime: self.lifetime.get_or_create_owned(&labels),
@@ -1540,6 +1485,13 @@ pub mod flight;
 mod share;
 pub use api::{CALLS as API_CALLS, ERRORS as API_ERRORS, SECONDS as API_SECONDS};
 pub use share::SHARE;
+
+/// The `engine` label's text of a series' engine slot ([`TaskEngine::id`]; 0: none).
+fn engine_name(id: u8) -> &'static str {
+    (id.checked_sub(1))
+        .and_then(|i| TaskEngine::ALL.get(i as usize))
+        .map_or("", |e| e.name())
+}
 
 #[cfg(test)]
 mod tests;

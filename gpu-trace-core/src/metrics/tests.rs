@@ -2,7 +2,7 @@
 //! scraper reads them.
 
 use super::*;
-use crate::event::{Interleave, Origin, ValueSource};
+use crate::event::{Engine, Interleave, Origin, ValueSource};
 
 /// Observes `kind` from thread `thread` of process `process` (pid `pid`) at `ts_ns`. An event
 /// that carries RM's device instance D comes as the pipeline hands it on a host where D is

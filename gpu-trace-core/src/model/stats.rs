@@ -342,17 +342,6 @@ pub const MAX_API_PATHS: usize = 4096;
 /// Hidden hand-outs listed per process in the statistics (all are counted).
 pub const MAX_HIDDEN_SHOWN: usize = 16;
 
-/// The engine label of an event's task: the NVIDIA engine or the AMD queue type.
-fn engine_label(ev: &Event) -> Option<String> {
-    let value = match &ev.kind {
-        EventKind::TaskInit {
-            engine: Some(e), ..
-        } => serde_json::to_value(e).ok()?,
-        _ => serde_json::to_value(ev.amd.as_ref()?.queue_type?).ok()?,
-    };
-    value.as_str().map(str::to_string)
-}
-
 impl Stats {
     /// Empty statistics.
     pub fn new() -> Self {
@@ -447,7 +436,7 @@ impl Stats {
             t.task = task_label.as_str().to_string();
         }
         let mut joined_runlist = None;
-        let engine_of_event = engine_label(ev);
+        let engine_of_event = ev.engine().map(|e| e.name().to_string());
         match &ev.kind {
             EventKind::TaskInit {
                 timeslice_us,

@@ -78,7 +78,7 @@ use crate::model::gpus::GpuIdentity;
 use crate::model::workload::Attribution;
 use crate::sink::{ApiEnriched, Enriched, RunEnd, ShareBatch, Sink, SinkError};
 use crate::{
-    event::{Event, EventKind, TaskId},
+    event::{Event, EventKind, GpuNumbering, TaskId},
     output::clock::Clock,
 };
 
@@ -667,11 +667,11 @@ impl<W: Write> PerfettoWriter<W> {
         };
         // `gpu` (and NVIDIA's `rm_device`) as the JSON lines write them.
         if let Some(driver) = ev.kind.driver_gpu() {
-            match &ev.amd {
-                Some(_) => {
+            match ev.gpu_numbering() {
+                GpuNumbering::Driver => {
                     m.insert("gpu".into(), driver.into());
                 }
-                None => {
+                GpuNumbering::RmDevice => {
                     m.insert("gpu".into(), gpu.map(|g| g.index).into());
                     m.insert("rm_device".into(), driver.into());
                 }
