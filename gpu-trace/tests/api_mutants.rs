@@ -314,10 +314,19 @@ fn a_thread_past_max_depth_without_recursion_is_reported_once() {
     assert_eq!((&r["pid"], &r["tid"]), (&pid.into(), &pid.into()), "{r}");
 }
 
-/// `gpu-trace ARGS -- client stuck`: the `API_STUCK` records until one of cuStreamSynchronize
-/// (the inner open call) came or [`LIVENESS`] passed, then the client released; (the stuck
-/// records, every stdout line, stderr, the tracer's exit status, whether it timed out).
-fn stuck_run(args: &[&str], client: &Path) -> (Vec<Value>, Vec<String>, String, Option<i32>, bool) {
+/// Whether `stuck` holds the `API_STUCK` of cuStreamSynchronize (the inner open call).
+fn inner_stuck(stuck: &[Value], _: &[String]) -> bool {
+    stuck.iter().any(|v| v["symbol"] == "cuStreamSynchronize")
+}
+
+/// `gpu-trace ARGS -- client stuck`: its lines until `until` (the stuck records so far, every
+/// line so far) holds or [`LIVENESS`] passed, then the client released; (the stuck records,
+/// every stdout line, stderr, the tracer's exit status, whether it timed out).
+fn stuck_run(
+    args: &[&str],
+    client: &Path,
+    until: impl Fn(&[Value], &[String]) -> bool,
+) -> (Vec<Value>, Vec<String>, String, Option<i32>, bool) {
     let mut tracer = Command::new(env!("CARGO_BIN_EXE_gpu-trace"))
         .args(args)
         .arg("--")
@@ -356,14 +365,13 @@ fn stuck_run(args: &[&str], client: &Path) -> (Vec<Value>, Vec<String>, String, 
         seen.push(line);
     };
     let mut timed_out = false;
-    while !stuck
-        .iter()
-        .any(|v: &Value| v["symbol"] == "cuStreamSynchronize")
-    {
+    let mut seen_so_far = Vec::new();
+    while !until(&stuck, &seen_so_far) {
         let Ok(line) = rx.recv_timeout(LIVENESS) else {
             timed_out = true;
             break;
         };
+        seen_so_far.push(line.clone());
         keep(line, &mut stuck);
     }
     // The client may go on (also where the record never came: the run ends either way): its
@@ -419,7 +427,7 @@ fn a_call_stuck_inside_another_open_call_is_reported_with_it() {
         return;
     };
     let args = ["api", "--format", "json", "--stuck-after", "0.05"];
-    let (stuck, seen, err, status, timed_out) = stuck_run(&args, &client);
+    let (stuck, seen, err, status, timed_out) = stuck_run(&args, &client, inner_stuck);
     assert!(
         !timed_out,
         "no API_STUCK of cuStreamSynchronize (the inner open call) within {LIVENESS:?}: \
@@ -433,6 +441,13 @@ fn a_call_stuck_inside_another_open_call_is_reported_with_it() {
 /// are an `API_STUCK` each, and with `--flight-recorder --dump-on stuck` the first one dumps
 /// the window: one dump named after the trigger (`--dump-max-per-hour 1`: the second stuck
 /// call is counted, not written), which replays alone; the statistics count 2 triggers.
+/// The client is released only once the sums were read while both calls were open (an
+/// `--interval` block's `API_STATS` of cuStreamSynchronize: counted at its entry, not timed
+/// yet): the final sums still time both calls. (A call open across more reads stayed untimed
+/// for good before: only a change of the count was sent again, found on the GPU host with a
+/// 6 s cudaDeviceSynchronize; how many reads a call spans here depends on the clock, so the
+/// unit test `a_call_timed_reads_after_its_entry_is_sent_again` in `api/attach.rs` holds that
+/// case.)
 #[test]
 fn the_main_trace_reports_stuck_calls_and_dumps_on_them() {
     let test = "the_main_trace_reports_stuck_calls_and_dumps_on_them";
@@ -447,6 +462,8 @@ fn the_main_trace_reports_stuck_calls_and_dumps_on_them() {
         "--api",
         "--stuck-after",
         "0.05",
+        "--interval",
+        "1",
         "--format",
         "json",
         "--flight-recorder",
@@ -458,23 +475,39 @@ fn the_main_trace_reports_stuck_calls_and_dumps_on_them() {
         "--dump-dir",
         dumps.to_str().unwrap(),
     ];
-    let (stuck, seen, err, status, timed_out) = stuck_run(&args, &client);
+    let open_sums_sent = |stuck: &[Value], lines: &[String]| {
+        inner_stuck(stuck, lines)
+            && json(&lines.join("\n"))
+                .iter()
+                .any(|v| v["event"] == "API_STATS" && v["symbol"] == "cuStreamSynchronize")
+    };
+    let (stuck, seen, err, status, timed_out) = stuck_run(&args, &client, open_sums_sent);
     assert!(
         !timed_out,
-        "no API_STUCK of cuStreamSynchronize within {LIVENESS:?}: {seen:#?}\n{err}"
+        "no API_STUCK and open API_STATS of cuStreamSynchronize within {LIVENESS:?}: \
+         {seen:#?}\n{err}"
     );
     assert_eq!(status, Some(0), "{seen:#?}\n{err}");
     check_stuck(&stuck, &seen, &lib);
-    let stats = json(&seen.join("\n"))
+    let end = json(&seen.join("\n"))
         .into_iter()
-        .find(|v| v["event"] == "STATS")
-        .unwrap_or_else(|| panic!("no STATS: {seen:#?}"));
-    let flight = &stats["flight_recorder"];
+        .find(|v| v["event"] == "STATS" && v["final"] == true)
+        .unwrap_or_else(|| panic!("no final STATS: {seen:#?}"));
+    let flight = &end["flight_recorder"];
     assert_eq!(
         (&flight["triggers"]["stuck"], &flight["dumps"]),
         (&2.into(), &1.into()),
         "{flight}"
     );
+    let lines = json(&seen.join("\n"));
+    for symbol in ["cuCtxSynchronize", "cuStreamSynchronize"] {
+        let s = stats(&lines, &lib, symbol);
+        assert_eq!(
+            (&s["calls"], &s["untimed"], &s["final"]),
+            (&1.into(), &0.into(), &true.into()),
+            "{s}"
+        );
+    }
     let written: Vec<PathBuf> = std::fs::read_dir(&dumps)
         .unwrap()
         .map(|e| e.unwrap().path())

@@ -1135,9 +1135,11 @@ pub struct TraceApi {
     pub sums: super::sums::Sums,
     pids: Vec<u32>,
     comms: Vec<String>,
-    /// The count last sent per (process, cookie): the keys of the kernel map's last read, so
-    /// bounded by its size.
-    sent: HashMap<(u32, u64), u64>,
+    /// What was last sent per (process, cookie) — calls, timed calls, errors: the keys of the
+    /// kernel map's last read, so bounded by its size. A call is counted at its entry and
+    /// timed (and its error counted) at its return, maybe reads later: a return alone is a
+    /// change too.
+    sent: HashMap<(u32, u64), (u64, u64, u64)>,
     /// The name of each target (read from /proc at each rescan while it runs) and of each
     /// process of the last read: the records carry it, so that `--comm` still selects the sums
     /// of a process read after it exited. Bounded by the targets and the kernel map.
@@ -1198,8 +1200,9 @@ impl TraceApi {
         (targets.len(), with)
     }
 
-    /// The `API_STATS` records of the kernel's sums `sums` ([`super::sums::Sums::read`]) whose count changed
-    /// since the last call, and once more those that changed at the last call and not since
+    /// The `API_STATS` records of the kernel's sums `sums` ([`super::sums::Sums::read`]) whose
+    /// calls, timed calls or errors changed since the last call (a call open across a read is
+    /// sent again when it returns), and once more those that changed at the last call and not since
     /// (their growth over this read is 0: `top`'s rate falls to 0 when calls stop); a process
     /// that exited keeps its last record. `now_ns`: CLOCK_MONOTONIC, the records' time.
     pub fn stats_records(
@@ -1216,7 +1219,8 @@ impl TraceApi {
                 .names
                 .entry(key.tgid)
                 .or_insert_with(|| comm_of(key.tgid).unwrap_or([0; 16]));
-            let changed = self.sent.get(&k) != Some(&stat.count);
+            let now = (stat.count, stat.timed, stat.errors);
+            let changed = self.sent.get(&k) != Some(&now);
             if changed {
                 grew.insert(k);
             }
@@ -1237,7 +1241,7 @@ impl TraceApi {
                     hist: stat.hist,
                 });
             }
-            sent.insert(k, stat.count);
+            sent.insert(k, now);
         }
         self.sent = sent;
         self.grew = grew;
@@ -1377,6 +1381,55 @@ fn runs_this_program(pid: u32) -> bool {
 mod tests {
     use super::{AttachMethod, method_allowed};
     use std::ffi::OsStr;
+
+    /// A call counted at its entry and open across three reads of the sums, then returned: the
+    /// read after its return sends it again, timed (before, only a change of the count was
+    /// sent, and the last record, untimed, stood for the run: found on the GPU host with a 6 s
+    /// cudaDeviceSynchronize). An error counted at the return is a change too; a read with
+    /// nothing new sends nothing (the once-more rule aside).
+    #[test]
+    fn a_call_timed_reads_after_its_entry_is_sent_again() {
+        use gpu_trace_common::api::{API_HIST_BUCKETS, ApiKey, ApiStat};
+        let mut api = super::TraceApi {
+            attacher: super::Attacher::new(
+                super::SymbolTable::builtin(),
+                || false,
+                AttachMethod::Batched,
+            ),
+            sums: crate::api::sums::Sums::new(16),
+            pids: Vec::new(),
+            comms: Vec::new(),
+            sent: Default::default(),
+            names: Default::default(),
+            targets: Default::default(),
+            grew: Default::default(),
+            stuck: Default::default(),
+        };
+        let key = ApiKey {
+            tgid: 4242,
+            _pad: 0,
+            cookie: 7,
+        };
+        let stat = |timed: u64, errors: u64| ApiStat {
+            count: 1,
+            timed,
+            errors,
+            total_ns: timed * 6_000_000_000,
+            hist: [0; API_HIST_BUCKETS],
+        };
+        let mut read = |s: ApiStat| {
+            (api.stats_records(vec![(key, s)], 1))
+                .iter()
+                .map(|r| (r.count, r.errors, r.total_ns))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(read(stat(0, 0)), [(1, 0, 0)], "the entry: counted");
+        assert_eq!(read(stat(0, 0)), [(1, 0, 0)], "once more (its growth is 0)");
+        assert_eq!(read(stat(0, 0)), [], "open, nothing new");
+        assert_eq!(read(stat(1, 1)), [(1, 1, 6_000_000_000)], "returned: timed");
+        assert_eq!(read(stat(1, 1)), [(1, 1, 6_000_000_000)], "once more");
+        assert_eq!(read(stat(1, 1)), [], "nothing new");
+    }
 
     #[test]
     fn batched_links_from_linux_6_10_unless_the_environment_says_per_probe() {
