@@ -6,9 +6,9 @@
 //!
 //! The storm: processes of this test binary issue refused schedules on the watched device as
 //! fast as they can, more threads than the machine has cores, each for at most
-//! [`STORM_LIMIT`] (so that a tracer that does not stop would be seen to wait for it). The bound
-//! asserted is [`STOP_BOUND`], on the order of seconds, not a benchmark: the figure measured is
-//! printed.
+//! [`STORM_LIMIT`] (so that a tracer that does not stop would be seen to wait for it). What is
+//! asserted is a state, not a time: gpu-trace ended while the storm still ran (a stop that
+//! waited for the storm would end after it); the time it took is printed, never compared.
 //!
 //! Kernel tests need root; without it they print `SKIPPED: <why>`.
 
@@ -174,19 +174,12 @@ fn stop_by_signal(test: &str, sig: i32) {
     let under_storm = storm.running();
     drop(storm);
     eprintln!("{test}: exited {took:?} after the signal (storm still running: {under_storm})");
-    assert_stopped_within(test, &f, took, STOP_BOUND, under_storm, &rec);
+    assert_stopped_under_storm(test, &f, under_storm, &rec);
 }
 
-/// The run ended cleanly (exit 0, or 4 for the storm's drops) while the storm still ran,
-/// `took` at most `bound`, and its recording holds exactly what the kernel sent.
-fn assert_stopped_within(
-    test: &str,
-    f: &Finished,
-    took: Duration,
-    bound: Duration,
-    under_storm: bool,
-    rec: &std::path::Path,
-) {
+/// The run ended cleanly (exit 0, or 4 for the storm's drops) while the storm still ran, and
+/// its recording holds exactly what the kernel sent.
+fn assert_stopped_under_storm(test: &str, f: &Finished, under_storm: bool, rec: &std::path::Path) {
     assert!(
         matches!(f.status.code(), Some(0 | 4)),
         "{test}: {:?} {}",
@@ -194,10 +187,6 @@ fn assert_stopped_within(
         tail(&f.stderr)
     );
     assert!(under_storm, "{test}: the storm ended before gpu-trace did");
-    assert!(
-        took <= bound,
-        "{test}: stopping under a storm took {took:?} (bound {bound:?})"
-    );
     assert_exact(test, rec);
 }
 
@@ -218,7 +207,6 @@ fn duration_under_a_storm_ends_on_time() {
     if skip_unless_root(test) {
         return;
     }
-    let duration = Duration::from_secs(2);
     let started = Instant::now();
     let (traced, mut storm, rec) = traced_storm(test, &["--duration", "2"]);
     // Attached when `start` returned: the duration runs from about then.
@@ -228,7 +216,7 @@ fn duration_under_a_storm_ends_on_time() {
     eprintln!(
         "{test}: --duration 2 exited {took:?} after the start (storm still running: {under_storm})"
     );
-    assert_stopped_within(test, &f, took, duration + STOP_BOUND, under_storm, &rec);
+    assert_stopped_under_storm(test, &f, under_storm, &rec);
 }
 
 #[test]
@@ -238,22 +226,31 @@ fn interval_statistics_keep_coming_under_a_storm() {
     if skip_unless_root(test) {
         return;
     }
-    let (traced, mut storm, _rec) = traced_storm(test, &["--interval", "0.5"]);
-    std::thread::sleep(Duration::from_secs(4));
-    assert!(storm.running(), "{test}: the storm ended early");
+    let (mut traced, mut storm, _rec) = traced_storm(test, &["--interval", "0.5"]);
+    // Waiting for the state (four blocks), not a time; then the storm must still be running:
+    // the blocks came under it.
+    let blocks = |lines: &[String]| {
+        (lines.iter())
+            .filter(|l| l.contains("gpu-trace statistics so far"))
+            .count()
+    };
+    let came = traced.wait_stderr(|l| blocks(l) >= 4, STORM_LIMIT);
+    let under_storm = storm.running();
     let f = traced.interrupt();
     drop(storm);
-    let blocks = f.stderr.matches("gpu-trace statistics so far").count();
-    eprintln!("{test}: {blocks} interval blocks in about 4 s of storm with --interval 0.5");
     assert!(
         matches!(f.status.code(), Some(0 | 4)),
         "{test}: {:?} {}",
         f.status,
         tail(&f.stderr)
     );
-    // 8 periods passed; a block can come late under load, but at least half of them came.
     assert!(
-        blocks >= 4,
-        "{test}: only {blocks} interval blocks in 4 s with --interval 0.5"
+        came,
+        "{test}: not 4 interval blocks with --interval 0.5 before the storm's limit: {}",
+        tail(&f.stderr)
+    );
+    assert!(
+        under_storm,
+        "{test}: the storm ended before the 4 blocks came"
     );
 }

@@ -393,9 +393,28 @@ impl Traced {
         self.child.id()
     }
 
-    /// The stderr lines read so far (up to the one that said the hooks attached).
+    /// The stderr lines read so far (up to the one that said the hooks attached, and those
+    /// [`Self::wait_stderr`] read).
     pub fn stderr_so_far(&self) -> &[String] {
         &self.stderr_seen
+    }
+
+    /// Reads stderr until `done` holds of the lines read so far, at most `within` (a bound on
+    /// a hang, never a measurement); returns whether it held.
+    #[allow(dead_code)] // not every test binary that includes this module waits on stderr
+    pub fn wait_stderr(&mut self, done: impl Fn(&[String]) -> bool, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        while !done(&self.stderr_seen) {
+            if Instant::now() > deadline {
+                return false;
+            }
+            match self.stderr_lines.recv_timeout(Duration::from_millis(100)) {
+                Ok(line) => self.stderr_seen.push(line),
+                Err(mpsc::RecvTimeoutError::Disconnected) => return done(&self.stderr_seen),
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+            }
+        }
+        true
     }
 
     pub fn signal(&self, sig: i32) {
