@@ -316,8 +316,17 @@ fn a_live_storm_of_distinct_handles_stays_under_the_memory_ceiling() {
         s.block.h_object = 0x5C00_0000 + i;
         assert_eq!(s.issue(&dev), -ENOTTY);
     }
-    // Let the reader drain what the ring buffer holds.
-    std::thread::sleep(std::time::Duration::from_secs(3));
+    // The reader has drained what the ring buffer holds: waiting for that state (the ring's
+    // fill gauge at 0 once the storm is over), a liveness bound of a minute, no sleep.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while scrape(port, "gpu_trace_ring_buffer_used_bytes") != Some(0.0) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the ring buffer was not drained within a minute: {:?}",
+            scrape(port, "gpu_trace_ring_buffer_used_bytes")
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     let pid = traced.pid();
     let peak = status_kib(pid, "VmHWM:").unwrap();
     let now = status_kib(pid, "VmRSS:").unwrap();
