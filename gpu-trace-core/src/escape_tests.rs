@@ -341,6 +341,29 @@ fn json_rule_escapes_each_class_and_keeps_the_value() {
     assert_eq!(line, "\"a\\ufffdb\"");
 }
 
+/// The formatter's fast path (a fragment of printable ASCII, written as is) takes nothing
+/// else: a string made only of DEL, only of a hidden non-ASCII character, only of a carried
+/// byte, or only of visible non-ASCII is written by the rule, whole. (cargo-mutants: a fast
+/// path that took every all-DEL or every all-non-ASCII fragment survived every other test,
+/// which only ever put such characters beside ASCII ones.)
+#[test]
+fn strings_made_only_of_one_class_are_written_by_the_rule() {
+    let carried = decode_lossless(b"\xff\xfe");
+    for (s, want) in [
+        ("\u{7f}", r#""\u007f""#),
+        ("\u{7f}\u{7f}", r#""\u007f\u007f""#),
+        ("\u{202e}", r#""\u202e""#),
+        ("\u{85}\u{2066}", r#""\u0085\u2066""#),
+        (carried.as_str(), r#""\ufffd\ufffd""#),
+        ("é", r#""é""#),
+        ("~", r#""~""#),
+    ] {
+        let mut out = Vec::new();
+        write_json(&mut out, s);
+        assert_eq!(String::from_utf8(out).unwrap(), want, "{s:?}");
+    }
+}
+
 /// A writer whose bytes the test reads after the pipeline consumed it.
 #[derive(Clone, Default)]
 struct Shared(Rc<RefCell<Vec<u8>>>);
