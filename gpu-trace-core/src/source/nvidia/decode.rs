@@ -40,12 +40,6 @@ pub const DEFAULT_TIMESLICE_US: u64 = 1024;
 /// Interleave level `kchangrpapiConstruct_IMPL` gives a new TSG.
 pub const DEFAULT_INTERLEAVE: Interleave = Interleave::Medium;
 
-/// `NVOS04_FLAGS_GROUP_CHANNEL_RUNQUEUE` (bit 4) of the channel alloc `flags`.
-pub const CHANNEL_FLAGS_GROUP_CHANNEL_RUNQUEUE: u32 = 1 << 4;
-/// `NVOS04_FLAGS_DELAY_CHANNEL_SCHEDULING` (bit 6): the channel is not scheduled until a
-/// `GPFIFO_SCHEDULE` control.
-pub const CHANNEL_FLAGS_DELAY_CHANNEL_SCHEDULING: u32 = 1 << 6;
-
 /// Why a record could not be decoded as an RM call at all (the kernel flagged a failed read or a
 /// call the driver refuses before RM sees it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -65,19 +59,6 @@ pub enum MalformedReason {
     UnknownEscape,
 }
 
-impl MalformedReason {
-    /// Stable short name, for statistics.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::XferReadFailed => "xfer_read_failed",
-            Self::XferOversize => "xfer_oversize",
-            Self::BadSize => "bad_size",
-            Self::ParamsReadFailed => "params_read_failed",
-            Self::ShortParams => "short_params",
-            Self::UnknownEscape => "unknown_escape",
-        }
-    }
-}
 
 /// Why the class/control sub-parameters of a well-formed call were not decoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
