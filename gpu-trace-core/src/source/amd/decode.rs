@@ -125,18 +125,6 @@ pub enum KfdMalformed {
     BadLength,
 }
 
-impl KfdMalformed {
-    /// Short name for statistics.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::ArgsReadFailed => "args_read_failed",
-            Self::ArgsShort => "args_short",
-            Self::UnknownCommand => "unknown_command",
-            Self::BadLength => "bad_length",
-        }
-    }
-}
-
 /// The scheduling parameters `CREATE_QUEUE` and `UPDATE_QUEUE` both carry.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct QueueParams {

@@ -59,7 +59,6 @@ pub enum MalformedReason {
     UnknownEscape,
 }
 
-
 /// Why the class/control sub-parameters of a well-formed call were not decoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -72,18 +71,6 @@ pub enum Unreadable {
     FinnSerialized,
     /// Fewer bytes were captured than the parameters' layout needs.
     Short,
-}
-
-impl Unreadable {
-    /// Stable short name, for statistics.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::ReadFailed => "read_failed",
-            Self::Truncated => "truncated",
-            Self::FinnSerialized => "finn_serialized",
-            Self::Short => "short",
-        }
-    }
 }
 
 /// Decoded class allocation parameters (`pAllocParms`), as user memory held them at exit.
