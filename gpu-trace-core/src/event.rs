@@ -587,9 +587,13 @@ impl TaskEngine {
         }
     }
 
-    /// A small number for it (a label's slot): its position in [`Self::ALL`] from 1.
+    /// A small number for it (a label's slot): its position in [`Self::ALL`] from 1 (a match,
+    /// not a search: the metrics ask it for every event).
     pub fn id(self) -> u8 {
-        (Self::ALL.iter().position(|&e| e == self)).map_or(0, |i| i as u8 + 1)
+        match self {
+            TaskEngine::Nvidia(e) => e as u8 + 1,
+            TaskEngine::Amd(q) => Engine::Other as u8 + 2 + q as u8,
+        }
     }
 }
 
