@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -335,19 +335,9 @@ fn api_trace_attaches_a_library_dlopened_later_at_the_next_rescan() {
 /// hang, never a measurement (these runs end within seconds here).
 const LIVENESS: Duration = Duration::from_secs(120);
 
-/// Waits for `child` to end, at most [`LIVENESS`]; past it, kills it and fails with `what`.
+/// [`common::wait_live`] with [`LIVENESS`].
 fn wait_live(child: &mut std::process::Child, what: &str) -> std::process::ExitStatus {
-    let deadline = Instant::now() + LIVENESS;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("{what} within {LIVENESS:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::wait_live(child, LIVENESS, what)
 }
 
 /// A subreaper between the test and gpu-trace (Python's `prctl(PR_SET_CHILD_SUBREAPER)`): it

@@ -198,17 +198,11 @@ fn a_long_share_period_does_not_delay_the_exit() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("gpu-trace runs");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("a 1 s run with an hour's share period did not end within 120 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = common::wait_live(
+        &mut child,
+        Duration::from_secs(120),
+        "a 1 s run with an hour's share period did not end",
+    );
     assert!(status.success(), "{status:?}");
 }
 

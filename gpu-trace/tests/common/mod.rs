@@ -134,3 +134,24 @@ pub fn cgroup_records(
         RawRecord::Attribution(attribution).as_bytes().to_vec(),
     ]
 }
+
+/// Waits for `child` to end, at most `bound` (a bound on a hang, never a measurement); past
+/// it, kills it and fails with `what`.
+#[allow(dead_code)]
+pub fn wait_live(
+    child: &mut std::process::Child,
+    bound: std::time::Duration,
+    what: &str,
+) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + bound;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("{what} within {bound:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
