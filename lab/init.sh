@@ -106,10 +106,11 @@ trace_client() {
   stop_tracer $name $tracer
 }
 
-# stop_tracer NAME PID: SIGINT after a second (records in flight), then its exit code, stderr
-# and JSON output.
+# stop_tracer NAME PID: SIGINT, then its exit code, stderr and JSON output. No wait first: the
+# clients have exited, so every record of theirs was sent (the driver's teardown at exit runs
+# before the parent can reap them), and a stopping gpu-trace detaches, then reads until it has
+# read every record the kernel counted as sent (what it could not read, it counts as lost).
 stop_tracer() {
-  sleep 1
   kill -INT $2 2>>/tmp/lab-quiet
   limit $2 $STOP_LIMIT $1.tracer_stop
   out "LAB $1 tracer_exit=$?"
@@ -234,7 +235,8 @@ deny_trace() {
   touch /tmp/go2
   limit $other $CMD_LIMIT $name.other
   wait_forked /tmp/$name.other $name.other
-  sleep 1                              # let the tracer see the exit
+  # The denied process is reaped: its denial ended in the kernel at its exit (sched_process_exit),
+  # before its parent could reap it, so its pid may be handed on at once.
   cp /bin/lab-client /tmp/lab-reuse   # its own comm, to tell its events from the denied one's
   echo $((denied - 1)) > /proc/sys/kernel/ns_last_pid
   /tmp/lab-reuse "$sub" > /tmp/$name.reuse 2>&1 &
@@ -311,7 +313,8 @@ deny_cgroup_trace() {
   denied=$!
   lab-client wait /tmp/go2 "$sub" > /tmp/$name.other 2>&1 &
   other=$!
-  sleep 0.5
+  # The denied client is in the cgroup from its first instruction (the shell joins, then execs
+  # it), and neither client makes a driver call before /tmp/go or /tmp/go2 exists.
   out "LAB $name tracer_ready=$READY denied_pid=$denied other_pid=$other cgroup2=$cg t=$(uptime_s)"
   # One after the other: run together, each could lose calls to the kernel skipping a program
   # run while the other's run is preempted on the same CPU (seen under TCG on 7.2's lazy
