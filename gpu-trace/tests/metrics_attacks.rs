@@ -109,6 +109,45 @@ fn announce_body(addr: SocketAddr, len: &str) -> String {
         .to_string()
 }
 
+/// Waits until gpu-trace (`pid`) holds no TCP connection, only its listening socket(s): its
+/// socket descriptors against the kernel's TCP table (state 0A is LISTEN). Bounded so that a
+/// tracer that never closes them fails the test instead of hanging it.
+fn wait_connections_closed(pid: u32, test: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let inodes: std::collections::HashSet<String> =
+            std::fs::read_dir(format!("/proc/{pid}/fd"))
+                .unwrap()
+                .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+                .filter_map(|l| {
+                    let l = l.to_string_lossy().into_owned();
+                    Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_string())
+                })
+                .collect();
+        let mut held = 0;
+        for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+            let text = std::fs::read_to_string(table).unwrap_or_default();
+            for f in text
+                .lines()
+                .skip(1)
+                .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            {
+                if f.len() > 9 && f[3] != "0A" && inodes.contains(f[9]) {
+                    held += 1;
+                }
+            }
+        }
+        if held == 0 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{test}: gpu-trace still holds {held} connections 60 s after they were closed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Raises this process's descriptor limit to `n` (the test holds 1000 connections).
 fn raise_nofile(n: u64) {
     let lim = libc::rlimit {
@@ -233,7 +272,8 @@ fn hostile_clients_cannot_take_the_metrics_endpoint_down() {
         }
     }
     eprintln!("{test}: {} connections open", held.len());
-    std::thread::sleep(Duration::from_millis(500));
+    // No wait: the check's own connection queues behind the 1000 (the kernel hands connections
+    // to accept() in the order they completed), so it is answered with them accepted.
     check(
         &mut traced,
         addr,
@@ -244,8 +284,11 @@ fn hostile_clients_cannot_take_the_metrics_endpoint_down() {
     drop(held);
 
     // 4. No descriptor free: the tracer's limit set to what it has open plus 4, then 40
-    // connections. Accepts fail (EMFILE), are counted and retried; once descriptors are free
-    // again it serves.
+    // connections. Accepts fail (EMFILE), are counted, said on stderr and retried; once
+    // descriptors are free again it serves. First the tracer must have closed every connection
+    // of step 3 (otherwise their closing makes room for the new ones below its connection limit,
+    // and no accept ever fails).
+    wait_connections_closed(pid, test);
     let open_fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
         .unwrap()
         .count() as u64;
@@ -253,9 +296,36 @@ fn hostile_clients_cannot_take_the_metrics_endpoint_down() {
     let held: Vec<TcpStream> = (0..40)
         .filter_map(|_| TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok())
         .collect();
-    std::thread::sleep(Duration::from_secs(1));
+    // The part of a `--metrics:` notice about failed accepts ("N accept(s) failed[ in the last
+    // T s] (error)"; its other parts are about connections, and it comes at most every 10 s).
+    let accepts_said = |l: &str| -> Option<String> {
+        let rest = l.strip_prefix("gpu-trace: --metrics: ")?;
+        rest.split("; ")
+            .find(|part| part.contains(" accept") && part.contains(" failed"))
+            .map(str::to_string)
+    };
+    let said = traced.wait_stderr(
+        |lines| lines.iter().any(|l| accepts_said(l).is_some()),
+        Duration::from_secs(60),
+    );
     set_nofile(pid, old);
     drop(held);
+    assert!(
+        said,
+        "no failed accept said on stderr with the limit at {} descriptors: {:?}",
+        open_fds + 4,
+        traced.stderr_so_far()
+    );
+    let line = traced
+        .stderr_so_far()
+        .iter()
+        .find_map(|l| accepts_said(l))
+        .unwrap();
+    eprintln!("{test}: {line}");
+    assert!(
+        line.contains("Too many open files"),
+        "the line does not name the error: {line}"
+    );
     check(&mut traced, addr, "no descriptor free", threads0, rss0);
     let (_, body) = get(addr, "/metrics", "").unwrap();
     let accept_errors: u64 = body
@@ -264,7 +334,15 @@ fn hostile_clients_cannot_take_the_metrics_endpoint_down() {
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no accept error count in {body}"));
     eprintln!("{test}: {accept_errors} failed accepts");
-    assert!(accept_errors >= 1, "no accept failed");
+    let said_count: u64 = line
+        .split(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count at the start of {line:?}"));
+    assert!(
+        accept_errors >= said_count && said_count >= 1,
+        "{accept_errors} failed accepts counted, {said_count} said"
+    );
 
     // Statistics and exit 0 at the end, as without the attacks.
     let f = traced.interrupt();

@@ -404,10 +404,13 @@ fn serve_until_stopped(
             };
             match accepted {
                 Ok((stream, _)) => admit(stream, &slots, &http, serving, shared, &mut notice),
-                Err(_) => {
+                Err(e) => {
                     // EMFILE/ENFILE/ENOMEM or a connection reset before it was accepted: the
-                    // listener itself is fine; wait a little for resources to come back.
+                    // listener itself is fine; wait a little for resources to come back. Said
+                    // on stderr (at once, then with the other notices' period).
                     shared.counters.accept_errors.inc();
+                    notice.accept_failed += 1;
+                    notice.accept_error = e.to_string();
                     tokio::time::sleep(ACCEPT_BACKOFF).await;
                 }
             }
@@ -416,7 +419,7 @@ fn serve_until_stopped(
     })
 }
 
-/// Prints the line about evicted and refused connections, if one is due.
+/// Prints the line about evicted and refused connections and failed accepts, if one is due.
 fn report(notice: &mut Notice, limit: usize) {
     if let Some(line) = notice.take(Instant::now(), limit) {
         crate::say!("{line}");

@@ -84,19 +84,27 @@ impl<T> Slots<T> {
 /// At most one stderr line about evicted and refused connections per this time.
 pub(super) const NOTICE_PERIOD: Duration = Duration::from_secs(10);
 
-/// The stderr line about connections closed for room or refused: the first at once, then at
-/// most one per [`NOTICE_PERIOD`] with the counts since the last.
+/// The stderr line about connections closed for room or refused, and about failed accepts
+/// (no descriptor or memory free: new connections wait in the kernel's queue meanwhile): the
+/// first at once, then at most one per [`NOTICE_PERIOD`] with the counts since the last.
 #[derive(Debug, Default)]
 pub(super) struct Notice {
     pub(super) evicted: u64,
     pub(super) refused: u64,
+    /// Failed accepts, and the last one's error.
+    pub(super) accept_failed: u64,
+    pub(super) accept_error: String,
     last: Option<Instant>,
 }
 
 impl Notice {
+    fn pending(&self) -> u64 {
+        self.evicted + self.refused + self.accept_failed
+    }
+
     /// When the counts not yet reported are due (`None`: nothing to report).
     pub(super) fn due(&self) -> Option<Instant> {
-        if self.evicted + self.refused == 0 {
+        if self.pending() == 0 {
             return None;
         }
         Some(self.last.map_or_else(Instant::now, |l| l + NOTICE_PERIOD))
@@ -104,7 +112,7 @@ impl Notice {
 
     /// The line to print at `now`, if one is due; its counts start again from 0.
     pub(super) fn take(&mut self, now: Instant, limit: usize) -> Option<String> {
-        if self.evicted + self.refused == 0 || self.last.is_some_and(|l| now < l + NOTICE_PERIOD) {
+        if self.pending() == 0 || self.last.is_some_and(|l| now < l + NOTICE_PERIOD) {
             return None;
         }
         let when = match self.last {
@@ -112,7 +120,7 @@ impl Notice {
             None => String::new(),
         };
         let plural = |n: u64| if n == 1 { "" } else { "s" };
-        let (e, r) = (self.evicted, self.refused);
+        let (e, r, a) = (self.evicted, self.refused, self.accept_failed);
         let mut said = Vec::new();
         if e > 0 {
             said.push(format!(
@@ -127,12 +135,24 @@ impl Notice {
                 plural(r)
             ));
         }
-        let line = format!(
-            "gpu-trace: --metrics: {} (slow or idle clients; limit {limit} connections)",
-            said.join("; ")
-        );
+        if e + r > 0 {
+            let last = said.len() - 1;
+            said[last].push_str(&format!(
+                " (slow or idle clients; limit {limit} connections)"
+            ));
+        }
+        if a > 0 {
+            said.push(format!(
+                "{a} accept{} failed{when} ({}); new connections wait in the kernel's queue until \
+                 a descriptor is free (raise the open-files limit, `ulimit -n`, if this repeats)",
+                plural(a),
+                self.accept_error
+            ));
+        }
+        let line = format!("gpu-trace: --metrics: {}", said.join("; "));
         self.evicted = 0;
         self.refused = 0;
+        self.accept_failed = 0;
         self.last = Some(now);
         Some(line)
     }

@@ -482,6 +482,34 @@ fn evictions_are_said_at_once_then_at_most_every_ten_seconds() {
     );
 }
 
+/// Failed accepts are said too (with the error), at once, then with the same period; the
+/// connections' advice is not added to a line about accepts alone.
+#[test]
+fn failed_accepts_are_said_at_once_with_their_error() {
+    let mut n = slots::Notice::default();
+    let t0 = Instant::now();
+    n.accept_failed += 1;
+    n.accept_error = "Too many open files (os error 24)".into();
+    assert!(n.due().is_some(), "a failed accept is due at once");
+    let first = n.take(t0, 32).unwrap();
+    assert_eq!(
+        first,
+        "gpu-trace: --metrics: 1 accept failed (Too many open files (os error 24)); new \
+         connections wait in the kernel's queue until a descriptor is free (raise the \
+         open-files limit, `ulimit -n`, if this repeats)"
+    );
+    n.accept_failed += 3;
+    n.evicted += 2;
+    assert_eq!(n.take(t0 + Duration::from_secs(5), 32), None);
+    let next = n.take(t0 + Duration::from_secs(11), 32).unwrap();
+    assert!(
+        next.contains("2 connections closed in the last 11 s")
+            && next.contains("(slow or idle clients; limit 32 connections); 3 accepts failed in the last 11 s (Too many open files"),
+        "{next}"
+    );
+    assert_eq!(n.due(), None);
+}
+
 /// docs/fleet.md lists every one of the server's own counters.
 #[test]
 fn the_fleet_doc_lists_every_server_counter() {
