@@ -678,6 +678,60 @@ mod tests {
         ));
     }
 
+    /// The ATTRIBUTION record, laid out by hand (head 56 bytes, then the path), read back: the
+    /// path and the namespaced PID as written, `None` for an unresolved path and a host PID; a
+    /// path past the cap is cut to it, and a length past the cap is refused.
+    #[test]
+    fn attribution_records_carry_their_path_and_namespaced_pid() {
+        let by_hand = |ns_pid: u32, path: &[u8]| {
+            let mut b = header(user_kind::ATTRIBUTION).as_bytes().to_vec(); // hdr @0
+            b.extend_from_slice(&0xC6_0000_0042u64.to_le_bytes()); // cgroup_id @40
+            b.extend_from_slice(&ns_pid.to_le_bytes()); // ns_pid @48
+            b.extend_from_slice(&(path.len() as u32).to_le_bytes()); // path_len @52
+            b.extend_from_slice(path);
+            b
+        };
+        let path = "/kubepods.slice/pod-1/cri-containerd-ab.scope";
+        let bytes = by_hand(7, path.as_bytes());
+        assert_eq!(bytes.len(), 56 + path.len());
+        let RawRecord::Attribution(a) = parse_record(&bytes).unwrap() else {
+            panic!("not an attribution");
+        };
+        assert_eq!(a.head.cgroup_id, 0xC6_0000_0042);
+        assert_eq!(a.path().as_deref(), Some(path));
+        assert_eq!(a.ns_pid(), Some(7));
+        assert_eq!(a.head.hdr.tgid, 4242);
+
+        let RawRecord::Attribution(none) = parse_record(&by_hand(0, b"")).unwrap() else {
+            panic!("not an attribution");
+        };
+        assert_eq!(none.path(), None);
+        assert_eq!(none.ns_pid(), None);
+
+        // Built from the kernel's record: the same bytes as by hand.
+        let task = TaskCgroupRecord {
+            hdr: header(record_kind::TASK_CGROUP),
+            cgroup_id: 0xC6_0000_0042,
+            ns_pid: 7,
+            _pad: 0,
+        };
+        assert_eq!(Attribution::new(&task, Some(path), Some(7)).bytes, bytes);
+        let long = "/x".repeat(ATTRIBUTION_PATH_MAX);
+        let cut = Attribution::new(&task, Some(&long), None);
+        assert_eq!(cut.path().map(|p| p.len()), Some(ATTRIBUTION_PATH_MAX));
+        assert_eq!(cut.ns_pid(), None);
+        let mut over = by_hand(0, &vec![b'a'; ATTRIBUTION_PATH_MAX + 1]);
+        assert!(matches!(
+            parse_record(&over),
+            Err(WireError::BadLength { .. })
+        ));
+        over.truncate(56 + 3);
+        assert!(
+            parse_record(&over).is_err(),
+            "a path shorter than its length"
+        );
+    }
+
     #[test]
     fn rejects_unknown_kind_and_bad_lengths() {
         let mut bytes = nv_record_bytes_by_hand();
