@@ -8,8 +8,10 @@
 //! kernel programs again (about a minute each on a 2-core machine). What aya-build builds
 //! depends only on the BPF target (endianness and `bpf_target_arch`, from the host target) and
 //! the sources: it is built in release mode whatever the outer profile. So it is given one
-//! directory per BPF target, `<target-dir>/ebpf/<arch>-<endian>`, under a lock (two cargo
-//! invocations may build at once), and the objects are copied into the real `OUT_DIR`.
+//! directory per BPF target, `<target-dir>/ebpf/<arch>-<endian>` (the workspace's target
+//! directory, as `cargo metadata` names it: not a triple's own, which cargo tags as a cache
+//! directory too), under a lock (two cargo invocations may build at once), and the objects are
+//! copied into the real `OUT_DIR`.
 
 use std::{
     fs,
@@ -19,10 +21,15 @@ use std::{
 use anyhow::{Context as _, anyhow};
 
 /// Builds `package` (its binary targets `bins`) and leaves each object in `OUT_DIR/<bin>`, as
-/// aya-build would.
-pub fn build(package: aya_build::Package<'_>, bins: &[&str], failed: &str) -> anyhow::Result<()> {
+/// aya-build would; `target_dir`: the workspace's target directory.
+pub fn build(
+    package: aya_build::Package<'_>,
+    bins: &[&str],
+    target_dir: &Path,
+    failed: &str,
+) -> anyhow::Result<()> {
     let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").context("OUT_DIR not set")?);
-    let shared = shared_dir(&out_dir)?;
+    let shared = shared_dir(target_dir)?;
     fs::create_dir_all(&shared).with_context(|| format!("creating {}", shared.display()))?;
     let lock = fs::File::create(shared.join(".lock"))
         .with_context(|| format!("creating {}", shared.join(".lock").display()))?;
@@ -44,22 +51,13 @@ pub fn build(package: aya_build::Package<'_>, bins: &[&str], failed: &str) -> an
     Ok(())
 }
 
-/// `<target-dir>/ebpf/<arch>-<endian>`: the target directory is the nearest ancestor of
-/// `OUT_DIR` that cargo tagged (`CACHEDIR.TAG`); without one (a layout cargo may change), the
-/// build stays under `OUT_DIR`, unshared, as aya-build alone would have it.
-fn shared_dir(out_dir: &Path) -> anyhow::Result<PathBuf> {
+/// `<target-dir>/ebpf/<arch>-<endian>`.
+fn shared_dir(target_dir: &Path) -> anyhow::Result<PathBuf> {
     let var = |name: &str| std::env::var(name).map_err(|_| anyhow!("{name} not set"));
     let bpf = format!(
         "{}-{}",
         var("CARGO_CFG_TARGET_ARCH")?,
         var("CARGO_CFG_TARGET_ENDIAN")?
     );
-    let root = out_dir
-        .ancestors()
-        .skip(1)
-        .find(|d| d.join("CACHEDIR.TAG").is_file());
-    Ok(match root {
-        Some(root) => root.join("ebpf").join(bpf),
-        None => out_dir.join("ebpf-shared").join(bpf),
-    })
+    Ok(target_dir.join("ebpf").join(bpf))
 }

@@ -8,7 +8,11 @@ use anyhow::{Context as _, anyhow};
 mod ebpf;
 
 fn main() -> anyhow::Result<()> {
-    let cargo_metadata::Metadata { packages, .. } = cargo_metadata::MetadataCommand::new()
+    let cargo_metadata::Metadata {
+        packages,
+        target_directory,
+        ..
+    } = cargo_metadata::MetadataCommand::new()
         .no_deps()
         .exec()
         .context("cargo metadata")?;
@@ -27,6 +31,7 @@ fn main() -> anyhow::Result<()> {
             ..Default::default()
         },
         &["gpu-trace-ebpf"],
+        target_directory.as_std_path(),
         "building the kernel programs failed: they need the nightly toolchain with rust-src and \
          bpf-linker (see the README's set-up)",
     )

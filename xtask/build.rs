@@ -10,6 +10,10 @@ mod ebpf;
 fn main() -> anyhow::Result<()> {
     let manifest_dir = std::env::var("CARGO_MANIFEST_DIR").context("CARGO_MANIFEST_DIR")?;
     let root_dir = format!("{manifest_dir}/../test/bench-ebpf");
+    let metadata = cargo_metadata::MetadataCommand::new()
+        .no_deps()
+        .exec()
+        .context("cargo metadata")?;
     ebpf::build(
         aya_build::Package {
             name: "gpu-trace-bench-ebpf",
@@ -17,6 +21,7 @@ fn main() -> anyhow::Result<()> {
             ..Default::default()
         },
         &["bench-floor"],
+        metadata.target_directory.as_std_path(),
         "building the benchmark's floor programs (test/bench-ebpf) failed: they need the nightly \
          toolchain with rust-src and bpf-linker (see the README's set-up)",
     )
