@@ -429,10 +429,30 @@ pub fn reap_signaled(pid: u32) -> Option<(i32, bool)> {
     }
 }
 
-/// At most this many processes followed (a fork bomb under the command cannot grow the set
-/// without bound); past it, new descendants are not traced and [`Descendants::unfollowed`]
-/// counts them.
+/// At most this many processes followed at once (a fork bomb under the command cannot grow the
+/// set without bound). At the bound, the members that no longer exist leave the set
+/// ([`Descendants::pruned`]); only past it with that many alive are new descendants not traced,
+/// counted by [`Descendants::unfollowed`].
 pub const MAX_FOLLOWED: usize = 1 << 20;
+
+/// Test-only: a lower bound than [`MAX_FOLLOWED`] (debug builds only, what `cargo test` runs;
+/// a release build ignores it), so that a test reaches it with a few hundred processes.
+pub const MAX_FOLLOWED_ENV: &str = "GPU_TRACE_TEST_MAX_FOLLOWED";
+
+fn max_followed() -> usize {
+    if cfg!(debug_assertions)
+        && let Some(n) = std::env::var(MAX_FOLLOWED_ENV)
+            .ok()
+            .and_then(|v| v.parse().ok())
+    {
+        return n;
+    }
+    MAX_FOLLOWED
+}
+
+/// The ring buffer's consumer and producer positions, read by [`Descendants`] to know when the
+/// records of a process that left the set have all been read.
+pub type RingPositions = Box<dyn Fn() -> (u64, u64) + Send>;
 
 /// A change in the followed set, for the filter that selects the events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -455,8 +475,21 @@ pub struct Descendants {
     sock: Option<OwnedFd>,
     /// Why the connector is not (or no longer) exact, said once.
     pub degraded: Option<String>,
-    /// Descendants not followed ([`MAX_FOLLOWED`]).
+    /// Descendants not followed ([`MAX_FOLLOWED`] alive at once).
     pub unfollowed: u64,
+    /// Processes that left the set at the bound because they no longer existed.
+    pub pruned: u64,
+    /// The bound ([`MAX_FOLLOWED`]).
+    bound: usize,
+    /// Members found gone at the bound: still followed until the reader has read the ring buffer
+    /// up to `retire_until` (its producer position when they were found gone), since their last
+    /// records may still be unread in it.
+    retiring: HashSet<u32>,
+    retire_until: u64,
+    /// `unfollowed` at which the next look for gone members is due (one look per
+    /// `bound / 16` refusals while the set stays full of live processes).
+    next_sweep: u64,
+    ring: Option<RingPositions>,
 }
 
 /// How long [`Descendants::launch`] waits for the command's own fork event before it falls
@@ -476,13 +509,7 @@ impl Descendants {
     pub fn launch(cmd: &[OsString], user: Option<&User>) -> Result<(Launched, Self), LaunchError> {
         let sock = subscribe();
         let child = fork_waiting(cmd, user)?;
-        let mut d = Self {
-            root: child.pid,
-            members: HashSet::from([child.pid]),
-            sock: None,
-            degraded: None,
-            unfollowed: 0,
-        };
+        let mut d = Self::new(child.pid, max_followed());
         let why = match sock {
             Ok(sock) => {
                 d.sock = Some(sock);
@@ -503,6 +530,85 @@ impl Descendants {
              reaped before its records are read is missed)"
         ));
         Ok((child, d))
+    }
+
+    fn new(root: u32, bound: usize) -> Self {
+        Self {
+            root,
+            members: HashSet::from([root]),
+            sock: None,
+            degraded: None,
+            unfollowed: 0,
+            pruned: 0,
+            bound,
+            retiring: HashSet::new(),
+            retire_until: 0,
+            next_sweep: 0,
+            ring: None,
+        }
+    }
+
+    /// The ring buffer's positions (the main trace's reader): a member that exited leaves the
+    /// set only once its records have been read. Without them (`gpu-trace api`, which filters
+    /// no records by this set) it leaves at once.
+    pub fn watch_ring(&mut self, positions: RingPositions) {
+        self.ring = Some(positions);
+    }
+
+    /// At the bound: the members that no longer exist (never the command) leave the set. With
+    /// the ring's positions they are retired first: still followed until [`Self::retire`] sees
+    /// the reader past what the ring holds now (at most `bound` retired at once). A look that
+    /// frees fewer than `bound / 16` members waits for `bound / 16` refusals before the next
+    /// (the cost of a look, one `kill(pid, 0)` per member, stays within 16 per process).
+    fn sweep(&mut self, changes: &mut Vec<Change>) {
+        if self.unfollowed < self.next_sweep || self.retiring.len() >= self.bound {
+            return;
+        }
+        let root = self.root;
+        let gone: Vec<u32> = (self.members.iter().copied())
+            .filter(|&p| p != root && !alive(p))
+            .collect();
+        let enough = (self.bound as u64 / 16).max(1);
+        if (gone.len() as u64) < enough {
+            self.next_sweep = self.unfollowed + enough;
+        }
+        for p in &gone {
+            self.members.remove(p);
+        }
+        match &self.ring {
+            Some(positions) => {
+                self.retire_until = positions().1;
+                self.retiring.extend(gone);
+            }
+            None => {
+                self.pruned += gone.len() as u64;
+                changes.extend(gone.into_iter().map(Change::Unfollow));
+            }
+        }
+    }
+
+    /// The retired members leave the set once the reader has read the ring buffer past where
+    /// it was when they were last found gone. Returns the changes.
+    pub fn retire(&mut self) -> Vec<Change> {
+        let read = self
+            .ring
+            .as_ref()
+            .map_or(u64::MAX, |positions| positions().0);
+        if self.retiring.is_empty() || read < self.retire_until {
+            return Vec::new();
+        }
+        self.pruned += self.retiring.len() as u64;
+        self.retiring.drain().map(Change::Unfollow).collect()
+    }
+
+    /// Whether the set is at its bound, once the retired members whose records were read
+    /// have left and the gone ones were looked for.
+    fn full(&mut self, changes: &mut Vec<Change>) -> bool {
+        if self.members.len() >= self.bound {
+            changes.extend(self.retire());
+            self.sweep(changes);
+        }
+        self.members.len() >= self.bound
     }
 
     /// Reads fork events until `pid`'s own arrives ([`CONNECTOR_CHECK`] at most).
@@ -528,6 +634,11 @@ impl Descendants {
         false
     }
 
+    /// The most processes followed at once ([`MAX_FOLLOWED`]).
+    pub fn bound(&self) -> usize {
+        self.bound
+    }
+
     /// The launched command's process id.
     pub fn root(&self) -> u32 {
         self.root
@@ -535,12 +646,14 @@ impl Descendants {
 
     /// Whether `tgid` is followed now.
     pub fn contains(&self, tgid: u32) -> bool {
-        self.members.contains(&tgid)
+        self.members.contains(&tgid) || self.retiring.contains(&tgid)
     }
 
     /// The processes followed now: the command and those it created.
     pub fn pids(&self) -> Vec<u32> {
-        self.members.iter().copied().collect()
+        (self.members.iter().chain(&self.retiring))
+            .copied()
+            .collect()
     }
 
     /// Reads the fork events queued so far; returns the changes to the set.
@@ -603,13 +716,15 @@ impl Descendants {
         if child_pid != child {
             return None; // a thread
         }
-        if self.members.contains(&parent) {
-            if self.members.len() >= MAX_FOLLOWED {
+        if self.contains(parent) {
+            if self.full(changes) {
                 self.unfollowed += 1;
             } else if self.members.insert(child) {
                 changes.push(Change::Follow(child));
             }
-        } else if child != self.root && self.members.remove(&child) {
+        } else if child != self.root
+            && (self.members.remove(&child) || self.retiring.remove(&child))
+        {
             changes.push(Change::Unfollow(child));
         }
         Some(child)
@@ -625,10 +740,12 @@ impl Descendants {
             return changes;
         }
         for pid in crate::probe::libraries::all_pids() {
-            if self.members.len() >= MAX_FOLLOWED {
-                break;
-            }
-            if !self.members.contains(&pid) && descends_from(pid, self.root) {
+            if !self.contains(pid) && descends_from(pid, self.root) {
+                // Not counted here: it would be again at every scan (`resolve` counts a
+                // process whose records are left out).
+                if self.full(&mut changes) {
+                    break;
+                }
                 self.members.insert(pid);
                 changes.push(Change::Follow(pid));
             }
@@ -641,16 +758,23 @@ impl Descendants {
     /// joined).
     pub fn resolve(&mut self, tgid: u32) -> Vec<Change> {
         let mut changes = self.refresh();
-        if self.sock.is_none()
-            && !self.members.contains(&tgid)
-            && self.members.len() < MAX_FOLLOWED
-            && descends_from(tgid, self.root)
-        {
-            self.members.insert(tgid);
-            changes.push(Change::Follow(tgid));
+        if self.sock.is_none() && !self.contains(tgid) && descends_from(tgid, self.root) {
+            if self.full(&mut changes) {
+                self.unfollowed += 1;
+            } else {
+                self.members.insert(tgid);
+                changes.push(Change::Follow(tgid));
+            }
         }
         changes
     }
+}
+
+/// Whether process `pid` exists (a zombie not reaped yet does).
+fn alive(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    let rc = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
 /// Whether process `pid` descends from `root`, by its parent chain in /proc (at most 4096
@@ -749,27 +873,93 @@ mod tests {
         msg
     }
 
-    /// Past [`MAX_FOLLOWED`] a new descendant is not followed and is counted (the run's end
-    /// says so and `unfollowed` shows it); below it, followed.
+    /// Pids of processes that existed and are gone (spawned, exited, reaped).
+    fn gone_pids(n: usize) -> Vec<u32> {
+        (0..n)
+            .map(|_| {
+                let mut c = std::process::Command::new("true").spawn().unwrap();
+                c.wait().unwrap();
+                c.id()
+            })
+            .collect()
+    }
+
+    /// At the bound with every member alive, a new descendant is not followed and is counted
+    /// (the run's end says so and `unfollowed` shows it); below it, followed.
     #[test]
-    fn descendants_past_the_bound_are_counted_not_followed() {
-        let mut d = Descendants {
-            root: 1,
-            members: HashSet::from([1]),
-            sock: None,
-            degraded: None,
-            unfollowed: 0,
-        };
+    fn descendants_past_the_bound_of_live_ones_are_counted_not_followed() {
+        let own = std::process::id();
+        let mut d = Descendants::new(own, 3);
         let mut changes = Vec::new();
-        assert_eq!(d.fork_events(&fork(1, 2), &mut changes), Some(2));
-        assert_eq!(changes, [Change::Follow(2)]);
-        d.members.extend(10..(10 + MAX_FOLLOWED as u32));
+        assert_eq!(d.fork_events(&fork(own, 1), &mut changes), Some(1));
+        assert_eq!(changes, [Change::Follow(1)]);
+        // SAFETY: getppid has no preconditions.
+        d.members.insert(unsafe { libc::getppid() } as u32);
         changes.clear();
-        d.fork_events(&fork(2, 5), &mut changes);
-        d.fork_events(&fork(1, 6), &mut changes);
+        d.fork_events(&fork(1, 5), &mut changes);
+        d.fork_events(&fork(own, 6), &mut changes);
         assert!(changes.is_empty(), "{changes:?}");
-        assert_eq!(d.unfollowed, 2);
-        assert!(!d.members.contains(&5));
+        assert_eq!((d.unfollowed, d.pruned), (2, 0));
+        assert!(!d.contains(5) && !d.contains(6));
+    }
+
+    /// At the bound, the members that exited leave the set (never the command) and the new
+    /// descendant is followed; without the ring's positions, at once.
+    #[test]
+    fn at_the_bound_members_that_exited_leave_the_set() {
+        let own = std::process::id();
+        let mut d = Descendants::new(own, 3);
+        let gone = gone_pids(2);
+        d.members.extend(&gone);
+        let mut changes = Vec::new();
+        d.fork_events(&fork(own, 7), &mut changes);
+        assert!(changes.contains(&Change::Follow(7)), "{changes:?}");
+        for p in &gone {
+            assert!(changes.contains(&Change::Unfollow(*p)), "{changes:?}");
+            assert!(!d.contains(*p));
+        }
+        assert_eq!((d.unfollowed, d.pruned), (0, 2));
+        assert!(d.contains(own) && d.contains(7));
+    }
+
+    /// With the ring's positions, the members found gone stay followed until the reader has
+    /// read the ring past its producer position of that moment: their last records may still
+    /// be in it.
+    #[test]
+    fn members_that_exited_are_followed_until_their_records_are_read() {
+        use std::sync::{
+            Arc,
+            atomic::{AtomicU64, Ordering},
+        };
+        let own = std::process::id();
+        let mut d = Descendants::new(own, 3);
+        let (consumer, producer) = (Arc::new(AtomicU64::new(40)), Arc::new(AtomicU64::new(100)));
+        let (c, p) = (consumer.clone(), producer.clone());
+        d.watch_ring(Box::new(move || {
+            (c.load(Ordering::SeqCst), p.load(Ordering::SeqCst))
+        }));
+        let gone = gone_pids(2);
+        d.members.extend(&gone);
+        let mut changes = Vec::new();
+        d.fork_events(&fork(own, 7), &mut changes);
+        assert_eq!(changes, [Change::Follow(7)]);
+        assert!(
+            gone.iter().all(|p| d.contains(*p)),
+            "retired, still followed"
+        );
+        producer.store(500, Ordering::SeqCst);
+        consumer.store(99, Ordering::SeqCst);
+        assert!(d.retire().is_empty(), "records below 100 may be unread");
+        assert!(gone.iter().all(|p| d.contains(*p)));
+        consumer.store(100, Ordering::SeqCst);
+        let left = d.retire();
+        assert_eq!(left.len(), 2, "{left:?}");
+        assert!(
+            gone.iter()
+                .all(|p| !d.contains(*p) && left.contains(&Change::Unfollow(*p)))
+        );
+        assert_eq!(d.pruned, 2);
+        assert!(d.retire().is_empty());
     }
 
     /// Without the connector, the processes the command created are found in /proc: a child
@@ -777,13 +967,8 @@ mod tests {
     #[test]
     fn without_the_connector_children_are_found_in_proc() {
         let own = std::process::id();
-        let mut d = Descendants {
-            root: own,
-            members: HashSet::from([own]),
-            sock: None,
-            degraded: Some("test".into()),
-            unfollowed: 0,
-        };
+        let mut d = Descendants::new(own, MAX_FOLLOWED);
+        d.degraded = Some("test".into());
         let mut child = std::process::Command::new("sleep")
             .arg("30")
             .spawn()

@@ -114,9 +114,32 @@ fn without_the_process_connector_children_are_found_from_proc() {
     );
 }
 
+/// At the bound of processes followed at once, those that exited leave the set: a command
+/// that first runs (and reaps) 100 short processes, past a bound lowered to 16 (a debug
+/// build's test variable; the release bound is 2^20), still has its next child and grandchild
+/// traced whole, and nothing is counted as not traced. Before processes that exited were
+/// pruned, the 16th process was the last followed.
+#[test]
+fn processes_that_exited_leave_the_followed_set_at_its_bound() {
+    let test = "processes_that_exited_leave_the_followed_set_at_its_bound";
+    if skip_unless_root(test) {
+        return;
+    }
+    let f = launched_run_after(test, false, 100, Some(16));
+    assert!(!f.stderr.contains("were not traced"), "{}", f.stderr);
+    let stats = json_stats(&f.stdout);
+    assert!(stats["unreported"]["unfollowed"].is_null(), "{stats}");
+}
+
 /// Runs the launch scenario (module doc) and checks its events, counts and exit status;
 /// `own_netns`: gpu-trace runs under `unshare -n`.
 fn launched_run(test: &str, own_netns: bool) -> Finished {
+    launched_run_after(test, own_netns, 0, None)
+}
+
+/// [`launched_run`], the command running `short` short processes (`/bin/true`) first, with
+/// the bound of followed processes `bound` when given.
+fn launched_run_after(test: &str, own_netns: bool, short: usize, bound: Option<usize>) -> Finished {
     let pids_file = common::scratch().join(format!("{test}.pids"));
     let _ = std::fs::remove_file(&pids_file);
     let noise = child("noise")
@@ -126,7 +149,10 @@ fn launched_run(test: &str, own_netns: bool) -> Finished {
     let exe = std::env::current_exe().unwrap();
     let exe = exe.to_str().unwrap();
     // A shell in between: the schedules come from its child and grandchild.
-    let script = "\"$0\" --ignored --exact launched_parent --test-threads 1 -q >/dev/null; exit $?";
+    let script = format!(
+        "i=0; while [ $i -lt {short} ]; do /bin/true; i=$((i + 1)); done; \
+         \"$0\" --ignored --exact launched_parent --test-threads 1 -q >/dev/null; exit $?"
+    );
     let mut cmd = if own_netns {
         let mut c = std::process::Command::new("unshare");
         c.args(["-n", gpu_trace_bin().to_str().unwrap()]);
@@ -136,6 +162,9 @@ fn launched_run(test: &str, own_netns: bool) -> Finished {
         std::process::Command::new(gpu_trace_bin())
     };
     cmd.env("LAUNCH_PIDS", &pids_file);
+    if let Some(n) = bound {
+        cmd.env("GPU_TRACE_TEST_MAX_FOLLOWED", n.to_string());
+    }
     let traced = Traced::start_with(
         cmd,
         &[
@@ -146,7 +175,7 @@ fn launched_run(test: &str, own_netns: bool) -> Finished {
             "--",
             "sh",
             "-c",
-            script,
+            &script,
             exe,
         ],
     );

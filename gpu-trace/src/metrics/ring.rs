@@ -64,15 +64,22 @@ impl RingFill {
 
     /// Bytes written by the kernel programs and not yet consumed (record headers included).
     pub fn used_bytes(&self) -> u64 {
+        let (c, p) = self.positions();
+        p.wrapping_sub(c)
+    }
+
+    /// The consumer and producer positions: bytes read and bytes reserved since the ring was
+    /// made (both only grow; every record reserved before a moment lies below the producer
+    /// position read then).
+    pub fn positions(&self) -> (u64, u64) {
         // SAFETY: both pages are mapped for the life of self; the kernel keeps each position in
         // the page's first (8-byte aligned) word and updates it atomically.
-        let (c, p) = unsafe {
+        unsafe {
             (
                 (*(self.consumer as *const AtomicU64)).load(Ordering::Acquire),
                 (*(self.producer as *const AtomicU64)).load(Ordering::Acquire),
             )
-        };
-        p.wrapping_sub(c)
+        }
     }
 }
 

@@ -104,7 +104,10 @@ pub async fn run_live_with(
     let (mut pipeline, metrics_server, ring_fill) =
         with_outputs(pipeline, trigger, metrics, &inventory, &mut recorder)?;
     let ring = watch_ring_buffer(&mut tracer, ring_fill)?;
-    let (command, descendants) = release_command(launched, &mut pipeline);
+    let (command, mut descendants) = release_command(launched, &mut pipeline);
+    if let Some(d) = descendants.as_mut() {
+        follow_with_ring(d, ring.get_ref());
+    }
     let live = LiveRun {
         tracer,
         reader: Reader {
@@ -328,6 +331,20 @@ pub(super) fn start_command(
         crate::say!("gpu-trace: warning: {why}");
     }
     Ok(Some((child, descendants)))
+}
+
+/// `-- CMD`: the followed set reads the ring buffer's positions, so that a process that exited
+/// leaves it (at its bound) only once its records are read.
+fn follow_with_ring(d: &mut crate::launch::Descendants, ring: &RingBuf<MapData>) {
+    use std::os::fd::AsFd as _;
+    match crate::metrics::ring::RingFill::new(ring.as_fd()) {
+        Ok(fill) => d.watch_ring(Box::new(move || fill.positions())),
+        Err(e) => crate::say!(
+            "gpu-trace: (the ring buffer's positions are not readable ({e}): at the bound of \
+             followed processes, those that exited leave the set at once, and a record of \
+             theirs still unread is then left out)"
+        ),
+    }
 }
 
 /// The ring buffer, taken from the tracer and registered with tokio to be read when it holds
@@ -656,9 +673,9 @@ impl LiveRun<'_> {
             .filter(|&n| n > 0)
         {
             crate::say!(
-                "gpu-trace: warning: {n} processes the command created were not traced: it had \
-                 created {} already, the most gpu-trace follows",
-                crate::launch::MAX_FOLLOWED
+                "gpu-trace: warning: {n} processes the command created were not traced: {} of \
+                 its processes were alive at once, the most gpu-trace follows",
+                (reader.descendants.as_ref()).map_or(crate::launch::MAX_FOLLOWED, |d| d.bound())
             );
             pipeline.left_out("unfollowed", n);
         }

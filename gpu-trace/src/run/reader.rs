@@ -164,6 +164,11 @@ impl Reader {
                 break;
             }
         }
+        // `-- CMD`: processes that left the followed set at its bound, once the reader is past
+        // their last records.
+        if let Some(d) = self.descendants.as_mut() {
+            follow_changes(pipeline, d.retire());
+        }
         recorder.flush();
         let _ = pipeline.flush();
         drained
