@@ -841,6 +841,12 @@ impl<W: Write> Pipeline<W> {
         self.outputs.out()
     }
 
+    /// The output writer itself, for text a caller writes between two records (flush the
+    /// pipeline first: `gpu-trace api`'s call tables).
+    pub fn output_mut(&mut self) -> &mut W {
+        self.outputs.out_mut()
+    }
+
     /// The statistics, for counters the caller knows (records lost on the way, output lost).
     pub fn stats_mut(&mut self) -> &mut Stats {
         &mut self.stats

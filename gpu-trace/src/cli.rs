@@ -513,6 +513,17 @@ pub struct ApiArgs {
     #[arg(hide_short_help = true)]
     #[arg(long = "bpf-stats")]
     pub bpf_stats: bool,
+    /// Tracing: lines and tables into FILE, standard output left to CMD.
+    ///
+    /// FILE is created or emptied before anything is loaded or launched; a FIFO needs its
+    /// reader first. Without it, CMD's output and gpu-trace's share one stream.
+    #[arg(
+        short = 'o',
+        long = "output",
+        value_name = "FILE",
+        conflicts_with = "resolve"
+    )]
+    pub output: Option<PathBuf>,
     /// Tracing: start CMD with its arguments, trace it from its first call, and exit with its
     /// status.
     #[arg(last = true, value_name = "CMD")]

@@ -51,19 +51,28 @@ fn build(dir: &Path, link: &[&str]) -> Option<PathBuf> {
     Some(exe)
 }
 
+/// Whether `test` cannot run here (said as a skip): it needs root, uprobes and a C compiler.
+fn cannot_run(test: &str) -> bool {
+    // SAFETY: no arguments.
+    let why = if unsafe { libc::geteuid() } != 0 {
+        "needs root (uprobes and BPF programs)"
+    } else if !Path::new("/sys/bus/event_source/devices/uprobe").exists() {
+        "the kernel has no uprobe PMU (CONFIG_UPROBE_EVENTS)"
+    } else if Command::new("cc").arg("--version").output().is_err() {
+        "no C compiler (cc)"
+    } else {
+        return false;
+    };
+    skipped(test, why);
+    true
+}
+
 #[test]
 fn api_launch_counts_every_call_of_a_library_found_by_rpath_ld_library_path_or_runpath() {
     let test =
         "api_launch_counts_every_call_of_a_library_found_by_rpath_ld_library_path_or_runpath";
-    // SAFETY: no arguments.
-    if unsafe { libc::geteuid() } != 0 {
-        return skipped(test, "needs root (uprobes and BPF programs)");
-    }
-    if !Path::new("/sys/bus/event_source/devices/uprobe").exists() {
-        return skipped(test, "the kernel has no uprobe PMU (CONFIG_UPROBE_EVENTS)");
-    }
-    if Command::new("cc").arg("--version").output().is_err() {
-        return skipped(test, "no C compiler (cc)");
+    if cannot_run(test) {
+        return;
     }
     let tmp = tempfile::tempdir().unwrap();
     let root = std::fs::canonicalize(tmp.path()).unwrap();
@@ -114,4 +123,74 @@ fn api_launch_counts_every_call_of_a_library_found_by_rpath_ld_library_path_or_r
             "{name}: every call from the first\n{text}\n{err}"
         );
     }
+}
+
+/// `gpu-trace api -o FILE -- CMD`: the command's standard output is its own (its one line,
+/// nothing of the tracer's, however long either writes), and FILE holds the tracer's table,
+/// which counts what the program says it called.
+#[test]
+fn api_output_file_leaves_the_commands_stdout_its_own() {
+    let test = "api_output_file_leaves_the_commands_stdout_its_own";
+    if cannot_run(test) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(tmp.path()).unwrap();
+    let exe = build(&root, &["-Wl,-rpath,$ORIGIN/lib"]).unwrap();
+    let file = root.join("api.out");
+    let out = Command::new(env!("CARGO_BIN_EXE_gpu-trace"))
+        .args(["api", "--probe", "libnoop.so:noop_fn", "-v", "-o"])
+        .arg(&file)
+        .arg("--")
+        .arg(&exe)
+        .args(["1000", "0"])
+        .env_remove("LD_LIBRARY_PATH")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}\n{stdout}\n{err}", out.status);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "stdout is the command's alone: {stdout:?}");
+    let own: u64 = lines[0]
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix("calls=")?.parse().ok())
+        .unwrap_or_else(|| panic!("the program printed no count: {stdout}\n{err}"));
+    assert_eq!(own, 1000);
+    let written = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(
+        counted(&written),
+        own,
+        "the table in -o FILE\n{written}\n{err}"
+    );
+    // -v: one API_CALL line per call, in the file too.
+    assert_eq!(
+        written.lines().filter(|l| l.contains("API_CALL")).count() as u64,
+        own,
+        "{err}"
+    );
+    assert!(
+        !written.contains("calls="),
+        "the command's line is not in the file"
+    );
+
+    // A file that cannot be written stops the run before the command starts.
+    let marker = root.join("ran");
+    let bad = Command::new(env!("CARGO_BIN_EXE_gpu-trace"))
+        .args(["api", "--probe", "libnoop.so:noop_fn", "-o"])
+        .arg(root.join("no-such-dir/out"))
+        .args(["--", "touch"])
+        .arg(&marker)
+        .output()
+        .unwrap();
+    let bad_err = String::from_utf8_lossy(&bad.stderr);
+    assert!(!bad.status.success(), "{bad_err}");
+    assert!(
+        bad_err.contains("-o ") && bad_err.contains("no-such-dir"),
+        "{bad_err}"
+    );
+    assert!(
+        !marker.exists(),
+        "the command ran although -o could not be opened"
+    );
 }

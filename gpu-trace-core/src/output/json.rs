@@ -496,6 +496,11 @@ impl<W: std::io::Write> JsonSink<W> {
         &self.out
     }
 
+    /// The writer itself, for what a caller writes between two events.
+    pub fn out_mut(&mut self) -> &mut W {
+        &mut self.out
+    }
+
     pub fn into_out(self) -> W {
         self.out
     }

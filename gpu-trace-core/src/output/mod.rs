@@ -88,6 +88,14 @@ impl<W: io::Write> Lines<W> {
         }
     }
 
+    /// The output writer itself, for what a caller writes between two events.
+    pub fn out_mut(&mut self) -> &mut W {
+        match self {
+            Self::Text(s) => s.out_mut(),
+            Self::Json(s) => s.out_mut(),
+        }
+    }
+
     /// Text: where the `--interval` blocks go; JSON writes them with the events.
     pub fn set_side(&mut self, side: Box<dyn io::Write>) {
         if let Self::Text(text) = self {
@@ -178,6 +186,11 @@ impl<W: io::Write> Outputs<W> {
     /// The lines' writer (live runs check their output queue through it).
     pub fn out(&self) -> &W {
         self.lines.out()
+    }
+
+    /// The lines' writer itself, for what a caller writes between two events.
+    pub fn out_mut(&mut self) -> &mut W {
+        self.lines.out_mut()
     }
 
     pub fn into_out(self) -> W {

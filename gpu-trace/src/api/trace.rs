@@ -10,7 +10,7 @@
 //! do: one text shape and one JSON shape per record kind for both commands.
 
 use std::collections::HashSet;
-use std::io::{BufWriter, Stdout, Write as _};
+use std::io::{BufWriter, Write};
 use std::os::fd::{AsFd as _, AsRawFd as _};
 
 use aya::{
@@ -69,10 +69,13 @@ pub enum TraceError {
     /// The event loop could not start or wait (the runtime, the signal handlers, the ring).
     #[error("{0}")]
     Loop(String),
+    /// `-o FILE` could not be opened.
+    #[error("{0}")]
+    Output(String),
 }
 
-/// Where the records go: the core's pipeline, its lines on standard output.
-pub(crate) type Lines = Pipeline<BufWriter<Stdout>>;
+/// Where the records go: the core's pipeline, its lines on standard output or in `-o FILE`.
+pub(crate) type Lines = Pipeline<BufWriter<Box<dyn Write>>>;
 
 /// The pipeline of `args`' format: every record a line, no driver statistics (the call
 /// tables are this command's own).
@@ -90,7 +93,18 @@ pub(crate) fn lines(args: &ApiArgs) -> Result<Lines, TraceError> {
         clock: Clock::from_system().map_err(TraceError::Clock)?,
         show_container: false,
     };
-    Ok(Pipeline::new(config, BufWriter::new(std::io::stdout())))
+    let sink: Box<dyn Write> = match &args.output {
+        Some(path) => Box::new(crate::run::files::open_for_writing(path).map_err(|e| {
+            let why = if crate::run::files::is_no_reader(&e) {
+                "a FIFO nobody reads (start its reader first)".to_string()
+            } else {
+                e.to_string()
+            };
+            TraceError::Output(format!("-o {}: {why}", path.display()))
+        })?),
+        None => Box::new(std::io::stdout()),
+    };
+    Ok(Pipeline::new(config, BufWriter::new(sink)))
 }
 
 /// Standard output failed: a closed pipe (`| head`) ends the run quietly, as coreutils do;
@@ -379,9 +393,9 @@ fn print(
         }
         ApiFormat::Json => rows.iter().map(|r| stats::json(r, final_) + "\n").collect(),
     };
-    let mut stdout = std::io::stdout().lock();
-    stdout
-        .write_all(text.as_bytes())
-        .and_then(|()| stdout.flush())
+    // Into the lines' own writer (standard output or `-o FILE`), after them.
+    let w = out.output_mut();
+    w.write_all(text.as_bytes())
+        .and_then(|()| w.flush())
         .map_err(SinkError::Output)
 }

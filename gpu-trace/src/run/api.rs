@@ -46,6 +46,9 @@ pub fn run_api(args: &ApiArgs) -> Result<Traced, TraceError> {
         return Err(TraceError::NoTarget);
     }
     let subtrees = subtrees(args)?;
+    // `-o FILE` before anything is loaded or launched: a file that cannot be written stops
+    // the run before it starts.
+    let out = lines(args)?;
     let _ = crate::flags::install_stop_signals();
     raise_open_file_limit();
     let mut tracer = Tracer::load(table.clone(), args)?;
@@ -62,7 +65,7 @@ pub fn run_api(args: &ApiArgs) -> Result<Traced, TraceError> {
     } else {
         None
     };
-    let mut run = ApiRun::new(tracer, args, attached, &subtrees, lines(args)?);
+    let mut run = ApiRun::new(tracer, args, attached, &subtrees, out);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
