@@ -17,7 +17,6 @@
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
-use std::time::Duration;
 
 mod api_support;
 mod common;
@@ -116,7 +115,6 @@ fn driver_events_carry_the_api_call_open_on_their_thread() {
     ];
     let traced = Traced::start(&args).unwrap_or_else(|e| panic!("{test}: {e}"));
     release(&mut client, &mut out);
-    std::thread::sleep(Duration::from_millis(300));
     let f = traced.interrupt();
     assert_eq!(f.status.code(), Some(0), "{}", f.stderr);
     assert!(
@@ -318,7 +316,6 @@ fn api_attaches_a_comm_process_started_after_the_trace() {
     let (mut client, mut out, pid) = start_program(&exe, None);
     wait_probes(traced.pid(), before + per_target());
     release(&mut client, &mut out);
-    std::thread::sleep(Duration::from_millis(300));
     let f = traced.interrupt();
     // Nothing had the name at start: the process was attached by a rescan.
     assert!(f.stderr.contains("--api: 0 of 0 target"), "{}", f.stderr);
@@ -432,7 +429,6 @@ fn api_calls_are_one_line_per_call_live_replayed_and_in_perfetto() {
     ];
     let traced = trace_api_of(test, pid, &extra);
     let (inits, mallocs) = release_counting(&mut client, &mut out);
-    std::thread::sleep(Duration::from_millis(300));
     let f = traced.interrupt();
     assert_eq!(f.status.code(), Some(0), "{}", f.stderr);
     assert_eq!(malformed(&f.stdout), 0, "{}", f.stdout);
@@ -608,7 +604,6 @@ fn a_recursing_cuinit_is_one_api_recursion_in_the_main_trace() {
     let (mut client, mut out, pid) = start_calls_client(&root, 2);
     let traced = trace_api_of(test, pid, &[]);
     release_counting(&mut client, &mut out);
-    std::thread::sleep(Duration::from_millis(300));
     let f = traced.interrupt();
     assert_eq!(f.status.code(), Some(0), "{}", f.stderr);
     assert_eq!(malformed(&f.stdout), 0, "{}", f.stdout);

@@ -264,20 +264,6 @@ fn status_kib(pid: u32, field: &str) -> Option<i64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// `GET /metrics` of a local endpoint: the value of the sample `name` (no labels), if served.
-fn scrape(port: u16, name: &str) -> Option<f64> {
-    use std::io::{Read as _, Write as _};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
-        .ok()?;
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
-        .ok()?;
-    let mut body = String::new();
-    let _ = s.read_to_string(&mut body);
-    body.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-}
-
 /// The live path with the DaemonSet's flags (`--vendor=nvidia --metrics=… --quiet`): a process
 /// issues 2 M schedules, each on a distinct handle it never created, on the watched device;
 /// the tracer's peak RSS stays under the same ceiling, and it counts what it did not remember.
@@ -289,11 +275,7 @@ fn a_live_storm_of_distinct_handles_stays_under_the_memory_ceiling() {
     if skip_unless_root(test) {
         return;
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let addr = format!("127.0.0.1:{port}");
     let traced = match Traced::start(&[
         "--vendor",
@@ -318,15 +300,7 @@ fn a_live_storm_of_distinct_handles_stays_under_the_memory_ceiling() {
     }
     // The reader has drained what the ring buffer holds: waiting for that state (the ring's
     // fill gauge at 0 once the storm is over), a liveness bound of a minute, no sleep.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while scrape(port, "gpu_trace_ring_buffer_used_bytes") != Some(0.0) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the ring buffer was not drained within a minute: {:?}",
-            scrape(port, "gpu_trace_ring_buffer_used_bytes")
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    wait_ring_read(port);
     let pid = traced.pid();
     let peak = status_kib(pid, "VmHWM:").unwrap();
     let now = status_kib(pid, "VmRSS:").unwrap();

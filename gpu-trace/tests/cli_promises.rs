@@ -158,7 +158,6 @@ fn pid_filters_of_the_binary_exclude_the_other_process() {
         }
         let traced = Traced::start(&args).unwrap_or_else(|e| panic!("{test}: {e}"));
         release(vec![a, b, c]);
-        std::thread::sleep(std::time::Duration::from_millis(300));
         let f = traced.interrupt();
         assert_eq!(f.status.code(), Some(0), "{}", f.stderr);
         let events = json_events(&f.stdout);

@@ -714,7 +714,6 @@ fn a_podman_container_is_traced_by_its_id_and_nothing_else() {
         "0",
         "the client in the container"
     );
-    std::thread::sleep(Duration::from_millis(200));
     let f = traced.interrupt();
     assert!(f.status.success(), "{test}: {:?} {}", f.status, f.stderr);
 

@@ -203,7 +203,6 @@ fn a_real_thread_with_a_hostile_name_cannot_reach_the_terminal() {
     let mut c = child("hostile_names_child").spawn().unwrap();
     let pid = c.id();
     assert!(c.wait().unwrap().success(), "child failed");
-    std::thread::sleep(Duration::from_millis(300));
     let f = traced.interrupt();
     assert_eq!(f.status.code(), Some(0), "{}", f.stderr);
     let check_text = |what: &str, out: &[u8]| {

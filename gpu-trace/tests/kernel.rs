@@ -530,7 +530,6 @@ fn child_process_body() {
     for t in threads {
         t.join().unwrap();
     }
-    std::thread::sleep(Duration::from_millis(100));
 }
 
 #[test]

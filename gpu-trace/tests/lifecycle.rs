@@ -155,6 +155,26 @@ fn sigint_and_sigterm_print_statistics_and_detach() {
     }
 }
 
+/// This process's RM calls among the records a recording being written holds so far (read up
+/// to its first incomplete record).
+fn own_calls_recorded(rec: &std::path::Path) -> usize {
+    let Ok(file) = std::fs::File::open(rec) else {
+        return 0;
+    };
+    let Ok(mut r) = gpu_trace::record::RecordReader::new(std::io::BufReader::new(file)) else {
+        return 0;
+    };
+    let mut n = 0;
+    while let Ok(Some(bytes)) = r.next_record() {
+        if let Ok(gpu_trace::wire::RawRecord::NvIoctl(c)) = gpu_trace::wire::parse_record(&bytes)
+            && c.hdr.tgid == std::process::id()
+        {
+            n += 1;
+        }
+    }
+    n
+}
+
 #[test]
 fn sigkill_leaves_nothing_in_the_kernel_and_the_cut_recording_replays() {
     let _serial = serial();
@@ -174,7 +194,16 @@ fn sigkill_leaves_nothing_in_the_kernel_and_the_cut_recording_replays() {
     for _ in 0..100 {
         s.issue(&dev);
     }
-    std::thread::sleep(Duration::from_millis(500));
+    // Killed once part of the calls reached the recording's file (the state the test needs:
+    // a cut recording with records in it), read from the file as it grows.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while own_calls_recorded(&rec) == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{test}: none of the 100 calls reached the recording within a minute"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     traced.signal(libc::SIGKILL);
     let f = traced.wait(Duration::from_secs(10));
     assert_eq!(f.status.signal(), Some(libc::SIGKILL));
@@ -229,7 +258,6 @@ fn two_concurrent_tracers_both_see_every_call() {
     for _ in 0..5 {
         s.issue(&dev);
     }
-    std::thread::sleep(Duration::from_millis(500));
     for (name, t) in [("first", a), ("second", b)] {
         let f = t.interrupt();
         assert_eq!(f.status.code(), Some(0), "{name}: {}", f.stderr);

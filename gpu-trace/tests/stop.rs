@@ -113,9 +113,11 @@ impl Drop for Storm {
 
 /// Starts gpu-trace on the storm's device with a recording, lets the storm fill the ring, and
 /// returns both with the recording's path.
-fn traced_storm(test: &str, extra: &[&str]) -> (Traced, Storm, PathBuf) {
+fn traced_storm(test: &str, extra: &[&str]) -> (Traced, Storm, PathBuf, u16) {
     let rec = tmp(&format!("{test}.gtrace"));
     let rec_s = rec.to_str().unwrap().to_string();
+    let port = free_port();
+    let metrics = format!("127.0.0.1:{port}");
     let mut args = vec![
         "--watch-device",
         DEV,
@@ -124,11 +126,13 @@ fn traced_storm(test: &str, extra: &[&str]) -> (Traced, Storm, PathBuf) {
         "/dev/null",
         "--record",
         &rec_s,
+        "--metrics",
+        &metrics,
     ];
     args.extend_from_slice(extra);
     let traced = Traced::start(&args).unwrap_or_else(|e| panic!("{test}: {e}"));
     let storm = Storm::start();
-    (traced, storm, rec)
+    (traced, storm, rec, port)
 }
 
 /// The recording holds every record the kernel counted as sent (the stop kept exact counts).
@@ -164,9 +168,14 @@ fn stop_by_signal(test: &str, sig: i32) {
     if skip_unless_root(test) {
         return;
     }
-    let (traced, mut storm, rec) = traced_storm(test, &[]);
-    // Long enough for the ring to be full and the reader behind.
-    std::thread::sleep(Duration::from_millis(1500));
+    let (traced, mut storm, rec, port) = traced_storm(test, &[]);
+    // The ring full and the reader behind: the kernel has counted records it could not send.
+    wait_scraped(
+        port,
+        "gpu_trace_dropped_records_total",
+        |v| v > 0.0,
+        "the storm overfilled the ring",
+    );
     assert!(storm.running(), "{test}: the storm ended early");
     let asked = Instant::now();
     traced.signal(sig);
@@ -208,7 +217,7 @@ fn duration_under_a_storm_ends_on_time() {
         return;
     }
     let started = Instant::now();
-    let (traced, mut storm, rec) = traced_storm(test, &["--duration", "2"]);
+    let (traced, mut storm, rec, _) = traced_storm(test, &["--duration", "2"]);
     // Attached when `start` returned: the duration runs from about then.
     let (f, took) = stop_time(traced, started);
     let under_storm = storm.running();
@@ -226,7 +235,7 @@ fn interval_statistics_keep_coming_under_a_storm() {
     if skip_unless_root(test) {
         return;
     }
-    let (mut traced, mut storm, _rec) = traced_storm(test, &["--interval", "0.5"]);
+    let (mut traced, mut storm, _rec, _) = traced_storm(test, &["--interval", "0.5"]);
     // Waiting for the state (four blocks), not a time; then the storm must still be running:
     // the blocks came under it.
     let blocks = |lines: &[String]| {

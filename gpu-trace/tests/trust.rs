@@ -215,7 +215,6 @@ fn json_names_the_errno_beside_its_number() {
     let dev = watched();
     let s = Schedule::new(0x5EED_0030, 0x5EED_0E00);
     assert_eq!(s.issue(&dev), -ENOTTY);
-    std::thread::sleep(Duration::from_millis(300));
     let f = traced.interrupt();
     assert_eq!(f.status.code(), Some(0), "{}", f.stderr);
     let me = std::process::id();

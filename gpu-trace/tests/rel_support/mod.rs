@@ -776,3 +776,54 @@ pub fn fuzz_config(base: u32, corpus: &'static str) -> proptest::test_runner::Co
         ..proptest::test_runner::Config::default()
     }
 }
+
+/// A free loopback port for `--metrics` (bound and released: the tracer binds it next).
+#[allow(unused_imports)] // not every test crate that includes this module needs it
+pub use crate::common::prometheus::free_port;
+
+/// `GET /metrics` of a local endpoint: the value of the sample `name` (no labels), if served.
+pub fn scrape(port: u16, name: &str) -> Option<f64> {
+    use std::io::{Read as _, Write as _};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .ok()?;
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        .ok()?;
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// Waits until the sample `name` of the tracer's `--metrics` endpoint on `port` satisfies
+/// `done`: a state, not a time. Bounded by a minute so that a tracer that never gets there
+/// fails the test (naming `what` and the last value) instead of hanging it. Returns how many
+/// scrapes it made (each a socket this process opened and closed: a traced process's closes
+/// are records).
+pub fn wait_scraped(port: u16, name: &str, done: impl Fn(f64) -> bool, what: &str) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut scrapes = 0;
+    loop {
+        let v = scrape(port, name);
+        scrapes += 1;
+        if v.is_some_and(&done) {
+            return scrapes;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not within a minute ({name} = {v:?})"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits until the tracer has read everything the ring buffer holds (its fill gauge at 0);
+/// returns the scrapes made.
+pub fn wait_ring_read(port: u16) -> u64 {
+    wait_scraped(
+        port,
+        "gpu_trace_ring_buffer_used_bytes",
+        |v| v == 0.0,
+        "the ring buffer read to its end",
+    )
+}
