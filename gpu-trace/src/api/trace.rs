@@ -77,9 +77,9 @@ pub enum TraceError {
 /// Where the records go: the core's pipeline, its lines on standard output or in `-o FILE`.
 pub(crate) type Lines = Pipeline<BufWriter<Box<dyn Write>>>;
 
-/// The pipeline of `args`' format: every record a line, no driver statistics (the call
-/// tables are this command's own).
-pub(crate) fn lines(args: &ApiArgs) -> Result<Lines, TraceError> {
+/// The pipeline of `args`' format into `sink` (standard output or `-o FILE`): every record a
+/// line, no driver statistics (the call tables are this command's own).
+pub(crate) fn lines(args: &ApiArgs, sink: Box<dyn Write>) -> Result<Lines, TraceError> {
     let config = PipelineConfig {
         verbose: args.verbose,
         pids: Vec::new(),
@@ -92,17 +92,6 @@ pub(crate) fn lines(args: &ApiArgs) -> Result<Lines, TraceError> {
         stats: false,
         clock: Clock::from_system().map_err(TraceError::Clock)?,
         show_container: false,
-    };
-    let sink: Box<dyn Write> = match &args.output {
-        Some(path) => Box::new(crate::run::files::open_for_writing(path).map_err(|e| {
-            let why = if crate::run::files::is_no_reader(&e) {
-                "a FIFO nobody reads (start its reader first)".to_string()
-            } else {
-                e.to_string()
-            };
-            TraceError::Output(format!("-o {}: {why}", path.display()))
-        })?),
-        None => Box::new(std::io::stdout()),
     };
     Ok(Pipeline::new(config, BufWriter::new(sink)))
 }

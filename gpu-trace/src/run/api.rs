@@ -48,7 +48,7 @@ pub fn run_api(args: &ApiArgs) -> Result<Traced, TraceError> {
     let subtrees = subtrees(args)?;
     // `-o FILE` before anything is loaded or launched: a file that cannot be written stops
     // the run before it starts.
-    let out = lines(args)?;
+    let out = lines(args, output(args)?)?;
     let _ = crate::flags::install_stop_signals();
     raise_open_file_limit();
     let mut tracer = Tracer::load(table.clone(), args)?;
@@ -141,6 +141,23 @@ fn attach_targets(
         child,
         descendants,
     })
+}
+
+/// Where the lines go: `-o FILE` (created or emptied; a FIFO without a reader is refused at
+/// once) or standard output.
+fn output(args: &ApiArgs) -> Result<Box<dyn std::io::Write>, TraceError> {
+    let Some(path) = &args.output else {
+        return Ok(Box::new(std::io::stdout()));
+    };
+    let file = super::files::open_for_writing(path).map_err(|e| {
+        let why = if super::files::is_no_reader(&e) {
+            "a FIFO nobody reads (start its reader first)".to_string()
+        } else {
+            e.to_string()
+        };
+        TraceError::Output(format!("-o {}: {why}", path.display()))
+    })?;
+    Ok(Box::new(file))
 }
 
 /// What was attached, on stderr: probes, libraries, target processes, time, method.

@@ -12,7 +12,7 @@
 mod api;
 mod error;
 pub(crate) mod event_loop;
-pub(crate) mod files;
+mod files;
 mod flight;
 mod late_attach;
 mod live;
