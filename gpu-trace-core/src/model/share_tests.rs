@@ -404,3 +404,119 @@ fn before_and_after_each_change_end_at_the_neighbouring_changes() {
     assert!(close(c[0].before.unwrap().ratio, 1.0), "{:?}", c[0]);
     assert!(close(c[1].after.unwrap().ratio, 0.75), "{:?}", c[1]);
 }
+
+fn sample(pid: u32, ts_us: u64, sm: u32) -> ShareSample {
+    ShareSample {
+        gpu: 0,
+        uuid: Some("GPU-test".into()),
+        pid,
+        ts_us,
+        sm,
+        mem: 5,
+        enc: 1,
+        dec: 2,
+    }
+}
+
+/// Found by the mutation run (round 13): nothing in the core's tests wrote a `GPU_SHARE`
+/// line's own fields, or looked at a model without samples.
+#[test]
+fn a_share_samples_text_is_its_fields() {
+    let mut line = String::new();
+    crate::section::Section::text(&sample(7, 1, 37), &mut line);
+    assert_eq!(line, "gpu=0 sm=37% mem=5% enc=1% dec=2%");
+}
+
+#[test]
+fn a_model_without_samples_is_empty_and_says_nothing() {
+    let mut m = ShareModel::new();
+    assert!(m.is_empty());
+    assert!(m.render_lines(1_000_000).is_empty());
+    m.add(&sample(7, 1, 37));
+    assert!(!m.is_empty());
+    assert!(!m.render_lines(1_000_000).is_empty());
+}
+
+/// Past [`MAX_KEPT_SAMPLES`], samples are counted, not kept, and the statistics say how many.
+#[test]
+fn samples_past_the_cap_are_counted_not_kept() {
+    let mut m = ShareModel::new();
+    for i in 0..MAX_KEPT_SAMPLES as u64 + 3 {
+        m.add(&sample(7, i, 1));
+    }
+    assert_eq!(m.not_kept, 3);
+    let lines = m.render_lines(1_000_000);
+    assert_eq!(
+        lines.last().map(String::as_str),
+        Some("  3 samples over the 1048576 kept were not counted"),
+        "{lines:?}"
+    );
+}
+
+/// Found by the mutation run (round 13): no test followed the parameters a `TASK_INIT` sets,
+/// or an allowed interleave update (only refused ones, and an allowed timeslice update).
+#[test]
+fn task_init_and_an_allowed_interleave_update_set_the_parameters() {
+    let mut m = ShareModel::new();
+    m.add(&sample(7, 1, 99));
+    let init = EventKind::TaskInit {
+        task: crate::event::TaskId::RmHandle(0x5c00_0015),
+        client: 0xc1d0_0001,
+        engine: None,
+        engine_type: None,
+        timeslice_us: Some(1024),
+        timeslice_source: crate::event::ValueSource::DriverDefault,
+        interleave: Some(Interleave::Low),
+        interleave_source: crate::event::ValueSource::DriverDefault,
+        runlist: None,
+        gpu: None,
+    };
+    m.observe(&event(1_000, init), || 1);
+    assert_eq!(m.params_now(7), Some("timeslice=1024 us interleave=LOW"));
+    m.observe(
+        &event(2_000, update(true, interleave(Interleave::High))),
+        || 2,
+    );
+    assert_eq!(m.params_now(7), Some("timeslice=1024 us interleave=HIGH"));
+}
+
+/// Found by the mutation run (round 13): the cap on processes whose parameters are followed
+/// (a new process past it is not followed; one already followed still is), several GPUs, and
+/// the recent window had no test of their own in the core.
+#[test]
+fn parameters_of_processes_past_the_cap_are_not_followed_but_known_ones_are() {
+    let mut m = ShareModel::new();
+    let at = |pid: u32, ts_ns: u64, kind| {
+        let mut e = event(ts_ns, kind);
+        e.origin.pid = pid;
+        e
+    };
+    for pid in 0..MAX_FOLLOWED_PROCESSES as u32 {
+        m.observe(&at(pid, 1_000, schedule(true, 1024, Interleave::Low)), || 1);
+    }
+    let past = MAX_FOLLOWED_PROCESSES as u32;
+    m.observe(
+        &at(past, 2_000, schedule(true, 2048, Interleave::Low)),
+        || 2,
+    );
+    assert_eq!(m.params_now(past), None, "past the cap: not followed");
+    m.observe(&at(7, 3_000, update(true, timeslice(4096))), || 3);
+    assert_eq!(m.params_now(7), Some("timeslice=4096 us interleave=LOW"));
+}
+
+#[test]
+fn several_gpus_and_the_recent_window_are_reported() {
+    let mut m = ShareModel::new();
+    m.add(&sample(7, 100, 60));
+    m.add(&ShareSample {
+        gpu: 1,
+        ..sample(8, 100, 30)
+    });
+    assert_eq!(m.gpus(), [0, 1]);
+    let recent = m.recent(1_000_000);
+    assert_eq!(recent.len(), 2, "{recent:?}");
+    assert!(
+        recent.contains(&(0, 7, 0.6)) && recent.contains(&(1, 8, 0.3)),
+        "{recent:?}"
+    );
+}
