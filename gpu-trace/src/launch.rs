@@ -566,7 +566,7 @@ impl Descendants {
         }
         let root = self.root;
         let gone: Vec<u32> = (self.members.iter().copied())
-            .filter(|&p| p != root && !alive(p))
+            .filter(|&p| p != root && !crate::probe::libraries::process_exists(p))
             .collect();
         let enough = (self.bound as u64 / 16).max(1);
         if (gone.len() as u64) < enough {
@@ -768,13 +768,6 @@ impl Descendants {
         }
         changes
     }
-}
-
-/// Whether process `pid` exists (a zombie not reaped yet does).
-fn alive(pid: u32) -> bool {
-    // SAFETY: signal 0 only checks that the process exists.
-    let rc = unsafe { libc::kill(pid as libc::pid_t, 0) };
-    rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
 /// Whether process `pid` descends from `root`, by its parent chain in /proc (at most 4096

@@ -8,19 +8,11 @@ mod rel_support;
 
 use std::{
     io::{Read, Write},
-    net::{SocketAddr, TcpListener, TcpStream},
+    net::{SocketAddr, TcpStream},
     time::{Duration, Instant},
 };
 
 use rel_support::*;
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// `GET path` with optional extra header lines: (status line, body), or why it failed.
 fn get(addr: SocketAddr, path: &str, headers: &str) -> Result<(String, String), String> {

@@ -48,11 +48,6 @@ fn rcu_grace_period() {
     }
 }
 
-/// Whether `pid` still exists (an attach that failed because its process went is no failure).
-fn process_exists(pid: u32) -> bool {
-    std::path::Path::new(&format!("/proc/{pid}")).exists()
-}
-
 /// Detaches `links` (program name, link) from `ebpf`.
 fn detach_links(ebpf: &mut Ebpf, links: Vec<(&'static str, UProbeLinkId)>) {
     for (name, id) in links {
@@ -471,7 +466,7 @@ impl Attacher {
                     }
                     return n;
                 }
-                Err(_) if !process_exists(pid) => return 0,
+                Err(_) if !libraries::process_exists(pid) => return 0,
                 Err(e) => self.report_failure(path, "its batched link", &e),
             }
         }
@@ -487,7 +482,7 @@ impl Attacher {
                 }
                 // The process ended (or exec'd) while it was being attached: a short-lived
                 // child (a fork about to exec a tool) is no failure to report.
-                Err(_) if !process_exists(pid) => break,
+                Err(_) if !libraries::process_exists(pid) => break,
                 Err(e) => {
                     let what = self.syms[(cookie as u32) as usize].clone();
                     self.report_failure(path, &what, &e);

@@ -491,6 +491,14 @@ pub fn dependencies_of(path: &Path, table: &SymbolTable) -> Option<super::linker
     })
 }
 
+/// Whether process `pid` exists (a zombie not reaped yet does): signal 0, no allocation (the
+/// followed set asks it of every member at its bound).
+pub fn process_exists(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    let rc = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
 /// Every process's PID (the numeric entries of /proc).
 pub fn all_pids() -> Vec<u32> {
     let mut pids: Vec<u32> = std::fs::read_dir("/proc")
