@@ -283,10 +283,11 @@ impl<W: Write> Pipeline<W> {
         self
     }
 
-    /// The kernel side's counters as read now (live runs, on their health timer), to every
-    /// output that shows them.
+    /// The kernel side's counters as read now (live runs, on their health timer), with what
+    /// the run did not report so far, to every output that shows them.
     pub fn kernel_counters(&mut self, counters: &KernelCounters) {
-        self.outputs.kernel(counters);
+        let unreported = self.unreported();
+        self.outputs.kernel(counters, &unreported);
     }
 
     /// The start-up inventory (late attach): its processes are known to hold driver objects
@@ -390,6 +391,16 @@ impl<W: Write> Pipeline<W> {
             return;
         }
         *self.left_out.entry(reason).or_default() += n;
+    }
+
+    /// Like [`left_out`](Self::left_out), for a count the live run reads as a total (the
+    /// followed set's `unfollowed`, the kernel's uncounted API calls): the reason's count
+    /// becomes `total` (it never goes down), however often it is read.
+    pub fn left_out_so_far(&mut self, reason: &'static str, total: u64) {
+        if total > 0 {
+            let n = self.left_out.entry(reason).or_default();
+            *n = (*n).max(total);
+        }
     }
 
     /// Counts one ring-buffer item that was not a record (see [`feed`](Self::feed)).
@@ -858,7 +869,7 @@ impl<W: Write> Pipeline<W> {
     }
 
     /// The trackers' counters of calls that produced no event, by reason (non-zero only).
-    fn unreported(&self) -> std::collections::BTreeMap<&'static str, u64> {
+    fn unreported(&self) -> crate::sink::Unreported {
         let mut reasons = self.sources.unreported();
         if self.gpu_unknown > 0 {
             reasons.insert("gpu_unknown", self.gpu_unknown);

@@ -120,6 +120,10 @@ impl SinkError {
     }
 }
 
+/// What a run did not report, by reason (the statistics' `unreported`, JSON `unreported`):
+/// absolute counts, non-zero reasons only.
+pub type Unreported = std::collections::BTreeMap<&'static str, u64>;
+
 /// An output of the pipeline.
 pub trait Sink {
     /// The start-up inventory (late attach), before any event. `selected`: the processes the
@@ -144,8 +148,9 @@ pub trait Sink {
     /// A process exited (after its last events).
     fn process_exited(&mut self, _pid: u32) {}
 
-    /// The kernel side's counters as read now (live runs, on the health timer).
-    fn kernel(&mut self, _counters: &KernelCounters) {}
+    /// The kernel side's counters as read now, with what the run did not report so far
+    /// (live runs, on the health timer).
+    fn kernel(&mut self, _counters: &KernelCounters, _unreported: &Unreported) {}
 
     /// `--interval`: the statistics so far.
     fn periodic(&mut self, _stats: &Stats) -> Result<(), SinkError> {

@@ -430,9 +430,9 @@ pub fn reap_signaled(pid: u32) -> Option<(i32, bool)> {
 }
 
 /// At most this many processes followed at once (a fork bomb under the command cannot grow the
-/// set without bound). At the bound, the members that no longer exist leave the set
-/// ([`Descendants::pruned`]); only past it with that many alive are new descendants not traced,
-/// counted by [`Descendants::unfollowed`].
+/// set without bound). At the bound, the members that no longer exist leave the set (once their
+/// records are read: [`Descendants::retire`]); only past it with that many alive are new
+/// descendants not traced, counted by [`Descendants::unfollowed`].
 pub const MAX_FOLLOWED: usize = 1 << 20;
 
 /// Test-only: a lower bound than [`MAX_FOLLOWED`] (debug builds only, what `cargo test` runs;
@@ -440,14 +440,9 @@ pub const MAX_FOLLOWED: usize = 1 << 20;
 pub const MAX_FOLLOWED_ENV: &str = "GPU_TRACE_TEST_MAX_FOLLOWED";
 
 fn max_followed() -> usize {
-    if cfg!(debug_assertions)
-        && let Some(n) = std::env::var(MAX_FOLLOWED_ENV)
-            .ok()
-            .and_then(|v| v.parse().ok())
-    {
-        return n;
-    }
-    MAX_FOLLOWED
+    crate::test_var(MAX_FOLLOWED_ENV)
+        .and_then(|v| v.to_str()?.parse().ok())
+        .unwrap_or(MAX_FOLLOWED)
 }
 
 /// The ring buffer's consumer and producer positions, read by [`Descendants`] to know when the
@@ -477,8 +472,6 @@ pub struct Descendants {
     pub degraded: Option<String>,
     /// Descendants not followed ([`MAX_FOLLOWED`] alive at once).
     pub unfollowed: u64,
-    /// Processes that left the set at the bound because they no longer existed.
-    pub pruned: u64,
     /// The bound ([`MAX_FOLLOWED`]).
     bound: usize,
     /// Members found gone at the bound: still followed until the reader has read the ring buffer
@@ -539,7 +532,6 @@ impl Descendants {
             sock: None,
             degraded: None,
             unfollowed: 0,
-            pruned: 0,
             bound,
             retiring: HashSet::new(),
             retire_until: 0,
@@ -581,7 +573,6 @@ impl Descendants {
                 self.retiring.extend(gone);
             }
             None => {
-                self.pruned += gone.len() as u64;
                 changes.extend(gone.into_iter().map(Change::Unfollow));
             }
         }
@@ -597,7 +588,6 @@ impl Descendants {
         if self.retiring.is_empty() || read < self.retire_until {
             return Vec::new();
         }
-        self.pruned += self.retiring.len() as u64;
         self.retiring.drain().map(Change::Unfollow).collect()
     }
 
@@ -634,9 +624,16 @@ impl Descendants {
         false
     }
 
-    /// The most processes followed at once ([`MAX_FOLLOWED`]).
-    pub fn bound(&self) -> usize {
-        self.bound
+    /// The run's end: the processes the command created that were not traced, if any (without
+    /// the `gpu-trace:` prefix).
+    pub fn unfollowed_warning(&self) -> Option<String> {
+        (self.unfollowed > 0).then(|| {
+            format!(
+                "warning: {} processes the command created were not traced: {} of its processes \
+                 were alive at once, the most gpu-trace follows",
+                self.unfollowed, self.bound
+            )
+        })
     }
 
     /// The launched command's process id.
@@ -892,7 +889,7 @@ mod tests {
         d.fork_events(&fork(1, 5), &mut changes);
         d.fork_events(&fork(own, 6), &mut changes);
         assert!(changes.is_empty(), "{changes:?}");
-        assert_eq!((d.unfollowed, d.pruned), (2, 0));
+        assert_eq!(d.unfollowed, 2);
         assert!(!d.contains(5) && !d.contains(6));
     }
 
@@ -911,7 +908,7 @@ mod tests {
             assert!(changes.contains(&Change::Unfollow(*p)), "{changes:?}");
             assert!(!d.contains(*p));
         }
-        assert_eq!((d.unfollowed, d.pruned), (0, 2));
+        assert_eq!(d.unfollowed, 0);
         assert!(d.contains(own) && d.contains(7));
     }
 
@@ -951,7 +948,6 @@ mod tests {
             gone.iter()
                 .all(|p| !d.contains(*p) && left.contains(&Change::Unfollow(*p)))
         );
-        assert_eq!(d.pruned, 2);
         assert!(d.retire().is_empty());
     }
 

@@ -47,4 +47,16 @@ pub mod run;
 pub mod targets;
 pub mod top;
 
+/// A test-only variable (`GPU_TRACE_TEST_*`: a lowered bound, a stand-in, a shortened wait),
+/// read in debug builds only — what `cargo test` runs. A release build never reads one, so no
+/// environment can change what an installed gpu-trace does.
+pub fn test_var(name: &str) -> Option<std::ffi::OsString> {
+    debug_assert!(name.starts_with("GPU_TRACE_TEST_"), "{name}");
+    if cfg!(debug_assertions) {
+        std::env::var_os(name)
+    } else {
+        None
+    }
+}
+
 pub use gpu_trace_core::{escape, event, model, output, pipeline, record, sink, source, wire};

@@ -131,6 +131,62 @@ fn processes_that_exited_leave_the_followed_set_at_its_bound() {
     assert!(stats["unreported"]["unfollowed"].is_null(), "{stats}");
 }
 
+/// At the bound with every follower alive, a new process of the command is not traced, and
+/// that is never silent: counted while the run goes on (`gpu_trace_unreported_total{reason=
+/// "unfollowed"}`, read each second), in the statistics at the end and said on stderr. The
+/// command (bound lowered to 2) starts three processes that stay alive: the first is followed
+/// (with the command, 2), the next two are not — exactly 2, known from the script.
+#[test]
+fn processes_past_the_bound_of_live_ones_are_counted_while_tracing() {
+    let test = "processes_past_the_bound_of_live_ones_are_counted_while_tracing";
+    if skip_unless_root(test) {
+        return;
+    }
+    let fifo = common::scratch().join(format!("{test}.fifo"));
+    let _ = std::fs::remove_file(&fifo);
+    let path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0, "mkfifo");
+    let port = free_port();
+    let metrics = format!("127.0.0.1:{port}");
+    // The sleeps are killed by the script once the test has seen the count (the FIFO's line).
+    let script = "sleep 120 & a=$!; sleep 120 & b=$!; sleep 120 & c=$!; read go < \"$0\"; \
+                  kill $a $b $c; exit 0";
+    let mut cmd = std::process::Command::new(gpu_trace_bin());
+    cmd.env("GPU_TRACE_TEST_MAX_FOLLOWED", "2");
+    let traced = Traced::start_with(
+        cmd,
+        &[
+            "--watch-device",
+            WATCHED,
+            "--format",
+            "json",
+            "--metrics",
+            &metrics,
+            "--",
+            "sh",
+            "-c",
+            script,
+            fifo.to_str().unwrap(),
+        ],
+    )
+    .unwrap_or_else(|e| panic!("{test}: {e}"));
+    let series = r#"gpu_trace_unreported_total{reason="unfollowed"}"#;
+    wait_scraped(port, series, |v| v == 2.0, "two processes not followed");
+    std::fs::write(&fifo, "go\n").expect("the command reads the FIFO");
+    let f = traced.wait(Duration::from_secs(60));
+    assert_eq!(f.status.code(), Some(0), "{}", f.stderr);
+    assert!(
+        f.stderr.contains(
+            "warning: 2 processes the command created were not traced: 2 of its processes were \
+             alive at once"
+        ),
+        "{}",
+        f.stderr
+    );
+    assert_eq!(json_stats(&f.stdout)["unreported"]["unfollowed"], 2);
+}
+
 /// Runs the launch scenario (module doc) and checks its events, counts and exit status;
 /// `own_netns`: gpu-trace runs under `unshare -n`.
 fn launched_run(test: &str, own_netns: bool) -> Finished {

@@ -46,7 +46,7 @@ use prometheus_client::{
 };
 
 use crate::model::gpus::GpuIdentity;
-use crate::sink::{ApiEnriched, Enriched, RunEnd, ShareBatch, Sink, SinkError};
+use crate::sink::{ApiEnriched, Enriched, RunEnd, ShareBatch, Sink, SinkError, Unreported};
 use crate::{
     event::{DestroyCause, Event, EventKind, GpuNumbering, SchedChange, TaskEngine, TaskId},
     model::stats::{KernelCounters, Stats},
@@ -282,6 +282,13 @@ doc!(
     "Calls on handles never seen created that the tracer did not remember because its per-process or total cap was reached (docs/events.md, Bounded state); their events are still counted."
 );
 doc!(
+    UNREPORTED,
+    "gpu_trace_unreported_total",
+    "counter",
+    "reason",
+    "What the run did not report, by the statistics' reason (JSON unreported): driver calls of interest that produced no event (schedule_unreadable, unknown_handle, pretrace_calls, ...), processes -- CMD created past the bound of those it follows (unfollowed), --api calls the kernel's full per-process sums could not count (api_uncounted, api_through_uncounted), the tracer's own records (own_process); docs/json-schema.md lists every reason. Alert on unfollowed and api_uncounted: events or calls were lost."
+);
+doc!(
     EXPIRED,
     "gpu_trace_label_sets_expired_total",
     "counter",
@@ -373,6 +380,7 @@ pub const REFERENCE: &[MetricDoc] = &[
     DENY_UNFOLLOWED,
     OVERFLOWED,
     UNTRACKED,
+    UNREPORTED,
     EXPIRED,
     RING,
     RING_USED,
@@ -756,6 +764,7 @@ struct Health {
     deny_unfollowed: Counter,
     overflowed: Counter,
     untracked: Counter,
+    unreported: Family<ReasonLabel, Counter>,
     expired: Counter,
     ring: Gauge,
     /// Last values set, to turn absolute counts into increments.
@@ -763,6 +772,13 @@ struct Health {
     last_decode: u64,
     last_malformed: u64,
     last_untracked: u64,
+    last_unreported: std::collections::BTreeMap<&'static str, u64>,
+}
+
+/// `gpu_trace_unreported_total`'s label: one of the statistics' fixed reasons.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: &'static str,
 }
 
 impl Health {
@@ -785,6 +801,11 @@ impl Health {
         ] {
             r.register(family_name(d), d.help.trim_end_matches('.'), c.clone());
         }
+        r.register(
+            family_name(&UNREPORTED),
+            UNREPORTED.help.trim_end_matches('.'),
+            self.unreported.clone(),
+        );
     }
 }
 
@@ -1391,6 +1412,17 @@ impl Metrics {
         h.last_untracked = h.last_untracked.max(untracked);
     }
 
+    /// What the run did not report so far, by reason (absolute counts, as the statistics'
+    /// `unreported`): exported as increments.
+    pub fn set_unreported(&mut self, unreported: &Unreported) {
+        let h = &mut self.health;
+        for (&reason, &now) in unreported {
+            let last = h.last_unreported.entry(reason).or_default();
+            (h.unreported.get_or_create(&ReasonLabel { reason })).inc_by(now.saturating_sub(*last));
+            *last = now.max(*last);
+        }
+    }
+
     /// The kernel side's counters, as read from its map (absolute values).
     pub fn set_kernel(&mut self, k: &KernelCounters) {
         let h = &mut self.health;
@@ -1540,8 +1572,9 @@ impl Sink for Metrics {
         Metrics::process_exited(self, pid);
     }
 
-    fn kernel(&mut self, counters: &KernelCounters) {
+    fn kernel(&mut self, counters: &KernelCounters, unreported: &Unreported) {
         self.set_kernel(counters);
+        self.set_unreported(unreported);
         // The live run's health timer, each second: idle label sets expire while no event
         // comes too.
         if let Some(now) = self.clock.as_ref().map(|c| (c.0)()) {
@@ -1559,6 +1592,7 @@ impl Sink for Metrics {
         self.set_kernel(&end.counters);
         self.sync_stats(end.stats);
         self.set_untracked(end.untracked);
+        self.set_unreported(&end.stats.unreported);
         Ok(())
     }
 }

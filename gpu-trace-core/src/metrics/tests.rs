@@ -524,6 +524,7 @@ fn the_reference_lists_exactly_the_metrics_served() {
     see(&mut m, S + 2, 5, "p", schedule(1, false, None));
     see(&mut m, 2 * S, 5, "p", destroy(1, DestroyCause::Free));
     m.flight().trigger("signal");
+    m.set_unreported(&[("unfollowed", 1)].into());
     let t = m.encode();
     let types: Vec<(String, String)> = t
         .lines()
@@ -577,6 +578,46 @@ fn deny_counters_are_exported_as_increments_of_absolute_readings() {
     assert_eq!(sample(&t, "gpu_trace_denied_total"), Some(10.0));
     assert_eq!(sample(&t, "gpu_trace_denied_unread_total"), Some(7.0));
     assert_eq!(sample(&t, "gpu_trace_deny_unfollowed_total"), Some(3.0));
+}
+
+/// The statistics' unreported reasons are read as totals (each health tick, and at the end):
+/// exported as increments, one series per reason, never taken back; a reason not seen yet has
+/// no series (nothing invented).
+fn run_end(stats: &Stats) -> RunEnd<'_> {
+    RunEnd {
+        stats,
+        counters: KernelCounters::default(),
+        last_ts: 0,
+        untracked: 0,
+        stats_text: None,
+        share_window_us: 1,
+    }
+}
+
+#[test]
+fn unreported_reasons_are_exported_as_increments_of_totals() {
+    let mut m = Metrics::new(MetricsConfig::default());
+    let series = |r: &str| format!("gpu_trace_unreported_total{{reason=\"{r}\"}}");
+    m.set_unreported(&Default::default());
+    assert_eq!(sample(&m.encode(), &series("unfollowed")), None);
+    m.set_unreported(&[("unfollowed", 2)].into());
+    m.set_unreported(&[("unfollowed", 5), ("api_uncounted", 3)].into());
+    // The end's statistics, then a smaller total (never read): the counters stay.
+    m.set_unreported(&[("unfollowed", 5), ("api_uncounted", 4)].into());
+    m.set_unreported(&[("unfollowed", 1)].into());
+    let t = m.encode();
+    assert_eq!(sample(&t, &series("unfollowed")), Some(5.0));
+    assert_eq!(sample(&t, &series("api_uncounted")), Some(4.0));
+    assert_eq!(sample(&t, &series("own_process")), None);
+    // Through the sink: the health tick's reading, then the run's end.
+    let k = KernelCounters::default();
+    Sink::kernel(&mut m, &k, &[("own_process", 2)].into());
+    let mut stats = Stats::default();
+    stats.unreported = [("own_process", 6), ("unfollowed", 7)].into();
+    Sink::finish(&mut m, &run_end(&stats)).unwrap();
+    let t = m.encode();
+    assert_eq!(sample(&t, &series("own_process")), Some(6.0));
+    assert_eq!(sample(&t, &series("unfollowed")), Some(7.0));
 }
 
 #[test]

@@ -14,7 +14,7 @@ use crate::{
     inventory::Inventory,
     model::stats::KernelCounters,
     model::stats::Stats,
-    sink::{ApiEnriched, Enriched, RunEnd, ShareBatch, Sink, SinkError},
+    sink::{ApiEnriched, Enriched, RunEnd, ShareBatch, Sink, SinkError, Unreported},
 };
 use json::JsonSink;
 use text::TextSink;
@@ -245,8 +245,8 @@ impl<W: io::Write> Sink for Outputs<W> {
         self.each().for_each(|s| s.process_exited(pid));
     }
 
-    fn kernel(&mut self, counters: &KernelCounters) {
-        self.each().for_each(|s| s.kernel(counters));
+    fn kernel(&mut self, counters: &KernelCounters, unreported: &Unreported) {
+        self.each().for_each(|s| s.kernel(counters, unreported));
     }
 
     fn periodic(&mut self, stats: &Stats) -> Result<(), SinkError> {

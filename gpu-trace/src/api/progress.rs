@@ -13,10 +13,10 @@ pub const EVERY: Duration = Duration::from_secs(1);
 /// line without an attach that lasts a second.
 pub const AT_ONCE_ENV: &str = "GPU_TRACE_TEST_PROGRESS_AT_ONCE";
 
-/// When the first line is due: [`EVERY`], or at once where [`AT_ONCE_ENV`] is set — in debug
-/// builds (what `cargo test` runs) only.
+/// When the first line is due: [`EVERY`], or at once where [`AT_ONCE_ENV`] is set (a test
+/// variable: [`crate::test_var`]).
 pub fn after() -> Duration {
-    if cfg!(debug_assertions) && std::env::var_os(AT_ONCE_ENV).is_some() {
+    if crate::test_var(AT_ONCE_ENV).is_some() {
         Duration::ZERO
     } else {
         EVERY

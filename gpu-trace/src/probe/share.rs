@@ -115,14 +115,10 @@ impl ShareSampler for ReplaySampler {
     }
 }
 
-/// Test-only: the capture [`REPLAY_ENV`] names, if set — in debug builds (what `cargo test`
-/// runs) only: a release build never lets an environment variable swap NVML for a file.
+/// Test-only: the capture [`REPLAY_ENV`] names, if set ([`crate::test_var`]: a release build
+/// never lets an environment variable swap NVML for a file).
 pub fn replay_capture() -> Option<String> {
-    if cfg!(debug_assertions) {
-        std::env::var(REPLAY_ENV).ok()
-    } else {
-        None
-    }
+    crate::test_var(REPLAY_ENV)?.into_string().ok()
 }
 
 /// How long one poll of the sampler may take before sampling is given up (the poll is left to

@@ -208,6 +208,9 @@ fn finish(run: ApiRun<'_>, bpf_stats: bool) {
     if let Some(w) = uncounted.warning(args.api_sums) {
         crate::say!("gpu-trace: api: {w}");
     }
+    if let Some(w) = (follow.descendants.as_ref()).and_then(|d| d.unfollowed_warning()) {
+        crate::say!("gpu-trace: api: {w}");
+    }
     if tracer.sums.forgotten > 0 {
         crate::say!(
             "gpu-trace: api: warning: the sums of {} (process, symbol) pairs of processes that \

@@ -459,6 +459,12 @@ impl LiveRun<'_> {
         let Some(c) = self.command.as_mut() else {
             return Ok(Flow::Go);
         };
+        // The fork events queued since the last read, also while no record comes to read
+        // them: the connector's queue never holds more than this period's forks (it would
+        // overflow and leave the followed set to /proc), and `unfollowed` stays current.
+        if let Some(d) = self.reader.descendants.as_mut() {
+            follow_changes(&mut self.pipeline, d.refresh());
+        }
         let ended = crate::launch::reap_signaled(c.pid);
         c.status = ended.map(|(code, _)| code);
         let Some((_, signaled)) = ended else {
@@ -625,12 +631,24 @@ impl LiveRun<'_> {
             // Calls the kernel could not count: in the statistics and said, never silent.
             let uncounted = crate::api::sums::Sums::uncounted(self.tracer.ebpf());
             let warning = uncounted.warning(api.sums.capacity());
-            self.pipeline.left_out("api_uncounted", uncounted.calls);
-            self.pipeline
-                .left_out("api_through_uncounted", uncounted.through);
             self.report(warning.into_iter().collect());
         }
+        self.left_out_so_far();
         Ok(counters)
+    }
+
+    /// What the run left out before the pipeline that is read as a total: `-- CMD`'s
+    /// processes not followed, `--api` calls the kernel's full sums could not count. Each
+    /// health tick and at the end (the statistics, JSON and `gpu_trace_unreported_total`).
+    fn left_out_so_far(&mut self) {
+        if let Some(d) = self.reader.descendants.as_ref() {
+            self.pipeline.left_out_so_far("unfollowed", d.unfollowed);
+        }
+        if self.reader.api.is_some() {
+            let uncounted = crate::api::sums::Sums::uncounted(self.tracer.ebpf());
+            (self.pipeline).left_out_so_far("api_uncounted", uncounted.calls);
+            (self.pipeline).left_out_so_far("api_through_uncounted", uncounted.through);
+        }
     }
 
     /// Ends the recording (`record_path`: where it goes) and the outputs; returns the
@@ -668,16 +686,8 @@ impl LiveRun<'_> {
         pipeline.stats_mut().output_lost = pipeline.output().lost();
         // `-- CMD`: processes it created past the bound of those followed were not traced:
         // said, and counted (`unfollowed`), never silent.
-        if let Some(n) = (reader.descendants.as_ref())
-            .map(|d| d.unfollowed)
-            .filter(|&n| n > 0)
-        {
-            crate::say!(
-                "gpu-trace: warning: {n} processes the command created were not traced: {} of \
-                 its processes were alive at once, the most gpu-trace follows",
-                (reader.descendants.as_ref()).map_or(crate::launch::MAX_FOLLOWED, |d| d.bound())
-            );
-            pipeline.left_out("unfollowed", n);
+        if let Some(w) = (reader.descendants.as_ref()).and_then(|d| d.unfollowed_warning()) {
+            crate::say!("gpu-trace: {w}");
         }
         warn_unmatched_pods(&pipeline);
         let finished = pipeline.finish_all(counters, duration);
@@ -696,7 +706,7 @@ pub(super) enum LivePiece {
     Stats,
     /// `--share-interval`: the samples the sampler's thread took.
     Share,
-    /// `-- CMD`: whether the command ended.
+    /// `-- CMD`: whether the command ended; the fork events since the last read.
     Child,
     /// `--api`: the rescan and the sums.
     ApiRescan,
@@ -752,6 +762,7 @@ impl Turns for LiveRun<'_> {
             }
             LivePiece::Health => {
                 let counters = self.tracer.counters()?;
+                self.left_out_so_far();
                 self.pipeline.kernel_counters(&counters);
             }
         }
