@@ -212,4 +212,21 @@ mod tests {
         assert_eq!(g.len(), 1);
         assert_eq!(g.get(1, 0), Some(2));
     }
+
+    /// The total cap too: a handle of one process seen created makes room for an unseen one
+    /// of another.
+    #[test]
+    fn a_handle_later_created_makes_room_under_the_total_cap() {
+        let mut g = Generations::<u32>::default();
+        let per = MAX_HANDLES_PER_PROCESS as u32;
+        for pid in 1..=(MAX_HANDLES / MAX_HANDLES_PER_PROCESS) as u32 {
+            for h in 0..per {
+                assert!(g.set(pid, h, 1, false));
+            }
+        }
+        assert!(!g.set(9999, 0, 1, false), "the total cap reached");
+        g.set(1, 0, 2, true);
+        assert!(g.set(9999, 0, 1, false), "room for one");
+        assert!(!g.set(9999, 1, 1, false), "and only one");
+    }
 }

@@ -195,6 +195,11 @@ mod tests {
         );
         let g1 = d.resolve(1).unwrap();
         assert_eq!((g1.index, g1.uuid.as_deref()), (0, Some("GPU-a")));
+        // nvidia-smi's index by bus id (the inventory's /proc answers), in either spelling;
+        // a bus no GPU is on: none.
+        assert_eq!(d.index_of_bus("00000000:41:00.0"), Some(1));
+        assert_eq!(d.index_of_bus("0000:07:00.0"), Some(0));
+        assert_eq!(d.index_of_bus("0000:99:00.0"), None);
         // An answer naming a GPU the inventory did not list: unknown, not a guess.
         d.learn(2, 0x9900);
         assert_eq!(d.resolve(2), None);

@@ -890,4 +890,58 @@ mod tests {
         assert_eq!(unknown.workload, Workload::default());
         assert_eq!(unknown.text_fields(false), "");
     }
+
+    /// A pod's container cgroup is the container's component (an inner cgroup of the
+    /// container below it is the container's), not the pod's.
+    #[test]
+    fn a_pods_container_cgroup_ends_at_the_container() {
+        let pod = format!(
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice",
+            UID.replace('-', "_")
+        );
+        let container = format!("{pod}/cri-containerd-{ID}.scope");
+        let c = container_cgroup(&format!("{container}/inner")).unwrap();
+        assert_eq!(
+            (c.runtime, c.id.as_str(), c.path),
+            (Runtime::Containerd, ID, container)
+        );
+        assert!(
+            container_cgroup(&pod).is_none(),
+            "the pod's own cgroup: no container"
+        );
+    }
+
+    /// `--pod` matches a pod by its UID (named by the node or not) or by the name the node
+    /// gave it; `--namespace` only a named pod; a process outside pods, never.
+    #[test]
+    fn pods_are_selected_by_uid_or_name_and_namespace() {
+        let path = format!("/kubepods/burstable/pod{UID}/{ID}");
+        let unnamed = Attribution::new(7, Some(path), None);
+        let mut named = unnamed.clone();
+        named.names = Some(PodNames {
+            namespace: "ml-team".into(),
+            pod: "trainer-0".into(),
+            container: None,
+        });
+        let v = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        for a in [&unnamed, &named] {
+            assert!(a.in_pods(&[], &[]));
+            assert!(a.in_pods(&v(&[UID]), &[]), "by UID");
+            assert!(!a.in_pods(&v(&["other"]), &[]));
+        }
+        assert!(named.in_pods(&v(&["other", "trainer-0"]), &[]), "by name");
+        assert!(
+            !unnamed.in_pods(&v(&["trainer-0"]), &[]),
+            "a name the node did not give"
+        );
+        assert!(named.in_pods(&[], &v(&["ml-team"])));
+        assert!(named.in_pods(&v(&["trainer-0"]), &v(&["ml-team"])));
+        assert!(!named.in_pods(&v(&["trainer-0"]), &v(&["default"])));
+        assert!(
+            !unnamed.in_pods(&[], &v(&["ml-team"])),
+            "no namespace known"
+        );
+        let host = Attribution::new(1, Some("/system.slice/a.service".into()), None);
+        assert!(!host.in_pods(&[], &[]), "outside pods, never");
+    }
 }

@@ -395,6 +395,31 @@ mod tests {
         let reasons: Vec<&str> = s.unreported().into_keys().collect();
         assert_eq!(reasons, ["unknown_handle", "unknown_queue"]);
     }
+
+    /// A recording's state records rebuild the sources' state (their tasks) without being
+    /// counted as calls of the run, by either source.
+    #[test]
+    fn state_records_change_the_state_but_no_count() {
+        let mut s = Sources::new();
+        let mut events = Vec::new();
+        let client = nv(alloc(PID, FD, true, 0, 0, CLIENT, 0x41, 0, &[]));
+        let queue = RawRecord::KfdIoctl(
+            CreateArgs {
+                queue_id: 2,
+                ..CreateArgs::default()
+            }
+            .created(PID, 4),
+        );
+        for r in [&client, &queue] {
+            s.observe_state(r.origin(), r, &mut events);
+        }
+        assert_eq!(s.live_tasks(), 1, "the queue was created");
+        assert_eq!((s.nvidia.counters().calls, s.amd.counters().calls), (0, 0));
+        for r in [&client, &queue] {
+            s.observe(r.origin(), r, &mut events);
+        }
+        assert_eq!((s.nvidia.counters().calls, s.amd.counters().calls), (1, 1));
+    }
 }
 
 /// Whose ioctl record [`Sources::with_api`] routes.

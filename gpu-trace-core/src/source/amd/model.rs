@@ -737,6 +737,35 @@ mod tests {
         assert_eq!(t.counters().deep_unmatched, 0);
     }
 
+    /// The MQD copy alone (no DQM record) is the create's too; findings of a process whose
+    /// creates never came are counted at its exit, each.
+    #[test]
+    fn an_mqd_copy_alone_enriches_its_create_and_leftovers_count_at_exit() {
+        use gpu_trace_common::deep_hook;
+        let mut t = KfdTracker::new();
+        let mqd = |pid, tid| {
+            let mut r = testing::deep(pid, deep_hook::INIT_MQD, 2, 0xffff_ffff_c0a1_0000);
+            r.hdr.tid = tid;
+            RawRecord::Deep(r)
+        };
+        observe_one(&mut t, &mqd(100, 100));
+        let ev = run(&mut t, &[created(100, 2)]);
+        let d = ev[0].amd.as_ref().unwrap();
+        assert_eq!(
+            (d.mqd_init_addr, d.hw_doorbell),
+            (Some(0xffff_ffff_c0a1_0000), None)
+        );
+        assert_eq!(t.counters().deep_unmatched, 0);
+        // Two threads of pid 100 and one of pid 200 saw a copy; pid 100 exits.
+        for (pid, tid) in [(100, 101), (100, 102), (200, 201)] {
+            observe_one(&mut t, &mqd(pid, tid));
+        }
+        exit(&mut t, 100);
+        assert_eq!(t.counters().deep_unmatched, 2);
+        exit(&mut t, 200);
+        assert_eq!(t.counters().deep_unmatched, 3);
+    }
+
     #[test]
     fn deep_findings_not_taken_up_are_counted_not_attached_elsewhere() {
         let mut t = KfdTracker::new();
@@ -773,13 +802,13 @@ mod tests {
         let mut t = KfdTracker::new();
         run(&mut t, &[created(100, 2), created(100, 3)]);
         // pqm_uninit on a worker thread (pid 7): the owner is the record's value.
-        let ev = observe_one(
-            &mut t,
-            &RawRecord::Deep(testing::deep(7, deep_hook::KFD_RELEASE, 100, 0)),
-        );
+        let mut worker = testing::deep(7, deep_hook::KFD_RELEASE, 100, 0);
+        worker.hdr.comm = *b"kworker/u4:2\0\0\0\0";
+        let ev = observe_one(&mut t, &RawRecord::Deep(worker));
         assert_eq!(names(&ev), ["TASK_DESTROY", "TASK_DESTROY"]);
         for e in &ev {
             assert_eq!(e.origin.pid, 100, "reported for the owner, not the worker");
+            assert_eq!(e.origin.tid, 100);
             assert_eq!(e.origin.comm, "hip_app");
             let (_, cause, implicit) = ended(e);
             assert_eq!((cause, implicit), (DestroyCause::KfdRelease, false));

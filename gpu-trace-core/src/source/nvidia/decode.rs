@@ -274,11 +274,12 @@ pub fn succeeded(errno: i32, status: u32) -> bool {
     errno == 0 && status == status::NV_OK
 }
 
-fn u32_at(b: &[u8], at: usize) -> u32 {
+/// The little-endian words of the records' byte arrays (the RM parameters, gpu_ext's context).
+pub(super) fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
-fn u64_at(b: &[u8], at: usize) -> u64 {
+pub(super) fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from(u32_at(b, at)) | (u64::from(u32_at(b, at + 4)) << 32)
 }
 

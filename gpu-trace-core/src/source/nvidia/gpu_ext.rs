@@ -9,6 +9,7 @@ use gpu_trace_common::{
     nvidia::gpu_ext::{bind, hook, task_destroy, task_init, token_request},
 };
 
+use super::decode::{interleave_of, u32_at, u64_at};
 use crate::event::Interleave;
 
 /// One hook call.
@@ -51,24 +52,6 @@ pub struct GxCall {
     pub hook: Option<GxHook>,
     /// The system call the thread was in: (number, first argument), `None` when not known.
     pub syscall: Option<(u32, u64)>,
-}
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
-}
-
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    u64::from(u32_at(b, at)) | (u64::from(u32_at(b, at + 4)) << 32)
-}
-
-/// `NVA06C_CTRL_INTERLEAVE_LEVEL_*` as RM numbers them (0 LOW, 1 MEDIUM, 2 HIGH).
-fn interleave_of(level: u32) -> Option<Interleave> {
-    match level {
-        0 => Some(Interleave::Low),
-        1 => Some(Interleave::Medium),
-        2 => Some(Interleave::High),
-        _ => None,
-    }
 }
 
 /// Decodes a [`NvSchedRecord`].

@@ -1899,6 +1899,63 @@ mod tests {
         );
     }
 
+    /// A `task_init` hook is a TSG alloc's only when the alloc succeeded: one inside a failed
+    /// TSG alloc, or inside a channel alloc, is counted, and no task takes its id. A thread's
+    /// hooks of an ioctl on another fd are counted when a hook of the next ioctl comes.
+    #[test]
+    fn gpu_ext_task_init_hooks_are_taken_by_successful_tsg_allocs_only() {
+        use crate::source::nvidia::gpu_ext::testing as gx;
+        let mut s = Script::new();
+        setup(&mut s, 100, 0, 0x1);
+        let failed = alloc(
+            100,
+            CTL_FD,
+            true,
+            CLIENT,
+            DEVICE,
+            TSG2,
+            0xA06C,
+            0x1f,
+            &tsg_params(1, 0),
+        );
+        s.hook(gx::task_init(100, CTL_FD as u64, 4, 1024))
+            .push(failed)
+            .hook(gx::task_init(100, CTL_FD as u64, 5, 1024))
+            .push(alloc(
+                100,
+                CTL_FD,
+                true,
+                CLIENT,
+                TSG,
+                0xCAF0_0077,
+                0xC86F,
+                0,
+                &channel_params(1, 0, 1),
+            ));
+        let mut t = NvTracker::new();
+        let ev = s.run(&mut t);
+        assert!(
+            ev.iter()
+                .all(|e| !matches!(e.kind.task(), TaskId::HwTsg(_))),
+            "{ev:?}"
+        );
+        assert_eq!(t.counters().gpu_ext_unmatched, 2);
+        // Two hooks of an ioctl on fd 9, then one of the ctl fd's TSG alloc: the two counted,
+        // the third taken.
+        let mut t = NvTracker::new();
+        let mut s = Script::new();
+        setup(&mut s, 100, 0, 0x1);
+        s.hook(gx::task_init(100, 9, 6, 1024))
+            .hook(gx::task_init(100, 9, 7, 1024))
+            .hook(gx::task_init(100, CTL_FD as u64, 8, 1024))
+            .push(tsg(100, DEVICE, 0xCAF0_0088, 0x1));
+        let ev: Vec<Event> = (s.run(&mut t).into_iter())
+            .filter(|e| e.key.is_some_and(|k| k.object == 0xCAF0_0088))
+            .collect();
+        assert_eq!(ev[0].kind.task(), TaskId::HwTsg(8));
+        assert_eq!(t.counters().gpu_ext_unmatched, 2);
+    }
+
     #[test]
     fn gpu_ext_hooks_of_other_calls_are_counted_never_merged() {
         use crate::source::nvidia::gpu_ext::testing as gx;
@@ -2231,6 +2288,73 @@ mod tests {
         assert_eq!(t.counters().failed_calls, 1);
         assert_eq!(t.counters().untracked_frees, 1);
         assert_eq!(t.live_tasks(), 0);
+    }
+
+    /// Only channel classes count among a TSG's channels: another object allocated under it
+    /// (an address space, FERMI_VASPACE_A 0x90F1, here) does not.
+    #[test]
+    fn objects_under_a_tsg_that_are_not_channels_are_not_counted_as_channels() {
+        let mut s = Script::new();
+        setup(&mut s, 100, 0, 0x1);
+        s.push(alloc(
+            100,
+            CTL_FD,
+            true,
+            CLIENT,
+            TSG,
+            0xCAF0_0055,
+            0x90F1,
+            0,
+            &[],
+        ))
+        .push(sched(100, TSG, true));
+        let evs = s.run(&mut NvTracker::new());
+        let EventKind::Schedule { channels, .. } = evs[1].kind else {
+            panic!("{evs:?}")
+        };
+        assert_eq!(channels, Some(2));
+    }
+
+    /// Frees of what was never seen are counted (`untracked_frees`), no event: an object of a
+    /// process never seen, and a free naming no client (handle 0, which no call's client
+    /// check marks as made before tracing) in a process never seen and in a known one.
+    #[test]
+    fn frees_of_what_was_never_seen_are_counted() {
+        let mut t = NvTracker::new();
+        let mut s = Script::new();
+        s.push(free(555, CTL_FD, CLIENT, DEVICE, TSG, 0))
+            .push(free(556, CTL_FD, 0, 0, 0, 0));
+        assert!(s.run(&mut t).is_empty());
+        assert_eq!(t.counters().untracked_frees, 2);
+        let mut s = Script::new();
+        setup(&mut s, 100, 0, 0x1);
+        s.push(free(100, CTL_FD, 0, 0, 0, 0));
+        let evs = s.run(&mut t);
+        assert_eq!(kinds(&evs), ["TASK_INIT"]);
+        assert_eq!(t.counters().untracked_frees, 3);
+        assert!(!t.is_pretrace(100));
+        // A client seen allocated: its TSG ends, nothing is untracked.
+        let mut s = Script::new();
+        s.push(free(100, CTL_FD, CLIENT, CLIENT, CLIENT, 0));
+        assert_eq!(kinds(&s.run(&mut t)), ["TASK_DESTROY"]);
+        assert_eq!(t.counters().untracked_frees, 3);
+    }
+
+    /// Calls on handles never seen created are named by a remembered generation up to the
+    /// per-process cap ([`MAX_HANDLES_PER_PROCESS`](crate::model::bounded::MAX_HANDLES_PER_PROCESS));
+    /// past it, each such call is counted (`untracked_handles`) and still reported.
+    #[test]
+    fn calls_on_unseen_handles_past_the_cap_are_counted_and_still_reported() {
+        let cap = crate::model::bounded::MAX_HANDLES_PER_PROCESS as u32;
+        let mut t = NvTracker::new();
+        let mut s = Script::new();
+        for h in 0..cap + 3 {
+            s.push(sched(300, 0x5C00_0000 + h, true));
+        }
+        let evs = s.run(&mut t);
+        assert_eq!(evs.len(), cap as usize + 3);
+        assert!(evs.iter().all(|e| e.kind.name() == "SCHEDULE"));
+        assert_eq!(t.counters().untracked_handles, 3);
     }
 
     #[test]
@@ -2728,6 +2852,29 @@ mod tests {
         s.push(free(301, CTL_FD, CLIENT, CLIENT, CLIENT, 0x1F))
             .exit(301, 301);
         assert!(s.run(&mut t).is_empty());
+    }
+
+    /// In a late-attached process, a handle never seen created is `[pre-trace]` in a client
+    /// allocated while tracing too (the process's objects of before may be named there).
+    #[test]
+    fn unseen_handles_of_a_late_attached_process_are_pretrace_in_any_client() {
+        const NEW_CLIENT: u32 = 0xC1D0_0777;
+        let mut t = NvTracker::new();
+        let mut s = Script::new();
+        s.push(sched(300, TSG, true))
+            .push(alloc(300, CTL_FD, true, 0, 0, NEW_CLIENT, 0x41, 0, &[]))
+            .push(control(
+                300,
+                CTL_FD,
+                NEW_CLIENT,
+                TSG + 1,
+                cmd::TSG_GPFIFO_SCHEDULE,
+                0,
+                &schedule_params(true, false, false),
+            ));
+        let evs = s.run(&mut t);
+        assert_eq!(kinds(&evs), ["SCHEDULE", "SCHEDULE"]);
+        assert_eq!(evs[1].kind.task(), TaskId::PreTrace(TSG + 1));
     }
 
     /// MPS: a client channel under a TSG handle the client never created is `[shared]`; its
