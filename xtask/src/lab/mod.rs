@@ -64,7 +64,8 @@ pub struct LabArgs {
     /// `sid`: the newest Debian has, from unstable), the newest of it in those suites and their
     /// -security, or an exact version (`6.12.117+deb12`, `6.1.0-47`, `5.10.0-46`,
     /// `7.2.13+deb14`). Repeat it (or separate with commas) to run the scenario on several
-    /// kernels, one boot each.
+    /// kernels, one boot each. `ARCH:VERSION` (`arm64:6.12`) takes that kernel of another
+    /// architecture than `--arch`'s, in the same run.
     #[arg(
         long = "kernel",
         value_name = "VERSION",
@@ -85,6 +86,11 @@ pub struct LabArgs {
     /// Virtualisation.
     #[arg(long, value_enum, default_value_t = Accel::Auto)]
     pub accel: Accel,
+
+    /// Guests booted at once (default: this machine's CPUs). Under TCG each guest runs on one
+    /// host thread, so one guest per CPU takes about as long as one alone.
+    #[arg(long, value_name = "N")]
+    pub jobs: Option<usize>,
 
     /// Watchdog: kill QEMU after this many seconds.
     #[arg(long, default_value_t = 600)]
@@ -135,58 +141,105 @@ pub fn run(args: LabArgs) -> Result<()> {
     let cache = cache.canonicalize()?;
     let mut phases: Vec<(String, Duration)> = Vec::new();
 
-    let t = Instant::now();
-    ensure_host_tools(args.arch).context(
-        "the lab cannot run on this machine; fix the above, or set GPU_TRACE_LAB=skip to skip the \
-         lab explicitly",
-    )?;
-    phases.push(("host tools".into(), t.elapsed()));
+    // Each kernel with its architecture (`ARCH:VERSION`, else --arch's).
+    let wanted: Vec<(Arch, String)> = (args.kernels.iter())
+        .map(|k| match k.split_once(':') {
+            Some((arch, version)) => Arch::from_str(arch, true)
+                .map(|a| (a, version.to_owned()))
+                .map_err(|e| anyhow::anyhow!("--kernel {k}: {e}")),
+            None => Ok((args.arch, k.clone())),
+        })
+        .collect::<Result<_>>()?;
+    let mut arches: Vec<Arch> = Vec::new();
+    for (arch, _) in &wanted {
+        if !arches.contains(arch) {
+            arches.push(*arch);
+        }
+    }
+    // What every kernel of an architecture shares: the static gpu-trace and the clients.
+    let mut built = Vec::new();
+    for arch in arches {
+        let t = Instant::now();
+        ensure_host_tools(arch).context(
+            "the lab cannot run on this machine; fix the above, or set GPU_TRACE_LAB=skip to skip \
+             the lab explicitly",
+        )?;
+        phases.push((format!("host tools ({})", arch.deb()), t.elapsed()));
+        let t = Instant::now();
+        let build = cache.join("build");
+        fs::create_dir_all(&build)?;
+        let gpu_trace = match &args.gpu_trace {
+            Some(p) if arch == args.arch => p.clone(),
+            _ => guest_gpu_trace(&root, arch)?,
+        };
+        let bytes =
+            fs::read(&gpu_trace).with_context(|| format!("reading {}", gpu_trace.display()))?;
+        ensure!(
+            elf::is_static(&bytes)?,
+            "{} is dynamically linked: the guest has no libc. Give a static build (`cargo xtask \
+             dist` makes one: target/<arch>-unknown-linux-musl/release/gpu-trace)",
+            gpu_trace.display()
+        );
+        ensure!(
+            elf::machine(&bytes) == Some(arch.machine()),
+            "{} is not an {} binary (--arch {})",
+            gpu_trace.display(),
+            arch.machine(),
+            arch.deb()
+        );
+        let clients = build_clients(&root, &build, arch)?;
+        phases.push((
+            format!("static gpu-trace and client ({})", arch.deb()),
+            t.elapsed(),
+        ));
+        built.push((arch, gpu_trace, clients));
+    }
 
-    let t = Instant::now();
-    let build = cache.join("build");
-    fs::create_dir_all(&build)?;
-    let gpu_trace = match &args.gpu_trace {
-        Some(p) => p.clone(),
-        None => guest_gpu_trace(&root, args.arch)?,
-    };
-    let bytes = fs::read(&gpu_trace).with_context(|| format!("reading {}", gpu_trace.display()))?;
-    ensure!(
-        elf::is_static(&bytes)?,
-        "{} is dynamically linked: the guest has no libc. Give a static build (`cargo xtask \
-         dist` makes one: target/<arch>-unknown-linux-musl/release/gpu-trace)",
-        gpu_trace.display()
-    );
-    ensure!(
-        elf::machine(&bytes) == Some(args.arch.machine()),
-        "{} is not an {} binary (--arch {})",
-        gpu_trace.display(),
-        args.arch.machine(),
-        args.arch.deb()
-    );
-    let clients = build_clients(&root, &build, args.arch)?;
-    phases.push(("static gpu-trace and client".into(), t.elapsed()));
-
+    // The kernels, `--jobs` guests at once; the reports and timings in the order asked.
+    let jobs = (args.jobs.unwrap_or_else(num_cpus)).clamp(1, wanted.len().max(1));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let done: Vec<std::sync::Mutex<Option<KernelRun>>> =
+        wanted.iter().map(|_| Default::default()).collect();
+    std::thread::scope(|s| {
+        for _ in 0..jobs {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some((arch, version)) = wanted.get(i) else {
+                        break;
+                    };
+                    let (_, gpu_trace, clients) = (built.iter())
+                        .find(|(a, _, _)| a == arch)
+                        .expect("built for every architecture asked");
+                    let bins = Binaries {
+                        root: &root,
+                        cache: &cache,
+                        gpu_trace,
+                        clients,
+                    };
+                    let mut phases = Vec::new();
+                    let report = run_kernel(&bins, version, *arch, &args, &mut phases)
+                        .unwrap_or_else(|e| {
+                            (
+                                format!("Debian {version} ({})", arch.deb()),
+                                vec![Check::fail(
+                                    "lab.kernel",
+                                    "the lab kernel booted",
+                                    format!("{e:#}"),
+                                )],
+                                String::new(),
+                            )
+                        });
+                    *done[i].lock().unwrap() = Some((report, phases));
+                }
+            });
+        }
+    });
     let mut reports = Vec::new();
-    for wanted in &args.kernels {
-        let bins = Binaries {
-            root: &root,
-            cache: &cache,
-            gpu_trace: &gpu_trace,
-            clients: &clients,
-        };
-        let (what, checks, logs) = match run_kernel(&bins, wanted, &args, &mut phases) {
-            Ok(r) => r,
-            Err(e) => (
-                format!("Debian {wanted}"),
-                vec![Check::fail(
-                    "lab.kernel",
-                    "the lab kernel booted",
-                    format!("{e:#}"),
-                )],
-                String::new(),
-            ),
-        };
-        reports.push((what, checks, logs));
+    for run in done {
+        let (report, kernel_phases) = (run.into_inner().unwrap()).expect("every kernel ran");
+        phases.extend(kernel_phases);
+        reports.push(report);
     }
 
     println!(
@@ -196,7 +249,10 @@ pub fn run(args: LabArgs) -> Result<()> {
     for (name, d) in &phases {
         println!("{:>8.1} s  {name}", d.as_secs_f64());
     }
-    println!("{:>8.1} s  total", started.elapsed().as_secs_f64());
+    println!(
+        "{:>8.1} s  total ({jobs} guest(s) at once: their phases overlap)",
+        started.elapsed().as_secs_f64()
+    );
     for (what, checks, logs) in &reports {
         print_report(checks, what);
         if !logs.is_empty() {
@@ -207,7 +263,10 @@ pub fn run(args: LabArgs) -> Result<()> {
     verdict(&all)
 }
 
-/// What every kernel's run shares.
+/// One kernel's report (title, checks, where its logs are) and the timings of its phases.
+type KernelRun = ((String, Vec<Check>, String), Vec<(String, Duration)>);
+
+/// What every kernel's run of one architecture shares.
 struct Binaries<'a> {
     root: &'a Path,
     cache: &'a Path,
@@ -220,12 +279,13 @@ struct Binaries<'a> {
 fn run_kernel(
     bins: &Binaries,
     wanted: &str,
+    arch: Arch,
     args: &LabArgs,
     phases: &mut Vec<(String, Duration)>,
 ) -> Result<(String, Vec<Check>, String)> {
     let cache = bins.cache;
     let t = Instant::now();
-    let kernel = Kernel::fetch(cache, wanted, args.arch, &args.mirror)?;
+    let kernel = Kernel::fetch(cache, wanted, arch, &args.mirror)?;
     let r = &kernel.release;
     phases.push((
         format!("{r}: kernel (download, unpack, depmod)"),
@@ -239,7 +299,7 @@ fn run_kernel(
     let mut setup_failures = Vec::new();
     let test_modules = match kernel
         .headers(cache, &args.mirror)
-        .and_then(|headers| build_test_modules(bins.root, &headers, &build, args.arch))
+        .and_then(|headers| build_test_modules(bins.root, &headers, &build, arch))
     {
         Ok(m) => m,
         Err(e) => {
@@ -311,7 +371,7 @@ fn run_kernel(
     Ok((
         format!(
             "Debian {r} in QEMU ({} {}, 2 vCPU, 2 GiB{again})",
-            args.arch.machine(),
+            arch.machine(),
             boot.accel
         ),
         checks,

@@ -119,7 +119,12 @@ pub(super) fn boot(
             if complete > shown {
                 for line in text[shown..complete].lines() {
                     if args.verbose || is_progress_line(line) {
-                        eprintln!("[{:6.1}] {line}", started.elapsed().as_secs_f64());
+                        // Named by the kernel: with --jobs, guests' lines interleave.
+                        eprintln!(
+                            "[{} {:6.1}] {line}",
+                            kernel.release,
+                            started.elapsed().as_secs_f64()
+                        );
                     }
                 }
                 shown = complete;
@@ -135,7 +140,10 @@ pub(super) fn boot(
                 && started.elapsed() > Duration::from_secs(30)
                 && !text.contains("Linux version")
             {
-                eprintln!("lab: the guest printed nothing in 30 s under KVM; falling back to TCG");
+                eprintln!(
+                    "lab: {}: the guest printed nothing in 30 s under KVM; falling back to TCG",
+                    kernel.release
+                );
                 let _ = child.kill();
                 let _ = child.wait();
                 failure = Some("kvm: no boot".into());
