@@ -218,6 +218,7 @@ mod tests {
     #[test]
     fn a_handle_later_created_makes_room_under_the_total_cap() {
         let mut g = Generations::<u32>::default();
+        assert!(g.is_empty());
         let per = MAX_HANDLES_PER_PROCESS as u32;
         for pid in 1..=(MAX_HANDLES / MAX_HANDLES_PER_PROCESS) as u32 {
             for h in 0..per {
@@ -225,6 +226,7 @@ mod tests {
             }
         }
         assert!(!g.set(9999, 0, 1, false), "the total cap reached");
+        assert!(!g.is_empty());
         g.set(1, 0, 2, true);
         assert!(g.set(9999, 0, 1, false), "room for one");
         assert!(!g.set(9999, 1, 1, false), "and only one");

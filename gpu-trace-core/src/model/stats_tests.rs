@@ -719,3 +719,16 @@ fn gpus_are_shown_by_nvidia_smi_index_or_by_the_amd_drivers_number() {
     s.record(&ev(3, 5, "nv", init()));
     assert_eq!(s.shown_gpu(Some(4)), Some(4));
 }
+
+/// A process's exit time is its first `process_exit` destroy; a destroy of another cause is
+/// not an exit.
+#[test]
+fn a_process_exits_at_its_first_process_exit_destroy() {
+    let mut s = Stats::new();
+    s.record(&ev(10, 7, "a", init()));
+    s.record(&ev(20, 7, "a", destroy(DestroyCause::Free)));
+    assert_eq!(s.process(7).unwrap().exited_ns, None);
+    s.record(&ev(30, 7, "a", destroy(DestroyCause::ProcessExit)));
+    s.record(&ev(40, 7, "a", destroy(DestroyCause::ProcessExit)));
+    assert_eq!(s.process(7).unwrap().exited_ns, Some(30));
+}

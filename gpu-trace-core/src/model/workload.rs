@@ -943,5 +943,15 @@ mod tests {
         );
         let host = Attribution::new(1, Some("/system.slice/a.service".into()), None);
         assert!(!host.in_pods(&[], &[]), "outside pods, never");
+        // A container outside pods is contained, never in a pod.
+        let docker = Attribution::new(2, Some(format!("/docker/{ID}")), None);
+        assert!(docker.contained() && !host.contained());
+        assert!(!docker.in_pods(&[], &[]));
+        // The QoS class is read below the kubepods component, not from it.
+        let w = classify(&format!(
+            "/kubepods-besteffort.slice/kubepods-pod{}.slice",
+            UID.replace('-', "_")
+        ));
+        assert_eq!(w.pod, Some((UID.to_string(), QosClass::Guaranteed)));
     }
 }

@@ -532,6 +532,33 @@ mod tests {
     // No AMD GPU was available: the bytes of these tests are built from the documented UAPI
     // layout (kfd_ioctl.h), not captured from a driver. See `testing`.
 
+    /// The deep hooks' records: the MQD copy's queue id (`u32::MAX`: not read), the
+    /// teardown's owner, a hook number this decoder does not know.
+    #[test]
+    fn deep_records_decode_by_hook() {
+        use gpu_trace_common::deep_hook;
+        let step = |hook, value| decode_deep(&deep(100, hook, value, 0xffff_0000));
+        assert_eq!(
+            step(deep_hook::INIT_MQD, 2),
+            DeepStep::MqdInit {
+                queue_id: Some(2),
+                addr: 0xffff_0000
+            }
+        );
+        assert_eq!(
+            step(deep_hook::INIT_MQD, u32::MAX),
+            DeepStep::MqdInit {
+                queue_id: None,
+                addr: 0xffff_0000
+            }
+        );
+        assert_eq!(
+            step(deep_hook::KFD_RELEASE, 77),
+            DeepStep::Release { owner: 77 }
+        );
+        assert_eq!(step(0x7777, 1), DeepStep::Unknown { hook: 0x7777 });
+    }
+
     #[test]
     fn create_queue_96_bytes_decodes_every_field() {
         let args = CreateArgs {

@@ -766,6 +766,38 @@ mod tests {
         assert_eq!(t.counters().deep_unmatched, 3);
     }
 
+    /// A DQM record whose queue properties could not be read is still the create's (not
+    /// counted as unmatched; no doorbell claimed); a deep record of no hook this tracker
+    /// knows is counted, no event.
+    #[test]
+    fn unreadable_queue_properties_and_unknown_deep_hooks() {
+        let mut t = KfdTracker::new();
+        let mut built = testing::queue_built(100, 2, 0x1002);
+        built.flags = gpu_trace_common::kfd_queue_flags::PROPS_READ_FAILED;
+        observe_one(&mut t, &RawRecord::KfdQueue(built));
+        let ev = run(&mut t, &[created(100, 2)]);
+        assert_eq!(ev[0].amd.as_ref().unwrap().hw_doorbell, None);
+        assert_eq!(t.counters().deep_unmatched, 0);
+        let unknown = testing::deep(100, 0x7777, 0, 0);
+        assert!(observe_one(&mut t, &RawRecord::Deep(unknown)).is_empty());
+        assert!(observe_one(&mut t, &RawRecord::Deep(unknown)).is_empty());
+        assert_eq!(t.counters().deep_unknown, 2);
+    }
+
+    /// Calls on queues never seen created get a remembered generation up to the per-process
+    /// cap; past it each is counted (`untracked_handles`) and still reported.
+    #[test]
+    fn calls_on_unseen_queues_past_the_cap_are_counted_and_still_reported() {
+        let cap = crate::model::bounded::MAX_HANDLES_PER_PROCESS as u32;
+        let mut t = KfdTracker::new();
+        let updates: Vec<_> = (0..cap + 2)
+            .map(|q| testing::update(100, 4, q, 4096, 30, 2, -22))
+            .collect();
+        let ev = run(&mut t, &updates);
+        assert_eq!(ev.len(), cap as usize + 2);
+        assert_eq!(t.counters().untracked_handles, 2);
+    }
+
     #[test]
     fn deep_findings_not_taken_up_are_counted_not_attached_elsewhere() {
         let mut t = KfdTracker::new();

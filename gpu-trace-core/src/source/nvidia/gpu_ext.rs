@@ -246,6 +246,12 @@ mod tests {
         ));
         r.ctx_len = 0;
         assert_eq!(decode(&r).hook, None);
+        // Every hook: a context of another length than its layout's is not read.
+        for hook in [h::TASK_INIT, h::BIND, h::TOKEN_REQUEST, h::TASK_DESTROY] {
+            let mut other = testing::task_init(7, 3, 5, 2048);
+            (other.hook, other.ctx_len) = (hook, 4);
+            assert_eq!(decode(&other).hook, None, "hook {hook}");
+        }
         r.hook = 99;
         r.ctx_len = CTX_MAX as u32;
         assert_eq!(decode(&r).hook, None);

@@ -2877,6 +2877,94 @@ mod tests {
         assert_eq!(evs[1].kind.task(), TaskId::PreTrace(TSG + 1));
     }
 
+    /// Calls of a late-attached process that give no event are counted (`pretrace_calls`),
+    /// each; freeing a client it allocated while tracing is no `PRETRACE_END`; a client handle
+    /// allocated again while its TSGs live is counted (`replaced_handles`).
+    #[test]
+    fn late_attached_calls_without_events_and_replaced_clients_are_counted() {
+        const NEW_CLIENT: u32 = 0xC1D0_0777;
+        let mut t = NvTracker::new();
+        let mut s = Script::new();
+        let device = |h| {
+            alloc(
+                300,
+                CTL_FD,
+                true,
+                CLIENT,
+                CLIENT,
+                h,
+                0x80,
+                0,
+                &device_params(0),
+            )
+        };
+        s.push(device(0xCAF0_0101)).push(device(0xCAF0_0102));
+        assert!(s.run(&mut t).is_empty());
+        assert_eq!(t.counters().pretrace_calls, 2);
+        let mut s = Script::new();
+        s.push(alloc(300, CTL_FD, true, 0, 0, NEW_CLIENT, 0x41, 0, &[]))
+            .push(free(300, CTL_FD, NEW_CLIENT, NEW_CLIENT, NEW_CLIENT, 0));
+        assert!(
+            s.run(&mut t).is_empty(),
+            "a client of the run: no PRETRACE_END"
+        );
+        let mut s = Script::new();
+        setup(&mut s, 100, 0, 0x1);
+        s.push(alloc(100, CTL_FD, true, 0, 0, CLIENT, 0x41, 0, &[]));
+        s.run(&mut t);
+        assert_eq!(t.counters().replaced_handles, 1);
+    }
+
+    /// A client's index of channels by parent stays in step with its channels (what a free
+    /// looks up instead of scanning every channel).
+    #[test]
+    fn the_channel_index_follows_the_channels() {
+        let mut c = Client::default();
+        for (h, parent) in [(1, 10), (2, 10), (3, 20)] {
+            c.add_channel(h, parent);
+        }
+        c.remove_channel(1);
+        assert_eq!(c.channel_parents, BTreeMap::from([(10, 1), (20, 1)]));
+        c.remove_channel(2);
+        assert_eq!(c.channel_parents, BTreeMap::from([(20, 1)]));
+        c.drop_channels_under(20);
+        assert!(c.channel_parents.is_empty() && c.channels.is_empty());
+    }
+
+    /// A process's exit counts its threads' gpu_ext hooks no ioctl took, and only its own;
+    /// a control without hooks counts none.
+    #[test]
+    fn hooks_left_at_exit_are_counted_per_process() {
+        use crate::source::nvidia::gpu_ext::testing as gx;
+        let mut t = NvTracker::new();
+        let mut s = Script::new();
+        setup(&mut s, 100, 0, 0x1);
+        s.push(sched(100, TSG, true));
+        s.hook(gx::task_init(100, 9, 6, 1024))
+            .hook(gx::task_init(200, 9, 7, 1024))
+            .hook(gx::task_init(200, 9, 8, 1024))
+            .exit(100, 100);
+        s.run(&mut t);
+        assert_eq!(t.counters().gpu_ext_unmatched, 1);
+        let mut s = Script::new();
+        s.exit(200, 200);
+        s.run(&mut t);
+        assert_eq!(t.counters().gpu_ext_unmatched, 3);
+        // A token hook inside a call that is not a token request: counted, no WORK_SUBMIT.
+        let mut s = Script::new();
+        setup(&mut s, 300, 0, 0x1);
+        s.hook(gx::record(
+            300,
+            gpu_trace_common::nvidia::gpu_ext::hook::TOKEN_REQUEST,
+            CTL_FD as u64,
+            &gx::ctx(&[(0, 0x21, 4), (8, 5, 8), (16, 0x000d_0021, 4)]),
+        ))
+        .push(sched(300, TSG, true));
+        let evs = s.run(&mut t);
+        assert_eq!(kinds(&evs), ["TASK_INIT", "SCHEDULE"]);
+        assert_eq!(t.counters().gpu_ext_unmatched, 4);
+    }
+
     /// MPS: a client channel under a TSG handle the client never created is `[shared]`; its
     /// token relates it to the server's TSG on that runlist — not when two server TSGs are
     /// there.
