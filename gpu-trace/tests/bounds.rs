@@ -187,9 +187,7 @@ const CEILING_KIB: i64 = 64 * 1024;
 fn two_million_distinct_handles_stay_under_the_memory_ceiling() {
     let n: u32 = 2_000_000;
     let fifo = common::scratch().join("distinct.fifo");
-    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-    // SAFETY: a NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    common::mkfifo(&fifo, 0o600);
     #[allow(clippy::zombie_processes)] // waited for below with wait4, for its rusage
     let child = Command::new(gpu_trace_bin())
         .args(["replay", fifo.to_str().unwrap(), "--timestamps", "relative"])

@@ -710,19 +710,12 @@ fn a_stalled_reader_does_not_hold_off_sigint_or_the_duration() {
     }
 }
 
-fn mkfifo(path: &Path) {
-    let _ = std::fs::remove_file(path);
-    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
-    // SAFETY: a NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-}
-
 #[test]
 fn a_fifo_nobody_reads_is_waited_for_only_until_the_duration_ends() {
     // Outputs are opened before anything is attached: no root needed.
     for option in ["-o", "--record", "--perfetto"] {
         let fifo = tmp(&format!("noreader-{}", option.trim_start_matches('-')));
-        mkfifo(&fifo);
+        common::mkfifo(&fifo, 0o600);
         let (mut child, _stdout, rx) =
             start_unread(&[option, fifo.to_str().unwrap(), "--duration", "1"]);
         let status = exit_within(&mut child, Duration::from_secs(30));
@@ -784,7 +777,7 @@ fn a_sigint_during_start_up_is_not_lost() {
 #[test]
 fn replay_of_a_fifo_says_it_waits_for_a_writer_then_replays() {
     let fifo = tmp("replay-fifo");
-    mkfifo(&fifo);
+    common::mkfifo(&fifo, 0o600);
     let (mut child, mut stdout, rx) = start_unread(&["replay", fifo.to_str().unwrap()]);
     let seen = lines_until(&rx, "waiting for a writer", Duration::from_secs(30));
     assert!(

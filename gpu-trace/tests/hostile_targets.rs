@@ -136,9 +136,7 @@ impl Lab {
 }
 
 fn mkfifo(at: &Path) {
-    let c = std::ffi::CString::new(at.to_str().unwrap()).unwrap();
-    // SAFETY: a NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    common::mkfifo(at, 0o644);
 }
 
 /// A device node 1:5 (what /dev/zero is) at `at`.

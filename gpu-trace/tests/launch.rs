@@ -143,10 +143,7 @@ fn processes_past_the_bound_of_live_ones_are_counted_while_tracing() {
         return;
     }
     let fifo = common::scratch().join(format!("{test}.fifo"));
-    let _ = std::fs::remove_file(&fifo);
-    let path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-    // SAFETY: a NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0, "mkfifo");
+    common::mkfifo(&fifo, 0o600);
     let port = free_port();
     let metrics = format!("127.0.0.1:{port}");
     // The sleeps are killed by the script once the test has seen the count (the FIFO's line).

@@ -809,6 +809,13 @@ impl Health {
     }
 }
 
+/// A counter exported from absolute readings: it goes up by what `now` adds to the largest
+/// reading so far (`last`), never down.
+fn advance(counter: &Counter, last: &mut u64, now: u64) {
+    counter.inc_by(now.saturating_sub(*last));
+    *last = (*last).max(now);
+}
+
 fn lifetime_histogram() -> Histogram {
     // 1 ms … ~13.5 h.
     Histogram::new(exponential_buckets(0.001, 5.0, 12))
@@ -1396,20 +1403,14 @@ impl Metrics {
     /// The userspace health counters of `stats` (decode errors, malformed records).
     pub fn sync_stats(&mut self, stats: &Stats) {
         let h = &mut self.health;
-        h.decode
-            .inc_by(stats.decode_errors.saturating_sub(h.last_decode));
-        h.malformed
-            .inc_by(stats.malformed.saturating_sub(h.last_malformed));
-        h.last_decode = h.last_decode.max(stats.decode_errors);
-        h.last_malformed = h.last_malformed.max(stats.malformed);
+        advance(&h.decode, &mut h.last_decode, stats.decode_errors);
+        advance(&h.malformed, &mut h.last_malformed, stats.malformed);
     }
 
     /// The trackers' count of handles they did not remember (absolute).
     pub fn set_untracked(&mut self, untracked: u64) {
         let h = &mut self.health;
-        h.untracked
-            .inc_by(untracked.saturating_sub(h.last_untracked));
-        h.last_untracked = h.last_untracked.max(untracked);
+        advance(&h.untracked, &mut h.last_untracked, untracked);
     }
 
     /// What the run did not report so far, by reason (absolute counts, as the statistics'
@@ -1417,9 +1418,8 @@ impl Metrics {
     pub fn set_unreported(&mut self, unreported: &Unreported) {
         let h = &mut self.health;
         for (&reason, &now) in unreported {
-            let last = h.last_unreported.entry(reason).or_default();
-            (h.unreported.get_or_create(&ReasonLabel { reason })).inc_by(now.saturating_sub(*last));
-            *last = now.max(*last);
+            let counter = h.unreported.get_or_create(&ReasonLabel { reason });
+            advance(&counter, h.last_unreported.entry(reason).or_default(), now);
         }
     }
 

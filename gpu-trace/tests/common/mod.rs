@@ -29,6 +29,20 @@ pub fn scratch() -> &'static Path {
     })
 }
 
+/// A FIFO at `path` (an older file there removed first), with `mode`.
+#[allow(dead_code)] // only the tests that use a FIFO
+pub fn mkfifo(path: &Path, mode: libc::mode_t) {
+    let _ = std::fs::remove_file(path);
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(
+        unsafe { libc::mkfifo(c.as_ptr(), mode) },
+        0,
+        "mkfifo {}",
+        path.display()
+    );
+}
+
 /// Whether setpriv (util-linux) switched user but could not execute the program: its errexec
 /// exits 126 (127: not found) with `setpriv: failed to execute PATH: WHY` as its only output.
 /// The one reason a test that runs a binary as another user may skip; a crash, a signal or any
